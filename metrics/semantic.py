@@ -1,0 +1,152 @@
+"""Semantic shift Δ = cos(text, core) − cos(text, negative), the seed design's primary metric.
+
+Three centroids per concept (core definitions, boundary relations, distant negatives) are
+the means of their texts' embeddings. Δ > 0 means a text sits nearer the concept's core
+than its negatives; the change of Δ under steering is what the success criteria judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+SETS = ("core", "boundary", "negative")
+DEFAULT_THRESHOLD = 0.15
+
+SteeringLabel = Literal["toward_core", "neutral", "toward_negative"]
+
+
+@dataclass(frozen=True, eq=False)  # numpy fields: compare explicitly
+class Centroids:
+    """Un-normalised mean embeddings of each set, plus the texts they came from (for audit)."""
+
+    core: np.ndarray
+    boundary: np.ndarray
+    negative: np.ndarray
+    texts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def dim(self) -> int:
+        return int(self.core.shape[0])
+
+
+def _mean_row(name: str, rows: np.ndarray) -> np.ndarray:
+    """The centroid of one set; an empty or non-2D set is a caller bug, so raise."""
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[0] == 0:
+        raise ValueError(f"Set {name!r} needs a non-empty (n, dim) array, got shape {rows.shape}.")
+    if not np.all(np.isfinite(rows)):
+        raise ValueError(f"Set {name!r} contains non-finite embeddings.")
+    return rows.mean(axis=0)
+
+
+def build_centroids(
+    embeddings_by_set: Mapping[str, np.ndarray], texts: Mapping[str, Sequence[str]]
+) -> Centroids:
+    """Average each set's embeddings (keys: core, boundary, negative); pure, no model."""
+    missing = [name for name in SETS if name not in embeddings_by_set]
+    if missing:
+        raise ValueError(f"Missing embedding sets: {missing}; need {list(SETS)}.")
+    means = {name: _mean_row(name, embeddings_by_set[name]) for name in SETS}
+    dims = {name: vec.shape[0] for name, vec in means.items()}
+    if len(set(dims.values())) != 1:
+        raise ValueError(f"Embedding sets disagree on dimension: {dims}.")
+    frozen_texts = {name: tuple(texts.get(name, ())) for name in SETS}
+    return Centroids(texts=frozen_texts, **means)
+
+
+def centroids_from_texts(
+    embedder: SentenceTransformer, texts: Mapping[str, Sequence[str]]
+) -> Centroids:
+    """Embed each set's texts with the given model and build the centroids."""
+    from metrics.embedder import embed
+
+    embeddings = {name: embed(embedder, list(texts.get(name, ()))) for name in SETS}
+    return build_centroids(embeddings, texts)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity with broadcasting; (n, d) vs (d,) gives (n,).
+
+    Zero vectors have no direction, so they raise instead of yielding NaN. The result is
+    clipped to [-1, 1] to absorb rounding.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    norm_a = np.linalg.norm(a, axis=-1)
+    norm_b = np.linalg.norm(b, axis=-1)
+    if np.any(norm_a == 0) or np.any(norm_b == 0):
+        raise ValueError("cosine is undefined for a zero vector.")
+    dots = np.sum(a * b, axis=-1)
+    return np.clip(dots / (norm_a * norm_b), -1.0, 1.0)
+
+
+@dataclass(frozen=True, eq=False)  # numpy fields: compare explicitly
+class SemanticScores:
+    """Per-text similarities to each centroid and Δ = core_sim − neg_sim."""
+
+    core_sim: np.ndarray
+    boundary_sim: np.ndarray
+    neg_sim: np.ndarray
+    delta: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.delta.shape[0])
+
+
+def score(text_embeddings: np.ndarray, centroids: Centroids) -> SemanticScores:
+    """Score a batch (n, d) of text embeddings (a single (d,) row is promoted to (1, d))."""
+    rows = np.atleast_2d(np.asarray(text_embeddings, dtype=np.float64))
+    if rows.shape[1] != centroids.dim:
+        raise ValueError(f"Text embeddings have dim {rows.shape[1]}, centroids {centroids.dim}.")
+    core_sim = cosine(rows, centroids.core)
+    neg_sim = cosine(rows, centroids.negative)
+    return SemanticScores(
+        core_sim=core_sim,
+        boundary_sim=cosine(rows, centroids.boundary),
+        neg_sim=neg_sim,
+        delta=core_sim - neg_sim,
+    )
+
+
+def steering_label(delta: float, threshold: float = DEFAULT_THRESHOLD) -> SteeringLabel:
+    """Classify one Δ as in the seed: > +threshold toward core, < −threshold toward negative.
+
+    Exactly ±threshold counts as neutral (the seed's bands are strict inequalities).
+    """
+    if not np.isfinite(delta):
+        raise ValueError(f"Cannot label a non-finite Δ ({delta}).")
+    if delta > threshold:
+        return "toward_core"
+    if delta < -threshold:
+        return "toward_negative"
+    return "neutral"
+
+
+def steering_labels(
+    deltas: np.ndarray, threshold: float = DEFAULT_THRESHOLD
+) -> list[SteeringLabel]:
+    """steering_label over an array."""
+    return [steering_label(float(d), threshold) for d in np.ravel(deltas)]
+
+
+class PairedShift(NamedTuple):
+    """Steered-vs-unsteered change of Δ: magnitude |Δs−Δ0| and direction sign(Δs−Δ0)."""
+
+    magnitude: np.ndarray
+    direction: np.ndarray
+
+
+def paired_shift(delta_s: np.ndarray, delta_0: np.ndarray) -> PairedShift:
+    """Compare steered Δs with the matched unsteered Δ0 (same prompt); vectorised.
+
+    direction is −1, 0 or +1; a zero change has direction 0 (it did not move).
+    """
+    diff = np.asarray(delta_s, dtype=np.float64) - np.asarray(delta_0, dtype=np.float64)
+    return PairedShift(magnitude=np.abs(diff), direction=np.sign(diff))

@@ -1,0 +1,185 @@
+"""Correlations and inter-rater agreement that never return NaN.
+
+The original research logged NaN correlations as results. Here a statistic that cannot be
+computed (too few points, a constant input, missing values) comes back as NotEvaluable
+with the reason, so a caller has to decide what to do instead of logging a silent NaN.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+MIN_N = 3
+SPEARMAN_VARIANCE_FACTOR = 1.06  # Fieller, Hartley & Pearson (1957): var(z) ≈ 1.06 / (n − 3)
+
+
+@dataclass(frozen=True)
+class NotEvaluable:
+    """A statistic that cannot be computed from the given data, and why."""
+
+    reason: str
+    method: str | None = None
+    n: int | None = None
+
+    evaluable: ClassVar[bool] = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {"evaluable": False, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """A correlation coefficient with its p-value and confidence interval."""
+
+    method: Literal["pearson", "spearman"]
+    r: float
+    p_value: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    evaluable: ClassVar[bool] = True
+
+    def to_dict(self) -> dict[str, object]:
+        return {"evaluable": True, **asdict(self)}
+
+
+CorrelationResult = Correlation | NotEvaluable
+
+
+def _check_pair(x: Sequence[float], y: Sequence[float], method: str) -> NotEvaluable | None:
+    """Reasons a correlation is undefined, or None when it can be computed."""
+    xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if xa.ndim != 1 or ya.ndim != 1 or xa.shape != ya.shape:
+        raise ValueError(f"x and y must be 1-D and the same length, got {xa.shape}, {ya.shape}.")
+    n = int(xa.shape[0])
+    if not (np.all(np.isfinite(xa)) and np.all(np.isfinite(ya))):
+        return NotEvaluable("input contains NaN or infinite values", method, n)
+    if n < MIN_N:
+        return NotEvaluable(f"needs at least {MIN_N} points, got {n}", method, n)
+    for name, values in (("x", xa), ("y", ya)):
+        if np.all(values == values[0]):
+            return NotEvaluable(f"{name} is constant", method, n)
+    return None
+
+
+def _finite_or_not_evaluable(corr: Correlation) -> CorrelationResult:
+    """Guard against NaN from numerically degenerate (nearly constant) inputs."""
+    values = (corr.r, corr.p_value, corr.ci_low, corr.ci_high)
+    if all(math.isfinite(v) for v in values):
+        return corr
+    return NotEvaluable("numerically degenerate input (nearly constant)", corr.method, corr.n)
+
+
+def pearson(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> CorrelationResult:
+    """Pearson r with scipy's Fisher-z confidence interval (the full [−1, 1] when n = 3)."""
+    bad = _check_pair(x, y, "pearson")
+    if bad is not None:
+        return bad
+    result = stats.pearsonr(np.asarray(x, float), np.asarray(y, float))
+    ci = result.confidence_interval(confidence_level=confidence)
+    return _finite_or_not_evaluable(
+        Correlation(
+            method="pearson",
+            r=float(result.statistic),
+            p_value=float(result.pvalue),
+            ci_low=float(ci.low),
+            ci_high=float(ci.high),
+            n=len(x),
+        )
+    )
+
+
+def fisher_z_interval(
+    r: float, n: int, confidence: float = 0.95, variance_factor: float = 1.0
+) -> tuple[float, float]:
+    """CI for a correlation via atanh(r) ± z·sqrt(variance_factor / (n − 3)).
+
+    n = 3 gives no information on the z scale, so the interval is the full [−1, 1];
+    |r| = 1 gives the degenerate interval [r, r], as scipy does for Pearson.
+    """
+    if n <= MIN_N:
+        return -1.0, 1.0
+    if abs(r) >= 1.0:
+        return float(r), float(r)
+    half = stats.norm.ppf(0.5 + confidence / 2) * math.sqrt(variance_factor / (n - 3))
+    z = math.atanh(r)
+    return math.tanh(z - half), math.tanh(z + half)
+
+
+def spearman(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> CorrelationResult:
+    """Spearman ρ; CI by Fisher z with the Fieller et al. variance 1.06 / (n − 3)."""
+    bad = _check_pair(x, y, "spearman")
+    if bad is not None:
+        return bad
+    result = stats.spearmanr(np.asarray(x, float), np.asarray(y, float))
+    rho = float(np.clip(result.statistic, -1.0, 1.0))
+    low, high = fisher_z_interval(rho, len(x), confidence, SPEARMAN_VARIANCE_FACTOR)
+    return _finite_or_not_evaluable(
+        Correlation(
+            method="spearman",
+            r=rho,
+            p_value=float(result.pvalue),
+            ci_low=low,
+            ci_high=high,
+            n=len(x),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Alpha:
+    """Krippendorff's alpha with the data it rests on."""
+
+    value: float
+    n_raters: int
+    n_units: int  # units rated by at least two raters (the pairable ones)
+    level: str = "interval"
+
+    evaluable: ClassVar[bool] = True
+
+    def to_dict(self) -> dict[str, object]:
+        return {"evaluable": True, **asdict(self)}
+
+
+def krippendorff_alpha_interval(ratings: np.ndarray) -> Alpha | NotEvaluable:
+    """Interval-level Krippendorff's alpha; ratings has shape (raters, units), NaN = missing."""
+    import krippendorff
+
+    data = np.asarray(ratings, dtype=np.float64)
+    if data.ndim != 2:
+        raise ValueError(f"ratings must be 2-D (raters, units), got shape {data.shape}.")
+    n_raters = int(data.shape[0])
+    if n_raters < 2:
+        return NotEvaluable(f"needs at least 2 raters, got {n_raters}", "krippendorff_alpha")
+    pairable = int(np.sum(np.sum(~np.isnan(data), axis=0) >= 2))
+    if pairable == 0:
+        return NotEvaluable("no unit is rated by two or more raters", "krippendorff_alpha", 0)
+    try:
+        value = float(krippendorff.alpha(reliability_data=data, level_of_measurement="interval"))
+    except ValueError as exc:  # the package raises when the pairable ratings are all equal
+        return NotEvaluable(f"no variation in ratings ({exc})", "krippendorff_alpha", pairable)
+    if not math.isfinite(value):
+        return NotEvaluable("alpha is undefined for these ratings", "krippendorff_alpha", pairable)
+    return Alpha(value=value, n_raters=n_raters, n_units=pairable)
+
+
+def pairwise_spearman(table: pd.DataFrame) -> dict[tuple[str, str], CorrelationResult]:
+    """Spearman ρ for every pair of rater columns, over the rows both raters scored.
+
+    Missing ratings (NaN) are expected in rating tables, so each pair uses its complete
+    rows; too few shared rows gives NotEvaluable for that pair.
+    """
+    results: dict[tuple[str, str], CorrelationResult] = {}
+    for a, b in itertools.combinations(table.columns, 2):
+        both = table[[a, b]].astype(float).dropna()
+        results[(a, b)] = spearman(both[a].to_numpy(), both[b].to_numpy())
+    return results

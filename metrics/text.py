@@ -1,0 +1,150 @@
+"""Surface text measures: concept term counts and coherence checks.
+
+Term counts compare the embedding metric with the seed's older term-counting measure.
+Coherence checks exist because the original research's strong steering collapsed into
+empty text, loops and prompt echoes that a similarity score alone does not reveal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+_WORD = re.compile(r"\w+(?:'\w+)*")
+ECHO_THRESHOLD = 0.5
+LOOP_THRESHOLD = 0.5
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (letters, digits, underscores; inner apostrophes kept)."""
+    return _WORD.findall(text.lower())
+
+
+def term_pattern(term: str) -> re.Pattern[str]:
+    """A case-insensitive, word-bounded pattern for one term.
+
+    The term is regex-escaped; words of a multi-word term may be separated by any run of
+    whitespace. "Word-bounded" means no word character directly before or after, so
+    "bird" does not match "birdhouse" but does match "bird-watching".
+    """
+    parts = [re.escape(part) for part in term.split()]
+    if not parts:
+        raise ValueError("A term must contain at least one non-space character.")
+    return re.compile(r"(?<!\w)" + r"\s+".join(parts) + r"(?!\w)", re.IGNORECASE)
+
+
+def term_hits(text: str, terms: Iterable[str]) -> dict[str, int]:
+    """Occurrences of each term, counted independently of the other terms.
+
+    Overlapping terms each count: in "a causal agent", both "causal agent" and "agent"
+    score 1. Occurrences of one term are non-overlapping (regex scanning order).
+    """
+    return {term: len(term_pattern(term).findall(text)) for term in terms}
+
+
+def count_terms(text: str, terms: Iterable[str]) -> int:
+    """Total occurrences of the terms; a term listed twice (ignoring case) counts once."""
+    unique = {" ".join(term.split()).casefold(): term for term in terms}
+    return sum(term_hits(text, unique.values()).values())
+
+
+def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """Contiguous word n-grams."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def is_near_empty(text: str, min_words: int = 3) -> bool:
+    """True when the text has fewer than min_words word tokens (collapse to nothing)."""
+    return len(words(text)) < min_words
+
+
+def repeated_ngram_fraction(text: str, n: int = 3) -> float:
+    """Fraction of word n-grams that repeat an earlier one (0 = no loops, near 1 = a loop).
+
+    A text with fewer than n words has no n-grams and scores 0.0 (no repetition seen);
+    is_near_empty is the check that flags such texts.
+    """
+    grams = ngrams(words(text), n)
+    if not grams:
+        return 0.0
+    return (len(grams) - len(set(grams))) / len(grams)
+
+
+def distinct_n(text: str, n: int = 2) -> float:
+    """Unique word n-grams / total word n-grams; 0.0 when the text has no n-grams."""
+    grams = ngrams(words(text), n)
+    if not grams:
+        return 0.0
+    return len(set(grams)) / len(grams)
+
+
+def echo_fraction(text: str, prompt: str, n: int = 2) -> float:
+    """Fraction of the generation's word tokens covered by an n-gram that occurs in the prompt.
+
+    n shrinks to the prompt's length for prompts shorter than n words. Using n-grams rather
+    than single tokens keeps a fluent text that merely mentions the concept word from
+    counting as an echo. An empty generation or prompt scores 0.0.
+    """
+    gen, source = words(text), words(prompt)
+    if not gen or not source:
+        return 0.0
+    size = min(n, len(source))
+    prompt_grams = set(ngrams(source, size))
+    covered = [False] * len(gen)
+    for start, gram in enumerate(ngrams(gen, size)):
+        if gram in prompt_grams:
+            covered[start : start + size] = [True] * size
+    return sum(covered) / len(gen)
+
+
+def is_echo(text: str, prompt: str, threshold: float = ECHO_THRESHOLD) -> bool:
+    """True when at least `threshold` of the generation repeats the prompt."""
+    return echo_fraction(text, prompt) >= threshold
+
+
+@dataclass(frozen=True)
+class CoherenceReport:
+    """Coherence checks for one generation; perplexity comes from the steering package."""
+
+    n_words: int
+    near_empty: bool
+    repeated_trigram_fraction: float
+    distinct_2: float
+    echo_fraction: float | None
+    is_echo: bool | None
+    perplexity: float | None = None
+
+    @property
+    def flags(self) -> list[str]:
+        """Names of the collapse checks that fired (empty when the text looks coherent)."""
+        fired = []
+        if self.near_empty:
+            fired.append("near_empty")
+        if self.repeated_trigram_fraction > LOOP_THRESHOLD:
+            fired.append("looping")
+        if self.is_echo:
+            fired.append("echo")
+        return fired
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def coherence_report(
+    text: str, prompt: str | None = None, perplexity: float | None = None
+) -> CoherenceReport:
+    """Run every coherence check on one text (echo checks only when the prompt is given)."""
+    echo = None if prompt is None else echo_fraction(text, prompt)
+    echoed = None if echo is None else echo >= ECHO_THRESHOLD
+    return CoherenceReport(
+        n_words=len(words(text)),
+        near_empty=is_near_empty(text),
+        repeated_trigram_fraction=repeated_ngram_fraction(text, 3),
+        distinct_2=distinct_n(text, 2),
+        echo_fraction=echo,
+        is_echo=echoed,
+        perplexity=perplexity,
+    )

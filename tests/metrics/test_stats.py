@@ -1,0 +1,163 @@
+"""Correlations and agreement: agree with numpy/scipy, never NaN."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from metrics.stats import (
+    Alpha,
+    Correlation,
+    NotEvaluable,
+    fisher_z_interval,
+    krippendorff_alpha_interval,
+    pairwise_spearman,
+    pearson,
+    spearman,
+)
+
+PROPS = settings(derandomize=True, deadline=None, max_examples=60)
+
+value = st.floats(-100, 100, allow_nan=False, allow_infinity=False)
+grid = st.integers(-1000, 1000).map(lambda k: k / 10)  # distinct values stay distinct when mapped
+
+
+@st.composite
+def paired(draw, min_size: int = 4, max_size: int = 25, value=value):
+    """Two well-conditioned samples of equal length (spread enough for stable r)."""
+    n = draw(st.integers(min_size, max_size))
+    x = np.array(draw(st.lists(value, min_size=n, max_size=n)))
+    y = np.array(draw(st.lists(value, min_size=n, max_size=n)))
+    assume(np.std(x) > 1e-2 and np.std(y) > 1e-2)
+    return x, y
+
+
+def _is_correlation(result) -> Correlation:
+    assert isinstance(result, Correlation), result
+    for number in (result.r, result.p_value, result.ci_low, result.ci_high):
+        assert math.isfinite(number)
+    return result
+
+
+@PROPS
+@given(paired())
+def test_pearson_matches_numpy_and_is_bounded(data):
+    x, y = data
+    result = _is_correlation(pearson(x, y))
+    assert result.r == pytest.approx(np.corrcoef(x, y)[0, 1], abs=1e-9)
+    assert -1.0 <= result.r <= 1.0
+    assert result.ci_low - 1e-12 <= result.r <= result.ci_high + 1e-12
+    assert result.n == len(x)
+
+
+@PROPS
+@given(paired(), st.floats(0.01, 100), st.floats(-50, 50), st.floats(0.01, 100), st.floats(-5, 5))
+def test_pearson_invariant_under_positive_affine_maps(data, a, b, c, d):
+    x, y = data
+    base = _is_correlation(pearson(x, y))
+    moved = _is_correlation(pearson(a * x + b, c * y + d))
+    assert moved.r == pytest.approx(base.r, abs=1e-6)
+
+
+@PROPS
+@given(paired())
+def test_pearson_flips_sign_under_negation(data):
+    x, y = data
+    assert _is_correlation(pearson(-x, y)).r == pytest.approx(-pearson(x, y).r, abs=1e-9)
+
+
+@PROPS
+@given(paired(value=grid))
+def test_spearman_invariant_under_monotone_maps(data):
+    x, y = data
+    base = _is_correlation(spearman(x, y))
+    moved = _is_correlation(spearman(x**3 + x, np.exp(y / 50)))
+    assert moved.r == pytest.approx(base.r, abs=1e-9)
+    assert base.ci_low - 1e-12 <= base.r <= base.ci_high + 1e-12
+
+
+def test_spearman_ci_uses_fieller_variance():
+    result = _is_correlation(spearman(np.arange(10), [1, 3, 2, 5, 4, 7, 6, 9, 8, 10]))
+    half = 1.959963984540054 * math.sqrt(1.06 / 7)
+    assert result.ci_low == pytest.approx(math.tanh(math.atanh(result.r) - half))
+    assert result.ci_high == pytest.approx(math.tanh(math.atanh(result.r) + half))
+
+
+def test_fisher_interval_edge_cases():
+    assert fisher_z_interval(0.5, 3) == (-1.0, 1.0)
+    assert fisher_z_interval(1.0, 10) == (1.0, 1.0)
+    low, high = fisher_z_interval(0.0, 100)
+    assert low == pytest.approx(-high)
+
+
+@pytest.mark.parametrize("method", [pearson, spearman])
+@pytest.mark.parametrize(
+    ("x", "y", "why"),
+    [
+        ([1.0, 2.0], [2.0, 3.0], "at least 3"),
+        ([], [], "at least 3"),
+        ([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0], "x is constant"),
+        ([1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 5.0, 5.0], "y is constant"),
+        ([1.0, float("nan"), 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], "NaN"),
+        ([1.0, 2.0, 3.0, float("inf")], [1.0, 2.0, 3.0, 4.0], "NaN"),
+    ],
+)
+def test_undefined_correlations_are_not_evaluable(method, x, y, why):
+    result = method(x, y)
+    assert isinstance(result, NotEvaluable)
+    assert why in result.reason
+    assert result.to_dict()["evaluable"] is False
+
+
+def test_mismatched_lengths_are_a_caller_error():
+    with pytest.raises(ValueError):
+        pearson([1, 2, 3], [1, 2])
+
+
+def test_three_points_give_full_interval():
+    result = _is_correlation(spearman([1, 2, 3], [1, 3, 2]))
+    assert (result.ci_low, result.ci_high) == (-1.0, 1.0)
+
+
+def test_krippendorff_matches_perfect_and_handles_missing():
+    perfect = krippendorff_alpha_interval(np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]))
+    assert isinstance(perfect, Alpha) and perfect.value == pytest.approx(1.0)
+    missing = np.array([[1.0, 2.0, np.nan, 4.0], [1.0, 3.0, 3.0, np.nan], [2.0, 2.0, 3.0, 4.0]])
+    result = krippendorff_alpha_interval(missing)
+    assert isinstance(result, Alpha)
+    assert result.n_raters == 3 and result.n_units == 4
+    assert math.isfinite(result.value)
+
+
+@pytest.mark.parametrize(
+    ("ratings", "why"),
+    [
+        (np.array([[1.0, 2.0, 3.0]]), "2 raters"),
+        (np.array([[1.0, np.nan], [np.nan, 2.0]]), "two or more raters"),
+        (np.array([[2.0, 2.0], [2.0, 2.0]]), "no variation"),
+    ],
+)
+def test_krippendorff_not_evaluable(ratings, why):
+    result = krippendorff_alpha_interval(ratings)
+    assert isinstance(result, NotEvaluable)
+    assert why in result.reason
+
+
+def test_pairwise_spearman_uses_complete_rows_per_pair():
+    table = pd.DataFrame(
+        {
+            "human": [1.0, 2.0, 3.0, 4.0, 5.0],
+            "judge_a": [2.0, 1.0, 4.0, 3.0, 5.0],
+            "judge_b": [np.nan, np.nan, np.nan, 1.0, 2.0],
+        }
+    )
+    results = pairwise_spearman(table)
+    assert set(results) == {("human", "judge_a"), ("human", "judge_b"), ("judge_a", "judge_b")}
+    assert isinstance(results[("human", "judge_a")], Correlation)
+    assert results[("human", "judge_a")].r == pytest.approx(0.8)
+    assert isinstance(results[("human", "judge_b")], NotEvaluable)

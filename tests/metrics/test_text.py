@@ -1,0 +1,124 @@
+"""Term counting and coherence checks."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metrics.text import (
+    CoherenceReport,
+    coherence_report,
+    count_terms,
+    distinct_n,
+    echo_fraction,
+    is_echo,
+    is_near_empty,
+    repeated_ngram_fraction,
+    term_hits,
+    words,
+)
+
+PROPS = settings(derandomize=True, deadline=None, max_examples=60)
+
+
+def test_terms_are_word_bounded():
+    assert count_terms("A birdhouse for the bird.", ["bird"]) == 1
+    assert count_terms("Songbirds sing.", ["bird"]) == 0
+    assert count_terms("bird-watching is fun", ["bird"]) == 1
+
+
+def test_terms_are_case_insensitive():
+    assert count_terms("Bird BIRD bird", ["bird"]) == 3
+    assert count_terms("a bird", ["BIRD"]) == 1
+
+
+def test_multi_word_terms_allow_any_whitespace():
+    text = "The Causal  Agent acts; a causal\nagent is an agent."
+    assert term_hits(text, ["causal agent"]) == {"causal agent": 2}
+
+
+def test_overlapping_terms_each_count():
+    hits = term_hits("a causal agent", ["causal agent", "agent"])
+    assert hits == {"causal agent": 1, "agent": 1}
+    assert count_terms("a causal agent", ["causal agent", "agent"]) == 2
+
+
+def test_duplicate_terms_count_once_and_regex_is_escaped():
+    assert count_terms("dog dog", ["dog", "DOG", " dog "]) == 2
+    assert count_terms("c++ and c", ["c++"]) == 1
+    assert count_terms("a.b", ["a.b"]) == 1
+    assert count_terms("axb", ["a.b"]) == 0
+
+
+def test_blank_term_is_rejected():
+    with pytest.raises(ValueError):
+        count_terms("text", ["  "])
+
+
+@PROPS
+@given(word=st.text(alphabet="abcdefghij", min_size=1, max_size=8), k=st.integers(0, 5))
+def test_count_equals_repetitions(word, k):
+    text = " ".join([word.upper()] * k + ["zzz" + word])
+    assert count_terms(text, [word]) == k
+
+
+def test_near_empty():
+    assert is_near_empty("")
+    assert is_near_empty("  ...  ")
+    assert is_near_empty("two words")
+    assert not is_near_empty("three whole words")
+
+
+def test_repeated_ngram_fraction_flags_loops():
+    assert repeated_ngram_fraction("the cat sat on the mat today") == 0.0
+    loop = "go to bed " * 10
+    assert repeated_ngram_fraction(loop) > 0.8
+    assert repeated_ngram_fraction("too short") == 0.0
+
+
+def test_distinct_n():
+    assert distinct_n("a b c d") == 1.0
+    assert distinct_n("a b a b a b") == pytest.approx(2 / 5)
+    assert distinct_n("") == 0.0
+
+
+@PROPS
+@given(st.lists(st.sampled_from(["dog", "cat", "runs", "the", "fast"]), max_size=30))
+def test_fractions_stay_in_unit_interval(tokens):
+    text = " ".join(tokens)
+    for value in (repeated_ngram_fraction(text), distinct_n(text), echo_fraction(text, "the dog")):
+        assert 0.0 <= value <= 1.0
+
+
+def test_echo_detection():
+    prompt = "Tell me about dogs."
+    assert is_echo("Tell me about dogs. Tell me about dogs.", prompt)
+    assert echo_fraction("tell me about dogs", prompt) == 1.0
+    fluent = "Dogs are loyal companions that were domesticated from wolves long ago."
+    assert not is_echo(fluent, prompt)
+    assert echo_fraction(fluent, prompt) == 0.0  # "dogs" alone is not an echoed bigram
+    assert echo_fraction("", prompt) == 0.0
+    assert echo_fraction("anything", "") == 0.0
+
+
+def test_echo_with_one_word_prompt_uses_unigrams():
+    assert echo_fraction("dog dog cat", "dog") == pytest.approx(2 / 3)
+
+
+def test_coherence_report_bundles_checks():
+    report = coherence_report("Tell me about dogs. Tell me about dogs.", "Tell me about dogs.")
+    assert isinstance(report, CoherenceReport)
+    assert report.is_echo and "echo" in report.flags
+    assert report.perplexity is None
+    assert report.to_dict()["n_words"] == 8
+    quiet = coherence_report("Wolves hunt in packs across the snowy northern forests.")
+    assert quiet.echo_fraction is None and quiet.is_echo is None
+    assert quiet.flags == []
+    empty = coherence_report("", perplexity=12.5)
+    assert empty.flags == ["near_empty"] and empty.perplexity == 12.5
+    assert "looping" in coherence_report("la la la " * 10).flags
+
+
+def test_words_keep_inner_apostrophes():
+    assert words("Don't STOP") == ["don't", "stop"]
