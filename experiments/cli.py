@@ -1,0 +1,325 @@
+"""The ``steer-eval`` command line: one subcommand per job.
+
+Errors caused by the user's input (a bad config, a missing asset, an unknown run id)
+are printed as one clear message with exit code 2, never as a bare traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(
+    help="Does a concept classifier's F1 predict how well its direction steers a model?",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console(stderr=True)
+DEFAULT_CONFIG = Path("configs/phase5.yaml")
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean 'your input is wrong', shown without a traceback."""
+    from experiments.concepts import ConceptError
+    from experiments.config import ConfigError
+    from experiments.phase5 import RunError
+    from steering.assets import AssetError
+    from steering.models import LayerIndexError, ModelSpecError
+    from steering.probes import ProbeError
+
+    errors: list[type[BaseException]] = [
+        ConceptError,
+        ConfigError,
+        RunError,
+        AssetError,
+        LayerIndexError,
+        ModelSpecError,
+        ProbeError,
+        LookupError,
+        FileNotFoundError,
+    ]
+    try:
+        from metrics.embedder import EmbedderError
+
+        errors.append(EmbedderError)
+    except ImportError:  # pragma: no cover
+        pass
+    for module, name in (("judges", "JudgeError"), ("experiments.human", "HumanValidationError")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except user_errors() as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/]: results written so far are kept")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("transformers", "sentence_transformers", "httpx", "urllib3", "mlflow"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="YAML experiment config")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="override any field: --set generation.max_new_tokens=20"),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(help="'embedded', a Hugging Face id (google/gemma-3-4b-pt), a directory or .gguf"),
+]
+LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
+ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
+
+
+def resolve_config(
+    config: Path,
+    overrides: list[str] | None,
+    model: str | None = None,
+    layer: int | None = None,
+    concepts: int | None = None,
+):
+    from experiments.config import load_config
+
+    extra = list(overrides or [])
+    if model is not None:
+        extra.append(f"model={model}")
+    if layer is not None:
+        extra.append(f"layer={layer}")
+    if concepts is not None:
+        extra.append(f"concepts.limit={concepts}")
+    return load_config(config, extra)
+
+
+@app.command()
+@friendly
+def assets(
+    no_wordnet: Annotated[
+        bool, typer.Option(help="skip WordNet (only needed to rebuild concepts)")
+    ] = False,
+) -> None:
+    """Prepare and verify the embedded offline assets (model, embedder, WordNet)."""
+    from steering.assets import cache_dir, prepare_all
+
+    console.print(f"cache folder: {cache_dir()}")
+    table = Table("asset", "path", "check")
+    for report in prepare_all(with_wordnet=not no_wordnet):
+        table.add_row(report.name, report.path, f"[green]ok[/] {report.check}")
+    console.print(table)
+
+
+@app.command()
+@friendly
+def concepts(
+    out: Annotated[Path, typer.Option(help="where to write the concept graph JSON")] = Path(
+        "data/concepts/wordnet_top10.json"
+    ),
+    top: Annotated[int, typer.Option(help="take the top-N synsets by relation links")] = 10,
+    synsets: Annotated[
+        str | None, typer.Option(help="explicit list: dog.n.01,justice.n.01")
+    ] = None,
+    seed: int = 0,
+    negatives: Annotated[int, typer.Option(help="negatives per concept")] = 40,
+    min_distance: Annotated[int, typer.Option(help="minimum WordNet path distance")] = 5,
+) -> None:
+    """Build the WordNet concept graph (relations, distant negatives, neutral pool)."""
+    from experiments.concepts import build_concept_graph
+
+    ids = [s.strip() for s in synsets.split(",") if s.strip()] if synsets else None
+    graph = build_concept_graph(
+        ids, top_n=top, seed=seed, n_negatives=negatives, min_distance=min_distance
+    )
+    graph.save(out)
+    console.print(
+        f"wrote {len(graph.concepts)} concepts to {out}: "
+        + ", ".join(c.synset for c in graph.concepts)
+    )
+
+
+@app.command()
+@friendly
+def classifiers(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    set_: SetOpt = None,
+    model: ModelOpt = None,
+    layer: LayerOpt = None,
+    concepts: ConceptsOpt = None,
+    train: Annotated[str | None, typer.Option(help="PxNxU training prompts, e.g. 5x5x5")] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
+    _setup_logging(verbose)
+    from experiments.concepts import load_concepts
+    from experiments.phase4 import train_classifiers
+    from steering.models import load_model
+
+    overrides = list(set_ or []) + ([f"classifier.train={train}"] if train else [])
+    cfg = resolve_config(config, overrides, model, layer, concepts)
+    graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
+    with console.status(f"loading {cfg.model}"):
+        lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    chosen = lm.check_layer(cfg.layer if cfg.layer is not None else lm.default_layer)
+    with console.status(f"training {len(graph.concepts)} probes at layer {chosen}"):
+        result = train_classifiers(cfg, lm, graph, chosen, concept_file=cfg.concepts.file)
+    table = Table("concept", "F1", "precision", "recall", "AUROC", title="held-out metrics")
+    for synset, probe in result.probes.items():
+        m = probe.metrics
+        table.add_row(
+            synset,
+            f"{m['f1']:.3f}",
+            f"{m['precision']:.3f}",
+            f"{m['recall']:.3f}",
+            "n/a" if m["auroc"] is None else f"{m['auroc']:.3f}",
+        )
+    mean_f1 = sum(result.f1().values()) / len(result.probes)
+    table.add_row("[bold]mean", f"[bold]{mean_f1:.3f}", "", "", "")
+    console.print(table)
+    console.print(
+        f"saved to {result.directory} in {result.seconds:.1f} s; MLflow run {result.run_id}"
+    )
+
+
+@app.command()
+@friendly
+def run(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    set_: SetOpt = None,
+    model: ModelOpt = None,
+    layer: LayerOpt = None,
+    concepts: ConceptsOpt = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="tokens to generate per row")] = None,
+    resume: Annotated[str | None, typer.Option(help="finish an interrupted run by its id")] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
+    _setup_logging(verbose)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from experiments.phase5 import run_phase5
+
+    overrides = list(set_ or [])
+    if max_new_tokens is not None:
+        overrides.append(f"generation.max_new_tokens={max_new_tokens}")
+    cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("generations", total=None)
+
+        def on_batch(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        result = run_phase5(
+            cfg,
+            resume=resume,
+            on_batch=on_batch,
+            progress=lambda msg: progress.console.print(f"[dim]{msg}"),
+        )
+    _print_result(result)
+
+
+def _print_result(result) -> None:
+    table = Table(
+        "strength",
+        "mean Δ",
+        "mean |Δs−Δ0|",
+        "direction acc.",
+        "near-empty",
+        "distinct-2",
+        title="Phase 5: per strength",
+    )
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    for s, v in sorted(result.per_strength.items()):
+        table.add_row(
+            f"{s:+g}",
+            fmt(v["delta_mean"]),
+            fmt(v["magnitude_mean"]),
+            fmt(v["direction_accuracy"]),
+            fmt(v["near_empty_fraction"]),
+            fmt(v["distinct_2_mean"]),
+        )
+    console.print(table)
+    crit = Table("criterion", "status", "value", "threshold", title="success criteria")
+    colours = {"pass": "green", "fail": "red"}
+    for c in result.criteria.values():
+        colour = colours.get(c.status, "yellow")
+        crit.add_row(c.key, f"[{colour}]{c.status}[/]", fmt(c.value), str(c.threshold))
+    console.print(crit)
+    console.print(
+        f"{result.tokens_per_second:.1f} generated tokens/s; results in "
+        f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
+    )
+
+
+def _register_optional() -> None:
+    """Sub-apps that live in their own modules (human validation, judge panel, bench)."""
+    for module, name in (
+        ("experiments.human", "human"),
+        ("experiments.panel", "panel"),
+        ("experiments.bench", "bench"),
+    ):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        mod.register(app)
+
+
+_register_optional()
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,226 @@
+"""Experiment configuration: YAML files under ``configs/``, validated at the edge.
+
+Unknown keys, wrong types and impossible values fail with a message that names the
+field and how to fix it. Any field can be overridden with ``--set a.b=value``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from steering.probes import TrainSpec
+
+
+class ConfigError(ValueError):
+    """The configuration is unreadable or invalid; the message names the field and fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ConceptsConfig(_Strict):
+    file: str = "data/concepts/wordnet_top10.json"
+    limit: int | None = Field(None, ge=1, description="use only the first N concepts")
+    synsets: list[str] | None = Field(None, description="use only these synset ids")
+
+
+class ClassifierConfig(_Strict):
+    train: str = "1x1x1"
+    eval_per_class: int = Field(20, ge=2)
+    c: float = Field(1.0, gt=0, description="inverse L2 regularisation of the probe")
+    dir: str = "results/classifiers"
+
+    @field_validator("train")
+    @classmethod
+    def _train(cls, value: str) -> str:
+        TrainSpec.parse(value)
+        return value
+
+
+class SteeringConfig(_Strict):
+    mode: Literal["additive", "projection"] = "additive"
+    beta: float = Field(0.2, gt=0, description="strength 1.0 adds beta × the median residual norm")
+    vector_source: Literal["classifier", "diffmean"] = "classifier"
+    strengths: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0], min_length=2)
+
+    @field_validator("strengths")
+    @classmethod
+    def _strengths(cls, value: list[float]) -> list[float]:
+        if 0.0 not in value:
+            raise ValueError(
+                "must include 0.0: the unsteered baseline is needed to measure Δ_s − Δ_0 "
+                "(for example [-1.0, 0.0, 1.0])"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("must not repeat a strength")
+        return sorted(value)
+
+
+class GenerationConfig(_Strict):
+    prompts: list[str] = Field(
+        default_factory=lambda: [
+            "Tell me about {concept}.",
+            "Tell me about something.",
+            "Here is a story:",
+        ],
+        min_length=1,
+    )
+    max_new_tokens: int = Field(50, ge=1, le=4096)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    greedy: bool = False
+    samples_per_prompt: int = Field(1, ge=1)
+    batch_size: int = Field(96, ge=1, description="rows per forward pass")
+
+
+class EmbeddingConfig(_Strict):
+    model: str = "embedded"
+
+
+class CentroidConfig(_Strict):
+    texts_per_centroid: int = Field(5, ge=1)
+
+
+class MetricsConfig(_Strict):
+    delta_threshold: float = Field(0.15, ge=0)
+    echo_threshold: float = Field(0.5, gt=0, le=1)
+
+
+class CriteriaConfig(_Strict):
+    direction_min_fraction: float = Field(0.8, ge=0, le=1)
+    magnitude_min: float = Field(0.15, ge=0)
+    magnitude_at: float = 1.0
+    f1_r_min: float = Field(0.5, ge=-1, le=1)
+    human_r_pass: float = Field(0.7, ge=-1, le=1)
+    human_r_panel: float = Field(0.5, ge=-1, le=1)
+    panel_alpha_min: float = Field(0.667, ge=-1, le=1)
+    panel_r_min: float = Field(0.7, ge=-1, le=1)
+
+
+class TrackingConfig(_Strict):
+    experiment: str = "phase5-semantic-steering"
+    classifier_experiment: str = "phase4-classifiers"
+    results_dir: str = "results/phase5"
+
+
+class ExperimentConfig(_Strict):
+    """The whole Phase 4 + Phase 5 setup; ``configs/phase5.yaml`` holds the seed's values."""
+
+    name: str = "phase5"
+    seed: int = 0
+    model: str = "embedded"
+    device: str = "auto"
+    dtype: str = "auto"
+    layer: int | None = Field(None, description="decoder layer; null = the middle layer")
+    concepts: ConceptsConfig = Field(default_factory=ConceptsConfig)
+    classifier: ClassifierConfig = Field(default_factory=ClassifierConfig)
+    steering: SteeringConfig = Field(default_factory=SteeringConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    centroids: CentroidConfig = Field(default_factory=CentroidConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _device(self) -> ExperimentConfig:
+        if self.device not in ("auto", "cpu") and not self.device.startswith(("cuda", "mps")):
+            raise ValueError(f"device {self.device!r} is not auto, cpu, cuda or cuda:N")
+        return self
+
+    def config_hash(self) -> str:
+        """A short hash of the resolved config, to tell runs' settings apart at a glance."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted keys to values, for MLflow params."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, value: Any) -> None:
+            if isinstance(value, dict):
+                for key, sub in value.items():
+                    walk(f"{prefix}.{key}" if prefix else key, sub)
+            else:
+                out[prefix] = value
+
+        walk("", self.model_dump(mode="json"))
+        return out
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key; check its spelling against configs/phase5.yaml"
+        elif err["type"].endswith("_type") or err["type"].endswith("_parsing"):
+            msg = f"{msg} (got {err.get('input')!r})"
+        lines.append(f"  - {field}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``generation.max_new_tokens=20`` -> (["generation", "max_new_tokens"], 20)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value")
+    key, raw = text.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({exc})") from exc
+    return path, value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {text!r}: {part} is not a section")
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> ExperimentConfig:
+    """Read a YAML config (or the defaults), apply overrides, validate."""
+    source = str(path) if path else "(defaults)"
+    data: dict = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"config {path} must be a mapping of sections, got {type(data).__name__}"
+            )
+    data = apply_overrides(data, overrides or [])
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+
+
+def dump_config(config: ExperimentConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

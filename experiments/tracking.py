@@ -1,0 +1,173 @@
+"""MLflow plumbing: the local store by default, provenance on every run.
+
+The default store is ``sqlite:///mlruns.db`` with artefacts under ``mlartifacts/``;
+``MLFLOW_TRACKING_URI`` points everything elsewhere (a remote server, say).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+DEFAULT_ARTIFACT_ROOT = "mlartifacts"
+PACKAGES = (
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "mlflow",
+    "numpy",
+    "scipy",
+    "pandas",
+    "scikit-learn",
+    "nltk",
+    "anthropic",
+    "openai",
+    "llama-cpp-python",
+    "steer-eval",
+)
+# MLflow param values are capped; longer values are stored as artefacts instead.
+MAX_PARAM_LEN = 500
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
+
+
+def _quiet() -> None:
+    for name in ("mlflow", "alembic", "sqlalchemy"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="mlflow")
+
+
+def client():
+    """An MlflowClient on the configured store (the global URI is set to match)."""
+    _quiet()
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(tracking_uri())
+    return MlflowClient(tracking_uri())
+
+
+def experiment_id(name: str) -> str:
+    """Get or create an experiment; local stores keep artefacts under ``mlartifacts/``."""
+    c = client()
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if tracking_uri().startswith(("sqlite:", "file:")) or "://" not in tracking_uri():
+        root = Path(os.environ.get("MLFLOW_ARTIFACT_ROOT", DEFAULT_ARTIFACT_ROOT)).resolve()
+        location = (root / name).as_uri()
+    return c.create_experiment(name, artifact_location=location)
+
+
+def git_commit() -> dict[str, str]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], capture_output=True, text=True, check=True, timeout=10
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit, "git_dirty": str(bool(dirty and dirty != "unknown")).lower()}
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def provenance_tags() -> dict[str, str]:
+    """Tags every run carries: the commit and the package versions."""
+    tags = git_commit()
+    tags.update({f"version.{k}": v for k, v in package_versions().items()})
+    return tags
+
+
+def params_from(flat: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in flat.items():
+        text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+        out[key] = text if len(text) <= MAX_PARAM_LEN else text[: MAX_PARAM_LEN - 1] + "…"
+    return out
+
+
+def log_params(run_id: str, params: dict[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params_from(params).items()]
+    c = client()
+    for start in range(0, len(items), 90):
+        c.log_batch(run_id, params=items[start : start + 90])
+
+
+def log_metrics(run_id: str, metrics: dict[str, float | None], step: int = 0) -> None:
+    """Log finite metrics; ``None`` (not evaluable) is skipped, never written as NaN."""
+    import math
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [
+        Metric(k, float(v), now, step)
+        for k, v in metrics.items()
+        if v is not None and math.isfinite(float(v))
+    ]
+    c = client()
+    for start in range(0, len(items), 900):
+        c.log_batch(run_id, metrics=items[start : start + 900])
+
+
+def start_run(
+    experiment: str,
+    run_name: str,
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> str:
+    all_tags = {**provenance_tags(), **(tags or {})}
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = client().create_run(experiment_id(experiment), run_name=run_name, tags=all_tags)
+    return run.info.run_id
+
+
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    client().set_terminated(run_id, status=status)
+
+
+def get_run(run_id: str):
+    """The run, or a clear error when it does not exist in the configured store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client().get_run(run_id)
+    except MlflowException as exc:
+        raise LookupError(
+            f"no MLflow run {run_id!r} in {tracking_uri()}; list runs with `make ui`"
+        ) from exc
+
+
+def child_runs(parent_run_id: str, experiment: str) -> list:
+    c = client()
+    return c.search_runs(
+        [experiment_id(experiment)],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        max_results=5000,
+    )

@@ -1,0 +1,102 @@
+"""Residual-stream activations at one decoder layer, batched and padding-safe.
+
+Pooling leaves out BOS and padding: Gemma's BOS position carries a residual norm
+about 1000x the other tokens (NOTES.md), which would swamp any mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from steering.models import LoadedModel
+
+
+class _StopForward(Exception):
+    """Raised inside a hook once the wanted layer has run, to skip the rest of the model."""
+
+
+def layer_output_tensor(output: object) -> torch.Tensor:
+    """A decoder layer returns a Tensor (Gemma 3, transformers 5) or a tuple (others)."""
+    return output[0] if isinstance(output, tuple) else output  # type: ignore[index]
+
+
+@contextmanager
+def capture_layer(lm: LoadedModel, layer: int, stop: bool = True) -> Iterator[dict]:
+    """Capture one layer's output; with ``stop`` the forward pass ends right there."""
+    store: dict = {}
+
+    def hook(_module, _inputs, output):
+        store["hidden"] = layer_output_tensor(output).detach()
+        if stop:
+            raise _StopForward
+
+    handle = lm.layer(layer).register_forward_hook(hook)
+    try:
+        yield store
+    finally:
+        handle.remove()
+
+
+def content_mask(
+    lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """Positions that are real tokens: not padding, not BOS."""
+    mask = attention_mask.bool()
+    bos = getattr(lm.tokenizer, "bos_token_id", None)
+    if bos is not None:
+        mask &= input_ids != bos
+    return mask
+
+
+def _batches(texts: Sequence[str], batch_size: int) -> Iterator[tuple[int, list[str]]]:
+    for start in range(0, len(texts), batch_size):
+        yield start, list(texts[start : start + batch_size])
+
+
+@torch.inference_mode()
+def _layer_hidden(lm: LoadedModel, texts: list[str], layer: int):
+    enc = lm.tokenizer(texts, return_tensors="pt", padding=True).to(lm.device)
+    with capture_layer(lm, layer) as store:
+        try:
+            lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+        except _StopForward:
+            pass
+    mask = content_mask(lm, enc["input_ids"], enc["attention_mask"])
+    return store["hidden"].float(), mask
+
+
+def pooled_activations(
+    lm: LoadedModel, texts: Sequence[str], layer: int, batch_size: int = 32
+) -> torch.Tensor:
+    """Mean over each text's content tokens of the layer output: ``[len(texts), hidden]`` fp32 CPU."""
+    layer = lm.check_layer(layer)
+    out = torch.empty(len(texts), lm.hidden_size)
+    for start, chunk in _batches(texts, batch_size):
+        hidden, mask = _layer_hidden(lm, chunk, layer)
+        counts = mask.sum(dim=1, keepdim=True)
+        if (counts == 0).any():
+            empty = [chunk[i] for i in torch.nonzero(counts[:, 0] == 0)[:, 0].tolist()]
+            raise ValueError(f"texts with no tokens besides BOS cannot be pooled: {empty!r}")
+        pooled = (hidden * mask.unsqueeze(-1)).sum(dim=1) / counts
+        out[start : start + len(chunk)] = pooled.cpu()
+    return out
+
+
+def token_norms(
+    lm: LoadedModel, texts: Sequence[str], layer: int, batch_size: int = 32
+) -> torch.Tensor:
+    """Per-token residual norms at a layer (BOS and padding excluded), flattened."""
+    layer = lm.check_layer(layer)
+    norms = []
+    for _, chunk in _batches(texts, batch_size):
+        hidden, mask = _layer_hidden(lm, chunk, layer)
+        norms.append(hidden.norm(dim=-1)[mask].cpu())
+    return torch.cat(norms)
+
+
+def residual_scale(lm: LoadedModel, neutral_texts: Sequence[str], layer: int) -> float:
+    """α: the median per-token residual norm on neutral text, so strengths mean the same on any model."""
+    return float(token_norms(lm, neutral_texts, layer).median())

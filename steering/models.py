@@ -1,0 +1,192 @@
+"""One loader for every model spec, with a uniform handle on the decoder layers.
+
+Callers never reach into ``model.model.layers``: Gemma 3 4B loads as a multimodal
+class whose text layers sit under ``language_model``, and other families differ again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from steering.assets import AssetError, require_embedded_model
+
+EMBEDDED = "embedded"
+EMBEDDED_ID = "gemma-3-270m (embedded GGUF q4_k_m, fp32)"
+
+
+class ModelSpecError(ValueError):
+    """The model spec cannot be resolved or loaded; the message says how to fix it."""
+
+
+class LayerIndexError(ValueError):
+    """A layer index outside the model's decoder layers."""
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM, its tokenizer and its decoder layers, ready for hooks."""
+
+    model: nn.Module
+    tokenizer: object
+    layers: nn.ModuleList
+    model_id: str
+    device: torch.device
+    dtype: torch.dtype
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        config = self.model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return int(text_config.hidden_size)
+
+    @property
+    def default_layer(self) -> int:
+        """The middle decoder layer: steering the last one mostly moves the logits."""
+        return self.n_layers // 2
+
+    def check_layer(self, layer: int) -> int:
+        if not -self.n_layers <= layer < self.n_layers:
+            raise LayerIndexError(
+                f"layer {layer} is out of range for {self.model_id}, which has "
+                f"{self.n_layers} decoder layers (valid: 0..{self.n_layers - 1}, "
+                f"or negative from the end)"
+            )
+        return layer % self.n_layers
+
+    def layer(self, index: int) -> nn.Module:
+        return self.layers[self.check_layer(index)]
+
+
+_LAYER_PATHS = (
+    "model.layers",
+    "model.language_model.layers",
+    "language_model.model.layers",
+    "model.language_model.model.layers",
+    "transformer.h",
+    "gpt_neox.layers",
+    "model.decoder.layers",
+)
+
+
+def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """Locate the text decoder's layer list, whatever the architecture's nesting."""
+    for path in _LAYER_PATHS:
+        obj: object = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList) and len(obj) > 0:
+            return obj
+    config = model.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n = getattr(text_config, "num_hidden_layers", None)
+    candidates = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n]
+    if candidates:
+        return candidates[0]
+    raise ModelSpecError(f"could not find the decoder layers of {type(model).__name__}")
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
+    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; NOTES.md)."""
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return {
+            "float32": torch.float32,
+            "fp32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "bf16": torch.bfloat16,
+            "float16": torch.float16,
+            "fp16": torch.float16,
+        }[dtype]
+    except KeyError as exc:
+        raise ModelSpecError(
+            f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16"
+        ) from exc
+
+
+def wrap_model(
+    model: nn.Module, tokenizer: object, model_id: str, info: dict | None = None
+) -> LoadedModel:
+    """Wrap an already-built model (the tests' tiny Gemma, say) in the uniform handle."""
+    model.eval()
+    param = next(model.parameters())
+    if getattr(tokenizer, "pad_token_id", None) is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        layers=find_decoder_layers(model),
+        model_id=model_id,
+        device=param.device,
+        dtype=param.dtype,
+        info=info or {},
+    )
+
+
+def model_slug(model_id: str) -> str:
+    """A filesystem-safe name for a model id, used in classifier paths."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("_")[:80]
+
+
+def load_model(
+    spec: str = EMBEDDED, device: str | None = None, dtype: str | None = None
+) -> LoadedModel:
+    """Load ``embedded``, a Hugging Face id, a local directory or a ``.gguf`` file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dev, dtype)
+    kwargs: dict = {"dtype": torch_dtype}
+    if spec == EMBEDDED:
+        try:
+            path = require_embedded_model()
+        except AssetError:
+            raise
+        source, model_id, load_kwargs = str(path), "embedded:gemma-3-270m", {}
+    elif spec.endswith(".gguf"):
+        gguf = Path(spec)
+        if not gguf.is_file():
+            raise ModelSpecError(f"GGUF file {spec!r} does not exist")
+        source, model_id = str(gguf.parent), f"gguf:{gguf.name}"
+        load_kwargs = {"gguf_file": gguf.name}
+    else:
+        source, model_id, load_kwargs = spec, spec, {}
+        if Path(spec).exists() and not Path(spec).is_dir():
+            raise ModelSpecError(f"{spec!r} is a file; pass a model directory, an id or a .gguf")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **load_kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, **load_kwargs, **kwargs)
+    except (OSError, ValueError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = (
+            "The hub is offline (HF_HUB_OFFLINE=1): download it on a connected machine first, "
+            "or pass a local directory."
+            if offline
+            else "Check the id, or pass a local directory or a .gguf path."
+        )
+        raise ModelSpecError(
+            f"could not load model {spec!r}: {exc.__class__.__name__}: "
+            f"{str(exc).splitlines()[0]} {hint}"
+        ) from exc
+    model.to(dev)
+    return wrap_model(model, tokenizer, model_id, info={"spec": spec, "source": source})
