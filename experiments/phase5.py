@@ -670,3 +670,45 @@ def load_results(run_id: str, results_dir: str = "results/phase5") -> dict:
             f"run {run_id} has no {RESULTS_FILE}; is it a finished Phase 5 run?"
         ) from exc
     return json.loads(Path(path).read_text())
+
+
+def record_criterion4(run_id: str, human=None, panel=None, results_dir: str | None = None):
+    """Store Part B's and/or Part C's verdict on the parent run and recombine criterion 4.
+
+    ``human`` and ``panel`` are :class:`metrics.criteria.CriterionResult` (or None to keep
+    what the run already has). Re-recording replaces the earlier verdict; nothing is appended
+    twice. Returns the combined criterion 4.
+    """
+    from metrics.criteria import (
+        C4,
+        C4_HUMAN,
+        C4_PANEL,
+        CriterionResult,
+        combine_criterion4,
+        human_criterion,
+    )
+
+    run = tracking.get_run(run_id)
+    c = tracking.client()
+    stored = {}
+    for key, given in ((C4_HUMAN, human), (C4_PANEL, panel)):
+        if given is not None:
+            c.set_tag(run_id, f"criterion.{key}.json", json.dumps(given.to_dict()))
+            stored[key] = given
+        elif f"criterion.{key}.json" in run.data.tags:
+            stored[key] = CriterionResult(**json.loads(run.data.tags[f"criterion.{key}.json"]))
+    combined = combine_criterion4(
+        stored.get(C4_HUMAN) or human_criterion(None), stored.get(C4_PANEL)
+    )
+    for key, result in (*stored.items(), (C4, combined)):
+        c.set_tag(run_id, f"criterion.{key}", result.status)
+    metrics = criteria_metrics({k: v for k, v in (*stored.items(), (C4, combined))})
+    # A criterion that became not evaluable must not keep an old pass/fail value.
+    tracking.log_metrics(run_id, {k: v for k, v in metrics.items() if v is not None})
+    if results_dir:
+        path = Path(results_dir) / run_id / "criterion4.json"
+        if path.parent.exists():
+            path.write_text(
+                json.dumps({k: v.to_dict() for k, v in (*stored.items(), (C4, combined))}, indent=1)
+            )
+    return combined

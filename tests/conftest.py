@@ -1,0 +1,169 @@
+"""Shared fixtures: a tiny random Gemma 3, the embedded 270M model, an MLflow store.
+
+Every test runs with ``HF_HUB_OFFLINE=1`` and fails if it opens a network connection
+to anything but loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+# ---------------------------------------------------------------------------- network guard
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _is_loopback(address: object) -> bool:
+    if isinstance(address, str | bytes):  # AF_UNIX path
+        return True
+    host = address[0] if isinstance(address, tuple) else address
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class NetworkAccessError(RuntimeError):
+    pass
+
+
+def _guarded(real):
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
+            raise NetworkAccessError(f"test tried to reach {address!r}: only loopback is allowed")
+        return real(self, address)
+
+    return connect
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_network():
+    socket.socket.connect = _guarded(_real_connect)
+    socket.socket.connect_ex = _guarded(_real_connect_ex)
+    yield
+    socket.socket.connect = _real_connect
+    socket.socket.connect_ex = _real_connect_ex
+
+
+# ---------------------------------------------------------------------------- tiny model
+
+TINY_WORDS = (
+    "the a an of to and in is it that was for on are with as at be this have from or one had by "
+    "word but not what all were we when your can said there use each which she do how their if "
+    "will up other about out many then them these so some her would make like him into time has "
+    "look two more write go see number no way could people my than first water been call who oil "
+    "its now find long down day did get come made may part dog cat bird fish tree herb shrub "
+    "person change animal justice story tell me something here mammal genus order plant flower "
+    "red blue green small big old new good bad happy sad run walk eat sleep house car city sea "
+    "sky sun moon star book music art law court king queen child man woman friend food bread"
+).split()
+
+
+def build_tiny_tokenizer():
+    """A word-level tokenizer built in-process: no files, no hub."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    punct = list(".,!?:;'\"()-")
+    vocab = {tok: i for i, tok in enumerate(specials + punct + sorted(set(TINY_WORDS)))}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.normalizer = None
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.decoder = decoders.WordPiece(prefix="##")
+    tk.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+    )
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
+    """A random Gemma 3 small enough for unit tests; vocab 512 covers the tiny tokenizer."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        sliding_window=64,
+    )
+    model = Gemma3ForCausalLM(config).eval()
+    model.generation_config.eos_token_id = 1
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_lm():
+    """A random 4-layer Gemma 3 (hidden 64) with a word-level tokenizer, built in ~20 ms."""
+    from steering.models import wrap_model
+
+    return wrap_model(build_tiny_gemma(), build_tiny_tokenizer(), "tiny-random-gemma3")
+
+
+# ---------------------------------------------------------------------------- embedded model
+
+
+@pytest.fixture(scope="session")
+def embedded_lm():
+    """The embedded Gemma 3 270M (needs `make setup`; fails loudly otherwise)."""
+    from steering.models import load_model
+
+    return load_model("embedded")
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from metrics.embedder import load_embedder
+
+    return load_embedder("embedded")
+
+
+# ---------------------------------------------------------------------------- MLflow
+
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory):
+    """A real MLflow sqlite store in a temporary folder, shared by the session."""
+    root = tmp_path_factory.mktemp("mlflow")
+    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_ARTIFACT_ROOT")}
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlruns.db'}"
+    os.environ["MLFLOW_ARTIFACT_ROOT"] = str(root / "mlartifacts")
+    yield root
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
