@@ -1,0 +1,84 @@
+"""Anthropic Messages API judge (via the `anthropic` SDK)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from judges.api import APIJudge, CallResult, classify_sdk_error
+from judges.base import JudgeUnavailable, Rubric
+from judges.prompt import RenderedPrompt
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+KEY_ENV = "ANTHROPIC_API_KEY"
+
+
+class AnthropicJudge(APIJudge):
+    """Claude as a judge. The key comes only from $ANTHROPIC_API_KEY.
+
+    `temperature` defaults to None (not sent): recent SDKs dropped it from the typed
+    signature and some newer models reject it; when set it is passed in the request body.
+    """
+
+    provider = "anthropic"
+    key_env = KEY_ENV
+    default_model = DEFAULT_MODEL
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        name: str | None = None,
+        base_url: str | None = None,
+        **options: Any,
+    ) -> None:
+        if "api_key" in options:
+            raise TypeError(f"API keys are read from ${KEY_ENV} only; do not pass api_key.")
+        super().__init__(name or f"anthropic/{model}", model, **options)
+        key = os.environ.get(KEY_ENV)
+        if not key:
+            raise JudgeUnavailable(f"${KEY_ENV} is not set")
+        try:
+            import anthropic
+        except ImportError as exc:  # pragma: no cover - a core dependency
+            raise JudgeUnavailable("the `anthropic` package is not installed") from exc
+        self._sdk = anthropic
+        self._secret = key
+        self._client = anthropic.Anthropic(
+            api_key=key,
+            base_url=base_url,
+            timeout=self.retry.timeout,
+            max_retries=0,  # judges.retry does the retrying (counted, testable)
+        )
+
+    def _base_url(self) -> str:
+        return str(self._client.base_url)
+
+    def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
+        extra: dict[str, Any] = {}
+        if self.temperature is not None:
+            extra["extra_body"] = {"temperature": self.temperature}
+        try:
+            response = self._client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens_for(rubric),
+                system=prompt.system,
+                messages=[{"role": "user", "content": prompt.user}],
+                **extra,
+            )
+        except Exception as exc:
+            raise classify_sdk_error(self._sdk, exc, self) from None
+        text = "".join(
+            getattr(block, "text", "") for block in (response.content or [])
+            if getattr(block, "type", None) == "text"
+        )
+        usage = getattr(response, "usage", None)
+        return CallResult(
+            text=text,
+            input_tokens=getattr(usage, "input_tokens", None),
+            output_tokens=getattr(usage, "output_tokens", None),
+            model=getattr(response, "model", "") or self.model,
+        )
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,309 @@
+"""Shared machinery of the hosted-API judges: cache, budget, retries, bounded concurrency.
+
+A provider subclass only says how to send one prompt and read back (text, usage, model);
+everything that must behave identically across providers lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from judges import pricing
+from judges.base import (
+    Budget,
+    Judge,
+    JudgeError,
+    ProgressCallback,
+    Rating,
+    RatingRequest,
+    Rubric,
+)
+from judges.cache import JudgeCache, cache_key, resolve_cache
+from judges.prompt import RenderedPrompt, parse_answer, render_api_prompt
+from judges.retry import RetriesExhausted, RetryPolicy, call_with_retry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What one successful API call returned."""
+
+    text: str
+    input_tokens: int | None
+    output_tokens: int | None
+    model: str
+
+
+def safe_url(url: str | None) -> str:
+    """A base URL with any user:password and query string removed, for logging."""
+    if not url:
+        return ""
+    parts = urlsplit(str(url))
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class APIJudge(Judge):
+    """A judge backed by a remote chat API. Subclasses implement `_call` and `_client_for`."""
+
+    key_env: str = ""
+    default_model: str = ""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        max_concurrency: int = 4,
+        retry: RetryPolicy | None = None,
+        max_retries: int | None = None,
+        base_delay: float | None = None,
+        timeout: float | None = None,
+        cache: JudgeCache | str | os.PathLike[str] | bool | None = True,
+        budget: Budget | None = None,
+        budget_usd: float | None = None,
+        price_per_mtok: tuple[float, float] | None = None,
+    ) -> None:
+        super().__init__(name, model)
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        self.max_tokens_override = max_tokens
+        self.temperature = temperature
+        self.max_concurrency = max_concurrency
+        policy = retry or RetryPolicy()
+        overrides = {
+            k: v
+            for k, v in {"max_retries": max_retries, "base_delay": base_delay, "timeout": timeout}
+            .items()
+            if v is not None
+        }
+        self.retry = RetryPolicy(**{**policy.__dict__, **overrides})
+        self.cache = resolve_cache(cache)
+        if budget is not None and budget_usd is not None:
+            raise ValueError("pass either budget (shared) or budget_usd, not both")
+        self.budget = budget if budget is not None else Budget(budget_usd)
+        self.price = price_per_mtok if price_per_mtok is not None else pricing.lookup(model)
+        if self.price is None:
+            pricing.warn_unknown(model)
+            if self.budget.cap_usd is not None:
+                raise JudgeError(
+                    f"{name}: a budget cap is set but model {model!r} has no price in "
+                    "judges.pricing, so the cap cannot be enforced. Pass "
+                    "price_per_mtok=(input, output) USD per 1M tokens."
+                )
+        self._secret: str | None = None  # set by subclasses; only ever used for redaction
+
+    # -- provider hooks -------------------------------------------------------------------
+    def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
+        """Send one prompt; raise TransientError for retryable failures."""
+        raise NotImplementedError
+
+    def _base_url(self) -> str:
+        return ""
+
+    # -- shared behaviour -----------------------------------------------------------------
+    def max_tokens_for(self, rubric: Rubric) -> int:
+        if self.max_tokens_override is not None:
+            return self.max_tokens_override
+        return 40 if rubric.fluency else 20
+
+    def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
+        """Everything besides the prompt that can change the answer (goes in the cache key)."""
+        return {"max_tokens": self.max_tokens_for(rubric), "temperature": self.temperature}
+
+    def redact(self, text: str) -> str:
+        """Remove the API key from any string that might be returned or logged."""
+        if self._secret and text:
+            return text.replace(self._secret, "[REDACTED]")
+        return text
+
+    def describe(self) -> dict[str, str]:
+        info = super().describe()
+        info.update(
+            {
+                "base_url": safe_url(self._base_url()),
+                "temperature": str(self.temperature),
+                "max_concurrency": str(self.max_concurrency),
+                "max_retries": str(self.retry.max_retries),
+                "timeout_s": str(self.retry.timeout),
+                "price_in_per_mtok": "unknown" if self.price is None else str(self.price[0]),
+                "price_out_per_mtok": "unknown" if self.price is None else str(self.price[1]),
+                "prices_as_of": pricing.PRICES_AS_OF,
+                "budget_cap_usd": str(self.budget.cap_usd),
+                "cache_dir": str(self.cache.root) if self.cache else "off",
+            }
+        )
+        return info
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, "
+            f"base_url={safe_url(self._base_url())!r})"
+        )
+
+    def _key(self, request: RatingRequest, prompt: RenderedPrompt) -> str:
+        return cache_key(
+            self.provider,
+            self.model,
+            request.rubric.version,
+            prompt.cache_text(),
+            self.decoding_params(request.rubric),
+        )
+
+    def _rate_one(self, request: RatingRequest) -> Rating:
+        prompt = render_api_prompt(request)
+        started = time.perf_counter()
+        key = self._key(request, prompt)
+        if self.cache is not None:
+            entry = self.cache.get(key)
+            if entry is not None:
+                return Rating(
+                    score=entry["score"],
+                    fluency=entry.get("fluency"),
+                    raw=entry["raw"],
+                    input_tokens=0,
+                    output_tokens=0,
+                    cost_usd=0.0,
+                    latency_s=time.perf_counter() - started,
+                    model=entry.get("model", self.model),
+                    cache_hit=True,
+                    attempts=0,
+                )
+        max_tokens = self.max_tokens_for(request.rubric)
+        prompt_bytes = len(prompt.system.encode()) + len(prompt.user.encode())
+        estimate = pricing.estimate_max_cost(prompt_bytes, max_tokens, self.price) or 0.0
+        reserved = self.budget.reserve(estimate, self.name)
+        try:
+            result, attempts = call_with_retry(
+                lambda: self._call(prompt, request.rubric), self.retry, label=self.name
+            )
+        except RetriesExhausted as exc:
+            self.budget.release(reserved)
+            reason = self.redact(exc.reason)
+            log.warning("%s abstains on sample %s: %s after %d attempts", self.name,
+                        request.sample_id, reason, exc.attempts)
+            return Rating(
+                score=None,
+                raw="",
+                cost_usd=0.0,
+                latency_s=time.perf_counter() - started,
+                model=self.model,
+                attempts=exc.attempts,
+                error=reason,
+            )
+        except BaseException:
+            self.budget.release(reserved)
+            raise
+        usage_known = result.input_tokens is not None and result.output_tokens is not None
+        in_tok = result.input_tokens or 0
+        out_tok = result.output_tokens or 0
+        cost = pricing.cost_usd(in_tok, out_tok, self.price) if usage_known else None
+        self.budget.settle(reserved, cost)
+        raw = self.redact(result.text)
+        parsed = parse_answer(raw, request.rubric)
+        if parsed.problem:
+            log.info("%s: unparseable answer for sample %s (%s)", self.name, request.sample_id,
+                     parsed.problem)
+        rating = Rating(
+            score=parsed.score,
+            fluency=parsed.fluency,
+            raw=raw,
+            input_tokens=in_tok,
+            output_tokens=out_tok,
+            cost_usd=cost,
+            latency_s=time.perf_counter() - started,
+            model=result.model or self.model,
+            cache_hit=False,
+            attempts=attempts,
+        )
+        if self.cache is not None:
+            self.cache.put(
+                key,
+                {
+                    "provider": self.provider,
+                    "model": rating.model,
+                    "requested_model": self.model,
+                    "rubric_version": request.rubric.version,
+                    "params": self.decoding_params(request.rubric),
+                    "prompt": prompt.cache_text(),
+                    "score": rating.score,
+                    "fluency": rating.fluency,
+                    "raw": rating.raw,
+                    "input_tokens": in_tok,
+                    "output_tokens": out_tok,
+                    "cost_usd": cost,
+                    "latency_s": rating.latency_s,
+                },
+            )
+        return rating
+
+    def _rate_batch(
+        self, requests: Sequence[RatingRequest], on_result: ProgressCallback | None
+    ) -> list[Rating]:
+        results: list[Rating | None] = [None] * len(requests)
+        if self.max_concurrency == 1:
+            for i, request in enumerate(requests):
+                results[i] = self._rate_one(request)
+                if on_result:
+                    on_result(i, results[i])  # type: ignore[arg-type]
+            return results  # type: ignore[return-value]
+        with ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=self.provider) as pool:
+            futures: dict[Future[Rating], int] = {
+                pool.submit(self._rate_one, request): i for i, request in enumerate(requests)
+            }
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    exc = future.exception()
+                    if exc is not None:
+                        # Stop scheduling more calls (e.g. BudgetExceeded); running ones
+                        # finish and are cached, so a rerun picks up where this stopped.
+                        for other in pending:
+                            other.cancel()
+                        raise exc
+                    i = futures[future]
+                    results[i] = future.result()
+                    if on_result:
+                        on_result(i, results[i])  # type: ignore[arg-type]
+        return results  # type: ignore[return-value]
+
+
+_TRANSIENT_STATUS = {408, 409, 425, 429}
+
+
+def classify_sdk_error(sdk: Any, exc: BaseException, judge: APIJudge) -> BaseException:
+    """Map an `anthropic`/`openai` SDK exception to TransientError (retry) or JudgeError.
+
+    Both SDKs share the same exception layout. Messages are redacted because an error body
+    could, in principle, echo request data.
+    """
+    from judges.retry import TransientError, parse_retry_after
+
+    if isinstance(exc, sdk.APITimeoutError):
+        return TransientError("timeout")
+    if isinstance(exc, sdk.APIConnectionError):
+        return TransientError("connection error")
+    if isinstance(exc, sdk.APIResponseValidationError):
+        return TransientError("malformed response body")
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        if status in _TRANSIENT_STATUS or status >= 500:
+            retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
+            return TransientError(f"HTTP {status}", retry_after)
+        return JudgeError(f"{judge.name}: HTTP {status}: {judge.redact(str(exc.message))[:300]}")
+    if isinstance(exc, ValueError):  # json.JSONDecodeError from a garbled 200 body
+        return TransientError(f"malformed response body ({type(exc).__name__})")
+    return exc

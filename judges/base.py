@@ -1,0 +1,201 @@
+"""The one judge interface: requests in, ratings out.
+
+Every provider (Anthropic, OpenAI-compatible servers, a local llama.cpp model) sits behind
+the same `Judge` so the panel code never needs to know who answered. A `Rating` carries the
+score plus everything needed to audit it (raw answer, tokens, cost, latency, cache hit).
+An abstention or an unparseable answer is `score=None`, never 0: the original research's
+peers (AxBench) scored failed parses as 0, which silently biases means downwards.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCORE_MIN = 0
+SCORE_MAX = 10
+
+
+class JudgeError(RuntimeError):
+    """A judge failed in a way retrying cannot fix (bad request, auth, misconfiguration)."""
+
+
+class JudgeUnavailable(JudgeError):
+    """A judge cannot be built here (missing API key, missing package, missing model file)."""
+
+
+class NoJudgesError(JudgeError):
+    """A panel was asked to run with no usable judge."""
+
+
+class BudgetExceeded(JudgeError):
+    """The next call could push spending past the cap; raised *before* the call is made."""
+
+    def __init__(self, spent: float, cap: float, next_estimate: float, judge: str = "") -> None:
+        self.spent = spent
+        self.cap = cap
+        self.next_estimate = next_estimate
+        self.judge = judge
+        who = f" by {judge}" if judge else ""
+        super().__init__(
+            f"Budget cap reached{who}: spent ${spent:.4f} of ${cap:.4f}; the next call may cost "
+            f"up to ${next_estimate:.4f}, which would exceed the cap. Raise the cap or rerun "
+            "(finished ratings are cached and cost nothing again)."
+        )
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """The rating question, identical to the one human raters answer.
+
+    `version` goes into every cache key: changing the wording must change the version,
+    otherwise old cached scores would be reused for a different question.
+    """
+
+    question: str = "How strongly does this text relate to {concept}?"
+    anchors: str = (
+        "0 means the text has nothing to do with {concept}; 5 means it mentions {concept} or "
+        "something closely related in passing; 10 means the text is entirely about {concept}."
+    )
+    version: str = "relatedness-v1"
+    fluency: bool = False
+    fluency_question: str = "How fluent and grammatical is this text, regardless of its topic?"
+    fluency_anchors: str = (
+        "0 means incoherent (broken words, loops, markup debris); 5 means understandable but "
+        "clumsy; 10 means fluent, natural prose."
+    )
+
+    def render_question(self, concept: str) -> str:
+        return self.question.format(concept=concept)
+
+    def render_anchors(self, concept: str) -> str:
+        return self.anchors.format(concept=concept)
+
+    def describe(self) -> dict[str, str]:
+        return {"rubric_version": self.version, "rubric_fluency": str(self.fluency)}
+
+
+@dataclass(frozen=True)
+class RatingRequest:
+    """One text to rate for one concept under one rubric."""
+
+    text: str
+    concept: str
+    rubric: Rubric = field(default_factory=Rubric)
+    sample_id: str | None = None  # carried through for bookkeeping; never shown to the judge
+
+
+@dataclass
+class Rating:
+    """A judge's verdict and the audit trail for it.
+
+    Token counts and cost are those of *this* call: a cache hit reports 0 tokens and $0,
+    because a rerun spends nothing. `cost_usd` is None when the model has no known price.
+    """
+
+    score: float | None
+    raw: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+    latency_s: float = 0.0
+    model: str = ""
+    cache_hit: bool = False
+    fluency: float | None = None
+    attempts: int = 1
+    error: str | None = None  # set when the judge abstained because the call kept failing
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ProgressCallback = Callable[[int, Rating], None]
+
+
+class Budget:
+    """A spending cap shared by the judges of a panel (thread-safe).
+
+    Before each call a judge reserves a conservative estimate of that call's cost; the call
+    is refused if spent + reserved + estimate would exceed the cap. After the call the
+    reservation is replaced by the actual cost from the usage fields.
+    """
+
+    def __init__(self, cap_usd: float | None) -> None:
+        if cap_usd is not None and cap_usd < 0:
+            raise ValueError("budget cap must be >= 0")
+        self.cap_usd = cap_usd
+        self.spent_usd = 0.0
+        self._reserved = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, estimate: float, judge: str = "") -> float:
+        """Reserve `estimate` dollars or raise BudgetExceeded; returns the reserved amount."""
+        with self._lock:
+            if self.cap_usd is not None and (
+                self.spent_usd + self._reserved + estimate > self.cap_usd
+            ):
+                raise BudgetExceeded(self.spent_usd + self._reserved, self.cap_usd, estimate, judge)
+            self._reserved += estimate
+            return estimate
+
+    def settle(self, reserved: float, actual: float | None) -> None:
+        """Swap a reservation for the actual cost (the estimate when the cost is unknown)."""
+        with self._lock:
+            self._reserved = max(0.0, self._reserved - reserved)
+            self.spent_usd += reserved if actual is None else actual
+
+    def release(self, reserved: float) -> None:
+        """Drop a reservation for a call that was never billed (e.g. a connection error)."""
+        with self._lock:
+            self._reserved = max(0.0, self._reserved - reserved)
+
+    def __repr__(self) -> str:
+        return f"Budget(cap_usd={self.cap_usd}, spent_usd={self.spent_usd:.6f})"
+
+
+class Judge(abc.ABC):
+    """Rates texts for a concept. Subclasses implement `_rate_batch`.
+
+    `name` is the registry name ("anthropic/claude-sonnet-4-5", "llama/embedded"), used as
+    the judge's column/label everywhere. `describe()` must return only values that are safe
+    to log (no keys, no credentials in URLs).
+    """
+
+    provider: str = ""
+
+    def __init__(self, name: str, model: str) -> None:
+        self.name = name
+        self.model = model
+
+    @abc.abstractmethod
+    def _rate_batch(
+        self, requests: Sequence[RatingRequest], on_result: ProgressCallback | None
+    ) -> list[Rating]: ...
+
+    def rate(
+        self, requests: Sequence[RatingRequest], on_result: ProgressCallback | None = None
+    ) -> list[Rating]:
+        """Rate every request; the result list is in request order.
+
+        `on_result(index, rating)` is called as each rating finishes (for progress bars).
+        """
+        if not requests:
+            return []
+        return self._rate_batch(list(requests), on_result)
+
+    def rate_one(self, text: str, concept: str, rubric: Rubric | None = None) -> Rating:
+        return self.rate([RatingRequest(text=text, concept=concept, rubric=rubric or Rubric())])[0]
+
+    def describe(self) -> dict[str, str]:
+        """Parameters safe to log to MLflow (strings only, never credentials)."""
+        return {"name": self.name, "provider": self.provider, "model": self.model}
+
+    def close(self) -> None:
+        """Release clients or models; safe to call twice."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

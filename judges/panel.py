@@ -1,0 +1,263 @@
+"""Run a panel of judges over samples and measure whether the panel agrees.
+
+Criterion 4 of the design ("human validation passes OR multi-model panel agrees") is made
+concrete here: the panel agrees when Krippendorff's alpha (interval) >= 0.667 *and* the
+panel-mean score correlates with the automated Delta at Pearson r > 0.7. Every statistic
+that cannot be computed (n < 3, constant input, a single judge) is a NotEvaluable with a
+reason, never NaN: the original research logged NaN correlations as results.
+
+Statistics come from `metrics.stats` (the suite's shared NaN-free implementations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from judges.base import Judge, NoJudgesError, Rating, RatingRequest, Rubric
+from metrics.stats import (
+    Alpha,
+    Correlation,
+    NotEvaluable,
+    krippendorff_alpha_interval,
+    pairwise_spearman,
+    pearson,
+)
+
+log = logging.getLogger(__name__)
+
+ALPHA_THRESHOLD = 0.667  # Krippendorff's conventional floor for tentative conclusions
+R_DELTA_THRESHOLD = 0.7  # the design's Hypothesis 4 threshold, applied to the panel mean
+
+REQUIRED_COLUMNS = ("sample_id", "concept", "text", "delta")
+# cost is in USD (None when the model has no price), latency in seconds.
+SCORE_COLUMNS = [
+    "sample_id", "judge", "score", "raw", "tokens", "cost", "latency", "cache_hit",
+    "fluency", "input_tokens", "output_tokens", "model", "attempts", "error",
+]
+
+Stat = Correlation | Alpha | NotEvaluable
+
+
+@dataclass
+class PanelResult:
+    """Everything a panel run produced; `to_metrics()` flattens it for MLflow."""
+
+    scores: pd.DataFrame  # long: one row per (sample, judge)
+    per_sample: pd.DataFrame  # one row per sample: panel mean/median and each judge's score
+    judges: list[str]
+    alpha: Alpha | NotEvaluable
+    pairwise_spearman: dict[tuple[str, str], Correlation | NotEvaluable]
+    judge_vs_delta: dict[str, Correlation | NotEvaluable]
+    judge_vs_human: dict[str, Correlation | NotEvaluable]
+    panel_mean_vs_delta: Correlation | NotEvaluable
+    panel_mean_vs_human: Correlation | NotEvaluable
+    totals: dict[str, float]
+    wall_time_s: float
+    judge_params: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_metrics(self) -> dict[str, float]:
+        """Flat {name: float} of every evaluable statistic and total (no NaN, ever)."""
+        out: dict[str, float] = {}
+
+        def put(name: str, stat: Stat) -> None:
+            if isinstance(stat, Correlation):
+                out[name] = stat.r
+                out[f"{name}_n"] = float(stat.n)
+            elif isinstance(stat, Alpha):
+                out[name] = stat.value
+                out[f"{name}_n_units"] = float(stat.n_units)
+
+        put("panel_alpha", self.alpha)
+        put("panel_mean_r_delta", self.panel_mean_vs_delta)
+        put("panel_mean_r_human", self.panel_mean_vs_human)
+        for judge, stat in self.judge_vs_delta.items():
+            put(f"r_delta/{judge}", stat)
+        for judge, stat in self.judge_vs_human.items():
+            put(f"r_human/{judge}", stat)
+        for (a, b), stat in self.pairwise_spearman.items():
+            put(f"spearman/{a}~{b}", stat)
+        out.update({f"total_{k}": float(v) for k, v in self.totals.items()})
+        out["wall_time_s"] = self.wall_time_s
+        agrees = panel_agrees(self)
+        if agrees is not None:
+            out["panel_agrees"] = float(agrees)
+        return {k: v for k, v in out.items() if np.isfinite(v)}
+
+    def not_evaluable(self) -> dict[str, str]:
+        """{statistic: reason} for everything that could not be computed."""
+        reasons: dict[str, str] = {}
+        named: list[tuple[str, Stat]] = [
+            ("panel_alpha", self.alpha),
+            ("panel_mean_r_delta", self.panel_mean_vs_delta),
+            ("panel_mean_r_human", self.panel_mean_vs_human),
+            *((f"r_delta/{j}", s) for j, s in self.judge_vs_delta.items()),
+            *((f"r_human/{j}", s) for j, s in self.judge_vs_human.items()),
+            *((f"spearman/{a}~{b}", s) for (a, b), s in self.pairwise_spearman.items()),
+        ]
+        for name, stat in named:
+            if isinstance(stat, NotEvaluable):
+                reasons[name] = stat.reason
+        return reasons
+
+
+def panel_agrees(result: PanelResult) -> bool | None:
+    """alpha >= 0.667 and r(panel mean, Delta) > 0.7; None when either is not evaluable."""
+    if not isinstance(result.alpha, Alpha) or not isinstance(
+        result.panel_mean_vs_delta, Correlation
+    ):
+        return None
+    return bool(
+        result.alpha.value >= ALPHA_THRESHOLD and result.panel_mean_vs_delta.r > R_DELTA_THRESHOLD
+    )
+
+
+def _paired(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    both = pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
+    return both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy()
+
+
+def _check_samples(samples: pd.DataFrame) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in samples.columns]
+    if missing:
+        raise ValueError(f"samples lack columns {missing}; need {list(REQUIRED_COLUMNS)}")
+    if samples["sample_id"].duplicated().any():
+        dupes = samples.loc[samples["sample_id"].duplicated(), "sample_id"].tolist()[:5]
+        raise ValueError(f"sample_id must be unique; duplicated: {dupes}")
+
+
+def _rate_with_progress(
+    judge: Judge, requests: Sequence[RatingRequest], progress: bool
+) -> list[Rating]:
+    if not progress:
+        return judge.rate(requests)
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(requests), desc=judge.name, unit="text", leave=False) as bar:
+        return judge.rate(requests, on_result=lambda _i, _r: bar.update(1))
+
+
+def run_panel(
+    judges: Sequence[Judge],
+    samples: pd.DataFrame,
+    rubric: Rubric | None = None,
+    progress: bool = True,
+) -> PanelResult:
+    """Have every judge rate every sample, then compute agreement and validity statistics.
+
+    samples: columns sample_id, concept, text, delta and optionally human_rating (NaN where
+    a sample has no human rating). Judges run one after another; each API judge runs its
+    own bounded thread pool. BudgetExceeded propagates (finished ratings are cached).
+    """
+    if not judges:
+        raise NoJudgesError(
+            "No judges to run: every requested judge was skipped or none was given "
+            "(see build_panel's skipped reasons)."
+        )
+    names = [j.name for j in judges]
+    if len(set(names)) != len(names):
+        raise ValueError(f"judge names must be unique, got {names}")
+    _check_samples(samples)
+    rubric = rubric or Rubric()
+    samples = samples.reset_index(drop=True)
+    requests = [
+        RatingRequest(text=str(row.text), concept=str(row.concept), rubric=rubric,
+                      sample_id=str(row.sample_id))
+        for row in samples.itertuples(index=False)
+    ]
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    for judge in judges:
+        ratings = _rate_with_progress(judge, requests, progress)
+        for sample_id, rating in zip(samples["sample_id"], ratings, strict=True):
+            rows.append(
+                {
+                    "sample_id": sample_id,
+                    "judge": judge.name,
+                    "score": rating.score,
+                    "fluency": rating.fluency,
+                    "raw": rating.raw,
+                    "input_tokens": rating.input_tokens,
+                    "output_tokens": rating.output_tokens,
+                    "tokens": rating.input_tokens + rating.output_tokens,
+                    "cost": rating.cost_usd,
+                    "latency": rating.latency_s,
+                    "cache_hit": rating.cache_hit,
+                    "model": rating.model,
+                    "attempts": rating.attempts,
+                    "error": rating.error,
+                }
+            )
+    wall = time.perf_counter() - started
+    scores = pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    scores["score"] = scores["score"].astype(float)  # None -> NaN in the table only
+    return _summarise(judges, samples, scores, wall)
+
+
+def _summarise(
+    judges: Sequence[Judge], samples: pd.DataFrame, scores: pd.DataFrame, wall: float
+) -> PanelResult:
+    names = [j.name for j in judges]
+    wide = scores.pivot(index="sample_id", columns="judge", values="score")
+    wide = wide.reindex(index=samples["sample_id"], columns=names)
+    per_sample = samples[[c for c in ("sample_id", "concept", "delta", "human_rating")
+                          if c in samples.columns]].copy().set_index("sample_id")
+    per_sample["panel_mean"] = wide.mean(axis=1, skipna=True)
+    per_sample["panel_median"] = wide.median(axis=1, skipna=True)
+    per_sample["n_scores"] = wide.notna().sum(axis=1)
+    for name in names:
+        per_sample[f"score:{name}"] = wide[name]
+    per_sample = per_sample.reset_index()
+
+    alpha = krippendorff_alpha_interval(wide.T.to_numpy(dtype=float))
+    pairs = pairwise_spearman(wide) if len(names) >= 2 else {}
+    delta = samples.set_index("sample_id")["delta"]
+    has_human = "human_rating" in samples.columns
+    human = samples.set_index("sample_id")["human_rating"] if has_human else None
+
+    judge_vs_delta = {n: pearson(*_paired(wide[n], delta)) for n in names}
+    judge_vs_human: dict[str, Correlation | NotEvaluable] = {}
+    for n in names:
+        judge_vs_human[n] = (
+            pearson(*_paired(wide[n], human)) if human is not None
+            else NotEvaluable("no human_rating column", "pearson")
+        )
+    mean = per_sample.set_index("sample_id")["panel_mean"]
+    panel_vs_delta = pearson(*_paired(mean, delta))
+    panel_vs_human = (
+        pearson(*_paired(mean, human)) if human is not None
+        else NotEvaluable("no human_rating column", "pearson")
+    )
+    costs = scores["cost"]
+    totals = {
+        "input_tokens": float(scores["input_tokens"].sum()),
+        "output_tokens": float(scores["output_tokens"].sum()),
+        "tokens": float(scores["tokens"].sum()),
+        # Unknown-price calls (cost None) are excluded from the sum and counted separately.
+        "cost_usd": float(pd.to_numeric(costs, errors="coerce").fillna(0.0).sum()),
+        "calls_without_price": float(costs.isna().sum()),
+        "cache_hits": float(scores["cache_hit"].sum()),
+        "ratings": float(len(scores)),
+        "abstentions": float(scores["score"].isna().sum()),
+        "errors": float(scores["error"].notna().sum()),
+    }
+    return PanelResult(
+        scores=scores,
+        per_sample=per_sample,
+        judges=names,
+        alpha=alpha,
+        pairwise_spearman=pairs,
+        judge_vs_delta=judge_vs_delta,
+        judge_vs_human=judge_vs_human,
+        panel_mean_vs_delta=panel_vs_delta,
+        panel_mean_vs_human=panel_vs_human,
+        totals=totals,
+        wall_time_s=wall,
+        judge_params={j.name: j.describe() for j in judges},
+    )
