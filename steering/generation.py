@@ -88,6 +88,19 @@ def eos_ids(lm: LoadedModel) -> list[int]:
     return sorted(ids)
 
 
+def suppressed_ids(lm: LoadedModel) -> list[int]:
+    """Tokens a text-only continuation never legitimately contains: padding, BOS, mask, unk and
+    the multimodal image placeholders (the base Gemma 3 otherwise emits ``<start_of_image>``)."""
+    tok = lm.tokenizer
+    ids = {getattr(tok, f"{name}_token_id", None) for name in ("pad", "bos", "unk", "mask")}
+    for token_id, added in getattr(tok, "added_tokens_decoder", {}).items():
+        if "image" in str(added):
+            ids.add(int(token_id))
+    eos = set(eos_ids(lm))
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    return sorted(i for i in ids if i is not None and i not in eos and 0 <= i < vocab)
+
+
 def _inverse_cdf_pick(sorted_probs: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
     """Index into the sorted probabilities chosen by uniform ``u`` inside the top-p nucleus."""
     cum = sorted_probs.cumsum(dim=-1)
@@ -149,9 +162,9 @@ def generate_batch(
     eos = torch.tensor(eos_ids(lm) or [-1], device=lm.device)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else int(eos[0])
     on_cuda = lm.device.type == "cuda"
-    prefilter = (
-        None if on_cuda else TOPK_PREFILTER
-    )  # a full sort costs little on a GPU, and no sync
+    # A full sort costs little on a GPU and needs no host sync.
+    prefilter = None if on_cuda else TOPK_PREFILTER
+    banned = torch.tensor(suppressed_ids(lm), dtype=torch.long, device=lm.device)
 
     if directions is None:
         directions = torch.zeros(1, lm.hidden_size)
@@ -176,7 +189,8 @@ def generate_batch(
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :]
-            nxt = sample_next(logits, u[:, step], sampling, prefilter)
+            allowed = logits.float().index_fill(1, banned, float("-inf"))
+            nxt = sample_next(allowed, u[:, step], sampling, prefilter)
             lp = torch.log_softmax(logits.float(), dim=-1).gather(1, nxt[:, None])[:, 0]
             nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
             tokens[:, step] = nxt

@@ -1,0 +1,84 @@
+# steer-eval: two commands do everything on a fresh machine: `make run` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CLI := $(VENV)/bin/steer-eval
+CACHE := $(or $(STEER_EVAL_CACHE),.cache)
+SETUP_STAMP := $(VENV)/.steer-eval-setup
+ASSETS_STAMP := $(CACHE)/.assets-ok
+CONFIG ?= configs/phase5.yaml
+ARGS ?=
+RUN ?=
+CSV ?=
+MLFLOW_TRACKING_URI ?= sqlite:///mlruns.db
+export HF_HUB_OFFLINE := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help setup run test test-fast lint format classifiers concepts ui human-export rate \
+        human-import panel bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(SETUP_STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@# torch first: an unpinned torch pulls a multi-GB CUDA build (NOTES.md).
+	$(PY) -m pip install -q torch==2.13.0
+	@echo "installing the project (llama-cpp-python builds from source: about 7.5 min the first time)"
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,judge]'
+	@touch $@
+
+$(ASSETS_STAMP): $(SETUP_STAMP)
+	$(CLI) assets
+	@touch $@
+
+setup: $(SETUP_STAMP) $(ASSETS_STAMP) ## create .venv, install, prepare the embedded assets (idempotent)
+
+run: setup ## the main job: Phase 5 Part A on the embedded default (ARGS="--set ..." to override)
+	$(CLI) run --config $(CONFIG) $(ARGS)
+
+test: setup ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
+	$(PY) -m pytest -q $(ARGS)
+
+test-fast: setup ## unit tests only (skips the embedded-model integration tests)
+	$(PY) -m pytest -q -m "not integration" $(ARGS)
+
+lint: setup ## ruff lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+concepts: setup ## rebuild data/concepts/wordnet_top10.json from WordNet
+	$(CLI) concepts $(ARGS)
+
+classifiers: setup ## Phase 4: train and evaluate the probes the config needs
+	$(CLI) classifiers --config $(CONFIG) $(ARGS)
+
+ui: setup ## MLflow UI on http://127.0.0.1:5000 against the same store
+	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) \
+	  --default-artifact-root ./mlartifacts --host 127.0.0.1 --port 5000
+
+human-export: setup ## Part B: blind rating CSV from a Phase 5 run (RUN=<run id>)
+	$(CLI) human export --run $(RUN) $(ARGS)
+
+rate: setup ## Part B: rate the exported texts in the terminal (RUN=<run id>)
+	$(CLI) human rate --run $(RUN) $(ARGS)
+
+human-import: setup ## Part B: import ratings (CSV=<file> RUN=<run id>)
+	$(CLI) human import $(CSV) --run $(RUN) $(ARGS)
+
+panel: setup ## Part C: judge panel when human r < 0.5 (RUN=<run id>, ARGS="--when always")
+	$(CLI) panel --run $(RUN) $(ARGS)
+
+bench: setup ## speed and memory, measured side by side; writes bench/results.json
+	$(CLI) bench $(ARGS)
+
+clean: ## remove results and the local MLflow store (keeps .venv and .cache)
+	rm -rf results mlruns.db mlartifacts

@@ -1,0 +1,150 @@
+"""Phase 5 end to end on the embedded 270M model, against a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import tracking
+from experiments.config import load_config
+from experiments.phase5 import GENERATIONS_FILE, RunError, row_seed, run_phase5
+
+pytestmark = pytest.mark.integration
+
+
+def small_config(tmp_path, *extra: str):
+    return load_config(
+        "configs/phase5.yaml",
+        [
+            "concepts.limit=2",
+            "generation.max_new_tokens=8",
+            "generation.batch_size=6",
+            f"classifier.dir={tmp_path / 'classifiers'}",
+            f"tracking.results_dir={tmp_path / 'results'}",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, mlflow_store, embedded_lm, embedder):
+    tmp = tmp_path_factory.mktemp("phase5")
+    config = small_config(tmp)
+    return config, run_phase5(config, lm=embedded_lm, embedder=embedder)
+
+
+def test_parent_and_child_runs_follow_the_layout(finished):
+    config, result = finished
+    parent = tracking.get_run(result.run_id)
+    assert parent.info.status == "FINISHED"
+    params = parent.data.params
+    for key in (
+        "model",
+        "layer",
+        "mode",
+        "vector_source",
+        "strengths",
+        "seed",
+        "config_hash",
+        "alpha",
+        "beta",
+    ):
+        assert key in params, key
+    assert params["layer"] == "9" and params["vector_source"] == "classifier"
+    assert "git_commit" in parent.data.tags and "version.torch" in parent.data.tags
+    metrics = parent.data.metrics
+    assert {"delta_mean/s_neg1.0", "delta_mean/s_0.0", "delta_mean/s_pos1.0"} <= set(metrics)
+    assert metrics["criterion/c1_direction/threshold"] == 0.8
+    assert parent.data.tags["criterion.c4_human"] == "pending"
+    assert "criterion/c4_human" not in metrics  # pending is never logged as a pass/fail
+    children = tracking.child_runs(result.run_id, config.tracking.experiment)
+    assert len(children) == 2 * 3  # concepts × strengths
+    cells = {c.data.tags["cell"] for c in children}
+    assert len(cells) == 6
+    child = children[0]
+    assert {"concept", "strength"} <= set(child.data.params)
+    assert "delta_mean" in child.data.metrics
+    artifacts = {a.path for a in tracking.client().list_artifacts(child.info.run_id)}
+    assert "generations.json" in artifacts
+
+
+def test_results_files_and_metrics_are_consistent(finished):
+    _, result = finished
+    out = result.results_dir
+    for name in (
+        "steering_results.json",
+        "summary.md",
+        "criteria.csv",
+        GENERATIONS_FILE,
+        "delta_vs_strength.png",
+        "f1_vs_magnitude.png",
+        "delta_distribution.png",
+    ):
+        assert (out / name).exists(), name
+    records = result.records
+    assert len(records) == 2 * 3 * 3
+    # Δ is the difference of the two similarities, per generation.
+    assert ((records["core_sim"] - records["neg_sim"] - records["delta"]).abs() < 1e-6).all()
+    # Paired by concept, prompt and sample: the baseline row has zero shift.
+    assert (records[records["strength"] == 0]["shift"].abs() < 1e-12).all()
+    # The prompt is stripped: no generation starts by repeating its prompt verbatim.
+    assert not any(t.startswith(p) for t, p in zip(records["text"], records["prompt"]))
+    data = json.loads((out / "steering_results.json").read_text())
+    assert set(data["criteria"]) == {
+        "c1_direction",
+        "c2_magnitude",
+        "c3_f1_correlation",
+        "c4_human",
+    }
+    # Two concepts cannot give a correlation: not evaluable, never NaN or a silent pass.
+    assert data["criteria"]["c3_f1_correlation"]["status"] == "not_evaluable"
+
+
+def test_same_config_and_seed_give_the_same_numbers_and_resume_loses_nothing(
+    tmp_path, finished, embedded_lm, embedder
+):
+    config, reference = finished
+    calls = {"n": 0}
+
+    def interrupt_after_first_batch(done: int, total: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+
+    fresh = small_config(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_phase5(fresh, lm=embedded_lm, embedder=embedder, on_batch=interrupt_after_first_batch)
+    runs = tracking.client().search_runs(
+        [tracking.experiment_id(fresh.tracking.experiment)],
+        filter_string="attributes.status = 'KILLED'",
+        order_by=["attributes.start_time DESC"],
+    )
+    interrupted = runs[0].info.run_id
+    partial = (tmp_path / "results" / interrupted / GENERATIONS_FILE).read_text().splitlines()
+    assert len(partial) == 6  # the first batch was kept
+    resumed = run_phase5(fresh, resume=interrupted, lm=embedded_lm, embedder=embedder)
+    assert resumed.run_id == interrupted
+    assert tracking.get_run(interrupted).info.status == "FINISHED"
+    a = reference.records.set_index("key").sort_index()
+    b = resumed.records.set_index("key").sort_index()
+    assert list(a.index) == list(b.index)
+    assert list(a["text"]) == list(b["text"])
+    assert (a["delta"] - b["delta"]).abs().max() < 1e-5
+
+
+def test_row_seed_is_shared_across_strengths_only():
+    assert row_seed(0, "dog.n.01", 0, 0) == row_seed(0, "dog.n.01", 0, 0)
+    assert row_seed(0, "dog.n.01", 0, 0) != row_seed(0, "dog.n.01", 1, 0)
+    assert row_seed(0, "dog.n.01", 0, 0) != row_seed(1, "dog.n.01", 0, 0)
+
+
+def test_resume_of_an_unknown_run_is_a_clear_error(mlflow_store, tmp_path):
+    with pytest.raises(LookupError, match="no MLflow run"):
+        run_phase5(small_config(tmp_path), resume="0123456789abcdef")
+
+
+def test_resume_without_local_results_is_a_clear_error(finished, tmp_path):
+    _, result = finished
+    with pytest.raises(RunError, match="cannot be resumed"):
+        run_phase5(small_config(tmp_path), resume=result.run_id)
