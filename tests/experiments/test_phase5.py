@@ -89,7 +89,7 @@ def test_results_files_and_metrics_are_consistent(finished):
     # Paired by concept, prompt and sample: the baseline row has zero shift.
     assert (records[records["strength"] == 0]["shift"].abs() < 1e-12).all()
     # The prompt is stripped: no generation starts by repeating its prompt verbatim.
-    assert not any(t.startswith(p) for t, p in zip(records["text"], records["prompt"]))
+    assert not any(t.startswith(p) for t, p in zip(records["text"], records["prompt"], strict=True))
     data = json.loads((out / "steering_results.json").read_text())
     assert set(data["criteria"]) == {
         "c1_direction",
@@ -104,7 +104,7 @@ def test_results_files_and_metrics_are_consistent(finished):
 def test_same_config_and_seed_give_the_same_numbers_and_resume_loses_nothing(
     tmp_path, finished, embedded_lm, embedder
 ):
-    config, reference = finished
+    _, reference = finished
     calls = {"n": 0}
 
     def interrupt_after_first_batch(done: int, total: int) -> None:
