@@ -87,9 +87,29 @@ def shared_llama() -> object:
         "llama_cpp", reason="llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
     )
     path = embedded_gguf_or_skip()
+    threads = max(1, (os.cpu_count() or 2) // 2)  # as LlamaJudge's default
     llm = llama_cpp.Llama(
-        model_path=str(path), logits_all=True, n_ctx=1024, n_threads=os.cpu_count() or 1,
-        n_threads_batch=os.cpu_count() or 1, verbose=False, seed=0,
+        model_path=str(path), logits_all=True, n_ctx=1024, n_threads=threads,
+        n_threads_batch=threads, verbose=False, seed=0,
     )
     yield llm
     llm.close()
+
+
+@pytest.fixture
+def make_api_judge(cache_dir: Path, fast: dict[str, float]):
+    """make_api_judge("anthropic" | "openai", server, **options) -> a judge on the loopback."""
+    from judges import get_judge
+
+    built = []
+
+    def make(provider: str, server, **options):
+        url = server.anthropic_url if provider == "anthropic" else server.openai_url
+        kwargs = {"base_url": url, "cache": cache_dir, **fast, **options}
+        judge = get_judge(options.pop("name", provider), **kwargs)
+        built.append(judge)
+        return judge
+
+    yield make
+    for judge in built:
+        judge.close()

@@ -96,11 +96,15 @@ class LoopbackServer:
         self.anthropic_model = anthropic_model
         self.openai_model = openai_model
         self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests handled at the same time
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._server.block_on_close = False
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> LoopbackServer:
@@ -132,7 +136,13 @@ class LoopbackServer:
     def _next_step(self, recorded: Recorded) -> Step:
         with self._lock:
             self.requests.append(recorded)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             return self.script.pop(0) if self.script else self.default
+
+    def _done(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     # -- wire formats ----------------------------------------------------------------------
     def _ok_body(self, path: str, step: Step, body: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +214,12 @@ class LoopbackServer:
                     body = {}
                 recorded = Recorded(self.path, dict(self.headers.items()), body)
                 step = server._next_step(recorded)
+                try:
+                    self._reply(step, body)
+                finally:
+                    server._done()
+
+            def _reply(self, step: Step, body: dict[str, Any]) -> None:
                 if step.kind == "status":
                     payload = json.dumps(server._error_body(self.path, step.status)).encode()
                     self._send(step.status, payload, step.headers)
