@@ -1,0 +1,316 @@
+"""steering.probes: training specs, seeded probes, raw-space weights, files, evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
+
+from steering.probes import (
+    PROBE_FORMAT,
+    LinearProbe,
+    ProbeError,
+    TrainSpec,
+    diffmean_direction,
+    evaluate_probe,
+    train_probe,
+)
+
+PROPS = settings(derandomize=True, deadline=None, max_examples=40)
+
+
+def clusters(seed: int, n: int = 12, dim: int = 16, gap: float = 3.0, scale: float = 100.0):
+    """Positives and negatives around means ``gap`` noise-units apart, at residual-like scale."""
+    rng = np.random.default_rng(seed)
+    axis = rng.normal(size=dim)
+    axis /= np.linalg.norm(axis)
+    centre = rng.normal(size=dim) * 2
+    pos = centre + gap / 2 * axis + rng.normal(size=(n, dim))
+    neg = centre - gap / 2 * axis + rng.normal(size=(n, dim))
+    features = np.vstack([pos, neg]) * scale
+    labels = np.array([1] * n + [0] * n)
+    return features, labels
+
+
+def make_probe(weight, bias=0.0, **kwargs) -> LinearProbe:
+    defaults = dict(
+        concept="dog.n.01",
+        weight=np.asarray(weight, dtype=np.float64),
+        bias=bias,
+        layer=9,
+        model_id="embedded:gemma-3-270m",
+        train_spec="1x1x1",
+        seed=0,
+    )
+    defaults.update(kwargs)
+    return LinearProbe(**defaults)
+
+
+# ---------------------------------------------------------------------------- TrainSpec
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1x1x1", (1, 1, 1)), ("5x5x5", (5, 5, 5)), ("3x0x2", (3, 0, 2)), ("2X1X0", (2, 1, 0))],
+)
+def test_train_spec_parses_valid_forms(text, expected):
+    spec = TrainSpec.parse(text)
+    assert (spec.n_pos, spec.n_neg, spec.n_neutral) == expected
+    assert TrainSpec.parse(str(spec)) == spec
+    assert str(spec) == "x".join(str(v) for v in expected)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "1x1", "1x1x1x1", "axbxc", "0x1x1", "1x0x0", "-1x1x1", "1x-1x2", "1.5x1x1", "5"]
+)
+def test_train_spec_rejects_bad_forms_helpfully(text):
+    with pytest.raises(ValueError) as info:
+        TrainSpec.parse(text)
+    message = str(info.value)
+    assert repr(text) in message
+    assert "PxNxU" in message
+    assert "1x1x1" in message and "5x5x5" in message
+
+
+def test_train_spec_default_is_the_seed_design():
+    assert str(TrainSpec()) == "1x1x1"
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def test_same_seed_gives_identical_weights():
+    features, labels = clusters(0)
+    w1, b1 = train_probe(features, labels, seed=3)
+    w2, b2 = train_probe(features, labels, seed=3)
+    assert np.array_equal(w1, w2)
+    assert b1 == b2
+    assert w1.shape == (features.shape[1],)
+    assert isinstance(b1, float)
+
+
+def test_train_probe_needs_both_classes():
+    features, _ = clusters(0)
+    with pytest.raises(ValueError, match="both positive"):
+        train_probe(features, np.ones(len(features), dtype=int), seed=0)
+    with pytest.raises(ValueError, match="both positive"):
+        train_probe(features, np.full(len(features), 2), seed=0)
+
+
+@PROPS
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 10),
+    dim=st.integers(2, 40),
+    gap=st.floats(1.0, 6.0),
+    scale=st.sampled_from([1e-2, 1.0, 1e2, 1e4]),
+)
+def test_direction_points_toward_the_positives(seed, n, dim, gap, scale):
+    features, labels = clusters(seed, n=n, dim=dim, gap=gap, scale=scale)
+    weight, bias = train_probe(features, labels, seed=0)
+    probe = make_probe(weight, bias)
+    direction = probe.direction()
+    assert np.linalg.norm(direction) == pytest.approx(1.0)
+    mean_diff = features[labels == 1].mean(0) - features[labels == 0].mean(0)
+    assert direction @ mean_diff > 0
+    assert diffmean_direction(features, labels) @ mean_diff > 0
+
+
+@PROPS
+@given(seed=st.integers(0, 2**32 - 1), scale=st.sampled_from([1e-2, 1.0, 1e3]))
+def test_raw_space_decision_equals_sklearn_on_scaled_features(seed, scale):
+    """Training divides features by one global scale; the stored weight is in raw space."""
+    features, labels = clusters(seed, n=8, dim=12, gap=1.5, scale=scale)
+    weight, bias = train_probe(features, labels, seed=5, c=0.5)
+    global_scale = float(np.linalg.norm(features, axis=1).mean())
+    reference = LogisticRegression(
+        C=0.5, class_weight="balanced", random_state=5, max_iter=5000
+    ).fit(features / global_scale, labels)
+    probe = make_probe(weight, bias)
+    np.testing.assert_allclose(
+        probe.decision(features),
+        reference.decision_function(features / global_scale),
+        rtol=1e-9,
+        atol=1e-9,
+    )
+    np.testing.assert_allclose(
+        probe.predict_proba(features),
+        reference.predict_proba(features / global_scale)[:, 1],
+        rtol=1e-9,
+        atol=1e-12,
+    )
+    np.testing.assert_array_equal(
+        probe.predict(features), reference.predict(features / global_scale)
+    )
+    # one scalar scale: the raw-space direction is the scaled-space direction
+    coef = reference.coef_[0]
+    np.testing.assert_allclose(probe.direction(), coef / np.linalg.norm(coef), atol=1e-12)
+
+
+def test_diffmean_direction_is_the_unit_difference_of_means():
+    features = np.array([[2.0, 0.0], [4.0, 0.0], [0.0, 1.0], [0.0, -1.0], [0.0, 0.0]])
+    labels = np.array([1, 1, 0, 0, 0])
+    np.testing.assert_allclose(diffmean_direction(features, labels), [1.0, 0.0])
+
+
+def test_zero_weight_has_no_direction():
+    with pytest.raises(ProbeError, match="zero weight"):
+        make_probe(np.zeros(4)).direction()
+
+
+# ---------------------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("with_diffmean", [False, True])
+def test_save_load_round_trip(tmp_path, with_diffmean):
+    rng = np.random.default_rng(0)
+    probe = make_probe(
+        rng.normal(size=8) * 1e-3,
+        bias=-0.123456789,
+        train_texts=["What is a dog?", "What is justice?"],
+        train_labels=[1, 0],
+        metrics={"f1": 0.75, "confusion": {"tp": 3}},
+        diffmean=diffmean_direction(rng.normal(size=(4, 8)), np.array([1, 1, 0, 0]))
+        if with_diffmean
+        else None,
+    )
+    path = probe.save(tmp_path / "sub" / "dog.json")
+    assert path.exists()
+    assert not path.with_suffix(".tmp").exists()
+    raw = json.loads(path.read_text())
+    assert raw["format"] == PROBE_FORMAT
+    loaded = LinearProbe.load(path)
+    assert np.array_equal(loaded.weight, probe.weight)  # exact: JSON floats round-trip
+    assert loaded.weight.dtype == np.float64
+    assert loaded.bias == probe.bias
+    for name in ("concept", "layer", "model_id", "train_spec", "seed"):
+        assert getattr(loaded, name) == getattr(probe, name)
+    assert loaded.train_texts == probe.train_texts
+    assert loaded.train_labels == probe.train_labels
+    assert loaded.metrics == probe.metrics
+    if with_diffmean:
+        assert np.array_equal(loaded.diffmean, probe.diffmean)
+    else:
+        assert loaded.diffmean is None
+    features = rng.normal(size=(5, 8))
+    np.testing.assert_array_equal(loaded.decision(features), probe.decision(features))
+
+
+def test_load_missing_file_says_make_classifiers(tmp_path):
+    with pytest.raises(ProbeError, match=r"no classifier at .*make classifiers"):
+        LinearProbe.load(tmp_path / "absent.json")
+
+
+def test_load_wrong_format(tmp_path):
+    path = tmp_path / "p.json"
+    data = make_probe(np.ones(3)).to_dict()
+    data["format"] = "someone-else/probe/v9"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProbeError, match=f"not a {PROBE_FORMAT} file"):
+        LinearProbe.load(path)
+    del data["format"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProbeError, match="not a"):
+        LinearProbe.load(path)
+
+
+def test_load_invalid_json(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"format": "steer-eval/linear-probe/v1", ')
+    with pytest.raises(ProbeError, match="not valid JSON"):
+        LinearProbe.load(path)
+
+
+def test_load_unexpected_fields(tmp_path):
+    path = tmp_path / "p.json"
+    data = make_probe(np.ones(3)).to_dict()
+    data["colour"] = "blue"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProbeError, match="unexpected fields"):
+        LinearProbe.load(path)
+
+
+LOAD_BUG = (
+    "bug: LinearProbe.load reads data['weight'] (steering/probes.py:122) and calls data.pop "
+    "(line 120) before checking the JSON is a mapping with a weight, so a truncated or foreign "
+    "file raises KeyError/TypeError instead of ProbeError"
+)
+
+
+@pytest.mark.parametrize(
+    "missing",
+    ["concept", pytest.param("weight", marks=pytest.mark.xfail(strict=True, reason=LOAD_BUG))],
+)
+def test_load_missing_field_is_a_probe_error(tmp_path, missing):
+    path = tmp_path / "p.json"
+    data = make_probe(np.ones(3)).to_dict()
+    del data[missing]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProbeError):
+        LinearProbe.load(path)
+
+
+@pytest.mark.xfail(strict=True, reason=LOAD_BUG)
+def test_load_json_that_is_not_an_object_is_a_probe_error(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text("[1, 2, 3]")
+    with pytest.raises(ProbeError):
+        LinearProbe.load(path)
+
+
+def test_check_compatible(tmp_path):
+    probe = make_probe(np.ones(3), model_id="embedded:gemma-3-270m", layer=9)
+    probe.check_compatible("embedded:gemma-3-270m", 9)  # no error
+    with pytest.raises(ProbeError) as info:
+        probe.check_compatible("google/gemma-3-4b-pt", 9)
+    message = str(info.value)
+    assert "embedded:gemma-3-270m" in message and "google/gemma-3-4b-pt" in message
+    assert "make classifiers" in message
+    with pytest.raises(ProbeError, match=r"at layer 9.*at layer 17.*make classifiers"):
+        probe.check_compatible("embedded:gemma-3-270m", 17)
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+@PROPS
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 30), bias=st.floats(-3, 3))
+def test_evaluate_probe_agrees_with_sklearn(seed, n, bias):
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(n, 5))
+    labels = rng.integers(0, 2, size=n)
+    probe = make_probe(rng.normal(size=5), bias=bias)
+    result = evaluate_probe(probe, features, labels)
+    predicted = probe.predict(features)
+    c = result["confusion"]
+    assert c["tn"] + c["fp"] + c["fn"] + c["tp"] == n == result["n_eval"]
+    assert c["tp"] + c["fn"] == int(labels.sum())
+    assert c["tp"] + c["fp"] == int(predicted.sum())
+    tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
+    assert (c["tn"], c["fp"], c["fn"], c["tp"]) == (tn, fp, fn, tp)
+    assert result["f1"] == pytest.approx(f1_score(labels, predicted, zero_division=0))
+    assert result["precision"] == pytest.approx(precision_score(labels, predicted, zero_division=0))
+    assert result["recall"] == pytest.approx(recall_score(labels, predicted, zero_division=0))
+    expected_f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+    assert result["f1"] == pytest.approx(expected_f1)
+    assert result["accuracy"] == pytest.approx((tp + tn) / n)
+    if len(set(labels.tolist())) == 2:
+        assert 0.0 <= result["auroc"] <= 1.0
+    else:
+        assert result["auroc"] is None
+    for key in ("f1", "precision", "recall", "accuracy"):
+        assert np.isfinite(result[key])
+
+
+def test_evaluate_a_trained_probe_on_held_out_clusters():
+    features, labels = clusters(1, n=20, gap=6.0)
+    weight, bias = train_probe(features[::2], labels[::2], seed=0)
+    result = evaluate_probe(make_probe(weight, bias), features[1::2], labels[1::2])
+    assert result["f1"] == 1.0
+    assert result["auroc"] == 1.0
+    assert result["confusion"] == {"tn": 10, "fp": 0, "fn": 0, "tp": 10}
