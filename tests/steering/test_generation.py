@@ -18,6 +18,7 @@ from steering.generation import (
     eos_ids,
     generate_batch,
     sample_next,
+    suppressed_ids,
 )
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=150)
@@ -225,16 +226,17 @@ def test_prompt_is_stripped_by_token_count(tiny_lm, directions):
     assert stats.new_tokens == 2 * GREEDY.max_new_tokens
 
 
-class ForceEos:
-    """A forward hook on the output head: forces EOS for chosen rows at a chosen step."""
+class ForceToken:
+    """A forward hook on the output head: makes ``token`` overwhelmingly likely for chosen
+    rows at one step (or at every step when ``at_step`` is None)."""
 
-    def __init__(self, eos: int, at_step: int, rows: list[int]) -> None:
-        self.eos, self.at_step, self.rows, self.calls = eos, at_step, rows, 0
+    def __init__(self, token: int, at_step: int | None, rows: list[int]) -> None:
+        self.token, self.at_step, self.rows, self.calls = token, at_step, rows, 0
 
     def __call__(self, _module, _inputs, output):
-        if self.calls == self.at_step:
+        if self.at_step is None or self.calls == self.at_step:
             output = output.clone()
-            output[self.rows, -1, self.eos] = 1e4
+            output[self.rows, -1, self.token] = 1e4
         self.calls += 1
         return output
 
@@ -243,7 +245,7 @@ class ForceEos:
 def test_eos_stops_a_row_and_is_not_part_of_the_text(tiny_lm, directions, sampling):
     rows = rows_for(PROMPTS[:2], [1, 2])
     free, _ = run(tiny_lm, rows, directions, sampling)
-    force = ForceEos(eos=1, at_step=3, rows=[0])
+    force = ForceToken(1, at_step=3, rows=[0])
     handle = tiny_lm.model.lm_head.register_forward_hook(force)
     try:
         gens, stats = run(tiny_lm, rows, directions, sampling)
@@ -263,7 +265,7 @@ def test_eos_stops_a_row_and_is_not_part_of_the_text(tiny_lm, directions, sampli
 
 
 def test_generation_ends_early_once_every_row_has_stopped(tiny_lm, directions):
-    force = ForceEos(eos=1, at_step=2, rows=[0, 1])
+    force = ForceToken(1, at_step=2, rows=[0, 1])
     handle = tiny_lm.model.lm_head.register_forward_hook(force)
     try:
         gens, stats = run(tiny_lm, rows_for(PROMPTS[:2], [1, 2]), directions, GREEDY)
@@ -275,7 +277,7 @@ def test_generation_ends_early_once_every_row_has_stopped(tiny_lm, directions):
 
 
 def test_eos_at_the_first_step_gives_empty_text(tiny_lm, directions):
-    force = ForceEos(eos=1, at_step=0, rows=[0])
+    force = ForceToken(1, at_step=0, rows=[0])
     handle = tiny_lm.model.lm_head.register_forward_hook(force)
     try:
         gens, _ = run(tiny_lm, rows_for(PROMPTS[:1], [1]), directions, GREEDY)
@@ -284,6 +286,31 @@ def test_eos_at_the_first_step_gives_empty_text(tiny_lm, directions):
     assert gens[0].token_ids == []
     assert gens[0].text == ""
     assert gens[0].stopped_at_eos
+
+
+def test_suppressed_ids_of_the_tiny_model(tiny_lm):
+    tok = tiny_lm.tokenizer
+    assert suppressed_ids(tiny_lm) == sorted([tok.pad_token_id, tok.bos_token_id, tok.unk_token_id])
+    assert not set(suppressed_ids(tiny_lm)) & set(eos_ids(tiny_lm))
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_pad_bos_and_unk_are_never_generated(tiny_lm, directions, sampling):
+    """Even when the model puts nearly all its mass on them, at every step."""
+    rows = rows_for(PROMPTS[:3], [1, 2, 3])
+    hooks = [
+        tiny_lm.model.lm_head.register_forward_hook(ForceToken(token, None, [i]))
+        for i, token in enumerate(suppressed_ids(tiny_lm))
+    ]
+    try:
+        gens, _ = run(tiny_lm, rows, directions, sampling)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    banned = set(suppressed_ids(tiny_lm))
+    for gen in gens:
+        assert len(gen.token_ids) == sampling.max_new_tokens
+        assert not banned & set(gen.token_ids)
 
 
 def test_batch_stats_add():

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from steering.activations import layer_output_tensor
-from steering.generation import GenerationRow, SamplingConfig, eos_ids, generate_batch
+from steering.generation import (
+    GenerationRow,
+    SamplingConfig,
+    eos_ids,
+    generate_batch,
+    suppressed_ids,
+)
 from steering.vector import MODES, RowSteering, SteeringVector, stack_coefficients
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=40)
@@ -297,6 +303,7 @@ def reference_greedy(lm, prompt, direction, coefficient, mode, steps, prompt_onl
     ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"]
     n_prompt = ids.shape[1]
     stops = set(eos_ids(lm))
+    banned = torch.tensor(suppressed_ids(lm), dtype=torch.long)  # pad, BOS, unk: never sampled
     new: list[int] = []
     logprobs: list[float] = []
     direction = direction[None, :]
@@ -316,7 +323,7 @@ def reference_greedy(lm, prompt, direction, coefficient, mode, steps, prompt_onl
             logp = torch.log_softmax(lm.model(input_ids=ids).logits[0, -1], dim=-1)
         finally:
             handle.remove()
-        nxt = int(logp.argmax())
+        nxt = int(logp.index_fill(0, banned, float("-inf")).argmax())
         if nxt in stops:
             break
         new.append(nxt)
