@@ -157,11 +157,6 @@ def test_every_error_is_listed(tmp_path):
         assert f"  - {field}: " in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ExperimentConfig checks device in a model_validator (experiments/config.py "
-    "_device), so the error is reported at '(top level)' instead of naming 'device'",
-)
 def test_bad_device_names_the_field():
     message = config_error(["device=tpu"])
     assert "  - device: " in message

@@ -235,17 +235,7 @@ def test_load_unexpected_fields(tmp_path):
         LinearProbe.load(path)
 
 
-LOAD_BUG = (
-    "bug: LinearProbe.load reads data['weight'] (steering/probes.py:122) and calls data.pop "
-    "(line 120) before checking the JSON is a mapping with a weight, so a truncated or foreign "
-    "file raises KeyError/TypeError instead of ProbeError"
-)
-
-
-@pytest.mark.parametrize(
-    "missing",
-    ["concept", pytest.param("weight", marks=pytest.mark.xfail(strict=True, reason=LOAD_BUG))],
-)
+@pytest.mark.parametrize("missing", ["concept", "weight"])
 def test_load_missing_field_is_a_probe_error(tmp_path, missing):
     path = tmp_path / "p.json"
     data = make_probe(np.ones(3)).to_dict()
@@ -255,7 +245,6 @@ def test_load_missing_field_is_a_probe_error(tmp_path, missing):
         LinearProbe.load(path)
 
 
-@pytest.mark.xfail(strict=True, reason=LOAD_BUG)
 def test_load_json_that_is_not_an_object_is_a_probe_error(tmp_path):
     path = tmp_path / "p.json"
     path.write_text("[1, 2, 3]")
