@@ -1,7 +1,7 @@
 """Residual-stream activations at one decoder layer, batched and padding-safe.
 
 Pooling leaves out BOS and padding: Gemma's BOS position carries a residual norm
-about 1000x the other tokens (NOTES.md), which would swamp any mean.
+about 10-15x the content tokens' (~88,000 vs ~6,000 at layer 9 of 18), which would swamp any mean.
 """
 
 from __future__ import annotations
