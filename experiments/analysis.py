@@ -46,8 +46,11 @@ def add_paired_shifts(records: pd.DataFrame) -> pd.DataFrame:
     out["shift"] = out["delta"] - out["delta_0"]
     out["magnitude"] = out["shift"].abs()
     out["direction"] = np.sign(out["shift"])
+    # NaN where there is nothing to judge: the baseline itself, or a row without a baseline.
     out["moved_as_expected"] = np.where(
-        out["strength"] == 0, np.nan, (np.sign(out["strength"]) * out["shift"]) > 0
+        (out["strength"] == 0) | out["shift"].isna(),
+        np.nan,
+        (np.sign(out["strength"]) * out["shift"]) > 0,
     )
     return out
 

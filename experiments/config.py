@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from steering.probes import TrainSpec
 
@@ -119,6 +119,14 @@ class ExperimentConfig(_Strict):
     device: str = "auto"
     dtype: str = "auto"
     layer: int | None = Field(None, description="decoder layer; null = the middle layer")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value not in ("auto", "cpu") and not value.startswith(("cuda", "mps")):
+            raise ValueError(f"device {value!r} is not auto, cpu, cuda or cuda:N")
+        return value
+
     concepts: ConceptsConfig = Field(default_factory=ConceptsConfig)
     classifier: ClassifierConfig = Field(default_factory=ClassifierConfig)
     steering: SteeringConfig = Field(default_factory=SteeringConfig)
@@ -128,12 +136,6 @@ class ExperimentConfig(_Strict):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-
-    @model_validator(mode="after")
-    def _device(self) -> ExperimentConfig:
-        if self.device not in ("auto", "cpu") and not self.device.startswith(("cuda", "mps")):
-            raise ValueError(f"device {self.device!r} is not auto, cpu, cuda or cuda:N")
-        return self
 
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance."""

@@ -117,8 +117,10 @@ class LinearProbe:
             raise ProbeError(f"no classifier at {path}; run `make classifiers`") from exc
         except json.JSONDecodeError as exc:
             raise ProbeError(f"{path} is not valid JSON: {exc}") from exc
-        if data.pop("format", None) != PROBE_FORMAT:
+        if not isinstance(data, dict) or data.pop("format", None) != PROBE_FORMAT:
             raise ProbeError(f"{path} is not a {PROBE_FORMAT} file")
+        if "weight" not in data:
+            raise ProbeError(f"{path} has no 'weight'; retrain with `make classifiers`")
         data["weight"] = np.asarray(data["weight"], dtype=np.float64)
         if data.get("diffmean") is not None:
             data["diffmean"] = np.asarray(data["diffmean"], dtype=np.float64)

@@ -104,14 +104,6 @@ def test_add_paired_shifts_is_idempotent(hand_built):
     pd.testing.assert_frame_equal(once, twice, check_like=True)
 
 
-MOVED_BUG = (
-    "bug: add_paired_shifts (experiments/analysis.py:49-51) sets moved_as_expected = "
-    "(sign(s)*shift) > 0, which is False (0.0) when shift is NaN, so a row without a baseline "
-    "counts as 'moved the wrong way' in cell_metrics' direction_accuracy instead of NaN"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=MOVED_BUG)
 def test_rows_without_a_baseline_have_no_direction_verdict(hand_built):
     out = add_paired_shifts(hand_built)
     orphans = out[out["concept"] == "C"]
@@ -119,7 +111,6 @@ def test_rows_without_a_baseline_have_no_direction_verdict(hand_built):
     assert orphans["moved_as_expected"].isna().all()
 
 
-@pytest.mark.xfail(strict=True, reason=MOVED_BUG)
 def test_direction_accuracy_ignores_rows_without_a_baseline():
     records = pd.DataFrame(
         [rec("A", 0, 0, 0.0, 0.1), rec("A", 0, 0, 1.0, 0.3), rec("A", 1, 0, 1.0, 0.3)]
