@@ -6,6 +6,7 @@ are printed as one clear message with exit code 2, never as a bare traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -59,10 +60,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover
         pass
     for module, name in (("judges", "JudgeError"), ("experiments.human", "HumanValidationError")):
-        try:
+        with contextlib.suppress(ImportError, AttributeError):
             errors.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass
     return tuple(errors)
 
 
@@ -300,11 +299,7 @@ def _print_result(result) -> None:
 
 def _register_optional() -> None:
     """Sub-apps that live in their own modules (human validation, judge panel, bench)."""
-    for module, name in (
-        ("experiments.human", "human"),
-        ("experiments.panel", "panel"),
-        ("experiments.bench", "bench"),
-    ):
+    for module in ("experiments.human", "experiments.panel", "experiments.bench"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -7,7 +7,7 @@ about 10-15x the content tokens' (~88,000 vs ~6,000 at layer 9 of 18), which wou
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import torch
 
@@ -59,11 +59,8 @@ def _batches(texts: Sequence[str], batch_size: int) -> Iterator[tuple[int, list[
 @torch.inference_mode()
 def _layer_hidden(lm: LoadedModel, texts: list[str], layer: int):
     enc = lm.tokenizer(texts, return_tensors="pt", padding=True).to(lm.device)
-    with capture_layer(lm, layer) as store:
-        try:
-            lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
-        except _StopForward:
-            pass
+    with capture_layer(lm, layer) as store, suppress(_StopForward):
+        lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
     mask = content_mask(lm, enc["input_ids"], enc["attention_mask"])
     return store["hidden"].float(), mask
 
@@ -71,7 +68,7 @@ def _layer_hidden(lm: LoadedModel, texts: list[str], layer: int):
 def pooled_activations(
     lm: LoadedModel, texts: Sequence[str], layer: int, batch_size: int = 32
 ) -> torch.Tensor:
-    """Mean over each text's content tokens of the layer output: ``[len(texts), hidden]`` fp32 CPU."""
+    """Mean of the layer output over each text's content tokens: ``[len(texts), hidden]``, fp32."""
     layer = lm.check_layer(layer)
     out = torch.empty(len(texts), lm.hidden_size)
     for start, chunk in _batches(texts, batch_size):
@@ -98,5 +95,8 @@ def token_norms(
 
 
 def residual_scale(lm: LoadedModel, neutral_texts: Sequence[str], layer: int) -> float:
-    """α: the median per-token residual norm on neutral text, so strengths mean the same on any model."""
+    """α: the median per-token residual norm on neutral text.
+
+    Scaling steering by α makes a strength mean the same fraction of the residual on any model.
+    """
     return float(token_norms(lm, neutral_texts, layer).median())

