@@ -142,7 +142,7 @@ class APIJudge(Judge):
                 "price_out_per_mtok": "unknown" if self.price is None else str(self.price[1]),
                 "prices_as_of": pricing.PRICES_AS_OF,
                 "budget_cap_usd": str(self.budget.cap_usd),
-                "cache_dir": str(self.cache.root) if self.cache else "off",
+                "cache_dir": str(self.cache.root) if self.cache is not None else "off",
             }
         )
         return info

@@ -234,10 +234,16 @@ class LlamaJudge(Judge):
             return text
         return llm.detokenize(tokens[: self.max_text_tokens]).decode("utf-8", "ignore") + " …"
 
-    def render(self, axis: str, request: RatingRequest) -> tuple[str, str]:
-        """(fixed prefix, per-text suffix). The text is defused and length-capped."""
-        llm = self._load()
-        text = self._clip_text(llm, neutralise_line(request.text))
+    def render(self, axis: str, request: RatingRequest, clip: bool = True) -> tuple[str, str]:
+        """(fixed prefix, per-text suffix). The text is defused and, with `clip`,
+        length-capped to max_text_tokens (which needs the model's tokenizer).
+
+        Cache keys use the unclipped rendering plus max_text_tokens (clipping is a
+        deterministic function of both), so a cache hit never loads the model.
+        """
+        text = neutralise_line(request.text)
+        if clip:
+            text = self._clip_text(self._load(), text)
         if axis == "fluency":
             return FLUENCY_PREFIX, FLUENCY_SUFFIX.format(text=text)
         concept = neutralise_line(request.concept)
@@ -313,17 +319,18 @@ class LlamaJudge(Judge):
 
     def _score_axis(self, axis: str, request: RatingRequest) -> tuple[float, Any, int, bool]:
         """(score, raw, tokens evaluated, cache hit) for one request on one axis."""
-        prefix_text, suffix_text = self.render(axis, request)
+        prefix_text, full_suffix = self.render(axis, request, clip=False)
         key = cache_key(
             self.provider,
             self.model_id,
             request.rubric.version,
-            prefix_text + suffix_text,
+            prefix_text + full_suffix,
             self.decoding_params(axis),
         )
         entry = self.cache.get(key) if self.cache is not None else None
         if entry is not None:
             return float(entry["score"]), entry["raw"], 0, True
+        prefix_text, suffix_text = self.render(axis, request, clip=True)
         score, raw, n_tokens = self._score(prefix_text, suffix_text)
         if self.cache is not None:
             self.cache.put(
@@ -395,7 +402,7 @@ class LlamaJudge(Judge):
             "n_threads": str(self.n_threads),
             "logits_all": str(self.logits_all),
             "max_text_tokens": str(self.max_text_tokens),
-            "cache_dir": str(self.cache.root) if self.cache else "off",
+            "cache_dir": str(self.cache.root) if self.cache is not None else "off",
         }
 
     def close(self) -> None:

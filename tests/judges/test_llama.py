@@ -140,6 +140,10 @@ def test_rerun_is_served_from_cache(shared_llama, tmp_path):
     assert all(r.cache_hit for r in second) and not any(r.cache_hit for r in first)
     assert warm.cache is not None and warm.cache.hits == len(requests)
     assert sum(r.latency_s for r in second) < sum(r.latency_s for r in first)
+    # A judge that never loaded a model can serve a rerun entirely from the cache.
+    unloaded = get_judge("llama/embedded", cache=tmp_path)
+    assert _scores(unloaded.rate(requests)) == _scores(first)
+    assert unloaded._llm is None
 
 
 def test_fluency_axis(judge):
