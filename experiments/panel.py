@@ -209,6 +209,7 @@ def run_panel_for(
     openai_base_url: str | None = None,
     results_dir: str | None = None,
     progress: bool = True,
+    cache_dir: str | Path | None = None,
 ):
     """The whole Part C step: (decision, panel result, combined criterion 4, skipped judges)."""
     from experiments.human import phase5_parent
@@ -222,15 +223,19 @@ def run_panel_for(
     if not decision.run:
         return decision, None, None, {}
     samples = panel_samples(parent, results_dir)
-    options = {}
-    if openai_base_url:
-        options = {j: {"base_url": openai_base_url} for j in judges if j.startswith("openai/")}
+    options: dict[str, dict] = {j: {} for j in judges}
+    for name in judges:
+        if openai_base_url and name.startswith("openai/"):
+            options[name]["base_url"] = openai_base_url
+        if cache_dir is not None:
+            options[name]["cache"] = str(cache_dir)
     built, skipped = build_panel(judges, options=options, budget_usd=budget)
     try:
         result = run_panel(built, samples, progress=progress)
     finally:
         for judge in built:
             judge.close()
+    result.per_sample["strength"] = samples.set_index("sample_id")["strength"]
     criterion = panel_criterion(
         result.alpha,
         result.panel_mean_vs_delta,
