@@ -36,6 +36,9 @@ class ClassifierConfig(_Strict):
     eval_per_class: int = Field(20, ge=2)
     c: float = Field(1.0, gt=0, description="inverse L2 regularisation of the probe")
     dir: str = "results/classifiers"
+    auto_train: bool = Field(
+        True, description="train missing classifiers in `run`; false makes them an error"
+    )
 
     @field_validator("train")
     @classmethod

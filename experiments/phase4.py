@@ -19,11 +19,18 @@ import numpy as np
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import ExperimentConfig, dump_config
 from experiments.prompts import probe_eval_set, probe_training_set
 from steering.activations import pooled_activations
 from steering.models import LoadedModel, model_slug
-from steering.probes import LinearProbe, ProbeError, TrainSpec, diffmean_direction, evaluate_probe
+from steering.probes import (
+    LinearProbe,
+    ProbeError,
+    TrainSpec,
+    diffmean_direction,
+    evaluate_probe,
+    train_probe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +129,6 @@ def train_classifiers(
         train, held = train_sets[concept.synset], eval_sets[concept.synset]
         x_train = features[[row[e.text] for e in train]]
         y_train = np.array([e.label for e in train])
-        from steering.probes import train_probe
-
         weight, bias = train_probe(x_train, y_train, seed=config.seed, c=config.classifier.c)
         probe = LinearProbe(
             concept=concept.synset,
@@ -217,6 +222,7 @@ def _log_run(config, lm, graph, layer, result: ClassifierSet, eval_sets) -> str:
             c.log_artifact(run_id, str(graph_path))
             held = {k: [e.__dict__ for e in v] for k, v in eval_sets.items()}
             c.log_dict(run_id, held, "eval_prompts.json")
+            c.log_text(run_id, dump_config(config), "config.yaml")
         import matplotlib.pyplot as plt
 
         fig = _confusion_figure(result.probes)
@@ -236,7 +242,7 @@ def ensure_classifiers(
     try:
         return load_classifiers(config, graph, lm.model_id, layer)
     except ProbeError as exc:
-        if "no classifier" not in str(exc):
+        if "no classifier" not in str(exc) or not config.classifier.auto_train:
             raise
         log.info("training the missing classifiers: %s", exc)
         return train_classifiers(config, lm, graph, layer)

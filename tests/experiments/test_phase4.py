@@ -86,3 +86,12 @@ def test_one_mlflow_run_with_metrics_and_artefacts(setup):
         assert f"f1/{synset}" in run.data.metrics
     paths = {a.path for a in tracking.client().list_artifacts(result.run_id)}
     assert {"classifiers", "concept_graph.json", "confusion_matrices.png"} <= paths
+
+
+def test_missing_classifier_without_auto_train_names_make_classifiers(embedded_lm, tmp_path):
+    config = load_config(
+        "configs/phase5.yaml", [f"classifier.dir={tmp_path}", "classifier.auto_train=false"]
+    )
+    graph = load_concepts(config.concepts.file, limit=1)
+    with pytest.raises(ProbeError, match="make classifiers"):
+        ensure_classifiers(config, embedded_lm, graph, 9)
