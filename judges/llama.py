@@ -22,6 +22,7 @@ instruction block and examples form a fixed prefix whose KV cache is reused acro
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -178,6 +179,11 @@ class LlamaJudge(Judge):
         max_text_tokens: int = 384,
     ) -> None:
         path, default_name = resolve_model_path(model)
+        if llama is None and importlib.util.find_spec("llama_cpp") is None:
+            # Refuse at build time so build_panel skips this judge with the reason.
+            raise JudgeUnavailable(
+                "llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
+            )
         super().__init__(name or default_name, model)
         self.path = path
         self.n_ctx = n_ctx

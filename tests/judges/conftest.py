@@ -68,16 +68,15 @@ def cache_dir(tmp_path: Path) -> Iterator[Path]:
     yield path
 
 
-def embedded_gguf_or_skip() -> Path:
-    """The embedded GGUF, or skip with the reason (asset not prepared)."""
-    try:
-        from steering.assets import AssetError, require_embedded_gguf
-    except ImportError as exc:  # pragma: no cover
-        pytest.skip(f"steering.assets not importable: {exc}")
+def embedded_gguf() -> Path:
+    """The embedded GGUF; fails loudly when `make setup` has not prepared it (a broken
+    setup must not pass as a skip - only a missing llama-cpp-python skips)."""
+    from steering.assets import AssetError, require_embedded_gguf
+
     try:
         return require_embedded_gguf()
     except AssetError as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +85,7 @@ def shared_llama() -> object:
     llama_cpp = pytest.importorskip(
         "llama_cpp", reason="llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
     )
-    path = embedded_gguf_or_skip()
+    path = embedded_gguf()
     threads = max(1, (os.cpu_count() or 2) // 2)  # as LlamaJudge's default
     llm = llama_cpp.Llama(
         model_path=str(path), logits_all=True, n_ctx=1024, n_threads=threads,

@@ -206,7 +206,7 @@ def test_against_llama_cpp_openai_compatible_server(tmp_path: Path, no_api_keys)
     try:
         gguf = require_embedded_gguf()
     except AssetError as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
