@@ -11,8 +11,8 @@ SETUP_STAMP := $(VENV)/.steer-eval-setup
 ASSETS_STAMP := $(CACHE)/.assets-ok
 CONFIG ?= configs/phase5.yaml
 ARGS ?=
-RUN ?=
-CSV ?= results/phase5/$(RUN)/human/human_ratings.csv
+RUN ?= latest
+CSV ?=
 MLFLOW_TRACKING_URI ?= sqlite:///mlruns.db
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
@@ -71,7 +71,7 @@ human-export: setup ## Part B: blind rating CSV from a Phase 5 run (RUN=<run id>
 rate: setup ## Part B: rate the exported texts in the terminal (RUN=<run id>)
 	$(CLI) human rate --run $(RUN) $(ARGS)
 
-human-import: setup ## Part B: import ratings (CSV=<file> RUN=<run id>)
+human-import: setup ## Part B: import ratings (RUN=<run id>; CSV=<file> for a spreadsheet)
 	$(CLI) human import $(CSV) --run $(RUN) $(ARGS)
 
 panel: setup ## Part C: judge panel when human r < 0.5 (RUN=<run id>, ARGS="--when always")

@@ -214,8 +214,10 @@ def read_csv(path: Path, required: Sequence[str] = CSV_COLUMNS) -> tuple[list[st
 
 
 def phase5_parent(run_id: str):
-    """The MLflow parent run of a finished Phase 5 run, or a clear error."""
+    """A finished Phase 5 parent run (``latest``: the newest one), or a clear error."""
     try:
+        if run_id == "latest":
+            run_id = tracking.latest_parent_run("phase5-semantic-steering")
         run = tracking.get_run(run_id)
     except LookupError as exc:
         raise HumanValidationError(str(exc)) from None
@@ -490,6 +492,7 @@ def export_samples(
     if n < 1:
         raise HumanValidationError(f"--n must be at least 1, got {n}")
     run = phase5_parent(run_id)
+    run_id = run.info.run_id  # "latest" resolved
     records = load_generations(run, results_dir)
     children = cell_runs(run)
     needed = {cell_key(r["concept"], r["strength"]) for r in records}
@@ -835,6 +838,7 @@ def import_ratings(
     if not csv_path.is_file():
         raise HumanValidationError(f"{csv_path}: no such file")
     run = phase5_parent(run_id)
+    run_id = run.info.run_id  # "latest" resolved
     key = _answer_key_for(run, csv_path, key_path, results_dir)
     parsed = parse_ratings(csv_path, key)
     if parsed.problems:
@@ -1002,7 +1006,7 @@ def import_ratings(
 
 # --------------------------------------------------------------------------- CLI
 
-RunOpt = Annotated[str, typer.Option("--run", help="the Phase 5 parent run id")]
+RunOpt = Annotated[str, typer.Option("--run", help="the Phase 5 parent run id, or latest")]
 ResultsOpt = Annotated[
     Path | None,
     typer.Option(help="local Phase 5 results folder (default: the run's own setting)"),
@@ -1090,8 +1094,11 @@ def register(app) -> None:
     @human.command("import")
     @friendly
     def import_cmd(
-        csv_path: Annotated[Path, typer.Argument(help="the rated CSV")],
         run: RunOpt,
+        csv_path: Annotated[
+            Path | None,
+            typer.Argument(help="the rated CSV (default: the rater's file for this run)"),
+        ] = None,
         key: Annotated[
             Path | None, typer.Option(help="answer key (default: beside the CSV, else MLflow)")
         ] = None,
@@ -1101,6 +1108,10 @@ def register(app) -> None:
         results_dir: ResultsOpt = None,
     ) -> None:
         """Validate ratings, correlate them with Δ and record criterion 4."""
+        if csv_path is None:
+            parent = phase5_parent(run)
+            run = parent.info.run_id
+            csv_path = human_dir(parent, results_dir) / RATINGS_NAME
         result = import_ratings(
             csv_path, run, key_path=key, min_rated=min_rated, results_dir=results_dir
         )

@@ -243,7 +243,7 @@ def run_panel_for(
         min_r=float(params.get("config.criteria.panel_r_min", 0.7)),
     )
     log_panel(parent, result, skipped, criterion, budget)
-    combined = record_criterion4(run_id, panel=criterion, results_dir=results_dir)
+    combined = record_criterion4(parent.info.run_id, panel=criterion, results_dir=results_dir)
     return decision, result, combined, skipped
 
 
@@ -253,7 +253,7 @@ def register(app: typer.Typer) -> None:
     @app.command("panel")
     @friendly
     def panel(
-        run: Annotated[str, typer.Option(help="the Phase 5 parent run id")],
+        run: Annotated[str, typer.Option(help="the Phase 5 parent run id, or latest")] = "latest",
         when: Annotated[str, typer.Option(help="auto: only when human r < 0.5; always")] = "auto",
         judge: Annotated[
             list[str] | None,

@@ -171,3 +171,20 @@ def child_runs(parent_run_id: str, experiment: str) -> list:
         filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
         max_results=5000,
     )
+
+
+def latest_parent_run(experiment: str, phase: str = "5") -> str:
+    """The id of the newest finished top-level run of a phase, for ``--run latest``."""
+    runs = client().search_runs(
+        [experiment_id(experiment)],
+        filter_string=f"tags.phase = '{phase}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=50,
+    )
+    for run in runs:
+        if "mlflow.parentRunId" not in run.data.tags:
+            return run.info.run_id
+    raise LookupError(
+        f"no finished Phase {phase} run in experiment {experiment!r} of {tracking_uri()}; "
+        "run `make run` first"
+    )
