@@ -1,9 +1,13 @@
 """Linear concept probes on the residual stream, and the steering directions they give.
 
-Features are divided by one global scale (the mean feature norm) rather than
-standardised per feature: with a 1×1×1 training set per-feature variances are
-meaningless, and a single scalar keeps the learned direction identical to the
-direction in raw residual space (w_raw = w / scale), which Phase 5 steers with.
+Features are centred on the training mean and divided by one global scale (the mean
+norm of the centred features) rather than standardised per feature: with a 1×1×1
+training set per-feature variances are meaningless, and a shift plus a single scalar
+keeps the learned direction identical to the direction in raw residual space
+(w_raw = w / scale, b_raw = b − w_raw·mean), which Phase 5 steers with. Centring
+matters because every prompt's pooled residual shares a large common component, which
+L2 regularisation would otherwise fight (measured: mean held-out F1 0.23 → 0.28 at the
+same AUROC on the embedded model, 1×1×1).
 """
 
 from __future__ import annotations
@@ -138,10 +142,13 @@ def train_probe(
     labels = np.asarray(labels, dtype=int)
     if set(labels.tolist()) != {0, 1}:
         raise ValueError("a probe needs both positive (1) and negative (0) examples")
-    scale = float(np.linalg.norm(features, axis=1).mean()) or 1.0
+    center = features.mean(axis=0)
+    centered = features - center
+    scale = float(np.linalg.norm(centered, axis=1).mean()) or 1.0
     model = LogisticRegression(C=c, class_weight="balanced", random_state=seed, max_iter=5000)
-    model.fit(features / scale, labels)
-    return model.coef_[0] / scale, float(model.intercept_[0])
+    model.fit(centered / scale, labels)
+    weight = model.coef_[0] / scale
+    return weight, float(model.intercept_[0] - weight @ center)
 
 
 def diffmean_direction(features: np.ndarray, labels: np.ndarray) -> np.ndarray:

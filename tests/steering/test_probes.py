@@ -124,17 +124,18 @@ def test_direction_points_toward_the_positives(seed, n, dim, gap, scale):
 @PROPS
 @given(seed=st.integers(0, 2**32 - 1), scale=st.sampled_from([1e-2, 1.0, 1e3]))
 def test_raw_space_decision_equals_sklearn_on_scaled_features(seed, scale):
-    """Training divides features by one global scale; the stored weight is in raw space."""
+    """Training centres and divides by one global scale; the stored weight is in raw space."""
     features, labels = clusters(seed, n=8, dim=12, gap=1.5, scale=scale)
     weight, bias = train_probe(features, labels, seed=5, c=0.5)
-    global_scale = float(np.linalg.norm(features, axis=1).mean())
+    centred = features - features.mean(axis=0)
+    global_scale = float(np.linalg.norm(centred, axis=1).mean())
     reference = LogisticRegression(
         C=0.5, class_weight="balanced", random_state=5, max_iter=5000
-    ).fit(features / global_scale, labels)
+    ).fit(centred / global_scale, labels)
     probe = make_probe(weight, bias)
     np.testing.assert_allclose(
         probe.decision(features),
-        reference.decision_function(features / global_scale),
+        reference.decision_function(centred / global_scale),
         rtol=1e-9,
         atol=1e-9,
     )
