@@ -141,12 +141,12 @@ def test_raw_space_decision_equals_sklearn_on_scaled_features(seed, scale):
     )
     np.testing.assert_allclose(
         probe.predict_proba(features),
-        reference.predict_proba(features / global_scale)[:, 1],
+        reference.predict_proba(centred / global_scale)[:, 1],
         rtol=1e-9,
         atol=1e-12,
     )
     np.testing.assert_array_equal(
-        probe.predict(features), reference.predict(features / global_scale)
+        probe.predict(features), reference.predict(centred / global_scale)
     )
     # one scalar scale: the raw-space direction is the scaled-space direction
     coef = reference.coef_[0]
