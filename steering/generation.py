@@ -231,45 +231,82 @@ def generate_batch(
     return results, stats
 
 
+# The output head turns every position it keeps into a 262,144-entry row of logits (1 MiB in
+# fp32 on the embedded model). Chunks of 32 rows x 51 positions materialised 1.7 GB of logits,
+# and as much again for their log-softmax: a 7.6 GB peak for the perplexity check of the
+# default grid. The head now runs only at positions that predict a continuation token, and
+# each forward pass keeps at most this many logits.
+NLL_LOGITS_BUDGET = 1 << 26  # entries (256 MiB in fp32)
+
+
+def _nll_chunks(lengths: Sequence[int], batch_size: int, max_positions: int) -> list[range]:
+    """Consecutive rows per forward pass: at most ``batch_size`` rows holding at most
+    ``max_positions`` continuation tokens together (a single row may hold more)."""
+    chunks, start = [], 0
+    while start < len(lengths):
+        end, total = start + 1, lengths[start]
+        while (
+            end < len(lengths)
+            and end - start < batch_size
+            and total + lengths[end] <= max_positions
+        ):
+            total, end = total + lengths[end], end + 1
+        chunks.append(range(start, end))
+        start = end
+    return chunks
+
+
 @torch.inference_mode()
 def continuation_nll(
     lm: LoadedModel,
     prompts: Sequence[str],
     continuations: Sequence[Sequence[int]],
     batch_size: int = 32,
+    logits_budget: int = NLL_LOGITS_BUDGET,
 ) -> list[float | None]:
     """Mean negative log-likelihood of each continuation given its prompt, unsteered.
 
     exp() of it is the perplexity coherence check. Empty continuations give None.
     """
     tok = lm.tokenizer
-    out: list[float | None] = []
-    for start in range(0, len(prompts), batch_size):
-        p_chunk = prompts[start : start + batch_size]
-        c_chunk = [list(c) for c in continuations[start : start + batch_size]]
-        enc = [tok(p)["input_ids"] for p in p_chunk]
-        width = max(len(p) + len(c) for p, c in zip(enc, c_chunk, strict=True))
-        pad = tok.pad_token_id
-        ids = torch.full((len(enc), width), pad, dtype=torch.long)
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    conts = [list(c) for c in continuations]
+    out: list[float | None] = [None] * len(conts)
+    todo = [i for i, c in enumerate(conts) if c]
+    for chunk in _nll_chunks(
+        [len(conts[i]) for i in todo], batch_size, max(1, logits_budget // vocab)
+    ):
+        rows = [todo[j] for j in chunk]
+        enc = [tok(prompts[i])["input_ids"] for i in rows]
+        seqs = [p + conts[i] for p, i in zip(enc, rows, strict=True)]
+        width = max(len(seq) for seq in seqs)
+        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
         target = torch.zeros_like(ids, dtype=torch.bool)
-        for i, (p, c) in enumerate(zip(enc, c_chunk, strict=True)):
-            seq = p + c
-            ids[i, width - len(seq) :] = torch.tensor(seq)
-            attn[i, width - len(seq) :] = 1
-            target[i, width - len(c) :] = len(c) > 0
+        for r, (seq, i) in enumerate(zip(seqs, rows, strict=True)):
+            ids[r, width - len(seq) :] = torch.tensor(seq)
+            attn[r, width - len(seq) :] = 1
+            target[r, width - len(conts[i]) :] = True
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        keep = max(len(c) for c in c_chunk) + 1  # the output head only where it is needed
+        # The output head only at the positions that predict a continuation token.
+        predicts = torch.zeros_like(target)
+        predicts[:, :-1] = target[:, 1:]
+        predicts = predicts.to(lm.device)
         logits = lm.model(
             input_ids=ids.to(lm.device),
             attention_mask=attn.to(lm.device),
             position_ids=pos.to(lm.device),
-            logits_to_keep=keep,
-        ).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], dim=-1)
-        tail = ids[:, width - keep + 1 :]
-        token_lp = logp.gather(-1, tail[:, :, None].to(lm.device))[..., 0].cpu()
-        tmask = target[:, width - keep + 1 :]
-        for i, c in enumerate(c_chunk):
-            out.append(float(-token_lp[i][tmask[i]].mean()) if c else None)
+            logits_to_keep=predicts,
+        ).logits
+        if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
+            logits = logits[predicts]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        del logits
+        token_lp = logp.gather(1, ids[target].to(lm.device)[:, None])[:, 0].cpu()
+        del logp
+        offset = 0
+        for i in rows:
+            n = len(conts[i])
+            out[i] = float(-token_lp[offset : offset + n].mean())
+            offset += n
     return out
