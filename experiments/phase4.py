@@ -33,6 +33,8 @@ from steering.probes import (
 )
 
 log = logging.getLogger(__name__)
+# Bumped whenever training changes what a probe is, so stale classifiers are never reused.
+PROBE_RECIPE = "centred-v2"
 
 
 @dataclass
@@ -47,7 +49,10 @@ class ClassifierSet:
 
 
 def classifier_dir(config: ExperimentConfig, model_id: str, layer: int) -> Path:
-    name = f"{model_slug(model_id)}_L{layer}_{config.classifier.train}_seed{config.seed}"
+    name = (
+        f"{model_slug(model_id)}_L{layer}_{config.classifier.train}_seed{config.seed}"
+        f"_{PROBE_RECIPE}"
+    )
     return Path(config.classifier.dir) / name
 
 
