@@ -248,14 +248,19 @@ def run(
         transient=False,
     ) as progress:
         task = progress.add_task("generations", total=None)
+        tokens = progress.add_task("tokens (current batch)", total=None, visible=False)
 
         def on_batch(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
+
+        def on_step(step: int, steps: int) -> None:
+            progress.update(tokens, completed=step + 1, total=steps, visible=True)
 
         result = run_phase5(
             cfg,
             resume=resume,
             on_batch=on_batch,
+            on_step=on_step,
             progress=lambda msg: progress.console.print(f"[dim]{msg}"),
         )
     _print_result(result)

@@ -283,6 +283,7 @@ def generate_all(
     out: Path,
     timer: Timer,
     on_batch: Callable[[int, int], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> BatchStats:
     """Generate and score every row not yet in ``generations.jsonl``; append as we go."""
     import torch
@@ -298,7 +299,9 @@ def generate_all(
     finished = len(done)
     for batch in _batches(pending, lm, g.batch_size):
         with timer.time("generation"):
-            gens, stats = generate_batch(lm, batch, directions, plan.layer, mode, sampling)
+            gens, stats = generate_batch(
+                lm, batch, directions, plan.layer, mode, sampling, on_step=on_step
+            )
         totals.add(stats)
         # Perplexity under the unsteered model: strength-0 rows already have it.
         nll: list[float | None] = [None] * len(gens)
@@ -582,6 +585,7 @@ def run_phase5(
     embedder=None,
     progress: Callable[[str], None] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> Phase5Result:
     """Run (or resume) the whole Part A grid and log it; returns the parent run's results."""
     say = progress or (lambda _msg: None)
@@ -647,7 +651,7 @@ def run_phase5(
     )
     say(f"run {run_id}: generating {len(plan.rows)} rows into {out}")
     try:
-        totals = generate_all(plan, lm, embedder, out, timer, on_batch=on_batch)
+        totals = generate_all(plan, lm, embedder, out, timer, on_batch=on_batch, on_step=on_step)
         say("scoring, pairing and logging")
         return finalize(plan, run_id, out, lm.model_id, timer, totals)
     except BaseException:

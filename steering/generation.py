@@ -14,7 +14,7 @@ comparison far less noisy.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -155,8 +155,12 @@ def generate_batch(
     layer: int,
     mode: Mode,
     sampling: SamplingConfig,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[list[Generation], BatchStats]:
-    """Generate every row in one batch, each with its own steering coefficient."""
+    """Generate every row in one batch, each with its own steering coefficient.
+
+    ``on_step(step, steps)`` is called after each decoding step, for progress displays.
+    """
     start = time.perf_counter()
     tok = lm.tokenizer
     tok.padding_side = "left"
@@ -185,6 +189,8 @@ def generate_batch(
     step_ids, step_pos = input_ids, positions
     with steer_rows(lm, layer, row_dirs, coefs, mode):
         for step in range(steps):
+            if on_step is not None:
+                on_step(step, steps)
             out = lm.model(
                 input_ids=step_ids,
                 attention_mask=mask,
