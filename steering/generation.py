@@ -137,7 +137,10 @@ def sample_next(
     """Next token per row: greedy, or top-p sampling driven by the row's own uniform."""
     if sampling.greedy:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
+    scaled = logits.float()
+    if sampling.temperature != 1.0:  # x / 1.0 == x: skip a pass over the vocabulary
+        scaled = scaled / sampling.temperature
+    probs = torch.softmax(scaled, dim=-1)
     return _nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1])
 
 
@@ -201,9 +204,13 @@ def generate_batch(
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :]
-            allowed = logits.float().index_fill(1, banned, float("-inf"))
+            # The reported log-prob is of the unmasked distribution; the mask then goes in
+            # place (out.logits is not used again): no copy of [rows, vocab] per step.
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            allowed = logits.float().index_fill_(1, banned, float("-inf"))
             nxt = sample_next(allowed, u[:, step], sampling, prefilter)
-            lp = torch.log_softmax(logits.float(), dim=-1).gather(1, nxt[:, None])[:, 0]
+            lp = logp.gather(1, nxt[:, None])[:, 0]
+            del logp
             nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
             tokens[:, step] = nxt
             logprobs[:, step] = lp
