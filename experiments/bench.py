@@ -590,8 +590,21 @@ def compare_deltas(base: dict, other: dict) -> dict:
                     eff_a.append(base[k]["delta"] - zero[k0])
                     eff_b.append(other[k]["delta"] - zero_other[k0])
             if eff_a:
+                shift_diff = [y - x for x, y in zip(eff_a, eff_b, strict=True)]
+                se_shift = (
+                    statistics.stdev(shift_diff) / math.sqrt(len(shift_diff))
+                    if len(shift_diff) > 1
+                    else None
+                )
                 entry["mean_shift_base"] = _round(statistics.fmean(eff_a))
                 entry["mean_shift_other"] = _round(statistics.fmean(eff_b))
+                entry["mean_shift_difference"] = _round(statistics.fmean(shift_diff))
+                entry["se_shift_difference"] = _round(se_shift)
+                entry["shift_within_2se"] = (
+                    None
+                    if se_shift is None
+                    else bool(abs(statistics.fmean(shift_diff)) <= 2 * se_shift + 1e-12)
+                )
         out[f"{s:+g}"] = entry
     return out
 
@@ -635,7 +648,10 @@ def section_dtype(
         d_alt = delta_by_strength(wl.plan, m_alt.generations or [], embedder)
         per = compare_deltas(d_base, d_alt)
         result["delta_per_strength"] = per
-        result["delta_same_within_2se"] = all(v["within_2se"] is not False for v in per.values())
+        result["delta_same_within_2se"] = all(
+            v["within_2se"] is not False and v.get("shift_within_2se") is not False
+            for v in per.values()
+        )
         result["alpha"] = {
             base: _round(wl.plan.alpha, 2),
             alt: _round(
@@ -1483,7 +1499,7 @@ def render_tables(results: dict) -> list:
             f"{_fmt(gen[d['other']]['tokens_per_second'])} tok/s",
             f"{_fmt(gen[d['base']]['tokens_per_second'])} tok/s",
             _fmt(d["speedup_other_vs_base"], 2, "x"),
-            "Δ within 2 SE",
+            "Δ, Δs−Δ0 within 2 SE",
             "n/a"
             if "delta_same_within_2se" not in d
             else ("[green]yes[/]" if d["delta_same_within_2se"] else "[red]no[/]"),
@@ -1538,19 +1554,25 @@ def render_tables(results: dict) -> list:
             "strength",
             f"mean Δ {d['base']}",
             f"mean Δ {d['other']}",
-            "difference",
-            "SE",
-            "within 2 SE",
-            title="dtype: Δ per strength, same seeds",
+            "difference ± SE",
+            f"Δs−Δ0 {d['base']}",
+            f"Δs−Δ0 {d['other']}",
+            "difference ± SE",
+            title="dtype: Δ per strength, same rows and seeds (differences paired by row)",
         )
+
+        def pm(mean: float | None, se: float | None) -> str:
+            return "n/a" if mean is None else f"{mean:+.3f} ± {_fmt(se, 3)}"
+
         for s, v in d["delta_per_strength"].items():
             dt_.add_row(
                 s,
                 _fmt(v["mean_delta_base"], 3),
                 _fmt(v["mean_delta_other"], 3),
-                _fmt(v["mean_difference"], 3),
-                _fmt(v["se_difference"], 3),
-                _fmt(v["within_2se"]),
+                pm(v["mean_difference"], v["se_difference"]),
+                _fmt(v.get("mean_shift_base"), 3),
+                _fmt(v.get("mean_shift_other"), 3),
+                pm(v.get("mean_shift_difference"), v.get("se_shift_difference")),
             )
         tables.append(dt_)
     sc = sec.get("scaling")

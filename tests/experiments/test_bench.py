@@ -203,6 +203,10 @@ def test_compare_deltas_is_paired_by_row():
     assert per["+1"]["mean_difference"] == pytest.approx(0.0)
     assert per["+1"]["se_difference"] == pytest.approx(0.1)  # stdev(+0.1, -0.1) / sqrt(2)
     assert per["+1"]["mean_shift_base"] == pytest.approx(0.25)  # (0.3-0.1 + 0.5-0.2) / 2
+    assert per["+1"]["mean_shift_other"] == pytest.approx(0.25)  # (0.4-0.1 + 0.4-0.2) / 2
+    assert per["+1"]["mean_shift_difference"] == pytest.approx(0.0)
+    assert per["+1"]["se_shift_difference"] == pytest.approx(0.1)
+    assert per["+1"]["shift_within_2se"] is True and "mean_shift_base" not in per["+0"]
 
 
 def test_targets_compare_in_the_right_direction():
