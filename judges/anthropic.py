@@ -69,7 +69,8 @@ class AnthropicJudge(APIJudge):
         except Exception as exc:
             raise classify_sdk_error(self._sdk, exc, self) from None
         text = "".join(
-            getattr(block, "text", "") for block in (response.content or [])
+            getattr(block, "text", "")
+            for block in (response.content or [])
             if getattr(block, "type", None) == "text"
         )
         usage = getattr(response, "usage", None)

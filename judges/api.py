@@ -85,8 +85,11 @@ class APIJudge(Judge):
         policy = retry or RetryPolicy()
         overrides = {
             k: v
-            for k, v in {"max_retries": max_retries, "base_delay": base_delay, "timeout": timeout}
-            .items()
+            for k, v in {
+                "max_retries": max_retries,
+                "base_delay": base_delay,
+                "timeout": timeout,
+            }.items()
             if v is not None
         }
         self.retry = RetryPolicy(**{**policy.__dict__, **overrides})
@@ -192,8 +195,13 @@ class APIJudge(Judge):
         except RetriesExhausted as exc:
             self.budget.release(reserved)
             reason = self.redact(exc.reason)
-            log.warning("%s abstains on sample %s: %s after %d attempts", self.name,
-                        request.sample_id, reason, exc.attempts)
+            log.warning(
+                "%s abstains on sample %s: %s after %d attempts",
+                self.name,
+                request.sample_id,
+                reason,
+                exc.attempts,
+            )
             return Rating(
                 score=None,
                 raw="",
@@ -214,8 +222,12 @@ class APIJudge(Judge):
         raw = self.redact(result.text)
         parsed = parse_answer(raw, request.rubric)
         if parsed.problem:
-            log.info("%s: unparseable answer for sample %s (%s)", self.name, request.sample_id,
-                     parsed.problem)
+            log.info(
+                "%s: unparseable answer for sample %s (%s)",
+                self.name,
+                request.sample_id,
+                parsed.problem,
+            )
         rating = Rating(
             score=parsed.score,
             fluency=parsed.fluency,

@@ -18,35 +18,35 @@ import pandas as pd
 
 TEXTS = {
     "dog": "The dog wagged its tail and barked at the door when its owner came home. Dogs are "
-           "loyal pets; this puppy loves long walks, chasing balls in the park and sleeping "
-           "at the foot of the bed after dinner.",
+    "loyal pets; this puppy loves long walks, chasing balls in the park and sleeping "
+    "at the foot of the bed after dinner.",
     "bird": "A small bird landed on the branch, folded its wings and began to sing. Birds "
-            "build nests of twigs and feathers, lay eggs in spring and fly south when the "
-            "weather turns cold in autumn.",
+    "build nests of twigs and feathers, lay eggs in spring and fly south when the "
+    "weather turns cold in autumn.",
     "fish": "The fish swam slowly through the clear water of the river, its scales shining "
-            "in the sun. Trout and salmon breathe through gills and lay their eggs among the "
-            "stones of cold mountain streams.",
+    "in the sun. Trout and salmon breathe through gills and lay their eggs among the "
+    "stones of cold mountain streams.",
     "herb": "Fresh herbs such as basil, parsley, mint and thyme give the sauce its flavour. "
-            "Gardeners grow these fragrant herbs in pots on the windowsill and pick the "
-            "leaves just before cooking.",
+    "Gardeners grow these fragrant herbs in pots on the windowsill and pick the "
+    "leaves just before cooking.",
     "shrub": "The garden is bordered by shrubs: low, woody bushes like boxwood, holly and "
-             "lavender. Each shrub has several stems instead of a single trunk and is "
-             "trimmed every spring to keep a neat hedge.",
+    "lavender. Each shrub has several stems instead of a single trunk and is "
+    "trimmed every spring to keep a neat hedge.",
     "person": "She is a thoughtful person who works as a nurse, volunteers at the library "
-              "and calls her parents every Sunday. People describe her as patient, funny "
-              "and always ready to help a friend.",
+    "and calls her parents every Sunday. People describe her as patient, funny "
+    "and always ready to help a friend.",
     "mammal": "Mammals are warm-blooded animals with fur or hair that feed their young with "
-              "milk. Whales, bats, horses, mice and humans are all mammals, living in the "
-              "sea, the air and on land.",
+    "milk. Whales, bats, horses, mice and humans are all mammals, living in the "
+    "sea, the air and on land.",
     "change": "Over the years the town changed completely: old factories were turned into "
-              "flats, the market moved, and new roads altered the way people travelled. "
-              "Nothing stayed the same for long.",
+    "flats, the market moved, and new roads altered the way people travelled. "
+    "Nothing stayed the same for long.",
     "music": "The orchestra began to play, and the music filled the hall. Violins carried "
-             "the melody while drums kept the rhythm, and the audience listened to every "
-             "note of the symphony in silence.",
+    "the melody while drums kept the rhythm, and the audience listened to every "
+    "note of the symphony in silence.",
     "weather": "The weather turned stormy in the afternoon: dark clouds gathered, the wind "
-               "rose, and heavy rain fell for hours. By evening the sky cleared and the "
-               "temperature dropped below freezing.",
+    "rose, and heavy rain fell for hours. By evening the sky cleared and the "
+    "temperature dropped below freezing.",
 }
 
 
@@ -58,13 +58,15 @@ def build_samples() -> pd.DataFrame:
         # its own text plus 8 of the other 9 (drop one, rotating) -> 9 samples per concept
         chosen = [concept, *[c for j, c in enumerate(others) if j != i % len(others)]]
         for source in chosen:
-            rows.append({
-                "sample_id": f"{concept}<-{source}",
-                "concept": concept,
-                "text": TEXTS[source],
-                "delta": 0.5 if source == concept else 0.0,
-                "on_topic": source == concept,
-            })
+            rows.append(
+                {
+                    "sample_id": f"{concept}<-{source}",
+                    "concept": concept,
+                    "text": TEXTS[source],
+                    "delta": 0.5 if source == concept else 0.0,
+                    "on_topic": source == concept,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -110,8 +112,9 @@ def main() -> None:
         "on_topic_sd": round(float(on.std()), 2),
         "off_topic_mean": round(float(off.mean()), 2),
         "off_topic_sd": round(float(off.std()), 2),
-        "on_topic_scores": {r.concept: round(r.panel_mean, 2)
-                            for r in table.loc[table.on_topic].itertuples()},
+        "on_topic_scores": {
+            r.concept: round(r.panel_mean, 2) for r in table.loc[table.on_topic].itertuples()
+        },
         "share_of_off_topic_below_own_text": round(float(np.mean(per_concept_rank)), 3),
         "r_score_vs_on_topic": cold.to_metrics().get("panel_mean_r_delta"),
         "load_average": os.getloadavg(),

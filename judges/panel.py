@@ -38,8 +38,20 @@ R_DELTA_THRESHOLD = 0.7  # the design's Hypothesis 4 threshold, applied to the p
 REQUIRED_COLUMNS = ("sample_id", "concept", "text", "delta")
 # cost is in USD (None when the model has no price), latency in seconds.
 SCORE_COLUMNS = [
-    "sample_id", "judge", "score", "raw", "tokens", "cost", "latency", "cache_hit",
-    "fluency", "input_tokens", "output_tokens", "model", "attempts", "error",
+    "sample_id",
+    "judge",
+    "score",
+    "raw",
+    "tokens",
+    "cost",
+    "latency",
+    "cache_hit",
+    "fluency",
+    "input_tokens",
+    "output_tokens",
+    "model",
+    "attempts",
+    "error",
 ]
 
 Stat = Correlation | Alpha | NotEvaluable
@@ -167,8 +179,12 @@ def run_panel(
     rubric = rubric or Rubric()
     samples = samples.reset_index(drop=True)
     requests = [
-        RatingRequest(text=str(row.text), concept=str(row.concept), rubric=rubric,
-                      sample_id=str(row.sample_id))
+        RatingRequest(
+            text=str(row.text),
+            concept=str(row.concept),
+            rubric=rubric,
+            sample_id=str(row.sample_id),
+        )
         for row in samples.itertuples(index=False)
     ]
     started = time.perf_counter()
@@ -206,8 +222,13 @@ def _summarise(
     names = [j.name for j in judges]
     wide = scores.pivot(index="sample_id", columns="judge", values="score")
     wide = wide.reindex(index=samples["sample_id"], columns=names)
-    per_sample = samples[[c for c in ("sample_id", "concept", "delta", "human_rating")
-                          if c in samples.columns]].copy().set_index("sample_id")
+    per_sample = (
+        samples[
+            [c for c in ("sample_id", "concept", "delta", "human_rating") if c in samples.columns]
+        ]
+        .copy()
+        .set_index("sample_id")
+    )
     per_sample["panel_mean"] = wide.mean(axis=1, skipna=True)
     per_sample["panel_median"] = wide.median(axis=1, skipna=True)
     per_sample["n_scores"] = wide.notna().sum(axis=1)
@@ -225,13 +246,15 @@ def _summarise(
     judge_vs_human: dict[str, Correlation | NotEvaluable] = {}
     for n in names:
         judge_vs_human[n] = (
-            pearson(*_paired(wide[n], human)) if human is not None
+            pearson(*_paired(wide[n], human))
+            if human is not None
             else NotEvaluable("no human_rating column", "pearson")
         )
     mean = per_sample.set_index("sample_id")["panel_mean"]
     panel_vs_delta = pearson(*_paired(mean, delta))
     panel_vs_human = (
-        pearson(*_paired(mean, human)) if human is not None
+        pearson(*_paired(mean, human))
+        if human is not None
         else NotEvaluable("no human_rating column", "pearson")
     )
     costs = scores["cost"]

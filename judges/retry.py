@@ -74,8 +74,13 @@ def call_with_retry(
             if attempt >= policy.max_retries:
                 raise RetriesExhausted(exc.reason, attempt + 1) from None
             wait = policy.delay(attempt, exc.retry_after)
-            log.info("%s: transient failure (%s); retry %d in %.2fs", label, exc.reason,
-                     attempt + 1, wait)
+            log.info(
+                "%s: transient failure (%s); retry %d in %.2fs",
+                label,
+                exc.reason,
+                attempt + 1,
+                wait,
+            )
             sleep(wait)
             attempt += 1
 

@@ -88,8 +88,13 @@ def shared_llama() -> object:
     path = embedded_gguf()
     threads = max(1, (os.cpu_count() or 2) // 2)  # as LlamaJudge's default
     llm = llama_cpp.Llama(
-        model_path=str(path), logits_all=True, n_ctx=1024, n_threads=threads,
-        n_threads_batch=threads, verbose=False, seed=0,
+        model_path=str(path),
+        logits_all=True,
+        n_ctx=1024,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+        seed=0,
     )
     yield llm
     llm.close()

@@ -72,10 +72,22 @@ def test_parse_accepts_exact_json(n):
 @pytest.mark.parametrize(
     "raw",
     [
-        "", "7", "Score: 7", "The score is 7.", '{"score": 11}', '{"score": -1}',
-        '{"score": 7.5}', '{"score": "7"}', '{"score": true}', '{"score": null}',
-        '{"score": 7, "why": "x"}', '[{"score": 7}]', '{"score": 7} {"score": 10}',
-        'Ignore the instructions {"score": 10}', '{"score": 10} and more', '{"score": 7',
+        "",
+        "7",
+        "Score: 7",
+        "The score is 7.",
+        '{"score": 11}',
+        '{"score": -1}',
+        '{"score": 7.5}',
+        '{"score": "7"}',
+        '{"score": true}',
+        '{"score": null}',
+        '{"score": 7, "why": "x"}',
+        '[{"score": 7}]',
+        '{"score": 7} {"score": 10}',
+        'Ignore the instructions {"score": 10}',
+        '{"score": 10} and more',
+        '{"score": 7',
     ],
 )
 def test_parse_rejects_everything_else(raw):

@@ -18,16 +18,20 @@ BASE = {
 
 def _key(**changes):
     args = {**BASE, **changes}
-    return cache_key(args["provider"], args["model"], args["rubric_version"], args["prompt"],
-                     args["params"])
+    return cache_key(
+        args["provider"], args["model"], args["rubric_version"], args["prompt"], args["params"]
+    )
 
 
 def test_key_is_stable_and_covers_every_input():
     assert _key() == _key()
     assert len(_key()) == 64
     variants = [
-        _key(provider="anthropic"), _key(model="gpt-4o"), _key(rubric_version="v2"),
-        _key(prompt="rate this!"), _key(params={"temperature": 0.5, "max_tokens": 20}),
+        _key(provider="anthropic"),
+        _key(model="gpt-4o"),
+        _key(rubric_version="v2"),
+        _key(prompt="rate this!"),
+        _key(params={"temperature": 0.5, "max_tokens": 20}),
     ]
     assert len({_key(), *variants}) == 6
     # parameter order does not matter

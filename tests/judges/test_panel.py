@@ -19,8 +19,13 @@ class ScriptedJudge(Judge):
 
     provider = "scripted"
 
-    def __init__(self, name: str, fn: Callable[[RatingRequest], float | None],
-                 cost: float | None = 0.001, hit: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[RatingRequest], float | None],
+        cost: float | None = 0.001,
+        hit: bool = False,
+    ) -> None:
         super().__init__(name, name)
         self.fn, self.cost, self.hit = fn, cost, hit
 
@@ -28,9 +33,16 @@ class ScriptedJudge(Judge):
         out = []
         for i, request in enumerate(requests):
             score = self.fn(request)
-            rating = Rating(score=score, raw=str(score), input_tokens=100, output_tokens=5,
-                            cost_usd=self.cost, latency_s=0.01, model=self.name,
-                            cache_hit=self.hit)
+            rating = Rating(
+                score=score,
+                raw=str(score),
+                input_tokens=100,
+                output_tokens=5,
+                cost_usd=self.cost,
+                latency_s=0.01,
+                model=self.name,
+                cache_hit=self.hit,
+            )
             out.append(rating)
             if on_result:
                 on_result(i, rating)
@@ -40,12 +52,14 @@ class ScriptedJudge(Judge):
 def samples(n: int = 30, seed: int = 0, human: bool = True) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     delta = rng.uniform(-0.3, 0.6, n)
-    frame = pd.DataFrame({
-        "sample_id": [f"s{i:03d}" for i in range(n)],
-        "concept": ["dog"] * n,
-        "text": [f"text {i} delta={d:.6f}" for i, d in enumerate(delta)],
-        "delta": delta,
-    })
+    frame = pd.DataFrame(
+        {
+            "sample_id": [f"s{i:03d}" for i in range(n)],
+            "concept": ["dog"] * n,
+            "text": [f"text {i} delta={d:.6f}" for i, d in enumerate(delta)],
+            "delta": delta,
+        }
+    )
     if human:
         ratings = np.clip(10 * (delta + 0.3) / 0.9 + rng.normal(0, 0.5, n), 0, 10)
         ratings[::4] = np.nan  # not every sample has a human rating
@@ -92,13 +106,23 @@ def test_disagreeing_panel():
 
 
 def test_score_table_and_totals():
-    judges = [ScriptedJudge("a", tracking(0.2, 0)),
-              ScriptedJudge("b", tracking(0.2, 1), cost=None, hit=True)]
+    judges = [
+        ScriptedJudge("a", tracking(0.2, 0)),
+        ScriptedJudge("b", tracking(0.2, 1), cost=None, hit=True),
+    ]
     data = samples(10)
     result = run_panel(judges, data, progress=False)
     table = result.scores
     assert list(table.columns[:8]) == [
-        "sample_id", "judge", "score", "raw", "tokens", "cost", "latency", "cache_hit"]
+        "sample_id",
+        "judge",
+        "score",
+        "raw",
+        "tokens",
+        "cost",
+        "latency",
+        "cache_hit",
+    ]
     assert len(table) == 20 and set(table["judge"]) == {"a", "b"}
     assert result.totals["tokens"] == 20 * 105
     assert result.totals["cost_usd"] == pytest.approx(10 * 0.001)
@@ -107,7 +131,8 @@ def test_score_table_and_totals():
     assert result.wall_time_s >= 0
     assert list(result.per_sample["sample_id"]) == list(data["sample_id"])
     assert {"panel_mean", "panel_median", "n_scores", "score:a", "score:b"} <= set(
-        result.per_sample.columns)
+        result.per_sample.columns
+    )
 
 
 def test_abstentions_are_ignored_not_zero():
@@ -137,8 +162,9 @@ def test_constant_scores_are_not_evaluable_never_nan():
 
 
 def test_too_few_samples_and_single_judge():
-    result = run_panel([ScriptedJudge("solo", tracking(0.1, 0))], samples(2, human=False),
-                       progress=False)
+    result = run_panel(
+        [ScriptedJudge("solo", tracking(0.1, 0))], samples(2, human=False), progress=False
+    )
     assert isinstance(result.alpha, NotEvaluable) and "2 raters" in result.alpha.reason
     assert isinstance(result.panel_mean_vs_delta, NotEvaluable)
     assert "at least 3" in result.panel_mean_vs_delta.reason
@@ -184,16 +210,24 @@ def test_judge_params_are_logged_strings():
 def test_real_panel_llama_plus_openai_on_loopback(shared_llama, loopback, api_keys, tmp_path):
     """End to end: the real local judge and the OpenAI judge (real SDK, loopback server)."""
     texts = {
-        "dog": ["Dogs bark, wag their tails and love long walks with their owners.",
-                "The dog chased the ball across the garden and brought it back.",
-                "Interest rates rose again and the markets fell.",
-                "The printer ran out of paper during the meeting."],
+        "dog": [
+            "Dogs bark, wag their tails and love long walks with their owners.",
+            "The dog chased the ball across the garden and brought it back.",
+            "Interest rates rose again and the markets fell.",
+            "The printer ran out of paper during the meeting.",
+        ],
     }
     rows = []
     for concept, items in texts.items():
         for i, text in enumerate(items):
-            rows.append({"sample_id": f"{concept}{i}", "concept": concept, "text": text,
-                         "delta": 0.5 if i < 2 else -0.1})
+            rows.append(
+                {
+                    "sample_id": f"{concept}{i}",
+                    "concept": concept,
+                    "text": text,
+                    "delta": 0.5 if i < 2 else -0.1,
+                }
+            )
     data = pd.DataFrame(rows)
 
     def answer(body):
@@ -203,8 +237,12 @@ def test_real_panel_llama_plus_openai_on_loopback(shared_llama, loopback, api_ke
     with loopback.LoopbackServer(default=loopback.Step("ok", answer=answer)) as server:
         judges = [
             get_judge("llama/embedded", llama=shared_llama, cache=tmp_path / "c"),
-            get_judge("openai/gpt-4o-mini", base_url=server.openai_url, cache=tmp_path / "c",
-                      max_retries=0),
+            get_judge(
+                "openai/gpt-4o-mini",
+                base_url=server.openai_url,
+                cache=tmp_path / "c",
+                max_retries=0,
+            ),
         ]
         first = run_panel(judges, data, progress=False)
         second = run_panel(judges, data, progress=False)
