@@ -125,6 +125,18 @@ def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
     return model
 
 
+@pytest.fixture
+def one_thread():
+    """The tiny model's matmuls are too small to gain from threads, and on a busy shared
+    2-core machine two spinning OpenMP threads make them up to ~50x slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_lm():
     """A random 4-layer Gemma 3 (hidden 64) with a word-level tokenizer, built in ~20 ms."""

@@ -28,14 +28,7 @@ SAMPLED = SamplingConfig(max_new_tokens=10, temperature=1.0, top_p=0.95)
 GREEDY = SamplingConfig(max_new_tokens=10, greedy=True)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The tiny model's matmuls are too small to gain from threads, and on a busy shared
-    2-core machine two spinning OpenMP threads make them up to ~50x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

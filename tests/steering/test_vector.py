@@ -29,14 +29,7 @@ def unit(seed: int, dim: int = 64) -> torch.Tensor:
     return v / v.norm()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The tiny model's matmuls are too small to gain from threads, and on a busy shared
-    2-core machine two spinning OpenMP threads make them up to ~50x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
