@@ -15,7 +15,7 @@ import json
 import random
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -723,6 +723,29 @@ def _exclusion(synset: Any) -> _Exclusion:
     return _Exclusion(frozenset(exact), frozenset(below))
 
 
+class _CandidateDraw:
+    """Distinct seeded random picks from ``ids``, skipping exact exclusions, until ``max_tries``
+    indices have been drawn: the one sampling loop behind negatives and the neutral pool."""
+
+    def __init__(
+        self, wn: Any, ids: Sequence[str], rng: random.Random, exclusion: _Exclusion, max_tries: int
+    ) -> None:
+        self.wn, self.ids, self.rng, self.exclusion = wn, ids, rng, exclusion
+        self.limit = min(max_tries, len(ids))
+        self.tried: set[int] = set()
+
+    def take(self, wanted: Callable[[], bool]) -> Iterator[Any]:
+        """Yield candidate synsets while ``wanted()`` holds and tries remain."""
+        while wanted() and len(self.tried) < self.limit:
+            index = self.rng.randrange(len(self.ids))
+            if index in self.tried:
+                continue
+            self.tried.add(index)
+            if self.ids[index] in self.exclusion.exact:
+                continue
+            yield self.wn.synset(self.ids[index])
+
+
 def _sample_negatives(
     wn: Any,
     synset: Any,
@@ -747,15 +770,8 @@ def _sample_negatives(
     exclusion = _exclusion(synset)
     chosen: list[NegativeConcept] = []
     names: set[str] = set()
-    tried: set[int] = set()
-    while len(chosen) < n and len(tried) < min(max_tries, len(ids)):
-        index = rng.randrange(len(ids))
-        if index in tried:
-            continue
-        tried.add(index)
-        if ids[index] in exclusion.exact:
-            continue
-        candidate = wn.synset(ids[index])
+    draw = _CandidateDraw(wn, ids, rng, exclusion, max_tries)
+    for candidate in draw.take(lambda: len(chosen) < n):
         if candidate.pos() != pos:
             continue
         lemmas = [_clean(x) for x in candidate.lemma_names()]
@@ -777,7 +793,7 @@ def _sample_negatives(
                 distance=distance,
             )
         )
-    return chosen, len(tried)
+    return chosen, len(draw.tried)
 
 
 def _sample_neutral(
@@ -802,15 +818,8 @@ def _sample_neutral(
         exclusion = exclusion | _exclusion(concept)
     chosen: list[NeutralItem] = []
     names: set[str] = set()
-    tried: set[int] = set()
-    while len(chosen) < n and len(tried) < min(max_tries, len(ids)):
-        index = rng.randrange(len(ids))
-        if index in tried:
-            continue
-        tried.add(index)
-        if ids[index] in exclusion.exact:
-            continue
-        candidate = wn.synset(ids[index])
+    draw = _CandidateDraw(wn, ids, rng, exclusion, max_tries)
+    for candidate in draw.take(lambda: len(chosen) < n):
         name = _clean(candidate.lemma_names()[0])
         lemmas = {_clean(x).lower() for x in candidate.lemma_names()}
         if name.lower() in names or lemmas & all_lemmas:
@@ -827,7 +836,8 @@ def _sample_neutral(
     if len(chosen) < n:
         raise ConceptError(
             f"found only {len(chosen)} of {n} neutral synsets at distance >= {min_distance} "
-            f"from every concept after {len(tried)} candidates; lower n_neutral or min_distance"
+            f"from every concept after {len(draw.tried)} candidates; "
+            "lower n_neutral or min_distance"
         )
     return chosen
 
