@@ -420,19 +420,16 @@ def hf_generate_one(lm: LoadedModel, wl: Workload, row: GenerationRow) -> tuple[
 
 
 def run_per_sample(lm: LoadedModel, wl: Workload, rows: Sequence[GenerationRow]) -> Measurement:
+    """The per-sample loop over ``rows``, timed as one repeat."""
     m = Measurement(rows=len(rows))
-    per_row: list[float] = []
     tokens = 0
     with gpu_peak(lm.device, m.extra):
+        sync(lm.device)
+        start = time.perf_counter()
         for row in rows:
-            sync(lm.device)
-            start = time.perf_counter()
-            _, n = hf_generate_one(lm, wl, row)
-            sync(lm.device)
-            per_row.append(time.perf_counter() - start)
-            tokens += n
-    m.add(sum(per_row), tokens)
-    m.extra["median_seconds_per_sample"] = _round(median(per_row))
+            tokens += hf_generate_one(lm, wl, row)[1]
+        sync(lm.device)
+        m.add(time.perf_counter() - start, tokens)
     return m
 
 
@@ -445,6 +442,49 @@ def interleaved(
         for name, fn in runs.items():
             out[name] = fn(out[name])
     return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass
+class Stream:
+    """A one-sample-at-a-time baseline, timed in chunks between the batched repeats."""
+
+    rows: list[GenerationRow]
+    run: Callable[[Sequence[GenerationRow]], Measurement]
+
+
+def contiguous_chunks(rows: Sequence[GenerationRow], k: int) -> list[list[GenerationRow]]:
+    """``k`` consecutive slices (of a stratified subset, so each mixes the strengths)."""
+    n = len(rows)
+    return [list(rows[i * n // k : (i + 1) * n // k]) for i in range(k)]
+
+
+def measure_side_by_side(
+    batched: dict[str, Callable[[Measurement | None], Measurement]],
+    streams: dict[str, Stream],
+    repeats: int,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Measurement]:
+    """Each repeat runs every batched variant over the whole grid, then one chunk of every
+    single-stream baseline: load that drifts during the run hits all of them alike. A
+    baseline's repeats are its chunks (its tokens/s is the median over chunks)."""
+    splits = {name: contiguous_chunks(st.rows, repeats) for name, st in streams.items()}
+    out: dict[str, Measurement] = {}
+    for r in range(repeats):
+        for name, fn in batched.items():
+            say(f"repeat {r + 1}/{repeats}: {name} batched")
+            out[name] = fn(out.get(name))
+        for name, st in streams.items():
+            part = splits[name][r]
+            if not part:
+                continue
+            say(f"repeat {r + 1}/{repeats}: {name}, {len(part)} samples")
+            m = st.run(part)
+            total = out.setdefault(name, Measurement(rows=len(st.rows)))
+            total.add(m.seconds[0], m.tokens[0])
+            for key, value in m.extra.items():
+                if key == "gpu_peak_bytes":
+                    total.extra[key] = max(total.extra.get(key, 0), value)
+    return out
 
 
 @contextlib.contextmanager
@@ -489,27 +529,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def section_batched(
-    lm: LoadedModel,
-    wl: Workload,
-    opts: BenchOptions,
-    other: LoadedModel | None = None,
-    say: Callable[[str], None] = lambda _m: None,
-) -> tuple[dict, dict[str, Measurement]]:
-    """Batched (and the other dtype, interleaved) against the per-sample HF loop."""
-    ours = dtype_name(lm.dtype)
-    runs: dict[str, Callable[[Measurement | None], Measurement]] = {
-        ours: lambda m: run_batched(lm, wl, m=m)
-    }
-    if other is not None:
-        runs[dtype_name(other.dtype)] = lambda m: run_batched(other, wl, m=m)
-    say(f"batched generation of {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens")
-    measured = interleaved(runs, opts.repeats)
-    subset = stratified_subset(wl, min(opts.per_sample_limit, len(wl.rows)))
-    say(f"per-sample HF generate on {len(subset)} of {len(wl.rows)} samples")
-    per_sample = run_per_sample(lm, wl, subset)
-    say(f"ours one row at a time on the same {len(subset)} samples")
-    single = run_batched(lm, wl, rows=subset, batch_size=1)
+    wl: Workload, measured: dict[str, Measurement], ours: str, subset: Sequence[GenerationRow]
+) -> dict:
+    """(a): batched (and the other dtype) against the per-sample HF loop, same rows."""
     batched = measured[ours]
+    per_sample = measured["per_sample"]
+    single = measured["one_row_at_a_time"]
     extrapolated = len(subset) < len(wl.rows)
     scale = len(wl.rows) / max(1, len(subset))
     per_sample.extra.update(
@@ -517,18 +542,15 @@ def section_batched(
             "timed_samples": len(subset),
             "of_samples": len(wl.rows),
             "extrapolated": extrapolated,
-            "estimated_seconds_all_samples": _round(per_sample.seconds[0] * scale, 2),
+            "estimated_seconds_all_samples": _round(sum(per_sample.seconds) * scale, 2),
             "how": "a loop of model.generate(do_sample=True, top_p, temperature, "
-            "max_new_tokens) per sample, steered with SteeringVector.apply(lm, strength)"
-            + (
-                f"; timed on {len(subset)} stratified samples and extrapolated by tokens/s"
-                if extrapolated
-                else ""
-            ),
+            "max_new_tokens) per sample, steered with SteeringVector.apply(lm, strength); "
+            f"{len(subset)} stratified samples in {len(per_sample.seconds)} chunks, one between "
+            "each pair of batched repeats; tokens/s is the median over chunks"
+            + (" and is extrapolated to all samples" if extrapolated else ""),
         }
     )
     single.extra.update({"timed_samples": len(subset), "batch_size": 1})
-    others = {k: v for k, v in measured.items() if k != ours}
     result = {
         "workload": wl.describe(),
         "dtype": ours,
@@ -542,11 +564,14 @@ def section_batched(
             ratio(single.tokens_per_second, per_sample.tokens_per_second), 3
         ),
     }
-    for name, m in others.items():  # the same rows in the other dtype, against the same loop
+    for name in (n for n in measured if n not in (ours, "per_sample", "one_row_at_a_time")):
+        if name.startswith("llama.cpp"):
+            continue
+        # the same rows in the other dtype, against the same loop
         result[f"ratio_batched_{name}_vs_per_sample_{ours}"] = _round(
-            ratio(m.tokens_per_second, per_sample.tokens_per_second), 3
+            ratio(measured[name].tokens_per_second, per_sample.tokens_per_second), 3
         )
-    return result, measured
+    return result
 
 
 def delta_by_strength(plan, gens: Sequence[Generation], embedder) -> dict[str, dict[str, float]]:
@@ -815,38 +840,53 @@ def steering_agreement(
     }
 
 
+def llama_threads(opts: BenchOptions) -> tuple[int, ...]:
+    return opts.llama_threads or tuple(sorted({1, max(1, torch.get_num_threads())}))
+
+
+def open_llamas(
+    lm: LoadedModel, gguf: Path, opts: BenchOptions, wl: Workload
+) -> tuple[dict[int, Any], bool]:
+    """One llama.cpp context per thread setting, warmed up."""
+    import llama_cpp
+
+    gpu = lm.device.type == "cuda" and bool(llama_cpp.llama_supports_gpu_offload())
+    llamas = {}
+    for t in llama_threads(opts):
+        llm = open_llama(gguf, t, gpu=gpu)
+        if int(llama_cpp.llama_model_n_layer(llm.model)) != lm.n_layers:
+            raise RuntimeError("the GGUF and the torch model have different layer counts")
+        run_llama(llm, wl.with_tokens(2), wl.rows[:1], lm.n_layers)  # warm-up
+        llamas[t] = llm
+    return llamas, gpu
+
+
 def section_llama(
     lm: LoadedModel,
     wl: Workload,
     opts: BenchOptions,
     gguf: Path,
-    ours: Measurement,
+    measured: dict[str, Measurement],
+    ours: str,
+    subset: Sequence[GenerationRow],
+    gpu: bool,
     say: Callable[[str], None] = lambda _m: None,
-    others: dict[str, Measurement] | None = None,
 ) -> dict:
+    """(b): our batched tokens/s against llama.cpp's single stream, and steering agreement."""
     import llama_cpp
 
-    subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
-    gpu = lm.device.type == "cuda" and bool(llama_cpp.llama_supports_gpu_offload())
-    threads = opts.llama_threads or tuple(sorted({1, max(1, torch.get_num_threads())}))
-    measured: dict[int, Measurement] = {}
-    n_layers = lm.n_layers
-    for t in threads:
-        llm = open_llama(gguf, t, gpu=gpu)
-        if int(llama_cpp.llama_model_n_layer(llm.model)) != n_layers:
-            raise RuntimeError("the GGUF and the torch model have different layer counts")
-        run_llama(llm, wl.with_tokens(2), subset[:1], n_layers)  # warm-up
-        say(f"llama.cpp single stream, {t} thread(s), {len(subset)} samples")
-        measured[t] = run_llama(llm, wl, subset, n_layers)
-        _close(llm)
-    best_t = max(measured, key=lambda t: measured[t].tokens_per_second or 0.0)
-    best = measured[best_t]
+    by_threads = {
+        int(k.split("/")[1]): m for k, m in measured.items() if k.startswith("llama.cpp/")
+    }
+    best_t = max(by_threads, key=lambda t: by_threads[t].tokens_per_second or 0.0)
+    best = by_threads[best_t]
     say("steering agreement between our hook and the llama.cpp control vector")
     llm = open_llama(gguf, best_t, logits_all=True, gpu=gpu)
     agreement = steering_agreement(
-        lm, llm, wl, opts.agreement_prompts, opts.agreement_tokens, n_layers
+        lm, llm, wl, opts.agreement_prompts, opts.agreement_tokens, lm.n_layers
     )
     _close(llm)
+    mine = measured[ours]
     return {
         "gguf": gguf.name,
         "llama_cpp_version": getattr(llama_cpp, "__version__", "unknown"),
@@ -855,19 +895,23 @@ def section_llama(
         f"temperature {wl.sampling.temperature}, top_p {wl.sampling.top_p}, top_k off, "
         f"min_p off, repeat penalty off, {wl.sampling.max_new_tokens} tokens; control vector "
         f"set per sample with llama_set_adapter_cvec at il={llama_layer_index(wl.layer)} "
-        f"(= our layer {wl.layer}); timed on {len(subset)} stratified samples",
+        f"(= our layer {wl.layer}); {len(subset)} stratified samples in chunks interleaved "
+        "with our batched repeats; the best thread count is compared",
         "layer_mapping": "our layer L = output of decoder layer L (0-based) = llama.cpp il=L; "
         "the cvec buffer starts at layer 1, so layer L's row is at offset (L-1)*n_embd",
-        "by_threads": {str(t): m.to_dict() for t, m in measured.items()},
+        "timed_samples": len(subset),
+        "by_threads": {str(t): m.to_dict() for t, m in sorted(by_threads.items())},
         "best_threads": best_t,
         "llama_cpp": best.to_dict(),
-        "ours_batched_tokens_per_second": _round(ours.tokens_per_second),
-        "ratio_ours_vs_llama_cpp": _round(ratio(ours.tokens_per_second, best.tokens_per_second), 3),
+        "ours_batched_tokens_per_second": _round(mine.tokens_per_second),
+        "ratio_ours_vs_llama_cpp": _round(ratio(mine.tokens_per_second, best.tokens_per_second), 3),
         **{
             f"ratio_ours_{name}_vs_llama_cpp": _round(
                 ratio(m.tokens_per_second, best.tokens_per_second), 3
             )
-            for name, m in (others or {}).items()
+            for name, m in measured.items()
+            if name not in (ours, "per_sample", "one_row_at_a_time")
+            and not name.startswith("llama.cpp")
         },
         "agreement": agreement,
     }
@@ -1294,38 +1338,68 @@ def run_bench(
             results["targets"] = evaluate_targets(sec)
             write_results(results, opts.out)
 
+        ours = dtype_name(lm.dtype)
         measured: dict[str, Measurement] = {}
-        other = None
-        if "batched" in sections or "dtype" in sections:
+        if {"batched", "dtype", "llama"} & set(sections):
             load = contention()
+            batched_runs: dict[str, Callable[[Measurement | None], Measurement]] = {
+                ours: lambda m: run_batched(lm, wl, m=m)
+            }
+            other = None
             if "dtype" in sections:
                 other, _ = other_precision(lm, config.model if workload.plan else None)
                 warm_up(other, wl)
-            value, measured = section_batched(lm, wl, opts, other, say)
-            checkpoint("batched", value, load)
+                batched_runs[dtype_name(other.dtype)] = lambda m: run_batched(other, wl, m=m)
+            streams: dict[str, Stream] = {}
+            subset = stratified_subset(wl, min(opts.per_sample_limit, len(wl.rows)))
+            if "batched" in sections:
+                streams["per_sample"] = Stream(subset, lambda rows: run_per_sample(lm, wl, rows))
+                streams["one_row_at_a_time"] = Stream(
+                    subset, lambda rows: run_batched(lm, wl, rows=rows, batch_size=1)
+                )
+            llamas: dict[int, Any] = {}
+            gguf = _gguf_for(config.model)
+            llama_reason = None
+            llama_subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
+            gpu = False
+            if "llama" in sections:
+                llama_reason = (
+                    "synthetic rows: the model is not the config's GGUF"
+                    if workload.plan is None
+                    else _llama_unavailable(gguf, wl)
+                )
+                if llama_reason is None:
+                    assert gguf is not None
+                    llamas, gpu = open_llamas(lm, gguf, opts, wl)
+                    for t, llm in llamas.items():
+                        streams[f"llama.cpp/{t}"] = Stream(
+                            llama_subset,
+                            lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers),
+                        )
+            say(
+                f"batched: {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens "
+                f"({', '.join(batched_runs)}), interleaved with {', '.join(streams) or 'nothing'}"
+            )
+            measured = measure_side_by_side(batched_runs, streams, opts.repeats, say)
+            for llm in llamas.values():
+                _close(llm)
+            if "batched" in sections:
+                checkpoint("batched", section_batched(wl, measured, ours, subset), load)
             if other is not None:
                 say("dtype: scoring Δ under each dtype")
                 checkpoint("dtype", section_dtype(lm, other, wl, measured, embedder), load)
                 del other
-        base = measured.get(dtype_name(lm.dtype))
-        if "llama" in sections:
-            gguf = _gguf_for(config.model)
-            reason = (
-                "synthetic rows: the model is not the config's GGUF"
-                if workload.plan is None
-                else _llama_unavailable(gguf, wl)
-            )
-            if reason:
-                sec["llama"] = {"skipped": reason}
-                results["notes"].append(f"llama.cpp section skipped: {reason}")
-            else:
-                load = contention()
-                if base is None:
-                    base = run_batched(lm, wl)
-                assert gguf is not None
-                others = {k: v for k, v in measured.items() if k != dtype_name(lm.dtype)}
-                value = section_llama(lm, wl, opts, gguf, base, say, others)
-                checkpoint("llama", value, load)
+            if "llama" in sections:
+                if llama_reason:
+                    sec["llama"] = {"skipped": llama_reason}
+                    results["notes"].append(f"llama.cpp section skipped: {llama_reason}")
+                else:
+                    assert gguf is not None
+                    value = section_llama(
+                        lm, wl, opts, gguf, measured, ours, llama_subset, gpu, say
+                    )
+                    checkpoint("llama", value, load)
+        base = measured.get(ours)
         if "tuning" in sections:
             load = contention()
             checkpoint("tuning", section_tuning(lm, wl, opts, say), load)

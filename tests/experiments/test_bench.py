@@ -157,6 +157,34 @@ def test_interleaved_alternates_the_runs():
     assert len(out["a"].seconds) == len(out["b"].seconds) == 3
 
 
+def test_single_stream_baselines_run_in_chunks_between_batched_repeats(tiny_lm):
+    wl = synthetic_workload(tiny_lm, n_concepts=2)
+    calls = []
+
+    def batched(m):
+        calls.append("batched")
+        m = m or Measurement(rows=len(wl.rows))
+        m.add(2.0, 100)
+        return m
+
+    def stream(rows):
+        calls.append(len(rows))
+        m = Measurement(rows=len(rows))
+        m.add(float(len(rows)), 10 * len(rows))
+        return m
+
+    subset = stratified_subset(wl, 7)
+    out = bench.measure_side_by_side(
+        {"fp32": batched}, {"loop": bench.Stream(subset, stream)}, repeats=3
+    )
+    assert calls == ["batched", 2, "batched", 2, "batched", 3]  # 7 samples in 3 chunks
+    loop = out["loop"]
+    assert loop.rows == 7 and loop.tokens == [20, 20, 30] and loop.tokens_per_second == 10.0
+    assert out["fp32"].seconds == [2.0, 2.0, 2.0]
+    chunks = bench.contiguous_chunks(subset, 3)
+    assert [r.key for c in chunks for r in c] == [r.key for r in subset]
+
+
 def test_stratified_subset_spreads_over_strengths(tiny_lm):
     wl = synthetic_workload(tiny_lm, n_concepts=3)
     subset = stratified_subset(wl, 6)
