@@ -248,13 +248,9 @@ def human_dir(run, results_dir: str | Path | None = None) -> Path:
 
 
 def _read_jsonl(text: str) -> list[dict]:
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("dropping a torn line in the generations file")
-    return records
+    from experiments.phase5 import parse_jsonl
+
+    return parse_jsonl(text)
 
 
 def load_generations(run, results_dir: str | Path | None = None) -> list[dict]:

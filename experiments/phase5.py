@@ -248,17 +248,19 @@ def score_generations(plan: Plan, gens, nll: list[float | None], embedder) -> li
     return records
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    """Records written so far; a torn last line from a crash is dropped, not fatal."""
-    if not path.exists():
-        return []
+def parse_jsonl(text: str) -> list[dict]:
+    """Records in a JSONL text; a torn last line from a crash is dropped, not fatal."""
     records = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            log.warning("dropping a torn line in %s (an interrupted write)", path)
+            log.warning("dropping a torn line in a generations file (an interrupted write)")
     return records
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return parse_jsonl(path.read_text()) if path.exists() else []
 
 
 def _append_jsonl(path: Path, records: list[dict]) -> None:
