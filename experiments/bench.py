@@ -1685,7 +1685,8 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
 
 def register(app) -> None:
     """Add ``steer-eval bench`` to the CLI."""
-    from experiments.cli import _setup_logging, console, friendly
+    from experiments.cli.common import console, friendly
+    from experiments.cli.common import setup_logging as _setup_logging
 
     @app.command("bench")
     @friendly

@@ -1013,7 +1013,7 @@ def register(app) -> None:
     """Add the ``human`` sub-app (export, rate, import) to the steer-eval CLI."""
     from rich.table import Table
 
-    from experiments.cli import console, friendly
+    from experiments.cli.common import console, friendly
 
     human = typer.Typer(
         help="Phase 5 Part B: blind human validation of Δ (export, rate, import).",

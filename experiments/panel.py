@@ -248,7 +248,7 @@ def run_panel_for(
 
 
 def register(app: typer.Typer) -> None:
-    from experiments.cli import console, friendly
+    from experiments.cli.common import console, friendly
 
     @app.command("panel")
     @friendly

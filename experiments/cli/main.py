@@ -1,136 +1,34 @@
-"""The ``steer-eval`` command line: one subcommand per job.
-
-Errors caused by the user's input (a bad config, a missing asset, an unknown run id)
-are printed as one clear message with exit code 2, never as a bare traceback.
-"""
+"""The core commands: assets, concepts, classifiers (Phase 4) and run (Phase 5 Part A)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import logging
-import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-app = typer.Typer(
-    help="Does a concept classifier's F1 predict how well its direction steers a model?",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+from experiments.cli.common import (
+    DEFAULT_CONFIG,
+    ConceptsOpt,
+    ConfigOpt,
+    LayerOpt,
+    ModelOpt,
+    SetOpt,
+    VerboseOpt,
+    console,
+    friendly,
+    resolve_config,
+    setup_logging,
 )
-console = Console(stderr=True)
-DEFAULT_CONFIG = Path("configs/phase5.yaml")
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean 'your input is wrong', shown without a traceback."""
-    from experiments.concepts import ConceptError
-    from experiments.config import ConfigError
-    from experiments.phase5 import RunError
-    from steering.assets import AssetError
-    from steering.models import LayerIndexError, ModelSpecError
-    from steering.probes import ProbeError
-
-    errors: list[type[BaseException]] = [
-        ConceptError,
-        ConfigError,
-        RunError,
-        AssetError,
-        LayerIndexError,
-        ModelSpecError,
-        ProbeError,
-        LookupError,
-        FileNotFoundError,
-    ]
-    try:
-        from metrics.embedder import EmbedderError
-
-        errors.append(EmbedderError)
-    except ImportError:  # pragma: no cover
-        pass
-    for module, name in (("judges", "JudgeError"), ("experiments.human", "HumanValidationError")):
-        with contextlib.suppress(ImportError, AttributeError):
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
-    return tuple(errors)
+def register(app: typer.Typer) -> None:
+    """Add the core commands to ``app``."""
+    for command in (assets, concepts, classifiers, run):
+        app.command()(friendly(command))
 
 
-def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except user_errors() as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/]: results written so far are kept")
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("transformers", "sentence_transformers", "httpx", "urllib3", "mlflow"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    try:
-        import transformers
-
-        transformers.utils.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
-
-
-ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="YAML experiment config")]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", help="override any field: --set generation.max_new_tokens=20"),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(help="'embedded', a Hugging Face id (google/gemma-3-4b-pt), a directory or .gguf"),
-]
-LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
-ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
-
-
-def resolve_config(
-    config: Path,
-    overrides: list[str] | None,
-    model: str | None = None,
-    layer: int | None = None,
-    concepts: int | None = None,
-):
-    from experiments.config import load_config
-
-    extra = list(overrides or [])
-    if model is not None:
-        extra.append(f"model={model}")
-    if layer is not None:
-        extra.append(f"layer={layer}")
-    if concepts is not None:
-        extra.append(f"concepts.limit={concepts}")
-    return load_config(config, extra)
-
-
-@app.command()
-@friendly
 def assets(
     no_wordnet: Annotated[
         bool, typer.Option(help="skip WordNet (only needed to rebuild concepts)")
@@ -146,8 +44,6 @@ def assets(
     console.print(table)
 
 
-@app.command()
-@friendly
 def concepts(
     out: Annotated[Path, typer.Option(help="where to write the concept graph JSON")] = Path(
         "data/concepts/wordnet_top10.json"
@@ -174,8 +70,6 @@ def concepts(
     )
 
 
-@app.command()
-@friendly
 def classifiers(
     config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,
@@ -186,7 +80,7 @@ def classifiers(
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from experiments.concepts import load_concepts
     from experiments.phase4 import train_classifiers
     from steering.models import load_model
@@ -217,8 +111,6 @@ def classifiers(
     )
 
 
-@app.command()
-@friendly
 def run(
     config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,
@@ -230,7 +122,7 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from experiments.phase5 import run_phase5
@@ -302,24 +194,3 @@ def _print_result(result) -> None:
     )
 
 
-def _register_optional() -> None:
-    """Sub-apps that live in their own modules (human validation, judge panel, bench)."""
-    for module in ("experiments.human", "experiments.panel", "experiments.bench"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        mod.register(app)
-
-
-_register_optional()
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

@@ -1,5 +1,8 @@
 """MLflow plumbing: the local store by default, provenance on every run.
 
+Every MLflow write of the suite goes through this package; :func:`tracked_run` is the
+one way to open a run, log into it and close it (FAILED on an error, KILLED on Ctrl-C).
+
 The default store is ``sqlite:///mlruns.db`` with artefacts under ``mlartifacts/``;
 ``MLFLOW_TRACKING_URI`` points everything elsewhere (a remote server, say).
 """
@@ -11,6 +14,8 @@ import logging
 import os
 import subprocess
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -188,3 +193,35 @@ def latest_parent_run(experiment: str, phase: str = "5") -> str:
         f"no finished Phase {phase} run in experiment {experiment!r} of {tracking_uri()}; "
         "run `make run` first"
     )
+
+
+@contextmanager
+def tracked_run(
+    experiment: str,
+    run_name: str,
+    *,
+    tags: dict[str, str] | None = None,
+    parent_run_id: str | None = None,
+    run_id: str | None = None,
+) -> Iterator[str]:
+    """Start a run (or reopen ``run_id``), yield its id, and always close it.
+
+    The run ends FINISHED when the block completes, KILLED on KeyboardInterrupt and
+    FAILED on any other exception, which is re-raised.
+    """
+    if run_id is None:
+        run_id = start_run(experiment, run_name, tags=tags, parent_run_id=parent_run_id)
+    else:
+        c = client()
+        c.update_run(run_id, "RUNNING")
+        for key, value in {**provenance_tags(), **(tags or {})}.items():
+            c.set_tag(run_id, key, value)
+    try:
+        yield run_id
+    except KeyboardInterrupt:
+        end_run(run_id, "KILLED")
+        raise
+    except BaseException:
+        end_run(run_id, "FAILED")
+        raise
+    end_run(run_id)

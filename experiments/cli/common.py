@@ -1,0 +1,124 @@
+"""What every ``steer-eval`` command shares: the console, error handling, options.
+
+Errors caused by the user's input (a bad config, a missing asset, an unknown run id)
+are printed as one clear message with exit code 2, never as a bare traceback.
+Only the ``experiments.cli`` package imports typer and rich.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+console = Console(stderr=True)
+DEFAULT_CONFIG = Path("configs/phase5.yaml")
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean 'your input is wrong', shown without a traceback."""
+    from experiments.concepts import ConceptError
+    from experiments.config import ConfigError
+    from experiments.phase5 import RunError
+    from steering.assets import AssetError
+    from steering.models import LayerIndexError, ModelSpecError
+    from steering.probes import ProbeError
+
+    errors: list[type[BaseException]] = [
+        ConceptError,
+        ConfigError,
+        RunError,
+        AssetError,
+        LayerIndexError,
+        ModelSpecError,
+        ProbeError,
+        LookupError,
+        FileNotFoundError,
+    ]
+    try:
+        from metrics.embedder import EmbedderError
+
+        errors.append(EmbedderError)
+    except ImportError:  # pragma: no cover
+        pass
+    for module, name in (("judges", "JudgeError"), ("experiments.human", "HumanValidationError")):
+        with contextlib.suppress(ImportError, AttributeError):
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+    return tuple(errors)
+
+
+def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except user_errors() as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/]: results written so far are kept")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("transformers", "sentence_transformers", "httpx", "urllib3", "mlflow"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="YAML experiment config")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="override any field: --set generation.max_new_tokens=20"),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(help="'embedded', a Hugging Face id (google/gemma-3-4b-pt), a directory or .gguf"),
+]
+LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
+ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
+
+
+def resolve_config(
+    config: Path,
+    overrides: list[str] | None,
+    model: str | None = None,
+    layer: int | None = None,
+    concepts: int | None = None,
+):
+    from experiments.config import load_config
+
+    extra = list(overrides or [])
+    if model is not None:
+        extra.append(f"model={model}")
+    if layer is not None:
+        extra.append(f"layer={layer}")
+    if concepts is not None:
+        extra.append(f"concepts.limit={concepts}")
+    return load_config(config, extra)
+
+

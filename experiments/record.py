@@ -1,0 +1,111 @@
+"""The versioned run record: the typed contract between a run and everything after it.
+
+A finished Phase 5 run writes one :class:`RunRecord` (``steering_results.json`` in its
+run folder and as an MLflow artefact). Human validation, the judge panel, rescoring and
+the calibration study read runs through it, never through MLflow parameter strings.
+``version`` changes whenever a field changes meaning; an older or newer record fails
+with a message instead of being half-read.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from experiments.config import ExperimentConfig
+from metrics.criteria import CriterionResult
+
+RECORD_FORMAT = "steer-eval/phase5-run"
+RECORD_VERSION = 2  # 1 was the untyped steering_results.json of the first release
+
+
+class RecordError(ValueError):
+    """A run record is unreadable, of another format, or of an unsupported version."""
+
+
+class CriterionRecord(BaseModel):
+    """One criterion's verdict as stored; mirrors :class:`metrics.criteria.CriterionResult`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    description: str
+    status: str
+    value: float | None
+    threshold: float
+    reason: str
+
+    @classmethod
+    def of(cls, result: CriterionResult) -> CriterionRecord:
+        return cls(**result.to_dict())
+
+    def result(self) -> CriterionResult:
+        return CriterionResult(**self.model_dump())  # type: ignore[arg-type]
+
+
+class RunRecord(BaseModel):
+    """What a finished run measured, with the config that produced it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["steer-eval/phase5-run"] = RECORD_FORMAT
+    version: int = RECORD_VERSION
+    run_id: str
+    experiment: str
+    config: ExperimentConfig
+    model_id: str
+    layer: int
+    alpha: float
+    beta: float
+    classifier_run_id: str | None = None
+    classifier_dir: str | None = None
+    predictors: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict, description="per concept: the classifier's held-out metrics"
+    )
+    per_strength: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    per_concept: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    criteria: dict[str, CriterionRecord] = Field(default_factory=dict)
+    statistics: dict[str, dict] = Field(
+        default_factory=dict, description="correlations and other figures behind criteria"
+    )
+    diagnostics: dict[str, object] = Field(default_factory=dict)
+    n_generations: int = 0
+    timings: dict[str, float] = Field(default_factory=dict)
+    tokens_per_second: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str, source: str = "run record") -> RunRecord:
+        import json
+
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RecordError(f"{source} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+            raise RecordError(
+                f"{source} is not a {RECORD_FORMAT} record (a run from an older release?); "
+                f"rescore it with `steer-eval rescore <run id>`"
+            )
+        if data.get("version") != RECORD_VERSION:
+            raise RecordError(
+                f"{source} is record version {data.get('version')}, this release reads "
+                f"version {RECORD_VERSION}; rescore it with `steer-eval rescore <run id>`"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise RecordError(f"{source} does not match the run record schema: {exc}") from exc
+
+    def criterion(self, key: str) -> CriterionResult | None:
+        stored = self.criteria.get(key)
+        return stored.result() if stored is not None else None
+
+    def set_criterion(self, result: CriterionResult) -> None:
+        self.criteria[result.key] = CriterionRecord.of(result)
+
+    def f1(self) -> dict[str, float]:
+        """The per-concept predictor the seed's criterion 3 uses (held-out F1)."""
+        return {
+            k: float(v["f1"]) for k, v in self.predictors.items() if v.get("f1") is not None
+        }

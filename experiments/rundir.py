@@ -1,0 +1,182 @@
+"""The run folder: every path under ``<results_dir>/<run id>/`` and how to read it.
+
+One object owns the layout, so Phase 5, rescoring, human validation, the panel and
+the calibration study never spell a file name themselves. Generations (model output)
+and scores (everything computed from the text) live in separate JSONL files, so
+``steer-eval rescore`` can recompute every metric without a model forward pass.
+JSONL appends are fsynced per batch; a torn last line from a crash is dropped on read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentConfig
+    from experiments.record import RunRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESULTS_DIR = "results/phase5"
+# The parent run's tag that remembers where its folder is (so resume never guesses).
+RUN_DIR_TAG = "steer_eval.run_dir"
+
+
+class RunDirError(LookupError):
+    """A run's local folder or one of its files is missing; the message says what to do."""
+
+
+def parse_jsonl(text: str) -> list[dict]:
+    """Records in a JSONL text; a torn last line from a crash is dropped, not fatal."""
+    records = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("dropping a torn line in a JSONL file (an interrupted write)")
+    return records
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return parse_jsonl(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def append_jsonl(path: Path, records: Iterable[dict]) -> None:
+    """Append and fsync, so a finished batch survives a crash."""
+    with path.open("a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
+    """Write through a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    """``<root>/<run_id>/``: the files of one Phase 5 (or study) run."""
+
+    CONFIG = "config.yaml"
+    GENERATIONS = "generations.jsonl"
+    SCORES = "scores.jsonl"
+    RECORD = "steering_results.json"
+    SUMMARY = "summary.md"
+    CRITERIA = "criteria.csv"
+    CENTROIDS = "centroid_texts.json"
+    CRITERION4 = "criterion4.json"
+    HUMAN = "human"
+
+    def __init__(self, root: str | Path, run_id: str) -> None:
+        self.root = Path(root)
+        self.run_id = run_id
+        self.path = self.root / run_id
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ locating
+
+    @classmethod
+    def locate(cls, run, results_dir: str | Path | None = None) -> RunDir:
+        """The folder of an MLflow run: explicit root, else the run's own tag, else its
+        config's ``tracking.results_dir``, else the default."""
+        run_id = run.info.run_id
+        if results_dir is not None:
+            return cls(results_dir, run_id)
+        tagged = run.data.tags.get(RUN_DIR_TAG)
+        if tagged:
+            path = Path(tagged)
+            return cls(path.parent, run_id)
+        root = run.data.params.get("config.tracking.results_dir")
+        if root is None:
+            root = run.data.params.get("results_dir", DEFAULT_RESULTS_DIR)
+        return cls(root, run_id)
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def create(self) -> RunDir:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def human(self) -> Path:
+        return self.path / self.HUMAN
+
+    # ------------------------------------------------------------------ config
+
+    def write_config(self, config: ExperimentConfig) -> None:
+        from experiments.config import dump_config
+
+        atomic_write_text(self.file(self.CONFIG), dump_config(config))
+
+    def load_config(self) -> ExperimentConfig:
+        from experiments.config import load_config
+
+        path = self.file(self.CONFIG)
+        if not path.exists():
+            raise RunDirError(
+                f"run {self.run_id} has no local results under {self.path}; it cannot be "
+                "resumed or rescored from this machine (pass --results-dir if it lives elsewhere)"
+            )
+        return load_config(path)
+
+    # ------------------------------------------------------------------ JSONL stores
+
+    def read_generations(self) -> list[dict]:
+        return read_jsonl(self.file(self.GENERATIONS))
+
+    def append_generations(self, records: Iterable[dict]) -> None:
+        append_jsonl(self.file(self.GENERATIONS), records)
+
+    def read_scores(self) -> list[dict]:
+        return read_jsonl(self.file(self.SCORES))
+
+    def write_scores(self, records: Iterable[dict]) -> None:
+        """Scores are derived data: rewritten whole (atomically) on every scoring pass."""
+        atomic_write_text(
+            self.file(self.SCORES), "".join(json.dumps(r) + "\n" for r in records)
+        )
+
+    # ------------------------------------------------------------------ record
+
+    def write_record(self, record: RunRecord) -> Path:
+        path = self.file(self.RECORD)
+        atomic_write_text(path, record.model_dump_json(indent=1))
+        return path
+
+    def read_record(self) -> RunRecord:
+        from experiments.record import RunRecord
+
+        path = self.file(self.RECORD)
+        if not path.exists():
+            raise RunDirError(
+                f"run {self.run_id} has no {self.RECORD} under {self.path}; is it a finished run?"
+            )
+        return RunRecord.parse(path.read_text(encoding="utf-8"), source=str(path))
+
+    def write_json(self, name: str, data: object) -> Path:
+        path = self.file(name)
+        atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
+        return path
