@@ -159,6 +159,15 @@ class RunDir:
             self.file(self.SCORES), "".join(json.dumps(r) + "\n" for r in records)
         )
 
+    def read_scored(self) -> list[dict]:
+        """Each generation joined with its scores (by ``key``), in generation order.
+
+        Generations without scores are left out: a run that crashed between generating
+        and scoring is rescored (``steer-eval rescore``) before anything reads it.
+        """
+        scores = {r["key"]: r for r in self.read_scores()}
+        return [{**g, **scores[g["key"]]} for g in self.read_generations() if g["key"] in scores]
+
     # ------------------------------------------------------------------ record
 
     def write_record(self, record: RunRecord) -> Path:
