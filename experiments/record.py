@@ -106,6 +106,4 @@ class RunRecord(BaseModel):
 
     def f1(self) -> dict[str, float]:
         """The per-concept predictor the seed's criterion 3 uses (held-out F1)."""
-        return {
-            k: float(v["f1"]) for k, v in self.predictors.items() if v.get("f1") is not None
-        }
+        return {k: float(v["f1"]) for k, v in self.predictors.items() if v.get("f1") is not None}

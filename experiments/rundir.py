@@ -155,9 +155,7 @@ class RunDir:
 
     def write_scores(self, records: Iterable[dict]) -> None:
         """Scores are derived data: rewritten whole (atomically) on every scoring pass."""
-        atomic_write_text(
-            self.file(self.SCORES), "".join(json.dumps(r) + "\n" for r in records)
-        )
+        atomic_write_text(self.file(self.SCORES), "".join(json.dumps(r) + "\n" for r in records))
 
     def read_scored(self) -> list[dict]:
         """Each generation joined with its scores (by ``key``), in generation order.

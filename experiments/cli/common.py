@@ -30,7 +30,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'your input is wrong', shown without a traceback."""
     from experiments.concepts import ConceptError
     from experiments.config import ConfigError
-    from experiments.phase5 import RunError
+    from experiments.pipeline.run import RunError
+    from experiments.record import RecordError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
     from steering.probes import ProbeError
@@ -39,6 +40,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         ConceptError,
         ConfigError,
         RunError,
+        RecordError,
         AssetError,
         LayerIndexError,
         ModelSpecError,
@@ -120,5 +122,3 @@ def resolve_config(
     if concepts is not None:
         extra.append(f"concepts.limit={concepts}")
     return load_config(config, extra)
-
-

@@ -25,7 +25,7 @@ from experiments.cli.common import (
 
 def register(app: typer.Typer) -> None:
     """Add the core commands to ``app``."""
-    for command in (assets, concepts, classifiers, run):
+    for command in (assets, concepts, classifiers, run, rescore):
         app.command()(friendly(command))
 
 
@@ -57,7 +57,7 @@ def concepts(
     min_distance: Annotated[int, typer.Option(help="minimum WordNet path distance")] = 5,
 ) -> None:
     """Build the WordNet concept graph (relations, distant negatives, neutral pool)."""
-    from experiments.concepts import build_concept_graph
+    from experiments.wordnet import build_concept_graph
 
     ids = [s.strip() for s in synsets.split(",") if s.strip()] if synsets else None
     graph = build_concept_graph(
@@ -82,7 +82,7 @@ def classifiers(
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
     setup_logging(verbose)
     from experiments.concepts import load_concepts
-    from experiments.phase4 import train_classifiers
+    from experiments.pipeline.probes import train_classifiers
     from steering.models import load_model
 
     overrides = list(set_ or []) + ([f"classifier.train={train}"] if train else [])
@@ -119,13 +119,17 @@ def run(
     concepts: ConceptsOpt = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="tokens to generate per row")] = None,
     resume: Annotated[str | None, typer.Option(help="finish an interrupted run by its id")] = None,
+    results_dir: Annotated[
+        Path | None,
+        typer.Option(help="with --resume: the results folder, if the run's own tag is stale"),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
     setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from experiments.phase5 import run_phase5
+    from experiments.pipeline.run import run_phase5
 
     overrides = list(set_ or [])
     if max_new_tokens is not None:
@@ -154,8 +158,29 @@ def run(
             on_batch=on_batch,
             on_step=on_step,
             progress=lambda msg: progress.console.print(f"[dim]{msg}"),
+            results_dir=results_dir,
         )
     _print_result(result)
+
+
+def rescore(
+    run_id: Annotated[str, typer.Argument(help="a finished Phase 5 run id")],
+    results_dir: Annotated[
+        Path | None, typer.Option(help="the results folder (default: the run's own)")
+    ] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Recompute every score, criterion and log of a run from its saved texts (no model)."""
+    import time
+
+    setup_logging(verbose)
+    from experiments.pipeline.run import rescore as rescore_run
+
+    start = time.perf_counter()
+    with console.status(f"rescoring {run_id}"):
+        result = rescore_run(run_id, results_dir=results_dir)
+    _print_result(result)
+    console.print(f"rescored in {time.perf_counter() - start:.1f} s")
 
 
 def _print_result(result) -> None:
@@ -192,5 +217,3 @@ def _print_result(result) -> None:
         f"{result.tokens_per_second:.1f} generated tokens/s; results in "
         f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
     )
-
-

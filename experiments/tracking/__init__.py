@@ -225,3 +225,18 @@ def tracked_run(
         end_run(run_id, "FAILED")
         raise
     end_run(run_id)
+
+
+def overwrite_table(run_id: str, table, name: str) -> None:
+    """Log ``table`` as an MLflow table, replacing an earlier one of the same name
+    (``log_table`` would append to it); the file format is log_table's own."""
+    import tempfile
+
+    c = client()
+    if name not in {f.path for f in c.list_artifacts(run_id)}:
+        c.log_table(run_id, table, name)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        table.to_json(path, orient="split", index=False, date_format="iso")
+        c.log_artifact(run_id, str(path))

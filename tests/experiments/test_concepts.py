@@ -14,13 +14,11 @@ from experiments.concepts import (
     ALL_RELATIONS,
     ConceptError,
     ConceptGraph,
-    build_concept_graph,
     concept_words,
     load_concepts,
     mentions,
-    path_distance,
-    top_synsets,
 )
+from experiments.wordnet import build_concept_graph, path_distance, top_synsets
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "data" / "concepts" / "wordnet_top10.json"

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.analysis import (
+from experiments.config import CriteriaConfig
+from experiments.pipeline.analyse import (
     add_paired_shifts,
     cell_metrics,
     concept_magnitudes,
@@ -20,7 +21,6 @@ from experiments.analysis import (
     per_strength,
     strength_label,
 )
-from experiments.config import CriteriaConfig
 from metrics.criteria import C1_DIRECTION, C2_MAGNITUDE, C3_F1, C4_HUMAN
 from metrics.stats import Correlation, NotEvaluable
 

@@ -1,4 +1,4 @@
-"""Phase 4: one linear probe per concept, scored by F1 on held-out prompts.
+"""Stage: the probe set (Phase 4), one linear probe per concept, scored on held-out prompts.
 
 Classifiers live under ``<classifier.dir>/<model>_L<layer>_<train>_seed<seed>/`` as
 portable JSON (weight, bias, layer, model id, training set), with an ``index.json``
@@ -38,7 +38,7 @@ PROBE_RECIPE = "centred-v2"
 
 
 @dataclass
-class ClassifierSet:
+class ProbeSet:
     directory: Path
     probes: dict[str, LinearProbe]
     run_id: str | None = None
@@ -62,7 +62,7 @@ def probe_path(directory: Path, synset: str) -> Path:
 
 def load_classifiers(
     config: ExperimentConfig, graph: ConceptGraph, model_id: str, layer: int
-) -> ClassifierSet:
+) -> ProbeSet:
     """Load every concept's classifier, or say which are missing and how to make them."""
     directory = classifier_dir(config, model_id, layer)
     missing = [c.synset for c in graph.concepts if not probe_path(directory, c.synset).exists()]
@@ -76,7 +76,7 @@ def load_classifiers(
         probe = LinearProbe.load(probe_path(directory, concept.synset))
         probe.check_compatible(model_id, layer)
         probes[concept.synset] = probe
-    return ClassifierSet(directory, probes)
+    return ProbeSet(directory, probes)
 
 
 def _confusion_figure(probes: dict[str, LinearProbe]):
@@ -112,7 +112,7 @@ def train_classifiers(
     graph: ConceptGraph,
     layer: int,
     concept_file: str | None = None,
-) -> ClassifierSet:
+) -> ProbeSet:
     """Train, evaluate, save and log one probe per concept (one MLflow run per call)."""
     started = time.perf_counter()
     spec = TrainSpec.parse(config.classifier.train)
@@ -163,7 +163,7 @@ def train_classifiers(
         "mean": _means(probes),
     }
     (directory / "index.json").write_text(json.dumps(index, indent=2))
-    result = ClassifierSet(directory, probes, seconds=seconds)
+    result = ProbeSet(directory, probes, seconds=seconds)
     result.run_id = _log_run(config, lm, graph, layer, result, eval_sets)
     return result
 
@@ -178,16 +178,15 @@ def _means(probes: dict[str, LinearProbe]) -> dict[str, float]:
     return out
 
 
-def _log_run(config, lm, graph, layer, result: ClassifierSet, eval_sets) -> str:
+def _log_run(config, lm, graph, layer, result: ProbeSet, eval_sets) -> str:
     import pandas as pd
 
-    run_id = tracking.start_run(
+    with tracking.tracked_run(
         config.tracking.classifier_experiment,
         f"classifiers-{config.classifier.train}-L{layer}",
         tags={"phase": "4"},
-    )
-    c = tracking.client()
-    try:
+    ) as run_id:
+        c = tracking.client()
         tracking.log_params(
             run_id,
             {
@@ -233,16 +232,12 @@ def _log_run(config, lm, graph, layer, result: ClassifierSet, eval_sets) -> str:
         fig = _confusion_figure(result.probes)
         c.log_figure(run_id, fig, "confusion_matrices.png")
         plt.close(fig)
-        tracking.end_run(run_id)
-    except BaseException:
-        tracking.end_run(run_id, "FAILED")
-        raise
     return run_id
 
 
 def ensure_classifiers(
     config: ExperimentConfig, lm: LoadedModel, graph: ConceptGraph, layer: int
-) -> ClassifierSet:
+) -> ProbeSet:
     """Reuse the classifiers this config needs, training them only when missing."""
     try:
         return load_classifiers(config, graph, lm.model_id, layer)

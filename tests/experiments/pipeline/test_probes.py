@@ -10,7 +10,7 @@ import pytest
 from experiments import tracking
 from experiments.concepts import load_concepts
 from experiments.config import load_config
-from experiments.phase4 import (
+from experiments.pipeline.probes import (
     classifier_dir,
     ensure_classifiers,
     load_classifiers,

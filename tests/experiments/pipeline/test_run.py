@@ -8,7 +8,12 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.phase5 import GENERATIONS_FILE, RunError, row_seed, run_phase5
+from experiments.pipeline.plan import row_seed
+from experiments.pipeline.run import rescore, run_phase5
+from experiments.record import RECORD_VERSION, RunRecord
+from experiments.rundir import RunDir
+
+GENERATIONS_FILE = RunDir.GENERATIONS
 
 pytestmark = pytest.mark.integration
 
@@ -146,5 +151,41 @@ def test_resume_of_an_unknown_run_is_a_clear_error(mlflow_store, tmp_path):
 
 def test_resume_without_local_results_is_a_clear_error(finished, tmp_path):
     _, result = finished
-    with pytest.raises(RunError, match="cannot be resumed"):
-        run_phase5(small_config(tmp_path), resume=result.run_id)
+    with pytest.raises(LookupError, match="cannot be resumed"):
+        run_phase5(resume=result.run_id, results_dir=tmp_path / "elsewhere")
+
+
+def test_the_run_remembers_its_own_folder(finished):
+    """Resume and rescore find a run started with a non-default results folder."""
+    config, result = finished
+    run = tracking.get_run(result.run_id)
+    located = RunDir.locate(run)
+    assert located.path == result.results_dir.resolve()
+    assert located.load_config() == config
+
+
+def test_the_record_is_typed_and_versioned(finished):
+    config, result = finished
+    text = (result.results_dir / RunDir.RECORD).read_text()
+    record = RunRecord.parse(text)
+    assert record.version == RECORD_VERSION and record.format == "steer-eval/phase5-run"
+    assert record.config == config
+    assert record.n_generations == 18 and record.layer == 9
+    assert set(record.predictors) == set(result.records["concept"])
+    assert record.criteria["c4_human"].status == "pending"
+    assert record.criteria["c1_direction"].threshold == config.criteria.direction_min_fraction
+
+
+def test_scores_live_beside_generations_and_rescore_reproduces_them(finished, embedder):
+    _, result = finished
+    run_dir = RunDir.locate(tracking.get_run(result.run_id))
+    generations = run_dir.read_generations()
+    scores = run_dir.read_scores()
+    assert {g["key"] for g in generations} == {s["key"] for s in scores}
+    assert "delta" not in generations[0] and "text" not in scores[0]
+    before = {s["key"]: s for s in scores}
+    again = rescore(result.run_id, embedder=embedder)
+    after = {s["key"]: s for s in run_dir.read_scores()}
+    assert after == before  # bit-identical: same texts, same chunks, same centroids
+    assert again.record.criteria == result.record.criteria
+    assert tracking.get_run(result.run_id).data.tags["rescored"] == "true"

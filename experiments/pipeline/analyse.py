@@ -1,7 +1,7 @@
-"""Phase 5 analysis: from per-generation records to cells, aggregates and criteria.
+"""Stage: the criteria report, from scored generations to cells, aggregates and criteria.
 
-Pure functions of a records table, so they are tested without a model and rerun
-identically on resume.
+Pure functions of a records table (generations joined with their scores), so they are
+tested without a model and rerun identically on resume and rescore.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def concept_magnitudes(records: pd.DataFrame, at: float | None = None) -> dict[s
 
 
 @dataclass
-class Criteria:
+class CriteriaReport:
     results: dict[str, CriterionResult]
     f1_correlation: Correlation | NotEvaluable
 
@@ -113,7 +113,7 @@ def evaluate_criteria(
     f1_by_concept: dict[str, float],
     cfg: CriteriaConfig,
     human: Correlation | NotEvaluable | None = None,
-) -> Criteria:
+) -> CriteriaReport:
     """The seed's four success criteria; criterion 4 is pending until Part B or C."""
     steered = records[(records["strength"] != 0) & records["shift"].notna()]
     c1 = direction_criterion(
@@ -133,7 +133,7 @@ def evaluate_criteria(
     corr = pearson([f1_by_concept[k] for k in shared], [magnitudes[k] for k in shared])
     c4 = human_criterion(human, pass_r=cfg.human_r_pass, panel_r=cfg.human_r_panel)
     results = {r.key: r for r in (c1, c2, c3, c4)}
-    return Criteria(results, corr)
+    return CriteriaReport(results, corr)
 
 
 def criteria_metrics(criteria: dict[str, CriterionResult]) -> dict[str, float | None]:

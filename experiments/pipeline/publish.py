@@ -1,0 +1,265 @@
+"""Stage: the run record, and everything a finished run writes and logs.
+
+From the criteria report this builds the typed :class:`~experiments.record.RunRecord`,
+writes the run folder's summary, criteria table and figures, and logs the parent run's
+metrics, tags and artefacts plus one child run per concept × strength. Publishing
+again (after a resume or a rescore) updates what is there instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from experiments import tracking
+from experiments.pipeline.analyse import (
+    CriteriaReport,
+    cell_metrics,
+    concept_magnitudes,
+    criteria_metrics,
+    per_strength,
+    strength_label,
+)
+from experiments.pipeline.context import RunContext
+from experiments.pipeline.report import plots, summary_markdown
+from experiments.record import CriterionRecord, RunRecord
+from experiments.rundir import RUN_DIR_TAG, RunDir
+
+log = logging.getLogger(__name__)
+
+CHILD_TABLE_COLUMNS = [
+    "prompt",
+    "sample",
+    "text",
+    "delta",
+    "core_sim",
+    "boundary_sim",
+    "neg_sim",
+    "concept_term_count",
+    "related_term_count",
+    "perplexity",
+    "shift",
+    "label",
+]
+PER_STRENGTH_METRICS = (
+    "delta_mean",
+    "delta_std",
+    "magnitude_mean",
+    "direction_accuracy",
+    "concept_term_count_mean",
+    "near_empty_fraction",
+    "distinct_2_mean",
+    "perplexity_median",
+    "echo_fraction",
+)
+
+
+def numeric_metrics(metrics: dict) -> dict[str, float | None]:
+    """A probe's metrics without the nested confusion matrix."""
+    return {
+        k: (None if v is None else float(v))
+        for k, v in metrics.items()
+        if v is None or isinstance(v, int | float)
+    }
+
+
+def parent_params(ctx: RunContext, n_concepts: int) -> dict:
+    config = ctx.config
+    return {
+        "model": ctx.model_id,
+        "layer": ctx.layer,
+        "mode": config.steering.mode,
+        "vector_source": config.steering.vector_source,
+        "strengths": config.steering.strengths,
+        "seed": config.seed,
+        "config_hash": config.config_hash(),
+        "alpha": round(ctx.alpha, 3),
+        "beta": config.steering.beta,
+        "n_concepts": n_concepts,
+        "max_new_tokens": config.generation.max_new_tokens,
+        "greedy": config.generation.greedy,
+        "embedding": config.embedding.model,
+        "train": config.classifier.train,
+    }
+
+
+def start_parent(ctx: RunContext, results_root: str) -> str:
+    """Open the parent run, log its parameters and remember where its folder lives."""
+    from pathlib import Path
+
+    config = ctx.config
+    run_id = tracking.start_run(
+        config.tracking.experiment,
+        f"{config.name} {config.steering.vector_source} {config.steering.mode} L{ctx.layer}",
+        tags={"phase": "5"},
+    )
+    tracking.log_params(run_id, parent_params(ctx, len(ctx.graph.concepts)))
+    tracking.log_params(run_id, {f"config.{k}": v for k, v in config.flat().items()})
+    tracking.client().set_tag(run_id, RUN_DIR_TAG, str((Path(results_root) / run_id).resolve()))
+    return run_id
+
+
+def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -> int:
+    """One child run per concept × strength. Existing children (from a resumed run) are
+    kept; with ``update`` (a rescore) their metrics and tables are replaced."""
+    experiment = ctx.config.tracking.experiment
+    existing = {
+        r.data.tags.get("cell"): r.info.run_id for r in tracking.child_runs(ctx.run_id, experiment)
+    }
+    c = tracking.client()
+    logged = 0
+    for (synset, strength), cell in records.groupby(["concept", "strength"], sort=True):
+        cell_key = f"{synset}|{strength:+.3f}"
+        if cell_key in existing and not update:
+            continue
+        metrics = cell_metrics(cell)
+        metrics["classifier_f1"] = ctx.f1.get(synset)
+        table = cell[CHILD_TABLE_COLUMNS].reset_index(drop=True)
+        if cell_key in existing:
+            child = existing[cell_key]
+            tracking.log_metrics(child, metrics)
+            tracking.overwrite_table(child, table, "generations.json")
+            continue
+        name = ctx.graph.get(synset).name
+        with tracking.tracked_run(
+            experiment,
+            f"{name} s={strength:+g}",
+            parent_run_id=ctx.run_id,
+            tags={"cell": cell_key, "phase": "5"},
+        ) as child:
+            tracking.log_params(
+                child,
+                {
+                    "concept": synset,
+                    "strength": strength,
+                    "model": ctx.model_id,
+                    "layer": ctx.layer,
+                    "mode": ctx.config.steering.mode,
+                    "vector_source": ctx.config.steering.vector_source,
+                    "beta": ctx.config.steering.beta,
+                    "seed": ctx.config.seed,
+                },
+            )
+            tracking.log_metrics(child, metrics)
+            c.log_table(child, table, "generations.json")
+        logged += 1
+    return logged
+
+
+def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for strength, values in agg.items():
+        label = strength_label(strength)
+        for key in PER_STRENGTH_METRICS:
+            out[f"{key}/s_{label}"] = values.get(key)
+    return out
+
+
+def build_record(
+    ctx: RunContext,
+    records: pd.DataFrame,
+    report: CriteriaReport,
+    timings: dict[str, float],
+    tokens_per_second: float,
+    previous: RunRecord | None = None,
+) -> RunRecord:
+    """The typed record; criteria set later (criterion 4 from Parts B and C) are kept."""
+    agg = per_strength(records)
+    magnitudes = concept_magnitudes(records)
+    criteria = {k: CriterionRecord.of(v) for k, v in report.results.items()}
+    if previous is not None:  # Parts B and C's verdicts outlive a rescore
+        for key, stored in previous.criteria.items():
+            if key.startswith("c4") and stored.status != "pending":
+                criteria[key] = stored
+    return RunRecord(
+        run_id=ctx.run_id,
+        experiment=ctx.config.tracking.experiment,
+        config=ctx.config,
+        model_id=ctx.model_id,
+        layer=ctx.layer,
+        alpha=ctx.alpha,
+        beta=ctx.config.steering.beta,
+        classifier_run_id=ctx.classifier_run_id,
+        classifier_dir=ctx.classifier_dir,
+        predictors=ctx.predictors,
+        per_strength={str(k): v for k, v in agg.items()},
+        per_concept={k: {"magnitude": v} for k, v in magnitudes.items()},
+        criteria=criteria,
+        statistics={"f1_vs_magnitude": report.f1_correlation.to_dict()},
+        n_generations=len(records),
+        timings=dict(timings),
+        tokens_per_second=tokens_per_second,
+    )
+
+
+def publish(
+    ctx: RunContext,
+    run_dir: RunDir,
+    records: pd.DataFrame,
+    report: CriteriaReport,
+    timings: dict[str, float],
+    tokens_per_second: float,
+    generation_seconds: float,
+    update_children: bool = False,
+) -> RunRecord:
+    """Write the run folder's views and the record, and log everything to MLflow."""
+    import matplotlib.pyplot as plt
+
+    previous = None
+    if run_dir.file(RunDir.RECORD).exists():
+        try:
+            previous = run_dir.read_record()
+        except (LookupError, ValueError):
+            previous = None
+    agg = per_strength(records)
+    magnitudes = concept_magnitudes(records)
+    n_children = log_children(ctx, records, update=update_children)
+    metrics = strength_metrics(agg)
+    metrics.update(criteria_metrics(report.results))
+    f1c = report.f1_correlation
+    if f1c.evaluable:
+        metrics.update(
+            {
+                "f1_vs_magnitude/r": f1c.r,
+                "f1_vs_magnitude/p_value": f1c.p_value,
+                "f1_vs_magnitude/ci_low": f1c.ci_low,
+                "f1_vs_magnitude/ci_high": f1c.ci_high,
+            }
+        )
+    metrics["mean_classifier_f1"] = float(np.mean(list(ctx.f1.values())))
+    if generation_seconds > 0:
+        metrics["generation/tokens_per_second"] = tokens_per_second
+        metrics["generation/seconds"] = generation_seconds
+    metrics["n_generations"] = float(len(records))
+    c = tracking.client()
+    c.set_tag(
+        ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in report.results.items())
+    )
+    for key, value in report.results.items():
+        c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
+    record = build_record(ctx, records, report, timings, tokens_per_second, previous)
+    run_dir.write_record(record)
+    summary = summary_markdown(
+        ctx.run_id, ctx, agg, report.results, tokens_per_second, sum(timings.values())
+    )
+    (run_dir.file(RunDir.SUMMARY)).write_text(summary)
+    report.table().to_csv(run_dir.file(RunDir.CRITERIA), index=False)
+    for name, fig in plots(records, ctx, magnitudes).items():
+        fig.savefig(run_dir.file(name), dpi=110)
+        c.log_figure(ctx.run_id, fig, f"plots/{name}")
+        plt.close(fig)
+    for name in (
+        RunDir.RECORD,
+        RunDir.SUMMARY,
+        RunDir.CRITERIA,
+        RunDir.GENERATIONS,
+        RunDir.SCORES,
+        RunDir.CONFIG,
+        RunDir.CENTROIDS,
+    ):
+        c.log_artifact(ctx.run_id, str(run_dir.file(name)))
+    tracking.log_metrics(ctx.run_id, metrics)
+    log.info("logged %d child runs", n_children)
+    return record

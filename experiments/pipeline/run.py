@@ -1,0 +1,243 @@
+"""Phase 5 Part A as a composition of stages, plus resume and rescore.
+
+``ExperimentConfig → ConceptGraph → ProbeSet → VectorSet → GenerationPlan →
+generations.jsonl → scores.jsonl → CriteriaReport → RunRecord → MLflow``
+
+One parent MLflow run per invocation and one child run per concept × strength. Each
+generation batch is appended to the run folder as soon as it finishes, so
+``steer-eval run --resume <run id>`` finishes an interrupted run without redoing or
+losing anything (row seeds do not depend on batching); ``steer-eval rescore <run id>``
+recomputes every score, criterion and log from the saved texts without the model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from experiments import tracking
+from experiments.concepts import ConceptGraph, load_concepts
+from experiments.config import ExperimentConfig
+from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
+from experiments.pipeline.context import RunContext
+from experiments.pipeline.generate import generate
+from experiments.pipeline.plan import build_plan, planned_rows
+from experiments.pipeline.probes import ensure_classifiers
+from experiments.pipeline.publish import numeric_metrics, publish, start_parent
+from experiments.pipeline.score import Scorer, build_scorer, score_all
+from experiments.pipeline.timer import Timer
+from experiments.pipeline.vectors import build_vectors
+from experiments.record import RunRecord
+from experiments.rundir import RunDir
+
+
+class RunError(RuntimeError):
+    """A Phase 5 run cannot start, resume or rescore; the message says why and what to do."""
+
+
+@dataclass
+class Phase5Result:
+    run_id: str
+    results_dir: Path
+    records: pd.DataFrame
+    criteria: dict
+    per_strength: dict
+    timings: dict[str, float]
+    tokens_per_second: float
+    record: RunRecord
+
+
+def _graph(config: ExperimentConfig) -> ConceptGraph:
+    return load_concepts(
+        config.concepts.file, limit=config.concepts.limit, synsets=config.concepts.synsets
+    )
+
+
+def _locate(run_id: str, results_dir: str | Path | None) -> RunDir:
+    return RunDir.locate(tracking.get_run(run_id), results_dir)
+
+
+def score_and_publish(
+    ctx: RunContext,
+    run_dir: RunDir,
+    scorer: Scorer,
+    timer: Timer,
+    tokens_per_second: float,
+    generation_seconds: float,
+    rescore: bool = False,
+) -> Phase5Result:
+    """Score the saved generations, judge the criteria and publish: the model-free tail
+    shared by a fresh run, a resumed one and a rescore."""
+    generations = run_dir.read_generations()
+    missing = {k for k, _ in planned_rows(ctx.config, ctx.graph)} - {g["key"] for g in generations}
+    if missing:
+        raise RunError(
+            f"{len(missing)} generations are missing; resume with "
+            f"`steer-eval run --resume {ctx.run_id}`"
+        )
+    with timer.time("embedding"):
+        scores = score_all(scorer, generations)
+    run_dir.write_scores(scores)
+    with timer.time("analysis"):
+        records = add_paired_shifts(pd.DataFrame(run_dir.read_scored()))
+        report = evaluate_criteria(records, ctx.f1, ctx.config.criteria)
+    with timer.time("logging"):
+        record = publish(
+            ctx,
+            run_dir,
+            records,
+            report,
+            timer.stages,
+            tokens_per_second,
+            generation_seconds,
+            update_children=rescore,
+        )
+    tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
+    return Phase5Result(
+        ctx.run_id,
+        run_dir.path,
+        records,
+        report.results,
+        per_strength(records),
+        dict(timer.stages),
+        tokens_per_second,
+        record,
+    )
+
+
+def run_phase5(
+    config: ExperimentConfig | None = None,
+    resume: str | None = None,
+    lm=None,
+    embedder=None,
+    progress: Callable[[str], None] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+    results_dir: str | Path | None = None,
+) -> Phase5Result:
+    """Run (or resume) the whole Part A grid and log it; returns the parent run's results."""
+    say = progress or (lambda _msg: None)
+    timer = Timer()
+    run_dir: RunDir | None = None
+    if resume:
+        run_dir = _locate(resume, results_dir)
+        config = run_dir.load_config()
+    if config is None:
+        raise RunError("run_phase5 needs a config or a run id to resume")
+    with timer.time("model_load"):
+        if lm is None:
+            from steering.models import load_model
+
+            say(f"loading model {config.model}")
+            lm = load_model(config.model, device=config.device, dtype=config.dtype)
+        if embedder is None:
+            from metrics.embedder import load_embedder
+
+            embedder = load_embedder(config.embedding.model)
+    graph = _graph(config)
+    layer = lm.check_layer(config.layer if config.layer is not None else lm.default_layer)
+    say("preparing classifiers, steering vectors and centroids")
+    with timer.time("classifiers"):
+        probes = ensure_classifiers(config, lm, graph, layer)
+    with timer.time("vectors"):
+        vectors = build_vectors(config, lm, graph, probes, layer)
+    with timer.time("centroids"):
+        scorer = build_scorer(config, graph, embedder)
+    plan = build_plan(config, graph, vectors)
+    ctx = RunContext(
+        run_id=resume or "",
+        config=config,
+        graph=graph,
+        model_id=lm.model_id,
+        layer=layer,
+        alpha=vectors.alpha,
+        predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
+        classifier_run_id=probes.run_id,
+        classifier_dir=str(probes.directory),
+    )
+    if resume:
+        tracking.client().update_run(resume, "RUNNING")
+    else:
+        ctx.run_id = start_parent(ctx, config.tracking.results_dir)
+        run_dir = RunDir(config.tracking.results_dir, ctx.run_id)
+    assert run_dir is not None
+    run_dir.create()
+    run_dir.write_config(config)
+    run_dir.write_json(RunDir.CENTROIDS, scorer.texts())
+    say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
+    try:
+        totals = generate(
+            config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step
+        )
+        say("scoring, pairing and logging")
+        result = score_and_publish(
+            ctx, run_dir, scorer, timer, totals.tokens_per_second, totals.seconds
+        )
+    except BaseException:
+        tracking.end_run(ctx.run_id, "KILLED")
+        raise
+    tracking.end_run(ctx.run_id)
+    return result
+
+
+def rescore(run_id: str, results_dir: str | Path | None = None, embedder=None) -> Phase5Result:
+    """Recompute every score, criterion, figure and log of a finished run from its saved
+    generations; no language model is loaded."""
+    started = time.perf_counter()
+    run_dir = _locate(run_id, results_dir)
+    config = run_dir.load_config()
+    try:
+        previous = run_dir.read_record()
+    except (LookupError, ValueError) as exc:
+        raise RunError(
+            f"run {run_id} has no readable run record ({exc}); finish it with "
+            f"`steer-eval run --resume {run_id}` first"
+        ) from None
+    timer = Timer()
+    with timer.time("model_load"):
+        if embedder is None:
+            from metrics.embedder import load_embedder
+
+            embedder = load_embedder(config.embedding.model)
+    graph = _graph(config)
+    with timer.time("centroids"):
+        scorer = build_scorer(config, graph, embedder)
+    ctx = RunContext(
+        run_id=run_id,
+        config=config,
+        graph=graph,
+        model_id=previous.model_id,
+        layer=previous.layer,
+        alpha=previous.alpha,
+        predictors=previous.predictors,
+        classifier_run_id=previous.classifier_run_id,
+        classifier_dir=previous.classifier_dir,
+    )
+    result = score_and_publish(
+        ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True
+    )
+    tracking.log_metrics(run_id, {"rescore/seconds": time.perf_counter() - started})
+    tracking.client().set_tag(run_id, "rescored", "true")
+    return result
+
+
+def load_record(run_id: str, results_dir: str | Path | None = None) -> RunRecord:
+    """A finished run's record: the local copy, else the MLflow artefact."""
+    run = tracking.get_run(run_id)
+    run_dir = RunDir.locate(run, results_dir)
+    if run_dir.file(RunDir.RECORD).exists():
+        return run_dir.read_record()
+    import mlflow
+
+    try:
+        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RunDir.RECORD)
+    except Exception as exc:
+        raise RunError(f"run {run_id} has no {RunDir.RECORD}; is it a finished run?") from exc
+    return RunRecord.parse(Path(path).read_text(), source=f"{run_id}/{RunDir.RECORD}")
+
+
+__all__ = ["Phase5Result", "RunError", "load_record", "rescore", "run_phase5"]

@@ -1,0 +1,102 @@
+"""Stage: scored generations, everything computed from the saved text.
+
+Δ and the three similarities against the concept's centroids, term counts and the
+coherence checks. No language-model forward pass happens here (perplexity comes from
+the NLL saved by the generation stage), so ``steer-eval rescore`` reruns this stage on
+a finished run in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from experiments.concepts import ConceptGraph
+from experiments.config import ExperimentConfig
+from experiments.prompts import centroid_texts
+from metrics.semantic import SETS, Centroids, build_centroids, score, steering_label
+from metrics.text import coherence_report, count_terms
+
+
+@dataclass
+class Scorer:
+    """Centroids per concept plus the thresholds that turn numbers into labels."""
+
+    config: ExperimentConfig
+    graph: ConceptGraph
+    centroids: dict[str, Centroids]
+    embedder: object
+
+    def texts(self) -> dict[str, dict[str, list[str]]]:
+        """The centroid texts, for ``centroid_texts.json`` (an audit trail of Δ)."""
+        return {k: {name: list(v.texts[name]) for name in SETS} for k, v in self.centroids.items()}
+
+
+def build_scorer(config: ExperimentConfig, graph: ConceptGraph, embedder) -> Scorer:
+    """Embed every concept's core, boundary and negative texts in one pass."""
+    from metrics.embedder import embed
+
+    texts = {
+        c.synset: centroid_texts(c, n=config.centroids.texts_per_centroid, seed=config.seed)
+        for c in graph.concepts
+    }
+    flat = [t for sets in texts.values() for name in SETS for t in sets[name]]
+    emb = embed(embedder, flat)
+    centroids, i = {}, 0
+    for synset, sets in texts.items():
+        by_set = {}
+        for name in SETS:
+            by_set[name] = emb[i : i + len(sets[name])]
+            i += len(sets[name])
+        centroids[synset] = build_centroids(by_set, sets)
+    return Scorer(config, graph, centroids, embedder)
+
+
+def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
+    """Score records (keyed by ``key``) for one chunk of generation records."""
+    from metrics.embedder import embed
+
+    cfg = scorer.config.metrics
+    emb = embed(scorer.embedder, [g["text"] if g["text"].strip() else " " for g in generations])
+    out = []
+    for g, e in zip(generations, emb, strict=True):
+        concept = scorer.graph.get(g["concept"])
+        sims = score(e[None, :], scorer.centroids[concept.synset])
+        delta = float(sims.delta[0])
+        coherence = coherence_report(g["text"], g["prompt"])
+        loss = g.get("nll")
+        out.append(
+            {
+                "key": g["key"],
+                "core_sim": float(sims.core_sim[0]),
+                "boundary_sim": float(sims.boundary_sim[0]),
+                "neg_sim": float(sims.neg_sim[0]),
+                "delta": delta,
+                "label": steering_label(delta, cfg.delta_threshold),
+                "concept_term_count": count_terms(g["text"], concept.lemmas),
+                "related_term_count": count_terms(g["text"], concept.related_terms),
+                "perplexity": math.exp(loss) if loss is not None else None,
+                "near_empty": coherence.near_empty,
+                "repeated_trigram_fraction": coherence.repeated_trigram_fraction,
+                "distinct_2": coherence.distinct_2,
+                "echo_fraction": coherence.echo_fraction,
+                "is_echo": coherence.echo_fraction >= cfg.echo_threshold,
+            }
+        )
+    return out
+
+
+def score_all(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
+    """Score every generation, embedding in the chunks the generation stage produced.
+
+    Chunks follow the generation batches (prompt length, then key; ``batch_size`` rows),
+    because a sentence embedding can differ in the last bits with the batch it is padded
+    in; scoring the same chunks makes a rescore bit-identical to the original run.
+    """
+    size = scorer.config.generation.batch_size
+    ordered = sorted(generations, key=lambda g: (g["n_prompt_tokens"], g["key"]))
+    out: list[dict] = []
+    for start in range(0, len(ordered), size):
+        out.extend(score_chunk(scorer, ordered[start : start + size]))
+    return out

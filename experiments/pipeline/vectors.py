@@ -1,0 +1,70 @@
+"""Stage: the vector set, one steering vector per concept from its probe.
+
+The direction comes from the configured direction source (``steering/directions.py``);
+the scale α is the layer's median per-token residual norm on neutral text, so a
+strength means the same fraction of the residual norm on any model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from experiments.concepts import ConceptGraph
+from experiments.config import ExperimentConfig
+from experiments.pipeline.probes import ProbeSet
+from experiments.prompts import probe_eval_set
+from steering.activations import residual_scale
+from steering.directions import DirectionContext, get_direction_source
+from steering.models import LoadedModel
+from steering.vector import SteeringVector
+
+
+@dataclass
+class VectorSet:
+    layer: int
+    alpha: float
+    vectors: dict[str, SteeringVector]
+
+    def stacked(self, order: list[str]):
+        """The unit directions as a ``[concepts, hidden]`` tensor in ``order``."""
+        import torch
+
+        return torch.stack([self.vectors[k].direction for k in order])
+
+
+def neutral_texts(graph: ConceptGraph, seed: int) -> list[str]:
+    """The held-out neutral sentences of every concept: text α is measured on."""
+    texts: set[str] = set()
+    for concept in graph.concepts:
+        texts.update(
+            e.text for e in probe_eval_set(concept, graph, seed=seed) if e.kind == "neutral"
+        )
+    return sorted(texts)
+
+
+def build_vectors(
+    config: ExperimentConfig,
+    lm: LoadedModel,
+    graph: ConceptGraph,
+    probes: ProbeSet,
+    layer: int,
+    context: DirectionContext | None = None,
+) -> VectorSet:
+    import torch
+
+    alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
+    source = get_direction_source(config.steering.vector_source)
+    ctx = context or DirectionContext()
+    vectors = {}
+    for concept in graph.concepts:
+        probe = probes.probes[concept.synset]
+        probe.check_compatible(lm.model_id, layer)
+        vectors[concept.synset] = SteeringVector.from_direction(
+            torch.as_tensor(source(probe, ctx)),
+            layer,
+            alpha=alpha,
+            beta=config.steering.beta,
+            mode=config.steering.mode,
+            source=config.steering.vector_source,
+        )
+    return VectorSet(layer, alpha, vectors)

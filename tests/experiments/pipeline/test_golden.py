@@ -1,0 +1,45 @@
+"""The stage pipeline reproduces the pre-refactor Phase 5 run exactly.
+
+``golden_tiny_run.json`` holds the texts and Δ of a Phase 5 run of the monolithic
+``experiments/phase5.py`` (commit 2f71ac2) on the tiny random Gemma with the real
+MiniLM: 3 concepts × 3 prompts × 3 strengths, 12 new tokens, batches of 4, layer 2,
+seed 0. The refactored pipeline must give the same texts and the same Δ. Texts are
+compared exactly; Δ to 1e-6, since the embedder's last bits can differ between CPU kinds
+(on the machine that wrote the file they are bit-identical).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.config import load_config
+from experiments.pipeline.run import run_phase5
+
+GOLDEN = Path(__file__).with_name("golden_tiny_run.json")
+
+
+def test_pipeline_reproduces_the_monolithic_run(
+    tmp_path, mlflow_store, tiny_lm, embedder, one_thread
+):
+    config = load_config(
+        "configs/phase5.yaml",
+        [
+            "concepts.limit=3",
+            "generation.max_new_tokens=12",
+            "generation.batch_size=4",
+            "layer=2",
+            f"classifier.dir={tmp_path / 'cls'}",
+            f"tracking.results_dir={tmp_path / 'res'}",
+        ],
+    )
+    result = run_phase5(config, lm=tiny_lm, embedder=embedder)
+    golden = {r["key"]: r for r in json.loads(GOLDEN.read_text())}
+    got = result.records.set_index("key")
+    assert sorted(got.index) == sorted(golden)
+    texts_differ = [k for k in golden if got.loc[k, "text"] != golden[k]["text"]]
+    assert not texts_differ, (
+        f"{len(texts_differ)} of {len(golden)} texts differ: {texts_differ[:3]}"
+    )
+    worst = max(abs(float(got.loc[k, "delta"]) - golden[k]["delta"]) for k in golden)
+    assert worst < 1e-6

@@ -1,0 +1,149 @@
+"""The package structure: no import cycles, small experiment modules, a fast CLI.
+
+Import edges are read from the source (every ``import`` statement, lazy ones inside
+functions included), so a cycle is caught even when it only bites at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("experiments", "steering", "metrics", "judges")
+MAX_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def our_modules() -> dict[str, Path]:
+    return {
+        module_name(p): p
+        for package in PACKAGES
+        for p in (REPO / package).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """The modules of ours that ``path`` imports (resolved to the deepest known module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            candidates = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for candidate in candidates:
+            parts = candidate.split(".")
+            while parts and ".".join(parts) not in known:
+                parts.pop()
+            if parts:
+                target = ".".join(parts)
+                # A package's own __init__ importing its submodules is not a cycle.
+                if target != name and not (is_package and target.startswith(name + ".")):
+                    targets.add(target)
+                break
+    return targets
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles_between_our_modules():
+    modules = our_modules()
+    known = set(modules)
+    graph = {name: imports_of(path, name, known) for name, path in modules.items()}
+    assert "experiments.pipeline.run" in graph["experiments.cli.main"] or any(
+        "experiments.pipeline" in t for t in graph["experiments.cli.main"]
+    )
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_experiment_modules_stay_small_or_say_why():
+    too_long = []
+    for name, path in our_modules().items():
+        if not name.startswith("experiments"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "longer than" not in doc.lower():
+                too_long.append(f"{name} ({text.count(chr(10))} lines)")
+    assert not too_long, "modules over ~500 lines without a stated reason: " + ", ".join(too_long)
+
+
+def test_only_the_cli_imports_typer_and_rich():
+    offenders = []
+    modules = our_modules()
+    for name, path in modules.items():
+        if name.startswith("experiments.cli"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n.split(".")[0] in ("typer", "rich") for n in names):
+                offenders.append(name)
+    assert not offenders, f"typer/rich imported outside experiments.cli: {sorted(set(offenders))}"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])
+def test_help_does_not_import_torch(argv):
+    code = (
+        "import sys; from experiments.cli import app\n"
+        f"try:\n    app({argv!r})\nexcept SystemExit:\n    pass\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert out.stdout.strip().endswith("NO-TORCH"), out.stdout[-500:] + out.stderr[-2000:]
