@@ -579,8 +579,9 @@ def test_guess_matching():
 
 @pytest.fixture(scope="module")
 def real_run(mlflow_store, embedded_lm, embedder, tmp_path_factory):
-    from experiments.config import load_config
     from experiments.phase5 import run_phase5
+
+    from experiments.config import load_config
 
     root = tmp_path_factory.mktemp("phase5_human")
     cfg = load_config(

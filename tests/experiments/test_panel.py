@@ -13,11 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from experiments.phase5 import run_phase5
 
 from experiments import tracking
 from experiments.config import load_config
 from experiments.panel import CHILD_RUN_NAME, decide, run_panel_for
-from experiments.phase5 import run_phase5
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup`")
 
