@@ -46,10 +46,15 @@ from judges.base import (
 )
 from judges.cache import JudgeCache, cache_key, resolve_cache
 from judges.prompt import neutralise
+from judges.registry import judge_provider
 
 log = logging.getLogger(__name__)
 
 METHOD = "expected-value-over-complete-numbers-v1"
+MISSING_SDK = (
+    "llama-cpp-python is not installed: `make setup-judge` installs it "
+    "(or pip install llama-cpp-python)"
+)
 CANDIDATES = tuple(range(SCORE_MIN, SCORE_MAX + 1))
 
 # A fixed few-shot prefix: the base model learns the answer format and the scale from it;
@@ -197,9 +202,7 @@ class LlamaJudge(Judge):
         path, default_name = resolve_model_path(model)
         if llama is None and importlib.util.find_spec("llama_cpp") is None:
             # Refuse at build time so build_panel skips this judge with the reason.
-            raise JudgeUnavailable(
-                "llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
-            )
+            raise JudgeUnavailable(MISSING_SDK)
         super().__init__(name or default_name, model)
         self.path = path
         self.n_ctx = n_ctx
@@ -222,9 +225,7 @@ class LlamaJudge(Judge):
             try:
                 from llama_cpp import Llama
             except ImportError as exc:
-                raise JudgeUnavailable(
-                    "llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
-                ) from exc
+                raise JudgeUnavailable(MISSING_SDK) from exc
             self._llm = Llama(
                 model_path=str(self.path),
                 logits_all=self.logits_all,
@@ -432,3 +433,9 @@ class LlamaJudge(Judge):
         if self._llm is not None and hasattr(self._llm, "close"):
             self._llm.close()
         self._llm = None
+
+
+@judge_provider("llama", local=True)
+def llama_judge(model: str = "", **options: Any) -> LlamaJudge:
+    """ "llama/embedded" (also a bare "llama") or "llama/<path.gguf>"; runs locally, free."""
+    return LlamaJudge(model or "embedded", **options)
