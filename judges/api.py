@@ -293,16 +293,15 @@ class APIJudge(Judge):
         return results  # type: ignore[return-value]
 
 
-_TRANSIENT_STATUS = {408, 409, 425, 429}
-
-
 def classify_sdk_error(sdk: Any, exc: BaseException, judge: APIJudge) -> BaseException:
     """Map an `anthropic`/`openai` SDK exception to TransientError (retry) or JudgeError.
 
-    Both SDKs share the same exception layout. Messages are redacted because an error body
+    Both SDKs share the same exception layout. An HTTP error's headers decide with the
+    status (`judges.retry.is_retryable`): x-should-retry: false makes even a 429 or 5xx
+    fatal, true makes any status retryable. Messages are redacted because an error body
     could, in principle, echo request data.
     """
-    from judges.retry import TransientError, parse_retry_after
+    from judges.retry import TransientError, is_retryable, read_hints
 
     if isinstance(exc, sdk.APITimeoutError):
         return TransientError("timeout")
@@ -312,10 +311,13 @@ def classify_sdk_error(sdk: Any, exc: BaseException, judge: APIJudge) -> BaseExc
         return TransientError("malformed response body")
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
-        if status in _TRANSIENT_STATUS or status >= 500:
-            retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
-            return TransientError(f"HTTP {status}", retry_after)
-        return JudgeError(f"{judge.name}: HTTP {status}: {judge.redact(str(exc.message))[:300]}")
+        hint = read_hints(exc.response.headers)
+        if is_retryable(status, hint):
+            return TransientError(f"HTTP {status}", hint.retry_after)
+        told = " (the server sent x-should-retry: false)" if hint.should_retry is False else ""
+        return JudgeError(
+            f"{judge.name}: HTTP {status}{told}: {judge.redact(str(exc.message))[:300]}"
+        )
     if isinstance(exc, ValueError):  # json.JSONDecodeError from a garbled 200 body
         return TransientError(f"malformed response body ({type(exc).__name__})")
     return exc
