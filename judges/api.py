@@ -97,13 +97,18 @@ class APIJudge(Judge):
         if budget is not None and budget_usd is not None:
             raise ValueError("pass either budget (shared) or budget_usd, not both")
         self.budget = budget if budget is not None else Budget(budget_usd)
-        self.price = price_per_mtok if price_per_mtok is not None else pricing.lookup(model)
+        self.price: pricing.Price | None = (
+            pricing.as_price(price_per_mtok)
+            if price_per_mtok is not None
+            else pricing.lookup(model, self.provider)
+        )
         if self.price is None:
             pricing.warn_unknown(model)
             if self.budget.cap_usd is not None:
+                # Refuse rather than spend blindly: an unknown cost cannot be capped.
                 raise JudgeError(
                     f"{name}: a budget cap is set but model {model!r} has no price in "
-                    "judges.pricing, so the cap cannot be enforced. Pass "
+                    f"{pricing.table_source()}, so the cap cannot be enforced. Pass "
                     "price_per_mtok=(input, output) USD per 1M tokens."
                 )
         self._secret: str | None = None  # set by subclasses; only ever used for redaction
@@ -141,9 +146,7 @@ class APIJudge(Judge):
                 "max_concurrency": str(self.max_concurrency),
                 "max_retries": str(self.retry.max_retries),
                 "timeout_s": str(self.retry.timeout),
-                "price_in_per_mtok": "unknown" if self.price is None else str(self.price[0]),
-                "price_out_per_mtok": "unknown" if self.price is None else str(self.price[1]),
-                "prices_as_of": pricing.PRICES_AS_OF,
+                **pricing.describe(self.price),
                 "budget_cap_usd": str(self.budget.cap_usd),
                 "cache_dir": str(self.cache.root) if self.cache is not None else "off",
             }

@@ -13,7 +13,10 @@ import abc
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from judges.pricing import Price
 
 SCORE_MIN = 0
 SCORE_MAX = 10
@@ -165,6 +168,9 @@ class Judge(abc.ABC):
     """
 
     provider: str = ""
+    # How calls are priced: judges.pricing.LOCAL (free), a table/explicit Price, or None
+    # when unknown (cost None, shown as "unknown", never 0).
+    price: Price | None = None
 
     def __init__(self, name: str, model: str) -> None:
         self.name = name

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from judges import pricing
 from judges.base import (
     SCORE_MAX,
     SCORE_MIN,
@@ -186,6 +187,7 @@ class LlamaJudge(Judge):
     """
 
     provider = "llama"
+    price = pricing.LOCAL  # runs here: cost 0, known (not "unknown")
 
     def __init__(
         self,
@@ -406,7 +408,7 @@ class LlamaJudge(Judge):
                             ),
                             input_tokens=tokens[i],
                             output_tokens=0,
-                            cost_usd=0.0,
+                            cost_usd=pricing.LOCAL.cost(tokens[i], 0),
                             latency_s=latency[i],
                             model=self.model_id,
                             cache_hit=hits[i],
@@ -426,6 +428,7 @@ class LlamaJudge(Judge):
             "n_threads": str(self.n_threads),
             "logits_all": str(self.logits_all),
             "max_text_tokens": str(self.max_text_tokens),
+            **pricing.describe(self.price),
             "cache_dir": str(self.cache.root) if self.cache is not None else "off",
         }
 
