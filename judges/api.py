@@ -58,6 +58,7 @@ class APIJudge(Judge):
 
     key_env: str = ""
     default_model: str = ""
+    thread_safe = True  # SDK clients are thread-safe; the cache and budget are locked
 
     def __init__(
         self,
@@ -268,7 +269,7 @@ class APIJudge(Judge):
         self, requests: Sequence[RatingRequest], on_result: ProgressCallback | None
     ) -> list[Rating]:
         results: list[Rating | None] = [None] * len(requests)
-        if self.max_concurrency == 1:
+        if self.max_concurrency == 1 or len(requests) == 1:
             for i, request in enumerate(requests):
                 results[i] = self._rate_one(request)
                 if on_result:

@@ -171,6 +171,10 @@ class Judge(abc.ABC):
     # How calls are priced: judges.pricing.LOCAL (free), a table/explicit Price, or None
     # when unknown (cost None, shown as "unknown", never 0).
     price: Price | None = None
+    # True when `rate` may be called from several threads at once (API judges): the panel
+    # then rates this judge's samples in its shared bounded pool. False (the safe default,
+    # and the local llama judge) keeps the judge in the panel's calling thread.
+    thread_safe: bool = False
 
     def __init__(self, name: str, model: str) -> None:
         self.name = name

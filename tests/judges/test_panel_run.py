@@ -1,0 +1,165 @@
+"""run_panel's bounded concurrency and `limit`, with the real anthropic/openai SDKs
+against the loopback server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from judges import (
+    BudgetExceeded,
+    Judge,
+    Rating,
+    RatingRequest,
+    pricing,
+    run_panel,
+)
+
+
+def make_samples(n: int = 12) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "sample_id": [f"s{i:02d}" for i in range(n)],
+            "concept": ["dog"] * n,
+            "text": [f"Sample text number {i} " + "woof " * (i % 5) for i in range(n)],
+            "delta": [i / n for i in range(n)],
+        }
+    )
+
+
+def _answer(loopback):
+    def answer(body: dict) -> str:
+        """The scripted judges' verdict: a function of the rated text only."""
+        text = loopback.user_text(body).split("<text>\n", 1)[1].split("\n</text>", 1)[0]
+        return f'{{"score": {len(text) % 11}}}'
+
+    return answer
+
+
+class LocalJudge(Judge):
+    """Not thread-safe (like llama): must run in the panel's calling thread."""
+
+    provider = "local-test"
+    price = pricing.LOCAL
+
+    def __init__(self) -> None:
+        super().__init__("local-test/len", "len")
+        self.threads: set[str] = set()
+
+    def _rate_batch(self, requests: Sequence[RatingRequest], on_result) -> list[Rating]:
+        self.threads.add(threading.current_thread().name)
+        out = []
+        for i, request in enumerate(requests):
+            out.append(Rating(score=float(len(request.text) % 7), raw="", cost_usd=0.0))
+            if on_result:
+                on_result(i, out[-1])
+        return out
+
+
+def _cache_files(root: Path) -> set[str]:
+    return {p.name for p in root.rglob("*.json")}
+
+
+def test_concurrent_panel_equals_sequential_panel(loopback, api_keys, make_api_judge, tmp_path):
+    data = make_samples(12)
+    step = loopback.Step("ok", answer=_answer(loopback))
+    runs = {}
+    with loopback.LoopbackServer(default=step) as server:
+        for label, workers in (("sequential", 1), ("concurrent", 4)):
+            cache = tmp_path / label
+            local = LocalJudge()
+            judges = [
+                make_api_judge("anthropic", server, cache=cache, max_concurrency=2),
+                local,
+                make_api_judge("openai", server, cache=cache, max_concurrency=2),
+            ]
+            before = server.n_requests
+            if workers > 1:  # the first two calls wait for each other: proof of overlap
+                server.script = [loopback.rendezvous(2, answer=_answer(loopback))] * 2
+            runs[label] = run_panel(
+                judges, data, progress=label == "concurrent", max_concurrency=workers
+            )
+            assert server.n_requests - before == 2 * len(data)
+            assert local.threads == {threading.main_thread().name}
+        assert server.max_in_flight >= 2  # the concurrent run did overlap
+    seq, con = runs["sequential"], runs["concurrent"]
+    pd.testing.assert_frame_equal(
+        seq.scores.drop(columns="latency"), con.scores.drop(columns="latency")
+    )
+    pd.testing.assert_frame_equal(seq.per_sample, con.per_sample)
+    assert seq.scores["score"].notna().all() and seq.scores["score"].nunique() > 3
+    assert seq.alpha == con.alpha and seq.totals == con.totals
+    # same cache keys: the concurrent run's cache serves the sequential one and vice versa
+    assert _cache_files(tmp_path / "sequential") == _cache_files(tmp_path / "concurrent")
+    assert len(_cache_files(tmp_path / "sequential")) == 2 * len(data)
+
+
+def test_api_judges_overlap_across_judges(loopback, api_keys, make_api_judge):
+    """Each judge allows one call at a time, so two in flight means two judges at once."""
+    data = make_samples(4)
+    script = [loopback.rendezvous(2), loopback.rendezvous(2)]
+    with loopback.LoopbackServer(script=script) as server:
+        judges = [
+            make_api_judge("anthropic", server, max_concurrency=1),
+            make_api_judge("openai", server, max_concurrency=1),
+        ]
+        result = run_panel(judges, data, progress=False, max_concurrency=4)
+    assert server.max_in_flight == 2
+    assert result.scores["score"].eq(7.0).all() and server.n_requests == 8
+
+
+def test_the_panel_bound_caps_calls_in_flight(loopback, api_keys, make_api_judge):
+    data = make_samples(9)
+    script = [loopback.rendezvous(3)] * 3
+    with loopback.LoopbackServer(script=script, default=loopback.slow(0.05)) as server:
+        judge = make_api_judge("openai", server, max_concurrency=8)
+        run_panel([judge], data, progress=False, max_concurrency=3)
+    assert server.max_in_flight == 3 and server.n_requests == 9
+
+
+def test_max_concurrency_one_is_sequential(loopback, api_keys, make_api_judge):
+    with loopback.LoopbackServer(default=loopback.slow(0.02)) as server:
+        judges = [make_api_judge("anthropic", server), make_api_judge("openai", server)]
+        run_panel(judges, make_samples(4), progress=False, max_concurrency=1)
+    assert server.max_in_flight == 1 and server.n_requests == 8
+    with pytest.raises(ValueError, match="max_concurrency"):
+        run_panel(judges, make_samples(4), progress=False, max_concurrency=0)
+
+
+def test_budget_stop_in_the_pool_raises_and_never_overspends(loopback, api_keys, make_api_judge):
+    data = make_samples(20)
+    step = loopback.ok(input_tokens=300, output_tokens=10)
+    with loopback.LoopbackServer(default=step) as server:
+        judge = make_api_judge("anthropic", server, budget_usd=0.01)
+        with pytest.raises(BudgetExceeded):
+            run_panel([judge, LocalJudge()], data, progress=False, max_concurrency=4)
+        assert 0 < server.n_requests < len(data)
+    assert judge.budget.spent_usd <= 0.01
+
+
+# --------------------------------------------------------------------------- limit
+
+
+def test_limit_rates_only_the_first_rows(loopback, api_keys, make_api_judge):
+    data = make_samples(12)
+    with loopback.LoopbackServer() as server:
+        judge = make_api_judge("openai", server)
+        first = run_panel([judge], data, progress=False, limit=5)
+        assert server.n_requests == 5
+        assert list(first.per_sample["sample_id"]) == list(data["sample_id"][:5])
+        assert set(first.scores["sample_id"]) == set(data["sample_id"][:5])
+        more = run_panel([judge], data, progress=False, limit=8)
+        assert server.n_requests == 8  # the first 5 came from the cache
+    assert more.totals["cache_hits"] == 5
+    whole = run_panel([LocalJudge()], data, progress=False, limit=100)
+    assert len(whole.per_sample) == len(data)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
+def test_limit_must_be_a_positive_int(bad):
+    with pytest.raises(ValueError, match="limit"):
+        run_panel([LocalJudge()], make_samples(3), progress=False, limit=bad)
