@@ -19,6 +19,9 @@ from judges import (
     run_panel,
 )
 
+# A held (rendezvous) reply must not time out on a busy machine and be retried.
+PATIENT = {"timeout": 30.0}
+
 
 def make_samples(n: int = 12) -> pd.DataFrame:
     return pd.DataFrame(
@@ -73,9 +76,9 @@ def test_concurrent_panel_equals_sequential_panel(loopback, api_keys, make_api_j
             cache = tmp_path / label
             local = LocalJudge()
             judges = [
-                make_api_judge("anthropic", server, cache=cache, max_concurrency=2),
+                make_api_judge("anthropic", server, cache=cache, max_concurrency=2, **PATIENT),
                 local,
-                make_api_judge("openai", server, cache=cache, max_concurrency=2),
+                make_api_judge("openai", server, cache=cache, max_concurrency=2, **PATIENT),
             ]
             before = server.n_requests
             if workers > 1:  # the first two calls wait for each other: proof of overlap
@@ -104,8 +107,8 @@ def test_api_judges_overlap_across_judges(loopback, api_keys, make_api_judge):
     script = [loopback.rendezvous(2), loopback.rendezvous(2)]
     with loopback.LoopbackServer(script=script) as server:
         judges = [
-            make_api_judge("anthropic", server, max_concurrency=1),
-            make_api_judge("openai", server, max_concurrency=1),
+            make_api_judge("anthropic", server, max_concurrency=1, **PATIENT),
+            make_api_judge("openai", server, max_concurrency=1, **PATIENT),
         ]
         result = run_panel(judges, data, progress=False, max_concurrency=4)
     assert server.max_in_flight == 2
@@ -116,7 +119,7 @@ def test_the_panel_bound_caps_calls_in_flight(loopback, api_keys, make_api_judge
     data = make_samples(9)
     script = [loopback.rendezvous(3)] * 3
     with loopback.LoopbackServer(script=script, default=loopback.slow(0.05)) as server:
-        judge = make_api_judge("openai", server, max_concurrency=8)
+        judge = make_api_judge("openai", server, max_concurrency=8, **PATIENT)
         run_panel([judge], data, progress=False, max_concurrency=3)
     assert server.max_in_flight == 3 and server.n_requests == 9
 
