@@ -20,6 +20,7 @@ from judges.base import (
     Budget,
     Judge,
     JudgeError,
+    JudgeEstimate,
     ProgressCallback,
     Rating,
     RatingRequest,
@@ -167,6 +168,38 @@ class APIJudge(Judge):
             request.rubric.version,
             prompt.cache_text(),
             self.decoding_params(request.rubric),
+        )
+
+    def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
+        """Dry run: requests not in the cache would each be one call (retries not counted);
+        the worst case is the budget's own reservation rule, so a run whose estimate fits
+        the cap cannot hit BudgetExceeded. Reads the cache without counting; sends nothing.
+        """
+        calls = cached = in_max = in_typical = out_max = 0
+        cost: float | None = 0.0
+        for request in requests:
+            prompt = render_api_prompt(request)
+            if self.cache is not None and self.cache.peek(self._key(request, prompt)):
+                cached += 1
+                continue
+            calls += 1
+            max_tokens = self.max_tokens_for(request.rubric)
+            prompt_bytes = len(prompt.system.encode()) + len(prompt.user.encode())
+            in_max += prompt_bytes + pricing.PROMPT_OVERHEAD_TOKENS
+            in_typical += pricing.typical_tokens(prompt.system + prompt.user)
+            out_max += max_tokens
+            call_cost = pricing.estimate_max_cost(prompt_bytes, max_tokens, self.price)
+            cost = None if cost is None or call_cost is None else cost + call_cost
+        return JudgeEstimate(
+            judge=self.name,
+            requests=len(requests),
+            cached=cached,
+            calls=calls,
+            input_tokens_max=in_max,
+            input_tokens_typical=in_typical,
+            output_tokens_max=out_max,
+            cost_usd_max=cost if calls else 0.0,
+            price_source=self.price.source if self.price is not None else "unknown",
         )
 
     def _rate_one(self, request: RatingRequest) -> Rating:

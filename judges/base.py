@@ -118,6 +118,32 @@ class Rating:
 ProgressCallback = Callable[[int, Rating], None]
 
 
+@dataclass(frozen=True)
+class JudgeEstimate:
+    """What rating a set of requests would take, worked out without sending anything.
+
+    `cached` is None when the judge cannot tell cheaply. Token figures are per-call sums
+    over the calls that would be sent: `input_tokens_max` counts UTF-8 bytes + 64 per
+    prompt (an upper bound for any BPE tokenizer, the budget's own reservation rule),
+    `input_tokens_typical` about 4 characters per token, `output_tokens_max` max_tokens.
+    `cost_usd_max` is the worst case at the judge's price: None when the price (or the
+    token count) is unknown, 0.0 for a local judge or when everything is cached.
+    """
+
+    judge: str
+    requests: int
+    cached: int | None
+    calls: int
+    input_tokens_max: int | None = None
+    input_tokens_typical: int | None = None
+    output_tokens_max: int | None = None
+    cost_usd_max: float | None = None
+    price_source: str = "unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class Budget:
     """A spending cap shared by the judges of a panel (thread-safe).
 
@@ -195,6 +221,23 @@ class Judge(abc.ABC):
         if not requests:
             return []
         return self._rate_batch(list(requests), on_result)
+
+    def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
+        """A dry run: how many calls rating `requests` would make, and the worst-case cost.
+
+        Never sends anything. This default knows neither the cache nor token counts, so
+        its cost is unknown (None) unless the judge is local (0).
+        """
+        n = len(requests)
+        local = self.price is not None and self.price.kind == "local"
+        return JudgeEstimate(
+            judge=self.name,
+            requests=n,
+            cached=None,
+            calls=n,
+            cost_usd_max=0.0 if local or n == 0 else None,
+            price_source=self.price.source if self.price is not None else "unknown",
+        )
 
     def rate_one(self, text: str, concept: str, rubric: Rubric | None = None) -> Rating:
         return self.rate([RatingRequest(text=text, concept=concept, rubric=rubric or Rubric())])[0]

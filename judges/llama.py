@@ -40,6 +40,7 @@ from judges.base import (
     SCORE_MAX,
     SCORE_MIN,
     Judge,
+    JudgeEstimate,
     JudgeUnavailable,
     ProgressCallback,
     Rating,
@@ -342,16 +343,42 @@ class LlamaJudge(Judge):
         raw = {"p": [round(float(x), 6) for x in dist], "valid_mass": mass}
         return score, raw, len(prefix) + len(suffix)
 
-    def _score_axis(self, axis: str, request: RatingRequest) -> tuple[float, Any, int, bool]:
-        """(score, raw, tokens evaluated, cache hit) for one request on one axis."""
+    def _cache_key(self, axis: str, request: RatingRequest) -> str:
+        """The key of one request on one axis: needs no model (unclipped rendering)."""
         prefix_text, full_suffix = self.render(axis, request, clip=False)
-        key = cache_key(
+        return cache_key(
             self.provider,
             self.model_id,
             request.rubric.version,
             prefix_text + full_suffix,
             self.decoding_params(axis),
         )
+
+    @staticmethod
+    def _axes(request: RatingRequest) -> list[str]:
+        return ["relatedness", "fluency"] if request.rubric.fluency else ["relatedness"]
+
+    def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
+        """Dry run: requests with every axis cached cost nothing; the rest are evaluated
+        locally at cost 0. Loads no model and counts no cache hits."""
+        cached = 0
+        if self.cache is not None:
+            cached = sum(
+                all(self.cache.peek(self._cache_key(axis, r)) for axis in self._axes(r))
+                for r in requests
+            )
+        return JudgeEstimate(
+            judge=self.name,
+            requests=len(requests),
+            cached=cached,
+            calls=len(requests) - cached,
+            cost_usd_max=0.0,
+            price_source=self.price.source,
+        )
+
+    def _score_axis(self, axis: str, request: RatingRequest) -> tuple[float, Any, int, bool]:
+        """(score, raw, tokens evaluated, cache hit) for one request on one axis."""
+        key = self._cache_key(axis, request)
         entry = self.cache.get(key) if self.cache is not None else None
         if entry is not None:
             return float(entry["score"]), entry["raw"], 0, True
@@ -379,9 +406,7 @@ class LlamaJudge(Judge):
         """Axis by axis (all relatedness, then all fluency) so each fixed prefix is
         evaluated once per batch instead of alternating between the two prompts."""
         n = len(requests)
-        axes_of = [
-            ["relatedness", "fluency"] if r.rubric.fluency else ["relatedness"] for r in requests
-        ]
+        axes_of = [self._axes(r) for r in requests]
         scores: list[dict[str, float]] = [{} for _ in range(n)]
         raws: list[dict[str, Any]] = [{} for _ in range(n)]
         tokens = [0] * n

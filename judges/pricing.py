@@ -144,11 +144,23 @@ def cost_usd(
     return price.cost(input_tokens, output_tokens)
 
 
+# Message framing (role markers, system block) that usage counts but the text lacks.
+PROMPT_OVERHEAD_TOKENS = 64
+# English prose averages about 4 characters per token in the GPT and Claude tokenizers:
+# a typical figure for dry runs, never used for the budget (which needs a bound).
+CHARS_PER_TOKEN = 4
+
+
+def typical_tokens(text: str) -> int:
+    """A typical (not worst-case) token count for a prompt: chars / 4 plus framing."""
+    return -(-len(text) // CHARS_PER_TOKEN) + PROMPT_OVERHEAD_TOKENS
+
+
 def estimate_max_cost(
     prompt_bytes: int,
     max_output_tokens: int,
     price: Price | tuple[float, float] | None,
-    overhead_tokens: int = 64,
+    overhead_tokens: int = PROMPT_OVERHEAD_TOKENS,
 ) -> float | None:
     """A conservative upper bound on one call's cost, for the budget check and dry runs.
 
