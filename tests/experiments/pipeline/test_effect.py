@@ -213,7 +213,7 @@ def test_a_random_direction_above_the_null_is_centred_on_zero(null_run):
 
 
 def test_the_run_reports_every_arm_and_the_prompt_baseline(null_run):
-    config, result = null_run
+    _, result = null_run
     effect = result.effect
     assert {"concept/pos", "concept/neg", "random/pos", "random/neg", "prompt/pos"} <= set(
         effect.summary
