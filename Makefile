@@ -18,7 +18,7 @@ MLFLOW_TRACKING_URI ?= sqlite:///mlruns.db
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup setup-judge run test test-fast lint format classifiers concepts ui \
+.PHONY: help setup setup-judge run study test test-fast lint format classifiers concepts ui \
         human-export rate human-import panel bench clean
 
 help: ## list the targets
@@ -49,6 +49,9 @@ setup-judge: setup $(JUDGE_STAMP) ## also build the local judge (llama-cpp-pytho
 
 run: setup ## the main job: Phase 5 Part A on the embedded default (ARGS="--set ..." to override)
 	$(CLI) run --config $(CONFIG) $(ARGS)
+
+study: setup ## the steering-effect study (configs/study.yaml): null, held-out beta, baseline
+	$(CLI) run --config configs/study.yaml $(ARGS)
 
 test: setup-judge ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)

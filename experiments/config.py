@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from steering.probes import TrainSpec
 
@@ -204,6 +211,16 @@ class ExperimentConfig(_Strict):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _heldout_needs_prompts(self) -> ExperimentConfig:
+        if self.selection.mode == "heldout" and len(self.generation.prompts) < 2:
+            raise ValueError(
+                "selection.mode heldout splits each concept's prompts into a selection and "
+                "a report half: give generation.prompts at least 2 prompts (6 or more for "
+                "a study), or set selection.mode: none"
+            )
+        return self
 
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance."""

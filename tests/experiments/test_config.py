@@ -339,3 +339,25 @@ def test_config_hash_is_a_function_of_the_values(tokens, top_p, beta):
     assert a.config_hash() == b.config_hash()
     bumped = load_config(None, [*overrides[:-1], f"steering.beta={beta * 1.5!r}"])
     assert bumped.config_hash() != a.config_hash()
+
+
+def test_the_study_config_is_valid_and_powered():
+    cfg = load_config("configs/study.yaml")
+    assert cfg.concepts.limit >= 50 and len(cfg.generation.prompts) >= 6
+    assert cfg.generation.samples_per_prompt >= 2
+    assert cfg.selection.mode == "heldout" and cfg.controls.random_directions >= 1
+    assert not any("{concept}" in p for p in cfg.generation.prompts)
+
+
+def test_heldout_selection_needs_two_prompts():
+    with pytest.raises(ConfigError, match="at least 2 prompts"):
+        load_config(None, ["selection.mode=heldout", "generation.prompts=['Hello']"])
+
+
+def test_new_sections_reject_impossible_values():
+    with pytest.raises(ConfigError, match="selection.beta_grid"):
+        load_config(None, ["selection.beta_grid=[0.1, -0.2]"])
+    with pytest.raises(ConfigError, match="controls.prompt_positive"):
+        load_config(None, ["controls.prompt_positive=Write something."])
+    with pytest.raises(ConfigError, match="gate.perplexity_multiple"):
+        load_config(None, ["gate.perplexity_multiple=0.5"])
