@@ -355,9 +355,9 @@ def test_heldout_selection_needs_two_prompts():
 
 
 def test_new_sections_reject_impossible_values():
-    with pytest.raises(ConfigError, match="selection.beta_grid"):
+    with pytest.raises(ConfigError, match=r"selection\.beta_grid"):
         load_config(None, ["selection.beta_grid=[0.1, -0.2]"])
-    with pytest.raises(ConfigError, match="controls.prompt_positive"):
+    with pytest.raises(ConfigError, match=r"controls\.prompt_positive"):
         load_config(None, ["controls.prompt_positive=Write something."])
-    with pytest.raises(ConfigError, match="gate.perplexity_multiple"):
+    with pytest.raises(ConfigError, match=r"gate\.perplexity_multiple"):
         load_config(None, ["gate.perplexity_multiple=0.5"])
