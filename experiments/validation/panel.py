@@ -15,17 +15,19 @@ import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from experiments import tracking
 from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.human.importer import CHILD_PHASE as HUMAN_PHASE
 from experiments.validation.human.importer import TABLE_NAME as HUMAN_TABLE
-from experiments.validation.runs import Phase5Run, phase5_parent
+from experiments.validation.runs import Phase5Run, artifact_bytes, phase5_parent
 
 if TYPE_CHECKING:
     import pandas as pd
+    from mlflow.entities import Run
 
+    from judges.panel import PanelResult
     from metrics.criteria import CriterionResult
 
 DEFAULT_JUDGES = ("anthropic/claude-sonnet-4-5", "openai/gpt-4o-mini", "llama/embedded")
@@ -47,7 +49,7 @@ class Decision:
     human_r: float | None
 
 
-def decide(parent: Any, when: When | str, panel_below: float = 0.5) -> Decision:
+def decide(parent: Run, when: When | str, panel_below: float = 0.5) -> Decision:
     """Whether the panel should run, and why: the seed's trigger is human r < panel_below.
 
     ``parent`` is the MLflow parent run (only its tags are read).
@@ -108,8 +110,6 @@ def _human_ratings(parent: Phase5Run) -> pd.DataFrame | None:
     """The latest imported human ratings, keyed by generation (None when there are none)."""
     import pandas as pd
 
-    from experiments.validation.runs import artifact_bytes
-
     child = parent.find_child(HUMAN_PHASE)
     data = artifact_bytes(child, HUMAN_TABLE) if child is not None else None
     if data is None:
@@ -127,15 +127,12 @@ def _human_ratings(parent: Phase5Run) -> pd.DataFrame | None:
 
 def log_panel(
     parent: Phase5Run,
-    result: Any,
+    result: PanelResult,
     skipped: dict[str, str],
     criterion: CriterionResult,
     budget: float | None,
 ) -> str:
-    """One ``judge-panel`` child run per parent; a rerun updates it instead of adding one.
-
-    ``result`` is a :class:`judges.PanelResult`.
-    """
+    """One ``judge-panel`` child run per parent; a rerun updates it instead of adding one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,7 +206,7 @@ class PanelOutcome(NamedTuple):
     """What one ``panel`` step did: the decision and, when the panel ran, the rest."""
 
     decision: Decision
-    result: Any  # judges.PanelResult, None when the panel did not run
+    result: PanelResult | None  # None when the panel did not run
     combined: CriterionResult | None  # criterion 4 after recording the panel's verdict
     skipped: dict[str, str]  # judges that could not run here, and why
 
