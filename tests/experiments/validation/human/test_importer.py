@@ -211,6 +211,7 @@ def real_run(mlflow_store, embedded_lm, embedder, tmp_path_factory):
 @pytest.mark.integration
 def test_real_phase5_run_export_scripted_rate_import(real_run, kit):
     from experiments.concepts import load_concepts
+    from experiments.config import load_config
     from experiments.validation.human.rater import scripted_rate
 
     run_id = real_run.run_id
@@ -222,7 +223,7 @@ def test_real_phase5_run_export_scripted_rate_import(real_run, kit):
     key = load_answer_key(result.key_path, run_id)
     children = {
         r.data.tags["cell"]: r.info.run_id
-        for r in tracking.child_runs(run_id, "phase5-semantic-steering")
+        for r in tracking.child_runs(run_id, load_config("configs/phase5.yaml").tracking.experiment)
         if "cell" in r.data.tags
     }
     by_key = real_run.records.set_index("key")
