@@ -18,7 +18,7 @@ MLFLOW_TRACKING_URI ?= sqlite:///mlruns.db
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup setup-judge run study test test-fast lint format classifiers concepts ui \
+.PHONY: help setup setup-judge run study calibrate test test-fast lint format classifiers concepts ui \
         human-export rate human-import panel bench clean
 
 help: ## list the targets
@@ -52,6 +52,9 @@ run: setup ## the main job: Phase 5 Part A on the embedded default (ARGS="--set 
 
 study: setup ## the steering-effect study (configs/study.yaml): null, held-out beta, baseline
 	$(CLI) run --config configs/study.yaml $(ARGS)
+
+calibrate: setup ## Phase 6: the calibration study (configs/phase6.yaml; ARGS="--quick")
+	$(CLI) calibrate --config configs/phase6.yaml $(ARGS)
 
 test: setup-judge ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)

@@ -176,6 +176,43 @@ class CriteriaConfig(_Strict):
     n_boot: int = Field(2000, ge=100, description="v2: bootstrap replicates")
 
 
+class CalibrationConfig(_Strict):
+    """Phase 6: probes along a training curve, their detection quality and their steering."""
+
+    sizes: list[str] = Field(
+        default_factory=lambda: ["1x1x1", "2x2x2", "5x5x5", "10x10x10", "20x20x20"],
+        min_length=1,
+    )
+    sources: list[str] = Field(default_factory=lambda: ["classifier", "diffmean"], min_length=1)
+    probe_seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    layers: list[int] | None = Field(None, description="null = the steering layer only")
+    predictors: list[str] = Field(
+        default_factory=lambda: [
+            "f1_calibrated",
+            "auroc",
+            "ap",
+            "f1_raw",
+            "cos_probe_diffmean",
+            "train_separation",
+        ],
+        min_length=1,
+    )
+    effect_threshold: float = Field(
+        0.05, description="effective: the effect above null has its interval above this"
+    )
+    experiment: str = "phase6-calibration"
+    results_dir: str = "results/phase6"
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, value: list[str]) -> list[str]:
+        for text in value:
+            TrainSpec.parse(text)
+        if len(set(value)) != len(value):
+            raise ValueError("must not repeat a training size")
+        return value
+
+
 class TrackingConfig(_Strict):
     experiment: str = "phase5-semantic-steering"
     classifier_experiment: str = "phase4-classifiers"
@@ -206,6 +243,7 @@ class ExperimentConfig(_Strict):
     controls: ControlsConfig = Field(default_factory=ControlsConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     centroids: CentroidConfig = Field(default_factory=CentroidConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)

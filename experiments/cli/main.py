@@ -25,7 +25,7 @@ from experiments.cli.common import (
 
 def register(app: typer.Typer) -> None:
     """Add the core commands to ``app``."""
-    for command in (assets, concepts, classifiers, run, rescore):
+    for command in (assets, concepts, classifiers, run, rescore, calibrate):
         app.command()(friendly(command))
 
 
@@ -217,3 +217,47 @@ def _print_result(result) -> None:
         f"{result.tokens_per_second:.1f} generated tokens/s; results in "
         f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
     )
+
+
+def calibrate(
+    config: ConfigOpt = Path("configs/phase6.yaml"),
+    set_: SetOpt = None,
+    model: ModelOpt = None,
+    concepts: ConceptsOpt = None,
+    quick: Annotated[
+        bool, typer.Option(help="a 3-concept, 2-size smoke version (minutes, not an hour)")
+    ] = False,
+    resume: Annotated[str | None, typer.Option(help="finish an interrupted study by id")] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Phase 6: probes along a training curve; does detection quality predict steering?"""
+    setup_logging(verbose)
+    from experiments.calibration import QUICK_OVERRIDES
+    from experiments.calibration.study import run_calibration
+
+    overrides = [*(QUICK_OVERRIDES if quick else ()), *(set_ or [])]
+    cfg = resolve_config(config, overrides, model, None, concepts)
+    with console.status("Phase 6 calibration study") as status:
+        result = run_calibration(
+            cfg, resume=resume, progress=lambda msg: status.update(f"[dim]{msg}")
+        )
+    table = Table("source", "predictor", "slope [95% CI]", "minimum effective", title="Phase 6")
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    for r in result.analysis["results"]:
+        mm, minimum = r["mixed_model"], r["minimum_effective"]
+        slope = (
+            f"{fmt(mm['slope'])} [{fmt(mm['low'])}, {fmt(mm['high'])}]"
+            if mm.get("evaluable")
+            else "n/a"
+        )
+        level = (
+            f"{fmt(minimum['level'])} at {minimum['size']}"
+            if minimum["status"] == "reached"
+            else "not reached"
+        )
+        table.add_row(r["source"], r["predictor"], slope, level)
+    console.print(table)
+    console.print(f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]")

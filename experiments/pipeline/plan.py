@@ -53,11 +53,16 @@ def row_key(
     strength: float,
     arm: str = CONCEPT_ARM,
     beta: float | None = None,
+    vectors: str | None = None,
 ) -> str:
-    """The row's id. The seed's rows (concept arm at the run's one β) keep the seed's form."""
+    """The row's id. The seed's rows (concept arm at the run's one β) keep the seed's form;
+    ``vectors`` names the probe set a concept-arm row was steered with when one run
+    steers with several (the calibration study)."""
     key = f"{synset}|p{prompt_index}|n{sample}|s{strength:+.3f}"
     if strength != 0 and arm != CONCEPT_ARM:
         key += f"|{arm}"
+    if strength != 0 and arm == CONCEPT_ARM and vectors:
+        key += f"|v{vectors}"
     if strength != 0 and beta is not None:
         key += f"|b{beta:g}"
     return key
@@ -116,11 +121,13 @@ def planned_rows(
     graph: ConceptGraph,
     split: str = "report",
     betas: Mapping[str, float] | None = None,
+    vectors: str | None = None,
 ) -> Iterator[tuple[str, dict]]:
     """(key, meta) for every row of one split, in plan order; no model needed.
 
     ``betas`` gives the report split's β per concept (from held-out selection); without
     it every concept uses ``steering.beta``. The selection split covers the β grid.
+    ``vectors`` tags the concept arm's rows with a probe-set name (see :func:`row_key`).
     """
     heldout = config.selection.mode == "heldout"
     for concept in graph.concepts:
@@ -143,6 +150,7 @@ def planned_rows(
                     strength,
                     arm,
                     beta if heldout else None,
+                    vectors,
                 )
                 if key in seen:  # the unsteered twin is shared by every arm and β
                     continue
@@ -154,6 +162,11 @@ def planned_rows(
                         "strength": float(strength),
                         "arm": arm if strength != 0 else CONCEPT_ARM,
                         "beta": float(beta),
+                        **(
+                            {"vectors": vectors}
+                            if vectors and strength and arm == CONCEPT_ARM
+                            else {}
+                        ),
                     },
                 )
 
@@ -170,6 +183,7 @@ def build_plan(
     vectors: VectorSet,
     split: str = "report",
     betas: Mapping[str, float] | None = None,
+    vectors_tag: str | None = None,
 ) -> GenerationPlan:
     """Rows with their direction index, coefficient and (for the prompt arm) prompt."""
     directions = [c.synset for c in graph.concepts]
@@ -179,7 +193,7 @@ def build_plan(
         ]
     index = {name: i for i, name in enumerate(directions)}
     rows, meta = [], {}
-    for key, m in planned_rows(config, graph, split, betas):
+    for key, m in planned_rows(config, graph, split, betas, vectors_tag):
         synset, arm, strength = m["concept"], m["arm"], m["strength"]
         prompt = m["prompt"]
         if arm == PROMPT_ARM:

@@ -77,10 +77,14 @@ def build_vectors(
     probes: ProbeSet,
     layer: int,
     context: DirectionContext | None = None,
+    alpha: float | None = None,
 ) -> VectorSet:
+    """Vectors from the configured direction source; ``alpha`` reuses a measured scale
+    (the calibration study builds many vector sets at one layer)."""
     import torch
 
-    alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
+    if alpha is None:
+        alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
     source = get_direction_source(config.steering.vector_source)
     ctx = context or DirectionContext()
     vectors = {}

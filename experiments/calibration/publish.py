@@ -1,0 +1,224 @@
+"""Phase 6 outputs: the curve table, the analysis, figures and MLflow runs.
+
+The parent run holds the curve (an MLflow table), every slope and minimum-effective
+level as metrics with a status tag each, and the figures; one child run per probe set
+(training size × source × seed × layer) holds its per-concept metrics and points at
+the generations it produced (``vectors`` tag in the parent's ``generations.jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from experiments import tracking
+from experiments.config import ExperimentConfig
+from experiments.rundir import RunDir
+
+PREDICTOR_LABELS = {
+    "f1_calibrated": "F1 (threshold from validation)",
+    "f1_raw": "F1 at decision > 0",
+    "auroc": "AUROC",
+    "ap": "average precision",
+    "cos_probe_diffmean": "cos(probe, diffmean)",
+    "train_separation": "training class separation",
+}
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in text)
+
+
+def analysis_metrics(analysis: dict) -> tuple[dict[str, float | None], dict[str, str]]:
+    metrics: dict[str, float | None] = {}
+    tags: dict[str, str] = {}
+    for result in analysis["results"]:
+        name = f"L{result['layer']}/{_slug(result['source'])}/{result['predictor']}"
+        mm = result["mixed_model"]
+        if mm.get("evaluable"):
+            metrics[f"slope/{name}"] = mm["slope"]
+            metrics[f"slope/{name}/low"] = mm["low"]
+            metrics[f"slope/{name}/high"] = mm["high"]
+        minimum = result["minimum_effective"]
+        tags[f"minimum_effective.{name.replace('/', '.')}"] = minimum["status"]
+        if minimum["status"] == "reached":
+            metrics[f"minimum_effective/{name}"] = minimum["level"]
+            metrics[f"minimum_effective/{name}/low"] = minimum["low"]
+            metrics[f"minimum_effective/{name}/high"] = minimum["high"]
+    return metrics, tags
+
+
+def figures(curve: pd.DataFrame, analysis: dict, config: ExperimentConfig) -> dict[str, object]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = {}
+    main = next((p for p in config.calibration.predictors if p in curve.columns), None)
+    sources = sorted(curve["source"].unique())
+    if main is not None:
+        fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
+        for ax, source in zip(axes[0], sources, strict=True):
+            part = curve[curve["source"] == source]
+            for concept, group in part.groupby("concept"):
+                g = group.groupby("n_train")[[main, "effect_above_null"]].mean().dropna()
+                ax.plot(g[main], g["effect_above_null"], marker="o", alpha=0.7, label=concept)
+            ax.axhline(config.calibration.effect_threshold, color="grey", linestyle=":")
+            ax.axhline(0, color="black", linewidth=0.5)
+            ax.set(
+                xlabel=PREDICTOR_LABELS.get(main, main),
+                ylabel="effect above null (gated)",
+                title=f"{source}: per-concept trajectories",
+            )
+        axes[0][-1].legend(fontsize=6)
+        fig.tight_layout()
+        out["predictor_vs_effect.png"] = fig
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for source in sources:
+        g = curve[curve["source"] == source].groupby("n_train")["effect_above_null"]
+        means, sems = g.mean(), g.sem()
+        ax.errorbar(
+            means.index, means.values, yerr=1.96 * sems.fillna(0).values, marker="o", label=source
+        )
+    ax.set_xscale("log")
+    ax.axhline(config.calibration.effect_threshold, color="grey", linestyle=":")
+    ax.set(
+        xlabel="training texts per probe (P+N+U)",
+        ylabel="effect above null (gated)",
+        title="Steering effect along the training curve",
+    )
+    ax.legend()
+    fig.tight_layout()
+    out["effect_vs_training_size.png"] = fig
+
+    rows = [r for r in analysis["results"] if r["mixed_model"].get("evaluable")]
+    if rows:
+        fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(rows)))
+        labels = [f"{r['source']} · {r['predictor']} (L{r['layer']})" for r in rows]
+        slopes = [r["mixed_model"]["slope"] for r in rows]
+        err = [
+            [s - r["mixed_model"]["low"] for s, r in zip(slopes, rows, strict=True)],
+            [r["mixed_model"]["high"] - s for s, r in zip(slopes, rows, strict=True)],
+        ]
+        ax.errorbar(slopes, range(len(rows)), xerr=err, fmt="o")
+        ax.axvline(0, color="black", linewidth=0.5)
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.set(xlabel="mixed-model slope of effect on predictor (95% CI)", title="Predictors")
+        fig.tight_layout()
+        out["predictor_comparison.png"] = fig
+    return out
+
+
+def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
+    def fmt(v: object) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.3f}"
+
+    lines = [
+        f"# Phase 6 calibration study {run_id}",
+        "",
+        f"{curve['tag'].nunique()} probe sets × {curve['concept'].nunique()} concepts; "
+        f"effective: effect above null with its interval above {analysis['threshold']}.",
+        "",
+        "| layer | source | predictor | mixed-model slope [95% CI] | minimum effective level |",
+        "|---|---|---|---|---|",
+    ]
+    for r in analysis["results"]:
+        mm, minimum = r["mixed_model"], r["minimum_effective"]
+        slope = (
+            f"{fmt(mm['slope'])} [{fmt(mm['low'])}, {fmt(mm['high'])}]"
+            if mm.get("evaluable")
+            else f"n/a ({mm.get('reason')})"
+        )
+        level = (
+            f"{fmt(minimum['level'])} [{fmt(minimum['low'])}, {fmt(minimum['high'])}] "
+            f"at {minimum['size']}"
+            if minimum["status"] == "reached"
+            else "not reached"
+        )
+        lines.append(f"| {r['layer']} | {r['source']} | {r['predictor']} | {slope} | {level} |")
+    lines += ["", "## Curve (means over concepts and seeds)", ""]
+    cols = [c for c in ("f1_calibrated", "auroc", "ap", "effect_above_null") if c in curve.columns]
+    table = curve.groupby(["layer", "source", "size", "n_train"])[cols].mean().reset_index()
+    table = table.sort_values(["layer", "source", "n_train"])
+    lines.append("| layer | source | size | " + " | ".join(cols) + " |")
+    lines.append("|---|---|---|" + "---|" * len(cols))
+    for _, row in table.iterrows():
+        lines.append(
+            f"| {row['layer']} | {row['source']} | {row['size']} | "
+            + " | ".join(fmt(row[c]) for c in cols)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def publish_study(
+    run_id: str,
+    run_dir: RunDir,
+    config: ExperimentConfig,
+    curve: pd.DataFrame,
+    analysis: dict,
+    timings: dict[str, float],
+) -> None:
+    import matplotlib.pyplot as plt
+
+    c = tracking.client()
+    curve.to_csv(run_dir.file("curve.csv"), index=False)
+    run_dir.write_json("analysis.json", analysis)
+    summary = summary_markdown(run_id, curve, analysis)
+    run_dir.file("summary.md").write_text(summary)
+    tracking.overwrite_table(run_id, curve.replace({np.nan: None}), "curve.json")
+    metrics, tags = analysis_metrics(analysis)
+    tracking.log_metrics(run_id, metrics)
+    tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
+    for key, value in tags.items():
+        c.set_tag(run_id, key, value)
+    c.set_tag(run_id, "mlflow.note.content", summary)
+    for name, fig in figures(curve, analysis, config).items():
+        fig.savefig(run_dir.file(name), dpi=110)
+        c.log_figure(run_id, fig, f"plots/{name}")
+        plt.close(fig)
+    for name in (
+        "curve.csv",
+        "analysis.json",
+        "summary.md",
+        RunDir.CONFIG,
+        RunDir.GENERATIONS,
+        RunDir.SCORES,
+    ):
+        if run_dir.file(name).exists():
+            c.log_artifact(run_id, str(run_dir.file(name)))
+    existing = {
+        r.data.tags.get("probe_set")
+        for r in tracking.child_runs(run_id, config.calibration.experiment)
+    }
+    for tag, group in curve.groupby("tag", sort=True):
+        if tag in existing:
+            continue
+        first = group.iloc[0]
+        with tracking.tracked_run(
+            config.calibration.experiment,
+            f"{first['size']} {first['source']} seed {first['seed']} L{first['layer']}",
+            parent_run_id=run_id,
+            tags={"phase": "6", "probe_set": str(tag), "generations": f"vectors == {tag}"},
+        ) as child:
+            tracking.log_params(
+                child,
+                {
+                    "size": first["size"],
+                    "source": first["source"],
+                    "probe_seed": int(first["seed"]),
+                    "layer": int(first["layer"]),
+                },
+            )
+            child_metrics: dict[str, float | None] = {}
+            for _, row in group.iterrows():
+                for column in (*config.calibration.predictors, "beta", "effect_above_null"):
+                    value = row.get(column)
+                    if value is not None and not (isinstance(value, float) and np.isnan(value)):
+                        child_metrics[f"{column}/{row['concept']}"] = float(value)
+            tracking.log_metrics(child, child_metrics)
+            c.log_text(child, json.dumps(sorted(group["concept"]), indent=1), "concepts.json")

@@ -1,0 +1,70 @@
+"""The Phase 6 study end to end on the tiny random Gemma (the ``--quick`` shape)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments import tracking
+from experiments.calibration import QUICK_OVERRIDES
+from experiments.calibration.study import run_calibration
+from experiments.config import load_config
+from experiments.rundir import RunDir
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, mlflow_store, tiny_lm, embedder):
+    import torch
+
+    tmp = tmp_path_factory.mktemp("phase6")
+    config = load_config(
+        "configs/phase6.yaml",
+        [
+            *QUICK_OVERRIDES,
+            "layer=2",
+            "calibration.sources=['classifier', 'diffmean']",
+            "generation.max_new_tokens=6",
+            f"classifier.dir={tmp / 'cls'}",
+            f"calibration.results_dir={tmp / 'res'}",
+        ],
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return config, run_calibration(config, lm=tiny_lm, embedder=embedder)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_curve_has_one_row_per_probe_set_and_concept(study):
+    config, result = study
+    curve = result.curve
+    # 2 sizes × 1 seed × 2 sources = 4 probe sets; 3 concepts each.
+    assert curve["tag"].nunique() == 4 and len(curve) == 12
+    assert set(curve["size"]) == {"1x1x1", "2x2x2"}
+    assert curve["auroc"].between(0, 1).all()
+    assert curve["beta"].isin(config.selection.beta_grid).all()
+    assert curve["effect_above_null"].notna().all()
+
+
+def test_rows_that_do_not_depend_on_the_probe_set_are_generated_once(study):
+    config, result = study
+    generations = RunDir(config.calibration.results_dir, result.run_id).read_generations()
+    keys = [g["key"] for g in generations]
+    assert len(keys) == len(set(keys))
+    unsteered = [g for g in generations if g["strength"] == 0]
+    # 3 concepts × 4 prompts × 1 sample, whatever the number of probe sets.
+    assert len(unsteered) == 3 * 4
+    tagged = {g.get("vectors") for g in generations if g["arm"] == "concept" and g["strength"]}
+    assert tagged == set(result.curve["tag"])
+
+
+def test_the_study_is_logged_with_a_parent_and_one_child_per_probe_set(study):
+    config, result = study
+    run = tracking.get_run(result.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["phase"] == "6"
+    assert any(k.startswith("minimum_effective.") for k in run.data.tags)
+    children = tracking.child_runs(result.run_id, config.calibration.experiment)
+    assert {c.data.tags["probe_set"] for c in children} == set(result.curve["tag"])
+    artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
+    assert {"curve.json", "analysis.json", "summary.md"} <= artifacts
+    assert result.analysis["results"], "at least one predictor was analysed"
