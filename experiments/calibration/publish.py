@@ -176,7 +176,7 @@ def publish_study(
     tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
     for key, value in tags.items():
         c.set_tag(run_id, key, value)
-    c.set_tag(run_id, "mlflow.note.content", summary)
+    tracking.set_note(run_id, summary)
     for name, fig in figures(curve, analysis, config).items():
         fig.savefig(run_dir.file(name), dpi=110)
         c.log_figure(run_id, fig, f"plots/{name}")

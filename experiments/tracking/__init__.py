@@ -2,6 +2,9 @@
 
 Every MLflow write of the suite goes through this package; :func:`tracked_run` is the
 one way to open a run, log into it and close it (FAILED on an error, KILLED on Ctrl-C).
+Its modules: ``context`` (the standard ``mlflow.user`` / ``mlflow.source.*`` tags),
+``traces`` (one trace per generation, with feedback), ``datasets`` (inputs logged as
+MLflow datasets), ``prompts`` (the judge rubric in the prompt registry).
 
 The default store is ``sqlite:///mlruns.db`` with artefacts under ``mlartifacts/``;
 ``MLFLOW_TRACKING_URI`` points everything elsewhere (a remote server, say).
@@ -12,33 +15,39 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from experiments.tracking.context import context_tags, git_info
+
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 DEFAULT_ARTIFACT_ROOT = "mlartifacts"
-PACKAGES = (
-    "torch",
-    "transformers",
-    "sentence-transformers",
-    "mlflow",
-    "numpy",
-    "scipy",
-    "pandas",
-    "scikit-learn",
-    "nltk",
-    "anthropic",
-    "openai",
-    "llama-cpp-python",
-    "steer-eval",
-)
-# MLflow param values are capped; longer values are stored as artefacts instead.
-MAX_PARAM_LEN = 500
+# `make ui` serves the local store here; MLFLOW_UI_URL names another address.
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+# MLflow 3 accepts parameter values up to 6,000 characters; longer ones are cut (and the
+# whole value is in the run's config.yaml artefact).
+MAX_PARAM_LEN = 6000
+NOTE_TAG = "mlflow.note.content"
+MAX_NOTE_LEN = 8000  # MLflow's tag value limit
+# The experiment kind MLflow's UI reads to open an experiment on its runs, not on the
+# GenAI overview. The 3.17 UI decides by its GenAI / Model training switch (the URL's
+# ``workflowType``) instead, so the addresses printed by ``ui_url`` carry that too.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+WORKFLOW_QUERY = "workflowType=machine_learning"
+EXPERIMENT_NOTES = {
+    "phase4-classifiers": "Phase 4: one run per `steer-eval classifiers` (probe metrics).",
+    "phase5-semantic-steering": (
+        "Phase 5: one parent run per `steer-eval run` (criteria, Δ per strength, the run "
+        "summary in its description), a child per concept × strength, `human-validation` "
+        "and `judge-panel` children; one trace per generation (Traces tab) with Δ, effect "
+        "and coherence as code feedback, human ratings and judge scores as feedback."
+    ),
+    "phase6-calibration": "Phase 6: the calibration study (`steer-eval calibrate`).",
+}
 
 
 def tracking_uri() -> str:
@@ -66,43 +75,29 @@ def experiment_id(name: str) -> str:
     c = client()
     exp = c.get_experiment_by_name(name)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # made by an older version
+            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     location = None
     if tracking_uri().startswith(("sqlite:", "file:")) or "://" not in tracking_uri():
         root = Path(os.environ.get("MLFLOW_ARTIFACT_ROOT", DEFAULT_ARTIFACT_ROOT)).resolve()
         location = (root / name).as_uri()
-    return c.create_experiment(name, artifact_location=location)
+    tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+    if name in EXPERIMENT_NOTES:
+        tags[NOTE_TAG] = EXPERIMENT_NOTES[name]
+    return c.create_experiment(name, artifact_location=location, tags=tags)
 
 
 def git_commit() -> dict[str, str]:
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(
-                ["git", *args], capture_output=True, text=True, check=True, timeout=10
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "unknown"
-
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": commit, "git_dirty": str(bool(dirty and dirty != "unknown")).lower()}
-
-
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
+    """The commit and whether tracked files differ from it (for the bench report)."""
+    info = git_info()
+    return {"git_commit": info.get("commit", "unknown"), "git_dirty": info.get("dirty", "false")}
 
 
 def provenance_tags() -> dict[str, str]:
-    """Tags every run carries: the commit and the package versions."""
-    tags = git_commit()
-    tags.update({f"version.{k}": v for k, v in package_versions().items()})
-    return tags
+    """Tags every run carries: MLflow's standard context tags (user, source, git commit)
+    plus the package versions."""
+    return context_tags()
 
 
 def params_from(flat: dict[str, Any]) -> dict[str, str]:
@@ -120,6 +115,22 @@ def log_params(run_id: str, params: dict[str, Any]) -> None:
     c = client()
     for start in range(0, len(items), 90):
         c.log_batch(run_id, params=items[start : start + 90])
+
+
+def log_new_params(run_id: str, params: dict[str, Any]) -> None:
+    """Log the parameters a run does not have yet; MLflow parameters never change, so a
+    different value for a logged key is reported and skipped rather than raised."""
+    have = client().get_run(run_id).data.params
+    new = {}
+    for key, value in params_from(params).items():
+        if key not in have:
+            new[key] = value
+        elif have[key] != value:
+            logging.getLogger(__name__).warning(
+                "run %s keeps parameter %s = %s (not %s)", run_id, key, have[key], value
+            )
+    if new:
+        log_params(run_id, new)
 
 
 def log_metrics(run_id: str, metrics: dict[str, float | None], step: int = 0) -> None:
@@ -178,21 +189,24 @@ def child_runs(parent_run_id: str, experiment: str) -> list:
     )
 
 
-def latest_parent_run(experiment: str, phase: str = "5") -> str:
-    """The id of the newest finished top-level run of a phase, for ``--run latest``.
+def latest_parent_run(experiment: str, phase: str = "5", finished: bool = True) -> str:
+    """The id of the newest top-level run of a phase, for ``--run latest``.
 
-    The store does the filtering (``tags.mlflow.parentRunId IS NULL``), so hundreds of
-    child runs newer than the parent cannot hide it. A missing experiment is an error,
-    not created as a side effect of a lookup.
+    ``finished``: the newest FINISHED run (what results are read from); otherwise the
+    newest one that is not finished (what ``--resume latest`` continues). The store does
+    the filtering (``tags.mlflow.parentRunId IS NULL``), so hundreds of child runs newer
+    than the parent cannot hide it. A missing experiment is an error, not created as a
+    side effect of a lookup.
     """
     c = client()
     exp = c.get_experiment_by_name(experiment)
+    status = "= 'FINISHED'" if finished else "!= 'FINISHED'"
     runs = []
     if exp is not None:
         runs = c.search_runs(
             [exp.experiment_id],
             filter_string=(
-                f"tags.phase = '{phase}' and attributes.status = 'FINISHED' "
+                f"tags.phase = '{phase}' and attributes.status {status} "
                 "and tags.mlflow.parentRunId IS NULL"
             ),
             order_by=["attributes.start_time DESC"],
@@ -200,10 +214,67 @@ def latest_parent_run(experiment: str, phase: str = "5") -> str:
         )
     if runs:
         return runs[0].info.run_id
+    kind = "finished" if finished else "unfinished (interrupted)"
+    hint = "run `make run` first" if finished else "nothing to resume"
     raise LookupError(
-        f"no finished Phase {phase} run in experiment {experiment!r} of {tracking_uri()}; "
-        "run `make run` first"
+        f"no {kind} Phase {phase} run in experiment {experiment!r} of {tracking_uri()}; {hint}"
     )
+
+
+def set_note(run_id: str, markdown: str, whole: str = "summary.md") -> None:
+    """The run's description in the UI (``mlflow.note.content``), e.g. its summary; a
+    text over MLflow's tag limit is cut at a line and points at the ``whole`` artefact."""
+    if len(markdown) > MAX_NOTE_LEN:
+        tail = f"\n\n… (cut here; the whole text is the artefact `{whole}`)\n"
+        cut = markdown[: MAX_NOTE_LEN - len(tail)]
+        markdown = cut[: cut.rfind("\n") if "\n" in cut else len(cut)] + tail
+    client().set_tag(run_id, NOTE_TAG, markdown)
+
+
+def ui_base() -> str:
+    """Where the UI for the configured store is served: the tracking server itself, else
+    ``MLFLOW_UI_URL``, else the address `make ui` uses."""
+    uri = tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return os.environ.get("MLFLOW_UI_URL", DEFAULT_UI_URL).rstrip("/")
+
+
+def ui_url(experiment_id: str, run_id: str | None = None, page: str | None = None) -> str:
+    """The UI address of a run (or an experiment's runs, or ``page``: ``traces``), opened
+    on the Model training view where runs are listed."""
+    path = f"#/experiments/{experiment_id}"
+    if run_id is not None:
+        path += f"/runs/{run_id}"
+    elif page is not None:
+        path += f"/{page}"
+    return f"{ui_base()}/{path}?{WORKFLOW_QUERY}"
+
+
+def run_ui_url(run_id: str) -> str:
+    return ui_url(get_run(run_id).info.experiment_id, run_id)
+
+
+# A Phase 4 run id beside the classifiers it trained, so a later Phase 5 run that loads
+# them from disk still links to the run that made them.
+CLASSIFIER_RUN_FILE = "mlflow_run.json"
+
+
+def remember_run(directory: str | Path, run_id: str) -> None:
+    path = Path(directory) / CLASSIFIER_RUN_FILE
+    path.write_text(json.dumps({"run_id": run_id, "tracking_uri": tracking_uri()}) + "\n")
+
+
+def remembered_run(directory: str | Path | None) -> str | None:
+    """The run that wrote ``directory``, when it was logged to the configured store."""
+    if directory is None:
+        return None
+    path = Path(directory) / CLASSIFIER_RUN_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("run_id") if data.get("tracking_uri") == tracking_uri() else None
 
 
 @contextmanager
