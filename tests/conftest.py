@@ -179,3 +179,22 @@ def mlflow_store(tmp_path_factory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on loopback (sqlite store, proxied artefacts) for one
+    module; MLFLOW_TRACKING_URI points at it meanwhile. Yields (uri, server root)."""
+    from experiments.tracking.server import running_server
+
+    root = tmp_path_factory.mktemp("mlflow-server")
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    with running_server(root) as uri:
+        os.environ["MLFLOW_TRACKING_URI"] = uri
+        try:
+            yield uri, root
+        finally:
+            if old is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = old
