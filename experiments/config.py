@@ -217,6 +217,11 @@ class TrackingConfig(_Strict):
     experiment: str = "phase5-semantic-steering"
     classifier_experiment: str = "phase4-classifiers"
     results_dir: str = "results/phase5"
+    traces: bool = Field(
+        True,
+        description="one MLflow trace per generation with its scores as feedback (about "
+        "0.1 s each on sqlite; false for grids of many thousands)",
+    )
 
 
 class ExperimentConfig(_Strict):

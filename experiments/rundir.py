@@ -82,6 +82,7 @@ class RunDir:
     CRITERIA = "criteria.csv"
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"
+    TRACES = "traces.json"  # generation key -> MLflow trace id
     HUMAN = "human"
 
     def __init__(self, root: str | Path, run_id: str) -> None:

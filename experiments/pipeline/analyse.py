@@ -139,13 +139,22 @@ def evaluate_criteria(
 
 
 def criteria_metrics(criteria: dict[str, CriterionResult]) -> dict[str, float | None]:
-    """Pass/fail as 1/0 (only when evaluable), with the measured value and threshold beside it."""
+    """Pass/fail as 1/0 (only when evaluable), with the measured value beside it; the
+    thresholds are settings, logged as parameters (:func:`criteria_thresholds`)."""
     out: dict[str, float | None] = {}
     for key, result in criteria.items():
         out[f"criterion/{key}"] = result.metric_value()
         out[f"criterion/{key}/value"] = result.value
-        out[f"criterion/{key}/threshold"] = result.threshold
     return out
+
+
+def criteria_thresholds(criteria: dict[str, CriterionResult], prefix: str = "") -> dict[str, float]:
+    """Each criterion's threshold, for MLflow parameters (``criterion/<key>/threshold``)."""
+    return {
+        f"{prefix}criterion/{key}/threshold": result.threshold
+        for key, result in criteria.items()
+        if result.threshold is not None
+    }
 
 
 def finite_or_none(value: object) -> float | None:

@@ -44,6 +44,13 @@ def _col(records: pd.DataFrame, name: str, default: object) -> pd.Series:
     return records[name] if name in records.columns else pd.Series(default, index=records.index)
 
 
+def row_fluency(perplexity: pd.Series, ppl0_median: pd.Series, broken: pd.Series) -> pd.Series:
+    """Fluency from 0 to 1: the concept's unsteered median perplexity over the text's own
+    (capped at 1), and 0 for a broken text (near-empty or an echo of the prompt)."""
+    fluency = (ppl0_median / perplexity).clip(0, 1).fillna(0.0)
+    return fluency.where(~broken, 0.0)
+
+
 def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
     """One row per steered generation with its twin's Δ, e, the gate and the scores."""
     records = records.assign(
@@ -62,8 +69,7 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
     too_perplexed = steered["perplexity"].isna() | (steered["perplexity"] > limit)
     broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
     gate = ~(broken | too_perplexed)
-    fluency = (steered["ppl0_median"] / steered["perplexity"]).clip(0, 1).fillna(0.0)
-    fluency = fluency.where(~broken, 0.0)
+    fluency = row_fluency(steered["perplexity"], steered["ppl0_median"], broken)
     concept_score = (e / config.gate.effect_reference).clip(0, 1)
     combined = np.where(
         (fluency > 0) & (concept_score > 0),
@@ -225,7 +231,6 @@ class EffectReport:
         for key, result in self.criteria.items():
             out[f"v2/criterion/{key}"] = result.metric_value()
             out[f"v2/criterion/{key}/value"] = result.value
-            out[f"v2/criterion/{key}/threshold"] = result.threshold
             interval = self.intervals.get(key, {})
             out[f"v2/criterion/{key}/low"] = interval.get("low")
             out[f"v2/criterion/{key}/high"] = interval.get("high")

@@ -165,6 +165,7 @@ def train_classifiers(
     (directory / "index.json").write_text(json.dumps(index, indent=2))
     result = ProbeSet(directory, probes, seconds=seconds)
     result.run_id = _log_run(config, lm, graph, layer, result, eval_sets)
+    tracking.remember_run(directory, result.run_id)  # a later run that loads these links it
     return result
 
 

@@ -19,6 +19,7 @@ from experiments.pipeline.analyse import (
     cell_metrics,
     concept_magnitudes,
     criteria_metrics,
+    criteria_thresholds,
     per_strength,
     strength_label,
 )
@@ -75,6 +76,26 @@ def numeric_metrics(metrics: dict) -> dict[str, float | None]:
     }
 
 
+# Config keys that a headline parameter already carries, so each setting is logged once:
+# the headline holds the resolved value where the config leaves it to the code (layer
+# null -> the middle layer, model 'embedded' -> its id). The whole config, as written,
+# is the run's config.yaml artefact.
+HEADLINE_KEYS = {
+    "model": "model",
+    "layer": "layer",
+    "seed": "seed",
+    "steering.mode": "mode",
+    "steering.vector_source": "vector_source",
+    "steering.strengths": "strengths",
+    "steering.beta": "beta",
+    "generation.max_new_tokens": "max_new_tokens",
+    "generation.greedy": "greedy",
+    "embedding.model": "embedding",
+    "classifier.train": "train",
+}
+PHASE4_TAG = "steer_eval.phase4_run"
+
+
 def parent_params(ctx: RunContext, n_concepts: int) -> dict:
     config = ctx.config
     return {
@@ -95,20 +116,69 @@ def parent_params(ctx: RunContext, n_concepts: int) -> dict:
     }
 
 
+def config_params(config) -> dict:
+    """Every config setting not already a headline parameter, as ``config.<dotted key>``."""
+    return {f"config.{k}": v for k, v in config.flat().items() if k not in HEADLINE_KEYS}
+
+
+def run_name(ctx: RunContext) -> str:
+    """What tells two runs apart: model, layer, direction source, mode (when not the
+    default additive) and β (``β heldout`` when chosen per concept)."""
+    config = ctx.config
+    model = ctx.model_id.split(":")[-1].rstrip("/").split("/")[-1]
+    mode = "" if config.steering.mode == "additive" else f" {config.steering.mode}"
+    beta = "β heldout" if config.selection.mode == "heldout" else f"β={config.steering.beta:g}"
+    name = "" if config.name == "phase5" else f"{config.name} "
+    return f"{name}{model} L{ctx.layer} {config.steering.vector_source}{mode} {beta}"
+
+
 def start_parent(ctx: RunContext, results_root: str) -> str:
-    """Open the parent run, log its parameters and remember where its folder lives."""
+    """Open the parent run, log its parameters and inputs, link the Phase 4 run whose
+    classifiers it uses, and remember where its folder lives."""
     from pathlib import Path
 
     config = ctx.config
-    run_id = tracking.start_run(
-        config.tracking.experiment,
-        f"{config.name} {config.steering.vector_source} {config.steering.mode} L{ctx.layer}",
-        tags={"phase": "5"},
-    )
-    tracking.log_params(run_id, parent_params(ctx, len(ctx.graph.concepts)))
-    tracking.log_params(run_id, {f"config.{k}": v for k, v in config.flat().items()})
-    tracking.client().set_tag(run_id, RUN_DIR_TAG, str((Path(results_root) / run_id).resolve()))
+    run_id = tracking.start_run(config.tracking.experiment, run_name(ctx), tags={"phase": "5"})
+    params = {**parent_params(ctx, len(ctx.graph.concepts)), **config_params(config)}
+    tracking.log_params(run_id, params)
+    folder = (Path(results_root) / run_id).resolve()
+    c = tracking.client()
+    c.set_tag(run_id, RUN_DIR_TAG, str(folder))
+    if ctx.classifier_run_id:
+        c.set_tag(run_id, PHASE4_TAG, ctx.classifier_run_id)
+    log_run_inputs(run_id, ctx, folder / RunDir.CONFIG)
     return run_id
+
+
+def prompt_frame(ctx: RunContext) -> pd.DataFrame:
+    """One row per concept × prompt (and split): the prompt set the run generates from."""
+    from experiments.pipeline.plan import planned_rows
+
+    splits = ["selection", "report"] if ctx.config.selection.mode == "heldout" else ["report"]
+    rows = {}
+    for split in splits:
+        for _key, meta in planned_rows(ctx.config, ctx.graph, split):
+            unit = (meta["concept"], meta["prompt_index"], split)
+            rows.setdefault(
+                unit,
+                {
+                    "concept": meta["concept"],
+                    "prompt_index": meta["prompt_index"],
+                    "split": split,
+                    "prompt": meta["prompt"],
+                },
+            )
+    return pd.DataFrame(list(rows.values()))
+
+
+def log_run_inputs(run_id: str, ctx: RunContext, config_path) -> None:
+    """The concept graph and the prompt set as MLflow datasets of the run."""
+    from experiments.tracking.datasets import concept_frame, log_dataset
+
+    log_dataset(
+        run_id, concept_frame(ctx.graph), "concept-graph", ctx.config.concepts.file, "concepts"
+    )
+    log_dataset(run_id, prompt_frame(ctx), "prompt-set", config_path, "prompts")
 
 
 def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -> int:
@@ -168,13 +238,45 @@ def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
     return out
 
 
+def _seed_prefixed(values: dict) -> dict:
+    """Under ``seed/...``, except criterion 4 (human or panel), which is shared by both
+    criteria sets and stays under ``criterion/...``."""
+    return {key if "c4_" in key else f"seed/{key}": value for key, value in values.items()}
+
+
 def seed_criteria_metrics(report: CriteriaReport) -> dict[str, float | None]:
-    """The seed's criteria under ``seed/criterion/...``; criterion 4 (human or panel) is
-    shared by both criteria sets and stays under ``criterion/...``."""
-    out = {}
-    for key, value in criteria_metrics(report.results).items():
-        out[key if "c4_" in key else f"seed/{key}"] = value
-    return out
+    """The seed's criteria verdicts and values under ``seed/criterion/...``."""
+    return _seed_prefixed(criteria_metrics(report.results))
+
+
+def threshold_params(report: CriteriaReport, effect: EffectReport) -> dict[str, float]:
+    """Every criterion's threshold as a parameter, named as its verdict metric is."""
+    return {
+        **_seed_prefixed(criteria_thresholds(report.results)),
+        **criteria_thresholds(effect.criteria, prefix="v2/"),
+    }
+
+
+def run_note(ctx: RunContext) -> str:
+    """The description's header: where the classifiers came from and what else is here."""
+    lines = []
+    if ctx.classifier_run_id:
+        try:
+            phase4 = tracking.get_run(ctx.classifier_run_id)
+            link = f"#/experiments/{phase4.info.experiment_id}/runs/{ctx.classifier_run_id}"
+            lines.append(
+                f"Classifiers: Phase 4 run [{phase4.info.run_name}]({link}) "
+                f"(`{ctx.classifier_run_id}`)."
+            )
+        except LookupError:
+            lines.append(f"Classifiers: Phase 4 run `{ctx.classifier_run_id}` (not in this store).")
+    if ctx.config.tracking.traces:
+        lines.append(
+            "One trace per generation (Traces tab): inputs concept, prompt, strength, seed; "
+            "feedback Δ, effect and coherence from code, human ratings and judge scores "
+            "once imported."
+        )
+    return "".join(f"> {line}\n>\n" for line in lines) + ("\n" if lines else "")
 
 
 def build_record(
@@ -275,6 +377,10 @@ def publish(
         metrics["generation/tokens_per_second"] = tokens_per_second
         metrics["generation/seconds"] = generation_seconds
     metrics["n_generations"] = float(len(records))
+    metrics["alpha"] = ctx.alpha  # α and β are parameters too; as metrics they can be charted
+    metrics["beta"] = ctx.config.steering.beta
+    for synset, beta in (betas or {}).items():
+        metrics[f"beta/{synset}"] = beta
     c = tracking.client()
     all_criteria = {**report.results, **effect.criteria}
     c.set_tag(ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in all_criteria.items()))
@@ -287,6 +393,8 @@ def publish(
     )
     summary += "\n".join(effect_markdown(effect)) + "\n"
     (run_dir.file(RunDir.SUMMARY)).write_text(summary)
+    tracking.set_note(ctx.run_id, run_note(ctx) + summary, whole=RunDir.SUMMARY)
+    tracking.log_new_params(ctx.run_id, threshold_params(report, effect))
     pd.DataFrame([r.to_dict() for r in all_criteria.values()]).to_csv(
         run_dir.file(RunDir.CRITERIA), index=False
     )

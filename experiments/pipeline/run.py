@@ -130,6 +130,11 @@ def score_and_publish(
             update_children=rescore,
             betas=betas,
         )
+    if ctx.config.tracking.traces:
+        from experiments.pipeline.tracing import log_traces
+
+        with timer.time("traces"):
+            log_traces(ctx, run_dir, records, rescore=rescore)
     tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
     return Phase5Result(
         ctx.run_id,
@@ -202,6 +207,7 @@ def run_phase5(
     say("preparing classifiers, steering vectors and centroids")
     with timer.time("classifiers"):
         probes = ensure_classifiers(config, lm, graph, layer)
+    classifier_run_id = probes.run_id or tracking.remembered_run(probes.directory)
     with timer.time("vectors"):
         vectors = build_vectors(config, lm, graph, probes, layer)
     with timer.time("centroids"):
@@ -214,7 +220,7 @@ def run_phase5(
         layer=layer,
         alpha=vectors.alpha,
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
-        classifier_run_id=probes.run_id,
+        classifier_run_id=classifier_run_id,
         classifier_dir=str(probes.directory),
     )
     if resume:

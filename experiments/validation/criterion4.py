@@ -51,7 +51,7 @@ def record_criterion4(
     ``None`` keeps what the run already has. ``folder`` defaults to the run's own folder;
     it is written only when it exists here. Returns the combined criterion 4.
     """
-    from experiments.pipeline.analyse import criteria_metrics
+    from experiments.pipeline.analyse import criteria_metrics, criteria_thresholds
     from metrics.criteria import C4, C4_HUMAN, C4_PANEL, combine_criterion4, human_criterion
 
     run = tracking.get_run(run_id)  # fresh tags: the other part may have recorded since
@@ -72,6 +72,9 @@ def record_criterion4(
     # A criterion that became not evaluable must not keep an old pass/fail value.
     metrics = criteria_metrics(results)
     tracking.log_metrics(run_id, {k: v for k, v in metrics.items() if v is not None})
+    # The parts' thresholds are settings (parameters); the combined one is whichever
+    # part decided, so it is not a fixed setting and stays in the tags' JSON only.
+    tracking.log_new_params(run_id, criteria_thresholds(stored))
     folder = folder if folder is not None else RunDir.locate(run)
     if folder.exists():
         folder.write_json(RunDir.CRITERION4, {k: v.to_dict() for k, v in results.items()})

@@ -16,6 +16,7 @@ from experiments.pipeline.analyse import (
     cell_metrics,
     concept_magnitudes,
     criteria_metrics,
+    criteria_thresholds,
     evaluate_criteria,
     finite_or_none,
     per_strength,
@@ -285,8 +286,10 @@ def test_criteria_metrics_one_zero_only_when_evaluable():
     assert metrics[f"criterion/{C3_F1}"] == 1.0
     assert metrics[f"criterion/{C4_HUMAN}"] is None
     assert metrics[f"criterion/{C4_HUMAN}/value"] is None
-    assert metrics[f"criterion/{C4_HUMAN}/threshold"] == 0.7
-    assert metrics[f"criterion/{C3_F1}/threshold"] == 0.5
+    thresholds = criteria_thresholds(crit.results)  # settings: logged as parameters
+    assert thresholds[f"criterion/{C4_HUMAN}/threshold"] == 0.7
+    assert thresholds[f"criterion/{C3_F1}/threshold"] == 0.5
+    assert not any(k.endswith("/threshold") for k in metrics)
     failing = criteria_metrics(
         evaluate_criteria(synthetic(lambda c: 0.1, sign=-1.0), F1, CFG).results
     )
@@ -341,7 +344,7 @@ def test_criteria_and_cell_metrics_are_never_nan(case):
     out = with_text_metrics(add_paired_shifts(records))
     crit = evaluate_criteria(out, f1, CFG)
     metrics = criteria_metrics(crit.results)
-    assert len(metrics) == 3 * len(crit.results)
+    assert len(metrics) == 2 * len(crit.results)
     for key, result in crit.results.items():
         verdict = metrics[f"criterion/{key}"]
         if result.evaluable:

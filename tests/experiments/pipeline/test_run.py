@@ -58,10 +58,14 @@ def test_parent_and_child_runs_follow_the_layout(finished):
     ):
         assert key in params, key
     assert params["layer"] == "9" and params["vector_source"] == "classifier"
-    assert "git_commit" in parent.data.tags and "version.torch" in parent.data.tags
+    tags = parent.data.tags
+    assert "mlflow.source.git.commit" in tags and "version.torch" in tags
+    assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
     metrics = parent.data.metrics
     assert {"delta_mean/s_neg1.0", "delta_mean/s_0.0", "delta_mean/s_pos1.0"} <= set(metrics)
-    assert metrics["seed/criterion/c1_direction/threshold"] == 0.8
+    # thresholds are settings: parameters, no longer metrics
+    assert params["seed/criterion/c1_direction/threshold"] == "0.8"
+    assert not any(k.endswith("/threshold") for k in metrics)
     assert parent.data.tags["criterion.c4_human"] == "pending"
     assert "criterion/c4_human" not in metrics  # pending is never logged as a pass/fail
     children = tracking.child_runs(result.run_id, config.tracking.experiment)

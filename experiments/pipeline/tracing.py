@@ -1,0 +1,160 @@
+"""Stage: one MLflow trace per generation, with its automated scores as feedback.
+
+It runs after scoring, because the feedback is the scores: Δ, the effect (the signed
+change of Δ against the row's unsteered twin, as the v2 criteria use it) and coherence
+(the v2 gate's fluency: the concept's unsteered median perplexity over the text's own,
+capped at 1, and 0 for a near-empty text or an echo of the prompt). Every generation of
+the run gets a trace, null-control and selection rows included, since human raters and
+the judges rate those too. ``tracking.traces: false`` skips the stage.
+
+A rescore replaces changed code feedback on the existing traces (MLflow keeps the old
+value, marked invalid); a resume traces only the rows that have no trace yet.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from experiments import tracking
+from experiments.pipeline.context import RunContext
+from experiments.pipeline.effect import paired_effects, row_fluency
+from experiments.rundir import RunDir
+from experiments.tracking.traces import (
+    CODE_SOURCE_ID,
+    Feedback,
+    GenerationTrace,
+    attach_feedback,
+    log_generation_traces,
+    read_map,
+)
+
+log = logging.getLogger(__name__)
+
+INPUT_FIELDS = ("concept", "concept_name", "prompt", "strength", "seed", "arm", "beta", "split")
+DELTA_DETAIL = ("core_sim", "boundary_sim", "neg_sim", "label", "concept_term_count")
+COHERENCE_DETAIL = (
+    "perplexity",
+    "distinct_2",
+    "near_empty",
+    "is_echo",
+    "repeated_trigram_fraction",
+)
+
+
+def _get(row: pd.Series, name: str, default=None):
+    value = row.get(name, default)
+    return None if isinstance(value, float) and pd.isna(value) else value
+
+
+def _per_row_scores(records: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
+    """Δ's twin, e and fluency per key: the effect stage's own pairing, split by split."""
+    parts = []
+    records = records.assign(split=records.get("split", "report"))
+    for _split, rows in records.groupby("split"):
+        steered = paired_effects(rows, ctx.config)
+        parts.append(steered.set_index("key")[["delta_0", "e", "e_gated", "gate_pass", "fluency"]])
+        base = rows[rows["strength"] == 0]
+        ppl0 = base["concept"].map(base.groupby("concept")["perplexity"].median())
+        broken = base["near_empty"].astype(bool) | base["is_echo"].astype(bool)
+        parts.append(
+            pd.DataFrame(
+                {"fluency": row_fluency(base["perplexity"], ppl0, broken).to_numpy()},
+                index=base["key"],
+            )
+        )
+    return pd.concat(parts) if parts else pd.DataFrame()
+
+
+def code_feedback(row: pd.Series, scores: pd.Series | None) -> list[Feedback]:
+    """Δ, the effect (steered rows with a twin) and coherence of one generation."""
+    out = [
+        Feedback(
+            "delta",
+            _get(row, "delta"),
+            rationale="Δ = cos(text, core centroid) − cos(text, negative centroid)",
+            metadata={k: _get(row, k) for k in DELTA_DETAIL if k in row},
+        )
+    ]
+    if scores is not None and _get(scores, "e") is not None:
+        out.append(
+            Feedback(
+                "effect",
+                _get(scores, "e"),
+                rationale="sign(s) · (Δ − Δ of the unsteered twin)",
+                metadata={
+                    "delta_0": _get(scores, "delta_0"),
+                    "e_gated": _get(scores, "e_gated"),
+                    "gate_pass": bool(scores["gate_pass"]),
+                },
+            )
+        )
+    if scores is not None and _get(scores, "fluency") is not None:
+        out.append(
+            Feedback(
+                "coherence",
+                _get(scores, "fluency"),
+                rationale="median unsteered perplexity / perplexity, capped at 1; 0 if broken",
+                metadata={k: _get(row, k) for k in COHERENCE_DETAIL if k in row},
+            )
+        )
+    return out
+
+
+def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]:
+    scores = _per_row_scores(records, ctx)
+    items = []
+    for _, row in records.iterrows():
+        key = row["key"]
+        row_scores = scores.loc[key] if key in scores.index else None
+        if isinstance(row_scores, pd.DataFrame):  # a key paired twice: use the first
+            row_scores = row_scores.iloc[0]
+        inputs = {f: _get(row, f) for f in INPUT_FIELDS if f in row}
+        items.append(
+            GenerationTrace(
+                key=key,
+                inputs=inputs,
+                text=row["text"],
+                attributes={
+                    "model": ctx.model_id,
+                    "layer": ctx.layer,
+                    "alpha": ctx.alpha,
+                    "mode": ctx.config.steering.mode,
+                    "vector_source": ctx.config.steering.vector_source,
+                    "n_new_tokens": _get(row, "n_new_tokens"),
+                },
+                tags={
+                    "concept": str(row["concept"]),
+                    "strength": f"{float(row['strength']):+g}",
+                    "arm": str(_get(row, "arm") or "concept"),
+                },
+                feedback=code_feedback(row, row_scores),
+            )
+        )
+    return items
+
+
+def log_traces(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame, rescore: bool) -> int:
+    """Trace every generation without one; on a rescore also refresh the code feedback
+    of existing traces. Returns the number of traces the run has."""
+    import time
+
+    started = time.perf_counter()
+    experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
+    map_file = run_dir.file(RunDir.TRACES)
+    items = trace_items(records, ctx)
+    known = read_map(map_file)
+    if rescore and known:
+        feedback = {known[i.key]: i.feedback for i in items if i.key in known}
+        counts = attach_feedback(experiment_id, ctx.run_id, feedback, "CODE", CODE_SOURCE_ID)
+        log.info("code feedback on existing traces: %s", counts)
+    before = len(known)
+    mapping = log_generation_traces(experiment_id, ctx.run_id, items, map_file)
+    added = len(mapping) - before
+    seconds = time.perf_counter() - started
+    metrics: dict[str, float | None] = {"traces/n": float(len(mapping))}
+    if added:
+        metrics["traces/seconds_per_generation"] = seconds / added
+    tracking.log_metrics(ctx.run_id, metrics)
+    return len(mapping)
