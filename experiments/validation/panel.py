@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from experiments import tracking
+from experiments.tracking.prompts import RubricPrompt, register_rubric
 from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.human.importer import CHILD_PHASE as HUMAN_PHASE
 from experiments.validation.human.importer import TABLE_NAME as HUMAN_TABLE
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from mlflow.entities import Run
 
+    from judges.estimate import PanelEstimate
     from judges.panel import PanelResult
     from metrics.criteria import CriterionResult
 
@@ -138,6 +140,8 @@ def log_panel(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from judges.base import Rubric
+
     child = parent.find_child(CHILD_PHASE)
     step = 1
     if child is not None:
@@ -164,14 +168,16 @@ def log_panel(
         metrics["panel_mean"] = float(per_sample["panel_mean"].mean())
         metrics["panel_median"] = float(per_sample["panel_median"].median())
         tracking.log_metrics(child, metrics, step=step)
+        rubric = register_rubric(Rubric())
+        tracking.log_new_params(child, {"rubric_version": rubric.rubric_version})
+        c.set_tag(child, "panel.rubric_prompt", rubric.uri)
+        c.link_prompt_version_to_run(child, rubric.uri)
+        # MLflow tables: the UI shows them in the artefact view and the Evaluation tab.
+        tracking.overwrite_table(child, result.scores, "judge_scores.json")
+        tracking.overwrite_table(child, per_sample, "panel_per_sample.json")
+        feedback = attach_judge_feedback(parent, result.scores, rubric)
+        c.set_tag(child, "panel.trace_feedback", json.dumps(feedback))
         with tempfile.TemporaryDirectory() as tmp:
-            for name, table in (
-                ("judge_scores.json", result.scores),
-                ("panel_per_sample.json", per_sample),
-            ):
-                path = Path(tmp) / name
-                table.to_json(path, orient="split", index=False)
-                c.log_artifact(child, str(path))
             summary = Path(tmp) / "panel_summary.json"
             summary.write_text(
                 json.dumps(
@@ -181,11 +187,14 @@ def log_panel(
                         "metrics": metrics,
                         "not_evaluable": result.not_evaluable(),
                         "criterion": criterion.to_dict(),
+                        "rubric_prompt": rubric.uri,
+                        "trace_feedback": feedback,
                     },
                     indent=1,
                 )
             )
             c.log_artifact(child, str(summary))
+        tracking.set_note(child, panel_note(result, metrics, skipped, criterion, rubric))
         fig, ax = plt.subplots(figsize=(5.5, 4.5))
         try:
             ax.scatter(
@@ -202,6 +211,80 @@ def log_panel(
     return child
 
 
+def attach_judge_feedback(
+    parent: Phase5Run, scores: pd.DataFrame, rubric: RubricPrompt
+) -> dict[str, int]:
+    """Every judge score as LLM_JUDGE feedback (source: the judge's name) on the trace of
+    the generation it rates, with the rubric version and its registry URI; an abstention
+    is feedback with an error and no value."""
+    from experiments.rundir import RunDir
+    from experiments.tracking.traces import RELATEDNESS, Feedback, attach_feedback, trace_map
+
+    experiment_id = parent.run.info.experiment_id
+    ids = trace_map(experiment_id, parent.run_id, parent.folder.file(RunDir.TRACES))
+    feedback: dict[str, list[Feedback]] = {}
+    untraced = 0
+    for row in scores.to_dict("records"):
+        trace_id = ids.get(row["sample_id"])
+        if trace_id is None:
+            untraced += 1
+            continue
+        score = row["score"]
+        abstained = score is None or score != score  # NaN in the table
+        feedback.setdefault(trace_id, []).append(
+            Feedback(
+                RELATEDNESS,
+                None if abstained else float(score),
+                rationale=str(row.get("raw") or "") or None,
+                metadata={
+                    "judge": row["judge"],
+                    "model": row.get("model") or "",
+                    "rubric_version": rubric.rubric_version,
+                    "rubric_prompt": rubric.uri,
+                    "cost_usd": row.get("cost"),
+                    "cache_hit": bool(row.get("cache_hit")),
+                    "scale": "0-10",
+                },
+                error=(row.get("error") or "the judge abstained") if abstained else None,
+            )
+        )
+    counts = attach_feedback(
+        experiment_id,
+        parent.run_id,
+        feedback,
+        "LLM_JUDGE",
+        lambda fb: str(fb.metadata["judge"]),
+    )
+    return {**counts, "untraced": untraced}
+
+
+def panel_note(
+    result: PanelResult,
+    metrics: dict[str, float],
+    skipped: dict[str, str],
+    criterion: CriterionResult,
+    rubric: RubricPrompt,
+) -> str:
+    """The panel child run's description: who judged, how they agree, what it cost."""
+    lines = [
+        "# Judge panel (Part C)",
+        "",
+        f"- judges: {', '.join(result.judges)}"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
+        f"- rubric `{rubric.rubric_version}` ({rubric.uri})",
+        f"- Krippendorff α: {metrics.get('panel_alpha', 'n/a')}; "
+        f"panel mean r vs Δ: {metrics.get('panel_mean_r_delta', 'n/a')}",
+        f"- criterion {criterion.key}: **{criterion.status}** ({criterion.reason})",
+        f"- cost ${result.totals.get('cost_usd', 0):.4f}, "
+        f"{int(result.totals.get('ratings', 0))} ratings, "
+        f"{int(result.totals.get('cache_hits', 0))} from the cache",
+        "",
+        "Each score is LLM_JUDGE feedback (`relatedness`, source: the judge) on its "
+        "generation's trace in the parent run's Traces tab.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 class PanelOutcome(NamedTuple):
     """What one ``panel`` step did: the decision and, when the panel ran, the rest."""
 
@@ -209,6 +292,18 @@ class PanelOutcome(NamedTuple):
     result: PanelResult | None  # None when the panel did not run
     combined: CriterionResult | None  # criterion 4 after recording the panel's verdict
     skipped: dict[str, str]  # judges that could not run here, and why
+
+
+def _judge_options(
+    judges: list[str], openai_base_url: str | None, cache_dir: str | Path | None
+) -> dict[str, dict]:
+    options: dict[str, dict] = {j: {} for j in judges}
+    for name in judges:
+        if openai_base_url and name.startswith("openai/"):
+            options[name]["base_url"] = openai_base_url
+        if cache_dir is not None:
+            options[name]["cache"] = str(cache_dir)
+    return options
 
 
 def run_panel_for(
@@ -221,8 +316,13 @@ def run_panel_for(
     progress: bool = True,
     cache_dir: str | Path | None = None,
     experiment: str | None = None,
+    limit: int | None = None,
 ) -> PanelOutcome:
-    """The whole Part C step for one run (``latest``: the newest in ``experiment``)."""
+    """The whole Part C step for one run (``latest``: the newest in ``experiment``).
+
+    ``limit`` rates only the first N generations (by key), e.g. to try the judges on a
+    few before paying for all of them.
+    """
     from judges import build_panel, run_panel
     from metrics.criteria import panel_criterion
 
@@ -232,15 +332,10 @@ def run_panel_for(
     if not decision.run:
         return PanelOutcome(decision, None, None, {})
     samples = panel_samples(parent)
-    options: dict[str, dict] = {j: {} for j in judges}
-    for name in judges:
-        if openai_base_url and name.startswith("openai/"):
-            options[name]["base_url"] = openai_base_url
-        if cache_dir is not None:
-            options[name]["cache"] = str(cache_dir)
+    options = _judge_options(judges, openai_base_url, cache_dir)
     built, skipped = build_panel(judges, options=options, budget_usd=budget)
     try:
-        result = run_panel(built, samples, progress=progress)
+        result = run_panel(built, samples, progress=progress, limit=limit)
     finally:
         for judge in built:
             judge.close()
@@ -254,3 +349,25 @@ def run_panel_for(
     log_panel(parent, result, skipped, criterion, budget)
     combined = record_criterion4(parent.run_id, panel=criterion, folder=parent.folder)
     return PanelOutcome(decision, result, combined, skipped)
+
+
+def estimate_panel_for(
+    run_id: str,
+    when: When | str,
+    judges: list[str],
+    openai_base_url: str | None = None,
+    results_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    experiment: str | None = None,
+    limit: int | None = None,
+) -> tuple[Decision, PanelEstimate | None]:
+    """A dry run of :func:`run_panel_for`: the calls each judge would make (cache hits
+    left out) and the worst-case cost from the price table. Nothing is sent or logged."""
+    from judges import estimate_panel
+
+    parent = phase5_parent(run_id, experiment, results_dir)
+    decision = decide(parent.run, when, parent.criteria.human_r_panel)
+    if not decision.run:
+        return decision, None
+    options = _judge_options(judges, openai_base_url, cache_dir)
+    return decision, estimate_panel(judges, panel_samples(parent), limit=limit, options=options)

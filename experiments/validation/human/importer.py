@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
 from experiments.rundir import atomic_write_text
+from experiments.tracking.datasets import log_dataset
 from experiments.validation.criterion4 import record_criterion4
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.answer_key import key_samples
@@ -54,6 +55,7 @@ class ImportResult:
     warnings: list[str]
     table: pd.DataFrame  # the rated samples
     plot_path: Path | None = None
+    trace_feedback: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def import_ratings(
@@ -63,10 +65,12 @@ def import_ratings(
     min_rated: int = DEFAULT_MIN_RATED,
     results_dir: str | Path | None = None,
     experiment: str | None = None,
+    rater: str | None = None,
 ) -> ImportResult:
     """Validate a ratings CSV, correlate with Δ, log to the ``human-validation`` child run
     and update criterion 4 on the parent. Any invalid input raises before anything is
-    written."""
+    written. Each rating is also attached to its generation's trace as HUMAN feedback
+    from ``rater`` (default: the user running the import)."""
     from metrics.criteria import human_criterion
     from metrics.stats import pearson, spearman
 
@@ -128,6 +132,9 @@ def import_ratings(
             parent, csv_path, key, min_rated, table, (corr, rho), crit, summary, fig
         )
         combined = record_criterion4(parent.run_id, human=crit, folder=parent.folder)
+        summary["trace_feedback"] = attach_human_feedback(
+            parent, table, rater or default_rater(), summary["import"]
+        )
         local = parent.folder.human
         plot_path = None
         if local.exists():
@@ -151,6 +158,7 @@ def import_ratings(
         warnings,
         table,
         plot_path,
+        summary.get("trace_feedback", {}),
     )
 
 
@@ -248,27 +256,82 @@ def _log_import(
             )
         # One step per import: the latest step is the current figure, earlier ones are history.
         tracking.log_metrics(child, metrics, step=imports)
-        _overwrite_table(child, table, TABLE_NAME)
+        tracking.overwrite_table(child, table, TABLE_NAME)
         c.log_figure(child, fig, f"plots/{PLOT_NAME}")
         summary.update({"child_run_id": child, "import": imports})
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / RESULT_NAME
             path.write_text(json.dumps(summary, indent=1))
             c.log_artifact(child, str(path))
+        log_dataset(child, table, "human-ratings", csv_path, "ratings")
+        tracking.set_note(child, import_note(summary, crit), whole=RESULT_NAME)
     return child
 
 
-def _overwrite_table(child_id: str, table: pd.DataFrame, name: str) -> None:
-    """log_table appends to an existing table; write the same format ourselves instead."""
-    c = tracking.client()
-    existing = [f.path for f in c.list_artifacts(child_id)]
-    if name not in existing:
-        c.log_table(child_id, table, name)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        table.to_json(path, orient="split", index=False, date_format="iso")
-        c.log_artifact(child_id, str(path))
+def default_rater() -> str:
+    """The rater id when none is given: the user running the import."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown-rater"
+
+
+def attach_human_feedback(
+    parent: Phase5Run, table: pd.DataFrame, rater: str, imports: int | None
+) -> dict[str, int]:
+    """Every rating as HUMAN feedback (source: the rater) on its generation's trace.
+
+    Runs made without traces (``tracking.traces: false``) get none; ratings whose
+    generation has no trace are counted as ``untraced``.
+    """
+    from experiments.rundir import RunDir
+    from experiments.tracking.traces import RELATEDNESS, Feedback, attach_feedback, trace_map
+
+    experiment_id = parent.run.info.experiment_id
+    ids = trace_map(experiment_id, parent.run_id, parent.folder.file(RunDir.TRACES))
+    feedback: dict[str, list[Feedback]] = {}
+    untraced = 0
+    for row in table.itertuples(index=False):
+        trace_id = ids.get(row.generation_key)
+        if trace_id is None:
+            untraced += 1
+            continue
+        feedback[trace_id] = [
+            Feedback(
+                RELATEDNESS,
+                float(row.human_rating),
+                rationale=f"topic guess: {row.topic_guess}" if row.topic_guess else None,
+                metadata={
+                    "sample_id": row.sample_id,
+                    "guess_correct": row.guess_correct,
+                    "import": imports,
+                    "scale": "0-10",
+                },
+            )
+        ]
+    counts = attach_feedback(experiment_id, parent.run_id, feedback, "HUMAN", rater)
+    return {**counts, "untraced": untraced}
+
+
+def import_note(summary: dict[str, Any], crit: CriterionResult) -> str:
+    """The child run's description: the correlation and the verdict in a few lines."""
+
+    def stat(name: str, d: dict) -> str:
+        if d.get("r") is None:
+            return f"{name}: not evaluable ({d.get('reason', '')})"
+        return f"{name} = {d['r']:.3f}, 95% CI [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
+
+    return (
+        f"# Human validation of Δ (import {summary['import']})\n\n"
+        f"- {summary['n_rated']} of {summary['n_samples']} blind samples rated\n"
+        f"- {stat('Pearson r', summary['pearson'])}\n"
+        f"- {stat('Spearman ρ', summary['spearman'])}\n"
+        f"- criterion {crit.key}: **{crit.status}** ({crit.reason})\n\n"
+        "Each rating is HUMAN feedback (`relatedness`, source: the rater) on its "
+        "generation's trace in the parent run's Traces tab.\n"
+    )
 
 
 def scatter_plot(table: pd.DataFrame, correlation: Correlation | NotEvaluable) -> Any:
