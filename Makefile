@@ -76,9 +76,8 @@ concepts: setup ## rebuild data/concepts/wordnet_top10.json from WordNet
 classifiers: setup ## Phase 4: train and evaluate the probes the config needs
 	$(CLI) classifiers --config $(CONFIG) $(ARGS)
 
-ui: setup ## MLflow UI on http://127.0.0.1:5000 against the same store
-	$(VENV)/bin/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) \
-	  --default-artifact-root ./mlartifacts --host 127.0.0.1 --port 5000
+ui: setup ## MLflow UI on http://127.0.0.1:5000 against the same store; prints where the runs are
+	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port 5000
 
 human-export: setup ## Part B: blind rating CSV from a Phase 5 run (RUN=<run id>)
 	$(CLI) human export --run $(RUN) $(ARGS)

@@ -18,11 +18,34 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("steer-eval")
+        except metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+            version = "unknown (not installed)"
+        typer.echo(f"steer-eval {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Options of steer-eval itself (its subcommands do the work)."""
+
+
 # Modules with a ``register(app)``; the order is the order in ``--help``.
 COMMAND_MODULES = (
     "experiments.cli.main",
     "experiments.cli.human",
     "experiments.cli.panel",
+    "experiments.cli.ui",
     "experiments.bench",
 )
 

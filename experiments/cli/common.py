@@ -22,7 +22,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Logs, progress and messages go to stderr; result tables and --json go to stdout, so
+# `steer-eval run --json > result.json` captures the result and nothing else.
 console = Console(stderr=True)
+out = Console()
 DEFAULT_CONFIG = Path("configs/phase5.yaml")
 
 
@@ -107,6 +110,50 @@ ModelOpt = Annotated[
 LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
 ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="print the result as JSON on stdout instead of tables")
+]
+
+
+def print_json(data: Any) -> None:
+    """The machine-readable result on stdout (NaN and infinities as null)."""
+    import json
+    import math
+    import sys
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {str(k): clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        if hasattr(value, "item"):  # numpy scalars
+            return clean(value.item())
+        if isinstance(value, Path):
+            return str(value)
+        return value
+
+    sys.stdout.write(json.dumps(clean(data), indent=1, default=str) + "\n")
+
+
+def resolve_run(run: str, experiment: str, phase: str, finished: bool = True) -> str:
+    """A run id as given, or ``latest``: the newest top-level run of the phase (the newest
+    unfinished one with ``finished=False``, for ``--resume latest``)."""
+    if run != "latest":
+        return run
+    from experiments import tracking
+
+    return tracking.latest_parent_run(experiment, phase, finished=finished)
+
+
+def show_run_address(run_id: str) -> str:
+    """Print where the run is in the MLflow UI (and return the address)."""
+    from experiments import tracking
+
+    url = tracking.run_ui_url(run_id)
+    out.print(f"MLflow UI: {url}", soft_wrap=True, highlight=False, markup=False)
+    return url
 
 
 def resolve_config(

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from experiments.cli.common import DEFAULT_CONFIG, console, friendly
+from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
 from experiments.validation.human.csvio import CSV_NAME, RATINGS_NAME
 from experiments.validation.human.export import DEFAULT_N
 from experiments.validation.human.importer import CHILD_RUN_NAME, DEFAULT_MIN_RATED
@@ -146,9 +146,14 @@ def import_(
     min_rated: Annotated[
         int, typer.Option(help="rated samples needed before r is computed")
     ] = DEFAULT_MIN_RATED,
+    rater: Annotated[
+        str | None,
+        typer.Option(help="the rater's id on each rating's trace feedback (default: $USER)"),
+    ] = None,
     results_dir: ResultsOpt = None,
     config: ConfigOpt = DEFAULT_CONFIG,
     experiment: ExperimentOpt = None,
+    json_: JsonOpt = False,
 ) -> None:
     """Validate ratings, correlate them with Δ and record criterion 4."""
     from rich.table import Table
@@ -168,9 +173,28 @@ def import_(
         min_rated=min_rated,
         results_dir=results_dir,
         experiment=experiment,
+        rater=rater,
     )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+    if json_:
+        print_json(
+            {
+                "run_id": result.run_id,
+                "child_run_id": result.child_run_id,
+                "n_samples": result.n_samples,
+                "n_rated": result.n_rated,
+                "pearson": result.pearson.to_dict(),
+                "spearman": result.spearman.to_dict(),
+                "guess_accuracy": result.guess_accuracy,
+                "n_guessed": result.n_guessed,
+                "criterion": result.criterion.to_dict(),
+                "combined": result.combined.to_dict(),
+                "trace_feedback": result.trace_feedback,
+                "warnings": result.warnings,
+            }
+        )
+        return
     table = Table("statistic", "value", "95% CI", "n", title="human rating vs Δ")
     for label, corr in (("Pearson r", result.pearson), ("Spearman ρ", result.spearman)):
         if corr.evaluable:
@@ -183,7 +207,7 @@ def import_(
         table.add_row(
             "topic-guess accuracy", f"{result.guess_accuracy:.3f}", "", str(result.n_guessed)
         )
-    console.print(table)
+    out.print(table)
     console.print(
         f"criterion {result.criterion.key}: [bold]{result.criterion.status}[/] "
         f"({result.criterion.reason})",
@@ -192,4 +216,9 @@ def import_(
     console.print(
         f"criterion {result.combined.key}: [bold]{result.combined.status}[/]", highlight=False
     )
-    console.print(f"logged to child run {result.child_run_id} ({CHILD_RUN_NAME})")
+    fb = result.trace_feedback
+    console.print(
+        f"logged to child run {result.child_run_id} ({CHILD_RUN_NAME}); trace feedback: "
+        f"{fb.get('logged', 0)} new, {fb.get('overridden', 0)} replaced, "
+        f"{fb.get('unchanged', 0)} unchanged, {fb.get('untraced', 0)} without a trace"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,15 +13,34 @@ from experiments.cli.common import (
     DEFAULT_CONFIG,
     ConceptsOpt,
     ConfigOpt,
+    JsonOpt,
     LayerOpt,
     ModelOpt,
     SetOpt,
     VerboseOpt,
     console,
     friendly,
+    out,
+    print_json,
     resolve_config,
+    resolve_run,
     setup_logging,
+    show_run_address,
 )
+
+
+class Mode(StrEnum):
+    """How a steering vector is applied (``steering.mode``)."""
+
+    ADDITIVE = "additive"
+    PROJECTION = "projection"
+
+
+class Selection(StrEnum):
+    """How β is chosen (``selection.mode``): one for all, or per concept on held-out prompts."""
+
+    NONE = "none"
+    HELDOUT = "heldout"
 
 
 def register(app: typer.Typer) -> None:
@@ -41,7 +61,7 @@ def assets(
     table = Table("asset", "path", "check")
     for report in prepare_all(with_wordnet=not no_wordnet):
         table.add_row(report.name, report.path, f"[green]ok[/] {report.check}")
-    console.print(table)
+    out.print(table)
 
 
 def concepts(
@@ -77,6 +97,7 @@ def classifiers(
     layer: LayerOpt = None,
     concepts: ConceptsOpt = None,
     train: Annotated[str | None, typer.Option(help="PxNxU training prompts, e.g. 5x5x5")] = None,
+    json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
@@ -105,10 +126,24 @@ def classifiers(
         )
     mean_f1 = sum(result.f1().values()) / len(result.probes)
     table.add_row("[bold]mean", f"[bold]{mean_f1:.3f}", "", "", "")
-    console.print(table)
-    console.print(
-        f"saved to {result.directory} in {result.seconds:.1f} s; MLflow run {result.run_id}"
-    )
+    if json_:
+        print_json(
+            {
+                "run_id": result.run_id,
+                "directory": str(result.directory),
+                "layer": chosen,
+                "seconds": result.seconds,
+                "mean_f1": mean_f1,
+                "concepts": {
+                    k: {m: v for m, v in p.metrics.items() if m != "confusion"}
+                    for k, p in result.probes.items()
+                },
+            }
+        )
+        return
+    out.print(table)
+    console.print(f"saved to {result.directory} in {result.seconds:.1f} s")
+    show_run_address(result.run_id)
 
 
 def run(
@@ -118,11 +153,22 @@ def run(
     layer: LayerOpt = None,
     concepts: ConceptsOpt = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="tokens to generate per row")] = None,
-    resume: Annotated[str | None, typer.Option(help="finish an interrupted run by its id")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="how the vector is applied")] = None,
+    selection: Annotated[
+        Selection | None, typer.Option(help="β for all concepts, or chosen per concept")
+    ] = None,
+    traces: Annotated[
+        bool | None,
+        typer.Option("--traces/--no-traces", help="one MLflow trace per generation"),
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option(help="finish an interrupted run by its id, or latest")
+    ] = None,
     results_dir: Annotated[
         Path | None,
         typer.Option(help="with --resume: the results folder, if the run's own tag is stale"),
     ] = None,
+    json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
@@ -134,7 +180,16 @@ def run(
     overrides = list(set_ or [])
     if max_new_tokens is not None:
         overrides.append(f"generation.max_new_tokens={max_new_tokens}")
+    if mode is not None:
+        overrides.append(f"steering.mode={mode.value}")
+    if selection is not None:
+        overrides.append(f"selection.mode={selection.value}")
+    if traces is not None:
+        overrides.append(f"tracking.traces={str(traces).lower()}")
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
+    if resume is not None:
+        experiment = resolve_config(config, []).tracking.experiment
+        resume = resolve_run(resume, experiment, "5", finished=False)
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -160,14 +215,16 @@ def run(
             progress=lambda msg: progress.console.print(f"[dim]{msg}"),
             results_dir=results_dir,
         )
-    _print_result(result)
+    _print_result(result, json_)
 
 
 def rescore(
-    run_id: Annotated[str, typer.Argument(help="a finished Phase 5 run id")],
+    run_id: Annotated[str, typer.Argument(help="a finished Phase 5 run id, or latest")],
     results_dir: Annotated[
         Path | None, typer.Option(help="the results folder (default: the run's own)")
     ] = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+    json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Recompute every score, criterion and log of a run from its saved texts (no model)."""
@@ -176,14 +233,36 @@ def rescore(
     setup_logging(verbose)
     from experiments.pipeline.run import rescore as rescore_run
 
+    run_id = resolve_run(run_id, resolve_config(config, []).tracking.experiment, "5")
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
         result = rescore_run(run_id, results_dir=results_dir)
-    _print_result(result)
     console.print(f"rescored in {time.perf_counter() - start:.1f} s")
+    _print_result(result, json_)
 
 
-def _print_result(result) -> None:
+def result_dict(result) -> dict:
+    """A Phase 5 result for --json: where it is, the numbers per strength, the criteria."""
+    from experiments import tracking
+
+    return {
+        "run_id": result.run_id,
+        "ui_url": tracking.run_ui_url(result.run_id),
+        "results_dir": str(result.results_dir),
+        "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
+        "criteria": {k: c.to_dict() for k, c in result.criteria.items()},
+        "criteria_v2": (
+            {k: c.to_dict() for k, c in result.effect.criteria.items()} if result.effect else {}
+        ),
+        "tokens_per_second": result.tokens_per_second,
+        "timings": result.timings,
+    }
+
+
+def _print_result(result, as_json: bool = False) -> None:
+    if as_json:
+        print_json(result_dict(result))
+        return
     table = Table(
         "strength",
         "mean Δ",
@@ -206,17 +285,18 @@ def _print_result(result) -> None:
             fmt(v["near_empty_fraction"]),
             fmt(v["distinct_2_mean"]),
         )
-    console.print(table)
+    out.print(table)
     crit = Table("criterion", "status", "value", "threshold", title="success criteria")
     colours = {"pass": "green", "fail": "red"}
     for c in result.criteria.values():
         colour = colours.get(c.status, "yellow")
         crit.add_row(c.key, f"[{colour}]{c.status}[/]", fmt(c.value), str(c.threshold))
-    console.print(crit)
+    out.print(crit)
     console.print(
         f"{result.tokens_per_second:.1f} generated tokens/s; results in "
         f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
     )
+    show_run_address(result.run_id)
 
 
 def calibrate(
@@ -227,16 +307,21 @@ def calibrate(
     quick: Annotated[
         bool, typer.Option(help="a 3-concept, 2-size smoke version (minutes, not an hour)")
     ] = False,
-    resume: Annotated[str | None, typer.Option(help="finish an interrupted study by id")] = None,
+    resume: Annotated[
+        str | None, typer.Option(help="finish an interrupted study by id, or latest")
+    ] = None,
+    json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 6: probes along a training curve; does detection quality predict steering?"""
     setup_logging(verbose)
     from experiments.calibration import QUICK_OVERRIDES
-    from experiments.calibration.study import run_calibration
+    from experiments.calibration.study import PHASE, run_calibration
 
     overrides = [*(QUICK_OVERRIDES if quick else ()), *(set_ or [])]
     cfg = resolve_config(config, overrides, model, None, concepts)
+    if resume is not None:
+        resume = resolve_run(resume, cfg.calibration.experiment, PHASE, finished=False)
     with console.status("Phase 6 calibration study") as status:
         result = run_calibration(
             cfg, resume=resume, progress=lambda msg: status.update(f"[dim]{msg}")
@@ -259,5 +344,19 @@ def calibrate(
             else "not reached"
         )
         table.add_row(r["source"], r["predictor"], slope, level)
-    console.print(table)
+    if json_:
+        from experiments import tracking
+
+        print_json(
+            {
+                "run_id": result.run_id,
+                "ui_url": tracking.run_ui_url(result.run_id),
+                "run_dir": str(result.run_dir),
+                "results": result.analysis["results"],
+                "timings": result.timings,
+            }
+        )
+        return
+    out.print(table)
     console.print(f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]")
+    show_run_address(result.run_id)

@@ -11,7 +11,15 @@ from typing import Annotated
 
 import typer
 
-from experiments.cli.common import DEFAULT_CONFIG, console, friendly
+from experiments.cli.common import (
+    DEFAULT_CONFIG,
+    JsonOpt,
+    console,
+    friendly,
+    out,
+    print_json,
+    show_run_address,
+)
 from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
 from experiments.validation.panel import DEFAULT_JUDGES, When
 
@@ -33,32 +41,63 @@ def panel(
         ),
     ] = None,
     budget: Annotated[float, typer.Option(help="USD cap for the API judges together")] = 5.0,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="rate only the first N generations (by key)")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(help="count the calls and their worst-case cost (price table); send nothing"),
+    ] = False,
     openai_base_url: Annotated[
         str | None, typer.Option(help="an OpenAI-compatible server (vLLM, llama.cpp, Ollama)")
     ] = None,
     results_dir: Annotated[Path | None, typer.Option(help="local results folder")] = None,
     config: ConfigOpt = DEFAULT_CONFIG,
     experiment: ExperimentOpt = None,
+    json_: JsonOpt = False,
 ) -> None:
     """Part C: rate every generation with a judge panel when human r < 0.5."""
-    from rich.table import Table
-
     from experiments.validation.panel import run_panel_for
 
+    judges = list(judge or DEFAULT_JUDGES)
+    experiment = experiment_for(run, config, experiment)
+    if dry_run:
+        _dry_run(run, when, judges, budget, limit, openai_base_url, results_dir, experiment, json_)
+        return
     decision, result, combined, skipped = run_panel_for(
         run,
         when,
-        list(judge or DEFAULT_JUDGES),
+        judges,
         budget,
         openai_base_url,
         results_dir,
-        experiment=experiment_for(run, config, experiment),
+        experiment=experiment,
+        limit=limit,
     )
     console.print(f"panel {'runs' if decision.run else 'skipped'}: {decision.reason}")
     if result is None or combined is None:
+        if json_:
+            print_json({"ran": False, "reason": decision.reason, "human_r": decision.human_r})
         return
     for name, reason in skipped.items():
         console.print(f"[yellow]skipped[/] {name}: {reason}")
+    metrics = result.to_metrics()
+    if json_:
+        print_json(
+            {
+                "ran": True,
+                "reason": decision.reason,
+                "judges": result.judges,
+                "skipped": skipped,
+                "metrics": metrics,
+                "not_evaluable": result.not_evaluable(),
+                "criterion": combined.to_dict(),
+                "wall_time_s": result.wall_time_s,
+            }
+        )
+        return
+    from rich.table import Table
+
     table = Table("judge", "r vs Δ", "r vs human", title="judge panel")
     for name in result.judges:
         rd, rh = result.judge_vs_delta.get(name), result.judge_vs_human.get(name)
@@ -67,8 +106,7 @@ def panel(
             f"{rd.r:.3f}" if rd is not None and rd.evaluable else "n/a",
             f"{rh.r:.3f}" if rh is not None and rh.evaluable else "n/a",
         )
-    console.print(table)
-    metrics = result.to_metrics()
+    out.print(table)
     console.print(
         f"Krippendorff α: {metrics.get('panel_alpha', 'n/a')}; "
         f"panel mean r vs Δ: {metrics.get('panel_mean_r_delta', 'n/a')}; "
@@ -77,3 +115,71 @@ def panel(
         f"{result.wall_time_s:.1f} s"
     )
     console.print(f"criterion 4: [bold]{combined.status}[/] ({combined.reason})")
+    from experiments.validation.runs import phase5_parent
+
+    show_run_address(phase5_parent(run, experiment, results_dir).run_id)
+
+
+def _dry_run(
+    run: str,
+    when: When,
+    judges: list[str],
+    budget: float,
+    limit: int | None,
+    openai_base_url: str | None,
+    results_dir: Path | None,
+    experiment: str | None,
+    as_json: bool,
+) -> None:
+    """What the panel would do: calls per judge and the worst case in USD; nothing sent."""
+    from experiments.validation.panel import estimate_panel_for
+
+    decision, estimate = estimate_panel_for(
+        run, when, judges, openai_base_url, results_dir, experiment=experiment, limit=limit
+    )
+    if estimate is None:
+        if as_json:
+            print_json({"dry_run": True, "would_run": False, "reason": decision.reason})
+        else:
+            console.print(f"the panel would be skipped: {decision.reason}")
+        return
+    if as_json:
+        print_json(
+            {
+                "dry_run": True,
+                "would_run": True,
+                "reason": decision.reason,
+                **estimate.to_dict(),
+                "budget_usd": budget,
+                "fits_budget": estimate.fits(budget),
+            }
+        )
+        return
+    from rich.table import Table
+
+    def usd(value: float | None) -> str:
+        return "unknown" if value is None else f"${value:.4f}"
+
+    table = Table(
+        "judge", "ratings", "cached", "calls", "worst-case cost", "price", title="panel dry run"
+    )
+    for j in estimate.judges:
+        table.add_row(
+            j.judge,
+            str(j.requests),
+            "?" if j.cached is None else str(j.cached),
+            str(j.calls),
+            usd(j.cost_usd_max),
+            j.price_source,
+        )
+    total = usd(estimate.cost_usd_max)
+    table.add_row("[bold]total", "", "", f"[bold]{estimate.calls}", f"[bold]{total}", "")
+    out.print(table)
+    for name, reason in estimate.skipped.items():
+        console.print(f"[yellow]would skip[/] {name}: {reason}")
+    fits = estimate.fits(budget)
+    verdict = {True: "fits", False: "exceeds", None: "cannot be checked against"}[fits]
+    console.print(
+        f"{estimate.samples} generations; the worst case {verdict} the ${budget:.2f} budget; "
+        "nothing was sent"
+    )

@@ -1,0 +1,108 @@
+"""``steer-eval ui``: the MLflow UI on the suite's store, with the addresses to open.
+
+MLflow 3.17's UI opens an experiment on its GenAI overview unless the address asks for
+the Model training view (``workflowType=machine_learning``); the experiment-kind tag the
+suite sets is not enough for this version. So the command prints each experiment's runs
+address, the newest Phase 5 run and its traces, and serves until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from experiments.cli.common import console, friendly, out
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``ui`` command to ``app``."""
+    app.command("ui")(friendly(ui))
+
+
+def addresses() -> list[tuple[str, str]]:
+    """(what, address) for every suite experiment in the store, and the newest run."""
+    from experiments import tracking
+    from experiments.config import ExperimentConfig
+
+    defaults = ExperimentConfig()
+    c = tracking.client()
+    found = []
+    for name in (
+        defaults.tracking.experiment,
+        defaults.tracking.classifier_experiment,
+        defaults.calibration.experiment,
+    ):
+        exp = c.get_experiment_by_name(name)
+        if exp is None:
+            continue
+        tracking.experiment_id(name)  # sets the experiment-kind tag on older stores
+        found.append((f"{name} runs", tracking.ui_url(exp.experiment_id)))
+        if name == defaults.tracking.experiment:
+            try:
+                run_id = tracking.latest_parent_run(name, "5")
+            except LookupError:
+                continue
+            found.append(("newest Phase 5 run", tracking.ui_url(exp.experiment_id, run_id)))
+            found.append(("its traces", tracking.ui_url(exp.experiment_id, page="traces")))
+    return found
+
+
+def ui(
+    port: Annotated[int, typer.Option(help="port to serve on")] = 5000,
+    host: Annotated[str, typer.Option(help="address to bind (loopback by default)")] = "127.0.0.1",
+) -> None:
+    """Serve the MLflow UI on the suite's store and print where the results are."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from experiments import tracking
+
+    uri = tracking.tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        for what, url in addresses():
+            out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
+        console.print(f"the store is served by {uri}; nothing to start")
+        return
+    os.environ["MLFLOW_UI_URL"] = f"http://{host}:{port}"
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--default-artifact-root",
+        os.environ.get("MLFLOW_ARTIFACT_ROOT", tracking.DEFAULT_ARTIFACT_ROOT),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(command)
+    try:
+        with console.status(f"starting the MLflow UI on {host}:{port} (about 15 s)"):
+            while proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2):
+                        break
+                except OSError:
+                    time.sleep(0.5)
+        if proc.poll() is not None:
+            raise typer.Exit(proc.returncode or 1)
+        for what, url in addresses() or [("MLflow UI", f"http://{host}:{port}")]:
+            out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
+        console.print("serving; Ctrl-C stops it")
+        proc.wait()
+    except KeyboardInterrupt:
+        console.print("stopping the MLflow UI")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
