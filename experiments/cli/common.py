@@ -21,6 +21,7 @@ from rich.console import Console
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep stderr readable
 
 # Logs, progress and messages go to stderr; result tables and --json go to stdout, so
 # `steer-eval run --json > result.json` captures the result and nothing else.

@@ -54,6 +54,7 @@ def ui(
 ) -> None:
     """Serve the MLflow UI on the suite's store and print where the results are."""
     import os
+    import signal
     import subprocess
     import sys
     import time
@@ -82,9 +83,17 @@ def ui(
         "--port",
         str(port),
     ]
-    proc = subprocess.Popen(command)
+    # Its own process group, so stopping this command stops the server's workers too;
+    # its log goes to stderr, the addresses to stdout.
+    proc = subprocess.Popen(command, stdout=sys.stderr, start_new_session=True)
+
+    def stop(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         with console.status(f"starting the MLflow UI on {host}:{port} (about 15 s)"):
+            found = addresses() or [("MLflow UI", f"http://{host}:{port}")]
             while proc.poll() is None:
                 try:
                     with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2):
@@ -93,7 +102,7 @@ def ui(
                     time.sleep(0.5)
         if proc.poll() is not None:
             raise typer.Exit(proc.returncode or 1)
-        for what, url in addresses() or [("MLflow UI", f"http://{host}:{port}")]:
+        for what, url in found:
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
         console.print("serving; Ctrl-C stops it")
         proc.wait()
@@ -101,8 +110,8 @@ def ui(
         console.print("stopping the MLflow UI")
     finally:
         if proc.poll() is None:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)

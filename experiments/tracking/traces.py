@@ -72,7 +72,12 @@ def _source(kind: str, source_id: str):
 
 
 def _metadata(values: Mapping[str, Any]) -> dict[str, str]:
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    """Assessment metadata is strings: JSON for numbers, booleans and None."""
+    out = {}
+    for key, value in values.items():
+        value = _clean(value)
+        out[key] = value if isinstance(value, str) else json.dumps(value, default=str)
+    return out
 
 
 def _clean(value: Any) -> Any:

@@ -3,9 +3,10 @@
 A real ``mlflow server`` on loopback (``mlflow_server``) receives a whole story: a Phase 5
 run on the tiny Gemma with the real MiniLM, a blind export rated and imported, and a
 judge panel (an OpenAI judge through the real SDK against a scripted loopback server).
-The checks then use the UI's own calls: ``experiments/get-by-name`` (the experiment's
-kind), ``runs/search`` (the runs table), ``traces/search`` and ``traces/get`` (the
-Traces tab and one trace's feedback), and the prompt registry.
+The checks then make the calls the UI makes (seen in the server's log while a browser
+opened the pages): ``experiments/get`` (the experiment's kind), ``runs/search`` (the
+runs table), ``traces/search`` (the Traces tab) and ``traces/<trace id>`` (one trace's
+feedback), and read the prompt registry.
 """
 
 from __future__ import annotations
@@ -150,9 +151,8 @@ def story(mlflow_server, tiny_lm, embedder, tmp_path_factory) -> Story:
 
 
 def test_the_experiment_opens_on_its_runs(story):
-    exp = call(
-        story.uri, "2.0/mlflow/experiments/get-by-name", experiment_name="phase5-semantic-steering"
-    )["experiment"]
+    exp = call(story.uri, "2.0/mlflow/experiments/get", experiment_id=story.experiment_id)
+    exp = exp["experiment"]
     tags = {t["key"]: t["value"] for t in exp.get("tags", [])}
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     # MLflow 3.17's UI picks its view from the address; ours asks for the runs view.
@@ -214,7 +214,7 @@ def test_every_generation_has_a_trace_with_its_feedback(story):
     assert len(traces) == story.n_generations
     keys = {t["tags"][KEY_TAG]: t["trace_id"] for t in traces}
     rated_key = next(iter(story.rated))
-    detail = call(story.uri, "3.0/mlflow/traces/get", trace_id=keys[rated_key])["trace"]
+    detail = call(story.uri, f"3.0/mlflow/traces/{keys[rated_key]}")["trace"]
     info = detail["trace_info"]
     assert info["trace_metadata"]["mlflow.sourceRun"] == story.run_id
     request = json.loads(info["request_preview"])
@@ -237,9 +237,9 @@ def test_every_generation_has_a_trace_with_its_feedback(story):
     humans = sum(
         1
         for t in traces
-        for a in call(story.uri, "3.0/mlflow/traces/get", trace_id=t["trace_id"])["trace"][
-            "trace_info"
-        ]["assessments"]
+        for a in call(story.uri, f"3.0/mlflow/traces/{t['trace_id']}")["trace"]["trace_info"][
+            "assessments"
+        ]
         if a["source"]["source_type"] == "HUMAN"
     )
     assert humans == len(story.rated)
