@@ -17,7 +17,13 @@ import torch
 
 from experiments.bench.measure import Measurement, gpu_peak, ratio, rounded, sync
 from experiments.bench.workload import Workload, batches_of
-from steering.generation import Generation, GenerationRow, eos_ids, generate_batch
+from steering.generation import (
+    Generation,
+    GenerationRow,
+    eos_ids,
+    generate_batch,
+    suppressed_ids,
+)
 from steering.models import LoadedModel
 
 
@@ -48,13 +54,18 @@ def run_batched(
 
 
 def hf_sampling_kwargs(lm: LoadedModel, wl: Workload) -> dict:
-    """``model.generate`` settings equal to the workload's: tokens, greedy or top-p sampling."""
+    """``model.generate`` settings equal to ours: the token count, greedy or top-p sampling
+    with HF's default top_k=50 turned off, and the tokens our sampler never emits."""
     s = wl.sampling
-    kwargs: dict = {"max_new_tokens": s.max_new_tokens, "pad_token_id": lm.tokenizer.pad_token_id}
+    kwargs: dict = {
+        "max_new_tokens": s.max_new_tokens,
+        "pad_token_id": lm.tokenizer.pad_token_id,
+        "suppress_tokens": suppressed_ids(lm),
+    }
     if s.greedy:
         kwargs["do_sample"] = False
     else:
-        kwargs.update(do_sample=True, top_p=s.top_p, temperature=s.temperature)
+        kwargs.update(do_sample=True, top_p=s.top_p, temperature=s.temperature, top_k=0)
     return kwargs
 
 
@@ -102,7 +113,11 @@ def warm_up(lm: LoadedModel, wl: Workload) -> None:
 
 
 def section_batched(
-    wl: Workload, measured: dict[str, Measurement], ours: str, subset: Sequence[GenerationRow]
+    wl: Workload,
+    measured: dict[str, Measurement],
+    ours: str,
+    subset: Sequence[GenerationRow],
+    other_dtypes: Sequence[str] = (),
 ) -> dict:
     """(a): batched (and the other dtype) against the per-sample HF loop, same rows."""
     batched = measured[ours]
@@ -116,8 +131,9 @@ def section_batched(
             "of_samples": len(wl.rows),
             "extrapolated": extrapolated,
             "estimated_seconds_all_samples": rounded(sum(per_sample.seconds) * scale, 2),
-            "how": "a loop of model.generate(do_sample=True, top_p, temperature, "
-            "max_new_tokens) per sample, steered with SteeringVector.apply(lm, strength); "
+            "how": "a loop of model.generate(do_sample=True, top_p, temperature, top_k=0, "
+            "max_new_tokens, suppress_tokens) per sample, steered with "
+            "SteeringVector.apply(lm, strength); "
             f"{len(subset)} stratified samples in {len(per_sample.seconds)} chunks, one between "
             "each pair of batched repeats; tokens/s is the median over chunks"
             + (" and is extrapolated to all samples" if extrapolated else ""),
@@ -137,10 +153,7 @@ def section_batched(
             ratio(single.tokens_per_second, per_sample.tokens_per_second), 3
         ),
     }
-    for name in measured:
-        if name in (ours, "per_sample", "one_row_at_a_time") or name.startswith("llama.cpp"):
-            continue
-        # the same rows in the other dtype, against the same loop
+    for name in other_dtypes:  # the same rows in the other dtype, against the same loop
         result[f"ratio_batched_{name}_vs_per_sample_{ours}"] = rounded(
             ratio(measured[name].tokens_per_second, per_sample.tokens_per_second), 3
         )

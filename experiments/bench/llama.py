@@ -21,6 +21,8 @@ from experiments.bench.workload import Workload
 from steering.generation import GenerationRow, generate_batch
 from steering.models import LoadedModel
 
+SINGLE_STREAM = "llama.cpp/"  # + thread count: the measured single-stream runs
+
 
 def llama_layer_index(layer: int) -> int:
     """llama.cpp adds control vector il to the *output* of decoder layer il (0-based, after
@@ -37,17 +39,28 @@ def set_control_vector(
     llm: Any, direction: torch.Tensor | None, coefficient: float, il: int, n_layers: int
 ) -> None:
     """Add ``coefficient * direction`` to layer il's output (None or 0 clears the vector)."""
+    set_cvec(llm.ctx, llm.n_embd(), direction, coefficient, il, n_layers)
+
+
+def set_cvec(
+    ctx: Any,
+    n_embd: int,
+    direction: torch.Tensor | None,
+    coefficient: float,
+    il: int,
+    n_layers: int,
+) -> None:
+    """:func:`set_control_vector` on a raw ``llama_context``: one vector for the context."""
     import llama_cpp
     import numpy as np
 
     if direction is None or coefficient == 0.0:
-        rc = llama_cpp.llama_set_adapter_cvec(llm.ctx, None, 0, llm.n_embd(), -1, -1)
+        rc = llama_cpp.llama_set_adapter_cvec(ctx, None, 0, n_embd, -1, -1)
     else:
-        n_embd = llm.n_embd()
         buf = np.zeros(n_layers * n_embd, dtype=np.float32)
         buf[(il - 1) * n_embd : il * n_embd] = coefficient * direction.float().numpy()
         rc = llama_cpp.llama_set_adapter_cvec(
-            llm.ctx, buf.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), buf.size, n_embd, il, il
+            ctx, buf.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), buf.size, n_embd, il, il
         )
     if rc != 0:
         raise RuntimeError(f"llama_set_adapter_cvec failed with {rc}")
@@ -232,12 +245,15 @@ def section_llama(
     subset: Sequence[GenerationRow],
     gpu: bool,
     say: Callable[[str], None] = lambda _m: None,
+    other_dtypes: Sequence[str] = (),
 ) -> dict:
     """(b): our batched tokens/s against llama.cpp's single stream, and steering agreement."""
     import llama_cpp
 
     by_threads = {
-        int(k.split("/")[1]): m for k, m in measured.items() if k.startswith("llama.cpp/")
+        int(k.removeprefix(SINGLE_STREAM)): m
+        for k, m in measured.items()
+        if k.startswith(SINGLE_STREAM)
     }
     best_t = max(by_threads, key=lambda t: by_threads[t].tokens_per_second or 0.0)
     best = by_threads[best_t]
@@ -270,11 +286,9 @@ def section_llama(
         ),
         **{
             f"ratio_ours_{name}_vs_llama_cpp": rounded(
-                ratio(m.tokens_per_second, best.tokens_per_second), 3
+                ratio(measured[name].tokens_per_second, best.tokens_per_second), 3
             )
-            for name, m in measured.items()
-            if name not in (ours, "per_sample", "one_row_at_a_time")
-            and not name.startswith("llama.cpp")
+            for name in other_dtypes
         },
         "agreement": agreement,
     }

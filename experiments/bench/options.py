@@ -12,7 +12,19 @@ from typing import Any
 SCHEMA_VERSION = 1
 DEFAULT_OUT = Path("bench/results.json")
 DEFAULT_CONFIG = Path("configs/phase5.yaml")
-SECTIONS = ("batched", "dtype", "llama", "tuning", "scaling", "e2e")
+SECTIONS = (
+    "batched",
+    "dtype",
+    "llama",
+    "peers",
+    "roofline",
+    "profile",
+    "tuning",
+    "scaling",
+    "e2e",
+)
+# sections measured together, interleaved repeat by repeat
+SIDE_BY_SIDE = frozenset({"batched", "dtype", "llama", "peers"})
 E2E_MARKER = "BENCH_E2E "
 
 TARGETS = {
@@ -47,6 +59,8 @@ class BenchOptions:
     tuning_batch_sizes: tuple[int, ...] = (16, 32)
     agreement_prompts: int = 6
     agreement_tokens: int = 8
+    peer_agreement_rows: int = 6  # greedy check that the HF batched peer matches ours
+    profile_tokens: int = 8
     work_dir: Path | None = None  # warm classifiers; default <cache>/bench
 
     @classmethod
@@ -63,6 +77,8 @@ class BenchOptions:
             "tuning_batch_sizes": (2,),
             "agreement_prompts": 2,
             "agreement_tokens": 4,
+            "peer_agreement_rows": 3,
+            "profile_tokens": 4,
         }
         extra = list(kwargs.pop("overrides", []) or [])
         base.update(kwargs)

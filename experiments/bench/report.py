@@ -14,6 +14,12 @@ from experiments.bench.options import TARGETS
 
 YES, NO, NOT_MEASURED = "yes", "no", "n/a"
 
+# the peers shown in the main table (the others have their own rows already)
+PEER_ROWS = {
+    "hf_generate_batched": "HF generate, whole batch, per-row hook",
+    "llama.cpp_multi_sequence": "llama.cpp, several sequences per batch",
+}
+
 
 @dataclass
 class Table:
@@ -163,6 +169,19 @@ def comparisons(results: dict) -> Iterator[Comparison]:
             dtype_rates,
             theirs,
         )
+    pe = sec.get("peers")
+    if pe:
+        for name, label in PEER_ROWS.items():
+            peer = pe["peers"].get(name, {})
+            if "skipped" in peer:
+                yield Comparison(f"peers: ours vs {label}", "skipped", peer["skipped"])
+            elif peer:
+                yield Comparison(
+                    f"peers: ours vs {label}",
+                    rate(pe["ours"]["tokens_per_second"]),
+                    rate(peer["tokens_per_second"]),
+                    fmt(peer["ratio_ours_vs_peer"], 2, "x"),
+                )
     d = sec.get("dtype")
     if d:
         yield Comparison(
@@ -293,6 +312,73 @@ def tuning_table(tu: dict) -> Table:
     return table
 
 
+def peers_table(pe: dict) -> Table:
+    ours = pe["ours"]
+    table = Table(
+        "peers: the same rows, seeds, strengths and token counts "
+        f"({pe['workload']['rows']} rows x {pe['workload']['max_new_tokens']} tokens)",
+        ["run", "rows timed", "tok/s", "ours / peer"],
+    )
+    table.rows.append(
+        [f"ours batched ({ours['dtype']})", str(ours["rows"]), rate(ours["tokens_per_second"]), ""]
+    )
+    for name, peer in pe["peers"].items():
+        if "skipped" in peer:
+            table.rows.append([name, "skipped", peer["skipped"], ""])
+        else:
+            table.rows.append(
+                [
+                    name,
+                    str(peer.get("timed_samples", peer["rows"])),
+                    rate(peer["tokens_per_second"]),
+                    fmt(peer.get("ratio_ours_vs_peer"), 2, "x"),
+                ]
+            )
+    ag = pe.get("greedy_agreement_hf_batched")
+    if ag:
+        table.rows.append(
+            ["greedy: HF batched = ours", f"{ag['rows']} rows", f"{ag['identical']} identical", ""]
+        )
+    return table
+
+
+def roofline_table(ro: dict) -> Table:
+    m = ro.get("machine", {})
+    pt = ro["per_token"]
+    title = (
+        f"roofline: decode work per token at context {pt['context']}: layers "
+        f"{pt['layers_mflop']:.0f} + attention {pt['attention_mflop']:.1f} + output head "
+        f"{pt['head_mflop']:.0f} MFLOP (head {pt['share']['head']:.0%}); "
+        f"{m.get('cpu', m.get('device', '?'))}, {', '.join(m.get('flags', []))}, "
+        f"{m.get('physical_cores', '?')} cores at {m.get('clock_ghz', '?')} GHz"
+    )
+    table = Table(title, ["run", "GFLOP", "seconds", "GFLOP/s", "peak GFLOP/s", "of peak"])
+    for name, run in ro["runs"].items():
+        frac = run.get("fraction_of_peak")
+        table.rows.append(
+            [
+                name,
+                fmt(run["gflop_total"], 1),
+                fmt(run["median_seconds"], 2),
+                fmt(run["achieved_gflops"], 1),
+                fmt(run.get("peak_gflops"), 0),
+                NOT_MEASURED if frac is None else f"{frac:.0%}",
+            ]
+        )
+    return table
+
+
+def profile_table(pr: dict) -> Table:
+    table = Table(
+        f"profile: one decode step of {pr['rows']} rows, mean of {pr['decode_steps']} steps "
+        f"({pr['mean_decode_step_ms']} ms)",
+        ["part", "ms", "share"],
+    )
+    for part, share in pr["share"].items():
+        table.rows.append([part.replace("_", " "), fmt(pr["ms"][part], 2), f"{share:.1%}"])
+    return table
+
+
 def report_tables(results: dict) -> list[Table]:
     """The comparisons against their targets, then a detail table per measured section."""
     sec = results.get("sections", {})
@@ -304,6 +390,13 @@ def report_tables(results: dict) -> list[Table]:
         tables.append(stages_table(e))
     if d and "delta_per_strength" in d:
         tables.append(delta_table(d))
+    for name, render in (
+        ("peers", peers_table),
+        ("roofline", roofline_table),
+        ("profile", profile_table),
+    ):
+        if sec.get(name) and "skipped" not in sec[name]:
+            tables.append(render(sec[name]))
     if sec.get("scaling"):
         tables.append(scaling_table(sec["scaling"]))
     if sec.get("tuning"):

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,19 @@ from experiments.bench.batched import run_batched, run_per_sample, section_batch
 from experiments.bench.dtype import dtype_name, other_precision, section_dtype
 from experiments.bench.e2e import section_e2e
 from experiments.bench.llama import (
+    SINGLE_STREAM,
     close,
     gguf_for,
     llama_unavailable,
     open_llamas,
     run_llama,
     section_llama,
+)
+from experiments.bench.llama_batch import HOW as LLAMA_BATCH_HOW
+from experiments.bench.llama_batch import (
+    LLAMA_BATCHED,
+    open_multi_sequence,
+    run_llama_batched,
 )
 from experiments.bench.measure import (
     Measurement,
@@ -39,8 +47,16 @@ from experiments.bench.measure import (
     measure_side_by_side,
     torch_threads,
 )
-from experiments.bench.options import SCHEMA_VERSION, SECTIONS, BenchOptions
+from experiments.bench.options import SCHEMA_VERSION, SECTIONS, SIDE_BY_SIDE, BenchOptions
+from experiments.bench.peers import (
+    HF_BATCHED,
+    greedy_agreement,
+    run_hf_batched,
+    section_peers,
+)
+from experiments.bench.profile import section_profile
 from experiments.bench.report import evaluate_targets
+from experiments.bench.roofline import section_roofline
 from experiments.bench.scaling import section_scaling
 from experiments.bench.tuning import section_tuning
 from experiments.bench.workload import Workload, plan_workload, stratified_subset
@@ -153,31 +169,29 @@ def run_bench(
         results["workload"] = wl.describe()
         warm_up(lm, wl)
         sec = results["sections"]
-
-        def checkpoint(name: str, value: dict, load_before: dict | None) -> None:
-            value["load_average"] = {"before": load_before, "after": contention()}
-            sec[name] = value
-            results["targets"] = evaluate_targets(sec)
-            write_results(results, opts.out)
-
-        ours = dtype_name(lm.dtype)
+        bench = Bench(lm, wl, opts, config, sections, embedder, results, say)
         measured: dict[str, Measurement] = {}
-        if {"batched", "dtype", "llama"} & set(sections):
-            measured = _side_by_side(
-                lm, wl, opts, config, sections, ours, embedder, results, checkpoint, say
-            )
+        if SIDE_BY_SIDE & set(sections):
+            measured = bench.side_by_side()
+        if "roofline" in sections:
+            bench.roofline(measured)
+        if "profile" in sections:
+            load = contention()
+            say(f"profile: one batch, {opts.profile_tokens} decode steps")
+            bench.checkpoint("profile", section_profile(lm, wl, min(opts.profile_tokens, 64)), load)
         if "tuning" in sections:
             load = contention()
-            checkpoint("tuning", section_tuning(lm, wl, opts, say), load)
+            bench.checkpoint("tuning", section_tuning(lm, wl, opts, say), load)
         if "scaling" in sections:
             load = contention()
-            checkpoint("scaling", section_scaling(lm, wl, opts, measured.get(ours), say), load)
+            base = measured.get(bench.ours)
+            bench.checkpoint("scaling", section_scaling(lm, wl, opts, base, say), load)
         if "e2e" in sections:
             if wl.plan is None:
                 sec["e2e"] = {"skipped": "no Phase 5 config workload (synthetic rows)"}
             else:
                 load = contention()
-                checkpoint("e2e", section_e2e(opts, overrides, store, say), load)
+                bench.checkpoint("e2e", section_e2e(opts, overrides, store, say), load)
         results["load_average"]["end"] = load_average()
         results["cpu_pressure_avg60"]["end"] = cpu_pressure()
         results["total_seconds"] = round(time.perf_counter() - started, 1)
@@ -187,69 +201,142 @@ def run_bench(
     return results
 
 
-def _side_by_side(
-    lm: LoadedModel,
-    wl: Workload,
-    opts: BenchOptions,
-    config: Any,
-    sections: list[str],
-    ours: str,
-    embedder: Any,
-    results: dict,
-    checkpoint: Callable[[str, dict, dict | None], None],
-    say: Callable[[str], None],
-) -> dict[str, Measurement]:
-    """Sections batched, dtype and llama: one interleaved measurement, three reports."""
-    load = contention()
-    batched_runs: dict[str, Run] = {ours: lambda m: run_batched(lm, wl, m=m)}
-    other = None
-    if "dtype" in sections:
-        other, _ = other_precision(lm, config.model if wl.plan else None)
-        warm_up(other, wl)
-        batched_runs[dtype_name(other.dtype)] = lambda m: run_batched(other, wl, m=m)
-    streams: dict[str, Stream] = {}
-    subset = stratified_subset(wl, min(opts.per_sample_limit, len(wl.rows)))
-    if "batched" in sections:
-        streams["per_sample"] = Stream(subset, lambda rows: run_per_sample(lm, wl, rows))
-        streams["one_row_at_a_time"] = Stream(
-            subset, lambda rows: run_batched(lm, wl, rows=rows, batch_size=1)
-        )
-    llamas: dict[int, Any] = {}
-    gguf = gguf_for(config.model)
-    llama_reason = None
-    llama_subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
-    gpu = False
-    if "llama" in sections:
-        llama_reason = (
-            "synthetic rows: the model is not the config's GGUF"
-            if wl.plan is None
-            else llama_unavailable(gguf, wl)
-        )
-        if llama_reason is None:
+@dataclass
+class Bench:
+    """What every section of one bench run shares, and how a section's result is kept."""
+
+    lm: LoadedModel
+    wl: Workload
+    opts: BenchOptions
+    config: Any
+    sections: list[str]
+    embedder: Any
+    results: dict
+    say: Callable[[str], None]
+
+    @property
+    def ours(self) -> str:
+        return dtype_name(self.lm.dtype)
+
+    def checkpoint(self, name: str, value: dict, load_before: dict | None) -> None:
+        """Keep a finished section, with the load around it, on disk at once."""
+        value["load_average"] = {"before": load_before, "after": contention()}
+        self.results["sections"][name] = value
+        self.results["targets"] = evaluate_targets(self.results["sections"])
+        write_results(self.results, self.opts.out)
+
+    def skip(self, name: str, reason: str) -> None:
+        self.results["sections"][name] = {"skipped": reason}
+        self.results["notes"].append(f"{name} section skipped: {reason}")
+
+    def llama_reason(self, gguf: Path | None) -> str | None:
+        if not {"llama", "peers"} & set(self.sections):
+            return "sections llama and peers not run"
+        if self.wl.plan is None:
+            return "synthetic rows: the model is not the config's GGUF"
+        return llama_unavailable(gguf, self.wl)
+
+    def side_by_side(self) -> dict[str, Measurement]:
+        """Sections batched, dtype, llama and peers: one interleaved measurement."""
+        lm, wl, opts, sections, ours = self.lm, self.wl, self.opts, self.sections, self.ours
+        load = contention()
+        batched_runs: dict[str, Run] = {ours: lambda m: run_batched(lm, wl, m=m)}
+        other = None
+        if "dtype" in sections:
+            other, _ = other_precision(lm, self.config.model if wl.plan else None)
+            warm_up(other, wl)
+            batched_runs[dtype_name(other.dtype)] = lambda m: run_batched(other, wl, m=m)
+        other_dtypes = [n for n in batched_runs if n != ours]
+        if "peers" in sections:
+            batched_runs[HF_BATCHED] = lambda m: run_hf_batched(lm, wl, m=m)
+        streams: dict[str, Stream] = {}
+        subset = stratified_subset(wl, min(opts.per_sample_limit, len(wl.rows)))
+        if "batched" in sections:
+            streams["per_sample"] = Stream(subset, lambda rows: run_per_sample(lm, wl, rows))
+            streams["one_row_at_a_time"] = Stream(
+                subset, lambda rows: run_batched(lm, wl, rows=rows, batch_size=1)
+            )
+        gguf = gguf_for(self.config.model)
+        reason = self.llama_reason(gguf)
+        llama_subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
+        llamas: dict[int, Any] = {}
+        engine = None
+        gpu = False
+        if reason is None:
             assert gguf is not None
             llamas, gpu = open_llamas(lm, gguf, opts, wl)
-            for t, llm in llamas.items():
-                streams[f"llama.cpp/{t}"] = Stream(
-                    llama_subset, lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers)
+            if "llama" in sections:
+                for t, llm in llamas.items():
+                    streams[f"{SINGLE_STREAM}{t}"] = Stream(
+                        llama_subset, lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers)
+                    )
+            if "peers" in sections:
+                threads = max(llamas)
+                engine = open_multi_sequence(llamas[threads], wl, threads)
+                run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)  # warm
+                batched_runs[LLAMA_BATCHED] = lambda m: run_llama_batched(
+                    engine, wl, n_layers=lm.n_layers, m=m
                 )
-    say(
-        f"batched: {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens "
-        f"({', '.join(batched_runs)}), interleaved with {', '.join(streams) or 'nothing'}"
-    )
-    measured = measure_side_by_side(batched_runs, streams, opts.repeats, say)
-    for llm in llamas.values():
-        close(llm)
-    if "batched" in sections:
-        checkpoint("batched", section_batched(wl, measured, ours, subset), load)
-    if other is not None:
-        say("dtype: scoring Δ under each dtype")
-        checkpoint("dtype", section_dtype(lm, other, wl, measured, embedder), load)
-    if "llama" in sections:
-        if llama_reason:
-            results["sections"]["llama"] = {"skipped": llama_reason}
-            results["notes"].append(f"llama.cpp section skipped: {llama_reason}")
+        self.say(
+            f"batched: {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens "
+            f"({', '.join(batched_runs)}), interleaved with {', '.join(streams) or 'nothing'}"
+        )
+        measured = measure_side_by_side(batched_runs, streams, opts.repeats, self.say)
+        if engine is not None:
+            engine.close()
+        for llm in llamas.values():
+            close(llm)
+        if "batched" in sections:
+            value = section_batched(wl, measured, ours, subset, other_dtypes)
+            self.checkpoint("batched", value, load)
+        if other is not None:
+            self.say("dtype: scoring Δ under each dtype")
+            self.checkpoint("dtype", section_dtype(lm, other, wl, measured, self.embedder), load)
+        if "llama" in sections:
+            if reason:
+                self.skip("llama", reason)
+            else:
+                assert gguf is not None
+                value = section_llama(
+                    lm, wl, opts, gguf, measured, ours, llama_subset, gpu, self.say, other_dtypes
+                )
+                self.checkpoint("llama", value, load)
+        if "peers" in sections:
+            self.peers(measured, reason, load)
+        return measured
+
+    def peers(self, measured: dict[str, Measurement], reason: str | None, load: dict) -> None:
+        """Section peers from the side-by-side measurement, plus the greedy check."""
+        self.say("peers: greedy check that HF batched generate matches ours")
+        n = min(self.opts.peer_agreement_rows, len(self.wl.rows))
+        agreement = greedy_agreement(self.lm, self.wl, n, self.opts.agreement_tokens)
+        llama: dict[str, Any] = {}
+        singles = {k: m for k, m in measured.items() if k.startswith(SINGLE_STREAM)}
+        if singles:
+            best = max(singles, key=lambda k: singles[k].tokens_per_second or 0.0)
+            llama["llama.cpp_single_stream"] = {
+                **singles[best].to_dict(),
+                "threads": int(best.removeprefix(SINGLE_STREAM)),
+                "how": "create_completion one sample at a time (section llama), best threads",
+            }
         else:
-            assert gguf is not None
-            value = section_llama(lm, wl, opts, gguf, measured, ours, llama_subset, gpu, say)
-            checkpoint("llama", value, load)
-    return measured
+            llama["llama.cpp_single_stream"] = {"skipped": reason or "section llama not run"}
+        if LLAMA_BATCHED in measured:
+            llama[LLAMA_BATCHED] = {**measured[LLAMA_BATCHED].to_dict(), "how": LLAMA_BATCH_HOW}
+        else:
+            llama[LLAMA_BATCHED] = {"skipped": reason or "not measured"}
+        value = section_peers(self.wl, measured, self.ours, agreement, llama)
+        self.checkpoint("peers", value, load)
+
+    def roofline(self, measured: dict[str, Measurement]) -> None:
+        """Section roofline over the side-by-side batched runs, or its own when none ran."""
+        load = contention()
+        dtypes = [self.ours] + [d for d in ("bfloat16", "float32") if d != self.ours]
+        if self.ours not in measured:
+            self.say("roofline: timing our batched run")
+            m = None
+            for _ in range(self.opts.repeats):
+                m = run_batched(self.lm, self.wl, m=m)
+            assert m is not None
+            measured = {self.ours: m}
+        self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes), load)

@@ -25,6 +25,8 @@ def test_tables_cover_the_quick_run(quick_results):
     text = text_of(tables)
     assert "batched vs per-sample" in text
     assert "bfloat16 vs float32" in text and "(e) scaling" in text and "tuning" in text
+    assert "peers: ours vs HF generate, whole batch, per-row hook" in text
+    assert "roofline" in text and "profile: one decode step" in text
     main = tables[0]
     assert all(len(row) == len(main.columns) for t in tables for row in t.rows if t is main)
     # a skipped section says why instead of a number

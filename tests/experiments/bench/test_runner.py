@@ -22,10 +22,11 @@ def test_results_file_has_the_schema(quick_results):
     assert on_disk["load_average"]["start"] is not None and on_disk["load_average"]["end"]
     assert on_disk["machine"]["cpu_count"] >= 1 and on_disk["machine"]["device"] == "cpu"
     sections = on_disk["sections"]
-    assert {"batched", "dtype", "tuning", "scaling"} <= set(sections)
+    measured = ("batched", "dtype", "peers", "roofline", "profile", "tuning", "scaling")
+    assert set(measured) <= set(sections)
     # sections that need the real model are skipped with a reason, not crashed
     assert "skipped" in sections["llama"] and "skipped" in sections["e2e"]
-    for name in ("batched", "dtype", "tuning", "scaling"):
+    for name in measured:
         assert set(sections[name]["load_average"]) == {"before", "after"}
     b = sections["batched"]
     assert b["batched"]["rows"] == len(workload.rows) == b["per_sample"]["of_samples"]
@@ -72,3 +73,33 @@ def test_scaling_and_tuning_cover_the_requested_points(quick_results):
     assert sc["concepts"]["2"]["reused_batched"] is True  # the (a) measurement itself
     tu = results["sections"]["tuning"]
     assert "threads=1" in tu["runs"] and tu["best"] in tu["runs"]
+
+
+def test_peers_run_on_the_same_rows(quick_results):
+    _, workload, results = quick_results
+    pe = results["sections"]["peers"]
+    ours, hf = pe["ours"], pe["peers"]["hf_generate_batched"]
+    assert ours["rows"] == hf["rows"] == len(workload.rows)
+    assert hf["repeats"] == ours["repeats"]  # interleaved with ours, repeat by repeat
+    assert hf["ratio_ours_vs_peer"] == pytest.approx(
+        ours["tokens_per_second"] / hf["tokens_per_second"], rel=1e-3
+    )
+    n, total = pe["greedy_agreement_hf_batched"]["identical"].split("/")
+    assert n == total
+    # llama.cpp needs the GGUF: both of its peers say why they did not run
+    assert "skipped" in pe["peers"]["llama.cpp_single_stream"]
+    assert "skipped" in pe["peers"]["llama.cpp_multi_sequence"]
+    # the other-dtype ratios of section batched are dtypes only, not peers
+    keys = [k for k in results["sections"]["batched"] if k.startswith("ratio_batched_")]
+    assert keys == ["ratio_batched_vs_per_sample", "ratio_batched_bfloat16_vs_per_sample_float32"]
+
+
+def test_roofline_and_profile_sections(quick_results):
+    _, _, results = quick_results
+    ro = results["sections"]["roofline"]
+    assert set(ro["runs"]) == {"float32", "bfloat16"}
+    for run in ro["runs"].values():
+        assert run["flop_total"] > 0 and run["achieved_gflops"] >= 0
+    assert ro["machine"]["physical_cores"] >= 1 and "clock_assumption" in ro
+    pr = results["sections"]["profile"]
+    assert sum(pr["share"].values()) == pytest.approx(1.0, abs=1e-3)
