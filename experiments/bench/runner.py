@@ -260,7 +260,7 @@ class Bench:
         reason = self.llama_reason(gguf)
         llama_subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
         llamas: dict[int, Any] = {}
-        engine = None
+        engines: list[Any] = []
         gpu = False
         if reason is None:
             assert gguf is not None
@@ -271,18 +271,19 @@ class Bench:
                         llama_subset, lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers)
                     )
             if "peers" in sections:
-                threads = max(llamas)
-                engine = open_multi_sequence(llamas[threads], wl, threads)
-                run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)  # warm
-                batched_runs[LLAMA_BATCHED] = lambda m: run_llama_batched(
-                    engine, wl, n_layers=lm.n_layers, m=m
-                )
+                for t, llm in llamas.items():
+                    engine = open_multi_sequence(llm, wl, t)
+                    run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)
+                    engines.append(engine)
+                    batched_runs[f"{LLAMA_BATCHED}/{t}"] = lambda m, e=engine: run_llama_batched(
+                        e, wl, n_layers=lm.n_layers, m=m
+                    )
         self.say(
             f"batched: {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens "
             f"({', '.join(batched_runs)}), interleaved with {', '.join(streams) or 'nothing'}"
         )
         measured = measure_side_by_side(batched_runs, streams, opts.repeats, self.say)
-        if engine is not None:
+        for engine in engines:
             engine.close()
         for llm in llamas.values():
             close(llm)
@@ -310,21 +311,17 @@ class Bench:
         self.say("peers: greedy check that HF batched generate matches ours")
         n = min(self.opts.peer_agreement_rows, len(self.wl.rows))
         agreement = greedy_agreement(self.lm, self.wl, n, self.opts.agreement_tokens)
-        llama: dict[str, Any] = {}
-        singles = {k: m for k, m in measured.items() if k.startswith(SINGLE_STREAM)}
-        if singles:
-            best = max(singles, key=lambda k: singles[k].tokens_per_second or 0.0)
-            llama["llama.cpp_single_stream"] = {
-                **singles[best].to_dict(),
-                "threads": int(best.removeprefix(SINGLE_STREAM)),
-                "how": "create_completion one sample at a time (section llama), best threads",
-            }
-        else:
-            llama["llama.cpp_single_stream"] = {"skipped": reason or "section llama not run"}
-        if LLAMA_BATCHED in measured:
-            llama[LLAMA_BATCHED] = {**measured[LLAMA_BATCHED].to_dict(), "how": LLAMA_BATCH_HOW}
-        else:
-            llama[LLAMA_BATCHED] = {"skipped": reason or "not measured"}
+        llama = {
+            "llama.cpp_single_stream": _best_threads(
+                measured,
+                SINGLE_STREAM,
+                "create_completion one sample at a time (section llama), best thread count",
+                reason or "section llama not run",
+            ),
+            LLAMA_BATCHED: _best_threads(
+                measured, f"{LLAMA_BATCHED}/", LLAMA_BATCH_HOW + "; best thread count", reason
+            ),
+        }
         value = section_peers(self.wl, measured, self.ours, agreement, llama)
         self.checkpoint("peers", value, load)
 
@@ -340,3 +337,19 @@ class Bench:
             assert m is not None
             measured = {self.ours: m}
         self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes), load)
+
+
+def _best_threads(
+    measured: dict[str, Measurement], prefix: str, how: str, reason: str | None
+) -> dict:
+    """The fastest of the runs named ``prefix<threads>``, or why none ran."""
+    runs = {int(k.removeprefix(prefix)): m for k, m in measured.items() if k.startswith(prefix)}
+    if not runs:
+        return {"skipped": reason or "not measured"}
+    best = max(runs, key=lambda t: runs[t].tokens_per_second or 0.0)
+    return {
+        **runs[best].to_dict(),
+        "threads": best,
+        "by_threads": {str(t): m.tokens_per_second for t, m in sorted(runs.items())},
+        "how": how,
+    }
