@@ -12,6 +12,10 @@ One module per job (``--only``/``--skip`` pick the sections):
 - ``batched``: our batched generation against one HF ``generate`` per sample (a);
 - ``dtype``: the same rows in bf16 and whether Δ per strength moves;
 - ``llama``: llama.cpp single stream with a control vector, and steering agreement (b);
+- ``peers``: HF ``generate`` on the whole batch with a per-row hook, and every other peer
+  on the same rows; ``llama_batch``: llama.cpp with several sequences per batch;
+- ``roofline``: the decode loop's FLOPs over the measured time, against the CPU's peak;
+- ``profile``: one decode step under the torch profiler, by part;
 - ``tuning``: torch threads and batch size;
 - ``scaling``: generation time against concepts and ``max_new_tokens``;
 - ``e2e``: the whole ``make run`` in a subprocess, wall time by stage, peak memory (c, d);
