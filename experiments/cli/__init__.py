@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "experiments.cli.main",
     "experiments.cli.human",
     "experiments.cli.panel",
-    "experiments.bench",
+    "experiments.cli.bench",
 )
 
 for _module in COMMAND_MODULES:
