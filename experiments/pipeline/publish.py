@@ -23,6 +23,7 @@ from experiments.pipeline.analyse import (
     strength_label,
 )
 from experiments.pipeline.context import RunContext
+from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.report import plots, summary_markdown
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rundir import RUN_DIR_TAG, RunDir
@@ -115,7 +116,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
         if cell_key in existing and not update:
             continue
         metrics = cell_metrics(cell)
-        metrics["classifier_f1"] = ctx.f1.get(synset)
+        metrics[f"classifier_{ctx.predictor_name}"] = ctx.predictor_values().get(synset)
         table = cell[CHILD_TABLE_COLUMNS].reset_index(drop=True)
         if cell_key in existing:
             child = existing[cell_key]
@@ -184,6 +185,7 @@ def build_record(
         classifier_run_id=ctx.classifier_run_id,
         classifier_dir=ctx.classifier_dir,
         predictors=ctx.predictors,
+        diagnostics=ctx.diagnostics,
         per_strength={str(k): v for k, v in agg.items()},
         per_concept={k: {"magnitude": v} for k, v in magnitudes.items()},
         criteria=criteria,
@@ -228,7 +230,9 @@ def publish(
                 "f1_vs_magnitude/ci_high": f1c.ci_high,
             }
         )
-    metrics["mean_classifier_f1"] = float(np.mean(list(ctx.f1.values())))
+    predictor = ctx.predictor_values()
+    if predictor:
+        metrics[f"mean_classifier_{ctx.predictor_name}"] = float(np.mean(list(predictor.values())))
     if generation_seconds > 0:
         metrics["generation/tokens_per_second"] = tokens_per_second
         metrics["generation/seconds"] = generation_seconds
@@ -261,5 +265,6 @@ def publish(
     ):
         c.log_artifact(ctx.run_id, str(run_dir.file(name)))
     tracking.log_metrics(ctx.run_id, metrics)
+    log_diagnostics(ctx.run_id, ctx.diagnostics.get("directions", {}))  # direction diagnostics
     log.info("logged %d child runs", n_children)
     return record

@@ -24,6 +24,7 @@ from experiments.concepts import ConceptGraph, load_concepts
 from experiments.config import ExperimentConfig
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
+from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.generate import generate
 from experiments.pipeline.plan import build_plan, planned_rows
 from experiments.pipeline.probes import ensure_classifiers
@@ -84,7 +85,7 @@ def score_and_publish(
     run_dir.write_scores(scores)
     with timer.time("analysis"):
         records = add_paired_shifts(pd.DataFrame(run_dir.read_scored()))
-        report = evaluate_criteria(records, ctx.f1, ctx.config.criteria)
+        report = evaluate_criteria(records, ctx.predictor_values(), ctx.config.criteria)
     with timer.time("logging"):
         record = publish(
             ctx,
@@ -158,6 +159,14 @@ def run_phase5(
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
         classifier_run_id=probes.run_id,
         classifier_dir=str(probes.directory),
+        diagnostics={
+            "directions": steering_diagnostics(
+                vectors.numpy_directions(),
+                probes.probes,
+                probes.format_axis,
+                config.steering.vector_source,
+            )
+        },
     )
     if resume:
         tracking.client().update_run(resume, "RUNNING")
@@ -216,6 +225,7 @@ def rescore(run_id: str, results_dir: str | Path | None = None, embedder=None) -
         predictors=previous.predictors,
         classifier_run_id=previous.classifier_run_id,
         classifier_dir=previous.classifier_dir,
+        diagnostics=dict(previous.diagnostics),
     )
     result = score_and_publish(
         ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True
