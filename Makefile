@@ -8,6 +8,7 @@ PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/steer-eval
 CACHE := $(or $(STEER_EVAL_CACHE),.cache)
 SETUP_STAMP := $(VENV)/.steer-eval-setup
+JUDGE_STAMP := $(VENV)/.steer-eval-judge
 ASSETS_STAMP := $(CACHE)/.assets-ok
 CONFIG ?= configs/phase5.yaml
 ARGS ?=
@@ -17,8 +18,8 @@ MLFLOW_TRACKING_URI ?= sqlite:///mlruns.db
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup run test test-fast lint format classifiers concepts ui human-export rate \
-        human-import panel bench clean
+.PHONY: help setup setup-judge run study test test-fast lint format classifiers concepts ui \
+        human-export rate human-import panel bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -28,7 +29,13 @@ $(SETUP_STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	@# torch first: an unpinned torch pulls a multi-GB CUDA build (NOTES.md).
 	$(PY) -m pip install -q torch==2.13.0
-	@echo "installing the project (llama-cpp-python builds from source: about 7.5 min the first time)"
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@
+
+# The local judge (llama-cpp-python) builds from source for about 7.5 min on 2 cores: only
+# the judge panel and the tests need it, so `make run` never waits for it.
+$(JUDGE_STAMP): $(SETUP_STAMP)
+	@echo "installing llama-cpp-python (builds from source: about 7.5 min the first time)"
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,judge]'
 	@touch $@
 
@@ -38,13 +45,18 @@ $(ASSETS_STAMP): $(SETUP_STAMP)
 
 setup: $(SETUP_STAMP) $(ASSETS_STAMP) ## create .venv, install, prepare the embedded assets (idempotent)
 
+setup-judge: setup $(JUDGE_STAMP) ## also build the local judge (llama-cpp-python)
+
 run: setup ## the main job: Phase 5 Part A on the embedded default (ARGS="--set ..." to override)
 	$(CLI) run --config $(CONFIG) $(ARGS)
 
-test: setup ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
+study: setup ## the steering-effect study (configs/study.yaml): null, held-out beta, baseline
+	$(CLI) run --config configs/study.yaml $(ARGS)
+
+test: setup-judge ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)
 
-test-fast: setup ## unit tests only (skips the embedded-model integration tests)
+test-fast: setup-judge ## unit tests only (skips the embedded-model integration tests)
 	$(PY) -m pytest -q -m "not integration" $(ARGS)
 
 lint: setup ## ruff lint and format check
@@ -74,10 +86,10 @@ rate: setup ## Part B: rate the exported texts in the terminal (RUN=<run id>)
 human-import: setup ## Part B: import ratings (RUN=<run id>; CSV=<file> for a spreadsheet)
 	$(CLI) human import $(CSV) --run $(RUN) $(ARGS)
 
-panel: setup ## Part C: judge panel when human r < 0.5 (RUN=<run id>, ARGS="--when always")
+panel: setup-judge ## Part C: judge panel when human r < 0.5 (RUN=<run id>, ARGS="--when always")
 	$(CLI) panel --run $(RUN) $(ARGS)
 
-bench: setup ## speed and memory, measured side by side; writes bench/results.json
+bench: setup-judge ## speed and memory, measured side by side; writes bench/results.json
 	$(CLI) bench $(ARGS)
 
 clean: ## remove results and the local MLflow store (keeps .venv and .cache)

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from steering.directions import direction_source_names
 from steering.probes import TrainSpec
@@ -88,6 +95,63 @@ class SteeringConfig(_Strict):
         return sorted(value)
 
 
+class ControlsConfig(_Strict):
+    """Null controls and baselines generated beside the concept directions."""
+
+    random_directions: int = Field(
+        1, ge=0, description="random unit directions per concept, at the same α·β (the null)"
+    )
+    prompt_baseline: bool = Field(
+        False, description="also steer by instruction instead of a vector (the prompting baseline)"
+    )
+    prompt_positive: str = Field(
+        "Write about {concept}. ", description="prefix for the prompting baseline at s > 0"
+    )
+    prompt_negative: str = Field(
+        "Write about anything except {concept}. ",
+        description="prefix for the prompting baseline at s < 0",
+    )
+
+    @field_validator("prompt_positive", "prompt_negative")
+    @classmethod
+    def _has_concept(cls, value: str) -> str:
+        if "{concept}" not in value:
+            raise ValueError("must contain {concept}, which is replaced by the concept's name")
+        return value
+
+
+class SelectionConfig(_Strict):
+    """Held-out strength selection: β per concept chosen on half the prompts."""
+
+    mode: Literal["none", "heldout"] = Field(
+        "none", description="none: one β for all; heldout: β per concept on selection prompts"
+    )
+    beta_grid: list[float] = Field(default_factory=lambda: [0.1, 0.2, 0.3], min_length=1)
+    selection_prompts: float = Field(
+        0.5, gt=0, lt=1, description="fraction of each concept's prompts used to choose β"
+    )
+
+    @field_validator("beta_grid")
+    @classmethod
+    def _grid(cls, value: list[float]) -> list[float]:
+        if any(b <= 0 for b in value):
+            raise ValueError("every β must be > 0 (for example [0.1, 0.2, 0.3])")
+        if len(set(value)) != len(value):
+            raise ValueError("must not repeat a β")
+        return sorted(value)
+
+
+class GateConfig(_Strict):
+    """The coherence gate: a steered text that fails it counts as no effect."""
+
+    perplexity_multiple: float = Field(
+        4.0, gt=1, description="fail above this multiple of the concept's s = 0 median perplexity"
+    )
+    effect_reference: float = Field(
+        0.3, gt=0, description="a signed effect of this size scores 1 in the combined score"
+    )
+
+
 class GenerationConfig(_Strict):
     prompts: list[str] = Field(
         default_factory=lambda: [
@@ -132,6 +196,11 @@ class CriteriaConfig(_Strict):
     human_r_panel: float = Field(0.5, ge=-1, le=1)
     panel_alpha_min: float = Field(0.667, ge=-1, le=1)
     panel_r_min: float = Field(0.7, ge=-1, le=1)
+    effect_min: float = Field(
+        0.15, ge=0, description="v2: the effect above null must exceed this (Δ units)"
+    )
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="v2: interval level")
+    n_boot: int = Field(2000, ge=100, description="v2: bootstrap replicates")
 
 
 class TrackingConfig(_Strict):
@@ -161,11 +230,24 @@ class ExperimentConfig(_Strict):
     classifier: ClassifierConfig = Field(default_factory=ClassifierConfig)
     steering: SteeringConfig = Field(default_factory=SteeringConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    controls: ControlsConfig = Field(default_factory=ControlsConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     centroids: CentroidConfig = Field(default_factory=CentroidConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _heldout_needs_prompts(self) -> ExperimentConfig:
+        if self.selection.mode == "heldout" and len(self.generation.prompts) < 2:
+            raise ValueError(
+                "selection.mode heldout splits each concept's prompts into a selection and "
+                "a report half: give generation.prompts at least 2 prompts (6 or more for "
+                "a study), or set selection.mode: none"
+            )
+        return self
 
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance."""

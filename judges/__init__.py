@@ -1,8 +1,9 @@
 """LLM judges for steered text, every provider behind one `get_judge("provider/name")`.
 
-    from judges import get_judge, build_panel, run_panel, panel_agrees, Rubric
-    judges, skipped = build_panel(["anthropic/claude-sonnet-4-5", "openai/gpt-4o-mini",
-                                   "llama/embedded"], budget_usd=5.0)
+    from judges import build_panel, estimate_panel, run_panel, panel_agrees
+    names = ["anthropic/claude-sonnet-4-5", "openai/gpt-4o-mini", "llama/embedded"]
+    estimate_panel(names, samples_df).cost_usd_max  # dry run: nothing is sent
+    judges, skipped = build_panel(names, budget_usd=5.0)
     result = run_panel(judges, samples_df)       # samples: sample_id, concept, text, delta
     panel_agrees(result)                         # True / False / None (not evaluable)
 
@@ -16,6 +17,7 @@ from judges.base import (
     BudgetExceeded,
     Judge,
     JudgeError,
+    JudgeEstimate,
     JudgeUnavailable,
     NoJudgesError,
     Rating,
@@ -23,7 +25,7 @@ from judges.base import (
     Rubric,
 )
 from judges.cache import JudgeCache
-from judges.registry import build_panel, get_judge, parse_name
+from judges.registry import build_panel, get_judge, judge_provider, parse_name, providers
 from judges.retry import RetryPolicy
 
 
@@ -33,6 +35,10 @@ def __getattr__(name: str) -> object:
         from judges import panel
 
         return getattr(panel, name)
+    if name in {"estimate_panel", "PanelEstimate"}:
+        from judges import estimate
+
+        return getattr(estimate, name)
     raise AttributeError(f"module 'judges' has no attribute {name!r}")
 
 
@@ -44,16 +50,21 @@ __all__ = [
     "Judge",
     "JudgeCache",
     "JudgeError",
+    "JudgeEstimate",
     "JudgeUnavailable",
     "NoJudgesError",
+    "PanelEstimate",
     "PanelResult",
     "Rating",
     "RatingRequest",
     "RetryPolicy",
     "Rubric",
     "build_panel",
+    "estimate_panel",
     "get_judge",
+    "judge_provider",
     "panel_agrees",
     "parse_name",
+    "providers",
     "run_panel",
 ]

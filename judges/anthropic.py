@@ -1,4 +1,4 @@
-"""Anthropic Messages API judge (via the `anthropic` SDK)."""
+"""Anthropic Messages API judge (via the `anthropic` SDK, imported only when one is built)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from judges.api import APIJudge, CallResult, classify_sdk_error
 from judges.base import JudgeUnavailable, Rubric
 from judges.prompt import RenderedPrompt
+from judges.registry import judge_provider
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 KEY_ENV = "ANTHROPIC_API_KEY"
@@ -40,8 +41,10 @@ class AnthropicJudge(APIJudge):
             raise JudgeUnavailable(f"${KEY_ENV} is not set")
         try:
             import anthropic
-        except ImportError as exc:  # pragma: no cover - a core dependency
-            raise JudgeUnavailable("the `anthropic` package is not installed") from exc
+        except ImportError as exc:
+            raise JudgeUnavailable(
+                "the `anthropic` package is not installed (pip install anthropic)"
+            ) from exc
         self._sdk = anthropic
         self._secret = key
         self._client = anthropic.Anthropic(
@@ -83,3 +86,9 @@ class AnthropicJudge(APIJudge):
 
     def close(self) -> None:
         self._client.close()
+
+
+@judge_provider("anthropic")
+def anthropic_judge(model: str = "", **options: Any) -> AnthropicJudge:
+    """ "anthropic/<model>"; a bare "anthropic" means DEFAULT_MODEL."""
+    return AnthropicJudge(model or DEFAULT_MODEL, **options)

@@ -20,6 +20,7 @@ from judges.base import (
     Budget,
     Judge,
     JudgeError,
+    JudgeEstimate,
     ProgressCallback,
     Rating,
     RatingRequest,
@@ -58,6 +59,7 @@ class APIJudge(Judge):
 
     key_env: str = ""
     default_model: str = ""
+    thread_safe = True  # SDK clients are thread-safe; the cache and budget are locked
 
     def __init__(
         self,
@@ -97,13 +99,18 @@ class APIJudge(Judge):
         if budget is not None and budget_usd is not None:
             raise ValueError("pass either budget (shared) or budget_usd, not both")
         self.budget = budget if budget is not None else Budget(budget_usd)
-        self.price = price_per_mtok if price_per_mtok is not None else pricing.lookup(model)
+        self.price: pricing.Price | None = (
+            pricing.as_price(price_per_mtok)
+            if price_per_mtok is not None
+            else pricing.lookup(model, self.provider)
+        )
         if self.price is None:
             pricing.warn_unknown(model)
             if self.budget.cap_usd is not None:
+                # Refuse rather than spend blindly: an unknown cost cannot be capped.
                 raise JudgeError(
                     f"{name}: a budget cap is set but model {model!r} has no price in "
-                    "judges.pricing, so the cap cannot be enforced. Pass "
+                    f"{pricing.table_source()}, so the cap cannot be enforced. Pass "
                     "price_per_mtok=(input, output) USD per 1M tokens."
                 )
         self._secret: str | None = None  # set by subclasses; only ever used for redaction
@@ -141,9 +148,7 @@ class APIJudge(Judge):
                 "max_concurrency": str(self.max_concurrency),
                 "max_retries": str(self.retry.max_retries),
                 "timeout_s": str(self.retry.timeout),
-                "price_in_per_mtok": "unknown" if self.price is None else str(self.price[0]),
-                "price_out_per_mtok": "unknown" if self.price is None else str(self.price[1]),
-                "prices_as_of": pricing.PRICES_AS_OF,
+                **pricing.describe(self.price),
                 "budget_cap_usd": str(self.budget.cap_usd),
                 "cache_dir": str(self.cache.root) if self.cache is not None else "off",
             }
@@ -163,6 +168,38 @@ class APIJudge(Judge):
             request.rubric.version,
             prompt.cache_text(),
             self.decoding_params(request.rubric),
+        )
+
+    def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
+        """Dry run: requests not in the cache would each be one call (retries not counted);
+        the worst case is the budget's own reservation rule, so a run whose estimate fits
+        the cap cannot hit BudgetExceeded. Reads the cache without counting; sends nothing.
+        """
+        calls = cached = in_max = in_typical = out_max = 0
+        cost: float | None = 0.0
+        for request in requests:
+            prompt = render_api_prompt(request)
+            if self.cache is not None and self.cache.peek(self._key(request, prompt)):
+                cached += 1
+                continue
+            calls += 1
+            max_tokens = self.max_tokens_for(request.rubric)
+            prompt_bytes = len(prompt.system.encode()) + len(prompt.user.encode())
+            in_max += prompt_bytes + pricing.PROMPT_OVERHEAD_TOKENS
+            in_typical += pricing.typical_tokens(prompt.system + prompt.user)
+            out_max += max_tokens
+            call_cost = pricing.estimate_max_cost(prompt_bytes, max_tokens, self.price)
+            cost = None if cost is None or call_cost is None else cost + call_cost
+        return JudgeEstimate(
+            judge=self.name,
+            requests=len(requests),
+            cached=cached,
+            calls=calls,
+            input_tokens_max=in_max,
+            input_tokens_typical=in_typical,
+            output_tokens_max=out_max,
+            cost_usd_max=cost if calls else 0.0,
+            price_source=self.price.source if self.price is not None else "unknown",
         )
 
     def _rate_one(self, request: RatingRequest) -> Rating:
@@ -265,7 +302,7 @@ class APIJudge(Judge):
         self, requests: Sequence[RatingRequest], on_result: ProgressCallback | None
     ) -> list[Rating]:
         results: list[Rating | None] = [None] * len(requests)
-        if self.max_concurrency == 1:
+        if self.max_concurrency == 1 or len(requests) == 1:
             for i, request in enumerate(requests):
                 results[i] = self._rate_one(request)
                 if on_result:
@@ -293,16 +330,15 @@ class APIJudge(Judge):
         return results  # type: ignore[return-value]
 
 
-_TRANSIENT_STATUS = {408, 409, 425, 429}
-
-
 def classify_sdk_error(sdk: Any, exc: BaseException, judge: APIJudge) -> BaseException:
     """Map an `anthropic`/`openai` SDK exception to TransientError (retry) or JudgeError.
 
-    Both SDKs share the same exception layout. Messages are redacted because an error body
+    Both SDKs share the same exception layout. An HTTP error's headers decide with the
+    status (`judges.retry.is_retryable`): x-should-retry: false makes even a 429 or 5xx
+    fatal, true makes any status retryable. Messages are redacted because an error body
     could, in principle, echo request data.
     """
-    from judges.retry import TransientError, parse_retry_after
+    from judges.retry import TransientError, is_retryable, read_hints
 
     if isinstance(exc, sdk.APITimeoutError):
         return TransientError("timeout")
@@ -312,10 +348,13 @@ def classify_sdk_error(sdk: Any, exc: BaseException, judge: APIJudge) -> BaseExc
         return TransientError("malformed response body")
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
-        if status in _TRANSIENT_STATUS or status >= 500:
-            retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
-            return TransientError(f"HTTP {status}", retry_after)
-        return JudgeError(f"{judge.name}: HTTP {status}: {judge.redact(str(exc.message))[:300]}")
+        hint = read_hints(exc.response.headers)
+        if is_retryable(status, hint):
+            return TransientError(f"HTTP {status}", hint.retry_after)
+        told = " (the server sent x-should-retry: false)" if hint.should_retry is False else ""
+        return JudgeError(
+            f"{judge.name}: HTTP {status}{told}: {judge.redact(str(exc.message))[:300]}"
+        )
     if isinstance(exc, ValueError):  # json.JSONDecodeError from a garbled 200 body
         return TransientError(f"malformed response body ({type(exc).__name__})")
     return exc

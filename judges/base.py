@@ -13,7 +13,10 @@ import abc
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from judges.pricing import Price
 
 SCORE_MIN = 0
 SCORE_MAX = 10
@@ -115,6 +118,32 @@ class Rating:
 ProgressCallback = Callable[[int, Rating], None]
 
 
+@dataclass(frozen=True)
+class JudgeEstimate:
+    """What rating a set of requests would take, worked out without sending anything.
+
+    `cached` is None when the judge cannot tell cheaply. Token figures are per-call sums
+    over the calls that would be sent: `input_tokens_max` counts UTF-8 bytes + 64 per
+    prompt (an upper bound for any BPE tokenizer, the budget's own reservation rule),
+    `input_tokens_typical` about 4 characters per token, `output_tokens_max` max_tokens.
+    `cost_usd_max` is the worst case at the judge's price: None when the price (or the
+    token count) is unknown, 0.0 for a local judge or when everything is cached.
+    """
+
+    judge: str
+    requests: int
+    cached: int | None
+    calls: int
+    input_tokens_max: int | None = None
+    input_tokens_typical: int | None = None
+    output_tokens_max: int | None = None
+    cost_usd_max: float | None = None
+    price_source: str = "unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class Budget:
     """A spending cap shared by the judges of a panel (thread-safe).
 
@@ -165,6 +194,13 @@ class Judge(abc.ABC):
     """
 
     provider: str = ""
+    # How calls are priced: judges.pricing.LOCAL (free), a table/explicit Price, or None
+    # when unknown (cost None, shown as "unknown", never 0).
+    price: Price | None = None
+    # True when `rate` may be called from several threads at once (API judges): the panel
+    # then rates this judge's samples in its shared bounded pool. False (the safe default,
+    # and the local llama judge) keeps the judge in the panel's calling thread.
+    thread_safe: bool = False
 
     def __init__(self, name: str, model: str) -> None:
         self.name = name
@@ -185,6 +221,23 @@ class Judge(abc.ABC):
         if not requests:
             return []
         return self._rate_batch(list(requests), on_result)
+
+    def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
+        """A dry run: how many calls rating `requests` would make, and the worst-case cost.
+
+        Never sends anything. This default knows neither the cache nor token counts, so
+        its cost is unknown (None) unless the judge is local (0).
+        """
+        n = len(requests)
+        local = self.price is not None and self.price.kind == "local"
+        return JudgeEstimate(
+            judge=self.name,
+            requests=n,
+            cached=None,
+            calls=n,
+            cost_usd_max=0.0 if local or n == 0 else None,
+            price_source=self.price.source if self.price is not None else "unknown",
+        )
 
     def rate_one(self, text: str, concept: str, rubric: Rubric | None = None) -> Rating:
         return self.rate([RatingRequest(text=text, concept=concept, rubric=rubric or Rubric())])[0]

@@ -61,17 +61,21 @@ class JudgeCache:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
+    def _read(self, key: str) -> dict[str, Any] | None:
+        try:
+            with self._path(key).open(encoding="utf-8") as handle:
+                loaded = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return loaded if isinstance(loaded, dict) and loaded.get("key") == key else None
+
+    def peek(self, key: str) -> bool:
+        """Whether a valid entry exists, without counting a hit or miss (for dry runs)."""
+        return self._read(key) is not None
+
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored entry, or None (a corrupt entry counts as a miss and is ignored)."""
-        path = self._path(key)
-        entry: dict[str, Any] | None = None
-        try:
-            with path.open(encoding="utf-8") as handle:
-                loaded = json.load(handle)
-            if isinstance(loaded, dict) and loaded.get("key") == key:
-                entry = loaded
-        except (OSError, ValueError):
-            entry = None
+        entry = self._read(key)
         with self._lock:
             if entry is None:
                 self.misses += 1

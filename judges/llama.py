@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from judges import pricing
 from judges.base import (
     SCORE_MAX,
     SCORE_MIN,
     Judge,
+    JudgeEstimate,
     JudgeUnavailable,
     ProgressCallback,
     Rating,
@@ -46,10 +48,15 @@ from judges.base import (
 )
 from judges.cache import JudgeCache, cache_key, resolve_cache
 from judges.prompt import neutralise
+from judges.registry import judge_provider
 
 log = logging.getLogger(__name__)
 
 METHOD = "expected-value-over-complete-numbers-v1"
+MISSING_SDK = (
+    "llama-cpp-python is not installed: `make setup-judge` installs it "
+    "(or pip install llama-cpp-python)"
+)
 CANDIDATES = tuple(range(SCORE_MIN, SCORE_MAX + 1))
 
 # A fixed few-shot prefix: the base model learns the answer format and the scale from it;
@@ -181,6 +188,7 @@ class LlamaJudge(Judge):
     """
 
     provider = "llama"
+    price = pricing.LOCAL  # runs here: cost 0, known (not "unknown")
 
     def __init__(
         self,
@@ -197,9 +205,7 @@ class LlamaJudge(Judge):
         path, default_name = resolve_model_path(model)
         if llama is None and importlib.util.find_spec("llama_cpp") is None:
             # Refuse at build time so build_panel skips this judge with the reason.
-            raise JudgeUnavailable(
-                "llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
-            )
+            raise JudgeUnavailable(MISSING_SDK)
         super().__init__(name or default_name, model)
         self.path = path
         self.n_ctx = n_ctx
@@ -222,9 +228,7 @@ class LlamaJudge(Judge):
             try:
                 from llama_cpp import Llama
             except ImportError as exc:
-                raise JudgeUnavailable(
-                    "llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
-                ) from exc
+                raise JudgeUnavailable(MISSING_SDK) from exc
             self._llm = Llama(
                 model_path=str(self.path),
                 logits_all=self.logits_all,
@@ -339,16 +343,42 @@ class LlamaJudge(Judge):
         raw = {"p": [round(float(x), 6) for x in dist], "valid_mass": mass}
         return score, raw, len(prefix) + len(suffix)
 
-    def _score_axis(self, axis: str, request: RatingRequest) -> tuple[float, Any, int, bool]:
-        """(score, raw, tokens evaluated, cache hit) for one request on one axis."""
+    def _cache_key(self, axis: str, request: RatingRequest) -> str:
+        """The key of one request on one axis: needs no model (unclipped rendering)."""
         prefix_text, full_suffix = self.render(axis, request, clip=False)
-        key = cache_key(
+        return cache_key(
             self.provider,
             self.model_id,
             request.rubric.version,
             prefix_text + full_suffix,
             self.decoding_params(axis),
         )
+
+    @staticmethod
+    def _axes(request: RatingRequest) -> list[str]:
+        return ["relatedness", "fluency"] if request.rubric.fluency else ["relatedness"]
+
+    def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
+        """Dry run: requests with every axis cached cost nothing; the rest are evaluated
+        locally at cost 0. Loads no model and counts no cache hits."""
+        cached = 0
+        if self.cache is not None:
+            cached = sum(
+                all(self.cache.peek(self._cache_key(axis, r)) for axis in self._axes(r))
+                for r in requests
+            )
+        return JudgeEstimate(
+            judge=self.name,
+            requests=len(requests),
+            cached=cached,
+            calls=len(requests) - cached,
+            cost_usd_max=0.0,
+            price_source=self.price.source,
+        )
+
+    def _score_axis(self, axis: str, request: RatingRequest) -> tuple[float, Any, int, bool]:
+        """(score, raw, tokens evaluated, cache hit) for one request on one axis."""
+        key = self._cache_key(axis, request)
         entry = self.cache.get(key) if self.cache is not None else None
         if entry is not None:
             return float(entry["score"]), entry["raw"], 0, True
@@ -376,9 +406,7 @@ class LlamaJudge(Judge):
         """Axis by axis (all relatedness, then all fluency) so each fixed prefix is
         evaluated once per batch instead of alternating between the two prompts."""
         n = len(requests)
-        axes_of = [
-            ["relatedness", "fluency"] if r.rubric.fluency else ["relatedness"] for r in requests
-        ]
+        axes_of = [self._axes(r) for r in requests]
         scores: list[dict[str, float]] = [{} for _ in range(n)]
         raws: list[dict[str, Any]] = [{} for _ in range(n)]
         tokens = [0] * n
@@ -405,7 +433,7 @@ class LlamaJudge(Judge):
                             ),
                             input_tokens=tokens[i],
                             output_tokens=0,
-                            cost_usd=0.0,
+                            cost_usd=pricing.LOCAL.cost(tokens[i], 0),
                             latency_s=latency[i],
                             model=self.model_id,
                             cache_hit=hits[i],
@@ -425,6 +453,7 @@ class LlamaJudge(Judge):
             "n_threads": str(self.n_threads),
             "logits_all": str(self.logits_all),
             "max_text_tokens": str(self.max_text_tokens),
+            **pricing.describe(self.price),
             "cache_dir": str(self.cache.root) if self.cache is not None else "off",
         }
 
@@ -432,3 +461,9 @@ class LlamaJudge(Judge):
         if self._llm is not None and hasattr(self._llm, "close"):
             self._llm.close()
         self._llm = None
+
+
+@judge_provider("llama", local=True)
+def llama_judge(model: str = "", **options: Any) -> LlamaJudge:
+    """ "llama/embedded" (also a bare "llama") or "llama/<path.gguf>"; runs locally, free."""
+    return LlamaJudge(model or "embedded", **options)

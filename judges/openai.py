@@ -13,6 +13,7 @@ from typing import Any
 from judges.api import APIJudge, CallResult, classify_sdk_error
 from judges.base import JudgeUnavailable, Rubric
 from judges.prompt import RenderedPrompt
+from judges.registry import judge_provider
 
 DEFAULT_MODEL = "gpt-4o-mini"
 KEY_ENV = "OPENAI_API_KEY"
@@ -54,8 +55,10 @@ class OpenAIJudge(APIJudge):
             key = NO_KEY_PLACEHOLDER
         try:
             import openai
-        except ImportError as exc:  # pragma: no cover - a core dependency
-            raise JudgeUnavailable("the `openai` package is not installed") from exc
+        except ImportError as exc:
+            raise JudgeUnavailable(
+                "the `openai` package is not installed (pip install openai)"
+            ) from exc
         self._sdk = openai
         self._secret = key if key != NO_KEY_PLACEHOLDER else None
         self._client = openai.OpenAI(
@@ -106,3 +109,9 @@ class OpenAIJudge(APIJudge):
 
     def close(self) -> None:
         self._client.close()
+
+
+@judge_provider("openai")
+def openai_judge(model: str = "", **options: Any) -> OpenAIJudge:
+    """ "openai/<model>"; a bare "openai" means DEFAULT_MODEL."""
+    return OpenAIJudge(model or DEFAULT_MODEL, **options)

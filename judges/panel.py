@@ -12,6 +12,7 @@ Statistics come from `metrics.stats` (the suite's shared NaN-free implementation
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from judges.base import Judge, NoJudgesError, Rating, RatingRequest, Rubric
+from judges.runner import rate_all
+from judges.samples import build_requests, select_samples
 from metrics.stats import (
     Alpha,
     Correlation,
@@ -35,7 +38,6 @@ log = logging.getLogger(__name__)
 ALPHA_THRESHOLD = 0.667  # Krippendorff's conventional floor for tentative conclusions
 R_DELTA_THRESHOLD = 0.7  # the design's Hypothesis 4 threshold, applied to the panel mean
 
-REQUIRED_COLUMNS = ("sample_id", "concept", "text", "delta")
 # cost is in USD (None when the model has no price), latency in seconds.
 SCORE_COLUMNS = [
     "sample_id",
@@ -135,37 +137,24 @@ def _paired(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy()
 
 
-def _check_samples(samples: pd.DataFrame) -> None:
-    missing = [c for c in REQUIRED_COLUMNS if c not in samples.columns]
-    if missing:
-        raise ValueError(f"samples lack columns {missing}; need {list(REQUIRED_COLUMNS)}")
-    if samples["sample_id"].duplicated().any():
-        dupes = samples.loc[samples["sample_id"].duplicated(), "sample_id"].tolist()[:5]
-        raise ValueError(f"sample_id must be unique; duplicated: {dupes}")
-
-
-def _rate_with_progress(
-    judge: Judge, requests: Sequence[RatingRequest], progress: bool
-) -> list[Rating]:
-    if not progress:
-        return judge.rate(requests)
-    from tqdm.auto import tqdm
-
-    with tqdm(total=len(requests), desc=judge.name, unit="text", leave=False) as bar:
-        return judge.rate(requests, on_result=lambda _i, _r: bar.update(1))
-
-
 def run_panel(
     judges: Sequence[Judge],
     samples: pd.DataFrame,
     rubric: Rubric | None = None,
     progress: bool = True,
+    *,
+    max_concurrency: int = 4,
+    limit: int | None = None,
 ) -> PanelResult:
     """Have every judge rate every sample, then compute agreement and validity statistics.
 
     samples: columns sample_id, concept, text, delta and optionally human_rating (NaN where
-    a sample has no human rating). Judges run one after another; each API judge runs its
-    own bounded thread pool. BudgetExceeded propagates (finished ratings are cached).
+    a sample has no human rating). `limit` rates only the first N rows (table order).
+    API judges run concurrently in one pool of `max_concurrency` threads (at most that
+    many calls in flight, each judge also within its own max_concurrency); the local
+    llama judge runs in this thread meanwhile; `max_concurrency=1` runs the judges one
+    after another. Results do not depend on it. BudgetExceeded propagates (finished
+    ratings are cached).
     """
     if not judges:
         raise NoJudgesError(
@@ -175,23 +164,16 @@ def run_panel(
     names = [j.name for j in judges]
     if len(set(names)) != len(names):
         raise ValueError(f"judge names must be unique, got {names}")
-    _check_samples(samples)
-    rubric = rubric or Rubric()
-    samples = samples.reset_index(drop=True)
-    requests = [
-        RatingRequest(
-            text=str(row.text),
-            concept=str(row.concept),
-            rubric=rubric,
-            sample_id=str(row.sample_id),
-        )
-        for row in samples.itertuples(index=False)
-    ]
+    if max_concurrency < 1:
+        raise ValueError("max_concurrency must be >= 1")
+    samples = select_samples(samples, limit)
+    requests = build_requests(samples, rubric or Rubric())
     started = time.perf_counter()
+    by_judge = _rate_with_progress(judges, requests, progress, max_concurrency)
+    wall = time.perf_counter() - started
     rows: list[dict[str, Any]] = []
     for judge in judges:
-        ratings = _rate_with_progress(judge, requests, progress)
-        for sample_id, rating in zip(samples["sample_id"], ratings, strict=True):
+        for sample_id, rating in zip(samples["sample_id"], by_judge[judge.name], strict=True):
             rows.append(
                 {
                     "sample_id": sample_id,
@@ -210,10 +192,30 @@ def run_panel(
                     "error": rating.error,
                 }
             )
-    wall = time.perf_counter() - started
     scores = pd.DataFrame(rows, columns=SCORE_COLUMNS)
     scores["score"] = scores["score"].astype(float)  # None -> NaN in the table only
     return _summarise(judges, samples, scores, wall)
+
+
+def _rate_with_progress(
+    judges: Sequence[Judge],
+    requests: Sequence[RatingRequest],
+    progress: bool,
+    max_concurrency: int,
+) -> dict[str, list[Rating]]:
+    if not progress:
+        return rate_all(judges, requests, max_concurrency)
+    from tqdm.auto import tqdm
+
+    lock = threading.Lock()
+    total = len(judges) * len(requests)
+    with tqdm(total=total, desc="judging", unit="rating", leave=False) as bar:
+
+        def tick(_judge: str, _index: int, _rating: Rating) -> None:
+            with lock:  # ratings finish on several threads
+                bar.update(1)
+
+        return rate_all(judges, requests, max_concurrency, on_result=tick)
 
 
 def _summarise(

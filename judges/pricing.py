@@ -1,10 +1,18 @@
-"""List prices for judge models, USD per 1M tokens (input, output).
+"""What a judge call costs, from the maintained `genai-prices` table (pydantic/genai-prices).
 
-PRICES_AS_OF: the providers' public list prices as known on that date (standard tier, no
-batch or prompt-cache discounts). Prices change: check the providers' pricing pages before
-a paid run and edit this table (and the date). An unknown model gets cost None plus a
-warning - never a guess - and a judge with a budget cap refuses to run an unpriced model
-unless it is given an explicit price.
+A judge's price is one of three kinds, never confused with each other:
+- "table": the model is in the price data bundled with the installed genai-prices, for the
+  judge's provider; a call's cost is `calc_price(usage)` (tier-aware: a long prompt can
+  cross a price tier), input and output tokens each at their own rate;
+- "explicit": `price_per_mtok=(input, output)` USD per 1M tokens, given by the user for a
+  model the table lacks (a fine-tune, a model served by vLLM);
+- "local": a judge that runs on this machine (llama) costs exactly 0 - known, not unknown.
+A model that is none of these has price None: its cost is None ("unknown"), never 0 and
+never guessed, and a judge with a budget cap refuses to run it (see `judges.api`).
+
+Lookups are offline: only the data bundled with the installed package is used (genai-prices'
+`UpdatePrices`, which fetches from GitHub, is never started). Upgrade the package to
+refresh prices; `table_source()` names the version, and it is logged with every judge.
 
 AxBench priced output tokens using the input count; here input and output are priced
 separately from the usage fields the API returns.
@@ -13,50 +21,101 @@ separately from the usage fields the API returns.
 from __future__ import annotations
 
 import logging
-import re
 import threading
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
-PRICES_AS_OF = "2025-11-01"
-
-# model id -> (USD per 1M input tokens, USD per 1M output tokens)
-PRICES: dict[str, tuple[float, float]] = {
-    # Anthropic (https://www.anthropic.com/pricing, prompts <= 200k tokens)
-    "claude-sonnet-4-5": (3.00, 15.00),
-    "claude-sonnet-4-0": (3.00, 15.00),
-    "claude-sonnet-4": (3.00, 15.00),
-    "claude-3-7-sonnet": (3.00, 15.00),
-    "claude-3-5-sonnet": (3.00, 15.00),
-    "claude-opus-4-1": (15.00, 75.00),
-    "claude-opus-4-0": (15.00, 75.00),
-    "claude-opus-4": (15.00, 75.00),
-    "claude-haiku-4-5": (1.00, 5.00),
-    "claude-3-5-haiku": (0.80, 4.00),
-    "claude-3-haiku": (0.25, 1.25),
-    # OpenAI (https://openai.com/api/pricing, standard tier)
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-}
-
-# Dated snapshots ("claude-sonnet-4-5-20250929", "gpt-4o-mini-2024-07-18") and "-latest"
-# aliases price like their base id. Only these suffixes are stripped: a general prefix
-# match would price "gpt-4o-mini" as "gpt-4o".
-_SUFFIX_RE = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
+PriceKind = Literal["table", "explicit", "local"]
 
 _warned: set[str] = set()
 _warn_lock = threading.Lock()
 
 
-def lookup(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per 1M tokens for a model id, or None if not in the table."""
-    if model in PRICES:
-        return PRICES[model]
-    base = _SUFFIX_RE.sub("", model)
-    return PRICES.get(base)
+@cache
+def table_source() -> str:
+    """ "genai-prices <version>": where table prices come from (goes into MLflow params)."""
+    from importlib.metadata import version
+
+    return f"genai-prices {version('genai-prices')}"
+
+
+@dataclass(frozen=True)
+class Price:
+    """How one model's calls are priced. Per-1M-token rates are the base (lowest-tier)
+    rates, for display; `cost()` is the real computation."""
+
+    kind: PriceKind
+    input_per_mtok: float
+    output_per_mtok: float
+    model_ref: str = ""  # table prices only: the model id genai-prices matched
+    provider_id: str = ""  # table prices only
+    source: str = ""
+
+    @property
+    def per_mtok(self) -> tuple[float, float]:
+        return (self.input_per_mtok, self.output_per_mtok)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """USD for one call: input tokens at the input rate, output at the output rate."""
+        if self.kind == "table":
+            from genai_prices import Usage, calc_price
+
+            calc = calc_price(
+                Usage(input_tokens=int(input_tokens), output_tokens=int(output_tokens)),
+                self.model_ref,
+                provider_id=self.provider_id,
+            )
+            return float(calc.total_price)
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+LOCAL = Price("local", 0.0, 0.0, source="local (runs on this machine)")
+
+
+def explicit(input_per_mtok: float, output_per_mtok: float) -> Price:
+    """A user-given price, USD per 1M input / output tokens."""
+    if input_per_mtok < 0 or output_per_mtok < 0:
+        raise ValueError("prices must be >= 0")
+    return Price("explicit", float(input_per_mtok), float(output_per_mtok), source="price_per_mtok")
+
+
+def as_price(price: Price | tuple[float, float] | None) -> Price | None:
+    """Accept a Price, an (input, output) USD-per-1M pair, or None (unknown)."""
+    if price is None or isinstance(price, Price):
+        return price
+    return explicit(*price)
+
+
+def lookup(model: str, provider: str | None = None) -> Price | None:
+    """The table price of `model` at `provider` ("anthropic", "openai"), or None.
+
+    With a provider, only that provider's models match, so a locally served
+    "gemma-3-270m" behind the OpenAI judge is unknown rather than priced as Google's.
+    Dated snapshots ("gpt-4o-mini-2024-07-18") match their model, as genai-prices defines.
+    """
+    if not model:
+        return None
+    from genai_prices import Usage, calc_price
+
+    try:
+        # Rates for 1000 tokens each way (below any tier), scaled to per-1M for display.
+        calc_in = calc_price(Usage(input_tokens=1000, output_tokens=0), model, provider_id=provider)
+        calc_out = calc_price(
+            Usage(input_tokens=0, output_tokens=1000), model, provider_id=provider
+        )
+    except LookupError:
+        return None
+    return Price(
+        "table",
+        float(calc_in.input_price) * 1000,
+        float(calc_out.output_price) * 1000,
+        model_ref=calc_in.model.id,
+        provider_id=calc_in.provider.id,
+        source=table_source(),
+    )
 
 
 def warn_unknown(model: str) -> None:
@@ -66,35 +125,61 @@ def warn_unknown(model: str) -> None:
             return
         _warned.add(model)
     log.warning(
-        "No price for model %r in judges.pricing (prices as of %s): its cost is reported as "
-        "None, not guessed. Pass price_per_mtok=(input, output) to the judge to set one.",
+        "No price for model %r in %s: its cost is reported as None (unknown), not guessed. "
+        "Pass price_per_mtok=(input, output) to the judge to set one.",
         model,
-        PRICES_AS_OF,
+        table_source(),
     )
 
 
 def cost_usd(
     input_tokens: int,
     output_tokens: int,
-    price: tuple[float, float] | None,
+    price: Price | tuple[float, float] | None,
 ) -> float | None:
     """Dollar cost of one call; None when the price is unknown."""
+    price = as_price(price)
     if price is None:
         return None
-    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
+    return price.cost(input_tokens, output_tokens)
+
+
+# Message framing (role markers, system block) that usage counts but the text lacks.
+PROMPT_OVERHEAD_TOKENS = 64
+# English prose averages about 4 characters per token in the GPT and Claude tokenizers:
+# a typical figure for dry runs, never used for the budget (which needs a bound).
+CHARS_PER_TOKEN = 4
+
+
+def typical_tokens(text: str) -> int:
+    """A typical (not worst-case) token count for a prompt: chars / 4 plus framing."""
+    return -(-len(text) // CHARS_PER_TOKEN) + PROMPT_OVERHEAD_TOKENS
 
 
 def estimate_max_cost(
     prompt_bytes: int,
     max_output_tokens: int,
-    price: tuple[float, float] | None,
-    overhead_tokens: int = 64,
+    price: Price | tuple[float, float] | None,
+    overhead_tokens: int = PROMPT_OVERHEAD_TOKENS,
 ) -> float | None:
-    """A conservative upper bound on one call's cost, for the budget check.
+    """A conservative upper bound on one call's cost, for the budget check and dry runs.
 
     Input tokens are bounded by the prompt's UTF-8 byte count (BPE tokens are at least one
     byte of text) plus a fixed overhead for message framing; output tokens by max_tokens.
     """
-    if price is None:
-        return None
     return cost_usd(prompt_bytes + overhead_tokens, max_output_tokens, price)
+
+
+def describe(price: Price | None) -> dict[str, str]:
+    """MLflow-safe strings; an unknown price shows as "unknown", never 0."""
+    if price is None:
+        return {
+            "price_in_per_mtok": "unknown",
+            "price_out_per_mtok": "unknown",
+            "price_source": "unknown",
+        }
+    return {
+        "price_in_per_mtok": f"{price.input_per_mtok:g}",
+        "price_out_per_mtok": f"{price.output_per_mtok:g}",
+        "price_source": price.source,
+    }

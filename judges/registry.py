@@ -1,5 +1,12 @@
 """`get_judge("provider/name", **options)`: the single way to build a judge.
 
+Providers register themselves next to their code (in the style of Inspect AI's model
+providers): a provider module decorates a factory with `@judge_provider("name")`. The
+built-in providers are discovered lazily through `BUILTIN_PROVIDERS` (name -> module), so
+importing `judges` imports no provider module, and a provider module imports its SDK only
+when a judge is built: listing providers never pulls in `anthropic`, `openai` or
+`llama_cpp`.
+
 Names: "anthropic/<model>" (or just "anthropic" for the default Sonnet),
 "openai/<model>" (default gpt-4o-mini; pass base_url=... for a compatible server),
 "llama/embedded" (the suite's Gemma 3 270M GGUF) and "llama/<path.gguf>".
@@ -7,40 +14,110 @@ Names: "anthropic/<model>" (or just "anthropic" for the default Sonnet),
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from judges.base import Budget, Judge, JudgeUnavailable
 
 log = logging.getLogger(__name__)
 
-PROVIDERS = ("anthropic", "openai", "llama")
+# name -> module that registers it on import; imported on first use only.
+BUILTIN_PROVIDERS: dict[str, str] = {
+    "anthropic": "judges.anthropic",
+    "openai": "judges.openai",
+    "llama": "judges.llama",
+}
+
+JudgeFactory = Callable[..., Judge]
+F = TypeVar("F", bound=JudgeFactory)
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """A registered provider: `factory(rest, **options)` builds a judge for "name/rest".
+
+    `local` judges run on this machine: they get neither the panel's shared budget nor
+    the options meant for API judges, and cost exactly 0.
+    """
+
+    name: str
+    factory: JudgeFactory
+    local: bool = False
+
+
+_REGISTRY: dict[str, ProviderInfo] = {}
+_LOCK = threading.RLock()
+
+
+def judge_provider(name: str, *, local: bool = False) -> Callable[[F], F]:
+    """Register `factory(rest: str, **options) -> Judge` as provider `name`.
+
+    `rest` is everything after the first "/" of the judge name ("" when absent). The
+    factory must import its SDK lazily and raise JudgeUnavailable when it is missing.
+    """
+    key = name.strip().lower()
+    if not key or "/" in key:
+        raise ValueError(f"invalid provider name {name!r}")
+
+    def register(factory: F) -> F:
+        with _LOCK:
+            old = _REGISTRY.get(key)
+            same = old is not None and (
+                getattr(old.factory, "__module__", None),
+                getattr(old.factory, "__qualname__", None),
+            ) == (factory.__module__, factory.__qualname__)
+            if old is not None and not same:
+                raise ValueError(f"judge provider {key!r} is already registered by {old.factory}")
+            _REGISTRY[key] = ProviderInfo(key, factory, local)
+        return factory
+
+    return register
+
+
+def _discover(name: str) -> None:
+    """Import the built-in module for `name` (which registers it), once."""
+    module = BUILTIN_PROVIDERS.get(name)
+    if module is not None and name not in _REGISTRY:
+        importlib.import_module(module)
+
+
+def providers() -> tuple[str, ...]:
+    """Names of every provider: the built-in ones and any registered by other code."""
+    with _LOCK:
+        return tuple(sorted(set(BUILTIN_PROVIDERS) | set(_REGISTRY)))
+
+
+def provider_info(name: str) -> ProviderInfo:
+    """The registered provider `name`; ValueError listing the known ones otherwise."""
+    key = name.strip().lower()
+    with _LOCK:
+        _discover(key)
+        info = _REGISTRY.get(key)
+    if info is None:
+        raise ValueError(f"Unknown judge provider {key!r}; registered providers: {providers()}.")
+    return info
 
 
 def parse_name(name: str) -> tuple[str, str]:
     """Split "provider/rest" once: a GGUF path may itself contain slashes."""
     provider, _, rest = name.strip().partition("/")
     provider = provider.lower()
-    if provider not in PROVIDERS:
-        raise ValueError(f"Unknown judge provider in {name!r}; expected one of {PROVIDERS}.")
+    if provider not in providers():
+        raise ValueError(
+            f"Unknown judge provider in {name!r}; registered providers: {providers()}."
+        )
     return provider, rest
 
 
 def get_judge(name: str, **options: Any) -> Judge:
-    """Build a judge by name. Raises JudgeUnavailable when it cannot run here (no key etc.)."""
+    """Build a judge by name. Raises JudgeUnavailable when it cannot run here (no key,
+    SDK not installed, model file missing)."""
     provider, rest = parse_name(name)
-    if provider == "anthropic":
-        from judges.anthropic import DEFAULT_MODEL, AnthropicJudge
-
-        return AnthropicJudge(rest or DEFAULT_MODEL, **options)
-    if provider == "openai":
-        from judges.openai import DEFAULT_MODEL, OpenAIJudge
-
-        return OpenAIJudge(rest or DEFAULT_MODEL, **options)
-    from judges.llama import LlamaJudge
-
-    return LlamaJudge(rest or "embedded", **options)
+    return provider_info(provider).factory(rest, **options)
 
 
 def build_panel(
@@ -62,7 +139,7 @@ def build_panel(
     for name in names:
         provider, _ = parse_name(name)
         kwargs: dict[str, Any] = dict(options.get(name, {})) if options else {}
-        if provider in ("anthropic", "openai"):
+        if not provider_info(provider).local:
             kwargs = {**common, **kwargs}
             kwargs.setdefault("budget", budget)
         try:

@@ -21,8 +21,8 @@ app = typer.Typer(
 # Modules with a ``register(app)``; the order is the order in ``--help``.
 COMMAND_MODULES = (
     "experiments.cli.main",
-    "experiments.human",
-    "experiments.panel",
+    "experiments.cli.human",
+    "experiments.cli.panel",
     "experiments.bench",
 )
 

@@ -56,9 +56,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
         errors.append(EmbedderError)
     except ImportError:  # pragma: no cover
         pass
-    for module, name in (("judges", "JudgeError"), ("experiments.human", "HumanValidationError")):
-        with contextlib.suppress(ImportError, AttributeError):
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
+    from experiments.validation.errors import ValidationInputError
+
+    errors.append(ValidationInputError)
+    with contextlib.suppress(ImportError, AttributeError):
+        from judges import JudgeError
+
+        errors.append(JudgeError)
     return tuple(errors)
 
 

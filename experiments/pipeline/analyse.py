@@ -80,6 +80,8 @@ def cell_metrics(cell: pd.DataFrame) -> dict[str, float | None]:
         "echo_fraction": _mean(cell["is_echo"]),
         "perplexity_median": float(ppl.median()) if len(ppl) else None,
         "new_tokens_mean": _mean(cell["n_new_tokens"]),
+        "question_marks_mean": _mean(cell["question_marks"]) if "question_marks" in cell else None,
+        "what_is_fraction": _mean(cell["has_what_is"]) if "has_what_is" in cell else None,
         "n_generations": float(len(cell)),
     }
 

@@ -36,19 +36,31 @@ def batches(rows: list[GenerationRow], lm: LoadedModel, size: int) -> list[list[
 
 
 def unsteered_nll(
-    lm: LoadedModel, batch: list[GenerationRow], gens: list[Generation], timer: Timer
+    lm: LoadedModel,
+    batch: list[GenerationRow],
+    gens: list[Generation],
+    timer: Timer,
+    base_prompts: dict[str, str] | None = None,
 ) -> list[float | None]:
-    """Mean NLL of each continuation under the unsteered model; strength-0 rows already
-    have it from sampling, steered rows get one extra forward pass."""
+    """Mean NLL of each continuation under the unsteered model given the *original*
+    prompt. Unsteered rows already have it from sampling; steered rows, and rows steered
+    by an instruction (``base_prompts``: key -> prompt without it), get a forward pass."""
+    base = base_prompts or {}
     nll: list[float | None] = [None] * len(gens)
-    steered = [i for i, r in enumerate(batch) if r.coefficient != 0.0 and gens[i].token_ids]
+    steered = [
+        i
+        for i, r in enumerate(batch)
+        if (r.coefficient != 0.0 or r.key in base) and gens[i].token_ids
+    ]
     for i, r in enumerate(batch):
-        if r.coefficient == 0.0 and gens[i].logprobs:
+        if r.coefficient == 0.0 and r.key not in base and gens[i].logprobs:
             nll[i] = -float(np.mean(gens[i].logprobs))
     if steered:
         with timer.time("perplexity"):
             losses = continuation_nll(
-                lm, [gens[i].prompt for i in steered], [gens[i].token_ids for i in steered]
+                lm,
+                [base.get(gens[i].key, gens[i].prompt) for i in steered],
+                [gens[i].token_ids for i in steered],
             )
         for i, loss in zip(steered, losses, strict=True):
             nll[i] = loss
@@ -81,7 +93,8 @@ def generate(
     """Generate every row not yet in ``generations.jsonl``; append as each batch ends."""
     done = {r["key"] for r in run_dir.read_generations()}
     pending = plan.pending(done)
-    directions = vectors.stacked(plan.concepts)
+    directions = vectors.stacked(plan.directions)
+    base_prompts = {k: m["base_prompt"] for k, m in plan.meta.items() if "base_prompt" in m}
     g = config.generation
     sampling = SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy)
     totals = BatchStats()
@@ -98,7 +111,7 @@ def generate(
                 on_step=on_step,
             )
         totals.add(stats)
-        nll = unsteered_nll(lm, batch, gens, timer)
+        nll = unsteered_nll(lm, batch, gens, timer, base_prompts)
         run_dir.append_generations(
             generation_record(plan.meta[gen.key], gen, loss, stats.tokens_per_second)
             for gen, loss in zip(gens, nll, strict=True)

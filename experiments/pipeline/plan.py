@@ -1,21 +1,43 @@
 """Stage: the generation plan, every row a run will generate, with its seed.
 
-Rows that differ only in strength share a seed (common random numbers), so Δ_s − Δ_0
-is a paired comparison; a row's seed never depends on batching, so a resumed or
-re-batched run gives the same texts.
+Rows that differ only in what steers them (strength, β, the concept direction, a random
+direction or an instruction) share a seed (common random numbers), so every steered
+row is paired with one unsteered twin and Δ_s − Δ_0 is a paired comparison. A row's
+seed never depends on batching, so a resumed or re-batched run gives the same texts.
+
+Arms (what steers a row):
+- ``concept``: the concept's own direction, s·β·α (the seed's rows; their keys are the
+  seed's keys, so earlier runs stay comparable);
+- ``random:j``: the j-th random unit direction for the concept, same α·β (the null);
+- ``prompt``: no vector, an instruction prefixed to the prompt (the prompting baseline).
+The unsteered row (s = 0) is shared by every arm: steering with strength 0 is the same
+generation whatever the direction.
+
+With ``selection.mode: heldout`` each concept's prompts are split: the *selection*
+prompts are generated over the β grid (concept arm only) and β is chosen per concept
+there; the *report* prompts are generated at the chosen β with every arm, and only
+they enter the criteria.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
-from experiments.concepts import ConceptGraph
+from experiments.concepts import Concept, ConceptGraph
 from experiments.config import ExperimentConfig
 from experiments.pipeline.vectors import VectorSet
 from experiments.prompts import render_generation_prompts
 from steering.generation import GenerationRow
+
+CONCEPT_ARM = "concept"
+PROMPT_ARM = "prompt"
+
+
+def random_arm(j: int) -> str:
+    return f"random:{j}"
 
 
 def row_seed(seed: int, synset: str, prompt_index: int, sample: int) -> int:
@@ -24,15 +46,39 @@ def row_seed(seed: int, synset: str, prompt_index: int, sample: int) -> int:
     return int.from_bytes(digest[:6], "big")
 
 
-def row_key(synset: str, prompt_index: int, sample: int, strength: float) -> str:
-    return f"{synset}|p{prompt_index}|n{sample}|s{strength:+.3f}"
+def row_key(
+    synset: str,
+    prompt_index: int,
+    sample: int,
+    strength: float,
+    arm: str = CONCEPT_ARM,
+    beta: float | None = None,
+) -> str:
+    """The row's id. The seed's rows (concept arm at the run's one β) keep the seed's form."""
+    key = f"{synset}|p{prompt_index}|n{sample}|s{strength:+.3f}"
+    if strength != 0 and arm != CONCEPT_ARM:
+        key += f"|{arm}"
+    if strength != 0 and beta is not None:
+        key += f"|b{beta:g}"
+    return key
+
+
+def split_prompts(n_prompts: int, config: ExperimentConfig) -> tuple[list[int], list[int]]:
+    """(selection, report) prompt indices; without held-out selection all are report."""
+    indices = list(range(n_prompts))
+    if config.selection.mode != "heldout":
+        return [], indices
+    n_select = min(
+        n_prompts - 1, max(1, math.floor(n_prompts * config.selection.selection_prompts))
+    )
+    return indices[:n_select], indices[n_select:]
 
 
 @dataclass
 class GenerationPlan:
-    """The rows to generate and, per row key, what the row means (concept, prompt, ...)."""
+    """The rows to generate and, per row key, what the row means (concept, prompt, arm...)."""
 
-    concepts: list[str]  # direction index -> synset
+    directions: list[str]  # direction index -> "synset" or "synset|random:j"
     rows: list[GenerationRow]
     meta: dict[str, dict]
 
@@ -40,35 +86,121 @@ class GenerationPlan:
         return [r for r in self.rows if r.key not in done]
 
 
-def planned_rows(config: ExperimentConfig, graph: ConceptGraph) -> Iterator[tuple[str, dict]]:
-    """(key, meta) for every row of the grid, in plan order; no model needed."""
+def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[dict]:
+    """One dict per (prompt, sample) of ``split`` with the fields every row of it shares."""
+    prompts = render_generation_prompts(concept, config.generation.prompts)
+    selection, report = split_prompts(len(prompts), config)
+    for p_idx in selection if split == "selection" else report:
+        for sample in range(config.generation.samples_per_prompt):
+            yield {
+                "concept": concept.synset,
+                "concept_name": concept.name,
+                "prompt_index": p_idx,
+                "prompt": prompts[p_idx],
+                "sample": sample,
+                "seed": row_seed(config.seed, concept.synset, p_idx, sample),
+                "split": split,
+            }
+
+
+def _arms(config: ExperimentConfig) -> list[str]:
+    arms = [CONCEPT_ARM]
+    arms += [random_arm(j) for j in range(config.controls.random_directions)]
+    if config.controls.prompt_baseline:
+        arms.append(PROMPT_ARM)
+    return arms
+
+
+def planned_rows(
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    split: str = "report",
+    betas: Mapping[str, float] | None = None,
+) -> Iterator[tuple[str, dict]]:
+    """(key, meta) for every row of one split, in plan order; no model needed.
+
+    ``betas`` gives the report split's β per concept (from held-out selection); without
+    it every concept uses ``steering.beta``. The selection split covers the β grid.
+    """
+    heldout = config.selection.mode == "heldout"
     for concept in graph.concepts:
-        prompts = render_generation_prompts(concept, config.generation.prompts)
-        for p_idx, prompt in enumerate(prompts):
-            for sample in range(config.generation.samples_per_prompt):
-                seed = row_seed(config.seed, concept.synset, p_idx, sample)
-                for strength in config.steering.strengths:
-                    yield (
-                        row_key(concept.synset, p_idx, sample, strength),
-                        {
-                            "concept": concept.synset,
-                            "concept_name": concept.name,
-                            "prompt_index": p_idx,
-                            "prompt": prompt,
-                            "sample": sample,
-                            "strength": float(strength),
-                            "seed": seed,
-                        },
-                    )
+        for unit in _units(config, concept, split):
+            if split == "selection":
+                cells = [
+                    (CONCEPT_ARM, s, b)
+                    for b in config.selection.beta_grid
+                    for s in config.steering.strengths
+                ]
+            else:
+                beta = (betas or {}).get(concept.synset, config.steering.beta)
+                cells = [(arm, s, beta) for arm in _arms(config) for s in config.steering.strengths]
+            seen: set[str] = set()
+            for arm, strength, beta in cells:
+                key = row_key(
+                    concept.synset,
+                    unit["prompt_index"],
+                    unit["sample"],
+                    strength,
+                    arm,
+                    beta if heldout else None,
+                )
+                if key in seen:  # the unsteered twin is shared by every arm and β
+                    continue
+                seen.add(key)
+                yield (
+                    key,
+                    {
+                        **unit,
+                        "strength": float(strength),
+                        "arm": arm if strength != 0 else CONCEPT_ARM,
+                        "beta": float(beta),
+                    },
+                )
 
 
-def build_plan(config: ExperimentConfig, graph: ConceptGraph, vectors: VectorSet) -> GenerationPlan:
+def _instruction(config: ExperimentConfig, concept_name: str, strength: float) -> str:
+    c = config.controls
+    template = c.prompt_positive if strength > 0 else c.prompt_negative
+    return template.replace("{concept}", concept_name)
+
+
+def build_plan(
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    vectors: VectorSet,
+    split: str = "report",
+    betas: Mapping[str, float] | None = None,
+) -> GenerationPlan:
+    """Rows with their direction index, coefficient and (for the prompt arm) prompt."""
+    directions = [c.synset for c in graph.concepts]
+    for c in graph.concepts:
+        directions += [
+            f"{c.synset}|{random_arm(j)}" for j in range(len(vectors.random.get(c.synset, [])))
+        ]
+    index = {name: i for i, name in enumerate(directions)}
     rows, meta = [], {}
-    order = [c.synset for c in graph.concepts]
-    index = {synset: k for k, synset in enumerate(order)}
-    for key, m in planned_rows(config, graph):
-        vector = vectors.vectors[m["concept"]]
-        coefficient = float(vector.coefficients(m["strength"])[0])
-        rows.append(GenerationRow(key, m["prompt"], m["seed"], index[m["concept"]], coefficient))
+    for key, m in planned_rows(config, graph, split, betas):
+        synset, arm, strength = m["concept"], m["arm"], m["strength"]
+        prompt = m["prompt"]
+        if arm == PROMPT_ARM:
+            vector, direction, prompt = (
+                None,
+                index[synset],
+                _instruction(config, m["concept_name"], strength) + prompt,
+            )
+            m = {**m, "prompt": prompt, "base_prompt": m["prompt"]}
+            coefficient = 0.0
+        else:
+            if arm == CONCEPT_ARM:
+                vector = vectors.vectors[synset]
+                direction = index[synset]
+            else:
+                j = int(arm.split(":")[1])
+                vector = vectors.random[synset][j]
+                direction = index[f"{synset}|{arm}"]
+            if vector.beta != m["beta"]:
+                vector = replace(vector, beta=m["beta"])
+            coefficient = float(vector.coefficients(strength)[0])
+        rows.append(GenerationRow(key, prompt, m["seed"], direction, coefficient))
         meta[key] = m
-    return GenerationPlan(order, rows, meta)
+    return GenerationPlan(directions, rows, meta)

@@ -24,7 +24,13 @@ from experiments.pipeline.analyse import (
 )
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import log_diagnostics
-from experiments.pipeline.report import plots, summary_markdown
+from experiments.pipeline.effect import SIGNS, EffectReport
+from experiments.pipeline.report import (
+    effect_markdown,
+    plots,
+    specificity_figure,
+    summary_markdown,
+)
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rundir import RUN_DIR_TAG, RunDir
 
@@ -54,7 +60,11 @@ PER_STRENGTH_METRICS = (
     "distinct_2_mean",
     "perplexity_median",
     "echo_fraction",
+    "question_marks_mean",
+    "what_is_fraction",
 )
+# The seed's own measures keep their meaning but move under seed/ (README: MLflow layout).
+SEED_PREFIXED = ("magnitude_mean", "direction_accuracy")
 
 
 def numeric_metrics(metrics: dict) -> dict[str, float | None]:
@@ -154,7 +164,17 @@ def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
     for strength, values in agg.items():
         label = strength_label(strength)
         for key in PER_STRENGTH_METRICS:
-            out[f"{key}/s_{label}"] = values.get(key)
+            name = f"seed/{key}" if key in SEED_PREFIXED else key
+            out[f"{name}/s_{label}"] = values.get(key)
+    return out
+
+
+def seed_criteria_metrics(report: CriteriaReport) -> dict[str, float | None]:
+    """The seed's criteria under ``seed/criterion/...``; criterion 4 (human or panel) is
+    shared by both criteria sets and stays under ``criterion/...``."""
+    out = {}
+    for key, value in criteria_metrics(report.results).items():
+        out[key if "c4_" in key else f"seed/{key}"] = value
     return out
 
 
@@ -162,14 +182,24 @@ def build_record(
     ctx: RunContext,
     records: pd.DataFrame,
     report: CriteriaReport,
+    effect: EffectReport,
     timings: dict[str, float],
     tokens_per_second: float,
     previous: RunRecord | None = None,
+    betas: dict[str, float] | None = None,
 ) -> RunRecord:
     """The typed record; criteria set later (criterion 4 from Parts B and C) are kept."""
     agg = per_strength(records)
     magnitudes = concept_magnitudes(records)
     criteria = {k: CriterionRecord.of(v) for k, v in report.results.items()}
+    criteria.update({k: CriterionRecord.of(v) for k, v in effect.criteria.items()})
+    per_concept: dict[str, dict[str, float | None]] = {
+        k: {"magnitude": v} for k, v in magnitudes.items()
+    }
+    for synset, values in effect.per_concept.items():
+        per_concept.setdefault(synset, {}).update(values)
+    for synset, beta in (betas or {}).items():
+        per_concept.setdefault(synset, {})["beta"] = beta
     if previous is not None:  # Parts B and C's verdicts outlive a rescore
         for key, stored in previous.criteria.items():
             if key.startswith("c4") and stored.status != "pending":
@@ -185,11 +215,22 @@ def build_record(
         classifier_run_id=ctx.classifier_run_id,
         classifier_dir=ctx.classifier_dir,
         predictors=ctx.predictors,
-        diagnostics=ctx.diagnostics,
         per_strength={str(k): v for k, v in agg.items()},
-        per_concept={k: {"magnitude": v} for k, v in magnitudes.items()},
+        per_concept=per_concept,
         criteria=criteria,
-        statistics={"f1_vs_magnitude": report.f1_correlation.to_dict()},
+        statistics={
+            "f1_vs_magnitude": report.f1_correlation.to_dict(),
+            "effect": effect.summary,
+            "intervals": effect.intervals,
+            "slopes": effect.slopes,
+        },
+        diagnostics={
+            **ctx.diagnostics,  # "directions": the steering directions' cosines
+            **{
+                f"specificity_{SIGNS[sign]}": matrix.to_dict()
+                for sign, matrix in effect.specificity.items()
+            },
+        },
         n_generations=len(records),
         timings=dict(timings),
         tokens_per_second=tokens_per_second,
@@ -201,10 +242,12 @@ def publish(
     run_dir: RunDir,
     records: pd.DataFrame,
     report: CriteriaReport,
+    effect: EffectReport,
     timings: dict[str, float],
     tokens_per_second: float,
     generation_seconds: float,
     update_children: bool = False,
+    betas: dict[str, float] | None = None,
 ) -> RunRecord:
     """Write the run folder's views and the record, and log everything to MLflow."""
     import matplotlib.pyplot as plt
@@ -219,15 +262,16 @@ def publish(
     magnitudes = concept_magnitudes(records)
     n_children = log_children(ctx, records, update=update_children)
     metrics = strength_metrics(agg)
-    metrics.update(criteria_metrics(report.results))
+    metrics.update(seed_criteria_metrics(report))
+    metrics.update(effect.metrics())
     f1c = report.f1_correlation
     if f1c.evaluable:
         metrics.update(
             {
-                "f1_vs_magnitude/r": f1c.r,
-                "f1_vs_magnitude/p_value": f1c.p_value,
-                "f1_vs_magnitude/ci_low": f1c.ci_low,
-                "f1_vs_magnitude/ci_high": f1c.ci_high,
+                "seed/f1_vs_magnitude/r": f1c.r,
+                "seed/f1_vs_magnitude/p_value": f1c.p_value,
+                "seed/f1_vs_magnitude/ci_low": f1c.ci_low,
+                "seed/f1_vs_magnitude/ci_high": f1c.ci_high,
             }
         )
     predictor = ctx.predictor_values()
@@ -238,19 +282,26 @@ def publish(
         metrics["generation/seconds"] = generation_seconds
     metrics["n_generations"] = float(len(records))
     c = tracking.client()
-    c.set_tag(
-        ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in report.results.items())
-    )
-    for key, value in report.results.items():
+    all_criteria = {**report.results, **effect.criteria}
+    c.set_tag(ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in all_criteria.items()))
+    for key, value in all_criteria.items():
         c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
-    record = build_record(ctx, records, report, timings, tokens_per_second, previous)
+    record = build_record(ctx, records, report, effect, timings, tokens_per_second, previous, betas)
     run_dir.write_record(record)
     summary = summary_markdown(
         ctx.run_id, ctx, agg, report.results, tokens_per_second, sum(timings.values())
     )
+    summary += "\n".join(effect_markdown(effect)) + "\n"
     (run_dir.file(RunDir.SUMMARY)).write_text(summary)
-    report.table().to_csv(run_dir.file(RunDir.CRITERIA), index=False)
-    for name, fig in plots(records, ctx, magnitudes).items():
+    pd.DataFrame([r.to_dict() for r in all_criteria.values()]).to_csv(
+        run_dir.file(RunDir.CRITERIA), index=False
+    )
+    figures = plots(records, ctx, magnitudes)
+    for sign, matrix in effect.specificity.items():
+        figures[f"specificity_{SIGNS[sign]}.png"] = specificity_figure(
+            matrix, f"Specificity at s {'>' if sign > 0 else '<'} 0"
+        )
+    for name, fig in figures.items():
         fig.savefig(run_dir.file(name), dpi=110)
         c.log_figure(ctx.run_id, fig, f"plots/{name}")
         plt.close(fig)

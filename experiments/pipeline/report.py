@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
     from experiments.pipeline.context import RunContext
+    from experiments.pipeline.effect import EffectReport
 
 
 def plots(
@@ -68,10 +70,75 @@ def plots(
     return figs
 
 
+def effect_markdown(effect: EffectReport) -> list[str]:
+    """The signed effect per arm and sign with intervals, and criteria v2."""
+
+    def fmt(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:+.3f}"
+
+    def frac(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    lines = [
+        "",
+        "## Steering effect (signed, paired with the unsteered twin; 95% cluster bootstrap)",
+        "",
+        "| arm / sign | n | e (ungated) | e (gated) | gate pass | combined |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in sorted(effect.summary.items()):
+        if name.startswith("above_null"):
+            continue
+        lines.append(
+            f"| {name} | {int(v['n'])} | {fmt(v['e_mean'])} [{fmt(v['e_low'])}, "
+            f"{fmt(v['e_high'])}] | {fmt(v['e_gated_mean'])} [{fmt(v['e_gated_low'])}, "
+            f"{fmt(v['e_gated_high'])}] | {frac(v['gate_pass_fraction'])} | "
+            f"{frac(v['combined_mean'])} |"
+        )
+    lines += ["", "| effect above null | gated | ungated |", "|---|---|---|"]
+    for name, v in sorted(effect.summary.items()):
+        if name.startswith("above_null"):
+            lines.append(
+                f"| {name} | {fmt(v['gated_mean'])} [{fmt(v['gated_low'])}, "
+                f"{fmt(v['gated_high'])}] | {fmt(v['ungated_mean'])} [{fmt(v['ungated_low'])}, "
+                f"{fmt(v['ungated_high'])}] |"
+            )
+    lines += [
+        "",
+        "## Criteria v2 (pass: interval above the threshold; fail: below; else inconclusive)",
+        "",
+        "| criterion | status | value | threshold | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for c in effect.criteria.values():
+        lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")
+    return lines
+
+
+def specificity_figure(matrix: pd.DataFrame, title: str):
+    """Heatmap of M[steered concept, scored concept]: a bright diagonal is specificity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(matrix)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * n, 1.0 + 0.45 * n))
+    limit = float(np.nanmax(np.abs(matrix.to_numpy()))) or 1.0
+    image = ax.imshow(matrix.to_numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
+    labels = [c.split(".")[0] for c in matrix.columns]
+    ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(matrix.index)), [c.split(".")[0] for c in matrix.index], fontsize=7)
+    ax.set(xlabel="Δ scored against concept", ylabel="steered toward concept", title=title)
+    fig.colorbar(image, ax=ax, shrink=0.8, label="mean signed effect")
+    fig.tight_layout()
+    return fig
+
+
 def summary_markdown(
     run_id: str, ctx: RunContext, agg: dict, criteria: dict, tps: float, seconds: float
 ) -> str:
-    """The run at a glance: settings, per-strength table, criteria."""
+    """The run at a glance: settings, per-strength table, the seed's criteria."""
     lines = [
         f"# Phase 5 run {run_id}",
         "",
@@ -83,8 +150,12 @@ def summary_markdown(
         f"{ctx.config.generation.max_new_tokens} new tokens, seed {ctx.config.seed}",
         f"- generation: {tps:.1f} tokens/s; wall time {seconds:.1f} s",
         "",
-        "| strength | mean Δ | mean magnitude | direction accuracy | near-empty | distinct-2 |",
-        "|---|---|---|---|---|---|",
+        "",
+        "## The seed's measures (mean |Δs−Δ0| magnitude and criteria, as designed)",
+        "",
+        "| strength | mean Δ | mean magnitude | direction accuracy | near-empty | distinct-2 "
+        "| ? per text | 'what is' |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(value: float | None) -> str:
@@ -94,7 +165,8 @@ def summary_markdown(
         lines.append(
             f"| {strength:+g} | {fmt(v['delta_mean'])} | {fmt(v['magnitude_mean'])} | "
             f"{fmt(v['direction_accuracy'])} | {fmt(v['near_empty_fraction'])} | "
-            f"{fmt(v['distinct_2_mean'])} |"
+            f"{fmt(v['distinct_2_mean'])} | {fmt(v.get('question_marks_mean'))} | "
+            f"{fmt(v.get('what_is_fraction'))} |"
         )
     lines += ["", "| criterion | status | value | threshold | reason |", "|---|---|---|---|---|"]
     for c in criteria.values():

@@ -12,6 +12,7 @@ recomputes every score, criterion and log from the saved texts without the model
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ from experiments.config import ExperimentConfig
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import steering_diagnostics
+from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
 from experiments.pipeline.generate import generate
-from experiments.pipeline.plan import build_plan, planned_rows
+from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.publish import numeric_metrics, publish, start_parent
 from experiments.pipeline.score import Scorer, build_scorer, score_all
@@ -34,6 +36,7 @@ from experiments.pipeline.timer import Timer
 from experiments.pipeline.vectors import build_vectors
 from experiments.record import RunRecord
 from experiments.rundir import RunDir
+from steering.generation import BatchStats
 
 
 class RunError(RuntimeError):
@@ -50,6 +53,7 @@ class Phase5Result:
     timings: dict[str, float]
     tokens_per_second: float
     record: RunRecord
+    effect: EffectReport | None = None
 
 
 def _graph(config: ExperimentConfig) -> ConceptGraph:
@@ -60,6 +64,30 @@ def _graph(config: ExperimentConfig) -> ConceptGraph:
 
 def _locate(run_id: str, results_dir: str | Path | None) -> RunDir:
     return RunDir.locate(tracking.get_run(run_id), results_dir)
+
+
+SELECTION_FILE = "selection.json"
+
+
+def expected_keys(
+    config: ExperimentConfig, graph: ConceptGraph, betas: dict[str, float] | None
+) -> set[str]:
+    keys = {k for k, _ in planned_rows(config, graph, "report", betas)}
+    if config.selection.mode == "heldout":
+        keys |= {k for k, _ in planned_rows(config, graph, "selection")}
+    return keys
+
+
+def joined_records(run_dir: RunDir, scores: list[dict]) -> pd.DataFrame:
+    by_key = {s["key"]: s for s in scores}
+    return pd.DataFrame([{**g, **by_key[g["key"]]} for g in run_dir.read_generations()])
+
+
+def read_betas(run_dir: RunDir) -> dict[str, float] | None:
+    path = run_dir.file(SELECTION_FILE)
+    if not path.exists():
+        return None
+    return {k: v["beta"] for k, v in json.loads(path.read_text())["concepts"].items()}
 
 
 def score_and_publish(
@@ -74,7 +102,8 @@ def score_and_publish(
     """Score the saved generations, judge the criteria and publish: the model-free tail
     shared by a fresh run, a resumed one and a rescore."""
     generations = run_dir.read_generations()
-    missing = {k for k, _ in planned_rows(ctx.config, ctx.graph)} - {g["key"] for g in generations}
+    betas = read_betas(run_dir)
+    missing = expected_keys(ctx.config, ctx.graph, betas) - {g["key"] for g in generations}
     if missing:
         raise RunError(
             f"{len(missing)} generations are missing; resume with "
@@ -84,30 +113,61 @@ def score_and_publish(
         scores = score_all(scorer, generations)
     run_dir.write_scores(scores)
     with timer.time("analysis"):
-        records = add_paired_shifts(pd.DataFrame(run_dir.read_scored()))
-        report = evaluate_criteria(records, ctx.predictor_values(), ctx.config.criteria)
+        records = joined_records(run_dir, scores)
+        seed_rows = records[(records["arm"] == CONCEPT_ARM) & (records["split"] == "report")]
+        seed_rows = add_paired_shifts(seed_rows.reset_index(drop=True))
+        predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
+        report = evaluate_criteria(seed_rows, predictor, ctx.config.criteria)
+        effect = evaluate_effect(records, predictor, ctx.config)
     with timer.time("logging"):
         record = publish(
             ctx,
             run_dir,
-            records,
+            seed_rows,
             report,
+            effect,
             timer.stages,
             tokens_per_second,
             generation_seconds,
             update_children=rescore,
+            betas=betas,
         )
     tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
     return Phase5Result(
         ctx.run_id,
         run_dir.path,
-        records,
+        seed_rows,
         report.results,
-        per_strength(records),
+        per_strength(seed_rows),
         dict(timer.stages),
         tokens_per_second,
         record,
+        effect,
     )
+
+
+def select_strengths(
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    vectors,
+    lm,
+    run_dir: RunDir,
+    scorer: Scorer,
+    timer: Timer,
+    on_batch=None,
+    on_step=None,
+) -> tuple[dict[str, float], BatchStats]:
+    """Held-out selection: generate the selection prompts over the β grid, score them and
+    choose β per concept (saved to ``selection.json``, so a resume reuses the choice)."""
+    plan = build_plan(config, graph, vectors, "selection")
+    stats = generate(config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step)
+    rows = [g for g in run_dir.read_generations() if g.get("split") == "selection"]
+    with timer.time("embedding"):
+        scores = score_all(scorer, rows)
+    by_key = {s["key"]: s for s in scores}
+    chosen = select_betas(pd.DataFrame([{**g, **by_key[g["key"]]} for g in rows]), config)
+    run_dir.write_json(SELECTION_FILE, {"grid": config.selection.beta_grid, "concepts": chosen})
+    return {k: v["beta"] for k, v in chosen.items()}, stats
 
 
 def run_phase5(
@@ -148,7 +208,6 @@ def run_phase5(
         vectors = build_vectors(config, lm, graph, probes, layer)
     with timer.time("centroids"):
         scorer = build_scorer(config, graph, embedder)
-    plan = build_plan(config, graph, vectors)
     ctx = RunContext(
         run_id=resume or "",
         config=config,
@@ -177,10 +236,19 @@ def run_phase5(
     run_dir.create()
     run_dir.write_config(config)
     run_dir.write_json(RunDir.CENTROIDS, scorer.texts())
-    say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
     try:
-        totals = generate(
-            config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step
+        totals = BatchStats()
+        betas = None
+        if config.selection.mode == "heldout":
+            say(f"run {ctx.run_id}: choosing β per concept on the selection prompts")
+            betas, stats = select_strengths(
+                config, graph, vectors, lm, run_dir, scorer, timer, on_batch, on_step
+            )
+            totals.add(stats)
+        plan = build_plan(config, graph, vectors, "report", betas)
+        say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
+        totals.add(
+            generate(config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step)
         )
         say("scoring, pairing and logging")
         result = score_and_publish(

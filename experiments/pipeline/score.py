@@ -9,6 +9,7 @@ a finished run in seconds.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,14 +54,28 @@ def build_scorer(config: ExperimentConfig, graph: ConceptGraph, embedder) -> Sco
     return Scorer(config, graph, centroids, embedder)
 
 
+WHAT_IS = re.compile(r"\bwhat\s+is\b", re.IGNORECASE)
+
+
+def format_markers(text: str) -> dict[str, float | bool]:
+    """Surface markers of the question format that a confounded direction steers toward."""
+    return {"question_marks": float(text.count("?")), "has_what_is": bool(WHAT_IS.search(text))}
+
+
 def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
-    """Score records (keyed by ``key``) for one chunk of generation records."""
+    """Score records (keyed by ``key``) for one chunk of generation records.
+
+    Besides Δ against the row's own concept, every text gets Δ against every concept of
+    the graph (``delta_by_concept``), from which the specificity matrix is built without
+    generating anything more.
+    """
     from metrics.embedder import embed
 
     cfg = scorer.config.metrics
     emb = embed(scorer.embedder, [g["text"] if g["text"].strip() else " " for g in generations])
+    cross = {k: score(emb, c).delta for k, c in scorer.centroids.items()}
     out = []
-    for g, e in zip(generations, emb, strict=True):
+    for i, (g, e) in enumerate(zip(generations, emb, strict=True)):
         concept = scorer.graph.get(g["concept"])
         sims = score(e[None, :], scorer.centroids[concept.synset])
         delta = float(sims.delta[0])
@@ -82,6 +97,8 @@ def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
                 "distinct_2": coherence.distinct_2,
                 "echo_fraction": coherence.echo_fraction,
                 "is_echo": coherence.echo_fraction >= cfg.echo_threshold,
+                **format_markers(g["text"]),
+                "delta_by_concept": {k: float(v[i]) for k, v in cross.items()},
             }
         )
     return out
@@ -90,13 +107,17 @@ def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
 def score_all(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
     """Score every generation, embedding in the chunks the generation stage produced.
 
-    Chunks follow the generation batches (prompt length, then key; ``batch_size`` rows),
+    Chunks follow the generation batches (split, prompt length, key; ``batch_size`` rows),
     because a sentence embedding can differ in the last bits with the batch it is padded
     in; scoring the same chunks makes a rescore bit-identical to the original run.
     """
     size = scorer.config.generation.batch_size
-    ordered = sorted(generations, key=lambda g: (g["n_prompt_tokens"], g["key"]))
     out: list[dict] = []
-    for start in range(0, len(ordered), size):
-        out.extend(score_chunk(scorer, ordered[start : start + size]))
+    for split in ("selection", "report"):  # each split as its generation stage batched it
+        ordered = sorted(
+            (g for g in generations if g.get("split", "report") == split),
+            key=lambda g: (g["n_prompt_tokens"], g["key"]),
+        )
+        for start in range(0, len(ordered), size):
+            out.extend(score_chunk(scorer, ordered[start : start + size]))
     return out

@@ -179,16 +179,27 @@ def child_runs(parent_run_id: str, experiment: str) -> list:
 
 
 def latest_parent_run(experiment: str, phase: str = "5") -> str:
-    """The id of the newest finished top-level run of a phase, for ``--run latest``."""
-    runs = client().search_runs(
-        [experiment_id(experiment)],
-        filter_string=f"tags.phase = '{phase}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-        max_results=50,
-    )
-    for run in runs:
-        if "mlflow.parentRunId" not in run.data.tags:
-            return run.info.run_id
+    """The id of the newest finished top-level run of a phase, for ``--run latest``.
+
+    The store does the filtering (``tags.mlflow.parentRunId IS NULL``), so hundreds of
+    child runs newer than the parent cannot hide it. A missing experiment is an error,
+    not created as a side effect of a lookup.
+    """
+    c = client()
+    exp = c.get_experiment_by_name(experiment)
+    runs = []
+    if exp is not None:
+        runs = c.search_runs(
+            [exp.experiment_id],
+            filter_string=(
+                f"tags.phase = '{phase}' and attributes.status = 'FINISHED' "
+                "and tags.mlflow.parentRunId IS NULL"
+            ),
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+    if runs:
+        return runs[0].info.run_id
     raise LookupError(
         f"no finished Phase {phase} run in experiment {experiment!r} of {tracking_uri()}; "
         "run `make run` first"

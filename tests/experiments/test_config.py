@@ -354,3 +354,25 @@ def test_every_registered_direction_source_is_a_valid_vector_source(source):
 @pytest.mark.parametrize("predictor", ["f1_calibrated", "f1_raw", "auroc", "ap"])
 def test_every_predictor_is_a_valid_criterion_3_predictor(predictor):
     assert load_config(PHASE5, [f"criteria.predictor={predictor}"]).criteria.predictor == predictor
+
+
+def test_the_study_config_is_valid_and_powered():
+    cfg = load_config("configs/study.yaml")
+    assert cfg.concepts.limit >= 50 and len(cfg.generation.prompts) >= 6
+    assert cfg.generation.samples_per_prompt >= 2
+    assert cfg.selection.mode == "heldout" and cfg.controls.random_directions >= 1
+    assert not any("{concept}" in p for p in cfg.generation.prompts)
+
+
+def test_heldout_selection_needs_two_prompts():
+    with pytest.raises(ConfigError, match="at least 2 prompts"):
+        load_config(None, ["selection.mode=heldout", "generation.prompts=['Hello']"])
+
+
+def test_new_sections_reject_impossible_values():
+    with pytest.raises(ConfigError, match=r"selection\.beta_grid"):
+        load_config(None, ["selection.beta_grid=[0.1, -0.2]"])
+    with pytest.raises(ConfigError, match=r"controls\.prompt_positive"):
+        load_config(None, ["controls.prompt_positive=Write something."])
+    with pytest.raises(ConfigError, match=r"gate\.perplexity_multiple"):
+        load_config(None, ["gate.perplexity_multiple=0.5"])

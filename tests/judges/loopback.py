@@ -24,6 +24,8 @@ class Step:
     kind: "ok" (answer `text`, or `answer(body)` when set), "status" (HTTP `status` with
     an error body and `headers`), "malformed" (200 with a body that is not JSON),
     "slow" (sleep `delay` seconds, then answer like "ok").
+    rendezvous: hold the reply until that many requests are in flight at once (at most
+    `hold` seconds), so a test can prove that calls overlap without timing assertions.
     """
 
     kind: str = "ok"
@@ -35,6 +37,8 @@ class Step:
     output_tokens: int = 8
     model: str | None = None
     answer: Callable[[dict[str, Any]], str] | None = None
+    rendezvous: int = 0
+    hold: float = 10.0
 
 
 def ok(text: str = '{"score": 7}', **kw: Any) -> Step:
@@ -51,6 +55,11 @@ def malformed() -> Step:
 
 def slow(delay: float, text: str = '{"score": 7}') -> Step:
     return Step("slow", delay=delay, text=text)
+
+
+def rendezvous(n: int, **kw: Any) -> Step:
+    """Answer like "ok", but only once `n` requests are in flight together."""
+    return Step("ok", rendezvous=n, **kw)
 
 
 @dataclass
@@ -99,6 +108,7 @@ class LoopbackServer:
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests handled at the same time
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._server.block_on_close = False
@@ -138,11 +148,17 @@ class LoopbackServer:
             self.requests.append(recorded)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._changed.notify_all()
             return self.script.pop(0) if self.script else self.default
+
+    def _await_in_flight(self, n: int, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self.in_flight >= n, timeout=timeout)
 
     def _done(self) -> None:
         with self._lock:
             self.in_flight -= 1
+            self._changed.notify_all()
 
     # -- wire formats ----------------------------------------------------------------------
     def _ok_body(self, path: str, step: Step, body: dict[str, Any]) -> dict[str, Any]:
@@ -220,6 +236,8 @@ class LoopbackServer:
                     server._done()
 
             def _reply(self, step: Step, body: dict[str, Any]) -> None:
+                if step.rendezvous:
+                    server._await_in_flight(step.rendezvous, step.hold)
                 if step.kind == "status":
                     payload = json.dumps(server._error_body(self.path, step.status)).encode()
                     self._send(step.status, payload, step.headers)

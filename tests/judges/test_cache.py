@@ -50,6 +50,18 @@ def test_put_get_counts_hits_and_misses(tmp_path):
     assert (tmp_path / key[:2] / f"{key}.json").exists()
 
 
+def test_peek_does_not_count(tmp_path):
+    """Dry runs look into the cache without skewing the run's hit/miss statistics."""
+    cache = JudgeCache(tmp_path)
+    key = _key()
+    assert cache.peek(key) is False
+    cache.put(key, {"score": 7.0})
+    assert cache.peek(key) is True
+    (tmp_path / key[:2] / f"{key}.json").write_text("{ torn")
+    assert cache.peek(key) is False  # a corrupt entry is no hit, for peek as for get
+    assert cache.stats() == {"hits": 0, "misses": 0}
+
+
 def test_survives_a_new_instance(tmp_path):
     JudgeCache(tmp_path).put(_key(), {"score": 3.0})
     assert JudgeCache(tmp_path).get(_key())["score"] == 3.0

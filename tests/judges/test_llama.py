@@ -182,6 +182,9 @@ def test_describe_and_names(judge, shared_llama):
     assert params["name"] == "llama/embedded" and params["provider"] == "llama"
     assert params["model_file"] == "gemma-3-270m-q4_k_m.gguf"
     assert all(isinstance(v, str) for v in params.values())
+    # local: priced at exactly 0 and said so, not "unknown"
+    assert params["price_in_per_mtok"] == "0" and params["price_out_per_mtok"] == "0"
+    assert params["price_source"].startswith("local") and judge.price.kind == "local"
     by_path = get_judge(f"llama/{judge.path}", llama=shared_llama, cache=False)
     assert by_path.name == f"llama/{judge.path}"
     assert by_path.model_id == judge.model_id

@@ -75,6 +75,9 @@ def test_usage_fields_become_cost(loopback, api_keys, make_api_judge):
         rating = make_api_judge(PROVIDER, server).rate_one("text", "dog")
     # gpt-4o-mini: $0.15 / $0.60 per 1M tokens
     assert rating.cost_usd == pytest.approx(2000 * 0.15 / 1e6 + 10 * 0.60 / 1e6)
+    params = make_api_judge(PROVIDER, server).describe()
+    assert params["price_source"].startswith("genai-prices ")
+    assert (params["price_in_per_mtok"], params["price_out_per_mtok"]) == ("0.15", "0.6")
 
 
 def test_unknown_model_costs_none_with_warning(loopback, api_keys, make_api_judge, caplog):
@@ -83,6 +86,8 @@ def test_unknown_model_costs_none_with_warning(loopback, api_keys, make_api_judg
         rating = make_api_judge("openai/my-local-model-xyz", server).rate_one("text", "dog")
     assert rating.score == 7.0 and rating.cost_usd is None
     assert any("my-local-model-xyz" in r.getMessage() for r in caplog.records)
+    params = make_api_judge("openai/my-local-model-xyz", server).describe()
+    assert params["price_in_per_mtok"] == params["price_source"] == "unknown"
 
 
 def test_explicit_price_for_a_custom_model(loopback, api_keys, make_api_judge):

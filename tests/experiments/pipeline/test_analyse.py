@@ -1,4 +1,4 @@
-"""experiments.analysis: paired shifts, cell metrics and the success criteria, never NaN."""
+"""experiments.pipeline.analyse: paired shifts, cell metrics and the success criteria, never NaN."""
 
 from __future__ import annotations
 

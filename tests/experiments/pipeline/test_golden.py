@@ -3,7 +3,8 @@
 ``golden_tiny_run.json`` holds the texts and Δ of a Phase 5 run of the monolithic
 ``experiments/phase5.py`` (commit 2f71ac2) on the tiny random Gemma with the real
 MiniLM: 3 concepts × 3 prompts × 3 strengths, 12 new tokens, batches of 4, layer 2,
-seed 0. The refactored pipeline must give the same texts and the same Δ. Texts are
+seed 0, and no null-control rows (they change how rows share batches, and a batch's
+padding can move the last bits). The refactored pipeline must give the same texts and Δ. Texts are
 compared exactly; Δ to 1e-6, since the embedder's last bits can differ between CPU kinds
 (on the machine that wrote the file they are bit-identical).
 
@@ -38,6 +39,7 @@ def test_pipeline_reproduces_the_monolithic_run(
             "generation.max_new_tokens=12",
             "generation.batch_size=4",
             "layer=2",
+            "controls.random_directions=0",
             f"classifier.dir={tmp_path / 'cls'}",
             f"tracking.results_dir={tmp_path / 'res'}",
         ],

@@ -14,6 +14,7 @@ from experiments.record import RECORD_VERSION, RunRecord
 from experiments.rundir import RunDir
 
 GENERATIONS_FILE = RunDir.GENERATIONS
+V2_NAMES = ("direction", "effect_above_null", "predictor_vs_effect")
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,7 @@ def test_parent_and_child_runs_follow_the_layout(finished):
     assert "git_commit" in parent.data.tags and "version.torch" in parent.data.tags
     metrics = parent.data.metrics
     assert {"delta_mean/s_neg1.0", "delta_mean/s_0.0", "delta_mean/s_pos1.0"} <= set(metrics)
-    assert metrics["criterion/c1_direction/threshold"] == 0.8
+    assert metrics["seed/criterion/c1_direction/threshold"] == 0.8
     assert parent.data.tags["criterion.c4_human"] == "pending"
     assert "criterion/c4_human" not in metrics  # pending is never logged as a pass/fail
     children = tracking.child_runs(result.run_id, config.tracking.experiment)
@@ -101,6 +102,7 @@ def test_results_files_and_metrics_are_consistent(finished):
         "c2_magnitude",
         "c3_f1_correlation",
         "c4_human",
+        *(f"v2_{name}_{sign}" for name in V2_NAMES for sign in ("pos", "neg")),
     }
     # Two concepts cannot give a correlation: not evaluable, never NaN or a silent pass.
     assert data["criteria"]["c3_f1_correlation"]["status"] == "not_evaluable"

@@ -1,4 +1,4 @@
-"""The interactive terminal rater for Part B, and a scripted stand-in rater.
+"""The rating session (terminal-independent), and a scripted stand-in rater.
 
 Why it works this way: the rater must stay blind to strength, Δ and source, so only the
 text is shown; the concept is revealed only after the (optional) free-text topic guess,
@@ -8,6 +8,9 @@ nothing and the next session resumes at the first unrated sample.
 
 Commands at any prompt: ``s`` skip, ``b`` back, ``q`` quit, ``h`` help. Input ends (EOF)
 count as quit. Skipped samples stay unrated and come back first in the next session.
+
+How the session is shown is a :class:`RaterUI`; the rich terminal one is
+:mod:`experiments.cli.rater`.
 """
 
 from __future__ import annotations
@@ -16,34 +19,35 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol
 
-from experiments.human import (
+from experiments.validation.errors import ValidationInputError
+from experiments.validation.human.answer_key import key_samples
+from experiments.validation.human.csvio import (
     CSV_COLUMNS,
-    GENERIC_CONCEPT_WORDS,
     RATING_COLUMNS,
     RATINGS_NAME,
-    HumanValidationError,
-    key_samples,
-    normalise_sample_id,
-    parse_rating,
-    parse_ratings,
+    REDACTED,
     read_csv,
     restore,
     write_csv,
 )
+from experiments.validation.human.ratings import (
+    GENERIC_CONCEPT_WORDS,
+    normalise_sample_id,
+    parse_rating,
+    parse_ratings,
+    stem,
+)
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from experiments.concepts import Concept
 
 COMMANDS = {"s": "skip", "b": "back", "q": "quit", "h": "help", "?": "help"}
-HELP = (
-    "Type your answer and press Enter. Commands: [bold]s[/] skip this sample, [bold]b[/] go "
-    "back one, [bold]q[/] quit (everything is saved; run the same command to resume)."
-)
-_DISPLAY_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+GUESS_PROMPT = "What is this text about? (your guess, Enter for no idea)"
+
+
+# --------------------------------------------------------------------------- the working copy
 
 
 @dataclass
@@ -58,7 +62,7 @@ class Item:
     def row(self) -> dict[str, str]:
         return {
             "sample_id": self.sample_id,
-            "concept": "REDACTED",
+            "concept": REDACTED,
             "generated_text": self.text,
             "human_rating": "" if self.rating is None else str(self.rating),
             "topic_guess": self.guess,
@@ -78,7 +82,7 @@ def load_items(path: Path, key: dict) -> list[Item]:
     """The working copy's samples in file order, checked against the answer key."""
     parsed = parse_ratings(path, key)
     if parsed.problems:
-        raise HumanValidationError(
+        raise ValidationInputError(
             f"{path} does not match the answer key ({len(parsed.problems)} problem(s)):\n"
             + "\n".join(f"  - {p}" for p in parsed.problems)
         )
@@ -109,31 +113,42 @@ def prepare_ratings_file(csv_path: Path, key: dict, ratings: Path | None = None)
     return path
 
 
-def _display(text: str):
-    from rich.text import Text
-
-    clean = _DISPLAY_CONTROL.sub("\ufffd", text.replace("\r\n", "\n").replace("\r", "\n"))
-    if not clean.strip():
-        return Text("(empty text)", style="dim italic")
-    return Text(clean)  # a Text object: markup in untrusted text is shown, never interpreted
+# --------------------------------------------------------------------------- the session
 
 
-def _bar(done: int, total: int, width: int = 20) -> str:
-    filled = round(width * done / total) if total else width
-    return "█" * filled + "░" * (width - filled)
+class RaterUI(Protocol):
+    """How a rating session talks to the person rating."""
+
+    def start(self, total: int, guess: bool) -> None:
+        """Explain the task once."""
+
+    def help(self) -> None: ...
+
+    def show(self, item: Item, rated: int, total: int) -> None:
+        """Show one sample's text (never its concept, strength or Δ) and progress."""
+
+    def ask(self, prompt: str) -> str | None:
+        """One answer line without its newline; None when the input has ended."""
+
+    def reveal(self, concept_name: str) -> None: ...
+
+    def invalid(self, reason: str) -> None:
+        """The answer was not a rating; say why (the question is asked again)."""
+
+    def at_first(self) -> None:
+        """``back`` on the first sample."""
+
+    def finished(self, summary: RateSummary) -> None: ...
 
 
-def rate_interactive(
+def rate(
     path: Path,
     key: dict,
     guess: bool,
-    stream: TextIO,
-    console: Console,
+    ui: RaterUI,
     on_save: Callable[[list[Item]], None] | None = None,
 ) -> RateSummary:
-    """Rate unrated samples one at a time, reading answers line by line from ``stream``."""
-    from rich.panel import Panel
-
+    """Rate the working copy's unrated samples one at a time; save after every answer."""
     items = load_items(path, key)
     samples = key_samples(key)
     total = len(items)
@@ -142,14 +157,6 @@ def rate_interactive(
 
     def rated() -> int:
         return sum(item.rating is not None for item in items)
-
-    def ask(prompt: str) -> str | None:
-        console.print(prompt, end=" ", highlight=False)
-        line = stream.readline()
-        if not line:
-            console.print()
-            return None
-        return line.rstrip("\r\n")
 
     def save() -> None:
         save_items(path, items)
@@ -165,43 +172,23 @@ def rate_interactive(
     def finish(quit_: bool) -> RateSummary:
         save()
         summary = RateSummary(path, total, rated(), sorted(skipped), quit_)
-        left = total - summary.rated
-        console.print(
-            f"[bold]saved[/] {summary.rated}/{total} rated to {path}"
-            + (f"; {left} left - run the same command to continue" if left else "; all done")
-        )
+        ui.finished(summary)
         return summary
 
-    console.print(
-        f"[bold]Blind rating[/]: {total} texts. You will not see the steering strength, the "
-        "score or where a text came from."
-        + (" First guess what each text is about, then" if guess else " For each text,")
-        + " rate how strongly it relates to the concept shown (0 = not at all, 10 = "
-        "entirely about it)."
-    )
-    console.print(HELP)
+    ui.start(total, guess)
     i = next_unrated(-1)
     while i < total:
         item = items[i]
-        console.print()
-        console.print(
-            Panel(
-                _display(item.text),
-                title=f"sample {item.sample_id}",
-                subtitle=f"{_bar(rated(), total)} {rated()}/{total} rated",
-            )
-        )
-        if item.rating is not None:
-            console.print(f"[dim]current rating: {item.rating}[/]")
+        ui.show(item, rated(), total)
         move: str | None = None
         if guess and not item.guess and item.rating is None and item.sample_id not in revealed:
             while True:
-                answer = ask("What is this text about? (your guess, Enter for no idea)")
+                answer = ui.ask(GUESS_PROMPT)
                 if answer is None:
                     return finish(True)
                 command = COMMANDS.get(answer.strip().lower())
                 if command == "help":
-                    console.print(HELP)
+                    ui.help()
                     continue
                 if command:
                     move = command
@@ -212,16 +199,16 @@ def rate_interactive(
         if move is None:
             revealed.add(item.sample_id)
             name = samples[item.sample_id]["concept_name"]
-            console.print(f"The concept is: [bold magenta]{name}[/]", highlight=False)
+            ui.reveal(name)
             keep = f", Enter keeps {item.rating}" if item.rating is not None else ""
             while True:
-                answer = ask(f"How strongly does this text relate to {name}? (0-10{keep})")
+                answer = ui.ask(f"How strongly does this text relate to {name}? (0-10{keep})")
                 if answer is None:
                     return finish(True)
                 text = answer.strip()
                 command = COMMANDS.get(text.lower())
                 if command == "help":
-                    console.print(HELP)
+                    ui.help()
                     continue
                 if command:
                     move = command
@@ -231,11 +218,7 @@ def rate_interactive(
                     break
                 value, reason = parse_rating(text) if text else (None, "no answer")
                 if value is None:
-                    console.print(
-                        f"[red]{reason or 'no answer'}[/]: type a whole number from 0 to 10, "
-                        "or s, b, q",
-                        highlight=False,
-                    )
+                    ui.invalid(reason or "no answer")
                     continue
                 item.rating = value
                 if item.sample_id in skipped:
@@ -247,7 +230,7 @@ def rate_interactive(
             return finish(True)
         if move == "back":
             if i == 0:
-                console.print("[yellow]already at the first sample[/]")
+                ui.at_first()
             i = max(i - 1, 0)
             continue
         if move == "skip" and item.rating is None and item.sample_id not in skipped:
@@ -259,48 +242,14 @@ def rate_interactive(
 # --------------------------------------------------------------------------- scripted rater
 
 _STOP = frozenset(
-    [
-        "that",
-        "this",
-        "with",
-        "from",
-        "have",
-        "having",
-        "more",
-        "less",
-        "many",
-        "some",
-        "several",
-        "usually",
-        "various",
-        "their",
-        "them",
-        "they",
-        "which",
-        "what",
-        "when",
-        "where",
-        "about",
-        "into",
-        "onto",
-        "other",
-        "than",
-        "then",
-        "there",
-        "these",
-        "those",
-        "make",
-        "made",
-        "cause",
-        "any",
-    ]
+    "that this with from have having more less many some several usually various their "
+    "them they which what when where about into onto other than then there these those "
+    "make made cause any".split()
 )
 
 
 def _content_words(text: str) -> set[str]:
-    from experiments.human import _stem
-
-    return {_stem(w) for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 4 and w not in _STOP}
+    return {stem(w) for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 4 and w not in _STOP}
 
 
 def scripted_rating(text: str, concept: Concept) -> int:

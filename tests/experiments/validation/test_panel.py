@@ -16,16 +16,14 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.panel import CHILD_RUN_NAME, decide, run_panel_for
-from experiments.phase5 import run_phase5
-
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup`")
+from experiments.pipeline.run import run_phase5
+from experiments.validation.panel import CHILD_RUN_NAME, When, decide, run_panel_for
 
 
 def _loopback():
     name = "steer_eval_tests_judges_loopback"
     if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "judges" / "loopback.py"
+        path = Path(__file__).resolve().parents[2] / "judges" / "loopback.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -60,12 +58,26 @@ def test_the_trigger_follows_the_seed():
     assert not skip.run and "not needed" in skip.reason
     assert not decide(parent_with(human_tag(None, "not_evaluable")), "auto").run
     assert decide(parent_with({}), "always").run
+    assert decide(parent_with({}), When.ALWAYS).run and not decide(parent_with({}), When.AUTO).run
+    assert not decide(parent_with(human_tag(0.3)), "auto", panel_below=0.2).run
+
+
+def test_the_trigger_threshold_is_the_runs_own(mlflow_store, tmp_path, kit):
+    """human_r_panel comes from the run's stored config, not the default or the params."""
+    run_id, _ = kit.make_run(tmp_path, config_overrides=["criteria.human_r_panel=0.2"])
+    tracking.client().set_tag(
+        run_id, "criterion.c4_human.json", human_tag(0.3)["criterion.c4_human.json"]
+    )
+    decision, result, combined, skipped = run_panel_for(run_id, "auto", [], None)
+    assert not decision.run and "≥ 0.2" in decision.reason
+    assert result is None and combined is None and skipped == {}
 
 
 @pytest.mark.integration
 def test_panel_rates_every_generation_and_updates_criterion_4(
     tmp_path, mlflow_store, embedded_lm, embedder, monkeypatch
 ):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is installed by `make setup`")
     config = load_config(
         "configs/phase5.yaml",
         [

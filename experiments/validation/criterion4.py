@@ -1,0 +1,95 @@
+"""Criterion 4 of the seed design: human validation passes OR the judge panel agrees.
+
+Part B (human) and Part C (panel) each record their verdict here, and the combined
+criterion is recomputed from both every time, so re-recording replaces a verdict rather
+than adding one. Where the verdicts live:
+
+* on the Phase 5 parent run: tag ``criterion.<key>`` (the status), tag
+  ``criterion.<key>.json`` (the whole result, so the other part can recombine later) and
+  the ``criterion/<key>...`` metrics;
+* in the run folder, when it is on this machine: ``criterion4.json`` and the run record
+  (``steering_results.json``), whose ``criteria`` gain the three results.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from experiments import tracking
+from experiments.rundir import RunDir, RunDirError
+
+if TYPE_CHECKING:
+    from metrics.criteria import CriterionResult
+
+log = logging.getLogger(__name__)
+
+
+def verdict_tag(key: str) -> str:
+    """The parent-run tag holding a verdict's full result as JSON."""
+    return f"criterion.{key}.json"
+
+
+def stored_verdict(tags: Mapping[str, str], key: str) -> CriterionResult | None:
+    """A verdict recorded earlier on the parent run (``key``: c4_human or c4_panel)."""
+    from metrics.criteria import CriterionResult
+
+    raw = tags.get(verdict_tag(key))
+    return CriterionResult(**json.loads(raw)) if raw else None
+
+
+def record_criterion4(
+    run_id: str,
+    human: CriterionResult | None = None,
+    panel: CriterionResult | None = None,
+    folder: RunDir | None = None,
+) -> CriterionResult:
+    """Store Part B's and/or Part C's verdict on the parent run and recombine criterion 4.
+
+    ``None`` keeps what the run already has. ``folder`` defaults to the run's own folder;
+    it is written only when it exists here. Returns the combined criterion 4.
+    """
+    from experiments.pipeline.analyse import criteria_metrics
+    from metrics.criteria import C4, C4_HUMAN, C4_PANEL, combine_criterion4, human_criterion
+
+    run = tracking.get_run(run_id)  # fresh tags: the other part may have recorded since
+    c = tracking.client()
+    stored: dict[str, CriterionResult] = {}
+    for key, given in ((C4_HUMAN, human), (C4_PANEL, panel)):
+        if given is not None:
+            c.set_tag(run_id, verdict_tag(key), json.dumps(given.to_dict()))
+            stored[key] = given
+        elif (earlier := stored_verdict(run.data.tags, key)) is not None:
+            stored[key] = earlier
+    combined = combine_criterion4(
+        stored.get(C4_HUMAN) or human_criterion(None), stored.get(C4_PANEL)
+    )
+    results = {**stored, C4: combined}
+    for key, result in results.items():
+        c.set_tag(run_id, f"criterion.{key}", result.status)
+    # A criterion that became not evaluable must not keep an old pass/fail value.
+    metrics = criteria_metrics(results)
+    tracking.log_metrics(run_id, {k: v for k, v in metrics.items() if v is not None})
+    folder = folder if folder is not None else RunDir.locate(run)
+    if folder.exists():
+        folder.write_json(RunDir.CRITERION4, {k: v.to_dict() for k, v in results.items()})
+        _update_record(folder, results)
+    return combined
+
+
+def _update_record(folder: RunDir, results: Mapping[str, CriterionResult]) -> None:
+    """Put the verdicts into the folder's run record, when it has a (typed) one."""
+    from experiments.record import RecordError
+
+    try:
+        record = folder.read_record()
+    except RunDirError:
+        return
+    except RecordError as exc:  # an untyped record of an older run: left as it is
+        log.info("criterion 4 not written into the run record: %s", exc)
+        return
+    for result in results.values():
+        record.set_criterion(result)
+    folder.write_record(record)

@@ -1,0 +1,305 @@
+"""Import rated samples: validate, correlate with Δ, log, and record criterion 4.
+
+Everything is validated and computed before anything is written, so a bad file changes
+nothing (no files, no MLflow). One ``human-validation`` child run per parent is reused:
+each import is one metric step (the latest is current, earlier ones are history) and
+the ratings table is replaced, so re-importing a corrected file replaces the figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from experiments import tracking
+from experiments.rundir import atomic_write_text
+from experiments.validation.criterion4 import record_criterion4
+from experiments.validation.errors import ValidationInputError
+from experiments.validation.human.answer_key import key_samples
+from experiments.validation.human.export import answer_key_for
+from experiments.validation.human.ratings import RatedSample, guess_is_correct, parse_ratings
+from experiments.validation.runs import Phase5Run, phase5_parent
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from metrics.criteria import CriterionResult
+    from metrics.stats import Correlation, NotEvaluable
+
+RESULT_NAME = "human_validation_result.json"
+PLOT_NAME = "human_vs_delta.png"
+TABLE_NAME = "human_ratings.json"
+CHILD_RUN_NAME = "human-validation"
+CHILD_PHASE = "5B"
+DEFAULT_MIN_RATED = 20
+
+
+@dataclass
+class ImportResult:
+    run_id: str
+    child_run_id: str
+    n_samples: int
+    n_rated: int
+    pearson: Correlation | NotEvaluable
+    spearman: Correlation | NotEvaluable
+    guess_accuracy: float | None
+    n_guessed: int
+    criterion: CriterionResult
+    combined: CriterionResult
+    warnings: list[str]
+    table: pd.DataFrame  # the rated samples
+    plot_path: Path | None = None
+
+
+def import_ratings(
+    csv_path: str | Path,
+    run_id: str,
+    key_path: str | Path | None = None,
+    min_rated: int = DEFAULT_MIN_RATED,
+    results_dir: str | Path | None = None,
+    experiment: str | None = None,
+) -> ImportResult:
+    """Validate a ratings CSV, correlate with Δ, log to the ``human-validation`` child run
+    and update criterion 4 on the parent. Any invalid input raises before anything is
+    written."""
+    from metrics.criteria import human_criterion
+    from metrics.stats import pearson, spearman
+
+    csv_path = Path(csv_path)
+    if not csv_path.is_file():
+        raise ValidationInputError(f"{csv_path}: no such file")
+    parent = phase5_parent(run_id, experiment, results_dir)
+    key = answer_key_for(parent, csv_path, Path(key_path) if key_path is not None else None)
+    parsed = parse_ratings(csv_path, key)
+    if parsed.problems:
+        raise ValidationInputError(
+            f"{csv_path}: {len(parsed.problems)} problem(s); nothing was imported:\n"
+            + "\n".join(f"  - {p}" for p in parsed.problems)
+        )
+    samples = key_samples(key)
+    rated = [r for r in parsed.rows.values() if r.rating is not None]
+    warnings = list(parsed.warnings)
+    if len(rated) < len(samples):
+        warnings.append(f"only {len(rated)} of {len(samples)} samples are rated (partial ratings)")
+    if len(rated) < min_rated:
+        raise ValidationInputError(
+            f"{csv_path}: {len(rated)} sample(s) rated; at least {min_rated} are needed to "
+            "compute r (--min-rated); nothing was imported"
+        )
+    table = rating_table(rated, key)
+    corr = pearson(table["human_rating"].astype(float), table["delta"].astype(float))
+    rho = spearman(table["human_rating"].astype(float), table["delta"].astype(float))
+    guessed = table[table["topic_guess"] != ""]
+    n_guessed = len(guessed)
+    accuracy = float(guessed["guess_correct"].astype(bool).mean()) if n_guessed else None
+    thresholds = parent.criteria  # from the run's stored config: may refuse, still unwritten
+    crit = human_criterion(corr, pass_r=thresholds.human_r_pass, panel_r=thresholds.human_r_panel)
+    if crit.status in ("pass", "panel_required", "inconclusive", "not_evaluable"):
+        crit = dataclasses.replace(
+            crit, reason=f"{crit.reason}; n = {len(table)} of {len(samples)} samples rated"
+        )
+    summary: dict[str, Any] = {
+        "run_id": parent.run_id,
+        "child_run_id": None,  # filled in when logged
+        "import": None,
+        "csv": str(csv_path),
+        "key_hash": key["key_hash"],
+        "n_samples": len(samples),
+        "n_rated": len(table),
+        "pearson": corr.to_dict(),
+        "spearman": rho.to_dict(),
+        "guess_accuracy": accuracy,
+        "n_guessed": n_guessed,
+        "criterion": crit.to_dict(),
+        "warnings": warnings,
+    }
+    fig = scatter_plot(table, corr)
+
+    # ---- everything validated and computed: now write.
+    import matplotlib.pyplot as plt
+
+    try:
+        child = _log_import(
+            parent, csv_path, key, min_rated, table, (corr, rho), crit, summary, fig
+        )
+        combined = record_criterion4(parent.run_id, human=crit, folder=parent.folder)
+        local = parent.folder.human
+        plot_path = None
+        if local.exists():
+            summary["criterion4"] = combined.to_dict()
+            atomic_write_text(local / RESULT_NAME, json.dumps(summary, indent=1) + "\n")
+            plot_path = local / PLOT_NAME
+            fig.savefig(plot_path, dpi=110)
+    finally:
+        plt.close(fig)
+    return ImportResult(
+        parent.run_id,
+        child,
+        len(samples),
+        len(table),
+        corr,
+        rho,
+        accuracy,
+        n_guessed,
+        crit,
+        combined,
+        warnings,
+        table,
+        plot_path,
+    )
+
+
+def rating_table(rated: list[RatedSample], key: dict) -> pd.DataFrame:
+    """One row per rated sample, joined with the answer key (concept, strength, Δ)."""
+    import pandas as pd
+
+    samples = key_samples(key)
+    rows = []
+    for r in sorted(rated, key=lambda r: r.sample_id):
+        s = samples[r.sample_id]
+        concept = key["concepts"].get(s["concept"], {"name": s["concept_name"], "lemmas": []})
+        rows.append(
+            {
+                "sample_id": r.sample_id,
+                "concept": s["concept"],
+                "concept_name": s["concept_name"],
+                "strength": s["strength"],
+                "delta": s["delta"],
+                "human_rating": r.rating,
+                "topic_guess": r.guess,
+                "guess_correct": (
+                    guess_is_correct(r.guess, concept["name"], concept["lemmas"])
+                    if r.guess
+                    else None
+                ),
+                "child_run_id": s["child_run_id"],
+                "generation_key": s["generation_key"],
+                "text": r.text,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _log_import(
+    parent: Phase5Run,
+    csv_path: Path,
+    key: dict,
+    min_rated: int,
+    table: pd.DataFrame,
+    correlations: tuple[Correlation | NotEvaluable, Correlation | NotEvaluable],
+    crit: CriterionResult,
+    summary: dict[str, Any],
+    fig: Any,
+) -> str:
+    """Log one import to the run's ``human-validation`` child (created on first import)."""
+    from metrics.stats import Correlation
+
+    child = parent.find_child(CHILD_PHASE)
+    imports = 1
+    if child is not None:
+        imports = int(tracking.get_run(child).data.tags.get("human.imports", "0")) + 1
+    corr, rho = correlations
+    with tracking.tracked_run(
+        parent.experiment,
+        CHILD_RUN_NAME,
+        tags={"phase": CHILD_PHASE},
+        parent_run_id=parent.run_id,
+        run_id=child,
+    ) as child:
+        c = tracking.client()
+        tags = {
+            "human.imports": str(imports),
+            "human.csv_sha256": hashlib.sha256(csv_path.read_bytes()).hexdigest(),
+            "human.key_hash": key["key_hash"],
+            "human.min_rated": str(min_rated),
+            "human.evaluable": str(corr.evaluable).lower(),
+            "criterion.c4_human": crit.status,
+        }
+        for k, v in tags.items():
+            c.set_tag(child, k, v)
+        metrics: dict[str, float | None] = {
+            "n_samples": float(summary["n_samples"]),
+            "n_rated": float(summary["n_rated"]),
+            "n_guessed": float(summary["n_guessed"]),
+            "guess_accuracy": summary["guess_accuracy"],
+            "human_r_evaluable": 1.0 if corr.evaluable else 0.0,
+        }
+        if isinstance(corr, Correlation):
+            metrics.update(
+                {
+                    "human_r": corr.r,
+                    "human_r_p_value": corr.p_value,
+                    "human_r_ci_low": corr.ci_low,
+                    "human_r_ci_high": corr.ci_high,
+                }
+            )
+        if isinstance(rho, Correlation):
+            metrics.update(
+                {
+                    "human_spearman": rho.r,
+                    "human_spearman_ci_low": rho.ci_low,
+                    "human_spearman_ci_high": rho.ci_high,
+                }
+            )
+        # One step per import: the latest step is the current figure, earlier ones are history.
+        tracking.log_metrics(child, metrics, step=imports)
+        _overwrite_table(child, table, TABLE_NAME)
+        c.log_figure(child, fig, f"plots/{PLOT_NAME}")
+        summary.update({"child_run_id": child, "import": imports})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / RESULT_NAME
+            path.write_text(json.dumps(summary, indent=1))
+            c.log_artifact(child, str(path))
+    return child
+
+
+def _overwrite_table(child_id: str, table: pd.DataFrame, name: str) -> None:
+    """log_table appends to an existing table; write the same format ourselves instead."""
+    c = tracking.client()
+    existing = [f.path for f in c.list_artifacts(child_id)]
+    if name not in existing:
+        c.log_table(child_id, table, name)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        table.to_json(path, orient="split", index=False, date_format="iso")
+        c.log_artifact(child_id, str(path))
+
+
+def scatter_plot(table: pd.DataFrame, correlation: Correlation | NotEvaluable) -> Any:
+    """Human rating against Δ, one colour per steering strength."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    strengths = sorted(table["strength"].unique())
+    cmap = plt.get_cmap("coolwarm", max(len(strengths), 2))
+    for i, s in enumerate(strengths):
+        part = table[table["strength"] == s]
+        ax.scatter(
+            part["delta"],
+            part["human_rating"],
+            color=cmap(i),
+            label=f"s = {s:+g}",
+            alpha=0.8,
+            edgecolor="black",
+            linewidth=0.4,
+        )
+    title = "Human rating against Δ"
+    if getattr(correlation, "evaluable", False):
+        title += (
+            f"\nPearson r = {correlation.r:.2f}, 95% CI [{correlation.ci_low:.2f}, "
+            f"{correlation.ci_high:.2f}], n = {correlation.n}"
+        )
+    ax.set(xlabel="Δ = cos(core) − cos(neg)", ylabel="human rating (0-10)", title=title)
+    ax.set_ylim(-0.5, 10.5)
+    ax.legend(title="strength", fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,147 @@
+"""Intervals and the verdicts that rest on them.
+
+Steering rows are not independent: the rows of one prompt share its wording and the
+rows of one concept share its centroids and direction. A row-level interval is then too
+narrow, so means and correlations here come with a *clustered* bootstrap that resamples
+whole clusters (prompts within a concept, or concepts). scipy's ``bootstrap`` resamples
+independent observations only, hence this small hand-written resampler. Binomial
+intervals come from statsmodels (Wilson).
+
+A verdict passes when the whole interval lies above the threshold, fails when it lies
+below, and is inconclusive when the interval straddles it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+
+Verdict = Literal["pass", "fail", "inconclusive", "not_evaluable"]
+DEFAULT_BOOT = 2000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a two-sided interval (None when not evaluable)."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    n: int
+    n_clusters: int
+    method: str
+    reason: str = ""
+
+    @property
+    def evaluable(self) -> bool:
+        return self.estimate is not None and self.low is not None and self.high is not None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def not_evaluable(reason: str, n: int = 0, n_clusters: int = 0, method: str = "") -> Interval:
+    return Interval(None, None, None, n, n_clusters, method, reason)
+
+
+def interval_verdict(interval: Interval, threshold: float) -> Verdict:
+    """pass: low > threshold; fail: high < threshold; otherwise inconclusive."""
+    if not interval.evaluable:
+        return "not_evaluable"
+    assert interval.low is not None and interval.high is not None
+    if interval.low > threshold:
+        return "pass"
+    if interval.high < threshold:
+        return "fail"
+    return "inconclusive"
+
+
+def _groups(clusters: Sequence[object]) -> list[np.ndarray]:
+    """Row indices per cluster, clusters in first-seen order."""
+    order: dict[object, list[int]] = {}
+    for i, c in enumerate(clusters):
+        order.setdefault(c, []).append(i)
+    return [np.asarray(v) for v in order.values()]
+
+
+def clustered_bootstrap_mean(
+    values: Sequence[float],
+    clusters: Sequence[object],
+    *,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+) -> Interval:
+    """Mean of ``values`` with a percentile interval from resampling whole clusters.
+
+    Each replicate draws as many clusters as there are, with replacement, and takes the
+    mean over all rows of the drawn clusters (so large clusters weigh as in the data).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) != len(clusters):
+        raise ValueError(f"values ({len(x)}) and clusters ({len(clusters)}) differ in length")
+    keep = np.isfinite(x)
+    x = x[keep]
+    kept = [c for c, k in zip(clusters, keep, strict=True) if k]
+    groups = _groups(kept)
+    method = f"cluster bootstrap mean ({n_boot} replicates)"
+    if len(x) == 0:
+        return not_evaluable("no finite values", method=method)
+    estimate = float(x.mean())
+    if len(groups) < 2:
+        return Interval(estimate, None, None, len(x), len(groups), method, "one cluster")
+    sums = np.array([x[g].sum() for g in groups])
+    sizes = np.array([len(g) for g in groups], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(groups), size=(n_boot, len(groups)))
+    means = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return Interval(estimate, float(low), float(high), len(x), len(groups), method)
+
+
+def bootstrap_statistic(
+    units: Sequence[object],
+    statistic: Callable[[list[object]], float | None],
+    *,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    method: str = "bootstrap",
+) -> Interval:
+    """Any statistic of a list of independent units (e.g. concepts), with a percentile
+    interval from resampling the units; replicates where it is undefined are dropped."""
+    units = list(units)
+    estimate = statistic(units)
+    if estimate is None or not np.isfinite(estimate):
+        return not_evaluable("statistic undefined on the data", len(units), len(units), method)
+    rng = np.random.default_rng(seed)
+    reps = []
+    for _ in range(n_boot):
+        sample = [units[i] for i in rng.integers(0, len(units), size=len(units))]
+        value = statistic(sample)
+        if value is not None and np.isfinite(value):
+            reps.append(value)
+    if len(reps) < n_boot // 2:
+        return Interval(
+            float(estimate), None, None, len(units), len(units), method, "too few valid replicates"
+        )
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(reps, [alpha, 1 - alpha])
+    return Interval(float(estimate), float(low), float(high), len(units), len(units), method)
+
+
+def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:
+    """A proportion with its Wilson interval (statsmodels)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    method = "Wilson"
+    if n == 0:
+        return not_evaluable("no trials", method=method)
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+    p = successes / n
+    # Wilson's bounds can miss 0 or 1 by a rounding error at k = 0 or k = n.
+    return Interval(p, min(float(low), p), max(float(high), p), n, n, method)

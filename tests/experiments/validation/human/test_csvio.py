@@ -1,0 +1,47 @@
+"""Cell safety: formula triggers neutralised on write, restored on read."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.validation.errors import ValidationInputError
+from experiments.validation.human.csvio import (
+    CSV_COLUMNS,
+    FORMULA_TRIGGERS,
+    canonical_text,
+    neutralise,
+    read_csv,
+    restore,
+    write_csv,
+)
+
+
+def test_neutralise_round_trip(formula_payload):
+    payload = formula_payload
+    cell = neutralise(payload)
+    assert cell[:1] not in FORMULA_TRIGGERS
+    assert cell.lstrip()[:1] not in FORMULA_TRIGGERS or cell.startswith("'")
+    assert "\x1b" not in cell
+    assert canonical_text(cell) == canonical_text(payload)
+    assert restore(neutralise("safe text")) == "safe text"
+
+
+def test_written_csv_reads_back_with_row_numbers(tmp_path):
+    path = tmp_path / "x.csv"
+    rows = [
+        {"sample_id": "001", "concept": "REDACTED", "generated_text": "=1+1", "human_rating": ""},
+        {"sample_id": "002", "concept": "REDACTED", "generated_text": "a\nb", "human_rating": "3"},
+    ]
+    write_csv(path, CSV_COLUMNS, rows)
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")  # BOM: Excel reads UTF-8
+    header, read = read_csv(path)
+    assert header == list(CSV_COLUMNS)
+    assert [r.number for r in read] == [1, 2] and [r.line for r in read] == [2, 3]
+    assert restore(read[0].cells["generated_text"]) == "=1+1"
+    assert read[1].where() == "row 2 (line 3, sample_id '002')"
+    (tmp_path / "dup.csv").write_text("sample_id,sample_id\n1,2\n")
+    with pytest.raises(ValidationInputError, match="repeats column"):
+        read_csv(tmp_path / "dup.csv")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValidationInputError, match="empty file"):
+        read_csv(tmp_path / "empty.csv")
