@@ -213,24 +213,23 @@ PROBE_TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-# Minimal (question, statement) pairs for the format axis: each pair differs only in being
-# interrogative, so the axis carries the question-versus-statement form and not the
-# length or wording of the probe templates (a template-pool axis, question templates minus
-# statement templates, also carries length: any two same-template texts differ along it
-# by |cos| 0.26 on average at layer 9 of the embedded model, against 0.04 for this one).
-# None of them is a probe template.
-FORMAT_AXIS_PAIRS: tuple[tuple[str, str], ...] = (
-    ("Is this {name}?", "This is {name}."),
-    ("Do you know about {name}?", "You know about {name}."),
-    ("Can you describe {name} to me?", "You can describe {name} to me."),
-    ("Have you read about {name}?", "You have read about {name}."),
-    ("Did she write about {name}?", "She wrote about {name}."),
-    ("Is {name} on the list?", "{Name} is on the list."),
-    ("Was the lecture about {name}?", "The lecture was about {name}."),
-    ("Should we talk about {name}?", "We should talk about {name}."),
-    ("What did he say about {name}?", "He said something about {name}."),
-    ("Why is {name} here?", "{Name} is here for a reason."),
-)
+# The format axis: each TRAIN question template against a declarative rewrite of it with
+# the same words, both filled with neutral-pool subjects. It measures whether a direction
+# carries the question form of the very templates probes train on, with wording and
+# length held nearly fixed. Why not other definitions (measured at layer 9 of the
+# embedded model, mean |cos| of the first release's ten 1x1x1 probes vs a "floor", the
+# mean |cos| of x_a - (x_b + x_c)/2 for three neutral texts of one template):
+# * all TRAIN question templates minus all TRAIN statement templates: 0.56 vs floor 0.26,
+#   since the two pools differ in length and wording, which any two texts differ in too;
+# * generic minimal pairs ("Is it X?" / "It is X.", ...): 0.07 vs floor 0.16, an
+#   interrogative-syntax direction that the first release's probes did not carry;
+# * these rewrites: 0.33 vs floor 0.07.
+FORMAT_AXIS_REWRITES: dict[str, str] = {
+    "What is {name}?": "This is {name}.",
+    'What does the word "{lemma}" mean?': 'The word "{lemma}" means something.',
+    "Can you explain {name} to me?": "You can explain {name} to me.",
+    "What is meant by {lemma}?": "Something is meant by {lemma}.",
+}
 
 # Concept-free neutral sentences and templates for the steering scale α only (Phase 5
 # measures the median residual norm on them); no probe set uses them. They are the first
@@ -687,16 +686,17 @@ def probe_eval_set(
 def format_axis_texts(graph: ConceptGraph | None) -> tuple[list[str], list[str]]:
     """Paired (questions, statements) about the training half of the neutral pool.
 
-    Every training-half subject is rendered with both sides of every FORMAT_AXIS_PAIRS
-    pair; the mean difference of their activations is the "format axis" that the
-    diagnostics and the ``classifier_deformat`` source use. The subjects are concept-free
-    and each pair differs only in its form, so the difference is the form alone.
+    Every training-half subject is rendered with each TRAIN question template and with its
+    declarative rewrite (FORMAT_AXIS_REWRITES), template-major: text ``t * S + i`` is
+    template ``t`` on subject ``i``. The mean difference of their activations is the
+    "format axis" that the diagnostics and the ``classifier_deformat`` source use; the
+    subjects are concept-free and the two sides share their words, so it is the form.
     """
     pool, _ = _neutral_halves(graph)
     if not pool:
         raise PromptError("the concept graph has no neutral pool to build the format axis from")
     questions, statements = [], []
-    for question, statement in FORMAT_AXIS_PAIRS:
+    for question, statement in FORMAT_AXIS_REWRITES.items():
         for item in pool:
             fields = _plain_fields(item.name, item.name, item.gloss)
             questions.append(question.format_map(fields))

@@ -153,6 +153,8 @@ def _print_probe_set(layer: int, result) -> None:
         fmt(diag.get("mean_cos_probe_diffmean")),
     )
     console.print(table)
+    floor = diag.get("format_axis_floor")
+    console.print(f"|cos fmt| floor (a format-free 1x1x1-like difference): {fmt(floor)}")
     ratio = means.get("class_ratio")
     console.print(
         f"test split positives/negatives = {fmt(ratio)}; mean pairwise cosine of the "

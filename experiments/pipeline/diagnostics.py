@@ -4,18 +4,21 @@ The first release's ten steering directions had a mean pairwise cosine of +0.46 
 half of every probe weight was a question-versus-statement axis (NOTES.md section 5).
 These pure functions make that visible for any set of directions: the pairwise cosine
 matrix and its mean off-diagonal value, each direction's cosine with the format axis
-(question minus statement activations of minimal pairs on neutral content, see
-:func:`experiments.prompts.format_axis_texts`), and each probe's cosine with its own
-diffmean direction. For scale: a random direction in 640 dimensions has |cos| ≈ 0.03
-with any fixed axis; the difference of two neutral texts in one template has |cos| ≈
-0.04 with this format axis at layer 9 of the embedded model. Phase 4 logs them for every
-classifier set (all direction sources), Phase 5 for the directions it actually steers
-with (``RunRecord.diagnostics``).
+(the training question templates minus their declarative rewrites on neutral content,
+see :func:`experiments.prompts.format_axis_texts`), and each probe's cosine with its own
+diffmean direction. Phase 4 logs them for every classifier set (all direction sources),
+Phase 5 for the directions it actually steers with (``RunRecord.diagnostics``).
+
+A cosine with the format axis needs a yardstick: a random direction in 640 dimensions
+has |cos| ≈ 0.03 with any fixed axis, but activations are far from isotropic, so the
+diagnostics also report ``format_axis_floor``, the mean |cos| with the axis of
+x_a − ½(x_b + x_c) for three neutral texts of one template: what a 1×1×1 direction with
+no format component at all would show.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -39,6 +42,26 @@ def format_axis(questions: np.ndarray, statements: np.ndarray) -> tuple[np.ndarr
     """(unit axis, raw norm) of mean(questions) − mean(statements), rows paired or not."""
     diff = np.asarray(questions, np.float64).mean(0) - np.asarray(statements, np.float64).mean(0)
     return unit(diff), float(np.linalg.norm(diff))
+
+
+def format_axis_floor(
+    groups: Sequence[np.ndarray], axis: np.ndarray, seed: int = 0, draws: int = 20
+) -> float | None:
+    """Mean |cos(axis, x_a − ½(x_b + x_c))| over seeded triples of rows within each group
+    (a group: one template's texts on different neutral subjects); None without triples."""
+    rng = np.random.default_rng(seed)
+    axis_unit = unit(axis)
+    values = []
+    for group in groups:
+        if len(group) < 3:
+            continue
+        for _ in range(draws):
+            a, b, c = rng.choice(len(group), 3, replace=False)
+            diff = group[a] - (group[b] + group[c]) / 2
+            norm = float(np.linalg.norm(diff))
+            if norm > 0:  # identical texts (e.g. unknown words to a tiny tokenizer) say nothing
+                values.append(abs(diff @ axis_unit) / norm)
+    return float(np.mean(values)) if values else None
 
 
 def cosine_matrix(directions: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -92,7 +115,9 @@ def source_directions(
     return {k: np.asarray(fn(p, ctx), dtype=np.float64) for k, p in probes.items()}
 
 
-def classifier_set_diagnostics(probes: Mapping[str, LinearProbe], axis: np.ndarray | None) -> dict:
+def classifier_set_diagnostics(
+    probes: Mapping[str, LinearProbe], axis: np.ndarray | None, floor: float | None = None
+) -> dict:
     """Phase 4: diagnostics of every direction source a classifier set offers."""
     sources = [s for s in PHASE4_SOURCES if s != "classifier_deformat" or axis is not None]
     if any(p.diffmean is None for p in probes.values()):
@@ -104,6 +129,7 @@ def classifier_set_diagnostics(probes: Mapping[str, LinearProbe], axis: np.ndarr
         },
         "cos_probe_diffmean": cos_dm,
         "mean_cos_probe_diffmean": float(np.mean(list(cos_dm.values()))) if cos_dm else None,
+        "format_axis_floor": floor,
     }
 
 
@@ -112,12 +138,14 @@ def steering_diagnostics(
     probes: Mapping[str, LinearProbe],
     axis: np.ndarray | None,
     source: str,
+    floor: float | None = None,
 ) -> dict:
     """Phase 5: diagnostics of the directions a run steers with (from ``source``)."""
     cos_dm = probe_diffmean_cosines(probes)
     return {
         "source": source,
         **direction_diagnostics(directions, axis),
+        "format_axis_floor": floor,
         "cos_probe_diffmean": cos_dm,
         "mean_cos_probe_diffmean": float(np.mean(list(cos_dm.values()))) if cos_dm else None,
     }
@@ -132,6 +160,8 @@ def diagnostics_metrics(diag: Mapping, prefix: str) -> dict[str, float | None]:
     }
     for k, v in (diag.get("cos_format_axis") or {}).items():
         out[f"{prefix}/cos_format_axis/{k}"] = v
+    if "format_axis_floor" in diag:
+        out[f"{prefix}/format_axis_floor"] = diag.get("format_axis_floor")
     if "cos_probe_diffmean" in diag:
         out[f"{prefix}/mean_cos_probe_diffmean"] = diag.get("mean_cos_probe_diffmean")
         for k, v in diag["cos_probe_diffmean"].items():

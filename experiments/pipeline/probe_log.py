@@ -42,6 +42,7 @@ def set_metrics(
     for source, diag in diagnostics.get("sources", {}).items():
         out.update(diagnostics_metrics(diag, f"diag{layer_tag}/{source}"))
     out[f"diag{layer_tag}/mean_cos_probe_diffmean"] = diagnostics.get("mean_cos_probe_diffmean")
+    out[f"diag{layer_tag}/format_axis_floor"] = diagnostics.get("format_axis_floor")
     for synset, value in diagnostics.get("cos_probe_diffmean", {}).items():
         out[f"diag{layer_tag}/cos_probe_diffmean/{synset}"] = value
     return out

@@ -39,10 +39,12 @@ from experiments.pipeline.diagnostics import (
     classifier_set_diagnostics,
     cosine_heatmap,
     format_axis,
+    format_axis_floor,
     layer_heatmap,
 )
 from experiments.pipeline.probe_log import confusion_figure, metrics_rows, set_metrics
 from experiments.prompts import (
+    FORMAT_AXIS_REWRITES,
     ProbeExample,
     format_axis_texts,
     probe_eval_set,
@@ -236,15 +238,18 @@ def fit_probe_set(
             probe, x_test, y_test, validation=rows(texts.validation[synset])
         )
         probes[synset] = probe
-    axis, _norm = format_axis(
-        features[[row[t] for t in texts.questions]], features[[row[t] for t in texts.statements]]
-    )
+    questions = features[[row[t] for t in texts.questions]]
+    statements = features[[row[t] for t in texts.statements]]
+    axis, _norm = format_axis(questions, statements)
+    n_groups = len(FORMAT_AXIS_REWRITES)  # the axis texts are template-major
+    groups = [*np.array_split(questions, n_groups), *np.array_split(statements, n_groups)]
+    floor = format_axis_floor(groups, axis, seed=config.seed)
     directory = classifier_dir(config, model_id, layer)
     return ProbeSet(
         directory,
         probes,
         format_axis=axis,
-        diagnostics=classifier_set_diagnostics(probes, axis),
+        diagnostics=classifier_set_diagnostics(probes, axis, floor),
     )
 
 
@@ -266,8 +271,10 @@ def save_probe_set(
             "model_id": model_id,
             "layer": layer,
             "vector": [float(x) for x in probe_set.format_axis],
-            "definition": "unit mean(question) - mean(statement) activations of the minimal "
-            "pairs FORMAT_AXIS_PAIRS on the training half of the neutral pool",
+            "definition": "unit mean(question) - mean(statement) activations: the TRAIN "
+            "question templates and their declarative rewrites (FORMAT_AXIS_REWRITES) on the "
+            "training half of the neutral pool",
+            "floor": probe_set.diagnostics.get("format_axis_floor"),
             "n_questions": len(texts.questions),
             "n_statements": len(texts.statements),
         }

@@ -224,6 +224,7 @@ def run_phase5(
                 probes.probes,
                 probes.format_axis,
                 config.steering.vector_source,
+                floor=probes.diagnostics.get("format_axis_floor"),
             )
         },
     )

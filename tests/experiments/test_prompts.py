@@ -23,7 +23,7 @@ from experiments.concepts import (
     mentions,
 )
 from experiments.prompts import (
-    FORMAT_AXIS_PAIRS,
+    FORMAT_AXIS_REWRITES,
     FORMATS,
     GENERATION_PROMPTS,
     PROBE_TEMPLATES,
@@ -73,8 +73,9 @@ def test_template_pools_are_partitioned_and_format_balanced() -> None:
         sizes = {len(PROBE_TEMPLATES[split][fmt]) for fmt in FORMATS}
         assert len(sizes) == 1, f"{split} formats differ in size: {sizes}"
         assert set(PROBE_TEMPLATES[split]) == set(FORMATS)
-    axis = {t for pair in FORMAT_AXIS_PAIRS for t in pair}
-    assert not axis & set().union(*texts.values())
+    # the format axis pits exactly the TRAIN question templates against declarative rewrites
+    assert set(FORMAT_AXIS_REWRITES) == set(PROBE_TEMPLATES["train"]["question"])
+    assert not set(FORMAT_AXIS_REWRITES.values()) & set().union(*texts.values())
 
 
 def test_templates_only_use_fields_every_subject_has() -> None:
@@ -86,8 +87,10 @@ def test_templates_only_use_fields_every_subject_has() -> None:
             assert fields & {"name", "Name", "lemma"}, template
             ends_question = template.text.rstrip().endswith("?")
             assert ends_question == (template.format == "question"), template
-    for question, statement in FORMAT_AXIS_PAIRS:
+    for question, statement in FORMAT_AXIS_REWRITES.items():
         assert question.endswith("?") and statement.endswith(".")
+        fields = {f for _, f, _, _ in string.Formatter().parse(question) if f}
+        assert fields == {f for _, f, _, _ in string.Formatter().parse(statement) if f}
 
 
 def test_no_template_word_is_a_concept_word(graph: ConceptGraph) -> None:
@@ -98,7 +101,7 @@ def test_no_template_word_is_a_concept_word(graph: ConceptGraph) -> None:
         for split in SPLITS
         for t in probe_templates(split)
     ]
-    bare += [t for pair in FORMAT_AXIS_PAIRS for t in pair]
+    bare += [t for pair in FORMAT_AXIS_REWRITES.items() for t in pair]
     offenders = [t for t in bare if mentions(t, words)]
     assert not offenders
 
@@ -265,15 +268,18 @@ def test_too_many_asked_is_a_clear_error(graph: ConceptGraph) -> None:
         probe_eval_set(graph.concepts[0], graph, split="train")
 
 
-def test_format_axis_texts_are_minimal_pairs_on_neutral_subjects(graph: ConceptGraph) -> None:
+def test_format_axis_texts_pair_questions_with_rewrites_on_neutral_subjects(
+    graph: ConceptGraph,
+) -> None:
     questions, statements = format_axis_texts(graph)
     n_subjects = len(graph.neutral_pool) // 2
-    assert len(questions) == len(statements) == len(FORMAT_AXIS_PAIRS) * n_subjects
+    assert len(questions) == len(statements) == len(FORMAT_AXIS_REWRITES) * n_subjects
     assert all(q.endswith("?") for q in questions)
     assert not any(s.endswith("?") for s in statements)
-    name = graph.neutral_pool[0].name
-    assert questions[0] == FORMAT_AXIS_PAIRS[0][0].format(name=name)
-    assert statements[0] == FORMAT_AXIS_PAIRS[0][1].format(name=name)
+    question, statement = next(iter(FORMAT_AXIS_REWRITES.items()))
+    name = graph.neutral_pool[1].name  # template-major: text 1 is template 0, subject 1
+    assert questions[1] == question.format(name=name, lemma=name)
+    assert statements[1] == statement.format(name=name, lemma=name)
     with pytest.raises(PromptError, match="neutral pool"):
         format_axis_texts(None)
 

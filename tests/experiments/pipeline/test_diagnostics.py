@@ -12,6 +12,7 @@ from experiments.pipeline.diagnostics import (
     diagnostics_metrics,
     direction_diagnostics,
     format_axis,
+    format_axis_floor,
     layer_heatmap,
     steering_diagnostics,
 )
@@ -58,6 +59,20 @@ def test_format_axis_is_the_unit_mean_difference():
     np.testing.assert_allclose(axis, [1.0, 0.0])
     assert norm == pytest.approx(3.0)
     np.testing.assert_allclose(cosine_matrix({"a": axis, "b": -axis}), [[1, -1], [-1, 1]])
+
+
+def test_the_floor_is_what_format_free_differences_show():
+    rng = np.random.default_rng(2)
+    axis = np.zeros(64)
+    axis[0] = 1.0
+    isotropic = [rng.normal(size=(30, 64)) for _ in range(4)]
+    stretched = [g * np.r_[20.0, np.ones(63)] for g in isotropic]  # variance along the axis
+    low = format_axis_floor(isotropic, axis)
+    high = format_axis_floor(stretched, axis)
+    assert low == pytest.approx(np.sqrt(2 / (np.pi * 64)), abs=0.05)
+    assert high > 0.6
+    assert format_axis_floor(isotropic, axis) == low  # seeded
+    assert format_axis_floor([isotropic[0][:2]], axis) is None
 
 
 def test_classifier_set_and_steering_diagnostics():
