@@ -21,7 +21,12 @@ from pydantic import (
     model_validator,
 )
 
+from steering.directions import direction_source_names
 from steering.probes import TrainSpec
+
+# Per-concept detection quality that criterion 3 correlates with steering magnitude.
+# (the same names as steering.probes.PREDICTORS; a test keeps the two in step).
+Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
 
 
 class ConfigError(ValueError):
@@ -40,7 +45,12 @@ class ConceptsConfig(_Strict):
 
 class ClassifierConfig(_Strict):
     train: str = "1x1x1"
-    eval_per_class: int = Field(20, ge=2)
+    eval_per_class: int = Field(
+        20,
+        ge=2,
+        description="held-out positives per split (validation and test); each split has as "
+        "many negatives, half negative concepts and half neutral texts",
+    )
     c: float = Field(1.0, gt=0, description="inverse L2 regularisation of the probe")
     dir: str = "results/classifiers"
     auto_train: bool = Field(
@@ -57,8 +67,20 @@ class ClassifierConfig(_Strict):
 class SteeringConfig(_Strict):
     mode: Literal["additive", "projection"] = "additive"
     beta: float = Field(0.2, gt=0, description="strength 1.0 adds beta × the median residual norm")
-    vector_source: Literal["classifier", "diffmean"] = "classifier"
+    vector_source: str = Field(
+        "classifier",
+        description="a registered direction source (steering/directions.py): classifier, "
+        "diffmean, classifier_deformat, ...",
+    )
     strengths: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0], min_length=2)
+
+    @field_validator("vector_source")
+    @classmethod
+    def _vector_source(cls, value: str) -> str:
+        names = direction_source_names()
+        if value not in names:
+            raise ValueError(f"unknown direction source {value!r}; use one of {names}")
+        return value
 
     @field_validator("strengths")
     @classmethod
@@ -165,6 +187,11 @@ class CriteriaConfig(_Strict):
     magnitude_min: float = Field(0.15, ge=0)
     magnitude_at: float = 1.0
     f1_r_min: float = Field(0.5, ge=-1, le=1)
+    predictor: Predictor = Field(
+        "f1_calibrated",
+        description="the classifier quality criterion 3 correlates with steering: F1 at a "
+        "validation-chosen threshold, F1 at the fitted decision (> 0), AUROC or AP",
+    )
     human_r_pass: float = Field(0.7, ge=-1, le=1)
     human_r_panel: float = Field(0.5, ge=-1, le=1)
     panel_alpha_min: float = Field(0.667, ge=-1, le=1)

@@ -9,6 +9,7 @@ with a message instead of being half-read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -61,7 +62,9 @@ class RunRecord(BaseModel):
     classifier_run_id: str | None = None
     classifier_dir: str | None = None
     predictors: dict[str, dict[str, float | None]] = Field(
-        default_factory=dict, description="per concept: the classifier's held-out metrics"
+        default_factory=dict,
+        description="per concept: the classifier's held-out metrics (auroc, ap, f1_raw, "
+        "f1_calibrated, ...)",
     )
     per_strength: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     per_concept: dict[str, dict[str, float | None]] = Field(default_factory=dict)
@@ -69,7 +72,11 @@ class RunRecord(BaseModel):
     statistics: dict[str, dict] = Field(
         default_factory=dict, description="correlations and other figures behind criteria"
     )
-    diagnostics: dict[str, object] = Field(default_factory=dict)
+    diagnostics: dict[str, object] = Field(
+        default_factory=dict,
+        description="'directions': cosine matrix of the steering directions, their cosines "
+        "with the format axis and each probe's cosine with its diffmean",
+    )
     n_generations: int = 0
     timings: dict[str, float] = Field(default_factory=dict)
     tokens_per_second: float = 0.0
@@ -104,6 +111,25 @@ class RunRecord(BaseModel):
     def set_criterion(self, result: CriterionResult) -> None:
         self.criteria[result.key] = CriterionRecord.of(result)
 
-    def f1(self) -> dict[str, float]:
-        """The per-concept predictor the seed's criterion 3 uses (held-out F1)."""
-        return {k: float(v["f1"]) for k, v in self.predictors.items() if v.get("f1") is not None}
+    def predictor(self, name: str | None = None) -> dict[str, float]:
+        """Per-concept classifier quality that criterion 3 correlates with steering:
+        ``name`` or the run's ``criteria.predictor`` (F1 at a calibrated threshold)."""
+        return predictor_values(self.predictors, name or self.config.criteria.predictor)
+
+
+def predictor_values(
+    predictors: Mapping[str, Mapping[str, float | None]], name: str
+) -> dict[str, float]:
+    """One predictor's value per concept, leaving out concepts that lack it.
+
+    Records written before the predictors were split hold only ``f1`` (at decision > 0),
+    which is what ``f1_raw`` now names, so ``f1_raw`` falls back to it.
+    """
+    out = {}
+    for concept, values in predictors.items():
+        value = values.get(name)
+        if value is None and name == "f1_raw":
+            value = values.get("f1")
+        if value is not None:
+            out[concept] = float(value)
+    return out

@@ -31,6 +31,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from experiments.concepts import ConceptError
     from experiments.config import ConfigError
     from experiments.pipeline.run import RunError
+    from experiments.prompts import PromptError
     from experiments.record import RecordError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
@@ -45,6 +46,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         LayerIndexError,
         ModelSpecError,
         ProbeError,
+        PromptError,
         LookupError,
         FileNotFoundError,
     ]

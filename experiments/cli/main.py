@@ -75,6 +75,10 @@ def classifiers(
     set_: SetOpt = None,
     model: ModelOpt = None,
     layer: LayerOpt = None,
+    layers: Annotated[
+        str | None,
+        typer.Option(help="several layers from one model pass, e.g. 3,6,9,12,15"),
+    ] = None,
     concepts: ConceptsOpt = None,
     train: Annotated[str | None, typer.Option(help="PxNxU training prompts, e.g. 5x5x5")] = None,
     verbose: VerboseOpt = False,
@@ -82,32 +86,99 @@ def classifiers(
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
     setup_logging(verbose)
     from experiments.concepts import load_concepts
-    from experiments.pipeline.probes import train_classifiers
+    from experiments.pipeline.probes import best_layer, parse_layers, train_layers
     from steering.models import load_model
 
+    if layers is not None and layer is not None:
+        raise typer.BadParameter("give --layer or --layers, not both")
+    try:
+        wanted = parse_layers(layers) if layers is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     overrides = list(set_ or []) + ([f"classifier.train={train}"] if train else [])
     cfg = resolve_config(config, overrides, model, layer, concepts)
     graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
     with console.status(f"loading {cfg.model}"):
         lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    chosen = lm.check_layer(cfg.layer if cfg.layer is not None else lm.default_layer)
-    with console.status(f"training {len(graph.concepts)} probes at layer {chosen}"):
-        result = train_classifiers(cfg, lm, graph, chosen, concept_file=cfg.concepts.file)
-    table = Table("concept", "F1", "precision", "recall", "AUROC", title="held-out metrics")
+    if wanted is None:
+        wanted = [cfg.layer if cfg.layer is not None else lm.default_layer]
+    chosen = sorted({lm.check_layer(la) for la in wanted})  # a clear error when out of range
+    with console.status(f"training {len(graph.concepts)} probes at layers {chosen}"):
+        sets = train_layers(cfg, lm, graph, chosen, concept_file=cfg.concepts.file)
+    for la, result in sets.items():
+        _print_probe_set(la, result)
+    if len(sets) > 1:
+        _print_layers(sets, best_layer(sets), lm.default_layer)
+    first = sets[chosen[0]]
+    console.print(f"{first.seconds:.1f} s; MLflow run {first.run_id}")
+
+
+def _print_probe_set(layer: int, result) -> None:
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    table = Table(
+        "concept",
+        "AUROC",
+        "AP",
+        "F1 raw (>0)",
+        "F1 calibrated",
+        "threshold",
+        "|cos fmt|",
+        "cos diffmean",
+        title=f"layer {layer}: test-split metrics",
+    )
+    diag = result.diagnostics
+    probe_diag = diag.get("sources", {}).get("classifier", {})
+    cos_fmt = probe_diag.get("cos_format_axis") or {}
+    cos_dm = diag.get("cos_probe_diffmean", {})
     for synset, probe in result.probes.items():
         m = probe.metrics
         table.add_row(
             synset,
-            f"{m['f1']:.3f}",
-            f"{m['precision']:.3f}",
-            f"{m['recall']:.3f}",
-            "n/a" if m["auroc"] is None else f"{m['auroc']:.3f}",
+            fmt(m["auroc"]),
+            fmt(m["ap"]),
+            fmt(m["f1_raw"]),
+            fmt(m["f1_calibrated"]),
+            fmt(m["threshold"]),
+            fmt(abs(cos_fmt[synset]) if synset in cos_fmt else None),
+            fmt(cos_dm.get(synset)),
         )
-    mean_f1 = sum(result.f1().values()) / len(result.probes)
-    table.add_row("[bold]mean", f"[bold]{mean_f1:.3f}", "", "", "")
+    means = result.means()
+    table.add_row(
+        "[bold]mean",
+        *(f"[bold]{fmt(means.get(k))}" for k in ("auroc", "ap", "f1_raw", "f1_calibrated")),
+        "",
+        fmt(probe_diag.get("mean_abs_cos_format_axis")),
+        fmt(diag.get("mean_cos_probe_diffmean")),
+    )
+    console.print(table)
+    floor = diag.get("format_axis_floor")
+    console.print(f"|cos fmt| floor (a format-free 1x1x1-like difference): {fmt(floor)}")
+    ratio = means.get("class_ratio")
+    console.print(
+        f"test split positives/negatives = {fmt(ratio)}; mean pairwise cosine of the "
+        + ", ".join(
+            f"{s} directions {fmt(d.get('mean_pairwise_cosine'))}"
+            for s, d in diag.get("sources", {}).items()
+        )
+        + f"; saved to {result.directory}"
+    )
+
+
+def _print_layers(sets: dict, best: int, default: int) -> None:
+    table = Table("layer", "mean AUROC", "mean AP", "mean F1 cal.", "mean cos", title="by layer")
+    for la, result in sets.items():
+        m = result.means()
+        cos = result.diagnostics.get("sources", {}).get("classifier", {})
+        table.add_row(
+            f"L{la}" + (" (best)" if la == best else "") + (" (default)" if la == default else ""),
+            *(f"{m.get(k, float('nan')):.3f}" for k in ("auroc", "ap", "f1_calibrated")),
+            f"{cos.get('mean_pairwise_cosine', float('nan')):+.3f}",
+        )
     console.print(table)
     console.print(
-        f"saved to {result.directory} in {result.seconds:.1f} s; MLflow run {result.run_id}"
+        f"best layer by mean test AUROC: {best} (the default steering layer is {default})"
     )
 
 

@@ -23,6 +23,7 @@ from experiments.pipeline.analyse import (
     strength_label,
 )
 from experiments.pipeline.context import RunContext
+from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.effect import SIGNS, EffectReport
 from experiments.pipeline.report import (
     effect_markdown,
@@ -125,7 +126,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
         if cell_key in existing and not update:
             continue
         metrics = cell_metrics(cell)
-        metrics["classifier_f1"] = ctx.f1.get(synset)
+        metrics[f"classifier_{ctx.predictor_name}"] = ctx.predictor_values().get(synset)
         table = cell[CHILD_TABLE_COLUMNS].reset_index(drop=True)
         if cell_key in existing:
             child = existing[cell_key]
@@ -224,8 +225,11 @@ def build_record(
             "slopes": effect.slopes,
         },
         diagnostics={
-            f"specificity_{SIGNS[sign]}": matrix.to_dict()
-            for sign, matrix in effect.specificity.items()
+            **ctx.diagnostics,  # "directions": the steering directions' cosines
+            **{
+                f"specificity_{SIGNS[sign]}": matrix.to_dict()
+                for sign, matrix in effect.specificity.items()
+            },
         },
         n_generations=len(records),
         timings=dict(timings),
@@ -270,7 +274,9 @@ def publish(
                 "seed/f1_vs_magnitude/ci_high": f1c.ci_high,
             }
         )
-    metrics["mean_classifier_f1"] = float(np.mean(list(ctx.f1.values())))
+    predictor = ctx.predictor_values()
+    if predictor:
+        metrics[f"mean_classifier_{ctx.predictor_name}"] = float(np.mean(list(predictor.values())))
     if generation_seconds > 0:
         metrics["generation/tokens_per_second"] = tokens_per_second
         metrics["generation/seconds"] = generation_seconds
@@ -310,5 +316,6 @@ def publish(
     ):
         c.log_artifact(ctx.run_id, str(run_dir.file(name)))
     tracking.log_metrics(ctx.run_id, metrics)
+    log_diagnostics(ctx.run_id, ctx.diagnostics.get("directions", {}))  # direction diagnostics
     log.info("logged %d child runs", n_children)
     return record

@@ -25,6 +25,7 @@ from experiments.concepts import ConceptGraph, load_concepts
 from experiments.config import ExperimentConfig
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
+from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
 from experiments.pipeline.generate import generate
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
@@ -115,8 +116,9 @@ def score_and_publish(
         records = joined_records(run_dir, scores)
         seed_rows = records[(records["arm"] == CONCEPT_ARM) & (records["split"] == "report")]
         seed_rows = add_paired_shifts(seed_rows.reset_index(drop=True))
-        report = evaluate_criteria(seed_rows, ctx.f1, ctx.config.criteria)
-        effect = evaluate_effect(records, ctx.f1, ctx.config)
+        predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
+        report = evaluate_criteria(seed_rows, predictor, ctx.config.criteria)
+        effect = evaluate_effect(records, predictor, ctx.config)
     with timer.time("logging"):
         record = publish(
             ctx,
@@ -216,6 +218,15 @@ def run_phase5(
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
         classifier_run_id=probes.run_id,
         classifier_dir=str(probes.directory),
+        diagnostics={
+            "directions": steering_diagnostics(
+                vectors.numpy_directions(),
+                probes.probes,
+                probes.format_axis,
+                config.steering.vector_source,
+                floor=probes.diagnostics.get("format_axis_floor"),
+            )
+        },
     )
     if resume:
         tracking.client().update_run(resume, "RUNNING")
@@ -283,6 +294,7 @@ def rescore(run_id: str, results_dir: str | Path | None = None, embedder=None) -
         predictors=previous.predictors,
         classifier_run_id=previous.classifier_run_id,
         classifier_dir=previous.classifier_dir,
+        diagnostics=dict(previous.diagnostics),
     )
     result = score_and_publish(
         ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True
