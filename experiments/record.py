@@ -18,7 +18,9 @@ from experiments.config import ExperimentConfig
 from metrics.criteria import CriterionResult
 
 RECORD_FORMAT = "steer-eval/phase5-run"
-RECORD_VERSION = 2  # 1 was the untyped steering_results.json of the first release
+# 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
+# f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics.
+RECORD_VERSION = 3
 
 
 class RecordError(ValueError):
