@@ -145,7 +145,10 @@ class GateConfig(_Strict):
     """The coherence gate: a steered text that fails it counts as no effect."""
 
     perplexity_multiple: float = Field(
-        4.0, gt=1, description="fail above this multiple of the concept's s = 0 median perplexity"
+        20.0,
+        gt=1,
+        description="fail above this multiple of the concept's s = 0 median perplexity "
+        "(README: the β sweep puts coherent steering at 3-13x and collapse at 30x and more)",
     )
     effect_reference: float = Field(
         0.3, gt=0, description="a signed effect of this size scores 1 in the combined score"

@@ -239,6 +239,15 @@ def rescore(
     results_dir: Annotated[
         Path | None, typer.Option(help="the results folder (default: the run's own)")
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            help="change scoring or verdicts only: --set gate.perplexity_multiple=10 "
+            "(metrics, gate, criteria, centroids, embedding)",
+        ),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Recompute every score, criterion and log of a run from its saved texts (no model)."""
@@ -249,7 +258,7 @@ def rescore(
 
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
-        result = rescore_run(run_id, results_dir=results_dir)
+        result = rescore_run(run_id, results_dir=results_dir, overrides=list(set_ or []))
     _print_result(result)
     console.print(f"rescored in {time.perf_counter() - start:.1f} s")
 

@@ -262,12 +262,41 @@ def run_phase5(
     return result
 
 
-def rescore(run_id: str, results_dir: str | Path | None = None, embedder=None) -> Phase5Result:
+# Sections a rescore may change: they act on saved texts, not on what was generated.
+RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
+
+
+def rescore_config(run_dir: RunDir, overrides: list[str]) -> ExperimentConfig:
+    """The run's config with ``overrides`` applied, refusing any that would need new text."""
+    from experiments.config import ConfigError, load_config, parse_override
+
+    for text in overrides:
+        path, _ = parse_override(text)
+        if path[0] not in RESCORE_SECTIONS:
+            raise ConfigError(
+                f"rescore cannot change {'.'.join(path)}: it changes what was generated; "
+                f"start a new run instead (rescore may change {', '.join(RESCORE_SECTIONS)})"
+            )
+    run_dir.load_config()  # a clear error when the folder is missing
+    return load_config(run_dir.file(RunDir.CONFIG), overrides)
+
+
+def rescore(
+    run_id: str,
+    results_dir: str | Path | None = None,
+    embedder=None,
+    overrides: list[str] | None = None,
+) -> Phase5Result:
     """Recompute every score, criterion, figure and log of a finished run from its saved
-    generations; no language model is loaded."""
+    generations; no language model is loaded. ``overrides`` may change how texts are
+    scored and judged (the gate, thresholds, centroids), never what was generated; the
+    run's stored config is updated to say so."""
     started = time.perf_counter()
     run_dir = _locate(run_id, results_dir)
-    config = run_dir.load_config()
+    config = rescore_config(run_dir, list(overrides or []))
+    if overrides:
+        run_dir.write_config(config)
+        tracking.client().set_tag(run_id, "rescored.overrides", "; ".join(overrides))
     try:
         previous = run_dir.read_record()
     except (LookupError, ValueError) as exc:
