@@ -21,6 +21,7 @@ RECORD_FORMAT = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
 # f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics.
 RECORD_VERSION = 3
+MIGRATABLE = (2,)  # versions a rescore can read and rewrite at RECORD_VERSION
 
 
 class RecordError(ValueError):
@@ -84,7 +85,10 @@ class RunRecord(BaseModel):
     tokens_per_second: float = 0.0
 
     @classmethod
-    def parse(cls, text: str, source: str = "run record") -> RunRecord:
+    def parse(cls, text: str, source: str = "run record", migrate: bool = False) -> RunRecord:
+        """Read a record of this version; with ``migrate`` (rescore) also the typed
+        version 2, whose fields are a subset read the same way (its predictors may carry
+        a bare ``f1``, which :meth:`predictor` maps to ``f1_raw``)."""
         import json
 
         try:
@@ -96,6 +100,8 @@ class RunRecord(BaseModel):
                 f"{source} is not a {RECORD_FORMAT} record (a run from an older release?); "
                 f"rescore it with `steer-eval rescore <run id>`"
             )
+        if migrate and data.get("version") in MIGRATABLE:
+            data["version"] = RECORD_VERSION
         if data.get("version") != RECORD_VERSION:
             raise RecordError(
                 f"{source} is record version {data.get('version')}, this release reads "

@@ -255,7 +255,7 @@ def publish(
     previous = None
     if run_dir.file(RunDir.RECORD).exists():
         try:
-            previous = run_dir.read_record()
+            previous = run_dir.read_record(migrate=True)
         except (LookupError, ValueError):
             previous = None
     agg = per_strength(records)

@@ -298,11 +298,14 @@ def rescore(
         run_dir.write_config(config)
         tracking.client().set_tag(run_id, "rescored.overrides", "; ".join(overrides))
     try:
-        previous = run_dir.read_record()
-    except (LookupError, ValueError) as exc:
+        previous = run_dir.read_record(migrate=True)
+    except LookupError:
         raise RunError(
-            f"run {run_id} has no readable run record ({exc}); finish it with "
-            f"`steer-eval run --resume {run_id}` first"
+            f"run {run_id} has no run record; finish it with `steer-eval run --resume {run_id}`"
+        ) from None
+    except ValueError as exc:
+        raise RunError(
+            f"run {run_id}'s record cannot be read by this release ({exc}); start a new run"
         ) from None
     timer = Timer()
     with timer.time("model_load"):
