@@ -30,6 +30,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'your input is wrong', shown without a traceback."""
     from experiments.concepts import ConceptError
     from experiments.config import ConfigError
+    from experiments.execution import ExecutionError
     from experiments.pipeline.run import RunError
     from experiments.record import RecordError
     from steering.assets import AssetError
@@ -39,6 +40,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [
         ConceptError,
         ConfigError,
+        ExecutionError,
         RunError,
         RecordError,
         AssetError,
