@@ -194,3 +194,53 @@ def test_without_ray_installed_the_error_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what an absent package looks like
     with pytest.raises(ExecutionError, match=r"pip install 'ray>=2.60,<3'"):
         import_ray()
+
+
+def pipeline_config(tmp_path, tiny_model_dir):
+    """The study's shape on the tiny model: held-out β, the null and the prompt baseline."""
+    return load_config(
+        "configs/phase5.yaml",
+        [
+            f"model={tiny_model_dir}",
+            "device=cpu",
+            "dtype=float32",
+            f"layer={LAYER}",
+            "concepts.limit=3",
+            "generation.max_new_tokens=10",
+            "generation.batch_size=4",
+            "selection.mode=heldout",
+            "controls.random_directions=1",
+            "controls.prompt_baseline=true",
+            "criteria.n_boot=200",
+            f"classifier.dir={tmp_path / 'cls'}",
+            f"tracking.results_dir={tmp_path / 'res'}",
+        ],
+    )
+
+
+def test_a_ray_run_gives_the_local_run_s_numbers(
+    ray_cluster, mlflow_store, tiny_model_dir, tiny_from_dir, embedder, one_thread, tmp_path
+):
+    """Phase 5 with held-out selection (two plans on the same actors), end to end."""
+    from experiments import tracking
+    from experiments.pipeline.run import run_phase5
+
+    config = pipeline_config(tmp_path, tiny_model_dir)
+    local = run_phase5(config, lm=tiny_from_dir, embedder=embedder)
+    ray_run = run_phase5(
+        config,
+        lm=tiny_from_dir,
+        embedder=embedder,
+        execution={"executor": "ray", "workers": 2, "cpus_per_worker": 0.5},
+    )
+    a = {g["key"]: g for g in RunDir(tmp_path / "res", local.run_id).read_scored()}
+    b = {g["key"]: g for g in RunDir(tmp_path / "res", ray_run.run_id).read_scored()}
+    assert set(a) == set(b) and any(g["split"] == "selection" for g in a.values())
+    assert all(a[k]["text"] == b[k]["text"] and a[k]["delta"] == b[k]["delta"] for k in a)
+    criteria = {k: (v.status, v.value) for k, v in local.record.criteria.items()}
+    assert criteria == {k: (v.status, v.value) for k, v in ray_run.record.criteria.items()}
+    assert local.record.statistics == ray_run.record.statistics
+    params = [tracking.get_run(r.run_id).data.params for r in (local, ray_run)]
+    assert params[0]["config_hash"] == params[1]["config_hash"]
+    assert params[1]["config.execution.executor"] == "ray"
+    assert tracking.get_run(ray_run.run_id).data.metrics["execution/retries"] == 0
