@@ -25,10 +25,23 @@ from steering.models import LoadedModel
 
 
 def batches(rows: list[GenerationRow], lm: LoadedModel, size: int) -> list[list[GenerationRow]]:
-    """Rows sorted by prompt length so each batch carries little padding."""
+    """Rows sorted by prompt length so each batch carries little padding (then by key, so
+    a concept's rows stay together within a length). These batches are every executor's
+    work items: a row's text can depend on its batch's padding, never on the worker."""
     lengths = {r.prompt: len(lm.tokenizer(r.prompt)["input_ids"]) for r in rows}
     ordered = sorted(rows, key=lambda r: (lengths[r.prompt], r.key))
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def plan_order(generations: list[dict]) -> list[dict]:
+    """Generations in the order one uninterrupted local run writes them (split, prompt
+    length, key): a Ray run appends batches as they finish, and means and bootstrap
+    intervals should not depend on that order."""
+    split_rank = {"selection": 0, "report": 1}
+    return sorted(
+        generations,
+        key=lambda g: (split_rank.get(g.get("split", "report"), 2), g["n_prompt_tokens"], g["key"]),
+    )
 
 
 def generation_record(meta: dict, gen: Generation, nll: float | None, tps: float) -> dict:

@@ -27,7 +27,7 @@ from experiments.execution import Executor, make_executor
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
-from experiments.pipeline.generate import generate
+from experiments.pipeline.generate import generate, plan_order
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.publish import numeric_metrics, publish, start_parent
@@ -76,17 +76,6 @@ def expected_keys(
     if config.selection.mode == "heldout":
         keys |= {k for k, _ in planned_rows(config, graph, "selection")}
     return keys
-
-
-def plan_order(generations: list[dict]) -> list[dict]:
-    """Generations in the order one uninterrupted local run writes them (split, prompt
-    length, key): a Ray run appends batches as they finish, and means and bootstrap
-    intervals should not depend on that order."""
-    split_rank = {"selection": 0, "report": 1}
-    return sorted(
-        generations,
-        key=lambda g: (split_rank.get(g.get("split", "report"), 2), g["n_prompt_tokens"], g["key"]),
-    )
 
 
 def joined_records(run_dir: RunDir, scores: list[dict]) -> pd.DataFrame:
