@@ -186,8 +186,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
             parent_run_id=ctx.run_id,
             tags={"cell": cell_key, "phase": "5"},
         ) as child:
-            tracking.log_params(child, params)
-            tracking.log_metrics(child, metrics)
+            tracking.log_params_and_metrics(child, params, metrics)
             c.log_table(child, table, "generations.json")
         logged += 1
     return logged
