@@ -183,6 +183,31 @@ def logging_cost(args, tmp: Path) -> dict:
                 "seconds": times,
                 "ms_per_cell_median": 1000 * statistics.median(times) / n_cells,
             }
+        # The parent's cells.json alone (mode none) on a 100x grid: 3,000 cells.
+        import pandas as pd
+
+        copies = [records.assign(concept=records["concept"] + f"#{i}") for i in range(100)]
+        big = pd.concat(copies, ignore_index=True)
+        cfg = config.model_copy(deep=True)
+        cfg.tracking.child_runs = "none"
+        ctx = RunContext(
+            tracking.start_run(cfg.tracking.experiment, "cost none x100"),
+            cfg,
+            graph,
+            rec.model_id,
+            rec.layer,
+            rec.alpha,
+            rec.predictors,
+        )
+        began = time.perf_counter()
+        log_children(ctx, big)
+        seconds = time.perf_counter() - began
+        cells = big.groupby(["concept", "strength"]).ngroups
+        out["none_x100"] = {
+            "cells": cells,
+            "seconds": seconds,
+            "ms_per_cell": 1000 * seconds / cells,
+        }
         out["server"] = uri
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     return out
