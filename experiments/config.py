@@ -247,6 +247,28 @@ class TrackingConfig(_Strict):
     experiment: str = "phase5-semantic-steering"
     classifier_experiment: str = "phase4-classifiers"
     results_dir: str = "results/phase5"
+    child_runs: Literal["per_cell", "per_concept", "none"] = Field(
+        "per_cell",
+        description=(
+            "MLflow child runs: one per concept × strength (per_cell), one per concept "
+            "(per_concept) or none; per-cell results are always in the parent's cells.json"
+        ),
+    )
+
+
+class ExecutionConfig(_Strict):
+    """Where the generation stage runs; results do not depend on it (so not in the hash)."""
+
+    executor: Literal["local", "ray"] = Field(
+        "local", description="local: this process; ray: an actor pool (RAY_ADDRESS to join)"
+    )
+    workers: int = Field(2, ge=1, description="ray: actors, each loading the model once")
+    cpus_per_worker: float = Field(
+        1.0, gt=0, description="ray: CPUs reserved per actor (also its torch threads, at least 1)"
+    )
+    max_retries: int = Field(
+        2, ge=0, description="ray: re-runs of a batch whose worker died before it finished"
+    )
 
 
 class ExperimentConfig(_Strict):
@@ -279,6 +301,7 @@ class ExperimentConfig(_Strict):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
 
     @model_validator(mode="after")
     def _heldout_needs_prompts(self) -> ExperimentConfig:
@@ -291,8 +314,10 @@ class ExperimentConfig(_Strict):
         return self
 
     def config_hash(self) -> str:
-        """A short hash of the resolved config, to tell runs' settings apart at a glance."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """A short hash of the resolved config, to tell runs' settings apart at a glance.
+        ``execution`` is left out: a local and a Ray run of one config give the same numbers."""
+        blob = json.dumps(self.model_dump(mode="json", exclude={"execution"}), sort_keys=True)
+        blob = blob.encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def flat(self) -> dict[str, Any]:

@@ -194,9 +194,20 @@ def run(
         Path | None,
         typer.Option(help="with --resume: the results folder, if the run's own tag is stale"),
     ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(help="where rows are generated: local (default) or ray; also with --resume"),
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="ray: actors, one model each")] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="ray: join this cluster (default: $RAY_ADDRESS, else start one here)"),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
+    import os
+
     setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -205,6 +216,9 @@ def run(
     overrides = list(set_ or [])
     if max_new_tokens is not None:
         overrides.append(f"generation.max_new_tokens={max_new_tokens}")
+    execution = {k: v for k, v in (("executor", executor), ("workers", workers)) if v is not None}
+    if ray_address:
+        os.environ["RAY_ADDRESS"] = ray_address
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
     with Progress(
         "[progress.description]{task.description}",
@@ -230,6 +244,7 @@ def run(
             on_step=on_step,
             progress=lambda msg: progress.console.print(f"[dim]{msg}"),
             results_dir=results_dir,
+            execution=execution or None,
         )
     _print_result(result)
 

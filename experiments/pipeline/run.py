@@ -22,12 +22,13 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph, load_concepts
-from experiments.config import ExperimentConfig
+from experiments.config import ExecutionConfig, ExperimentConfig
+from experiments.execution import Executor, make_executor
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
-from experiments.pipeline.generate import generate
+from experiments.pipeline.generate import generate, plan_order
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.publish import numeric_metrics, publish, start_parent
@@ -80,7 +81,7 @@ def expected_keys(
 
 def joined_records(run_dir: RunDir, scores: list[dict]) -> pd.DataFrame:
     by_key = {s["key"]: s for s in scores}
-    return pd.DataFrame([{**g, **by_key[g["key"]]} for g in run_dir.read_generations()])
+    return pd.DataFrame([{**g, **by_key[g["key"]]} for g in plan_order(run_dir.read_generations())])
 
 
 def read_betas(run_dir: RunDir) -> dict[str, float] | None:
@@ -156,12 +157,15 @@ def select_strengths(
     timer: Timer,
     on_batch=None,
     on_step=None,
+    executor: Executor | None = None,
 ) -> tuple[dict[str, float], BatchStats]:
     """Held-out selection: generate the selection prompts over the β grid, score them and
     choose β per concept (saved to ``selection.json``, so a resume reuses the choice)."""
     plan = build_plan(config, graph, vectors, "selection")
-    stats = generate(config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step)
-    rows = [g for g in run_dir.read_generations() if g.get("split") == "selection"]
+    stats = generate(
+        config, plan, vectors, lm, run_dir, timer, on_batch, on_step, executor=executor
+    )
+    rows = [g for g in plan_order(run_dir.read_generations()) if g.get("split") == "selection"]
     with timer.time("embedding"):
         scores = score_all(scorer, rows)
     by_key = {s["key"]: s for s in scores}
@@ -179,8 +183,12 @@ def run_phase5(
     on_batch: Callable[[int, int], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     results_dir: str | Path | None = None,
+    execution: dict | None = None,
 ) -> Phase5Result:
-    """Run (or resume) the whole Part A grid and log it; returns the parent run's results."""
+    """Run (or resume) the whole Part A grid and log it; returns the parent run's results.
+
+    ``execution`` overrides ``config.execution`` fields (``{"executor": "ray"}``), also on
+    a resume: where the rows are generated does not change them."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir: RunDir | None = None
@@ -189,6 +197,13 @@ def run_phase5(
         config = run_dir.load_config()
     if config is None:
         raise RunError("run_phase5 needs a config or a run id to resume")
+    if execution:
+        merged = {**config.execution.model_dump(), **execution}
+        try:
+            chosen = ExecutionConfig.model_validate(merged)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise RunError(f"invalid execution settings {execution}: {exc}") from None
+        config = config.model_copy(update={"execution": chosen})
     with timer.time("model_load"):
         if lm is None:
             from steering.models import load_model
@@ -237,20 +252,21 @@ def run_phase5(
     run_dir.create()
     run_dir.write_config(config)
     run_dir.write_json(RunDir.CENTROIDS, scorer.texts())
+    executor = make_executor(config, lm)
     try:
         totals = BatchStats()
         betas = None
         if config.selection.mode == "heldout":
             say(f"run {ctx.run_id}: choosing β per concept on the selection prompts")
             betas, stats = select_strengths(
-                config, graph, vectors, lm, run_dir, scorer, timer, on_batch, on_step
+                config, graph, vectors, lm, run_dir, scorer, timer, on_batch, on_step, executor
             )
             totals.add(stats)
         plan = build_plan(config, graph, vectors, "report", betas)
         say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
-        totals.add(
-            generate(config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step)
-        )
+        totals.add(generate(config, plan, vectors, lm, run_dir, timer, on_batch, on_step, executor))
+        executor.close()
+        tracking.log_metrics(ctx.run_id, {"execution/retries": executor.retries})
         say("scoring, pairing and logging")
         result = score_and_publish(
             ctx, run_dir, scorer, timer, totals.tokens_per_second, totals.seconds
@@ -258,6 +274,8 @@ def run_phase5(
     except BaseException:
         tracking.end_run(ctx.run_id, "KILLED")
         raise
+    finally:
+        executor.close()
     tracking.end_run(ctx.run_id)
     return result
 
