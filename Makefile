@@ -15,11 +15,14 @@ ARGS ?=
 RUN ?= latest
 CSV ?=
 MLFLOW_TRACKING_URI ?= sqlite:///mlruns.db
+# `make mlflow-server`: the store it serves (never an http URI) and its port.
+MLFLOW_BACKEND ?= sqlite:///mlruns.db
+PORT ?= 5000
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup setup-judge run study calibrate test test-fast lint format classifiers concepts ui \
-        human-export rate human-import panel bench clean
+.PHONY: help setup setup-judge run study calibrate test test-fast lint format classifiers \
+        concepts ui mlflow-server human-export rate human-import panel bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -78,6 +81,10 @@ classifiers: setup ## Phase 4: train and evaluate the probes the config needs
 
 ui: setup ## MLflow UI on http://127.0.0.1:5000 against the same store; prints where the runs are
 	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port 5000
+
+mlflow-server: setup ## MLflow server on 127.0.0.1:$(PORT) (local store, proxied artefacts); then MLFLOW_TRACKING_URI=http://127.0.0.1:$(PORT)
+	$(VENV)/bin/mlflow server --backend-store-uri $(MLFLOW_BACKEND) \
+	  --artifacts-destination ./mlartifacts --host 127.0.0.1 --port $(PORT)
 
 human-export: setup ## Part B: blind rating CSV from a Phase 5 run (RUN=<run id>)
 	$(CLI) human export --run $(RUN) $(ARGS)

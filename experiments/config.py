@@ -21,7 +21,12 @@ from pydantic import (
     model_validator,
 )
 
+from steering.directions import direction_source_names
 from steering.probes import TrainSpec
+
+# Per-concept detection quality that criterion 3 correlates with steering magnitude.
+# (the same names as steering.probes.PREDICTORS; a test keeps the two in step).
+Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
 
 
 class ConfigError(ValueError):
@@ -40,7 +45,12 @@ class ConceptsConfig(_Strict):
 
 class ClassifierConfig(_Strict):
     train: str = "1x1x1"
-    eval_per_class: int = Field(20, ge=2)
+    eval_per_class: int = Field(
+        20,
+        ge=2,
+        description="held-out positives per split (validation and test); each split has as "
+        "many negatives, half negative concepts and half neutral texts",
+    )
     c: float = Field(1.0, gt=0, description="inverse L2 regularisation of the probe")
     dir: str = "results/classifiers"
     auto_train: bool = Field(
@@ -57,8 +67,20 @@ class ClassifierConfig(_Strict):
 class SteeringConfig(_Strict):
     mode: Literal["additive", "projection"] = "additive"
     beta: float = Field(0.2, gt=0, description="strength 1.0 adds beta × the median residual norm")
-    vector_source: Literal["classifier", "diffmean"] = "classifier"
+    vector_source: str = Field(
+        "classifier",
+        description="a registered direction source (steering/directions.py): classifier, "
+        "diffmean, classifier_deformat, ...",
+    )
     strengths: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0], min_length=2)
+
+    @field_validator("vector_source")
+    @classmethod
+    def _vector_source(cls, value: str) -> str:
+        names = direction_source_names()
+        if value not in names:
+            raise ValueError(f"unknown direction source {value!r}; use one of {names}")
+        return value
 
     @field_validator("strengths")
     @classmethod
@@ -123,7 +145,10 @@ class GateConfig(_Strict):
     """The coherence gate: a steered text that fails it counts as no effect."""
 
     perplexity_multiple: float = Field(
-        4.0, gt=1, description="fail above this multiple of the concept's s = 0 median perplexity"
+        20.0,
+        gt=1,
+        description="fail above this multiple of the concept's s = 0 median perplexity "
+        "(README: the β sweep puts coherent steering at 3-13x and collapse at 30x and more)",
     )
     effect_reference: float = Field(
         0.3, gt=0, description="a signed effect of this size scores 1 in the combined score"
@@ -165,6 +190,11 @@ class CriteriaConfig(_Strict):
     magnitude_min: float = Field(0.15, ge=0)
     magnitude_at: float = 1.0
     f1_r_min: float = Field(0.5, ge=-1, le=1)
+    predictor: Predictor = Field(
+        "f1_calibrated",
+        description="the classifier quality criterion 3 correlates with steering: F1 at a "
+        "validation-chosen threshold, F1 at the fitted decision (> 0), AUROC or AP",
+    )
     human_r_pass: float = Field(0.7, ge=-1, le=1)
     human_r_panel: float = Field(0.5, ge=-1, le=1)
     panel_alpha_min: float = Field(0.667, ge=-1, le=1)
@@ -222,6 +252,28 @@ class TrackingConfig(_Strict):
         description="one MLflow trace per generation with its scores as feedback (about "
         "0.1 s each on sqlite; false for grids of many thousands)",
     )
+    child_runs: Literal["per_cell", "per_concept", "none"] = Field(
+        "per_cell",
+        description=(
+            "MLflow child runs: one per concept × strength (per_cell), one per concept "
+            "(per_concept) or none; per-cell results are always in the parent's cells.json"
+        ),
+    )
+
+
+class ExecutionConfig(_Strict):
+    """Where the generation stage runs; results do not depend on it (so not in the hash)."""
+
+    executor: Literal["local", "ray"] = Field(
+        "local", description="local: this process; ray: an actor pool (RAY_ADDRESS to join)"
+    )
+    workers: int = Field(2, ge=1, description="ray: actors, each loading the model once")
+    cpus_per_worker: float = Field(
+        1.0, gt=0, description="ray: CPUs reserved per actor (also its torch threads, at least 1)"
+    )
+    max_retries: int = Field(
+        2, ge=0, description="ray: re-runs of a batch whose worker died before it finished"
+    )
 
 
 class ExperimentConfig(_Strict):
@@ -254,6 +306,7 @@ class ExperimentConfig(_Strict):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
 
     @model_validator(mode="after")
     def _heldout_needs_prompts(self) -> ExperimentConfig:
@@ -266,8 +319,10 @@ class ExperimentConfig(_Strict):
         return self
 
     def config_hash(self) -> str:
-        """A short hash of the resolved config, to tell runs' settings apart at a glance."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """A short hash of the resolved config, to tell runs' settings apart at a glance.
+        ``execution`` is left out: a local and a Ray run of one config give the same numbers."""
+        blob = json.dumps(self.model_dump(mode="json", exclude={"execution"}), sort_keys=True)
+        blob = blob.encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def flat(self) -> dict[str, Any]:

@@ -1,23 +1,33 @@
 """Templated texts for probes, centroids and generation: pure functions of a concept and a seed.
 
-Why partitioned pools: the original research evaluated its classifiers on texts re-drawn from the
-training templates, so its F1 partly measured template memorisation. Here every source of text
-is split once, by construction, not by chance:
+Why format-matched probe sets: the first release trained each probe on "What is X?"
+(positive), "What is Y?" (negative) and a declarative neutral sentence, so half of every
+probe weight was a question-versus-statement axis shared by all ten concepts (mean
+pairwise cosine +0.46, NOTES.md section 5), and steering with it made the model ask
+questions. Now every class (positive, negative, neutral) is rendered from one
+POS-agnostic template pool whose templates are tagged with a surface format (question,
+definition, statement, context). Per concept and split the templates form one seeded
+sequence in which the formats cycle, and the ``i``-th text of every class uses the
+``i``-th template: with equal class sizes all three classes have identical template
+multisets, otherwise each class uses a prefix of the same sequence. No surface form
+predicts the label, at 1×1×1 included (one template, shared by the three texts).
 
-* probe training texts use TRAIN templates, probe evaluation texts use EVAL templates (no
-  template in both);
+Why partitioned pools: the original research evaluated its classifiers on texts re-drawn from
+the training templates, so its F1 partly measured template memorisation. Here every source of
+text is split once, by construction, not by chance:
+
+* TRAIN, VALIDATION and TEST templates are disjoint, and each covers every format equally;
 * a concept's negatives are split by position (see :func:`split_negatives`): evaluation,
-  centroid and training negatives are different synsets;
-* neutral texts come from separate fixed sentences and separate halves of the graph's neutral
-  pool.
+  centroid and training negatives are different synsets, and the evaluation negatives are
+  halved into validation and test negatives;
+* neutral subjects come from the graph's neutral pool: its first half for training, its
+  second half halved into validation and test subjects.
 
-So training and evaluation never share a text, whatever the sizes or seeds (checked by
-:func:`assert_disjoint` and the tests).
-
-Negative probe texts reuse the positive templates of the same split (negative ``i`` gets the same
-template as positive ``i``), so that a probe can only separate the classes by the concept, not by
-the wording. With one example per class this gives the pilot's "What is X?" / "What is <distant
-concept>?" pair (NOTES.md section 4).
+So training, validation and test never share a text, whatever the sizes or seeds (checked by
+:func:`assert_disjoint` and the tests). The validation split only chooses a decision
+threshold; the test split is balanced (``n`` positives against ``n`` negatives made of
+negative-concept and neutral texts, half each) and its negative class uses exactly the
+positives' templates.
 
 The core centroid is built from definitional texts only and never contains a generation prompt:
 the original core centroid included "Tell me about X.", so outputs that merely echoed the prompt
@@ -38,7 +48,10 @@ from typing import Literal
 from experiments.concepts import Concept, ConceptGraph, NegativeConcept, concept_words, mentions
 
 Kind = Literal["positive", "negative", "neutral"]
+Split = Literal["train", "validation", "test"]
 LABELS: dict[str, int] = {"positive": 1, "negative": 0, "neutral": 0}
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+FORMATS: tuple[str, ...] = ("question", "definition", "statement", "context")
 
 GENERATION_PROMPTS: tuple[str, ...] = (
     "Tell me about {concept}.",
@@ -54,17 +67,18 @@ CENTROID_NEGATIVES = 10
 
 
 class PromptError(ValueError):
-    """Texts cannot be built as asked (too few templates, negatives or neutral sentences)."""
+    """Texts cannot be built as asked (too few templates, negatives or neutral subjects)."""
 
 
 @dataclass(frozen=True)
 class ProbeExample:
-    """One labelled probe text; ``source`` says split, kind, template and subject synset."""
+    """One labelled probe text; ``source`` says split, kind, format, template and subject."""
 
     text: str
     label: int
     kind: Kind
     source: str
+    format: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,121 +89,153 @@ class NegativeSplit:
     eval: list[NegativeConcept]
     centroid: list[NegativeConcept]
 
+    @property
+    def validation(self) -> list[NegativeConcept]:
+        """The first half of the evaluation negatives: they only choose a threshold."""
+        return self.eval[: len(self.eval) // 2]
+
+    @property
+    def test(self) -> list[NegativeConcept]:
+        """The second half of the evaluation negatives: the held-out test negatives."""
+        return self.eval[len(self.eval) // 2 :]
+
+
+@dataclass(frozen=True)
+class ProbeTemplate:
+    """A probe template with its split-local id and surface format."""
+
+    id: int
+    format: str
+    text: str
+
 
 # ---------------------------------------------------------------------------
-# Templates. Fields: name, Name, a_name, A_name (with article), lemma (any lemma), other_lemma
-# (a lemma other than the name), gloss, example, hypernym, a_hypernym, hyponym, a_hyponym.
-# A template whose fields a subject lacks (no example, no hypernym...) is skipped for it.
+# Probe templates. Fields every subject has, whatever its part of speech: name, Name,
+# lemma (the name when the subject has no lemmas) and gloss. Every template names the
+# subject (name, Name or lemma), so a positive text always mentions its concept.
+# No template word may be a concept word of the committed graph (checked by the tests).
 # ---------------------------------------------------------------------------
 
-TRAIN_TEMPLATES: dict[str, tuple[str, ...]] = {
-    "n": (
-        "What is {name}?",  # must stay first: the pilot's 1x1x1 positive
-        "What is {a_name}?",
-        "Explain what {a_name} is.",
-        'What does the word "{lemma}" mean?',
-        "Describe {a_name} in one sentence.",
-        "Give a definition of {name}.",
-        "What is meant by {lemma}?",
-        "Can you explain {name} to me?",
-        "{A_name} is {gloss}.",
-        "I would like to know more about {name}.",
-        "Which word names {gloss}? {Name}.",
-        "Question: what kind of thing is {a_name}?",
-    ),
-    "v": (
-        "What is {name}?",
-        "What does it mean to {name}?",
-        'Explain the verb "{lemma}".',
-        'What does the word "{lemma}" mean?',
-        "Describe what it is to {name}.",
-        "Give a definition of the verb {name}.",
-        "What is meant by {lemma}?",
-        "Can you explain {name} to me?",
-        "To {name} is to {gloss}.",
-        "I would like to know more about {name}.",
-        "Which verb means to {gloss}? {Name}.",
-        "Question: how would you use the verb {lemma}?",
-    ),
+PROBE_TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
+    "train": {
+        "question": (
+            "What is {name}?",
+            'What does the word "{lemma}" mean?',
+            "Can you explain {name} to me?",
+            "What is meant by {lemma}?",
+        ),
+        "definition": (
+            "{Name}: {gloss}.",
+            "Definition of {name}: {gloss}.",
+            'The word "{lemma}" means {gloss}.',
+            "{Name} (dictionary sense): {gloss}.",
+        ),
+        "statement": (
+            "I would like to know more about {name}.",
+            "The newspaper printed a short piece on {name}.",
+            "A note about {name} was left on the desk.",
+            "She wrote a long essay about {name}.",
+        ),
+        "context": (
+            "Topic: {name}.",
+            "Index entry: {name}, page 12.",
+            "Chapter three: {Name}.",
+            "Tags: {lemma}, reference, notes.",
+        ),
+    },
+    "validation": {
+        "question": (
+            "How would you define {name}?",
+            "Could you tell me what {lemma} means?",
+            "Why do people talk about {name}?",
+            "What do you know about {name}?",
+            "Is there a simple way to describe {name}?",
+            'Where does the word "{lemma}" come from?',
+        ),
+        "definition": (
+            "In the dictionary, {name} is defined as: {gloss}.",
+            'Meaning of "{lemma}": {gloss}.',
+            "Glossary. {Name}: {gloss}.",
+            'The term "{name}" refers to {gloss}.',
+            "{Name} - {gloss}.",
+            'Sense one of "{lemma}": {gloss}.',
+        ),
+        "statement": (
+            "Our teacher spent the whole lesson on {name}.",
+            "Everyone at the table had something to say about {name}.",
+            "The documentary was entirely about {name}.",
+            "He looked up {name} in an old reference book.",
+            "The lecture covered {name} in detail.",
+            "We had a long conversation about {name} last night.",
+        ),
+        "context": (
+            "Subject: {name}",
+            "See also: {name}.",
+            "Section 4.2: {Name}",
+            "Caption: {name}, photographed last spring.",
+            "Related entry: {lemma}.",
+            "Quiz round two: {name}.",
+        ),
+    },
+    "test": {
+        "question": (
+            'What exactly is meant by the term "{name}"?',
+            "Do you know what {lemma} means?",
+            "How would a dictionary describe {name}?",
+            "Could you give me an example of {name}?",
+            'What comes to mind when you hear "{lemma}"?',
+            "Have you ever read about {name}?",
+        ),
+        "definition": (
+            'When people say "{lemma}", they mean {gloss}.',
+            "A short definition of {name}: {gloss}.",
+            'Lexicon entry "{name}": {gloss}.',
+            'In simple terms, "{name}" means {gloss}.',
+            "Dictionary: {lemma}. Meaning: {gloss}.",
+            "My notes define {name} as {gloss}.",
+        ),
+        "statement": (
+            "The museum opened a new exhibit on {name}.",
+            "There is a chapter on {name} in this book.",
+            "The article explained {name} clearly.",
+            "The children were curious about {name}.",
+            "The radio show discussed {name} this morning.",
+            "She has been reading about {name} all week.",
+        ),
+        "context": (
+            "Heading: {Name}",
+            "Filed under: {name}.",
+            "Item 7 on the list: {name}.",
+            "Label on the folder: {lemma}.",
+            "Next slide: {Name}.",
+            "Bookmark: {name} (reference).",
+        ),
+    },
 }
 
-EVAL_TEMPLATES: dict[str, tuple[str, ...]] = {
-    "n": (
-        "In the dictionary, {name} is defined as {gloss}.",
-        "I read somewhere that {a_name} is {gloss}.",
-        'The word "{lemma}" refers to {gloss}.',
-        "Here is a fact: {a_name} is {gloss}.",
-        "Our teacher spent the whole lesson on {name}.",
-        "She wrote a long essay about {name}.",
-        "Everyone at the table had something to say about {name}.",
-        "The encyclopedia entry on {name} runs for several pages.",
-        'When people say "{lemma}", they mean {gloss}.',
-        "In simple terms, {a_name} is {gloss}.",
-        "The museum opened a new exhibit on {name}.",
-        "He looked up {name} in an old reference book.",
-        "My notes on {name} say: {gloss}.",
-        "The documentary was entirely about {name}.",
-        "Think of {a_name}, which is {gloss}.",
-        "A short summary of {name}: {gloss}.",
-        "The lecture covered {name} in detail.",
-        "We had a long conversation about {name} last night.",
-        "{Name} was the topic of the first chapter.",
-        "The children asked many questions about {name}.",
-        "There is a chapter on {name} in this book.",
-        "You can learn a lot by studying {name}.",
-        "The article explained {name} clearly.",
-        "Few topics are as interesting as {name}.",
-        "Another word for {name} is {other_lemma}.",
-        'As in the sentence: "{example}".',
-        "{A_name} is a kind of {hypernym}.",
-        "One example of {a_name} is {a_hyponym}.",
-    ),
-    "v": (
-        "In the dictionary, to {name} is defined as to {gloss}.",
-        "I read somewhere that to {name} means to {gloss}.",
-        'The verb "{lemma}" means to {gloss}.',
-        "Here is a fact: to {name} is to {gloss}.",
-        "Our teacher spent the whole lesson on the verb {name}.",
-        "She wrote a long essay about what it means to {name}.",
-        "Everyone at the table had a story about having to {name}.",
-        "The encyclopedia explains what it means to {name}.",
-        'When people say "{lemma}", they mean to {gloss}.',
-        "In simple terms, to {name} is to {gloss}.",
-        "They decided it was time to {name}.",
-        "He looked up the verb {name} in an old reference book.",
-        "My notes on the verb {name} say: {gloss}.",
-        "The documentary showed how to {name}.",
-        "Sometimes you simply have to {name}.",
-        "A short summary of {name}: to {gloss}.",
-        "The lecture covered the verb {name} in detail.",
-        "We talked for hours about how to {name}.",
-        "Learning to {name} was the topic of the first chapter.",
-        "The children asked why anyone would {name}.",
-        "There is a chapter on how to {name} in this book.",
-        "You can learn a lot by watching others {name}.",
-        "The article explained when to {name}.",
-        "It is not always easy to {name}.",
-        "Another way to say {name} is {other_lemma}.",
-        'As in the sentence: "{example}".',
-        "To {name} is a way to {hypernym}.",
-        "One way to {name} is to {hyponym}.",
-    ),
+# The format axis: each TRAIN question template against a declarative rewrite of it with
+# the same words, both filled with neutral-pool subjects. It measures whether a direction
+# carries the question form of the very templates probes train on, with wording and
+# length held nearly fixed. Why not other definitions (measured at layer 9 of the
+# embedded model, mean |cos| of the first release's ten 1x1x1 probes vs a "floor", the
+# mean |cos| of x_a - (x_b + x_c)/2 for three neutral texts of one template):
+# * all TRAIN question templates minus all TRAIN statement templates: 0.56 vs floor 0.26,
+#   since the two pools differ in length and wording, which any two texts differ in too;
+# * generic minimal pairs ("Is it X?" / "It is X.", ...): 0.07 vs floor 0.16, an
+#   interrogative-syntax direction that the first release's probes did not carry;
+# * these rewrites: 0.33 vs floor 0.07.
+FORMAT_AXIS_REWRITES: dict[str, str] = {
+    "What is {name}?": "This is {name}.",
+    'What does the word "{lemma}" mean?': 'The word "{lemma}" means something.',
+    "Can you explain {name} to me?": "You can explain {name} to me.",
+    "What is meant by {lemma}?": "Something is meant by {lemma}.",
 }
 
-# Fixed, concept-free neutral sentences (no people, no animals or plants, no change verbs).
-TRAIN_NEUTRAL_SENTENCES: tuple[str, ...] = (
-    "The weather was mild and the streets were quiet.",
-    "The train arrived ten minutes late this morning.",
-    "The library closes at six on Sundays.",
-    "A cup of tea was cooling on the kitchen table.",
-    "The meeting room on the third floor has a broken projector.",
-    "Rain is expected for most of the weekend.",
-    "The road to the coast was closed for repairs.",
-    "The recipe calls for two eggs and a spoonful of sugar.",
-    "The clock in the hallway runs a little fast.",
-    "Entry to the gallery is free on the first Monday of the month.",
-)
-EVAL_NEUTRAL_SENTENCES: tuple[str, ...] = (
+# Concept-free neutral sentences and templates for the steering scale α only (Phase 5
+# measures the median residual norm on them); no probe set uses them. They are the first
+# release's evaluation neutrals, kept so that α, and with it every steering strength, is
+# unchanged by the format-matched probe sets.
+SCALE_NEUTRAL_SENTENCES: tuple[str, ...] = (
     "The bus stop on the corner was moved last year.",
     "A light breeze came in through the open window.",
     "The bakery sells out of bread by noon.",
@@ -211,15 +257,17 @@ EVAL_NEUTRAL_SENTENCES: tuple[str, ...] = (
     "The tickets went on sale at nine in the morning.",
     "The gate at the end of the lane squeaks in the wind.",
 )
-# Sentences about a neutral-pool item (a noun far from every concept of the graph).
-TRAIN_NEUTRAL_TEMPLATES: tuple[str, ...] = (
-    "A note about {name} was left on the desk.",
-    "The newspaper printed a short piece on {name}.",
-)
-EVAL_NEUTRAL_TEMPLATES: tuple[str, ...] = (
+SCALE_NEUTRAL_TEMPLATES: tuple[str, ...] = (
     "A link about {name} arrived in the inbox this morning.",
     "There was a quiz question about {name} on the radio.",
 )
+SCALE_TEXTS_PER_CONCEPT = 20
+
+# ---------------------------------------------------------------------------
+# Centroid templates. Fields: name, Name, a_name, A_name (with article), lemma (any lemma),
+# other_lemma (a lemma other than the name), gloss, example, hypernym, a_hypernym, hyponym,
+# a_hyponym. A template whose fields a subject lacks (no example...) is skipped for it.
+# ---------------------------------------------------------------------------
 
 CORE_TEMPLATES: dict[str, tuple[str, ...]] = {
     "n": (
@@ -386,10 +434,6 @@ def _concept_fields(concept: Concept, rng: random.Random) -> dict[str, str]:
     )
 
 
-def _negative_fields(negative: NegativeConcept, rng: random.Random) -> dict[str, str]:
-    return _subject_fields(negative.name, negative.lemmas, negative.gloss, rng)
-
-
 def _pos_key(concept: Concept) -> str:
     return "v" if concept.pos == "v" else "n"
 
@@ -406,6 +450,7 @@ def split_negatives(concept: Concept) -> NegativeSplit:
     centroid the next 10 and probe training the rest (10 with 40). With fewer, evaluation gets
     half (at most 20), the centroid a quarter (at most 10) and training the rest; a group that
     would be empty borrows the training group's negatives (centroid) or raises (train, eval).
+    The evaluation negatives are halved into validation and test negatives (properties).
     """
     negatives = list(concept.negatives)
     total = len(negatives)
@@ -431,137 +476,131 @@ def _neutral_halves(graph: ConceptGraph | None) -> tuple[list, list]:
     return pool[:half], pool[half:]
 
 
+def _neutral_pool(graph: ConceptGraph | None, split: str) -> list:
+    """The neutral subjects of a split: the training half, or a half of the evaluation half."""
+    train, held = _neutral_halves(graph)
+    if split == "train":
+        return train
+    half = len(held) // 2
+    return held[:half] if split == "validation" else held[half:]
+
+
 # ---------------------------------------------------------------------------
 # Probe sets
 # ---------------------------------------------------------------------------
 
-
-def _fill(
-    n: int,
-    subjects: Sequence[str],
-    templates: Sequence[tuple[int, str]],
-    make_fields: Callable[[int], dict[str, str]],
-    split: str,
-    kind: Kind,
-) -> list[ProbeExample]:
-    """``n`` distinct texts: text ``i`` is about subject ``i mod S`` and uses template ``i mod T``.
-
-    When that template needs a field the subject lacks (an example, a hypernym) or gives a text
-    already made, the next templates are tried, so every subject gets its turn.
-    ``make_fields(subject_index)`` draws fresh fields (e.g. another lemma) on each call.
-    """
-    out: list[ProbeExample] = []
-    seen: set[str] = set()
-    if n <= 0:
-        return out
-    if not subjects or not templates:
-        raise PromptError(f"no {split} {kind} subjects or templates to build texts from")
-    n_templates = len(templates)
-    for i in range(2 * max(n, len(subjects)) * n_templates):
-        subject = i % len(subjects)
-        for step in range(n_templates):
-            template_id, template = templates[(i + step) % n_templates]
-            text = _render(template, make_fields(subject))
-            if text is not None and text not in seen:
-                seen.add(text)
-                source = f"{split}:{kind}:t{template_id:02d}:{subjects[subject]}"
-                out.append(ProbeExample(text=text, label=LABELS[kind], kind=kind, source=source))
-                break
-        if len(out) == n:
-            return out
-    raise PromptError(
-        f"could build only {len(out)} of {n} distinct {split} {kind} texts; "
-        f"ask for fewer (the {split} template pool has {n_templates} templates)"
-    )
+Subject = tuple[str, Callable[[], dict[str, str]]]  # (synset id, fresh template fields)
 
 
-def _template_order(
-    pos: str, pool: dict[str, tuple[str, ...]], rng: random.Random, fixed_first: bool
-) -> list[tuple[int, str]]:
-    """(index, template) pairs in seeded order; the training pool keeps "What is {name}?" first."""
-    indexed = list(enumerate(pool[pos]))
-    head, rest = (indexed[:1], indexed[1:]) if fixed_first else ([], indexed)
-    rng.shuffle(rest)
-    return head + rest
-
-
-def _neutral_texts(
-    concept: Concept,
-    graph: ConceptGraph | None,
-    n: int,
-    split: str,
-    seed: int,
-) -> list[ProbeExample]:
-    sentences = TRAIN_NEUTRAL_SENTENCES if split == "train" else EVAL_NEUTRAL_SENTENCES
-    templates = TRAIN_NEUTRAL_TEMPLATES if split == "train" else EVAL_NEUTRAL_TEMPLATES
-    train_pool, eval_pool = _neutral_halves(graph)
-    pool = train_pool if split == "train" else eval_pool
-    candidates: list[tuple[str, str]] = [
-        (f"{split}:neutral:fixed{i:02d}", text) for i, text in enumerate(sentences)
-    ]
-    candidates += [
-        (
-            f"{split}:neutral:pool:{item.synset}",
-            templates[i % len(templates)].format(name=item.name),
-        )
-        for i, item in enumerate(pool)
-    ]
-    rng = _rng(seed, "neutral", split, concept.synset)
-    rng.shuffle(candidates)
-    avoid = concept_words(concept.lemmas)
-    out = [
-        ProbeExample(text=text, label=LABELS["neutral"], kind="neutral", source=source)
-        for source, text in candidates
-        if not mentions(text, avoid)
-    ][:n]
-    if len(out) < n:
-        raise PromptError(
-            f"only {len(out)} {split} neutral texts are available for {concept.synset}, "
-            f"{n} asked; the graph's neutral pool has {len(graph.neutral_pool) if graph else 0}"
-        )
+def probe_templates(split: str) -> list[ProbeTemplate]:
+    """A split's templates with ids (position in the split's table, formats in FORMATS order)."""
+    if split not in SPLITS:
+        raise PromptError(f"unknown probe split {split!r}; use one of {SPLITS}")
+    out: list[ProbeTemplate] = []
+    for fmt in FORMATS:
+        for text in PROBE_TEMPLATES[split][fmt]:
+            out.append(ProbeTemplate(len(out), fmt, text))
     return out
 
 
-def _probe_set(
-    concept: Concept,
-    graph: ConceptGraph | None,
+def template_sequence(split: str, seed: int, key: str) -> list[ProbeTemplate]:
+    """The seeded template order for one concept and split: formats cycle in a seeded order.
+
+    Round ``r`` takes the ``r``-th (seeded) template of each format in the seeded format
+    order, so any prefix whose length is a multiple of four holds every format equally
+    often and a shorter prefix differs from equal by at most one per format.
+    """
+    rng = _rng(seed, "templates", split, key)
+    formats = list(FORMATS)
+    rng.shuffle(formats)
+    pools: dict[str, list[ProbeTemplate]] = {f: [] for f in formats}
+    for template in probe_templates(split):
+        pools[template.format].append(template)
+    for fmt in formats:
+        rng.shuffle(pools[fmt])
+    rounds = min(len(items) for items in pools.values())
+    return [pools[fmt][r] for r in range(rounds) for fmt in formats]
+
+
+def _plain_fields(name: str, lemma: str, gloss: str) -> dict[str, str]:
+    return {"name": name, "Name": _cap(name), "lemma": lemma, "gloss": _strip_end(gloss)}
+
+
+def _render_kind(
+    kind: Kind,
     split: str,
-    n_pos: int,
-    n_neg: int,
-    n_neutral: int,
-    seed: int,
+    sequence: Sequence[ProbeTemplate],
+    start: int,
+    n: int,
+    subjects: Sequence[Subject],
 ) -> list[ProbeExample]:
-    for label, value in (("n_pos", n_pos), ("n_neg", n_neg), ("n_neutral", n_neutral)):
+    """Texts ``start .. start+n-1`` of ``sequence``: text ``i`` is about subject ``i mod S``."""
+    if n <= 0:
+        return []
+    if start + n > len(sequence):
+        raise PromptError(
+            f"{n} {split} {kind} texts asked, but the {split} template pool has "
+            f"{len(sequence)} templates; ask for at most {len(sequence) - start}"
+        )
+    if not subjects:
+        raise PromptError(f"no {split} {kind} subjects to build texts from")
+    out = []
+    for i in range(n):
+        template = sequence[start + i]
+        synset, make_fields = subjects[i % len(subjects)]
+        source = f"{split}:{kind}:{template.format}:t{template.id:02d}:{synset}"
+        text = template.text.format_map(make_fields())
+        out.append(ProbeExample(text, LABELS[kind], kind, source, template.format))
+    return out
+
+
+def _positive_subjects(concept: Concept, split: str, seed: int) -> list[Subject]:
+    rng = _rng(seed, "fields", split, concept.synset)
+
+    def fields() -> dict[str, str]:
+        lemma = rng.choice(list(concept.lemmas)) if concept.lemmas else concept.name
+        return _plain_fields(concept.name, lemma, concept.gloss)
+
+    return [(concept.synset, fields)]
+
+
+def _negative_subjects(concept: Concept, split: str, seed: int) -> list[Subject]:
+    groups = split_negatives(concept)
+    negatives = list(getattr(groups, split))
+    _rng(seed, "negatives", split, concept.synset).shuffle(negatives)
+    rng = _rng(seed, "negative-fields", split, concept.synset)
+
+    def maker(negative: NegativeConcept) -> Callable[[], dict[str, str]]:
+        def fields() -> dict[str, str]:
+            lemmas = list(negative.lemmas) or [negative.name]
+            return _plain_fields(negative.name, rng.choice(lemmas), negative.gloss)
+
+        return fields
+
+    return [(negative.synset, maker(negative)) for negative in negatives]
+
+
+def _neutral_subjects(
+    concept: Concept, graph: ConceptGraph | None, split: str, seed: int
+) -> list[Subject]:
+    """Neutral-pool nouns whose name and gloss do not mention the concept, seeded order."""
+    avoid = concept_words(concept.lemmas)
+    items = [
+        item
+        for item in _neutral_pool(graph, split)
+        if not mentions(f"{item.name} {item.gloss}", avoid)
+    ]
+    _rng(seed, "neutral", split, concept.synset).shuffle(items)
+    return [
+        (item.synset, lambda item=item: _plain_fields(item.name, item.name, item.gloss))
+        for item in items
+    ]
+
+
+def _check_sizes(**sizes: int) -> None:
+    for label, value in sizes.items():
         if value < 0:
             raise PromptError(f"{label} must be >= 0, got {value}")
-    pos = _pos_key(concept)
-    pool = TRAIN_TEMPLATES if split == "train" else EVAL_TEMPLATES
-    order = _template_order(
-        pos, pool, _rng(seed, "templates", split, concept.synset), fixed_first=split == "train"
-    )
-    field_rng = _rng(seed, "fields", split, concept.synset)
-    positives = _fill(
-        n_pos,
-        [concept.synset],
-        order,
-        lambda _i: _concept_fields(concept, field_rng),
-        split,
-        "positive",
-    )
-    negatives_all = split_negatives(concept)
-    negatives = list(negatives_all.train if split == "train" else negatives_all.eval)
-    _rng(seed, "negatives", split, concept.synset).shuffle(negatives)
-    negative_rng = _rng(seed, "negative-fields", split, concept.synset)
-    negative_examples = _fill(
-        n_neg,
-        [neg.synset for neg in negatives],
-        order,
-        lambda i: _negative_fields(negatives[i], negative_rng),
-        split,
-        "negative",
-    )
-    neutral = _neutral_texts(concept, graph, n_neutral, split, seed)
-    return positives + negative_examples + neutral
 
 
 def probe_training_set(
@@ -572,13 +611,32 @@ def probe_training_set(
     n_neutral: int = 1,
     seed: int = 0,
 ) -> list[ProbeExample]:
-    """Probe training texts: positives, then negatives, then neutrals.
+    """Format-matched probe training texts: positives, then negatives, then neutrals.
 
-    The first positive is always "What is {name}?" and the first negative uses the same
-    template on a training negative; the other templates, the negatives and the neutral texts
-    are ordered by ``seed``. Labels: positive 1, negative and neutral 0.
+    The ``i``-th text of every class uses the ``i``-th template of the concept's seeded
+    TRAIN sequence (:func:`template_sequence`), so at PxNxU with equal sizes the three
+    classes have the same template multiset (at 1×1×1: one template, three subjects).
+    Negatives are the concept's training negatives, neutrals the training half of the
+    graph's neutral pool, both in seeded order. Labels: positive 1, negative and neutral 0.
     """
-    return _probe_set(concept, graph, "train", n_pos, n_neg, n_neutral, seed)
+    _check_sizes(n_pos=n_pos, n_neg=n_neg, n_neutral=n_neutral)
+    sequence = template_sequence("train", seed, concept.synset)
+    return (
+        _render_kind(
+            "positive", "train", sequence, 0, n_pos, _positive_subjects(concept, "train", seed)
+        )
+        + _render_kind(
+            "negative", "train", sequence, 0, n_neg, _negative_subjects(concept, "train", seed)
+        )
+        + _render_kind(
+            "neutral",
+            "train",
+            sequence,
+            0,
+            n_neutral,
+            _neutral_subjects(concept, graph, "train", seed) if n_neutral else [],
+        )
+    )
 
 
 def probe_eval_set(
@@ -586,13 +644,90 @@ def probe_eval_set(
     graph: ConceptGraph | None,
     n_per_class: int = 20,
     seed: int = 0,
+    split: str = "test",
 ) -> list[ProbeExample]:
-    """Held-out probe texts (``n_per_class`` of each kind) from EVAL templates only.
+    """A balanced held-out set: ``n_per_class`` positives and as many negatives.
 
-    Negatives are the concept's evaluation negatives (never used in training), neutrals come
-    from the evaluation neutral sentences and the evaluation half of the neutral pool.
+    ``split`` is "test" (the held-out metrics) or "validation" (only for choosing a
+    decision threshold); the two use disjoint templates, negatives and neutral subjects.
+    The negative class is ``ceil(n/2)`` negative-concept texts on templates ``0..`` of the
+    sequence and ``floor(n/2)`` neutral texts on the templates after them, so positives and
+    negatives have exactly the same template multiset.
     """
-    return _probe_set(concept, graph, "eval", n_per_class, n_per_class, n_per_class, seed)
+    if split not in ("validation", "test"):
+        raise PromptError(f"evaluation split must be 'validation' or 'test', got {split!r}")
+    _check_sizes(n_per_class=n_per_class)
+    sequence = template_sequence(split, seed, concept.synset)
+    n_negative = (n_per_class + 1) // 2
+    n_neutral = n_per_class - n_negative
+    negatives = _negative_subjects(concept, split, seed)
+    if n_negative and not negatives:
+        raise PromptError(
+            f"{concept.synset} has no {split} negatives (its {len(concept.negatives)} "
+            "negatives leave fewer than 2 for evaluation); build the graph with the default "
+            "n_negatives=40"
+        )
+    return (
+        _render_kind(
+            "positive", split, sequence, 0, n_per_class, _positive_subjects(concept, split, seed)
+        )
+        + _render_kind("negative", split, sequence, 0, n_negative, negatives)
+        + _render_kind(
+            "neutral",
+            split,
+            sequence,
+            n_negative,
+            n_neutral,
+            _neutral_subjects(concept, graph, split, seed) if n_neutral else [],
+        )
+    )
+
+
+def format_axis_texts(graph: ConceptGraph | None) -> tuple[list[str], list[str]]:
+    """Paired (questions, statements) about the training half of the neutral pool.
+
+    Every training-half subject is rendered with each TRAIN question template and with its
+    declarative rewrite (FORMAT_AXIS_REWRITES), template-major: text ``t * S + i`` is
+    template ``t`` on subject ``i``. The mean difference of their activations is the
+    "format axis" that the diagnostics and the ``classifier_deformat`` source use; the
+    subjects are concept-free and the two sides share their words, so it is the form.
+    """
+    pool, _ = _neutral_halves(graph)
+    if not pool:
+        raise PromptError("the concept graph has no neutral pool to build the format axis from")
+    questions, statements = [], []
+    for question, statement in FORMAT_AXIS_REWRITES.items():
+        for item in pool:
+            fields = _plain_fields(item.name, item.name, item.gloss)
+            questions.append(question.format_map(fields))
+            statements.append(statement.format_map(fields))
+    return questions, statements
+
+
+def scale_neutral_texts(graph: ConceptGraph | None, seed: int) -> list[str]:
+    """The neutral texts the steering scale α is measured on (sorted, unique).
+
+    Per concept: the fixed scale sentences plus the evaluation half of the neutral pool in
+    the scale templates, minus texts that mention the concept, seeded order, the first 20;
+    the union over concepts. This is the first release's evaluation-neutral set, so α does
+    not move with the probe sets.
+    """
+    _, pool = _neutral_halves(graph)
+    texts: set[str] = set()
+    for concept in graph.concepts if graph is not None else []:
+        candidates = [(f"fixed{i:02d}", t) for i, t in enumerate(SCALE_NEUTRAL_SENTENCES)]
+        candidates += [
+            (
+                item.synset,
+                SCALE_NEUTRAL_TEMPLATES[i % len(SCALE_NEUTRAL_TEMPLATES)].format(name=item.name),
+            )
+            for i, item in enumerate(pool)
+        ]
+        _rng(seed, "neutral", "eval", concept.synset).shuffle(candidates)
+        avoid = concept_words(concept.lemmas)
+        kept = [text for _, text in candidates if not mentions(text, avoid)]
+        texts.update(kept[:SCALE_TEXTS_PER_CONCEPT])
+    return sorted(texts)
 
 
 def assert_disjoint(train: Sequence[ProbeExample], eval: Sequence[ProbeExample]) -> None:

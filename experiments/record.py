@@ -9,6 +9,7 @@ with a message instead of being half-read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,7 +18,10 @@ from experiments.config import ExperimentConfig
 from metrics.criteria import CriterionResult
 
 RECORD_FORMAT = "steer-eval/phase5-run"
-RECORD_VERSION = 2  # 1 was the untyped steering_results.json of the first release
+# 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
+# f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics.
+RECORD_VERSION = 3
+MIGRATABLE = (2,)  # versions a rescore can read and rewrite at RECORD_VERSION
 
 
 class RecordError(ValueError):
@@ -61,7 +65,9 @@ class RunRecord(BaseModel):
     classifier_run_id: str | None = None
     classifier_dir: str | None = None
     predictors: dict[str, dict[str, float | None]] = Field(
-        default_factory=dict, description="per concept: the classifier's held-out metrics"
+        default_factory=dict,
+        description="per concept: the classifier's held-out metrics (auroc, ap, f1_raw, "
+        "f1_calibrated, ...)",
     )
     per_strength: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     per_concept: dict[str, dict[str, float | None]] = Field(default_factory=dict)
@@ -69,13 +75,20 @@ class RunRecord(BaseModel):
     statistics: dict[str, dict] = Field(
         default_factory=dict, description="correlations and other figures behind criteria"
     )
-    diagnostics: dict[str, object] = Field(default_factory=dict)
+    diagnostics: dict[str, object] = Field(
+        default_factory=dict,
+        description="'directions': cosine matrix of the steering directions, their cosines "
+        "with the format axis and each probe's cosine with its diffmean",
+    )
     n_generations: int = 0
     timings: dict[str, float] = Field(default_factory=dict)
     tokens_per_second: float = 0.0
 
     @classmethod
-    def parse(cls, text: str, source: str = "run record") -> RunRecord:
+    def parse(cls, text: str, source: str = "run record", migrate: bool = False) -> RunRecord:
+        """Read a record of this version; with ``migrate`` (rescore) also the typed
+        version 2, whose fields are a subset read the same way (its predictors may carry
+        a bare ``f1``, which :meth:`predictor` maps to ``f1_raw``)."""
         import json
 
         try:
@@ -87,6 +100,8 @@ class RunRecord(BaseModel):
                 f"{source} is not a {RECORD_FORMAT} record (a run from an older release?); "
                 f"rescore it with `steer-eval rescore <run id>`"
             )
+        if migrate and data.get("version") in MIGRATABLE:
+            data["version"] = RECORD_VERSION
         if data.get("version") != RECORD_VERSION:
             raise RecordError(
                 f"{source} is record version {data.get('version')}, this release reads "
@@ -104,6 +119,25 @@ class RunRecord(BaseModel):
     def set_criterion(self, result: CriterionResult) -> None:
         self.criteria[result.key] = CriterionRecord.of(result)
 
-    def f1(self) -> dict[str, float]:
-        """The per-concept predictor the seed's criterion 3 uses (held-out F1)."""
-        return {k: float(v["f1"]) for k, v in self.predictors.items() if v.get("f1") is not None}
+    def predictor(self, name: str | None = None) -> dict[str, float]:
+        """Per-concept classifier quality that criterion 3 correlates with steering:
+        ``name`` or the run's ``criteria.predictor`` (F1 at a calibrated threshold)."""
+        return predictor_values(self.predictors, name or self.config.criteria.predictor)
+
+
+def predictor_values(
+    predictors: Mapping[str, Mapping[str, float | None]], name: str
+) -> dict[str, float]:
+    """One predictor's value per concept, leaving out concepts that lack it.
+
+    Records written before the predictors were split hold only ``f1`` (at decision > 0),
+    which is what ``f1_raw`` now names, so ``f1_raw`` falls back to it.
+    """
+    out = {}
+    for concept, values in predictors.items():
+        value = values.get(name)
+        if value is None and name == "f1_raw":
+            value = values.get("f1")
+        if value is not None:
+            out[concept] = float(value)
+    return out

@@ -174,7 +174,7 @@ class RunDir:
         atomic_write_text(path, record.model_dump_json(indent=1))
         return path
 
-    def read_record(self) -> RunRecord:
+    def read_record(self, migrate: bool = False) -> RunRecord:
         from experiments.record import RunRecord
 
         path = self.file(self.RECORD)
@@ -182,7 +182,7 @@ class RunDir:
             raise RunDirError(
                 f"run {self.run_id} has no {self.RECORD} under {self.path}; is it a finished run?"
             )
-        return RunRecord.parse(path.read_text(encoding="utf-8"), source=str(path))
+        return RunRecord.parse(path.read_text(encoding="utf-8"), str(path), migrate=migrate)
 
     def write_json(self, name: str, data: object) -> Path:
         path = self.file(name)

@@ -133,9 +133,11 @@ def f1_criterion(
     f1_by_concept: Mapping[str, float],
     magnitude_by_concept: Mapping[str, float],
     min_r: float = 0.5,
+    predictor: str = "F1",
 ) -> CriterionResult:
-    """C3: Pearson r between classifier F1 and mean steering magnitude across concepts."""
-    description = f"Classifier F1 predicts steering magnitude (Pearson r > {min_r:g})"
+    """C3: Pearson r between the classifier's predictor (the seed's F1 by default) and
+    mean steering magnitude across concepts."""
+    description = f"Classifier {predictor} predicts steering magnitude (Pearson r > {min_r:g})"
     concepts = sorted(set(f1_by_concept) & set(magnitude_by_concept))
     dropped = sorted(set(f1_by_concept) ^ set(magnitude_by_concept))
     note = f"; concepts without both values skipped: {dropped}" if dropped else ""

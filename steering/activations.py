@@ -56,13 +56,64 @@ def _batches(texts: Sequence[str], batch_size: int) -> Iterator[tuple[int, list[
         yield start, list(texts[start : start + batch_size])
 
 
+@contextmanager
+def capture_layers(lm: LoadedModel, layers: Sequence[int], stop: bool = True) -> Iterator[dict]:
+    """Capture several layers' outputs in one pass; with ``stop`` it ends after the last one."""
+    store: dict = {}
+    last = max(layers)
+
+    def make_hook(index: int):
+        def hook(_module, _inputs, output):
+            store[index] = layer_output_tensor(output).detach()
+            if stop and index == last:
+                raise _StopForward
+
+        return hook
+
+    handles = [lm.layer(index).register_forward_hook(make_hook(index)) for index in layers]
+    try:
+        yield store
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @torch.inference_mode()
-def _layer_hidden(lm: LoadedModel, texts: list[str], layer: int):
+def _layers_hidden(lm: LoadedModel, texts: list[str], layers: Sequence[int]):
     enc = lm.tokenizer(texts, return_tensors="pt", padding=True).to(lm.device)
-    with capture_layer(lm, layer) as store, suppress(_StopForward):
+    with capture_layers(lm, layers) as store, suppress(_StopForward):
         lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
     mask = content_mask(lm, enc["input_ids"], enc["attention_mask"])
-    return store["hidden"].float(), mask
+    return {layer: store[layer].float() for layer in layers}, mask
+
+
+def _layer_hidden(lm: LoadedModel, texts: list[str], layer: int):
+    hidden, mask = _layers_hidden(lm, texts, [layer])
+    return hidden[layer], mask
+
+
+def pooled_activations_by_layer(
+    lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], batch_size: int = 32
+) -> dict[int, torch.Tensor]:
+    """Mean content-token output of several layers from one forward pass per batch.
+
+    Keys are the layers as given, normalised to 0..n-1 (so -1 becomes the last layer);
+    each value is ``[len(texts), hidden]`` fp32, identical to :func:`pooled_activations`.
+    """
+    wanted = sorted({lm.check_layer(layer) for layer in layers})
+    if not wanted:
+        raise ValueError("pooled_activations_by_layer needs at least one layer")
+    out = {layer: torch.empty(len(texts), lm.hidden_size) for layer in wanted}
+    for start, chunk in _batches(texts, batch_size):
+        hidden, mask = _layers_hidden(lm, chunk, wanted)
+        counts = mask.sum(dim=1, keepdim=True)
+        if (counts == 0).any():
+            empty = [chunk[i] for i in torch.nonzero(counts[:, 0] == 0)[:, 0].tolist()]
+            raise ValueError(f"texts with no tokens besides BOS cannot be pooled: {empty!r}")
+        for layer in wanted:
+            pooled = (hidden[layer] * mask.unsqueeze(-1)).sum(dim=1) / counts
+            out[layer][start : start + len(chunk)] = pooled.cpu()
+    return out
 
 
 def pooled_activations(
@@ -70,16 +121,7 @@ def pooled_activations(
 ) -> torch.Tensor:
     """Mean of the layer output over each text's content tokens: ``[len(texts), hidden]``, fp32."""
     layer = lm.check_layer(layer)
-    out = torch.empty(len(texts), lm.hidden_size)
-    for start, chunk in _batches(texts, batch_size):
-        hidden, mask = _layer_hidden(lm, chunk, layer)
-        counts = mask.sum(dim=1, keepdim=True)
-        if (counts == 0).any():
-            empty = [chunk[i] for i in torch.nonzero(counts[:, 0] == 0)[:, 0].tolist()]
-            raise ValueError(f"texts with no tokens besides BOS cannot be pooled: {empty!r}")
-        pooled = (hidden * mask.unsqueeze(-1)).sum(dim=1) / counts
-        out[start : start + len(chunk)] = pooled.cpu()
-    return out
+    return pooled_activations_by_layer(lm, texts, [layer], batch_size)[layer]
 
 
 def token_norms(

@@ -20,7 +20,7 @@ from steering.probes import LinearProbe, ProbeError
 class DirectionContext:
     """What a source may use besides the probe (e.g. a nuisance axis to project out)."""
 
-    format_axis: np.ndarray | None = None
+    format_axis: np.ndarray | None = None  # unit question-minus-statement axis, same layer
 
 
 DirectionSource = Callable[[LinearProbe, DirectionContext], np.ndarray]
@@ -66,7 +66,8 @@ def probe_weight(probe: LinearProbe, _ctx: DirectionContext) -> np.ndarray:
 
 @direction_source("diffmean")
 def diffmean(probe: LinearProbe, _ctx: DirectionContext) -> np.ndarray:
-    """The unit difference of class means on the probe's own training set."""
+    """The unit difference of means on the probe's own (format-matched) training set:
+    positives minus negative-concept texts (see experiments/pipeline/probes.py)."""
     if probe.diffmean is None:
         raise ProbeError(
             f"the classifier for {probe.concept} has no diffmean vector; "
@@ -74,3 +75,25 @@ def diffmean(probe: LinearProbe, _ctx: DirectionContext) -> np.ndarray:
         )
     # Stored unit-norm; SteeringVector.from_direction normalises once more in float32.
     return _checked(probe.diffmean, f"the diffmean vector of {probe.concept}")
+
+
+def project_out(vector: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    """``vector`` minus its component along ``axis``, renormalised to unit length."""
+    vector = np.asarray(vector, dtype=np.float64)
+    unit = np.asarray(axis, dtype=np.float64)
+    unit = unit / np.linalg.norm(unit)
+    rest = vector - (vector @ unit) * unit
+    return _checked(rest, "the direction without its format component") / np.linalg.norm(rest)
+
+
+@direction_source("classifier_deformat")
+def probe_weight_deformat(probe: LinearProbe, ctx: DirectionContext) -> np.ndarray:
+    """The probe's unit weight with the format axis projected out: whatever question-versus-
+    statement component the probe still carries cannot steer the output's form."""
+    if ctx.format_axis is None:
+        raise ProbeError(
+            f"vector_source classifier_deformat needs the format axis of the classifiers for "
+            f"{probe.concept} (format_axis.json); retrain them with `make classifiers`"
+        )
+    axis = _checked(ctx.format_axis, "the format axis")
+    return project_out(probe.direction(), axis)

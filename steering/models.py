@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,11 +106,13 @@ def pick_device(device: str | None = None) -> torch.device:
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
-    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; NOTES.md)."""
+    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; NOTES.md).
+
+    bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning)."""
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     try:
-        return {
+        resolved = {
             "float32": torch.float32,
             "fp32": torch.float32,
             "bfloat16": torch.bfloat16,
@@ -121,6 +124,13 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
         raise ModelSpecError(
             f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16"
         ) from exc
+    if resolved == torch.bfloat16 and device.type == "cpu":
+        from steering.cpu import SlowBf16Warning, bf16_warning
+
+        message = bf16_warning()
+        if message:
+            warnings.warn(message, SlowBf16Warning, stacklevel=2)
+    return resolved
 
 
 def wrap_model(

@@ -8,6 +8,12 @@ keeps the learned direction identical to the direction in raw residual space
 matters because every prompt's pooled residual shares a large common component, which
 L2 regularisation would otherwise fight (measured: mean held-out F1 0.23 → 0.28 at the
 same AUROC on the embedded model, 1×1×1).
+
+Held-out metrics say what they measure (:func:`evaluate_probe`): AUROC and average
+precision rank the test texts without any threshold; ``f1_raw`` is F1 at the fitted
+decision (> 0), whose intercept comes from as few as three training texts; and
+``f1_calibrated`` is F1 at a threshold chosen on a separate validation split
+(:func:`choose_threshold`) and applied unchanged to the test split.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import (
+    average_precision_score,
     confusion_matrix,
     f1_score,
     precision_score,
@@ -27,6 +34,9 @@ from sklearn.metrics import (
 )
 
 PROBE_FORMAT = "steer-eval/linear-probe/v1"
+# Per-concept detection quality that criterion 3 may correlate with steering
+# (``criteria.predictor``); each is a key of LinearProbe.metrics.
+PREDICTORS: tuple[str, ...] = ("f1_calibrated", "f1_raw", "auroc", "ap")
 
 
 class ProbeError(ValueError):
@@ -83,6 +93,13 @@ class LinearProbe:
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         return (self.decision(features) > 0).astype(int)
+
+    def predictor(self, name: str) -> float | None:
+        """A held-out predictor of steering (one of PREDICTORS); None when not measured."""
+        if name not in PREDICTORS:
+            raise ProbeError(f"unknown predictor {name!r}; use one of {list(PREDICTORS)}")
+        value = self.metrics.get(name)
+        return None if value is None else float(value)
 
     def direction(self) -> np.ndarray:
         """Unit direction of the weight, signed so + points toward the concept."""
@@ -159,18 +176,93 @@ def diffmean_direction(features: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return diff / np.linalg.norm(diff)
 
 
-def evaluate_probe(probe: LinearProbe, features: np.ndarray, labels: np.ndarray) -> dict:
-    """F1, precision, recall, AUROC and the confusion matrix on a held-out set."""
-    labels = np.asarray(labels, dtype=int)
-    predicted = probe.predict(features)
-    scores = probe.decision(features)
+def _confusion(labels: np.ndarray, predicted: np.ndarray) -> dict[str, int]:
     tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
+    return {"tn": int(tn), "fp": int(fp), "fn": int(fn), "tp": int(tp)}
+
+
+def _scores_at(labels: np.ndarray, predicted: np.ndarray) -> dict:
     return {
         "f1": float(f1_score(labels, predicted, zero_division=0)),
         "precision": float(precision_score(labels, predicted, zero_division=0)),
         "recall": float(recall_score(labels, predicted, zero_division=0)),
-        "auroc": float(roc_auc_score(labels, scores)) if len(set(labels.tolist())) == 2 else None,
         "accuracy": float((predicted == labels).mean()),
-        "confusion": {"tn": int(tn), "fp": int(fp), "fn": int(fn), "tp": int(tp)},
-        "n_eval": len(labels),
+        "confusion": _confusion(labels, predicted),
     }
+
+
+def choose_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The decision threshold (predict 1 when score > t) that maximises F1 on ``scores``.
+
+    F1 only changes where t crosses a score, so the candidates are the midpoints between
+    consecutive distinct scores plus one point below the lowest and one above the highest
+    (half the mean gap beyond them; 0.5 when all scores are equal). Ties between
+    candidates go to the widest interval of equal predictions (the most margin on both
+    sides), then to the lowest threshold. Meant for a validation split, never the test one.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=int)
+    if len(scores) == 0 or len(scores) != len(labels):
+        raise ValueError("choose_threshold needs as many labels as scores, at least one")
+    distinct = np.unique(scores)
+    gaps = np.diff(distinct)
+    pad = float(gaps.mean()) / 2 if len(gaps) else 0.5
+    candidates = np.concatenate(
+        [[distinct[0] - pad], (distinct[:-1] + distinct[1:]) / 2, [distinct[-1] + pad]]
+    )
+    widths = np.concatenate([[2 * pad], gaps, [2 * pad]])
+    best: tuple[float, float, float] | None = None
+    for threshold, width in zip(candidates, widths, strict=True):
+        f1 = float(f1_score(labels, (scores > threshold).astype(int), zero_division=0))
+        key = (f1, float(width), -float(threshold))
+        if best is None or key > best:
+            best = key
+    assert best is not None
+    return -best[2]
+
+
+def evaluate_probe(
+    probe: LinearProbe,
+    features: np.ndarray,
+    labels: np.ndarray,
+    validation: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict:
+    """Held-out metrics of a probe on a test set, with an optional validation split.
+
+    Threshold-free: ``auroc`` and ``ap`` (average precision). At the fitted decision
+    (> 0): ``f1_raw``, ``precision_raw``, ``recall_raw``, ``accuracy_raw``,
+    ``confusion_raw``. At the threshold chosen on ``validation`` (features, labels) and
+    applied to the test set: ``threshold``, ``f1_calibrated``, ``precision_calibrated``,
+    ``recall_calibrated``, ``accuracy_calibrated``, ``confusion_calibrated`` (None without
+    a validation split). Sizes: ``n_test_pos``, ``n_test_neg``, ``class_ratio`` (pos/neg),
+    ``n_val_pos``, ``n_val_neg``.
+    """
+    labels = np.asarray(labels, dtype=int)
+    scores = probe.decision(features)
+    both = len(set(labels.tolist())) == 2
+    n_pos, n_neg = int(labels.sum()), int((labels == 0).sum())
+    out: dict = {
+        "auroc": float(roc_auc_score(labels, scores)) if both else None,
+        "ap": float(average_precision_score(labels, scores)) if n_pos else None,
+    }
+    for key, value in _scores_at(labels, (scores > 0).astype(int)).items():
+        out[f"{key}_raw"] = value
+    out.update(threshold=None, n_val_pos=0, n_val_neg=0)
+    for key in ("f1", "precision", "recall", "accuracy", "confusion"):
+        out[f"{key}_calibrated"] = None
+    if validation is not None:
+        val_features, val_labels = validation
+        val_labels = np.asarray(val_labels, dtype=int)
+        threshold = choose_threshold(probe.decision(val_features), val_labels)
+        out["threshold"] = threshold
+        out["n_val_pos"] = int(val_labels.sum())
+        out["n_val_neg"] = int((val_labels == 0).sum())
+        for key, value in _scores_at(labels, (scores > threshold).astype(int)).items():
+            out[f"{key}_calibrated"] = value
+    out.update(
+        n_test_pos=n_pos,
+        n_test_neg=n_neg,
+        class_ratio=float(n_pos / n_neg) if n_neg else None,
+        n_eval=len(labels),
+    )
+    return out

@@ -181,6 +181,36 @@ def mlflow_store(tmp_path_factory):
             os.environ[key] = value
 
 
+# ---------------------------------------------------------------------------- scale-out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_lm):
+    """The tiny Gemma 3 saved as a model folder: Ray workers load a model from a spec, so
+    the driver and the actors both load it from here (the real ``load_model`` path)."""
+    path = tmp_path_factory.mktemp("tiny-gemma")
+    tiny_lm.model.save_pretrained(path)
+    tiny_lm.tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_from_dir(tiny_model_dir):
+    from steering.models import load_model
+
+    return load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A 2-CPU Ray instance for one module; give test actors fractional CPUs (two actors
+    holding a whole CPU each would leave nothing for anything else)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """A real ``mlflow server`` on loopback (sqlite store, proxied artefacts) for one

@@ -46,7 +46,7 @@ COMMAND_MODULES = (
     "experiments.cli.human",
     "experiments.cli.panel",
     "experiments.cli.ui",
-    "experiments.bench",
+    "experiments.cli.bench",
 )
 
 for _module in COMMAND_MODULES:

@@ -34,7 +34,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'your input is wrong', shown without a traceback."""
     from experiments.concepts import ConceptError
     from experiments.config import ConfigError
+    from experiments.execution import ExecutionError
     from experiments.pipeline.run import RunError
+    from experiments.prompts import PromptError
     from experiments.record import RecordError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
@@ -43,12 +45,14 @@ def user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [
         ConceptError,
         ConfigError,
+        ExecutionError,
         RunError,
         RecordError,
         AssetError,
         LayerIndexError,
         ModelSpecError,
         ProbeError,
+        PromptError,
         LookupError,
         FileNotFoundError,
     ]

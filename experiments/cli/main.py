@@ -43,6 +43,13 @@ class Selection(StrEnum):
     HELDOUT = "heldout"
 
 
+class Executor(StrEnum):
+    """Where rows are generated (``execution.executor``)."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
 def register(app: typer.Typer) -> None:
     """Add the core commands to ``app``."""
     for command in (assets, concepts, classifiers, run, rescore, calibrate):
@@ -95,6 +102,10 @@ def classifiers(
     set_: SetOpt = None,
     model: ModelOpt = None,
     layer: LayerOpt = None,
+    layers: Annotated[
+        str | None,
+        typer.Option(help="several layers from one model pass, e.g. 3,6,9,12,15"),
+    ] = None,
     concepts: ConceptsOpt = None,
     train: Annotated[str | None, typer.Option(help="PxNxU training prompts, e.g. 5x5x5")] = None,
     json_: JsonOpt = False,
@@ -103,47 +114,121 @@ def classifiers(
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
     setup_logging(verbose)
     from experiments.concepts import load_concepts
-    from experiments.pipeline.probes import train_classifiers
+    from experiments.pipeline.probes import best_layer, parse_layers, train_layers
     from steering.models import load_model
 
+    if layers is not None and layer is not None:
+        raise typer.BadParameter("give --layer or --layers, not both")
+    try:
+        wanted = parse_layers(layers) if layers is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     overrides = list(set_ or []) + ([f"classifier.train={train}"] if train else [])
     cfg = resolve_config(config, overrides, model, layer, concepts)
     graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
     with console.status(f"loading {cfg.model}"):
         lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    chosen = lm.check_layer(cfg.layer if cfg.layer is not None else lm.default_layer)
-    with console.status(f"training {len(graph.concepts)} probes at layer {chosen}"):
-        result = train_classifiers(cfg, lm, graph, chosen, concept_file=cfg.concepts.file)
-    table = Table("concept", "F1", "precision", "recall", "AUROC", title="held-out metrics")
-    for synset, probe in result.probes.items():
-        m = probe.metrics
-        table.add_row(
-            synset,
-            f"{m['f1']:.3f}",
-            f"{m['precision']:.3f}",
-            f"{m['recall']:.3f}",
-            "n/a" if m["auroc"] is None else f"{m['auroc']:.3f}",
-        )
-    mean_f1 = sum(result.f1().values()) / len(result.probes)
-    table.add_row("[bold]mean", f"[bold]{mean_f1:.3f}", "", "", "")
+    if wanted is None:
+        wanted = [cfg.layer if cfg.layer is not None else lm.default_layer]
+    chosen = sorted({lm.check_layer(la) for la in wanted})  # a clear error when out of range
+    with console.status(f"training {len(graph.concepts)} probes at layers {chosen}"):
+        sets = train_layers(cfg, lm, graph, chosen, concept_file=cfg.concepts.file)
+    first = sets[chosen[0]]
     if json_:
         print_json(
             {
-                "run_id": result.run_id,
-                "directory": str(result.directory),
-                "layer": chosen,
-                "seconds": result.seconds,
-                "mean_f1": mean_f1,
-                "concepts": {
-                    k: {m: v for m, v in p.metrics.items() if m != "confusion"}
-                    for k, p in result.probes.items()
+                "run_id": first.run_id,
+                "seconds": first.seconds,
+                "best_layer": best_layer(sets),
+                "layers": {
+                    str(la): {
+                        "directory": str(result.directory),
+                        "means": result.means(),
+                        "concepts": {
+                            k: {m: v for m, v in p.metrics.items() if m != "confusion"}
+                            for k, p in result.probes.items()
+                        },
+                    }
+                    for la, result in sets.items()
                 },
             }
         )
         return
+    for la, result in sets.items():
+        _print_probe_set(la, result)
+    if len(sets) > 1:
+        _print_layers(sets, best_layer(sets), lm.default_layer)
+    console.print(f"{first.seconds:.1f} s; MLflow run {first.run_id}")
+    show_run_address(first.run_id)
+
+
+def _print_probe_set(layer: int, result) -> None:
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    table = Table(
+        "concept",
+        "AUROC",
+        "AP",
+        "F1 raw (>0)",
+        "F1 calibrated",
+        "threshold",
+        "|cos fmt|",
+        "cos diffmean",
+        title=f"layer {layer}: test-split metrics",
+    )
+    diag = result.diagnostics
+    probe_diag = diag.get("sources", {}).get("classifier", {})
+    cos_fmt = probe_diag.get("cos_format_axis") or {}
+    cos_dm = diag.get("cos_probe_diffmean", {})
+    for synset, probe in result.probes.items():
+        m = probe.metrics
+        table.add_row(
+            synset,
+            fmt(m["auroc"]),
+            fmt(m["ap"]),
+            fmt(m["f1_raw"]),
+            fmt(m["f1_calibrated"]),
+            fmt(m["threshold"]),
+            fmt(abs(cos_fmt[synset]) if synset in cos_fmt else None),
+            fmt(cos_dm.get(synset)),
+        )
+    means = result.means()
+    table.add_row(
+        "[bold]mean",
+        *(f"[bold]{fmt(means.get(k))}" for k in ("auroc", "ap", "f1_raw", "f1_calibrated")),
+        "",
+        fmt(probe_diag.get("mean_abs_cos_format_axis")),
+        fmt(diag.get("mean_cos_probe_diffmean")),
+    )
     out.print(table)
-    console.print(f"saved to {result.directory} in {result.seconds:.1f} s")
-    show_run_address(result.run_id)
+    floor = diag.get("format_axis_floor")
+    console.print(f"|cos fmt| floor (a format-free 1x1x1-like difference): {fmt(floor)}")
+    ratio = means.get("class_ratio")
+    console.print(
+        f"test split positives/negatives = {fmt(ratio)}; mean pairwise cosine of the "
+        + ", ".join(
+            f"{s} directions {fmt(d.get('mean_pairwise_cosine'))}"
+            for s, d in diag.get("sources", {}).items()
+        )
+        + f"; saved to {result.directory}"
+    )
+
+
+def _print_layers(sets: dict, best: int, default: int) -> None:
+    table = Table("layer", "mean AUROC", "mean AP", "mean F1 cal.", "mean cos", title="by layer")
+    for la, result in sets.items():
+        m = result.means()
+        cos = result.diagnostics.get("sources", {}).get("classifier", {})
+        table.add_row(
+            f"L{la}" + (" (best)" if la == best else "") + (" (default)" if la == default else ""),
+            *(f"{m.get(k, float('nan')):.3f}" for k in ("auroc", "ap", "f1_calibrated")),
+            f"{cos.get('mean_pairwise_cosine', float('nan')):+.3f}",
+        )
+    out.print(table)
+    console.print(
+        f"best layer by mean test AUROC: {best} (the default steering layer is {default})"
+    )
 
 
 def run(
@@ -168,10 +253,21 @@ def run(
         Path | None,
         typer.Option(help="with --resume: the results folder, if the run's own tag is stale"),
     ] = None,
+    executor: Annotated[
+        Executor | None,
+        typer.Option(help="where rows are generated (default local); also with --resume"),
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="ray: actors, one model each")] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="ray: join this cluster (default: $RAY_ADDRESS, else start one here)"),
+    ] = None,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
+    import os
+
     setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -186,6 +282,10 @@ def run(
         overrides.append(f"selection.mode={selection.value}")
     if traces is not None:
         overrides.append(f"tracking.traces={str(traces).lower()}")
+    choices = (("executor", executor and executor.value), ("workers", workers))
+    execution = {k: v for k, v in choices if v is not None}
+    if ray_address:
+        os.environ["RAY_ADDRESS"] = ray_address
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
     if resume is not None:
         experiment = resolve_config(config, []).tracking.experiment
@@ -214,6 +314,7 @@ def run(
             on_step=on_step,
             progress=lambda msg: progress.console.print(f"[dim]{msg}"),
             results_dir=results_dir,
+            execution=execution or None,
         )
     _print_result(result, json_)
 
@@ -223,7 +324,18 @@ def rescore(
     results_dir: Annotated[
         Path | None, typer.Option(help="the results folder (default: the run's own)")
     ] = None,
-    config: ConfigOpt = DEFAULT_CONFIG,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            help="change scoring or verdicts only: --set gate.perplexity_multiple=10 "
+            "(metrics, gate, criteria, centroids, embedding)",
+        ),
+    ] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="config whose experiment `latest` searches")
+    ] = DEFAULT_CONFIG,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -236,7 +348,7 @@ def rescore(
     run_id = resolve_run(run_id, resolve_config(config, []).tracking.experiment, "5")
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
-        result = rescore_run(run_id, results_dir=results_dir)
+        result = rescore_run(run_id, results_dir=results_dir, overrides=list(set_ or []))
     console.print(f"rescored in {time.perf_counter() - start:.1f} s")
     _print_result(result, json_)
 

@@ -130,7 +130,7 @@ def evaluate_criteria(
     magnitudes = concept_magnitudes(records, at=cfg.magnitude_at)
     if not magnitudes:
         magnitudes = concept_magnitudes(records)
-    c3 = f1_criterion(f1_by_concept, magnitudes, min_r=cfg.f1_r_min)
+    c3 = f1_criterion(f1_by_concept, magnitudes, min_r=cfg.f1_r_min, predictor=cfg.predictor)
     shared = sorted(set(f1_by_concept) & set(magnitudes))
     corr = pearson([f1_by_concept[k] for k in shared], [magnitudes[k] for k in shared])
     c4 = human_criterion(human, pass_r=cfg.human_r_pass, panel_r=cfg.human_r_panel)

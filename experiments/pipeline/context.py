@@ -5,10 +5,11 @@ It holds no model, so ``steer-eval rescore`` rebuilds it from the stored run rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
+from experiments.record import predictor_values
 
 
 @dataclass
@@ -24,7 +25,19 @@ class RunContext:
     predictors: dict[str, dict[str, float | None]]
     classifier_run_id: str | None = None
     classifier_dir: str | None = None
+    diagnostics: dict = field(default_factory=dict)  # RunRecord.diagnostics
+
+    @property
+    def predictor_name(self) -> str:
+        """The classifier quality criterion 3 uses (``criteria.predictor``)."""
+        return self.config.criteria.predictor
+
+    def predictor_values(self, name: str | None = None) -> dict[str, float]:
+        """Per-concept values of ``name`` or of the configured predictor."""
+        return predictor_values(self.predictors, name or self.predictor_name)
 
     @property
     def f1(self) -> dict[str, float]:
-        return {k: float(v["f1"]) for k, v in self.predictors.items() if v.get("f1") is not None}
+        """The configured predictor's values (F1 at a calibrated threshold by default);
+        the name survives from when criterion 3 could only use raw F1."""
+        return self.predictor_values()

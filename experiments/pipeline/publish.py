@@ -24,6 +24,7 @@ from experiments.pipeline.analyse import (
     strength_label,
 )
 from experiments.pipeline.context import RunContext
+from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.effect import SIGNS, EffectReport
 from experiments.pipeline.report import (
     effect_markdown,
@@ -181,48 +182,82 @@ def log_run_inputs(run_id: str, ctx: RunContext, config_path) -> None:
     log_dataset(run_id, prompt_frame(ctx), "prompt-set", config_path, "prompts")
 
 
+def cell_table(ctx: RunContext, records: pd.DataFrame) -> pd.DataFrame:
+    """One row per concept × strength with its metrics: the parent's ``cells.json``."""
+    rows = []
+    for (synset, strength), cell in records.groupby(["concept", "strength"], sort=True):
+        rows.append(
+            {
+                "concept": synset,
+                "strength": float(strength),
+                **cell_metrics(cell),
+                "classifier_f1": ctx.f1.get(synset),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _child_params(ctx: RunContext, synset: str) -> dict:
+    c = ctx.config
+    return {
+        "concept": synset,
+        "model": ctx.model_id,
+        "layer": ctx.layer,
+        "mode": c.steering.mode,
+        "vector_source": c.steering.vector_source,
+        "beta": c.steering.beta,
+        "seed": c.seed,
+    }
+
+
 def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -> int:
-    """One child run per concept × strength. Existing children (from a resumed run) are
+    """Per-cell results to the parent's ``cells.json`` (always), and child runs as
+    ``tracking.child_runs`` says: one per concept × strength (``per_cell``), one per
+    concept with ``<metric>/s_<strength>`` metrics (``per_concept``: 10,000 concepts would
+    otherwise be 30,000 runs), or ``none``. Existing children (from a resumed run) are
     kept; with ``update`` (a rescore) their metrics and tables are replaced."""
+    tracking.overwrite_table(ctx.run_id, cell_table(ctx, records), "cells.json")
+    mode = ctx.config.tracking.child_runs
+    if mode == "none":
+        return 0
     experiment = ctx.config.tracking.experiment
     existing = {
         r.data.tags.get("cell"): r.info.run_id for r in tracking.child_runs(ctx.run_id, experiment)
     }
     c = tracking.client()
     logged = 0
-    for (synset, strength), cell in records.groupby(["concept", "strength"], sort=True):
-        cell_key = f"{synset}|{strength:+.3f}"
+    by = ["concept", "strength"] if mode == "per_cell" else ["concept"]
+    for group, rows in records.groupby(by, sort=True):
+        synset, strength = group if mode == "per_cell" else (group[0], None)
+        if strength is None:
+            cell_key, params = synset, _child_params(ctx, synset)
+            metrics: dict[str, float | None] = {}
+            for s, cell in rows.groupby("strength", sort=True):
+                label = strength_label(s)
+                metrics.update({f"{k}/s_{label}": v for k, v in cell_metrics(cell).items()})
+            table = rows[["strength", *CHILD_TABLE_COLUMNS]].reset_index(drop=True)
+            run_name = ctx.graph.get(synset).name
+        else:
+            cell_key = f"{synset}|{strength:+.3f}"
+            params = {**_child_params(ctx, synset), "strength": strength}
+            metrics = cell_metrics(rows)
+            table = rows[CHILD_TABLE_COLUMNS].reset_index(drop=True)
+            run_name = f"{ctx.graph.get(synset).name} s={strength:+g}"
         if cell_key in existing and not update:
             continue
-        metrics = cell_metrics(cell)
-        metrics["classifier_f1"] = ctx.f1.get(synset)
-        table = cell[CHILD_TABLE_COLUMNS].reset_index(drop=True)
+        metrics[f"classifier_{ctx.predictor_name}"] = ctx.predictor_values().get(synset)
         if cell_key in existing:
             child = existing[cell_key]
             tracking.log_metrics(child, metrics)
             tracking.overwrite_table(child, table, "generations.json")
             continue
-        name = ctx.graph.get(synset).name
         with tracking.tracked_run(
             experiment,
-            f"{name} s={strength:+g}",
+            run_name,
             parent_run_id=ctx.run_id,
             tags={"cell": cell_key, "phase": "5"},
         ) as child:
-            tracking.log_params(
-                child,
-                {
-                    "concept": synset,
-                    "strength": strength,
-                    "model": ctx.model_id,
-                    "layer": ctx.layer,
-                    "mode": ctx.config.steering.mode,
-                    "vector_source": ctx.config.steering.vector_source,
-                    "beta": ctx.config.steering.beta,
-                    "seed": ctx.config.seed,
-                },
-            )
-            tracking.log_metrics(child, metrics)
+            tracking.log_params_and_metrics(child, params, metrics)
             c.log_table(child, table, "generations.json")
         logged += 1
     return logged
@@ -326,8 +361,11 @@ def build_record(
             "slopes": effect.slopes,
         },
         diagnostics={
-            f"specificity_{SIGNS[sign]}": matrix.to_dict()
-            for sign, matrix in effect.specificity.items()
+            **ctx.diagnostics,  # "directions": the steering directions' cosines
+            **{
+                f"specificity_{SIGNS[sign]}": matrix.to_dict()
+                for sign, matrix in effect.specificity.items()
+            },
         },
         n_generations=len(records),
         timings=dict(timings),
@@ -353,7 +391,7 @@ def publish(
     previous = None
     if run_dir.file(RunDir.RECORD).exists():
         try:
-            previous = run_dir.read_record()
+            previous = run_dir.read_record(migrate=True)
         except (LookupError, ValueError):
             previous = None
     agg = per_strength(records)
@@ -372,7 +410,9 @@ def publish(
                 "seed/f1_vs_magnitude/ci_high": f1c.ci_high,
             }
         )
-    metrics["mean_classifier_f1"] = float(np.mean(list(ctx.f1.values())))
+    predictor = ctx.predictor_values()
+    if predictor:
+        metrics[f"mean_classifier_{ctx.predictor_name}"] = float(np.mean(list(predictor.values())))
     if generation_seconds > 0:
         metrics["generation/tokens_per_second"] = tokens_per_second
         metrics["generation/seconds"] = generation_seconds
@@ -418,5 +458,6 @@ def publish(
     ):
         c.log_artifact(ctx.run_id, str(run_dir.file(name)))
     tracking.log_metrics(ctx.run_id, metrics)
+    log_diagnostics(ctx.run_id, ctx.diagnostics.get("directions", {}))  # direction diagnostics
     log.info("logged %d child runs", n_children)
     return record

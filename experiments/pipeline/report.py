@@ -40,13 +40,14 @@ def plots(
     figs["delta_vs_strength.png"] = fig
 
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    shared = sorted(set(ctx.f1) & set(magnitudes))
-    xs, ys = [ctx.f1[k] for k in shared], [magnitudes[k] for k in shared]
+    predictor = ctx.predictor_values()
+    shared = sorted(set(predictor) & set(magnitudes))
+    xs, ys = [predictor[k] for k in shared], [magnitudes[k] for k in shared]
     ax.scatter(xs, ys)
     for k, x, y in zip(shared, xs, ys, strict=True):
         ax.annotate(ctx.graph.get(k).name, (x, y), fontsize=7)
     ax.set(
-        xlabel="classifier F1 (held out)",
+        xlabel=f"classifier {ctx.predictor_name} (held-out test split)",
         ylabel="mean |Δ_s − Δ_0|",
         title="F1 against steering magnitude",
     )

@@ -22,11 +22,13 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph, load_concepts
-from experiments.config import ExperimentConfig
+from experiments.config import ExecutionConfig, ExperimentConfig
+from experiments.execution import Executor, make_executor
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
+from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
-from experiments.pipeline.generate import generate
+from experiments.pipeline.generate import generate, plan_order
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.publish import numeric_metrics, publish, start_parent
@@ -79,7 +81,7 @@ def expected_keys(
 
 def joined_records(run_dir: RunDir, scores: list[dict]) -> pd.DataFrame:
     by_key = {s["key"]: s for s in scores}
-    return pd.DataFrame([{**g, **by_key[g["key"]]} for g in run_dir.read_generations()])
+    return pd.DataFrame([{**g, **by_key[g["key"]]} for g in plan_order(run_dir.read_generations())])
 
 
 def read_betas(run_dir: RunDir) -> dict[str, float] | None:
@@ -115,8 +117,9 @@ def score_and_publish(
         records = joined_records(run_dir, scores)
         seed_rows = records[(records["arm"] == CONCEPT_ARM) & (records["split"] == "report")]
         seed_rows = add_paired_shifts(seed_rows.reset_index(drop=True))
-        report = evaluate_criteria(seed_rows, ctx.f1, ctx.config.criteria)
-        effect = evaluate_effect(records, ctx.f1, ctx.config)
+        predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
+        report = evaluate_criteria(seed_rows, predictor, ctx.config.criteria)
+        effect = evaluate_effect(records, predictor, ctx.config)
     with timer.time("logging"):
         record = publish(
             ctx,
@@ -159,12 +162,15 @@ def select_strengths(
     timer: Timer,
     on_batch=None,
     on_step=None,
+    executor: Executor | None = None,
 ) -> tuple[dict[str, float], BatchStats]:
     """Held-out selection: generate the selection prompts over the β grid, score them and
     choose β per concept (saved to ``selection.json``, so a resume reuses the choice)."""
     plan = build_plan(config, graph, vectors, "selection")
-    stats = generate(config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step)
-    rows = [g for g in run_dir.read_generations() if g.get("split") == "selection"]
+    stats = generate(
+        config, plan, vectors, lm, run_dir, timer, on_batch, on_step, executor=executor
+    )
+    rows = [g for g in plan_order(run_dir.read_generations()) if g.get("split") == "selection"]
     with timer.time("embedding"):
         scores = score_all(scorer, rows)
     by_key = {s["key"]: s for s in scores}
@@ -182,8 +188,12 @@ def run_phase5(
     on_batch: Callable[[int, int], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     results_dir: str | Path | None = None,
+    execution: dict | None = None,
 ) -> Phase5Result:
-    """Run (or resume) the whole Part A grid and log it; returns the parent run's results."""
+    """Run (or resume) the whole Part A grid and log it; returns the parent run's results.
+
+    ``execution`` overrides ``config.execution`` fields (``{"executor": "ray"}``), also on
+    a resume: where the rows are generated does not change them."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir: RunDir | None = None
@@ -192,6 +202,13 @@ def run_phase5(
         config = run_dir.load_config()
     if config is None:
         raise RunError("run_phase5 needs a config or a run id to resume")
+    if execution:
+        merged = {**config.execution.model_dump(), **execution}
+        try:
+            chosen = ExecutionConfig.model_validate(merged)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise RunError(f"invalid execution settings {execution}: {exc}") from None
+        config = config.model_copy(update={"execution": chosen})
     with timer.time("model_load"):
         if lm is None:
             from steering.models import load_model
@@ -222,6 +239,15 @@ def run_phase5(
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
         classifier_run_id=classifier_run_id,
         classifier_dir=str(probes.directory),
+        diagnostics={
+            "directions": steering_diagnostics(
+                vectors.numpy_directions(),
+                probes.probes,
+                probes.format_axis,
+                config.steering.vector_source,
+                floor=probes.diagnostics.get("format_axis_floor"),
+            )
+        },
     )
     if resume:
         tracking.client().update_run(resume, "RUNNING")
@@ -232,20 +258,21 @@ def run_phase5(
     run_dir.create()
     run_dir.write_config(config)
     run_dir.write_json(RunDir.CENTROIDS, scorer.texts())
+    executor = make_executor(config, lm)
     try:
         totals = BatchStats()
         betas = None
         if config.selection.mode == "heldout":
             say(f"run {ctx.run_id}: choosing β per concept on the selection prompts")
             betas, stats = select_strengths(
-                config, graph, vectors, lm, run_dir, scorer, timer, on_batch, on_step
+                config, graph, vectors, lm, run_dir, scorer, timer, on_batch, on_step, executor
             )
             totals.add(stats)
         plan = build_plan(config, graph, vectors, "report", betas)
         say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
-        totals.add(
-            generate(config, plan, vectors, lm, run_dir, timer, on_batch=on_batch, on_step=on_step)
-        )
+        totals.add(generate(config, plan, vectors, lm, run_dir, timer, on_batch, on_step, executor))
+        executor.close()
+        tracking.log_metrics(ctx.run_id, {"execution/retries": executor.retries})
         say("scoring, pairing and logging")
         result = score_and_publish(
             ctx, run_dir, scorer, timer, totals.tokens_per_second, totals.seconds
@@ -253,22 +280,56 @@ def run_phase5(
     except BaseException:
         tracking.end_run(ctx.run_id, "KILLED")
         raise
+    finally:
+        executor.close()
     tracking.end_run(ctx.run_id)
     return result
 
 
-def rescore(run_id: str, results_dir: str | Path | None = None, embedder=None) -> Phase5Result:
+# Sections a rescore may change: they act on saved texts, not on what was generated.
+RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
+
+
+def rescore_config(run_dir: RunDir, overrides: list[str]) -> ExperimentConfig:
+    """The run's config with ``overrides`` applied, refusing any that would need new text."""
+    from experiments.config import ConfigError, load_config, parse_override
+
+    for text in overrides:
+        path, _ = parse_override(text)
+        if path[0] not in RESCORE_SECTIONS:
+            raise ConfigError(
+                f"rescore cannot change {'.'.join(path)}: it changes what was generated; "
+                f"start a new run instead (rescore may change {', '.join(RESCORE_SECTIONS)})"
+            )
+    run_dir.load_config()  # a clear error when the folder is missing
+    return load_config(run_dir.file(RunDir.CONFIG), overrides)
+
+
+def rescore(
+    run_id: str,
+    results_dir: str | Path | None = None,
+    embedder=None,
+    overrides: list[str] | None = None,
+) -> Phase5Result:
     """Recompute every score, criterion, figure and log of a finished run from its saved
-    generations; no language model is loaded."""
+    generations; no language model is loaded. ``overrides`` may change how texts are
+    scored and judged (the gate, thresholds, centroids), never what was generated; the
+    run's stored config is updated to say so."""
     started = time.perf_counter()
     run_dir = _locate(run_id, results_dir)
-    config = run_dir.load_config()
+    config = rescore_config(run_dir, list(overrides or []))
+    if overrides:
+        run_dir.write_config(config)
+        tracking.client().set_tag(run_id, "rescored.overrides", "; ".join(overrides))
     try:
-        previous = run_dir.read_record()
-    except (LookupError, ValueError) as exc:
+        previous = run_dir.read_record(migrate=True)
+    except LookupError:
         raise RunError(
-            f"run {run_id} has no readable run record ({exc}); finish it with "
-            f"`steer-eval run --resume {run_id}` first"
+            f"run {run_id} has no run record; finish it with `steer-eval run --resume {run_id}`"
+        ) from None
+    except ValueError as exc:
+        raise RunError(
+            f"run {run_id}'s record cannot be read by this release ({exc}); start a new run"
         ) from None
     timer = Timer()
     with timer.time("model_load"):
@@ -289,6 +350,7 @@ def rescore(run_id: str, results_dir: str | Path | None = None, embedder=None) -
         predictors=previous.predictors,
         classifier_run_id=previous.classifier_run_id,
         classifier_dir=previous.classifier_dir,
+        diagnostics=dict(previous.diagnostics),
     )
     result = score_and_publish(
         ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True

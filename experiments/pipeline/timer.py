@@ -20,3 +20,7 @@ class Timer:
             yield
         finally:
             self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - start
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add time measured elsewhere (a worker's batch) to stage ``name``."""
+        self.stages[name] = self.stages.get(name, 0.0) + seconds

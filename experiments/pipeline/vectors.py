@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
 from experiments.pipeline.probes import ProbeSet
-from experiments.prompts import probe_eval_set
+from experiments.prompts import scale_neutral_texts
 from steering.activations import residual_scale
 from steering.directions import DirectionContext, get_direction_source
 from steering.models import LoadedModel
@@ -35,6 +35,10 @@ class VectorSet:
         if not arm:
             return self.vectors[synset]
         return self.random[synset][int(arm.split(":")[1])]
+
+    def numpy_directions(self) -> dict:
+        """The unit directions as float64 numpy arrays, by concept."""
+        return {k: v.direction.double().cpu().numpy() for k, v in self.vectors.items()}
 
     def stacked(self, order: list[str]):
         """The unit directions as a ``[directions, hidden]`` tensor in ``order``."""
@@ -61,13 +65,8 @@ def random_directions(seed: int, synset: str, k: int, hidden: int):
 
 
 def neutral_texts(graph: ConceptGraph, seed: int) -> list[str]:
-    """The held-out neutral sentences of every concept: text α is measured on."""
-    texts: set[str] = set()
-    for concept in graph.concepts:
-        texts.update(
-            e.text for e in probe_eval_set(concept, graph, seed=seed) if e.kind == "neutral"
-        )
-    return sorted(texts)
+    """The neutral text α is measured on (the first release's set, so α is unchanged)."""
+    return scale_neutral_texts(graph, seed)
 
 
 def build_vectors(
@@ -86,7 +85,7 @@ def build_vectors(
     if alpha is None:
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
     source = get_direction_source(config.steering.vector_source)
-    ctx = context or DirectionContext()
+    ctx = context or DirectionContext(format_axis=probes.format_axis)
     vectors = {}
     for concept in graph.concepts:
         probe = probes.probes[concept.synset]

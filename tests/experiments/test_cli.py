@@ -59,3 +59,12 @@ def test_unknown_model_offline_is_a_clear_error():
     assert result.exit_code == 2
     assert "no-such-org/no-such-model" in result.output
     assert "offline" in result.output.lower()
+
+
+def test_bad_layer_lists_are_refused_before_loading_a_model():
+    result = invoke("classifiers", "--layers", "3;6", "--model", "no-such-org/no-such-model")
+    assert result.exit_code == 2
+    assert "comma-separated" in result.output
+    result = invoke("classifiers", "--layer", "3", "--layers", "3,6")
+    assert result.exit_code == 2
+    assert "not both" in result.output

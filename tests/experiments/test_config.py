@@ -66,6 +66,7 @@ def test_committed_phase5_config_encodes_the_seed_design():
     assert cfg.criteria.magnitude_min == 0.15
     assert cfg.criteria.magnitude_at == 1.0
     assert cfg.criteria.f1_r_min == 0.5
+    assert cfg.criteria.predictor == "f1_calibrated"  # F1 at a validation-chosen threshold
     assert cfg.criteria.human_r_pass == 0.7
 
 
@@ -112,6 +113,8 @@ def test_flat_gives_dotted_keys():
         ("steering.mode=subtract", "steering.mode", "'additive' or 'projection'"),
         ("steering.beta=0", "steering.beta", "greater than 0"),
         ("steering.vector_source=random", "steering.vector_source", "'classifier'"),
+        ("steering.vector_source=random", "steering.vector_source", "'classifier_deformat'"),
+        ("criteria.predictor=f1", "criteria.predictor", "'f1_calibrated'"),
         ("classifier.train=1x1", "classifier.train", "PxNxU"),
         ("classifier.train=0x1x1", "classifier.train", "PxNxU"),
         ("classifier.c=0", "classifier.c", "greater than 0"),
@@ -339,6 +342,18 @@ def test_config_hash_is_a_function_of_the_values(tokens, top_p, beta):
     assert a.config_hash() == b.config_hash()
     bumped = load_config(None, [*overrides[:-1], f"steering.beta={beta * 1.5!r}"])
     assert bumped.config_hash() != a.config_hash()
+
+
+@pytest.mark.parametrize("source", ["classifier", "diffmean", "classifier_deformat"])
+def test_every_registered_direction_source_is_a_valid_vector_source(source):
+    assert load_config(PHASE5, [f"steering.vector_source={source}"]).steering.vector_source == (
+        source
+    )
+
+
+@pytest.mark.parametrize("predictor", ["f1_calibrated", "f1_raw", "auroc", "ap"])
+def test_every_predictor_is_a_valid_criterion_3_predictor(predictor):
+    assert load_config(PHASE5, [f"criteria.predictor={predictor}"]).criteria.predictor == predictor
 
 
 def test_the_study_config_is_valid_and_powered():

@@ -8,9 +8,11 @@ import torch
 
 from steering.activations import (
     capture_layer,
+    capture_layers,
     content_mask,
     layer_output_tensor,
     pooled_activations,
+    pooled_activations_by_layer,
     residual_scale,
     token_norms,
 )
@@ -190,6 +192,33 @@ def test_capture_layer_removes_its_hook(tiny_lm):
             tiny_lm.model(**enc)
     assert dict(layer._forward_hooks) == before
     assert store["hidden"].shape == (1, 3, tiny_lm.hidden_size)
+
+
+def test_several_layers_from_one_pass_equal_one_layer_each(tiny_lm, padding_side):
+    padding_side("left")
+    by_layer = pooled_activations_by_layer(tiny_lm, TEXTS, [3, 0, -3, 2], batch_size=3)
+    assert sorted(by_layer) == [0, 1, 2, 3]  # -3 is layer 1 of 4
+    for layer, pooled in by_layer.items():
+        assert torch.equal(pooled, pooled_activations(tiny_lm, TEXTS, layer, batch_size=3))
+
+
+def test_several_layers_reject_a_bad_layer_and_no_layer(tiny_lm):
+    from steering.models import LayerIndexError
+
+    with pytest.raises(LayerIndexError, match="out of range"):
+        pooled_activations_by_layer(tiny_lm, TEXTS, [1, 7])
+    with pytest.raises(ValueError, match="at least one layer"):
+        pooled_activations_by_layer(tiny_lm, TEXTS, [])
+
+
+def test_capture_layers_stops_after_the_last_and_removes_its_hooks(tiny_lm):
+    layers = [tiny_lm.layer(i) for i in range(4)]
+    before = [dict(layer._forward_hooks) for layer in layers]
+    enc = tiny_lm.tokenizer(["the dog"], return_tensors="pt")
+    with capture_layers(tiny_lm, [0, 2], stop=False) as store, torch.inference_mode():
+        tiny_lm.model(**enc)
+    assert sorted(store) == [0, 2]
+    assert [dict(layer._forward_hooks) for layer in layers] == before
 
 
 # ---------------------------------------------------------------------------- norms

@@ -9,13 +9,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import confusion_matrix, f1_score, precision_score, recall_score
+from sklearn.metrics import (
+    average_precision_score,
+    confusion_matrix,
+    f1_score,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+)
 
 from steering.probes import (
+    PREDICTORS,
     PROBE_FORMAT,
     LinearProbe,
     ProbeError,
     TrainSpec,
+    choose_threshold,
     diffmean_direction,
     evaluate_probe,
     train_probe,
@@ -271,36 +280,113 @@ def test_check_compatible(tmp_path):
 @PROPS
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 30), bias=st.floats(-3, 3))
 def test_evaluate_probe_agrees_with_sklearn(seed, n, bias):
+    """Raw metrics are at the fitted decision (> 0); the keys say so (``_raw``)."""
     rng = np.random.default_rng(seed)
     features = rng.normal(size=(n, 5))
     labels = rng.integers(0, 2, size=n)
     probe = make_probe(rng.normal(size=5), bias=bias)
     result = evaluate_probe(probe, features, labels)
     predicted = probe.predict(features)
-    c = result["confusion"]
+    c = result["confusion_raw"]
     assert c["tn"] + c["fp"] + c["fn"] + c["tp"] == n == result["n_eval"]
-    assert c["tp"] + c["fn"] == int(labels.sum())
+    assert c["tp"] + c["fn"] == int(labels.sum()) == result["n_test_pos"]
+    assert c["tn"] + c["fp"] == n - int(labels.sum()) == result["n_test_neg"]
     assert c["tp"] + c["fp"] == int(predicted.sum())
     tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
     assert (c["tn"], c["fp"], c["fn"], c["tp"]) == (tn, fp, fn, tp)
-    assert result["f1"] == pytest.approx(f1_score(labels, predicted, zero_division=0))
-    assert result["precision"] == pytest.approx(precision_score(labels, predicted, zero_division=0))
-    assert result["recall"] == pytest.approx(recall_score(labels, predicted, zero_division=0))
+    assert result["f1_raw"] == pytest.approx(f1_score(labels, predicted, zero_division=0))
+    assert result["precision_raw"] == pytest.approx(
+        precision_score(labels, predicted, zero_division=0)
+    )
+    assert result["recall_raw"] == pytest.approx(recall_score(labels, predicted, zero_division=0))
     expected_f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
-    assert result["f1"] == pytest.approx(expected_f1)
-    assert result["accuracy"] == pytest.approx((tp + tn) / n)
+    assert result["f1_raw"] == pytest.approx(expected_f1)
+    assert result["accuracy_raw"] == pytest.approx((tp + tn) / n)
+    scores = probe.decision(features)
     if len(set(labels.tolist())) == 2:
-        assert 0.0 <= result["auroc"] <= 1.0
+        assert result["auroc"] == pytest.approx(roc_auc_score(labels, scores))
+        assert result["ap"] == pytest.approx(average_precision_score(labels, scores))
+        assert result["class_ratio"] == pytest.approx(labels.sum() / (n - labels.sum()))
     else:
         assert result["auroc"] is None
-    for key in ("f1", "precision", "recall", "accuracy"):
+    for key in ("f1_raw", "precision_raw", "recall_raw", "accuracy_raw"):
         assert np.isfinite(result[key])
+    # without a validation split nothing is calibrated, and nothing pretends to be
+    assert result["threshold"] is None and result["f1_calibrated"] is None
+    assert "f1" not in result
 
 
 def test_evaluate_a_trained_probe_on_held_out_clusters():
     features, labels = clusters(1, n=20, gap=6.0)
     weight, bias = train_probe(features[::2], labels[::2], seed=0)
-    result = evaluate_probe(make_probe(weight, bias), features[1::2], labels[1::2])
-    assert result["f1"] == 1.0
+    probe = make_probe(weight, bias)
+    validation = (features[::2], labels[::2])
+    result = evaluate_probe(probe, features[1::2], labels[1::2], validation=validation)
+    assert result["f1_raw"] == 1.0 == result["f1_calibrated"]
     assert result["auroc"] == 1.0
-    assert result["confusion"] == {"tn": 10, "fp": 0, "fn": 0, "tp": 10}
+    assert result["ap"] == pytest.approx(1.0)
+    assert result["confusion_raw"] == {"tn": 10, "fp": 0, "fn": 0, "tp": 10}
+    assert result["confusion_calibrated"] == result["confusion_raw"]
+    assert result["n_val_pos"] == result["n_val_neg"] == 10
+    probe.metrics = result
+    assert probe.predictor("f1_calibrated") == 1.0 == probe.predictor("auroc")
+    assert probe.predictor("ap") == pytest.approx(1.0)
+
+
+def test_calibrated_threshold_comes_from_validation_not_test():
+    """A probe whose intercept is far off: raw F1 is 0, the validation threshold repairs it,
+    and the test labels never influence the threshold."""
+    features, labels = clusters(2, n=30, gap=5.0)
+    weight, bias = train_probe(features, labels, seed=0)
+    shifted = make_probe(weight, bias - 1e3)  # every decision far below 0
+    val, test = slice(0, None, 2), slice(1, None, 2)
+    result = evaluate_probe(
+        shifted, features[test], labels[test], validation=(features[val], labels[val])
+    )
+    assert result["f1_raw"] == 0.0
+    assert result["f1_calibrated"] > 0.9
+    assert result["threshold"] == pytest.approx(
+        choose_threshold(shifted.decision(features[val]), labels[val])
+    )
+    flipped = evaluate_probe(
+        shifted, features[test], 1 - labels[test], validation=(features[val], labels[val])
+    )
+    assert flipped["threshold"] == result["threshold"]
+
+
+def test_choose_threshold_maximises_f1_with_documented_ties():
+    # Separable: every threshold strictly between 2 and 5 gives F1 = 1; the widest interval
+    # of equal predictions is (2, 5), so its midpoint wins.
+    assert choose_threshold(np.array([0.0, 1.0, 2.0, 5.0, 6.0]), np.array([0, 0, 0, 1, 1])) == 3.5
+    # Overlap: best F1 is at predicting the top three (tp 2, fp 1) -> between 1 and 2.
+    t = choose_threshold(np.array([0.0, 1.0, 2.0, 3.0, 4.0]), np.array([0, 0, 1, 0, 1]))
+    assert 0.0 < t < 2.0
+    # All one score: the point below it (predict everything positive) beats predicting none.
+    assert choose_threshold(np.array([1.0, 1.0]), np.array([0, 1])) == 0.5
+    with pytest.raises(ValueError):
+        choose_threshold(np.array([]), np.array([]))
+
+
+@PROPS
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 40))
+def test_chosen_threshold_is_optimal_on_its_own_split(seed, n):
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.normal(size=n), 1)
+    labels = rng.integers(0, 2, size=n)
+    t = choose_threshold(scores, labels)
+    best = f1_score(labels, (scores > t).astype(int), zero_division=0)
+    for other in np.concatenate([scores, scores - 1e-9, [scores.min() - 1, scores.max() + 1]]):
+        assert best >= f1_score(labels, (scores > other).astype(int), zero_division=0) - 1e-12
+
+
+def test_predictor_names_and_config_choices_agree():
+    from typing import get_args
+
+    from experiments.config import Predictor
+
+    assert set(get_args(Predictor)) == set(PREDICTORS)
+    probe = make_probe(np.ones(3), metrics={"auroc": 0.8, "ap": 0.7, "f1_raw": 0.2})
+    assert probe.predictor("auroc") == 0.8
+    assert probe.predictor("f1_calibrated") is None
+    with pytest.raises(ProbeError, match="unknown predictor"):
+        probe.predictor("f1")

@@ -271,3 +271,22 @@ def test_held_out_selection_chooses_beta_on_selection_prompts_only(
     # Only the report prompts enter the criteria.
     assert set(result.records["prompt_index"]) == {2, 3}
     assert result.record.per_concept[report[0]["concept"]]["beta"] in (0.1, 0.3)
+
+
+def test_rescore_may_change_the_gate_but_not_what_was_generated(null_run, embedder):
+    from experiments.config import ConfigError
+    from experiments.pipeline.run import rescore
+
+    _, result = null_run
+    with pytest.raises(ConfigError, match="changes what was generated"):
+        rescore(result.run_id, embedder=embedder, overrides=["generation.max_new_tokens=5"])
+    strict = rescore(result.run_id, embedder=embedder, overrides=["gate.perplexity_multiple=1.01"])
+    loose = rescore(result.run_id, embedder=embedder, overrides=["gate.perplexity_multiple=1000"])
+    assert strict.record.config.gate.perplexity_multiple == 1.01
+    strict_pass = strict.effect.summary["concept/pos"]["gate_pass_fraction"]
+    loose_pass = loose.effect.summary["concept/pos"]["gate_pass_fraction"]
+    assert strict_pass <= loose_pass
+    # The texts themselves never change.
+    assert list(strict.records.sort_values("key")["text"]) == list(
+        loose.records.sort_values("key")["text"]
+    )

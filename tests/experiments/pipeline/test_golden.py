@@ -7,17 +7,26 @@ seed 0, and no null-control rows (they change how rows share batches, and a batc
 padding can move the last bits). The refactored pipeline must give the same texts and Δ. Texts are
 compared exactly; Δ to 1e-6, since the embedder's last bits can differ between CPU kinds
 (on the machine that wrote the file they are bit-identical).
+
+The probes changed on purpose since (format-matched training sets, PROBE_RECIPE
+format-matched-v3), which changes every steering direction. So the test now pins the
+steering pipeline apart from probe training: ``golden_tiny_probes/`` holds the
+classifiers that run used (trained by commit a8ffe39, identical to 2f71ac2's), and they
+are placed in the classifier folder before the run, which then loads instead of training.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from experiments.config import load_config
+from experiments.pipeline.probes import classifier_dir
 from experiments.pipeline.run import run_phase5
 
 GOLDEN = Path(__file__).with_name("golden_tiny_run.json")
+GOLDEN_PROBES = Path(__file__).with_name("golden_tiny_probes")
 
 
 def test_pipeline_reproduces_the_monolithic_run(
@@ -35,7 +44,12 @@ def test_pipeline_reproduces_the_monolithic_run(
             f"tracking.results_dir={tmp_path / 'res'}",
         ],
     )
+    directory = classifier_dir(config, tiny_lm.model_id, 2)
+    directory.mkdir(parents=True)
+    for path in GOLDEN_PROBES.glob("*.json"):
+        shutil.copy(path, directory / path.name)
     result = run_phase5(config, lm=tiny_lm, embedder=embedder)
+    assert result.record.classifier_run_id is None  # loaded, not retrained
     golden = {r["key"]: r for r in json.loads(GOLDEN.read_text())}
     got = result.records.set_index("key")
     assert sorted(got.index) == sorted(golden)

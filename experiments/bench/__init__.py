@@ -1,0 +1,28 @@
+"""``steer-eval bench`` (``make bench``): what the Phase 5 workload costs, measured side by side.
+
+Every comparison runs in one process, on the same model, rows (prompt, seed, direction,
+strength) and token counts, and reports the median over repeats; the machine and its load
+average are recorded with the numbers, and ratios matter more than absolute times.
+
+One module per job (``--only``/``--skip`` pick the sections):
+
+- ``options``: what to measure (no torch: the CLI imports it for ``--help``);
+- ``measure``: medians, interleaving, load average, the machine;
+- ``workload``: the rows, and the only door into the Phase 5 pipeline;
+- ``batched``: our batched generation against one HF ``generate`` per sample (a);
+- ``dtype``: the same rows in bf16 and whether Δ per strength moves;
+- ``llama``: llama.cpp single stream with a control vector, and steering agreement (b);
+- ``peers``: HF ``generate`` on the whole batch with a per-row hook, and every other peer
+  on the same rows; ``llama_batch``: llama.cpp with several sequences per batch;
+- ``roofline``: the decode loop's FLOPs over the measured time, against the CPU's peak;
+- ``profile``: one decode step under the torch profiler, by part;
+- ``tuning``: torch threads and batch size;
+- ``scaling``: generation time against concepts and ``max_new_tokens``;
+- ``e2e``: the whole ``make run`` in a subprocess, wall time by stage, peak memory (c, d);
+- ``report``: the results as plain tables; ``runner``: ``run_bench``, which ties them.
+
+Targets (measured, never asserted): batched >= 10x per-sample, ours >= 3x llama.cpp
+single-stream tokens/s, ``make run`` under 3 minutes warm, peak memory under 4 GB.
+
+This package never imports typer or rich, and importing it imports nothing heavy.
+"""

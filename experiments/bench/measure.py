@@ -1,0 +1,212 @@
+"""How every bench section times things: medians over repeats, interleaving, load.
+
+Every comparison runs in one process and reports the median over repeats; the machine
+and its load average are recorded with the numbers, because on a shared machine the
+ratios matter more than absolute times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from steering.generation import Generation, GenerationRow
+
+
+def median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    """``round`` that lets None (not measured) through."""
+    return None if value is None else round(float(value), digits)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or b is not positive."""
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+@dataclass
+class Measurement:
+    """Wall seconds and generated tokens per repeat; medians over the repeats."""
+
+    seconds: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    rows: int = 0
+    extra: dict = field(default_factory=dict)
+    generations: list[Generation] | None = None  # the last repeat's (not serialised)
+
+    def add(self, seconds: float, tokens: int) -> None:
+        self.seconds.append(float(seconds))
+        self.tokens.append(int(tokens))
+
+    @property
+    def median_seconds(self) -> float | None:
+        return median(self.seconds)
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """The median of the per-repeat rates (not total tokens over total time)."""
+        return median([t / s for t, s in zip(self.tokens, self.seconds, strict=True) if s > 0])
+
+    def to_dict(self) -> dict:
+        return {
+            "rows": self.rows,
+            "repeats": len(self.seconds),
+            "seconds": [round(s, 6) for s in self.seconds],
+            "tokens": self.tokens,
+            "median_seconds": rounded(self.median_seconds),
+            "tokens_per_second": rounded(self.tokens_per_second),
+            **self.extra,
+        }
+
+
+Run = Callable[[Measurement | None], Measurement]
+"""A timed pass that appends one repeat to the measurement it is given (None: a new one)."""
+
+
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def gpu_peak(device: torch.device, extra: dict) -> Iterator[None]:
+    """Peak GPU memory allocated inside the block (CUDA only) into ``extra``."""
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    yield
+    if on_cuda:
+        extra["gpu_peak_bytes"] = max(
+            extra.get("gpu_peak_bytes", 0), int(torch.cuda.max_memory_allocated(device))
+        )
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` inside the block (None: unchanged)."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages (as ``uptime`` prints them)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on Linux
+        return None
+
+
+def cpu_pressure() -> float | None:
+    """Linux PSI: the share of the last 60 s in which some runnable task waited for a CPU."""
+    try:
+        first = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return float(dict(kv.split("=") for kv in first.split()[1:])["avg60"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+
+
+def contention() -> dict:
+    return {"load_average": load_average(), "cpu_pressure_avg60": cpu_pressure()}
+
+
+def interleaved(runs: dict[str, Run], repeats: int) -> dict[str, Measurement]:
+    """Repeat each run in turn (A B A B ...), so load that drifts hits every variant alike."""
+    out: dict[str, Measurement | None] = dict.fromkeys(runs)
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            out[name] = fn(out[name])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass
+class Stream:
+    """A one-sample-at-a-time baseline, timed in chunks between the batched repeats."""
+
+    rows: list[GenerationRow]
+    run: Callable[[Sequence[GenerationRow]], Measurement]
+
+
+def contiguous_chunks(rows: Sequence[GenerationRow], k: int) -> list[list[GenerationRow]]:
+    """``k`` consecutive slices (of a stratified subset, so each mixes the strengths)."""
+    n = len(rows)
+    return [list(rows[i * n // k : (i + 1) * n // k]) for i in range(k)]
+
+
+def measure_side_by_side(
+    batched: dict[str, Run],
+    streams: dict[str, Stream],
+    repeats: int,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Measurement]:
+    """Each repeat runs every batched variant over the whole grid, then one chunk of every
+    single-stream baseline: load that drifts during the run hits all of them alike. A
+    baseline's repeats are its chunks (its tokens/s is the median over chunks)."""
+    splits = {name: contiguous_chunks(st.rows, repeats) for name, st in streams.items()}
+    out: dict[str, Measurement] = {}
+    for r in range(repeats):
+        for name, fn in batched.items():
+            say(f"repeat {r + 1}/{repeats}: {name} batched")
+            out[name] = fn(out.get(name))
+        for name, st in streams.items():
+            part = splits[name][r]
+            if not part:
+                continue
+            say(f"repeat {r + 1}/{repeats}: {name}, {len(part)} samples")
+            m = st.run(part)
+            total = out.setdefault(name, Measurement(rows=len(st.rows)))
+            total.add(m.seconds[0], m.tokens[0])
+            for key, value in m.extra.items():
+                if key == "gpu_peak_bytes":
+                    total.extra[key] = max(total.extra.get(key, 0), value)
+    return out
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    """The machine the numbers were taken on: CPU, cores, threads, versions."""
+    from importlib import metadata
+
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        for line in cpuinfo.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        flags = next((x for x in cpuinfo.splitlines() if x.startswith("flags")), "").split()
+        info["cpu_bf16"] = [f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f in flags]
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        info["memory_gb"] = round(int(mem) * 1024 / 1e9, 1)
+    except (OSError, StopIteration, IndexError, ValueError):  # pragma: no cover
+        pass
+    for pkg in ("torch", "transformers", "llama-cpp-python"):
+        try:
+            info[f"version.{pkg}"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            info[f"version.{pkg}"] = None
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info

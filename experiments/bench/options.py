@@ -1,0 +1,111 @@
+"""What ``steer-eval bench`` measures and how often: constants, targets and options.
+
+No torch here: the CLI imports this module to build its ``--help``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+DEFAULT_OUT = Path("bench/results.json")
+DEFAULT_CONFIG = Path("configs/phase5.yaml")
+SECTIONS = (
+    "batched",
+    "dtype",
+    "llama",
+    "peers",
+    "roofline",
+    "profile",
+    "tuning",
+    "scaling",
+    "e2e",
+)
+# sections measured together, interleaved repeat by repeat
+SIDE_BY_SIDE = frozenset({"batched", "dtype", "llama", "peers"})
+E2E_MARKER = "BENCH_E2E "
+
+TARGETS = {
+    "batched_vs_per_sample": ("batched / per-sample tokens/s", ">=", 10.0),
+    "ours_vs_llama_cpp": ("ours / llama.cpp single-stream tokens/s", ">=", 3.0),
+    "make_run_seconds": ("default make run, warm (s)", "<", 180.0),
+    "peak_memory_gb": ("peak resident memory of make run (GB)", "<", 4.0),
+}
+
+
+@dataclass
+class BenchOptions:
+    """What to measure and how often; ``quick`` shrinks everything to a smoke test."""
+
+    config: Path = DEFAULT_CONFIG
+    overrides: list[str] = field(default_factory=list)
+    out: Path | None = DEFAULT_OUT
+    sections: tuple[str, ...] = SECTIONS
+    repeats: int = 3
+    e2e_repeats: int = 1
+    per_sample_limit: int = 15
+    llama_limit: int = 30
+    llama_threads: tuple[int, ...] = ()  # () = 1 and every core up to torch's thread count
+    device: str | None = None
+    dtype: str | None = None
+    threads: int | None = None
+    quick: bool = False
+    scaling_concepts: tuple[int, ...] = (1, 10, 50)
+    scaling_tokens: tuple[int, ...] = (25, 50, 100)
+    tuning_tokens: int = 10
+    tuning_threads: tuple[int, ...] = ()  # () = 1, torch's current count and every core
+    tuning_batch_sizes: tuple[int, ...] = (16, 32)
+    agreement_prompts: int = 6
+    agreement_tokens: int = 8
+    peer_agreement_rows: int = 6  # greedy check that the HF batched peer matches ours
+    profile_tokens: int = 8
+    work_dir: Path | None = None  # warm classifiers; default <cache>/bench
+
+    @classmethod
+    def quick_defaults(cls, **kwargs: Any) -> BenchOptions:
+        base: dict[str, Any] = {
+            "overrides": ["concepts.limit=2", "generation.max_new_tokens=8"],
+            "repeats": 1,
+            "per_sample_limit": 3,
+            "llama_limit": 3,
+            "quick": True,
+            "scaling_concepts": (1, 2, 4),
+            "scaling_tokens": (4, 8, 16),
+            "tuning_tokens": 4,
+            "tuning_batch_sizes": (2,),
+            "agreement_prompts": 2,
+            "agreement_tokens": 4,
+            "peer_agreement_rows": 3,
+            "profile_tokens": 4,
+        }
+        extra = list(kwargs.pop("overrides", []) or [])
+        base.update(kwargs)
+        base["overrides"] = [*base["overrides"], *extra]
+        return cls(**base)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly copy for the results file (paths as strings, tuples as lists)."""
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            out[k] = str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v)
+        return out
+
+
+def parse_sections(only: str | None, skip: str | None) -> tuple[str, ...]:
+    """The sections ``--only``/``--skip`` pick, in run order; ValueError names unknown ones."""
+
+    def parse(text: str) -> set[str]:
+        names = {s.strip() for s in text.split(",") if s.strip()}
+        unknown = names - set(SECTIONS)
+        if unknown:
+            raise ValueError(
+                f"unknown bench section(s) {', '.join(sorted(unknown))}; use {', '.join(SECTIONS)}"
+            )
+        return names
+
+    chosen = parse(only) if only else set(SECTIONS)
+    if skip:
+        chosen -= parse(skip)
+    return tuple(s for s in SECTIONS if s in chosen)

@@ -1,0 +1,205 @@
+"""Section ``roofline``: the floating-point work of the decode loop against the CPU's peak.
+
+The work is counted from the model's shape, row by row at each row's real context: every
+matmul of the decoder layers (q, k, v, o, gate, up, down), the attention scores and
+values, and the output head (262,144 x 640 on the embedded model, about 60% of the work
+per token). Achieved GFLOP/s is that work over the measured wall time of our batched run;
+the peak comes from the CPU's vector width, FMA units, cores and clock (steering.cpu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from experiments.bench.measure import Measurement, ratio, rounded
+from steering.cpu import cpu_features
+from steering.generation import Generation
+from steering.models import LoadedModel
+
+PARTS = ("layers", "attention", "head")
+
+HOW = (
+    "useful FLOPs (2 per multiply-add): the linear maps of every decoder layer (q, k, v, o, "
+    "gate, up, down) at every position, attention scores and values at each row's real "
+    "context (causal; sliding-window layers capped at the window), and the output head at "
+    "each position that predicts a token; the prompt's prefill is included. Not counted: "
+    "norms, activations, RoPE, the steering hook, sampling, and finished rows that still "
+    "ride in a batch"
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes that decide a decoder-only transformer's FLOPs per token."""
+
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    windows: tuple[int | None, ...]  # per layer: the sliding window, or None (full attention)
+    mlp_matrices: int = 3  # gated MLP: gate, up, down
+
+    @classmethod
+    def of(cls, lm: LoadedModel) -> ModelShape:
+        config = lm.model.config
+        c = config.get_text_config() if hasattr(config, "get_text_config") else config
+        heads = int(c.num_attention_heads)
+        window = getattr(c, "sliding_window", None)
+        types = getattr(c, "layer_types", None) or ["full_attention"] * lm.n_layers
+        return cls(
+            hidden=int(c.hidden_size),
+            intermediate=int(c.intermediate_size),
+            heads=heads,
+            kv_heads=int(getattr(c, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(c, "head_dim", None) or c.hidden_size // heads),
+            vocab=int(lm.model.get_output_embeddings().weight.shape[0]),
+            windows=tuple(window if t == "sliding_attention" else None for t in types),
+        )
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.windows)
+
+    @property
+    def layer_flops(self) -> int:
+        """The linear maps of all decoder layers, per position."""
+        h, hd = self.hidden, self.head_dim
+        qkv = h * (self.heads + 2 * self.kv_heads) * hd
+        out = self.heads * hd * h
+        mlp = self.mlp_matrices * h * self.intermediate
+        return 2 * (qkv + out + mlp) * self.n_layers
+
+    def attention_flops(self, context: int) -> int:
+        """Scores (q.k) and values (p.v) of one query over ``context`` keys, all layers."""
+        per_key = 4 * self.heads * self.head_dim
+        return sum(per_key * (context if w is None else min(context, w)) for w in self.windows)
+
+    @property
+    def head_flops(self) -> int:
+        """The output head, per position whose logits are computed."""
+        return 2 * self.hidden * self.vocab
+
+
+def forward_flops(shape: ModelShape, positions: int, cached: int, head_positions: int) -> dict:
+    """One row's forward pass over ``positions`` new tokens after ``cached`` ones."""
+    return {
+        "layers": positions * shape.layer_flops,
+        "attention": sum(shape.attention_flops(cached + i + 1) for i in range(positions)),
+        "head": head_positions * shape.head_flops,
+    }
+
+
+def _add(total: dict, part: dict) -> None:
+    for k, v in part.items():
+        total[k] = total.get(k, 0) + v
+
+
+def generation_flops(shape: ModelShape, gens: Sequence[Generation]) -> dict[str, dict]:
+    """The work behind ``gens``, as our decode loop does it: a prefill over the prompt with
+    the head at its last position, then one single-token step per further forward pass.
+    A row that stopped at EOS ran one forward pass more than it kept tokens."""
+    prefill: dict[str, int] = dict.fromkeys(PARTS, 0)
+    decode: dict[str, int] = dict.fromkeys(PARTS, 0)
+    for g in gens:
+        forwards = g.n_new_tokens + int(g.stopped_at_eos)
+        if forwards == 0:
+            continue
+        _add(prefill, forward_flops(shape, g.n_prompt_tokens, 0, 1))
+        for k in range(1, forwards):
+            _add(decode, forward_flops(shape, 1, g.n_prompt_tokens + k - 1, 1))
+    total = {p: prefill[p] + decode[p] for p in PARTS}
+    return {"prefill": prefill, "decode": decode, "total": total}
+
+
+def per_token(shape: ModelShape, context: int) -> dict:
+    """FLOPs of one decode step of one row at ``context``, by part, with each part's share."""
+    parts = forward_flops(shape, 1, context - 1, 1)
+    total = sum(parts.values())
+    return {
+        "context": context,
+        **{f"{k}_mflop": round(v / 1e6, 3) for k, v in parts.items()},
+        "total_mflop": round(total / 1e6, 3),
+        "share": {k: round(v / total, 4) for k, v in parts.items()},
+    }
+
+
+def machine_peak(dtype: str) -> dict:
+    """The CPU's flags, cores and clock, and its peak GFLOP/s for ``dtype``."""
+    f = cpu_features()
+    peak, how = f.peak_gflops(dtype)
+    return {
+        "cpu": f.model,
+        "vendor": f.vendor,
+        "flags": f.reported_flags(),
+        "vector_bits": f.vector_bits,
+        "datapath_bits": f.datapath_bits,
+        "physical_cores": f.physical_cores,
+        "logical_cpus": f.logical_cpus,
+        "clock_ghz": None if f.mhz is None else round(f.mhz / 1000, 3),
+        "peak_gflops": rounded(peak, 1) if peak else None,
+        "peak_how": how,
+    }
+
+
+def achieved(shape: ModelShape, m: Measurement, dtype: str, on_cpu: bool) -> dict[str, Any]:
+    """Work, median seconds and GFLOP/s of one measured run, against the peak on a CPU."""
+    gens = m.generations or []
+    work = generation_flops(shape, gens)
+    total = sum(work["total"].values())
+    seconds = m.median_seconds
+    gflops = ratio(total / 1e9, seconds)
+    out: dict[str, Any] = {
+        "rows": len(gens),
+        "tokens": sum(g.n_new_tokens for g in gens),
+        "median_seconds": rounded(seconds),
+        "gflop": {
+            stage: {k: round(v / 1e9, 3) for k, v in parts.items()} for stage, parts in work.items()
+        },
+        "flop_total": total,
+        "gflop_total": round(total / 1e9, 3),
+        "share_of_work": {k: round(v / total, 4) for k, v in work["total"].items()}
+        if total
+        else {},
+        "achieved_gflops": rounded(gflops, 3),
+    }
+    if on_cpu:
+        peak = machine_peak(dtype)
+        out["peak_gflops"] = peak["peak_gflops"]
+        out["fraction_of_peak"] = rounded(ratio(gflops, peak["peak_gflops"]), 4)
+    return out
+
+
+def section_roofline(
+    lm: LoadedModel, measured: dict[str, Measurement], dtypes: Sequence[str]
+) -> dict:
+    """Achieved GFLOP/s of our batched run (and the other dtype's) against the CPU's peak."""
+    shape = ModelShape.of(lm)
+    on_cpu = lm.device.type == "cpu"
+    base = dtypes[0]
+    gens = measured[base].generations or []
+    mean_context = (
+        round(sum(g.n_prompt_tokens + g.n_new_tokens / 2 for g in gens) / len(gens)) if gens else 1
+    )
+    result: dict[str, Any] = {
+        "how": HOW,
+        "model_shape": {**asdict(shape), "windows": sorted({str(w) for w in shape.windows})},
+        "per_token": per_token(shape, max(1, mean_context)),
+        "runs": {d: achieved(shape, measured[d], d, on_cpu) for d in dtypes if d in measured},
+        "torch_threads": torch.get_num_threads(),
+    }
+    if on_cpu:
+        result["machine"] = machine_peak(base)
+        result["clock_assumption"] = (
+            "the cpu MHz of /proc/cpuinfo for every core at once; a VM reports its nominal "
+            "clock and boost may run higher, so the fraction of peak is an upper bound"
+        )
+    else:
+        result["machine"] = {"device": str(lm.device), "peak_gflops": None}
+        result["note"] = "no peak modelled for GPUs: achieved GFLOP/s only"
+    return result

@@ -1,0 +1,355 @@
+"""``run_bench``: load the model and workload once, run the chosen sections, write results.
+
+Each section is checkpointed into the results file as soon as it finishes, with the load
+average before and after it, so an interrupted bench keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.bench.batched import run_batched, run_per_sample, section_batched, warm_up
+from experiments.bench.dtype import dtype_name, other_precision, section_dtype
+from experiments.bench.e2e import section_e2e
+from experiments.bench.llama import (
+    SINGLE_STREAM,
+    close,
+    gguf_for,
+    llama_unavailable,
+    open_llamas,
+    run_llama,
+    section_llama,
+)
+from experiments.bench.llama_batch import HOW as LLAMA_BATCH_HOW
+from experiments.bench.llama_batch import (
+    LLAMA_BATCHED,
+    open_multi_sequence,
+    run_llama_batched,
+)
+from experiments.bench.measure import (
+    Measurement,
+    Run,
+    Stream,
+    contention,
+    cpu_pressure,
+    load_average,
+    machine_info,
+    measure_side_by_side,
+    torch_threads,
+)
+from experiments.bench.options import SCHEMA_VERSION, SECTIONS, SIDE_BY_SIDE, BenchOptions
+from experiments.bench.peers import (
+    HF_BATCHED,
+    greedy_agreement,
+    run_hf_batched,
+    section_peers,
+)
+from experiments.bench.profile import section_profile
+from experiments.bench.report import evaluate_targets
+from experiments.bench.roofline import section_roofline
+from experiments.bench.scaling import section_scaling
+from experiments.bench.tuning import section_tuning
+from experiments.bench.workload import Workload, plan_workload, stratified_subset
+from steering.models import LoadedModel
+
+
+@contextlib.contextmanager
+def isolated_store(root: Path) -> Iterator[None]:
+    """Point MLflow at a temporary store, so the bench never writes into mlruns.db."""
+    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_ARTIFACT_ROOT")
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlruns.db'}"
+    os.environ["MLFLOW_ARTIFACT_ROOT"] = str(root / "mlartifacts")
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def write_results(results: dict, out: Path | None) -> None:
+    """Atomically replace ``out`` with the results so far (None: keep them in memory)."""
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    tmp.replace(out)
+
+
+def default_work_dir() -> Path:
+    from steering.assets import cache_dir
+
+    return cache_dir() / "bench"
+
+
+def new_results(opts: BenchOptions) -> dict:
+    """The results skeleton: provenance first, sections filled in as they finish."""
+    results: dict = {
+        "schema": SCHEMA_VERSION,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "complete": False,
+        "argv": sys.argv[1:],
+        "options": opts.to_dict(),
+        "machine": {},
+        "load_average": {"start": load_average()},
+        "cpu_pressure_avg60": {"start": cpu_pressure()},
+        "sections": {},
+        "targets": [],
+        "notes": [],
+    }
+    try:
+        from experiments.tracking import git_commit
+
+        results["git"] = git_commit()
+    except Exception:  # pragma: no cover - provenance only
+        results["git"] = None
+    return results
+
+
+def run_bench(
+    opts: BenchOptions,
+    lm: LoadedModel | None = None,
+    workload: Workload | None = None,
+    embedder: Any = None,
+    say: Callable[[str], None] | None = None,
+) -> dict:
+    """Run the chosen sections and return (and write) the results.
+
+    With ``workload`` given (tests: a synthetic grid on a tiny model) the Phase 5 plan is not
+    built, so the Δ comparison, llama.cpp (needs the GGUF) and e2e sections are skipped.
+    """
+    from experiments.config import load_config
+    from steering.models import load_model
+
+    say = say or (lambda _m: None)
+    sections = [s for s in SECTIONS if s in opts.sections]
+    overrides = list(opts.overrides)
+    if opts.device:
+        overrides.append(f"device={opts.device}")
+    if opts.dtype:
+        overrides.append(f"dtype={opts.dtype}")
+    with contextlib.ExitStack() as stack:
+        store = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="steer-eval-bench-")))
+        stack.enter_context(isolated_store(store))
+        stack.enter_context(torch_threads(opts.threads))
+        work = opts.work_dir or default_work_dir()
+        overrides.append(f"classifier.dir={(work / 'classifiers').resolve()}")
+        config = load_config(opts.config, overrides)
+        results = new_results(opts)
+        started = time.perf_counter()
+        if lm is None:
+            say(f"loading {config.model} ({config.device}, {config.dtype})")
+            t = time.perf_counter()
+            lm = load_model(config.model, device=config.device, dtype=config.dtype)
+            results["model_load_seconds"] = round(time.perf_counter() - t, 2)
+        results["machine"] = machine_info(lm.device)
+        results["model"] = {"id": lm.model_id, "dtype": dtype_name(lm.dtype), "layers": lm.n_layers}
+        if workload is None:
+            if embedder is None:
+                from metrics.embedder import load_embedder
+
+                embedder = load_embedder(config.embedding.model)
+            say("classifiers (trained once into the bench cache), vectors, centroids")
+            workload = plan_workload(config, lm, embedder)
+        wl = workload
+        results["workload"] = wl.describe()
+        warm_up(lm, wl)
+        sec = results["sections"]
+        bench = Bench(lm, wl, opts, config, sections, embedder, results, say)
+        measured: dict[str, Measurement] = {}
+        if SIDE_BY_SIDE & set(sections):
+            measured = bench.side_by_side()
+        if "roofline" in sections:
+            bench.roofline(measured)
+        if "profile" in sections:
+            load = contention()
+            say(f"profile: one batch, {opts.profile_tokens} decode steps")
+            bench.checkpoint("profile", section_profile(lm, wl, min(opts.profile_tokens, 64)), load)
+        if "tuning" in sections:
+            load = contention()
+            bench.checkpoint("tuning", section_tuning(lm, wl, opts, say), load)
+        if "scaling" in sections:
+            load = contention()
+            base = measured.get(bench.ours)
+            bench.checkpoint("scaling", section_scaling(lm, wl, opts, base, say), load)
+        if "e2e" in sections:
+            if wl.plan is None:
+                sec["e2e"] = {"skipped": "no Phase 5 config workload (synthetic rows)"}
+            else:
+                load = contention()
+                bench.checkpoint("e2e", section_e2e(opts, overrides, store, say), load)
+        results["load_average"]["end"] = load_average()
+        results["cpu_pressure_avg60"]["end"] = cpu_pressure()
+        results["total_seconds"] = round(time.perf_counter() - started, 1)
+        results["targets"] = evaluate_targets(sec)
+        results["complete"] = True
+        write_results(results, opts.out)
+    return results
+
+
+@dataclass
+class Bench:
+    """What every section of one bench run shares, and how a section's result is kept."""
+
+    lm: LoadedModel
+    wl: Workload
+    opts: BenchOptions
+    config: Any
+    sections: list[str]
+    embedder: Any
+    results: dict
+    say: Callable[[str], None]
+
+    @property
+    def ours(self) -> str:
+        return dtype_name(self.lm.dtype)
+
+    def checkpoint(self, name: str, value: dict, load_before: dict | None) -> None:
+        """Keep a finished section, with the load around it, on disk at once."""
+        value["load_average"] = {"before": load_before, "after": contention()}
+        self.results["sections"][name] = value
+        self.results["targets"] = evaluate_targets(self.results["sections"])
+        write_results(self.results, self.opts.out)
+
+    def skip(self, name: str, reason: str) -> None:
+        self.results["sections"][name] = {"skipped": reason}
+        self.results["notes"].append(f"{name} section skipped: {reason}")
+
+    def llama_reason(self, gguf: Path | None) -> str | None:
+        if not {"llama", "peers"} & set(self.sections):
+            return "sections llama and peers not run"
+        if self.wl.plan is None:
+            return "synthetic rows: the model is not the config's GGUF"
+        return llama_unavailable(gguf, self.wl)
+
+    def side_by_side(self) -> dict[str, Measurement]:
+        """Sections batched, dtype, llama and peers: one interleaved measurement."""
+        lm, wl, opts, sections, ours = self.lm, self.wl, self.opts, self.sections, self.ours
+        load = contention()
+        batched_runs: dict[str, Run] = {ours: lambda m: run_batched(lm, wl, m=m)}
+        other = None
+        if "dtype" in sections:
+            other, _ = other_precision(lm, self.config.model if wl.plan else None)
+            warm_up(other, wl)
+            batched_runs[dtype_name(other.dtype)] = lambda m: run_batched(other, wl, m=m)
+        other_dtypes = [n for n in batched_runs if n != ours]
+        if "peers" in sections:
+            batched_runs[HF_BATCHED] = lambda m: run_hf_batched(lm, wl, m=m)
+        streams: dict[str, Stream] = {}
+        subset = stratified_subset(wl, min(opts.per_sample_limit, len(wl.rows)))
+        if "batched" in sections:
+            streams["per_sample"] = Stream(subset, lambda rows: run_per_sample(lm, wl, rows))
+            streams["one_row_at_a_time"] = Stream(
+                subset, lambda rows: run_batched(lm, wl, rows=rows, batch_size=1)
+            )
+        gguf = gguf_for(self.config.model)
+        reason = self.llama_reason(gguf)
+        llama_subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
+        llamas: dict[int, Any] = {}
+        engines: list[Any] = []
+        gpu = False
+        if reason is None:
+            assert gguf is not None
+            llamas, gpu = open_llamas(lm, gguf, opts, wl)
+            if "llama" in sections:
+                for t, llm in llamas.items():
+                    streams[f"{SINGLE_STREAM}{t}"] = Stream(
+                        llama_subset, lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers)
+                    )
+            if "peers" in sections:
+                for t, llm in llamas.items():
+                    engine = open_multi_sequence(llm, wl, t)
+                    run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)
+                    engines.append(engine)
+                    batched_runs[f"{LLAMA_BATCHED}/{t}"] = lambda m, e=engine: run_llama_batched(
+                        e, wl, n_layers=lm.n_layers, m=m
+                    )
+        self.say(
+            f"batched: {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens "
+            f"({', '.join(batched_runs)}), interleaved with {', '.join(streams) or 'nothing'}"
+        )
+        measured = measure_side_by_side(batched_runs, streams, opts.repeats, self.say)
+        for engine in engines:
+            engine.close()
+        for llm in llamas.values():
+            close(llm)
+        if "batched" in sections:
+            value = section_batched(wl, measured, ours, subset, other_dtypes)
+            self.checkpoint("batched", value, load)
+        if other is not None:
+            self.say("dtype: scoring Δ under each dtype")
+            self.checkpoint("dtype", section_dtype(lm, other, wl, measured, self.embedder), load)
+        if "llama" in sections:
+            if reason:
+                self.skip("llama", reason)
+            else:
+                assert gguf is not None
+                value = section_llama(
+                    lm, wl, opts, gguf, measured, ours, llama_subset, gpu, self.say, other_dtypes
+                )
+                self.checkpoint("llama", value, load)
+        if "peers" in sections:
+            self.peers(measured, reason, load)
+        return measured
+
+    def peers(self, measured: dict[str, Measurement], reason: str | None, load: dict) -> None:
+        """Section peers from the side-by-side measurement, plus the greedy check."""
+        self.say("peers: greedy check that HF batched generate matches ours")
+        n = min(self.opts.peer_agreement_rows, len(self.wl.rows))
+        agreement = greedy_agreement(self.lm, self.wl, n, self.opts.agreement_tokens)
+        llama = {
+            "llama.cpp_single_stream": _best_threads(
+                measured,
+                SINGLE_STREAM,
+                "create_completion one sample at a time (section llama), best thread count",
+                reason or "section llama not run",
+            ),
+            LLAMA_BATCHED: _best_threads(
+                measured, f"{LLAMA_BATCHED}/", LLAMA_BATCH_HOW + "; best thread count", reason
+            ),
+        }
+        value = section_peers(self.wl, measured, self.ours, agreement, llama)
+        self.checkpoint("peers", value, load)
+
+    def roofline(self, measured: dict[str, Measurement]) -> None:
+        """Section roofline over the side-by-side batched runs, or its own when none ran."""
+        load = contention()
+        dtypes = [self.ours] + [d for d in ("bfloat16", "float32") if d != self.ours]
+        if self.ours not in measured:
+            self.say("roofline: timing our batched run")
+            m = None
+            for _ in range(self.opts.repeats):
+                m = run_batched(self.lm, self.wl, m=m)
+            assert m is not None
+            measured = {self.ours: m}
+        self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes), load)
+
+
+def _best_threads(
+    measured: dict[str, Measurement], prefix: str, how: str, reason: str | None
+) -> dict:
+    """The fastest of the runs named ``prefix<threads>``, or why none ran."""
+    runs = {int(k.removeprefix(prefix)): m for k, m in measured.items() if k.startswith(prefix)}
+    if not runs:
+        return {"skipped": reason or "not measured"}
+    best = max(runs, key=lambda t: runs[t].tokens_per_second or 0.0)
+    return {
+        **runs[best].to_dict(),
+        "threads": best,
+        "by_threads": {str(t): m.tokens_per_second for t, m in sorted(runs.items())},
+        "how": how,
+    }

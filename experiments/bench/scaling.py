@@ -1,0 +1,68 @@
+"""Section ``scaling``: generation time against the number of concepts and new tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from experiments.bench.batched import run_batched
+from experiments.bench.measure import Measurement, rounded
+from experiments.bench.options import BenchOptions
+from experiments.bench.workload import Workload, scaled_workload
+from steering.models import LoadedModel
+
+
+def section_scaling(
+    lm: LoadedModel,
+    wl: Workload,
+    opts: BenchOptions,
+    base: Measurement | None,
+    say: Callable[[str], None],
+) -> dict:
+    """Generation time only, against concepts and max_new_tokens (1 repeat past the default)."""
+    default_work = len(wl.rows) * wl.sampling.max_new_tokens
+
+    def measure(w: Workload) -> tuple[Measurement, bool]:
+        if (
+            base is not None
+            and len(w.rows) == len(wl.rows)
+            and w.sampling.max_new_tokens == wl.sampling.max_new_tokens
+        ):
+            return base, True
+        reps = opts.repeats if len(w.rows) * w.sampling.max_new_tokens <= default_work else 1
+        m = None
+        for _ in range(reps):
+            m = run_batched(lm, w, m=m)
+        assert m is not None
+        return m, False
+
+    concepts = {}
+    for n in opts.scaling_concepts:
+        w, how = scaled_workload(wl, n)
+        say(f"scaling: {n} concepts ({len(w.rows)} rows)")
+        m, reused = measure(w)
+        concepts[str(n)] = {**_entry(m, w), "how": how, "reused_batched": reused}
+    tokens = {}
+    for t in opts.scaling_tokens:
+        w = wl.with_tokens(t)
+        say(f"scaling: {t} new tokens")
+        m, reused = measure(w)
+        tokens[str(t)] = {**_entry(m, w), "reused_batched": reused}
+    return {
+        "stage": "generation only (generate_batch over the grid, batched as make run does)",
+        "repeats_rule": "--repeats up to the default grid's rows x tokens, 1 beyond it",
+        "concepts": concepts,
+        "max_new_tokens": tokens,
+    }
+
+
+def _entry(m: Measurement, w: Workload) -> dict:
+    secs = m.median_seconds or 0.0
+    return {
+        "rows": len(w.rows),
+        "max_new_tokens": w.sampling.max_new_tokens,
+        "median_seconds": rounded(secs, 3),
+        "tokens": m.tokens[-1] if m.tokens else 0,
+        "tokens_per_second": rounded(m.tokens_per_second, 2),
+        "seconds_per_row": rounded(secs / max(1, len(w.rows)), 4),
+        "repeats": len(m.seconds),
+    }

@@ -1,0 +1,40 @@
+"""Executors for the generation stage: ``local`` (this process) or ``ray`` (an actor pool).
+
+:func:`make_executor` picks one from ``execution.executor``; the driver code in
+``experiments.pipeline.generate`` is the same for both (see :mod:`.base`).
+"""
+
+from __future__ import annotations
+
+from experiments.config import ExperimentConfig
+from experiments.execution.base import BatchResult, ExecutionError, Executor, PlanSpec
+from experiments.execution.local import LocalExecutor
+from steering.models import LoadedModel
+
+
+def make_executor(
+    config: ExperimentConfig, lm: LoadedModel, address: str | None = None
+) -> Executor:
+    """The executor ``config.execution`` asks for; ``lm`` is the driver's model (local)."""
+    e = config.execution
+    if e.executor == "local":
+        return LocalExecutor(lm)
+    from experiments.execution.ray import ModelSource, RayExecutor
+
+    return RayExecutor(
+        ModelSource(config.model, config.device, config.dtype),
+        workers=e.workers,
+        cpus_per_worker=e.cpus_per_worker,
+        max_retries=e.max_retries,
+        address=address,
+    )
+
+
+__all__ = [
+    "BatchResult",
+    "ExecutionError",
+    "Executor",
+    "LocalExecutor",
+    "PlanSpec",
+    "make_executor",
+]

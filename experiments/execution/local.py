@@ -1,0 +1,88 @@
+"""The local executor: every batch in this process, in plan order (the suite's default).
+
+:func:`run_batch` is the one piece of per-batch work, shared with the Ray actors so a
+batch gives the same texts wherever it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from experiments.execution.base import BatchResult, PlanSpec
+from experiments.pipeline.timer import Timer
+from steering.generation import Generation, GenerationRow, continuation_nll, generate_batch
+from steering.models import LoadedModel
+
+
+def unsteered_nll(
+    lm: LoadedModel,
+    batch: list[GenerationRow],
+    gens: list[Generation],
+    timer: Timer,
+    base_prompts: dict[str, str] | None = None,
+) -> list[float | None]:
+    """Mean NLL of each continuation under the unsteered model given the *original*
+    prompt. Unsteered rows already have it from sampling; steered rows, and rows steered
+    by an instruction (``base_prompts``: key -> prompt without it), get a forward pass."""
+    base = base_prompts or {}
+    nll: list[float | None] = [None] * len(gens)
+    steered = [
+        i
+        for i, r in enumerate(batch)
+        if (r.coefficient != 0.0 or r.key in base) and gens[i].token_ids
+    ]
+    for i, r in enumerate(batch):
+        if r.coefficient == 0.0 and r.key not in base and gens[i].logprobs:
+            nll[i] = -float(np.mean(gens[i].logprobs))
+    if steered:
+        with timer.time("perplexity"):
+            losses = continuation_nll(
+                lm,
+                [base.get(gens[i].key, gens[i].prompt) for i in steered],
+                [gens[i].token_ids for i in steered],
+            )
+        for i, loss in zip(steered, losses, strict=True):
+            nll[i] = loss
+    return nll
+
+
+def run_batch(
+    lm: LoadedModel,
+    spec: PlanSpec,
+    index: int,
+    rows: list[GenerationRow],
+    on_step: Callable[[int, int], None] | None = None,
+    worker: str = "local",
+) -> BatchResult:
+    """Generate one batch and its unsteered NLLs; the stage times travel with the result."""
+    timer = Timer()
+    with timer.time("generation"):
+        gens, stats = generate_batch(
+            lm, rows, spec.directions, spec.layer, spec.mode, spec.sampling, on_step=on_step
+        )
+    nll = unsteered_nll(lm, rows, gens, timer, spec.base_prompts)
+    return BatchResult(index, list(rows), gens, nll, stats, dict(timer.stages), worker)
+
+
+class LocalExecutor:
+    """Today's loop: one batch after another on the driver's own model."""
+
+    name = "local"
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
+        self.retries = 0
+
+    def run(
+        self,
+        spec: PlanSpec,
+        batches: Sequence[list[GenerationRow]],
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> Iterator[BatchResult]:
+        for index, rows in enumerate(batches):
+            yield run_batch(self.lm, spec, index, rows, on_step)
+
+    def close(self) -> None:
+        """Nothing to release: the model belongs to the caller."""

@@ -1,0 +1,65 @@
+"""experiments.bench.report: the targets and the plain tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.bench.report import evaluate_targets, report_tables
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def text_of(tables) -> str:
+    return "\n".join(
+        "\n".join([t.title, " | ".join(t.columns), *(" | ".join(r) for r in t.rows)])
+        for t in tables
+    )
+
+
+def test_tables_cover_the_quick_run(quick_results):
+    _, _, results = quick_results
+    tables = report_tables(results)
+    text = text_of(tables)
+    assert "batched vs per-sample" in text
+    assert "bfloat16 vs float32" in text and "(e) scaling" in text and "tuning" in text
+    assert "peers: ours vs HF generate, whole batch, per-row hook" in text
+    assert "roofline" in text and "profile: one decode step" in text
+    main = tables[0]
+    assert all(len(row) == len(main.columns) for t in tables for row in t.rows if t is main)
+    # a skipped section says why instead of a number
+    assert any(row[1] == "skipped" for row in main.rows)
+    # the verdict column holds only verdicts (or nothing, for rows without a target)
+    assert {row[main.verdict_column] for row in main.rows} <= {"yes", "no", "n/a", ""}
+
+
+def test_tables_read_a_full_results_file():
+    """The committed results (when present) render too: the table code reads every section."""
+    path = REPO / "bench/results.json"
+    if not path.exists():
+        pytest.skip("no committed bench/results.json")
+    tables = report_tables(json.loads(path.read_text()))
+    text = text_of(tables)
+    assert "make run" in text and "steering agreement" in text
+    labels = [row[0] for row in tables[0].rows]
+    assert (
+        labels[0].startswith("(a)") and "    batched bfloat16 vs the same per-sample loop" in labels
+    )
+
+
+def test_targets_compare_in_the_right_direction():
+    sections = {
+        "batched": {"ratio_batched_vs_per_sample": 12.0},
+        "llama": {"ratio_ours_vs_llama_cpp": 2.0},
+        "e2e": {"median_process_wall_seconds": 180.0, "peak_rss_gb": 1.5},
+    }
+    met = {t["key"]: t["met"] for t in evaluate_targets(sections)}
+    assert met == {
+        "batched_vs_per_sample": True,
+        "ours_vs_llama_cpp": False,
+        "make_run_seconds": False,  # the target is strictly under 3 minutes
+        "peak_memory_gb": True,
+    }
+    assert all(t["met"] is None for t in evaluate_targets({}))

@@ -1,0 +1,111 @@
+"""experiments.bench.roofline: FLOPs counted from the shape match what torch executes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from torch.utils.flop_counter import FlopCounterMode
+
+from experiments.bench.measure import Measurement
+from experiments.bench.roofline import (
+    ModelShape,
+    forward_flops,
+    generation_flops,
+    per_token,
+    section_roofline,
+)
+from steering.generation import GenerationRow, SamplingConfig, generate_batch
+from steering.models import wrap_model
+
+GEMMA3_270M = ModelShape(
+    hidden=640,
+    intermediate=2048,
+    heads=4,
+    kv_heads=1,
+    head_dim=256,
+    vocab=262_144,
+    windows=(512, 512, 512, 512, 512, None) * 3,
+)
+
+
+def _flops_by_module(lm, rows, tokens):
+    with FlopCounterMode(display=False) as counter:
+        gens, _ = generate_batch(lm, rows, None, 1, "additive", SamplingConfig(tokens, greedy=True))
+    counts = counter.get_flop_counts()
+
+    def total(name: str) -> int:
+        return sum(counts.get(name, {}).values())
+
+    return gens, counts, total
+
+
+def test_layer_and_head_flops_match_torchs_count(tiny_lm, one_thread):
+    shape = ModelShape.of(tiny_lm)
+    assert shape.n_layers == tiny_lm.n_layers and shape.vocab == 512
+    rows = [GenerationRow("a", "the dog is a good animal", 1), GenerationRow("b", "tell me", 2)]
+    gens, _, total = _flops_by_module(tiny_lm, rows[:1], 5)
+    ours = generation_flops(shape, gens)["total"]
+    layers = sum(total(f"Gemma3ForCausalLM.model.layers.{i}") for i in range(shape.n_layers))
+    assert ours["layers"] == layers  # sdpa on CPU is not counted by torch: linear maps only
+    assert ours["head"] == total("Gemma3ForCausalLM.lm_head")
+
+
+def test_attention_flops_match_eager_attention(tiny_lm, one_thread):
+    """Eager attention runs as matmuls torch counts; its prefill computes the full square
+    (masked), where the count keeps the causal half."""
+    model = copy.deepcopy(tiny_lm.model)
+    model.set_attn_implementation("eager")
+    lm = wrap_model(model, tiny_lm.tokenizer, "tiny-eager")
+    shape = ModelShape.of(lm)
+    gens, _, total = _flops_by_module(lm, [GenerationRow("a", "the dog is a good animal", 1)], 6)
+    g = gens[0]
+    counted = sum(total(f"Gemma3ForCausalLM.model.layers.{i}") for i in range(shape.n_layers))
+    ours = generation_flops(shape, [g])["total"]
+    n = g.n_prompt_tokens
+    causal = sum(shape.attention_flops(p) for p in range(1, n + 1))
+    full_square = n * shape.attention_flops(n)
+    assert counted - ours["layers"] == ours["attention"] - causal + full_square
+
+
+def test_eos_rows_count_the_forward_pass_that_found_it(tiny_lm):
+    shape = ModelShape.of(tiny_lm)
+    from steering.generation import Generation
+
+    kept = Generation("k", "p", "t", [5, 6], 3, stopped_at_eos=True)
+    cut = Generation("c", "p", "t", [5, 6], 3, stopped_at_eos=False)
+    assert generation_flops(shape, [kept])["total"]["head"] == 3 * shape.head_flops
+    assert generation_flops(shape, [cut])["total"]["head"] == 2 * shape.head_flops
+    empty = Generation("e", "p", "", [], 3, stopped_at_eos=False)
+    assert generation_flops(shape, [empty])["total"] == {"layers": 0, "attention": 0, "head": 0}
+
+
+def test_sliding_windows_cap_attention():
+    shape = ModelShape(8, 16, 2, 1, 4, 32, windows=(4, None))
+    per_key = 4 * 2 * 4
+    assert shape.attention_flops(10) == per_key * (4 + 10)
+    assert forward_flops(shape, 2, 9, 1)["attention"] == per_key * (4 + 10) + per_key * (4 + 11)
+
+
+def test_the_output_head_dominates_the_embedded_models_decode_step():
+    step = per_token(GEMMA3_270M, 64)
+    assert step["head_mflop"] == pytest.approx(2 * 640 * 262_144 / 1e6, abs=1e-3)
+    assert step["layers_mflop"] == pytest.approx(18 * 2 * 5_570_560 / 1e6, abs=1e-3)
+    assert 0.6 < step["share"]["head"] < 0.65
+
+
+def test_section_reports_achieved_against_peak(tiny_lm, one_thread):
+    rows = [GenerationRow(f"r{i}", "the dog is", i) for i in range(3)]
+    gens, _ = generate_batch(tiny_lm, rows, None, 1, "additive", SamplingConfig(4))
+    m = Measurement(rows=3, generations=gens)
+    m.add(0.5, sum(g.n_new_tokens for g in gens))
+    out = section_roofline(tiny_lm, {"float32": m}, ["float32"])
+    run = out["runs"]["float32"]
+    work = generation_flops(ModelShape.of(tiny_lm), gens)
+    assert run["flop_total"] == sum(work["total"].values()) > 0
+    assert run["achieved_gflops"] == pytest.approx(run["flop_total"] / 1e9 / 0.5, abs=1e-3)
+    assert sum(run["share_of_work"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert out["machine"]["physical_cores"] >= 1 and "peak_how" in out["machine"]
+    if out["machine"]["peak_gflops"]:
+        expected = run["achieved_gflops"] / out["machine"]["peak_gflops"]
+        assert run["fraction_of_peak"] == pytest.approx(expected, abs=1e-3)
