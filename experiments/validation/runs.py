@@ -107,7 +107,9 @@ class Phase5Run:
     # ------------------------------------------------------------------ generations
 
     def scored_generations(self) -> list[dict]:
-        """Every scored generation, one per key, sorted by key.
+        """Every scored generation of the seed's grid, one per key, sorted by key: the
+        concept arm on the report prompts (null-control, prompting-baseline and
+        strength-selection rows are the run's own controls, not texts to rate).
 
         The run folder when it holds the generations (joined with scores.jsonl through
         RunDir), else the parent's artefacts ``generations.jsonl`` + ``scores.jsonl``.
@@ -130,6 +132,8 @@ class Phase5Run:
             )
         by_key: dict[str, dict] = {}
         for record in records:
+            if record.get("arm", "concept") != "concept" or record.get("split") == "selection":
+                continue
             if all(k in record for k in GENERATION_FIELDS) and record["delta"] is not None:
                 by_key[record["key"]] = record
         if not by_key:

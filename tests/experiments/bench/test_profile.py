@@ -33,7 +33,15 @@ def test_step_breakdown_splits_each_window():
     assert steps[1]["layers"] == 15.0 and steps[1]["step"] == 130.0
 
 
+def _hooks(lm) -> list[tuple[int, ...]]:
+    modules = [*lm.layers, lm.model, lm.model.get_output_embeddings()]
+    return [(*m._forward_hooks.keys(), -1, *m._forward_pre_hooks.keys()) for m in modules]
+
+
 def test_profile_of_the_tiny_model(tiny_lm, one_thread):
+    # The session-wide tiny model may carry hooks transformers installed for other tests
+    # (output capturing); the profile must add none that outlive it.
+    before = _hooks(tiny_lm)
     wl = synthetic_workload(tiny_lm, n_concepts=2, max_new_tokens=8)
     out = section_profile(tiny_lm, wl, tokens=5)
     assert out["rows"] == len(wl.rows) and out["decode_steps"] >= 1
@@ -51,5 +59,4 @@ def test_profile_of_the_tiny_model(tiny_lm, one_thread):
         assert share[part] > 0, part
     assert out["ms"]["layers"] > out["ms"]["steering_hook"]
     # the hooks are gone afterwards
-    assert all(not layer._forward_hooks for layer in tiny_lm.layers)
-    assert not tiny_lm.model.get_output_embeddings()._forward_pre_hooks
+    assert _hooks(tiny_lm) == before
