@@ -28,6 +28,7 @@ from metrics.stats import (
     Alpha,
     Correlation,
     NotEvaluable,
+    clustered_pearson,
     krippendorff_alpha_interval,
     pairwise_spearman,
     pearson,
@@ -135,6 +136,17 @@ def panel_agrees(result: PanelResult) -> bool | None:
 def _paired(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     both = pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
     return both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy()
+
+
+def _clustered(x: pd.Series, y: pd.Series, concept: pd.Series | None) -> Correlation | NotEvaluable:
+    """Pearson r over the rows both have, its interval resampling concepts (rows of one
+    concept are not independent); without a concept column, Fisher z over rows."""
+    both = pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
+    if concept is None:
+        return pearson(both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy())
+    return clustered_pearson(
+        both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy(), list(concept.loc[both.index])
+    )
 
 
 def run_panel(
@@ -253,9 +265,10 @@ def _summarise(
             else NotEvaluable("no human_rating column", "pearson")
         )
     mean = per_sample.set_index("sample_id")["panel_mean"]
-    panel_vs_delta = pearson(*_paired(mean, delta))
+    concept = samples.set_index("sample_id")["concept"] if "concept" in samples.columns else None
+    panel_vs_delta = _clustered(mean, delta, concept)
     panel_vs_human = (
-        pearson(*_paired(mean, human))
+        _clustered(mean, human, concept)
         if human is not None
         else NotEvaluable("no human_rating column", "pearson")
     )

@@ -27,6 +27,10 @@ C3_F1 = "c3_f1_correlation"
 C4_HUMAN = "c4_human"
 C4_PANEL = "c4_panel"
 C4 = "c4_human_or_panel"
+# Criterion 4 decided on the (cluster-bootstrap) interval of r rather than its point value.
+V2_C4_HUMAN = "v2_c4_human"
+V2_C4_PANEL = "v2_c4_panel"
+V2_C4 = "v2_c4_human_or_panel"
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,89 @@ def combine_criterion4(
             source = f"human (panel {panel.status}: {panel.reason})"
     return CriterionResult(
         C4,
+        description,
+        chosen.status,
+        chosen.value,
+        chosen.threshold,
+        f"from {source}: {chosen.reason}",
+    )
+
+
+def _interval_text(corr: Correlation) -> str:
+    return f"r = {corr.r:.3f}, 95% CI [{corr.ci_low:.3f}, {corr.ci_high:.3f}] ({corr.ci_method})"
+
+
+def human_criterion_v2(
+    correlation: Correlation | NotEvaluable | None, pass_r: float = 0.7
+) -> CriterionResult:
+    """C4 v2 (human part), decided on r's interval: pass when it lies above ``pass_r``,
+    fail when below, inconclusive when it straddles the threshold."""
+    description = f"Human ratings agree with Δ (the CI of Pearson r above {pass_r:g})"
+
+    def result(status: Status, value: float | None, reason: str) -> CriterionResult:
+        return CriterionResult(V2_C4_HUMAN, description, status, value, pass_r, reason)
+
+    if correlation is None:
+        return result("pending", None, "no human ratings collected yet")
+    if isinstance(correlation, NotEvaluable):
+        return result("not_evaluable", None, f"correlation: {correlation.reason}")
+    reason = _interval_text(correlation)
+    if correlation.ci_low > pass_r:
+        return result("pass", correlation.r, reason)
+    if correlation.ci_high < pass_r:
+        return result("fail", correlation.r, reason)
+    return result("inconclusive", correlation.r, f"{reason}; the interval contains {pass_r:g}")
+
+
+def panel_criterion_v2(
+    alpha: float | Alpha | NotEvaluable | None,
+    r_panel_delta: Correlation | NotEvaluable | None,
+    min_alpha: float = 0.667,
+    min_r: float = 0.7,
+) -> CriterionResult:
+    """C4 v2 (panel part): judges agree (alpha >= min_alpha, a point value: the panel
+    rates one set of texts) and the CI of r(panel mean, Δ) lies above ``min_r``."""
+    description = (
+        f"Model panel agrees (Krippendorff alpha >= {min_alpha:g} and the CI of "
+        f"r(panel, Δ) above {min_r:g})"
+    )
+    a = _alpha_value(alpha)
+    if r_panel_delta is None or isinstance(r_panel_delta, NotEvaluable) or isinstance(a, str):
+        missing = [m for m in (a, _r_value(r_panel_delta)) if isinstance(m, str)]
+        return CriterionResult(
+            V2_C4_PANEL, description, "not_evaluable", None, min_r, "; ".join(missing)
+        )
+    corr = r_panel_delta
+    reason = f"alpha = {a:.3f} (min {min_alpha:g}), {_interval_text(corr)}"
+    if a < min_alpha or corr.ci_high < min_r:
+        status: Status = "fail"
+    elif corr.ci_low > min_r:
+        status = "pass"
+    else:
+        status = "inconclusive"
+    return CriterionResult(V2_C4_PANEL, description, status, corr.r, min_r, reason)
+
+
+def combine_criterion4_v2(
+    human: CriterionResult, panel: CriterionResult | None = None
+) -> CriterionResult:
+    """C4 v2 = human OR panel on intervals: pass when either passes; inconclusive when
+    neither passes and one is inconclusive; fail when the evaluated parts all fail;
+    otherwise the human part's status (pending or not evaluable)."""
+    description = "Human validation OR the model panel, decided on intervals"
+    parts = [human] + ([panel] if panel is not None and panel.status != "not_evaluable" else [])
+    statuses = [p.status for p in parts]
+    if "pass" in statuses:
+        chosen = parts[statuses.index("pass")]
+    elif "inconclusive" in statuses:
+        chosen = parts[statuses.index("inconclusive")]
+    elif "fail" in statuses:
+        chosen = parts[statuses.index("fail")]
+    else:
+        chosen = human
+    source = "human" if chosen is human else "panel"
+    return CriterionResult(
+        V2_C4,
         description,
         chosen.status,
         chosen.value,

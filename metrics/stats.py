@@ -18,6 +18,7 @@ import pandas as pd
 from scipy import stats
 
 MIN_N = 3
+MIN_CLUSTERS = 5  # fewer clusters than this: a cluster bootstrap interval is not trusted
 SPEARMAN_VARIANCE_FACTOR = 1.06  # Fieller, Hartley & Pearson (1957): var(z) ≈ 1.06 / (n − 3)
 
 
@@ -45,6 +46,8 @@ class Correlation:
     ci_low: float
     ci_high: float
     n: int
+    ci_method: str = "fisher_z"
+    n_clusters: int | None = None  # set when the interval resampled clusters of rows
 
     evaluable: ClassVar[bool] = True
 
@@ -95,6 +98,65 @@ def pearson(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) ->
             ci_high=float(ci.high),
             n=len(x),
         )
+    )
+
+
+def clustered_pearson(
+    x: Sequence[float],
+    y: Sequence[float],
+    clusters: Sequence[object],
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> CorrelationResult:
+    """Pearson r whose interval resamples whole clusters of rows (e.g. concepts).
+
+    Rated rows that share a concept share its direction, centroids and prompts, so they
+    are not independent and Fisher z over rows is too narrow. The interval is the
+    percentile interval of r over cluster-bootstrap replicates
+    (:func:`metrics.intervals.bootstrap_statistic`); r and its p-value are the row-level
+    ones. With fewer than ``MIN_CLUSTERS`` clusters the bootstrap has too little to
+    resample, so the Fisher-z interval is kept and ``ci_method`` says why.
+    """
+    from metrics.intervals import bootstrap_statistic
+
+    base = pearson(x, y, confidence)
+    if not isinstance(base, Correlation):
+        return base
+    xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(clusters) != len(xa):
+        raise ValueError(f"clusters ({len(clusters)}) and x ({len(xa)}) differ in length")
+    groups: dict[object, list[int]] = {}
+    for i, c in enumerate(clusters):
+        groups.setdefault(c, []).append(i)
+    units = [np.asarray(g) for g in groups.values()]
+    if len(units) < MIN_CLUSTERS:
+        method = f"fisher_z (only {len(units)} clusters; a cluster bootstrap needs {MIN_CLUSTERS})"
+        return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
+
+    def r_of(sample: list[object]) -> float | None:
+        rows = np.concatenate(sample)  # type: ignore[arg-type]
+        xs, ys = xa[rows], ya[rows]
+        if np.all(xs == xs[0]) or np.all(ys == ys[0]):
+            return None
+        return float(np.corrcoef(xs, ys)[0, 1])
+
+    interval = bootstrap_statistic(
+        units, r_of, confidence=confidence, n_boot=n_boot, seed=seed, method="cluster bootstrap"
+    )
+    if not interval.evaluable:
+        method = f"fisher_z (cluster bootstrap failed: {interval.reason})"
+        return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
+    assert interval.low is not None and interval.high is not None
+    return Correlation(
+        method="pearson",
+        r=base.r,
+        p_value=base.p_value,
+        ci_low=interval.low,
+        ci_high=interval.high,
+        n=base.n,
+        ci_method=f"cluster bootstrap ({n_boot} replicates over {len(units)} clusters)",
+        n_clusters=len(units),
     )
 
 

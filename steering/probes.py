@@ -176,6 +176,24 @@ def diffmean_direction(features: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return diff / np.linalg.norm(diff)
 
 
+def train_separation(weight: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:
+    """How far apart the training classes sit along the probe's unit direction.
+
+    The gap between the class means of the projections, divided by the mean distance of
+    the training activations from their centre, so it is scale-free and defined even at
+    1x1x1 (one positive: no within-class spread to divide by). A cheap competitor to the
+    held-out predictors in Phase 6: it needs no evaluation set.
+    """
+    features = np.asarray(features, dtype=np.float64)
+    labels = np.asarray(labels, dtype=int)
+    direction = np.asarray(weight, dtype=np.float64)
+    direction = direction / np.linalg.norm(direction)
+    projections = features @ direction
+    gap = projections[labels == 1].mean() - projections[labels == 0].mean()
+    spread = float(np.linalg.norm(features - features.mean(axis=0), axis=1).mean())
+    return float(gap / spread) if spread > 0 else 0.0
+
+
 def _confusion(labels: np.ndarray, predicted: np.ndarray) -> dict[str, int]:
     tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
     return {"tn": int(tn), "fp": int(fp), "fn": int(fn), "tp": int(tp)}

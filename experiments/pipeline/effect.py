@@ -26,7 +26,7 @@ import pandas as pd
 
 from experiments.config import ExperimentConfig
 from experiments.pipeline.plan import CONCEPT_ARM
-from metrics.criteria import CriterionResult
+from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
 from metrics.intervals import (
     Interval,
     binomial_interval,
@@ -328,6 +328,9 @@ def evaluate_effect(
         out.criteria[key] = result
         out.intervals[key] = {**pearson.to_dict(), "spearman": spearman.to_dict()}
     out.specificity = specificity(effects, report_rows)
+    # Criterion 4 v2 waits for Parts B and C (experiments.validation.criterion4).
+    human = human_criterion_v2(None, pass_r=config.criteria.human_r_pass)
+    out.criteria[V2_C4] = combine_criterion4_v2(human)
     return out
 
 

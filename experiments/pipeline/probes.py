@@ -59,6 +59,7 @@ from steering.probes import (
     diffmean_direction,
     evaluate_probe,
     train_probe,
+    train_separation,
 )
 
 log = logging.getLogger(__name__)
@@ -237,6 +238,7 @@ def fit_probe_set(
         probe.metrics = evaluate_probe(
             probe, x_test, y_test, validation=rows(texts.validation[synset])
         )
+        probe.metrics["train_separation"] = train_separation(weight, x_train, y_train)
         probes[synset] = probe
     questions = features[[row[t] for t in texts.questions]]
     statements = features[[row[t] for t in texts.statements]]

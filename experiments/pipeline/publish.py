@@ -338,7 +338,7 @@ def build_record(
         per_concept.setdefault(synset, {})["beta"] = beta
     if previous is not None:  # Parts B and C's verdicts outlive a rescore
         for key, stored in previous.criteria.items():
-            if key.startswith("c4") and stored.status != "pending":
+            if key.startswith(("c4", "v2_c4")) and stored.status != "pending":
                 criteria[key] = stored
     return RunRecord(
         run_id=ctx.run_id,

@@ -45,19 +45,40 @@ def record_criterion4(
     human: CriterionResult | None = None,
     panel: CriterionResult | None = None,
     folder: RunDir | None = None,
+    *,
+    human_v2: CriterionResult | None = None,
+    panel_v2: CriterionResult | None = None,
 ) -> CriterionResult:
-    """Store Part B's and/or Part C's verdict on the parent run and recombine criterion 4.
+    """Store Part B's and/or Part C's verdicts on the parent run and recombine criterion 4,
+    both the seed's (point r) and v2 (r's cluster-bootstrap interval).
 
     ``None`` keeps what the run already has. ``folder`` defaults to the run's own folder;
-    it is written only when it exists here. Returns the combined criterion 4.
+    it is written only when it exists here. Returns the combined seed criterion 4.
     """
-    from experiments.pipeline.analyse import criteria_metrics, criteria_thresholds
-    from metrics.criteria import C4, C4_HUMAN, C4_PANEL, combine_criterion4, human_criterion
+    from experiments.pipeline.analyse import criteria_thresholds
+    from metrics.criteria import (
+        C4,
+        C4_HUMAN,
+        C4_PANEL,
+        V2_C4,
+        V2_C4_HUMAN,
+        V2_C4_PANEL,
+        combine_criterion4,
+        combine_criterion4_v2,
+        human_criterion,
+        human_criterion_v2,
+    )
 
     run = tracking.get_run(run_id)  # fresh tags: the other part may have recorded since
     c = tracking.client()
     stored: dict[str, CriterionResult] = {}
-    for key, given in ((C4_HUMAN, human), (C4_PANEL, panel)):
+    given_parts = (
+        (C4_HUMAN, human),
+        (C4_PANEL, panel),
+        (V2_C4_HUMAN, human_v2),
+        (V2_C4_PANEL, panel_v2),
+    )
+    for key, given in given_parts:
         if given is not None:
             c.set_tag(run_id, verdict_tag(key), json.dumps(given.to_dict()))
             stored[key] = given
@@ -66,20 +87,39 @@ def record_criterion4(
     combined = combine_criterion4(
         stored.get(C4_HUMAN) or human_criterion(None), stored.get(C4_PANEL)
     )
-    results = {**stored, C4: combined}
+    combined_v2 = combine_criterion4_v2(
+        stored.get(V2_C4_HUMAN) or human_criterion_v2(None), stored.get(V2_C4_PANEL)
+    )
+    results = {**stored, C4: combined, V2_C4: combined_v2}
     for key, result in results.items():
         c.set_tag(run_id, f"criterion.{key}", result.status)
     # A criterion that became not evaluable must not keep an old pass/fail value.
-    metrics = criteria_metrics(results)
+    metrics = criterion4_metrics(results)
     tracking.log_metrics(run_id, {k: v for k, v in metrics.items() if v is not None})
     # The parts' thresholds are settings (parameters); the combined one is whichever
     # part decided, so it is not a fixed setting and stays in the tags' JSON only.
-    tracking.log_new_params(run_id, criteria_thresholds(stored))
+    tracking.log_new_params(
+        run_id,
+        {_v2_name(k): v for k, v in criteria_thresholds(stored).items()},
+    )
     folder = folder if folder is not None else RunDir.locate(run)
     if folder.exists():
         folder.write_json(RunDir.CRITERION4, {k: v.to_dict() for k, v in results.items()})
         _update_record(folder, results)
     return combined
+
+
+def _v2_name(name: str) -> str:
+    """``criterion/v2_c4_human...`` is logged as ``v2/criterion/v2_c4_human...``, beside
+    the other v2 criteria; the seed's keys keep their names."""
+    return f"v2/{name}" if name.startswith("criterion/v2_") else name
+
+
+def criterion4_metrics(results: Mapping[str, CriterionResult]) -> dict[str, float | None]:
+    """The verdict metrics of criterion 4's parts, seed names and v2 names."""
+    from experiments.pipeline.analyse import criteria_metrics
+
+    return {_v2_name(k): v for k, v in criteria_metrics(dict(results)).items()}
 
 
 def _update_record(folder: RunDir, results: Mapping[str, CriterionResult]) -> None:

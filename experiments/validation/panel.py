@@ -324,7 +324,7 @@ def run_panel_for(
     few before paying for all of them.
     """
     from judges import build_panel, run_panel
-    from metrics.criteria import panel_criterion
+    from metrics.criteria import panel_criterion, panel_criterion_v2
 
     parent = phase5_parent(run_id, experiment, results_dir)
     thresholds = parent.criteria
@@ -346,8 +346,16 @@ def run_panel_for(
         min_alpha=thresholds.panel_alpha_min,
         min_r=thresholds.panel_r_min,
     )
+    criterion_v2 = panel_criterion_v2(
+        result.alpha,
+        result.panel_mean_vs_delta,
+        min_alpha=thresholds.panel_alpha_min,
+        min_r=thresholds.panel_r_min,
+    )
     log_panel(parent, result, skipped, criterion, budget)
-    combined = record_criterion4(parent.run_id, panel=criterion, folder=parent.folder)
+    combined = record_criterion4(
+        parent.run_id, panel=criterion, panel_v2=criterion_v2, folder=parent.folder
+    )
     return PanelOutcome(decision, result, combined, skipped)
 
 

@@ -11,13 +11,17 @@ from hypothesis import strategies as st
 
 from metrics.criteria import (
     C4,
+    V2_C4,
     CriterionResult,
     combine_criterion4,
+    combine_criterion4_v2,
     direction_criterion,
     f1_criterion,
     human_criterion,
+    human_criterion_v2,
     magnitude_criterion,
     panel_criterion,
+    panel_criterion_v2,
 )
 from metrics.stats import Alpha, Correlation, NotEvaluable
 
@@ -162,6 +166,48 @@ def test_combine_criterion4():
     assert missing_panel.status == "panel_required"
     assert combine_criterion4(human_criterion(None)).status == "pending"
     assert combine_criterion4(human_low, panel_pass).key == C4
+
+
+def interval(r: float, low: float, high: float) -> Correlation:
+    return Correlation("pearson", r, 0.01, low, high, 50, "cluster bootstrap", 10)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "status"),
+    [(0.71, 0.9, "pass"), (0.69, 0.9, "inconclusive"), (0.3, 0.69, "fail")],
+)
+def test_human_criterion_v2_decides_on_the_interval(low, high, status):
+    result = human_criterion_v2(interval(0.75, low, high))
+    assert result.status == status
+    assert "cluster bootstrap" in result.reason
+    assert human_criterion_v2(None).status == "pending"
+    assert human_criterion_v2(NotEvaluable("constant")).status == "not_evaluable"
+
+
+def test_seed_and_v2_can_disagree_on_the_same_correlation():
+    wide = interval(0.75, 0.4, 0.9)  # the point passes the seed's bar, the interval does not
+    assert human_criterion(wide).status == "pass"
+    assert human_criterion_v2(wide).status == "inconclusive"
+
+
+def test_panel_criterion_v2():
+    assert panel_criterion_v2(0.8, interval(0.85, 0.72, 0.95)).status == "pass"
+    assert panel_criterion_v2(0.8, interval(0.85, 0.6, 0.95)).status == "inconclusive"
+    assert panel_criterion_v2(0.5, interval(0.85, 0.72, 0.95)).status == "fail"  # alpha
+    assert panel_criterion_v2(0.8, interval(0.5, 0.3, 0.65)).status == "fail"
+    assert panel_criterion_v2(None, interval(0.85, 0.72, 0.95)).status == "not_evaluable"
+    assert panel_criterion_v2(0.8, NotEvaluable("n")).status == "not_evaluable"
+
+
+def test_combine_criterion4_v2_is_an_or_on_verdicts():
+    human = {s: CriterionResult("h", "d", s, 0.5, 0.7, s) for s in ("pass", "fail", "inconclusive")}
+    panel = {s: CriterionResult("p", "d", s, 0.5, 0.7, s) for s in ("pass", "fail", "inconclusive")}
+    assert combine_criterion4_v2(human["fail"], panel["pass"]).status == "pass"
+    assert combine_criterion4_v2(human["inconclusive"], panel["fail"]).status == "inconclusive"
+    assert combine_criterion4_v2(human["fail"], panel["fail"]).status == "fail"
+    assert combine_criterion4_v2(human["fail"]).status == "fail"
+    assert combine_criterion4_v2(human_criterion_v2(None)).status == "pending"
+    assert combine_criterion4_v2(human["pass"]).key == V2_C4
 
 
 def test_criterion_result_rejects_nan_and_unknown_status():

@@ -14,6 +14,7 @@ from metrics.stats import (
     Alpha,
     Correlation,
     NotEvaluable,
+    clustered_pearson,
     fisher_z_interval,
     krippendorff_alpha_interval,
     pairwise_spearman,
@@ -161,3 +162,64 @@ def test_pairwise_spearman_uses_complete_rows_per_pair():
     assert isinstance(results[("human", "judge_a")], Correlation)
     assert results[("human", "judge_a")].r == pytest.approx(0.8)
     assert isinstance(results[("human", "judge_b")], NotEvaluable)
+
+
+# --- clustered Pearson ------------------------------------------------------------------------
+
+
+def test_clustered_pearson_is_wider_when_rows_are_copies_within_clusters():
+    """Ten points each repeated five times: rows-as-independent Fisher z believes n = 50,
+    the cluster bootstrap sees ten units, as the de-duplicated data would."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=10)
+    y = 0.6 * x + rng.normal(size=10)
+    xs, ys, groups = np.repeat(x, 5), np.repeat(y, 5), np.repeat(np.arange(10), 5)
+    rows = pearson(xs, ys)
+    clustered = clustered_pearson(xs, ys, list(groups))
+    assert isinstance(rows, Correlation) and isinstance(clustered, Correlation)
+    assert clustered.r == pytest.approx(rows.r)
+    assert clustered.n_clusters == 10 and "cluster bootstrap" in clustered.ci_method
+    assert clustered.ci_high - clustered.ci_low > 1.8 * (rows.ci_high - rows.ci_low)
+
+
+def test_clustered_pearson_with_singleton_clusters_is_close_to_fisher_z():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=400)
+    y = 0.5 * x + rng.normal(size=400)
+    rows = pearson(x, y)
+    clustered = clustered_pearson(x, y, list(range(400)))
+    assert isinstance(rows, Correlation) and isinstance(clustered, Correlation)
+    assert clustered.ci_low == pytest.approx(rows.ci_low, abs=0.04)
+    assert clustered.ci_high == pytest.approx(rows.ci_high, abs=0.04)
+
+
+def test_clustered_pearson_falls_back_and_says_so_with_few_clusters():
+    x, y = np.arange(12.0), np.arange(12.0) ** 1.5
+    result = clustered_pearson(x, y, [i % 3 for i in range(12)])
+    assert isinstance(result, Correlation)
+    assert result.ci_method.startswith("fisher_z (only 3 clusters")
+    assert (result.ci_low, result.ci_high) == pytest.approx(
+        (pearson(x, y).ci_low, pearson(x, y).ci_high)
+    )
+    assert isinstance(clustered_pearson([1, 1, 1, 1], [1, 2, 3, 4], [0, 1, 2, 3]), NotEvaluable)
+    with pytest.raises(ValueError, match="differ in length"):
+        clustered_pearson([1, 2, 3], [1, 2, 4], [0, 1])
+
+
+@PROPS
+@given(
+    st.lists(st.tuples(grid, grid), min_size=6, max_size=30),
+    st.integers(5, 8),
+    st.integers(0, 1000),
+)
+def test_clustered_pearson_interval_is_a_valid_correlation_interval(points, k, seed):
+    x = np.array([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    assume(len(np.unique(x)) > 2 and len(np.unique(y)) > 2)
+    clusters = [i % k for i in range(len(points))]
+    result = clustered_pearson(x, y, clusters, n_boot=200, seed=seed)
+    assert isinstance(result, Correlation)
+    assert -1.0 <= result.ci_low <= result.ci_high <= 1.0
+    assert math.isfinite(result.r)
+    again = clustered_pearson(x, y, clusters, n_boot=200, seed=seed)
+    assert again == result  # seeded

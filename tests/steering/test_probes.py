@@ -28,6 +28,7 @@ from steering.probes import (
     diffmean_direction,
     evaluate_probe,
     train_probe,
+    train_separation,
 )
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=40)
@@ -128,6 +129,32 @@ def test_direction_points_toward_the_positives(seed, n, dim, gap, scale):
     mean_diff = features[labels == 1].mean(0) - features[labels == 0].mean(0)
     assert direction @ mean_diff > 0
     assert diffmean_direction(features, labels) @ mean_diff > 0
+
+
+@PROPS
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    gap=st.floats(1.0, 6.0),
+    scale=st.sampled_from([1e-2, 1.0, 1e3]),
+    shift=st.floats(-50, 50),
+)
+def test_train_separation_is_scale_and_shift_free_and_grows_with_the_gap(seed, gap, scale, shift):
+    features, labels = clusters(seed, n=6, dim=8, gap=gap, scale=scale)
+    weight, _ = train_probe(features, labels, seed=0)
+    base = train_separation(weight, features, labels)
+    assert base > 0  # the fitted direction separates its own training classes
+    moved = train_separation(weight, features * 3.0 + shift, labels)
+    assert moved == pytest.approx(base, rel=1e-6)
+    assert train_separation(-weight, features, labels) == pytest.approx(-base)
+
+
+def test_train_separation_grows_with_the_class_gap():
+    values = []
+    for gap in (0.5, 2.0, 8.0):
+        features, labels = clusters(0, n=50, dim=8, gap=gap)
+        axis = np.random.default_rng(0).normal(size=8)  # clusters(seed=0)'s class axis
+        values.append(train_separation(axis, features, labels))
+    assert values[0] < values[1] < values[2]
 
 
 @PROPS

@@ -71,8 +71,8 @@ def import_ratings(
     and update criterion 4 on the parent. Any invalid input raises before anything is
     written. Each rating is also attached to its generation's trace as HUMAN feedback
     from ``rater`` (default: the user running the import)."""
-    from metrics.criteria import human_criterion
-    from metrics.stats import pearson, spearman
+    from metrics.criteria import human_criterion, human_criterion_v2
+    from metrics.stats import clustered_pearson, spearman
 
     csv_path = Path(csv_path)
     if not csv_path.is_file():
@@ -96,17 +96,19 @@ def import_ratings(
             "compute r (--min-rated); nothing was imported"
         )
     table = rating_table(rated, key)
-    corr = pearson(table["human_rating"].astype(float), table["delta"].astype(float))
+    # Rows of one concept share its direction, centroids and prompts: resample concepts.
+    corr = clustered_pearson(
+        table["human_rating"].astype(float), table["delta"].astype(float), list(table["concept"])
+    )
     rho = spearman(table["human_rating"].astype(float), table["delta"].astype(float))
     guessed = table[table["topic_guess"] != ""]
     n_guessed = len(guessed)
     accuracy = float(guessed["guess_correct"].astype(bool).mean()) if n_guessed else None
     thresholds = parent.criteria  # from the run's stored config: may refuse, still unwritten
     crit = human_criterion(corr, pass_r=thresholds.human_r_pass, panel_r=thresholds.human_r_panel)
-    if crit.status in ("pass", "panel_required", "inconclusive", "not_evaluable"):
-        crit = dataclasses.replace(
-            crit, reason=f"{crit.reason}; n = {len(table)} of {len(samples)} samples rated"
-        )
+    crit_v2 = human_criterion_v2(corr, pass_r=thresholds.human_r_pass)
+    rated_note = f"; n = {len(table)} of {len(samples)} samples rated"
+    crit, crit_v2 = (dataclasses.replace(c, reason=c.reason + rated_note) for c in (crit, crit_v2))
     summary: dict[str, Any] = {
         "run_id": parent.run_id,
         "child_run_id": None,  # filled in when logged
@@ -120,6 +122,7 @@ def import_ratings(
         "guess_accuracy": accuracy,
         "n_guessed": n_guessed,
         "criterion": crit.to_dict(),
+        "criterion_v2": crit_v2.to_dict(),
         "warnings": warnings,
     }
     fig = scatter_plot(table, corr)
@@ -131,7 +134,9 @@ def import_ratings(
         child = _log_import(
             parent, csv_path, key, min_rated, table, (corr, rho), crit, summary, fig
         )
-        combined = record_criterion4(parent.run_id, human=crit, folder=parent.folder)
+        combined = record_criterion4(
+            parent.run_id, human=crit, human_v2=crit_v2, folder=parent.folder
+        )
         summary["trace_feedback"] = attach_human_feedback(
             parent, table, rater or default_rater(), summary["import"]
         )

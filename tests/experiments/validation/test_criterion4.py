@@ -9,7 +9,15 @@ from experiments.record import RunRecord
 from experiments.rundir import RunDir
 from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.runs import phase5_parent
-from metrics.criteria import C4, C4_HUMAN, C4_PANEL, CriterionResult
+from metrics.criteria import (
+    C4,
+    C4_HUMAN,
+    C4_PANEL,
+    V2_C4,
+    V2_C4_HUMAN,
+    V2_C4_PANEL,
+    CriterionResult,
+)
 
 
 def verdict(key: str, status: str, value: float | None) -> CriterionResult:
@@ -43,7 +51,8 @@ def test_verdicts_are_recombined_on_the_run_and_in_its_record(mlflow_store, tmp_
     metrics = tracking.get_run(run_id).data.metrics
     assert metrics[f"criterion/{C4}"] == 1.0
     saved = json.loads(folder.file(RunDir.CRITERION4).read_text())
-    assert set(saved) == {C4_HUMAN, C4_PANEL, C4}
+    assert set(saved) == {C4_HUMAN, C4_PANEL, C4, V2_C4}
+    assert saved[V2_C4]["status"] == "pending"  # no v2 part recorded yet
     record = folder.read_record()
     assert record.criterion(C4) == combined
     assert record.criterion(C4_HUMAN).status == "panel_required"
@@ -62,3 +71,27 @@ def test_an_untyped_record_is_left_alone(mlflow_store, tmp_path, kit):
     record_criterion4(run_id, human=verdict(C4_HUMAN, "inconclusive", 0.6))
     assert untyped.read_text() == '{"run_id": "old"}'
     assert json.loads(folder.file(RunDir.CRITERION4).read_text())[C4]["status"] == "inconclusive"
+
+
+def test_v2_verdicts_combine_on_their_own_and_are_logged_beside_the_seed(
+    mlflow_store, tmp_path, kit
+):
+    run_id, _ = kit.make_run(tmp_path)
+    # Seed: the point r passes; v2: the interval straddles the bar, so inconclusive.
+    seed = record_criterion4(
+        run_id,
+        human=verdict(C4_HUMAN, "pass", 0.75),
+        human_v2=verdict(V2_C4_HUMAN, "inconclusive", 0.75),
+    )
+    assert seed.status == "pass"
+    tags = tracking.get_run(run_id).data.tags
+    assert tags[f"criterion.{V2_C4}"] == "inconclusive"
+    # The panel's v2 pass decides v2 (human OR panel), the seed stays as it was.
+    record_criterion4(run_id, panel_v2=verdict(V2_C4_PANEL, "pass", 0.85))
+    run = tracking.get_run(run_id)
+    assert run.data.tags[f"criterion.{V2_C4}"] == "pass"
+    assert run.data.tags[f"criterion.{C4}"] == "pass"
+    assert run.data.metrics[f"v2/criterion/{V2_C4}"] == 1.0
+    assert run.data.metrics[f"criterion/{C4}"] == 1.0
+    assert f"criterion/{V2_C4}" not in run.data.metrics  # v2 names only under v2/
+    assert run.data.params[f"v2/criterion/{V2_C4_HUMAN}/threshold"] == "0.7"
