@@ -111,6 +111,7 @@ class ProbeTexts:
     test: dict[str, list[ProbeExample]]
     questions: list[str]
     statements: list[str]
+    graph_id: str = ""  # graph_key() of the graph the texts were drawn from
 
     def all_texts(self) -> list[str]:
         sets = (*self.train.values(), *self.validation.values(), *self.test.values())
@@ -118,10 +119,23 @@ class ProbeTexts:
         return sorted(texts)
 
 
-def classifier_dir(config: ExperimentConfig, model_id: str, layer: int) -> Path:
+def graph_key(graph: ConceptGraph) -> str:
+    """What a concept's probe texts depend on beyond the concept itself: the graph's
+    neutral pool and its builder settings. Two graphs that differ there (the top 10 and
+    the top 50) give the same concept different training texts, so they must not share
+    a classifier folder; a ``limit`` of the same graph keeps the key and reuses it."""
+    import hashlib
+
+    data = graph.to_dict()
+    shared = {"metadata": data["metadata"], "neutral_pool": data["neutral_pool"]}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def classifier_dir(config: ExperimentConfig, model_id: str, layer: int, graph_id: str) -> Path:
+    """The folder of one classifier set; ``graph_id`` is :func:`graph_key` of its graph."""
     name = (
         f"{model_slug(model_id)}_L{layer}_{config.classifier.train}_seed{config.seed}"
-        f"_{PROBE_RECIPE}"
+        f"_g{graph_id}_{PROBE_RECIPE}"
     )
     return Path(config.classifier.dir) / name
 
@@ -159,7 +173,7 @@ def load_classifiers(
     config: ExperimentConfig, graph: ConceptGraph, model_id: str, layer: int
 ) -> ProbeSet:
     """Load every concept's classifier, or say which are missing and how to make them."""
-    directory = classifier_dir(config, model_id, layer)
+    directory = classifier_dir(config, model_id, layer, graph_key(graph))
     missing = [c.synset for c in graph.concepts if not probe_path(directory, c.synset).exists()]
     if missing:
         raise ProbeError(
@@ -193,6 +207,7 @@ def build_probe_texts(config: ExperimentConfig, graph: ConceptGraph) -> ProbeTex
         test={c.synset: probe_eval_set(c, graph, n, seed, split="test") for c in graph.concepts},
         questions=questions,
         statements=statements,
+        graph_id=graph_key(graph),
     )
 
 
@@ -246,7 +261,7 @@ def fit_probe_set(
     n_groups = len(FORMAT_AXIS_REWRITES)  # the axis texts are template-major
     groups = [*np.array_split(questions, n_groups), *np.array_split(statements, n_groups)]
     floor = format_axis_floor(groups, axis, seed=config.seed)
-    directory = classifier_dir(config, model_id, layer)
+    directory = classifier_dir(config, model_id, layer, texts.graph_id)
     return ProbeSet(
         directory,
         probes,

@@ -21,8 +21,9 @@ import json
 import shutil
 from pathlib import Path
 
+from experiments.concepts import load_concepts
 from experiments.config import load_config
-from experiments.pipeline.probes import classifier_dir
+from experiments.pipeline.probes import classifier_dir, graph_key
 from experiments.pipeline.run import run_phase5
 
 GOLDEN = Path(__file__).with_name("golden_tiny_run.json")
@@ -44,7 +45,8 @@ def test_pipeline_reproduces_the_monolithic_run(
             f"tracking.results_dir={tmp_path / 'res'}",
         ],
     )
-    directory = classifier_dir(config, tiny_lm.model_id, 2)
+    graph = load_concepts(config.concepts.file, limit=config.concepts.limit)
+    directory = classifier_dir(config, tiny_lm.model_id, 2, graph_key(graph))
     directory.mkdir(parents=True)
     for path in GOLDEN_PROBES.glob("*.json"):
         shutil.copy(path, directory / path.name)

@@ -24,6 +24,7 @@ from experiments.pipeline.probes import (
     classifier_dir,
     ensure_classifiers,
     fit_probe_set,
+    graph_key,
     load_classifiers,
     parse_layers,
     train_classifiers,
@@ -81,7 +82,8 @@ def test_layer_sweep_saves_one_classifier_set_per_layer(sweep, tiny_lm):
     config, graph, sets = sweep
     assert sorted(sets) == [1, 2, 3]  # -2 is layer 2 of 4
     for layer, probe_set in sets.items():
-        assert probe_set.directory == classifier_dir(config, tiny_lm.model_id, layer)
+        expected = classifier_dir(config, tiny_lm.model_id, layer, graph_key(graph))
+        assert probe_set.directory == expected
         for name in ("index.json", FORMAT_AXIS_FILE, DIAGNOSTICS_FILE):
             assert (probe_set.directory / name).exists()
         for probe in probe_set.probes.values():
@@ -256,7 +258,7 @@ def test_same_seed_gives_identical_f1_and_weights(setup, embedded_lm, tmp_path):
 @integration
 def test_classifier_files_are_portable_and_checked(setup, embedded_lm):
     config, graph, result = setup
-    directory = classifier_dir(config, embedded_lm.model_id, 9)
+    directory = classifier_dir(config, embedded_lm.model_id, 9, graph_key(graph))
     assert directory == result.directory
     index = json.loads((directory / "index.json").read_text())
     assert set(index["concepts"]) == set(graph.synsets)
@@ -299,3 +301,23 @@ def test_missing_classifier_without_auto_train_names_make_classifiers(embedded_l
     graph = load_concepts(config.concepts.file, limit=1)
     with pytest.raises(ProbeError, match="make classifiers"):
         ensure_classifiers(config, embedded_lm, graph, 9)
+
+
+def test_graphs_with_different_neutral_pools_never_share_a_classifier_folder():
+    """The top-50 graph's probes for person.n.01 were trained on another neutral pool than
+    the top-10 graph's, so a run on one must not load the other's (it did, silently)."""
+    from experiments.concepts import load_concepts
+    from experiments.config import load_config
+
+    config = load_config("configs/phase5.yaml")
+    top10 = load_concepts("data/concepts/wordnet_top10.json")
+    top50 = load_concepts("data/concepts/wordnet_top50.json")
+    assert top10.neutral_pool != top50.neutral_pool
+    assert graph_key(top10) != graph_key(top50)
+    assert classifier_dir(config, "m", 9, graph_key(top10)) != classifier_dir(
+        config, "m", 9, graph_key(top50)
+    )
+    # A limit of the same graph draws the same texts, so it reuses the folder.
+    assert graph_key(load_concepts("data/concepts/wordnet_top10.json", limit=3)) == graph_key(top10)
+    texts = build_probe_texts(config, load_concepts("data/concepts/wordnet_top10.json", limit=2))
+    assert texts.graph_id == graph_key(top10)
