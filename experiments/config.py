@@ -60,8 +60,22 @@ class ClassifierConfig(_Strict):
     @field_validator("train")
     @classmethod
     def _train(cls, value: str) -> str:
-        TrainSpec.parse(value)
+        _check_train_size(value)
         return value
+
+
+def _check_train_size(text: str) -> None:
+    """A training size the template pool can fill, checked before any work starts."""
+    from experiments.prompts import max_train_texts
+
+    spec = TrainSpec.parse(text)
+    most = max_train_texts()
+    if max(spec.n_pos, spec.n_neg, spec.n_neutral) > most:
+        raise ValueError(
+            f"{text!r} asks for more than {most} training texts per class, but the train "
+            f"template pool has {most} templates (one text per template keeps the classes "
+            f"format-matched without repeating a text); use at most {most}x{most}x{most}"
+        )
 
 
 class SteeringConfig(_Strict):
@@ -210,7 +224,8 @@ class CalibrationConfig(_Strict):
     """Phase 6: probes along a training curve, their detection quality and their steering."""
 
     sizes: list[str] = Field(
-        default_factory=lambda: ["1x1x1", "2x2x2", "5x5x5", "10x10x10", "20x20x20"],
+        # The largest size is the train template pool (16): 20x20x20 would repeat texts.
+        default_factory=lambda: ["1x1x1", "2x2x2", "5x5x5", "10x10x10", "16x16x16"],
         min_length=1,
     )
     sources: list[str] = Field(default_factory=lambda: ["classifier", "diffmean"], min_length=1)
@@ -237,7 +252,7 @@ class CalibrationConfig(_Strict):
     @classmethod
     def _sizes(cls, value: list[str]) -> list[str]:
         for text in value:
-            TrainSpec.parse(text)
+            _check_train_size(text)
         if len(set(value)) != len(value):
             raise ValueError("must not repeat a training size")
         return value

@@ -522,6 +522,12 @@ def template_sequence(split: str, seed: int, key: str) -> list[ProbeTemplate]:
     return [pools[fmt][r] for r in range(rounds) for fmt in formats]
 
 
+def max_train_texts() -> int:
+    """The most texts per class a training set can hold: one per template of the train
+    sequence (every concept's sequence has the same length; only the order is seeded)."""
+    return len(template_sequence("train", 0, ""))
+
+
 def _plain_fields(name: str, lemma: str, gloss: str) -> dict[str, str]:
     return {"name": name, "Name": _cap(name), "lemma": lemma, "gloss": _strip_end(gloss)}
 

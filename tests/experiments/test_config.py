@@ -376,3 +376,23 @@ def test_new_sections_reject_impossible_values():
         load_config(None, ["controls.prompt_positive=Write something."])
     with pytest.raises(ConfigError, match=r"gate\.perplexity_multiple"):
         load_config(None, ["gate.perplexity_multiple=0.5"])
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [("classifier.train=17x1x1", "classifier.train"), ("calibration.sizes=[20x20x20]", "sizes")],
+)
+def test_a_training_size_beyond_the_template_pool_is_refused_before_any_work(override, field):
+    """Phase 6 used to crash 25 minutes in, at its 20x20x20 probe set."""
+    from experiments.prompts import max_train_texts
+
+    with pytest.raises(ConfigError, match=f"{field}.*use at most {max_train_texts()}x"):
+        load_config("configs/phase6.yaml", [override])
+    assert (
+        max(
+            int(n)
+            for s in load_config("configs/phase6.yaml").calibration.sizes
+            for n in s.split("x")
+        )
+        <= max_train_texts()
+    )
