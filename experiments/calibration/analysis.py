@@ -11,6 +11,10 @@ Three views of the curve table (one row per probe set × concept):
   answer is the lowest predictor level among effective sizes, with a bootstrap interval
   over concepts, or "not reached";
 - **trajectories**: per concept, the predictor and effect across sizes (the figures).
+
+Each view is computed for the effect averaged over both signs (``both``, the headline)
+and for each sign alone (``pos``, ``neg``): steering toward a concept and away from it
+can behave very differently, and averaging can hide an effective sign.
 """
 
 from __future__ import annotations
@@ -24,16 +28,18 @@ from experiments.config import ExperimentConfig
 from metrics.intervals import bootstrap_statistic, interval_verdict
 
 EFFECT = "effect_above_null"
+# The effect columns of the curve table: both signs averaged, then each sign.
+EFFECTS = {"both": EFFECT, "pos": "effect_above_null_pos", "neg": "effect_above_null_neg"}
 
 
-def mixed_slope(frame: pd.DataFrame, predictor: str) -> dict:
+def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> dict:
     """Slope of the effect on the predictor with a random intercept per concept."""
-    data = frame[[predictor, EFFECT, "concept"]].dropna()
+    data = frame[[predictor, effect, "concept"]].dropna()
     if len(data) < 6 or data["concept"].nunique() < 2 or data[predictor].nunique() < 2:
         return {"evaluable": False, "reason": f"{len(data)} rows; too few to fit", "n": len(data)}
     import statsmodels.formula.api as smf
 
-    data = data.rename(columns={predictor: "x", EFFECT: "y"})
+    data = data.rename(columns={predictor: "x", effect: "y"})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -59,13 +65,15 @@ def _concept_means(frame: pd.DataFrame, column: str) -> list[float]:
     return [float(v) for v in frame.groupby("concept")[column].mean().dropna()]
 
 
-def levels(frame: pd.DataFrame, predictor: str, config: ExperimentConfig) -> list[dict]:
+def levels(
+    frame: pd.DataFrame, predictor: str, config: ExperimentConfig, effect: str = EFFECT
+) -> list[dict]:
     """Per training size: predictor level and effect above null, each with an interval
     from a bootstrap over concepts (seeds averaged within a concept first)."""
     out = []
     c = config.criteria
     for size, group in frame.groupby("n_train", sort=True):
-        effect_units = _concept_means(group, EFFECT)
+        effect_units = _concept_means(group, effect)
         level_units = _concept_means(group, predictor)
         if not effect_units or not level_units:
             continue
@@ -73,7 +81,7 @@ def levels(frame: pd.DataFrame, predictor: str, config: ExperimentConfig) -> lis
         def mean(units: list) -> float | None:
             return float(np.mean(units)) if units else None
 
-        effect = bootstrap_statistic(
+        effect_ci = bootstrap_statistic(
             effect_units, mean, confidence=c.confidence, n_boot=c.n_boot, method="concepts"
         )
         level = bootstrap_statistic(
@@ -86,10 +94,10 @@ def levels(frame: pd.DataFrame, predictor: str, config: ExperimentConfig) -> lis
                 "level": level.estimate,
                 "level_low": level.low,
                 "level_high": level.high,
-                "effect": effect.estimate,
-                "effect_low": effect.low,
-                "effect_high": effect.high,
-                "verdict": interval_verdict(effect, config.calibration.effect_threshold),
+                "effect": effect_ci.estimate,
+                "effect_low": effect_ci.low,
+                "effect_high": effect_ci.high,
+                "verdict": interval_verdict(effect_ci, config.calibration.effect_threshold),
             }
         )
     return out
@@ -111,21 +119,26 @@ def minimum_effective(rows: list[dict]) -> dict:
 
 
 def analyse_curve(curve: pd.DataFrame, config: ExperimentConfig) -> dict:
-    """Mixed-model slopes and minimum effective levels per (layer, source, predictor)."""
+    """Mixed-model slopes and minimum effective levels per (sign, layer, source,
+    predictor); the both-signs results come first."""
     out: dict = {"threshold": config.calibration.effect_threshold, "results": []}
-    for (layer, source), frame in curve.groupby(["layer", "source"], sort=True):
-        for predictor in config.calibration.predictors:
-            if predictor not in frame.columns or frame[predictor].isna().all():
-                continue
-            rows = levels(frame, predictor, config)
-            out["results"].append(
-                {
-                    "layer": int(layer),
-                    "source": source,
-                    "predictor": predictor,
-                    "mixed_model": mixed_slope(frame, predictor),
-                    "levels": rows,
-                    "minimum_effective": minimum_effective(rows),
-                }
-            )
+    for sign, effect in EFFECTS.items():
+        if effect not in curve.columns or curve[effect].isna().all():
+            continue
+        for (layer, source), frame in curve.groupby(["layer", "source"], sort=True):
+            for predictor in config.calibration.predictors:
+                if predictor not in frame.columns or frame[predictor].isna().all():
+                    continue
+                rows = levels(frame, predictor, config, effect)
+                out["results"].append(
+                    {
+                        "sign": sign,
+                        "layer": int(layer),
+                        "source": source,
+                        "predictor": predictor,
+                        "mixed_model": mixed_slope(frame, predictor, effect),
+                        "levels": rows,
+                        "minimum_effective": minimum_effective(rows),
+                    }
+                )
     return out

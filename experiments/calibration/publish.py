@@ -35,7 +35,9 @@ def analysis_metrics(analysis: dict) -> tuple[dict[str, float | None], dict[str,
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
     for result in analysis["results"]:
+        sign = result.get("sign", "both")
         name = f"L{result['layer']}/{_slug(result['source'])}/{result['predictor']}"
+        name += "" if sign == "both" else f"/s_{sign}"
         mm = result["mixed_model"]
         if mm.get("evaluable"):
             metrics[f"slope/{name}"] = mm["slope"]
@@ -98,7 +100,10 @@ def figures(curve: pd.DataFrame, analysis: dict, config: ExperimentConfig) -> di
     rows = [r for r in analysis["results"] if r["mixed_model"].get("evaluable")]
     if rows:
         fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(rows)))
-        labels = [f"{r['source']} · {r['predictor']} (L{r['layer']})" for r in rows]
+        labels = [
+            f"{r['source']} · {r['predictor']} · {r.get('sign', 'both')} (L{r['layer']})"
+            for r in rows
+        ]
         slopes = [r["mixed_model"]["slope"] for r in rows]
         err = [
             [s - r["mixed_model"]["low"] for s, r in zip(slopes, rows, strict=True)],
@@ -123,8 +128,12 @@ def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
         f"{curve['tag'].nunique()} probe sets × {curve['concept'].nunique()} concepts; "
         f"effective: effect above null with its interval above {analysis['threshold']}.",
         "",
-        "| layer | source | predictor | mixed-model slope [95% CI] | minimum effective level |",
-        "|---|---|---|---|---|",
+        "Sign: `both` averages the effect over s = +1 and s = −1; `pos` and `neg` are each "
+        "sign alone.",
+        "",
+        "| sign | layer | source | predictor | mixed-model slope [95% CI] "
+        "| minimum effective level |",
+        "|---|---|---|---|---|---|",
     ]
     for r in analysis["results"]:
         mm, minimum = r["mixed_model"], r["minimum_effective"]
@@ -139,9 +148,20 @@ def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
             if minimum["status"] == "reached"
             else "not reached"
         )
-        lines.append(f"| {r['layer']} | {r['source']} | {r['predictor']} | {slope} | {level} |")
+        lines.append(
+            f"| {r.get('sign', 'both')} | {r['layer']} | {r['source']} | {r['predictor']} "
+            f"| {slope} | {level} |"
+        )
     lines += ["", "## Curve (means over concepts and seeds)", ""]
-    cols = [c for c in ("f1_calibrated", "auroc", "ap", "effect_above_null") if c in curve.columns]
+    wanted = (
+        "f1_calibrated",
+        "auroc",
+        "ap",
+        "effect_above_null",
+        "effect_above_null_pos",
+        "effect_above_null_neg",
+    )
+    cols = [c for c in wanted if c in curve.columns]
     table = curve.groupby(["layer", "source", "size", "n_train"])[cols].mean().reset_index()
     table = table.sort_values(["layer", "source", "n_train"])
     lines.append("| layer | source | size | " + " | ".join(cols) + " |")

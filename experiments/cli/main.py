@@ -438,7 +438,9 @@ def calibrate(
         result = run_calibration(
             cfg, resume=resume, progress=lambda msg: status.update(f"[dim]{msg}")
         )
-    table = Table("source", "predictor", "slope [95% CI]", "minimum effective", title="Phase 6")
+    table = Table(
+        "sign", "source", "predictor", "slope [95% CI]", "minimum effective", title="Phase 6"
+    )
 
     def fmt(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.3f}"
@@ -455,7 +457,7 @@ def calibrate(
             if minimum["status"] == "reached"
             else "not reached"
         )
-        table.add_row(r["source"], r["predictor"], slope, level)
+        table.add_row(r.get("sign", "both"), r["source"], r["predictor"], slope, level)
     if json_:
         from experiments import tracking
 

@@ -71,3 +71,18 @@ def test_predictors_missing_from_the_curve_are_skipped():
     result = analyse_curve(curve(0.5), config)
     assert [r["predictor"] for r in result["results"]] == ["auroc"]
     assert result["threshold"] == pytest.approx(config.calibration.effect_threshold)
+
+
+def test_each_sign_is_analysed_beside_both_and_an_effective_sign_is_not_averaged_away():
+    """Steering toward the concept works (pos), away from it does nothing (neg): the
+    both-signs mean stays below the threshold, the pos analysis reaches it."""
+    signed = curve(slope=0.0, noise=0.0)
+    signed["effect_above_null_pos"] = 0.12 + signed["effect_above_null"]
+    signed["effect_above_null_neg"] = 0.0 * signed["effect_above_null"]
+    signed["effect_above_null"] = (signed["effect_above_null_pos"] + 0.0) / 2 - 0.04
+    by_sign = {r["sign"]: r for r in analyse_curve(signed, CONFIG)["results"]}
+    assert list(by_sign) == ["both", "pos", "neg"]
+    assert by_sign["both"]["minimum_effective"]["status"] == "not_reached"
+    assert by_sign["neg"]["minimum_effective"]["status"] == "not_reached"
+    assert by_sign["pos"]["minimum_effective"]["status"] == "reached"
+    assert by_sign["pos"]["minimum_effective"]["size"] == "1x1x1"
