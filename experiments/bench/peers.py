@@ -20,12 +20,11 @@ import torch
 
 from experiments.bench.batched import hf_sampling_kwargs, strip_eos
 from experiments.bench.measure import Measurement, gpu_peak, ratio, rounded, sync
+from experiments.bench.options import HF_BATCHED
 from experiments.bench.workload import Workload, batches_of
 from steering.activations import layer_output_tensor
 from steering.generation import Generation, GenerationRow, generate_batch
 from steering.models import LoadedModel
-
-HF_BATCHED = "hf_generate_batched"
 
 HF_BATCHED_HOW = (
     "model.generate on each batch (the same batches as ours, left-padded), one forward hook "

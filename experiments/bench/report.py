@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiments.bench.options import TARGETS
+from experiments.bench.options import HF_BATCHED, TARGETS
 
 YES, NO, NOT_MEASURED = "yes", "no", "n/a"
 
@@ -56,7 +56,9 @@ def evaluate_targets(sections: dict) -> list[dict]:
 
     values = {
         "batched_vs_per_sample": get("batched", "ratio_batched_vs_per_sample"),
+        "ours_vs_hf_batched_hook": get("peers", "peers", HF_BATCHED, "ratio_ours_vs_peer"),
         "ours_vs_llama_cpp": get("llama", "ratio_ours_vs_llama_cpp"),
+        "fraction_of_peak": get("roofline", "runs", "float32", "fraction_of_peak"),
         "make_run_seconds": get("e2e", "median_process_wall_seconds"),
         "peak_memory_gb": get("e2e", "peak_rss_gb"),
     }
