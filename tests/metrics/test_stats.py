@@ -223,3 +223,15 @@ def test_clustered_pearson_interval_is_a_valid_correlation_interval(points, k, s
     assert math.isfinite(result.r)
     again = clustered_pearson(x, y, clusters, n_boot=200, seed=seed)
     assert again == result  # seeded
+
+
+def test_a_clustered_interval_is_never_narrower_than_fisher_z():
+    """Few clusters can make a percentile bootstrap too narrow: the interval covers both."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=50)
+    y = 0.7 * x + rng.normal(size=50) * 0.7
+    clusters = list(np.repeat(np.arange(10), 5))
+    rows = pearson(x, y)
+    clustered = clustered_pearson(x, y, clusters)
+    assert isinstance(rows, Correlation) and isinstance(clustered, Correlation)
+    assert clustered.ci_low <= rows.ci_low and clustered.ci_high >= rows.ci_high
