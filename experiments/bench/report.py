@@ -16,7 +16,7 @@ YES, NO, NOT_MEASURED = "yes", "no", "n/a"
 
 # the peers shown in the main table (the others have their own rows already)
 PEER_ROWS = {
-    "hf_generate_batched": "HF generate, whole batch, per-row hook",
+    HF_BATCHED: "HF generate, whole batch, per-row hook",
     "llama.cpp_multi_sequence": "llama.cpp, several sequences per batch",
 }
 
@@ -178,12 +178,25 @@ def comparisons(results: dict) -> Iterator[Comparison]:
             if "skipped" in peer:
                 yield Comparison(f"peers: ours vs {label}", "skipped", peer["skipped"])
             elif peer:
+                key = "ours_vs_hf_batched_hook" if name == HF_BATCHED else ""
                 yield Comparison(
                     f"peers: ours vs {label}",
                     rate(pe["ours"]["tokens_per_second"]),
                     rate(peer["tokens_per_second"]),
                     fmt(peer["ratio_ours_vs_peer"], 2, "x"),
+                    target(key),
+                    met(key) if key else "",
                 )
+    fp32 = sec.get("roofline", {}).get("runs", {}).get("float32")
+    if fp32:
+        yield Comparison(
+            "roofline: decode loop vs the fp32 peak",
+            f"{fmt(fp32['achieved_gflops'])} GFLOP/s",
+            f"peak {fmt(fp32['peak_gflops'])} GFLOP/s",
+            fmt(fp32["fraction_of_peak"], 2),
+            target("fraction_of_peak"),
+            met("fraction_of_peak"),
+        )
     d = sec.get("dtype")
     if d:
         yield Comparison(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.bench.report import evaluate_targets, report_tables
+from experiments.bench.report import comparisons, evaluate_targets, report_tables
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,13 +40,19 @@ def test_tables_read_a_full_results_file():
     path = REPO / "bench/results.json"
     if not path.exists():
         pytest.skip("no committed bench/results.json")
-    tables = report_tables(json.loads(path.read_text()))
+    results = json.loads(path.read_text())
+    tables = report_tables(results)
     text = text_of(tables)
     assert "make run" in text and "steering agreement" in text
     labels = [row[0] for row in tables[0].rows]
-    assert (
-        labels[0].startswith("(a)") and "    batched bfloat16 vs the same per-sample loop" in labels
-    )
+    assert labels[0].startswith("(a)")
+    # Every section the file holds gets its rows (the committed run need not hold all).
+    if "dtype" in results["sections"]:
+        assert "    batched bfloat16 vs the same per-sample loop" in labels
+    if "roofline" in results["sections"]:
+        assert "roofline: decode loop vs the fp32 peak" in labels
+    if "peers" in results["sections"]:
+        assert "peers: ours vs HF generate, whole batch, per-row hook" in labels
 
 
 def test_targets_compare_in_the_right_direction():
@@ -67,3 +73,25 @@ def test_targets_compare_in_the_right_direction():
         "peak_memory_gb": True,
     }
     assert all(t["met"] is None for t in evaluate_targets({}))
+
+
+def test_the_main_table_shows_every_target_with_its_verdict():
+    sections = {
+        "peers": {
+            "ours": {"tokens_per_second": 100.0},
+            "peers": {
+                "hf_generate_batched": {"tokens_per_second": 34.0, "ratio_ours_vs_peer": 2.9}
+            },
+        },
+        "roofline": {
+            "runs": {
+                "float32": {"achieved_gflops": 56.5, "peak_gflops": 166.2, "fraction_of_peak": 0.34}
+            }
+        },
+    }
+    results = {"sections": sections, "targets": evaluate_targets(sections)}
+    rows = {c.label: c for c in comparisons(results)}
+    hook = rows["peers: ours vs HF generate, whole batch, per-row hook"]
+    assert (hook.target, hook.met) == (">= 2", "yes")
+    roof = rows["roofline: decode loop vs the fp32 peak"]
+    assert (roof.ratio, roof.target, roof.met) == ("0.34", ">= 0.5", "no")
