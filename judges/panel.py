@@ -133,17 +133,22 @@ def panel_agrees(result: PanelResult) -> bool | None:
     )
 
 
+def _aligned(x: pd.Series, y: pd.Series) -> pd.DataFrame:
+    """The rows (by index) where both have a value."""
+    return pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
+
+
 def _paired(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    both = pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
+    both = _aligned(x, y)
     return both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy()
 
 
 def _clustered(x: pd.Series, y: pd.Series, concept: pd.Series | None) -> Correlation | NotEvaluable:
     """Pearson r over the rows both have, its interval resampling concepts (rows of one
     concept are not independent); without a concept column, Fisher z over rows."""
-    both = pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
     if concept is None:
-        return pearson(both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy())
+        return pearson(*_paired(x, y))
+    both = _aligned(x, y)
     return clustered_pearson(
         both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy(), list(concept.loc[both.index])
     )

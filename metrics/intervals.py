@@ -59,7 +59,7 @@ def interval_verdict(interval: Interval, threshold: float) -> Verdict:
     return "inconclusive"
 
 
-def _groups(clusters: Sequence[object]) -> list[np.ndarray]:
+def cluster_rows(clusters: Sequence[object]) -> list[np.ndarray]:
     """Row indices per cluster, clusters in first-seen order."""
     order: dict[object, list[int]] = {}
     for i, c in enumerate(clusters):
@@ -86,7 +86,7 @@ def clustered_bootstrap_mean(
     keep = np.isfinite(x)
     x = x[keep]
     kept = [c for c, k in zip(clusters, keep, strict=True) if k]
-    groups = _groups(kept)
+    groups = cluster_rows(kept)
     method = f"cluster bootstrap mean ({n_boot} replicates)"
     if len(x) == 0:
         return not_evaluable("no finite values", method=method)

@@ -123,7 +123,7 @@ def clustered_pearson(
     independent rows, the interval is widened to cover both, so a verdict is never more
     confident than either method (``ci_method`` says so).
     """
-    from metrics.intervals import bootstrap_statistic
+    from metrics.intervals import bootstrap_statistic, cluster_rows
 
     base = pearson(x, y, confidence)
     if not isinstance(base, Correlation):
@@ -131,10 +131,7 @@ def clustered_pearson(
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if len(clusters) != len(xa):
         raise ValueError(f"clusters ({len(clusters)}) and x ({len(xa)}) differ in length")
-    groups: dict[object, list[int]] = {}
-    for i, c in enumerate(clusters):
-        groups.setdefault(c, []).append(i)
-    units = [np.asarray(g) for g in groups.values()]
+    units = cluster_rows(clusters)
     if len(units) < MIN_CLUSTERS:
         method = f"fisher_z (only {len(units)} clusters; a cluster bootstrap needs {MIN_CLUSTERS})"
         return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
