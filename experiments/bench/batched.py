@@ -17,14 +17,35 @@ import torch
 
 from experiments.bench.measure import Measurement, gpu_peak, ratio, rounded, sync
 from experiments.bench.workload import Workload, batches_of
+from experiments.execution.local import is_unsteered
 from steering.generation import (
+    BatchStats,
     Generation,
     GenerationRow,
+    SamplingConfig,
     eos_ids,
     generate_batch,
     suppressed_ids,
 )
 from steering.models import LoadedModel
+
+
+def generate_ours(
+    lm: LoadedModel,
+    wl: Workload,
+    batch: Sequence[GenerationRow],
+    sampling: SamplingConfig | None = None,
+) -> tuple[list[Generation], BatchStats]:
+    """One batch as ``make run`` generates it: log-probs only for the unsteered rows."""
+    return generate_batch(
+        lm,
+        batch,
+        wl.directions,
+        wl.layer,
+        wl.mode,
+        sampling or wl.sampling,
+        logprobs_for=[is_unsteered(r, None) for r in batch],
+    )
 
 
 def run_batched(
@@ -44,7 +65,7 @@ def run_batched(
         sync(lm.device)
         start = time.perf_counter()
         for batch in batches:
-            out, stats = generate_batch(lm, batch, wl.directions, wl.layer, wl.mode, wl.sampling)
+            out, stats = generate_ours(lm, wl, batch)
             gens.extend(out)
             tokens += stats.new_tokens
         sync(lm.device)
@@ -106,9 +127,7 @@ def run_per_sample(lm: LoadedModel, wl: Workload, rows: Sequence[GenerationRow])
 def warm_up(lm: LoadedModel, wl: Workload) -> None:
     """One-off costs (kernel selection, first allocations) kept out of every timing."""
     few = wl.rows[: min(4, len(wl.rows))]
-    generate_batch(
-        lm, few, wl.directions, wl.layer, wl.mode, replace(wl.sampling, max_new_tokens=2)
-    )
+    generate_ours(lm, wl, few, replace(wl.sampling, max_new_tokens=2))
     hf_generate_one(lm, wl.with_tokens(2), few[0])
 
 

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch.autograd.profiler import record_function
 
+from experiments.bench.batched import generate_ours
 from experiments.bench.measure import rounded
 from experiments.bench.workload import Workload, batches_of
-from steering.generation import generate_batch
 from steering.models import LoadedModel
 
 FORWARD, LAYER, HEAD, HOOK = "bench::forward", "bench::layer", "bench::head", "bench::hook"
@@ -120,12 +120,12 @@ def profile_decode(lm: LoadedModel, wl: Workload, tokens: int) -> dict:
     batch = batches_of(lm, wl.rows, wl.batch_size)[0]
     sampling = replace(wl.sampling, max_new_tokens=tokens)
     # one unprofiled pass so allocations and kernel choices are warm
-    generate_batch(lm, batch, wl.directions, wl.layer, wl.mode, sampling)
+    generate_ours(lm, wl, batch, sampling)
     with (
         marked(lm, wl.layer),
         torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof,
     ):
-        generate_batch(lm, batch, wl.directions, wl.layer, wl.mode, sampling)
+        generate_ours(lm, wl, batch, sampling)
     steps = step_breakdown(_events(prof))
     if len(steps) < 2:
         raise RuntimeError("the profiled generation stopped before a decode step")

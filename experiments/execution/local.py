@@ -16,6 +16,11 @@ from steering.generation import Generation, GenerationRow, continuation_nll, gen
 from steering.models import LoadedModel
 
 
+def is_unsteered(row: GenerationRow, base_prompts: dict[str, str] | None) -> bool:
+    """No vector and no instruction: the row's own sampling log-probs are its NLL."""
+    return row.coefficient == 0.0 and row.key not in (base_prompts or {})
+
+
 def unsteered_nll(
     lm: LoadedModel,
     batch: list[GenerationRow],
@@ -28,13 +33,9 @@ def unsteered_nll(
     by an instruction (``base_prompts``: key -> prompt without it), get a forward pass."""
     base = base_prompts or {}
     nll: list[float | None] = [None] * len(gens)
-    steered = [
-        i
-        for i, r in enumerate(batch)
-        if (r.coefficient != 0.0 or r.key in base) and gens[i].token_ids
-    ]
+    steered = [i for i, r in enumerate(batch) if not is_unsteered(r, base) and gens[i].token_ids]
     for i, r in enumerate(batch):
-        if r.coefficient == 0.0 and r.key not in base and gens[i].logprobs:
+        if is_unsteered(r, base) and gens[i].logprobs:
             nll[i] = -float(np.mean(gens[i].logprobs))
     if steered:
         with timer.time("perplexity"):
@@ -60,7 +61,14 @@ def run_batch(
     timer = Timer()
     with timer.time("generation"):
         gens, stats = generate_batch(
-            lm, rows, spec.directions, spec.layer, spec.mode, spec.sampling, on_step=on_step
+            lm,
+            rows,
+            spec.directions,
+            spec.layer,
+            spec.mode,
+            spec.sampling,
+            on_step=on_step,
+            logprobs_for=[is_unsteered(r, spec.base_prompts) for r in rows],
         )
     nll = unsteered_nll(lm, rows, gens, timer, spec.base_prompts)
     return BatchResult(index, list(rows), gens, nll, stats, dict(timer.stages), worker)

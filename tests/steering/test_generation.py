@@ -97,6 +97,25 @@ def test_a_row_does_not_depend_on_the_other_rows(tiny_lm, directions, sampling):
     assert [g.token_ids for g in reordered[::-1]] == [g.token_ids for g in batch]
 
 
+def test_log_probs_only_for_the_rows_that_ask(tiny_lm, directions):
+    """Rows not asked get none; asked rows get exactly the log-probs of a run where every
+    row has them, and no row's tokens change."""
+    rows = rows_for(PROMPTS, [31, 32, 33, 34], coefficient=2.0)
+    every, _ = run(tiny_lm, rows, directions, SAMPLED)
+    asked = [True, False, False, True]
+    some, _ = generate_batch(
+        tiny_lm, rows, directions, LAYER, "additive", SAMPLED, logprobs_for=asked
+    )
+    assert [g.token_ids for g in some] == [g.token_ids for g in every]
+    for want, a, b in zip(asked, some, every, strict=True):
+        assert a.logprobs == (b.logprobs if want else [])
+    assert any(g.logprobs for g in some)
+    with pytest.raises(ValueError, match="logprobs_for has 2 entries for 4 rows"):
+        generate_batch(
+            tiny_lm, rows, directions, LAYER, "additive", SAMPLED, logprobs_for=[True, False]
+        )
+
+
 # ---------------------------------------------------------------------------- sample_next
 
 
