@@ -54,6 +54,12 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
 
 
+def is_local_store(uri: str | None = None) -> bool:
+    """A store in a local file (sqlite or a folder), not a tracking server."""
+    uri = tracking_uri() if uri is None else uri
+    return uri.startswith(("sqlite:", "file:")) or "://" not in uri
+
+
 def _quiet() -> None:
     for name in ("mlflow", "alembic", "sqlalchemy"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -88,7 +94,7 @@ def experiment_id(name: str) -> str:
         found = exp.experiment_id
     else:
         location = None
-        if tracking_uri().startswith(("sqlite:", "file:")) or "://" not in tracking_uri():
+        if is_local_store():
             root = Path(os.environ.get("MLFLOW_ARTIFACT_ROOT", DEFAULT_ARTIFACT_ROOT)).resolve()
             location = (root / name).as_uri()
         tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
