@@ -19,6 +19,7 @@ SECTIONS = (
     "peers",
     "roofline",
     "profile",
+    "head",
     "tuning",
     "scaling",
     "e2e",
@@ -55,7 +56,7 @@ class BenchOptions:
     dtype: str | None = None
     threads: int | None = None
     quick: bool = False
-    scaling_concepts: tuple[int, ...] = (1, 10, 50)
+    scaling_concepts: tuple[int, ...] = (10, 40, 160)  # 90, 360 and 1,440 rows
     scaling_tokens: tuple[int, ...] = (25, 50, 100)
     tuning_tokens: int = 10
     tuning_threads: tuple[int, ...] = ()  # () = 1, torch's current count and every core
@@ -64,6 +65,8 @@ class BenchOptions:
     agreement_tokens: int = 8
     peer_agreement_rows: int = 6  # greedy check that the HF batched peer matches ours
     profile_tokens: int = 8
+    head_blocks: tuple[int, ...] = (0, 512, 1024, 2048, 4096)  # 0: one product
+    head_block: int | None = None  # the blocked run's block; None: steering.head's default
     work_dir: Path | None = None  # warm classifiers; default <cache>/bench
 
     @classmethod
@@ -82,6 +85,8 @@ class BenchOptions:
             "agreement_tokens": 4,
             "peer_agreement_rows": 3,
             "profile_tokens": 4,
+            "head_blocks": (0, 256),
+            "head_block": 256,
         }
         extra = list(kwargs.pop("overrides", []) or [])
         base.update(kwargs)

@@ -394,6 +394,28 @@ def profile_table(pr: dict) -> Table:
     return table
 
 
+def head_table(he: dict) -> Table:
+    gen = he["generation"]
+    table = Table(
+        f"output head: one product vs blocks of vocabulary rows ({he['product_rows']} rows); "
+        f"generation with blocks of {he['blocked_run_block']}: "
+        f"{fmt(he.get('ratio_blocked_vs_single'), 2, 'x')} the single product's tok/s "
+        f"({rate(gen['blocked']['tokens_per_second'])} vs "
+        f"{rate(gen['single']['tokens_per_second'])}), texts identical {he['texts_identical']}",
+        ["block", "ms", "GFLOP/s", "bit-identical"],
+    )
+    for block, v in he["products"].items():
+        table.rows.append(
+            [
+                "one product" if block == "0" else block,
+                fmt(v["median_ms"], 1),
+                fmt(v["gflops"], 1),
+                YES if v["bit_identical_to_single_product"] else NO,
+            ]
+        )
+    return table
+
+
 def report_tables(results: dict) -> list[Table]:
     """The comparisons against their targets, then a detail table per measured section."""
     sec = results.get("sections", {})
@@ -409,6 +431,7 @@ def report_tables(results: dict) -> list[Table]:
         ("peers", peers_table),
         ("roofline", roofline_table),
         ("profile", profile_table),
+        ("head", head_table),
     ):
         if sec.get(name) and "skipped" not in sec[name]:
             tables.append(render(sec[name]))

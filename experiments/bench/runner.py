@@ -21,6 +21,7 @@ from typing import Any
 from experiments.bench.batched import run_batched, run_per_sample, section_batched, warm_up
 from experiments.bench.dtype import dtype_name, other_precision, section_dtype
 from experiments.bench.e2e import section_e2e
+from experiments.bench.head import section_head
 from experiments.bench.llama import (
     SINGLE_STREAM,
     close,
@@ -179,6 +180,9 @@ def run_bench(
             load = contention()
             say(f"profile: one batch, {opts.profile_tokens} decode steps")
             bench.checkpoint("profile", section_profile(lm, wl, min(opts.profile_tokens, 64)), load)
+        if "head" in sections:
+            load = contention()
+            bench.checkpoint("head", section_head(lm, wl, opts, say), load)
         if "tuning" in sections:
             load = contention()
             bench.checkpoint("tuning", section_tuning(lm, wl, opts, say), load)
