@@ -367,7 +367,18 @@ def roofline_table(ro: dict) -> Table:
         f"{m.get('cpu', m.get('device', '?'))}, {', '.join(m.get('flags', []))}, "
         f"{m.get('physical_cores', '?')} cores at {m.get('clock_ghz', '?')} GHz"
     )
-    table = Table(title, ["run", "GFLOP", "seconds", "GFLOP/s", "peak GFLOP/s", "of peak"])
+    table = Table(
+        title,
+        [
+            "run",
+            "GFLOP",
+            "seconds",
+            "GFLOP/s",
+            "modelled peak",
+            "matmul ceiling",
+            "of the higher",
+        ],
+    )
     for name, run in ro["runs"].items():
         frac = run.get("fraction_of_peak")
         table.rows.append(
@@ -376,7 +387,8 @@ def roofline_table(ro: dict) -> Table:
                 fmt(run["gflop_total"], 1),
                 fmt(run["median_seconds"], 2),
                 fmt(run["achieved_gflops"], 1),
-                fmt(run.get("peak_gflops"), 0),
+                fmt(run.get("modelled_peak_gflops", run.get("peak_gflops")), 0),
+                fmt(run.get("matmul_ceiling_gflops"), 0),
                 NOT_MEASURED if frac is None else f"{frac:.0%}",
             ]
         )

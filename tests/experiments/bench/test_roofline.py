@@ -106,6 +106,11 @@ def test_section_reports_achieved_against_peak(tiny_lm, one_thread):
     assert run["achieved_gflops"] == pytest.approx(run["flop_total"] / 1e9 / 0.5, abs=1e-3)
     assert sum(run["share_of_work"].values()) == pytest.approx(1.0, abs=1e-3)
     assert out["machine"]["physical_cores"] >= 1 and "peak_how" in out["machine"]
-    if out["machine"]["peak_gflops"]:
-        expected = run["achieved_gflops"] / out["machine"]["peak_gflops"]
-        assert run["fraction_of_peak"] == pytest.approx(expected, abs=1e-3)
+    # the peak is the higher of the modelled one and the matmul ceiling measured now
+    ceiling = out["matmul_ceiling"]["float32"]
+    assert ceiling["gflops"] == max(ceiling["by_shape"].values()) > 0
+    assert run["matmul_ceiling_gflops"] == ceiling["gflops"]
+    assert run["modelled_peak_gflops"] == out["machine"]["peak_gflops"]
+    peak = max(p for p in (run["modelled_peak_gflops"], ceiling["gflops"]) if p)
+    assert run["peak_gflops"] == peak
+    assert run["fraction_of_peak"] == pytest.approx(run["achieved_gflops"] / peak, abs=1e-3)
