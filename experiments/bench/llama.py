@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from experiments.bench.gguf_f32 import f32_path
 from experiments.bench.measure import Measurement, ratio, rounded
 from experiments.bench.options import BenchOptions
 from experiments.bench.workload import Workload
@@ -22,6 +23,7 @@ from steering.generation import GenerationRow, generate_batch
 from steering.models import LoadedModel
 
 SINGLE_STREAM = "llama.cpp/"  # + thread count: the measured single-stream runs
+SINGLE_STREAM_F32 = "llama.cpp_f32/"  # the same on the dequantized fp32 GGUF
 
 
 def llama_layer_index(layer: int) -> int:
@@ -250,13 +252,11 @@ def section_llama(
     """(b): our batched tokens/s against llama.cpp's single stream, and steering agreement."""
     import llama_cpp
 
-    by_threads = {
-        int(k.removeprefix(SINGLE_STREAM)): m
-        for k, m in measured.items()
-        if k.startswith(SINGLE_STREAM)
-    }
+    by_threads = _by_threads(measured, SINGLE_STREAM)
     best_t = max(by_threads, key=lambda t: by_threads[t].tokens_per_second or 0.0)
     best = by_threads[best_t]
+    f32 = _by_threads(measured, SINGLE_STREAM_F32)
+    best_f32 = max(f32, key=lambda t: f32[t].tokens_per_second or 0.0) if f32 else None
     say("steering agreement between our hook and the llama.cpp control vector")
     llm = open_llama(gguf, best_t, logits_all=True, gpu=gpu)
     agreement = steering_agreement(
@@ -290,5 +290,26 @@ def section_llama(
             )
             for name in other_dtypes
         },
+        **(
+            {
+                "f32": {
+                    "gguf": f32_path(gguf).name,
+                    "how": "the same GGUF with every tensor dequantized to fp32 (our weights "
+                    "exactly), timed like the quantized one",
+                    "by_threads": {str(t): m.to_dict() for t, m in sorted(f32.items())},
+                    "best_threads": best_f32,
+                    "llama_cpp": f32[best_f32].to_dict(),
+                },
+                "ratio_ours_vs_llama_cpp_f32": rounded(
+                    ratio(mine.tokens_per_second, f32[best_f32].tokens_per_second), 3
+                ),
+            }
+            if best_f32 is not None
+            else {}
+        ),
         "agreement": agreement,
     }
+
+
+def _by_threads(measured: dict[str, Measurement], prefix: str) -> dict[int, Measurement]:
+    return {int(k.removeprefix(prefix)): m for k, m in measured.items() if k.startswith(prefix)}

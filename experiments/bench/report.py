@@ -57,7 +57,7 @@ def evaluate_targets(sections: dict) -> list[dict]:
     values = {
         "batched_vs_per_sample": get("batched", "ratio_batched_vs_per_sample"),
         "ours_vs_hf_batched_hook": get("peers", "peers", HF_BATCHED, "ratio_ours_vs_peer"),
-        "ours_vs_llama_cpp": get("llama", "ratio_ours_vs_llama_cpp"),
+        "ours_vs_llama_cpp": get("llama", "ratio_ours_vs_llama_cpp_f32"),
         "fraction_of_peak": get("roofline", "runs", "float32", "fraction_of_peak"),
         "make_run_seconds": get("e2e", "median_process_wall_seconds"),
         "peak_memory_gb": get("e2e", "peak_rss_gb"),
@@ -99,7 +99,7 @@ def _variants(
 ) -> Iterator[Comparison]:
     """The other-dtype rows of a comparison: keys ``{prefix}{name}_vs_...`` beside the main."""
     for key, value in section.items():
-        if key.startswith(prefix) and key != main_key:
+        if key.startswith(prefix) and key != main_key and not key.startswith(prefix + "vs_"):
             name = key.removeprefix(prefix).split("_vs_")[0]
             yield Comparison(
                 label.format(name=name),
@@ -155,11 +155,21 @@ def comparisons(results: dict) -> Iterator[Comparison]:
         yield Comparison("(b) ours vs llama.cpp", "skipped", ll["skipped"])
     elif ll:
         theirs = rate(ll["llama_cpp"]["tokens_per_second"])
+        ours = rate(ll["ours_batched_tokens_per_second"])
         yield Comparison(
-            "(b) ours vs llama.cpp single stream",
-            rate(ll["ours_batched_tokens_per_second"]),
+            f"(b) ours vs llama.cpp single stream, {ll['gguf']}",
+            ours,
             f"{theirs} ({ll['best_threads']} thr)",
             fmt(ll["ratio_ours_vs_llama_cpp"], 2, "x"),
+        )
+        f32 = ll.get("f32")
+        yield Comparison(
+            "(b) ours vs llama.cpp single stream, fp32 GGUF",
+            ours,
+            f"{rate(f32['llama_cpp']['tokens_per_second'])} ({f32['best_threads']} thr)"
+            if f32
+            else NOT_MEASURED,
+            fmt(ll.get("ratio_ours_vs_llama_cpp_f32"), 2, "x"),
             target("ours_vs_llama_cpp"),
             met("ours_vs_llama_cpp"),
         )

@@ -21,9 +21,11 @@ from typing import Any
 from experiments.bench.batched import run_batched, run_per_sample, section_batched, warm_up
 from experiments.bench.dtype import dtype_name, other_precision, section_dtype
 from experiments.bench.e2e import section_e2e
+from experiments.bench.gguf_f32 import f32_gguf
 from experiments.bench.head import section_head
 from experiments.bench.llama import (
     SINGLE_STREAM,
+    SINGLE_STREAM_F32,
     close,
     gguf_for,
     llama_unavailable,
@@ -274,8 +276,18 @@ class Bench:
                     streams[f"{SINGLE_STREAM}{t}"] = Stream(
                         llama_subset, lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers)
                     )
+                if opts.llama_f32:
+                    f32_llamas, _ = open_llamas(lm, f32_gguf(gguf, self.say), opts, wl)
+                    for t, llm in f32_llamas.items():
+                        llamas[-t] = llm  # closed with the others
+                        streams[f"{SINGLE_STREAM_F32}{t}"] = Stream(
+                            llama_subset,
+                            lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers),
+                        )
             if "peers" in sections:
                 for t, llm in llamas.items():
+                    if t < 0:
+                        continue  # the fp32 GGUF is a single-stream peer only
                     engine = open_multi_sequence(llm, wl, t)
                     run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)
                     engines.append(engine)

@@ -53,13 +53,18 @@ def test_tables_read_a_full_results_file():
         assert "roofline: decode loop vs the fp32 peak" in labels
     if "peers" in results["sections"]:
         assert "peers: ours vs HF generate, whole batch, per-row hook" in labels
+    if "llama" in results["sections"]:
+        llama_rows = [row for row in tables[0].rows if row[0].startswith("(b)")]
+        assert len(llama_rows) == 2 and llama_rows[1][0].endswith("fp32 GGUF")
+        assert llama_rows[1][4] == ">= 4" and llama_rows[0][4] == ""  # the target is fp32's
 
 
 def test_targets_compare_in_the_right_direction():
     sections = {
         "batched": {"ratio_batched_vs_per_sample": 12.0},
         "peers": {"peers": {"hf_generate_batched": {"ratio_ours_vs_peer": 3.3}}},
-        "llama": {"ratio_ours_vs_llama_cpp": 2.0},
+        # the target answers the fp32 GGUF; the Q4_K_M ratio is shown beside it
+        "llama": {"ratio_ours_vs_llama_cpp": 5.0, "ratio_ours_vs_llama_cpp_f32": 2.0},
         "roofline": {"runs": {"float32": {"fraction_of_peak": 0.37}}},
         "e2e": {"median_process_wall_seconds": 90.0, "peak_rss_gb": 1.5},
     }
