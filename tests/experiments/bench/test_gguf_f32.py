@@ -6,12 +6,10 @@ import os
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType
+from gguf.quants import dequantize, quantize
 
-gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType  # noqa: E402
-from gguf.quants import dequantize, quantize  # noqa: E402
-
-from experiments.bench.gguf_f32 import f32_gguf, f32_path  # noqa: E402
+from experiments.bench.gguf_f32 import f32_gguf, f32_path
 
 
 def _quantized(path) -> dict[str, np.ndarray]:
