@@ -252,11 +252,11 @@ def section_llama(
     """(b): our batched tokens/s against llama.cpp's single stream, and steering agreement."""
     import llama_cpp
 
-    by_threads = _by_threads(measured, SINGLE_STREAM)
-    best_t = max(by_threads, key=lambda t: by_threads[t].tokens_per_second or 0.0)
+    by_threads = runs_by_threads(measured, SINGLE_STREAM)
+    best_t = fastest(by_threads)
     best = by_threads[best_t]
-    f32 = _by_threads(measured, SINGLE_STREAM_F32)
-    best_f32 = max(f32, key=lambda t: f32[t].tokens_per_second or 0.0) if f32 else None
+    f32 = runs_by_threads(measured, SINGLE_STREAM_F32)
+    best_f32 = fastest(f32) if f32 else None
     say("steering agreement between our hook and the llama.cpp control vector")
     llm = open_llama(gguf, best_t, logits_all=True, gpu=gpu)
     agreement = steering_agreement(
@@ -311,5 +311,11 @@ def section_llama(
     }
 
 
-def _by_threads(measured: dict[str, Measurement], prefix: str) -> dict[int, Measurement]:
+def runs_by_threads(measured: dict[str, Measurement], prefix: str) -> dict[int, Measurement]:
+    """The runs named ``prefix<threads>``, by thread count."""
     return {int(k.removeprefix(prefix)): m for k, m in measured.items() if k.startswith(prefix)}
+
+
+def fastest(runs: dict[int, Measurement]) -> int:
+    """The thread count of the run with the most tokens/s."""
+    return max(runs, key=lambda t: runs[t].tokens_per_second or 0.0)

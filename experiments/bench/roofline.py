@@ -207,7 +207,8 @@ def achieved(
     }
     if on_cpu:
         modelled = machine_peak(dtype)["peak_gflops"]
-        peak = max(p for p in (modelled, ceiling) if p is not None) if modelled or ceiling else None
+        known = [p for p in (modelled, ceiling) if p]
+        peak = max(known) if known else None
         out["modelled_peak_gflops"] = modelled
         out["matmul_ceiling_gflops"] = ceiling
         out["peak_gflops"] = peak

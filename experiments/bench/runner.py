@@ -27,10 +27,12 @@ from experiments.bench.llama import (
     SINGLE_STREAM,
     SINGLE_STREAM_F32,
     close,
+    fastest,
     gguf_for,
     llama_unavailable,
     open_llamas,
     run_llama,
+    runs_by_threads,
     section_llama,
 )
 from experiments.bench.llama_batch import HOW as LLAMA_BATCH_HOW
@@ -266,6 +268,7 @@ class Bench:
         reason = self.llama_reason(gguf)
         llama_subset = stratified_subset(wl, min(opts.llama_limit, len(wl.rows)))
         llamas: dict[int, Any] = {}
+        f32_llamas: dict[int, Any] = {}  # the fp32 GGUF: a single-stream peer only
         engines: list[Any] = []
         gpu = False
         if reason is None:
@@ -279,15 +282,12 @@ class Bench:
                 if opts.llama_f32:
                     f32_llamas, _ = open_llamas(lm, f32_gguf(gguf, self.say), opts, wl)
                     for t, llm in f32_llamas.items():
-                        llamas[-t] = llm  # closed with the others
                         streams[f"{SINGLE_STREAM_F32}{t}"] = Stream(
                             llama_subset,
                             lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers),
                         )
             if "peers" in sections:
                 for t, llm in llamas.items():
-                    if t < 0:
-                        continue  # the fp32 GGUF is a single-stream peer only
                     engine = open_multi_sequence(llm, wl, t)
                     run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)
                     engines.append(engine)
@@ -301,7 +301,7 @@ class Bench:
         measured = measure_side_by_side(batched_runs, streams, opts.repeats, self.say)
         for engine in engines:
             engine.close()
-        for llm in llamas.values():
+        for llm in [*llamas.values(), *f32_llamas.values()]:
             close(llm)
         if "batched" in sections:
             value = section_batched(wl, measured, ours, subset, other_dtypes)
@@ -359,10 +359,10 @@ def _best_threads(
     measured: dict[str, Measurement], prefix: str, how: str, reason: str | None
 ) -> dict:
     """The fastest of the runs named ``prefix<threads>``, or why none ran."""
-    runs = {int(k.removeprefix(prefix)): m for k, m in measured.items() if k.startswith(prefix)}
+    runs = runs_by_threads(measured, prefix)
     if not runs:
         return {"skipped": reason or "not measured"}
-    best = max(runs, key=lambda t: runs[t].tokens_per_second or 0.0)
+    best = fastest(runs)
     return {
         **runs[best].to_dict(),
         "threads": best,

@@ -149,7 +149,31 @@ def log_generation_traces(
     code = _source("CODE", CODE_SOURCE_ID)
     with _synchronous_export(tracking.is_local_store()):
         mlflow.tracing.set_destination(MlflowExperimentLocation(experiment_id=experiment_id))
-        return _log_todo(run_id, todo, mapping, code, map_file, on_chunk)
+        try:
+            for start in range(0, len(todo), CHUNK):
+                chunk = todo[start : start + CHUNK]
+                for item in chunk:
+                    with mlflow.start_span(name=TRACE_NAME, span_type="LLM") as span:
+                        span.set_inputs({k: _clean(v) for k, v in item.inputs.items()})
+                        span.set_outputs({"text": item.text})
+                        if item.attributes:
+                            span.set_attributes({k: _clean(v) for k, v in item.attributes.items()})
+                        mlflow.update_current_trace(
+                            tags={KEY_TAG: item.key, **item.tags},
+                            metadata={SOURCE_RUN: run_id},
+                        )
+                        for fb in item.feedback:  # added to the live trace: written with it
+                            _log(span.trace_id, fb, code)
+                        mapping[item.key] = span.trace_id
+                mlflow.flush_trace_async_logging()
+                if map_file is not None:
+                    write_map(map_file, mapping)
+                if on_chunk is not None:
+                    on_chunk(min(start + CHUNK, len(todo)))
+        finally:
+            mlflow.flush_trace_async_logging()
+            mlflow.tracing.reset()  # the destination was this run's experiment only
+    return mapping
 
 
 @contextmanager
@@ -164,43 +188,6 @@ def _synchronous_export(enabled: bool) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(ASYNC_ENV, None)
-
-
-def _log_todo(
-    run_id: str,
-    todo: list[GenerationTrace],
-    mapping: dict[str, str],
-    code,
-    map_file: Path | None,
-    on_chunk: Callable[[int], None] | None,
-) -> dict[str, str]:
-    import mlflow
-
-    try:
-        for start in range(0, len(todo), CHUNK):
-            chunk = todo[start : start + CHUNK]
-            for item in chunk:
-                with mlflow.start_span(name=TRACE_NAME, span_type="LLM") as span:
-                    span.set_inputs({k: _clean(v) for k, v in item.inputs.items()})
-                    span.set_outputs({"text": item.text})
-                    if item.attributes:
-                        span.set_attributes({k: _clean(v) for k, v in item.attributes.items()})
-                    mlflow.update_current_trace(
-                        tags={KEY_TAG: item.key, **item.tags},
-                        metadata={SOURCE_RUN: run_id},
-                    )
-                    for fb in item.feedback:  # added to the live trace: written with it
-                        _log(span.trace_id, fb, code)
-                    mapping[item.key] = span.trace_id
-            mlflow.flush_trace_async_logging()
-            if map_file is not None:
-                write_map(map_file, mapping)
-            if on_chunk is not None:
-                on_chunk(min(start + CHUNK, len(todo)))
-    finally:
-        mlflow.flush_trace_async_logging()
-        mlflow.tracing.reset()  # the destination was this run's experiment only
-    return mapping
 
 
 def traces_of_run(experiment_id: str, run_id: str) -> list:
