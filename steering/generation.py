@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from steering.head import reused_logits
 from steering.models import LoadedModel
 from steering.vector import Mode, steer_rows
 
@@ -119,7 +120,36 @@ def _inverse_cdf_pick(sorted_probs: torch.Tensor, top_p: float, u: torch.Tensor)
     return idx.clamp(max=sorted_probs.shape[-1] - 1)
 
 
-def _nucleus_pick(probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int) -> torch.Tensor:
+class Scratch:
+    """Tensors a loop reuses across its steps, by name, instead of allocating each step.
+
+    A fresh [rows, 262,144] tensor is paged in and zeroed by the kernel when first written:
+    on a 2-core EPYC a softmax of 90 rows took 35 ms into a fresh tensor and 9 ms into a
+    reused one, and gathering 45 rows 20 ms against 3 ms. A name's tensor grows when a
+    step needs more rows; a step gets a view of its first rows.
+    """
+
+    def __init__(self) -> None:
+        self._tensors: dict[str, torch.Tensor] = {}
+
+    def take(self, name: str, rows: int, like: torch.Tensor) -> torch.Tensor:
+        buf = self._tensors.get(name)
+        cols = like.shape[1:]
+        if (
+            buf is None
+            or buf.shape[0] < rows
+            or buf.shape[1:] != cols
+            or buf.dtype != like.dtype
+            or buf.device != like.device
+        ):
+            buf = torch.empty((rows, *cols), dtype=like.dtype, device=like.device)
+            self._tensors[name] = buf
+        return buf[:rows]
+
+
+def _nucleus_pick(
+    probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int, scratch: Scratch | None = None
+) -> torch.Tensor:
     """Top-p pick per row from the top ``k`` probabilities, widening ``k`` for rows whose
     nucleus does not fit; a full sort only once ``k`` reaches the vocabulary."""
     if k >= probs.shape[-1]:
@@ -129,21 +159,37 @@ def _nucleus_pick(probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int) ->
     choice = top_idx.gather(1, _inverse_cdf_pick(top_probs, top_p, u)[:, None])[:, 0]
     short = torch.nonzero(top_probs.sum(dim=-1) < top_p)[:, 0]
     if len(short):  # the nucleus is wider than k for these rows
-        choice[short] = _nucleus_pick(probs[short], u[short], top_p, k * PREFILTER_GROWTH)
+        wide = k * PREFILTER_GROWTH
+        if scratch is None:
+            rows = probs[short]
+        else:  # one name per k: the rows of this k are the input of the next
+            rows = torch.index_select(
+                probs, 0, short, out=scratch.take(f"top{wide}", len(short), probs)
+            )
+        choice[short] = _nucleus_pick(rows, u[short], top_p, wide, scratch)
     return choice
 
 
 def sample_next(
-    logits: torch.Tensor, u: torch.Tensor, sampling: SamplingConfig, prefilter: int | None
+    logits: torch.Tensor,
+    u: torch.Tensor,
+    sampling: SamplingConfig,
+    prefilter: int | None,
+    scratch: Scratch | None = None,
 ) -> torch.Tensor:
-    """Next token per row: greedy, or top-p sampling driven by the row's own uniform."""
+    """Next token per row: greedy, or top-p sampling driven by the row's own uniform.
+
+    With ``scratch``, the probabilities go into its reused tensors (see :class:`Scratch`)."""
     if sampling.greedy:
         return logits.argmax(dim=-1)
     scaled = logits.float()
     if sampling.temperature != 1.0:  # x / 1.0 == x: skip a pass over the vocabulary
         scaled = scaled / sampling.temperature
-    probs = torch.softmax(scaled, dim=-1)
-    return _nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1])
+    if scratch is None:
+        probs = torch.softmax(scaled, dim=-1)
+    else:
+        probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", len(scaled), scaled))
+    return _nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1], scratch)
 
 
 def _uniforms(rows: Sequence[GenerationRow], steps: int) -> torch.Tensor:
@@ -200,7 +246,9 @@ def generate_batch(
     lengths = torch.full((n_rows,), steps, dtype=torch.long, device=lm.device)
     cache = None
     step_ids, step_pos = input_ids, positions
-    with steer_rows(lm, layer, row_dirs, coefs, mode):
+    scratch = Scratch()
+    # Each step is done with its logits before the next forward pass: one tensor serves all.
+    with steer_rows(lm, layer, row_dirs, coefs, mode), reused_logits(lm.model):
         for step in range(steps):
             if on_step is not None:
                 on_step(step, steps)
@@ -223,7 +271,7 @@ def generate_batch(
             else:
                 logp = [torch.log_softmax(logits[i].float(), dim=-1) for i in lp_rows]
             allowed = logits.float().index_fill_(1, banned, float("-inf"))
-            nxt = sample_next(allowed, u[:, step], sampling, prefilter)
+            nxt = sample_next(allowed, u[:, step], sampling, prefilter, scratch)
             if lp_rows is None:
                 lp = logp.gather(1, nxt[:, None])[:, 0]
             else:
@@ -302,45 +350,56 @@ def continuation_nll(
 
     exp() of it is the perplexity coherence check. Empty continuations give None.
     """
-    tok = lm.tokenizer
     vocab = lm.model.get_output_embeddings().weight.shape[0]
     conts = [list(c) for c in continuations]
     out: list[float | None] = [None] * len(conts)
     todo = [i for i, c in enumerate(conts) if c]
-    for chunk in _nll_chunks(
-        [len(conts[i]) for i in todo], batch_size, max(1, logits_budget // vocab)
-    ):
-        rows = [todo[j] for j in chunk]
-        enc = [tok(prompts[i])["input_ids"] for i in rows]
-        seqs = [p + conts[i] for p, i in zip(enc, rows, strict=True)]
-        width = max(len(seq) for seq in seqs)
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        target = torch.zeros_like(ids, dtype=torch.bool)
-        for r, (seq, i) in enumerate(zip(seqs, rows, strict=True)):
-            ids[r, width - len(seq) :] = torch.tensor(seq)
-            attn[r, width - len(seq) :] = 1
-            target[r, width - len(conts[i]) :] = True
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        # The output head only at the positions that predict a continuation token.
-        predicts = torch.zeros_like(target)
-        predicts[:, :-1] = target[:, 1:]
-        predicts = predicts.to(lm.device)
-        logits = lm.model(
-            input_ids=ids.to(lm.device),
-            attention_mask=attn.to(lm.device),
-            position_ids=pos.to(lm.device),
-            logits_to_keep=predicts,
-        ).logits
-        if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
-            logits = logits[predicts]
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        del logits
-        token_lp = logp.gather(1, ids[target].to(lm.device)[:, None])[:, 0].cpu()
-        del logp
-        offset = 0
-        for i in rows:
-            n = len(conts[i])
-            out[i] = float(-token_lp[offset : offset + n].mean())
-            offset += n
+    chunks = _nll_chunks([len(conts[i]) for i in todo], batch_size, max(1, logits_budget // vocab))
+    scratch = Scratch()
+    with reused_logits(lm.model):  # each chunk is done with its logits before the next
+        for chunk in chunks:
+            _chunk_nll(lm, prompts, conts, [todo[j] for j in chunk], out, scratch)
     return out
+
+
+def _chunk_nll(
+    lm: LoadedModel,
+    prompts: Sequence[str],
+    conts: list[list[int]],
+    rows: list[int],
+    out: list[float | None],
+    scratch: Scratch,
+) -> None:
+    """One forward pass over ``rows``: their mean NLLs go into ``out``."""
+    tok = lm.tokenizer
+    enc = [tok(prompts[i])["input_ids"] for i in rows]
+    seqs = [p + conts[i] for p, i in zip(enc, rows, strict=True)]
+    width = max(len(seq) for seq in seqs)
+    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    for r, (seq, i) in enumerate(zip(seqs, rows, strict=True)):
+        ids[r, width - len(seq) :] = torch.tensor(seq)
+        attn[r, width - len(seq) :] = 1
+        target[r, width - len(conts[i]) :] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    # The output head only at the positions that predict a continuation token.
+    predicts = torch.zeros_like(target)
+    predicts[:, :-1] = target[:, 1:]
+    predicts = predicts.to(lm.device)
+    logits = lm.model(
+        input_ids=ids.to(lm.device),
+        attention_mask=attn.to(lm.device),
+        position_ids=pos.to(lm.device),
+        logits_to_keep=predicts,
+    ).logits
+    if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
+        logits = logits[predicts]
+    logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1, out=scratch.take("logp", len(logits), logits))
+    token_lp = logp.gather(1, ids[target].to(lm.device)[:, None])[:, 0].cpu()
+    offset = 0
+    for i in rows:
+        n = len(conts[i])
+        out[i] = float(-token_lp[offset : offset + n].mean())
+        offset += n
