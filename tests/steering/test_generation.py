@@ -14,6 +14,7 @@ from steering.generation import (
     BatchStats,
     GenerationRow,
     SamplingConfig,
+    Scratch,
     continuation_nll,
     eos_ids,
     generate_batch,
@@ -147,6 +148,30 @@ def test_prefilter_picks_the_same_token_as_the_full_sort(case):
         picked = sample_next(logits, u, sampling, prefilter)
         for row in torch.nonzero(picked != full)[:, 0].tolist():
             assert probs[row, picked[row]] == probs[row, full[row]], "not a tie"
+
+
+@PROPS
+@given(logit_cases())
+def test_a_reused_scratch_picks_the_same_tokens_as_fresh_tensors(case):
+    """Scratch only changes where the probabilities live: same tokens, step after step,
+    also when a later step needs more or fewer rows than the one before."""
+    logits, u, sampling, k = case
+    scratch = Scratch()
+    for rows in (logits.shape[0], 1, logits.shape[0]):
+        fresh = sample_next(logits[:rows], u[:rows], sampling, k)
+        assert torch.equal(sample_next(logits[:rows], u[:rows], sampling, k, scratch), fresh)
+
+
+def test_scratch_reuses_one_tensor_per_name_and_grows_when_needed():
+    like = torch.zeros(1, 7)
+    scratch = Scratch()
+    first = scratch.take("probs", 4, like)
+    assert first.shape == (4, 7)
+    assert scratch.take("probs", 3, like).data_ptr() == first.data_ptr()
+    assert scratch.take("other", 3, like).data_ptr() != first.data_ptr()
+    grown = scratch.take("probs", 9, like)
+    assert grown.shape == (9, 7)
+    assert scratch.take("probs", 2, like.double()).dtype == torch.float64
 
 
 def test_prefilter_fallback_is_exercised_when_the_nucleus_is_wider_than_k():

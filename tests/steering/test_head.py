@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from steering.generation import GenerationRow, SamplingConfig, generate_batch
-from steering.head import BlockedHead, use_blocked_head
+from steering.head import BlockedHead, reused_logits, use_blocked_head
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=60)
 
@@ -121,3 +121,32 @@ def test_generation_is_the_same_with_blocks_as_with_one_product(tiny_lm):
         use_blocked_head(tiny_lm.model, before)
     assert [g.token_ids for g in runs[0]] == [g.token_ids for g in runs[256]]
     assert [g.logprobs for g in runs[0]] == [g.logprobs for g in runs[256]]
+
+
+def test_reused_logits_write_every_pass_into_one_tensor_with_the_same_bits():
+    g = torch.Generator().manual_seed(3)
+    linear = nn.Linear(64, 1024, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(1024, 64, generator=g))
+    model = nn.Module()
+    model.head = BlockedHead(linear, 256)
+    model.get_output_embeddings = lambda: model.head
+    x, y = torch.randn(5, 64, generator=g), torch.randn(3, 64, generator=g)
+    with torch.inference_mode():
+        with reused_logits(model):
+            a = model.head(x)
+            assert torch.equal(a, linear(x))
+            with reused_logits(model):  # nested: the outer loop keeps its tensor
+                b = model.head(y)
+            assert b.data_ptr() == a.data_ptr()  # the second pass overwrote the first
+            assert torch.equal(b, linear(y))
+            assert model.head(x).data_ptr() == a.data_ptr()
+        assert model.head.reused is None  # released on exit
+        assert model.head(x).data_ptr() != a.data_ptr()
+
+
+def test_reused_logits_leave_other_heads_alone():
+    model = nn.Linear(4, 8, bias=False)
+    model.get_output_embeddings = lambda: model
+    with reused_logits(model):
+        assert not hasattr(model, "reused")
