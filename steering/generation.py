@@ -21,6 +21,7 @@ import torch
 
 from steering.head import reused_logits
 from steering.models import LoadedModel
+from steering.scratch import Scratch
 from steering.vector import Mode, steer_rows
 
 # Sorting a 262,144-entry vocabulary per row per step dominated the original sampler
@@ -120,35 +121,8 @@ def _inverse_cdf_pick(sorted_probs: torch.Tensor, top_p: float, u: torch.Tensor)
     return idx.clamp(max=sorted_probs.shape[-1] - 1)
 
 
-class Scratch:
-    """Tensors a loop reuses across its steps, by name, instead of allocating each step.
-
-    A fresh [rows, 262,144] tensor is paged in and zeroed by the kernel when first written:
-    on a 2-core EPYC a softmax of 90 rows took 35 ms into a fresh tensor and 9 ms into a
-    reused one, and gathering 45 rows 20 ms against 3 ms. A name's tensor grows when a
-    step needs more rows; a step gets a view of its first rows.
-    """
-
-    def __init__(self) -> None:
-        self._tensors: dict[str, torch.Tensor] = {}
-
-    def take(self, name: str, rows: int, like: torch.Tensor) -> torch.Tensor:
-        buf = self._tensors.get(name)
-        cols = like.shape[1:]
-        if (
-            buf is None
-            or buf.shape[0] < rows
-            or buf.shape[1:] != cols
-            or buf.dtype != like.dtype
-            or buf.device != like.device
-        ):
-            buf = torch.empty((rows, *cols), dtype=like.dtype, device=like.device)
-            self._tensors[name] = buf
-        return buf[:rows]
-
-
 def _nucleus_pick(
-    probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int, scratch: Scratch | None = None
+    probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int, scratch: Scratch
 ) -> torch.Tensor:
     """Top-p pick per row from the top ``k`` probabilities, widening ``k`` for rows whose
     nucleus does not fit; a full sort only once ``k`` reaches the vocabulary."""
@@ -160,12 +134,9 @@ def _nucleus_pick(
     short = torch.nonzero(top_probs.sum(dim=-1) < top_p)[:, 0]
     if len(short):  # the nucleus is wider than k for these rows
         wide = k * PREFILTER_GROWTH
-        if scratch is None:
-            rows = probs[short]
-        else:  # one name per k: the rows of this k are the input of the next
-            rows = torch.index_select(
-                probs, 0, short, out=scratch.take(f"top{wide}", len(short), probs)
-            )
+        # One name per k: the rows of this k are the input of the next.
+        rows = scratch.take(f"top{wide}", (len(short), probs.shape[1]), probs)
+        torch.index_select(probs, 0, short, out=rows)
         choice[short] = _nucleus_pick(rows, u[short], top_p, wide, scratch)
     return choice
 
@@ -179,16 +150,15 @@ def sample_next(
 ) -> torch.Tensor:
     """Next token per row: greedy, or top-p sampling driven by the row's own uniform.
 
-    With ``scratch``, the probabilities go into its reused tensors (see :class:`Scratch`)."""
+    With ``scratch``, a loop's steps reuse the tensors of the probabilities (see
+    :class:`~steering.scratch.Scratch`); without, each call allocates its own."""
     if sampling.greedy:
         return logits.argmax(dim=-1)
     scaled = logits.float()
     if sampling.temperature != 1.0:  # x / 1.0 == x: skip a pass over the vocabulary
         scaled = scaled / sampling.temperature
-    if scratch is None:
-        probs = torch.softmax(scaled, dim=-1)
-    else:
-        probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", len(scaled), scaled))
+    scratch = scratch or Scratch()
+    probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", scaled.shape, scaled))
     return _nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1], scratch)
 
 
@@ -396,7 +366,7 @@ def _chunk_nll(
     if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
         logits = logits[predicts]
     logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1, out=scratch.take("logp", len(logits), logits))
+    logp = torch.log_softmax(logits, dim=-1, out=scratch.take("logp", logits.shape, logits))
     token_lp = logp.gather(1, ids[target].to(lm.device)[:, None])[:, 0].cpu()
     offset = 0
     for i in rows:

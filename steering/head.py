@@ -21,6 +21,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from steering.scratch import Scratch
+
 HEAD_BLOCK = 2048  # vocabulary rows per product
 BLOCK_QUANTUM = 256
 
@@ -45,17 +47,7 @@ class BlockedHead(nn.Linear):
         self.weight = head.weight
         self.bias = head.bias
         self.block = check_block(block)
-        self.reused: torch.Tensor | None = None  # see reused_logits
-
-    def _output(self, rows: int, like: torch.Tensor) -> torch.Tensor:
-        """A fresh [rows, vocab] tensor, or the first rows of the reused one when open."""
-        buf = self.reused
-        if buf is None:
-            return torch.empty(rows, self.out_features, dtype=like.dtype, device=like.device)
-        if buf.shape[0] < rows or buf.dtype != like.dtype or buf.device != like.device:
-            buf = torch.empty(rows, self.out_features, dtype=like.dtype, device=like.device)
-            self.reused = buf
-        return buf[:rows]
+        self.reused: Scratch | None = None  # set while reused_logits is open
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n_out = self.out_features
@@ -65,7 +57,7 @@ class BlockedHead(nn.Linear):
             # has no gradient: both keep the single product.
             return super().forward(x)
         flat = x.reshape(-1, self.in_features)
-        out = self._output(flat.shape[0], x)
+        out = (self.reused or Scratch()).take("logits", (flat.shape[0], n_out), x)
         weight = self.weight
         starts = range(0, n_out - self.block + 1, self.block)  # a short tail joins the last
         for start in starts:
@@ -101,7 +93,7 @@ def reused_logits(model: nn.Module) -> Iterator[None]:
     if not isinstance(head, BlockedHead) or head.reused is not None:
         yield  # not ours to reuse, or an enclosing loop already reuses it
         return
-    head.reused = torch.empty(0, head.out_features, dtype=head.weight.dtype)
+    head.reused = Scratch()
     try:
         yield
     finally:

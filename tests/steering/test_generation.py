@@ -14,13 +14,13 @@ from steering.generation import (
     BatchStats,
     GenerationRow,
     SamplingConfig,
-    Scratch,
     continuation_nll,
     eos_ids,
     generate_batch,
     sample_next,
     suppressed_ids,
 )
+from steering.scratch import Scratch
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=150)
 LAYER = 1
@@ -165,13 +165,14 @@ def test_a_reused_scratch_picks_the_same_tokens_as_fresh_tensors(case):
 def test_scratch_reuses_one_tensor_per_name_and_grows_when_needed():
     like = torch.zeros(1, 7)
     scratch = Scratch()
-    first = scratch.take("probs", 4, like)
+    first = scratch.take("probs", (4, 7), like)
     assert first.shape == (4, 7)
-    assert scratch.take("probs", 3, like).data_ptr() == first.data_ptr()
-    assert scratch.take("other", 3, like).data_ptr() != first.data_ptr()
-    grown = scratch.take("probs", 9, like)
+    assert scratch.take("probs", (3, 7), like).data_ptr() == first.data_ptr()
+    assert scratch.take("other", (3, 7), like).data_ptr() != first.data_ptr()
+    grown = scratch.take("probs", (9, 7), like)
     assert grown.shape == (9, 7)
-    assert scratch.take("probs", 2, like.double()).dtype == torch.float64
+    assert scratch.take("probs", (2, 7), like.double()).dtype == torch.float64
+    assert scratch.take("probs", (2, 5), like).shape == (2, 5)
 
 
 def test_prefilter_fallback_is_exercised_when_the_nucleus_is_wider_than_k():
