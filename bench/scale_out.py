@@ -160,20 +160,18 @@ def logging_cost(args, tmp: Path) -> dict:
         n_cells = records.groupby(["concept", "strength"]).ngroups
         graph = load_concepts(config.concepts.file, limit=config.concepts.limit)
         rec = result.record
+
+        def context(cfg, name: str) -> RunContext:
+            """A fresh parent run for ``cfg`` with the finished run's model, layer, α, F1s."""
+            run = tracking.start_run(cfg.tracking.experiment, name)
+            return RunContext(run, cfg, graph, rec.model_id, rec.layer, rec.alpha, rec.predictors)
+
         for mode in ("per_cell", "per_concept", "none"):
             cfg = config.model_copy(deep=True)
             cfg.tracking.child_runs = mode
             times = []
             for _ in range(args.repeats):
-                ctx = RunContext(
-                    tracking.start_run(cfg.tracking.experiment, f"cost {mode}"),
-                    cfg,
-                    graph,
-                    rec.model_id,
-                    rec.layer,
-                    rec.alpha,
-                    rec.predictors,
-                )
+                ctx = context(cfg, f"cost {mode}")
                 began = time.perf_counter()
                 log_children(ctx, records)
                 times.append(time.perf_counter() - began)
@@ -190,15 +188,7 @@ def logging_cost(args, tmp: Path) -> dict:
         big = pd.concat(copies, ignore_index=True)
         cfg = config.model_copy(deep=True)
         cfg.tracking.child_runs = "none"
-        ctx = RunContext(
-            tracking.start_run(cfg.tracking.experiment, "cost none x100"),
-            cfg,
-            graph,
-            rec.model_id,
-            rec.layer,
-            rec.alpha,
-            rec.predictors,
-        )
+        ctx = context(cfg, "cost none x100")
         began = time.perf_counter()
         log_children(ctx, big)
         seconds = time.perf_counter() - began

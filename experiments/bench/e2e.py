@@ -79,6 +79,7 @@ def run_e2e_child(spec: dict) -> dict:
     t0 = time.perf_counter()
     from experiments.bench.workload import pipeline_entry
     from experiments.config import load_config
+    from experiments.rundir import RunDir, read_jsonl
 
     run_pipeline = pipeline_entry()
     import_seconds = time.perf_counter() - t0
@@ -98,7 +99,9 @@ def run_e2e_child(spec: dict) -> dict:
         "run_seconds": run_seconds,
         "timings": result.timings,
         "tokens_per_second": result.tokens_per_second,
-        "n_generations": len(result.records),
+        # every text the run generated (all arms and splits), and the seed's report rows
+        "n_generations": len(read_jsonl(Path(result.results_dir) / RunDir.GENERATIONS)),
+        "n_report_rows": len(result.records),
         "peak_rss_bytes": peak,
         "peak_rss_by_phase_bytes": by_phase,
         "peak_per_phase_exact": memory.resettable,
@@ -163,6 +166,7 @@ def section_e2e(
         "unaccounted_seconds": round(pick["run_seconds"] - accounted, 2),
         "generation_tokens_per_second": rounded(pick["tokens_per_second"], 2),
         "n_generations": pick["n_generations"],
+        "n_report_rows": pick.get("n_report_rows"),
         "peak_rss_bytes": pick["peak_rss_bytes"],
         "peak_rss_gb": round(pick["peak_rss_bytes"] / 1e9, 3),
         "peak_rss_by_phase_gb": {

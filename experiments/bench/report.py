@@ -387,10 +387,13 @@ def roofline_table(ro: dict) -> Table:
             "modelled peak",
             "matmul ceiling",
             "of the higher",
+            "sustained matmul",
+            "of sustained",
         ],
     )
     for name, run in ro["runs"].items():
         frac = run.get("fraction_of_peak")
+        of_sustained = run.get("fraction_of_sustained_matmul")
         table.rows.append(
             [
                 name,
@@ -400,6 +403,8 @@ def roofline_table(ro: dict) -> Table:
                 fmt(run.get("modelled_peak_gflops", run.get("peak_gflops")), 0),
                 fmt(run.get("matmul_ceiling_gflops"), 0),
                 NOT_MEASURED if frac is None else f"{frac:.0%}",
+                fmt(run.get("sustained_matmul_gflops"), 0),
+                NOT_MEASURED if of_sustained is None else f"{of_sustained:.0%}",
             ]
         )
     return table

@@ -47,6 +47,7 @@ from experiments.bench.measure import (
     Stream,
     contention,
     cpu_pressure,
+    interleaved,
     load_average,
     machine_info,
     measure_side_by_side,
@@ -61,7 +62,7 @@ from experiments.bench.peers import (
 )
 from experiments.bench.profile import section_profile
 from experiments.bench.report import evaluate_targets
-from experiments.bench.roofline import section_roofline
+from experiments.bench.roofline import SUSTAINED, run_sustained_matmul, section_roofline
 from experiments.bench.scaling import section_scaling
 from experiments.bench.tuning import section_tuning
 from experiments.bench.workload import Workload, plan_workload, stratified_subset
@@ -257,6 +258,8 @@ class Bench:
         other_dtypes = [n for n in batched_runs if n != ours]
         if "peers" in sections:
             batched_runs[HF_BATCHED] = lambda m: run_hf_batched(lm, wl, m=m)
+        if "roofline" in sections and lm.device.type == "cpu":
+            batched_runs[SUSTAINED] = run_sustained_matmul
         streams: dict[str, Stream] = {}
         subset = stratified_subset(wl, min(opts.per_sample_limit, len(wl.rows)))
         if "batched" in sections:
@@ -347,11 +350,10 @@ class Bench:
         dtypes = [self.ours] + [d for d in ("bfloat16", "float32") if d != self.ours]
         if self.ours not in measured:
             self.say("roofline: timing our batched run")
-            m = None
-            for _ in range(self.opts.repeats):
-                m = run_batched(self.lm, self.wl, m=m)
-            assert m is not None
-            measured = {self.ours: m}
+            runs = {self.ours: lambda m: run_batched(self.lm, self.wl, m=m)}
+            if self.lm.device.type == "cpu":
+                runs[SUSTAINED] = run_sustained_matmul
+            measured = interleaved(runs, self.opts.repeats)
         self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes), load)
 
 

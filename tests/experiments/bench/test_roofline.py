@@ -9,10 +9,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from experiments.bench.measure import Measurement
 from experiments.bench.roofline import (
+    SUSTAINED,
     ModelShape,
     forward_flops,
     generation_flops,
     per_token,
+    run_sustained_matmul,
     section_roofline,
 )
 from steering.generation import GenerationRow, SamplingConfig, generate_batch
@@ -114,3 +116,28 @@ def test_section_reports_achieved_against_peak(tiny_lm, one_thread):
     peak = max(p for p in (run["modelled_peak_gflops"], ceiling["gflops"]) if p)
     assert run["peak_gflops"] == peak
     assert run["fraction_of_peak"] == pytest.approx(run["achieved_gflops"] / peak, abs=1e-3)
+    # no sustained rounds were timed: that fraction is absent, not invented
+    assert run["fraction_of_sustained_matmul"] is None and "sustained_matmul" not in out
+
+
+def test_sustained_matmul_rounds_give_a_second_fraction(tiny_lm, one_thread):
+    rows = [GenerationRow(f"r{i}", "the dog is", i) for i in range(2)]
+    gens, _ = generate_batch(tiny_lm, rows, None, 1, "additive", SamplingConfig(3))
+    m = Measurement(rows=2, generations=gens)
+    m.add(0.25, sum(g.n_new_tokens for g in gens))
+    rounds = None
+    for _ in range(3):
+        rounds = run_sustained_matmul(rounds, seconds_per_shape=0.05)
+    assert rounds is not None and len(rounds.seconds) == 3 and set(rounds.tokens) == {0}
+    rates = rounds.extra["gflops"]
+    assert len(rates) == 3 and all(r > 0 for r in rates)
+    # each round's rate is its best shape's
+    assert rates == [max(b.values()) for b in rounds.extra["by_shape"]]
+    out = section_roofline(tiny_lm, {"float32": m, SUSTAINED: rounds}, ["float32"])
+    run = out["runs"]["float32"]
+    median = sorted(rates)[1]
+    assert out["sustained_matmul"]["float32"]["gflops"] == pytest.approx(median, abs=0.05)
+    assert run["sustained_matmul_gflops"] == pytest.approx(median, abs=0.05)
+    assert run["fraction_of_sustained_matmul"] == pytest.approx(
+        run["achieved_gflops"] / median, abs=1e-4
+    )
