@@ -22,10 +22,10 @@ export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup setup-judge run study calibrate test test-fast lint format classifiers \
-        concepts ui mlflow-server human-export rate human-import panel bench clean
+        concepts ui mlflow-server human-export rate human-import panel bench bench-avx2 clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(SETUP_STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,26 @@ panel: setup-judge ## Part C: judge panel when human r < 0.5 (RUN=<run id>, ARGS
 
 bench: setup-judge ## speed and memory, measured side by side; writes bench/results.json
 	$(CLI) bench $(ARGS)
+
+# An AVX2-only CPU, emulated on a newer one: torch, MKL and oneDNN are held to AVX2 by
+# environment, and llama.cpp is a second build without AVX-512 (llama-cpp-python builds
+# for the machine it is built on), found first on PYTHONPATH. bench/results.json records
+# the instructions each side used (machine.torch_cpu_capability, llama_cpp_system_info).
+LLAMA_CPP_VERSION := $(shell grep -o 'llama-cpp-python\[server\]==[0-9.]*' pyproject.toml | cut -d= -f3)
+LLAMA_AVX2 := $(CACHE)/llama-cpp-avx2
+LLAMA_AVX2_STAMP := $(LLAMA_AVX2)/.steer-eval-ok
+AVX2_ENV := MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+BENCH_AVX2_ARGS ?= --only batched,llama,peers,roofline --repeats 2
+
+$(LLAMA_AVX2_STAMP): | $(JUDGE_STAMP)
+	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for AVX2 only (about 7.5 min)"
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	  -DGGML_BMI2=ON -DGGML_AVX512=OFF" $(PY) -m pip install -q --no-cache-dir --no-deps \
+	  --target $(LLAMA_AVX2) "llama-cpp-python==$(LLAMA_CPP_VERSION)"
+	@touch $@
+
+bench-avx2: setup-judge $(LLAMA_AVX2_STAMP) ## the bench on AVX2 code paths only (an AVX2-only CPU, emulated); writes bench/results-avx2.json
+	PYTHONPATH=$(LLAMA_AVX2) $(AVX2_ENV) $(CLI) bench --out bench/results-avx2.json $(BENCH_AVX2_ARGS) $(ARGS)
 
 clean: ## remove results and the local MLflow store (keeps .venv and .cache)
 	rm -rf results mlruns.db mlartifacts

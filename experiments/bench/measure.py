@@ -179,6 +179,9 @@ def measure_side_by_side(
     return out
 
 
+ISA_ENV = ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
 def machine_info(device: torch.device) -> dict[str, Any]:
     """The machine the numbers were taken on: CPU, cores, threads, versions."""
     from importlib import metadata
@@ -207,6 +210,17 @@ def machine_info(device: torch.device) -> dict[str, Any]:
             info[f"version.{pkg}"] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             info[f"version.{pkg}"] = None
+    # What the kernels actually use: the flags above are the CPU's, and these environment
+    # variables restrict torch and MKL to fewer (an AVX2-only machine, emulated).
+    info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    info["isa_env"] = {k: os.environ[k] for k in ISA_ENV if k in os.environ}
+    try:
+        import llama_cpp
+
+        info["llama_cpp_system_info"] = llama_cpp.llama_print_system_info().decode().strip()
+        info["llama_cpp_path"] = str(Path(llama_cpp.__file__).parent)
+    except Exception:  # not installed, or its library does not load
+        info["llama_cpp_system_info"] = None
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

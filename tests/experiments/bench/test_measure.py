@@ -9,6 +9,7 @@ from experiments.bench.measure import (
     Stream,
     contiguous_chunks,
     interleaved,
+    machine_info,
     measure_side_by_side,
     ratio,
 )
@@ -67,3 +68,16 @@ def test_single_stream_baselines_run_in_chunks_between_batched_repeats(tiny_lm):
     assert out["fp32"].seconds == [2.0, 2.0, 2.0]
     chunks = contiguous_chunks(subset, 3)
     assert [r.key for c in chunks for r in c] == [r.key for r in subset]
+
+
+def test_machine_info_names_the_instructions_the_kernels_use(monkeypatch):
+    """/proc/cpuinfo lists the CPU's flags; an emulated AVX2-only run restricts torch and
+    MKL by environment, and the results must say so."""
+    import torch
+
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    info = machine_info(torch.device("cpu"))
+    assert info["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["isa_env"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    assert "llama_cpp_system_info" in info  # None where llama-cpp-python is not installed
