@@ -30,6 +30,7 @@ from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, huma
 from metrics.intervals import (
     Interval,
     binomial_interval,
+    bootstrap_pearson,
     bootstrap_statistic,
     clustered_bootstrap_mean,
     interval_verdict,
@@ -192,23 +193,23 @@ def _correlation_interval(
 ) -> Interval:
     from scipy import stats
 
-    def statistic(units: list) -> float | None:
+    def spearman(units: list) -> float | None:
         xs = np.array([u[0] for u in units], dtype=float)
         ys = np.array([u[1] for u in units], dtype=float)
         if len(units) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
             return None
-        r = stats.pearsonr(xs, ys)[0] if method == "pearson" else stats.spearmanr(xs, ys)[0]
-        return float(r)
+        return float(stats.spearmanr(xs, ys)[0])
 
     if len(pairs) < 3:
         return not_evaluable(f"{len(pairs)} concepts; a correlation needs at least 3", len(pairs))
-    return bootstrap_statistic(
-        pairs,
-        statistic,
-        confidence=config.criteria.confidence,
-        n_boot=config.criteria.n_boot,
-        method=f"{method} r, bootstrap over concepts",
-    )
+    options = {
+        "confidence": config.criteria.confidence,
+        "n_boot": config.criteria.n_boot,
+        "method": f"{method} r, bootstrap over concepts",
+    }
+    if method == "pearson":
+        return bootstrap_pearson(pairs, **options)
+    return bootstrap_statistic(pairs, spearman, **options)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from metrics.intervals import (
     Interval,
     binomial_interval,
+    bootstrap_pearson,
     bootstrap_statistic,
     clustered_bootstrap_mean,
     interval_verdict,
@@ -91,3 +92,36 @@ def test_bootstrap_statistic_of_a_perfect_correlation():
     ci = bootstrap_statistic(units, r, n_boot=300)
     assert ci.estimate == pytest.approx(1.0)
     assert ci.low == pytest.approx(1.0) and interval_verdict(ci, 0.5) == "pass"
+
+
+def _scipy_pearson(sample):
+    from scipy import stats
+
+    xs, ys = (np.array(v, dtype=float) for v in zip(*sample, strict=True))
+    if len(sample) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return None
+    return float(stats.pearsonr(xs, ys)[0])
+
+
+@settings(derandomize=True, deadline=None, max_examples=40)
+@given(
+    st.lists(
+        st.tuples(st.integers(-3, 3), st.integers(-3, 3)).map(lambda p: (p[0] / 2, p[1] / 3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 2**16),
+)
+def test_bootstrap_pearson_is_bootstrap_statistic_bit_for_bit(pairs, seed):
+    # Small integer grids make ties, constant resamples and undefined estimates common.
+    slow = bootstrap_statistic(pairs, _scipy_pearson, n_boot=200, seed=seed, method="m")
+    fast = bootstrap_pearson(pairs, n_boot=200, seed=seed, method="m")
+    assert fast.to_dict() == slow.to_dict()
+
+
+def test_bootstrap_pearson_drops_constant_resamples():
+    # Two distinct x values out of three units: some resamples have a constant x.
+    pairs = [(0.0, 1.0), (0.0, 2.0), (1.0, 0.5)]
+    ci = bootstrap_pearson(pairs, n_boot=400, seed=3)
+    assert ci.estimate == pytest.approx(_scipy_pearson(pairs))
+    assert ci.evaluable and -1.0 <= ci.low <= ci.high <= 1.0
