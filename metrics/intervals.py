@@ -138,6 +138,24 @@ def _percentile_interval(
     return Interval(estimate, float(low), float(high), n, n, method)
 
 
+def _paired_resamples(
+    pairs: Sequence[tuple[float, float]], n_boot: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(x, y) and every bootstrap resample of them, or None when x or y is constant.
+
+    One ``integers`` call of shape (n_boot, n) gives the stream that ``n_boot`` calls of
+    size n give in :func:`bootstrap_statistic`; resamples with a constant x or y (where a
+    correlation is undefined) are dropped, as there."""
+    xy = np.asarray(pairs, dtype=float).reshape(-1, 2)
+    x, y = xy[:, 0], xy[:, 1]
+    if len(xy) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    draws = np.random.default_rng(seed).integers(0, len(xy), size=(n_boot, len(xy)))
+    xs, ys = x[draws], y[draws]
+    varied = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    return x, y, xs[varied], ys[varied]
+
+
 def bootstrap_pearson(
     pairs: Sequence[tuple[float, float]],
     *,
@@ -149,28 +167,60 @@ def bootstrap_pearson(
     """:func:`bootstrap_statistic` with Pearson's r of (x, y) units as the statistic, every
     replicate in one vectorised call.
 
-    The same draws (one ``integers`` call of shape (n_boot, n) gives the stream that
-    ``n_boot`` calls of size n give) and scipy's ``pearsonr`` along an axis, which gives
-    each replicate's r bit for bit as the one-sample call does, so the interval is the
-    one :func:`bootstrap_statistic` gives, about 100 times faster (2,000 one-sample calls
-    took 0.45 s, twice in every run's analysis). Resamples with a constant x or y are
-    dropped, as there.
+    The same draws (:func:`_paired_resamples`) and scipy's ``pearsonr`` along an axis,
+    which gives each replicate's r bit for bit as the one-sample call does, so the
+    interval is the one :func:`bootstrap_statistic` gives, about 100 times faster (2,000
+    one-sample calls took 0.45 s, twice in every run's analysis).
     """
     from scipy import stats
 
-    xy = np.asarray(pairs, dtype=float).reshape(-1, 2)
-    x, y = xy[:, 0], xy[:, 1]
-    n = len(xy)
-    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    data = _paired_resamples(pairs, n_boot, seed)
+    n = len(pairs)
+    if data is None:
         return not_evaluable("statistic undefined on the data", n, n, method)
+    x, y, xs, ys = data
     estimate = float(stats.pearsonr(x, y)[0])
     if not np.isfinite(estimate):
         return not_evaluable("statistic undefined on the data", n, n, method)
-    draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    xs, ys = x[draws], y[draws]
-    varied = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
-    reps = stats.pearsonr(xs[varied], ys[varied], axis=1)[0] if varied.any() else np.array([])
+    reps = stats.pearsonr(xs, ys, axis=1)[0] if len(xs) else np.array([])
     reps = reps[np.isfinite(reps)]
+    return _percentile_interval(estimate, reps, n, n_boot, confidence, method)
+
+
+def bootstrap_spearman(
+    pairs: Sequence[tuple[float, float]],
+    *,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    method: str = "spearman r, bootstrap",
+) -> Interval:
+    """:func:`bootstrap_statistic` with Spearman's rho of (x, y) units as the statistic,
+    bit for bit, at about a twentieth of the cost.
+
+    scipy's ``spearmanr`` ranks the two columns and returns ``np.corrcoef`` of the
+    ranks; its ``axis`` means variables, not replicates, so it cannot take every
+    resample at once. Here the ranks of all resamples come from one ``rankdata`` call
+    (average ranks are exact, so they equal the per-sample ranks), and each replicate
+    is the same ``np.corrcoef`` call on a rank table laid out as scipy lays it out,
+    without the checks and the p-value scipy adds per call (2,000 calls took 1.4 s of
+    every run's analysis). The draws are :func:`_paired_resamples`'s.
+    """
+    from scipy import stats
+
+    data = _paired_resamples(pairs, n_boot, seed)
+    n = len(pairs)
+    if data is None:
+        return not_evaluable("statistic undefined on the data", n, n, method)
+    x, y, xs, ys = data
+    estimate = float(stats.spearmanr(x, y)[0])
+    if not np.isfinite(estimate):
+        return not_evaluable("statistic undefined on the data", n, n, method)
+    # [replicates, 2, n]: row i, transposed, is the (n, 2) rank table spearmanr builds
+    # (apply_along_axis returns it as the transpose of a C-ordered (2, n) array).
+    ranks = stats.rankdata(np.stack((xs, ys), axis=1), axis=2)
+    reps = [float(np.corrcoef(table.T, rowvar=False)[1, 0]) for table in ranks]
+    reps = [r for r in reps if np.isfinite(r)]
     return _percentile_interval(estimate, reps, n, n_boot, confidence, method)
 
 

@@ -31,7 +31,7 @@ from metrics.intervals import (
     Interval,
     binomial_interval,
     bootstrap_pearson,
-    bootstrap_statistic,
+    bootstrap_spearman,
     clustered_bootstrap_mean,
     interval_verdict,
     not_evaluable,
@@ -191,25 +191,15 @@ def _verdict_result(
 def _correlation_interval(
     pairs: list[tuple[float, float]], method: str, config: ExperimentConfig
 ) -> Interval:
-    from scipy import stats
-
-    def spearman(units: list) -> float | None:
-        xs = np.array([u[0] for u in units], dtype=float)
-        ys = np.array([u[1] for u in units], dtype=float)
-        if len(units) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
-            return None
-        return float(stats.spearmanr(xs, ys)[0])
-
     if len(pairs) < 3:
         return not_evaluable(f"{len(pairs)} concepts; a correlation needs at least 3", len(pairs))
-    options = {
-        "confidence": config.criteria.confidence,
-        "n_boot": config.criteria.n_boot,
-        "method": f"{method} r, bootstrap over concepts",
-    }
-    if method == "pearson":
-        return bootstrap_pearson(pairs, **options)
-    return bootstrap_statistic(pairs, spearman, **options)
+    bootstrap = bootstrap_pearson if method == "pearson" else bootstrap_spearman
+    return bootstrap(
+        pairs,
+        confidence=config.criteria.confidence,
+        n_boot=config.criteria.n_boot,
+        method=f"{method} r, bootstrap over concepts",
+    )
 
 
 @dataclass

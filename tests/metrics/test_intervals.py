@@ -11,6 +11,7 @@ from metrics.intervals import (
     Interval,
     binomial_interval,
     bootstrap_pearson,
+    bootstrap_spearman,
     bootstrap_statistic,
     clustered_bootstrap_mean,
     interval_verdict,
@@ -117,6 +118,41 @@ def test_bootstrap_pearson_is_bootstrap_statistic_bit_for_bit(pairs, seed):
     slow = bootstrap_statistic(pairs, _scipy_pearson, n_boot=200, seed=seed, method="m")
     fast = bootstrap_pearson(pairs, n_boot=200, seed=seed, method="m")
     assert fast.to_dict() == slow.to_dict()
+
+
+def _scipy_spearman(sample):
+    from scipy import stats
+
+    xs, ys = (np.array(v, dtype=float) for v in zip(*sample, strict=True))
+    if len(sample) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return None
+    return float(stats.spearmanr(xs, ys)[0])
+
+
+@settings(derandomize=True, deadline=None, max_examples=40)
+@given(
+    st.lists(
+        st.tuples(st.integers(-3, 3), st.floats(-1e3, 1e3, allow_nan=False)).map(
+            lambda p: (p[0] / 2, p[1])
+        ),
+        min_size=1,
+        max_size=14,
+    ),
+    st.integers(0, 2**16),
+)
+def test_bootstrap_spearman_is_bootstrap_statistic_bit_for_bit(pairs, seed):
+    # x on a small grid (tied ranks, constant resamples), y anywhere (rounding in the
+    # correlation of the ranks).
+    slow = bootstrap_statistic(pairs, _scipy_spearman, n_boot=200, seed=seed, method="m")
+    fast = bootstrap_spearman(pairs, n_boot=200, seed=seed, method="m")
+    assert fast.to_dict() == slow.to_dict()
+
+
+def test_bootstrap_spearman_of_a_monotone_relation_is_one():
+    pairs = [(float(i), float(i) ** 3) for i in range(8)]
+    ci = bootstrap_spearman(pairs, n_boot=300, seed=1)
+    assert ci.estimate == pytest.approx(1.0) and ci.low == pytest.approx(1.0)
+    assert ci.high == pytest.approx(1.0)
 
 
 def test_bootstrap_pearson_drops_constant_resamples():
