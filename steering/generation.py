@@ -226,11 +226,11 @@ def generate_batch(
                 input_ids=step_ids,
                 attention_mask=mask,
                 position_ids=step_pos,
-                past_key_values=cache,
+                cache=cache,  # transformers 5.24's name; past_key_values warns, goes in 5.40
                 use_cache=True,
                 logits_to_keep=1,
             )
-            cache = out.past_key_values
+            cache = out.cache
             logits = out.logits[:, -1, :]
             # The reported log-prob is of the unmasked distribution; the mask then goes in
             # place (out.logits is not used again): no copy of [rows, vocab] per step.
