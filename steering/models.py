@@ -53,6 +53,19 @@ class LoadedModel:
         return int(text_config.hidden_size)
 
     @property
+    def probe_id(self) -> str:
+        """The model id that probes trained on this model carry, and their folder's name:
+        ``model_id``, with the dtype unless it is fp32.
+
+        A probe's F1 is measured on this model's activations, and bf16 activations are
+        not fp32 ones, so a bf16 run (the CUDA default, or ``dtype=bfloat16`` on a CPU)
+        must not reuse probes scored in fp32, nor the reverse: criterion 3 correlates the
+        F1 with the steering of the same numerics."""
+        if self.dtype == torch.float32:
+            return self.model_id
+        return f"{self.model_id}@{str(self.dtype).removeprefix('torch.')}"
+
+    @property
     def default_layer(self) -> int:
         """The middle decoder layer: steering the last one mostly moves the logits."""
         return self.n_layers // 2

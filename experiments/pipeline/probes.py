@@ -348,12 +348,12 @@ def train_layers(
     by_layer = pooled_activations_by_layer(lm, all_texts, chosen, batch_size=64)
     sets: dict[int, ProbeSet] = {}
     for layer in chosen:
-        sets[layer] = fit_probe_set(config, texts, by_layer[layer].numpy(), row, layer, lm.model_id)
+        sets[layer] = fit_probe_set(config, texts, by_layer[layer].numpy(), row, layer, lm.probe_id)
     seconds = time.perf_counter() - started
     for layer, probe_set in sets.items():
         probe_set.seconds = seconds
-        save_probe_set(probe_set, config, texts, layer, lm.model_id, concept_file)
-    run_id = _log_run(config, lm.model_id, graph, sets, texts)
+        save_probe_set(probe_set, config, texts, layer, lm.probe_id, concept_file)
+    run_id = _log_run(config, lm.probe_id, graph, sets, texts)
     for probe_set in sets.values():
         probe_set.run_id = run_id
         tracking.remember_run(probe_set.directory, run_id)  # a later run that loads it links it
@@ -459,7 +459,7 @@ def ensure_classifiers(
 ) -> ProbeSet:
     """Reuse the classifiers this config needs, training them only when missing."""
     try:
-        return load_classifiers(config, graph, lm.model_id, layer)
+        return load_classifiers(config, graph, lm.probe_id, layer)
     except ProbeError as exc:
         if "no classifier" not in str(exc) or not config.classifier.auto_train:
             raise

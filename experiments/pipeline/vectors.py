@@ -89,7 +89,7 @@ def build_vectors(
     vectors = {}
     for concept in graph.concepts:
         probe = probes.probes[concept.synset]
-        probe.check_compatible(lm.model_id, layer)
+        probe.check_compatible(lm.probe_id, layer)
         vectors[concept.synset] = SteeringVector.from_direction(
             torch.as_tensor(source(probe, ctx)),
             layer,

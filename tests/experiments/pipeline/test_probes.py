@@ -321,3 +321,25 @@ def test_graphs_with_different_neutral_pools_never_share_a_classifier_folder():
     assert graph_key(load_concepts("data/concepts/wordnet_top10.json", limit=3)) == graph_key(top10)
     texts = build_probe_texts(config, load_concepts("data/concepts/wordnet_top10.json", limit=2))
     assert texts.graph_id == graph_key(top10)
+
+
+def test_a_bf16_model_does_not_reuse_probes_scored_in_fp32(sweep, tiny_lm):
+    # The sweep trained fp32 probes for this config; the same weights in bf16 give other
+    # activations, so their F1 is not this model's: a separate folder, and a clear refusal
+    # of the fp32 probes.
+    config, graph, sets = sweep
+    bf16 = wrap_model(
+        copy.deepcopy(tiny_lm.model).to(torch.bfloat16), tiny_lm.tokenizer, tiny_lm.model_id
+    )
+    assert tiny_lm.probe_id == tiny_lm.model_id
+    assert bf16.probe_id == f"{tiny_lm.model_id}@bfloat16"
+    fp32_dir = classifier_dir(config, tiny_lm.probe_id, 2, graph_key(graph))
+    bf16_dir = classifier_dir(config, bf16.probe_id, 2, graph_key(graph))
+    assert sets[2].directory == fp32_dir and bf16_dir != fp32_dir
+    no_training = config.model_copy(
+        update={"classifier": config.classifier.model_copy(update={"auto_train": False})}
+    )
+    with pytest.raises(ProbeError, match="no classifier"):
+        ensure_classifiers(no_training, bf16, graph, 2)
+    with pytest.raises(ProbeError, match="bfloat16"):
+        next(iter(sets[2].probes.values())).check_compatible(bf16.probe_id, 2)
