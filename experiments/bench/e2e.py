@@ -80,6 +80,7 @@ def run_e2e_child(spec: dict) -> dict:
     from experiments.bench.workload import pipeline_entry
     from experiments.config import load_config
     from experiments.rundir import RunDir, read_jsonl
+    from steering.models import pick_device, pick_dtype
 
     run_pipeline = pipeline_entry()
     import_seconds = time.perf_counter() - t0
@@ -94,6 +95,7 @@ def run_e2e_child(spec: dict) -> dict:
     result = run_pipeline(config, progress=progress)
     run_seconds = time.perf_counter() - start
     peak, by_phase = memory.finish()
+    verdicts = {**result.criteria, **(result.effect.criteria if result.effect else {})}
     out = {
         "import_seconds": import_seconds,
         "run_seconds": run_seconds,
@@ -107,49 +109,48 @@ def run_e2e_child(spec: dict) -> dict:
         "peak_per_phase_exact": memory.resettable,
         "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "torch_threads": torch.get_num_threads(),
+        "dtype": str(pick_dtype(pick_device(config.device), config.dtype)).removeprefix("torch."),
+        # what the run concluded: a faster dtype that changes these is not a free speed-up
+        "criteria": {k: {"status": c.status, "value": c.value} for k, c in verdicts.items()},
     }
     if torch.cuda.is_available() and config.device != "cpu":
         out["gpu_peak_bytes"] = int(torch.cuda.max_memory_allocated())
     return out
 
 
-def section_e2e(
-    opts: BenchOptions, overrides: list[str], store: Path, say: Callable[[str], None]
-) -> dict:
-    """(c) wall time by stage and (d) peak memory of ``make run``, in a fresh subprocess."""
-    runs = []
-    for i in range(opts.e2e_repeats):
-        spec = {
-            "config": str(opts.config),
-            "overrides": [*overrides, f"tracking.results_dir={store / 'results'}"],
-            "threads": opts.threads,
-        }
-        env = {
-            **os.environ,
-            "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlruns.db'}",
-            "MLFLOW_ARTIFACT_ROOT": str(store / "mlartifacts"),
-            "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-        say(f"end to end: make run's workload in a subprocess ({i + 1}/{opts.e2e_repeats})")
-        load = contention()
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", CHILD_MODULE, json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-        wall = time.perf_counter() - start
-        lines = [x for x in proc.stdout.splitlines() if x.startswith(E2E_MARKER)]
-        if proc.returncode != 0 or not lines:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"the end-to-end run failed (exit {proc.returncode}):\n{tail}")
-        child = json.loads(lines[-1][len(E2E_MARKER) :])
-        child["process_wall_seconds"] = wall
-        child["load_average_before"] = load
-        runs.append(child)
+BF16_ARM = "bfloat16"
+
+
+def _child(spec: dict, store: Path) -> dict:
+    """One ``make run`` workload in a fresh process; its report, with the wall time."""
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlruns.db'}",
+        "MLFLOW_ARTIFACT_ROOT": str(store / "mlartifacts"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    load = contention()
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", CHILD_MODULE, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(E2E_MARKER)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"the end-to-end run failed (exit {proc.returncode}):\n{tail}")
+    child = json.loads(lines[-1][len(E2E_MARKER) :])
+    child["process_wall_seconds"] = wall
+    child["load_average_before"] = load
+    return child
+
+
+def _summary(runs: list[dict]) -> dict:
     walls = [r["process_wall_seconds"] for r in runs]
     pick = runs[walls.index(sorted(walls)[(len(walls) - 1) // 2])]  # the median run
     stages = {k: round(v, 3) for k, v in pick["timings"].items()}
@@ -176,8 +177,48 @@ def section_e2e(
         "(ru_maxrss of a vfork'd child includes the parent's peak on Linux)",
         "gpu_peak_bytes": pick.get("gpu_peak_bytes"),
         "torch_threads": pick["torch_threads"],
+        "criteria": pick.get("criteria"),
         "runs": runs,
     }
+
+
+def section_e2e(
+    opts: BenchOptions,
+    overrides: list[str],
+    store: Path,
+    say: Callable[[str], None],
+    bf16_arm: bool = False,
+) -> dict:
+    """(c) wall time by stage and (d) peak memory of ``make run``, in a fresh subprocess.
+
+    With ``bf16_arm`` (an fp32 run on a CPU with bf16 instructions) the same workload also
+    runs in bf16, alternated repeat by repeat after one untimed bf16 run that trains its
+    classifiers (probes carry their dtype). bf16 changes every sampled text and can change
+    the criteria, so it is reported beside the default, never in its place."""
+    spec = {
+        "config": str(opts.config),
+        "overrides": [*overrides, f"tracking.results_dir={store / 'results'}"],
+        "threads": opts.threads,
+    }
+    bf16_spec = {**spec, "overrides": [*spec["overrides"], f"dtype={BF16_ARM}"]}
+    if bf16_arm:
+        say("end to end: one untimed bf16 run (its classifiers, warm caches)")
+        _child(bf16_spec, store)
+    runs: list[dict] = []
+    bf16_runs: list[dict] = []
+    for i in range(opts.e2e_repeats):
+        say(f"end to end: make run's workload in a subprocess ({i + 1}/{opts.e2e_repeats})")
+        runs.append(_child(spec, store))
+        if bf16_arm:
+            say(f"end to end: the same in bf16 ({i + 1}/{opts.e2e_repeats})")
+            bf16_runs.append(_child(bf16_spec, store))
+    out = _summary(runs)
+    if bf16_runs:
+        out[BF16_ARM] = _summary(bf16_runs)
+        out["ratio_default_over_bf16"] = round(
+            out["median_process_wall_seconds"] / out[BF16_ARM]["median_process_wall_seconds"], 3
+        )
+    return out
 
 
 def main(argv: Sequence[str]) -> int:

@@ -227,6 +227,16 @@ def comparisons(results: dict) -> Iterator[Comparison]:
             target("make_run_seconds"),
             met("make_run_seconds"),
         )
+        b = e.get("bfloat16")
+        if b:
+            yield Comparison(
+                "(c) the same in bf16 (not the default: other texts)",
+                f"{fmt(b['median_process_wall_seconds'])} s",
+                f"seed c3 {_status(b, 'c3_f1_correlation')} vs {_status(e, 'c3_f1_correlation')}",
+                fmt(e.get("ratio_default_over_bf16"), 2, "x"),
+                "",
+                "",
+            )
         yield Comparison(
             "(d) peak resident memory",
             f"{fmt(e['peak_rss_gb'], 2)} GB",
@@ -235,6 +245,11 @@ def comparisons(results: dict) -> Iterator[Comparison]:
             target("peak_memory_gb"),
             met("peak_memory_gb"),
         )
+
+
+def _status(e2e: dict, criterion: str) -> str:
+    """A criterion's verdict in an e2e summary ('?' for a record without criteria)."""
+    return str(((e2e.get("criteria") or {}).get(criterion) or {}).get("status", "?"))
 
 
 def main_table(results: dict) -> Table:

@@ -66,6 +66,7 @@ from experiments.bench.roofline import SUSTAINED, run_sustained_matmul, section_
 from experiments.bench.scaling import section_scaling
 from experiments.bench.tuning import section_tuning
 from experiments.bench.workload import Workload, plan_workload, stratified_subset
+from steering.cpu import cpu_features
 from steering.models import LoadedModel
 
 
@@ -200,7 +201,13 @@ def run_bench(
                 sec["e2e"] = {"skipped": "no Phase 5 config workload (synthetic rows)"}
             else:
                 load = contention()
-                bench.checkpoint("e2e", section_e2e(opts, overrides, store, say), load)
+                bf16_arm = (
+                    bench.ours == "float32"
+                    and lm.device.type == "cpu"
+                    and cpu_features().native_bf16
+                )
+                value = section_e2e(opts, overrides, store, say, bf16_arm)
+                bench.checkpoint("e2e", value, load)
         results["load_average"]["end"] = load_average()
         results["cpu_pressure_avg60"]["end"] = cpu_pressure()
         results["total_seconds"] = round(time.perf_counter() - started, 1)

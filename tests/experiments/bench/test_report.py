@@ -100,3 +100,23 @@ def test_the_main_table_shows_every_target_with_its_verdict():
     assert (hook.target, hook.met) == (">= 2", "yes")
     roof = rows["roofline: decode loop vs the fp32 peak"]
     assert (roof.ratio, roof.target, roof.met) == ("0.34", ">= 0.5", "no")
+
+
+def test_the_bf16_make_run_is_shown_beside_the_default_with_its_verdicts():
+    def e2e(seconds: float, c3: str) -> dict:
+        return {
+            "median_process_wall_seconds": seconds,
+            "run_phase5_seconds": seconds - 5,
+            "peak_rss_gb": 2.5,
+            "criteria": {"c3_f1_correlation": {"status": c3, "value": 0.5}},
+        }
+
+    sections = {"e2e": {**e2e(104.0, "fail"), "bfloat16": e2e(74.6, "pass")}}
+    sections["e2e"]["ratio_default_over_bf16"] = 1.394
+    results = {"sections": sections, "targets": evaluate_targets(sections)}
+    rows = {c.label: c for c in comparisons(results)}
+    default = rows["(c) make run end to end (warm)"]
+    assert (default.ours, default.met) == ("104.0 s", "no")  # the target is the default's
+    bf16 = rows["(c) the same in bf16 (not the default: other texts)"]
+    assert bf16.ours == "74.6 s" and bf16.ratio == "1.39x"
+    assert bf16.baseline == "seed c3 pass vs fail" and bf16.met == ""
