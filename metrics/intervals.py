@@ -156,6 +156,31 @@ def _paired_resamples(
     return x, y, xs[varied], ys[varied]
 
 
+def _bootstrap_correlation(
+    pairs: Sequence[tuple[float, float]],
+    estimate: Callable[[np.ndarray, np.ndarray], float],
+    replicates: Callable[[np.ndarray, np.ndarray], Sequence[float]],
+    confidence: float,
+    n_boot: int,
+    seed: int,
+    method: str,
+) -> Interval:
+    """:func:`bootstrap_statistic` for a correlation of (x, y) units: ``estimate(x, y)`` on
+    the data, ``replicates(xs, ys)`` on every varied resample at once (rows of ``xs``,
+    ``ys``); undefined estimates and replicates are dropped, as there."""
+    data = _paired_resamples(pairs, n_boot, seed)
+    n = len(pairs)
+    if data is None:
+        return not_evaluable("statistic undefined on the data", n, n, method)
+    x, y, xs, ys = data
+    value = float(estimate(x, y))
+    if not np.isfinite(value):
+        return not_evaluable("statistic undefined on the data", n, n, method)
+    reps = np.asarray(replicates(xs, ys) if len(xs) else [], dtype=float)
+    reps = reps[np.isfinite(reps)]
+    return _percentile_interval(value, reps, n, n_boot, confidence, method)
+
+
 def bootstrap_pearson(
     pairs: Sequence[tuple[float, float]],
     *,
@@ -174,17 +199,12 @@ def bootstrap_pearson(
     """
     from scipy import stats
 
-    data = _paired_resamples(pairs, n_boot, seed)
-    n = len(pairs)
-    if data is None:
-        return not_evaluable("statistic undefined on the data", n, n, method)
-    x, y, xs, ys = data
-    estimate = float(stats.pearsonr(x, y)[0])
-    if not np.isfinite(estimate):
-        return not_evaluable("statistic undefined on the data", n, n, method)
-    reps = stats.pearsonr(xs, ys, axis=1)[0] if len(xs) else np.array([])
-    reps = reps[np.isfinite(reps)]
-    return _percentile_interval(estimate, reps, n, n_boot, confidence, method)
+    def replicates(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        return stats.pearsonr(xs, ys, axis=1)[0]
+
+    return _bootstrap_correlation(
+        pairs, lambda x, y: stats.pearsonr(x, y)[0], replicates, confidence, n_boot, seed, method
+    )
 
 
 def bootstrap_spearman(
@@ -208,20 +228,15 @@ def bootstrap_spearman(
     """
     from scipy import stats
 
-    data = _paired_resamples(pairs, n_boot, seed)
-    n = len(pairs)
-    if data is None:
-        return not_evaluable("statistic undefined on the data", n, n, method)
-    x, y, xs, ys = data
-    estimate = float(stats.spearmanr(x, y)[0])
-    if not np.isfinite(estimate):
-        return not_evaluable("statistic undefined on the data", n, n, method)
-    # [replicates, 2, n]: row i, transposed, is the (n, 2) rank table spearmanr builds
-    # (apply_along_axis returns it as the transpose of a C-ordered (2, n) array).
-    ranks = stats.rankdata(np.stack((xs, ys), axis=1), axis=2)
-    reps = [float(np.corrcoef(table.T, rowvar=False)[1, 0]) for table in ranks]
-    reps = [r for r in reps if np.isfinite(r)]
-    return _percentile_interval(estimate, reps, n, n_boot, confidence, method)
+    def replicates(xs: np.ndarray, ys: np.ndarray) -> list[float]:
+        # [replicates, 2, n]: row i, transposed, is the (n, 2) rank table spearmanr builds
+        # (apply_along_axis returns it as the transpose of a C-ordered (2, n) array).
+        ranks = stats.rankdata(np.stack((xs, ys), axis=1), axis=2)
+        return [float(np.corrcoef(table.T, rowvar=False)[1, 0]) for table in ranks]
+
+    return _bootstrap_correlation(
+        pairs, lambda x, y: stats.spearmanr(x, y)[0], replicates, confidence, n_boot, seed, method
+    )
 
 
 def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:

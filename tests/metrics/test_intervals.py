@@ -95,13 +95,22 @@ def test_bootstrap_statistic_of_a_perfect_correlation():
     assert ci.low == pytest.approx(1.0) and interval_verdict(ci, 0.5) == "pass"
 
 
-def _scipy_pearson(sample):
+def _scipy_correlation(name: str):
+    """The one-sample statistic the fast bootstraps must equal: scipy's ``name`` of a
+    list of (x, y) units, None where it is undefined (as the pipeline defines it)."""
     from scipy import stats
 
-    xs, ys = (np.array(v, dtype=float) for v in zip(*sample, strict=True))
-    if len(sample) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
-        return None
-    return float(stats.pearsonr(xs, ys)[0])
+    def statistic(sample):
+        xs, ys = (np.array(v, dtype=float) for v in zip(*sample, strict=True))
+        if len(sample) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+            return None
+        return float(getattr(stats, name)(xs, ys)[0])
+
+    return statistic
+
+
+_scipy_pearson = _scipy_correlation("pearsonr")
+_scipy_spearman = _scipy_correlation("spearmanr")
 
 
 @settings(derandomize=True, deadline=None, max_examples=40)
@@ -118,15 +127,6 @@ def test_bootstrap_pearson_is_bootstrap_statistic_bit_for_bit(pairs, seed):
     slow = bootstrap_statistic(pairs, _scipy_pearson, n_boot=200, seed=seed, method="m")
     fast = bootstrap_pearson(pairs, n_boot=200, seed=seed, method="m")
     assert fast.to_dict() == slow.to_dict()
-
-
-def _scipy_spearman(sample):
-    from scipy import stats
-
-    xs, ys = (np.array(v, dtype=float) for v in zip(*sample, strict=True))
-    if len(sample) < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
-        return None
-    return float(stats.spearmanr(xs, ys)[0])
 
 
 @settings(derandomize=True, deadline=None, max_examples=40)
