@@ -77,6 +77,7 @@ def run_e2e_child(spec: dict) -> dict:
     """Inside the subprocess: the default ``make run`` workload, in-process, timed."""
     memory = PeakMemory()
     t0 = time.perf_counter()
+    from experiments.bench.dtype import dtype_name
     from experiments.bench.workload import pipeline_entry
     from experiments.config import load_config
     from experiments.rundir import RunDir, read_jsonl
@@ -109,7 +110,7 @@ def run_e2e_child(spec: dict) -> dict:
         "peak_per_phase_exact": memory.resettable,
         "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "torch_threads": torch.get_num_threads(),
-        "dtype": str(pick_dtype(pick_device(config.device), config.dtype)).removeprefix("torch."),
+        "dtype": dtype_name(pick_dtype(pick_device(config.device), config.dtype)),
         # what the run concluded: a faster dtype that changes these is not a free speed-up
         "criteria": {k: {"status": c.status, "value": c.value} for k, c in verdicts.items()},
     }
