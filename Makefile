@@ -36,10 +36,15 @@ $(SETUP_STAMP): pyproject.toml constraints.txt
 	@touch $@
 
 # The local judge (llama-cpp-python) builds from source for about 7.5 min on 2 cores: only
-# the judge panel and the tests need it, so `make run` never waits for it.
+# the judge panel and the tests need it, so `make run` never waits for it. It builds for
+# the machine (-march=native); on an Intel CPU with AMX that compiles ggml's AMX backend,
+# whose Q4_K matrix multiply segfaults on the embedded GGUF, so x86 builds leave AMX out
+# (judges/llama_runtime.py also loads an AMX build without the AMX buffers).
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)')
 $(JUDGE_STAMP): $(SETUP_STAMP)
 	@echo "installing llama-cpp-python (builds from source: about 7.5 min the first time)"
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,judge]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS) $$CMAKE_ARGS" $(PY) -m pip install -q -c constraints.txt -e '.[dev,judge]'
 	@touch $@
 
 $(ASSETS_STAMP): $(SETUP_STAMP)

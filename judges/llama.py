@@ -47,6 +47,7 @@ from judges.base import (
     RatingRequest,
 )
 from judges.cache import JudgeCache, cache_key, resolve_cache
+from judges.llama_runtime import LlamaCrash, check_decodes, llama_options, open_llama
 from judges.prompt import neutralise
 from judges.registry import judge_provider
 
@@ -206,6 +207,13 @@ class LlamaJudge(Judge):
         if llama is None and importlib.util.find_spec("llama_cpp") is None:
             # Refuse at build time so build_panel skips this judge with the reason.
             raise JudgeUnavailable(MISSING_SDK)
+        if llama is None:
+            # A native crash would take the panel down with it: decode once in a child
+            # process first (llama_runtime), so a crash skips this judge with the reason.
+            try:
+                check_decodes(path)
+            except LlamaCrash as exc:
+                raise JudgeUnavailable(str(exc)) from exc
         super().__init__(name or default_name, model)
         self.path = path
         self.n_ctx = n_ctx
@@ -226,11 +234,11 @@ class LlamaJudge(Judge):
     def _load(self) -> Any:
         if self._llm is None:
             try:
-                from llama_cpp import Llama
+                import llama_cpp  # noqa: F401
             except ImportError as exc:
                 raise JudgeUnavailable(MISSING_SDK) from exc
-            self._llm = Llama(
-                model_path=str(self.path),
+            self._llm = open_llama(
+                self.path,
                 logits_all=self.logits_all,
                 n_ctx=self.n_ctx,
                 n_threads=self.n_threads,
@@ -453,6 +461,7 @@ class LlamaJudge(Judge):
             "n_threads": str(self.n_threads),
             "logits_all": str(self.logits_all),
             "max_text_tokens": str(self.max_text_tokens),
+            **(llama_options() if importlib.util.find_spec("llama_cpp") else {}),
             **pricing.describe(self.price),
             "cache_dir": str(self.cache.root) if self.cache is not None else "off",
         }

@@ -69,10 +69,11 @@ def set_cvec(
 
 
 def open_llama(gguf: Path, threads: int, logits_all: bool = False, gpu: bool = False) -> Any:
-    from llama_cpp import Llama
+    """The peer's context, loaded as the local judge loads it (never on the AMX path)."""
+    from judges.llama_runtime import open_llama as open_safely
 
-    return Llama(
-        model_path=str(gguf),
+    return open_safely(
+        gguf,
         n_ctx=512,
         n_threads=threads,
         n_threads_batch=threads,
@@ -230,6 +231,12 @@ def llama_unavailable(gguf: Path | None, wl: Workload) -> str | None:
         return "llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
     if gguf is None or not gguf.is_file():
         return f"no GGUF file for this model ({gguf})"
+    from judges.llama_runtime import LlamaCrash, check_decodes
+
+    try:  # a native crash in llama.cpp would end the whole bench
+        check_decodes(gguf)
+    except LlamaCrash as exc:
+        return str(exc)
     if wl.mode != "additive":
         return "projection steering is not a constant control vector"
     if wl.layer < 1:

@@ -217,7 +217,9 @@ def machine_info(device: torch.device) -> dict[str, Any]:
     try:
         import llama_cpp
 
-        info["llama_cpp_system_info"] = llama_cpp.llama_print_system_info().decode().strip()
+        from judges.llama_runtime import llama_options
+
+        info.update(llama_options())
         info["llama_cpp_path"] = str(Path(llama_cpp.__file__).parent)
     except Exception:  # not installed, or its library does not load
         info["llama_cpp_system_info"] = None

@@ -82,13 +82,19 @@ def embedded_gguf() -> Path:
 @pytest.fixture(scope="module")
 def shared_llama() -> object:
     """One loaded Llama (embedded GGUF, logits_all) shared by a test module."""
-    llama_cpp = pytest.importorskip(
+    pytest.importorskip(
         "llama_cpp", reason="llama-cpp-python is not installed (pip install 'steer-eval[judge]')"
     )
+    from judges.llama_runtime import LlamaCrash, check_decodes, open_llama
+
     path = embedded_gguf()
+    try:  # a native crash fails the tests that need the model, not the whole run
+        check_decodes(path)
+    except LlamaCrash as exc:
+        pytest.fail(str(exc))
     threads = max(1, (os.cpu_count() or 2) // 2)  # as LlamaJudge's default
-    llm = llama_cpp.Llama(
-        model_path=str(path),
+    llm = open_llama(
+        path,
         logits_all=True,
         n_ctx=1024,
         n_threads=threads,
