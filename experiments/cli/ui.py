@@ -77,7 +77,7 @@ def ui(
         "--backend-store-uri",
         uri,
         "--default-artifact-root",
-        os.environ.get("MLFLOW_ARTIFACT_ROOT", tracking.DEFAULT_ARTIFACT_ROOT),
+        str(tracking.artifact_root()),
         "--host",
         host,
         "--port",

@@ -66,14 +66,83 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", module="mlflow")
 
 
+def sqlite_path(uri: str | None = None) -> Path | None:
+    """The database file of a ``sqlite:///`` store (relative to the working directory
+    when the URI is), else None."""
+    uri = tracking_uri() if uri is None else uri
+    if not uri.startswith("sqlite:///") or uri.endswith(":memory:"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+class StoreNotFound(LookupError):
+    """A lookup named a local store that does not exist (it is not created by a lookup)."""
+
+
+def require_store() -> None:
+    """Fail before a read when the configured sqlite file does not exist: opening it
+    would create an empty store as a side effect of looking something up."""
+    path = sqlite_path()
+    if path is not None and not path.exists():
+        raise StoreNotFound(
+            f"no MLflow store at {path.resolve()} (MLFLOW_TRACKING_URI={tracking_uri()}); "
+            "run `make run` first, or point MLFLOW_TRACKING_URI at the store that holds the run"
+        )
+
+
+# Stores whose schema this process has seen created and migrated.
+_READY_STORES: set[str] = set()
+
+
+def _ensure_schema(uri: str) -> None:
+    """Create (or migrate) a sqlite store's schema once, under a file lock.
+
+    MLflow creates the tables when a process first opens the store; two processes doing
+    so at once race in the migrations ("duplicate column name", "expected to match one
+    row") and all but one die. The lock file beside the database lets exactly one
+    process create the schema while the others wait, then open a ready store. Many
+    concurrent writers should still use ``make mlflow-server`` (one process owns the
+    file), as sqlite serialises writes.
+    """
+    path = sqlite_path(uri)
+    if path is None or uri in _READY_STORES:
+        return
+    import fcntl
+
+    from mlflow.tracking import MlflowClient
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)  # creates or migrates
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _READY_STORES.add(uri)
+
+
 def client():
-    """An MlflowClient on the configured store (the global URI is set to match)."""
+    """An MlflowClient on the configured store (the global URI is set to match); a new
+    sqlite store gets its schema first, safely against concurrent first runs."""
     _quiet()
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri(tracking_uri())
-    return MlflowClient(tracking_uri())
+    uri = tracking_uri()
+    _ensure_schema(uri)
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(uri)
+
+
+def artifact_root() -> Path:
+    """Where a local store's experiments keep artefacts: ``MLFLOW_ARTIFACT_ROOT``, else
+    ``mlartifacts/`` beside the sqlite file (not in whatever folder a command runs from)."""
+    explicit = os.environ.get("MLFLOW_ARTIFACT_ROOT")
+    if explicit:
+        return Path(explicit).resolve()
+    db = sqlite_path()
+    base = db.resolve().parent if db is not None else Path.cwd()
+    return base / DEFAULT_ARTIFACT_ROOT
 
 
 # (tracking URI, experiment name) -> id: one lookup per process, not one per child run.
@@ -95,14 +164,27 @@ def experiment_id(name: str) -> str:
     else:
         location = None
         if is_local_store():
-            root = Path(os.environ.get("MLFLOW_ARTIFACT_ROOT", DEFAULT_ARTIFACT_ROOT)).resolve()
-            location = (root / name).as_uri()
+            location = (artifact_root() / name).as_uri()
         tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
         if name in EXPERIMENT_NOTES:
             tags[NOTE_TAG] = EXPERIMENT_NOTES[name]
-        found = c.create_experiment(name, artifact_location=location, tags=tags)
+        found = _create_experiment(c, name, location, tags)
     _EXPERIMENT_IDS[(tracking_uri(), name)] = found
     return found
+
+
+def _create_experiment(c, name: str, location: str | None, tags: dict[str, str]) -> str:
+    """Create an experiment; when a concurrent first run created it a moment earlier,
+    use theirs (the name is unique in the store, so one creation wins)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return c.create_experiment(name, artifact_location=location, tags=tags)
+    except MlflowException:
+        exp = c.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 def git_commit() -> dict[str, str]:
@@ -210,6 +292,7 @@ def get_run(run_id: str):
     """The run, or a clear error when it does not exist in the configured store."""
     from mlflow.exceptions import MlflowException
 
+    require_store()
     try:
         return client().get_run(run_id)
     except MlflowException as exc:
@@ -245,6 +328,7 @@ def latest_parent_run(experiment: str, phase: str = "5", finished: bool = True) 
     than the parent cannot hide it. A missing experiment is an error, not created as a
     side effect of a lookup.
     """
+    require_store()
     c = client()
     exp = c.get_experiment_by_name(experiment)
     status = "= 'FINISHED'" if finished else "!= 'FINISHED'"
