@@ -30,7 +30,7 @@ help: ## list the targets
 $(SETUP_STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@# torch first: an unpinned torch pulls a multi-GB CUDA build (NOTES.md).
+	@# torch first: an unpinned torch pulls a multi-GB CUDA build (docs/notes.md, 'Torch first').
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $@

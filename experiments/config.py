@@ -162,7 +162,8 @@ class GateConfig(_Strict):
         20.0,
         gt=1,
         description="fail above this multiple of the concept's s = 0 median perplexity "
-        "(README: the β sweep puts coherent steering at 3-13x and collapse at 30x and more)",
+        "(the β sweep puts coherent steering at 3-13x and collapse at 30x and more: "
+        "docs/findings.md, 'How the default β = 0.2 was chosen')",
     )
     effect_reference: float = Field(
         0.3, gt=0, description="a signed effect of this size scores 1 in the combined score"

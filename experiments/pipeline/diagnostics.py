@@ -1,7 +1,8 @@
 """Direction diagnostics: do the concept directions share a component, and is it the format?
 
-The first release's ten steering directions had a mean pairwise cosine of +0.46 because
-half of every probe weight was a question-versus-statement axis (NOTES.md section 5).
+The first release's ten steering directions had a mean pairwise cosine of +0.46: a
+question-versus-statement axis was shared by every probe weight (docs/notes.md, 'The
+first release's directions').
 These pure functions make that visible for any set of directions: the pairwise cosine
 matrix and its mean off-diagonal value, each direction's cosine with the format axis
 (the training question templates minus their declarative rewrites on neutral content,

@@ -64,7 +64,7 @@ PER_STRENGTH_METRICS = (
     "question_marks_mean",
     "what_is_fraction",
 )
-# The seed's own measures keep their meaning but move under seed/ (README: MLflow layout).
+# The seed's own measures keep their meaning but move under seed/ (docs/mlflow.md).
 SEED_PREFIXED = ("magnitude_mean", "direction_accuracy")
 
 

@@ -1,11 +1,10 @@
 """The standard MLflow context tags every run carries: who ran it, from what, at which commit.
 
-``MlflowClient.create_run`` adds none of them (NOTES.md section 5), so the UI's User,
-Source and Version columns stay empty unless we add them. MLflow's own git context reads
-the repository of ``sys.argv[0]``, which for ``steer-eval`` is the virtual environment's
-console script (in the main checkout, even when the code runs from a worktree), so the
-commit is read from the repository that holds this package instead.
-
+``MlflowClient.create_run`` adds none of them (docs/notes.md, 'MLflow context tags'), so
+the UI's User, Source and Version columns stay empty unless we add them. MLflow's own git
+context reads the repository of ``sys.argv[0]``, which for ``steer-eval`` is the virtual
+environment's console script (in the main checkout, even when the code runs from a
+worktree), so the commit is read from the repository that holds this package instead.
 Everything here is computed once per process: a run with 30 children asks git once.
 """
 

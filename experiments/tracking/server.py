@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# About 13 s to come up on a busy 2-core machine (NOTES.md section 5); allow for more.
+# About 13 s to come up on a busy 2-core machine (docs/notes.md, 'MLflow server start-up');
+# allow for more.
 START_TIMEOUT = 180.0
 
 
