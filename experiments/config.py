@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -29,12 +29,21 @@ from steering.probes import TrainSpec
 Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
 
 
+# The seeds of torch.Generator and numpy: non-negative integers (a negative one passed
+# validation, then crashed after the model had loaded).
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+# Δ is a difference of two cosines, so thresholds and effects in Δ units lie in [0, 2].
+DeltaUnits = Annotated[float, Field(ge=0, le=2)]
+
+
 class ConfigError(ValueError):
     """The configuration is unreadable or invalid; the message names the field and fix."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Every float must be finite: an infinite β once finished a run whose every steered
+    # text was " p p p …", with criteria decided.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ConceptsConfig(_Strict):
@@ -80,7 +89,9 @@ def _check_train_size(text: str) -> None:
 
 class SteeringConfig(_Strict):
     mode: Literal["additive", "projection"] = "additive"
-    beta: float = Field(0.2, gt=0, description="strength 1.0 adds beta × the median residual norm")
+    beta: float = Field(
+        0.2, gt=0, description="strength 1.0 adds beta × the median residual norm (finite)"
+    )
     vector_source: str = Field(
         "classifier",
         description="a registered direction source (steering/directions.py): classifier, "
@@ -166,7 +177,7 @@ class GateConfig(_Strict):
         "docs/findings.md, 'How the default β = 0.2 was chosen')",
     )
     effect_reference: float = Field(
-        0.3, gt=0, description="a signed effect of this size scores 1 in the combined score"
+        0.3, gt=0, le=2, description="a signed effect of this size scores 1 in the combined score"
     )
 
 
@@ -180,7 +191,7 @@ class GenerationConfig(_Strict):
         min_length=1,
     )
     max_new_tokens: int = Field(50, ge=1, le=4096)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (finite, > 0)")
     top_p: float = Field(0.95, gt=0, le=1)
     greedy: bool = False
     samples_per_prompt: int = Field(1, ge=1)
@@ -196,13 +207,13 @@ class CentroidConfig(_Strict):
 
 
 class MetricsConfig(_Strict):
-    delta_threshold: float = Field(0.15, ge=0)
+    delta_threshold: DeltaUnits = 0.15
     echo_threshold: float = Field(0.5, gt=0, le=1)
 
 
 class CriteriaConfig(_Strict):
     direction_min_fraction: float = Field(0.8, ge=0, le=1)
-    magnitude_min: float = Field(0.15, ge=0)
+    magnitude_min: DeltaUnits = 0.15
     magnitude_at: float = 1.0
     f1_r_min: float = Field(0.5, ge=-1, le=1)
     predictor: Predictor = Field(
@@ -215,7 +226,7 @@ class CriteriaConfig(_Strict):
     panel_alpha_min: float = Field(0.667, ge=-1, le=1)
     panel_r_min: float = Field(0.7, ge=-1, le=1)
     effect_min: float = Field(
-        0.15, ge=0, description="v2: the effect above null must exceed this (Δ units)"
+        0.15, ge=0, le=2, description="v2: the effect above null must exceed this (Δ units)"
     )
     confidence: float = Field(0.95, gt=0.5, lt=1, description="v2: interval level")
     n_boot: int = Field(2000, ge=100, description="v2: bootstrap replicates")
@@ -230,7 +241,7 @@ class CalibrationConfig(_Strict):
         min_length=1,
     )
     sources: list[str] = Field(default_factory=lambda: ["classifier", "diffmean"], min_length=1)
-    probe_seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    probe_seeds: list[Seed] = Field(default_factory=lambda: [0, 1], min_length=1)
     layers: list[int] | None = Field(None, description="null = the steering layer only")
     predictors: list[str] = Field(
         default_factory=lambda: [
@@ -244,7 +255,10 @@ class CalibrationConfig(_Strict):
         min_length=1,
     )
     effect_threshold: float = Field(
-        0.05, description="effective: the effect above null has its interval above this"
+        0.05,
+        ge=0,
+        le=2,
+        description="effective: the effect above null has its interval above this",
     )
     experiment: str = "phase6-calibration"
     results_dir: str = "results/phase6"
@@ -278,25 +292,43 @@ class TrackingConfig(_Strict):
 
 
 class ExecutionConfig(_Strict):
-    """Where the generation stage runs; results do not depend on it (so not in the hash)."""
+    """Where the generation stage runs. Not in the hash: on one machine a Ray run gives the
+    local run's numbers bit for bit, because its actors use the driver's torch thread count
+    (fp32 CPU attention over the KV cache depends on it: docs/scale-out.md)."""
 
     executor: Literal["local", "ray"] = Field(
         "local", description="local: this process; ray: an actor pool (RAY_ADDRESS to join)"
     )
     workers: int = Field(2, ge=1, description="ray: actors, each loading the model once")
     cpus_per_worker: float = Field(
-        1.0, gt=0, description="ray: CPUs reserved per actor (also its torch threads, at least 1)"
+        1.0, gt=0, description="ray: CPUs reserved per actor (a scheduling resource)"
+    )
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="ray: torch threads per actor; null = the driver's own count, so a run "
+        "gives the local run's numbers (another count changes NLLs in the last bits)",
     )
     max_retries: int = Field(
         2, ge=0, description="ray: re-runs of a batch whose worker died before it finished"
     )
 
 
+# Config keys that say where results are written or cached, and where work runs: none of
+# them changes a number, so the config hash leaves them out.
+HASH_EXCLUDED = (
+    "execution",
+    "tracking.results_dir",
+    "classifier.dir",
+    "calibration.results_dir",
+)
+
+
 class ExperimentConfig(_Strict):
     """The whole Phase 4 + Phase 5 setup; ``configs/phase5.yaml`` holds the seed's values."""
 
     name: str = "phase5"
-    seed: int = 0
+    seed: Seed = 0
     model: str = "embedded"
     device: str = "auto"
     dtype: str = "auto"
@@ -336,9 +368,17 @@ class ExperimentConfig(_Strict):
 
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance.
-        ``execution`` is left out: a local and a Ray run of one config give the same numbers."""
-        blob = json.dumps(self.model_dump(mode="json", exclude={"execution"}), sort_keys=True)
-        blob = blob.encode()
+        Left out: ``execution`` (a local and a Ray run of one config give the same numbers)
+        and the folders a run writes to or caches in (:data:`HASH_EXCLUDED`), which
+        change where results land, not what they are."""
+        data = self.model_dump(mode="json")
+        for path in HASH_EXCLUDED:
+            node = data
+            *parents, leaf = path.split(".")
+            for part in parents:
+                node = node[part]
+            node.pop(leaf)
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def flat(self) -> dict[str, Any]:

@@ -288,6 +288,11 @@ def run(
         os.environ["RAY_ADDRESS"] = ray_address
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
     if resume is not None:
+        # Options that choose what is generated become overrides too, so a resume refuses
+        # them by name instead of ignoring them.
+        for key, value in (("model", model), ("layer", layer), ("concepts.limit", concepts)):
+            if value is not None:
+                overrides.append(f"{key}={value}")
         experiment = resolve_config(config, []).tracking.experiment
         resume = resolve_run(resume, experiment, "5", finished=False)
     with Progress(
@@ -315,6 +320,7 @@ def run(
             progress=lambda msg: progress.console.print(f"[dim]{msg}"),
             results_dir=results_dir,
             execution=execution or None,
+            overrides=overrides if resume else None,
         )
     _print_result(result, json_)
 

@@ -84,8 +84,15 @@ class GenerationWorker:
         self.label = f"{socket.gethostname()}:{os.getpid()}"
 
     def info(self) -> dict[str, Any]:
-        """The process id (the kill test aims at it), host and device."""
-        return {"pid": os.getpid(), "label": self.label, "device": str(self.lm.device)}
+        """The process id (the kill test aims at it), host, device and torch threads."""
+        import torch
+
+        return {
+            "pid": os.getpid(),
+            "label": self.label,
+            "device": str(self.lm.device),
+            "threads": torch.get_num_threads(),
+        }
 
     def set_plan(self, plan_id: int, spec: PlanSpec) -> None:
         self.plan_id, self.spec = plan_id, spec
@@ -117,10 +124,14 @@ class RayExecutor:
         cpus_per_worker: float = 1.0,
         max_retries: int = 2,
         address: str | None = None,
+        threads: int | None = None,
     ) -> None:
         self.source = source
         self.workers = workers
         self.cpus_per_worker = cpus_per_worker
+        # torch threads per actor: the driver passes its own count (make_executor), since
+        # fp32 attention on the CPU gives other last bits at another count.
+        self.threads = threads or max(1, round(cpus_per_worker))
         self.max_retries = max_retries
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.retries = 0
@@ -176,7 +187,7 @@ class RayExecutor:
                     f"cluster has {have.get(resource, 0):g}: lower execution.workers or "
                     "execution.cpus_per_worker"
                 )
-        threads = max(1, round(self.cpus_per_worker))
+        threads = self.threads
         actor = ray.remote(GenerationWorker).options(
             num_cpus=self.cpus_per_worker, num_gpus=gpus, max_restarts=0, max_task_retries=0
         )

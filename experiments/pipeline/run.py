@@ -189,17 +189,21 @@ def run_phase5(
     on_step: Callable[[int, int], None] | None = None,
     results_dir: str | Path | None = None,
     execution: dict | None = None,
+    overrides: list[str] | None = None,
 ) -> Phase5Result:
     """Run (or resume) the whole Part A grid and log it; returns the parent run's results.
 
     ``execution`` overrides ``config.execution`` fields (``{"executor": "ray"}``), also on
-    a resume: where the rows are generated does not change them."""
+    a resume: where the rows are generated does not change them. ``overrides``
+    (``--set`` on a resume) may change scoring only (:func:`scoring_config`)."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir: RunDir | None = None
     if resume:
         run_dir = _locate(resume, results_dir)
-        config = run_dir.load_config()
+        config = scoring_config(run_dir, list(overrides or []), action="resume")
+    elif overrides:
+        raise RunError("overrides apply to a resume; give a new run its config with them")
     if config is None:
         raise RunError("run_phase5 needs a config or a run id to resume")
     if execution:
@@ -288,18 +292,26 @@ def run_phase5(
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
+# A resume may also turn traces on or off: where results are logged, not what they are.
+RESUME_KEYS = (*RESCORE_SECTIONS, "tracking.traces")
 
 
-def rescore_config(run_dir: RunDir, overrides: list[str]) -> ExperimentConfig:
-    """The run's config with ``overrides`` applied, refusing any that would need new text."""
+def scoring_config(
+    run_dir: RunDir, overrides: list[str], action: str = "rescore"
+) -> ExperimentConfig:
+    """The run's stored config with ``overrides`` applied, refusing any that would change
+    what was (or is still to be) generated: a rescore or a resume may only change how
+    saved texts are scored and judged."""
     from experiments.config import ConfigError, load_config, parse_override
 
+    allowed = RESCORE_SECTIONS if action == "rescore" else RESUME_KEYS
     for text in overrides:
         path, _ = parse_override(text)
-        if path[0] not in RESCORE_SECTIONS:
+        dotted = ".".join(path)
+        if not any(dotted == key or dotted.startswith(f"{key}.") for key in allowed):
             raise ConfigError(
-                f"rescore cannot change {'.'.join(path)}: it changes what was generated; "
-                f"start a new run instead (rescore may change {', '.join(RESCORE_SECTIONS)})"
+                f"{action} cannot change {dotted}: it changes what was generated; start a "
+                f"new run instead ({action} may change {', '.join(allowed)})"
             )
     run_dir.load_config()  # a clear error when the folder is missing
     return load_config(run_dir.file(RunDir.CONFIG), overrides)
@@ -317,7 +329,7 @@ def rescore(
     run's stored config is updated to say so."""
     started = time.perf_counter()
     run_dir = _locate(run_id, results_dir)
-    config = rescore_config(run_dir, list(overrides or []))
+    config = scoring_config(run_dir, list(overrides or []))
     if overrides:
         run_dir.write_config(config)
         tracking.client().set_tag(run_id, "rescored.overrides", "; ".join(overrides))

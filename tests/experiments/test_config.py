@@ -396,3 +396,59 @@ def test_a_training_size_beyond_the_template_pool_is_refused_before_any_work(ove
         )
         <= max_train_texts()
     )
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("steering.beta=.inf", "steering.beta"),
+        ("steering.beta=.nan", "steering.beta"),
+        ("steering.strengths=[-.inf, 0, 1]", "steering.strengths.0"),
+        ("generation.temperature=.inf", "generation.temperature"),
+        ("gate.perplexity_multiple=.inf", "gate.perplexity_multiple"),
+        ("gate.effect_reference=.nan", "gate.effect_reference"),
+        ("selection.beta_grid=[0.1, .inf]", "selection.beta_grid.1"),
+        ("criteria.effect_min=.nan", "criteria.effect_min"),
+        ("criteria.magnitude_at=.inf", "criteria.magnitude_at"),
+        ("execution.cpus_per_worker=.inf", "execution.cpus_per_worker"),
+        ("calibration.effect_threshold=-.inf", "calibration.effect_threshold"),
+    ],
+)
+def test_every_float_must_be_finite(override, field):
+    """An infinite β once ran to the end: every steered text " p p p …", criteria decided."""
+    with pytest.raises(ConfigError) as info:
+        load_config(PHASE5, [override])
+    assert f"  - {field}: " in str(info.value)
+    assert "finite" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("seed=-1", "seed"),
+        ("calibration.probe_seeds=[0, -2]", "calibration.probe_seeds.1"),
+        ("metrics.delta_threshold=2.5", "metrics.delta_threshold"),
+        ("criteria.magnitude_min=-0.1", "criteria.magnitude_min"),
+        ("criteria.effect_min=3", "criteria.effect_min"),
+        ("calibration.effect_threshold=-0.05", "calibration.effect_threshold"),
+        ("execution.torch_threads=0", "execution.torch_threads"),
+    ],
+)
+def test_values_outside_their_range_are_refused_by_name(override, field):
+    """A negative seed passed validation and crashed after the model loaded."""
+    with pytest.raises(ConfigError) as info:
+        load_config(PHASE5, [override])
+    assert f"  - {field}: " in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "tracking.results_dir=/elsewhere/results",
+        "classifier.dir=/elsewhere/classifiers",
+        "calibration.results_dir=/elsewhere/phase6",
+        "execution.torch_threads=3",
+    ],
+)
+def test_the_config_hash_leaves_output_folders_out(override):
+    assert load_config(PHASE5, [override]).config_hash() == load_config(PHASE5).config_hash()

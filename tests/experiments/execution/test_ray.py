@@ -125,6 +125,34 @@ def test_ray_workers_write_the_local_texts(
     assert executor.retries == 0
 
 
+def test_by_default_ray_gives_the_local_run_row_for_row(
+    ray_cluster, tiny_model_dir, tiny_from_dir, tmp_path
+):
+    """No thread setting anywhere: the driver keeps torch's default thread count, and the
+    executor built from the config gives its actors the same, so every row (text, NLL,
+    token count) equals the local run's; with one CPU per actor and one thread each, an
+    earlier default, fp32 attention gave other last bits."""
+    from experiments.execution import make_executor
+
+    config = stage_config(tmp_path, f"model={tiny_model_dir}", "device=cpu", "dtype=float32")
+    local = by_key(
+        run_stage(config, tiny_from_dir, tmp_path, "local", LocalExecutor(tiny_from_dir))
+    )
+    ray_config = config.model_copy(
+        update={"execution": config.execution.model_copy(update={"executor": "ray"})}
+    )
+    executor = make_executor(ray_config, tiny_from_dir)
+    try:
+        got = by_key(run_stage(config, tiny_from_dir, tmp_path, "ray-default", executor))
+        threads = [info["threads"] for info in executor._info.values()]
+    finally:
+        executor.close()
+    assert threads == [torch.get_num_threads()] * ray_config.execution.workers
+    assert set(got) == set(local)
+    differ = [k for k in local if got[k] != local[k]]
+    assert not differ, f"{len(differ)} of {len(local)} rows differ, e.g. {differ[:2]}"
+
+
 def test_a_killed_worker_s_batch_is_rerun_on_another(
     ray_cluster, tiny_model_dir, tiny_from_dir, local_texts, tmp_path, caplog
 ):
