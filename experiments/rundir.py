@@ -4,7 +4,8 @@ One object owns the layout, so Phase 5, rescoring, human validation, the panel a
 the calibration study never spell a file name themselves. Generations (model output)
 and scores (everything computed from the text) live in separate JSONL files, so
 ``steer-eval rescore`` can recompute every metric without a model forward pass.
-JSONL appends are fsynced per batch; a torn last line from a crash is dropped on read.
+JSONL appends are fsynced per batch; a torn last line from a crash is skipped on read
+(by line number) and cut off before the next append.
 """
 
 from __future__ import annotations
@@ -32,25 +33,71 @@ class RunDirError(LookupError):
     """A run's local folder or one of its files is missing; the message says what to do."""
 
 
-def parse_jsonl(text: str) -> list[dict]:
-    """Records in a JSONL text; a torn last line from a crash is dropped, not fatal."""
+def parse_jsonl(text: str, source: str = "a JSONL file") -> list[dict]:
+    """Records in a JSONL text. A line that is not JSON (a torn write, an edit) is
+    skipped with a warning that names its line number, never fatal: a resume repairs a
+    torn last line before appending (:func:`append_jsonl`)."""
     records = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("dropping a torn line in a JSONL file (an interrupted write)")
+        except json.JSONDecodeError as exc:
+            log.warning(
+                "%s line %d is not valid JSON (%s; an interrupted write?): skipped",
+                source,
+                number,
+                exc.msg,
+            )
     return records
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return parse_jsonl(path.read_text(encoding="utf-8")) if path.exists() else []
+    return parse_jsonl(path.read_text(encoding="utf-8"), str(path)) if path.exists() else []
+
+
+def repair_tail(path: Path) -> None:
+    """Make ``path`` end at a line break before anything is appended to it.
+
+    A crash in the middle of an append leaves a last line without its newline; the next
+    record would be glued to it and both lost. A fragment that is a whole JSON record
+    (only the newline was lost) gets its newline; anything else is cut off, with a
+    warning naming its line number.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    start = data.rfind(b"\n") + 1
+    fragment = data[start:]
+    try:
+        json.loads(fragment)
+        complete = True
+    except ValueError:
+        complete = False
+    with path.open("r+b") as handle:
+        if complete:
+            handle.seek(0, os.SEEK_END)
+            handle.write(b"\n")
+        else:
+            log.warning(
+                "%s line %d is a torn write (%d bytes, no line break): removed before "
+                "appending; its rows are generated again",
+                path,
+                data.count(b"\n", 0, start) + 1,
+                len(fragment),
+            )
+            handle.truncate(start)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def append_jsonl(path: Path, records: Iterable[dict]) -> None:
-    """Append and fsync, so a finished batch survives a crash."""
+    """Append and fsync, so a finished batch survives a crash; a torn last line left by
+    an earlier crash is repaired first."""
+    repair_tail(path)
     with path.open("a", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record) + "\n")
@@ -115,7 +162,11 @@ class RunDir:
         return self.path.is_dir()
 
     def create(self) -> RunDir:
+        """Make the folder; temporary files of an atomic write that a crash interrupted
+        (``.<name>.*.tmp``) are removed, since their file is written again."""
         self.path.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
         return self
 
     def file(self, name: str) -> Path:

@@ -215,15 +215,14 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
     ``tracking.child_runs`` says: one per concept × strength (``per_cell``), one per
     concept with ``<metric>/s_<strength>`` metrics (``per_concept``: 10,000 concepts would
     otherwise be 30,000 runs), or ``none``. Existing children (from a resumed run) are
-    kept; with ``update`` (a rescore) their metrics and tables are replaced."""
+    kept; with ``update`` (a rescore) their metrics and tables are replaced. A child that
+    a killed run left unfinished is filled in (parameters, metrics, table) and finished."""
     tracking.overwrite_table(ctx.run_id, cell_table(ctx, records), "cells.json")
     mode = ctx.config.tracking.child_runs
     if mode == "none":
         return 0
     experiment = ctx.config.tracking.experiment
-    existing = {
-        r.data.tags.get("cell"): r.info.run_id for r in tracking.child_runs(ctx.run_id, experiment)
-    }
+    existing = {r.data.tags.get("cell"): r for r in tracking.child_runs(ctx.run_id, experiment)}
     c = tracking.client()
     logged = 0
     by = ["concept", "strength"] if mode == "per_cell" else ["concept"]
@@ -243,13 +242,20 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
             metrics = cell_metrics(rows)
             table = rows[CHILD_TABLE_COLUMNS].reset_index(drop=True)
             run_name = f"{ctx.graph.get(synset).name} s={strength:+g}"
-        if cell_key in existing and not update:
+        found = existing.get(cell_key)
+        unfinished = found is not None and found.info.status != "FINISHED"
+        if found is not None and not (update or unfinished):
             continue
         metrics[f"classifier_{ctx.predictor_name}"] = ctx.predictor_values().get(synset)
-        if cell_key in existing:
-            child = existing[cell_key]
+        if found is not None:
+            child = found.info.run_id
+            if unfinished:  # killed while it was being logged: it may lack its parameters
+                tracking.log_new_params(child, params)
             tracking.log_metrics(child, metrics)
             tracking.overwrite_table(child, table, "generations.json")
+            if unfinished:
+                tracking.end_run(child)
+                logged += 1
             continue
         with tracking.tracked_run(
             experiment,

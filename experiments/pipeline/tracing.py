@@ -8,7 +8,9 @@ the run gets a trace, null-control and selection rows included, since human rate
 the judges rate those too. ``tracking.traces: false`` skips the stage.
 
 A rescore replaces changed code feedback on the existing traces (MLflow keeps the old
-value, marked invalid); a resume traces only the rows that have no trace yet.
+value, marked invalid); a resume traces only the rows that have no trace yet, by the
+run folder's ``traces.json`` and the traces' own key tags (a run killed between a trace
+and the map file that lists it does not trace that row twice).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from experiments.tracking.traces import (
     Feedback,
     GenerationTrace,
     attach_feedback,
+    keys_of_traces,
     log_generation_traces,
     read_map,
+    write_map,
 )
 
 log = logging.getLogger(__name__)
@@ -145,6 +149,12 @@ def log_traces(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame, rescore:
     map_file = run_dir.file(RunDir.TRACES)
     items = trace_items(records, ctx)
     known = read_map(map_file)
+    # traces.json is written after each chunk, so a run killed mid-chunk has traces it
+    # does not list: their key tags say which, and they are not logged twice.
+    tagged = keys_of_traces(experiment_id, ctx.run_id)
+    if set(tagged) - set(known):
+        known = {**tagged, **known}
+        write_map(map_file, known)
     if rescore and known:
         feedback = {known[i.key]: i.feedback for i in items if i.key in known}
         counts = attach_feedback(experiment_id, ctx.run_id, feedback, "CODE", CODE_SOURCE_ID)

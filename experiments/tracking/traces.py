@@ -204,18 +204,21 @@ def traces_of_run(experiment_id: str, run_id: str) -> list:
     )
 
 
-def trace_map(experiment_id: str, run_id: str, map_file: Path | None = None) -> dict[str, str]:
-    """Generation key → trace id: the run folder's ``traces.json`` when it is here, else
-    the traces' own key tags (another machine, or the file was lost)."""
-    mapping = read_map(map_file)
-    if mapping:
-        return mapping
-    out = {}
+def keys_of_traces(experiment_id: str, run_id: str) -> dict[str, str]:
+    """Generation key → trace id from the traces' own key tags (one of them when an older
+    release logged a key twice)."""
+    out: dict[str, str] = {}
     for trace in traces_of_run(experiment_id, run_id):
         key = trace.info.tags.get(KEY_TAG)
         if key:
-            out[key] = trace.info.trace_id
+            out.setdefault(key, trace.info.trace_id)
     return out
+
+
+def trace_map(experiment_id: str, run_id: str, map_file: Path | None = None) -> dict[str, str]:
+    """Generation key → trace id: the run folder's ``traces.json`` when it is here, else
+    the traces' own key tags (another machine, or the file was lost)."""
+    return read_map(map_file) or keys_of_traces(experiment_id, run_id)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -127,8 +127,10 @@ class Phase5Run:
                 )
             scores = self.artifact_bytes(RunDir.SCORES)
             records = join_scores(
-                parse_jsonl(generations.decode("utf-8")),
-                parse_jsonl(scores.decode("utf-8")) if scores is not None else None,
+                parse_jsonl(generations.decode("utf-8"), f"{self.run_id}/{RunDir.GENERATIONS}"),
+                parse_jsonl(scores.decode("utf-8"), f"{self.run_id}/{RunDir.SCORES}")
+                if scores is not None
+                else None,
             )
         by_key: dict[str, dict] = {}
         for record in records:
