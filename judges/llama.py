@@ -131,8 +131,11 @@ FLUENCY_SUFFIX = "Text: {text}\nFluency (0-10): "
 # In this line-based format the delimiters are line starts and field labels, so untrusted
 # text is put on one line (newlines collapsed) and any label-like "Word (0-10):" / "Topic:"
 # inside it gets a look-alike colon; tags are defused as for the API judges.
+# Any dash a text could use in "(0-10)": hyphen-minus, hyphen, figure, en and em dashes,
+# horizontal bar, minus sign (an en-dash label once got through).
 _LABEL_RE = re.compile(
-    r"\b(text|topic|rating|fluency|question|score)(\s*\(\s*0\s*-\s*10\s*\))?\s*:",
+    r"\b(text|topic|rating|fluency|question|score)"
+    r"(\s*\(\s*0\s*[-\u2010-\u2015\u2212\ufe63\uff0d]\s*10\s*\))?\s*[:：]",
     re.IGNORECASE,
 )
 

@@ -19,17 +19,29 @@ from dataclasses import dataclass
 
 from judges.base import SCORE_MAX, SCORE_MIN, RatingRequest, Rubric
 
+# Brackets a reader (human or model) takes for "<" and ">": ASCII, full-width, small and
+# angle forms, and HTML entities.
+_OPEN = r"(?:<|＜|﹤|〈|⟨|&lt;|&#0*60;|&#x0*3c;)"
+_CLOSE = r"(?:>|＞|﹥|〉|⟩|&gt;|&#0*62;|&#x0*3e;)"
 # Tags that look like the prompt's own delimiters, in any case and spacing, opening or
-# closing, e.g. "</text>", "< TEXT >", "<instructions foo>".
+# closing, e.g. "</text>", "< TEXT >", "<instructions foo>", "<\/text>" (an escaped
+# slash), "＜/text＞", "&lt;/text&gt;", and one left open at the very end of the text
+# ("... </text"), which the prompt's own "\n</text>" would complete.
 _DELIMITER_RE = re.compile(
-    r"<\s*/?\s*(text|concept|rubric|instructions?|system|answer|data)\b[^<>]{0,40}>",
+    rf"{_OPEN}(?P<body>[\s\\/]*(?:text|concept|rubric|instructions?|system|answer|data)"
+    rf"(?![\w-])(?:(?!{_OPEN}|{_CLOSE})[^<>]){{0,40}}?)(?:{_CLOSE}|\s*\Z)",
     re.IGNORECASE,
 )
+# Invisible format characters (zero-width space, joiners, word joiner, BOM) could hide a
+# tag from the pattern ("</te\u200bxt>") while a reader still sees it; they carry nothing
+# a rating needs.
+_INVISIBLE_RE = re.compile("[\u200b-\u200d\u2060\ufeff]")
 
 
 def neutralise(text: str) -> str:
     """Defuse delimiter-like tags inside untrusted text (keeps the text readable)."""
-    return _DELIMITER_RE.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+    text = _INVISIBLE_RE.sub("", text)
+    return _DELIMITER_RE.sub(lambda m: "‹" + m.group("body").strip() + "›", text)
 
 
 SYSTEM_TEMPLATE = """You are a careful rater for a research study. You will be shown a text \

@@ -34,21 +34,22 @@ GENERIC_CONCEPT_WORDS = frozenset(
 # --------------------------------------------------------------------------- one cell
 
 
+# Digits only, as a spreadsheet writes a number (7, 07, 7.0): Python's int() also takes
+# "+7", "\t7" and "7_0", which no rater typed as a rating.
+_RATING_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
 def parse_rating(raw: str) -> tuple[int | None, str | None]:
     """(rating, None), (None, None) when blank, or (None, reason) when invalid."""
-    value = restore(raw).strip()
-    if not value:
+    value = restore(raw).strip(" ")
+    if not value.strip():
         return None, None
-    try:
-        number = int(value)
-    except ValueError:
-        try:
-            as_float = float(value)
-        except ValueError:
-            return None, f"rating {raw!r} is not a number (expected an integer 0-10)"
-        if not (math.isfinite(as_float) and as_float.is_integer()):
-            return None, f"rating {raw!r} is not a whole number (expected an integer 0-10)"
-        number = int(as_float)
+    if not _RATING_RE.fullmatch(value):
+        return None, f"rating {raw!r} is not a number (expected an integer 0-10, digits only)"
+    as_float = float(value)
+    if not (math.isfinite(as_float) and as_float.is_integer()):
+        return None, f"rating {raw!r} is not a whole number (expected an integer 0-10)"
+    number = int(as_float)
     if not RATING_MIN <= number <= RATING_MAX:
         return None, f"rating {raw!r} is out of range (expected an integer 0-10)"
     return number, None

@@ -23,7 +23,13 @@ def test_guess_matching():
 def test_parse_rating_and_sample_ids():
     assert parse_rating(" 7 ") == (7, None)
     assert parse_rating("7.0") == (7, None)
-    assert parse_rating("'0") == (None, 'rating "\'0" is not a number (expected an integer 0-10)')
+    assert parse_rating("'0") == (
+        None,
+        'rating "\'0" is not a number (expected an integer 0-10, digits only)',
+    )
+    for lenient in ("\t7", "+7", "7_0", "-0", "7\n", "1e1", "٧"):  # int() takes most of these
+        rating, problem = parse_rating(lenient)
+        assert rating is None and "not a number" in problem, lenient
     assert parse_rating("") == (None, None)
     assert "out of range" in parse_rating("11")[1]
     assert "whole number" in parse_rating("7.5")[1]
