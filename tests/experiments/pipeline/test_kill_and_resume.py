@@ -189,3 +189,35 @@ def test_a_run_killed_in_a_stage_resumes_to_the_uninterrupted_run(
     print(f"\n| {stage} | artefacts identical: {not folder} | MLflow identical: {not state} |")
     assert not folder, f"run folder differs after a kill in {stage}: {folder[:10]}"
     assert not state, f"MLflow state differs after a kill in {stage}: {state[:10]}"
+
+
+def test_set_on_a_resume_changes_scoring_only(setup, tiny_lm, embedder, tmp_path):
+    """What is generated is fixed by the run: such an override is refused by name before
+    anything loads, and a scoring override is applied and written to the run's config."""
+    from experiments.config import ConfigError
+
+    _, config_path, config, _ = setup
+    with store(tmp_path / "store") as killed_store:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": killed_store.uri}
+        subprocess.run(
+            [sys.executable, str(HARNESS), "generation", str(config_path), "1"],
+            env=env,
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+        killed = tracking.latest_parent_run(config.tracking.experiment, finished=False)
+        run_dir = RunDir.locate(tracking.get_run(killed))
+        before = run_dir.file(RunDir.CONFIG).read_text()
+        with pytest.raises(ConfigError, match=r"resume cannot change generation.max_new_tokens"):
+            run_phase5(resume=killed, overrides=["generation.max_new_tokens=5"])
+        assert run_dir.file(RunDir.CONFIG).read_text() == before
+        resumed = run_phase5(
+            resume=killed,
+            lm=tiny_lm,
+            embedder=embedder,
+            overrides=["gate.perplexity_multiple=10"],
+        )
+        assert resumed.record.config.gate.perplexity_multiple == 10
+        assert "perplexity_multiple: 10" in run_dir.file(RunDir.CONFIG).read_text()
+        assert tracking.get_run(killed).info.status == "FINISHED"
