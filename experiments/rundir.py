@@ -105,6 +105,25 @@ def append_jsonl(path: Path, records: Iterable[dict]) -> None:
         os.fsync(handle.fileno())
 
 
+def plan_order(generations: list[dict]) -> list[dict]:
+    """Generations in the order one uninterrupted local run writes them (split, prompt
+    length, key): a Ray run appends batches as they finish, and means and bootstrap
+    intervals should not depend on that order."""
+    split_rank = {"selection": 0, "report": 1}
+    return sorted(
+        generations,
+        key=lambda g: (split_rank.get(g.get("split", "report"), 2), g["n_prompt_tokens"], g["key"]),
+    )
+
+
+def join_scores(generations: Iterable[dict], scores: Iterable[dict]) -> list[dict]:
+    """The one join of the suite: each generation with its scores (by ``key``), in the
+    order given; generations without scores are left out (a run that crashed between
+    generating and scoring is rescored before anything reads it)."""
+    by_key = {s["key"]: s for s in scores}
+    return [{**g, **by_key[g["key"]]} for g in generations if g["key"] in by_key]
+
+
 def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
     """Write through a temporary file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,14 +228,14 @@ class RunDir:
         """Scores are derived data: rewritten whole (atomically) on every scoring pass."""
         atomic_write_text(self.file(self.SCORES), "".join(json.dumps(r) + "\n" for r in records))
 
-    def read_scored(self) -> list[dict]:
-        """Each generation joined with its scores (by ``key``), in generation order.
-
-        Generations without scores are left out: a run that crashed between generating
-        and scoring is rescored (``steer-eval rescore``) before anything reads it.
-        """
-        scores = {r["key"]: r for r in self.read_scores()}
-        return [{**g, **scores[g["key"]]} for g in self.read_generations() if g["key"] in scores]
+    def read_scored(self, in_plan_order: bool = False) -> list[dict]:
+        """Each generation joined with its scores (:func:`join_scores`), in the file's
+        order or in plan order (what the analysis reads: independent of how a Ray run's
+        batches came back)."""
+        generations = self.read_generations()
+        if in_plan_order:
+            generations = plan_order(generations)
+        return join_scores(generations, self.read_scores())
 
     # ------------------------------------------------------------------ record
 

@@ -154,3 +154,17 @@ def coherence_report(
         is_echo=echoed,
         perplexity=perplexity,
     )
+
+
+_WHAT_IS = re.compile(r"\bwhat\s+is\b", re.IGNORECASE)
+
+
+def question_marks(text: str) -> float:
+    """Question marks in a text: the surface mark of a question-format direction (the
+    first release's probes were trained on "What is X?")."""
+    return float(text.count("?"))
+
+
+def says_what_is(text: str) -> bool:
+    """Whether a text says "what is", the first release's probe template."""
+    return bool(_WHAT_IS.search(text))

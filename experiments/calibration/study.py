@@ -30,7 +30,7 @@ from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.score import build_scorer, score_all
 from experiments.pipeline.timer import Timer
 from experiments.pipeline.vectors import build_vectors, neutral_texts
-from experiments.rundir import RUN_DIR_TAG, RunDir
+from experiments.rundir import RUN_DIR_TAG, RunDir, join_scores
 
 log = logging.getLogger(__name__)
 PHASE = "6"
@@ -205,8 +205,8 @@ def run_calibration(
             generate(source_config, plan, vectors, lm, run_dir, timer, on_batch=on_batch)
             rows = [g for g in run_dir.read_generations() if g["key"] in plan.meta]
             with timer.time("embedding"):
-                scores = {s["key"]: s for s in score_all(scorer, rows)}
-            chosen = select_betas(pd.DataFrame([{**g, **scores[g["key"]]} for g in rows]), config)
+                scores = score_all(scorer, rows)
+            chosen = select_betas(pd.DataFrame(join_scores(rows, scores)), config)
             selections[spec.tag] = chosen
             betas = {k: v["beta"] for k, v in chosen.items()}
             plan = build_plan(source_config, graph, vectors, "report", betas, vectors_tag=spec.tag)
@@ -218,8 +218,7 @@ def run_calibration(
         with timer.time("embedding"):
             all_scores = score_all(scorer, generations)
         run_dir.write_scores(all_scores)
-        by_key = {s["key"]: s for s in all_scores}
-        records = pd.DataFrame([{**g, **by_key[g["key"]]} for g in generations])
+        records = pd.DataFrame(join_scores(generations, all_scores))
         curve = build_curve(records, specs(config, layers), predictors, selections, config)
         analysis = analyse_curve(curve, config)
         with timer.time("logging"):

@@ -381,28 +381,16 @@ def _print_result(result, as_json: bool = False) -> None:
     if as_json:
         print_json(result_dict(result))
         return
-    table = Table(
-        "strength",
-        "mean Δ",
-        "mean |Δs−Δ0|",
-        "direction acc.",
-        "near-empty",
-        "distinct-2",
-        title="Phase 5: per strength",
-    )
+    from experiments.rows import View, aggregates
+
+    shown = [agg for _column, agg in aggregates(View.CLI)]
+    table = Table("strength", *(a.label for a in shown), title="Phase 5: per strength")
 
     def fmt(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.3f}"
 
     for s, v in sorted(result.per_strength.items()):
-        table.add_row(
-            f"{s:+g}",
-            fmt(v["delta_mean"]),
-            fmt(v["magnitude_mean"]),
-            fmt(v["direction_accuracy"]),
-            fmt(v["near_empty_fraction"]),
-            fmt(v["distinct_2_mean"]),
-        )
+        table.add_row(f"{s:+g}", *(fmt(v.get(a.name)) for a in shown))
     out.print(table)
     crit = Table("criterion", "status", "value", "threshold", title="success criteria")
     colours = {"pass": "green", "fail": "red"}

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import CriteriaConfig
+from experiments.rows import cell_metrics
 from metrics.criteria import (
     CriterionResult,
     direction_criterion,
@@ -55,38 +56,8 @@ def add_paired_shifts(records: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _mean(series: pd.Series) -> float | None:
-    values = series.dropna().astype(float)
-    return float(values.mean()) if len(values) else None
-
-
-def cell_metrics(cell: pd.DataFrame) -> dict[str, float | None]:
-    """One concept × strength cell's MLflow metrics."""
-    steered = cell[cell["strength"] != 0]
-    ppl = cell["perplexity"].dropna()
-    return {
-        "delta_mean": _mean(cell["delta"]),
-        "delta_std": float(cell["delta"].std(ddof=0)) if len(cell) else None,
-        "core_sim_mean": _mean(cell["core_sim"]),
-        "boundary_sim_mean": _mean(cell["boundary_sim"]),
-        "neg_sim_mean": _mean(cell["neg_sim"]),
-        "magnitude_mean": _mean(steered["magnitude"]) if len(steered) else None,
-        "direction_accuracy": _mean(steered["moved_as_expected"]) if len(steered) else None,
-        "concept_term_count_mean": _mean(cell["concept_term_count"]),
-        "related_term_count_mean": _mean(cell["related_term_count"]),
-        "near_empty_fraction": _mean(cell["near_empty"]),
-        "repeated_trigram_fraction_mean": _mean(cell["repeated_trigram_fraction"]),
-        "distinct_2_mean": _mean(cell["distinct_2"]),
-        "echo_fraction": _mean(cell["is_echo"]),
-        "perplexity_median": float(ppl.median()) if len(ppl) else None,
-        "new_tokens_mean": _mean(cell["n_new_tokens"]),
-        "question_marks_mean": _mean(cell["question_marks"]) if "question_marks" in cell else None,
-        "what_is_fraction": _mean(cell["has_what_is"]) if "has_what_is" in cell else None,
-        "n_generations": float(len(cell)),
-    }
-
-
 def per_strength(records: pd.DataFrame) -> dict[float, dict[str, float | None]]:
+    """Every declared aggregate (experiments.rows) per strength, over all concepts."""
     out = {}
     for strength, group in records.groupby("strength"):
         out[float(strength)] = cell_metrics(group)

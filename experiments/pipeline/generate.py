@@ -19,6 +19,7 @@ from experiments.execution import ExecutionError, Executor, LocalExecutor, PlanS
 from experiments.pipeline.plan import GenerationPlan
 from experiments.pipeline.timer import Timer
 from experiments.pipeline.vectors import VectorSet
+from experiments.rows import GenerationRecord
 from experiments.rundir import RunDir
 from steering.generation import BatchStats, Generation, GenerationRow, SamplingConfig
 from steering.models import LoadedModel
@@ -33,28 +34,18 @@ def batches(rows: list[GenerationRow], lm: LoadedModel, size: int) -> list[list[
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
-def plan_order(generations: list[dict]) -> list[dict]:
-    """Generations in the order one uninterrupted local run writes them (split, prompt
-    length, key): a Ray run appends batches as they finish, and means and bootstrap
-    intervals should not depend on that order."""
-    split_rank = {"selection": 0, "report": 1}
-    return sorted(
-        generations,
-        key=lambda g: (split_rank.get(g.get("split", "report"), 2), g["n_prompt_tokens"], g["key"]),
-    )
-
-
 def generation_record(meta: dict, gen: Generation, nll: float | None, tps: float) -> dict:
-    return {
-        "key": gen.key,
+    """One line of ``generations.jsonl`` (:class:`~experiments.rows.GenerationRecord`)."""
+    return GenerationRecord(
+        key=gen.key,
         **meta,
-        "text": gen.text,
-        "n_prompt_tokens": gen.n_prompt_tokens,
-        "n_new_tokens": gen.n_new_tokens,
-        "stopped_at_eos": gen.stopped_at_eos,
-        "nll": nll,
-        "batch_tokens_per_second": tps,
-    }
+        text=gen.text,
+        n_prompt_tokens=gen.n_prompt_tokens,
+        n_new_tokens=gen.n_new_tokens,
+        stopped_at_eos=gen.stopped_at_eos,
+        nll=nll,
+        batch_tokens_per_second=tps,
+    ).row()
 
 
 def generate(

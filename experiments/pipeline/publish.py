@@ -33,39 +33,13 @@ from experiments.pipeline.report import (
     summary_markdown,
 )
 from experiments.record import CriterionRecord, RunRecord
+from experiments.rows import View, aggregates, columns
 from experiments.rundir import RUN_DIR_TAG, RunDir
 
 log = logging.getLogger(__name__)
 
-CHILD_TABLE_COLUMNS = [
-    "prompt",
-    "sample",
-    "text",
-    "delta",
-    "core_sim",
-    "boundary_sim",
-    "neg_sim",
-    "concept_term_count",
-    "related_term_count",
-    "perplexity",
-    "shift",
-    "label",
-]
-PER_STRENGTH_METRICS = (
-    "delta_mean",
-    "delta_std",
-    "magnitude_mean",
-    "direction_accuracy",
-    "concept_term_count_mean",
-    "near_empty_fraction",
-    "distinct_2_mean",
-    "perplexity_median",
-    "echo_fraction",
-    "question_marks_mean",
-    "what_is_fraction",
-)
-# The seed's own measures keep their meaning but move under seed/ (docs/mlflow.md).
-SEED_PREFIXED = ("magnitude_mean", "direction_accuracy")
+# A child run's generations table: the row columns declared for it (experiments.rows).
+CHILD_TABLE_COLUMNS = columns(View.CHILD_TABLE)
 
 
 def numeric_metrics(metrics: dict) -> dict[str, float | None]:
@@ -270,12 +244,14 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
 
 
 def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
+    """The per-strength aggregates declared for MLflow (``<name>/s_<strength>``); the
+    seed design's own measures go under ``seed/`` (docs/mlflow.md)."""
     out: dict[str, float | None] = {}
     for strength, values in agg.items():
         label = strength_label(strength)
-        for key in PER_STRENGTH_METRICS:
-            name = f"seed/{key}" if key in SEED_PREFIXED else key
-            out[f"{name}/s_{label}"] = values.get(key)
+        for _column, aggregate in aggregates(View.PER_STRENGTH):
+            name = f"seed/{aggregate.name}" if aggregate.seed_measure else aggregate.name
+            out[f"{name}/s_{label}"] = values.get(aggregate.name)
     return out
 
 

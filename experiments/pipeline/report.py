@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from experiments.rows import View, aggregates
+
 if TYPE_CHECKING:
     from experiments.pipeline.context import RunContext
     from experiments.pipeline.effect import EffectReport
@@ -153,21 +155,16 @@ def summary_markdown(
         "",
         "## The seed's measures (mean |Δs−Δ0| magnitude and criteria, as designed)",
         "",
-        "| strength | mean Δ | mean magnitude | direction accuracy | near-empty | distinct-2 "
-        "| ? per text | 'what is' |",
-        "|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.3f}"
 
+    shown = [agg for _column, agg in aggregates(View.SUMMARY)]
+    lines.append("| strength | " + " | ".join(a.label for a in shown) + " |")
+    lines.append("|---|" + "---|" * len(shown))
     for strength, v in sorted(agg.items()):
-        lines.append(
-            f"| {strength:+g} | {fmt(v['delta_mean'])} | {fmt(v['magnitude_mean'])} | "
-            f"{fmt(v['direction_accuracy'])} | {fmt(v['near_empty_fraction'])} | "
-            f"{fmt(v['distinct_2_mean'])} | {fmt(v.get('question_marks_mean'))} | "
-            f"{fmt(v.get('what_is_fraction'))} |"
-        )
+        lines.append(f"| {strength:+g} | " + " | ".join(fmt(v.get(a.name)) for a in shown) + " |")
     lines += ["", "| criterion | status | value | threshold | reason |", "|---|---|---|---|---|"]
     for c in criteria.values():
         lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")

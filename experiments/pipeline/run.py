@@ -28,7 +28,7 @@ from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, p
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
-from experiments.pipeline.generate import generate, plan_order
+from experiments.pipeline.generate import generate
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.publish import numeric_metrics, publish, start_parent
@@ -36,7 +36,7 @@ from experiments.pipeline.score import Scorer, build_scorer, score_all
 from experiments.pipeline.timer import Timer
 from experiments.pipeline.vectors import build_vectors
 from experiments.record import RunRecord
-from experiments.rundir import RunDir
+from experiments.rundir import RunDir, join_scores, plan_order
 from steering.generation import BatchStats
 
 
@@ -79,11 +79,6 @@ def expected_keys(
     return keys
 
 
-def joined_records(run_dir: RunDir, scores: list[dict]) -> pd.DataFrame:
-    by_key = {s["key"]: s for s in scores}
-    return pd.DataFrame([{**g, **by_key[g["key"]]} for g in plan_order(run_dir.read_generations())])
-
-
 def read_betas(run_dir: RunDir) -> dict[str, float] | None:
     path = run_dir.file(SELECTION_FILE)
     if not path.exists():
@@ -114,7 +109,7 @@ def score_and_publish(
         scores = score_all(scorer, generations)
     run_dir.write_scores(scores)
     with timer.time("analysis"):
-        records = joined_records(run_dir, scores)
+        records = pd.DataFrame(join_scores(plan_order(run_dir.read_generations()), scores))
         seed_rows = records[(records["arm"] == CONCEPT_ARM) & (records["split"] == "report")]
         seed_rows = add_paired_shifts(seed_rows.reset_index(drop=True))
         predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
@@ -173,8 +168,7 @@ def select_strengths(
     rows = [g for g in plan_order(run_dir.read_generations()) if g.get("split") == "selection"]
     with timer.time("embedding"):
         scores = score_all(scorer, rows)
-    by_key = {s["key"]: s for s in scores}
-    chosen = select_betas(pd.DataFrame([{**g, **by_key[g["key"]]} for g in rows]), config)
+    chosen = select_betas(pd.DataFrame(join_scores(rows, scores)), config)
     run_dir.write_json(SELECTION_FILE, {"grid": config.selection.beta_grid, "concepts": chosen})
     return {k: v["beta"] for k, v in chosen.items()}, stats
 

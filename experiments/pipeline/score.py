@@ -1,23 +1,24 @@
 """Stage: scored generations, everything computed from the saved text.
 
 Δ and the three similarities against the concept's centroids, term counts and the
-coherence checks. No language-model forward pass happens here (perplexity comes from
+coherence checks: the fields of :class:`~experiments.rows.ScoreRecord`, each computed
+as the field declares. No language-model forward pass happens here (perplexity comes from
 the NLL saved by the generation stage), so ``steer-eval rescore`` reruns this stage on
 a finished run in seconds.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
-from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.concepts import Concept, ConceptGraph
+from experiments.config import ExperimentConfig, MetricsConfig
 from experiments.prompts import centroid_texts
-from metrics.semantic import SETS, Centroids, build_centroids, score, steering_label
-from metrics.text import coherence_report, count_terms
+from experiments.rows import ScoreRecord
+from metrics.semantic import SETS, Centroids, build_centroids, score
+from metrics.text import CoherenceReport, coherence_report
 
 
 @dataclass
@@ -54,12 +55,22 @@ def build_scorer(config: ExperimentConfig, graph: ConceptGraph, embedder) -> Sco
     return Scorer(config, graph, centroids, embedder)
 
 
-WHAT_IS = re.compile(r"\bwhat\s+is\b", re.IGNORECASE)
+@dataclass
+class ScoredText:
+    """What a score field's ``compute`` reads about one text (experiments.rows)."""
 
+    text: str
+    prompt: str
+    concept: Concept
+    nll: float | None
+    sims: tuple[float, float, float]  # cosine with the core, boundary, negative centroid
+    delta: float
+    delta_by_concept: dict[str, float]
+    metrics: MetricsConfig
 
-def format_markers(text: str) -> dict[str, float | bool]:
-    """Surface markers of the question format that a confounded direction steers toward."""
-    return {"question_marks": float(text.count("?")), "has_what_is": bool(WHAT_IS.search(text))}
+    @cached_property
+    def coherence(self) -> CoherenceReport:
+        return coherence_report(self.text, self.prompt)
 
 
 def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
@@ -67,40 +78,28 @@ def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
 
     Besides Δ against the row's own concept, every text gets Δ against every concept of
     the graph (``delta_by_concept``), from which the specificity matrix is built without
-    generating anything more.
+    generating anything more. The fields and how each is computed are declared on
+    :class:`~experiments.rows.ScoreRecord`.
     """
     from metrics.embedder import embed
 
-    cfg = scorer.config.metrics
     emb = embed(scorer.embedder, [g["text"] if g["text"].strip() else " " for g in generations])
     cross = {k: score(emb, c).delta for k, c in scorer.centroids.items()}
     out = []
     for i, (g, e) in enumerate(zip(generations, emb, strict=True)):
         concept = scorer.graph.get(g["concept"])
         sims = score(e[None, :], scorer.centroids[concept.synset])
-        delta = float(sims.delta[0])
-        coherence = coherence_report(g["text"], g["prompt"])
-        loss = g.get("nll")
-        out.append(
-            {
-                "key": g["key"],
-                "core_sim": float(sims.core_sim[0]),
-                "boundary_sim": float(sims.boundary_sim[0]),
-                "neg_sim": float(sims.neg_sim[0]),
-                "delta": delta,
-                "label": steering_label(delta, cfg.delta_threshold),
-                "concept_term_count": count_terms(g["text"], concept.lemmas),
-                "related_term_count": count_terms(g["text"], concept.related_terms),
-                "perplexity": math.exp(loss) if loss is not None else None,
-                "near_empty": coherence.near_empty,
-                "repeated_trigram_fraction": coherence.repeated_trigram_fraction,
-                "distinct_2": coherence.distinct_2,
-                "echo_fraction": coherence.echo_fraction,
-                "is_echo": coherence.echo_fraction >= cfg.echo_threshold,
-                **format_markers(g["text"]),
-                "delta_by_concept": {k: float(v[i]) for k, v in cross.items()},
-            }
+        text = ScoredText(
+            text=g["text"],
+            prompt=g["prompt"],
+            concept=concept,
+            nll=g.get("nll"),
+            sims=(float(sims.core_sim[0]), float(sims.boundary_sim[0]), float(sims.neg_sim[0])),
+            delta=float(sims.delta[0]),
+            delta_by_concept={k: float(v[i]) for k, v in cross.items()},
+            metrics=scorer.config.metrics,
         )
+        out.append(ScoreRecord.of(g["key"], text).row())
     return out
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 from experiments import tracking
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.effect import paired_effects, row_fluency
+from experiments.rows import View, columns
 from experiments.rundir import RunDir
 from experiments.tracking.traces import (
     CODE_SOURCE_ID,
@@ -37,14 +38,9 @@ from experiments.tracking.traces import (
 log = logging.getLogger(__name__)
 
 INPUT_FIELDS = ("concept", "concept_name", "prompt", "strength", "seed", "arm", "beta", "split")
-DELTA_DETAIL = ("core_sim", "boundary_sim", "neg_sim", "label", "concept_term_count")
-COHERENCE_DETAIL = (
-    "perplexity",
-    "distinct_2",
-    "near_empty",
-    "is_echo",
-    "repeated_trigram_fraction",
-)
+# Each feedback's metadata: the row columns declared for it (experiments.rows).
+DELTA_DETAIL = columns(View.TRACE_DELTA)
+COHERENCE_DETAIL = columns(View.TRACE_COHERENCE)
 
 
 def _get(row: pd.Series, name: str, default=None):

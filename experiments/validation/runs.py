@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from experiments import tracking
+from experiments import rundir, tracking
 from experiments.rundir import RunDir, parse_jsonl
 from experiments.validation.errors import ValidationInputError
 
@@ -68,8 +68,7 @@ def join_scores(generations: list[dict], scores: list[dict] | None) -> list[dict
     generations.jsonl already holds Δ)."""
     if scores is None:
         return generations
-    by_key = {s["key"]: s for s in scores}
-    return [{**g, **by_key[g["key"]]} for g in generations if g["key"] in by_key]
+    return rundir.join_scores(generations, scores)
 
 
 @dataclass

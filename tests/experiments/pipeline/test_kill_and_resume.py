@@ -21,9 +21,8 @@ import torch
 
 from experiments import tracking
 from experiments.config import dump_config, load_config
-from experiments.pipeline.generate import plan_order
 from experiments.pipeline.run import run_phase5
-from experiments.rundir import RunDir
+from experiments.rundir import RunDir, plan_order
 from experiments.tracking.traces import KEY_TAG, traces_of_run
 
 pytestmark = pytest.mark.integration
