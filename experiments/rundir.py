@@ -149,7 +149,12 @@ class RunDir:
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"
     TRACES = "traces.json"  # generation key -> MLflow trace id
+    SELECTION = "selection.json"  # held-out β per concept (Phase 6: per probe set)
     HUMAN = "human"
+    # Phase 6 (calibration study) folders also hold:
+    PROBE_SETS = "probe_sets.json"  # per probe set and concept, the detection predictors
+    CURVE = "curve.csv"  # one row per probe set × concept: predictors, β, effect
+    ANALYSIS = "analysis.json"  # slopes, minimum effective levels
 
     def __init__(self, root: str | Path, run_id: str) -> None:
         self.root = Path(root)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
+    pass
 
 SETS = ("core", "boundary", "negative")
 DEFAULT_THRESHOLD = 0.15
@@ -59,16 +59,6 @@ def build_centroids(
         raise ValueError(f"Embedding sets disagree on dimension: {dims}.")
     frozen_texts = {name: tuple(texts.get(name, ())) for name in SETS}
     return Centroids(texts=frozen_texts, **means)
-
-
-def centroids_from_texts(
-    embedder: SentenceTransformer, texts: Mapping[str, Sequence[str]]
-) -> Centroids:
-    """Embed each set's texts with the given model and build the centroids."""
-    from metrics.embedder import embed
-
-    embeddings = {name: embed(embedder, list(texts.get(name, ()))) for name in SETS}
-    return build_centroids(embeddings, texts)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -134,19 +124,3 @@ def steering_labels(
 ) -> list[SteeringLabel]:
     """steering_label over an array."""
     return [steering_label(float(d), threshold) for d in np.ravel(deltas)]
-
-
-class PairedShift(NamedTuple):
-    """Steered-vs-unsteered change of Δ: magnitude |Δs−Δ0| and direction sign(Δs−Δ0)."""
-
-    magnitude: np.ndarray
-    direction: np.ndarray
-
-
-def paired_shift(delta_s: np.ndarray, delta_0: np.ndarray) -> PairedShift:
-    """Compare steered Δs with the matched unsteered Δ0 (same prompt); vectorised.
-
-    direction is −1, 0 or +1; a zero change has direction 0 (it did not move).
-    """
-    diff = np.asarray(delta_s, dtype=np.float64) - np.asarray(delta_0, dtype=np.float64)
-    return PairedShift(magnitude=np.abs(diff), direction=np.sign(diff))

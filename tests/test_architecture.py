@@ -1,4 +1,5 @@
-"""The package structure: no import cycles, small experiment modules, a fast CLI.
+"""The package structure: ARCHITECTURE.md's import tables, no import cycles, small
+experiment modules, a fast CLI.
 
 Import edges are read from the source (every ``import`` statement, lazy ones inside
 functions included), so a cycle is caught even when it only bites at run time.
@@ -7,6 +8,7 @@ functions included), so a cycle is caught even when it only bites at run time.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,15 +89,91 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def import_graph() -> dict[str, set[str]]:
+    modules = our_modules()
+    known = set(modules)
+    return {name: imports_of(path, name, known) for name, path in modules.items()}
+
+
+def _table(text: str, heading: str) -> list[list[str]]:
+    """The rows (cells) of the first markdown table after the line starting ``heading``."""
+    lines = text[text.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _names(cell: str) -> list[str]:
+    """The module names a cell lists in backticks (``steering/`` is ``steering``)."""
+    return [name.rstrip("/") for name in re.findall(r"`([\w./]+)`", cell)]
+
+
+def allowed_imports() -> tuple[dict[str, list[str]], dict[str, int]]:
+    """ARCHITECTURE.md's rules: what each package may import, and each experiments
+    module's layer."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    packages = {_names(row[0])[0]: _names(row[2]) for row in _table(text, "| package")}
+    layers = {name: int(row[0]) for row in _table(text, "| layer") for name in _names(row[1])}
+    return packages, layers
+
+
+def _owner(module: str, names) -> str | None:
+    """The longest listed name that ``module`` is or lies under."""
+    found = [n for n in names if module == n or module.startswith(n + ".")]
+    return max(found, key=len) if found else None
+
+
+def broken_rules(graph: dict[str, set[str]]) -> list[str]:
+    packages, layers = allowed_imports()
+    out = []
+    for source, targets in graph.items():
+        package = source.split(".")[0]
+        for target in targets:
+            other = target.split(".")[0]
+            if other != package:
+                if _owner(target, packages[package]) is None:
+                    out.append(f"{source} -> {target} ({package} may import {packages[package]})")
+                continue
+            if package != "experiments" or target == package:  # the package's own path
+                continue
+            mine, theirs = _owner(source, layers), _owner(target, layers)
+            if mine is None or theirs is None:
+                out.append(f"{source} or {target} has no layer in ARCHITECTURE.md")
+            elif layers[theirs] > layers[mine]:
+                out.append(f"{source} (layer {layers[mine]}) -> {target} (layer {layers[theirs]})")
+    return sorted(out)
+
+
+def test_the_rule_checker_finds_planted_breaks():
+    planted = {
+        "steering.models": {"experiments.config"},
+        "judges.llama": {"steering.assets", "steering.models"},
+        "experiments.execution.local": {"experiments.pipeline.timer"},
+        "experiments.pipeline.run": {"experiments.execution", "judges.base"},
+    }
+    assert broken_rules(planted) == [
+        "experiments.execution.local (layer 2) -> experiments.pipeline.timer (layer 3)",
+        "judges.llama -> steering.models (judges may import ['metrics', 'steering.assets'])",
+        "steering.models -> experiments.config (steering may import [])",
+    ]
+
+
+def test_imports_follow_the_architecture_tables():
+    broken = broken_rules(import_graph())
+    assert not broken, "imports ARCHITECTURE.md does not allow:\n" + "\n".join(broken)
+
+
 def test_the_cycle_finder_finds_a_planted_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_no_import_cycles_between_our_modules():
-    modules = our_modules()
-    known = set(modules)
-    graph = {name: imports_of(path, name, known) for name, path in modules.items()}
+    graph = import_graph()
     assert "experiments.pipeline.run" in graph["experiments.cli.main"] or any(
         "experiments.pipeline" in t for t in graph["experiments.cli.main"]
     )

@@ -1,10 +1,10 @@
 """The rows the bench generates, and its one door into the Phase 5 pipeline.
 
 This is the only bench module that imports the Phase 5 pipeline
-(``experiments.pipeline``): the row keys and seeds, the batching, the plan, Δ scoring
-and ``run_phase5`` itself. When the pipeline changes shape, only this module has to
-follow. The imports stay inside the functions,
-so the end-to-end child times the pipeline's import like ``make run`` pays it.
+(``experiments.pipeline``): the run lifecycle and its preparation, the row keys and
+seeds, the batching, the plan, Δ scoring and ``run_phase5`` itself. When the pipeline
+changes shape, only this module has to follow. The imports stay inside the functions, so
+the end-to-end child times the pipeline's import like ``make run`` pays it.
 """
 
 from __future__ import annotations
@@ -95,13 +95,12 @@ def workload_from_plan(plan: BenchPlan) -> Workload:
 
 
 def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
-    """The config's Phase 5 plan (classifiers trained or reused, vectors, centroids),
-    without null-control or baseline rows: the bench times the seed's grid."""
-    from experiments.concepts import load_concepts
+    """The config's Phase 5 plan, built as a run builds it (the run lifecycle and
+    ``pipeline.run.prepare``: classifiers trained or reused, vectors, centroids), without
+    null-control or baseline rows: the bench times the seed's grid. No MLflow run opens."""
+    from experiments.pipeline.lifecycle import open_run
     from experiments.pipeline.plan import build_plan
-    from experiments.pipeline.probes import ensure_classifiers
-    from experiments.pipeline.score import build_scorer
-    from experiments.pipeline.vectors import build_vectors
+    from experiments.pipeline.run import prepare
 
     config = config.model_copy(
         update={
@@ -110,62 +109,20 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
             )
         }
     )
-    graph = load_concepts(
-        config.concepts.file, limit=config.concepts.limit, synsets=config.concepts.synsets
-    )
-    layer = lm.check_layer(config.layer if config.layer is not None else lm.default_layer)
-    probes = ensure_classifiers(config, lm, graph, layer)
-    vectors = build_vectors(config, lm, graph, probes, layer)
-    plan = build_plan(config, graph, vectors)
-    scorer = build_scorer(config, graph, embedder)
+    with open_run(config, lm=lm, embedder=embedder) as session:
+        prep = prepare(session)
+    plan = build_plan(config, session.graph, prep.vectors)
     return workload_from_plan(
         BenchPlan(
-            config, graph, layer, vectors.alpha, vectors.vectors, plan.rows, plan.meta, scorer
+            config,
+            session.graph,
+            prep.layer,
+            prep.vectors.alpha,
+            prep.vectors.vectors,
+            plan.rows,
+            plan.meta,
+            prep.scorer,
         )
-    )
-
-
-def synthetic_workload(
-    lm: LoadedModel,
-    n_concepts: int = 2,
-    prompts: Sequence[str] = ("Tell me about something.", "Here is a story:"),
-    strengths: Sequence[float] = (-1.0, 0.0, 1.0),
-    max_new_tokens: int = 8,
-    batch_size: int = 96,
-    layer: int | None = None,
-    alpha: float = 1.0,
-    beta: float = 0.2,
-    seed: int = 0,
-) -> Workload:
-    """Random unit directions on the same grid layout (tests; cost does not depend on v)."""
-    from experiments.pipeline.plan import row_key, row_seed
-
-    layer = lm.check_layer(lm.default_layer if layer is None else layer)
-    gen = torch.Generator().manual_seed(seed)
-    vectors = [
-        SteeringVector.from_direction(
-            torch.randn(lm.hidden_size, generator=gen), layer, alpha=alpha, beta=beta
-        )
-        for _ in range(n_concepts)
-    ]
-    rows, by_key = [], {}
-    for c, vector in enumerate(vectors):
-        for p, prompt in enumerate(prompts):
-            row_s = row_seed(seed, f"concept{c}", p, 0)
-            for s in strengths:
-                key = row_key(f"concept{c}", p, 0, s)
-                rows.append(GenerationRow(key, prompt, row_s, c, float(vector.coefficients(s)[0])))
-                by_key[key] = float(s)
-    return Workload(
-        rows=rows,
-        directions=torch.stack([v.direction for v in vectors]),
-        vectors=vectors,
-        strengths=by_key,
-        layer=layer,
-        mode="additive",
-        sampling=SamplingConfig(max_new_tokens=max_new_tokens),
-        batch_size=batch_size,
-        seed=seed,
     )
 
 

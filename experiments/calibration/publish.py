@@ -186,10 +186,12 @@ def publish_study(
     import matplotlib.pyplot as plt
 
     c = tracking.client()
-    curve.to_csv(run_dir.file("curve.csv"), index=False)
-    run_dir.write_json("analysis.json", analysis)
+    from experiments.rundir import atomic_write_text
+
+    atomic_write_text(run_dir.file(RunDir.CURVE), curve.to_csv(index=False))
+    run_dir.write_json(RunDir.ANALYSIS, analysis)
     summary = summary_markdown(run_id, curve, analysis)
-    run_dir.file("summary.md").write_text(summary)
+    atomic_write_text(run_dir.file(RunDir.SUMMARY), summary)
     tracking.overwrite_table(run_id, curve.replace({np.nan: None}), "curve.json")
     metrics, tags = analysis_metrics(analysis)
     tracking.log_metrics(run_id, metrics)
@@ -202,9 +204,9 @@ def publish_study(
         c.log_figure(run_id, fig, f"plots/{name}")
         plt.close(fig)
     for name in (
-        "curve.csv",
-        "analysis.json",
-        "summary.md",
+        RunDir.CURVE,
+        RunDir.ANALYSIS,
+        RunDir.SUMMARY,
         RunDir.CONFIG,
         RunDir.GENERATIONS,
         RunDir.SCORES,

@@ -11,7 +11,6 @@ interrupted study resumes from its folder like ``steer-eval run --resume``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,21 +20,19 @@ import numpy as np
 import pandas as pd
 
 from experiments import tracking
-from experiments.concepts import load_concepts
 from experiments.config import ExperimentConfig
-from experiments.pipeline.effect import above_null, paired_effects, select_betas
+from experiments.pipeline.effect import above_null, paired_effects
 from experiments.pipeline.generate import generate
+from experiments.pipeline.lifecycle import open_run
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.score import build_scorer, score_all
-from experiments.pipeline.timer import Timer
+from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import build_vectors, neutral_texts
-from experiments.rundir import RUN_DIR_TAG, RunDir, join_scores
+from experiments.rundir import RunDir, join_scores
 
 log = logging.getLogger(__name__)
 PHASE = "6"
-SELECTION_FILE = "selection.json"
-PROBES_FILE = "probe_sets.json"
 
 
 @dataclass(frozen=True)
@@ -138,50 +135,44 @@ def run_calibration(
     progress: Callable[[str], None] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> CalibrationResult:
-    """Run (or resume) the whole study and log it to the ``phase6-calibration`` experiment."""
+    """Run (or resume) the whole study and log it to the ``phase6-calibration`` experiment.
+
+    It opens like every run (:mod:`experiments.pipeline.lifecycle`): the parent run ends
+    FINISHED, KILLED or FAILED, and rows are generated on ``execution.executor``."""
     from experiments.calibration.analysis import analyse_curve
     from experiments.calibration.publish import publish_study
+    from steering.activations import residual_scale
 
-    say = progress or (lambda _msg: None)
-    timer = Timer()
-    cal = config.calibration
-    if resume:
-        run_dir = RunDir.locate(tracking.get_run(resume))
-        config = run_dir.load_config()
+    with open_run(
+        None if resume else config,
+        existing=resume,
+        lm=lm,
+        embedder=embedder,
+        progress=progress,
+    ) as session:
+        config, graph, timer, lm, say = (
+            session.config,
+            session.graph,
+            session.timer,
+            session.lm,
+            session.say,
+        )
         cal = config.calibration
-    with timer.time("model_load"):
-        if lm is None:
-            from steering.models import load_model
-
-            say(f"loading model {config.model}")
-            lm = load_model(config.model, device=config.device, dtype=config.dtype)
-        if embedder is None:
-            from metrics.embedder import load_embedder
-
-            embedder = load_embedder(config.embedding.model)
-    graph = load_concepts(
-        config.concepts.file, limit=config.concepts.limit, synsets=config.concepts.synsets
-    )
-    default_layer = config.layer if config.layer is not None else lm.default_layer
-    layers = [lm.check_layer(x) for x in (cal.layers or [default_layer])]
-    if resume:
-        run_id = resume
-        tracking.client().update_run(run_id, "RUNNING")
-    else:
-        run_id = tracking.start_run(
+        layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
+        run_id, new = session.start(
             cal.experiment,
             f"phase6 {lm.model_id} L{','.join(map(str, layers))} "
             f"{len(cal.sizes)} sizes × {len(cal.sources)} sources × {len(cal.probe_seeds)} seeds",
+            cal.results_dir,
             tags={"phase": PHASE},
         )
-        tracking.log_params(run_id, {f"config.{k}": v for k, v in config.flat().items()})
-        run_dir = RunDir(cal.results_dir, run_id)
-        tracking.client().set_tag(run_id, RUN_DIR_TAG, str(run_dir.path.resolve()))
-    run_dir.create()
-    run_dir.write_config(config)
-    try:
+        if new:
+            tracking.log_params(run_id, {f"config.{k}": v for k, v in config.flat().items()})
+        run_dir = session.run_dir
+        assert run_dir is not None
+        run_dir.write_config(config)
         with timer.time("centroids"):
-            scorer = build_scorer(config, graph, embedder)
+            scorer = build_scorer(config, graph, session.embedder)
         selections: dict[str, dict] = {}
         predictors: dict[str, dict] = {}
         alphas: dict[int, float] = {}
@@ -190,8 +181,6 @@ def run_calibration(
             with timer.time("classifiers"):
                 probes = ensure_classifiers(_probe_config(config, spec), lm, graph, spec.layer)
             if spec.layer not in alphas:
-                from steering.activations import residual_scale
-
                 alphas[spec.layer] = residual_scale(
                     lm, neutral_texts(graph, config.seed), spec.layer
                 )
@@ -201,18 +190,25 @@ def run_calibration(
                     source_config, lm, graph, probes, spec.layer, alpha=alphas[spec.layer]
                 )
             predictors[spec.tag] = probe_predictors(probes, cal.predictors)
-            plan = build_plan(source_config, graph, vectors, "selection", vectors_tag=spec.tag)
-            generate(source_config, plan, vectors, lm, run_dir, timer, on_batch=on_batch)
-            rows = [g for g in run_dir.read_generations() if g["key"] in plan.meta]
-            with timer.time("embedding"):
-                scores = score_all(scorer, rows)
-            chosen = select_betas(pd.DataFrame(join_scores(rows, scores)), config)
+            chosen, _ = select_strengths(
+                session, source_config, vectors, scorer, on_batch, vectors_tag=spec.tag
+            )
             selections[spec.tag] = chosen
             betas = {k: v["beta"] for k, v in chosen.items()}
             plan = build_plan(source_config, graph, vectors, "report", betas, vectors_tag=spec.tag)
-            generate(source_config, plan, vectors, lm, run_dir, timer, on_batch=on_batch)
-        run_dir.write_json(SELECTION_FILE, selections)
-        run_dir.write_json(PROBES_FILE, predictors)
+            generate(
+                source_config,
+                plan,
+                vectors,
+                lm,
+                run_dir,
+                timer,
+                on_batch=on_batch,
+                executor=session.executor,
+            )
+        session.close_executor()
+        run_dir.write_json(RunDir.SELECTION, selections)
+        run_dir.write_json(RunDir.PROBE_SETS, predictors)
         say("scoring every generation and fitting the curve")
         generations = run_dir.read_generations()
         with timer.time("embedding"):
@@ -223,10 +219,6 @@ def run_calibration(
         analysis = analyse_curve(curve, config)
         with timer.time("logging"):
             publish_study(run_id, run_dir, config, curve, analysis, timer.stages)
-    except BaseException:
-        tracking.end_run(run_id, "KILLED")
-        raise
-    tracking.end_run(run_id)
     return CalibrationResult(run_id, run_dir.path, curve, analysis, dict(timer.stages))
 
 
@@ -269,9 +261,3 @@ def build_curve(
                 }
             )
     return pd.DataFrame(rows)
-
-
-def load_study(run_id: str) -> tuple[RunDir, dict]:
-    """A finished study's folder and its analysis (for reports and tests)."""
-    run_dir = RunDir.locate(tracking.get_run(run_id))
-    return run_dir, json.loads(run_dir.file("analysis.json").read_text())

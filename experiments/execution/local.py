@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from experiments.execution.base import BatchResult, PlanSpec
-from experiments.pipeline.timer import Timer
+from experiments.timer import Timer
 from steering.generation import Generation, GenerationRow, continuation_nll, generate_batch
 from steering.models import LoadedModel
 

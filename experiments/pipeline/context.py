@@ -35,9 +35,3 @@ class RunContext:
     def predictor_values(self, name: str | None = None) -> dict[str, float]:
         """Per-concept values of ``name`` or of the configured predictor."""
         return predictor_values(self.predictors, name or self.predictor_name)
-
-    @property
-    def f1(self) -> dict[str, float]:
-        """The configured predictor's values (F1 at a calibrated threshold by default);
-        the name survives from when criterion 3 could only use raw F1."""
-        return self.predictor_values()

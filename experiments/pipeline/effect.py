@@ -213,22 +213,6 @@ class EffectReport:
     specificity: dict[int, pd.DataFrame] = field(default_factory=dict)
     slopes: dict[str, float] = field(default_factory=dict)
 
-    def metrics(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = {}
-        for name, values in self.summary.items():
-            for k, v in values.items():
-                if isinstance(v, int | float) or v is None:
-                    out[f"effect/{name}/{k}"] = v
-        for key, result in self.criteria.items():
-            out[f"v2/criterion/{key}"] = result.metric_value()
-            out[f"v2/criterion/{key}/value"] = result.value
-            interval = self.intervals.get(key, {})
-            out[f"v2/criterion/{key}/low"] = interval.get("low")
-            out[f"v2/criterion/{key}/high"] = interval.get("high")
-        for sign, matrix in self.specificity.items():
-            out[f"specificity/{SIGNS[sign]}/margin"] = specificity_margin(matrix)
-        return out
-
 
 def _summarise(frame: pd.DataFrame, config: ExperimentConfig) -> dict:
     out: dict[str, float | None] = {"n": float(len(frame))}

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from experiments.config import ExperimentConfig
 from experiments.execution import ExecutionError, Executor, LocalExecutor, PlanSpec
 from experiments.pipeline.plan import GenerationPlan
-from experiments.pipeline.timer import Timer
 from experiments.pipeline.vectors import VectorSet
 from experiments.rows import GenerationRecord
 from experiments.rundir import RunDir
+from experiments.timer import Timer
 from steering.generation import BatchStats, Generation, GenerationRow, SamplingConfig
 from steering.models import LoadedModel
 

@@ -25,16 +25,11 @@ from experiments.pipeline.analyse import (
 )
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import log_diagnostics
-from experiments.pipeline.effect import SIGNS, EffectReport
-from experiments.pipeline.report import (
-    effect_markdown,
-    plots,
-    specificity_figure,
-    summary_markdown,
-)
+from experiments.pipeline.effect import SIGNS, EffectReport, specificity_margin
+from experiments.pipeline.report import criteria_of, specificity_matrices, write_views
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
-from experiments.rundir import RUN_DIR_TAG, RunDir
+from experiments.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -107,22 +102,15 @@ def run_name(ctx: RunContext) -> str:
     return f"{name}{model} L{ctx.layer} {config.steering.vector_source}{mode} {beta}"
 
 
-def start_parent(ctx: RunContext, results_root: str) -> str:
-    """Open the parent run, log its parameters and inputs, link the Phase 4 run whose
-    classifiers it uses, and remember where its folder lives."""
-    from pathlib import Path
-
+def log_parent(ctx: RunContext, config_path) -> None:
+    """A new parent run's parameters and inputs, and the link to the Phase 4 run whose
+    classifiers it uses (the lifecycle opened the run and remembers its folder)."""
     config = ctx.config
-    run_id = tracking.start_run(config.tracking.experiment, run_name(ctx), tags={"phase": "5"})
     params = {**parent_params(ctx, len(ctx.graph.concepts)), **config_params(config)}
-    tracking.log_params(run_id, params)
-    folder = (Path(results_root) / run_id).resolve()
-    c = tracking.client()
-    c.set_tag(run_id, RUN_DIR_TAG, str(folder))
+    tracking.log_params(ctx.run_id, params)
     if ctx.classifier_run_id:
-        c.set_tag(run_id, PHASE4_TAG, ctx.classifier_run_id)
-    log_run_inputs(run_id, ctx, folder / RunDir.CONFIG)
-    return run_id
+        tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
+    log_run_inputs(ctx.run_id, ctx, config_path)
 
 
 def prompt_frame(ctx: RunContext) -> pd.DataFrame:
@@ -165,7 +153,7 @@ def cell_table(ctx: RunContext, records: pd.DataFrame) -> pd.DataFrame:
                 "concept": synset,
                 "strength": float(strength),
                 **cell_metrics(cell),
-                "classifier_f1": ctx.f1.get(synset),
+                f"classifier_{ctx.predictor_name}": ctx.predictor_values().get(synset),
             }
         )
     return pd.DataFrame(rows)
@@ -261,16 +249,44 @@ def _seed_prefixed(values: dict) -> dict:
     return {key if "c4_" in key else f"seed/{key}": value for key, value in values.items()}
 
 
-def seed_criteria_metrics(report: CriteriaReport) -> dict[str, float | None]:
-    """The seed's criteria verdicts and values under ``seed/criterion/...``."""
-    return _seed_prefixed(criteria_metrics(report.results))
+def record_metrics(record: RunRecord) -> dict[str, float | None]:
+    """The parent run's MLflow metrics, every one read from the record."""
+    metrics = strength_metrics({float(k): v for k, v in record.per_strength.items()})
+    metrics.update(_seed_prefixed(criteria_metrics(criteria_of(record, v2=False))))
+    for name, values in record.statistics.get("effect", {}).items():
+        for k, v in values.items():
+            if isinstance(v, int | float) or v is None:
+                metrics[f"effect/{name}/{k}"] = v
+    intervals = record.statistics.get("intervals", {})
+    for key, result in criteria_of(record, v2=True).items():
+        metrics[f"v2/criterion/{key}"] = result.metric_value()
+        metrics[f"v2/criterion/{key}/value"] = result.value
+        metrics[f"v2/criterion/{key}/low"] = intervals.get(key, {}).get("low")
+        metrics[f"v2/criterion/{key}/high"] = intervals.get(key, {}).get("high")
+    for label, matrix in specificity_matrices(record).items():
+        metrics[f"specificity/{label}/margin"] = specificity_margin(matrix)
+    f1c = record.statistics.get("f1_vs_magnitude", {})
+    if f1c.get("evaluable"):
+        for key in ("r", "p_value", "ci_low", "ci_high"):
+            metrics[f"seed/f1_vs_magnitude/{key}"] = f1c.get(key)
+    predictor = record.predictor()
+    if predictor:
+        name = record.config.criteria.predictor
+        metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
+    metrics["n_generations"] = float(record.n_generations)
+    metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
+    metrics["beta"] = record.beta
+    for synset, values in record.per_concept.items():
+        if values.get("beta") is not None:
+            metrics[f"beta/{synset}"] = values["beta"]
+    return metrics
 
 
-def threshold_params(report: CriteriaReport, effect: EffectReport) -> dict[str, float]:
+def threshold_params(record: RunRecord) -> dict[str, float]:
     """Every criterion's threshold as a parameter, named as its verdict metric is."""
     return {
-        **_seed_prefixed(criteria_thresholds(report.results)),
-        **criteria_thresholds(effect.criteria, prefix="v2/"),
+        **_seed_prefixed(criteria_thresholds(criteria_of(record, v2=False))),
+        **criteria_thresholds(criteria_of(record, v2=True), prefix="v2/"),
     }
 
 
@@ -367,68 +383,46 @@ def publish(
     update_children: bool = False,
     betas: dict[str, float] | None = None,
 ) -> RunRecord:
-    """Write the run folder's views and the record, and log everything to MLflow."""
-    import matplotlib.pyplot as plt
-
+    """Publish a scored run as a projection of its folder: build the record first, write
+    the folder's views (summary, criteria, figures) atomically from it, then mirror it to
+    MLflow. Criteria set by Parts B and C outlive a republish (they live in the record)."""
     previous = None
     if run_dir.file(RunDir.RECORD).exists():
         try:
             previous = run_dir.read_record(migrate=True)
         except (LookupError, ValueError):
             previous = None
-    agg = per_strength(records)
-    magnitudes = concept_magnitudes(records)
-    n_children = log_children(ctx, records, update=update_children)
-    metrics = strength_metrics(agg)
-    metrics.update(seed_criteria_metrics(report))
-    metrics.update(effect.metrics())
-    f1c = report.f1_correlation
-    if f1c.evaluable:
-        metrics.update(
-            {
-                "seed/f1_vs_magnitude/r": f1c.r,
-                "seed/f1_vs_magnitude/p_value": f1c.p_value,
-                "seed/f1_vs_magnitude/ci_low": f1c.ci_low,
-                "seed/f1_vs_magnitude/ci_high": f1c.ci_high,
-            }
-        )
-    predictor = ctx.predictor_values()
-    if predictor:
-        metrics[f"mean_classifier_{ctx.predictor_name}"] = float(np.mean(list(predictor.values())))
-    if generation_seconds > 0:
-        metrics["generation/tokens_per_second"] = tokens_per_second
-        metrics["generation/seconds"] = generation_seconds
-    metrics["n_generations"] = float(len(records))
-    metrics["alpha"] = ctx.alpha  # α and β are parameters too; as metrics they can be charted
-    metrics["beta"] = ctx.config.steering.beta
-    for synset, beta in (betas or {}).items():
-        metrics[f"beta/{synset}"] = beta
-    c = tracking.client()
-    all_criteria = {**report.results, **effect.criteria}
-    c.set_tag(ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in all_criteria.items()))
-    for key, value in all_criteria.items():
-        c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
     record = build_record(ctx, records, report, effect, timings, tokens_per_second, previous, betas)
     run_dir.write_record(record)
-    summary = summary_markdown(
-        ctx.run_id, ctx, agg, report.results, tokens_per_second, sum(timings.values())
+    figures = write_views(run_dir, ctx, record, records)
+    mirror(ctx, run_dir, record, records, figures, generation_seconds, update_children)
+    return record
+
+
+def mirror(
+    ctx: RunContext,
+    run_dir: RunDir,
+    record: RunRecord,
+    records: pd.DataFrame,
+    figures: list[str],
+    generation_seconds: float,
+    update_children: bool,
+) -> None:
+    """MLflow as a mirror of the run folder: the parent's metrics, tags, parameters and
+    description from the record, its files as artefacts, the per-cell children from the
+    rows."""
+    n_children = log_children(ctx, records, update=update_children)
+    c = tracking.client()
+    c.set_tag(
+        ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in record.criteria.items())
     )
-    summary += "\n".join(effect_markdown(effect)) + "\n"
-    (run_dir.file(RunDir.SUMMARY)).write_text(summary)
+    for key, value in record.criteria.items():
+        c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
+    summary = run_dir.file(RunDir.SUMMARY).read_text(encoding="utf-8")
     tracking.set_note(ctx.run_id, run_note(ctx) + summary, whole=RunDir.SUMMARY)
-    tracking.log_new_params(ctx.run_id, threshold_params(report, effect))
-    pd.DataFrame([r.to_dict() for r in all_criteria.values()]).to_csv(
-        run_dir.file(RunDir.CRITERIA), index=False
-    )
-    figures = plots(records, ctx, magnitudes)
-    for sign, matrix in effect.specificity.items():
-        figures[f"specificity_{SIGNS[sign]}.png"] = specificity_figure(
-            matrix, f"Specificity at s {'>' if sign > 0 else '<'} 0"
-        )
-    for name, fig in figures.items():
-        fig.savefig(run_dir.file(name), dpi=110)
-        c.log_figure(ctx.run_id, fig, f"plots/{name}")
-        plt.close(fig)
+    tracking.log_new_params(ctx.run_id, threshold_params(record))
+    for name in figures:
+        c.log_artifact(ctx.run_id, str(run_dir.file(name)), "plots")
     for name in (
         RunDir.RECORD,
         RunDir.SUMMARY,
@@ -439,7 +433,10 @@ def publish(
         RunDir.CENTROIDS,
     ):
         c.log_artifact(ctx.run_id, str(run_dir.file(name)))
+    metrics = record_metrics(record)
+    if generation_seconds > 0:
+        metrics["generation/tokens_per_second"] = record.tokens_per_second
+        metrics["generation/seconds"] = generation_seconds
     tracking.log_metrics(ctx.run_id, metrics)
     log_diagnostics(ctx.run_id, ctx.diagnostics.get("directions", {}))  # direction diagnostics
     log.info("logged %d child runs", n_children)
-    return record

@@ -1,17 +1,27 @@
-"""Human-facing views of a run: the summary markdown and the figures."""
+"""Human-facing views of a run, written from its record: the summary markdown, the
+criteria table and the figures."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from experiments.pipeline.effect import SIGNS
+from experiments.record import RunRecord
 from experiments.rows import View, aggregates
+from experiments.rundir import RunDir, atomic_write_text
+from metrics.criteria import CriterionResult
 
 if TYPE_CHECKING:
     from experiments.pipeline.context import RunContext
-    from experiments.pipeline.effect import EffectReport
+
+
+def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
+    """The record's seed criteria (c1-c4) or its v2 criteria, as results."""
+    return {k: c.result() for k, c in record.criteria.items() if k.startswith("v2_") is v2}
 
 
 def plots(
@@ -72,8 +82,9 @@ def plots(
     return figs
 
 
-def effect_markdown(effect: EffectReport) -> list[str]:
-    """The signed effect per arm and sign with intervals, and criteria v2."""
+def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
+    """The signed effect per arm and sign with intervals (``summary``: the record's
+    ``statistics["effect"]``), and the v2 criteria."""
 
     def fmt(value: float | None) -> str:
         return "n/a" if value is None else f"{value:+.3f}"
@@ -88,7 +99,7 @@ def effect_markdown(effect: EffectReport) -> list[str]:
         "| arm / sign | n | e (ungated) | e (gated) | gate pass | combined |",
         "|---|---|---|---|---|---|",
     ]
-    for name, v in sorted(effect.summary.items()):
+    for name, v in sorted(summary.items()):
         if name.startswith("above_null"):
             continue
         lines.append(
@@ -98,7 +109,7 @@ def effect_markdown(effect: EffectReport) -> list[str]:
             f"{frac(v['combined_mean'])} |"
         )
     lines += ["", "| effect above null | gated | ungated |", "|---|---|---|"]
-    for name, v in sorted(effect.summary.items()):
+    for name, v in sorted(summary.items()):
         if name.startswith("above_null"):
             lines.append(
                 f"| {name} | {fmt(v['gated_mean'])} [{fmt(v['gated_low'])}, "
@@ -112,7 +123,7 @@ def effect_markdown(effect: EffectReport) -> list[str]:
         "| criterion | status | value | threshold | reason |",
         "|---|---|---|---|---|",
     ]
-    for c in effect.criteria.values():
+    for c in criteria.values():
         lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")
     return lines
 
@@ -169,3 +180,53 @@ def summary_markdown(
     for c in criteria.values():
         lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")
     return "\n".join(lines) + "\n"
+
+
+def specificity_matrices(record: RunRecord) -> dict[str, pd.DataFrame]:
+    """Per sign label (pos, neg), M[steered concept, scored concept] from the record."""
+    out = {}
+    for label in SIGNS.values():
+        stored = record.diagnostics.get(f"specificity_{label}")
+        if stored:
+            out[label] = pd.DataFrame(stored)
+    return out
+
+
+def summary_text(record: RunRecord, ctx: RunContext) -> str:
+    """summary.md: the settings, the seed's measures and criteria, the steering effect
+    and the v2 criteria, all from the record."""
+    agg = {float(k): v for k, v in record.per_strength.items()}
+    seconds = sum(record.timings.values())
+    text = summary_markdown(
+        record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
+    )
+    effect = record.statistics.get("effect", {})
+    return text + "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+
+
+def write_views(
+    run_dir: RunDir, ctx: RunContext, record: RunRecord, records: pd.DataFrame
+) -> list[str]:
+    """The folder's human-facing views, each written atomically (a reader or a crash
+    never sees half a file); returns the figures' file names."""
+    import matplotlib.pyplot as plt
+
+    atomic_write_text(run_dir.file(RunDir.SUMMARY), summary_text(record, ctx))
+    table = pd.DataFrame([c.model_dump() for c in record.criteria.values()])
+    atomic_write_text(run_dir.file(RunDir.CRITERIA), table.to_csv(index=False))
+    magnitudes = {
+        k: v["magnitude"] for k, v in record.per_concept.items() if v.get("magnitude") is not None
+    }
+    figures = plots(records, ctx, magnitudes)
+    for label, matrix in specificity_matrices(record).items():
+        sign = ">" if label == "pos" else "<"
+        figures[f"specificity_{label}.png"] = specificity_figure(
+            matrix, f"Specificity at s {sign} 0"
+        )
+    for name, fig in figures.items():
+        path = run_dir.file(name)
+        partial = path.with_name(f".{name}.tmp.png")
+        fig.savefig(partial, dpi=110)
+        os.replace(partial, path)
+        plt.close(fig)
+    return list(figures)

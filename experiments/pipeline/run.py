@@ -3,11 +3,13 @@
 ``ExperimentConfig → ConceptGraph → ProbeSet → VectorSet → GenerationPlan →
 generations.jsonl → scores.jsonl → CriteriaReport → RunRecord → MLflow``
 
-One parent MLflow run per invocation and one child run per concept × strength. Each
-generation batch is appended to the run folder as soon as it finishes, so
-``steer-eval run --resume <run id>`` finishes an interrupted run without redoing or
-losing anything (row seeds do not depend on batching); ``steer-eval rescore <run id>``
-recomputes every score, criterion and log from the saved texts without the model.
+Every run opens through the one lifecycle (:mod:`experiments.pipeline.lifecycle`): one
+parent MLflow run per invocation, ending FINISHED, KILLED (Ctrl-C) or FAILED, and one
+child run per concept × strength. Each generation batch is appended to the run folder
+as soon as it finishes, so ``steer-eval run --resume <run id>`` finishes an interrupted
+run without redoing or losing anything (row seeds do not depend on batching);
+``steer-eval rescore <run id>`` recomputes every score, criterion and log from the saved
+texts without the model.
 """
 
 from __future__ import annotations
@@ -21,27 +23,24 @@ from pathlib import Path
 import pandas as pd
 
 from experiments import tracking
-from experiments.concepts import ConceptGraph, load_concepts
-from experiments.config import ExecutionConfig, ExperimentConfig
-from experiments.execution import Executor, make_executor
+from experiments.concepts import ConceptGraph
+from experiments.config import ExperimentConfig
 from experiments.pipeline.analyse import add_paired_shifts, evaluate_criteria, per_strength
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import steering_diagnostics
-from experiments.pipeline.effect import EffectReport, evaluate_effect, select_betas
+from experiments.pipeline.effect import EffectReport, evaluate_effect
 from experiments.pipeline.generate import generate
+from experiments.pipeline.lifecycle import RunError, RunSession, open_run
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
-from experiments.pipeline.probes import ensure_classifiers
-from experiments.pipeline.publish import numeric_metrics, publish, start_parent
+from experiments.pipeline.probes import ProbeSet, ensure_classifiers
+from experiments.pipeline.publish import log_parent, numeric_metrics, publish, run_name
 from experiments.pipeline.score import Scorer, build_scorer, score_all
-from experiments.pipeline.timer import Timer
-from experiments.pipeline.vectors import build_vectors
+from experiments.pipeline.selection import select_strengths
+from experiments.pipeline.vectors import VectorSet, build_vectors
 from experiments.record import RunRecord
 from experiments.rundir import RunDir, join_scores, plan_order
+from experiments.timer import Timer
 from steering.generation import BatchStats
-
-
-class RunError(RuntimeError):
-    """A Phase 5 run cannot start, resume or rescore; the message says why and what to do."""
 
 
 @dataclass
@@ -57,19 +56,6 @@ class Phase5Result:
     effect: EffectReport | None = None
 
 
-def _graph(config: ExperimentConfig) -> ConceptGraph:
-    return load_concepts(
-        config.concepts.file, limit=config.concepts.limit, synsets=config.concepts.synsets
-    )
-
-
-def _locate(run_id: str, results_dir: str | Path | None) -> RunDir:
-    return RunDir.locate(tracking.get_run(run_id), results_dir)
-
-
-SELECTION_FILE = "selection.json"
-
-
 def expected_keys(
     config: ExperimentConfig, graph: ConceptGraph, betas: dict[str, float] | None
 ) -> set[str]:
@@ -80,7 +66,7 @@ def expected_keys(
 
 
 def read_betas(run_dir: RunDir) -> dict[str, float] | None:
-    path = run_dir.file(SELECTION_FILE)
+    path = run_dir.file(RunDir.SELECTION)
     if not path.exists():
         return None
     return {k: v["beta"] for k, v in json.loads(path.read_text())["concepts"].items()}
@@ -147,30 +133,49 @@ def score_and_publish(
     )
 
 
-def select_strengths(
-    config: ExperimentConfig,
-    graph: ConceptGraph,
-    vectors,
-    lm,
-    run_dir: RunDir,
-    scorer: Scorer,
-    timer: Timer,
-    on_batch=None,
-    on_step=None,
-    executor: Executor | None = None,
-) -> tuple[dict[str, float], BatchStats]:
-    """Held-out selection: generate the selection prompts over the β grid, score them and
-    choose β per concept (saved to ``selection.json``, so a resume reuses the choice)."""
-    plan = build_plan(config, graph, vectors, "selection")
-    stats = generate(
-        config, plan, vectors, lm, run_dir, timer, on_batch, on_step, executor=executor
+@dataclass
+class Prepared:
+    """A Phase 5 run's inputs, built from its session: what it steers with and scores by."""
+
+    layer: int
+    probes: ProbeSet
+    vectors: VectorSet
+    scorer: Scorer
+    ctx: RunContext  # its run_id is set once the parent run is open
+
+
+def prepare(session: RunSession) -> Prepared:
+    """Classifiers (trained when missing), steering vectors, centroids and the run context."""
+    config, lm, graph, timer = session.config, session.lm, session.graph, session.timer
+    layer = session.layer()
+    session.say("preparing classifiers, steering vectors and centroids")
+    with timer.time("classifiers"):
+        probes = ensure_classifiers(config, lm, graph, layer)
+    with timer.time("vectors"):
+        vectors = build_vectors(config, lm, graph, probes, layer)
+    with timer.time("centroids"):
+        scorer = build_scorer(config, graph, session.embedder)
+    ctx = RunContext(
+        run_id=session.existing or "",
+        config=config,
+        graph=graph,
+        model_id=lm.model_id,
+        layer=layer,
+        alpha=vectors.alpha,
+        predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
+        classifier_run_id=probes.run_id or tracking.remembered_run(probes.directory),
+        classifier_dir=str(probes.directory),
+        diagnostics={
+            "directions": steering_diagnostics(
+                vectors.numpy_directions(),
+                probes.probes,
+                probes.format_axis,
+                config.steering.vector_source,
+                floor=probes.diagnostics.get("format_axis_floor"),
+            )
+        },
     )
-    rows = [g for g in plan_order(run_dir.read_generations()) if g.get("split") == "selection"]
-    with timer.time("embedding"):
-        scores = score_all(scorer, rows)
-    chosen = select_betas(pd.DataFrame(join_scores(rows, scores)), config)
-    run_dir.write_json(SELECTION_FILE, {"grid": config.selection.beta_grid, "concepts": chosen})
-    return {k: v["beta"] for k, v in chosen.items()}, stats
+    return Prepared(layer, probes, vectors, scorer, ctx)
 
 
 def run_phase5(
@@ -189,126 +194,64 @@ def run_phase5(
 
     ``execution`` overrides ``config.execution`` fields (``{"executor": "ray"}``), also on
     a resume: where the rows are generated does not change them. ``overrides``
-    (``--set`` on a resume) may change scoring only (:func:`scoring_config`)."""
-    say = progress or (lambda _msg: None)
-    timer = Timer()
-    run_dir: RunDir | None = None
-    if resume:
-        run_dir = _locate(resume, results_dir)
-        config = scoring_config(run_dir, list(overrides or []), action="resume")
-    elif overrides:
-        raise RunError("overrides apply to a resume; give a new run its config with them")
-    if config is None:
-        raise RunError("run_phase5 needs a config or a run id to resume")
-    if execution:
-        merged = {**config.execution.model_dump(), **execution}
-        try:
-            chosen = ExecutionConfig.model_validate(merged)
-        except ValueError as exc:  # pydantic's ValidationError
-            raise RunError(f"invalid execution settings {execution}: {exc}") from None
-        config = config.model_copy(update={"execution": chosen})
-    with timer.time("model_load"):
-        if lm is None:
-            from steering.models import load_model
-
-            say(f"loading model {config.model}")
-            lm = load_model(config.model, device=config.device, dtype=config.dtype)
-        if embedder is None:
-            from metrics.embedder import load_embedder
-
-            embedder = load_embedder(config.embedding.model)
-    graph = _graph(config)
-    layer = lm.check_layer(config.layer if config.layer is not None else lm.default_layer)
-    say("preparing classifiers, steering vectors and centroids")
-    with timer.time("classifiers"):
-        probes = ensure_classifiers(config, lm, graph, layer)
-    classifier_run_id = probes.run_id or tracking.remembered_run(probes.directory)
-    with timer.time("vectors"):
-        vectors = build_vectors(config, lm, graph, probes, layer)
-    with timer.time("centroids"):
-        scorer = build_scorer(config, graph, embedder)
-    ctx = RunContext(
-        run_id=resume or "",
-        config=config,
-        graph=graph,
-        model_id=lm.model_id,
-        layer=layer,
-        alpha=vectors.alpha,
-        predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
-        classifier_run_id=classifier_run_id,
-        classifier_dir=str(probes.directory),
-        diagnostics={
-            "directions": steering_diagnostics(
-                vectors.numpy_directions(),
-                probes.probes,
-                probes.format_axis,
-                config.steering.vector_source,
-                floor=probes.diagnostics.get("format_axis_floor"),
-            )
-        },
-    )
-    if resume:
-        tracking.client().update_run(resume, "RUNNING")
-    else:
-        ctx.run_id = start_parent(ctx, config.tracking.results_dir)
-        run_dir = RunDir(config.tracking.results_dir, ctx.run_id)
-    assert run_dir is not None
-    run_dir.create()
-    run_dir.write_config(config)
-    run_dir.write_json(RunDir.CENTROIDS, scorer.texts())
-    executor = make_executor(config, lm)
-    try:
+    (``--set`` on a resume) may change scoring only (``lifecycle.scoring_config``)."""
+    with open_run(
+        config,
+        existing=resume,
+        overrides=overrides,
+        results_dir=results_dir,
+        execution=execution,
+        lm=lm,
+        embedder=embedder,
+        progress=progress,
+    ) as session:
+        config, graph, timer, say = session.config, session.graph, session.timer, session.say
+        prep = prepare(session)
+        ctx = prep.ctx
+        ctx.run_id, new = session.start(
+            config.tracking.experiment,
+            run_name(ctx),
+            config.tracking.results_dir,
+            tags={"phase": "5"},
+        )
+        run_dir = session.run_dir
+        assert run_dir is not None
+        if new:
+            log_parent(ctx, run_dir.file(RunDir.CONFIG))
+        run_dir.write_config(config)
+        run_dir.write_json(RunDir.CENTROIDS, prep.scorer.texts())
         totals = BatchStats()
         betas = None
         if config.selection.mode == "heldout":
             say(f"run {ctx.run_id}: choosing β per concept on the selection prompts")
-            betas, stats = select_strengths(
-                config, graph, vectors, lm, run_dir, scorer, timer, on_batch, on_step, executor
+            chosen, stats = select_strengths(
+                session, config, prep.vectors, prep.scorer, on_batch, on_step
             )
+            grid = config.selection.beta_grid
+            run_dir.write_json(RunDir.SELECTION, {"grid": grid, "concepts": chosen})
+            betas = {k: v["beta"] for k, v in chosen.items()}
             totals.add(stats)
-        plan = build_plan(config, graph, vectors, "report", betas)
+        plan = build_plan(config, graph, prep.vectors, "report", betas)
         say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
-        totals.add(generate(config, plan, vectors, lm, run_dir, timer, on_batch, on_step, executor))
-        executor.close()
-        tracking.log_metrics(ctx.run_id, {"execution/retries": executor.retries})
-        say("scoring, pairing and logging")
-        result = score_and_publish(
-            ctx, run_dir, scorer, timer, totals.tokens_per_second, totals.seconds
-        )
-    except BaseException:
-        tracking.end_run(ctx.run_id, "KILLED")
-        raise
-    finally:
-        executor.close()
-    tracking.end_run(ctx.run_id)
-    return result
-
-
-# Sections a rescore may change: they act on saved texts, not on what was generated.
-RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
-# A resume may also turn traces on or off: where results are logged, not what they are.
-RESUME_KEYS = (*RESCORE_SECTIONS, "tracking.traces")
-
-
-def scoring_config(
-    run_dir: RunDir, overrides: list[str], action: str = "rescore"
-) -> ExperimentConfig:
-    """The run's stored config with ``overrides`` applied, refusing any that would change
-    what was (or is still to be) generated: a rescore or a resume may only change how
-    saved texts are scored and judged."""
-    from experiments.config import ConfigError, load_config, parse_override
-
-    allowed = RESCORE_SECTIONS if action == "rescore" else RESUME_KEYS
-    for text in overrides:
-        path, _ = parse_override(text)
-        dotted = ".".join(path)
-        if not any(dotted == key or dotted.startswith(f"{key}.") for key in allowed):
-            raise ConfigError(
-                f"{action} cannot change {dotted}: it changes what was generated; start a "
-                f"new run instead ({action} may change {', '.join(allowed)})"
+        totals.add(
+            generate(
+                config,
+                plan,
+                prep.vectors,
+                session.lm,
+                run_dir,
+                timer,
+                on_batch,
+                on_step,
+                session.executor,
             )
-    run_dir.load_config()  # a clear error when the folder is missing
-    return load_config(run_dir.file(RunDir.CONFIG), overrides)
+        )
+        session.close_executor()
+        tracking.log_metrics(ctx.run_id, {"execution/retries": session.executor.retries})
+        say("scoring, pairing and logging")
+        return score_and_publish(
+            ctx, run_dir, prep.scorer, timer, totals.tokens_per_second, totals.seconds
+        )
 
 
 def rescore(
@@ -322,63 +265,51 @@ def rescore(
     scored and judged (the gate, thresholds, centroids), never what was generated; the
     run's stored config is updated to say so."""
     started = time.perf_counter()
-    run_dir = _locate(run_id, results_dir)
-    config = scoring_config(run_dir, list(overrides or []))
-    if overrides:
-        run_dir.write_config(config)
-        tracking.client().set_tag(run_id, "rescored.overrides", "; ".join(overrides))
-    try:
-        previous = run_dir.read_record(migrate=True)
-    except LookupError:
-        raise RunError(
-            f"run {run_id} has no run record; finish it with `steer-eval run --resume {run_id}`"
-        ) from None
-    except ValueError as exc:
-        raise RunError(
-            f"run {run_id}'s record cannot be read by this release ({exc}); start a new run"
-        ) from None
-    timer = Timer()
-    with timer.time("model_load"):
-        if embedder is None:
-            from metrics.embedder import load_embedder
-
-            embedder = load_embedder(config.embedding.model)
-    graph = _graph(config)
-    with timer.time("centroids"):
-        scorer = build_scorer(config, graph, embedder)
-    ctx = RunContext(
-        run_id=run_id,
-        config=config,
-        graph=graph,
-        model_id=previous.model_id,
-        layer=previous.layer,
-        alpha=previous.alpha,
-        predictors=previous.predictors,
-        classifier_run_id=previous.classifier_run_id,
-        classifier_dir=previous.classifier_dir,
-        diagnostics=dict(previous.diagnostics),
-    )
-    result = score_and_publish(
-        ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True
-    )
-    tracking.log_metrics(run_id, {"rescore/seconds": time.perf_counter() - started})
-    tracking.client().set_tag(run_id, "rescored", "true")
+    overrides = list(overrides or [])
+    with open_run(
+        existing=run_id,
+        action="rescore",
+        overrides=overrides,
+        results_dir=results_dir,
+        embedder=embedder,
+        need_model=False,
+    ) as session:
+        run_dir, config, timer = session.run_dir, session.config, session.timer
+        assert run_dir is not None
+        try:
+            previous = run_dir.read_record(migrate=True)
+        except LookupError:
+            raise RunError(
+                f"run {run_id} has no run record; finish it with `steer-eval run --resume {run_id}`"
+            ) from None
+        except ValueError as exc:
+            raise RunError(
+                f"run {run_id}'s record cannot be read by this release ({exc}); start a new run"
+            ) from None
+        if overrides:
+            run_dir.write_config(config)
+            tracking.client().set_tag(run_id, "rescored.overrides", "; ".join(overrides))
+        with timer.time("centroids"):
+            scorer = build_scorer(config, session.graph, session.embedder)
+        ctx = RunContext(
+            run_id=run_id,
+            config=config,
+            graph=session.graph,
+            model_id=previous.model_id,
+            layer=previous.layer,
+            alpha=previous.alpha,
+            predictors=previous.predictors,
+            classifier_run_id=previous.classifier_run_id,
+            classifier_dir=previous.classifier_dir,
+            diagnostics=dict(previous.diagnostics),
+        )
+        session.start(config.tracking.experiment, "", run_dir.root)  # reopened, then closed
+        result = score_and_publish(
+            ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True
+        )
+        tracking.log_metrics(run_id, {"rescore/seconds": time.perf_counter() - started})
+        tracking.client().set_tag(run_id, "rescored", "true")
     return result
 
 
-def load_record(run_id: str, results_dir: str | Path | None = None) -> RunRecord:
-    """A finished run's record: the local copy, else the MLflow artefact."""
-    run = tracking.get_run(run_id)
-    run_dir = RunDir.locate(run, results_dir)
-    if run_dir.file(RunDir.RECORD).exists():
-        return run_dir.read_record()
-    import mlflow
-
-    try:
-        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RunDir.RECORD)
-    except Exception as exc:
-        raise RunError(f"run {run_id} has no {RunDir.RECORD}; is it a finished run?") from exc
-    return RunRecord.parse(Path(path).read_text(), source=f"{run_id}/{RunDir.RECORD}")
-
-
-__all__ = ["Phase5Result", "RunError", "load_record", "rescore", "run_phase5"]
+__all__ = ["Phase5Result", "Prepared", "RunError", "prepare", "rescore", "run_phase5"]

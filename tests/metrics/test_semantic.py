@@ -12,7 +12,6 @@ from metrics.semantic import (
     Centroids,
     build_centroids,
     cosine,
-    paired_shift,
     score,
     steering_label,
     steering_labels,
@@ -126,11 +125,3 @@ def test_steering_label_rejects_nan_and_vectorises():
         "neutral",
         "toward_negative",
     ]
-
-
-def test_paired_shift_magnitude_and_direction():
-    shift = paired_shift(np.array([0.5, 0.1, 0.2]), np.array([0.2, 0.3, 0.2]))
-    np.testing.assert_allclose(shift.magnitude, [0.3, 0.2, 0.0], atol=1e-12)
-    np.testing.assert_array_equal(shift.direction, [1.0, -1.0, 0.0])
-    magnitude, direction = shift
-    assert magnitude.shape == direction.shape == (3,)

@@ -13,7 +13,7 @@ from experiments.bench.measure import (
     measure_side_by_side,
     ratio,
 )
-from experiments.bench.workload import stratified_subset, synthetic_workload
+from experiments.bench.workload import stratified_subset
 
 
 def test_medians_are_medians():
@@ -44,7 +44,7 @@ def test_interleaved_alternates_the_runs():
     assert len(out["a"].seconds) == len(out["b"].seconds) == 3
 
 
-def test_single_stream_baselines_run_in_chunks_between_batched_repeats(tiny_lm):
+def test_single_stream_baselines_run_in_chunks_between_batched_repeats(tiny_lm, synthetic_workload):
     wl = synthetic_workload(tiny_lm, n_concepts=2)
     calls = []
 

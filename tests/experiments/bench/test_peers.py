@@ -13,7 +13,6 @@ from experiments.bench.peers import (
     run_hf_batched,
     section_peers,
 )
-from experiments.bench.workload import synthetic_workload
 from steering.generation import generate_batch
 
 
@@ -21,7 +20,7 @@ def _greedy(wl, tokens):
     return replace(wl, sampling=replace(wl.sampling, greedy=True, max_new_tokens=tokens))
 
 
-def test_hf_batched_generate_matches_ours_under_greedy(tiny_lm, one_thread):
+def test_hf_batched_generate_matches_ours_under_greedy(tiny_lm, one_thread, synthetic_workload):
     # strong steering, so a peer that dropped or misrouted the per-row edit would differ
     prompts = ("the dog is a good animal in the house", "tell me")
     wl = synthetic_workload(tiny_lm, n_concepts=2, prompts=prompts, alpha=40.0, beta=1.0)
@@ -41,7 +40,7 @@ def test_hf_batched_generate_matches_ours_under_greedy(tiny_lm, one_thread):
     assert by_strength[-1.0] != by_strength[1.0]
 
 
-def test_sampling_settings_match_ours(tiny_lm):
+def test_sampling_settings_match_ours(tiny_lm, synthetic_workload):
     wl = synthetic_workload(tiny_lm, n_concepts=1)
     kwargs = hf_sampling_kwargs(tiny_lm, wl)
     s = wl.sampling
@@ -51,7 +50,7 @@ def test_sampling_settings_match_ours(tiny_lm):
     assert tiny_lm.tokenizer.pad_token_id in kwargs["suppress_tokens"]
 
 
-def test_timed_pass_and_section(tiny_lm, one_thread):
+def test_timed_pass_and_section(tiny_lm, one_thread, synthetic_workload):
     wl = synthetic_workload(tiny_lm, n_concepts=2, max_new_tokens=4, batch_size=5)
     m = run_hf_batched(tiny_lm, wl)
     assert m.rows == len(wl.rows) and len(m.seconds) == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from experiments.bench.profile import FORWARD, HEAD, HOOK, LAYER, section_profile, step_breakdown
-from experiments.bench.workload import synthetic_workload
 
 
 def test_step_breakdown_splits_each_window():
@@ -38,7 +37,7 @@ def _hooks(lm) -> list[tuple[int, ...]]:
     return [(*m._forward_hooks.keys(), -1, *m._forward_pre_hooks.keys()) for m in modules]
 
 
-def test_profile_of_the_tiny_model(tiny_lm, one_thread):
+def test_profile_of_the_tiny_model(tiny_lm, one_thread, synthetic_workload):
     # The session-wide tiny model may carry hooks transformers installed for other tests
     # (output capturing); the profile must add none that outlive it.
     before = _hooks(tiny_lm)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from experiments.bench.workload import scaled_workload, stratified_subset, synthetic_workload
+from experiments.bench.workload import scaled_workload, stratified_subset
 
 
-def test_stratified_subset_spreads_over_strengths(tiny_lm):
+def test_stratified_subset_spreads_over_strengths(tiny_lm, synthetic_workload):
     wl = synthetic_workload(tiny_lm, n_concepts=3)
     subset = stratified_subset(wl, 6)
     assert len(subset) == len({r.key for r in subset}) == 6
@@ -17,7 +17,7 @@ def test_stratified_subset_spreads_over_strengths(tiny_lm):
     assert len(stratified_subset(wl, 1000)) == len(wl.rows)
 
 
-def test_scaled_workload_repeats_concepts_with_new_seeds(tiny_lm):
+def test_scaled_workload_repeats_concepts_with_new_seeds(tiny_lm, synthetic_workload):
     wl = synthetic_workload(tiny_lm, n_concepts=2)
     per_concept = len(wl.rows) // 2
     one, how = scaled_workload(wl, 1)

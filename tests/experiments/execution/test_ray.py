@@ -22,9 +22,9 @@ from experiments.execution import ExecutionError, LocalExecutor
 from experiments.execution.ray import ModelSource, RayExecutor
 from experiments.pipeline.generate import generate
 from experiments.pipeline.plan import build_plan
-from experiments.pipeline.timer import Timer
 from experiments.pipeline.vectors import VectorSet, random_directions
 from experiments.rundir import RunDir
+from experiments.timer import Timer
 from steering.vector import SteeringVector
 
 LAYER = 2

@@ -14,8 +14,8 @@ pipeline's own code runs unchanged up to the kill):
 * ``child_runs``: the third child run is created, then the process dies (RUNNING, empty);
 * ``traces``: the second chunk of traces is logged, then dies before ``traces.json``
   lists it;
-* ``publish``: dies when the figures are drawn (record, summary and criteria written,
-  artefacts and metrics not yet logged).
+* ``publish``: dies when the figures are drawn (record, summary and criteria written;
+  nothing mirrored to MLflow yet).
 """
 
 from __future__ import annotations
@@ -94,12 +94,12 @@ def arm(stage: str) -> None:
 
         traces.write_map = dies_before_the_second_map
     elif stage == "publish":
-        import experiments.pipeline.publish as publish
+        import experiments.pipeline.report as report
 
         def dies_drawing(*_args, **_kwargs):
             die()
 
-        publish.plots = dies_drawing
+        report.plots = dies_drawing
     else:
         raise SystemExit(f"unknown stage {stage!r}; one of {STAGES}")
 

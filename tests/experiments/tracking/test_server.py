@@ -9,8 +9,9 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.pipeline.run import load_record, run_phase5
+from experiments.pipeline.run import run_phase5
 from experiments.rundir import RunDir
+from experiments.validation.runs import phase5_parent, stored_config
 
 
 def served_files(root, run_id: str) -> set[str]:
@@ -46,7 +47,7 @@ def test_a_phase5_run_logs_to_the_server(
     check_parent(result, root, config.tracking.experiment, children=2 * 3)
     # The record comes back through the server when the local folder is gone.
     (result.results_dir / RunDir.RECORD).unlink()
-    assert load_record(result.run_id).run_id == result.run_id
+    assert stored_config(phase5_parent(result.run_id)) == result.record.config
 
 
 def test_a_ray_run_logs_to_the_server(

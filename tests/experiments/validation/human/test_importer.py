@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -208,11 +209,27 @@ def real_run(mlflow_store, embedded_lm, embedder, tmp_path_factory):
     return run_phase5(cfg, lm=embedded_lm, embedder=embedder)
 
 
+def load_helper(name: str):
+    """A helper module of this folder, by path (tests are not a package)."""
+    import importlib.util
+    import sys
+
+    module_name = f"steer_eval_tests_human_{name.removesuffix('.py')}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, Path(__file__).with_name(name))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
 @pytest.mark.integration
 def test_real_phase5_run_export_scripted_rate_import(real_run, kit):
     from experiments.concepts import load_concepts
     from experiments.config import load_config
-    from experiments.validation.human.rater import scripted_rate
+
+    scripted_rate = load_helper("scripted_rater.py").scripted_rate
 
     run_id = real_run.run_id
     result = export_samples(run_id, n=9, seed=0)  # 12 generations in 6 cells

@@ -1,4 +1,5 @@
-"""Wall time per stage, reported in the run record and by ``make bench``."""
+"""Wall time per stage, reported in the run record and by ``make bench``; below the
+pipeline and the executors, which both add to it."""
 
 from __future__ import annotations
 

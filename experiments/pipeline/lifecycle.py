@@ -1,0 +1,181 @@
+"""One lifecycle for every command that makes or remakes a run.
+
+``steer-eval run``, ``rescore``, ``calibrate`` and the bench's workload all open a run
+the same way (Inspect AI's recorder lifecycle is the model):
+
+1. resolve it: a new run from its config, or an existing one from its id, whose stored
+   config comes back with the overrides a resume or rescore may apply
+   (:func:`scoring_config`);
+2. load what it needs: the language model (unless only saved texts are read), the
+   embedder and the concept graph, timed as ``model_load``;
+3. open the parent MLflow run when the caller starts it (:meth:`RunSession.start`):
+   created, or reopened for a resume or rescore, through ``tracking.tracked_run``,
+   which ends it FINISHED, KILLED on Ctrl-C and FAILED on any other error, so an
+   interrupted run is told apart from a broken one; the run folder is made (and its
+   path remembered on the run);
+4. the executor that generates rows (``execution.executor``), made on first use and
+   closed when the block ends.
+
+Nothing here knows what a phase computes; ``pipeline/run.py`` (Phase 5) and
+``calibration/study.py`` (Phase 6) compose their stages inside the block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from experiments import tracking
+from experiments.concepts import ConceptGraph, load_concepts
+from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig
+from experiments.execution import Executor, make_executor
+from experiments.rundir import RUN_DIR_TAG, RunDir
+from experiments.timer import Timer
+
+# Sections a rescore may change: they act on saved texts, not on what was generated.
+RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
+# A resume may also turn traces on or off: where results are logged, not what they are.
+RESUME_KEYS = (*RESCORE_SECTIONS, "tracking.traces")
+
+Action = Literal["resume", "rescore"]
+
+
+class RunError(RuntimeError):
+    """A run cannot start, resume or rescore; the message says why and what to do."""
+
+
+def scoring_config(run_dir: RunDir, overrides: list[str], action: Action = "rescore"):
+    """The run's stored config with ``overrides`` applied, refusing any that would change
+    what was (or is still to be) generated: a rescore or a resume may only change how
+    saved texts are scored and judged."""
+    from experiments.config import load_config, parse_override
+
+    allowed = RESCORE_SECTIONS if action == "rescore" else RESUME_KEYS
+    for text in overrides:
+        path, _ = parse_override(text)
+        dotted = ".".join(path)
+        if not any(dotted == key or dotted.startswith(f"{key}.") for key in allowed):
+            raise ConfigError(
+                f"{action} cannot change {dotted}: it changes what was generated; start a "
+                f"new run instead ({action} may change {', '.join(allowed)})"
+            )
+    run_dir.load_config()  # a clear error when the folder is missing
+    return load_config(run_dir.file(RunDir.CONFIG), overrides)
+
+
+def load_graph(config: ExperimentConfig) -> ConceptGraph:
+    return load_concepts(
+        config.concepts.file, limit=config.concepts.limit, synsets=config.concepts.synsets
+    )
+
+
+@dataclass
+class RunSession:
+    """What a run's stages share: its config, graph, models, timer, folder and executor."""
+
+    config: ExperimentConfig
+    graph: ConceptGraph
+    timer: Timer
+    lm: Any  # steering.models.LoadedModel, or None when only saved texts are read
+    embedder: Any
+    existing: str | None = None  # the run being resumed or rescored
+    run_dir: RunDir | None = None
+    run_id: str | None = None
+    say: Callable[[str], None] = field(default=lambda _msg: None)
+    _stack: ExitStack = field(default_factory=ExitStack)
+    _executor: Executor | None = None
+
+    def layer(self) -> int:
+        """The decoder layer the run probes and steers (``layer`` or the middle one)."""
+        lm = self.lm
+        return lm.check_layer(
+            self.config.layer if self.config.layer is not None else lm.default_layer
+        )
+
+    def start(
+        self,
+        experiment: str,
+        name: str,
+        results_root: str | Path,
+        tags: dict[str, str] | None = None,
+    ) -> tuple[str, bool]:
+        """Open the parent run (new, or the one being resumed or rescored) until the
+        session ends, and make its folder. Returns (run id, whether it is new)."""
+        new = self.existing is None
+        run_id = self._stack.enter_context(
+            tracking.tracked_run(experiment, name, tags=tags, run_id=self.existing)
+        )
+        if new:
+            self.run_dir = RunDir(results_root, run_id)
+            tracking.client().set_tag(run_id, RUN_DIR_TAG, str(self.run_dir.path.resolve()))
+        assert self.run_dir is not None
+        self.run_dir.create()
+        self.run_id = run_id
+        return run_id, new
+
+    @property
+    def executor(self) -> Executor:
+        """The executor of ``execution.executor`` on this session's model, made once."""
+        if self._executor is None:
+            self._executor = make_executor(self.config, self.lm)
+            self._stack.callback(self._executor.close)
+        return self._executor
+
+    def close_executor(self) -> None:
+        """Release the workers early (before scoring, which needs none of them)."""
+        if self._executor is not None:
+            self._executor.close()
+
+
+@contextmanager
+def open_run(
+    config: ExperimentConfig | None = None,
+    *,
+    existing: str | None = None,
+    action: Action = "resume",
+    overrides: list[str] | None = None,
+    results_dir: str | Path | None = None,
+    execution: dict | None = None,
+    lm: Any = None,
+    embedder: Any = None,
+    need_model: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Iterator[RunSession]:
+    """A session for a new run (``config``) or an existing one (``existing``: resumed, or
+    rescored with ``action="rescore"``); the parent run and the executor are closed when
+    the block ends, with the status that says how it ended."""
+    say = progress or (lambda _msg: None)
+    timer = Timer()
+    run_dir = None
+    if existing:
+        run_dir = RunDir.locate(tracking.get_run(existing), results_dir)
+        config = scoring_config(run_dir, list(overrides or []), action)
+    elif overrides:
+        raise RunError("overrides apply to a resume; give a new run its config with them")
+    if config is None:
+        raise RunError("a run needs a config, or the id of the run to resume")
+    if execution:
+        merged = {**config.execution.model_dump(), **execution}
+        try:
+            chosen = ExecutionConfig.model_validate(merged)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise RunError(f"invalid execution settings {execution}: {exc}") from None
+        config = config.model_copy(update={"execution": chosen})
+    with timer.time("model_load"):
+        if lm is None and need_model:
+            from steering.models import load_model
+
+            say(f"loading model {config.model}")
+            lm = load_model(config.model, device=config.device, dtype=config.dtype)
+        if embedder is None:
+            from metrics.embedder import load_embedder
+
+            embedder = load_embedder(config.embedding.model)
+    session = RunSession(
+        config, load_graph(config), timer, lm, embedder, existing, run_dir, existing, say
+    )
+    with session._stack:
+        yield session
