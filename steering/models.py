@@ -41,6 +41,11 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     info: dict = field(default_factory=dict)
+    # How generate_batch decodes on this model: "auto" (by device: cpu, cuda, else
+    # reference) or a policy's name (steering/policies.py). The policy object, made once
+    # on first use, keeps per-model state (the CUDA policy's graphs and caches).
+    decode_policy: str = "auto"
+    decoder_state: object = field(default=None, repr=False, compare=False)
 
     @property
     def n_layers(self) -> int:
