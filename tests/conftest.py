@@ -60,6 +60,21 @@ def _no_network():
     socket.socket.connect_ex = _real_connect_ex
 
 
+# ---------------------------------------------------------------------------- CUDA
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip on a machine without a CUDA GPU (CI has none)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 # ---------------------------------------------------------------------------- tiny model
 
 TINY_WORDS = (
@@ -143,6 +158,21 @@ def tiny_lm():
     from steering.models import wrap_model
 
     return wrap_model(build_tiny_gemma(), build_tiny_tokenizer(), "tiny-random-gemma3")
+
+
+@pytest.fixture
+def make_tiny_lm():
+    """Builds a fresh tiny model (for tests that change its config): ``make_tiny_lm(
+    device="cpu", **config_attributes)``."""
+    from steering.models import wrap_model
+
+    def make(device: str = "cpu", **config):
+        model = build_tiny_gemma()
+        for name, value in config.items():
+            setattr(model.config, name, value)
+        return wrap_model(model.to(device), build_tiny_tokenizer(), f"tiny-random-gemma3-{device}")
+
+    return make
 
 
 # ---------------------------------------------------------------------------- embedded model
