@@ -297,6 +297,12 @@ class ExperimentConfig(_Strict):
     name: str = "phase5"
     seed: int = 0
     model: str = "embedded"
+    model_load_format: Literal["auto", "dummy"] = Field(
+        "auto",
+        description="auto: the model's weights; dummy: its config with random weights "
+        "(seeded; timing and smoke runs without weights, like vLLM's load_format=dummy). "
+        "model then names a config: a shipped one (gemma-3-4b-pt), a .json or a folder",
+    )
     device: str = "auto"
     dtype: str = "auto"
     layer: int | None = Field(None, description="decoder layer; null = the middle layer")
@@ -336,8 +342,10 @@ class ExperimentConfig(_Strict):
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance.
         ``execution`` is left out: a local and a Ray run of one config give the same numbers."""
-        blob = json.dumps(self.model_dump(mode="json", exclude={"execution"}), sort_keys=True)
-        blob = blob.encode()
+        data = self.model_dump(mode="json", exclude={"execution"})
+        if data["model_load_format"] == "auto":  # the field's default: older runs' hashes hold
+            del data["model_load_format"]
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def flat(self) -> dict[str, Any]:

@@ -178,14 +178,28 @@ def model_slug(model_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("_")[:80]
 
 
+LOAD_FORMATS = ("auto", "dummy")
+
+
 def load_model(
-    spec: str = EMBEDDED, device: str | None = None, dtype: str | None = None
+    spec: str = EMBEDDED,
+    device: str | None = None,
+    dtype: str | None = None,
+    load_format: str = "auto",
 ) -> LoadedModel:
-    """Load ``embedded``, a Hugging Face id, a local directory or a ``.gguf`` file."""
+    """Load ``embedded``, a Hugging Face id, a local directory or a ``.gguf`` file.
+
+    ``load_format="dummy"`` reads only the spec's config and draws random weights
+    (steering/dummy.py): the model id becomes ``dummy:<name>``, so probes trained on it
+    never mix with the real model's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
     torch_dtype = pick_dtype(dev, dtype)
+    if load_format == "dummy":
+        return load_dummy(spec, dev, torch_dtype)
+    if load_format != "auto":
+        raise ModelSpecError(f"unknown load format {load_format!r}; use one of {LOAD_FORMATS}")
     kwargs: dict = {"dtype": torch_dtype}
     if spec == EMBEDDED:
         try:
@@ -220,3 +234,29 @@ def load_model(
         ) from exc
     model.to(dev)
     return wrap_model(model, tokenizer, model_id, info={"spec": spec, "source": source})
+
+
+def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """A random-weight model of the spec's config, with a tokenizer (steering/dummy.py)."""
+    from steering.dummy import (
+        DummySpecError,
+        build_dummy,
+        dummy_tokenizer,
+        resolve_config,
+        text_vocab,
+    )
+
+    try:
+        config_file, name = resolve_config(spec)
+    except DummySpecError as exc:
+        raise ModelSpecError(str(exc)) from None
+    tokenizer, tokenizer_source = dummy_tokenizer(config_file)
+    model = build_dummy(config_file, device, dtype)
+    if len(tokenizer) > text_vocab(model):
+        raise ModelSpecError(
+            f"the tokenizer ({tokenizer_source}) has {len(tokenizer)} tokens but the model "
+            f"{name} only {text_vocab(model)} output rows; give a folder with its own tokenizer"
+        )
+    info = {"spec": spec, "source": str(config_file), "load_format": "dummy",
+            "tokenizer": tokenizer_source}  # fmt: skip
+    return wrap_model(model, tokenizer, f"dummy:{name}", info=info)

@@ -140,6 +140,46 @@ def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
     return model
 
 
+def tiny_multimodal_config():
+    """Gemma 3 4B's class (``Gemma3ForConditionalGeneration``: text and SigLIP vision) at a
+    tiny size, with the 4B's vocabulary of 262,208 rows (the embedded tokenizer's
+    262,144 and the image tokens)."""
+    from transformers import Gemma3Config
+
+    return Gemma3Config(
+        text_config={
+            "vocab_size": 262_208,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "max_position_embeddings": 512,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 28,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
+        mm_tokens_per_image=4,
+    )
+
+
+def build_tiny_multimodal(seed: int = 0):
+    import torch
+    from transformers import Gemma3ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    return Gemma3ForConditionalGeneration(tiny_multimodal_config()).eval()
+
+
 @pytest.fixture
 def one_thread():
     """The tiny model's matmuls are too small to gain from threads, and on a busy shared
@@ -184,6 +224,27 @@ def embedded_lm():
     from steering.models import load_model
 
     return load_model("embedded")
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_lm():
+    """A tiny random ``Gemma3ForConditionalGeneration`` with the embedded Gemma 3
+    tokenizer (needs `make setup` for the tokenizer only)."""
+    from transformers import AutoTokenizer
+
+    from steering.assets import require_embedded_model
+    from steering.models import wrap_model
+
+    tokenizer = AutoTokenizer.from_pretrained(require_embedded_model())
+    return wrap_model(build_tiny_multimodal(), tokenizer, "tiny-random-gemma3-multimodal")
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_json(tmp_path_factory):
+    """The tiny multimodal config as a file, named ``tiny-gemma3-mm.json``."""
+    path = tmp_path_factory.mktemp("configs") / "tiny-gemma3-mm.json"
+    tiny_multimodal_config().to_json_file(path)
+    return path
 
 
 @pytest.fixture(scope="session")

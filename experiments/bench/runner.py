@@ -161,7 +161,7 @@ def run_bench(
         if lm is None:
             say(f"loading {config.model} ({config.device}, {config.dtype})")
             t = time.perf_counter()
-            lm = load_model(config.model, device=config.device, dtype=config.dtype)
+            lm = load_model(config.model, config.device, config.dtype, config.model_load_format)
             results["model_load_seconds"] = round(time.perf_counter() - t, 2)
         results["machine"] = machine_info(lm.device)
         results["model"] = {"id": lm.model_id, "dtype": dtype_name(lm.dtype), "layers": lm.n_layers}

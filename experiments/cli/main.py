@@ -127,7 +127,7 @@ def classifiers(
     cfg = resolve_config(config, overrides, model, layer, concepts)
     graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
     with console.status(f"loading {cfg.model}"):
-        lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        lm = load_model(cfg.model, cfg.device, cfg.dtype, cfg.model_load_format)
     if wanted is None:
         wanted = [cfg.layer if cfg.layer is not None else lm.default_layer]
     chosen = sorted({lm.check_layer(la) for la in wanted})  # a clear error when out of range

@@ -22,7 +22,7 @@ def make_executor(
     from experiments.execution.ray import ModelSource, RayExecutor
 
     return RayExecutor(
-        ModelSource(config.model, config.device, config.dtype),
+        ModelSource(config.model, config.device, config.dtype, config.model_load_format),
         workers=e.workers,
         cpus_per_worker=e.cpus_per_worker,
         max_retries=e.max_retries,
