@@ -119,9 +119,19 @@ def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def pick_device(device: str | None = None) -> torch.device:
+    """``auto`` is CUDA when torch sees a GPU, else the CPU; ``cuda`` without one is refused
+    here, with what torch reports, instead of deep inside the first ``.to``."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    chosen = torch.device(device)
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        build = torch.version.cuda
+        raise ModelSpecError(
+            f"device {device!r}: torch {torch.__version__} sees no CUDA GPU "
+            + (f"(built for CUDA {build})" if build else "(a CPU-only build)")
+            + "; use --device cpu, or run on a machine with a GPU and a CUDA build of torch"
+        )
+    return chosen
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
