@@ -29,6 +29,11 @@ from steering.probes import TrainSpec
 Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
 
 
+# Rows per decode batch on the CPU (the default, and what generation.batch_size auto means
+# there); scoring embeds in chunks of this many rows when the batch size is auto.
+CPU_BATCH_ROWS = 96
+
+
 class ConfigError(ValueError):
     """The configuration is unreadable or invalid; the message names the field and fix."""
 
@@ -183,7 +188,18 @@ class GenerationConfig(_Strict):
     top_p: float = Field(0.95, gt=0, le=1)
     greedy: bool = False
     samples_per_prompt: int = Field(1, ge=1)
-    batch_size: int = Field(96, ge=1, description="rows per forward pass")
+    batch_size: int | Literal["auto"] = Field(
+        CPU_BATCH_ROWS,
+        description="rows per forward pass; auto: 96 on the CPU, on CUDA what the card's "
+        "free memory holds (up to 1,024)",
+    )
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_size(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1, or auto")
+        return value
 
 
 class EmbeddingConfig(_Strict):

@@ -24,6 +24,7 @@ import torch
 
 from steering.decode import DecodeBatch, DecodePolicy
 from steering.head import reused_logits
+from steering.memory import nll_logits_budget
 from steering.models import LoadedModel
 from steering.policies import policy_for
 from steering.sampling import (  # noqa: F401  (re-exported: the sampler's old home)
@@ -210,6 +211,7 @@ def generate_batch(
 # default grid. The head now runs only at positions that predict a continuation token, and
 # each forward pass keeps at most this many logits.
 NLL_LOGITS_BUDGET = 1 << 26  # entries (256 MiB in fp32)
+NLL_ROWS, NLL_CUDA_ROWS = 32, 256  # rows per forward pass at most, CPU and CUDA
 
 
 def _nll_chunks(lengths: Sequence[int], batch_size: int, max_positions: int) -> list[range]:
@@ -234,13 +236,20 @@ def continuation_nll(
     lm: LoadedModel,
     prompts: Sequence[str],
     continuations: Sequence[Sequence[int]],
-    batch_size: int = 32,
-    logits_budget: int = NLL_LOGITS_BUDGET,
+    batch_size: int | None = None,
+    logits_budget: int | None = None,
 ) -> list[float | None]:
     """Mean negative log-likelihood of each continuation given its prompt, unsteered.
 
-    exp() of it is the perplexity coherence check. Empty continuations give None.
+    exp() of it is the perplexity coherence check. Empty continuations give None. By
+    default at most 32 rows and ``NLL_LOGITS_BUDGET`` logits per forward pass on the
+    CPU; on a card 256 rows and what its free memory holds (steering/memory.py).
     """
+    on_card = lm.device.type == "cuda"
+    if batch_size is None:
+        batch_size = NLL_CUDA_ROWS if on_card else NLL_ROWS
+    if logits_budget is None:
+        logits_budget = nll_logits_budget(lm, NLL_LOGITS_BUDGET)
     vocab = lm.model.get_output_embeddings().weight.shape[0]
     conts = [list(c) for c in continuations]
     out: list[float | None] = [None] * len(conts)

@@ -226,17 +226,28 @@ def embedded_lm():
     return load_model("embedded")
 
 
-@pytest.fixture(scope="session")
-def tiny_multimodal_lm():
-    """A tiny random ``Gemma3ForConditionalGeneration`` with the embedded Gemma 3
-    tokenizer (needs `make setup` for the tokenizer only)."""
+def _tiny_multimodal_lm(device: str = "cpu"):
     from transformers import AutoTokenizer
 
     from steering.assets import require_embedded_model
     from steering.models import wrap_model
 
     tokenizer = AutoTokenizer.from_pretrained(require_embedded_model())
-    return wrap_model(build_tiny_multimodal(), tokenizer, "tiny-random-gemma3-multimodal")
+    model = build_tiny_multimodal().to(device)
+    return wrap_model(model, tokenizer, f"tiny-random-gemma3-multimodal-{device}")
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_lm():
+    """A tiny random ``Gemma3ForConditionalGeneration`` with the embedded Gemma 3
+    tokenizer (needs `make setup` for the tokenizer only)."""
+    return _tiny_multimodal_lm()
+
+
+@pytest.fixture
+def make_tiny_multimodal_lm():
+    """Builds the tiny multimodal model afresh on a device: ``make_tiny_multimodal_lm("cuda")``."""
+    return _tiny_multimodal_lm
 
 
 @pytest.fixture(scope="session")

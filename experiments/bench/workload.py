@@ -118,6 +118,13 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
     vectors = build_vectors(config, lm, graph, probes, layer)
     plan = build_plan(config, graph, vectors)
     scorer = build_scorer(config, graph, embedder)
+    if not isinstance(config.generation.batch_size, int):  # auto: as the generate stage sizes it
+        from experiments.pipeline.generate import batch_rows
+
+        size = batch_rows(config, lm, plan.rows)
+        config = config.model_copy(
+            update={"generation": config.generation.model_copy(update={"batch_size": size})}
+        )
     return workload_from_plan(
         BenchPlan(
             config, graph, layer, vectors.alpha, vectors.vectors, plan.rows, plan.meta, scorer

@@ -408,6 +408,11 @@ def _print_result(result, as_json: bool = False) -> None:
         f"{result.tokens_per_second:.1f} generated tokens/s; results in "
         f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
     )
+    from steering.memory import peak_gib
+
+    peak = peak_gib()
+    if peak is not None:  # a CUDA run: the card's peak, for sizing the next one
+        console.print(f"peak GPU memory allocated: {peak:.1f} GiB")
     show_run_address(result.run_id)
 
 
