@@ -93,7 +93,9 @@ class DecodeState:
             self.tokens[:, step] = nxt
             self.logprobs[:, step] = lp
         hit_eos = (nxt[:, None] == self.eos[None, :]).any(dim=-1) & ~self.done
-        self.lengths.masked_fill_(hit_eos, step if isinstance(step, int) else step[0])
+        # where, not masked_fill_: a fill value on the device would be read on the host
+        stop = step if isinstance(step, int) else step[0]
+        self.lengths.copy_(torch.where(hit_eos, stop, self.lengths))
         self.done.logical_or_(hit_eos)
         return nxt
 
