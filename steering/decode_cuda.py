@@ -87,6 +87,7 @@ def _sliding_window(config) -> int | None:
 
 @dataclass(frozen=True)
 class StaticKey:
+    model: int  # id() of the model module: a policy object may be shared by copies of lm
     rows: int
     capacity: int
     steps: int
@@ -292,8 +293,8 @@ class CudaPolicy(DecodePolicy):
                 yield ReferenceDecoder(lm, batch)
             return
         key = StaticKey(
-            row_bucket(batch.n_rows), cap, batch.steps, lm.check_layer(batch.layer),
-            batch.mode, batch.sampling,
+            id(lm.model), row_bucket(batch.n_rows), cap, batch.steps,
+            lm.check_layer(batch.layer), batch.mode, batch.sampling,
         )  # fmt: skip
         static = self._static_for(lm, key, batch)
         static.load(batch)
