@@ -145,7 +145,9 @@ class StaticDecode:
         self.padding.fill_(True)
         self.padding[:, : self.width] = batch.attention_mask.index_select(0, fill_dev).bool()
         self.u.copy_(batch.u.index_select(0, fill_dev))
-        self.dirs.copy_(batch.row_dirs.index_select(0, fill).to(self.dirs))
+        self.dirs.copy_(
+            batch.row_dirs.index_select(0, fill.to(batch.row_dirs.device)).to(self.dirs)
+        )
         coefs = batch.coefs.index_select(0, fill).clone()
         coefs[n:] = 0.0
         self.coefs.copy_(coefs.to(self.coefs))
