@@ -405,3 +405,54 @@ def test_a_row_does_not_depend_on_the_other_rows_contents_on_the_gpu(tiny_cuda, 
         alone, _ = decode(tiny_cuda, copies, directions, SAMPLED, CudaPolicy())
         assert alone[0].token_ids == mixed[i].token_ids
         assert alone[0].logprobs == mixed[i].logprobs
+
+
+class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the ops that make the host wait for a device value: ``.item()``, ``int()``
+    and ``bool()`` of a tensor (``_local_scalar_dense``, ``is_nonzero``), ``torch.equal``,
+    and ops whose output size depends on the data (``nonzero``, ``masked_select``,
+    ``unique``)."""
+
+    SYNCING = ("_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select", "unique")
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if any(name.startswith(s) or name.startswith(f"_{s}") for s in self.SYNCING):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("model", ["tiny", "multimodal"])
+def test_the_decode_step_never_waits_on_the_host(tiny_lm, tiny_multimodal_lm, directions, model):
+    """What a CUDA graph captures must not read a device value on the host: checked here,
+    on the CPU, by watching every op of a decode step (the model's forward pass, the
+    steering hook, the sampler, the EOS bookkeeping)."""
+    from steering.generation import prepare_batch
+
+    lm = tiny_lm if model == "tiny" else tiny_multimodal_lm
+    dirs = torch.randn(2, lm.hidden_size, generator=torch.Generator().manual_seed(1))
+    policy = CudaPolicy(graphs=False)
+    rows = grid(5)
+    for sampling in (SAMPLED, GREEDY):
+        with torch.inference_mode():
+            batch = prepare_batch(lm, rows, dirs, LAYER, "additive", sampling)
+            with policy.decoder(lm, batch) as decoder:
+                decoder.step(0)  # the prefill is eager: transformers' masks may read
+                watch = HostReads()
+                with watch:
+                    for step in range(1, 4):
+                        decoder.step(step)
+        assert watch.seen == [], sorted(set(watch.seen))
+    # the watch does see waits: the CPU policy's EOS check (and, on the 262k vocabulary,
+    # its prefilter's short rows)
+    with torch.inference_mode():
+        batch = prepare_batch(lm, rows, dirs, LAYER, "additive", SAMPLED)
+        with CpuPolicy().decoder(lm, batch) as decoder, HostReads() as watch:
+            decoder.step(0)
+            decoder.all_done()
+    assert "is_nonzero" in watch.seen
+    assert model == "tiny" or "nonzero" in watch.seen
