@@ -410,10 +410,19 @@ def test_a_row_does_not_depend_on_the_other_rows_contents_on_the_gpu(tiny_cuda, 
 class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
     """Records the ops that make the host wait for a device value: ``.item()``, ``int()``
     and ``bool()`` of a tensor (``_local_scalar_dense``, ``is_nonzero``), ``torch.equal``,
-    and ops whose output size depends on the data (``nonzero``, ``masked_select``,
-    ``unique``)."""
+    ops whose output size depends on the data (``nonzero``, ``masked_select``,
+    ``unique``), and tensors made from host data (``lift_fresh``: a copy from pageable
+    host memory, which a capture refuses)."""
 
-    SYNCING = ("_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select", "unique")
+    SYNCING = (
+        "_local_scalar_dense",
+        "is_nonzero",
+        "equal",
+        "nonzero",
+        "masked_select",
+        "unique",
+        "lift_fresh",
+    )
 
     def __init__(self):
         super().__init__()
