@@ -34,6 +34,9 @@ Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 # Δ is a difference of two cosines, so thresholds and effects in Δ units lie in [0, 2].
 DeltaUnits = Annotated[float, Field(ge=0, le=2)]
+# Rows per decode batch on the CPU (the default, and what generation.batch_size auto means
+# there); scoring embeds in chunks of this many rows when the batch size is auto.
+CPU_BATCH_ROWS = 96
 
 
 class ConfigError(ValueError):
@@ -195,7 +198,18 @@ class GenerationConfig(_Strict):
     top_p: float = Field(0.95, gt=0, le=1)
     greedy: bool = False
     samples_per_prompt: int = Field(1, ge=1)
-    batch_size: int = Field(96, ge=1, description="rows per forward pass")
+    batch_size: int | Literal["auto"] = Field(
+        CPU_BATCH_ROWS,
+        description="rows per forward pass; auto: 96 on the CPU, on CUDA what the card's "
+        "free memory holds (up to 1,024)",
+    )
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_size(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1, or auto")
+        return value
 
 
 class EmbeddingConfig(_Strict):
@@ -330,6 +344,12 @@ class ExperimentConfig(_Strict):
     name: str = "phase5"
     seed: Seed = 0
     model: str = "embedded"
+    model_load_format: Literal["auto", "dummy"] = Field(
+        "auto",
+        description="auto: the model's weights; dummy: its config with random weights "
+        "(seeded; timing and smoke runs without weights, like vLLM's load_format=dummy). "
+        "model then names a config: a shipped one (gemma-3-4b-pt), a .json or a folder",
+    )
     device: str = "auto"
     dtype: str = "auto"
     layer: int | None = Field(None, description="decoder layer; null = the middle layer")
@@ -378,6 +398,8 @@ class ExperimentConfig(_Strict):
             for part in parents:
                 node = node[part]
             node.pop(leaf)
+        if data["model_load_format"] == "auto":  # the field's default: older runs' hashes hold
+            del data["model_load_format"]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 

@@ -124,3 +124,44 @@ def steering_labels(
 ) -> list[SteeringLabel]:
     """steering_label over an array."""
     return [steering_label(float(d), threshold) for d in np.ravel(deltas)]
+
+
+def cross_deltas(
+    text_embeddings: np.ndarray, centroids: Mapping[str, Centroids], device: str | None = None
+) -> dict[str, np.ndarray]:
+    """Δ of every text against every concept's centroids (the specificity matrix's input).
+
+    On the CPU (``device`` None or cpu) this is :func:`score` per concept, bit for bit as
+    it has always been. On a CUDA device the concepts are stacked and scored as two
+    float64 matrix products, which with thousands of concepts is the difference between
+    seconds and a loop over concepts; the Δ agree to about 1e-12."""
+    if device is None or str(device).startswith("cpu"):
+        return {k: score(text_embeddings, c).delta for k, c in centroids.items()}
+    return _cross_deltas_torch(text_embeddings, centroids, device)
+
+
+def _cross_deltas_torch(
+    text_embeddings: np.ndarray, centroids: Mapping[str, Centroids], device: object
+) -> dict[str, np.ndarray]:
+    import torch
+
+    keys = list(centroids)
+    rows = torch.as_tensor(
+        np.atleast_2d(np.asarray(text_embeddings, dtype=np.float64)), device=device
+    )
+
+    def cos(name: str) -> torch.Tensor:
+        mat = torch.as_tensor(np.stack([getattr(centroids[k], name) for k in keys]), device=device)
+        row_norm, mat_norm = rows.norm(dim=1), mat.norm(dim=1)
+        if bool((row_norm == 0).any()) or bool((mat_norm == 0).any()):
+            raise ValueError("cosine is undefined for a zero vector.")
+        return ((rows @ mat.T) / (row_norm[:, None] * mat_norm[None, :])).clamp(-1.0, 1.0)
+
+    if not keys:
+        return {}
+    if rows.shape[1] != centroids[keys[0]].dim:
+        raise ValueError(
+            f"Text embeddings have dim {rows.shape[1]}, centroids {centroids[keys[0]].dim}."
+        )
+    delta = (cos("core") - cos("negative")).cpu().numpy()
+    return {k: delta[:, j] for j, k in enumerate(keys)}

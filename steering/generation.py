@@ -9,6 +9,9 @@ nucleus. A row's text therefore does not depend on which other rows share its ba
 (so an interrupted run resumes to the same numbers), and rows that share a seed but
 differ in strength use common random numbers, which makes the paired Δ_s − Δ_0
 comparison far less noisy.
+
+:func:`generate_batch` is the loop every device shares; how each step runs (cache,
+sampler, host checks, graphs) is the model's decode policy (steering/decode.py).
 """
 
 from __future__ import annotations
@@ -19,29 +22,19 @@ from dataclasses import dataclass, field
 
 import torch
 
+from steering.decode import DecodeBatch, DecodePolicy
 from steering.head import reused_logits
+from steering.memory import nll_logits_budget
 from steering.models import LoadedModel
+from steering.policies import policy_for
+from steering.sampling import (  # noqa: F401  (re-exported: the sampler's old home)
+    PREFILTER_GROWTH,
+    TOPK_PREFILTER,
+    SamplingConfig,
+    sample_next,
+)
 from steering.scratch import Scratch
-from steering.vector import Mode, steer_rows
-
-# Sorting a 262,144-entry vocabulary per row per step dominated the original sampler
-# (docs/notes.md, 'Sampling'); the nucleus usually lies inside the top few hundred tokens.
-TOPK_PREFILTER = 512
-# When it does not, the prefilter widens by this factor (512, 2,048, 8,192, ...) before
-# falling back to a full sort. On the default grid about 45% of row-steps miss at k=256 and
-# 20% at k=1,024. On 10 decode steps of real probabilities (90 rows) the nucleus pick took
-# 117 ms per step at 256 x 16 with each short row widened alone, 81 ms with the short rows
-# widened together, and 55 ms at 512 x 4 together: a batched top-k runs its rows on every
-# core, a one-row top-k on one. All three picked the same 900 tokens.
-PREFILTER_GROWTH = 4
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    max_new_tokens: int = 50
-    temperature: float = 1.0
-    top_p: float = 0.95
-    greedy: bool = False
+from steering.vector import Mode
 
 
 @dataclass(frozen=True)
@@ -110,61 +103,47 @@ def suppressed_ids(lm: LoadedModel) -> list[int]:
     return sorted(i for i in ids if i is not None and i not in eos and 0 <= i < vocab)
 
 
-def _inverse_cdf_pick(sorted_probs: torch.Tensor, top_p: float, u: torch.Tensor) -> torch.Tensor:
-    """Index into the sorted probabilities chosen by uniform ``u`` inside the top-p nucleus."""
-    cum = sorted_probs.cumsum(dim=-1)
-    keep = (cum - sorted_probs) < top_p  # the smallest prefix whose mass reaches top_p
-    kept = sorted_probs * keep
-    cdf = kept.cumsum(dim=-1)
-    target = (u * cdf[:, -1]).unsqueeze(-1)
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    return idx.clamp(max=sorted_probs.shape[-1] - 1)
-
-
-def _nucleus_pick(
-    probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int, scratch: Scratch
-) -> torch.Tensor:
-    """Top-p pick per row from the top ``k`` probabilities, widening ``k`` for rows whose
-    nucleus does not fit; a full sort only once ``k`` reaches the vocabulary."""
-    if k >= probs.shape[-1]:
-        full_probs, full_idx = probs.sort(dim=-1, descending=True)
-        return full_idx.gather(1, _inverse_cdf_pick(full_probs, top_p, u)[:, None])[:, 0]
-    top_probs, top_idx = probs.topk(k, dim=-1)
-    choice = top_idx.gather(1, _inverse_cdf_pick(top_probs, top_p, u)[:, None])[:, 0]
-    short = torch.nonzero(top_probs.sum(dim=-1) < top_p)[:, 0]
-    if len(short):  # the nucleus is wider than k for these rows
-        wide = k * PREFILTER_GROWTH
-        # One name per k: the rows of this k are the input of the next.
-        rows = scratch.take(f"top{wide}", (len(short), probs.shape[1]), probs)
-        torch.index_select(probs, 0, short, out=rows)
-        choice[short] = _nucleus_pick(rows, u[short], top_p, wide, scratch)
-    return choice
-
-
-def sample_next(
-    logits: torch.Tensor,
-    u: torch.Tensor,
-    sampling: SamplingConfig,
-    prefilter: int | None,
-    scratch: Scratch | None = None,
-) -> torch.Tensor:
-    """Next token per row: greedy, or top-p sampling driven by the row's own uniform.
-
-    With ``scratch``, a loop's steps reuse the tensors of the probabilities (see
-    :class:`~steering.scratch.Scratch`); without, each call allocates its own."""
-    if sampling.greedy:
-        return logits.argmax(dim=-1)
-    scaled = logits.float()
-    if sampling.temperature != 1.0:  # x / 1.0 == x: skip a pass over the vocabulary
-        scaled = scaled / sampling.temperature
-    scratch = scratch or Scratch()
-    probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", scaled.shape, scaled))
-    return _nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1], scratch)
-
-
 def _uniforms(rows: Sequence[GenerationRow], steps: int) -> torch.Tensor:
     return torch.stack(
         [torch.rand(steps, generator=torch.Generator().manual_seed(r.seed)) for r in rows]
+    )
+
+
+def prepare_batch(
+    lm: LoadedModel,
+    rows: Sequence[GenerationRow],
+    directions: torch.Tensor | None,
+    layer: int,
+    mode: Mode,
+    sampling: SamplingConfig,
+    logprobs_for: Sequence[bool] | None = None,
+) -> DecodeBatch:
+    """Tokenise the prompts (left-padded) and draw every row's uniforms: what any policy
+    decodes from."""
+    tok = lm.tokenizer
+    tok.padding_side = "left"
+    enc = tok([r.prompt for r in rows], return_tensors="pt", padding=True).to(lm.device)
+    mask = enc["attention_mask"]
+    n_rows = len(rows)
+    eos = torch.tensor(eos_ids(lm) or [-1], device=lm.device)
+    if logprobs_for is not None and len(logprobs_for) != n_rows:
+        raise ValueError(f"logprobs_for has {len(logprobs_for)} entries for {n_rows} rows")
+    if directions is None:
+        directions = torch.zeros(1, lm.hidden_size)
+    return DecodeBatch(
+        input_ids=enc["input_ids"],
+        attention_mask=mask,
+        positions=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+        u=_uniforms(rows, sampling.max_new_tokens).to(lm.device),
+        eos=eos,
+        banned=torch.tensor(suppressed_ids(lm), dtype=torch.long, device=lm.device),
+        pad_id=tok.pad_token_id if tok.pad_token_id is not None else int(eos[0]),
+        row_dirs=directions[torch.tensor([r.direction for r in rows])],
+        coefs=torch.tensor([r.coefficient for r in rows], dtype=torch.float32),
+        layer=layer,
+        mode=mode,
+        sampling=sampling,
+        lp_rows=None if logprobs_for is None else [i for i, w in enumerate(logprobs_for) if w],
     )
 
 
@@ -178,6 +157,7 @@ def generate_batch(
     sampling: SamplingConfig,
     on_step: Callable[[int, int], None] | None = None,
     logprobs_for: Sequence[bool] | None = None,
+    policy: DecodePolicy | None = None,
 ) -> tuple[list[Generation], BatchStats]:
     """Generate every row in one batch, each with its own steering coefficient.
 
@@ -185,86 +165,28 @@ def generate_batch(
     ``logprobs_for`` says per row whether to record its tokens' log-probabilities
     (default: every row; the others get an empty list). Each recorded row costs a
     log-softmax over the vocabulary per step, and the pipeline needs them only for its
-    unsteered rows, whose NLL they are.
+    unsteered rows, whose NLL they are. ``policy`` overrides the model's decode policy
+    (tests and the bench compare them).
     """
     start = time.perf_counter()
-    tok = lm.tokenizer
-    tok.padding_side = "left"
-    enc = tok([r.prompt for r in rows], return_tensors="pt", padding=True).to(lm.device)
-    input_ids, mask = enc["input_ids"], enc["attention_mask"]
-    n_rows, steps = len(rows), sampling.max_new_tokens
-    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-    u = _uniforms(rows, steps).to(lm.device)
-    eos = torch.tensor(eos_ids(lm) or [-1], device=lm.device)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else int(eos[0])
-    on_cuda = lm.device.type == "cuda"
-    # A full sort costs little on a GPU and needs no host sync.
-    prefilter = None if on_cuda else TOPK_PREFILTER
-    banned = torch.tensor(suppressed_ids(lm), dtype=torch.long, device=lm.device)
-    if logprobs_for is not None and len(logprobs_for) != n_rows:
-        raise ValueError(f"logprobs_for has {len(logprobs_for)} entries for {n_rows} rows")
-    lp_rows = None if logprobs_for is None else [i for i, w in enumerate(logprobs_for) if w]
-
-    if directions is None:
-        directions = torch.zeros(1, lm.hidden_size)
-    row_dirs = directions[torch.tensor([r.direction for r in rows])]
-    coefs = torch.tensor([r.coefficient for r in rows], dtype=torch.float32)
-
-    tokens = torch.full((n_rows, steps), pad_id, dtype=torch.long, device=lm.device)
-    logprobs = torch.zeros(n_rows, steps, device=lm.device)
-    done = torch.zeros(n_rows, dtype=torch.bool, device=lm.device)
-    lengths = torch.full((n_rows,), steps, dtype=torch.long, device=lm.device)
-    cache = None
-    step_ids, step_pos = input_ids, positions
-    scratch = Scratch()
-    # Each step is done with its logits before the next forward pass: one tensor serves all.
-    with steer_rows(lm, layer, row_dirs, coefs, mode), reused_logits(lm.model):
+    policy = policy or policy_for(lm)
+    batch = prepare_batch(lm, rows, directions, layer, mode, sampling, logprobs_for)
+    steps, every = batch.steps, policy.eos_every
+    with policy.decoder(lm, batch) as decoder:
         for step in range(steps):
             if on_step is not None:
                 on_step(step, steps)
-            out = lm.model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=step_pos,
-                cache=cache,  # transformers 5.24's name; past_key_values warns, goes in 5.40
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = out.cache
-            logits = out.logits[:, -1, :]
-            # The reported log-prob is of the unmasked distribution; the mask then goes in
-            # place (out.logits is not used again): no copy of [rows, vocab] per step.
-            # A row's log-softmax is the same alone as in its batch, so only the rows
-            # that want log-probs pay for one.
-            if lp_rows is None:
-                logp = torch.log_softmax(logits.float(), dim=-1)
-            else:
-                logp = [torch.log_softmax(logits[i].float(), dim=-1) for i in lp_rows]
-            allowed = logits.float().index_fill_(1, banned, float("-inf"))
-            nxt = sample_next(allowed, u[:, step], sampling, prefilter, scratch)
-            if lp_rows is None:
-                lp = logp.gather(1, nxt[:, None])[:, 0]
-            else:
-                lp = torch.zeros(n_rows, device=lm.device)
-                for i, row_logp in zip(lp_rows, logp, strict=True):
-                    lp[i] = row_logp[nxt[i]]
-            del logp
-            nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-            tokens[:, step] = nxt
-            logprobs[:, step] = lp
-            hit_eos = torch.isin(nxt, eos) & ~done
-            lengths = torch.where(hit_eos, torch.full_like(lengths, step), lengths)
-            done = done | hit_eos
-            if (not on_cuda or step % 8 == 7) and bool(done.all()):
+            decoder.step(step)
+            if step % every == every - 1 and decoder.all_done():
                 break
-            step_ids = nxt[:, None]
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-            step_pos = step_pos[:, -1:] + 1
+        state = decoder.state
+        tokens_cpu, lengths_cpu = state.tokens.cpu(), state.lengths.cpu()
+        lp_cpu = state.logprobs.cpu()
 
-    tokens_cpu, lengths_cpu, lp_cpu = tokens.cpu(), lengths.cpu(), logprobs.cpu()
-    n_prompt = enc["attention_mask"].sum(dim=-1).cpu()
+    tok = lm.tokenizer
+    n_prompt = batch.attention_mask.sum(dim=-1).cpu()
     results = []
-    wanted = set(range(n_rows) if lp_rows is None else lp_rows)
+    wanted = set(range(batch.n_rows) if batch.lp_rows is None else batch.lp_rows)
     for i, row in enumerate(rows):
         n = int(lengths_cpu[i])
         ids = tokens_cpu[i, :n].tolist()
@@ -279,7 +201,7 @@ def generate_batch(
                 logprobs=lp_cpu[i, :n].tolist() if i in wanted else [],
             )
         )
-    stats = BatchStats(n_rows, int(lengths_cpu.sum()), time.perf_counter() - start)
+    stats = BatchStats(len(rows), int(lengths_cpu[: len(rows)].sum()), time.perf_counter() - start)
     return results, stats
 
 
@@ -289,6 +211,7 @@ def generate_batch(
 # default grid. The head now runs only at positions that predict a continuation token, and
 # each forward pass keeps at most this many logits.
 NLL_LOGITS_BUDGET = 1 << 26  # entries (256 MiB in fp32)
+NLL_ROWS, NLL_CUDA_ROWS = 32, 256  # rows per forward pass at most, CPU and CUDA
 
 
 def _nll_chunks(lengths: Sequence[int], batch_size: int, max_positions: int) -> list[range]:
@@ -313,13 +236,20 @@ def continuation_nll(
     lm: LoadedModel,
     prompts: Sequence[str],
     continuations: Sequence[Sequence[int]],
-    batch_size: int = 32,
-    logits_budget: int = NLL_LOGITS_BUDGET,
+    batch_size: int | None = None,
+    logits_budget: int | None = None,
 ) -> list[float | None]:
     """Mean negative log-likelihood of each continuation given its prompt, unsteered.
 
-    exp() of it is the perplexity coherence check. Empty continuations give None.
+    exp() of it is the perplexity coherence check. Empty continuations give None. By
+    default at most 32 rows and ``NLL_LOGITS_BUDGET`` logits per forward pass on the
+    CPU; on a card 256 rows and what its free memory holds (steering/memory.py).
     """
+    on_card = lm.device.type == "cuda"
+    if batch_size is None:
+        batch_size = NLL_CUDA_ROWS if on_card else NLL_ROWS
+    if logits_budget is None:
+        logits_budget = nll_logits_budget(lm, NLL_LOGITS_BUDGET)
     vocab = lm.model.get_output_embeddings().weight.shape[0]
     conts = [list(c) for c in continuations]
     out: list[float | None] = [None] * len(conts)

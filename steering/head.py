@@ -98,3 +98,18 @@ def reused_logits(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         head.reused = None
+
+
+@contextmanager
+def single_product(model: nn.Module) -> Iterator[None]:
+    """While open, a :class:`BlockedHead` computes its logits as one ``F.linear`` (the
+    reference decode's head); a no-op for other heads."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, BlockedHead):
+        yield
+        return
+    block, head.block = head.block, 0
+    try:
+        yield
+    finally:
+        head.block = block

@@ -41,6 +41,11 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     info: dict = field(default_factory=dict)
+    # How generate_batch decodes on this model: "auto" (by device: cpu, cuda, else
+    # reference) or a policy's name (steering/policies.py). The policy object, made once
+    # on first use, keeps per-model state (the CUDA policy's graphs and caches).
+    decode_policy: str = "auto"
+    decoder_state: object = field(default=None, repr=False, compare=False)
 
     @property
     def n_layers(self) -> int:
@@ -114,9 +119,19 @@ def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def pick_device(device: str | None = None) -> torch.device:
+    """``auto`` is CUDA when torch sees a GPU, else the CPU; ``cuda`` without one is refused
+    here, with what torch reports, instead of deep inside the first ``.to``."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    chosen = torch.device(device)
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        build = torch.version.cuda
+        raise ModelSpecError(
+            f"device {device!r}: torch {torch.__version__} sees no CUDA GPU "
+            + (f"(built for CUDA {build})" if build else "(a CPU-only build)")
+            + "; use --device cpu, or run on a machine with a GPU and a CUDA build of torch"
+        )
+    return chosen
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
@@ -174,14 +189,28 @@ def model_slug(model_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("_")[:80]
 
 
+LOAD_FORMATS = ("auto", "dummy")
+
+
 def load_model(
-    spec: str = EMBEDDED, device: str | None = None, dtype: str | None = None
+    spec: str = EMBEDDED,
+    device: str | None = None,
+    dtype: str | None = None,
+    load_format: str = "auto",
 ) -> LoadedModel:
-    """Load ``embedded``, a Hugging Face id, a local directory or a ``.gguf`` file."""
+    """Load ``embedded``, a Hugging Face id, a local directory or a ``.gguf`` file.
+
+    ``load_format="dummy"`` reads only the spec's config and draws random weights
+    (steering/dummy.py): the model id becomes ``dummy:<name>``, so probes trained on it
+    never mix with the real model's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
     torch_dtype = pick_dtype(dev, dtype)
+    if load_format == "dummy":
+        return load_dummy(spec, dev, torch_dtype)
+    if load_format != "auto":
+        raise ModelSpecError(f"unknown load format {load_format!r}; use one of {LOAD_FORMATS}")
     kwargs: dict = {"dtype": torch_dtype}
     if spec == EMBEDDED:
         try:
@@ -216,3 +245,29 @@ def load_model(
         ) from exc
     model.to(dev)
     return wrap_model(model, tokenizer, model_id, info={"spec": spec, "source": source})
+
+
+def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """A random-weight model of the spec's config, with a tokenizer (steering/dummy.py)."""
+    from steering.dummy import (
+        DummySpecError,
+        build_dummy,
+        dummy_tokenizer,
+        resolve_config,
+        text_vocab,
+    )
+
+    try:
+        config_file, name = resolve_config(spec)
+    except DummySpecError as exc:
+        raise ModelSpecError(str(exc)) from None
+    tokenizer, tokenizer_source = dummy_tokenizer(config_file)
+    model = build_dummy(config_file, device, dtype)
+    if len(tokenizer) > text_vocab(model):
+        raise ModelSpecError(
+            f"the tokenizer ({tokenizer_source}) has {len(tokenizer)} tokens but the model "
+            f"{name} only {text_vocab(model)} output rows; give a folder with its own tokenizer"
+        )
+    info = {"spec": spec, "source": str(config_file), "load_format": "dummy",
+            "tokenizer": tokenizer_source}  # fmt: skip
+    return wrap_model(model, tokenizer, f"dummy:{name}", info=info)

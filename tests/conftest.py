@@ -60,6 +60,21 @@ def _no_network():
     socket.socket.connect_ex = _real_connect_ex
 
 
+# ---------------------------------------------------------------------------- CUDA
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip on a machine without a CUDA GPU (CI has none)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 # ---------------------------------------------------------------------------- tiny model
 
 TINY_WORDS = (
@@ -125,6 +140,46 @@ def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
     return model
 
 
+def tiny_multimodal_config():
+    """Gemma 3 4B's class (``Gemma3ForConditionalGeneration``: text and SigLIP vision) at a
+    tiny size, with the 4B's vocabulary of 262,208 rows (the embedded tokenizer's
+    262,144 and the image tokens)."""
+    from transformers import Gemma3Config
+
+    return Gemma3Config(
+        text_config={
+            "vocab_size": 262_208,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "max_position_embeddings": 512,
+            "sliding_window": 128,
+            "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 28,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
+        mm_tokens_per_image=4,
+    )
+
+
+def build_tiny_multimodal(seed: int = 0):
+    import torch
+    from transformers import Gemma3ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    return Gemma3ForConditionalGeneration(tiny_multimodal_config()).eval()
+
+
 @pytest.fixture
 def one_thread():
     """The tiny model's matmuls are too small to gain from threads, and on a busy shared
@@ -145,6 +200,21 @@ def tiny_lm():
     return wrap_model(build_tiny_gemma(), build_tiny_tokenizer(), "tiny-random-gemma3")
 
 
+@pytest.fixture
+def make_tiny_lm():
+    """Builds a fresh tiny model (for tests that change its config): ``make_tiny_lm(
+    device="cpu", **config_attributes)``."""
+    from steering.models import wrap_model
+
+    def make(device: str = "cpu", **config):
+        model = build_tiny_gemma()
+        for name, value in config.items():
+            setattr(model.config, name, value)
+        return wrap_model(model.to(device), build_tiny_tokenizer(), f"tiny-random-gemma3-{device}")
+
+    return make
+
+
 # ---------------------------------------------------------------------------- embedded model
 
 
@@ -154,6 +224,38 @@ def embedded_lm():
     from steering.models import load_model
 
     return load_model("embedded")
+
+
+def _tiny_multimodal_lm(device: str = "cpu"):
+    from transformers import AutoTokenizer
+
+    from steering.assets import require_embedded_model
+    from steering.models import wrap_model
+
+    tokenizer = AutoTokenizer.from_pretrained(require_embedded_model())
+    model = build_tiny_multimodal().to(device)
+    return wrap_model(model, tokenizer, f"tiny-random-gemma3-multimodal-{device}")
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_lm():
+    """A tiny random ``Gemma3ForConditionalGeneration`` with the embedded Gemma 3
+    tokenizer (needs `make setup` for the tokenizer only)."""
+    return _tiny_multimodal_lm()
+
+
+@pytest.fixture
+def make_tiny_multimodal_lm():
+    """Builds the tiny multimodal model afresh on a device: ``make_tiny_multimodal_lm("cuda")``."""
+    return _tiny_multimodal_lm
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_json(tmp_path_factory):
+    """The tiny multimodal config as a file, named ``tiny-gemma3-mm.json``."""
+    path = tmp_path_factory.mktemp("configs") / "tiny-gemma3-mm.json"
+    tiny_multimodal_config().to_json_file(path)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -23,11 +23,15 @@ SECTIONS = (
     "tuning",
     "scaling",
     "e2e",
+    "gpu",
 )
 # sections measured together, interleaved repeat by repeat
 SIDE_BY_SIDE = frozenset({"batched", "dtype", "llama", "peers"})
 E2E_MARKER = "BENCH_E2E "
 HF_BATCHED = "hf_generate_batched"  # the peers section's batched-HF-with-a-hook entry
+# the gpu section's arms: ours, and HF generate with the per-row hook, dynamic or static
+# compiled cache
+GPU_OURS, GPU_HF_DYNAMIC, GPU_HF_COMPILED = "ours", "hf_generate_hook", "hf_generate_hook_static"
 
 TARGETS = {
     "batched_vs_per_sample": ("batched / per-sample tokens/s", ">=", 10.0),
@@ -36,6 +40,23 @@ TARGETS = {
     "fraction_of_peak": ("decode loop, fraction of the fp32 peak", ">=", 0.5),
     "make_run_seconds": ("default make run, warm (s)", "<", 90.0),
     "peak_memory_gb": ("peak resident memory of make run (GB)", "<", 3.0),
+}
+
+# The gpu section's targets (issue 32), on one card in one run: key -> (label, op, threshold).
+GPU_TARGETS = {
+    "ours_vs_hf_dynamic_256": ("ours / HF generate + hook (dynamic cache), 256 rows", ">=", 3.0),
+    "ours_vs_hf_compiled_256": ("ours / HF generate + hook, static compiled, 256 rows", ">=", 1.0),
+    "ours_vs_hf_compiled_1024": (
+        "ours / HF generate + hook, static compiled, 1,024 rows",
+        ">=",
+        1.0,
+    ),
+    "ours_first_call_seconds": ("ours, slowest first call (s)", "<", 30.0),
+    "matrix_rate_fraction_1024": (
+        "ours, fraction of the card's bf16 matrix rate, 1,024 rows",
+        ">=",
+        0.25,
+    ),
 }
 
 
@@ -69,6 +90,11 @@ class BenchOptions:
     head_blocks: tuple[int, ...] = (0, 512, 1024, 2048, 4096)  # 0: one product
     head_block: int | None = None  # the blocked run's block; None: steering.head's default
     work_dir: Path | None = None  # warm classifiers; default <cache>/bench
+    gpu_rows: tuple[int, ...] = (256, 1024)  # section gpu: batch sizes
+    gpu_tokens: int = 50
+    gpu_model: str = "gemma-3-4b-pt"  # a dummy (random-weight) model from this config
+    gpu_repeats: int = 2  # timed calls after the first; the best one counts
+    gpu_compiled: bool = True  # also HF generate with a static compiled cache (~150 s compile)
 
     @classmethod
     def quick_defaults(cls, **kwargs: Any) -> BenchOptions:
@@ -88,6 +114,9 @@ class BenchOptions:
             "profile_tokens": 4,
             "head_blocks": (0, 256),
             "head_block": 256,
+            "gpu_rows": (8, 16),
+            "gpu_tokens": 8,
+            "gpu_repeats": 1,
         }
         extra = list(kwargs.pop("overrides", []) or [])
         base.update(kwargs)
@@ -118,3 +147,14 @@ def parse_sections(only: str | None, skip: str | None) -> tuple[str, ...]:
     if skip:
         chosen -= parse(skip)
     return tuple(s for s in SECTIONS if s in chosen)
+
+
+def parse_rows(text: str) -> tuple[int, ...]:
+    """``"256,1024"`` -> (256, 1024): positive batch sizes, in the order given."""
+    try:
+        rows = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"rows {text!r}: give comma-separated positive integers") from None
+    if not rows or min(rows) < 1:
+        raise ValueError(f"rows {text!r}: give comma-separated positive integers")
+    return rows

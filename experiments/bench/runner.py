@@ -67,7 +67,7 @@ from experiments.bench.scaling import section_scaling
 from experiments.bench.tuning import section_tuning
 from experiments.bench.workload import Workload, plan_workload, stratified_subset
 from steering.cpu import cpu_features
-from steering.models import LoadedModel
+from steering.models import LoadedModel, ModelSpecError
 
 
 @contextlib.contextmanager
@@ -140,7 +140,7 @@ def run_bench(
     built, so the Δ comparison, llama.cpp (needs the GGUF) and e2e sections are skipped.
     """
     from experiments.config import load_config
-    from steering.models import load_model
+    from steering.models import load_model, pick_device
 
     say = say or (lambda _m: None)
     sections = [s for s in SECTIONS if s in opts.sections]
@@ -158,10 +158,17 @@ def run_bench(
         config = load_config(opts.config, overrides)
         results = new_results(opts)
         started = time.perf_counter()
+        # cuda without a GPU is refused here, before anything loads
+        device = lm.device if lm is not None else pick_device(config.device)
+        if "gpu" in sections:
+            gpu_section(opts, device, sections, results, say)
+            sections = [s for s in sections if s != "gpu"]
+            if not sections:
+                return finish(results, opts, started)
         if lm is None:
             say(f"loading {config.model} ({config.device}, {config.dtype})")
             t = time.perf_counter()
-            lm = load_model(config.model, device=config.device, dtype=config.dtype)
+            lm = load_model(config.model, config.device, config.dtype, config.model_load_format)
             results["model_load_seconds"] = round(time.perf_counter() - t, 2)
         results["machine"] = machine_info(lm.device)
         results["model"] = {"id": lm.model_id, "dtype": dtype_name(lm.dtype), "layers": lm.n_layers}
@@ -208,13 +215,44 @@ def run_bench(
                 )
                 value = section_e2e(opts, overrides, store, say, bf16_arm)
                 bench.checkpoint("e2e", value, load)
-        results["load_average"]["end"] = load_average()
-        results["cpu_pressure_avg60"]["end"] = cpu_pressure()
-        results["total_seconds"] = round(time.perf_counter() - started, 1)
-        results["targets"] = evaluate_targets(sec)
-        results["complete"] = True
-        write_results(results, opts.out)
+        return finish(results, opts, started)
+
+
+def finish(results: dict, opts: BenchOptions, started: float) -> dict:
+    """The closing figures (load, total time, targets); the file marked complete."""
+    results["load_average"]["end"] = load_average()
+    results["cpu_pressure_avg60"]["end"] = cpu_pressure()
+    results["total_seconds"] = round(time.perf_counter() - started, 1)
+    results["targets"] = evaluate_targets(results["sections"])
+    results["complete"] = True
+    write_results(results, opts.out)
     return results
+
+
+def gpu_section(
+    opts: BenchOptions,
+    device: Any,
+    sections: list[str],
+    results: dict,
+    say: Callable[[str], None],
+) -> None:
+    """Section gpu (its own dummy model) on a CUDA device; elsewhere skipped with the way
+    to run it, or refused when it is the only section asked for."""
+    if device.type != "cuda":
+        how = "section gpu needs a CUDA GPU: make bench ARGS='--device cuda --only gpu'"
+        if sections == ["gpu"]:
+            raise ModelSpecError(f"{how} (this run's device is {device})")
+        results["sections"]["gpu"] = {"skipped": how}
+        results["notes"].append(how)
+        return
+    from experiments.bench.gpu import section_gpu
+
+    results["machine"] = results["machine"] or machine_info(device)
+    load = contention()
+    value = section_gpu(opts, device, say)
+    value["load_average"] = {"before": load, "after": contention()}
+    results["sections"]["gpu"] = value
+    write_results(results, opts.out)
 
 
 @dataclass

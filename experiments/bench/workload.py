@@ -112,6 +112,13 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
     with open_run(config, lm=lm, embedder=embedder) as session:
         prep = prepare(session)
     plan = build_plan(config, session.graph, prep.vectors)
+    if not isinstance(config.generation.batch_size, int):  # auto: as the generate stage sizes it
+        from experiments.pipeline.generate import batch_rows
+
+        size = batch_rows(config, lm, plan.rows)
+        config = config.model_copy(
+            update={"generation": config.generation.model_copy(update={"batch_size": size})}
+        )
     return workload_from_plan(
         BenchPlan(
             config,

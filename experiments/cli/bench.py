@@ -18,6 +18,7 @@ from experiments.bench.options import (
     DEFAULT_OUT,
     SECTIONS,
     BenchOptions,
+    parse_rows,
     parse_sections,
 )
 from experiments.cli.common import ConfigOpt, SetOpt, VerboseOpt, console, friendly, setup_logging
@@ -53,6 +54,20 @@ def bench(
     ] = None,
     skip: Annotated[str | None, typer.Option(help="comma-separated sections to skip")] = None,
     out: Annotated[Path, typer.Option(help="results file")] = DEFAULT_OUT,
+    gpu_rows: Annotated[
+        str | None, typer.Option(help="section gpu: batch sizes, e.g. 256,1024 (the default)")
+    ] = None,
+    gpu_tokens: Annotated[
+        int | None, typer.Option(help="section gpu: new tokens per row (50)")
+    ] = None,
+    gpu_model: Annotated[
+        str | None,
+        typer.Option(help="section gpu: a model config for random weights (gemma-3-4b-pt)"),
+    ] = None,
+    gpu_compiled: Annotated[
+        bool,
+        typer.Option(help="section gpu: also time HF generate with a static compiled cache"),
+    ] = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Speed and memory of the Phase 5 workload, measured side by side (bench/results.json)."""
@@ -68,11 +83,19 @@ def bench(
         "device": device,
         "dtype": dtype,
         "threads": threads,
+        "gpu_compiled": gpu_compiled,
     }
+    if gpu_rows is not None:
+        try:
+            kwargs["gpu_rows"] = parse_rows(gpu_rows)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpu-rows") from None
     for key, value in (
         ("repeats", repeats),
         ("per_sample_limit", per_sample_limit),
         ("llama_limit", llama_limit),
+        ("gpu_tokens", gpu_tokens),
+        ("gpu_model", gpu_model),
     ):
         if value is not None:
             kwargs[key] = value
@@ -98,10 +121,11 @@ def sections_option(only: str | None, skip: str | None) -> tuple[str, ...]:
 
 def render_tables(results: dict) -> list[Table]:
     """The report's plain tables as rich tables, verdicts in colour."""
+    from experiments.bench.gpu_report import gpu_tables
     from experiments.bench.report import report_tables
 
     rendered = []
-    for plain in report_tables(results):
+    for plain in [*report_tables(results), *gpu_tables(results)]:
         table = Table(*plain.columns, title=plain.title)
         for row in plain.rows:
             cells = list(row)

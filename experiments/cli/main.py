@@ -127,7 +127,7 @@ def classifiers(
     cfg = resolve_config(config, overrides, model, layer, concepts)
     graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
     with console.status(f"loading {cfg.model}"):
-        lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        lm = load_model(cfg.model, cfg.device, cfg.dtype, cfg.model_load_format)
     if wanted is None:
         wanted = [cfg.layer if cfg.layer is not None else lm.default_layer]
     chosen = sorted({lm.check_layer(la) for la in wanted})  # a clear error when out of range
@@ -402,6 +402,11 @@ def _print_result(result, as_json: bool = False) -> None:
         f"{result.tokens_per_second:.1f} generated tokens/s; results in "
         f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
     )
+    from steering.memory import peak_gib
+
+    peak = peak_gib()
+    if peak is not None:  # a CUDA run: the card's peak, for sizing the next one
+        console.print(f"peak GPU memory allocated: {peak:.1f} GiB")
     show_run_address(result.run_id)
 
 

@@ -24,7 +24,7 @@ def make_executor(
     from experiments.execution.ray import ModelSource, RayExecutor
 
     return RayExecutor(
-        ModelSource(config.model, config.device, config.dtype),
+        ModelSource(config.model, config.device, config.dtype, config.model_load_format),
         workers=e.workers,
         cpus_per_worker=e.cpus_per_worker,
         threads=e.torch_threads or torch.get_num_threads(),  # the local run's numbers

@@ -57,11 +57,12 @@ class ModelSource:
     spec: str
     device: str = "auto"
     dtype: str = "auto"
+    load_format: str = "auto"
 
     def load(self) -> LoadedModel:
         from steering.models import load_model
 
-        return load_model(self.spec, device=self.device, dtype=self.dtype)
+        return load_model(self.spec, self.device, self.dtype, self.load_format)
 
     @property
     def on_cuda(self) -> bool | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from experiments.config import ExperimentConfig
+from experiments.config import CPU_BATCH_ROWS, ExperimentConfig
 from experiments.execution import ExecutionError, Executor, LocalExecutor, PlanSpec
 from experiments.pipeline.plan import GenerationPlan
 from experiments.pipeline.vectors import VectorSet
@@ -22,7 +22,18 @@ from experiments.rows import GenerationRecord
 from experiments.rundir import RunDir
 from experiments.timer import Timer
 from steering.generation import BatchStats, Generation, GenerationRow, SamplingConfig
+from steering.memory import decode_rows
 from steering.models import LoadedModel
+
+
+def batch_rows(config: ExperimentConfig, lm: LoadedModel, rows: list[GenerationRow]) -> int:
+    """Rows per batch: ``generation.batch_size``, or for ``auto`` 96 on the CPU and on a
+    card what its free memory holds for the longest prompt plus the new tokens."""
+    size = config.generation.batch_size
+    if isinstance(size, int):
+        return size
+    longest = max((len(lm.tokenizer(r.prompt)["input_ids"]) for r in rows), default=1)
+    return decode_rows(lm, longest + config.generation.max_new_tokens, CPU_BATCH_ROWS)
 
 
 def batches(rows: list[GenerationRow], lm: LoadedModel, size: int) -> list[list[GenerationRow]]:
@@ -78,7 +89,8 @@ def generate(
     totals = BatchStats()
     finished = len(plan.rows) - len(pending)
     try:
-        for result in runner.run(spec, batches(pending, lm, g.batch_size), on_step=on_step):
+        size = batch_rows(config, lm, pending)
+        for result in runner.run(spec, batches(pending, lm, size), on_step=on_step):
             for stage, seconds in result.timings.items():
                 timer.add(stage, seconds)
             totals.add(result.stats)

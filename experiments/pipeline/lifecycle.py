@@ -169,7 +169,7 @@ def open_run(
             from steering.models import load_model
 
             say(f"loading model {config.model}")
-            lm = load_model(config.model, device=config.device, dtype=config.dtype)
+            lm = load_model(config.model, config.device, config.dtype, config.model_load_format)
         if embedder is None:
             from metrics.embedder import load_embedder
 

@@ -51,6 +51,7 @@ from experiments.prompts import (
     probe_training_set,
 )
 from steering.activations import pooled_activations_by_layer
+from steering.memory import activation_texts
 from steering.models import LoadedModel, model_slug
 from steering.probes import (
     LinearProbe,
@@ -345,7 +346,9 @@ def train_layers(
     texts = build_probe_texts(config, graph)
     all_texts = texts.all_texts()
     row = {t: i for i, t in enumerate(all_texts)}
-    by_layer = pooled_activations_by_layer(lm, all_texts, chosen, batch_size=64)
+    by_layer = pooled_activations_by_layer(
+        lm, all_texts, chosen, batch_size=activation_texts(lm, 64)
+    )  # 64 on the CPU
     sets: dict[int, ProbeSet] = {}
     for layer in chosen:
         sets[layer] = fit_probe_set(config, texts, by_layer[layer].numpy(), row, layer, lm.probe_id)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from experiments.concepts import Concept, ConceptGraph
-from experiments.config import ExperimentConfig, MetricsConfig
+from experiments.config import CPU_BATCH_ROWS, ExperimentConfig, MetricsConfig
 from experiments.prompts import centroid_texts
 from experiments.rows import ScoreRecord
-from metrics.semantic import SETS, Centroids, build_centroids, score
+from metrics.semantic import SETS, Centroids, build_centroids, cross_deltas, score
 from metrics.text import CoherenceReport, coherence_report
 
 
@@ -84,7 +84,8 @@ def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
     from metrics.embedder import embed
 
     emb = embed(scorer.embedder, [g["text"] if g["text"].strip() else " " for g in generations])
-    cross = {k: score(emb, c).delta for k, c in scorer.centroids.items()}
+    # on the embedder's device: a CUDA run scores the specificity matrix on the card
+    cross = cross_deltas(emb, scorer.centroids, str(getattr(scorer.embedder, "device", "cpu")))
     out = []
     for i, (g, e) in enumerate(zip(generations, emb, strict=True)):
         concept = scorer.graph.get(g["concept"])
@@ -108,9 +109,13 @@ def score_all(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
 
     Chunks follow the generation batches (split, prompt length, key; ``batch_size`` rows),
     because a sentence embedding can differ in the last bits with the batch it is padded
-    in; scoring the same chunks makes a rescore bit-identical to the original run.
+    in; scoring the same chunks makes a rescore bit-identical to the original run. With
+    ``batch_size: auto`` (sized by the card's memory) the chunks are 96 rows, wherever
+    the scoring runs.
     """
     size = scorer.config.generation.batch_size
+    if not isinstance(size, int):  # auto: fixed chunks, so a rescore anywhere matches
+        size = CPU_BATCH_ROWS
     out: list[dict] = []
     for split in ("selection", "report"):  # each split as its generation stage batched it
         ordered = sorted(

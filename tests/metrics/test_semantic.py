@@ -125,3 +125,70 @@ def test_steering_label_rejects_nan_and_vectorises():
         "neutral",
         "toward_negative",
     ]
+
+
+# ---------------------------------------------------------------------------- cross-concept Δ
+
+
+@st.composite
+def concept_sets(draw):
+    seed = draw(st.integers(0, 2**31 - 1))
+    n_texts, n_concepts = draw(st.integers(1, 12)), draw(st.integers(1, 6))
+    rng = np.random.default_rng(seed)
+    texts = rng.normal(size=(n_texts, DIM)).astype(np.float32)
+    centroids = {
+        f"c{k}": make_centroids(*(rng.normal(size=DIM) for _ in range(3)))
+        for k in range(n_concepts)
+    }
+    return texts, centroids
+
+
+@PROPS
+@given(concept_sets())
+def test_cross_deltas_on_the_cpu_are_score_per_concept_bit_for_bit(case):
+    from metrics.semantic import cross_deltas
+
+    texts, centroids = case
+    got = cross_deltas(texts, centroids, "cpu")
+    assert list(got) == list(centroids)
+    for key, c in centroids.items():
+        assert np.array_equal(got[key], score(texts, c).delta)
+    assert all(np.array_equal(got[k], v) for k, v in cross_deltas(texts, centroids).items())
+
+
+@PROPS
+@given(concept_sets())
+def test_the_stacked_products_agree_with_score_per_concept(case):
+    """The CUDA path's arithmetic (two float64 matrix products), run here with torch on
+    the CPU: the same Δ to 1e-12."""
+    from metrics.semantic import _cross_deltas_torch
+
+    texts, centroids = case
+    got = _cross_deltas_torch(texts, centroids, "cpu")
+    for key, c in centroids.items():
+        np.testing.assert_allclose(got[key], score(texts, c).delta, rtol=0, atol=1e-12)
+
+
+def test_the_stacked_products_refuse_a_zero_vector_like_cosine():
+    from metrics.semantic import _cross_deltas_torch
+
+    c = make_centroids(np.ones(DIM), np.ones(DIM), np.ones(DIM))
+    with pytest.raises(ValueError, match="zero vector"):
+        _cross_deltas_torch(np.zeros((2, DIM)), {"a": c}, "cpu")
+    with pytest.raises(ValueError, match="dim 3"):
+        _cross_deltas_torch(np.ones((2, 3)), {"a": c}, "cpu")
+    assert _cross_deltas_torch(np.ones((2, DIM)), {}, "cpu") == {}
+
+
+@pytest.mark.cuda
+def test_cross_deltas_on_a_gpu_agree_with_the_cpu():
+    from metrics.semantic import cross_deltas
+
+    rng = np.random.default_rng(3)
+    texts = rng.normal(size=(50, DIM))
+    centroids = {
+        f"c{k}": make_centroids(*(rng.normal(size=DIM) for _ in range(3))) for k in range(40)
+    }
+    cpu, gpu = cross_deltas(texts, centroids, "cpu"), cross_deltas(texts, centroids, "cuda")
+    for key in centroids:
+        np.testing.assert_allclose(gpu[key], cpu[key], rtol=0, atol=1e-12)

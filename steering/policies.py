@@ -1,0 +1,37 @@
+"""The decode policies by name, and the one a loaded model uses (steering/decode.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from steering.decode import CpuPolicy, DecodePolicy, ReferencePolicy
+from steering.decode_cuda import CudaPolicy
+from steering.models import LoadedModel
+
+POLICIES: dict[str, type[DecodePolicy]] = {
+    ReferencePolicy.name: ReferencePolicy,
+    CpuPolicy.name: CpuPolicy,
+    CudaPolicy.name: CudaPolicy,
+}
+
+
+def policy_name(device: torch.device) -> str:
+    """The default policy of a device: ``cpu`` and ``cuda`` have their own, any other
+    device (``mps``, say) decodes with the reference."""
+    return device.type if device.type in ("cpu", "cuda") else ReferencePolicy.name
+
+
+def make_policy(name: str) -> DecodePolicy:
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown decode policy {name!r}; use one of {sorted(POLICIES)}") from None
+
+
+def policy_for(lm: LoadedModel) -> DecodePolicy:
+    """The model's decode policy, made on first use and kept on the model (the CUDA
+    policy's captured graphs and caches are per model)."""
+    if not isinstance(lm.decoder_state, DecodePolicy):
+        name = lm.decode_policy if lm.decode_policy != "auto" else policy_name(lm.device)
+        lm.decoder_state = make_policy(name)
+    return lm.decoder_state
