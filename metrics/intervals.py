@@ -278,6 +278,8 @@ def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> Inter
 # concept keeps its units), the choice when a statistic must not see duplicated units (a
 # split-half reliability: a unit drawn twice could fall into both halves).
 
+GATHER_BUDGET = 1 << 22  # aggregate values gathered per block of replicates (32 MiB)
+
 Aggregate = Callable[[np.ndarray], np.ndarray]
 """A per-concept aggregate, vectorised over resamples: it maps an array of ``m`` resamples
 of one concept's units, shape ``(m, n_units, *unit_shape)``, to ``(m, *out_shape)``."""
@@ -384,9 +386,21 @@ def hierarchical_bootstrap(
                 u = table[name]
                 draws = rng.integers(0, len(u), size=(m, len(u)))
                 reps[name][slots] = agg(name, u[draws])
+        values = np.asarray(statistic(reps), dtype=np.float64).reshape(-1)
     else:
-        reps = {name: data[name][0][top] for name in measures}
-    values = np.asarray(statistic(reps), dtype=np.float64).reshape(-1)
+        # Replicates in blocks: gathering every replicate's aggregates at once would hold
+        # n_boot x concepts x aggregate size values (GBs for per-split reliabilities).
+        size = sum(int(np.prod(data[name].shape[1:])) for name in measures)
+        block = max(1, GATHER_BUDGET // max(size, 1))
+        values = np.concatenate(
+            [
+                np.asarray(
+                    statistic({name: data[name][0][top[i : i + block]] for name in measures}),
+                    dtype=np.float64,
+                ).reshape(-1)
+                for i in range(0, n_boot, block)
+            ]
+        )
     values = values[np.isfinite(values)]
     return _percentile_interval(estimate, values, n_units, n_boot, confidence, method, n_c)
 
