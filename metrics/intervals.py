@@ -271,9 +271,9 @@ def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> Inter
 # set) shares that concept's direction, centroids and null draw, so the concept is the unit
 # of replication. A replicate draws as many concepts as there are, with replacement, and
 # then, for each drawn concept, as many of its units as it has, with replacement (Davison &
-# Hinkley 1997, section 3.8, "strategy 2"; Field & Welsh 2007). Resampling at both stages
-# slightly overstates the variance of a mean (by about the within-concept variance over the
-# number of units, Davison & Hinkley's eq. 3.17): the interval errs on the wide side, which
+# Hinkley 1997, section 3.8; Field & Welsh 2007). Resampling at both stages slightly
+# overstates the variance of a mean (it adds about the within-concept variance over the
+# total number of units, a second time): the interval errs on the wide side, which
 # is the safe side for a verdict. ``within=False`` resamples concepts only (each drawn
 # concept keeps its units), the choice when a statistic must not see duplicated units (a
 # split-half reliability: a unit drawn twice could fall into both halves).
