@@ -276,7 +276,9 @@ def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> Inter
 # total number of units, a second time): the interval errs on the wide side, which
 # is the safe side for a verdict. ``within=False`` resamples concepts only (each drawn
 # concept keeps its units), the choice when a statistic must not see duplicated units (a
-# split-half reliability: a unit drawn twice could fall into both halves).
+# split-half reliability: a unit drawn twice could fall into both halves) and the default
+# for correlations (see :func:`hierarchical_correlation`: redrawn units add their noise a
+# second time and pull every replicate's r toward zero).
 
 GATHER_BUDGET = 1 << 22  # aggregate values gathered per block of replicates (32 MiB)
 
