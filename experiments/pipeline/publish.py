@@ -26,6 +26,7 @@ from experiments.pipeline.analyse import (
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.effect import SIGNS, EffectReport, specificity_margin
+from experiments.pipeline.measurement import MeasurementReport
 from experiments.pipeline.report import criteria_of, specificity_matrices, write_views
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
@@ -321,6 +322,7 @@ def build_record(
     tokens_per_second: float,
     previous: RunRecord | None = None,
     betas: dict[str, float] | None = None,
+    measurement: MeasurementReport | None = None,
 ) -> RunRecord:
     """The typed record; criteria set later (criterion 4 from Parts B and C) are kept."""
     agg = per_strength(records)
@@ -334,6 +336,8 @@ def build_record(
         per_concept.setdefault(synset, {}).update(values)
     for synset, beta in (betas or {}).items():
         per_concept.setdefault(synset, {})["beta"] = beta
+    for synset, values in (measurement.per_concept if measurement else {}).items():
+        per_concept.setdefault(synset, {}).update(values)
     if previous is not None:  # Parts B and C's verdicts outlive a rescore
         for key, stored in previous.criteria.items():
             if key.startswith(("c4", "v2_c4")) and stored.status != "pending":
@@ -357,6 +361,7 @@ def build_record(
             "effect": effect.summary,
             "intervals": effect.intervals,
             "slopes": effect.slopes,
+            **({"measurement": measurement.statistics} if measurement else {}),
         },
         diagnostics={
             **ctx.diagnostics,  # "directions": the steering directions' cosines
@@ -365,6 +370,7 @@ def build_record(
                 for sign, matrix in effect.specificity.items()
             },
         },
+        detection=ctx.detection,
         n_generations=len(records),
         timings=dict(timings),
         tokens_per_second=tokens_per_second,
@@ -382,6 +388,7 @@ def publish(
     generation_seconds: float,
     update_children: bool = False,
     betas: dict[str, float] | None = None,
+    measurement: MeasurementReport | None = None,
 ) -> RunRecord:
     """Publish a scored run as a projection of its folder: build the record first, write
     the folder's views (summary, criteria, figures) atomically from it, then mirror it to
@@ -392,7 +399,9 @@ def publish(
             previous = run_dir.read_record(migrate=True)
         except (LookupError, ValueError):
             previous = None
-    record = build_record(ctx, records, report, effect, timings, tokens_per_second, previous, betas)
+    record = build_record(
+        ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
+    )
     run_dir.write_record(record)
     figures = write_views(run_dir, ctx, record, records)
     mirror(ctx, run_dir, record, records, figures, generation_seconds, update_children)

@@ -201,7 +201,75 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
         record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
     )
     effect = record.statistics.get("effect", {})
-    return text + "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+    text += "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+    measurement = record.statistics.get("measurement")
+    return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
+
+
+def _num(value: object, spec: str = "+.3f") -> str:
+    return "n/a" if not isinstance(value, int | float) else format(value, spec)
+
+
+def _ci(d: dict, spec: str = "+.3f") -> str:
+    """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
+    if d.get("estimate") is None:
+        return f"n/a ({d.get('reason') or 'not evaluable'})"
+    return f"{_num(d['estimate'], spec)} [{_num(d.get('low'), spec)}, {_num(d.get('high'), spec)}]"
+
+
+def measurement_markdown(stats: dict) -> list[str]:
+    """Reliabilities, observed and corrected correlations, the likelihood outcome per
+    null family, and Δ's scale."""
+    lines = [
+        "",
+        "## Measurement: how reliable, and the correlations corrected for it",
+        "",
+        "| measure | split-half reliability (Spearman-Brown) |",
+        "|---|---|",
+    ]
+    for name, rel in stats.get("reliability", {}).items():
+        value = rel.get("estimate")
+        shown = _num(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
+        lines.append(f"| {name} | {shown} |")
+    corrected = stats.get("corrected_correlations", {})
+    if corrected:
+        lines += [
+            "",
+            "| correlation across concepts | observed r | disattenuated |",
+            "|---|---|---|",
+        ]
+        for name, d in corrected.items():
+            lines.append(f"| {name} | {_ci(d['observed'])} | {_ci(d['corrected'])} |")
+    families = stats.get("likelihood", [])
+    if families:
+        lines += [
+            "",
+            "Likelihood outcome e = s·((L_s − L_0)(on) − (L_s − L_0)(off)), nats per token:",
+            "",
+            "| family | sign | mean e [CI] | concept above it [CI] | concepts beating it |",
+            "|---|---|---|---|---|",
+        ]
+        for row in families:
+            above = (
+                f"{_num(row['above'])} [{_num(row['above_low'])}, {_num(row['above_high'])}]"
+                if "above" in row
+                else ""
+            )
+            beats = f"{row['beats']} / {row['n_concepts']}" if "beats" in row else ""
+            lines.append(
+                f"| {row['family']} | {row['sign']} | {_num(row['mean'])} "
+                f"[{_num(row['low'])}, {_num(row['high'])}] | {above} | {beats} |"
+            )
+    gap = stats.get("reference_gap")
+    if gap:
+        lines += [
+            "",
+            f"Δ's scale: the reference gap Δ(on-concept texts) − Δ(off-concept texts) is "
+            f"{_num(gap.get('mean'))} [{_num(gap.get('low'))}, {_num(gap.get('high'))}]; "
+            f"the effect above the null is {_ci(gap.get('fraction_pos', {}), '.2f')} of it at "
+            f"s > 0 and {_ci(gap.get('fraction_neg', {}), '.2f')} at s < 0.",
+        ]
+    return lines
 
 
 def write_views(
