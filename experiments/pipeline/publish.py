@@ -419,11 +419,14 @@ def mirror(
     for key, value in record.criteria.items():
         c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
     summary = run_dir.file(RunDir.SUMMARY).read_text(encoding="utf-8")
-    tracking.set_note(ctx.run_id, run_note(ctx) + summary, whole=RunDir.SUMMARY)
+    answer = run_dir.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    # The answer first, so the run page shows it without "Show more".
+    tracking.set_note(ctx.run_id, answer + "\n" + run_note(ctx) + summary, whole=RunDir.SUMMARY)
     tracking.log_new_params(ctx.run_id, threshold_params(record))
     for name in figures:
         c.log_artifact(ctx.run_id, str(run_dir.file(name)), "plots")
     for name in (
+        RunDir.ANSWER,
         RunDir.RECORD,
         RunDir.SUMMARY,
         RunDir.CRITERIA,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from experiments.pipeline.answer import answer_markdown, answer_of
 from experiments.pipeline.effect import SIGNS
 from experiments.record import RunRecord
 from experiments.rows import View, aggregates
@@ -229,4 +230,14 @@ def write_views(
         fig.savefig(partial, dpi=110)
         os.replace(partial, path)
         plt.close(fig)
+    write_answer(run_dir, record)
     return list(figures)
+
+
+def write_answer(run_dir: RunDir, record: RunRecord) -> str:
+    """``answer.md`` from the record (atomically), naming the folder's figures; returns
+    its text. Parts B and C call it again when criterion 4 changes."""
+    figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
+    text = answer_markdown(answer_of(record), figures)
+    atomic_write_text(run_dir.file(RunDir.ANSWER), text)
+    return text

@@ -1,0 +1,84 @@
+"""What a finished run shows where researchers look: ``answer.md`` in the folder, the
+answer at the top of the MLflow description, the v2 metrics with their bounds, the
+answer as structured ``--json`` (tiny random Gemma, real sqlite store)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from experiments import tracking
+from experiments.cli import app
+from experiments.config import load_config
+from experiments.pipeline.answer import answer_markdown, answer_of
+from experiments.pipeline.run import run_phase5
+from experiments.rundir import RunDir
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
+    import torch
+
+    tmp = tmp_path_factory.mktemp("views")
+    config = load_config(
+        "configs/phase5.yaml",
+        [
+            "concepts.limit=3",
+            "generation.max_new_tokens=6",
+            "generation.batch_size=16",
+            "layer=2",
+            "controls.random_directions=1",
+            "criteria.n_boot=200",
+            f"classifier.dir={tmp / 'cls'}",
+            f"tracking.results_dir={tmp / 'res'}",
+        ],
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return config, run_phase5(config, lm=tiny_lm, embedder=embedder)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_answer_md_is_the_answer_of_the_record(tiny_run):
+    _config, result = tiny_run
+    folder = RunDir(result.results_dir.parent, result.run_id)
+    figures = tuple(sorted(p.name for p in folder.path.glob("*.png")))
+    text = folder.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    assert text == answer_markdown(answer_of(folder.read_record()), figures)
+    assert "| s > 0 | effect above null (gated) |" in text
+
+
+def test_the_run_description_starts_with_the_answer_and_the_metrics_have_bounds(tiny_run):
+    _config, result = tiny_run
+    run = tracking.get_run(result.run_id)
+    note = run.data.tags[tracking.NOTE_TAG]
+    assert note.startswith(f"## The answer (run `{result.run_id}`)")
+    assert note.index("## The answer") < note.index("# Phase 5 run")
+    intervals = result.record.statistics["intervals"]
+    for key in ("v2_effect_above_null_pos", "v2_predictor_vs_effect_neg"):
+        for bound in ("low", "high"):
+            assert run.data.metrics[f"v2/criterion/{key}/{bound}"] == pytest.approx(
+                intervals[key][bound]
+            )
+        assert f"v2/criterion/{key}/value" in run.data.metrics
+    artifacts = {f.path for f in tracking.client().list_artifacts(result.run_id)}
+    assert RunDir.ANSWER in artifacts
+
+
+def test_rescore_json_carries_the_answer_as_fields(tiny_run):
+    _config, result = tiny_run
+    out = CliRunner().invoke(app, ["rescore", result.run_id, "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.stderr
+    data = json.loads(out.stdout)
+    crit = data["answer"]["criteria"]["v2_effect_above_null_pos"]
+    stored = result.record.statistics["intervals"]["v2_effect_above_null_pos"]
+    assert crit["low"] == pytest.approx(stored["low"]) and crit["high"] == pytest.approx(
+        stored["high"]
+    )
+    assert crit["status"] in {"pass", "fail", "inconclusive"} and crit["threshold"] == 0.15
+    assert set(data["answer"]["seed_criteria"]) >= {"c1_direction", "c3_f1_correlation"}
+    assert data["answer"]["question"].startswith("Does a concept classifier's quality")
