@@ -31,6 +31,7 @@ from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.effect import EffectReport, evaluate_effect
 from experiments.pipeline.generate import generate
 from experiments.pipeline.lifecycle import RunError, RunSession, open_run
+from experiments.pipeline.per_concept import concept_intervals
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.publish import log_parent, numeric_metrics, publish, run_name
@@ -101,6 +102,8 @@ def score_and_publish(
         predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
         report = evaluate_criteria(seed_rows, predictor, ctx.config.criteria)
         effect = evaluate_effect(records, predictor, ctx.config)
+        for synset, values in concept_intervals(records, ctx.config).items():
+            effect.per_concept.setdefault(synset, {}).update(values)
     with timer.time("logging"):
         record = publish(
             ctx,

@@ -82,3 +82,40 @@ def test_rescore_json_carries_the_answer_as_fields(tiny_run):
     assert crit["status"] in {"pass", "fail", "inconclusive"} and crit["threshold"] == 0.15
     assert set(data["answer"]["seed_criteria"]) >= {"c1_direction", "c3_f1_correlation"}
     assert data["answer"]["question"].startswith("Does a concept classifier's quality")
+
+
+def test_the_reviewer_figures_are_written_and_logged(tiny_run):
+    _config, result = tiny_run
+    folder = RunDir(result.results_dir.parent, result.run_id)
+    for name in ("predictor_vs_effect.png", "effect_forest.png"):
+        assert folder.file(name).stat().st_size > 10_000
+    plots = {f.path for f in tracking.client().list_artifacts(result.run_id, "plots")}
+    assert {"plots/predictor_vs_effect.png", "plots/effect_forest.png"} <= plots
+
+
+def test_each_concept_has_its_effect_above_null_with_an_interval_over_its_units(tiny_run):
+    config, result = tiny_run
+    units = len(config.generation.prompts) * config.generation.samples_per_prompt
+    for values in result.record.per_concept.values():
+        for sign in ("pos", "neg"):
+            low, high = values[f"above_null_{sign}_low"], values[f"above_null_{sign}_high"]
+            assert low <= high and values[f"above_null_{sign}_n"] == units
+            assert values[f"above_null_{sign}"] is not None
+
+
+def test_the_predictor_interval_is_rebuilt_from_the_records_counts():
+    from experiments.pipeline.per_concept import predictor_interval
+    from metrics.stats import bootstrap_f1
+
+    # tp 12, fn 8, fp 5, tn 15 on 20 + 20 test texts.
+    metrics = {
+        "recall_calibrated": 12 / 20,
+        "accuracy_calibrated": 27 / 40,
+        "n_test_pos": 20.0,
+        "n_test_neg": 20.0,
+        "auroc": 0.8,
+    }
+    expected = bootstrap_f1(12, 8, 5, 15)
+    assert predictor_interval(metrics, "f1_calibrated") == (expected.low, expected.high)
+    assert predictor_interval(metrics, "auroc") == (None, None)
+    assert predictor_interval({"recall_raw": 0.5}, "f1_raw") == (None, None)
