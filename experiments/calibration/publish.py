@@ -174,6 +174,26 @@ def study_answer(run_id: str, analysis: dict, config: ExperimentConfig) -> dict:
     }
 
 
+def note_latest_study(run_id: str, answer: dict, config: ExperimentConfig) -> None:
+    """The experiment's description leads with this study's verdicts (a first line short
+    enough for the collapsed description, linked to the run's answer), then the slopes."""
+    run = tracking.get_run(run_id)
+    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
+    heads = answer["headlines"]
+    predictor = heads[0]["predictor"] if heads else "the predictor"
+    short = ", ".join(
+        f"{SIGN_WORDS.get(h['sign'], h['sign'])} {h['source']} **{h['status']}**" for h in heads
+    )
+    detail = "; ".join(
+        f"{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']}: {h['text']}" for h in heads
+    )
+    text = (
+        f"**Latest answer** ([open]({link})): does {predictor} predict the effect? {short}."
+        f"\n\nPhase 6 run {run.info.run_name or run_id}: {detail}."
+    )
+    tracking.set_experiment_note(config.calibration.experiment, text)
+
+
 def study_answer_markdown(answer: dict) -> str:
     lines = [
         f"## The answer (Phase 6 run `{answer['run_id']}`)",
@@ -274,6 +294,7 @@ def publish_study(
     for key, value in tags.items():
         c.set_tag(run_id, key, value)
     tracking.set_note(run_id, answer + "\n" + summary)  # the answer first
+    note_latest_study(run_id, study_answer(run_id, analysis, config), config)
     for name, fig in figures(curve, analysis, config).items():
         fig.savefig(run_dir.file(name), dpi=110)
         c.log_figure(run_id, fig, f"plots/{name}")

@@ -170,10 +170,10 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:+.{digits}f}"
 
 
-def interval_text(v: Verdict) -> str:
+def interval_text(v: Verdict, digits: int = 3) -> str:
     if v.low is None or v.high is None:
         return "no interval"
-    return f"[{fmt(v.low)}, {fmt(v.high)}]"
+    return f"[{fmt(v.low, digits)}, {fmt(v.high, digits)}]"
 
 
 def _reading(v: Verdict) -> str:
@@ -227,6 +227,35 @@ def answer_of(record: RunRecord) -> Answer:
         verdicts=found,
         seed=seed_verdicts(record),
     )
+
+
+def answer_line(answer: Answer, name: str, link: str) -> str:
+    """The answer for the experiment's description: a first line short enough to show
+    in the collapsed description (the verdicts per sign, linked to the run's answer),
+    then the values and intervals."""
+    words = {"pass": "yes", "fail": "no", "inconclusive": "undecided"}
+    short, detail = [], []
+    for base, what in (
+        ("predictor_vs_effect", "predictor → effect"),
+        ("effect_above_null", "effect above null"),
+    ):
+        found = [v for v in answer.verdicts if split_key(v.key)[0] == base and v.sign != "both"]
+        if not found:
+            continue
+        short.append(
+            f"{what}: "
+            + ", ".join(
+                f"{SIGN_LABELS[v.sign]} **{words.get(v.status, v.status.replace('_', ' '))}**"
+                for v in found
+            )
+        )
+        detail += [
+            f"{what} at {SIGN_LABELS[v.sign]} {fmt(v.value, 2)} {interval_text(v, 2)}"
+            for v in found
+            if v.value is not None
+        ]
+    first = f"**Latest answer** ([open]({link})): " + "; ".join(short) + "."
+    return first + f"\n\nRun {name}: " + "; ".join(detail) + "."
 
 
 def _cell(text: str) -> str:

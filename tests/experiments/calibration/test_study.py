@@ -86,3 +86,15 @@ def test_the_answer_heads_the_folder_and_the_description(study):
     assert note.startswith(text) and "# Phase 6 calibration study" in note
     artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
     assert RunDir.ANSWER in artifacts
+
+
+def test_the_experiment_description_leads_with_the_latest_study(study):
+    config, result = study
+    experiment = tracking.client().get_experiment_by_name(config.calibration.experiment)
+    note = experiment.tags[tracking.NOTE_TAG]
+    link = f"#/experiments/{experiment.experiment_id}/runs/{result.run_id}/artifacts/answer.md"
+    assert note.startswith(f"**Latest answer** ([open]({link}")
+    assert "does f1_calibrated predict the effect?" in note.split("\n")[0]
+    assert tracking.run_ui_url(result.run_id).endswith(
+        f"/runs/{result.run_id}/artifacts/answer.md?workflowType=machine_learning"
+    )

@@ -119,3 +119,35 @@ def test_the_predictor_interval_is_rebuilt_from_the_records_counts():
     assert predictor_interval(metrics, "f1_calibrated") == (expected.low, expected.high)
     assert predictor_interval(metrics, "auroc") == (None, None)
     assert predictor_interval({"recall_raw": 0.5}, "f1_raw") == (None, None)
+
+
+def test_every_printed_address_opens_on_the_answer(tiny_run):
+    from experiments.cli.ui import addresses
+
+    config, result = tiny_run
+    experiment = tracking.experiment_id(config.tracking.experiment)
+    latest = tracking.latest_parent_run(config.tracking.experiment, "5")
+    found = dict(addresses())
+    assert found["newest Phase 5 run, on its answer"] == tracking.ui_url(
+        experiment, latest, artifact=RunDir.ANSWER
+    )
+    assert found["newest Phase 5 run, on its answer"].endswith(
+        f"/runs/{latest}/artifacts/answer.md?workflowType=machine_learning"
+    )
+    assert tracking.run_ui_url(result.run_id).endswith(
+        f"#/experiments/{experiment}/runs/{result.run_id}/artifacts/answer.md"
+        "?workflowType=machine_learning"
+    )
+    bare = tracking.start_run(config.tracking.experiment, "no answer", tags={"phase": "x"})
+    assert tracking.run_ui_url(bare).endswith(f"/runs/{bare}?workflowType=machine_learning")
+
+
+def test_the_experiment_description_leads_with_the_latest_answer(tiny_run):
+    config, result = tiny_run
+    experiment = tracking.client().get_experiment_by_name(config.tracking.experiment)
+    note = experiment.tags[tracking.NOTE_TAG]
+    link = f"#/experiments/{experiment.experiment_id}/runs/{result.run_id}/artifacts/answer.md"
+    assert note.startswith(f"**Latest answer** ([open]({link}")
+    first = note.split("\n")[0]
+    assert "predictor → effect: s > 0 **" in first and len(first) < 400
+    assert tracking.EXPERIMENT_NOTES[config.tracking.experiment] in note
