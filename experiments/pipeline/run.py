@@ -122,6 +122,11 @@ def score_and_publish(
 
         with timer.time("traces"):
             log_traces(ctx, run_dir, records, rescore=rescore)
+        if ctx.config.tracking.evaluation:
+            from experiments.pipeline.evaluation import log_evaluation
+
+            with timer.time("evaluation"):
+                log_evaluation(ctx, run_dir, records)
     tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
     return Phase5Result(
         ctx.run_id,

@@ -151,3 +151,38 @@ def test_the_experiment_description_leads_with_the_latest_answer(tiny_run):
     first = note.split("\n")[0]
     assert "predictor → effect: s > 0 **" in first and len(first) < 400
     assert tracking.EXPERIMENT_NOTES[config.tracking.experiment] in note
+
+
+def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
+    """After the run and its rescore: one evaluation child whose scorers' means are the
+    v2 estimates pooled over the signs, one assessment per scorer per trace."""
+    import json
+
+    import mlflow
+
+    from experiments.pipeline.evaluation import SCORERS
+    from experiments.tracking.evaluation import EVALUATION_TAG
+
+    config, result = tiny_run
+    children = tracking.child_runs(result.run_id, config.tracking.experiment)
+    evaluations = [c for c in children if c.data.tags.get(EVALUATION_TAG)]
+    assert len(evaluations) == 1
+    run = evaluations[0]
+    assert run.data.tags["mlflow.runType"] == "genai_evaluate" and run.info.status == "FINISHED"
+    intervals = result.record.statistics["intervals"]
+    pos, neg = intervals["v2_direction_pos"], intervals["v2_direction_neg"]
+    pooled = (pos["estimate"] * pos["n"] + neg["estimate"] * neg["n"]) / (pos["n"] + neg["n"])
+    assert run.data.metrics["moved_as_steered/mean"] == pytest.approx(pooled)
+    effect = [intervals[f"v2_effect_above_null_{s}"]["estimate"] for s in ("pos", "neg")]
+    assert run.data.metrics["effect_above_null/mean"] == pytest.approx(sum(effect) / 2)
+    parent = tracking.get_run(result.run_id).data.metrics
+    assert parent["evaluation/gate_pass/mean"] == run.data.metrics["gate_pass/mean"]
+    assert parent["time/evaluation"] > 0
+    folder = RunDir(result.results_dir.parent, result.run_id)
+    mapping = json.loads(folder.file(RunDir.TRACES).read_text())
+    steered = [k for k in mapping if "|s+1.000" in k and "random" not in k]
+    assert steered
+    for key in steered:
+        names = [a.name for a in mlflow.get_trace(mapping[key]).info.assessments]
+        for scorer in SCORERS:
+            assert names.count(scorer) == 1, (key, names)
