@@ -109,8 +109,8 @@ concepts: setup ## rebuild data/concepts/wordnet_top10.json from WordNet
 classifiers: setup ## Phase 4: train and evaluate the probes the config needs
 	$(CLI) classifiers --config $(CONFIG) $(ARGS)
 
-ui: setup ## MLflow UI on http://127.0.0.1:5000 against the same store; prints where the runs are
-	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port 5000
+ui: setup ## MLflow UI on http://127.0.0.1:5000 (PORT=5001 for another port) on the same store; prints where the answers are
+	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port $(PORT)
 
 mlflow-server: setup ## MLflow server on 127.0.0.1:$(PORT) (local store, proxied artefacts); then MLFLOW_TRACKING_URI=http://127.0.0.1:$(PORT)
 	$(VENV)/bin/mlflow server --backend-store-uri $(MLFLOW_BACKEND) \

@@ -28,6 +28,7 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
+from experiments.cli.plan import print_plan
 
 
 class Mode(StrEnum):
@@ -263,6 +264,14 @@ def run(
         str | None,
         typer.Option(help="ray: join this cluster (default: $RAY_ADDRESS, else start one here)"),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="print the plan (rows, tokens, an estimated time from the last run on this "
+            "machine) without loading the model",
+        ),
+    ] = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -288,6 +297,11 @@ def run(
     if ray_address:
         os.environ["RAY_ADDRESS"] = ray_address
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
+    if dry_run:
+        if cfg is None:
+            raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
+        print_plan(cfg, json_)
+        return
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.

@@ -55,8 +55,28 @@ def addresses() -> list[tuple[str, str]]:
     return found
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on (host, port): binding it fails."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def busy_port_message(host: str, port: int) -> str:
+    return (
+        f"port {port} on {host} is in use (another MLflow UI, or another program); serve on "
+        f"another: make ui PORT={port + 1}, or steer-eval ui --port {port + 1}. If it is "
+        f"already an MLflow UI on this store, open http://{host}:{port}"
+    )
+
+
 def ui(
-    port: Annotated[int, typer.Option(help="port to serve on")] = 5000,
+    port: Annotated[int, typer.Option(help="port to serve on (make ui PORT=...)")] = 5000,
     host: Annotated[str, typer.Option(help="address to bind (loopback by default)")] = "127.0.0.1",
 ) -> None:
     """Serve the MLflow UI on the suite's store and print where the results are."""
@@ -75,6 +95,9 @@ def ui(
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
         console.print(f"the store is served by {uri}; nothing to start")
         return
+    if port_in_use(host, port):
+        console.print(f"[bold red]error:[/] {busy_port_message(host, port)}", highlight=False)
+        raise typer.Exit(2)
     os.environ["MLFLOW_UI_URL"] = f"http://{host}:{port}"
     command = [
         sys.executable,
@@ -108,6 +131,8 @@ def ui(
                 except OSError:
                     time.sleep(0.5)
         if proc.poll() is not None:
+            if port_in_use(host, port):  # taken while the server started
+                console.print(f"[bold red]error:[/] {busy_port_message(host, port)}")
             raise typer.Exit(proc.returncode or 1)
         for what, url in found:
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
