@@ -181,14 +181,16 @@ def note_latest_study(run_id: str, answer: dict, config: ExperimentConfig) -> No
     link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
     heads = answer["headlines"]
     predictor = heads[0]["predictor"] if heads else "the predictor"
-    short = ", ".join(
-        f"{SIGN_WORDS.get(h['sign'], h['sign'])} {h['source']} **{h['status']}**" for h in heads
-    )
+    by_source: dict[str, list[str]] = {}
+    for h in heads:
+        sign = {"both": "both"}.get(h["sign"], SIGN_WORDS.get(h["sign"], h["sign"]))
+        by_source.setdefault(h["source"], []).append(f"{sign} **{h['status']}**")
+    short = "; ".join(f"{source}: {', '.join(parts)}" for source, parts in by_source.items())
     detail = "; ".join(
         f"{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']}: {h['text']}" for h in heads
     )
     text = (
-        f"**Latest answer** ([open]({link})): does {predictor} predict the effect? {short}."
+        f"**Latest answer** ([open]({link})): {predictor} → effect? {short}."
         f"\n\nPhase 6 run {run.info.run_name or run_id}: {detail}."
     )
     tracking.set_experiment_note(config.calibration.experiment, text)

@@ -94,7 +94,7 @@ def test_the_experiment_description_leads_with_the_latest_study(study):
     note = experiment.tags[tracking.NOTE_TAG]
     link = f"#/experiments/{experiment.experiment_id}/runs/{result.run_id}/artifacts/answer.md"
     assert note.startswith(f"**Latest answer** ([open]({link}")
-    assert "does f1_calibrated predict the effect?" in note.split("\n")[0]
+    assert "f1_calibrated → effect? classifier: both **" in note.split("\n")[0]
     assert tracking.run_ui_url(result.run_id).endswith(
         f"/runs/{result.run_id}/artifacts/answer.md?workflowType=machine_learning"
     )
