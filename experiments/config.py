@@ -333,6 +333,12 @@ class TrackingConfig(_Strict):
         description="one MLflow trace per generation with its scores as feedback (about "
         "0.1 s each on sqlite; false for grids of many thousands)",
     )
+    evaluation: bool = Field(
+        True,
+        description="with traces: the run's steered generations also in MLflow's GenAI "
+        "evaluation views (a child evaluation run, code scorers reading the saved scores; "
+        "no model calls; about 0.1 s per generation on sqlite)",
+    )
     child_runs: Literal["per_cell", "per_concept", "none"] = Field(
         "per_cell",
         description=(
@@ -370,6 +376,7 @@ class ExecutionConfig(_Strict):
 HASH_EXCLUDED = (
     "execution",
     "tracking.results_dir",
+    "tracking.evaluation",
     "classifier.dir",
     "calibration.results_dir",
 )

@@ -145,6 +145,7 @@ class RunDir:
     SCORES = "scores.jsonl"
     RECORD = "steering_results.json"
     SUMMARY = "summary.md"
+    ANSWER = "answer.md"  # the research question and the verdicts (pipeline/answer.py)
     CRITERIA = "criteria.csv"
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"

@@ -313,6 +313,21 @@ def run_note(ctx: RunContext) -> str:
     return "".join(f"> {line}\n>\n" for line in lines) + ("\n" if lines else "")
 
 
+def note_latest_run(run_id: str, record: RunRecord) -> None:
+    """The experiment's description leads with this run's answer and links it, so the
+    experiment's runs page shows the latest answer without a click."""
+    from experiments.pipeline.answer import answer_line, answer_of
+
+    run = tracking.get_run(run_id)
+    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
+    line = answer_line(answer_of(record), run.info.run_name or run_id, link)
+    tracking.set_experiment_note(record.experiment, line)
+    # The classifiers' experiment links the answer they fed, when it is in this store.
+    classifiers = record.config.tracking.classifier_experiment
+    if tracking.client().get_experiment_by_name(classifiers) is not None:
+        tracking.set_experiment_note(classifiers, line)
+
+
 def build_record(
     ctx: RunContext,
     records: pd.DataFrame,
@@ -428,11 +443,15 @@ def mirror(
     for key, value in record.criteria.items():
         c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
     summary = run_dir.file(RunDir.SUMMARY).read_text(encoding="utf-8")
-    tracking.set_note(ctx.run_id, run_note(ctx) + summary, whole=RunDir.SUMMARY)
+    answer = run_dir.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    # The answer first, so the run page shows it without "Show more".
+    tracking.set_note(ctx.run_id, answer + "\n" + run_note(ctx) + summary, whole=RunDir.SUMMARY)
+    note_latest_run(ctx.run_id, record)
     tracking.log_new_params(ctx.run_id, threshold_params(record))
     for name in figures:
         c.log_artifact(ctx.run_id, str(run_dir.file(name)), "plots")
     for name in (
+        RunDir.ANSWER,
         RunDir.RECORD,
         RunDir.SUMMARY,
         RunDir.CRITERIA,

@@ -33,6 +33,7 @@ from experiments.pipeline.generate import generate
 from experiments.pipeline.lifecycle import RunError, RunSession, open_run
 from experiments.pipeline.likelihood import score_likelihood, texts_for
 from experiments.pipeline.measurement import measure
+from experiments.pipeline.per_concept import concept_intervals
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.publish import log_parent, numeric_metrics, publish, run_name
@@ -104,6 +105,8 @@ def score_and_publish(
         predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
         report = evaluate_criteria(seed_rows, predictor, ctx.config.criteria)
         effect = evaluate_effect(records, predictor, ctx.config)
+        for synset, values in concept_intervals(records, ctx.config).items():
+            effect.per_concept.setdefault(synset, {}).update(values)
     with timer.time("measurement"):
         texts = texts_for(run_dir, ctx.config, ctx.graph)
         measurement = measure(
@@ -132,6 +135,11 @@ def score_and_publish(
 
         with timer.time("traces"):
             log_traces(ctx, run_dir, records, rescore=rescore)
+        if ctx.config.tracking.evaluation:
+            from experiments.pipeline.evaluation import log_evaluation
+
+            with timer.time("evaluation"):
+                log_evaluation(ctx, run_dir, records)
     tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
     return Phase5Result(
         ctx.run_id,
