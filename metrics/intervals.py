@@ -4,8 +4,12 @@ Steering rows are not independent: the rows of one prompt share its wording and 
 rows of one concept share its centroids and direction. A row-level interval is then too
 narrow, so means and correlations here come with a *clustered* bootstrap that resamples
 whole clusters (prompts within a concept, or concepts). scipy's ``bootstrap`` resamples
-independent observations only, hence this small hand-written resampler. Binomial
-intervals come from statsmodels (Wilson).
+independent observations only, hence this small hand-written resampler. The
+concept-level (hierarchical) bootstrap, :func:`hierarchical_bootstrap`, resamples concepts
+and then units within each drawn concept, and recomputes per-concept aggregates in every
+replicate: the one helper for means, margins and cross-concept correlations
+(:func:`hierarchical_mean`, :func:`hierarchical_margin`, :func:`hierarchical_correlation`).
+Binomial intervals come from statsmodels (Wilson).
 
 A verdict passes when the whole interval lies above the threshold, fails when it lies
 below, and is inconclusive when the interval straddles it.
@@ -13,7 +17,7 @@ below, and is inconclusive when the interval straddles it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -129,13 +133,20 @@ def bootstrap_statistic(
 
 
 def _percentile_interval(
-    estimate: float, reps: Sequence[float], n: int, n_boot: int, confidence: float, method: str
+    estimate: float,
+    reps: Sequence[float],
+    n: int,
+    n_boot: int,
+    confidence: float,
+    method: str,
+    n_clusters: int | None = None,
 ) -> Interval:
+    clusters = n if n_clusters is None else n_clusters
     if len(reps) < n_boot // 2:
-        return Interval(estimate, None, None, n, n, method, "too few valid replicates")
+        return Interval(estimate, None, None, n, clusters, method, "too few valid replicates")
     alpha = (1 - confidence) / 2
     low, high = np.quantile(reps, [alpha, 1 - alpha])
-    return Interval(estimate, float(low), float(high), n, n, method)
+    return Interval(estimate, float(low), float(high), n, clusters, method)
 
 
 def _paired_resamples(
@@ -250,3 +261,303 @@ def binomial_interval(successes: int, n: int, confidence: float = 0.95) -> Inter
     p = successes / n
     # Wilson's bounds can miss 0 or 1 by a rounding error at k = 0 or k = n.
     return Interval(p, min(float(low), p), max(float(high), p), n, n, method)
+
+
+# ---------------------------------------------------------------------------------------
+# The concept-level (hierarchical) bootstrap
+# ---------------------------------------------------------------------------------------
+#
+# Every unit of a concept (a prompt × sample of a steered generation, a text of a held-out
+# set) shares that concept's direction, centroids and null draw, so the concept is the unit
+# of replication. A replicate draws as many concepts as there are, with replacement, and
+# then, for each drawn concept, as many of its units as it has, with replacement (Davison &
+# Hinkley 1997, section 3.8; Field & Welsh 2007). Resampling at both stages slightly
+# overstates the variance of a mean (it adds about the within-concept variance over the
+# total number of units, a second time): the interval errs on the wide side, which
+# is the safe side for a verdict. ``within=False`` resamples concepts only (each drawn
+# concept keeps its units), the choice when a statistic must not see duplicated units (a
+# split-half reliability: a unit drawn twice could fall into both halves) and the default
+# for correlations (see :func:`hierarchical_correlation`: redrawn units add their noise a
+# second time and pull every replicate's r toward zero).
+
+GATHER_BUDGET = 1 << 22  # aggregate values gathered per block of replicates (32 MiB)
+
+Aggregate = Callable[[np.ndarray], np.ndarray]
+"""A per-concept aggregate, vectorised over resamples: it maps an array of ``m`` resamples
+of one concept's units, shape ``(m, n_units, *unit_shape)``, to ``(m, *out_shape)``."""
+
+Statistic = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+"""A statistic of per-concept aggregates, vectorised over replicates: it maps each
+measure's aggregates, shape ``(replicates, concepts, *out_shape)``, to ``(replicates,)``
+(NaN where it is undefined; such replicates are dropped)."""
+
+
+def unit_mean(units: np.ndarray) -> np.ndarray:
+    """The default aggregate: the mean over a concept's units."""
+    return units.mean(axis=1)
+
+
+def _sum_and_count(units: np.ndarray) -> np.ndarray:
+    """Per resample: [sum of the units, number of units] (for a unit-weighted mean)."""
+    sums = units.sum(axis=1)
+    return np.stack([sums, np.full_like(sums, units.shape[1])], axis=-1)
+
+
+def group_units(values: Sequence[object], concepts: Sequence[object]) -> dict[object, np.ndarray]:
+    """Rows with their concept labels as one unit array per concept (first-seen order).
+
+    A row may be a number or a fixed-length vector (columns that must stay paired, e.g. an
+    arm's effect and its null on the same unit); rows with a non-finite entry are dropped,
+    and so are concepts left without rows.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) != len(concepts):
+        raise ValueError(f"values ({len(x)}) and concepts ({len(concepts)}) differ in length")
+    keep = np.isfinite(x).reshape(len(x), -1).all(axis=1) if len(x) else np.zeros(0, bool)
+    out: dict[object, list[int]] = {}
+    for i, c in enumerate(concepts):
+        if keep[i]:
+            out.setdefault(c, []).append(i)
+    return {c: x[np.asarray(rows)] for c, rows in out.items()}
+
+
+def _as_tables(
+    units: Mapping[object, Mapping[str, object]],
+) -> tuple[list[object], list[str], list[dict[str, np.ndarray]]]:
+    concepts = list(units)
+    tables = [{k: np.asarray(v, dtype=np.float64) for k, v in units[c].items()} for c in concepts]
+    measures = sorted(tables[0]) if tables else []
+    for c, table in zip(concepts, tables, strict=True):
+        if sorted(table) != measures:
+            raise ValueError(f"concept {c!r} has measures {sorted(table)}, expected {measures}")
+        for name, array in table.items():
+            if array.ndim == 0 or len(array) == 0:
+                raise ValueError(f"concept {c!r} has no units for measure {name!r}")
+    return concepts, measures, tables
+
+
+def hierarchical_bootstrap(
+    units: Mapping[object, Mapping[str, object]],
+    statistic: Statistic,
+    *,
+    aggregate: Mapping[str, Aggregate] | None = None,
+    within: bool = True,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    method: str = "hierarchical bootstrap",
+) -> Interval:
+    """A statistic of per-concept aggregates with a concept-level percentile interval.
+
+    ``units[concept][measure]`` holds one concept's units of one measure: a 1-D array, or
+    2-D with one row per unit when columns must be resampled together (paired). The
+    measures of a concept are resampled independently (they come from different units,
+    e.g. the effect from report prompts × samples and F1 from test texts). Each replicate
+    draws concepts, then units within each drawn concept (unless ``within`` is False),
+    recomputes every drawn concept's aggregates (``aggregate[measure]``, default the
+    mean) and then the statistic across concepts. The estimate is the statistic of the
+    data's own aggregates. ``n`` counts units, ``n_clusters`` concepts.
+    """
+    aggregate = dict(aggregate or {})
+    concepts, measures, tables = _as_tables(units)
+    n_units = sum(len(t[m]) for t in tables for m in measures)
+    if not concepts:
+        return not_evaluable("no concepts", method=method)
+    n_c = len(concepts)
+
+    def agg(name: str, resamples: np.ndarray) -> np.ndarray:
+        return np.asarray(aggregate.get(name, unit_mean)(resamples), dtype=np.float64)
+
+    data = {
+        name: np.stack([agg(name, t[name][None])[0] for t in tables])[None] for name in measures
+    }
+    value = np.asarray(statistic(data), dtype=np.float64).reshape(-1)
+    if value.shape != (1,) or not np.isfinite(value[0]):
+        return not_evaluable("statistic undefined on the data", n_units, n_c, method)
+    estimate = float(value[0])
+    if n_c < 2:
+        return Interval(estimate, None, None, n_units, n_c, method, "one concept")
+    rng = np.random.default_rng(seed)
+    top = rng.integers(0, n_c, size=(n_boot, n_c))
+    if within:
+        reps = {name: np.empty((n_boot, *data[name].shape[1:])) for name in measures}
+        for c, table in enumerate(tables):
+            slots = top == c
+            m = int(slots.sum())
+            for name in measures:
+                u = table[name]
+                draws = rng.integers(0, len(u), size=(m, len(u)))
+                reps[name][slots] = agg(name, u[draws])
+        values = np.asarray(statistic(reps), dtype=np.float64).reshape(-1)
+    else:
+        # Replicates in blocks: gathering every replicate's aggregates at once would hold
+        # n_boot x concepts x aggregate size values (GBs for per-split reliabilities).
+        size = sum(int(np.prod(data[name].shape[1:])) for name in measures)
+        block = max(1, GATHER_BUDGET // max(size, 1))
+        values = np.concatenate(
+            [
+                np.asarray(
+                    statistic({name: data[name][0][top[i : i + block]] for name in measures}),
+                    dtype=np.float64,
+                ).reshape(-1)
+                for i in range(0, n_boot, block)
+            ]
+        )
+    values = values[np.isfinite(values)]
+    return _percentile_interval(estimate, values, n_units, n_boot, confidence, method, n_c)
+
+
+def hierarchical_mean(
+    units: Mapping[object, object],
+    *,
+    weights: Literal["concepts", "units"] = "concepts",
+    within: bool = True,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    method: str | None = None,
+) -> Interval:
+    """The mean effect over concepts with a concept-level interval.
+
+    ``units[concept]`` is that concept's 1-D unit values (see :func:`group_units`).
+    ``weights="concepts"`` is the mean of per-concept means (each concept counts once,
+    as the unit of replication); ``"units"`` pools all units (a concept with more units
+    weighs more, as :func:`clustered_bootstrap_mean` does).
+    """
+    tables = {c: {"x": v} for c, v in units.items()}
+    label = method or f"hierarchical bootstrap mean over concepts ({n_boot} replicates)"
+    if weights == "units":
+        return hierarchical_bootstrap(
+            tables,
+            lambda a: a["x"][..., 0].sum(axis=1) / a["x"][..., 1].sum(axis=1),
+            aggregate={"x": _sum_and_count},
+            within=within,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            method=label,
+        )
+    if weights != "concepts":
+        raise ValueError(f"weights must be 'concepts' or 'units', got {weights!r}")
+    return hierarchical_bootstrap(
+        tables,
+        lambda a: a["x"].mean(axis=1),
+        within=within,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        method=label,
+    )
+
+
+def _same_concepts(a: Mapping[object, object], b: Mapping[object, object]) -> None:
+    if set(a) != set(b):
+        only = sorted(map(str, set(a) ^ set(b)))
+        raise ValueError(f"the two sides must have the same concepts; unmatched: {only}")
+
+
+def hierarchical_margin(
+    a: Mapping[object, object],
+    b: Mapping[object, object],
+    *,
+    paired: bool = False,
+    within: bool = True,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    method: str | None = None,
+) -> Interval:
+    """Mean over concepts of (mean of ``a``'s units − mean of ``b``'s units).
+
+    ``paired``: unit i of ``a`` and unit i of ``b`` are the same unit (a concept arm and its
+    null on one prompt × sample), so they are resampled together; otherwise the two sides
+    are resampled independently within each drawn concept (e.g. on- and off-concept texts).
+    """
+    _same_concepts(a, b)
+    label = method or f"hierarchical bootstrap margin over concepts ({n_boot} replicates)"
+    kwargs = dict(within=within, confidence=confidence, n_boot=n_boot, seed=seed, method=label)
+    if paired:
+        tables = {}
+        for c in a:
+            left, right = np.asarray(a[c], dtype=float), np.asarray(b[c], dtype=float)
+            if left.shape != right.shape:
+                raise ValueError(f"paired sides of {c!r} differ in shape")
+            tables[c] = {"d": np.stack([left, right], axis=-1)}
+
+        def paired_diff(u: np.ndarray) -> np.ndarray:
+            return (u[..., 0] - u[..., 1]).mean(axis=1)
+
+        return hierarchical_bootstrap(
+            tables, lambda g: g["d"].mean(axis=1), aggregate={"d": paired_diff}, **kwargs
+        )
+    tables = {c: {"a": a[c], "b": b[c]} for c in a}
+    return hierarchical_bootstrap(tables, lambda g: (g["a"] - g["b"]).mean(axis=1), **kwargs)
+
+
+def rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson's r of each row of ``x`` with the same row of ``y`` (shape (R, C) → (R,));
+    NaN where a row of either is constant (the correlation is undefined there)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    xc = x - x.mean(axis=-1, keepdims=True)
+    yc = y - y.mean(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (xc * yc).sum(axis=-1) / np.sqrt((xc * xc).sum(axis=-1) * (yc * yc).sum(axis=-1))
+    varied = (np.ptp(x, axis=-1) > 0) & (np.ptp(y, axis=-1) > 0) & (x.shape[-1] >= 3)
+    return np.where(varied, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def rowwise_correlation(
+    x: np.ndarray, y: np.ndarray, method: Literal["pearson", "spearman"] = "pearson"
+) -> np.ndarray:
+    """:func:`rowwise_pearson`, or Spearman's rho (Pearson's r of average ranks per row)."""
+    if method == "spearman":
+        from scipy import stats
+
+        varied = (np.ptp(x, axis=-1) > 0) & (np.ptp(y, axis=-1) > 0)
+        r = rowwise_pearson(stats.rankdata(x, axis=-1), stats.rankdata(y, axis=-1))
+        return np.where(varied, r, np.nan)
+    if method != "pearson":
+        raise ValueError(f"method must be 'pearson' or 'spearman', got {method!r}")
+    return rowwise_pearson(x, y)
+
+
+def hierarchical_correlation(
+    x: Mapping[object, object],
+    y: Mapping[object, object],
+    *,
+    method: Literal["pearson", "spearman"] = "pearson",
+    x_aggregate: Aggregate = unit_mean,
+    y_aggregate: Aggregate = unit_mean,
+    within: bool = False,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    label: str | None = None,
+) -> Interval:
+    """The cross-concept correlation of two per-concept aggregates, concept-level interval.
+
+    ``x[concept]`` and ``y[concept]`` are the units each aggregate is made of (e.g. the
+    effect's prompt × sample values and the test texts' scores); every replicate redraws
+    concepts, recomputes both aggregates of each drawn concept and then the correlation.
+    Replicates with a constant side are dropped.
+
+    Why concepts only by default (``within=False``): a drawn concept's aggregate already
+    carries its measurement noise, and redrawing its units adds that noise a second time,
+    which attenuates every replicate's r and shifts the interval toward zero. Measured on
+    a planted model (50 concepts, 6 units each, true r 0.9, reliability 0.6, 200 data
+    sets): coverage 0.835 with ``within=True`` (interval centre 0.16 below the estimate),
+    0.965 with concepts only. ``within=True`` gives the two-stage interval when wanted.
+    """
+    _same_concepts(x, y)
+    tables = {c: {"x": x[c], "y": y[c]} for c in x}
+    return hierarchical_bootstrap(
+        tables,
+        lambda a: rowwise_correlation(a["x"], a["y"], method),
+        aggregate={"x": x_aggregate, "y": y_aggregate},
+        within=within,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        method=label or f"{method} r, hierarchical bootstrap over concepts",
+    )

@@ -1,0 +1,262 @@
+"""The likelihood outcome: how steering moves the log-likelihood of fixed texts.
+
+The likelihood principle of Pres et al. (2024, "Towards reliable evaluation of
+behavior steering interventions"): judge a steering intervention by the likelihood the
+steered model gives to fixed texts that show the behaviour, against texts that do not,
+instead of by sampled generations. Teacher-forced, so there is no sampling noise and no
+generation; one forward pass scores a text under one steering setting.
+
+For a concept c, a direction v and a strength s (steering h + s·β·α·v at every
+position of the chosen layer, prompt prefix included, as in generation):
+
+    L_s(t)   = mean over t's tokens of log p_s(token | prefix, earlier tokens)
+    C_s      = mean L_s over c's on-concept texts − mean L_s over its off-concept texts
+    e        = s · (C_s − C_0)
+
+so e > 0 means "moved the way the strength points", as the generation effect's sign
+convention has it. The contrast, not the raw likelihood, carries the signal: steering
+at useful strengths lowers every text's likelihood a lot (NOTES.md section 6). With the
+on- and off-concept texts paired (length-matched), each pair i gives a unit value
+e_i = s·((L_s − L_0)(on_i) − (L_s − L_0)(off_i)), whose mean is e, and whose halves give
+the outcome's split-half reliability.
+
+Cost: only the positions that predict a text token reach the output head (as in
+:func:`steering.generation.continuation_nll`), each forward pass keeps at most a budget
+of logits, and a position's log-probability is its target logit minus the log-sum-exp
+over the vocabulary, computed in place on the kept logits: no log-softmax tensor is
+built (scoring all 100 pilot sequences with a full log-softmax 21 times took about ten
+minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from steering.generation import NLL_LOGITS_BUDGET, _nll_chunks
+from steering.head import reused_logits
+from steering.models import LoadedModel
+from steering.vector import Mode, steer_rows
+
+
+@dataclass(frozen=True)
+class LikelihoodRow:
+    """One steering setting and the texts to score under it.
+
+    ``direction`` indexes the directions tensor; ``coefficient`` is s·β·α in additive
+    mode (s in projection mode), 0 for the unsteered model; ``texts`` index the texts.
+    """
+
+    direction: int
+    coefficient: float
+    texts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """A text's token ids after the prefix, and the prefix's ids (BOS included)."""
+
+    prefix: tuple[int, ...]
+    target: tuple[int, ...]
+
+    @property
+    def ids(self) -> list[int]:
+        return [*self.prefix, *self.target]
+
+
+def encode_texts(lm: LoadedModel, texts: Sequence[str], prefix: str = "") -> list[EncodedText]:
+    """Tokenise each text after ``prefix`` (joined by a space); with no prefix the text's
+    own tokens after BOS are scored. The target tokens are the text's tokens only."""
+    tok = lm.tokenizer
+    head = tok(prefix)["input_ids"] if prefix else tok("")["input_ids"]
+    if not head:  # the first text token would have nothing to be predicted from
+        raise ValueError("scoring a text needs a BOS token or a non-empty prefix before it")
+    out = []
+    for text in texts:
+        body = tok((" " + text) if prefix else text, add_special_tokens=False)["input_ids"]
+        if not body:
+            raise ValueError(f"text {text!r} has no tokens to score")
+        out.append(EncodedText(tuple(head), tuple(body)))
+    return out
+
+
+@torch.inference_mode()
+def steered_loglik(
+    lm: LoadedModel,
+    texts: Sequence[str] | Sequence[EncodedText],
+    rows: Sequence[LikelihoodRow],
+    directions: torch.Tensor | None,
+    layer: int,
+    mode: Mode = "additive",
+    prefix: str = "",
+    batch_size: int = 64,
+    logits_budget: int = NLL_LOGITS_BUDGET,
+) -> list[np.ndarray]:
+    """Per row, the mean per-token log-likelihood of each of its texts under its steering.
+
+    ``directions`` is ``[n, hidden]`` (None: every row unsteered). Sequences (row × text)
+    are sorted by length and batched up to ``batch_size`` rows holding at most
+    ``logits_budget // vocab`` scored tokens; a row's value does not depend on which
+    others share its batch (beyond float rounding of padded attention), and a zero
+    coefficient gives exactly the unsteered model's value in the same batch.
+    """
+    encoded = [t if isinstance(t, EncodedText) else None for t in texts]
+    if any(e is None for e in encoded):
+        encoded = encode_texts(lm, [str(t) for t in texts], prefix)
+    if directions is None:
+        directions = torch.zeros(1, lm.hidden_size)
+    seqs = [(r, t) for r, row in enumerate(rows) for t in row.texts]
+    order = sorted(range(len(seqs)), key=lambda i: (len(encoded[seqs[i][1]].ids), i))
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    lengths = [len(encoded[seqs[i][1]].target) for i in order]
+    chunks = _nll_chunks(lengths, batch_size, max(1, logits_budget // vocab))
+    values = np.full(len(seqs), np.nan)
+    with reused_logits(lm.model):  # each chunk is done with its logits before the next
+        for chunk in chunks:
+            picked = [order[j] for j in chunk]
+            sequences = [encoded[seqs[i][1]] for i in picked]
+            steering = [rows[seqs[i][0]] for i in picked]
+            dirs = directions[torch.tensor([row.direction for row in steering])]
+            coefs = torch.tensor([row.coefficient for row in steering], dtype=torch.float32)
+            with steer_rows(lm, layer, dirs, coefs, mode):
+                values[picked] = _chunk_loglik(lm, sequences)
+    out, start = [], 0
+    for row in rows:
+        out.append(values[start : start + len(row.texts)])
+        start += len(row.texts)
+    return out
+
+
+def _chunk_loglik(lm: LoadedModel, sequences: Sequence[EncodedText]) -> np.ndarray:
+    """One forward pass: each sequence's mean log-probability of its target tokens."""
+    pad = lm.tokenizer.pad_token_id
+    width = max(len(s.ids) for s in sequences)
+    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    for r, seq in enumerate(sequences):
+        full = seq.ids
+        ids[r, width - len(full) :] = torch.tensor(full)
+        attn[r, width - len(full) :] = 1
+        target[r, width - len(seq.target) :] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    predicts = torch.zeros_like(target)
+    predicts[:, :-1] = target[:, 1:]  # position t predicts token t + 1
+    device = lm.device
+    logits = lm.model(
+        input_ids=ids.to(device),
+        attention_mask=attn.to(device),
+        position_ids=pos.to(device),
+        logits_to_keep=predicts.to(device),
+    ).logits
+    if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
+        logits = logits[predicts.to(device)]
+    logits = logits.float()  # a no-op for fp32 (the in-place steps below reuse it)
+    chosen = logits.gather(1, ids[target].to(device)[:, None])[:, 0]
+    # log p = logit - logsumexp(logits), in place on the kept logits (done with them).
+    top = logits.amax(dim=-1, keepdim=True)
+    lse = top[:, 0] + logits.sub_(top).exp_().sum(dim=-1).log()
+    token_lp = (chosen - lse).cpu().double().numpy()
+    counts = [len(s.target) for s in sequences]
+    bounds = np.cumsum([0, *counts])
+    return np.array([token_lp[bounds[i] : bounds[i + 1]].mean() for i in range(len(counts))])
+
+
+def text_loglik(
+    lm: LoadedModel, texts: Sequence[str] | Sequence[EncodedText], prefix: str = "", **kwargs
+) -> np.ndarray:
+    """The unsteered model's mean per-token log-likelihood of each text (L_0)."""
+    row = LikelihoodRow(0, 0.0, tuple(range(len(texts))))
+    return steered_loglik(lm, texts, [row], None, 0, prefix=prefix, **kwargs)[0]
+
+
+def pair_effects(
+    on_s: np.ndarray, off_s: np.ndarray, on_0: np.ndarray, off_0: np.ndarray, strength: float
+) -> np.ndarray:
+    """Per pair i: s·((L_s − L_0)(on_i) − (L_s − L_0)(off_i)); their mean is the outcome e."""
+    on_s, off_s, on_0, off_0 = (np.asarray(a, dtype=np.float64) for a in (on_s, off_s, on_0, off_0))
+    if not on_s.shape == off_s.shape == on_0.shape == off_0.shape:
+        raise ValueError("on- and off-concept texts must be paired one to one")
+    return float(np.sign(strength)) * ((on_s - on_0) - (off_s - off_0))
+
+
+def contrast_effect(
+    on_s: np.ndarray, off_s: np.ndarray, on_0: np.ndarray, off_0: np.ndarray, strength: float
+) -> float:
+    """e = s·(C_s − C_0), with C = mean L(on-concept texts) − mean L(off-concept texts)
+    (the texts need not be paired here)."""
+    c_s = float(np.mean(on_s)) - float(np.mean(off_s))
+    c_0 = float(np.mean(on_0)) - float(np.mean(off_0))
+    return float(np.sign(strength)) * (c_s - c_0)
+
+
+@dataclass(frozen=True)
+class OutcomeDirection:
+    """A direction to score on one concept's texts: ``arm`` names its family and draw
+    (e.g. ``concept``, ``random:0``, ``null:neutral:1``, ``null:other:herb.n.01``)."""
+
+    concept: str
+    arm: str
+    direction: torch.Tensor  # unit, [hidden]
+
+
+def likelihood_outcomes(
+    lm: LoadedModel,
+    layer: int,
+    scale: float,
+    on_texts: Mapping[str, Sequence[str]],
+    off_texts: Mapping[str, Sequence[str]],
+    directions: Sequence[OutcomeDirection],
+    strengths: Sequence[float],
+    mode: Mode = "additive",
+    prefix: str = "",
+    batch_size: int = 64,
+    logits_budget: int = NLL_LOGITS_BUDGET,
+) -> list[dict]:
+    """One record per (direction, strength, text pair) with L_s, L_0 and the unit effect.
+
+    ``scale`` is β·α (the coefficient of s = 1 in additive mode). The unsteered L_0 of
+    every distinct text is computed once and shared; strength 0 is not steered again.
+    ``on_texts[c]`` and ``off_texts[c]`` are paired one to one (length-matched).
+    """
+    texts = sorted({t for group in (on_texts, off_texts) for ts in group.values() for t in ts})
+    index = {t: i for i, t in enumerate(texts)}
+    encoded = encode_texts(lm, texts, prefix)
+    base = text_loglik(lm, encoded, batch_size=batch_size, logits_budget=logits_budget)
+    stack = torch.stack([d.direction.float() for d in directions]) if directions else None
+    rows, keys = [], []
+    for d_index, d in enumerate(directions):
+        pairs = tuple(index[t] for t in [*on_texts[d.concept], *off_texts[d.concept]])
+        for s in strengths:
+            if s == 0:
+                continue
+            coefficient = s * scale if mode == "additive" else s
+            rows.append(LikelihoodRow(d_index, float(coefficient), pairs))
+            keys.append((d, s))
+    scored = steered_loglik(
+        lm, encoded, rows, stack, layer, mode, batch_size=batch_size, logits_budget=logits_budget
+    )
+    out = []
+    for (d, s), values in zip(keys, scored, strict=True):
+        n_on = len(on_texts[d.concept])
+        on = [index[t] for t in on_texts[d.concept]]
+        off = [index[t] for t in off_texts[d.concept]]
+        units = pair_effects(values[:n_on], values[n_on:], base[on], base[off], s)
+        for i, unit in enumerate(units):
+            out.append(
+                {
+                    "concept": d.concept,
+                    "arm": d.arm,
+                    "strength": float(s),
+                    "pair": i,
+                    "ll_on": float(values[i]),
+                    "ll_off": float(values[n_on + i]),
+                    "ll_on_0": float(base[on[i]]),
+                    "ll_off_0": float(base[off[i]]),
+                    "e": float(unit),
+                }
+            )
+    return out
