@@ -21,7 +21,7 @@ PORT ?= 5000
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup setup-judge run study calibrate test test-fast lint format classifiers \
+.PHONY: help setup setup-judge run study calibrate identify test test-fast lint format classifiers \
         concepts ui mlflow-server human-export rate human-import panel bench bench-avx2 clean
 
 help: ## list the targets
@@ -63,6 +63,9 @@ study: setup ## the steering-effect study (configs/study.yaml): null, held-out b
 
 calibrate: setup ## Phase 6: the calibration study (configs/phase6.yaml; ARGS="--quick")
 	$(CLI) calibrate --config configs/phase6.yaml $(ARGS)
+
+identify: setup ## Phase 6 that identifies: detection varied on its own (configs/identify.yaml; ARGS="--heldout")
+	$(CLI) identify --config configs/identify.yaml $(ARGS)
 
 test: setup-judge ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)
