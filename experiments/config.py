@@ -313,7 +313,7 @@ class IdentifyConfig(_Strict):
         "train template pool holds), from training texts disjoint from the test split",
     )
     theta_degrees: list[Degrees] = Field(
-        default_factory=lambda: [0.0, 15.0, 30.0, 45.0, 60.0, 75.0, 90.0],
+        default_factory=lambda: [0.0, 22.5, 45.0, 67.5, 90.0],
         min_length=2,
         description="rotation grid: v = cos θ·v* + sin θ·u, u ⟂ v*",
     )
@@ -331,9 +331,9 @@ class IdentifyConfig(_Strict):
         min_length=1,
         description="fractions of positive labels swapped with a same-template negative",
     )
-    noise_seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    noise_seeds: list[Seed] = Field(default_factory=lambda: [0, 1], min_length=1)
     logistic_c: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0],
+        default_factory=lambda: [0.001, 0.01, 0.1, 1.0],
         description="the logistic probe's regularisation path (at the reference size)",
     )
     shrinkage: list[Annotated[float, Field(gt=0, le=1)]] = Field(
@@ -344,6 +344,12 @@ class IdentifyConfig(_Strict):
     sizes: list[str] = Field(
         default_factory=lambda: ["1x1x1", "2x2x2", "5x5x5", "16x16x16"],
         description="the training curve re-measured on the likelihood outcome (diffmean)",
+    )
+    null_draws: int = Field(
+        2,
+        ge=0,
+        description="extra isotropic random directions per concept; with rotation:isotropic:90 "
+        "they are the concept's null",
     )
     texts_per_concept: int = Field(10, ge=2, description="likelihood text pairs per concept")
     prefix: str = Field("Here is a text:", description="what each likelihood text follows")

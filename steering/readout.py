@@ -60,15 +60,17 @@ def lens_logprobs(lm: LoadedModel, residuals: torch.Tensor) -> torch.Tensor:
 
 
 def concept_token_ids(lm: LoadedModel, words: Sequence[str]) -> list[int]:
-    """The first token of each word as it starts a word in running text (" word" and
-    " Word"), deduplicated in order: the tokens whose log-probability the lens reads."""
+    """The first token of each word as it starts a word in running text (" word", then
+    " Word"), deduplicated in that order, the unknown token left out: the tokens whose
+    log-probability the lens reads."""
     tok = lm.tokenizer
+    unknown = getattr(tok, "unk_token_id", None)
     ids: list[int] = []
     for word in words:
         word = word.replace("_", " ").strip()
-        for form in {word, word[:1].upper() + word[1:]}:
+        for form in dict.fromkeys((word, word[:1].upper() + word[1:])):  # ordered, unique
             pieces = tok(" " + form, add_special_tokens=False)["input_ids"]
-            if pieces and pieces[0] not in ids:
+            if pieces and pieces[0] not in ids and pieces[0] != unknown:
                 ids.append(int(pieces[0]))
     if not ids:
         raise ValueError(f"no tokens for {list(words)!r}")

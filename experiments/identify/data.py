@@ -139,6 +139,7 @@ def build_directions(config: ExperimentConfig, data: StudyData) -> DirectionSet:
         shrinkage=ident.shrinkage,
         sizes=ident.sizes,
         reference_size=ident.reference_size,
+        n_null=ident.null_draws,
     )
     references = {c: concept_diffmean(d.train) for c, d in data.concepts.items()}
     components = principal_components(data.neutral, ident.pc_components)

@@ -143,7 +143,8 @@ def replicate_coefficients(
 
 def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> dict:
     """Are m slopes equal? Wald statistic of the m − 1 contrasts to the first slope with
-    their bootstrap covariance, referred to χ²(m − 1)."""
+    their bootstrap covariance, referred to χ² with the covariance's rank as its degrees of
+    freedom (directions in which the replicates do not vary are left out, not inverted)."""
     from scipy.stats import chi2
 
     estimates = np.asarray(estimates, dtype=np.float64)
@@ -155,12 +156,18 @@ def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> dict:
     contrast = np.hstack([-np.ones((m - 1, 1)), np.eye(m - 1)])
     d = contrast @ estimates
     cov = np.atleast_2d(np.cov((reps @ contrast.T).T))
-    stat = float(d @ np.linalg.pinv(cov) @ d)
+    values, vectors = np.linalg.eigh(cov)
+    keep = values > 1e-10 * max(float(values.max()), 1e-300)
+    if not keep.any():
+        return {"evaluable": False, "reason": "the slopes do not vary across concept draws"}
+    projected = vectors[:, keep].T @ d
+    stat = float((projected**2 / values[keep]).sum())  # d' Σ⁺ d on Σ's non-null space
+    df = int(keep.sum())
     return {
         "evaluable": True,
         "wald": stat,
-        "df": m - 1,
-        "p_value": float(chi2.sf(stat, m - 1)),
+        "df": df,
+        "p_value": float(chi2.sf(stat, df)),
         "replicates": len(reps),
     }
 

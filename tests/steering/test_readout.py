@@ -67,8 +67,11 @@ def test_the_one_step_kl_is_zero_unsteered_and_grows_with_the_strength(tiny_lm, 
     assert np.allclose(alone[0], kl[2], rtol=1e-4, atol=1e-6)
 
 
-def test_concept_tokens_are_word_initial_and_deduplicated(tiny_lm):
+def test_concept_tokens_are_word_initial_deduplicated_and_known(tiny_lm):
     ids = concept_token_ids(tiny_lm, ["dog", "dog", "bird_genus"])
     assert len(ids) == len(set(ids)) and ids[0] == concept_token_ids(tiny_lm, ["dog"])[0]
+    # "Dog" is not in the tiny vocabulary: its unknown token is never read
+    assert tiny_lm.tokenizer.unk_token_id not in ids
+    assert ids[0] == tiny_lm.tokenizer(" dog", add_special_tokens=False)["input_ids"][0]
     with pytest.raises(ValueError):
         concept_token_ids(tiny_lm, [])

@@ -88,3 +88,11 @@ def test_the_heldout_set_is_scored_once_per_preregistration(committed, tmp_path,
         check_heldout(prereg, "phase6-identify-test", results, force=False)
     earlier = check_heldout(prereg, "phase6-identify-test", results, force=True)
     assert [e["run_id"] for e in earlier] == ["r1"]
+
+
+def test_the_committed_preregistration_names_one_primary_analysis():
+    from experiments.config import load_config
+
+    path = load_config("configs/identify.yaml").identify.preregistration
+    primary = load_preregistration(path).primary
+    assert primary["predictor"] == "auroc" and primary["hypothesis"] in ("positive", "negative")
