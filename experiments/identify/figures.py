@@ -50,10 +50,10 @@ def trajectories(tables: StudyTables):
     for ax in list(axes.flat)[len(concepts) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(names), 7), fontsize=7)
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(names), 7), fontsize=7)
     fig.supxlabel("AUROC of the direction as its own detector", fontsize=8)
     fig.supylabel("likelihood effect (nats/token)", fontsize=8)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / rows))
     return fig
 
 

@@ -59,9 +59,16 @@ def answer(analysis: dict) -> list[str]:
         )
     )
     if het.get("evaluable"):
+        verdict = (
+            "differs between manipulations"
+            if het["p_value"] < 0.05
+            else "shows no detectable difference between manipulations"
+        )
         lines.append(
-            f"- The AUROC slope is {'not ' if het['p_value'] < 0.05 else ''}the same under every "
-            f"manipulation (Wald χ²({het['df']}) = {het['wald']:.1f}, p = {het['p_value']:.3g})."
+            f"- The AUROC slope {verdict} (Wald χ²({het['df']}) = {het['wald']:.1f}, "
+            f"p = {het['p_value']:.3g}; slopes: "
+            + ", ".join(f"{m} {v:+.2f}" for m, v in het["slopes"].items())
+            + ")."
         )
     ranking = pooled["ranking"]
     if ranking:
@@ -111,9 +118,9 @@ def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> 
         "Prompting baseline (likelihood, mean over concepts): "
         f"{fmt(analysis['baseline']['mean'])}.",
         "",
-        "| manipulation | slope on AUROC | AUROC slope beside cos | cos slope | share via cos "
-        "| MixedLM | min AUROC 50% | min AUROC 100% |",
-        "|---|---|---|---|---|---|---|---|",
+        "| manipulation | AUROC tested | slope on AUROC | AUROC slope beside cos | cos slope "
+        "| share via cos | MixedLM | min AUROC 50% | min AUROC 100% |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in analysis["manipulations"].items():
         med = r["mediation"]
@@ -126,8 +133,10 @@ def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> 
             else "n/a"
         )
         levels = {f"{x['fraction']:g}": level_text(x) for x in r["minimum_effective"]}
+        aurocs = [row["auroc"] for row in r["curve"] if row.get("auroc") is not None]
+        tested = f"{min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
         lines.append(
-            f"| {m} | {ci(r['slope_auroc'])} | {ci(r['partial'].get('auroc'))} | "
+            f"| {m} | {tested} | {ci(r['slope_auroc'])} | {ci(r['partial'].get('auroc'))} | "
             f"{ci(r['partial'].get('cos_ref'))} | {share} | {mixed_text} | "
             f"{levels.get('0.5', 'n/a')} | {levels.get('1', 'n/a')} |"
         )
