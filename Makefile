@@ -10,6 +10,14 @@ CACHE := $(or $(STEER_EVAL_CACHE),.cache)
 SETUP_STAMP := $(VENV)/.steer-eval-setup
 JUDGE_STAMP := $(VENV)/.steer-eval-judge
 ASSETS_STAMP := $(CACHE)/.assets-ok
+RAY_STAMP := $(VENV)/.steer-eval-ray
+# Where `make setup` takes torch from: empty = pip's own configuration, which on a usual
+# Linux x86_64 machine is PyPI, whose torch==2.13.0 is the CUDA build (several GB);
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU-only build (docs/install.md).
+TORCH_INDEX ?=
+TORCH_INDEX_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# `--executor ray` in ARGS installs the ray extra first.
+RAY_IF_ASKED = $(if $(findstring ray,$(ARGS)),$(RAY_STAMP))
 CONFIG ?= configs/phase5.yaml
 ARGS ?=
 RUN ?= latest
@@ -21,18 +29,26 @@ PORT ?= 5000
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup setup-judge run study calibrate identify test test-fast lint format classifiers \
-        concepts ui mlflow-server human-export rate human-import panel bench bench-avx2 clean
+.PHONY: help setup setup-judge setup-ray lock run study calibrate identify test test-fast lint format \
+        classifiers concepts ui mlflow-server human-export rate human-import panel bench \
+        bench-avx2 clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
+# constraints.txt pins every package of the tested install (make lock), so a fresh clone
+# gets the same versions; torch first, from TORCH_INDEX when given (docs/install.md).
 $(SETUP_STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# torch first: an unpinned torch pulls a multi-GB CUDA build (docs/notes.md, 'Torch first').
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt $(TORCH_INDEX_ARGS) torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@
+
+# Ray (about 285 MB) only for `--executor ray` and the Ray tests.
+$(RAY_STAMP): $(SETUP_STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,ray]'
 	@touch $@
 
 # The local judge (llama-cpp-python) builds from source for about 7.5 min on 2 cores: only
@@ -55,22 +71,31 @@ setup: $(SETUP_STAMP) $(ASSETS_STAMP) ## create .venv, install, prepare the embe
 
 setup-judge: setup $(JUDGE_STAMP) ## also build the local judge (llama-cpp-python)
 
-run: setup ## the main job: Phase 5 Part A on the embedded default (ARGS="--set ..." to override)
+setup-ray: setup $(RAY_STAMP) ## also install Ray, for --executor ray (the ray extra)
+
+lock: ## rewrite constraints.txt: every package of .venv pinned (torch without its +cpu tag)
+	@{ echo "# Every package of the tested install, pinned: written by \`make lock\` from .venv"; \
+	  echo "# (pip freeze without the project; torch without its local build tag, so that"; \
+	  echo "# TORCH_INDEX picks the CPU or CUDA build). \`make setup\` installs with it."; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v '^#' | sed -E 's/^(torch==[^+]+)\+.*/\1/'; \
+	} > constraints.txt
+	@echo "constraints.txt: $$(grep -vc '^#' constraints.txt) packages pinned"
+run: setup $(RAY_IF_ASKED) ## the main job: Phase 5 Part A on the embedded default (ARGS="--set ..." to override)
 	$(CLI) run --config $(CONFIG) $(ARGS)
 
-study: setup ## the steering-effect study (configs/study.yaml): null, held-out beta, baseline
+study: setup $(RAY_IF_ASKED) ## the steering-effect study (configs/study.yaml): null, held-out beta, baseline
 	$(CLI) run --config configs/study.yaml $(ARGS)
 
-calibrate: setup ## Phase 6: the calibration study (configs/phase6.yaml; ARGS="--quick")
+calibrate: setup $(RAY_IF_ASKED) ## Phase 6: the calibration study (configs/phase6.yaml; ARGS="--quick")
 	$(CLI) calibrate --config configs/phase6.yaml $(ARGS)
 
 identify: setup ## Phase 6 that identifies: detection varied on its own (configs/identify.yaml; ARGS="--heldout")
 	$(CLI) identify --config configs/identify.yaml $(ARGS)
 
-test: setup-judge ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
+test: setup-judge setup-ray ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)
 
-test-fast: setup-judge ## unit tests only (skips the embedded-model integration tests)
+test-fast: setup-judge setup-ray ## unit tests only (skips the embedded-model integration tests)
 	$(PY) -m pytest -q -m "not integration" $(ARGS)
 
 lint: setup ## ruff lint and format check
@@ -87,8 +112,8 @@ concepts: setup ## rebuild data/concepts/wordnet_top10.json from WordNet
 classifiers: setup ## Phase 4: train and evaluate the probes the config needs
 	$(CLI) classifiers --config $(CONFIG) $(ARGS)
 
-ui: setup ## MLflow UI on http://127.0.0.1:5000 against the same store; prints where the runs are
-	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port 5000
+ui: setup ## MLflow UI on http://127.0.0.1:5000 (PORT=5001 for another port) on the same store; prints where the answers are
+	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port $(PORT)
 
 mlflow-server: setup ## MLflow server on 127.0.0.1:$(PORT) (local store, proxied artefacts); then MLFLOW_TRACKING_URI=http://127.0.0.1:$(PORT)
 	$(VENV)/bin/mlflow server --backend-store-uri $(MLFLOW_BACKEND) \

@@ -1,8 +1,10 @@
 """The WordNet concept graph: the studied concepts, their relations, negatives and a neutral pool.
 
-This module is the graph's data model and its validated JSON form (building it from
-WordNet lives in ``experiments/wordnet.py``). It is longer than 500 lines because the
-loader checks every field of the file and names the bad one.
+This module is the graph's data model and its validated file forms: the graph JSON that
+``steer-eval concepts`` writes (building it from WordNet lives in
+``experiments/wordnet.py``) and your own list of concepts outside WordNet, as JSON or CSV
+(:func:`own_concepts`, docs/own-concepts.md). It is longer than 500 lines because the
+loaders check every field of a file and name the bad one (and its row).
 
 Why a frozen, committed JSON file: classifiers, centroids and steering runs must all see the
 same concepts, the same negatives and the same neutral texts, so the graph is built once with a
@@ -477,22 +479,41 @@ def load_concepts(
     limit: int | None = None,
     synsets: Sequence[str] | None = None,
 ) -> ConceptGraph:
-    """Load and validate a concept graph file; optionally keep some concepts only.
+    """Load and validate a concept file; optionally keep some concepts only.
 
-    Every problem is reported as a ConceptError naming the file, so a run fails before any
+    The file is a concept graph (``steer-eval concepts``), or your own list of concepts
+    as JSON or CSV (:func:`own_concepts`). Every problem is reported as a ConceptError
+    naming the file (and the row and field of an own list), so a run fails before any
     model is loaded.
     """
     path = Path(path)
     if not path.exists():
         raise ConceptError(
             f"concept file {path} does not exist; build it with `steer-eval concepts` "
-            f"(the committed default is {DEFAULT_PATH})"
+            f"or write your own list (docs/own-concepts.md; the committed default is "
+            f"{DEFAULT_PATH})"
         )
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConceptError(f"concept file {path} cannot be read: {exc}") from exc
-    graph = ConceptGraph.from_json(text, source=str(path))
+    if path.suffix.lower() == ".csv":
+        graph = own_concepts(_csv_rows(text, str(path)), text, str(path), csv_rows=True)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConceptError(f"{path}: not valid JSON ({exc})") from exc
+        if isinstance(data, list) or (isinstance(data, dict) and "format" not in data):
+            rows = data.get("concepts") if isinstance(data, dict) else data
+            if not isinstance(rows, list):
+                raise ConceptError(
+                    f"{path}: not a concept graph (no 'format') nor a list of concepts (a "
+                    "JSON list, or an object with a 'concepts' list); see docs/own-concepts.md"
+                )
+            graph = own_concepts(rows, text, str(path))
+        else:
+            graph = ConceptGraph.from_dict(data, source=str(path))
     if not graph.concepts:
         raise ConceptError(f"{path}: holds no concepts")
     if synsets is not None:
@@ -503,6 +524,232 @@ def load_concepts(
                 f"the file holds {', '.join(graph.synsets)}"
             )
     return graph.select(limit=limit, synsets=synsets)
+
+
+# ---------------------------------------------------------------------------
+# Your own concepts: a plain list, outside WordNet
+# ---------------------------------------------------------------------------
+
+# Fields of one concept in an own list: (required, list-valued). In a CSV, list fields
+# hold their items separated by semicolons.
+OWN_FIELDS: dict[str, tuple[bool, bool]] = {
+    "name": (True, False),
+    "definition": (True, False),
+    "related": (True, True),
+    "lemmas": (False, True),
+    "broader": (False, True),
+    "narrower": (False, True),
+    "examples": (False, True),
+    "id": (False, False),
+    "pos": (False, False),
+}
+OWN_ALIASES = {"gloss": "definition"}
+# Which WordNet relation each own field fills, so the boundary texts use its phrasing:
+# broader -> "X is a type of T", narrower -> "T is a type of X", related -> WordNet's
+# "see also" pointer, phrased "X is related to T" (it has no phrasing of its own).
+OWN_RELATIONS = {"broader": "hypernyms", "narrower": "hyponyms", "related": "also_sees"}
+OWN_NEGATIVES = 40
+OWN_SEED = 0
+OWN_NEGATIVE_RULE = (
+    "own list: per concept, the file's other concepts that neither relate to it nor "
+    "mention each other, plus the WordNet negatives of the shipped top-10 graph that do "
+    "not mention it (seeded shuffle, 40 in all); neutral pool: the shipped top-10 graph's "
+    "neutral pool minus items that mention any concept of the file"
+)
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_LIST_SEPARATOR = ";"
+
+
+def _csv_rows(text: str, source: str) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise ConceptError(f"{source}: empty CSV; the first line names the columns")
+    rows = []
+    for row in reader:
+        if None in row:  # more cells than columns
+            raise ConceptError(
+                f"{source}: line {reader.line_num}: more cells than the header's "
+                f"{len(reader.fieldnames)} columns (quote a cell that holds a comma)"
+            )
+        rows.append(row)
+    return rows
+
+
+def _own_value(raw: dict, field: str, is_list: bool, where: str, csv_rows: bool):
+    value = raw.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return [] if is_list else None
+    if is_list:
+        if csv_rows and isinstance(value, str):
+            value = [item.strip() for item in value.split(_LIST_SEPARATOR)]
+        if not isinstance(value, list):
+            raise ConceptError(f"{where}: '{field}' must be a list of strings")
+        items = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ConceptError(
+                    f"{where}: '{field}' item {i + 1} must be a string, got {type(item).__name__}"
+                )
+            if item.strip():
+                items.append(" ".join(item.split()))
+        return items
+    if not isinstance(value, str):
+        raise ConceptError(f"{where}: '{field}' must be a string, got {type(value).__name__}")
+    return " ".join(value.split())
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _own_row(raw: Any, index: int, source: str, csv_rows: bool) -> dict[str, Any]:
+    """One validated row of an own list; errors name the row (a CSV's line) and field."""
+    where = f"{source}: line {index + 2}" if csv_rows else f"{source}: concepts[{index}]"
+    if not isinstance(raw, dict):
+        raise ConceptError(f"{where}: expected an object with name, definition, related")
+    raw = {OWN_ALIASES.get(k, k): v for k, v in raw.items()}
+    name_hint = raw.get("name")
+    if isinstance(name_hint, str) and name_hint.strip():
+        where += f" ({name_hint.strip()!r})"
+    unknown = sorted(set(raw) - set(OWN_FIELDS))
+    if unknown:
+        raise ConceptError(
+            f"{where}: unknown field {', '.join(map(repr, unknown))}; the fields are "
+            f"{', '.join(OWN_FIELDS)} (gloss = definition)"
+        )
+    row = {
+        f: _own_value(raw, f, is_list, where, csv_rows) for f, (_, is_list) in OWN_FIELDS.items()
+    }
+    for key, (required, _) in OWN_FIELDS.items():
+        if required and not row[key]:
+            raise ConceptError(f"{where}: '{key}' is missing or empty")
+    name = row["name"]
+    row["id"] = row["id"] or _slug(name)
+    if not _ID_RE.match(row["id"]):
+        raise ConceptError(
+            f"{where}: 'id' {row['id']!r} must be letters, digits, '_', '.' or '-' "
+            "(it names the concept's probe file)"
+        )
+    row["pos"] = row["pos"] or "n"
+    if row["pos"] not in ("n", "v"):
+        raise ConceptError(f"{where}: 'pos' must be n (noun) or v (verb), got {row['pos']!r}")
+    lowered = " ".join([row["definition"], *row["examples"]]).lower()
+    for fragment in ("tell me about", "here is a story"):
+        if fragment in lowered:
+            raise ConceptError(
+                f"{where}: 'definition' or 'examples' contains the generation prompt "
+                f"{fragment!r}; centroid texts must not echo a prompt"
+            )
+    own = {w.lower() for w in [name, *row["lemmas"]]}
+    for key in OWN_RELATIONS:
+        same = [t for t in row[key] if t.lower() in own]
+        if same:
+            raise ConceptError(
+                f"{where}: '{key}' names the concept itself ({', '.join(same)}); list other terms"
+            )
+    row["lemmas"] = [name, *[x for x in row["lemmas"] if x.lower() != name.lower()]]
+    return row
+
+
+@lru_cache(maxsize=1)
+def _shipped_pools() -> tuple[tuple[NeutralItem, ...], tuple[NegativeConcept, ...]]:
+    """The committed top-10 graph's neutral pool and the union of its WordNet negatives
+    (sorted by synset, none of them in the neutral pool)."""
+    shipped = ConceptGraph.from_json(DEFAULT_PATH.read_text(encoding="utf-8"), str(DEFAULT_PATH))
+    neutral_ids = {n.synset for n in shipped.neutral_pool}
+    negatives = {
+        n.synset: n for c in shipped.concepts for n in c.negatives if n.synset not in neutral_ids
+    }
+    return tuple(shipped.neutral_pool), tuple(negatives[k] for k in sorted(negatives))
+
+
+def _own_negatives(row: dict, rows: list[dict], pool: Sequence[NegativeConcept]) -> list:
+    """The concept's negatives: the file's unrelated concepts and the shipped negatives
+    that do not mention it, in a seeded order (their position decides the split)."""
+    import random
+
+    words = concept_words(row["lemmas"])
+    related = {t.lower() for key in OWN_RELATIONS for t in row[key]}
+    candidates: list[NegativeConcept] = []
+    for other in rows:
+        if other is row:
+            continue
+        other_words = concept_words(other["lemmas"])
+        other_related = {t.lower() for key in OWN_RELATIONS for t in other[key]}
+        if {w.lower() for w in other["lemmas"]} & related or {
+            w.lower() for w in row["lemmas"]
+        } & other_related:
+            continue
+        if mentions(f"{other['name']} {other['definition']}", words) or mentions(
+            f"{row['name']} {row['definition']}", other_words
+        ):
+            continue
+        candidates.append(
+            NegativeConcept(other["id"], other["name"], other["lemmas"], other["definition"], -1)
+        )
+    candidates += [n for n in pool if not mentions(f"{n.name} {n.gloss}", words)]
+    random.Random(f"{OWN_SEED}|own-negatives|{row['id']}").shuffle(candidates)
+    return candidates[:OWN_NEGATIVES]
+
+
+def own_concepts(rows: list[Any], text: str, source: str, csv_rows: bool = False) -> ConceptGraph:
+    """A concept graph from your own list of concepts (JSON objects or CSV rows).
+
+    Each concept brings its definitional texts (``name``, ``definition``, ``lemmas``,
+    ``examples``) and its relational ones (``related``, and optionally ``broader`` and
+    ``narrower`` terms); negatives and the neutral pool are chosen as
+    :data:`OWN_NEGATIVE_RULE` says. The graph's metadata carries a hash of the file, so
+    its classifiers get their own folder and an edit retrains them.
+    """
+    import hashlib
+
+    if not rows:
+        raise ConceptError(f"{source}: holds no concepts")
+    parsed = [_own_row(raw, i, source, csv_rows) for i, raw in enumerate(rows)]
+    ids = [r["id"] for r in parsed]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ConceptError(
+            f"{source}: two concepts share the id {', '.join(map(repr, duplicates))}; give "
+            "them different names or an 'id'"
+        )
+    neutral, pool = _shipped_pools()
+    every_word = set().union(*(concept_words(r["lemmas"]) for r in parsed))
+    neutral_pool = [n for n in neutral if not mentions(f"{n.name} {n.gloss}", every_word)]
+    concepts = []
+    for row in parsed:
+        related = {
+            relation: [RelatedSynset(f"term:{t}", t, [t]) for t in row[key]]
+            for key, relation in OWN_RELATIONS.items()
+            if row[key]
+        }
+        concepts.append(
+            Concept(
+                synset=row["id"],
+                name=row["name"],
+                pos=row["pos"],
+                lemmas=row["lemmas"],
+                gloss=row["definition"],
+                examples=row["examples"],
+                n_links=sum(len(v) for v in related.values()),
+                related=related,
+                negatives=_own_negatives(row, parsed, pool),
+            )
+        )
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return ConceptGraph(
+        wordnet_version="none (own concepts)",
+        selection_rule=f"own concept list {Path(source).name} (sha256 {digest})",
+        seed=OWN_SEED,
+        min_distance=0,
+        n_negatives=OWN_NEGATIVES,
+        negative_rule=OWN_NEGATIVE_RULE,
+        concepts=concepts,
+        neutral_pool=neutral_pool,
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Unknown keys, wrong types and impossible values fail with a message that names the
 field and how to fix it. Any field can be overridden with ``--set a.b=value``.
 
-It is longer than 500 lines because every section of every kind of run (Phase 4 to 6,
-the identification study) is declared and validated here, in one place.
+The module is longer than 500 lines because every section's schema sits here (Phase 4
+to 6 and the identification study), each field with its range and description: one
+place to read what a config may say.
 """
 
 from __future__ import annotations
@@ -187,6 +188,24 @@ class GateConfig(_Strict):
     )
 
 
+class LikelihoodConfig(_Strict):
+    """The likelihood outcome: how a direction moves the model's log-likelihood of fixed
+    on-concept texts against off-concept ones (teacher-forced, no sampling)."""
+
+    enabled: bool = Field(
+        False, description="score every direction by the likelihood outcome beside Δ"
+    )
+    texts: int = Field(10, ge=2, description="on-concept texts per concept (each paired)")
+    prefix: str = Field("Here is a text:", description="what the texts are scored after")
+    neutral_nulls: int = Field(
+        2, ge=0, description="null directions per concept: diffmeans of neutral-text splits"
+    )
+    other_nulls: int = Field(
+        2, ge=0, description="null directions per concept: other concepts' directions"
+    )
+    batch_size: int = Field(64, ge=1, description="sequences per forward pass")
+
+
 class GenerationConfig(_Strict):
     prompts: list[str] = Field(
         default_factory=lambda: [
@@ -195,6 +214,12 @@ class GenerationConfig(_Strict):
             "Here is a story:",
         ],
         min_length=1,
+    )
+    suppression_prompts: list[str] | None = Field(
+        None,
+        description="prompts that name the concept ({concept}), used for s < 0 only; the "
+        "prompts above then serve s > 0 only. Suppression can only show where the concept "
+        "is there to suppress (AxBench scores it so); null = every strength on every prompt",
     )
     max_new_tokens: int = Field(50, ge=1, le=4096)
     temperature: float = Field(1.0, gt=0, description="sampling temperature (finite, > 0)")
@@ -244,6 +269,16 @@ class CriteriaConfig(_Strict):
     panel_r_min: float = Field(0.7, ge=-1, le=1)
     effect_min: float = Field(
         0.15, ge=0, le=2, description="v2: the effect above null must exceed this (Δ units)"
+    )
+    specificity_min: float = Field(
+        0.0,
+        ge=0,
+        le=2,
+        description="v2: the specificity margin (own concept's gain minus the others') "
+        "must exceed this (Δ units): its interval above 0 by default",
+    )
+    reliability_splits: int = Field(
+        100, ge=1, description="random split-halves averaged per reliability (Spearman–Brown)"
     )
     confidence: float = Field(0.95, gt=0.5, lt=1, description="v2: interval level")
     n_boot: int = Field(2000, ge=100, description="v2: bootstrap replicates")
@@ -428,6 +463,12 @@ class TrackingConfig(_Strict):
         description="one MLflow trace per generation with its scores as feedback (about "
         "0.1 s each on sqlite; false for grids of many thousands)",
     )
+    evaluation: bool = Field(
+        True,
+        description="with traces: the run's steered generations also in MLflow's GenAI "
+        "evaluation views (a child evaluation run, code scorers reading the saved scores; "
+        "no model calls; about 0.1 s per generation on sqlite)",
+    )
     child_runs: Literal["per_cell", "per_concept", "none"] = Field(
         "per_cell",
         description=(
@@ -465,6 +506,7 @@ class ExecutionConfig(_Strict):
 HASH_EXCLUDED = (
     "execution",
     "tracking.results_dir",
+    "tracking.evaluation",
     "classifier.dir",
     "calibration.results_dir",
     "identify.results_dir",
@@ -501,6 +543,7 @@ class ExperimentConfig(_Strict):
     controls: ControlsConfig = Field(default_factory=ControlsConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
+    likelihood: LikelihoodConfig = Field(default_factory=LikelihoodConfig)
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     identify: IdentifyConfig = Field(default_factory=IdentifyConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
@@ -509,6 +552,18 @@ class ExperimentConfig(_Strict):
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
+
+    @model_validator(mode="after")
+    def _suppression_prompts_name_the_concept(self) -> ExperimentConfig:
+        prompts = self.generation.suppression_prompts
+        if prompts is not None and any("{concept}" not in p for p in prompts):
+            raise ValueError(
+                "generation.suppression_prompts must each name the concept ({concept}): "
+                "s < 0 is scored where there is a concept to suppress"
+            )
+        if prompts is not None and len(prompts) < 1:
+            raise ValueError("generation.suppression_prompts: give at least one, or null")
+        return self
 
     @model_validator(mode="after")
     def _heldout_needs_prompts(self) -> ExperimentConfig:

@@ -19,9 +19,12 @@ from metrics.criteria import CriterionResult
 
 RECORD_FORMAT = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
-# f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics.
-RECORD_VERSION = 3
-MIGRATABLE = (2,)  # versions a rescore can read and rewrite at RECORD_VERSION
+# f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics; 4: concept-level
+# intervals, the specificity criteria, reliabilities and corrected correlations, the
+# likelihood outcome and Δ's reference gap (statistics["measurement"]), the probes' test
+# decisions (detection).
+RECORD_VERSION = 4
+MIGRATABLE = (2, 3)  # versions a rescore can read and rewrite at RECORD_VERSION
 
 
 class RecordError(ValueError):
@@ -79,6 +82,11 @@ class RunRecord(BaseModel):
         default_factory=dict,
         description="'directions': cosine matrix of the steering directions, their cosines "
         "with the format axis and each probe's cosine with its diffmean",
+    )
+    detection: dict[str, dict[str, object]] = Field(
+        default_factory=dict,
+        description="per concept: the probe's test-split decisions (test_scores, "
+        "test_labels) and calibrated threshold, for the predictor's reliability",
     )
     n_generations: int = 0
     timings: dict[str, float] = Field(default_factory=dict)

@@ -145,11 +145,14 @@ class RunDir:
     SCORES = "scores.jsonl"
     RECORD = "steering_results.json"
     SUMMARY = "summary.md"
+    ANSWER = "answer.md"  # the research question and the verdicts (pipeline/answer.py)
     CRITERIA = "criteria.csv"
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"
     TRACES = "traces.json"  # generation key -> MLflow trace id
     SELECTION = "selection.json"  # held-out β per concept (Phase 6: per probe set)
+    LIKELIHOOD = "likelihood.jsonl"  # the likelihood outcome per direction × strength × pair
+    LIKELIHOOD_TEXTS = "likelihood_texts.json"  # its texts, also Δ's reference texts
     HUMAN = "human"
     # Phase 6 (calibration study) folders also hold:
     PROBE_SETS = "probe_sets.json"  # per probe set and concept, the detection predictors
@@ -233,6 +236,12 @@ class RunDir:
 
     def append_generations(self, records: Iterable[dict]) -> None:
         append_jsonl(self.file(self.GENERATIONS), records)
+
+    def read_likelihood(self) -> list[dict]:
+        return read_jsonl(self.file(self.LIKELIHOOD))
+
+    def append_likelihood(self, records: Iterable[dict]) -> None:
+        append_jsonl(self.file(self.LIKELIHOOD), records)
 
     def read_scores(self) -> list[dict]:
         return read_jsonl(self.file(self.SCORES))

@@ -8,6 +8,30 @@
     panel_agrees(result)                         # True / False / None (not evaluable)
 
 Scores are 0-10 floats or None (abstained / unparseable - never 0). See judges/README.md.
+
+Why not MLflow's own judges. MLflow 3.17 has ``mlflow.genai.judges.make_judge`` (an LLM
+judge from instructions with ``{{ outputs }}`` fields), built-in LLM scorers and
+``Judge.align`` (rewriting a judge's instructions to agree with human feedback on
+traces). They do not replace this package, because it holds what they lack:
+
+- a cost cap enforced *before* each call (``Budget`` raises ``BudgetExceeded`` when the
+  next call could cross it), and dry-run costing (``estimate_panel`` prices a panel from
+  token counts and sends nothing); MLflow's judges have neither;
+- an on-disk cache keyed on model, messages and rubric version (``JudgeCache``), so a
+  rerun costs nothing and gives the same scores; MLflow's judges call the model again;
+- the local judge (``llama/...``): scores from the log-probabilities of the answer's
+  digits under a llama.cpp model, offline, without generating; no MLflow judge scores
+  that way, and ``make_judge`` needs a served model;
+- strict parsing with abstention (an unparseable answer is None, never 0) and the
+  defusing of delimiter-like tags in generated text against prompt injection.
+
+``align`` needs DSPy and an LLM provider at alignment time (neither is installed or
+reachable here) and human feedback named like the judge; the human ratings of Part B
+are on the traces as ``relatedness`` (HUMAN), so it can be tried where both exist. What
+MLflow does carry: the rubric, versioned in its prompt registry
+(``experiments/tracking/prompts.py``); judge scores as LLM_JUDGE feedback and human
+ratings as HUMAN feedback on each generation's trace; and those traces in the run's
+GenAI evaluation run (``experiments/pipeline/evaluation.py``).
 """
 
 from judges.base import (

@@ -254,3 +254,59 @@ def pairwise_spearman(table: pd.DataFrame) -> dict[tuple[str, str], CorrelationR
         both = table[[a, b]].astype(float).dropna()
         results[(a, b)] = spearman(both[a].to_numpy(), both[b].to_numpy())
     return results
+
+
+@dataclass(frozen=True)
+class F1Interval:
+    """F1 on a test set with a percentile interval from resampling its texts."""
+
+    f1: float
+    low: float
+    high: float
+    n_pos: int
+    n_neg: int
+    n_boot: int
+
+    evaluable: ClassVar[bool] = True
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def f1_score(tp: float, fn: float, fp: float) -> float:
+    """F1 = 2·tp / (2·tp + fp + fn); 0 when there are no true positives."""
+    denominator = 2 * tp + fp + fn
+    return float(2 * tp / denominator) if denominator > 0 else 0.0
+
+
+def bootstrap_f1(
+    tp: int,
+    fn: int,
+    fp: int,
+    tn: int,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> F1Interval | NotEvaluable:
+    """F1 with an interval from a stratified bootstrap over the test texts.
+
+    F1 depends on the texts only through the confusion counts, so resampling the
+    positives (and the negatives) with replacement is a binomial draw of tp out of the
+    positives (fp out of the negatives) at the observed rates; strata keep the test
+    set's class balance, as it was built. Needs at least one text of each class.
+    """
+    counts = (tp, fn, fp, tn)
+    if min(counts) < 0:
+        raise ValueError(f"confusion counts must be >= 0, got {counts}")
+    n_pos, n_neg = tp + fn, fp + tn
+    if n_pos == 0 or n_neg == 0:
+        return NotEvaluable("the test set needs positives and negatives", "bootstrap_f1")
+    rng = np.random.default_rng(seed)
+    tps = rng.binomial(n_pos, tp / n_pos, size=n_boot)
+    fps = rng.binomial(n_neg, fp / n_neg, size=n_boot)
+    denominator = 2 * tps + fps + (n_pos - tps)
+    f1s = np.where(denominator > 0, 2 * tps / np.maximum(denominator, 1), 0.0)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(f1s, [alpha, 1 - alpha])
+    return F1Interval(f1_score(tp, fn, fp), float(low), float(high), n_pos, n_neg, n_boot)

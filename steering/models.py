@@ -192,6 +192,18 @@ def model_slug(model_id: str) -> str:
 LOAD_FORMATS = ("auto", "dummy")
 
 
+def looks_like_path(spec: str) -> bool:
+    """A spec that can only be a path, never a Hugging Face id (``org/name``): absolute,
+    relative with ./ or ../, under ~, with more than one slash, or a trailing slash."""
+    return (
+        spec.startswith(("/", "./", "../", "~", ".\\"))
+        or spec in (".", "..")
+        or spec.count("/") > 1
+        or spec.endswith(("/", "\\"))
+        or "\\" in spec
+    )
+
+
 def load_model(
     spec: str = EMBEDDED,
     device: str | None = None,
@@ -226,8 +238,16 @@ def load_model(
         load_kwargs = {"gguf_file": gguf.name}
     else:
         source, model_id, load_kwargs = spec, spec, {}
-        if Path(spec).exists() and not Path(spec).is_dir():
+        path = Path(spec).expanduser()
+        if path.exists() and not path.is_dir():
             raise ModelSpecError(f"{spec!r} is a file; pass a model directory, an id or a .gguf")
+        if not path.exists() and looks_like_path(spec):
+            raise ModelSpecError(
+                f"model directory {spec!r} does not exist ({path.resolve()}); pass an "
+                "existing directory, a .gguf file, a Hugging Face id (org/name) or 'embedded'"
+            )
+        if path.is_dir():
+            source = str(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **load_kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, **load_kwargs, **kwargs)
@@ -239,6 +259,8 @@ def load_model(
             if offline
             else "Check the id, or pass a local directory or a .gguf path."
         )
+        if not Path(spec).expanduser().exists():
+            hint += f" No local directory {spec!r} exists either."
         raise ModelSpecError(
             f"could not load model {spec!r}: {exc.__class__.__name__}: "
             f"{str(exc).splitlines()[0]} {hint}"

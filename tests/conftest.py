@@ -89,14 +89,17 @@ TINY_WORDS = (
 ).split()
 
 
-def build_tiny_tokenizer():
-    """A word-level tokenizer built in-process: no files, no hub."""
+def build_tiny_tokenizer(extra_words: tuple[str, ...] = ()):
+    """A word-level tokenizer built in-process: no files, no hub. ``extra_words`` (e.g. a
+    concept file's names) get ids after the fixed vocabulary, which keeps its ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
     punct = list(".,!?:;'\"()-")
-    vocab = {tok: i for i, tok in enumerate(specials + punct + sorted(set(TINY_WORDS)))}
+    base = specials + punct + sorted(set(TINY_WORDS))
+    extra = sorted(set(extra_words) - set(base))
+    vocab = {tok: i for i, tok in enumerate(base + extra)}
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tk.normalizer = None
     tk.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -198,6 +201,20 @@ def tiny_lm():
     from steering.models import wrap_model
 
     return wrap_model(build_tiny_gemma(), build_tiny_tokenizer(), "tiny-random-gemma3")
+
+
+@pytest.fixture
+def tiny_lm_knowing():
+    """The tiny model with a tokenizer that also knows ``words`` (lower-cased words of
+    a concept file, say), so texts about concepts outside TINY_WORDS are not all
+    <unk>: ``tiny_lm_knowing(words)``."""
+    from steering.models import wrap_model
+
+    def make(words):
+        tokenizer = build_tiny_tokenizer(tuple(words))
+        return wrap_model(build_tiny_gemma(), tokenizer, "tiny-random-gemma3-words")
+
+    return make
 
 
 @pytest.fixture

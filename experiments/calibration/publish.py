@@ -118,6 +118,101 @@ def figures(curve: pd.DataFrame, analysis: dict, config: ExperimentConfig) -> di
     return out
 
 
+SIGN_WORDS = {"both": "both signs", "pos": "s > 0", "neg": "s < 0"}
+
+
+def study_answer(run_id: str, analysis: dict, config: ExperimentConfig) -> dict:
+    """Phase 6's answer block: the question and, per sign and direction source, the main
+    predictor's mixed-model slope with its interval and the minimum effective level
+    (``--json``, ``answer.md``, the top of the run description and the terminal)."""
+    main = next(
+        (
+            p
+            for p in config.calibration.predictors
+            if any(r["predictor"] == p for r in analysis["results"])
+        ),
+        None,
+    )
+    headlines = []
+    for r in analysis["results"]:
+        if r["predictor"] != main:
+            continue
+        mm, minimum = r["mixed_model"], r["minimum_effective"]
+        if mm.get("evaluable"):
+            status = "yes" if mm["low"] > 0 else "no" if mm["high"] < 0 else "undecided"
+            slope = f"slope {mm['slope']:+.3f} [{mm['low']:+.3f}, {mm['high']:+.3f}]: **{status}**"
+        else:
+            status, slope = "not evaluable", f"slope not evaluable ({mm.get('reason')})"
+        level = (
+            f"minimum effective {main} {minimum['level']:.3f} at {minimum['size']}"
+            if minimum["status"] == "reached"
+            else f"no training size reached an effect above {analysis['threshold']}"
+        )
+        headlines.append(
+            {
+                "sign": r.get("sign", "both"),
+                "layer": r["layer"],
+                "source": r["source"],
+                "predictor": main,
+                "status": status,
+                "slope": mm.get("slope"),
+                "low": mm.get("low"),
+                "high": mm.get("high"),
+                "minimum_effective": minimum,
+                "text": f"{slope}; {level}",
+            }
+        )
+    return {
+        "run_id": run_id,
+        "question": (
+            f"Along a training curve, does a probe's detection quality ({main}) predict how "
+            "strongly its direction steers beyond random directions (the effect above null), "
+            "and from which quality on is steering effective? Mixed model with a random "
+            "intercept per concept; yes when the slope's interval lies above 0."
+        ),
+        "headlines": headlines,
+    }
+
+
+def note_latest_study(run_id: str, answer: dict, config: ExperimentConfig) -> None:
+    """The experiment's description leads with this study's verdicts (a first line short
+    enough for the collapsed description, linked to the run's answer), then the slopes."""
+    run = tracking.get_run(run_id)
+    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
+    heads = answer["headlines"]
+    predictor = heads[0]["predictor"] if heads else "the predictor"
+    by_source: dict[str, list[str]] = {}
+    for h in heads:
+        sign = {"both": "both"}.get(h["sign"], SIGN_WORDS.get(h["sign"], h["sign"]))
+        by_source.setdefault(h["source"], []).append(f"{sign} **{h['status']}**")
+    short = "; ".join(f"{source}: {', '.join(parts)}" for source, parts in by_source.items())
+    detail = "; ".join(
+        f"{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']}: {h['text']}" for h in heads
+    )
+    text = (
+        f"**Latest answer** ([open]({link})): {predictor} → effect? {short}."
+        f"\n\nPhase 6 run {run.info.run_name or run_id}: {detail}."
+    )
+    tracking.set_experiment_note(config.calibration.experiment, text)
+
+
+def study_answer_markdown(answer: dict) -> str:
+    lines = [
+        f"## The answer (Phase 6 run `{answer['run_id']}`)",
+        "",
+        f"**Question.** {answer['question']}",
+        "",
+    ]
+    for h in answer["headlines"]:
+        lines.append(
+            f"- **{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']} (L{h['layer']}):** "
+            f"{h['text']}"
+        )
+    lines += ["", "Figures: `predictor_vs_effect.png` (per-concept trajectories), "]
+    lines[-1] += "`effect_vs_training_size.png`, `predictor_comparison.png`."
+    return "\n".join(lines) + "\n\n---\n"
+
+
 def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
     def fmt(v: object) -> str:
         return "n/a" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.3f}"
@@ -192,18 +287,22 @@ def publish_study(
     run_dir.write_json(RunDir.ANALYSIS, analysis)
     summary = summary_markdown(run_id, curve, analysis)
     atomic_write_text(run_dir.file(RunDir.SUMMARY), summary)
+    answer = study_answer_markdown(study_answer(run_id, analysis, config))
+    atomic_write_text(run_dir.file(RunDir.ANSWER), answer)
     tracking.overwrite_table(run_id, curve.replace({np.nan: None}), "curve.json")
     metrics, tags = analysis_metrics(analysis)
     tracking.log_metrics(run_id, metrics)
     tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
     for key, value in tags.items():
         c.set_tag(run_id, key, value)
-    tracking.set_note(run_id, summary)
+    tracking.set_note(run_id, answer + "\n" + summary)  # the answer first
+    note_latest_study(run_id, study_answer(run_id, analysis, config), config)
     for name, fig in figures(curve, analysis, config).items():
         fig.savefig(run_dir.file(name), dpi=110)
         c.log_figure(run_id, fig, f"plots/{name}")
         plt.close(fig)
     for name in (
+        RunDir.ANSWER,
         RunDir.CURVE,
         RunDir.ANALYSIS,
         RunDir.SUMMARY,

@@ -50,7 +50,7 @@ def bench(
     dtype: Annotated[str | None, typer.Option(help="float32, bfloat16 (default: config)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch.set_num_threads")] = None,
     only: Annotated[
-        str | None, typer.Option(help=f"comma-separated sections: {','.join(SECTIONS)}")
+        str | None, typer.Option(help=f"comma-separated sections: {', '.join(SECTIONS)}")
     ] = None,
     skip: Annotated[str | None, typer.Option(help="comma-separated sections to skip")] = None,
     out: Annotated[Path, typer.Option(help="results file")] = DEFAULT_OUT,

@@ -23,6 +23,31 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep stderr readable
 
+# Help and tables take the terminal's width (rich reads COLUMNS, then the size of the
+# terminal that stdin, stdout or stderr is). With neither (output piped or captured)
+# rich would wrap at 80 columns and cut option help with "…"; this width is used then.
+PIPED_WIDTH = 120
+
+
+def fit_width() -> None:
+    """Give rich (the CLI's tables and typer's help) a width when no terminal tells it
+    one: ``COLUMNS`` is set to :data:`PIPED_WIDTH` unless it is set already or a
+    standard stream is a terminal (whose width rich then reads itself)."""
+    import sys
+
+    if os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
+        return
+    for stream in (sys.stdout, sys.stderr, sys.stdin):
+        try:
+            os.get_terminal_size(stream.fileno())
+            return
+        except (AttributeError, ValueError, OSError):
+            continue
+    os.environ["COLUMNS"] = str(PIPED_WIDTH)
+
+
+fit_width()
+
 # Logs, progress and messages go to stderr; result tables and --json go to stdout, so
 # `steer-eval run --json > result.json` captures the result and nothing else.
 console = Console(stderr=True)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from experiments.cli.answer import print_answer, print_study_answer
 from experiments.cli.common import (
     DEFAULT_CONFIG,
     ConceptsOpt,
@@ -27,6 +28,7 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
+from experiments.cli.plan import print_plan
 
 
 class Mode(StrEnum):
@@ -262,6 +264,14 @@ def run(
         str | None,
         typer.Option(help="ray: join this cluster (default: $RAY_ADDRESS, else start one here)"),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="print the plan (rows, tokens, an estimated time from the last run on this "
+            "machine) without loading the model",
+        ),
+    ] = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -287,6 +297,11 @@ def run(
     if ray_address:
         os.environ["RAY_ADDRESS"] = ray_address
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
+    if dry_run:
+        if cfg is None:
+            raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
+        print_plan(cfg, json_)
+        return
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.
@@ -360,13 +375,16 @@ def rescore(
 
 
 def result_dict(result) -> dict:
-    """A Phase 5 result for --json: where it is, the numbers per strength, the criteria."""
+    """A Phase 5 result for --json: where it is, the answer (each criterion's value,
+    interval, status and threshold as fields), the numbers per strength."""
     from experiments import tracking
+    from experiments.pipeline.answer import answer_of
 
     return {
         "run_id": result.run_id,
         "ui_url": tracking.run_ui_url(result.run_id),
         "results_dir": str(result.results_dir),
+        "answer": answer_of(result.record).to_dict(),
         "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
         "criteria": {k: c.to_dict() for k, c in result.criteria.items()},
         "criteria_v2": (
@@ -381,6 +399,7 @@ def _print_result(result, as_json: bool = False) -> None:
     if as_json:
         print_json(result_dict(result))
         return
+    from experiments.pipeline.answer import answer_of
     from experiments.rows import View, aggregates
 
     shown = [agg for _column, agg in aggregates(View.CLI)]
@@ -392,15 +411,10 @@ def _print_result(result, as_json: bool = False) -> None:
     for s, v in sorted(result.per_strength.items()):
         table.add_row(f"{s:+g}", *(fmt(v.get(a.name)) for a in shown))
     out.print(table)
-    crit = Table("criterion", "status", "value", "threshold", title="success criteria")
-    colours = {"pass": "green", "fail": "red"}
-    for c in result.criteria.values():
-        colour = colours.get(c.status, "yellow")
-        crit.add_row(c.key, f"[{colour}]{c.status}[/]", fmt(c.value), str(c.threshold))
-    out.print(crit)
+    print_answer(answer_of(result.record))
     console.print(
         f"{result.tokens_per_second:.1f} generated tokens/s; results in "
-        f"{result.results_dir}; MLflow parent run [bold]{result.run_id}[/]"
+        f"{result.results_dir} (answer.md); MLflow parent run [bold]{result.run_id}[/]"
     )
     from steering.memory import peak_gib
 
@@ -457,6 +471,9 @@ def calibrate(
             else "not reached"
         )
         table.add_row(r.get("sign", "both"), r["source"], r["predictor"], slope, level)
+    from experiments.calibration.publish import study_answer
+
+    answer = study_answer(result.run_id, result.analysis, cfg)
     if json_:
         from experiments import tracking
 
@@ -465,11 +482,13 @@ def calibrate(
                 "run_id": result.run_id,
                 "ui_url": tracking.run_ui_url(result.run_id),
                 "run_dir": str(result.run_dir),
+                "answer": answer,
                 "results": result.analysis["results"],
                 "timings": result.timings,
             }
         )
         return
     out.print(table)
+    print_study_answer(answer)
     console.print(f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]")
     show_run_address(result.run_id)

@@ -2,8 +2,11 @@
 
 MLflow 3.17's UI opens an experiment on its GenAI overview unless the address asks for
 the Model training view (``workflowType=machine_learning``); the experiment-kind tag the
-suite sets is not enough for this version. So the command prints each experiment's runs
-address, the newest Phase 5 run and its traces, and serves until Ctrl-C.
+suite sets is not enough for this version. A run's overview shows its description only
+below its tags, parameters and registered models, so a run's address opens its
+Artifacts tab on ``answer.md``, which the UI renders. The command prints each phase's
+newest run on its answer and each experiment's runs (the description leads with the
+latest answer), and serves until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,35 +24,59 @@ def register(app: typer.Typer) -> None:
 
 
 def addresses() -> list[tuple[str, str]]:
-    """(what, address) for every suite experiment in the store, and the newest run."""
+    """(what, address) for the suite's experiments in the store: each phase's newest
+    parent run, opened on its answer, then the experiment's runs (whose description
+    leads with the latest answer and links it)."""
     from experiments import tracking
     from experiments.config import ExperimentConfig
 
     defaults = ExperimentConfig()
     c = tracking.client()
     found = []
-    for name in (
-        defaults.tracking.experiment,
-        defaults.tracking.classifier_experiment,
-        defaults.calibration.experiment,
+    for name, phase in (
+        (defaults.tracking.experiment, "5"),
+        (defaults.calibration.experiment, "6"),
+        (defaults.tracking.classifier_experiment, None),
     ):
         exp = c.get_experiment_by_name(name)
         if exp is None:
             continue
         tracking.experiment_id(name)  # sets the experiment-kind tag on older stores
-        found.append((f"{name} runs", tracking.ui_url(exp.experiment_id)))
-        if name == defaults.tracking.experiment:
+        if phase is not None:
             try:
-                run_id = tracking.latest_parent_run(name, "5")
+                run_id = tracking.latest_parent_run(name, phase)
             except LookupError:
-                continue
-            found.append(("newest Phase 5 run", tracking.ui_url(exp.experiment_id, run_id)))
-            found.append(("its traces", tracking.ui_url(exp.experiment_id, page="traces")))
+                pass
+            else:
+                found.append(
+                    (f"newest Phase {phase} run, on its answer", tracking.run_ui_url(run_id))
+                )
+        found.append((f"{name} runs", tracking.ui_url(exp.experiment_id)))
     return found
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on (host, port): binding it fails."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def busy_port_message(host: str, port: int) -> str:
+    return (
+        f"port {port} on {host} is in use (another MLflow UI, or another program); serve on "
+        f"another: make ui PORT={port + 1}, or steer-eval ui --port {port + 1}. If it is "
+        f"already an MLflow UI on this store, open http://{host}:{port}"
+    )
+
+
 def ui(
-    port: Annotated[int, typer.Option(help="port to serve on")] = 5000,
+    port: Annotated[int, typer.Option(help="port to serve on (make ui PORT=...)")] = 5000,
     host: Annotated[str, typer.Option(help="address to bind (loopback by default)")] = "127.0.0.1",
 ) -> None:
     """Serve the MLflow UI on the suite's store and print where the results are."""
@@ -68,6 +95,9 @@ def ui(
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
         console.print(f"the store is served by {uri}; nothing to start")
         return
+    if port_in_use(host, port):
+        console.print(f"[bold red]error:[/] {busy_port_message(host, port)}", highlight=False)
+        raise typer.Exit(2)
     os.environ["MLFLOW_UI_URL"] = f"http://{host}:{port}"
     command = [
         sys.executable,
@@ -101,6 +131,8 @@ def ui(
                 except OSError:
                     time.sleep(0.5)
         if proc.poll() is not None:
+            if port_in_use(host, port):  # taken while the server started
+                console.print(f"[bold red]error:[/] {busy_port_message(host, port)}")
             raise typer.Exit(proc.returncode or 1)
         for what, url in found:
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)

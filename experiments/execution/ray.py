@@ -44,8 +44,8 @@ def import_ray() -> ModuleType:
         import ray
     except ImportError as exc:
         raise ExecutionError(
-            "execution.executor is ray but Ray is not installed: "
-            "pip install 'ray>=2.60,<3' (or use --executor local)"
+            "execution.executor is ray but Ray is not installed (it is an extra): "
+            "make setup-ray, or pip install -e '.[ray]' (or use --executor local)"
         ) from exc
     return ray
 

@@ -26,6 +26,9 @@ class RunContext:
     classifier_run_id: str | None = None
     classifier_dir: str | None = None
     diagnostics: dict = field(default_factory=dict)  # RunRecord.diagnostics
+    # Per concept: the probe's test-split decisions (test_scores, test_labels) and its
+    # calibrated threshold, from which a predictor's reliability is measured.
+    detection: dict = field(default_factory=dict)  # RunRecord.detection
 
     @property
     def predictor_name(self) -> str:

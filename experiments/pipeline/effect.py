@@ -11,9 +11,12 @@ which two unrelated draws already make about 0.13 on average:
 - **coherence gate**: a steered text that is near-empty, echoes its prompt, or whose
   perplexity under the unsteered model exceeds a multiple of the concept's s = 0
   median counts as e = 0 (breaking the model is not steering);
-- **intervals**: means come with a bootstrap that resamples (concept, prompt) clusters,
-  proportions with a Wilson interval, correlations across concepts with a bootstrap over
-  concepts; verdicts pass only when the interval clears the threshold.
+- **intervals**: means come with a bootstrap that resamples concepts, then units within
+  them (the concept is the unit of replication), proportions with a Wilson interval,
+  correlations across concepts with a bootstrap over concepts; verdicts pass only when
+  the interval clears the threshold;
+- **specificity**: the concept's own Δ gain minus the other concepts' on the same texts,
+  a v2 criterion per sign, and the other concepts' directions as a second null.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from metrics.intervals import (
     binomial_interval,
     bootstrap_pearson,
     bootstrap_spearman,
-    clustered_bootstrap_mean,
+    group_units,
+    hierarchical_mean,
     interval_verdict,
     not_evaluable,
 )
@@ -88,19 +92,23 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
     )
 
 
-def _clusters(frame: pd.DataFrame) -> list[tuple]:
-    return list(zip(frame["concept"], frame["prompt_index"], strict=True))
-
-
 def mean_ci(frame: pd.DataFrame, column: str, config: ExperimentConfig, seed: int = 0) -> Interval:
+    """The mean of ``column`` over rows with a concept-level interval: concepts are
+    resampled, then units within them. Every prompt of a concept shares the concept's
+    direction and its random directions, so the concept is the unit of replication; the
+    (concept, prompt) clusters of earlier releases gave intervals too narrow."""
     if frame.empty:
         return not_evaluable("no rows")
-    return clustered_bootstrap_mean(
-        frame[column].to_numpy(dtype=float),
-        _clusters(frame),
+    units = group_units(frame[column].to_numpy(dtype=float), list(frame["concept"]))
+    if not units:
+        return not_evaluable("no finite values")
+    return hierarchical_mean(
+        units,
+        weights="units",
         confidence=config.criteria.confidence,
         n_boot=config.criteria.n_boot,
         seed=seed,
+        method=f"hierarchical bootstrap, concepts then units ({config.criteria.n_boot})",
     )
 
 
@@ -146,6 +154,61 @@ def specificity(effects: pd.DataFrame, records: pd.DataFrame) -> dict[int, pd.Da
             ).T
             out[sign] = frame.loc[sorted(frame.index), sorted(frame.columns)]
     return out
+
+
+def specificity_units(effects: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """Per concept-arm steered row: its own signed Δ gain (``own``: sign·(Δ_A − Δ_A of the
+    twin), the ungated e), the mean gain of the other concepts' Δ on the same text
+    (``others``) and the margin ``own − others``: does steering toward A move A more than
+    it moves every concept? Empty without ``delta_by_concept``."""
+    columns = ["concept", "prompt_index", "sample", "sign", "own", "others", "margin"]
+    if "delta_by_concept" not in records.columns:
+        return pd.DataFrame(columns=columns)
+    base = records[records["strength"] == 0].set_index(UNIT)["delta_by_concept"]
+    by_key = records.set_index("key")["delta_by_concept"]
+    rows = []
+    for _, row in effects[effects["arm"] == CONCEPT_ARM].iterrows():
+        steered, twin = by_key[row["key"]], base.loc[tuple(row[k] for k in UNIT)]
+        gains = {b: row["sign"] * (v - twin[b]) for b, v in steered.items()}
+        own = gains.get(row["concept"])
+        others = [g for b, g in gains.items() if b != row["concept"]]
+        if own is None or not others:
+            continue
+        mean_others = float(np.mean(others))
+        rows.append(
+            [
+                row["concept"],
+                row["prompt_index"],
+                row["sample"],
+                int(row["sign"]),
+                float(own),
+                mean_others,
+                float(own) - mean_others,
+            ]
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """Each concept's effect above the other-concept null, per unit: its own gain
+    (``margins.own``) minus what the other concepts' directions do to its Δ (the mean of
+    its column of the specificity matrix, diagonal left out), per sign."""
+    columns = ["concept", "prompt_index", "sample", "sign", "above_other"]
+    rows = []
+    for sign, part in margins.groupby("sign"):
+        matrix = matrices.get(int(sign))
+        if matrix is None:
+            continue
+        for concept, group in part.groupby("concept"):
+            if concept not in matrix.columns:
+                continue
+            others = [matrix.loc[b, concept] for b in matrix.index if b != concept]
+            if not others:
+                continue
+            null = float(np.mean(others))
+            for _, r in group.iterrows():
+                rows.append([concept, r["prompt_index"], r["sample"], int(sign), r["own"] - null])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def specificity_margin(matrix: pd.DataFrame) -> float | None:
@@ -212,6 +275,12 @@ class EffectReport:
     intervals: dict[str, dict] = field(default_factory=dict)
     specificity: dict[int, pd.DataFrame] = field(default_factory=dict)
     slopes: dict[str, float] = field(default_factory=dict)
+    # Per unit (concept, prompt, sample) and sign: the gated effect above the isotropic
+    # null, and the specificity margin; what reliabilities and correlations are made of.
+    above_null: pd.DataFrame = field(default_factory=pd.DataFrame)
+    margins: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per concept, arm and sign: the mean ungated effect (to set beside other outcomes).
+    arm_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _summarise(frame: pd.DataFrame, config: ExperimentConfig) -> dict:
@@ -303,6 +372,34 @@ def evaluate_effect(
         out.criteria[key] = result
         out.intervals[key] = {**pearson.to_dict(), "spearman": spearman.to_dict()}
     out.specificity = specificity(effects, report_rows)
+    out.above_null = null
+    out.arm_effects = effects.groupby(["concept", "arm", "sign"])["e"].mean().reset_index()
+    out.margins = specificity_units(effects, report_rows)
+    other = other_concept_null(out.margins, out.specificity)
+    for sign, label in SIGNS.items():
+        margins = out.margins[out.margins["sign"] == sign]
+        ci = mean_ci(margins, "margin", config)
+        key = f"v2_specificity_{label}"
+        out.criteria[key] = _verdict_result(
+            key,
+            f"s {'>' if sign > 0 else '<'} 0: specificity margin, the concept's own Δ gain "
+            "minus the other concepts' on the same texts (ungated)",
+            ci,
+            config.criteria.specificity_min,
+        )
+        out.intervals[key] = ci.to_dict()
+        for synset, value in margins.groupby("concept")["margin"].mean().items():
+            out.per_concept.setdefault(str(synset), {})[f"specificity_{label}"] = float(value)
+        ci = mean_ci(other[other["sign"] == sign], "above_other", config)
+        out.summary[f"above_null_other_concepts/{label}"] = {
+            "gated_mean": None,
+            "gated_low": None,
+            "gated_high": None,
+            "ungated_mean": ci.estimate,
+            "ungated_low": ci.low,
+            "ungated_high": ci.high,
+            "n": float(ci.n),
+        }
     # Criterion 4 v2 waits for Parts B and C (experiments.validation.criterion4).
     human = human_criterion_v2(None, pass_r=config.criteria.human_r_pass)
     out.criteria[V2_C4] = combine_criterion4_v2(human)

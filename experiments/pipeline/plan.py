@@ -91,10 +91,29 @@ class GenerationPlan:
         return [r for r in self.rows if r.key not in done]
 
 
+def prompt_signs(config: ExperimentConfig) -> list[int]:
+    """Per prompt index, the sign of the strengths it is generated at: 0 for every
+    strength; with ``generation.suppression_prompts``, +1 for the neutral prompts (s ≥ 0)
+    and −1 for the concept-naming ones that follow them (s ≤ 0)."""
+    g = config.generation
+    if g.suppression_prompts is None:
+        return [0] * len(g.prompts)
+    return [1] * len(g.prompts) + [-1] * len(g.suppression_prompts)
+
+
 def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[dict]:
-    """One dict per (prompt, sample) of ``split`` with the fields every row of it shares."""
-    prompts = render_generation_prompts(concept, config.generation.prompts)
-    selection, report = split_prompts(len(prompts), config)
+    """One dict per (prompt, sample) of ``split`` with the fields every row of it shares.
+
+    With suppression prompts, the neutral and the concept-naming prompts are split into
+    selection and report halves each (their indices follow one another)."""
+    g = config.generation
+    prompts = render_generation_prompts(concept, [*g.prompts, *(g.suppression_prompts or [])])
+    selection, report = split_prompts(len(g.prompts), config)
+    if g.suppression_prompts is not None:
+        offset = len(g.prompts)
+        naming = split_prompts(len(g.suppression_prompts), config)
+        selection += [offset + i for i in naming[0]]
+        report += [offset + i for i in naming[1]]
     for p_idx in selection if split == "selection" else report:
         for sample in range(config.generation.samples_per_prompt):
             yield {
@@ -130,8 +149,10 @@ def planned_rows(
     ``vectors`` tags the concept arm's rows with a probe-set name (see :func:`row_key`).
     """
     heldout = config.selection.mode == "heldout"
+    signs = prompt_signs(config)
     for concept in graph.concepts:
         for unit in _units(config, concept, split):
+            sign = signs[unit["prompt_index"]]
             if split == "selection":
                 cells = [
                     (CONCEPT_ARM, s, b)
@@ -143,6 +164,8 @@ def planned_rows(
                 cells = [(arm, s, beta) for arm in _arms(config) for s in config.steering.strengths]
             seen: set[str] = set()
             for arm, strength, beta in cells:
+                if sign and strength * sign < 0:  # a neutral prompt at s < 0, or the reverse
+                    continue
                 key = row_key(
                     concept.synset,
                     unit["prompt_index"],

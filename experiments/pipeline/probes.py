@@ -255,6 +255,10 @@ def fit_probe_set(
             probe, x_test, y_test, validation=rows(texts.validation[synset])
         )
         probe.metrics["train_separation"] = train_separation(weight, x_train, y_train)
+        # The test split's decisions, so a predictor's split-half reliability can be
+        # measured later without the model (pipeline/measurement.py).
+        probe.metrics["test_scores"] = [float(v) for v in probe.decision(x_test)]
+        probe.metrics["test_labels"] = [int(v) for v in y_test]
         probes[synset] = probe
     questions = features[[row[t] for t in texts.questions]]
     statements = features[[row[t] for t in texts.statements]]

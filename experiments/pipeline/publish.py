@@ -26,6 +26,7 @@ from experiments.pipeline.analyse import (
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.effect import SIGNS, EffectReport, specificity_margin
+from experiments.pipeline.measurement import MeasurementReport
 from experiments.pipeline.report import criteria_of, specificity_matrices, write_views
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
@@ -312,6 +313,21 @@ def run_note(ctx: RunContext) -> str:
     return "".join(f"> {line}\n>\n" for line in lines) + ("\n" if lines else "")
 
 
+def note_latest_run(run_id: str, record: RunRecord) -> None:
+    """The experiment's description leads with this run's answer and links it, so the
+    experiment's runs page shows the latest answer without a click."""
+    from experiments.pipeline.answer import answer_line, answer_of
+
+    run = tracking.get_run(run_id)
+    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
+    line = answer_line(answer_of(record), run.info.run_name or run_id, link)
+    tracking.set_experiment_note(record.experiment, line)
+    # The classifiers' experiment links the answer they fed, when it is in this store.
+    classifiers = record.config.tracking.classifier_experiment
+    if tracking.client().get_experiment_by_name(classifiers) is not None:
+        tracking.set_experiment_note(classifiers, line)
+
+
 def build_record(
     ctx: RunContext,
     records: pd.DataFrame,
@@ -321,6 +337,7 @@ def build_record(
     tokens_per_second: float,
     previous: RunRecord | None = None,
     betas: dict[str, float] | None = None,
+    measurement: MeasurementReport | None = None,
 ) -> RunRecord:
     """The typed record; criteria set later (criterion 4 from Parts B and C) are kept."""
     agg = per_strength(records)
@@ -334,6 +351,8 @@ def build_record(
         per_concept.setdefault(synset, {}).update(values)
     for synset, beta in (betas or {}).items():
         per_concept.setdefault(synset, {})["beta"] = beta
+    for synset, values in (measurement.per_concept if measurement else {}).items():
+        per_concept.setdefault(synset, {}).update(values)
     if previous is not None:  # Parts B and C's verdicts outlive a rescore
         for key, stored in previous.criteria.items():
             if key.startswith(("c4", "v2_c4")) and stored.status != "pending":
@@ -357,6 +376,7 @@ def build_record(
             "effect": effect.summary,
             "intervals": effect.intervals,
             "slopes": effect.slopes,
+            **({"measurement": measurement.statistics} if measurement else {}),
         },
         diagnostics={
             **ctx.diagnostics,  # "directions": the steering directions' cosines
@@ -365,6 +385,7 @@ def build_record(
                 for sign, matrix in effect.specificity.items()
             },
         },
+        detection=ctx.detection,
         n_generations=len(records),
         timings=dict(timings),
         tokens_per_second=tokens_per_second,
@@ -382,6 +403,7 @@ def publish(
     generation_seconds: float,
     update_children: bool = False,
     betas: dict[str, float] | None = None,
+    measurement: MeasurementReport | None = None,
 ) -> RunRecord:
     """Publish a scored run as a projection of its folder: build the record first, write
     the folder's views (summary, criteria, figures) atomically from it, then mirror it to
@@ -392,7 +414,9 @@ def publish(
             previous = run_dir.read_record(migrate=True)
         except (LookupError, ValueError):
             previous = None
-    record = build_record(ctx, records, report, effect, timings, tokens_per_second, previous, betas)
+    record = build_record(
+        ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
+    )
     run_dir.write_record(record)
     figures = write_views(run_dir, ctx, record, records)
     mirror(ctx, run_dir, record, records, figures, generation_seconds, update_children)
@@ -419,11 +443,15 @@ def mirror(
     for key, value in record.criteria.items():
         c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
     summary = run_dir.file(RunDir.SUMMARY).read_text(encoding="utf-8")
-    tracking.set_note(ctx.run_id, run_note(ctx) + summary, whole=RunDir.SUMMARY)
+    answer = run_dir.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    # The answer first, so the run page shows it without "Show more".
+    tracking.set_note(ctx.run_id, answer + "\n" + run_note(ctx) + summary, whole=RunDir.SUMMARY)
+    note_latest_run(ctx.run_id, record)
     tracking.log_new_params(ctx.run_id, threshold_params(record))
     for name in figures:
         c.log_artifact(ctx.run_id, str(run_dir.file(name)), "plots")
     for name in (
+        RunDir.ANSWER,
         RunDir.RECORD,
         RunDir.SUMMARY,
         RunDir.CRITERIA,

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
+from experiments.pipeline.answer import answer_markdown, answer_of
 from experiments.pipeline.effect import SIGNS
+from experiments.pipeline.figures import plots, reviewer_figures, specificity_figure
 from experiments.record import RunRecord
 from experiments.rows import View, aggregates
 from experiments.rundir import RunDir, atomic_write_text
@@ -22,64 +23,6 @@ if TYPE_CHECKING:
 def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
     """The record's seed criteria (c1-c4) or its v2 criteria, as results."""
     return {k: c.result() for k, c in record.criteria.items() if k.startswith("v2_") is v2}
-
-
-def plots(
-    records: pd.DataFrame, ctx: RunContext, magnitudes: dict[str, float]
-) -> dict[str, object]:
-    """The run's figures by file name: Δ per strength and concept, F1 against magnitude,
-    Δ distribution per strength."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figs = {}
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    means = records.groupby(["concept", "strength"])["delta"].mean().unstack("strength")
-    for synset, row in means.iterrows():
-        ax.plot(row.index, row.values, marker="o", label=ctx.graph.get(synset).name)
-    overall = records.groupby("strength")["delta"].mean()
-    ax.plot(overall.index, overall.values, color="black", linewidth=3, label="mean")
-    ax.axhline(0, color="grey", linewidth=0.5)
-    ax.set(
-        xlabel="steering strength s",
-        ylabel="mean Δ = cos(core) − cos(neg)",
-        title="Δ against strength per concept",
-    )
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    figs["delta_vs_strength.png"] = fig
-
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    predictor = ctx.predictor_values()
-    shared = sorted(set(predictor) & set(magnitudes))
-    xs, ys = [predictor[k] for k in shared], [magnitudes[k] for k in shared]
-    ax.scatter(xs, ys)
-    for k, x, y in zip(shared, xs, ys, strict=True):
-        ax.annotate(ctx.graph.get(k).name, (x, y), fontsize=7)
-    ax.set(
-        xlabel=f"classifier {ctx.predictor_name} (held-out test split)",
-        ylabel="mean |Δ_s − Δ_0|",
-        title="F1 against steering magnitude",
-    )
-    fig.tight_layout()
-    figs["f1_vs_magnitude.png"] = fig
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    strengths = sorted(records["strength"].unique())
-    ax.violinplot(
-        [records[records["strength"] == s]["delta"].to_numpy() for s in strengths],
-        positions=range(len(strengths)),
-        showmedians=True,
-    )
-    ax.set_xticks(range(len(strengths)), [f"{s:+g}" for s in strengths])
-    ax.axhline(ctx.config.metrics.delta_threshold, color="green", linestyle=":")
-    ax.axhline(-ctx.config.metrics.delta_threshold, color="red", linestyle=":")
-    ax.set(xlabel="steering strength s", ylabel="Δ", title="Δ distribution per strength")
-    fig.tight_layout()
-    figs["delta_distribution.png"] = fig
-    return figs
 
 
 def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
@@ -126,26 +69,6 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     for c in criteria.values():
         lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")
     return lines
-
-
-def specificity_figure(matrix: pd.DataFrame, title: str):
-    """Heatmap of M[steered concept, scored concept]: a bright diagonal is specificity."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(matrix)
-    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * n, 1.0 + 0.45 * n))
-    limit = float(np.nanmax(np.abs(matrix.to_numpy()))) or 1.0
-    image = ax.imshow(matrix.to_numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
-    labels = [c.split(".")[0] for c in matrix.columns]
-    ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(matrix.index)), [c.split(".")[0] for c in matrix.index], fontsize=7)
-    ax.set(xlabel="Δ scored against concept", ylabel="steered toward concept", title=title)
-    fig.colorbar(image, ax=ax, shrink=0.8, label="mean signed effect")
-    fig.tight_layout()
-    return fig
 
 
 def summary_markdown(
@@ -201,7 +124,75 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
         record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
     )
     effect = record.statistics.get("effect", {})
-    return text + "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+    text += "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+    measurement = record.statistics.get("measurement")
+    return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
+
+
+def _num(value: object, spec: str = "+.3f") -> str:
+    return "n/a" if not isinstance(value, int | float) else format(value, spec)
+
+
+def _ci(d: dict, spec: str = "+.3f") -> str:
+    """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
+    if d.get("estimate") is None:
+        return f"n/a ({d.get('reason') or 'not evaluable'})"
+    return f"{_num(d['estimate'], spec)} [{_num(d.get('low'), spec)}, {_num(d.get('high'), spec)}]"
+
+
+def measurement_markdown(stats: dict) -> list[str]:
+    """Reliabilities, observed and corrected correlations, the likelihood outcome per
+    null family, and Δ's scale."""
+    lines = [
+        "",
+        "## Measurement: how reliable, and the correlations corrected for it",
+        "",
+        "| measure | split-half reliability (Spearman-Brown) |",
+        "|---|---|",
+    ]
+    for name, rel in stats.get("reliability", {}).items():
+        value = rel.get("estimate")
+        shown = _num(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
+        lines.append(f"| {name} | {shown} |")
+    corrected = stats.get("corrected_correlations", {})
+    if corrected:
+        lines += [
+            "",
+            "| correlation across concepts | observed r | disattenuated |",
+            "|---|---|---|",
+        ]
+        for name, d in corrected.items():
+            lines.append(f"| {name} | {_ci(d['observed'])} | {_ci(d['corrected'])} |")
+    families = stats.get("likelihood", [])
+    if families:
+        lines += [
+            "",
+            "Likelihood outcome e = s·((L_s − L_0)(on) − (L_s − L_0)(off)), nats per token:",
+            "",
+            "| family | sign | mean e [CI] | concept above it [CI] | concepts beating it |",
+            "|---|---|---|---|---|",
+        ]
+        for row in families:
+            above = (
+                f"{_num(row['above'])} [{_num(row['above_low'])}, {_num(row['above_high'])}]"
+                if "above" in row
+                else ""
+            )
+            beats = f"{row['beats']} / {row['n_concepts']}" if "beats" in row else ""
+            lines.append(
+                f"| {row['family']} | {row['sign']} | {_num(row['mean'])} "
+                f"[{_num(row['low'])}, {_num(row['high'])}] | {above} | {beats} |"
+            )
+    gap = stats.get("reference_gap")
+    if gap:
+        lines += [
+            "",
+            f"Δ's scale: the reference gap Δ(on-concept texts) − Δ(off-concept texts) is "
+            f"{_num(gap.get('mean'))} [{_num(gap.get('low'))}, {_num(gap.get('high'))}]; "
+            f"the effect above the null is {_ci(gap.get('fraction_pos', {}), '.2f')} of it at "
+            f"s > 0 and {_ci(gap.get('fraction_neg', {}), '.2f')} at s < 0.",
+        ]
+    return lines
 
 
 def write_views(
@@ -218,6 +209,8 @@ def write_views(
         k: v["magnitude"] for k, v in record.per_concept.items() if v.get("magnitude") is not None
     }
     figures = plots(records, ctx, magnitudes)
+    names = {c.synset: c.name for c in ctx.graph.concepts}
+    figures.update(reviewer_figures(record, names))
     for label, matrix in specificity_matrices(record).items():
         sign = ">" if label == "pos" else "<"
         figures[f"specificity_{label}.png"] = specificity_figure(
@@ -229,4 +222,14 @@ def write_views(
         fig.savefig(partial, dpi=110)
         os.replace(partial, path)
         plt.close(fig)
+    write_answer(run_dir, record)
     return list(figures)
+
+
+def write_answer(run_dir: RunDir, record: RunRecord) -> str:
+    """``answer.md`` from the record (atomically), naming the folder's figures; returns
+    its text. Parts B and C call it again when criterion 4 changes."""
+    figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
+    text = answer_markdown(answer_of(record), figures)
+    atomic_write_text(run_dir.file(RunDir.ANSWER), text)
+    return text

@@ -31,9 +31,13 @@ from experiments.pipeline.diagnostics import steering_diagnostics
 from experiments.pipeline.effect import EffectReport, evaluate_effect
 from experiments.pipeline.generate import generate
 from experiments.pipeline.lifecycle import RunError, RunSession, open_run
+from experiments.pipeline.likelihood import score_likelihood, texts_for
+from experiments.pipeline.measurement import measure
+from experiments.pipeline.per_concept import concept_intervals
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.publish import log_parent, numeric_metrics, publish, run_name
+from experiments.pipeline.reference_gap import reference_gaps
 from experiments.pipeline.score import Scorer, build_scorer, score_all
 from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import VectorSet, build_vectors
@@ -101,6 +105,17 @@ def score_and_publish(
         predictor = ctx.predictor_values()  # criteria.predictor, f1_calibrated by default
         report = evaluate_criteria(seed_rows, predictor, ctx.config.criteria)
         effect = evaluate_effect(records, predictor, ctx.config)
+        for synset, values in concept_intervals(records, ctx.config).items():
+            effect.per_concept.setdefault(synset, {}).update(values)
+    with timer.time("measurement"):
+        texts = texts_for(run_dir, ctx.config, ctx.graph)
+        measurement = measure(
+            effect,
+            ctx.config,
+            ctx.detection,
+            run_dir.read_likelihood(),
+            reference_gaps(scorer, texts),
+        )
     with timer.time("logging"):
         record = publish(
             ctx,
@@ -113,12 +128,18 @@ def score_and_publish(
             generation_seconds,
             update_children=rescore,
             betas=betas,
+            measurement=measurement,
         )
     if ctx.config.tracking.traces:
         from experiments.pipeline.tracing import log_traces
 
         with timer.time("traces"):
             log_traces(ctx, run_dir, records, rescore=rescore)
+        if ctx.config.tracking.evaluation:
+            from experiments.pipeline.evaluation import log_evaluation
+
+            with timer.time("evaluation"):
+                log_evaluation(ctx, run_dir, records)
     tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
     return Phase5Result(
         ctx.run_id,
@@ -165,6 +186,15 @@ def prepare(session: RunSession) -> Prepared:
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
         classifier_run_id=probes.run_id or tracking.remembered_run(probes.directory),
         classifier_dir=str(probes.directory),
+        detection={
+            k: {
+                "test_scores": p.metrics["test_scores"],
+                "test_labels": p.metrics["test_labels"],
+                "threshold": p.metrics.get("threshold"),
+            }
+            for k, p in probes.probes.items()
+            if "test_scores" in p.metrics
+        },
         diagnostics={
             "directions": steering_diagnostics(
                 vectors.numpy_directions(),
@@ -248,6 +278,10 @@ def run_phase5(
         )
         session.close_executor()
         tracking.log_metrics(ctx.run_id, {"execution/retries": session.executor.retries})
+        if config.likelihood.enabled:
+            say("the likelihood outcome of every direction")
+            with timer.time("likelihood"):
+                score_likelihood(config, graph, session.lm, prep.vectors, run_dir, betas, say=say)
         say("scoring, pairing and logging")
         return score_and_publish(
             ctx, run_dir, prep.scorer, timer, totals.tokens_per_second, totals.seconds
@@ -302,6 +336,7 @@ def rescore(
             classifier_run_id=previous.classifier_run_id,
             classifier_dir=previous.classifier_dir,
             diagnostics=dict(previous.diagnostics),
+            detection=dict(previous.detection),
         )
         session.start(config.tracking.experiment, "", run_dir.root)  # reopened, then closed
         result = score_and_publish(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.tracking.context import context_tags, git_info
+from experiments.tracking.notes import EXPERIMENT_NOTES
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 DEFAULT_ARTIFACT_ROOT = "mlartifacts"
@@ -38,16 +39,6 @@ MAX_NOTE_LEN = 8000  # MLflow's tag value limit
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 WORKFLOW_QUERY = "workflowType=machine_learning"
-EXPERIMENT_NOTES = {
-    "phase4-classifiers": "Phase 4: one run per `steer-eval classifiers` (probe metrics).",
-    "phase5-semantic-steering": (
-        "Phase 5: one parent run per `steer-eval run` (criteria, Δ per strength, the run "
-        "summary in its description), a child per concept × strength, `human-validation` "
-        "and `judge-panel` children; one trace per generation (Traces tab) with Δ, effect "
-        "and coherence as code feedback, human ratings and judge scores as feedback."
-    ),
-    "phase6-calibration": "Phase 6: the calibration study (`steer-eval calibrate`).",
-}
 
 
 def tracking_uri() -> str:
@@ -371,19 +362,58 @@ def ui_base() -> str:
     return os.environ.get("MLFLOW_UI_URL", DEFAULT_UI_URL).rstrip("/")
 
 
-def ui_url(experiment_id: str, run_id: str | None = None, page: str | None = None) -> str:
-    """The UI address of a run (or an experiment's runs, or ``page``: ``traces``), opened
-    on the Model training view where runs are listed."""
+def ui_path(
+    experiment_id: str,
+    run_id: str | None = None,
+    page: str | None = None,
+    artifact: str | None = None,
+) -> str:
+    """The UI's in-page address (``#/experiments/...``) of a run, or of an experiment's
+    runs (or ``page``: ``traces``), opened on the Model training view where runs are
+    listed; ``artifact`` opens the run's Artifacts tab on that file (a markdown file is
+    shown rendered), which is how a run opens on its answer."""
     path = f"#/experiments/{experiment_id}"
     if run_id is not None:
         path += f"/runs/{run_id}"
+        if artifact is not None:
+            path += f"/artifacts/{artifact}"
     elif page is not None:
         path += f"/{page}"
-    return f"{ui_base()}/{path}?{WORKFLOW_QUERY}"
+    return f"{path}?{WORKFLOW_QUERY}"
+
+
+def ui_url(
+    experiment_id: str,
+    run_id: str | None = None,
+    page: str | None = None,
+    artifact: str | None = None,
+) -> str:
+    """The full UI address of :func:`ui_path`, on :func:`ui_base`."""
+    return f"{ui_base()}/{ui_path(experiment_id, run_id, page, artifact)}"
+
+
+# The file a run opens on in the UI when it has one: its answer (experiments.rundir).
+ANSWER_ARTIFACT = "answer.md"
+
+
+def has_artifact(run_id: str, name: str) -> bool:
+    return name in {f.path for f in client().list_artifacts(run_id)}
 
 
 def run_ui_url(run_id: str) -> str:
-    return ui_url(get_run(run_id).info.experiment_id, run_id)
+    """A run's UI address: on its answer when it has one (Phase 5 and 6 parents), else
+    its overview."""
+    run = get_run(run_id)
+    artifact = ANSWER_ARTIFACT if has_artifact(run_id, ANSWER_ARTIFACT) else None
+    return ui_url(run.info.experiment_id, run_id, artifact=artifact)
+
+
+def set_experiment_note(name: str, latest: str) -> None:
+    """The experiment's description: ``latest`` (a line on its newest parent run and
+    where to read its answer) above what the experiment holds."""
+    held = EXPERIMENT_NOTES.get(name, "")
+    text = latest + ("\n\n" + held if held else "")
+    client().set_experiment_tag(experiment_id(name), NOTE_TAG, text[:MAX_NOTE_LEN])
 
 
 # A Phase 4 run id beside the classifiers it trained, so a later Phase 5 run that loads

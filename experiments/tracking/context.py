@@ -11,6 +11,7 @@ Everything here is computed once per process: a run with 30 children asks git on
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from functools import lru_cache
@@ -38,6 +39,7 @@ PROGRAM = "steer-eval"
 USER = "mlflow.user"
 SOURCE_NAME = "mlflow.source.name"
 SOURCE_TYPE = "mlflow.source.type"
+HOST_TAG = "steer_eval.host"  # the machine a run ran on (`run --dry-run` estimates from it)
 GIT_COMMIT = "mlflow.source.git.commit"
 GIT_BRANCH = "mlflow.source.git.branch"
 GIT_REPO_URL = "mlflow.source.git.repoURL"
@@ -121,6 +123,7 @@ def context_tags(argv: list[str] | None = None) -> dict[str, str]:
     tags = dict(_mlflow_context())
     tags.setdefault(USER, os.environ.get("USER", "unknown"))
     tags[SOURCE_TYPE] = "LOCAL"
+    tags[HOST_TAG] = platform.node() or "unknown"
     if is_cli(argv):
         tags[SOURCE_NAME] = " ".join(command_words(argv))
         tags[COMMAND_TAG] = " ".join([PROGRAM, *argv[1:]])[:MAX_TAG_LEN]

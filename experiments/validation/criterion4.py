@@ -22,6 +22,7 @@ from experiments import tracking
 from experiments.rundir import RunDir, RunDirError
 
 if TYPE_CHECKING:
+    from experiments.record import RunRecord
     from metrics.criteria import CriterionResult
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,22 @@ def record_criterion4(
     folder = folder if folder is not None else RunDir.locate(run)
     if folder.exists():
         folder.write_json(RunDir.CRITERION4, {k: v.to_dict() for k, v in results.items()})
-        _update_record(folder, results)
+        record = _update_record(folder, results)
+        if record is not None:
+            refresh_answer(run_id, folder, record)
     return combined
+
+
+def refresh_answer(run_id: str, folder: RunDir, record: RunRecord) -> None:
+    """The answer block follows criterion 4: ``answer.md``, its artefact and the top of
+    the parent run's description are rewritten from the updated record."""
+    from experiments.pipeline.answer import with_answer
+    from experiments.pipeline.report import write_answer
+
+    text = write_answer(folder, record)
+    note = tracking.get_run(run_id).data.tags.get(tracking.NOTE_TAG, "")
+    tracking.set_note(run_id, with_answer(note, text), whole=RunDir.SUMMARY)
+    tracking.client().log_artifact(run_id, str(folder.file(RunDir.ANSWER)))
 
 
 def _v2_name(name: str) -> str:
@@ -122,17 +137,19 @@ def criterion4_metrics(results: Mapping[str, CriterionResult]) -> dict[str, floa
     return {_v2_name(k): v for k, v in criteria_metrics(dict(results)).items()}
 
 
-def _update_record(folder: RunDir, results: Mapping[str, CriterionResult]) -> None:
-    """Put the verdicts into the folder's run record, when it has a (typed) one."""
+def _update_record(folder: RunDir, results: Mapping[str, CriterionResult]) -> RunRecord | None:
+    """Put the verdicts into the folder's run record, when it has a (typed) one; returns
+    the updated record (None without one)."""
     from experiments.record import RecordError
 
     try:
         record = folder.read_record()
     except RunDirError:
-        return
+        return None
     except RecordError as exc:  # an untyped record of an older run: left as it is
         log.info("criterion 4 not written into the run record: %s", exc)
-        return
+        return None
     for result in results.values():
         record.set_criterion(result)
     folder.write_record(record)
+    return record

@@ -362,6 +362,9 @@ def test_the_study_config_is_valid_and_powered():
     assert cfg.generation.samples_per_prompt >= 2
     assert cfg.selection.mode == "heldout" and cfg.controls.random_directions >= 1
     assert not any("{concept}" in p for p in cfg.generation.prompts)
+    # suppression is scored on prompts that name the concept; the likelihood outcome is on
+    assert all("{concept}" in p for p in cfg.generation.suppression_prompts)
+    assert cfg.likelihood.enabled and cfg.likelihood.neutral_nulls + cfg.likelihood.other_nulls >= 4
 
 
 def test_heldout_selection_needs_two_prompts():

@@ -235,3 +235,40 @@ def test_a_clustered_interval_is_never_narrower_than_fisher_z():
     clustered = clustered_pearson(x, y, clusters)
     assert isinstance(rows, Correlation) and isinstance(clustered, Correlation)
     assert clustered.ci_low <= rows.ci_low and clustered.ci_high >= rows.ci_high
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.integers(0, 30),
+    fn=st.integers(0, 30),
+    fp=st.integers(0, 30),
+    tn=st.integers(0, 30),
+)
+def test_bootstrap_f1_brackets_the_estimate_and_stays_in_0_1(tp, fn, fp, tn):
+    from metrics.stats import bootstrap_f1, f1_score
+
+    assume(tp + fn > 0 and fp + tn > 0)
+    result = bootstrap_f1(tp, fn, fp, tn, n_boot=400)
+    assert result.f1 == pytest.approx(f1_score(tp, fn, fp))
+    assert 0.0 <= result.low <= result.high <= 1.0
+    # A percentile interval of a bootstrap that resamples around the estimate holds it
+    # unless the distribution is degenerate at a bound.
+    assert result.low - 1e-12 <= result.f1 <= result.high + 1e-12 or result.low == result.high
+
+
+def test_bootstrap_f1_narrows_with_more_texts_and_is_seeded():
+    from metrics.stats import bootstrap_f1
+
+    small = bootstrap_f1(6, 4, 2, 8)
+    large = bootstrap_f1(60, 40, 20, 80)
+    assert small.f1 == pytest.approx(large.f1)
+    assert (large.high - large.low) < (small.high - small.low)
+    assert bootstrap_f1(6, 4, 2, 8, seed=3) == bootstrap_f1(6, 4, 2, 8, seed=3)
+
+
+def test_bootstrap_f1_needs_both_classes():
+    from metrics.stats import NotEvaluable, bootstrap_f1
+
+    assert isinstance(bootstrap_f1(0, 0, 3, 5), NotEvaluable)
+    with pytest.raises(ValueError):
+        bootstrap_f1(-1, 2, 3, 4)

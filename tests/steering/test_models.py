@@ -231,3 +231,17 @@ def test_embedded_model_shape(embedded_lm):
     assert embedded_lm.layers is find_decoder_layers(embedded_lm.model)
     with pytest.raises(LayerIndexError, match=r"0\.\.17"):
         embedded_lm.check_layer(18)
+
+
+@pytest.mark.parametrize(
+    "spec", ["/no/such/dir", "./models/gemma", "models/google/gemma-3-4b-pt", "~/no-such", "x/"]
+)
+def test_a_missing_model_directory_is_named_as_such(spec):
+    with pytest.raises(ModelSpecError, match=r"model directory .* does not exist \("):
+        load_model(spec, device="cpu")
+
+
+def test_an_id_like_spec_that_is_not_found_says_no_directory_exists_either(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelSpecError, match="No local directory 'models/gemma-x' exists either"):
+        load_model("models/gemma-x", device="cpu")

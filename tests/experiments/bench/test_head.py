@@ -32,11 +32,9 @@ def test_head_block_restores_the_head(tiny_lm, one_thread):
     assert out["256"]["bit_identical_to_single_product"] is True
 
 
-def test_the_report_has_a_head_table(quick_results):
-    from experiments.bench.report import report_tables
-
+def test_the_results_hold_the_head_comparison(quick_results):
     _, workload, results = quick_results
-    table = next(t for t in report_tables(results) if t.title.startswith("output head"))
-    assert [row[0] for row in table.rows] == ["one product", "256"]
-    assert all(row[3] == "yes" for row in table.rows)
-    assert f"texts identical {len(workload.rows)}/{len(workload.rows)}" in table.title
+    head = results["sections"]["head"]
+    assert list(head["products"]) == ["0", "256"]  # one product, then blocks of 256
+    assert all(v["bit_identical_to_single_product"] for v in head["products"].values())
+    assert head["texts_identical"] == f"{len(workload.rows)}/{len(workload.rows)}"

@@ -24,9 +24,15 @@ def test_tables_cover_the_quick_run(quick_results):
     tables = report_tables(results)
     text = text_of(tables)
     assert "batched vs per-sample" in text
-    assert "bfloat16 vs float32" in text and "(e) scaling" in text and "tuning" in text
+    assert "bfloat16 vs float32" in text
     assert "peers: ours vs HF generate, whole batch, per-row hook" in text
-    assert "roofline" in text and "profile: one decode step" in text
+    assert "roofline" in text
+    # The sections' details stay in the results the README's notes read from.
+    sections = results["sections"]
+    assert set(sections["scaling"]) >= {"concepts", "max_new_tokens"}
+    assert sections["tuning"]["runs"]
+    assert sections["profile"]["share"] and sections["profile"]["decode_steps"] >= 1
+    assert sections["roofline"]["runs"]
     main = tables[0]
     assert all(len(row) == len(main.columns) for t in tables for row in t.rows if t is main)
     # a skipped section says why instead of a number
@@ -43,7 +49,9 @@ def test_tables_read_a_full_results_file():
     results = json.loads(path.read_text())
     tables = report_tables(results)
     text = text_of(tables)
-    assert "make run" in text and "steering agreement" in text
+    assert "make run" in text
+    if "llama" in results["sections"]:  # the steering agreement stays in the results
+        assert results["sections"]["llama"]["agreement"]["by_strength"]
     labels = [row[0] for row in tables[0].rows]
     assert labels[0].startswith("(a)")
     # Every section the file holds gets its rows (the committed run need not hold all).

@@ -68,3 +68,33 @@ def test_the_study_is_logged_with_a_parent_and_one_child_per_probe_set(study):
     artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
     assert {"curve.json", "analysis.json", "summary.md"} <= artifacts
     assert result.analysis["results"], "at least one predictor was analysed"
+
+
+def test_the_answer_heads_the_folder_and_the_description(study):
+    config, result = study
+    from experiments.calibration.publish import study_answer
+
+    text = (result.run_dir / RunDir.ANSWER).read_text(encoding="utf-8")
+    assert text.startswith(f"## The answer (Phase 6 run `{result.run_id}`)")
+    answer = study_answer(result.run_id, result.analysis, config)
+    assert answer["headlines"] and all(
+        h["predictor"] == "f1_calibrated" for h in answer["headlines"]
+    )
+    for h in answer["headlines"]:
+        assert h["text"] in text
+    note = tracking.get_run(result.run_id).data.tags[tracking.NOTE_TAG]
+    assert note.startswith(text) and "# Phase 6 calibration study" in note
+    artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
+    assert RunDir.ANSWER in artifacts
+
+
+def test_the_experiment_description_leads_with_the_latest_study(study):
+    config, result = study
+    experiment = tracking.client().get_experiment_by_name(config.calibration.experiment)
+    note = experiment.tags[tracking.NOTE_TAG]
+    link = f"#/experiments/{experiment.experiment_id}/runs/{result.run_id}/artifacts/answer.md"
+    assert note.startswith(f"**Latest answer** ([open]({link}")
+    assert "f1_calibrated → effect? classifier: both **" in note.split("\n")[0]
+    assert tracking.run_ui_url(result.run_id).endswith(
+        f"/runs/{result.run_id}/artifacts/answer.md?workflowType=machine_learning"
+    )

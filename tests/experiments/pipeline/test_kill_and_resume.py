@@ -28,7 +28,7 @@ from experiments.tracking.traces import KEY_TAG, traces_of_run
 pytestmark = pytest.mark.integration
 
 HARNESS = Path(__file__).with_name("kill_harness.py")
-STAGES = ("generation", "scoring", "child_runs", "traces", "publish")
+STAGES = ("generation", "scoring", "child_runs", "traces", "publish", "evaluation")
 # What differs between two runs of one config by design: wall times, speeds and ids.
 TIMING_METRICS = ("time/", "generation/", "traces/seconds", "rescore/")
 RECORD_VARIES = ("run_id", "timings", "tokens_per_second", "classifier_run_id")
@@ -143,7 +143,8 @@ def mlflow_state(run_id: str, config) -> dict:
         per_key.setdefault(trace.info.tags[KEY_TAG], []).append(feedback)
     return {
         "parent": run_state(parent),
-        "children": {r.data.tags["cell"]: run_state(r) for r in children},
+        # per-cell children by their cell, the GenAI evaluation child by its name
+        "children": {r.data.tags.get("cell", r.info.run_name): run_state(r) for r in children},
         "n_children": len(children),
         "n_traces": len(traces),
         "traces": per_key,

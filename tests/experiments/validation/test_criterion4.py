@@ -58,9 +58,15 @@ def test_verdicts_are_recombined_on_the_run_and_in_its_record(mlflow_store, tmp_
     assert record.criterion(C4_HUMAN).status == "panel_required"
 
     # Re-recording replaces: a human pass now decides.
+    tracking.set_note(run_id, "## The answer (old)\n\nstale\n\n---\n\n# Phase 5 run x\n")
     combined = record_criterion4(run_id, human=verdict(C4_HUMAN, "pass", 0.9))
     assert combined.status == "pass" and "from human" in combined.reason
     assert folder.read_record().criterion(C4_HUMAN).value == 0.9
+    # The answer follows: answer.md and the top of the description, the rest kept.
+    answer = folder.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    assert "| c4_human | +0.900 | 0.7 | pass |" in answer
+    note = tracking.get_run(run_id).data.tags[tracking.NOTE_TAG]
+    assert note.startswith(answer) and "stale" not in note and note.endswith("# Phase 5 run x\n")
 
 
 def test_an_untyped_record_is_left_alone(mlflow_store, tmp_path, kit):

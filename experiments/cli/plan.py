@@ -1,0 +1,38 @@
+"""``steer-eval run --dry-run``: the plan in the terminal (experiments.pipeline.estimate)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from experiments.cli.common import out, print_json
+
+
+def print_plan(cfg, as_json: bool) -> None:
+    """``run --dry-run``: what the run would generate and about how long it would take."""
+    from experiments.pipeline.estimate import plan_run
+    from experiments.pipeline.lifecycle import load_graph
+
+    plan = plan_run(cfg, load_graph(cfg))
+    if as_json:
+        print_json({"dry_run": True, "config_hash": cfg.config_hash(), **plan.to_dict()})
+        return
+    table = Table("split: rows", "rows", title=f"plan: {plan.n_concepts} concepts, {cfg.model}")
+    for what, n in plan.rows.items():
+        table.add_row(what, str(n))
+    table.add_row("[bold]all", f"[bold]{plan.n_rows}")
+    out.print(table)
+    out.print(
+        f"at most {plan.max_tokens:,} new tokens ({plan.n_rows} rows × "
+        f"{plan.max_new_tokens}); nothing was loaded or generated",
+        highlight=False,
+    )
+    if plan.speed is not None and plan.seconds is not None:
+        out.print(
+            f"estimated generation time: about {plan.seconds / 60:.1f} min at "
+            f"{plan.speed.tokens_per_second:.1f} tokens/s, the speed of run "
+            f"{plan.speed.run_name!r} ({plan.speed.run_id}, {plan.speed.match}); model "
+            "loading, classifier training and scoring come on top",
+            highlight=False,
+        )
+    else:
+        out.print(f"no time estimate: {plan.speed_note}", highlight=False)

@@ -1,0 +1,74 @@
+"""Stage: the run's steered generations in MLflow's GenAI evaluation views.
+
+After the traces, each report-split generation steered along its concept's direction
+is scored by MLflow code scorers that read what this run already computed (no model
+call, no new number): whether it passed the coherence gate, whether it moved the way
+the strength points (gated effect > 0, the unit of ``v2_direction_*``) and its effect
+above the random-direction null on the same unit (the unit of
+``v2_effect_above_null_*``). The evaluation run's means are those criteria's estimates
+pooled over both signs. ``tracking.evaluation: false`` (or ``tracking.traces: false``)
+skips it.
+
+MLflow's judges (``make_judge``, built-in LLM scorers) are not used here: the rows are
+scored by code, and the LLM judges of Part C keep their own implementation
+(``judges/``, whose package docstring says why).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments import tracking
+from experiments.pipeline.context import RunContext
+from experiments.pipeline.effect import UNIT, above_null, paired_effects
+from experiments.pipeline.plan import CONCEPT_ARM
+from experiments.rundir import RunDir
+from experiments.tracking.evaluation import evaluate_traces
+from experiments.tracking.traces import trace_map
+
+SCORERS = {
+    "gate_pass": "the text passed the coherence gate (not near-empty, no echo, perplexity "
+    "within the gate's multiple of the concept's unsteered median)",
+    "moved_as_steered": "sign(s)·(Δ − Δ of the unsteered twin) > 0 after the gate",
+    "effect_above_null": "gated effect minus the mean gated effect of the random "
+    "directions on the same concept, prompt and sample",
+}
+
+
+def evaluation_values(records: pd.DataFrame, ctx: RunContext) -> dict[str, dict[str, object]]:
+    """Per generation key (report split, concept arm, steered): the scorers' values."""
+    split = records.get("split", pd.Series("report", index=records.index))
+    effects = paired_effects(records[split == "report"], ctx.config)
+    concept = effects[effects["arm"] == CONCEPT_ARM]
+    null = above_null(effects)
+    joined = concept.merge(null[[*UNIT, "sign", "above_null"]], on=[*UNIT, "sign"], how="left")
+    out: dict[str, dict[str, object]] = {}
+    for _, row in joined.iterrows():
+        values: dict[str, object] = {
+            "gate_pass": bool(row["gate_pass"]),
+            "moved_as_steered": bool(row["e_gated"] > 0),
+        }
+        if pd.notna(row["above_null"]):
+            values["effect_above_null"] = float(row["above_null"])
+        out[str(row["key"])] = values
+    return out
+
+
+def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> dict[str, float]:
+    """Evaluate the run's steered traces into its evaluation child; returns the metrics
+    (``gate_pass/mean`` ...), also logged on the parent as ``evaluation/...``."""
+    values = evaluation_values(records, ctx)
+    if not values:
+        return {}
+    names = [n for n in SCORERS if all(n in v for v in values.values())]
+    experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
+    ids = trace_map(experiment_id, ctx.run_id, run_dir.file(RunDir.TRACES))
+    _child, metrics = evaluate_traces(
+        ctx.config.tracking.experiment,
+        ctx.run_id,
+        ids,
+        values,
+        {n: SCORERS[n] for n in names},
+    )
+    tracking.log_metrics(ctx.run_id, {f"evaluation/{k}": v for k, v in metrics.items()})
+    return metrics
