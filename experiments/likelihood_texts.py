@@ -30,6 +30,7 @@ How the texts are made (a pure function of the concept graph and a seed, no mode
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -184,7 +185,9 @@ def on_concept_texts(
     reserved: Iterable[str] = (),
 ) -> list[tuple[str, str]]:
     """(template id, text) for the concept's first ``n`` usable templates, in order; the
-    id is the pool ("n" or "v") and the template's position in it, e.g. "n03"."""
+    id is the pool ("n" or "v") and the template's position in it, e.g. "n03". A concept
+    whose fields fill fewer frames (your own concepts without narrower terms) gets fewer,
+    with a warning, down to the two a split-half needs."""
     rng = random.Random(f"{seed}|likelihood|{concept.synset}")
     reserved = list(reserved)
     pos = "v" if concept.pos == "v" else "n"
@@ -198,9 +201,19 @@ def on_concept_texts(
             out.append((f"{pos}{i:02d}", text))
         if len(out) == n:
             return out
-    raise PromptError(
-        f"{concept.synset}: only {len(out)} likelihood texts could be made, {n} asked"
+    missing = "examples under it ('narrower' in a concept file)" + (
+        "" if _names(concept, HYPERNYM_RELATIONS) else " or above it ('broader')"
     )
+    if len(out) < 2:  # a split-half needs two
+        raise PromptError(
+            f"{concept.synset}: only {len(out)} likelihood texts could be made, {n} asked; "
+            f"most sentence frames need {missing}"
+        )
+    warnings.warn(  # own concepts without narrower terms: fewer pairs, not a failed run
+        f"{concept.synset}: {len(out)} of {n} likelihood texts (the other frames need {missing})",
+        stacklevel=2,
+    )
+    return out
 
 
 def _pick_off(

@@ -14,6 +14,7 @@ from experiments.likelihood_texts import (
     LIKELIHOOD_TEMPLATES,
     build_likelihood_texts,
     check_disjoint,
+    on_concept_texts,
     reserved_texts,
 )
 from experiments.pipeline.probes import build_probe_texts
@@ -135,3 +136,13 @@ def test_length_can_be_a_token_count(graph):
     assert by_chars.on == by_words.on
     with pytest.raises(PromptError, match="at least 2"):
         build_likelihood_texts(graph, n=1)
+
+
+def test_own_concepts_without_narrower_terms_get_fewer_texts_with_a_warning():
+    own = load_concepts(DATA / "own_example.json")  # no "narrower": no {example} frames
+    with pytest.warns(UserWarning, match=r"blockchain: 5 of 10 likelihood texts .*narrower"):
+        texts = build_likelihood_texts(own, 10)
+    assert {len(t) for t in texts.on.values()} == {5}
+    assert all(len(texts.off[c]) == len(texts.on[c]) for c in texts.on)
+    with pytest.raises(PromptError, match=r"blockchain: only 0 likelihood texts.*narrower"):
+        on_concept_texts(own.concepts[0], 10, reserved=[""])  # "" is in every text

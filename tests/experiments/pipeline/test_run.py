@@ -14,7 +14,7 @@ from experiments.record import RECORD_VERSION, RunRecord
 from experiments.rundir import RunDir
 
 GENERATIONS_FILE = RunDir.GENERATIONS
-V2_NAMES = ("direction", "effect_above_null", "predictor_vs_effect")
+V2_NAMES = ("direction", "effect_above_null", "predictor_vs_effect", "specificity")
 
 pytestmark = pytest.mark.integration
 
