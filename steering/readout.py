@@ -62,7 +62,8 @@ def lens_logprobs(lm: LoadedModel, residuals: torch.Tensor) -> torch.Tensor:
 def concept_token_ids(lm: LoadedModel, words: Sequence[str]) -> list[int]:
     """The first token of each word as it starts a word in running text (" word", then
     " Word"), deduplicated in that order, the unknown token left out: the tokens whose
-    log-probability the lens reads."""
+    log-probability the lens reads (a name whose first piece is unknown by its first
+    known one)."""
     tok = lm.tokenizer
     unknown = getattr(tok, "unk_token_id", None)
     ids: list[int] = []
@@ -70,8 +71,11 @@ def concept_token_ids(lm: LoadedModel, words: Sequence[str]) -> list[int]:
         word = word.replace("_", " ").strip()
         for form in dict.fromkeys((word, word[:1].upper() + word[1:])):  # ordered, unique
             pieces = tok(" " + form, add_special_tokens=False)["input_ids"]
-            if pieces and pieces[0] not in ids and pieces[0] != unknown:
-                ids.append(int(pieces[0]))
+            known = [p for p in pieces if p != unknown]
+            # a multi-word name whose first word is unknown (a word-level vocabulary)
+            # is read by its first known piece
+            if known and known[0] not in ids:
+                ids.append(int(known[0]))
     if not ids:
         raise ValueError(f"no tokens for {list(words)!r}")
     return ids
