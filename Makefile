@@ -29,7 +29,7 @@ PORT ?= 5000
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup setup-judge setup-ray lock run study calibrate test test-fast lint format \
+.PHONY: help setup setup-judge setup-ray lock run study calibrate identify test test-fast lint format \
         classifiers concepts ui mlflow-server human-export rate human-import panel bench \
         bench-avx2 clean
 
@@ -88,6 +88,9 @@ study: setup $(RAY_IF_ASKED) ## the steering-effect study (configs/study.yaml): 
 
 calibrate: setup $(RAY_IF_ASKED) ## Phase 6: the calibration study (configs/phase6.yaml; ARGS="--quick")
 	$(CLI) calibrate --config configs/phase6.yaml $(ARGS)
+
+identify: setup ## Phase 6 that identifies: detection varied on its own (configs/identify.yaml; ARGS="--heldout")
+	$(CLI) identify --config configs/identify.yaml $(ARGS)
 
 test: setup-judge setup-ray ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)

@@ -3,8 +3,9 @@
 Unknown keys, wrong types and impossible values fail with a message that names the
 field and how to fix it. Any field can be overridden with ``--set a.b=value``.
 
-The module is longer than 500 lines because every section's schema sits here, each
-field with its range and description: one place to read what a config may say.
+The module is longer than 500 lines because every section's schema sits here (Phase 4
+to 6 and the identification study), each field with its range and description: one
+place to read what a config may say.
 """
 
 from __future__ import annotations
@@ -324,6 +325,135 @@ class CalibrationConfig(_Strict):
         return value
 
 
+Degrees = Annotated[float, Field(ge=0, le=90)]
+Fraction = Annotated[float, Field(ge=0, lt=0.5)]
+
+
+class IdentifyConfig(_Strict):
+    """Phase 6 that identifies (``steer-eval identify``): detection quality varied on its
+    own around a reference direction, each direction scored as a detector and by how it
+    steers (the likelihood outcome on every direction, generations on a subset)."""
+
+    concept_set: Literal["development", "heldout"] = Field(
+        "development",
+        description="which half of the concept file to run: development (exploratory) or "
+        "heldout (scored once per pre-registration; `steer-eval identify --heldout`)",
+    )
+    heldout_fraction: float = Field(0.5, gt=0, lt=1, description="share of concepts held out")
+    split_seed: Seed = Field(0, description="seeds the development / held-out split")
+    limit: int | None = Field(None, ge=2, description="only the first N concepts of the set")
+    reference_size: str = Field(
+        "16x16x16",
+        description="v*: the diffmean direction at this training size (the largest the "
+        "train template pool holds), from training texts disjoint from the test split",
+    )
+    theta_degrees: list[Degrees] = Field(
+        default_factory=lambda: [0.0, 22.5, 45.0, 67.5, 90.0],
+        min_length=2,
+        description="rotation grid: v = cos θ·v* + sin θ·u, u ⟂ v*",
+    )
+    nuisances: list[Literal["isotropic", "pc", "other"]] = Field(
+        default_factory=lambda: ["isotropic", "pc", "other"],
+        min_length=1,
+        description="families of u: isotropic random; the top principal components of "
+        "neutral-text activations; other concepts' reference directions",
+    )
+    pc_components: int = Field(
+        3, ge=1, description="u of the pc family lies in the span of this many top PCs"
+    )
+    label_noise: list[Fraction] = Field(
+        default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4],
+        min_length=1,
+        description="fractions of positive labels swapped with a same-template negative",
+    )
+    noise_seeds: list[Seed] = Field(default_factory=lambda: [0, 1], min_length=1)
+    logistic_c: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [0.001, 0.01, 0.1, 1.0],
+        description="the logistic probe's regularisation path (at the reference size)",
+    )
+    shrinkage: list[Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=lambda: [1.0, 0.3, 0.1, 0.03, 0.01],
+        description="λ of (λ·σ̄²·I + (1−λ)·Σ)⁻¹·Δμ: 1 is diffmean, toward 0 the whitened "
+        "direction Σ⁻¹Δμ",
+    )
+    sizes: list[str] = Field(
+        default_factory=lambda: ["1x1x1", "2x2x2", "5x5x5", "16x16x16"],
+        description="the training curve re-measured on the likelihood outcome (diffmean)",
+    )
+    null_draws: int = Field(
+        2,
+        ge=0,
+        description="extra isotropic random directions per concept; with rotation:isotropic:90 "
+        "they are the concept's null",
+    )
+    texts_per_concept: int = Field(10, ge=2, description="likelihood text pairs per concept")
+    prefix: str = Field("Here is a text:", description="what each likelihood text follows")
+    strengths: list[float] = Field(
+        default_factory=lambda: [1.0],
+        min_length=1,
+        description="signed strengths of the likelihood outcome (0 is the reference)",
+    )
+    lens_positions: int = Field(
+        16, ge=2, description="neutral-text positions the logit-lens score averages over"
+    )
+    generated: list[str] = Field(
+        default_factory=lambda: [
+            "rotation:isotropic:0",
+            "rotation:isotropic:45",
+            "rotation:isotropic:90",
+            "rotation:pc:45",
+            "noise:0.4:0",
+            "shrinkage:0.01",
+        ],
+        description="directions (ids) also generated from and scored by Δ, to validate the "
+        "likelihood outcome",
+    )
+    targets: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [0.5, 1.0],
+        description="minimum effective AUROC: where the effect reaches these fractions of "
+        "the prompting baseline's",
+    )
+    preregistration: str = Field(
+        "docs/preregistration-identify.md",
+        description="the committed pre-registration (hypotheses, the one primary analysis)",
+    )
+    phase6_run: str | None = Field(
+        None,
+        description="a Phase 6 calibration run (id or folder) whose training curve is "
+        "re-analysed from its saved generations and probes",
+    )
+    batch_size: int = Field(64, ge=1, description="sequences per likelihood forward pass")
+    experiment: str = "phase6-identify"
+    results_dir: str = "results/identify"
+
+    @field_validator("reference_size")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        _check_train_size(value)
+        return value
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, value: list[str]) -> list[str]:
+        for text in value:
+            _check_train_size(text)
+        return value
+
+    @field_validator("theta_degrees", "label_noise", "logistic_c", "shrinkage")
+    @classmethod
+    def _distinct(cls, value: list[float]) -> list[float]:
+        if len(set(value)) != len(value):
+            raise ValueError("must not repeat a value")
+        return value
+
+    @field_validator("strengths")
+    @classmethod
+    def _signed(cls, value: list[float]) -> list[float]:
+        if 0.0 in value or len(set(value)) != len(value):
+            raise ValueError("non-zero, distinct strengths (0 is the reference), e.g. [1.0]")
+        return value
+
+
 class TrackingConfig(_Strict):
     experiment: str = "phase5-semantic-steering"
     classifier_experiment: str = "phase4-classifiers"
@@ -379,6 +509,7 @@ HASH_EXCLUDED = (
     "tracking.evaluation",
     "classifier.dir",
     "calibration.results_dir",
+    "identify.results_dir",
 )
 
 
@@ -414,6 +545,7 @@ class ExperimentConfig(_Strict):
     gate: GateConfig = Field(default_factory=GateConfig)
     likelihood: LikelihoodConfig = Field(default_factory=LikelihoodConfig)
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    identify: IdentifyConfig = Field(default_factory=IdentifyConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     centroids: CentroidConfig = Field(default_factory=CentroidConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
@@ -457,6 +589,10 @@ class ExperimentConfig(_Strict):
             node.pop(leaf)
         if data["model_load_format"] == "auto":  # the field's default: older runs' hashes hold
             del data["model_load_format"]
+        default_identify = IdentifyConfig().model_dump(mode="json")
+        default_identify.pop("results_dir")
+        if data["identify"] == default_identify:  # likewise: runs before the section hold
+            del data["identify"]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 

@@ -45,6 +45,7 @@ COMMAND_MODULES = (
     "experiments.cli.main",
     "experiments.cli.human",
     "experiments.cli.panel",
+    "experiments.cli.identify",
     "experiments.cli.ui",
     "experiments.cli.bench",
 )

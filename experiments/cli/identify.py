@@ -1,0 +1,130 @@
+"""``steer-eval identify``: Phase 6 that identifies (detection varied on its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from experiments.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    ModelOpt,
+    SetOpt,
+    VerboseOpt,
+    console,
+    friendly,
+    out,
+    print_json,
+    resolve_config,
+    resolve_run,
+    setup_logging,
+    show_run_address,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(friendly(identify))
+
+
+def identify(
+    config: ConfigOpt = Path("configs/identify.yaml"),
+    set_: SetOpt = None,
+    model: ModelOpt = None,
+    concepts: Annotated[
+        int | None, typer.Option("--concepts", help="only the first N concepts of the set")
+    ] = None,
+    heldout: Annotated[
+        bool,
+        typer.Option(help="score the held-out concepts (once per committed pre-registration)"),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="with --heldout: score them again (recorded as forced, not confirmatory)"
+        ),
+    ] = False,
+    phase6_run: Annotated[
+        str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="a 4-concept smoke version with coarse grids")
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option(help="finish an interrupted run by id, or latest")
+    ] = None,
+    json_: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Phase 6 that identifies: vary detection quality on its own; what does it do to steering?"""
+    setup_logging(verbose)
+    from experiments.identify import QUICK_OVERRIDES
+    from experiments.identify.prereg import PreregistrationError
+    from experiments.identify.study import PHASE, run_identify
+    from experiments.identify.summary import ci, level_text
+
+    overrides = [*(QUICK_OVERRIDES if quick else ()), *(set_ or [])]
+    if concepts is not None:
+        overrides.append(f"identify.limit={concepts}")
+    if heldout:
+        overrides.append("identify.concept_set=heldout")
+    if phase6_run is not None:
+        overrides.append(f"identify.phase6_run={phase6_run}")
+    cfg = resolve_config(config, overrides, model, None, None)
+    if resume is not None:
+        resume = resolve_run(resume, cfg.identify.experiment, PHASE, finished=False)
+    try:
+        with console.status("Phase 6 identification") as status:
+            result = run_identify(
+                cfg,
+                resume=resume,
+                force=force,
+                progress=lambda msg: status.update(f"[dim]{msg}"),
+            )
+    except PreregistrationError as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    analysis = result.analysis
+    if json_:
+        from experiments import tracking
+
+        print_json(
+            {
+                "run_id": result.run_id,
+                "ui_url": tracking.run_ui_url(result.run_id),
+                "run_dir": str(result.run_dir),
+                "analysis": analysis,
+                "timings": result.timings,
+            }
+        )
+        return
+    table = Table(
+        "manipulation",
+        "slope on AUROC",
+        "beside cos(v, v*)",
+        "min AUROC (50%)",
+        "min AUROC (100%)",
+        title=f"identify ({analysis.get('label')})",
+    )
+    for m, r in analysis["manipulations"].items():
+        levels = {f"{x['fraction']:g}": level_text(x) for x in r["minimum_effective"]}
+        table.add_row(
+            m,
+            ci(r["slope_auroc"]),
+            ci(r["partial"].get("auroc")),
+            levels.get("0.5", "n/a"),
+            levels.get("1", "n/a"),
+        )
+    pooled = analysis["pooled"]
+    table.add_row("pooled", ci(pooled["slope_auroc"]), ci(pooled["partial"].get("auroc")), "", "")
+    out.print(table)
+    primary = analysis.get("primary")
+    if primary:
+        console.print(f"primary analysis: {ci(primary['slope'])} → [bold]{primary['verdict']}[/]")
+    console.print(
+        f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]; "
+        f"{result.timings.get('total', 0) / 60:.1f} min"
+    )
+    show_run_address(result.run_id)

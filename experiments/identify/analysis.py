@@ -1,0 +1,301 @@
+"""The identification analysis: does detection predict steering when it alone is varied?
+
+For every manipulation (each rotation family, label noise, the logistic C path, the
+shrinkage path, the training size):
+
+* the **slope** of the effect on AUROC within concepts (concept fixed effects;
+  concept-bootstrap interval), beside a statsmodels MixedLM with a random intercept and
+  slope per concept (for size: ``effect ~ x_within + x_between + log n_train``);
+* the **partial slope** holding cos(direction, v*) fixed, and the **mediation** view:
+  the total AUROC slope, the direct one beside cos, and the share of the total that
+  cos carries (1 − direct/total), all from the same concept draws;
+* every predictor's within-concept correlation with the effect, its split-half
+  reliability and the disattenuated value;
+* the **curve** (means over concepts per level) and the **minimum effective AUROC**
+  (``dose.py``).
+
+Pooled over all manipulated directions: the same slopes, the **heterogeneity** of the
+AUROC slope across manipulations (a Wald test with the bootstrap covariance), the
+**predictor ranking** (within-concept r, disattenuated r, and how often each predictor
+ranks first across concept draws), the between-concept correlation at v*, and the
+pre-registered **primary analysis**.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify import stats
+from experiments.identify.cells import PREDICTORS, StudyTables
+from experiments.identify.directions import REFERENCE
+from experiments.identify.dose import minimum_effective, threshold_curve
+from metrics.intervals import hierarchical_mean
+
+OUTCOME = "effect"
+
+
+def _iv(interval) -> dict:
+    return interval.to_dict() if hasattr(interval, "to_dict") else dict(interval)
+
+
+def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+    """Per level: means over concepts of every predictor and of the effect (with a
+    concept-level interval for AUROC and the effect)."""
+    out = []
+    for level, group in frame.groupby("level", sort=True):
+        row: dict = {"level": float(level), "n_concepts": int(group["concept"].nunique())}
+        for column in (*PREDICTORS, OUTCOME, "effect_above_null"):
+            row[column] = float(group[column].mean()) if group[column].notna().any() else None
+        for column in ("auroc", OUTCOME):
+            units = {c: g[column].dropna().to_numpy() for c, g in group.groupby("concept")}
+            units = {c: u for c, u in units.items() if len(u)}
+            if len(units) >= 2:
+                ci = hierarchical_mean(units, n_boot=n_boot, seed=seed)
+                row[f"{column}_low"], row[f"{column}_high"] = ci.low, ci.high
+        out.append(row)
+    return out
+
+
+def mediation(frame: pd.DataFrame, n_boot: int, seed: int, confidence: float = 0.95) -> dict:
+    """Total AUROC slope, direct slope beside cos(v, v*), cos's slope, and the share of
+    the total carried by cos, from one set of concept draws."""
+    total_p = stats.cross_products(frame, ["auroc", OUTCOME])
+    both_p = stats.cross_products(frame, ["auroc", "cos_ref", OUTCOME])
+    concepts = sorted(set(total_p) & set(both_p))
+    if len(concepts) < 2:
+        return {"evaluable": False, "reason": f"{len(concepts)} concepts"}
+    total_p = {c: total_p[c] for c in concepts}
+    both_p = {c: both_p[c] for c in concepts}
+    draws = stats.concept_draws(len(concepts), n_boot, seed)
+    whole = np.arange(len(concepts))[None]
+    total = stats.replicate_coefficients(total_p, 1, whole)[0, 0]
+    direct, cos = stats.replicate_coefficients(both_p, 2, whole)[0]
+    t_reps = stats.replicate_coefficients(total_p, 1, draws)[:, 0]
+    d_reps = stats.replicate_coefficients(both_p, 2, draws)
+    alpha = (1 - confidence) / 2
+
+    def interval(values: np.ndarray) -> list[float | None]:
+        values = values[np.isfinite(values)]
+        if len(values) < n_boot // 2:
+            return [None, None]
+        return [float(v) for v in np.quantile(values, [alpha, 1 - alpha])]
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share_reps = 1 - d_reps[:, 0] / t_reps
+        share = 1 - direct / total if total else np.nan
+    return {
+        "evaluable": True,
+        "total_auroc": {"estimate": float(total), "interval": interval(t_reps)},
+        "direct_auroc": {"estimate": float(direct), "interval": interval(d_reps[:, 0])},
+        "cos_ref": {"estimate": float(cos), "interval": interval(d_reps[:, 1])},
+        "share_via_cos": {
+            "estimate": float(share) if np.isfinite(share) else None,
+            "interval": interval(share_reps),
+        },
+        "n_concepts": len(concepts),
+    }
+
+
+def predictor_table(tables: StudyTables, frame: pd.DataFrame, n_boot: int, seed: int) -> dict:
+    """Per predictor: within-concept r with the effect, reliabilities, disattenuated r."""
+    y_halves = tables.halves_for(OUTCOME, frame)
+    out = {}
+    for p in PREDICTORS:
+        if frame[p].isna().all():
+            continue
+        x_halves = None if p == "cos_ref" else tables.halves_for(p, frame)
+        if x_halves is not None and not x_halves:
+            x_halves = None
+        out[p] = stats.disattenuated_within(
+            frame, p, OUTCOME, x_halves, y_halves, n_boot=n_boot, seed=seed
+        )
+    return out
+
+
+def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+    """Predictors ordered by |within-concept r| with the effect; ``p_first`` is the share
+    of concept draws in which each has the largest |r|."""
+    present = [p for p in PREDICTORS if frame[p].notna().any()]
+    products = {p: stats.cross_products(frame, [p, OUTCOME]) for p in present}
+    concepts = sorted(set.intersection(*(set(v) for v in products.values()))) if present else []
+    if len(concepts) < 2:
+        return []
+    draws = stats.concept_draws(len(concepts), n_boot, seed)
+    reps, estimates = [], {}
+    for p in present:
+        stack = np.stack([products[p][c] for c in concepts])
+        estimates[p] = float(stats._r_from(stack.sum(axis=0)))
+        reps.append(np.abs(stats._r_from(stack[draws].sum(axis=1))))
+    reps_arr = np.nan_to_num(np.stack(reps, axis=1), nan=-1.0)
+    first = np.bincount(reps_arr.argmax(axis=1), minlength=len(present)) / len(draws)
+    rows = [
+        {"predictor": p, "within_r": estimates[p], "p_first": float(first[i])}
+        for i, p in enumerate(present)
+    ]
+    return sorted(rows, key=lambda r: -abs(r["within_r"]))
+
+
+def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) -> dict:
+    """Per-manipulation FE slopes of the effect on AUROC (beside ``xs[1:]``) from shared
+    concept draws, and the Wald test that they are all equal."""
+    curves = {m: tables.curve(m) for m in tables.manipulations()}
+    products = {m: stats.cross_products(f, [*xs, OUTCOME]) for m, f in curves.items()}
+    products = {m: p for m, p in products.items() if len(p) >= 2}
+    if len(products) < 2:
+        return {"evaluable": False, "reason": "fewer than 2 manipulations"}
+    concepts = sorted(set.intersection(*(set(p) for p in products.values())))
+    draws = stats.concept_draws(len(concepts), n_boot, seed)
+    whole = np.arange(len(concepts))[None]
+    names = sorted(products)
+    est, reps = [], []
+    for m in names:
+        sub = {c: products[m][c] for c in concepts}
+        est.append(stats.replicate_coefficients(sub, len(xs), whole)[0, 0])
+        reps.append(stats.replicate_coefficients(sub, len(xs), draws)[:, 0])
+    test = stats.wald_equal(np.array(est), np.stack(reps, axis=1))
+    return {
+        "controls": xs[1:],
+        "slopes": {m: float(e) for m, e in zip(names, est, strict=True)},
+        **test,
+    }
+
+
+def analyse_manipulation(
+    tables: StudyTables,
+    m: str,
+    baseline: dict[str, float],
+    targets: list[float],
+    n_boot: int,
+    seed: int,
+) -> dict:
+    frame = tables.curve(m)
+    fe = stats.fe_coefficients(frame, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
+    partial = stats.fe_coefficients(frame, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
+    if m == "size":
+        data = frame.assign(
+            log_n=np.log(frame["level"]),
+            x_between=frame.groupby("concept")["auroc"].transform("mean"),
+        ).assign(x_within=lambda f: f["auroc"] - f["x_between"])
+        mixed = stats.mixed_model(
+            data,
+            f"{OUTCOME} ~ x_within + x_between + log_n",
+            "~x_within",
+            ["x_within", "x_between", "log_n"],
+        )
+    else:
+        mixed = stats.mixed_model(frame, f"{OUTCOME} ~ auroc", "~auroc", ["auroc"])
+    return {
+        "manipulation": m,
+        "n_cells": len(frame),
+        "n_concepts": int(frame["concept"].nunique()),
+        "slope_auroc": _iv(fe["auroc"]),
+        "partial": {k: _iv(v) for k, v in partial.items()},
+        "mixed": mixed,
+        "mediation": mediation(frame, n_boot, seed),
+        "predictors": predictor_table(tables, frame, n_boot, seed),
+        "ranking": ranking(frame, n_boot, seed),
+        "curve": curve_table(frame, n_boot, seed),
+        "minimum_effective": [
+            minimum_effective(frame, baseline, t, n_boot=min(n_boot, 1000), seed=seed)
+            for t in targets
+        ],
+        "threshold_curve": threshold_curve(frame, baseline),
+    }
+
+
+def primary_result(
+    tables: StudyTables, primary: dict, n_boot: int, seed: int, confidence: float = 0.95
+) -> dict:
+    """The pre-registered analysis: the pooled within-concept slope of the outcome on the
+    predictor (beside the control, when one is named) and its verdict."""
+    frame = tables.pooled()
+    predictor = primary["predictor"]
+    control = primary.get("control")
+    xs = [predictor] + ([control] if control and control != "none" else [])
+    fit = stats.fe_coefficients(
+        frame, OUTCOME, xs, n_boot=n_boot, seed=seed, confidence=confidence
+    )[predictor]
+    sign = 1 if primary["hypothesis"] == "positive" else -1
+    if not fit.evaluable:
+        verdict = "not_evaluable"
+    elif sign * fit.low > 0:
+        verdict = "supported"
+    elif sign * fit.high < 0:
+        verdict = "contradicted"
+    else:
+        verdict = "inconclusive"
+    return {"spec": primary, "slope": _iv(fit), "verdict": verdict}
+
+
+def between_concepts(
+    tables: StudyTables,
+    test_labels: dict[str, np.ndarray],
+    detections,
+    effects,
+    n_boot: int,
+    seed: int,
+) -> dict:
+    """Across concepts, at v*: AUROC (units: test texts) against the effect (units:
+    pairs), observed and disattenuated (metrics.reliability)."""
+    from experiments.identify.detect import auroc_rows
+    from metrics.reliability import disattenuated_correlation
+
+    concepts = sorted(
+        c for c in test_labels if (c, REFERENCE) in detections and (c, REFERENCE) in effects
+    )
+    if len(concepts) < 4:
+        return {"evaluable": False, "reason": f"{len(concepts)} concepts"}
+    x = {
+        c: np.stack([detections[(c, REFERENCE)].scores, test_labels[c]], axis=-1) for c in concepts
+    }
+    y = {c: np.asarray(effects[(c, REFERENCE)]) for c in concepts}
+
+    def auroc(units: np.ndarray) -> np.ndarray:
+        return auroc_rows(units[..., 0], units[..., 1])
+
+    result = disattenuated_correlation(
+        x,
+        y,
+        x_aggregate=auroc,
+        x_strata={c: list(test_labels[c]) for c in concepts},
+        n_boot=n_boot,
+        seed=seed,
+    )
+    return {"evaluable": True, **result.to_dict()}
+
+
+def analyse(
+    tables: StudyTables,
+    baseline: dict[str, float],
+    targets: list[float],
+    primary: dict | None,
+    n_boot: int,
+    seed: int,
+) -> dict:
+    """Everything above, as one JSON-able dict."""
+    pooled = tables.pooled()
+    fe = stats.fe_coefficients(pooled, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
+    alone = stats.fe_coefficients(pooled, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
+    return {
+        "outcome": "likelihood effect e = s·(C_s − C_0), nats per token",
+        "manipulations": {
+            m: analyse_manipulation(tables, m, baseline, targets, n_boot, seed)
+            for m in tables.manipulations()
+        },
+        "pooled": {
+            "n_cells": len(pooled),
+            "slope_auroc": _iv(alone["auroc"]),
+            "partial": {k: _iv(v) for k, v in fe.items()},
+            "mediation": mediation(pooled, n_boot, seed),
+            "heterogeneity": heterogeneity(tables, ["auroc"], n_boot, seed),
+            "heterogeneity_given_cos": heterogeneity(tables, ["auroc", "cos_ref"], n_boot, seed),
+            "predictors": predictor_table(tables, pooled, n_boot, seed),
+            "ranking": ranking(pooled, n_boot, seed),
+        },
+        "baseline": {
+            "mean": float(np.mean(list(baseline.values()))) if baseline else None,
+            "per_concept": baseline,
+        },
+        "primary": primary_result(tables, primary, n_boot, seed) if primary else None,
+    }

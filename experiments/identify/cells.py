@@ -1,0 +1,144 @@
+"""The study's tables: one row per (concept, direction), each manipulation's curves, and
+the split halves every measure's reliability needs.
+
+``directions``: per concept and direction id, the manipulation and level, the
+predictors (AUROC, AP, calibrated F1 of the direction as its own detector; cos(v, v*);
+the logit-lens gain; the next-token KL) and the outcome (the likelihood effect, and
+above the concept's null: the mean of its isotropic draws, ``null:*`` and
+``rotation:isotropic:90``).
+
+``curve(m)``: manipulation m's directions plus v* at the level where the manipulation
+passes through it (θ = 0, ρ = 0, λ = 1, the reference size).
+
+Halves: per measure and concept, [directions, splits, 2] values on the two halves of
+the measure's units: likelihood text pairs (effect), test texts stratified by label
+(AUROC, AP, F1), lens positions, KL prompts. A concept's splits are shared by its
+directions (they share the units), drawn once per concept with a seeded generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify.detect import Detection, half_metrics
+from experiments.identify.directions import REFERENCE, DirectionSpec, reference_level, seeded_rng
+from metrics.reliability import split_orders
+
+PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref", "lens", "kl")
+NULL_IDS = ("rotation:isotropic:90",)
+N_SPLITS = 50
+
+
+def is_null(direction: str) -> bool:
+    return direction.startswith("null:") or direction in NULL_IDS
+
+
+@dataclass
+class StudyTables:
+    directions: pd.DataFrame
+    halves: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # measure->concept
+    order: dict[str, list[str]] = field(default_factory=dict)  # concept -> direction ids
+    reference_size: str = "16x16x16"
+
+    def curve(self, manipulation: str) -> pd.DataFrame:
+        d = self.directions
+        rows = d[d["manipulation"] == manipulation]
+        level = reference_level(manipulation, self.reference_size)
+        if level is not None:
+            ref = d[d["direction"] == REFERENCE].assign(manipulation=manipulation, level=level)
+            rows = pd.concat([ref, rows], ignore_index=True)
+        return rows.sort_values(["concept", "level"]).reset_index(drop=True)
+
+    def manipulations(self) -> list[str]:
+        names = self.directions["manipulation"].unique().tolist()
+        return [m for m in names if m not in (REFERENCE, "null")]
+
+    def pooled(self) -> pd.DataFrame:
+        """Every manipulated direction once (v* included, nulls left out)."""
+        d = self.directions
+        return d[d["manipulation"] != "null"].reset_index(drop=True)
+
+    def halves_for(self, measure: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+        """The halves of ``measure`` for the (concept, direction) rows of ``frame``."""
+        out = {}
+        source = self.halves.get(measure, {})
+        for concept, group in frame.groupby("concept", sort=True):
+            if concept not in source:
+                continue
+            index = {d: i for i, d in enumerate(self.order[concept])}
+            out[str(concept)] = source[concept][[index[d] for d in group["direction"]]]
+        return out
+
+
+def _halves_of_units(units: np.ndarray, orders: np.ndarray) -> np.ndarray:
+    """[directions, units] -> [directions, splits, 2] means of each half."""
+    a = units[:, orders[:, 0::2]].mean(axis=-1)
+    b = units[:, orders[:, 1::2]].mean(axis=-1)
+    return np.stack([a, b], axis=-1)
+
+
+def build_tables(
+    specs: list[DirectionSpec],
+    vectors: dict[str, dict[str, np.ndarray]],
+    detections: dict[tuple[str, str], Detection],
+    test_labels: dict[str, np.ndarray],
+    effects: dict[tuple[str, str], np.ndarray],
+    outputs: dict[tuple[str, str], dict[str, np.ndarray]],
+    details: dict[str, dict[str, dict]],
+    reference_size: str,
+    seed: int = 0,
+) -> StudyTables:
+    """Assemble the tables; ``effects[(concept, id)]`` is the per-pair likelihood effect
+    (mean over the configured strengths)."""
+    by_id = {s.id: s for s in specs}
+    rows = []
+    order: dict[str, list[str]] = {}
+    halves: dict[str, dict[str, np.ndarray]] = {m: {} for m in ("effect", *PREDICTORS)}
+    for concept, mine in vectors.items():
+        ids = [i for i in mine if (concept, i) in effects]
+        order[concept] = ids
+        v_star = mine[REFERENCE]
+        for d_id in ids:
+            spec = by_id[d_id]
+            det = detections[(concept, d_id)]
+            out = outputs.get((concept, d_id), {})
+            rows.append(
+                {
+                    "concept": concept,
+                    "direction": d_id,
+                    "manipulation": spec.manipulation,
+                    "level": spec.level,
+                    "seed": spec.seed,
+                    **det.metrics(),
+                    "cos_ref": float(mine[d_id] @ v_star),
+                    "lens": float(np.mean(out["lens"])) if "lens" in out else np.nan,
+                    "kl": float(np.mean(out["kl"])) if "kl" in out else np.nan,
+                    "effect": float(np.mean(effects[(concept, d_id)])),
+                    **{k: v for k, v in details.get(concept, {}).get(d_id, {}).items()},
+                }
+            )
+        rng = seeded_rng(seed, "halves", concept)
+        pairs = np.stack([effects[(concept, i)] for i in ids])
+        halves["effect"][concept] = _halves_of_units(
+            pairs, split_orders(pairs.shape[1], N_SPLITS, rng=rng)
+        )
+        labels = test_labels[concept]
+        test_orders = split_orders(len(labels), N_SPLITS, strata=list(labels), rng=rng)
+        scores = np.stack([detections[(concept, i)].scores for i in ids])
+        thresholds = np.array([detections[(concept, i)].threshold for i in ids])
+        for metric, value in half_metrics(scores, thresholds, labels, test_orders).items():
+            halves[metric][concept] = value
+        for measure in ("lens", "kl"):
+            if all(measure in outputs.get((concept, i), {}) for i in ids):
+                units = np.stack([outputs[(concept, i)][measure] for i in ids])
+                if units.shape[1] >= 2:
+                    orders = split_orders(units.shape[1], N_SPLITS, rng=rng)
+                    halves[measure][concept] = _halves_of_units(units, orders)
+    frame = pd.DataFrame(rows)
+    null = frame[frame["direction"].map(is_null)].groupby("concept")["effect"].mean()
+    frame["effect_null"] = frame["concept"].map(null)
+    frame["effect_above_null"] = frame["effect"] - frame["effect_null"]
+    return StudyTables(frame, halves, order, reference_size)

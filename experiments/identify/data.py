@@ -1,0 +1,198 @@
+"""What the identification study measures on: activations, splits and the directions.
+
+One forward pass (to the steering layer) embeds every text the study needs: each
+concept's training texts at the reference size (smaller sizes are prefixes of it), its
+validation and test splits (held fixed for every direction) and the neutral texts whose
+principal components are the ``pc`` nuisance family and whose covariance the shrinkage
+path whitens with. :func:`build_directions` then makes every direction of
+:func:`experiments.identify.directions.direction_grid` for every concept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from experiments.concepts import ConceptGraph
+from experiments.config import ExperimentConfig
+from experiments.identify.directions import (
+    REFERENCE,
+    DirectionSpec,
+    TrainingSet,
+    concept_diffmean,
+    direction_grid,
+    isotropic_nuisance,
+    logistic_direction,
+    other_nuisance,
+    pc_nuisance,
+    principal_components,
+    rotate,
+    shrinkage_direction,
+    swap_labels,
+    unit,
+    within_class_covariance,
+)
+from experiments.prompts import (
+    ProbeExample,
+    format_axis_texts,
+    probe_eval_set,
+    probe_training_set,
+    scale_neutral_texts,
+)
+from steering.probes import TrainSpec
+
+
+@dataclass
+class ConceptData:
+    """One concept's activations: training set (reference size), validation and test."""
+
+    concept: str
+    train: TrainingSet
+    validation: tuple[np.ndarray, np.ndarray]
+    test: tuple[np.ndarray, np.ndarray]
+
+
+@dataclass
+class StudyData:
+    concepts: dict[str, ConceptData]
+    neutral: np.ndarray  # pooled activations of the neutral texts [texts, hidden]
+    neutral_texts: list[str] = field(default_factory=list)
+
+
+def _template(example: ProbeExample) -> str:
+    return example.source.split(":")[3]  # split:kind:format:tNN:synset
+
+
+def neutral_study_texts(graph: ConceptGraph, seed: int) -> list[str]:
+    """Concept-free texts: the format-axis question/statement pairs and the α-scale set."""
+    questions, statements = format_axis_texts(graph)
+    return sorted({*questions, *statements, *scale_neutral_texts(graph, seed)})
+
+
+def collect(
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    concepts: Sequence[str],
+    embed,
+) -> StudyData:
+    """Texts per concept and their pooled activations; ``embed(texts) -> [n, hidden]``
+    (one call, so one pass over the model)."""
+    spec = TrainSpec.parse(config.identify.reference_size)
+    seed, n_eval = config.seed, config.classifier.eval_per_class
+    sets = {}
+    for synset in concepts:
+        concept = graph.get(synset)
+        sets[synset] = (
+            probe_training_set(concept, graph, spec.n_pos, spec.n_neg, spec.n_neutral, seed),
+            probe_eval_set(concept, graph, n_eval, seed, split="validation"),
+            probe_eval_set(concept, graph, n_eval, seed, split="test"),
+        )
+    neutral = neutral_study_texts(graph, seed)
+    texts = sorted({e.text for s in sets.values() for part in s for e in part} | set(neutral))
+    row = {t: i for i, t in enumerate(texts)}
+    features = np.asarray(embed(texts), dtype=np.float64)
+
+    def rows(examples: Sequence[ProbeExample]) -> tuple[np.ndarray, np.ndarray]:
+        return features[[row[e.text] for e in examples]], np.array([e.label for e in examples])
+
+    out = {}
+    for synset, (train, validation, test) in sets.items():
+        x, y = rows(train)
+        seen: dict[str, int] = {}
+        order = []
+        for e in train:
+            order.append(seen.get(e.kind, 0))
+            seen[e.kind] = order[-1] + 1
+        out[synset] = ConceptData(
+            synset,
+            TrainingSet(x, y, [e.kind for e in train], [_template(e) for e in train], order),
+            rows(validation),
+            rows(test),
+        )
+    return StudyData(out, features[[row[t] for t in neutral]], neutral)
+
+
+@dataclass
+class DirectionSet:
+    """Every concept's directions by id, the specs, and what each draw used."""
+
+    specs: list[DirectionSpec]
+    vectors: dict[str, dict[str, np.ndarray]]  # concept -> id -> unit direction
+    details: dict[str, dict[str, dict]]  # concept -> id -> facts (e.g. actual ρ, other)
+
+    def reference(self, concept: str) -> np.ndarray:
+        return self.vectors[concept][REFERENCE]
+
+
+def build_directions(config: ExperimentConfig, data: StudyData) -> DirectionSet:
+    """v* per concept and every manipulated direction around it (see directions.py)."""
+    ident = config.identify
+    seed = config.seed
+    specs = direction_grid(
+        thetas=ident.theta_degrees,
+        nuisances=ident.nuisances,
+        noise=ident.label_noise,
+        noise_seeds=ident.noise_seeds,
+        logistic_c=ident.logistic_c,
+        shrinkage=ident.shrinkage,
+        sizes=ident.sizes,
+        reference_size=ident.reference_size,
+        n_null=ident.null_draws,
+    )
+    references = {c: concept_diffmean(d.train) for c, d in data.concepts.items()}
+    components = principal_components(data.neutral, ident.pc_components)
+    vectors: dict[str, dict[str, np.ndarray]] = {}
+    details: dict[str, dict[str, dict]] = {}
+    for concept, d in data.concepts.items():
+        v_star = references[concept]
+        hidden = len(v_star)
+        other_name, other = (
+            other_nuisance(references, concept, seed) if len(references) > 1 else (None, None)
+        )
+        nuisance = {
+            "isotropic": isotropic_nuisance(hidden, seed, concept),
+            "pc": pc_nuisance(components, seed, concept),
+        }
+        if other is not None:
+            nuisance["other"] = other
+        sigma = within_class_covariance(d.train, data.neutral)
+        keep = np.array([k != "neutral" for k in d.train.kinds])
+        labels_pn = d.train.labels[keep]
+        x_pn = d.train.features[keep]
+        delta = x_pn[labels_pn == 1].mean(axis=0) - x_pn[labels_pn == 0].mean(axis=0)
+        mine: dict[str, np.ndarray] = {}
+        facts: dict[str, dict] = {}
+        for spec in specs:
+            if spec.manipulation == REFERENCE:
+                mine[spec.id] = v_star
+            elif spec.manipulation.startswith("rotation:"):
+                family = spec.manipulation.split(":", 1)[1]
+                if family not in nuisance:
+                    continue
+                mine[spec.id] = rotate(v_star, nuisance[family], spec.level)
+                if family == "other":
+                    facts[spec.id] = {"other": other_name}
+            elif spec.manipulation == "noise":
+                labels, swapped = swap_labels(d.train, spec.level, int(spec.seed or 0), concept)
+                mine[spec.id] = concept_diffmean(d.train, labels)
+                n_pos = int((np.array(d.train.kinds) == "positive").sum())
+                facts[spec.id] = {"swapped": swapped, "rho_actual": swapped / n_pos}
+            elif spec.manipulation == "logistic":
+                c = float(spec.detail)
+                mine[spec.id] = logistic_direction(d.train.features, d.train.labels, c, seed)
+            elif spec.manipulation == "shrinkage":
+                mine[spec.id] = shrinkage_direction(delta, sigma, spec.level)
+            elif spec.manipulation == "size":
+                size = TrainSpec.parse(spec.detail)
+                part = d.train.prefix(size.n_pos, size.n_neg, size.n_neutral)
+                mine[spec.id] = concept_diffmean(part)
+            elif spec.manipulation == "null":
+                mine[spec.id] = isotropic_nuisance(
+                    hidden, seed, concept, draw=1 + int(spec.seed or 0)
+                )
+        vectors[concept] = {k: unit(v) for k, v in mine.items()}
+        details[concept] = facts
+    present = {i for v in vectors.values() for i in v}
+    return DirectionSet([s for s in specs if s.id in present], vectors, details)

@@ -1,0 +1,265 @@
+"""The manipulated directions: detection quality varied around a reference direction.
+
+Pure numpy on pooled residual activations (no model). For every concept the reference
+direction v* is the diffmean (positives minus negative-concept texts, the suite's
+recipe) at the largest training size; each manipulation moves away from it along one
+axis while layer, α·β, prompts, seeds and the test split stay fixed:
+
+* **rotation** (:func:`rotate`): v_θ = cos θ·v* + sin θ·u with u a unit vector ⟂ v*, so
+  cos(v_θ, v*) = cos θ exactly. Nuisance families for u: ``isotropic`` (a seeded
+  Gaussian draw), ``pc`` (a seeded unit vector in the span of the top principal
+  components of neutral-text activations: where activations vary most, so detection
+  falls fastest) and ``other`` (another concept's reference direction);
+* **label noise** (:func:`swap_labels`): at the reference size, a fraction ρ of the
+  positives trade labels with the negative-concept text of the *same template*, so every
+  template still holds exactly one label-1 text and the classes stay balanced and
+  format-matched; the noisy diffmean and logistic probe are refitted;
+* **estimator path**: the logistic probe across its regularisation C
+  (``steering.probes.train_probe``), and the shrinkage path
+  (:func:`shrinkage_direction`) from diffmean (λ = 1) to the whitened Σ⁻¹Δμ (λ → 0);
+* **size**: diffmean at smaller training sizes (the Phase 6 curve, re-measured).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from steering.probes import diffmean_direction, train_probe
+
+REFERENCE = "reference"
+
+
+def seeded_rng(*parts: object) -> np.random.Generator:
+    """A generator seeded by the parts' text, so a draw never depends on call order."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "big"))
+
+
+def unit(vector: np.ndarray) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(vector))
+    if not np.isfinite(norm) or norm == 0:
+        raise ValueError("a direction is zero or not finite")
+    return vector / norm
+
+
+def orthogonal_part(u: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """The unit component of ``u`` orthogonal to ``reference`` (Gram–Schmidt, twice for
+    round-off)."""
+    ref = unit(reference)
+    rest = np.asarray(u, dtype=np.float64)
+    for _ in range(2):
+        rest = rest - (rest @ ref) * ref
+    return unit(rest)
+
+
+def rotate(reference: np.ndarray, nuisance: np.ndarray, degrees: float) -> np.ndarray:
+    """v_θ = cos θ·v* + sin θ·u with u the unit part of ``nuisance`` ⟂ v*: a unit
+    vector whose cosine to v* is exactly cos θ."""
+    v = unit(reference)
+    u = orthogonal_part(nuisance, v)
+    theta = np.deg2rad(degrees)
+    return unit(np.cos(theta) * v + np.sin(theta) * u)
+
+
+def isotropic_nuisance(hidden: int, seed: int, concept: str, draw: int = 0) -> np.ndarray:
+    return unit(seeded_rng(seed, "isotropic", concept, draw).standard_normal(hidden))
+
+
+def principal_components(activations: np.ndarray, k: int) -> np.ndarray:
+    """The top ``k`` principal axes (rows, unit) of centred ``activations``."""
+    acts = np.asarray(activations, dtype=np.float64)
+    if acts.ndim != 2 or len(acts) < 2:
+        raise ValueError(f"PCA needs at least 2 rows, got shape {acts.shape}")
+    centred = acts - acts.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    return vt[: min(k, len(vt))]
+
+
+def pc_nuisance(components: np.ndarray, seed: int, concept: str) -> np.ndarray:
+    """A seeded unit vector in the span of ``components`` (each concept its own draw)."""
+    weights = seeded_rng(seed, "pc", concept).standard_normal(len(components))
+    return unit(weights @ components)
+
+
+def other_nuisance(
+    references: dict[str, np.ndarray], concept: str, seed: int
+) -> tuple[str, np.ndarray]:
+    """Another concept's reference direction, chosen by a seeded draw: (its concept, it)."""
+    others = sorted(c for c in references if c != concept)
+    if not others:
+        raise ValueError("the other-concept nuisance needs at least two concepts")
+    pick = others[int(seeded_rng(seed, "other", concept).integers(len(others)))]
+    return pick, references[pick]
+
+
+@dataclass
+class TrainingSet:
+    """One concept's training activations at the reference size, with what each text is."""
+
+    features: np.ndarray  # [texts, hidden]
+    labels: np.ndarray  # 1 positive, 0 negative or neutral
+    kinds: list[str]  # positive | negative | neutral
+    templates: list[str]  # the template id of each text (format-matching key)
+    order: list[int] = field(default_factory=list)  # position within its kind
+
+    def prefix(self, n_pos: int, n_neg: int, n_neutral: int) -> TrainingSet:
+        """The training set of a smaller size: the first texts of each kind (smaller sizes
+        are prefixes of the larger one in experiments.prompts)."""
+        limit = {"positive": n_pos, "negative": n_neg, "neutral": n_neutral}
+        keep = [
+            i for i, (k, o) in enumerate(zip(self.kinds, self.order, strict=True)) if o < limit[k]
+        ]
+        return TrainingSet(
+            self.features[keep],
+            self.labels[keep],
+            [self.kinds[i] for i in keep],
+            [self.templates[i] for i in keep],
+            [self.order[i] for i in keep],
+        )
+
+
+def concept_diffmean(data: TrainingSet, labels: np.ndarray | None = None) -> np.ndarray:
+    """Positives minus negative-concept texts (all label-0 texts when there are none): the
+    suite's diffmean (experiments/pipeline/probes.py), with optional replaced labels."""
+    labels = data.labels if labels is None else np.asarray(labels, dtype=int)
+    keep = np.array([k != "neutral" for k in data.kinds]) if "negative" in data.kinds else None
+    if keep is None:
+        keep = np.ones(len(labels), dtype=bool)
+    return diffmean_direction(data.features[keep], labels[keep])
+
+
+def swap_labels(data: TrainingSet, rho: float, seed: int, concept: str) -> tuple[np.ndarray, int]:
+    """Labels with round(ρ·P) positives swapped with their template's negative-concept text.
+
+    Returns (labels, number of swapped templates). Templates are drawn without
+    replacement by a seeded generator; a template without a negative is never drawn.
+    """
+    labels = data.labels.copy()
+    positives = {data.templates[i]: i for i, k in enumerate(data.kinds) if k == "positive"}
+    negatives = {data.templates[i]: i for i, k in enumerate(data.kinds) if k == "negative"}
+    shared = sorted(set(positives) & set(negatives))
+    n_swap = round(rho * len(positives))
+    if n_swap > len(shared):
+        raise ValueError(f"ρ = {rho} asks for {n_swap} swaps, only {len(shared)} templates pair")
+    if n_swap == 0:
+        return labels, 0
+    chosen = seeded_rng(seed, "label-noise", concept, rho).choice(
+        len(shared), n_swap, replace=False
+    )
+    for index in chosen:
+        template = shared[int(index)]
+        labels[positives[template]] = 0
+        labels[negatives[template]] = 1
+    return labels, n_swap
+
+
+def within_class_covariance(data: TrainingSet, neutral: np.ndarray | None = None) -> np.ndarray:
+    """Σ: the covariance of the class-centred training texts (each kind centred on its own
+    mean), pooled with the centred neutral-text activations when given (a training set of
+    tens of texts in hundreds of dimensions leaves Σ singular; the neutral texts fill in
+    where activations vary)."""
+    blocks = []
+    for kind in sorted(set(data.kinds)):
+        rows = data.features[[k == kind for k in data.kinds]]
+        blocks.append(rows - rows.mean(axis=0))
+    if neutral is not None and len(neutral) > 1:
+        blocks.append(neutral - neutral.mean(axis=0))
+    centred = np.concatenate(blocks)
+    return centred.T @ centred / max(len(centred) - len(blocks), 1)
+
+
+def shrinkage_direction(delta: np.ndarray, sigma: np.ndarray, lam: float) -> np.ndarray:
+    """unit((λ·σ̄²·I + (1 − λ)·Σ)⁻¹·Δμ), σ̄² = tr Σ / d: λ = 1 is Δμ's direction (diffmean),
+    λ → 0 the whitened Σ⁻¹Δμ (Fisher's discriminant), shrunk toward the identity so it
+    stays defined when Σ is singular."""
+    if not 0 < lam <= 1:
+        raise ValueError(f"λ must be in (0, 1], got {lam}")
+    d = len(delta)
+    scale = float(np.trace(sigma)) / d
+    matrix = lam * scale * np.eye(d) + (1 - lam) * sigma
+    return unit(np.linalg.solve(matrix, np.asarray(delta, dtype=np.float64)))
+
+
+def logistic_direction(features: np.ndarray, labels: np.ndarray, c: float, seed: int) -> np.ndarray:
+    """The unit weight of the suite's logistic probe (centred, one global scale, balanced)."""
+    weight, _bias = train_probe(features, labels, seed=seed, c=c)
+    return unit(weight)
+
+
+@dataclass(frozen=True)
+class DirectionSpec:
+    """One manipulated direction: ``id`` names it (``rotation:pc:45``, ``noise:0.2:1``,
+    ``logistic:0.1``, ``shrinkage:0.01``, ``size:2x2x2``, ``null:0``; ``reference`` is v*),
+    ``manipulation`` the axis and ``level`` its position on it."""
+
+    id: str
+    manipulation: str
+    level: float
+    seed: int | None = None
+    detail: str = ""
+
+
+def direction_grid(
+    *,
+    thetas: Sequence[float],
+    nuisances: Sequence[str],
+    noise: Sequence[float],
+    noise_seeds: Sequence[int],
+    logistic_c: Sequence[float],
+    shrinkage: Sequence[float],
+    sizes: Sequence[str],
+    reference_size: str,
+    n_null: int = 2,
+) -> list[DirectionSpec]:
+    """Every direction a concept gets, reference first. Levels that reproduce v* (θ = 0,
+    ρ = 0, λ = 1, the reference size) are the reference itself, listed once; each
+    manipulation's curve includes it (:func:`curve_members`)."""
+    out = [DirectionSpec(REFERENCE, REFERENCE, 0.0)]
+    for family in nuisances:
+        out += [
+            DirectionSpec(f"rotation:{family}:{t:g}", f"rotation:{family}", float(t))
+            for t in thetas
+            if t != 0
+        ]
+    out += [
+        DirectionSpec(f"noise:{r:g}:{s}", "noise", float(r), seed=s)
+        for r in noise
+        if r != 0
+        for s in noise_seeds
+    ]
+    out += [
+        DirectionSpec(f"logistic:{c:g}", "logistic", float(np.log10(c)), detail=repr(float(c)))
+        for c in logistic_c
+    ]
+    out += [
+        DirectionSpec(f"shrinkage:{lam:g}", "shrinkage", float(lam))
+        for lam in shrinkage
+        if lam != 1
+    ]
+    out += [
+        DirectionSpec(f"size:{s}", "size", float(_n_train(s)), detail=s)
+        for s in sizes
+        if s != reference_size
+    ]
+    out += [DirectionSpec(f"null:{j}", "null", 0.0, seed=j) for j in range(n_null)]
+    return out
+
+
+def _n_train(size: str) -> int:
+    return sum(int(x) for x in size.lower().split("x"))
+
+
+def reference_level(manipulation: str, reference_size: str) -> float | None:
+    """The level at which a manipulation's curve passes through v* (None: it does not)."""
+    if manipulation.startswith("rotation:") or manipulation == "noise":
+        return 0.0
+    if manipulation == "shrinkage":
+        return 1.0
+    if manipulation == "size":
+        return float(_n_train(reference_size))
+    return None

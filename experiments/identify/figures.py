@@ -1,0 +1,188 @@
+"""Figures of the identification study (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify.cells import StudyTables
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colours(names: list[str]) -> dict[str, object]:
+    plt = _plt()
+    cmap = plt.get_cmap("tab10")
+    return {m: cmap(i % 10) for i, m in enumerate(names)}
+
+
+def trajectories(tables: StudyTables):
+    """Per concept: AUROC against the effect along every manipulation, one colour each."""
+    plt = _plt()
+    names = tables.manipulations()
+    colours = _colours(names)
+    concepts = sorted(tables.directions["concept"].unique())
+    cols = min(5, len(concepts))
+    rows = math.ceil(len(concepts) / cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=False
+    )
+    for ax, concept in zip(axes.flat, concepts, strict=False):
+        for m in names:
+            curve = tables.curve(m)
+            part = curve[curve["concept"] == concept].sort_values("level")
+            if m == "noise":
+                part = part.groupby("level")[["auroc", "effect"]].mean().reset_index()
+            ax.plot(
+                part["auroc"], part["effect"], marker="o", ms=2.5, lw=1, color=colours[m], label=m
+            )
+        ax.set_title(concept, fontsize=7)
+        ax.tick_params(labelsize=6)
+    for ax in list(axes.flat)[len(concepts) :]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(names), 7), fontsize=7)
+    fig.supxlabel("AUROC of the direction as its own detector", fontsize=8)
+    fig.supylabel("likelihood effect (nats/token)", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / rows))
+    return fig
+
+
+def slopes_figure(analysis: dict):
+    plt = _plt()
+    rows = []
+    for m, r in analysis["manipulations"].items():
+        rows.append((m, "AUROC alone", r["slope_auroc"]))
+        rows.append((m, "AUROC | cos(v, v*)", r["partial"].get("auroc", {})))
+    rows.append(("pooled", "AUROC alone", analysis["pooled"]["slope_auroc"]))
+    rows.append(("pooled", "AUROC | cos(v, v*)", analysis["pooled"]["partial"].get("auroc", {})))
+    fig, ax = plt.subplots(figsize=(7, 0.45 + 0.32 * len(rows)))
+    for i, (_m, kind, iv) in enumerate(rows):
+        est, low, high = iv.get("estimate"), iv.get("low"), iv.get("high")
+        if est is None:
+            continue
+        colour = "C0" if kind == "AUROC alone" else "C3"
+        if low is not None and high is not None:
+            ax.plot([low, high], [i, i], color=colour, lw=1.5)
+        ax.plot([est], [i], "o", color=colour)
+    ax.set_yticks(range(len(rows)), [f"{m} · {k}" for m, k, _ in rows], fontsize=7)
+    ax.axvline(0, color="black", lw=0.5)
+    ax.set_xlabel("within-concept slope of the effect on AUROC (95% concept-bootstrap CI)")
+    fig.tight_layout()
+    return fig
+
+
+def dose_figure(tables: StudyTables, analysis: dict):
+    plt = _plt()
+    names = list(analysis["manipulations"])
+    colours = _colours(names)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    mean = analysis["baseline"]["mean"]
+    for m in names:
+        frame = tables.curve(m)
+        left.scatter(
+            frame["auroc"], frame["effect_above_null"], s=5, alpha=0.4, color=colours[m], label=m
+        )
+        curve = analysis["manipulations"][m]["threshold_curve"]
+        xs = [r["fraction"] for r in curve if r["level"] is not None]
+        ys = [r["level"] for r in curve if r["level"] is not None]
+        right.plot(xs, ys, marker="o", ms=3, color=colours[m], label=m)
+    if mean is not None:
+        for f in (0.5, 1.0):
+            left.axhline(f * mean, color="grey", ls=":", lw=1)
+    left.set(xlabel="AUROC", ylabel="effect above null (nats/token)", title="effect against AUROC")
+    right.set(
+        xlabel="target: fraction of the prompting baseline's effect",
+        ylabel="minimum effective AUROC (point; censored points omitted)",
+        title="minimum effective AUROC over targets",
+    )
+    left.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def predictors_figure(analysis: dict):
+    plt = _plt()
+    table = analysis["pooled"]["predictors"]
+    names = list(table)
+    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.4 * len(names)))
+    for i, p in enumerate(names):
+        for offset, key, colour in ((-0.12, "observed", "C0"), (0.12, "corrected", "C3")):
+            iv = table[p][key]
+            if iv.get("estimate") is None:
+                continue
+            if iv.get("low") is not None:
+                ax.plot([iv["low"], iv["high"]], [i + offset] * 2, color=colour)
+            ax.plot(
+                [iv["estimate"]], [i + offset], "o", color=colour, label=key if i == 0 else None
+            )
+    ax.set_yticks(range(len(names)), names)
+    ax.axvline(0, color="black", lw=0.5)
+    ax.set_xlabel("within-concept r with the effect (observed, disattenuated; 95% CI)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def validation_figure(tables: StudyTables, cells: pd.DataFrame):
+    plt = _plt()
+    from experiments.identify.crosscheck import canonical
+
+    gen = cells[cells["sign"] == 1].copy()
+    gen["direction"] = gen["direction"].map(
+        lambda d: d if d in ("null", "prompt") else canonical(d)
+    )
+    frame = gen.merge(tables.directions, on=["concept", "direction"], how="inner")
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for d, g in frame.groupby("direction"):
+        ax.scatter(g["effect"], g["e_gen"], s=10, label=d)
+    ax.set(xlabel="likelihood effect (nats/token)", ylabel="generation effect (gated Δ)")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def manipulation_figure(m: str, frame: pd.DataFrame, result: dict):
+    """One manipulation's curve: AUROC and the effect against its level (means, CIs)."""
+    plt = _plt()
+    curve = pd.DataFrame(result["curve"])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, column in ((a, "auroc"), (b, "effect")):
+        for _, group in frame.groupby("concept"):
+            g = group.groupby("level")[column].mean()
+            ax.plot(g.index, g.values, color="grey", alpha=0.25, lw=0.8)
+        ax.plot(curve["level"], curve[column], marker="o", color="C3")
+        if f"{column}_low" in curve:
+            ax.fill_between(
+                curve["level"],
+                curve[f"{column}_low"],
+                curve[f"{column}_high"],
+                alpha=0.2,
+                color="C3",
+            )
+        ax.set(xlabel="level", ylabel=column, title=f"{m}: {column}")
+    fig.tight_layout()
+    return fig
+
+
+def figures(
+    tables: StudyTables, analysis: dict, validation_cells: pd.DataFrame
+) -> dict[str, object]:
+    out = {
+        "trajectories.png": trajectories(tables),
+        "slopes.png": slopes_figure(analysis),
+        "dose_response.png": dose_figure(tables, analysis),
+        "predictors.png": predictors_figure(analysis),
+    }
+    if len(validation_cells) and np.any(validation_cells["sign"] == 1):
+        out["validation.png"] = validation_figure(tables, validation_cells)
+    return out

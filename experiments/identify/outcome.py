@@ -1,0 +1,138 @@
+"""The steering outcomes: the likelihood outcome for every direction, the prompting
+baseline on the same texts, and the output-side predictors.
+
+The likelihood outcome (``steering.likelihood``): for concept c, direction v and
+strength s, e = s·(C_s − C_0) with C the mean per-token log-likelihood of c's
+on-concept texts minus that of their paired off-concept texts, steering h + s·β_c·α·v
+at every position (β_c: the reference direction's held-out strength, the same for every
+direction of c). Texts come from the *whole* concept file
+(``experiments/likelihood_texts.py``), so a concept's texts do not depend on which
+split it falls in. Records are appended per concept to the run folder, so an
+interrupted run resumes where it stopped.
+
+The prompting baseline: the unsteered model with the instruction of the prompting arm
+(``controls.prompt_positive`` / ``prompt_negative``) before the prefix, as the
+generation study's prompt arm does: e = s·((L_p − L_0)(on) − (L_p − L_0)(off)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from experiments.config import ExperimentConfig
+from experiments.likelihood_texts import LikelihoodTexts
+from experiments.rundir import RunDir, append_jsonl, read_jsonl
+from steering.likelihood import (
+    OutcomeDirection,
+    encode_texts,
+    likelihood_outcomes,
+    pair_effects,
+    text_loglik,
+)
+from steering.models import LoadedModel
+from steering.readout import (
+    concept_token_ids,
+    last_token_residuals,
+    logit_lens_gain,
+    next_token_kl,
+)
+
+
+def score_likelihood(
+    lm: LoadedModel,
+    config: ExperimentConfig,
+    run_dir: RunDir,
+    layer: int,
+    alpha: float,
+    betas: dict[str, float],
+    texts: LikelihoodTexts,
+    vectors: dict[str, dict[str, np.ndarray]],
+    progress: Callable[[str], None] = lambda _m: None,
+) -> list[dict]:
+    """Likelihood records for every (concept, direction, strength, pair); concepts already
+    in the run folder's file are not scored again."""
+    ident = config.identify
+    path = run_dir.file(RunDir.LIKELIHOOD)
+    records = read_jsonl(path)
+    done = {r["concept"] for r in records}
+    for i, (concept, by_id) in enumerate(vectors.items()):
+        if concept in done:
+            continue
+        progress(f"likelihood outcome: concept {i + 1}/{len(vectors)} ({len(by_id)} directions)")
+        directions = [
+            OutcomeDirection(concept, d_id, torch.as_tensor(v, dtype=torch.float32))
+            for d_id, v in by_id.items()
+        ]
+        rows = likelihood_outcomes(
+            lm,
+            layer,
+            betas[concept] * alpha,
+            {concept: texts.on[concept]},
+            {concept: texts.off[concept]},
+            directions,
+            ident.strengths,
+            config.steering.mode,
+            ident.prefix,
+            batch_size=ident.batch_size,
+        )
+        rows = [{**r, "direction": r.pop("arm"), "beta": betas[concept]} for r in rows]
+        append_jsonl(path, rows)
+        records += rows
+    return records
+
+
+def prompt_baseline(
+    lm: LoadedModel,
+    config: ExperimentConfig,
+    texts: LikelihoodTexts,
+    concepts: Sequence[str],
+    names: dict[str, str],
+) -> list[dict]:
+    """Per concept, strength and pair: the prompting baseline's likelihood effect."""
+    ident = config.identify
+    out = []
+    for concept in concepts:
+        on, off = texts.on[concept], texts.off[concept]
+        both = [*on, *off]
+        base = text_loglik(lm, encode_texts(lm, both, ident.prefix), batch_size=ident.batch_size)
+        for s in ident.strengths:
+            template = config.controls.prompt_positive if s > 0 else config.controls.prompt_negative
+            prefix = template.replace("{concept}", names[concept]) + ident.prefix
+            prompted = text_loglik(lm, encode_texts(lm, both, prefix), batch_size=ident.batch_size)
+            n = len(on)
+            units = pair_effects(prompted[:n], prompted[n:], base[:n], base[n:], s)
+            out += [
+                {"concept": concept, "strength": float(s), "pair": i, "e": float(u)}
+                for i, u in enumerate(units)
+            ]
+    return out
+
+
+def output_predictors(
+    lm: LoadedModel,
+    config: ExperimentConfig,
+    layer: int,
+    alpha: float,
+    betas: dict[str, float],
+    vectors: dict[str, dict[str, np.ndarray]],
+    lens_texts: Sequence[str],
+    words: dict[str, list[str]],
+    prompts: dict[str, list[str]],
+) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """Per (concept, direction): the logit-lens gain per position and the next-token KL
+    per prompt, at s = +1 and the concept's β (the units their reliabilities split)."""
+    residuals = last_token_residuals(lm, lens_texts, layer)
+    out: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    for concept, by_id in vectors.items():
+        ids = list(by_id)
+        dirs = torch.as_tensor(np.stack([by_id[i] for i in ids]), dtype=torch.float32)
+        coefs = torch.full((len(ids),), float(betas[concept] * alpha))
+        tokens = concept_token_ids(lm, words[concept])
+        lens = logit_lens_gain(lm, residuals, dirs, coefs, [tokens] * len(ids))
+        kl = next_token_kl(lm, prompts[concept], layer, dirs, coefs, config.identify.batch_size)
+        for j, d_id in enumerate(ids):
+            out[(concept, d_id)] = {"lens": lens[j], "kl": kl[j]}
+    return out

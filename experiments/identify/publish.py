@@ -1,0 +1,181 @@
+"""The identification study's outputs: run-folder files, figures, MLflow parent and children.
+
+The parent run (experiment ``phase6-identify``) carries the slopes, the mediation
+result, the minimum effective levels, the predictor ranking, the primary analysis and
+the figures (per-concept trajectories of AUROC against the effect coloured by
+manipulation; slopes; dose–response; predictors; the generation check), with the
+answer and summary markdown at the top of its description. One child run per
+manipulation carries its curve (a table and a figure) and its own slopes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from experiments import tracking
+from experiments.config import ExperimentConfig
+from experiments.identify.cells import StudyTables
+from experiments.identify.figures import figures, manipulation_figure
+from experiments.identify.summary import summary_markdown
+from experiments.rundir import RunDir, atomic_write_text
+
+
+def slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_-./" else "_" for ch in text)
+
+
+def _put(metrics: dict, name: str, interval: dict | None) -> None:
+    if not interval:
+        return
+    for key, suffix in (("estimate", ""), ("low", "/low"), ("high", "/high")):
+        value = interval.get(key)
+        if value is not None and np.isfinite(value):
+            metrics[f"{name}{suffix}"] = float(value)
+
+
+def manipulation_metrics(result: dict) -> tuple[dict[str, float], dict[str, str]]:
+    """Metrics and status tags of one manipulation (names without the manipulation)."""
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    _put(metrics, "slope_auroc", result["slope_auroc"])
+    for key, interval in result["partial"].items():
+        _put(metrics, f"partial/{key}", interval)
+    med = result["mediation"]
+    if med.get("evaluable"):
+        for key in ("total_auroc", "direct_auroc", "cos_ref", "share_via_cos"):
+            est, (low, high) = med[key]["estimate"], med[key]["interval"]
+            _put(metrics, f"mediation/{key}", {"estimate": est, "low": low, "high": high})
+    for m in result["minimum_effective"]:
+        name = f"min_auroc/f{m['fraction']:g}"
+        tags[name.replace("/", ".")] = m["status"]
+        if m.get("level") is not None:
+            _put(
+                metrics, name, {"estimate": m["level"], "low": m.get("low"), "high": m.get("high")}
+            )
+    for p, d in result["predictors"].items():
+        _put(metrics, f"within_r/{p}", d["observed"])
+        _put(metrics, f"within_r_disattenuated/{p}", d["corrected"])
+        _put(metrics, f"reliability/{p}", d["reliability_x"])
+        _put(metrics, "reliability/effect", d["reliability_y"])
+    mixed = result["mixed"]
+    if mixed.get("evaluable"):
+        for term, fit in mixed["terms"].items():
+            _put(metrics, f"mixed/{term}", fit)
+    return metrics, tags
+
+
+def parent_metrics(analysis: dict) -> tuple[dict[str, float], dict[str, str]]:
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for m, result in analysis["manipulations"].items():
+        mm, mt = manipulation_metrics(result)
+        metrics.update({f"{slug(m)}/{k}": v for k, v in mm.items()})
+        tags.update({f"{slug(m).replace('/', '.')}.{k}": v for k, v in mt.items()})
+    pooled = analysis["pooled"]
+    _put(metrics, "pooled/slope_auroc", pooled["slope_auroc"])
+    for key, interval in pooled["partial"].items():
+        _put(metrics, f"pooled/partial/{key}", interval)
+    for name in ("heterogeneity", "heterogeneity_given_cos"):
+        h = pooled[name]
+        if h.get("evaluable"):
+            metrics[f"pooled/{name}/wald"] = h["wald"]
+            metrics[f"pooled/{name}/p_value"] = h["p_value"]
+    for row in pooled["ranking"]:
+        metrics[f"pooled/rank/{row['predictor']}/within_r"] = row["within_r"]
+        metrics[f"pooled/rank/{row['predictor']}/p_first"] = row["p_first"]
+    for p, d in pooled["predictors"].items():
+        _put(metrics, f"pooled/within_r_disattenuated/{p}", d["corrected"])
+    primary = analysis.get("primary")
+    if primary:
+        _put(metrics, "primary/slope", primary["slope"])
+        tags["identify.primary_verdict"] = primary["verdict"]
+    validation = analysis.get("validation") or {}
+    if validation.get("evaluable"):
+        _put(metrics, "validation/pooled_r", validation["pooled_r"])
+        _put(metrics, "validation/within_r", validation["within"]["observed"])
+        _put(metrics, "validation/within_r_disattenuated", validation["within"]["corrected"])
+    between = analysis.get("between_concepts") or {}
+    if between.get("evaluable"):
+        _put(metrics, "between/auroc_vs_effect_r", between["observed"])
+        _put(metrics, "between/auroc_vs_effect_r_disattenuated", between["corrected"])
+    for key, value in (analysis.get("resources") or {}).items():
+        metrics[f"resources/{key}"] = float(value)
+    return metrics, tags
+
+
+def publish_identify(
+    run_id: str,
+    run_dir: RunDir,
+    config: ExperimentConfig,
+    tables: StudyTables,
+    analysis: dict,
+    validation_cells: pd.DataFrame,
+    phase6_frame: pd.DataFrame | None,
+    timings: dict[str, float],
+) -> None:
+    """Write the folder's files, then mirror them and the figures to MLflow."""
+    import matplotlib.pyplot as plt
+
+    c = tracking.client()
+    atomic_write_text(run_dir.file(RunDir.DIRECTIONS), tables.directions.to_csv(index=False))
+    if len(validation_cells):
+        atomic_write_text(
+            run_dir.file(RunDir.VALIDATION_CELLS), validation_cells.to_csv(index=False)
+        )
+    if phase6_frame is not None:
+        atomic_write_text(run_dir.file(RunDir.PHASE6_CURVE), phase6_frame.to_csv(index=False))
+    run_dir.write_json(RunDir.ANALYSIS, {**analysis, "timings": timings})
+    summary = summary_markdown(run_id, analysis, timings)
+    atomic_write_text(run_dir.file(RunDir.SUMMARY), summary)
+    metrics, tags = parent_metrics(analysis)
+    tracking.log_metrics(run_id, metrics)
+    tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
+    for key, value in tags.items():
+        c.set_tag(run_id, key, value)
+    tracking.set_note(run_id, summary)
+    tracking.overwrite_table(run_id, tables.directions.replace({np.nan: None}), "directions.json")
+    for name, fig in figures(tables, analysis, validation_cells).items():
+        fig.savefig(run_dir.file(name), dpi=110)
+        c.log_figure(run_id, fig, f"plots/{name}")
+        plt.close(fig)
+    for name in (
+        RunDir.ANALYSIS,
+        RunDir.SUMMARY,
+        RunDir.CONFIG,
+        RunDir.DIRECTIONS,
+        RunDir.CONCEPT_SPLIT,
+        RunDir.PREREGISTRATION,
+        RunDir.VALIDATION_CELLS,
+        RunDir.PHASE6_CURVE,
+        RunDir.SELECTION,
+    ):
+        if run_dir.file(name).exists():
+            c.log_artifact(run_id, str(run_dir.file(name)))
+    existing = {
+        r.data.tags.get("identify.manipulation")
+        for r in tracking.child_runs(run_id, config.identify.experiment)
+    }
+    for m, result in analysis["manipulations"].items():
+        if m in existing:
+            continue
+        with tracking.tracked_run(
+            config.identify.experiment,
+            f"{m}",
+            parent_run_id=run_id,
+            tags={"phase": "6-identify", "identify.manipulation": m},
+        ) as child:
+            metrics, tags = manipulation_metrics(result)
+            tracking.log_metrics(child, metrics)
+            for key, value in tags.items():
+                c.set_tag(child, key, value)
+            curve = pd.DataFrame(result["curve"]).replace({np.nan: None})
+            c.log_table(child, curve, "curve.json")
+            c.log_text(child, json.dumps(result, indent=1, default=str), "analysis.json")
+            frame = tables.curve(m)
+            c.log_table(child, frame.replace({np.nan: None}), "cells.json")
+            fig = manipulation_figure(m, frame, result)
+            c.log_figure(child, fig, f"plots/{slug(m).replace('/', '_')}.png")
+            plt.close(fig)

@@ -1,0 +1,176 @@
+"""The identification run's answer and summary, as markdown (the MLflow description)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def fmt(value: object, spec: str = "+.3f") -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "n/a"
+    return format(value, spec)
+
+
+def ci(iv: dict | None, spec: str = "+.3f") -> str:
+    if not iv or iv.get("estimate") is None:
+        return "n/a" + (f" ({iv.get('reason')})" if iv and iv.get("reason") else "")
+    if iv.get("low") is None:
+        return f"{fmt(iv['estimate'], spec)} [no interval]"
+    return f"{fmt(iv['estimate'], spec)} [{fmt(iv['low'], spec)}, {fmt(iv['high'], spec)}]"
+
+
+def excludes_zero(iv: dict | None) -> bool:
+    return bool(iv and iv.get("low") is not None and (iv["low"] > 0 or iv["high"] < 0))
+
+
+def level_text(m: dict) -> str:
+    status = m["status"]
+    if status == "reached":
+        low, high = m.get("low"), m.get("high")
+        inner = (
+            f" [{low:.3f}, {high:.3f}]"
+            if low is not None
+            else " [interval: too many censored replicates]"
+        )
+        return f"{m['level']:.3f}{inner}"
+    if status == "censored_below":
+        return f"censored (≤ {m['level']:.3f}, the lowest AUROC tested)"
+    if status == "not_reached":
+        return f"censored (not reached by {m['tested'][1]:.3f}, the highest tested)"
+    return f"n/a ({m.get('note') or m.get('reason') or status})"
+
+
+def answer(analysis: dict) -> list[str]:
+    pooled = analysis["pooled"]
+    partial = pooled["partial"].get("auroc")
+    alone = pooled["slope_auroc"]
+    het = pooled["heterogeneity"]
+    lines = ["## Answer", ""]
+    lines.append(
+        f"- Within concepts, over every manipulated direction, the effect rises by "
+        f"{ci(alone)} nats/token per unit AUROC; with cos(direction, v*) held fixed the AUROC "
+        f"slope is {ci(partial)} — detection "
+        + (
+            "still adds to cos(direction, v*)."
+            if excludes_zero(partial) and partial["estimate"] > 0
+            else "adds nothing detectable once cos(direction, v*) is known."
+            if not excludes_zero(partial)
+            else "goes against steering once cos(direction, v*) is known."
+        )
+    )
+    if het.get("evaluable"):
+        verdict = (
+            "differs between manipulations"
+            if het["p_value"] < 0.05
+            else "shows no detectable difference between manipulations"
+        )
+        lines.append(
+            f"- The AUROC slope {verdict} (Wald χ²({het['df']}) = {het['wald']:.1f}, "
+            f"p = {het['p_value']:.3g}; slopes: "
+            + ", ".join(f"{m} {v:+.2f}" for m, v in het["slopes"].items())
+            + ")."
+        )
+    ranking = pooled["ranking"]
+    if ranking:
+        lines.append(
+            "- Predictors by within-concept |r| with the effect: "
+            + ", ".join(
+                f"{r['predictor']} {r['within_r']:+.2f} (first in {r['p_first']:.0%})"
+                for r in ranking
+            )
+            + "."
+        )
+    primary = analysis.get("primary")
+    if primary:
+        spec = primary["spec"]
+        lines.append(
+            f"- Primary analysis ({analysis.get('label')}): slope of {spec['outcome']} on "
+            f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
+            f"{ci(primary['slope'])} → **{primary['verdict']}**."
+        )
+    validation = analysis.get("validation") or {}
+    if validation.get("evaluable"):
+        lines.append(
+            f"- Likelihood outcome against generated texts (Δ, gated): r over cells "
+            f"{ci(validation['pooled_r'])}, within concepts {ci(validation['within']['observed'])} "
+            f"(disattenuated {ci(validation['within']['corrected'])})."
+        )
+    res = analysis.get("resources") or {}
+    if res:
+        lines.append(
+            f"- Wall time {res.get('wall_seconds', 0) / 60:.1f} min; peak memory "
+            f"{res.get('peak_rss_mib', 0):.0f} MiB"
+            + (f", GPU {res['peak_gpu_mib']:.0f} MiB" if "peak_gpu_mib" in res else "")
+            + "."
+        )
+    return lines
+
+
+def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> str:
+    lines = answer(analysis)
+    lines += [
+        "",
+        f"# Phase 6 identification {run_id} ({analysis.get('label')})",
+        "",
+        f"Outcome: {analysis['outcome']}; layer {analysis.get('layer')}, "
+        f"α {fmt(analysis.get('alpha'), '.0f')}, β per concept from v*'s held-out "
+        "selection. Intervals: 95%, concepts resampled.",
+        "Prompting baseline (likelihood, mean over concepts): "
+        f"{fmt(analysis['baseline']['mean'])}.",
+        "",
+        "| manipulation | AUROC tested | slope on AUROC | AUROC slope beside cos | cos slope "
+        "| share via cos | MixedLM | min AUROC 50% | min AUROC 100% |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in analysis["manipulations"].items():
+        med = r["mediation"]
+        share = f"{fmt(med['share_via_cos']['estimate'], '.2f')}" if med.get("evaluable") else "n/a"
+        mixed = r["mixed"]
+        term = "x_within" if m == "size" else "auroc"
+        mixed_text = (
+            ci(mixed["terms"].get(term)) + ("" if mixed.get("converged") else " (not converged)")
+            if mixed.get("evaluable") and term in mixed["terms"]
+            else "n/a"
+        )
+        levels = {f"{x['fraction']:g}": level_text(x) for x in r["minimum_effective"]}
+        aurocs = [row["auroc"] for row in r["curve"] if row.get("auroc") is not None]
+        tested = f"{min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
+        lines.append(
+            f"| {m} | {tested} | {ci(r['slope_auroc'])} | {ci(r['partial'].get('auroc'))} | "
+            f"{ci(r['partial'].get('cos_ref'))} | {share} | {mixed_text} | "
+            f"{levels.get('0.5', 'n/a')} | {levels.get('1', 'n/a')} |"
+        )
+    lines += ["", "## Predictors (pooled, within concepts)", ""]
+    lines += [
+        "| predictor | r | reliability | effect reliability | disattenuated r |",
+        "|---|---|---|---|---|",
+    ]
+    for p, d in analysis["pooled"]["predictors"].items():
+        lines.append(
+            f"| {p} | {ci(d['observed'])} | {ci(d['reliability_x'], '.2f')} | "
+            f"{ci(d['reliability_y'], '.2f')} | {ci(d['corrected'])} |"
+        )
+    between = analysis.get("between_concepts") or {}
+    if between.get("evaluable"):
+        lines += [
+            "",
+            f"Across concepts at v*: r(AUROC, effect) {ci(between['observed'])}, disattenuated "
+            f"{ci(between['corrected'])}.",
+        ]
+    phase6 = analysis.get("phase6")
+    if phase6:
+        lines += ["", f"## Phase 6 run {phase6['run']} re-analysed", ""]
+        lines += [
+            "| source | predictor | sign | x_within | x_between | log n "
+            "| within slope beside log n |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for f in phase6["fits"]:
+            terms = f["mixed"].get("terms", {}) if f["mixed"].get("evaluable") else {}
+            lines.append(
+                f"| {f['source']} | {f['predictor']} | {f['sign']} | {ci(terms.get('x_within'))} | "
+                f"{ci(terms.get('x_between'))} | {ci(terms.get('log_n'))} | "
+                f"{ci(f['within_slope_given_log_n'])} |"
+            )
+    lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items())]
+    return "\n".join(lines) + "\n"

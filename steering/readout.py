@@ -1,0 +1,183 @@
+"""Output-side scores of a steering direction: what it does to the next-token distribution.
+
+Two cheap predictors of steering that need no generation (published work finds
+output-side scores predict steering better than detection accuracy: Arad et al. 2025):
+
+* :func:`logit_lens_gain`: the logit lens of the steered residual. At fixed residual
+  positions h (neutral text at the steering layer), the final norm and the unembedding
+  read h + c·v and h; the score is the mean over the concept's tokens of
+  log p(token | h + c·v) − log p(token | h), per position. It skips the layers after
+  the steering layer, so it says what the direction *writes* toward the vocabulary.
+* :func:`next_token_kl`: the whole model, one step: the KL divergence of the steered
+  from the unsteered next-token distribution after each prompt, steering at every
+  position with coefficient c (how far the direction moves the output at all).
+
+Both run on the model's device and dtype, in chunks that bound the [rows, vocabulary]
+logits they hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+
+import numpy as np
+import torch
+from torch import nn
+
+from steering.activations import _StopForward, capture_layer, content_mask
+from steering.models import LoadedModel
+from steering.vector import steer_rows
+
+LOGITS_BUDGET = 1 << 26  # logits held at once (256 MiB in fp32)
+
+
+def final_norm(lm: LoadedModel) -> nn.Module:
+    """The norm between the last decoder layer and the output head (the text model's
+    ``norm`` beside its ``layers``, however the model nests them)."""
+    for module in lm.model.modules():
+        if getattr(module, "layers", None) is lm.layers and hasattr(module, "norm"):
+            return module.norm
+    raise ValueError(f"cannot find the final norm of {type(lm.model).__name__}")
+
+
+def _softcap(lm: LoadedModel) -> float | None:
+    config = lm.model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "final_logit_softcapping", None)
+
+
+def lens_logprobs(lm: LoadedModel, residuals: torch.Tensor) -> torch.Tensor:
+    """log p over the vocabulary read off residuals [..., hidden] by the final norm and
+    the unembedding (with the model's final logit soft-capping, if any), fp32."""
+    head = lm.model.get_output_embeddings()
+    normed = final_norm(lm)(residuals.to(device=lm.device, dtype=lm.dtype))
+    logits = (normed @ head.weight.T).float()
+    cap = _softcap(lm)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return torch.log_softmax(logits, dim=-1)
+
+
+def concept_token_ids(lm: LoadedModel, words: Sequence[str]) -> list[int]:
+    """The first token of each word as it starts a word in running text (" word", then
+    " Word"), deduplicated in that order, the unknown token left out: the tokens whose
+    log-probability the lens reads (a name whose first piece is unknown by its first
+    known one)."""
+    tok = lm.tokenizer
+    unknown = getattr(tok, "unk_token_id", None)
+    ids: list[int] = []
+    for word in words:
+        word = word.replace("_", " ").strip()
+        for form in dict.fromkeys((word, word[:1].upper() + word[1:])):  # ordered, unique
+            pieces = tok(" " + form, add_special_tokens=False)["input_ids"]
+            known = [p for p in pieces if p != unknown]
+            # a multi-word name whose first word is unknown (a word-level vocabulary)
+            # is read by its first known piece
+            if known and known[0] not in ids:
+                ids.append(int(known[0]))
+    if not ids:
+        raise ValueError(f"no tokens for {list(words)!r}")
+    return ids
+
+
+@torch.inference_mode()
+def logit_lens_gain(
+    lm: LoadedModel,
+    residuals: torch.Tensor,
+    directions: torch.Tensor,
+    coefficients: torch.Tensor,
+    token_ids: Sequence[Sequence[int]],
+    budget: int = LOGITS_BUDGET,
+) -> np.ndarray:
+    """Per direction and position: mean over its tokens of log p(h + c·v) − log p(h).
+
+    ``residuals`` [positions, hidden]; ``directions`` [n, hidden] (unit);
+    ``coefficients`` [n] (c = s·β·α); ``token_ids[i]`` the tokens of direction i's
+    concept. Returns [n, positions].
+    """
+    residuals = residuals.to(device=lm.device, dtype=torch.float32)
+    n, p = directions.shape[0], residuals.shape[0]
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    base = lens_logprobs(lm, residuals)  # [positions, vocab]
+    out = np.empty((n, p))
+    per_chunk = max(1, budget // (p * vocab))
+    dirs = directions.to(device=lm.device, dtype=torch.float32)
+    coefs = coefficients.to(device=lm.device, dtype=torch.float32)
+    for start in range(0, n, per_chunk):
+        stop = min(n, start + per_chunk)
+        steered = residuals[None] + coefs[start:stop, None, None] * dirs[start:stop, None, :]
+        logp = lens_logprobs(lm, steered)  # [chunk, positions, vocab]
+        for i in range(start, stop):
+            ids = torch.as_tensor(list(token_ids[i]), device=lm.device)
+            gain = logp[i - start][:, ids] - base[:, ids]
+            out[i] = gain.mean(dim=-1).double().cpu().numpy()
+    return out
+
+
+@torch.inference_mode()
+def last_token_residuals(lm: LoadedModel, texts: Sequence[str], layer: int) -> torch.Tensor:
+    """The residual at ``layer`` at each text's last token: [texts, hidden], fp32 (the
+    positions the logit lens reads)."""
+    enc = lm.tokenizer(list(texts), return_tensors="pt", padding=True).to(lm.device)
+    with capture_layer(lm, layer) as store, suppress(_StopForward):
+        lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    mask = content_mask(lm, enc["input_ids"], enc["attention_mask"])
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last = (mask * positions).argmax(dim=-1)
+    hidden = store["hidden"]
+    return hidden[torch.arange(len(texts), device=hidden.device), last].float().cpu()
+
+
+def _left_padded(lm: LoadedModel, prompts: Sequence[str]) -> tuple[torch.Tensor, ...]:
+    tok = lm.tokenizer
+    encoded = [tok(p)["input_ids"] for p in prompts]
+    width = max(len(e) for e in encoded)
+    ids = torch.full((len(encoded), width), tok.pad_token_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for r, e in enumerate(encoded):
+        ids[r, width - len(e) :] = torch.tensor(e)
+        attn[r, width - len(e) :] = 1
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids, attn, pos
+
+
+def _last_logprobs(lm: LoadedModel, ids, attn, pos) -> torch.Tensor:
+    out = lm.model(
+        input_ids=ids.to(lm.device),
+        attention_mask=attn.to(lm.device),
+        position_ids=pos.to(lm.device),
+        logits_to_keep=1,
+    ).logits[:, -1, :]
+    return torch.log_softmax(out.float(), dim=-1)
+
+
+@torch.inference_mode()
+def next_token_kl(
+    lm: LoadedModel,
+    prompts: Sequence[str],
+    layer: int,
+    directions: torch.Tensor,
+    coefficients: torch.Tensor,
+    batch_size: int = 64,
+    budget: int = LOGITS_BUDGET,
+) -> np.ndarray:
+    """Per direction and prompt: KL(p_steered ‖ p_unsteered) of the next token after the
+    prompt, steering h + c·v at every position of ``layer`` (additive). [n, prompts]."""
+    ids, attn, pos = _left_padded(lm, prompts)
+    base = _last_logprobs(lm, ids, attn, pos)  # [prompts, vocab]
+    n, k = directions.shape[0], len(prompts)
+    vocab = base.shape[-1]
+    rows = max(1, min(batch_size, budget // vocab))
+    pairs = [(d, q) for d in range(n) for q in range(k)]
+    out = np.empty(n * k)
+    for start in range(0, len(pairs), rows):
+        chunk = pairs[start : start + rows]
+        d_index = torch.tensor([d for d, _ in chunk])
+        q_index = torch.tensor([q for _, q in chunk])
+        with steer_rows(lm, layer, directions[d_index], coefficients[d_index], "additive"):
+            logp = _last_logprobs(lm, ids[q_index], attn[q_index], pos[q_index])
+        ref = base[q_index.to(base.device)]
+        kl = (logp.exp() * (logp - ref)).sum(dim=-1)
+        out[start : start + len(chunk)] = kl.double().cpu().numpy()
+    return out.reshape(n, k)

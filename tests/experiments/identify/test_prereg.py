@@ -1,0 +1,98 @@
+"""The development / held-out split, the pre-registration and the held-out ledger."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from experiments.concepts import load_concepts
+from experiments.identify.prereg import (
+    PreregistrationError,
+    check_heldout,
+    load_preregistration,
+    parse_primary,
+    record_heldout,
+    split_concepts,
+)
+
+PRIMARY = """# Pre-registration
+```yaml
+primary:
+  predictor: auroc
+  outcome: likelihood
+  strength: 1.0
+  control: cos_ref
+  hypothesis: positive
+  rule: interval excludes 0
+```
+"""
+
+
+def test_the_split_is_deterministic_disjoint_and_complete():
+    synsets = [c.synset for c in load_concepts("data/concepts/wordnet_top50.json").concepts]
+    dev, held = split_concepts(synsets, 0.5, 0)
+    assert set(dev) | set(held) == set(synsets) and not set(dev) & set(held)
+    assert len(held) == 25 and len(dev) == 25
+    assert split_concepts(synsets, 0.5, 0) == (dev, held)
+    assert set(split_concepts(synsets, 0.5, 1)[1]) != set(held)
+    # independent of the file's order
+    assert set(split_concepts(sorted(synsets), 0.5, 0)[1]) == set(held)
+
+
+def test_the_primary_analysis_is_parsed_and_checked():
+    assert parse_primary(PRIMARY)["predictor"] == "auroc"
+    with pytest.raises(PreregistrationError, match="lacks"):
+        parse_primary(PRIMARY.replace("  rule: interval excludes 0\n", ""))
+    with pytest.raises(PreregistrationError, match="not one of"):
+        parse_primary(PRIMARY.replace("predictor: auroc", "predictor: vibes"))
+    with pytest.raises(PreregistrationError, match="no ```yaml"):
+        parse_primary("# nothing here\n")
+
+
+def git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture
+def committed(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@t")
+    git(repo, "config", "user.name", "t")
+    path = repo / "prereg.md"
+    path.write_text(PRIMARY)
+    git(repo, "add", "prereg.md")
+    git(repo, "commit", "-q", "-m", "prereg")
+    return path
+
+
+def test_an_uncommitted_preregistration_cannot_open_the_heldout_set(
+    committed, tmp_path, mlflow_store
+):
+    committed.write_text(PRIMARY + "\nedited after the commit\n")
+    prereg = load_preregistration(committed)
+    assert prereg.commit is None
+    with pytest.raises(PreregistrationError, match="not committed"):
+        check_heldout(prereg, "phase6-identify-test", tmp_path / "res", force=False)
+
+
+def test_the_heldout_set_is_scored_once_per_preregistration(committed, tmp_path, mlflow_store):
+    prereg = load_preregistration(committed)
+    assert prereg.commit and len(prereg.sha256) == 64
+    results = tmp_path / "res"
+    assert check_heldout(prereg, "phase6-identify-test", results, force=False) == []
+    record_heldout(results, {"run_id": "r1", "prereg_sha256": prereg.sha256, "forced": False})
+    with pytest.raises(PreregistrationError, match="already scored"):
+        check_heldout(prereg, "phase6-identify-test", results, force=False)
+    earlier = check_heldout(prereg, "phase6-identify-test", results, force=True)
+    assert [e["run_id"] for e in earlier] == ["r1"]
+
+
+def test_the_committed_preregistration_names_one_primary_analysis():
+    from experiments.config import load_config
+
+    path = load_config("configs/identify.yaml").identify.preregistration
+    primary = load_preregistration(path).primary
+    assert primary["predictor"] == "auroc" and primary["hypothesis"] in ("positive", "negative")

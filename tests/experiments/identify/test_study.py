@@ -1,0 +1,180 @@
+"""``steer-eval identify`` end to end on the tiny random Gemma (the ``--quick`` shape):
+the run folder, MLflow parent and children, resume, and the held-out protocol."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from experiments import tracking
+from experiments.config import load_config
+from experiments.identify import QUICK_OVERRIDES
+from experiments.identify.prereg import PreregistrationError
+from experiments.identify.study import run_identify
+from experiments.rundir import RunDir, read_jsonl
+
+PRIMARY = """# Pre-registration (test)
+```yaml
+primary:
+  predictor: auroc
+  outcome: likelihood
+  strength: 1.0
+  control: cos_ref
+  hypothesis: positive
+  rule: the 95% concept-bootstrap interval excludes 0
+```
+"""
+
+
+@pytest.fixture(scope="module")
+def prereg(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("prereg")
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    path = repo / "prereg.md"
+    path.write_text(PRIMARY)
+    subprocess.run(["git", "add", "prereg.md"], cwd=repo, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-q", "-m", "p"], cwd=repo, check=True, capture_output=True)
+    return path
+
+
+def config_for(tmp, prereg, *extra):
+    return load_config(
+        "configs/identify.yaml",
+        [
+            *QUICK_OVERRIDES,
+            "layer=2",
+            "identify.limit=3",
+            "generation.max_new_tokens=4",
+            "criteria.n_boot=100",
+            f"identify.preregistration={prereg}",
+            f"identify.results_dir={tmp / 'res'}",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, mlflow_store, tiny_lm, embedder, prereg):
+    import torch
+
+    tmp = tmp_path_factory.mktemp("identify")
+    config = config_for(tmp, prereg)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return config, tmp, run_identify(config, lm=tiny_lm, embedder=embedder)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_every_concept_gets_every_direction_scored_and_measured(study):
+    _, _, result = study
+    frame = result.directions
+    assert frame["concept"].nunique() == 3
+    per_concept = frame.groupby("concept")["direction"].nunique()
+    assert (per_concept == per_concept.iloc[0]).all() and per_concept.iloc[0] >= 10
+    assert (
+        frame[["auroc", "ap", "f1_calibrated", "cos_ref", "lens", "kl", "effect"]]
+        .notna()
+        .all()
+        .all()
+    )
+    assert frame["auroc"].between(0, 1).all()
+    ref = frame[frame["direction"] == "reference"]
+    assert (ref["cos_ref"].round(9) == 1).all()
+    rot = frame[frame["direction"] == "rotation:pc:45"]
+    assert rot["cos_ref"].round(9).eq(round(2**-0.5, 9)).all()
+    assert set(frame["manipulation"]) >= {
+        "rotation:isotropic",
+        "rotation:pc",
+        "rotation:other",
+        "noise",
+        "logistic",
+        "shrinkage",
+        "size",
+    }
+
+
+def test_the_development_run_uses_development_concepts_only(study):
+    config, _, result = study
+    split = RunDir(config.identify.results_dir, result.run_id)
+    import json
+
+    data = json.loads(split.file(RunDir.CONCEPT_SPLIT).read_text())
+    assert set(data["concepts"]) <= set(data["development"])
+    assert not set(data["concepts"]) & set(data["heldout"])
+    assert result.analysis["label"].startswith("exploratory")
+
+
+def test_the_analysis_covers_every_manipulation_and_the_primary(study):
+    _, _, result = study
+    analysis = result.analysis
+    assert set(analysis["manipulations"]) == set(result.directions["manipulation"]) - {
+        "reference",
+        "null",
+    }
+    for r in analysis["manipulations"].values():
+        assert "slope_auroc" in r and "partial" in r and r["curve"]
+        assert {m["fraction"] for m in r["minimum_effective"]} == {0.5, 1.0}
+    assert analysis["primary"]["verdict"] in (
+        "supported",
+        "contradicted",
+        "inconclusive",
+        "not_evaluable",
+    )
+    assert analysis["preregistration"]["commit"]
+    assert analysis["resources"]["wall_seconds"] > 0 and analysis["resources"]["peak_rss_mib"] > 0
+
+
+def test_the_parent_and_one_child_per_manipulation_are_in_mlflow(study):
+    config, _, result = study
+    run = tracking.get_run(result.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["phase"] == "6-identify"
+    assert run.data.tags["mlflow.note.content"].startswith("## Answer")
+    assert any(k.startswith("rotation_isotropic/slope_auroc") for k in run.data.metrics)
+    children = tracking.child_runs(result.run_id, config.identify.experiment)
+    assert {c.data.tags["identify.manipulation"] for c in children} == set(
+        result.analysis["manipulations"]
+    )
+    artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
+    assert {"analysis.json", "summary.md", "directions.csv", "plots"} <= artifacts
+    child_artifacts = {a.path for a in tracking.client().list_artifacts(children[0].info.run_id)}
+    assert {"curve.json", "cells.json"} <= child_artifacts
+
+
+def test_a_resume_does_not_score_again(study, tiny_lm, embedder):
+    import torch
+
+    config, _, result = study
+    run_dir = RunDir(config.identify.results_dir, result.run_id)
+    lines = len(read_jsonl(run_dir.file(RunDir.LIKELIHOOD)))
+    generations = len(run_dir.read_generations())
+    torch.set_num_threads(1)
+    again = run_identify(config, lm=tiny_lm, embedder=embedder, resume=result.run_id)
+    assert again.run_id == result.run_id
+    assert len(read_jsonl(run_dir.file(RunDir.LIKELIHOOD))) == lines
+    assert len(run_dir.read_generations()) == generations
+    assert again.analysis["pooled"]["slope_auroc"] == result.analysis["pooled"]["slope_auroc"]
+    children = tracking.child_runs(result.run_id, config.identify.experiment)
+    assert len(children) == len(result.analysis["manipulations"])
+
+
+def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, prereg, tmp_path):
+    import torch
+
+    torch.set_num_threads(1)
+    config = config_for(tmp_path, prereg, "identify.concept_set=heldout", "identify.limit=3")
+    first = run_identify(config, lm=tiny_lm, embedder=embedder)
+    assert first.analysis["label"].startswith("confirmatory")
+    held = set(first.directions["concept"])
+    _, _, dev = study
+    assert not held & set(dev.directions["concept"])
+    with pytest.raises(PreregistrationError, match="already scored"):
+        run_identify(config, lm=tiny_lm, embedder=embedder)
+    forced = run_identify(config, lm=tiny_lm, embedder=embedder, force=True)
+    assert "not confirmatory" in forced.analysis["label"]
+    assert tracking.get_run(forced.run_id).data.tags["identify.forced"] == "true"
+    ledger = read_jsonl(tmp_path / "res" / "heldout_ledger.jsonl")
+    assert [e["forced"] for e in ledger] == [False, True]
