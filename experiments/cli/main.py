@@ -318,11 +318,13 @@ def run(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("generations", total=None)
+        # shown from the first batch: an error before it (a bad model, a missing store)
+        # is then not printed under an empty bar
+        task = progress.add_task("generations", total=None, visible=False)
         tokens = progress.add_task("tokens (current batch)", total=None, visible=False)
 
         def on_batch(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            progress.update(task, completed=done, total=total, visible=True)
 
         def on_step(step: int, steps: int) -> None:
             progress.update(tokens, completed=step + 1, total=steps, visible=True)
