@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.status import Status
 from rich.table import Table
 
 from experiments.cli.common import (
@@ -23,6 +25,14 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
+
+
+def _say(status: Status, message: str, start: float) -> None:
+    """A stage as a line (it stays in a log: a spinner alone prints nothing there) and on
+    the spinner."""
+    minutes, seconds = divmod(int(time.monotonic() - start), 60)
+    console.print(f"[dim]{minutes:3d}:{seconds:02d} {message}", highlight=False)
+    status.update(f"[dim]{message}")
 
 
 def register(app: typer.Typer) -> None:
@@ -76,12 +86,13 @@ def identify(
     if resume is not None:
         resume = resolve_run(resume, cfg.identify.experiment, PHASE, finished=False)
     try:
+        start = time.monotonic()
         with console.status("Phase 6 identification") as status:
             result = run_identify(
                 cfg,
                 resume=resume,
                 force=force,
-                progress=lambda msg: status.update(f"[dim]{msg}"),
+                progress=lambda msg: _say(status, msg, start),
             )
     except PreregistrationError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
