@@ -63,6 +63,15 @@ def test_the_4b_builds_on_meta_with_its_parameter_count(gemma_4b_meta):
     assert len(lm.tokenizer) <= head.shape[0]  # the embedded tokenizer fits the 4B's vocabulary
 
 
+def test_the_4b_config_file_loads_the_4b_with_its_defaults(gemma_4b_meta):
+    config = load_config("configs/gemma-3-4b.yaml")
+    assert config.model == "google/gemma-3-4b-pt"
+    assert config.layer == gemma_4b_meta.default_layer  # the middle of its 34 layers
+    assert (config.dtype, config.device, config.generation.batch_size) == ("auto", "auto", "auto")
+    assert config.likelihood.enabled and config.selection.mode == "heldout"
+    assert config.concepts.file.endswith("wordnet_top50.json") and config.concepts.limit == 50
+
+
 def test_config_names_resolve_to_the_shipped_file(tmp_path):
     assert "gemma-3-4b-pt" in shipped_configs()
     shipped = MODEL_CONFIGS / "gemma-3-4b-pt.json"
