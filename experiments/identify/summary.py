@@ -125,6 +125,8 @@ def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> 
     for m, r in analysis["manipulations"].items():
         med = r["mediation"]
         share = f"{fmt(med['share_via_cos']['estimate'], '.2f')}" if med.get("evaluable") else "n/a"
+        if med.get("evaluable") and not excludes_zero(r["slope_auroc"]):
+            share = "n/a (no total slope)"  # a share of a slope indistinguishable from 0
         mixed = r["mixed"]
         term = "x_within" if m == "size" else "auroc"
         mixed_text = (
@@ -134,7 +136,10 @@ def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> 
         )
         levels = {f"{x['fraction']:g}": level_text(x) for x in r["minimum_effective"]}
         aurocs = [row["auroc"] for row in r["curve"] if row.get("auroc") is not None]
-        tested = f"{min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
+        tested = f"levels {min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
+        cells = next((x["tested"] for x in r["minimum_effective"] if x.get("tested")), None)
+        if cells:  # the minimum effective levels are read on the cells' range, not the levels'
+            tested = f"cells {cells[0]:.2f}–{cells[1]:.2f}; {tested}"
         lines.append(
             f"| {m} | {tested} | {ci(r['slope_auroc'])} | {ci(r['partial'].get('auroc'))} | "
             f"{ci(r['partial'].get('cos_ref'))} | {share} | {mixed_text} | "
