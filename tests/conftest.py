@@ -6,6 +6,7 @@ to anything but loopback.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
@@ -183,16 +184,31 @@ def build_tiny_multimodal(seed: int = 0):
     return Gemma3ForConditionalGeneration(tiny_multimodal_config()).eval()
 
 
-@pytest.fixture
-def one_thread():
-    """The tiny model's matmuls are too small to gain from threads, and on a busy shared
-    2-core machine two spinning OpenMP threads make them up to ~50x slower."""
+@contextlib.contextmanager
+def _single_threaded():
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def single_threaded():
+    """``with single_threaded(): ...``: torch on one thread for the block, for fixtures of
+    any scope. The tiny model's matmuls are too small to gain from threads, and on a busy
+    shared 2-core machine two spinning OpenMP threads make them up to ~50x slower."""
+    return _single_threaded
+
+
+@pytest.fixture
+def one_thread(single_threaded):
+    """The test itself on one torch thread (see ``single_threaded``)."""
+    with single_threaded():
+        yield
 
 
 @pytest.fixture(scope="session")

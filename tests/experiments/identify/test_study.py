@@ -56,17 +56,11 @@ def config_for(tmp, prereg, *extra):
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory, mlflow_store, tiny_lm, embedder, prereg):
-    import torch
-
+def study(tmp_path_factory, mlflow_store, tiny_lm, embedder, prereg, single_threaded):
     tmp = tmp_path_factory.mktemp("identify")
     config = config_for(tmp, prereg)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_threaded():
         return config, tmp, run_identify(config, lm=tiny_lm, embedder=embedder)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_every_concept_gets_every_direction_scored_and_measured(study):

@@ -165,10 +165,8 @@ def test_criteria_v2_pass_fail_and_inconclusive_follow_the_intervals():
 
 
 @pytest.fixture(scope="module")
-def null_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
+def null_run(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded):
     """The tiny model with three random arms per concept and 4 prompts × 2 samples."""
-    import torch
-
     from experiments.pipeline.run import run_phase5
 
     tmp = tmp_path_factory.mktemp("null")
@@ -188,12 +186,8 @@ def null_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
             f"tracking.results_dir={tmp / 'res'}",
         ],
     )
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_threaded():
         return config, run_phase5(config, lm=tiny_lm, embedder=embedder)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_a_random_direction_above_the_null_is_centred_on_zero(null_run):

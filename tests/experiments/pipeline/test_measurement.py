@@ -71,9 +71,7 @@ def test_the_vectorised_auroc_is_sklearn_s(scores, seed):
 
 
 @pytest.fixture(scope="module")
-def measured_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
-    import torch
-
+def measured_run(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded):
     tmp = tmp_path_factory.mktemp("measurement")
     config = load_config(
         "configs/phase5.yaml",
@@ -95,12 +93,8 @@ def measured_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
             f"tracking.results_dir={tmp / 'res'}",
         ],
     )
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_threaded():
         return config, run_phase5(config, lm=tiny_lm, embedder=embedder)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_the_run_measures_every_direction_family_and_its_reliability(measured_run):

@@ -28,9 +28,7 @@ def example_words() -> set[str]:
 
 
 @pytest.fixture
-def own_run(tmp_path, mlflow_store, tiny_lm_knowing, embedder):
-    import torch
-
+def own_run(tmp_path, mlflow_store, tiny_lm_knowing, embedder, single_threaded):
     tmp = tmp_path
     config = load_config(
         "configs/phase5.yaml",
@@ -45,12 +43,8 @@ def own_run(tmp_path, mlflow_store, tiny_lm_knowing, embedder):
             f"tracking.results_dir={tmp / 'res'}",
         ],
     )
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_threaded():
         return config, run_phase5(config, lm=tiny_lm_knowing(example_words()), embedder=embedder)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_a_run_on_own_concepts_trains_their_probes_and_scores_their_texts(own_run):

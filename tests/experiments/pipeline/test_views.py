@@ -18,9 +18,7 @@ from experiments.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
-    import torch
-
+def tiny_run(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded):
     tmp = tmp_path_factory.mktemp("views")
     config = load_config(
         "configs/phase5.yaml",
@@ -35,12 +33,8 @@ def tiny_run(tmp_path_factory, mlflow_store, tiny_lm, embedder):
             f"tracking.results_dir={tmp / 'res'}",
         ],
     )
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_threaded():
         return config, run_phase5(config, lm=tiny_lm, embedder=embedder)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_answer_md_is_the_answer_of_the_record(tiny_run):
