@@ -13,6 +13,12 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Seed everything, property tests included: the same examples on every machine and every
+# run, so a failure in CI reproduces here (a test may still ask for more examples).
+settings.register_profile("seeded", derandomize=True, database=None, deadline=None)
+settings.load_profile("seeded")
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
