@@ -414,8 +414,10 @@ def _print_result(result, as_json: bool = False) -> None:
         table.add_row(f"{s:+g}", *(fmt(v.get(a.name)) for a in shown))
     out.print(table)
     print_answer(answer_of(result.record))
+    from experiments.pipeline.report import generation_speed
+
     console.print(
-        f"{result.tokens_per_second:.1f} generated tokens/s; results in "
+        f"{generation_speed(result.tokens_per_second)}; results in "
         f"{result.results_dir} (answer.md); MLflow parent run [bold]{result.run_id}[/]"
     )
     from steering.memory import peak_gib

@@ -71,6 +71,14 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     return lines
 
 
+def generation_speed(tps: float) -> str:
+    """The session's generation speed, or why there is none: a resumed run whose rows
+    were all generated before has no speed to report (not 0 tokens/s)."""
+    if tps > 0:
+        return f"generation: {tps:.1f} tokens/s"
+    return "generation: no rows generated in this session (all were already in the run folder)"
+
+
 def summary_markdown(
     run_id: str, ctx: RunContext, agg: dict, criteria: dict, tps: float, seconds: float
 ) -> str:
@@ -84,7 +92,7 @@ def summary_markdown(
         f"- {len(ctx.graph.concepts)} concepts × {len(ctx.config.generation.prompts)} prompts × "
         f"{len(ctx.config.steering.strengths)} strengths, "
         f"{ctx.config.generation.max_new_tokens} new tokens, seed {ctx.config.seed}",
-        f"- generation: {tps:.1f} tokens/s; wall time {seconds:.1f} s",
+        f"- {generation_speed(tps)}; wall time {seconds:.1f} s",
         "",
         "",
         "## The seed's measures (mean |Δs−Δ0| magnitude and criteria, as designed)",
