@@ -171,6 +171,33 @@ def measurement_markdown(stats: dict) -> list[str]:
         ]
         for name, d in corrected.items():
             lines.append(f"| {name} | {_ci(d['observed'])} | {_ci(d['corrected'])} |")
+        lines += [
+            "",
+            "Disattenuated r = r / √(rel_x · rel_y); each bootstrap replicate recomputes both "
+            "reliabilities. A value or bound above 1 is the reliabilities' sampling error, left "
+            "unclipped so that the interval stays honest.",
+        ]
+    by_direction = stats.get("likelihood_vs_effect_by_direction", {})
+    if by_direction.get("evaluable") is False:  # no per-arm generation effects at all
+        lines += ["", f"Likelihood against generation across directions: {by_direction['reason']}."]
+    elif by_direction:
+        shown = []
+        for sign, d in by_direction.items():
+            if d.get("evaluable"):
+                shown.append(
+                    f"s {'>' if sign == 'pos' else '<'} 0: r = {_num(d['r'])} "
+                    f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}] over {d['n_directions']} "
+                    f"directions in {d['n_clusters']} concepts"
+                )
+            else:
+                shown.append(f"{sign}: not evaluable ({d.get('reason')})")
+        lines += [
+            "",
+            "Likelihood outcome against the generation effect across directions (each "
+            "concept's own and its random directions; bootstrap over concepts): "
+            + "; ".join(shown)
+            + ".",
+        ]
     families = stats.get("likelihood", [])
     if families:
         lines += [
