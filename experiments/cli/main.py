@@ -253,7 +253,11 @@ def run(
     ] = None,
     results_dir: Annotated[
         Path | None,
-        typer.Option(help="with --resume: the results folder, if the run's own tag is stale"),
+        typer.Option(
+            help="the results folder: a new run writes its folder there (as --set "
+            "tracking.results_dir); with --resume, where to find the run's folder if its own "
+            "tag is stale"
+        ),
     ] = None,
     executor: Annotated[
         Executor | None,
@@ -296,6 +300,8 @@ def run(
     execution = {k: v for k, v in choices if v is not None}
     if ray_address:
         os.environ["RAY_ADDRESS"] = ray_address
+    if results_dir is not None and not resume:  # a new run: where its folder goes
+        overrides = [*overrides, f"tracking.results_dir={results_dir}"]
     cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
     if dry_run:
         if cfg is None:

@@ -14,7 +14,14 @@ def print_plan(cfg, as_json: bool) -> None:
 
     plan = plan_run(cfg, load_graph(cfg))
     if as_json:
-        print_json({"dry_run": True, "config_hash": cfg.config_hash(), **plan.to_dict()})
+        print_json(
+            {
+                "dry_run": True,
+                "config_hash": cfg.config_hash(),
+                "results_dir": str(cfg.tracking.results_dir),
+                **plan.to_dict(),
+            }
+        )
         return
     table = Table("split: rows", "rows", title=f"plan: {plan.n_concepts} concepts, {cfg.model}")
     for what, n in plan.rows.items():
@@ -23,7 +30,8 @@ def print_plan(cfg, as_json: bool) -> None:
     out.print(table)
     out.print(
         f"at most {plan.max_tokens:,} new tokens ({plan.n_rows} rows × "
-        f"{plan.max_new_tokens}); nothing was loaded or generated",
+        f"{plan.max_new_tokens}) into {cfg.tracking.results_dir}/<run id>; nothing was loaded "
+        "or generated",
         highlight=False,
     )
     if plan.speed is not None and plan.seconds is not None:

@@ -112,6 +112,16 @@ def test_dry_run_prints_the_plan_and_a_time_from_the_last_run_here(mlflow_store)
     assert len(tracking.client().search_runs([exp.experiment_id])) == 1
 
 
+def test_results_dir_places_a_new_run_and_the_plan_says_where(mlflow_store, tmp_path):
+    folder = tmp_path / "elsewhere"
+    args = ["run", "--dry-run", "--concepts", "2", "--results-dir", str(folder)]
+    out = runner.invoke(app, [*args, "--json"])
+    assert out.exit_code == 0, out.stderr
+    assert json.loads(out.stdout)["results_dir"] == str(folder)
+    text = runner.invoke(app, args)
+    assert f"into{folder}/<runid>" in "".join(text.stdout.split())  # however Rich wraps it
+
+
 def test_dry_run_without_a_store_says_why_there_is_no_estimate(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'none.db'}")
     out = runner.invoke(app, ["run", "--dry-run", "--concepts", "2"])
