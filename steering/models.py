@@ -204,6 +204,27 @@ def looks_like_path(spec: str) -> bool:
     )
 
 
+def check_model_spec(spec: str) -> None:
+    """Raise :class:`ModelSpecError` for a spec that names a local file or folder that is
+    not there (or a file where a folder belongs), before anything is loaded: a dry run
+    checks it too. Hub ids and ``embedded`` pass (the loader or the asset check names
+    those)."""
+    if spec == EMBEDDED:
+        return
+    if spec.endswith(".gguf"):
+        if not Path(spec).is_file():
+            raise ModelSpecError(f"GGUF file {spec!r} does not exist")
+        return
+    path = Path(spec).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ModelSpecError(f"{spec!r} is a file; pass a model directory, an id or a .gguf")
+    if not path.exists() and looks_like_path(spec):
+        raise ModelSpecError(
+            f"model directory {spec!r} does not exist ({path.resolve()}); pass an "
+            "existing directory, a .gguf file, a Hugging Face id (org/name) or 'embedded'"
+        )
+
+
 def load_model(
     spec: str = EMBEDDED,
     device: str | None = None,
@@ -231,21 +252,14 @@ def load_model(
             raise
         source, model_id, load_kwargs = str(path), "embedded:gemma-3-270m", {}
     elif spec.endswith(".gguf"):
+        check_model_spec(spec)
         gguf = Path(spec)
-        if not gguf.is_file():
-            raise ModelSpecError(f"GGUF file {spec!r} does not exist")
         source, model_id = str(gguf.parent), f"gguf:{gguf.name}"
         load_kwargs = {"gguf_file": gguf.name}
     else:
+        check_model_spec(spec)
         source, model_id, load_kwargs = spec, spec, {}
         path = Path(spec).expanduser()
-        if path.exists() and not path.is_dir():
-            raise ModelSpecError(f"{spec!r} is a file; pass a model directory, an id or a .gguf")
-        if not path.exists() and looks_like_path(spec):
-            raise ModelSpecError(
-                f"model directory {spec!r} does not exist ({path.resolve()}); pass an "
-                "existing directory, a .gguf file, a Hugging Face id (org/name) or 'embedded'"
-            )
         if path.is_dir():
             source = str(path)
     try:

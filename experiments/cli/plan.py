@@ -11,7 +11,9 @@ def print_plan(cfg, as_json: bool) -> None:
     """``run --dry-run``: what the run would generate and about how long it would take."""
     from experiments.pipeline.estimate import plan_run
     from experiments.pipeline.lifecycle import load_graph
+    from steering.models import check_model_spec
 
+    check_model_spec(cfg.model)  # a plan for a model folder that is not there helps nobody
     plan = plan_run(cfg, load_graph(cfg))
     if as_json:
         print_json(

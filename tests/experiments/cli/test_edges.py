@@ -122,6 +122,16 @@ def test_results_dir_places_a_new_run_and_the_plan_says_where(mlflow_store, tmp_
     assert f"into{folder}/<runid>" in "".join(text.stdout.split())  # however Rich wraps it
 
 
+def test_dry_run_names_a_missing_model_directory_instead_of_planning_for_it(tmp_path):
+    missing = tmp_path / "no" / "model"
+    out = runner.invoke(app, ["run", "--dry-run", "--concepts", "2", "--model", str(missing)])
+    assert out.exit_code != 0
+    said = "".join((out.stdout + out.stderr).split())
+    assert "does not exist" in " ".join((out.stdout + out.stderr).split())
+    assert str(missing) in said
+    assert "rows" not in out.stdout  # no plan was printed
+
+
 def test_dry_run_without_a_store_says_why_there_is_no_estimate(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'none.db'}")
     out = runner.invoke(app, ["run", "--dry-run", "--concepts", "2"])
