@@ -70,6 +70,12 @@ def test_the_4b_config_file_loads_the_4b_with_its_defaults(gemma_4b_meta):
     assert (config.dtype, config.device, config.generation.batch_size) == ("auto", "auto", "auto")
     assert config.likelihood.enabled and config.selection.mode == "heldout"
     assert config.concepts.file.endswith("wordnet_top50.json") and config.concepts.limit == 50
+    study = load_config("configs/study.yaml")  # the study's design, the 4B's defaults
+    for section in ("selection", "controls", "likelihood", "gate"):
+        assert getattr(config, section) == getattr(study, section), section
+    g, gs = config.generation, study.generation
+    assert (g.prompts, g.suppression_prompts) == (gs.prompts, gs.suppression_prompts)
+    assert g.samples_per_prompt == gs.samples_per_prompt
 
 
 def test_config_names_resolve_to_the_shipped_file(tmp_path):
