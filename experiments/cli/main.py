@@ -252,12 +252,7 @@ def run(
         str | None, typer.Option(help="finish an interrupted run by its id, or latest")
     ] = None,
     results_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="the results folder: a new run writes its folder there (as --set "
-            "tracking.results_dir); with --resume, where to find the run's folder if its own "
-            "tag is stale"
-        ),
+        Path | None, typer.Option(help="where a new run's folder goes; with --resume, where it is")
     ] = None,
     executor: Annotated[
         Executor | None,
