@@ -244,6 +244,7 @@ def load_model(
         return load_dummy(spec, dev, torch_dtype)
     if load_format != "auto":
         raise ModelSpecError(f"unknown load format {load_format!r}; use one of {LOAD_FORMATS}")
+    check_model_spec(spec)
     kwargs: dict = {"dtype": torch_dtype}
     if spec == EMBEDDED:
         try:
@@ -252,12 +253,10 @@ def load_model(
             raise
         source, model_id, load_kwargs = str(path), "embedded:gemma-3-270m", {}
     elif spec.endswith(".gguf"):
-        check_model_spec(spec)
         gguf = Path(spec)
         source, model_id = str(gguf.parent), f"gguf:{gguf.name}"
         load_kwargs = {"gguf_file": gguf.name}
     else:
-        check_model_spec(spec)
         source, model_id, load_kwargs = spec, spec, {}
         path = Path(spec).expanduser()
         if path.is_dir():

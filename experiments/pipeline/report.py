@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from experiments.pipeline.answer import answer_markdown, answer_of
+from experiments.pipeline.answer import SIGN_LABELS, answer_markdown, answer_of
 from experiments.pipeline.effect import SIGNS
 from experiments.pipeline.figures import plots, reviewer_figures, specificity_figure
 from experiments.record import RunRecord
@@ -185,12 +185,12 @@ def measurement_markdown(stats: dict) -> list[str]:
         for sign, d in by_direction.items():
             if d.get("evaluable"):
                 shown.append(
-                    f"s {'>' if sign == 'pos' else '<'} 0: r = {_num(d['r'])} "
+                    f"{SIGN_LABELS[sign]}: r = {_num(d['r'])} "
                     f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}] over {d['n_directions']} "
                     f"directions in {d['n_clusters']} concepts"
                 )
             else:
-                shown.append(f"{sign}: not evaluable ({d.get('reason')})")
+                shown.append(f"{SIGN_LABELS[sign]}: not evaluable ({d.get('reason')})")
         lines += [
             "",
             "Likelihood outcome against the generation effect across directions (each "

@@ -33,7 +33,7 @@ def test_the_summary_shows_the_likelihood_against_generation_across_directions()
     }
     text = "\n".join(measurement_markdown(stats))
     assert "s > 0: r = +0.290 [+0.100, +0.460] over 100 directions in 50 concepts" in text
-    assert "neg: not evaluable (3 directions)" in text
+    assert "s < 0: not evaluable (3 directions)" in text
     nothing = "\n".join(
         measurement_markdown(
             {"likelihood_vs_effect_by_direction": {"evaluable": False, "reason": "no arms"}}
