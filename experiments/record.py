@@ -149,3 +149,206 @@ def predictor_values(
         if value is not None:
             out[concept] = float(value)
     return out
+
+
+def plain(value: object) -> object:
+    """A stage output as JSON's own types (numpy scalars and arrays, tuples), so a record
+    built from it serialises and compares like the one read back."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.tolist()]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating | float):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+class _Record(BaseModel):
+    """A phase's record: ``format`` and ``version`` first; every field documented."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    experiment: str = Field(description="the MLflow experiment of the parent run")
+    config: ExperimentConfig
+    model_id: str
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
+
+    @classmethod
+    def parse(cls, text: str, source: str = "record"):
+        """Read a record of this format and version, or fail naming what was found."""
+        import json
+
+        fmt = cls.model_fields["format"].default
+        version = cls.model_fields["version"].default
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RecordError(f"{source} is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict) or data.get("format") != fmt:
+            raise RecordError(f"{source} is not a {fmt} record (a run from an older release?)")
+        if data.get("version") != version:
+            raise RecordError(
+                f"{source} is {fmt} version {data.get('version')}; this release reads {version}"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise RecordError(f"{source} does not match the {fmt} schema: {exc}") from exc
+
+
+class Estimate(BaseModel):
+    """A point estimate with its interval (``metrics.intervals.Interval`` as stored)."""
+
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    n: int = 0  # units the interval rests on
+    n_clusters: int = 0  # clusters resampled (concepts)
+    method: str = ""
+    reason: str = ""  # why there is no estimate
+
+
+class MixedSlope(BaseModel):
+    """effect ~ predictor + (1 | concept) (statsmodels MixedLM): the predictor's slope."""
+
+    evaluable: bool
+    slope: float | None = None
+    low: float | None = None  # 95% Wald interval
+    high: float | None = None
+    p_value: float | None = None
+    n: int = 0  # rows (probe set × concept)
+    n_concepts: int | None = None
+    reason: str | None = None  # why not evaluable
+
+
+class CurveLevel(BaseModel):
+    """One training size of the curve: the predictor's level and the effect, each with a
+    concept-bootstrap interval, and whether the size is effective."""
+
+    size: str
+    n_train: int
+    level: float | None
+    level_low: float | None
+    level_high: float | None
+    effect: float | None
+    effect_low: float | None
+    effect_high: float | None
+    verdict: str  # pass: the effect's interval above the study's threshold
+
+
+class MinimumEffective(BaseModel):
+    """The lowest predictor level among effective sizes (``reached``), or ``not_reached``."""
+
+    status: Literal["reached", "not_reached"]
+    level: float | None = None
+    low: float | None = None
+    high: float | None = None
+    size: str | None = None
+    levels_tested: int | None = None
+
+
+class CurveFit(BaseModel):
+    """One (sign, layer, direction source, predictor) of the calibration curve."""
+
+    sign: Literal["both", "pos", "neg"]  # both: the effect averaged over s = ±1
+    layer: int
+    source: str
+    predictor: str
+    mixed_model: MixedSlope
+    levels: list[CurveLevel]
+    minimum_effective: MinimumEffective
+
+
+class CalibrationRecord(_Record):
+    """What a Phase 6 calibration study measured (``analysis.json`` of its folder)."""
+
+    format: Literal["steer-eval/phase6-calibration"] = "steer-eval/phase6-calibration"
+    version: int = 1
+    layers: list[int] = Field(description="the decoder layers probed and steered")
+    threshold: float = Field(description="a size is effective when its effect's interval is above")
+    main_predictor: str | None = Field(
+        description="the first configured predictor that was measured: the answer's"
+    )
+    predictors: dict[str, dict[str, dict[str, float | None]]] = Field(
+        description="per probe set (tag), per concept: its detection metrics"
+    )
+    results: list[CurveFit] = Field(description="both signs first, then each sign alone")
+
+
+class PrimaryResult(BaseModel):
+    """The pre-registered primary analysis and its verdict."""
+
+    spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
+    slope: Estimate
+    verdict: Literal["supported", "contradicted", "inconclusive", "not_evaluable"]
+
+
+class PooledResult(BaseModel):
+    """Every manipulation's cells together, within concepts."""
+
+    n_cells: int
+    slope_auroc: Estimate  # the effect's slope on AUROC alone
+    partial: dict[str, Estimate]  # slopes on AUROC and cos(v, v*) together
+    mediation: dict[str, object]
+    heterogeneity: dict[str, object]  # do the manipulations' AUROC slopes differ (Wald)?
+    heterogeneity_given_cos: dict[str, object]
+    predictors: dict[str, dict[str, object]]  # within-concept r, reliabilities, corrected r
+    ranking: list[dict[str, object]]
+
+
+class ManipulationResult(BaseModel):
+    """One manipulation of detection quality: its slopes, curve and minimum levels."""
+
+    manipulation: str
+    n_cells: int
+    n_concepts: int
+    slope_auroc: Estimate
+    partial: dict[str, Estimate]
+    mixed: dict[str, object]  # MixedLM with random slopes per concept
+    mediation: dict[str, object]
+    predictors: dict[str, dict[str, object]]
+    ranking: list[dict[str, object]]
+    curve: list[dict[str, object]]  # per level: means of every predictor and the effect
+    minimum_effective: list[dict[str, object]]  # per target fraction of the prompting effect
+    threshold_curve: object = None
+
+
+class Baseline(BaseModel):
+    """The prompting baseline's likelihood effect (nats/token): mean and per concept."""
+
+    mean: float | None
+    per_concept: dict[str, float]
+    interval: Estimate | None = None  # the mean over concepts, concepts resampled
+
+
+class IdentifyRecord(_Record):
+    """What an identification study measured (``analysis.json`` of its folder)."""
+
+    format: Literal["steer-eval/phase6-identify"] = "steer-eval/phase6-identify"
+    version: int = 1
+    layer: int
+    alpha: float = Field(description="the median residual norm at the layer")
+    betas: dict[str, float] = Field(description="v*'s held-out β per concept")
+    concept_set: Literal["development", "heldout"]
+    label: str = Field(description="exploratory, confirmatory, or forced re-scoring")
+    preregistration: dict[str, object] | None = None
+    outcome: str = Field(description="what the effect is, in words and units")
+    manipulations: dict[str, ManipulationResult]
+    pooled: PooledResult
+    baseline: Baseline
+    primary: PrimaryResult | None = None
+    between_concepts: dict[str, object] = Field(default_factory=dict)
+    validation: dict[str, object] = Field(
+        default_factory=dict, description="the likelihood outcome against generated texts"
+    )
+    phase6: dict[str, object] | None = Field(None, description="a Phase 6 run re-analysed")
+    resources: dict[str, float] = Field(default_factory=dict)

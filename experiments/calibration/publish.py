@@ -1,9 +1,10 @@
-"""Phase 6 outputs: the curve table, the analysis, figures and MLflow runs.
+"""Phase 6's views of its record: the curve table, the summary, figures, child runs.
 
-The parent run holds the curve (an MLflow table), every slope and minimum-effective
-level as metrics with a status tag each, and the figures; one child run per probe set
-(training size × source × seed × layer) holds its per-concept metrics and points at
-the generations it produced (``vectors`` tag in the parent's ``generations.jsonl``).
+The publisher (``pipeline/publisher.py``) writes and mirrors them. The parent run holds
+the curve (an MLflow table), every slope and minimum-effective level as metrics with a
+status tag each, and the figures; one child run per probe set (training size × source ×
+seed × layer) holds its per-concept metrics and points at the generations it produced
+(``vectors`` tag in the parent's ``generations.jsonl``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from experiments import tracking
-from experiments.config import ExperimentConfig
+from experiments.answer import estimate_text, number
+from experiments.calibration.answer import answer_of
+from experiments.pipeline.publisher import ChildRun, Views
+from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
 
 PREDICTOR_LABELS = {
@@ -31,34 +34,35 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in text)
 
 
-def analysis_metrics(analysis: dict) -> tuple[dict[str, float | None], dict[str, str]]:
+def analysis_metrics(record: CalibrationRecord) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Every slope and minimum effective level as metrics, with a status tag each."""
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
-    for result in analysis["results"]:
-        sign = result.get("sign", "both")
-        name = f"L{result['layer']}/{_slug(result['source'])}/{result['predictor']}"
-        name += "" if sign == "both" else f"/s_{sign}"
-        mm = result["mixed_model"]
-        if mm.get("evaluable"):
-            metrics[f"slope/{name}"] = mm["slope"]
-            metrics[f"slope/{name}/low"] = mm["low"]
-            metrics[f"slope/{name}/high"] = mm["high"]
-        minimum = result["minimum_effective"]
-        tags[f"minimum_effective.{name.replace('/', '.')}"] = minimum["status"]
-        if minimum["status"] == "reached":
-            metrics[f"minimum_effective/{name}"] = minimum["level"]
-            metrics[f"minimum_effective/{name}/low"] = minimum["low"]
-            metrics[f"minimum_effective/{name}/high"] = minimum["high"]
+    for fit in record.results:
+        name = f"L{fit.layer}/{_slug(fit.source)}/{fit.predictor}"
+        name += "" if fit.sign == "both" else f"/s_{fit.sign}"
+        mm = fit.mixed_model
+        if mm.evaluable:
+            metrics[f"slope/{name}"] = mm.slope
+            metrics[f"slope/{name}/low"] = mm.low
+            metrics[f"slope/{name}/high"] = mm.high
+        minimum = fit.minimum_effective
+        tags[f"minimum_effective.{name.replace('/', '.')}"] = minimum.status
+        if minimum.status == "reached":
+            metrics[f"minimum_effective/{name}"] = minimum.level
+            metrics[f"minimum_effective/{name}/low"] = minimum.low
+            metrics[f"minimum_effective/{name}/high"] = minimum.high
     return metrics, tags
 
 
-def figures(curve: pd.DataFrame, analysis: dict, config: ExperimentConfig) -> dict[str, object]:
+def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, object]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = {}
+    config = record.config
     main = next((p for p in config.calibration.predictors if p in curve.columns), None)
     sources = sorted(curve["source"].unique())
     if main is not None:
@@ -97,17 +101,14 @@ def figures(curve: pd.DataFrame, analysis: dict, config: ExperimentConfig) -> di
     fig.tight_layout()
     out["effect_vs_training_size.png"] = fig
 
-    rows = [r for r in analysis["results"] if r["mixed_model"].get("evaluable")]
+    rows = [r for r in record.results if r.mixed_model.evaluable]
     if rows:
         fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(rows)))
-        labels = [
-            f"{r['source']} · {r['predictor']} · {r.get('sign', 'both')} (L{r['layer']})"
-            for r in rows
-        ]
-        slopes = [r["mixed_model"]["slope"] for r in rows]
+        labels = [f"{r.source} · {r.predictor} · {r.sign} (L{r.layer})" for r in rows]
+        slopes = [r.mixed_model.slope for r in rows]
         err = [
-            [s - r["mixed_model"]["low"] for s, r in zip(slopes, rows, strict=True)],
-            [r["mixed_model"]["high"] - s for s, r in zip(slopes, rows, strict=True)],
+            [s - r.mixed_model.low for s, r in zip(slopes, rows, strict=True)],
+            [r.mixed_model.high - s for s, r in zip(slopes, rows, strict=True)],
         ]
         ax.errorbar(slopes, range(len(rows)), xerr=err, fmt="o")
         ax.axvline(0, color="black", linewidth=0.5)
@@ -118,110 +119,12 @@ def figures(curve: pd.DataFrame, analysis: dict, config: ExperimentConfig) -> di
     return out
 
 
-SIGN_WORDS = {"both": "both signs", "pos": "s > 0", "neg": "s < 0"}
-
-
-def study_answer(run_id: str, analysis: dict, config: ExperimentConfig) -> dict:
-    """Phase 6's answer block: the question and, per sign and direction source, the main
-    predictor's mixed-model slope with its interval and the minimum effective level
-    (``--json``, ``answer.md``, the top of the run description and the terminal)."""
-    main = next(
-        (
-            p
-            for p in config.calibration.predictors
-            if any(r["predictor"] == p for r in analysis["results"])
-        ),
-        None,
-    )
-    headlines = []
-    for r in analysis["results"]:
-        if r["predictor"] != main:
-            continue
-        mm, minimum = r["mixed_model"], r["minimum_effective"]
-        if mm.get("evaluable"):
-            status = "yes" if mm["low"] > 0 else "no" if mm["high"] < 0 else "undecided"
-            slope = f"slope {mm['slope']:+.3f} [{mm['low']:+.3f}, {mm['high']:+.3f}]: **{status}**"
-        else:
-            status, slope = "not evaluable", f"slope not evaluable ({mm.get('reason')})"
-        level = (
-            f"minimum effective {main} {minimum['level']:.3f} at {minimum['size']}"
-            if minimum["status"] == "reached"
-            else f"no training size reached an effect above {analysis['threshold']}"
-        )
-        headlines.append(
-            {
-                "sign": r.get("sign", "both"),
-                "layer": r["layer"],
-                "source": r["source"],
-                "predictor": main,
-                "status": status,
-                "slope": mm.get("slope"),
-                "low": mm.get("low"),
-                "high": mm.get("high"),
-                "minimum_effective": minimum,
-                "text": f"{slope}; {level}",
-            }
-        )
-    return {
-        "run_id": run_id,
-        "question": (
-            f"Along a training curve, does a probe's detection quality ({main}) predict how "
-            "strongly its direction steers beyond random directions (the effect above null), "
-            "and from which quality on is steering effective? Mixed model with a random "
-            "intercept per concept; yes when the slope's interval lies above 0."
-        ),
-        "headlines": headlines,
-    }
-
-
-def note_latest_study(run_id: str, answer: dict, config: ExperimentConfig) -> None:
-    """The experiment's description leads with this study's verdicts (a first line short
-    enough for the collapsed description, linked to the run's answer), then the slopes."""
-    run = tracking.get_run(run_id)
-    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
-    heads = answer["headlines"]
-    predictor = heads[0]["predictor"] if heads else "the predictor"
-    by_source: dict[str, list[str]] = {}
-    for h in heads:
-        sign = {"both": "both"}.get(h["sign"], SIGN_WORDS.get(h["sign"], h["sign"]))
-        by_source.setdefault(h["source"], []).append(f"{sign} **{h['status']}**")
-    short = "; ".join(f"{source}: {', '.join(parts)}" for source, parts in by_source.items())
-    detail = "; ".join(
-        f"{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']}: {h['text']}" for h in heads
-    )
-    text = (
-        f"**Latest answer** ([open]({link})): {predictor} → effect? {short}."
-        f"\n\nPhase 6 run {run.info.run_name or run_id}: {detail}."
-    )
-    tracking.set_experiment_note(config.calibration.experiment, text)
-
-
-def study_answer_markdown(answer: dict) -> str:
+def summary_markdown(record: CalibrationRecord, curve: pd.DataFrame) -> str:
     lines = [
-        f"## The answer (Phase 6 run `{answer['run_id']}`)",
-        "",
-        f"**Question.** {answer['question']}",
-        "",
-    ]
-    for h in answer["headlines"]:
-        lines.append(
-            f"- **{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']} (L{h['layer']}):** "
-            f"{h['text']}"
-        )
-    lines += ["", "Figures: `predictor_vs_effect.png` (per-concept trajectories), "]
-    lines[-1] += "`effect_vs_training_size.png`, `predictor_comparison.png`."
-    return "\n".join(lines) + "\n\n---\n"
-
-
-def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
-    def fmt(v: object) -> str:
-        return "n/a" if v is None or (isinstance(v, float) and not np.isfinite(v)) else f"{v:.3f}"
-
-    lines = [
-        f"# Phase 6 calibration study {run_id}",
+        f"# Phase 6 calibration study {record.run_id}",
         "",
         f"{curve['tag'].nunique()} probe sets × {curve['concept'].nunique()} concepts; "
-        f"effective: effect above null with its interval above {analysis['threshold']}.",
+        f"effective: effect above null with its interval above {record.threshold}.",
         "",
         "Sign: `both` averages the effect over s = +1 and s = −1; `pos` and `neg` are each "
         "sign alone.",
@@ -230,23 +133,16 @@ def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
         "| minimum effective level |",
         "|---|---|---|---|---|---|",
     ]
-    for r in analysis["results"]:
-        mm, minimum = r["mixed_model"], r["minimum_effective"]
-        slope = (
-            f"{fmt(mm['slope'])} [{fmt(mm['low'])}, {fmt(mm['high'])}]"
-            if mm.get("evaluable")
-            else f"n/a ({mm.get('reason')})"
-        )
+    for r in record.results:
+        mm, minimum = r.mixed_model, r.minimum_effective
+        slope = estimate_text(mm.slope, mm.low, mm.high, reason=mm.reason or "")
         level = (
-            f"{fmt(minimum['level'])} [{fmt(minimum['low'])}, {fmt(minimum['high'])}] "
-            f"at {minimum['size']}"
-            if minimum["status"] == "reached"
+            estimate_text(minimum.level, minimum.low, minimum.high, signed=False)
+            + f" at {minimum.size}"
+            if minimum.status == "reached"
             else "not reached"
         )
-        lines.append(
-            f"| {r.get('sign', 'both')} | {r['layer']} | {r['source']} | {r['predictor']} "
-            f"| {slope} | {level} |"
-        )
+        lines.append(f"| {r.sign} | {r.layer} | {r.source} | {r.predictor} | {slope} | {level} |")
     lines += ["", "## Curve (means over concepts and seeds)", ""]
     wanted = (
         "f1_calibrated",
@@ -264,82 +160,55 @@ def summary_markdown(run_id: str, curve: pd.DataFrame, analysis: dict) -> str:
     for _, row in table.iterrows():
         lines.append(
             f"| {row['layer']} | {row['source']} | {row['size']} | "
-            + " | ".join(fmt(row[c]) for c in cols)
+            + " | ".join(number(row[c], signed=False) for c in cols)
             + " |"
         )
     return "\n".join(lines) + "\n"
 
 
-def publish_study(
-    run_id: str,
-    run_dir: RunDir,
-    config: ExperimentConfig,
-    curve: pd.DataFrame,
-    analysis: dict,
-    timings: dict[str, float],
-) -> None:
-    import matplotlib.pyplot as plt
+def views(record: CalibrationRecord, curve: pd.DataFrame) -> Views:
+    """What Phase 6 shows of its record."""
+    drawn = figures(curve, record)
+    metrics, tags = analysis_metrics(record)
+    metrics.update({f"time/{k}": v for k, v in record.timings.items()})
+    return Views(
+        answer=answer_of(record),
+        summary=summary_markdown(record, curve),
+        files={RunDir.CURVE: curve.to_csv(index=False)},
+        figures={name: (lambda fig=fig: fig) for name, fig in drawn.items()},
+        metrics=metrics,
+        tags=tags,
+        tables={"curve.json": curve.replace({np.nan: None})},
+        artefacts=(RunDir.CURVE, RunDir.CONFIG, RunDir.GENERATIONS, RunDir.SCORES),
+        experiment=record.experiment,
+    )
 
-    c = tracking.client()
-    from experiments.rundir import atomic_write_text
 
-    atomic_write_text(run_dir.file(RunDir.CURVE), curve.to_csv(index=False))
-    run_dir.write_json(RunDir.ANALYSIS, analysis)
-    summary = summary_markdown(run_id, curve, analysis)
-    atomic_write_text(run_dir.file(RunDir.SUMMARY), summary)
-    answer = study_answer_markdown(study_answer(run_id, analysis, config))
-    atomic_write_text(run_dir.file(RunDir.ANSWER), answer)
-    tracking.overwrite_table(run_id, curve.replace({np.nan: None}), "curve.json")
-    metrics, tags = analysis_metrics(analysis)
-    tracking.log_metrics(run_id, metrics)
-    tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
-    for key, value in tags.items():
-        c.set_tag(run_id, key, value)
-    tracking.set_note(run_id, answer + "\n" + summary)  # the answer first
-    note_latest_study(run_id, study_answer(run_id, analysis, config), config)
-    for name, fig in figures(curve, analysis, config).items():
-        fig.savefig(run_dir.file(name), dpi=110)
-        c.log_figure(run_id, fig, f"plots/{name}")
-        plt.close(fig)
-    for name in (
-        RunDir.ANSWER,
-        RunDir.CURVE,
-        RunDir.ANALYSIS,
-        RunDir.SUMMARY,
-        RunDir.CONFIG,
-        RunDir.GENERATIONS,
-        RunDir.SCORES,
-    ):
-        if run_dir.file(name).exists():
-            c.log_artifact(run_id, str(run_dir.file(name)))
-    existing = {
-        r.data.tags.get("probe_set")
-        for r in tracking.child_runs(run_id, config.calibration.experiment)
-    }
+def children(record: CalibrationRecord, curve: pd.DataFrame) -> list[ChildRun]:
+    """One child run per probe set: its settings, per-concept metrics and concepts."""
+    out = []
+    columns = (*record.config.calibration.predictors, "beta", "effect_above_null")
     for tag, group in curve.groupby("tag", sort=True):
-        if tag in existing:
-            continue
         first = group.iloc[0]
-        with tracking.tracked_run(
-            config.calibration.experiment,
-            f"{first['size']} {first['source']} seed {first['seed']} L{first['layer']}",
-            parent_run_id=run_id,
-            tags={"phase": "6", "probe_set": str(tag), "generations": f"vectors == {tag}"},
-        ) as child:
-            tracking.log_params(
-                child,
-                {
+        metrics: dict[str, float | None] = {}
+        for _, row in group.iterrows():
+            for column in columns:
+                value = row.get(column)
+                if value is not None and not (isinstance(value, float) and np.isnan(value)):
+                    metrics[f"{column}/{row['concept']}"] = float(value)
+        out.append(
+            ChildRun(
+                key_tag="probe_set",
+                name=f"{first['size']} {first['source']} seed {first['seed']} L{first['layer']}",
+                tags={"phase": "6", "probe_set": str(tag), "generations": f"vectors == {tag}"},
+                params={
                     "size": first["size"],
                     "source": first["source"],
                     "probe_seed": int(first["seed"]),
                     "layer": int(first["layer"]),
                 },
+                metrics=metrics,
+                texts={"concepts.json": json.dumps(sorted(group["concept"]), indent=1)},
             )
-            child_metrics: dict[str, float | None] = {}
-            for _, row in group.iterrows():
-                for column in (*config.calibration.predictors, "beta", "effect_above_null"):
-                    value = row.get(column)
-                    if value is not None and not (isinstance(value, float) and np.isnan(value)):
-                        child_metrics[f"{column}/{row['concept']}"] = float(value)
-            tracking.log_metrics(child, child_metrics)
-            c.log_text(child, json.dumps(sorted(group["concept"]), indent=1), "concepts.json")
+        )
+    return out

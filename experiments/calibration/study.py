@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.score import build_scorer, score_all
 from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import build_vectors, neutral_texts
+from experiments.record import CalibrationRecord, plain
 from experiments.rundir import RunDir, join_scores
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,7 @@ class CalibrationResult:
     run_id: str
     run_dir: Path
     curve: pd.DataFrame
-    analysis: dict
-    timings: dict[str, float] = field(default_factory=dict)
+    record: CalibrationRecord
 
 
 def specs(config: ExperimentConfig, layers: list[int]) -> list[ProbeSetSpec]:
@@ -140,7 +140,8 @@ def run_calibration(
     It opens like every run (:mod:`experiments.pipeline.lifecycle`): the parent run ends
     FINISHED, KILLED or FAILED, and rows are generated on ``execution.executor``."""
     from experiments.calibration.analysis import analyse_curve
-    from experiments.calibration.publish import publish_study
+    from experiments.calibration.publish import children, views
+    from experiments.pipeline.publisher import publish
     from steering.activations import residual_scale
 
     with open_run(
@@ -217,9 +218,34 @@ def run_calibration(
         records = pd.DataFrame(join_scores(generations, all_scores))
         curve = build_curve(records, specs(config, layers), predictors, selections, config)
         analysis = analyse_curve(curve, config)
+        record = build_record(run_id, config, lm.model_id, layers, predictors, analysis)
         with timer.time("logging"):
-            publish_study(run_id, run_dir, config, curve, analysis, timer.stages)
-    return CalibrationResult(run_id, run_dir.path, curve, analysis, dict(timer.stages))
+            record = record.model_copy(update={"timings": dict(timer.stages)})
+            publish(session, record, views(record, curve), children(record, curve), RunDir.ANALYSIS)
+    return CalibrationResult(run_id, run_dir.path, curve, record)
+
+
+def build_record(
+    run_id: str,
+    config: ExperimentConfig,
+    model_id: str,
+    layers: list[int],
+    predictors: dict[str, dict],
+    analysis: dict,
+) -> CalibrationRecord:
+    """The study's record, from the stage outputs (a pure function)."""
+    measured = {r["predictor"] for r in analysis["results"]}
+    return CalibrationRecord(
+        run_id=run_id,
+        experiment=config.calibration.experiment,
+        config=config,
+        model_id=model_id,
+        layers=layers,
+        threshold=analysis["threshold"],
+        main_predictor=next((p for p in config.calibration.predictors if p in measured), None),
+        predictors=plain(predictors),
+        results=plain(analysis["results"]),
+    )
 
 
 def build_curve(

@@ -1,5 +1,6 @@
-"""The answer block in the terminal: what ``run``, ``rescore`` and ``calibrate`` print
-last, from the same builders as ``answer.md`` and the MLflow description."""
+"""The answer block in the terminal: what ``run``, ``rescore``, ``calibrate`` and
+``identify`` print last, from the same :class:`experiments.answer.Answer` as
+``answer.md``, ``criteria.csv``, ``--json`` and the MLflow descriptions."""
 
 from __future__ import annotations
 
@@ -7,50 +8,59 @@ from rich.table import Table
 
 from experiments.cli.common import out
 
-STATUS_COLOURS = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
-
 
 def print_answer(answer) -> None:
-    """The answer block (experiments.pipeline.answer) as terminal tables."""
-    from experiments.pipeline.answer import SEED_LABEL, SIGN_LABELS, fmt, interval_text
+    """Any phase's answer block (experiments.answer.Answer) as terminal tables."""
+    from experiments.answer import STATUSES, interval_text, number, reading
 
     def status(text: str) -> str:
-        return f"[{STATUS_COLOURS.get(text, 'dim')}]{text}[/]"
+        return f"[{STATUSES.get(text, 'dim')}]{text}[/]"
 
     out.print(f"[bold]The answer[/] (run {answer.run_id})", highlight=False)
     out.print(f"[bold]Question.[/] {answer.question}", highlight=False)
-    for sign, text in answer.headlines.items():
-        out.print(f"  [bold]{SIGN_LABELS[sign]}:[/] {text.replace('**', '')}", highlight=False)
-    table = Table(title="criteria v2 (pass: interval above the threshold; fail: below)")
-    table.add_column("sign", no_wrap=True)
-    table.add_column("criterion (v2)")
+    for group, text in answer.headlines().items():
+        out.print(f"  [bold]{group}:[/] {text}", highlight=False)
+    for note in answer.notes:
+        out.print(f"  {note}", highlight=False)
+    table = Table(title="criteria (pass: interval beyond the threshold; fail: short of it)")
+    table.add_column("group")
+    table.add_column("criterion")
     table.add_column("value", no_wrap=True, justify="right")
     table.add_column(f"{answer.confidence:.0%} interval", no_wrap=True)
     table.add_column("threshold", no_wrap=True, justify="right")
     table.add_column("status", no_wrap=True)
+    table.add_column("reading")
     for v in answer.verdicts:
         table.add_row(
-            SIGN_LABELS[v.sign],
+            v.group,
             v.label,
-            fmt(v.value),
+            number(v.value),
             interval_text(v),
             f"{v.threshold:g}",
             status(v.status),
+            reading(v),
         )
     out.print(table)
-    seed = Table("criterion (seed)", "value", "threshold", "status", "note", title=SEED_LABEL)
-    for v in answer.seed:
-        seed.add_row(v.key, fmt(v.value), f"{v.threshold:g}", status(v.status), v.reason)
-    out.print(seed)
+    if answer.seed:
+        seed = Table(
+            "criterion (seed)", "value", "threshold", "status", "note", title=answer.seed_label
+        )
+        for v in answer.seed:
+            seed.add_row(v.key, number(v.value), f"{v.threshold:g}", status(v.status), v.reason)
+        out.print(seed)
 
 
-def print_study_answer(answer: dict) -> None:
-    """Phase 6's answer (experiments.calibration.publish.study_answer): the question and
-    the main predictor's slope per sign and direction source."""
-    from experiments.calibration.publish import SIGN_WORDS
+def result_json(answer, run_dir, results: object, timings: dict[str, float]) -> dict:
+    """``--json``'s one shape for every phase: where the run is, its answer (plain text,
+    per criterion value, low, high, status, threshold), the phase's results, timings."""
+    from experiments import tracking
 
-    out.print(f"[bold]The answer[/] (Phase 6 run {answer['run_id']})", highlight=False)
-    out.print(f"[bold]Question.[/] {answer['question']}", highlight=False)
-    for h in answer["headlines"]:
-        where = f"{SIGN_WORDS.get(h['sign'], h['sign'])}, {h['source']} (L{h['layer']})"
-        out.print(f"  [bold]{where}:[/] {h['text'].replace('**', '')}", highlight=False)
+    return {
+        "phase": answer.phase,
+        "run_id": answer.run_id,
+        "ui_url": tracking.run_ui_url(answer.run_id),
+        "run_dir": str(run_dir),
+        "answer": answer.to_dict(),
+        "results": results,
+        "timings": timings,
+    }

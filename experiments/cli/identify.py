@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 from rich.status import Status
-from rich.table import Table
 
+from experiments.cli.answer import print_answer, result_json
 from experiments.cli.common import (
     ConfigOpt,
     JsonOpt,
@@ -18,7 +18,6 @@ from experiments.cli.common import (
     VerboseOpt,
     console,
     friendly,
-    out,
     print_json,
     resolve_config,
     resolve_run,
@@ -73,7 +72,6 @@ def identify(
     from experiments.identify import QUICK_OVERRIDES
     from experiments.identify.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
-    from experiments.identify.summary import ci, level_text
 
     overrides = [*(QUICK_OVERRIDES if quick else ()), *(set_ or [])]
     if concepts is not None:
@@ -97,45 +95,23 @@ def identify(
     except PreregistrationError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
-    analysis = result.analysis
-    if json_:
-        from experiments import tracking
+    from experiments.identify.answer import answer_of
 
-        print_json(
-            {
-                "run_id": result.run_id,
-                "ui_url": tracking.run_ui_url(result.run_id),
-                "run_dir": str(result.run_dir),
-                "analysis": analysis,
-                "timings": result.timings,
-            }
-        )
+    record = result.record
+    answer = answer_of(record)
+    if json_:
+        results = {
+            "manipulations": {
+                m: r.model_dump(mode="json", include={"slope_auroc", "partial", "n_cells"})
+                for m, r in record.manipulations.items()
+            },
+            "pooled": record.pooled.model_dump(mode="json", include={"slope_auroc", "partial"}),
+        }
+        print_json(result_json(answer, result.run_dir, results, record.timings))
         return
-    table = Table(
-        "manipulation",
-        "slope on AUROC",
-        "beside cos(v, v*)",
-        "min AUROC (50%)",
-        "min AUROC (100%)",
-        title=f"identify ({analysis.get('label')})",
-    )
-    for m, r in analysis["manipulations"].items():
-        levels = {f"{x['fraction']:g}": level_text(x) for x in r["minimum_effective"]}
-        table.add_row(
-            m,
-            ci(r["slope_auroc"]),
-            ci(r["partial"].get("auroc")),
-            levels.get("0.5", "n/a"),
-            levels.get("1", "n/a"),
-        )
-    pooled = analysis["pooled"]
-    table.add_row("pooled", ci(pooled["slope_auroc"]), ci(pooled["partial"].get("auroc")), "", "")
-    out.print(table)
-    primary = analysis.get("primary")
-    if primary:
-        console.print(f"primary analysis: {ci(primary['slope'])} → [bold]{primary['verdict']}[/]")
+    print_answer(answer)
     console.print(
-        f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]; "
-        f"{result.timings.get('total', 0) / 60:.1f} min"
+        f"results in {result.run_dir} (answer.md, summary.md); MLflow run "
+        f"[bold]{result.run_id}[/]; {record.timings.get('total', 0) / 60:.1f} min"
     )
     show_run_address(result.run_id)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from experiments.cli.answer import print_answer, print_study_answer
+from experiments.cli.answer import print_answer, result_json
 from experiments.cli.common import (
     DEFAULT_CONFIG,
     ConceptsOpt,
@@ -378,24 +378,15 @@ def rescore(
 
 
 def result_dict(result) -> dict:
-    """A Phase 5 result for --json: where it is, the answer (each criterion's value,
-    interval, status and threshold as fields), the numbers per strength."""
-    from experiments import tracking
+    """A Phase 5 result for --json (cli/answer.py's one shape): its results are the
+    numbers per strength and the generation speed."""
     from experiments.pipeline.answer import answer_of
 
-    return {
-        "run_id": result.run_id,
-        "ui_url": tracking.run_ui_url(result.run_id),
-        "results_dir": str(result.results_dir),
-        "answer": answer_of(result.record).to_dict(),
+    results = {
         "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
-        "criteria": {k: c.to_dict() for k, c in result.criteria.items()},
-        "criteria_v2": (
-            {k: c.to_dict() for k, c in result.effect.criteria.items()} if result.effect else {}
-        ),
         "tokens_per_second": result.tokens_per_second,
-        "timings": result.timings,
     }
+    return result_json(answer_of(result.record), result.results_dir, results, result.timings)
 
 
 def _print_result(result, as_json: bool = False) -> None:
@@ -456,44 +447,14 @@ def calibrate(
         result = run_calibration(
             cfg, resume=resume, progress=lambda msg: status.update(f"[dim]{msg}")
         )
-    table = Table(
-        "sign", "source", "predictor", "slope [95% CI]", "minimum effective", title="Phase 6"
-    )
+    from experiments.calibration.answer import answer_of
 
-    def fmt(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.3f}"
-
-    for r in result.analysis["results"]:
-        mm, minimum = r["mixed_model"], r["minimum_effective"]
-        slope = (
-            f"{fmt(mm['slope'])} [{fmt(mm['low'])}, {fmt(mm['high'])}]"
-            if mm.get("evaluable")
-            else "n/a"
-        )
-        level = (
-            f"{fmt(minimum['level'])} at {minimum['size']}"
-            if minimum["status"] == "reached"
-            else "not reached"
-        )
-        table.add_row(r.get("sign", "both"), r["source"], r["predictor"], slope, level)
-    from experiments.calibration.publish import study_answer
-
-    answer = study_answer(result.run_id, result.analysis, cfg)
+    record = result.record
+    answer = answer_of(record)
     if json_:
-        from experiments import tracking
-
-        print_json(
-            {
-                "run_id": result.run_id,
-                "ui_url": tracking.run_ui_url(result.run_id),
-                "run_dir": str(result.run_dir),
-                "answer": answer,
-                "results": result.analysis["results"],
-                "timings": result.timings,
-            }
-        )
+        results = [fit.model_dump(mode="json") for fit in record.results]
+        print_json(result_json(answer, result.run_dir, results, record.timings))
         return
-    out.print(table)
-    print_study_answer(answer)
+    print_answer(answer)
     console.print(f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]")
     show_run_address(result.run_id)

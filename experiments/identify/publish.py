@@ -1,4 +1,5 @@
-"""The identification study's outputs: run-folder files, figures, MLflow parent and children.
+"""The identification study's views of its record: files, figures, MLflow parent and
+children (the publisher, ``pipeline/publisher.py``, writes and mirrors them).
 
 The parent run (experiment ``phase6-identify``) carries the slopes, the mediation
 result, the minimum effective levels, the predictor ranking, the primary analysis and
@@ -15,12 +16,13 @@ import json
 import numpy as np
 import pandas as pd
 
-from experiments import tracking
-from experiments.config import ExperimentConfig
+from experiments.identify.answer import answer_of
 from experiments.identify.cells import StudyTables
 from experiments.identify.figures import figures, manipulation_figure
 from experiments.identify.summary import summary_markdown
-from experiments.rundir import RunDir, atomic_write_text
+from experiments.pipeline.publisher import ChildRun, Views
+from experiments.record import IdentifyRecord
+from experiments.rundir import RunDir
 
 
 def slug(text: str) -> str:
@@ -106,76 +108,68 @@ def parent_metrics(analysis: dict) -> tuple[dict[str, float], dict[str, str]]:
     return metrics, tags
 
 
-def publish_identify(
-    run_id: str,
-    run_dir: RunDir,
-    config: ExperimentConfig,
+def views(
+    record: IdentifyRecord,
     tables: StudyTables,
-    analysis: dict,
     validation_cells: pd.DataFrame,
     phase6_frame: pd.DataFrame | None,
-    timings: dict[str, float],
-) -> None:
-    """Write the folder's files, then mirror them and the figures to MLflow."""
-    import matplotlib.pyplot as plt
-
-    c = tracking.client()
-    atomic_write_text(run_dir.file(RunDir.DIRECTIONS), tables.directions.to_csv(index=False))
-    if len(validation_cells):
-        atomic_write_text(
-            run_dir.file(RunDir.VALIDATION_CELLS), validation_cells.to_csv(index=False)
-        )
-    if phase6_frame is not None:
-        atomic_write_text(run_dir.file(RunDir.PHASE6_CURVE), phase6_frame.to_csv(index=False))
-    run_dir.write_json(RunDir.ANALYSIS, {**analysis, "timings": timings})
-    summary = summary_markdown(run_id, analysis, timings)
-    atomic_write_text(run_dir.file(RunDir.SUMMARY), summary)
+) -> Views:
+    """What the identification study shows of its record."""
+    analysis = record.model_dump(mode="json")
+    drawn = figures(tables, analysis, validation_cells)
     metrics, tags = parent_metrics(analysis)
-    tracking.log_metrics(run_id, metrics)
-    tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
-    for key, value in tags.items():
-        c.set_tag(run_id, key, value)
-    tracking.set_note(run_id, summary)
-    tracking.overwrite_table(run_id, tables.directions.replace({np.nan: None}), "directions.json")
-    for name, fig in figures(tables, analysis, validation_cells).items():
-        fig.savefig(run_dir.file(name), dpi=110)
-        c.log_figure(run_id, fig, f"plots/{name}")
-        plt.close(fig)
-    for name in (
-        RunDir.ANALYSIS,
-        RunDir.SUMMARY,
-        RunDir.CONFIG,
-        RunDir.DIRECTIONS,
-        RunDir.CONCEPT_SPLIT,
-        RunDir.PREREGISTRATION,
-        RunDir.VALIDATION_CELLS,
-        RunDir.PHASE6_CURVE,
-        RunDir.SELECTION,
-    ):
-        if run_dir.file(name).exists():
-            c.log_artifact(run_id, str(run_dir.file(name)))
-    existing = {
-        r.data.tags.get("identify.manipulation")
-        for r in tracking.child_runs(run_id, config.identify.experiment)
-    }
-    for m, result in analysis["manipulations"].items():
-        if m in existing:
-            continue
-        with tracking.tracked_run(
-            config.identify.experiment,
-            f"{m}",
-            parent_run_id=run_id,
-            tags={"phase": "6-identify", "identify.manipulation": m},
-        ) as child:
-            metrics, tags = manipulation_metrics(result)
-            tracking.log_metrics(child, metrics)
-            for key, value in tags.items():
-                c.set_tag(child, key, value)
-            curve = pd.DataFrame(result["curve"]).replace({np.nan: None})
-            c.log_table(child, curve, "curve.json")
-            c.log_text(child, json.dumps(result, indent=1, default=str), "analysis.json")
-            frame = tables.curve(m)
-            c.log_table(child, frame.replace({np.nan: None}), "cells.json")
-            fig = manipulation_figure(m, frame, result)
-            c.log_figure(child, fig, f"plots/{slug(m).replace('/', '_')}.png")
-            plt.close(fig)
+    metrics.update({f"time/{k}": v for k, v in record.timings.items()})
+    files = {RunDir.DIRECTIONS: tables.directions.to_csv(index=False)}
+    if len(validation_cells):
+        files[RunDir.VALIDATION_CELLS] = validation_cells.to_csv(index=False)
+    if phase6_frame is not None:
+        files[RunDir.PHASE6_CURVE] = phase6_frame.to_csv(index=False)
+    return Views(
+        answer=answer_of(record, tuple(drawn)),
+        summary=summary_markdown(record.run_id, analysis, record.timings),
+        files=files,
+        figures={name: (lambda fig=fig: fig) for name, fig in drawn.items()},
+        metrics=metrics,
+        tags=tags,
+        tables={"directions.json": tables.directions.replace({np.nan: None})},
+        artefacts=(
+            RunDir.CONFIG,
+            RunDir.DIRECTIONS,
+            RunDir.CONCEPT_SPLIT,
+            RunDir.PREREGISTRATION,
+            RunDir.VALIDATION_CELLS,
+            RunDir.PHASE6_CURVE,
+            RunDir.SELECTION,
+        ),
+        experiment=record.experiment,
+    )
+
+
+def children(record: IdentifyRecord, tables: StudyTables) -> list[ChildRun]:
+    """One child run per manipulation: its curve (table and figure) and its slopes."""
+    out = []
+    for m, typed in record.manipulations.items():
+        result = typed.model_dump(mode="json")
+        metrics, tags = manipulation_metrics(result)
+        frame = tables.curve(m)
+        out.append(
+            ChildRun(
+                key_tag="identify.manipulation",
+                name=m,
+                tags={"phase": "6-identify", "identify.manipulation": m, **tags},
+                metrics=metrics,
+                tables={
+                    "curve.json": pd.DataFrame(result["curve"]).replace({np.nan: None}),
+                    "cells.json": frame.replace({np.nan: None}),
+                },
+                texts={"analysis.json": json.dumps(result, indent=1, default=str)},
+                figures={
+                    f"plots/{slug(m).replace('/', '_')}.png": (
+                        lambda m=m, frame=frame, result=result: manipulation_figure(
+                            m, frame, result
+                        )
+                    )
+                },
+            )
+        )
+    return out

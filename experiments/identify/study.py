@@ -23,7 +23,7 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ from experiments.identify.prereg import (
     split_concepts,
 )
 from experiments.pipeline.lifecycle import open_run
+from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
 
 PHASE = "6-identify"
@@ -49,9 +50,8 @@ PHASE = "6-identify"
 class IdentifyResult:
     run_id: str
     run_dir: Path
-    analysis: dict
+    record: IdentifyRecord
     directions: pd.DataFrame
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 def concept_sets(config: ExperimentConfig) -> dict[str, list[str]]:
@@ -153,8 +153,9 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
         vector_set,
     )
     from experiments.identify.outcome import output_predictors, prompt_baseline, score_likelihood
-    from experiments.identify.publish import publish_identify
+    from experiments.identify.publish import children, views
     from experiments.likelihood_texts import build_likelihood_texts
+    from experiments.pipeline.publisher import publish
     from experiments.pipeline.score import build_scorer
     from experiments.pipeline.vectors import neutral_texts
     from experiments.prompts import render_generation_prompts
@@ -288,35 +289,44 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
         base = pd.DataFrame(baseline_rows)
         baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
         n_boot, seed = config.criteria.n_boot, config.seed
-        result = analysis_mod.analyse(
+        analysis = analysis_mod.analyse(
             tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
         )
-        result["betas"] = betas
-        result["alpha"] = alpha
-        result["layer"] = layer
-        result["between_concepts"] = analysis_mod.between_concepts(
+        between = analysis_mod.between_concepts(
             tables, test_labels, detections, effects, n_boot, seed
         )
-        result["validation"] = crosscheck(tables, gen_cells, gen_units, effects, n_boot, seed)
-        result["concept_set"] = ident.concept_set
-        result["preregistration"] = prereg.to_dict() if prereg else None
-        result["label"] = (
-            "confirmatory: the primary analysis on held-out concepts, first scoring"
-            if heldout and not earlier
-            else "forced re-scoring of held-out concepts: not confirmatory"
-            if heldout
-            else "exploratory: development concepts"
-        )
-        phase6_frame = None
+        validation = crosscheck(tables, gen_cells, gen_units, effects, n_boot, seed)
+        phase6_frame, phase6 = None, None
         if ident.phase6_run:
             from experiments.identify.phase6 import reanalyse
 
-            phase6_frame, result["phase6"] = reanalyse(ident.phase6_run, lm, n_boot, seed, say)
+            phase6_frame, phase6 = reanalyse(ident.phase6_run, lm, n_boot, seed, say)
     timings = dict(timer.stages)
     timings["total"] = time.perf_counter() - started
-    result["resources"] = {"wall_seconds": timings["total"], **peak_memory()}
+    record = build_record(
+        run_id,
+        config,
+        lm.model_id,
+        layer,
+        alpha,
+        betas,
+        analysis,
+        between,
+        validation,
+        phase6,
+        label(heldout, bool(earlier)),
+        prereg,
+        {"wall_seconds": timings["total"], **peak_memory()},
+        timings,
+    )
     with timer.time("logging"):
-        publish_identify(run_id, run_dir, config, tables, result, gen_cells, phase6_frame, timings)
+        publish(
+            session,
+            record,
+            views(record, tables, gen_cells, phase6_frame),
+            children(record, tables),
+            RunDir.ANALYSIS,
+        )
     if heldout:
         tracking.client().set_tag(run_id, "identify.scored", "true")
         record_heldout(
@@ -326,7 +336,72 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
                 "prereg_sha256": prereg.sha256 if prereg else None,
                 "forced": bool(earlier),
                 "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "primary": (result.get("primary") or {}).get("verdict"),
+                "primary": record.primary.verdict if record.primary else None,
             },
         )
-    return IdentifyResult(run_id, run_dir.path, result, tables.directions, timings)
+    return IdentifyResult(run_id, run_dir.path, record, tables.directions)
+
+
+def label(heldout: bool, scored_before: bool) -> str:
+    """What the run's inference is worth: the pre-registered test once, else exploratory."""
+    if heldout and not scored_before:
+        return "confirmatory: the primary analysis on held-out concepts, first scoring"
+    if heldout:
+        return "forced re-scoring of held-out concepts: not confirmatory"
+    return "exploratory: development concepts"
+
+
+def build_record(
+    run_id: str,
+    config: ExperimentConfig,
+    model_id: str,
+    layer: int,
+    alpha: float,
+    betas: dict[str, float],
+    analysis: dict,
+    between: dict,
+    validation: dict,
+    phase6: dict | None,
+    label: str,
+    prereg,
+    resources: dict[str, float],
+    timings: dict[str, float],
+) -> IdentifyRecord:
+    """The study's record, from the stage outputs (a pure function: the prompting
+    baseline's interval is a seeded bootstrap over concepts)."""
+    from metrics.intervals import bootstrap_statistic
+
+    per_concept = analysis["baseline"]["per_concept"]
+    interval = None
+    if per_concept:
+        interval = bootstrap_statistic(
+            list(per_concept.values()),
+            lambda units: float(np.mean(units)) if units else None,
+            confidence=config.criteria.confidence,
+            n_boot=config.criteria.n_boot,
+            seed=config.seed,
+            method="concepts",
+        ).to_dict()
+        interval["n_clusters"] = len(per_concept)
+    return IdentifyRecord(
+        run_id=run_id,
+        experiment=config.identify.experiment,
+        config=config,
+        model_id=model_id,
+        timings=timings,
+        layer=layer,
+        alpha=alpha,
+        betas=betas,
+        concept_set=config.identify.concept_set,
+        label=label,
+        preregistration=prereg.to_dict() if prereg else None,
+        outcome=analysis["outcome"],
+        manipulations=plain(analysis["manipulations"]),
+        pooled=plain(analysis["pooled"]),
+        baseline={**plain(analysis["baseline"]), "interval": plain(interval)},
+        primary=plain(analysis["primary"]),
+        between_concepts=plain(between),
+        validation=plain(validation),
+        phase6=plain(phase6),
+        resources=plain(resources),
+    )

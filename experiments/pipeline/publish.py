@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import tracking
+from experiments.pipeline import publisher
 from experiments.pipeline.analyse import (
     CriteriaReport,
     cell_metrics,
@@ -23,11 +24,18 @@ from experiments.pipeline.analyse import (
     per_strength,
     strength_label,
 )
+from experiments.pipeline.answer import answer_of
 from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.effect import SIGNS, EffectReport, specificity_margin
 from experiments.pipeline.measurement import MeasurementReport
-from experiments.pipeline.report import criteria_of, specificity_matrices, write_views
+from experiments.pipeline.publisher import Place, Views
+from experiments.pipeline.report import (
+    criteria_of,
+    figures_of,
+    specificity_matrices,
+    summary_text,
+)
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
@@ -313,21 +321,6 @@ def run_note(ctx: RunContext) -> str:
     return "".join(f"> {line}\n>\n" for line in lines) + ("\n" if lines else "")
 
 
-def note_latest_run(run_id: str, record: RunRecord) -> None:
-    """The experiment's description leads with this run's answer and links it, so the
-    experiment's runs page shows the latest answer without a click."""
-    from experiments.pipeline.answer import answer_line, answer_of
-
-    run = tracking.get_run(run_id)
-    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
-    line = answer_line(answer_of(record), run.info.run_name or run_id, link)
-    tracking.set_experiment_note(record.experiment, line)
-    # The classifiers' experiment links the answer they fed, when it is in this store.
-    classifiers = record.config.tracking.classifier_experiment
-    if tracking.client().get_experiment_by_name(classifiers) is not None:
-        tracking.set_experiment_note(classifiers, line)
-
-
 def build_record(
     ctx: RunContext,
     records: pd.DataFrame,
@@ -392,6 +385,26 @@ def build_record(
     )
 
 
+def views(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> Views:
+    """What Phase 5 shows of its record (the publisher writes and mirrors it)."""
+    figures = figures_of(ctx, record, records)
+    return Views(
+        answer=answer_of(record, tuple(sorted(figures))),
+        summary=summary_text(record, ctx),
+        figures=figures,
+        metrics=record_metrics(record),
+        tags={
+            "criteria": ", ".join(f"{k}={v.status}" for k, v in record.criteria.items()),
+            **{f"criterion.{k}": v.status for k, v in record.criteria.items()},
+        },
+        params=threshold_params(record),
+        artefacts=(RunDir.GENERATIONS, RunDir.SCORES, RunDir.CONFIG, RunDir.CENTROIDS),
+        note_header=run_note(ctx),
+        experiment=record.experiment,
+        also_note=(record.config.tracking.classifier_experiment,),
+    )
+
+
 def publish(
     ctx: RunContext,
     run_dir: RunDir,
@@ -405,9 +418,9 @@ def publish(
     betas: dict[str, float] | None = None,
     measurement: MeasurementReport | None = None,
 ) -> RunRecord:
-    """Publish a scored run as a projection of its folder: build the record first, write
-    the folder's views (summary, criteria, figures) atomically from it, then mirror it to
-    MLflow. Criteria set by Parts B and C outlive a republish (they live in the record)."""
+    """Publish a scored run as a projection of its folder (``pipeline/publisher.py``):
+    the record first, the folder's views from it, then its MLflow mirror. Criteria set by
+    Parts B and C outlive a republish (they live in the record)."""
     previous = None
     if run_dir.file(RunDir.RECORD).exists():
         try:
@@ -417,54 +430,15 @@ def publish(
     record = build_record(
         ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
     )
-    run_dir.write_record(record)
-    figures = write_views(run_dir, ctx, record, records)
-    mirror(ctx, run_dir, record, records, figures, generation_seconds, update_children)
-    return record
-
-
-def mirror(
-    ctx: RunContext,
-    run_dir: RunDir,
-    record: RunRecord,
-    records: pd.DataFrame,
-    figures: list[str],
-    generation_seconds: float,
-    update_children: bool,
-) -> None:
-    """MLflow as a mirror of the run folder: the parent's metrics, tags, parameters and
-    description from the record, its files as artefacts, the per-cell children from the
-    rows."""
-    n_children = log_children(ctx, records, update=update_children)
-    c = tracking.client()
-    c.set_tag(
-        ctx.run_id, "criteria", ", ".join(f"{k}={v.status}" for k, v in record.criteria.items())
-    )
-    for key, value in record.criteria.items():
-        c.set_tag(ctx.run_id, f"criterion.{key}", value.status)
-    summary = run_dir.file(RunDir.SUMMARY).read_text(encoding="utf-8")
-    answer = run_dir.file(RunDir.ANSWER).read_text(encoding="utf-8")
-    # The answer first, so the run page shows it without "Show more".
-    tracking.set_note(ctx.run_id, answer + "\n" + run_note(ctx) + summary, whole=RunDir.SUMMARY)
-    note_latest_run(ctx.run_id, record)
-    tracking.log_new_params(ctx.run_id, threshold_params(record))
-    for name in figures:
-        c.log_artifact(ctx.run_id, str(run_dir.file(name)), "plots")
-    for name in (
-        RunDir.ANSWER,
-        RunDir.RECORD,
-        RunDir.SUMMARY,
-        RunDir.CRITERIA,
-        RunDir.GENERATIONS,
-        RunDir.SCORES,
-        RunDir.CONFIG,
-        RunDir.CENTROIDS,
-    ):
-        c.log_artifact(ctx.run_id, str(run_dir.file(name)))
-    metrics = record_metrics(record)
+    shown = views(ctx, record, records)
     if generation_seconds > 0:
-        metrics["generation/tokens_per_second"] = record.tokens_per_second
-        metrics["generation/seconds"] = generation_seconds
-    tracking.log_metrics(ctx.run_id, metrics)
-    log_diagnostics(ctx.run_id, ctx.diagnostics.get("directions", {}))  # direction diagnostics
-    log.info("logged %d child runs", n_children)
+        shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
+        shown.metrics["generation/seconds"] = generation_seconds
+
+    def children(run_id: str) -> None:
+        n = log_children(ctx, records, update=update_children)
+        log_diagnostics(run_id, ctx.diagnostics.get("directions", {}))
+        log.info("logged %d child runs", n)
+
+    publisher.publish(Place(ctx.run_id, run_dir), record, shown, children)
+    return record

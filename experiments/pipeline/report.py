@@ -1,14 +1,14 @@
-"""Human-facing views of a run, written from its record: the summary markdown, the
-criteria table and the figures."""
+"""Human-facing views of a Phase 5 run, from its record: the summary markdown and the
+figures (the answer and the criteria table are every phase's: ``experiments/answer.py``)."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from experiments.pipeline.answer import SIGN_LABELS, answer_markdown, answer_of
+from experiments.answer import SIGN_LABELS, answer_markdown, criteria_csv
+from experiments.pipeline.answer import answer_of
 from experiments.pipeline.effect import SIGNS
 from experiments.pipeline.figures import plots, reviewer_figures, specificity_figure
 from experiments.record import RunRecord
@@ -230,41 +230,26 @@ def measurement_markdown(stats: dict) -> list[str]:
     return lines
 
 
-def write_views(
-    run_dir: RunDir, ctx: RunContext, record: RunRecord, records: pd.DataFrame
-) -> list[str]:
-    """The folder's human-facing views, each written atomically (a reader or a crash
-    never sees half a file); returns the figures' file names."""
-    import matplotlib.pyplot as plt
-
-    atomic_write_text(run_dir.file(RunDir.SUMMARY), summary_text(record, ctx))
-    table = pd.DataFrame([c.model_dump() for c in record.criteria.values()])
-    atomic_write_text(run_dir.file(RunDir.CRITERIA), table.to_csv(index=False))
+def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict:
+    """The run's figures by file name, each drawn on demand (from the rows and record)."""
     magnitudes = {
         k: v["magnitude"] for k, v in record.per_concept.items() if v.get("magnitude") is not None
     }
-    figures = plots(records, ctx, magnitudes)
+    drawn = plots(records, ctx, magnitudes)
     names = {c.synset: c.name for c in ctx.graph.concepts}
-    figures.update(reviewer_figures(record, names))
+    drawn.update(reviewer_figures(record, names))
     for label, matrix in specificity_matrices(record).items():
         sign = ">" if label == "pos" else "<"
-        figures[f"specificity_{label}.png"] = specificity_figure(
-            matrix, f"Specificity at s {sign} 0"
-        )
-    for name, fig in figures.items():
-        path = run_dir.file(name)
-        partial = path.with_name(f".{name}.tmp.png")
-        fig.savefig(partial, dpi=110)
-        os.replace(partial, path)
-        plt.close(fig)
-    write_answer(run_dir, record)
-    return list(figures)
+        drawn[f"specificity_{label}.png"] = specificity_figure(matrix, f"Specificity at s {sign} 0")
+    return {name: (lambda fig=fig: fig) for name, fig in drawn.items()}
 
 
 def write_answer(run_dir: RunDir, record: RunRecord) -> str:
-    """``answer.md`` from the record (atomically), naming the folder's figures; returns
-    its text. Parts B and C call it again when criterion 4 changes."""
+    """``answer.md`` and ``criteria.csv`` from the record (atomically), naming the folder's
+    figures; returns the answer's text. Parts B and C call it when criterion 4 changes."""
     figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
-    text = answer_markdown(answer_of(record), figures)
+    answer = answer_of(record, figures)
+    atomic_write_text(run_dir.file(RunDir.CRITERIA), criteria_csv(answer))
+    text = answer_markdown(answer)
     atomic_write_text(run_dir.file(RunDir.ANSWER), text)
     return text

@@ -8,6 +8,7 @@ from experiments import tracking
 from experiments.calibration import QUICK_OVERRIDES
 from experiments.calibration.study import run_calibration
 from experiments.config import load_config
+from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
 
 
@@ -67,25 +68,28 @@ def test_the_study_is_logged_with_a_parent_and_one_child_per_probe_set(study):
     assert {c.data.tags["probe_set"] for c in children} == set(result.curve["tag"])
     artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
     assert {"curve.json", "analysis.json", "summary.md"} <= artifacts
-    assert result.analysis["results"], "at least one predictor was analysed"
+    assert result.record.results, "at least one predictor was analysed"
+    stored = CalibrationRecord.parse((result.run_dir / RunDir.ANALYSIS).read_text())
+    assert stored == result.record  # the folder's record is the one returned
 
 
 def test_the_answer_heads_the_folder_and_the_description(study):
-    config, result = study
-    from experiments.calibration.publish import study_answer
+    _config, result = study
+    from experiments.answer import answer_markdown, reading
+    from experiments.calibration.answer import answer_of
 
     text = (result.run_dir / RunDir.ANSWER).read_text(encoding="utf-8")
-    assert text.startswith(f"## The answer (Phase 6 run `{result.run_id}`)")
-    answer = study_answer(result.run_id, result.analysis, config)
-    assert answer["headlines"] and all(
-        h["predictor"] == "f1_calibrated" for h in answer["headlines"]
-    )
-    for h in answer["headlines"]:
-        assert h["text"] in text
+    assert text.startswith(f"## The answer (run `{result.run_id}`)")
+    answer = answer_of(result.record)
+    assert text == answer_markdown(answer)
+    assert answer.verdicts and all("f1_calibrated" in v.label for v in answer.verdicts)
+    for v in answer.verdicts:  # the headline and the table use one word and one reading
+        assert f"{v.claim}: {v.status}" in answer.headlines()[v.group]
+        assert f"**{v.status}** | {reading(v)} |" in text
     note = tracking.get_run(result.run_id).data.tags[tracking.NOTE_TAG]
     assert note.startswith(text) and "# Phase 6 calibration study" in note
     artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
-    assert RunDir.ANSWER in artifacts
+    assert {RunDir.ANSWER, RunDir.CRITERIA} <= artifacts
 
 
 def test_the_experiment_description_leads_with_the_latest_study(study):
@@ -94,7 +98,8 @@ def test_the_experiment_description_leads_with_the_latest_study(study):
     note = experiment.tags[tracking.NOTE_TAG]
     link = f"#/experiments/{experiment.experiment_id}/runs/{result.run_id}/artifacts/answer.md"
     assert note.startswith(f"**Latest answer** ([open]({link}")
-    assert "f1_calibrated → effect? classifier: both **" in note.split("\n")[0]
+    first = note.split("\n")[0]
+    assert "slope of the effect above null on f1_calibrated: both signs, classifier (L" in first
     assert tracking.run_ui_url(result.run_id).endswith(
         f"/runs/{result.run_id}/artifacts/answer.md?workflowType=machine_learning"
     )

@@ -10,8 +10,10 @@ import pytest
 from experiments import tracking
 from experiments.config import load_config
 from experiments.identify import QUICK_OVERRIDES
+from experiments.identify.answer import PRIMARY_STATUS, answer_of
 from experiments.identify.prereg import PreregistrationError
 from experiments.identify.study import run_identify
+from experiments.record import IdentifyRecord
 from experiments.rundir import RunDir, read_jsonl
 
 PRIMARY = """# Pre-registration (test)
@@ -99,38 +101,51 @@ def test_the_development_run_uses_development_concepts_only(study):
     data = json.loads(split.file(RunDir.CONCEPT_SPLIT).read_text())
     assert set(data["concepts"]) <= set(data["development"])
     assert not set(data["concepts"]) & set(data["heldout"])
-    assert result.analysis["label"].startswith("exploratory")
+    assert result.record.label.startswith("exploratory")
 
 
-def test_the_analysis_covers_every_manipulation_and_the_primary(study):
-    _, _, result = study
-    analysis = result.analysis
-    assert set(analysis["manipulations"]) == set(result.directions["manipulation"]) - {
+def test_the_record_covers_every_manipulation_and_the_primary(study):
+    config, _, result = study
+    record = result.record
+    assert set(record.manipulations) == set(result.directions["manipulation"]) - {
         "reference",
         "null",
     }
-    for r in analysis["manipulations"].values():
-        assert "slope_auroc" in r and "partial" in r and r["curve"]
-        assert {m["fraction"] for m in r["minimum_effective"]} == {0.5, 1.0}
-    assert analysis["primary"]["verdict"] in (
-        "supported",
-        "contradicted",
-        "inconclusive",
-        "not_evaluable",
-    )
-    assert analysis["preregistration"]["commit"]
-    assert analysis["resources"]["wall_seconds"] > 0 and analysis["resources"]["peak_rss_mib"] > 0
+    for r in record.manipulations.values():
+        assert r.curve and "auroc" in r.partial
+        assert {m["fraction"] for m in r.minimum_effective} == {0.5, 1.0}
+    assert record.primary is not None
+    assert record.primary.verdict in PRIMARY_STATUS
+    assert record.preregistration and record.preregistration["commit"]
+    assert record.resources["wall_seconds"] > 0 and record.resources["peak_rss_mib"] > 0
+    folder = RunDir(config.identify.results_dir, result.run_id)
+    assert IdentifyRecord.parse(folder.file(RunDir.ANALYSIS).read_text()) == record
+
+
+def test_the_answer_leads_with_the_primary_analysis_in_the_common_words(study):
+    config, _, result = study
+    answer = answer_of(result.record)
+    primary = answer.verdicts[0]
+    assert primary.key == "primary" and primary.claim
+    assert primary.status == PRIMARY_STATUS[result.record.primary.verdict]
+    assert primary.reason == result.record.primary.verdict
+    assert any(v.key == "prompt_baseline" for v in answer.verdicts)
+    folder = RunDir(config.identify.results_dir, result.run_id)
+    text = folder.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    assert text.startswith(f"## The answer (run `{result.run_id}`)")
+    assert f"{primary.claim}: {primary.status}" in text
+    assert "primary" in folder.file(RunDir.CRITERIA).read_text()
 
 
 def test_the_parent_and_one_child_per_manipulation_are_in_mlflow(study):
     config, _, result = study
     run = tracking.get_run(result.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["phase"] == "6-identify"
-    assert run.data.tags["mlflow.note.content"].startswith("## Answer")
+    assert run.data.tags["mlflow.note.content"].startswith("## The answer")
     assert any(k.startswith("rotation_isotropic/slope_auroc") for k in run.data.metrics)
     children = tracking.child_runs(result.run_id, config.identify.experiment)
     assert {c.data.tags["identify.manipulation"] for c in children} == set(
-        result.analysis["manipulations"]
+        result.record.manipulations
     )
     artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
     assert {"analysis.json", "summary.md", "directions.csv", "plots"} <= artifacts
@@ -150,9 +165,9 @@ def test_a_resume_does_not_score_again(study, tiny_lm, embedder):
     assert again.run_id == result.run_id
     assert len(read_jsonl(run_dir.file(RunDir.LIKELIHOOD))) == lines
     assert len(run_dir.read_generations()) == generations
-    assert again.analysis["pooled"]["slope_auroc"] == result.analysis["pooled"]["slope_auroc"]
+    assert again.record.pooled.slope_auroc == result.record.pooled.slope_auroc
     children = tracking.child_runs(result.run_id, config.identify.experiment)
-    assert len(children) == len(result.analysis["manipulations"])
+    assert len(children) == len(result.record.manipulations)
 
 
 def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, prereg, tmp_path):
@@ -161,14 +176,14 @@ def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, 
     torch.set_num_threads(1)
     config = config_for(tmp_path, prereg, "identify.concept_set=heldout", "identify.limit=3")
     first = run_identify(config, lm=tiny_lm, embedder=embedder)
-    assert first.analysis["label"].startswith("confirmatory")
+    assert first.record.label.startswith("confirmatory")
     held = set(first.directions["concept"])
     _, _, dev = study
     assert not held & set(dev.directions["concept"])
     with pytest.raises(PreregistrationError, match="already scored"):
         run_identify(config, lm=tiny_lm, embedder=embedder)
     forced = run_identify(config, lm=tiny_lm, embedder=embedder, force=True)
-    assert "not confirmatory" in forced.analysis["label"]
+    assert "not confirmatory" in forced.record.label
     assert tracking.get_run(forced.run_id).data.tags["identify.forced"] == "true"
     ledger = read_jsonl(tmp_path / "res" / "heldout_ledger.jsonl")
     assert [e["forced"] for e in ledger] == [False, True]

@@ -3,14 +3,20 @@ over the v2 criteria, the seed's criteria below them."""
 
 from __future__ import annotations
 
-from experiments.config import load_config
-from experiments.pipeline.answer import (
+import csv
+import io
+import json
+
+from experiments.answer import (
     END_MARK,
-    SEED_LABEL,
+    Verdict,
     answer_markdown,
-    answer_of,
+    criteria_csv,
+    reading,
     with_answer,
 )
+from experiments.config import load_config
+from experiments.pipeline.answer import SEED_LABEL, answer_of
 from experiments.record import CriterionRecord, RunRecord
 
 
@@ -87,13 +93,53 @@ def test_a_criterion_added_later_shows_up_without_a_code_change():
     assert answer.to_dict()["criteria"]["v2_reliability_neg"]["value"] == 0.9
 
 
-def test_headlines_say_the_verdict_with_value_and_interval_per_sign():
+def test_headlines_say_the_verdict_with_value_and_interval_per_sign_in_the_tables_words():
     answer = answer_of(record())
-    assert set(answer.headlines) == {"pos", "neg"}
-    pos = answer.headlines["pos"]
-    assert "**undecided**" in pos and "r = -0.300 [-1.000, +1.000] over 3 concepts" in pos
-    assert "**no** (-0.060 [-0.140, -0.001], interval below 0.15)" in pos
-    assert "**yes**" in answer.headlines["neg"]
+    headlines = answer.headlines()
+    assert set(headlines) == {"s > 0", "s < 0"}
+    pos = headlines["s > 0"]
+    assert "inconclusive (r = -0.300 [-1.000, +1.000] over 3 concepts" in pos
+    assert "fail (-0.060 [-0.140, -0.001] over 9 concepts, interval below 0.15)" in pos
+    assert "pass (" in headlines["s < 0"]
+    text = answer_markdown(answer)
+    for v in answer.verdicts:  # the headline's word is the table's word
+        if v.claim:
+            assert f"{v.claim}: {v.status}" in text and f"**{v.status}**" in text
+
+
+def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_threshold():
+    extra = {"v2_effect_above_null_pos": criterion("v2_effect_above_null_pos", "fail", 0.066, 0.15)}
+    r = record(extra)
+    r.statistics["intervals"]["v2_effect_above_null_pos"] = {"low": 0.004, "high": 0.14, "n": 9}
+    v = next(v for v in answer_of(r).verdicts if v.key == "v2_effect_above_null_pos")
+    assert reading(v) == "real (interval above 0), short of the threshold 0.15"
+    assert (
+        "fail (+0.066 [+0.004, +0.140] over 9 concepts, real" in answer_of(r).headlines()["s > 0"]
+    )
+
+
+def test_the_prompting_baseline_is_a_row_when_it_ran():
+    r = record()
+    assert not [v for v in answer_of(r).verdicts if v.key.startswith("prompt_baseline")]
+    r.statistics["effect"] = {
+        "prompt/pos": {"e_gated_mean": 0.4, "e_gated_low": 0.3, "e_gated_high": 0.5, "n": 30.0}
+    }
+    row = next(v for v in answer_of(r).verdicts if v.key == "prompt_baseline_pos")
+    assert (row.value, row.low, row.high, row.status, row.n) == (0.4, 0.3, 0.5, "pass", 30)
+
+
+def test_criteria_csv_has_value_low_high_status_and_neutralises_formulas():
+    answer = answer_of(record())
+    rows = list(csv.DictReader(io.StringIO(criteria_csv(answer))))
+    got = next(r for r in rows if r["key"] == "v2_effect_above_null_pos")
+    assert (got["value"], got["low"], got["high"], got["status"]) == (
+        "-0.06", "-0.14", "-0.001", "fail",
+    )  # fmt: skip
+    assert {r["key"] for r in rows} >= {"c1_direction", "c3_f1_correlation"}
+    evil = Verdict("k", "=HYPERLINK(1)", "g", 1.0, None, None, "pass", 0.0, reason="@x")
+    answer.verdicts.append(evil)
+    row = next(r for r in csv.DictReader(io.StringIO(criteria_csv(answer))) if r["key"] == "k")
+    assert row["label"] == "'=HYPERLINK(1)" and row["reason"] == "'@x"
 
 
 def test_json_fields_are_structured_per_criterion():
@@ -107,12 +153,13 @@ def test_json_fields_are_structured_per_criterion():
         "threshold": 0.15,
     }
     assert set(data["seed_criteria"]) == {"c1_direction", "c3_f1_correlation"}
+    assert data["phase"] == "phase5" and "**" not in json.dumps(data)  # plain text
 
 
 def test_markdown_puts_v2_first_and_the_seed_below_labelled_as_the_original_design():
-    text = answer_markdown(answer_of(record()), ("effect_forest.png",))
+    text = answer_markdown(answer_of(record(), ("effect_forest.png",)))
     assert text.startswith("## The answer (run `abc`)")
-    assert text.index("criterion (v2)") < text.index(SEED_LABEL) < text.index("c1_direction")
+    assert text.index("| criterion |") < text.index(SEED_LABEL) < text.index("c1_direction")
     assert "| s > 0 | effect above null (gated) | -0.060 | [-0.140, -0.001] | 0.15 |" in text
     assert "`effect_forest.png`" in text and text.endswith(END_MARK)
 

@@ -1,0 +1,272 @@
+"""The answer block of every phase: one typed :class:`Answer`, one wording, one formatter.
+
+A phase builds its :class:`Answer` from its record alone (Phase 5:
+``pipeline/answer.py``; Phase 6: ``calibration/answer.py``; identify:
+``identify/answer.py``); everything a reader sees of it comes from here, so the
+terminal, ``--json``, ``answer.md``, ``criteria.csv`` and the MLflow descriptions say
+the same thing in the same words:
+
+- a verdict's status is one of :data:`STATUSES`' keys, and the headline and the table
+  both show that word and the same reading of the interval against the threshold
+  (:func:`reading`: an interval above 0 but below a positive threshold reads "real,
+  below the threshold", not "no");
+- numbers are formatted by :func:`number` and :func:`interval_text` only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+ANSWER_HEADING = "## The answer"
+# Where the answer block ends in a text that continues (the MLflow run description).
+END_MARK = "\n---\n"
+# A status and what it says, in the terminal's colour.
+STATUSES = {
+    "pass": "green",
+    "fail": "red",
+    "inconclusive": "yellow",
+    "not_evaluable": "dim",
+    "pending": "dim",
+    "panel_required": "dim",
+}
+SIGN_LABELS = {"pos": "s > 0", "neg": "s < 0", "both": "both signs"}
+CRITERIA_COLUMNS = (
+    "key",
+    "group",
+    "label",
+    "value",
+    "low",
+    "high",
+    "threshold",
+    "status",
+    "reading",
+    "n",
+    "method",
+    "reason",
+    "description",
+)
+
+
+def number(value: float | None, digits: int = 3, signed: bool = True) -> str:
+    """The one number format of every answer, summary and table: ``n/a`` for a missing or
+    non-finite value."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def estimate_text(
+    estimate: float | None,
+    low: float | None,
+    high: float | None,
+    digits: int = 3,
+    signed: bool = True,
+    reason: str = "",
+) -> str:
+    """``+0.123 [+0.010, +0.250]``; ``n/a (reason)`` without an estimate; ``[no interval]``
+    without bounds."""
+    if estimate is None:
+        return "n/a" + (f" ({reason})" if reason else "")
+    if low is None or high is None:
+        return f"{number(estimate, digits, signed)} [no interval]"
+    return (
+        f"{number(estimate, digits, signed)} "
+        f"[{number(low, digits, signed)}, {number(high, digits, signed)}]"
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One criterion as every view of the answer shows it."""
+
+    key: str  # stable name: the criterion key, and the MLflow metric under v2/criterion/
+    label: str  # what is judged, in words
+    group: str  # what it is about: a sign ("s > 0") or a sign, source and layer
+    value: float | None
+    low: float | None  # the interval at the answer's confidence (None: none)
+    high: float | None
+    status: str  # a key of STATUSES
+    threshold: float
+    method: str = ""  # how the interval was made
+    n: int | None = None  # how many units the interval rests on
+    units: str = "concepts"  # what those units are (the unit resampled)
+    reason: str = ""  # why this status, or why not evaluable
+    description: str = ""
+    claim: str = ""  # the headline's subject ("the predictor predicts the effect"); "" = none
+    symbol: str = ""  # what the value is ("r = ", "slope ") in the headline
+    direction: str = "above"  # pass means the interval lies above (or below) the threshold
+    sign: str = "both"  # pos, neg or both: the sign of the strength it is about
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "reading": reading(self)}
+
+
+@dataclass
+class Answer:
+    """A phase's answer: the question, its verdicts (headline ones carry a ``claim``),
+    notes, and the seed design's criteria where the phase has them."""
+
+    phase: str
+    run_id: str
+    question: str
+    confidence: float
+    verdicts: list[Verdict] = field(default_factory=list)
+    seed: list[Verdict] = field(default_factory=list)
+    seed_label: str = ""
+    notes: list[str] = field(default_factory=list)  # plain sentences under the headlines
+    figures: tuple[str, ...] = ()
+
+    def headlines(self) -> dict[str, str]:
+        """One plain sentence per group that has headline verdicts, in verdict order."""
+        groups: dict[str, list[Verdict]] = {}
+        for v in self.verdicts:
+            if v.claim:
+                groups.setdefault(v.group, []).append(v)
+        return {g: "; ".join(headline_part(v) for v in vs) for g, vs in groups.items()}
+
+    def to_dict(self) -> dict:
+        """``--json``'s one shape for every phase: plain text, no markdown."""
+        return {
+            "phase": self.phase,
+            "run_id": self.run_id,
+            "question": self.question,
+            "confidence": self.confidence,
+            "headlines": self.headlines(),
+            "notes": list(self.notes),
+            "criteria": {v.key: v.to_dict() for v in self.verdicts},
+            "seed_criteria": {v.key: v.to_dict() for v in self.seed},
+        }
+
+
+def reading(v: Verdict) -> str:
+    """The verdict in words: where the interval lies against the threshold (and 0)."""
+    t = f"{v.threshold:g}"
+    above = v.direction == "above"
+    if v.status == "pass":
+        return f"interval {'above' if above else 'below'} {t}"
+    if v.status == "fail":
+        real = v.low is not None and v.high is not None and (v.low > 0 or v.high < 0)
+        if real and v.threshold != 0 and (v.low > 0) == above:
+            return f"real (interval {'above' if above else 'below'} 0), short of the threshold {t}"
+        return f"interval {'below' if above else 'above'} {t}"
+    if v.status == "inconclusive":
+        return f"interval spans {t}"
+    return {
+        "not_evaluable": "not evaluable",
+        "pending": "pending",
+        "panel_required": "the judge panel is needed",
+    }.get(v.status, v.status.replace("_", " "))
+
+
+def interval_text(v: Verdict, digits: int = 3) -> str:
+    if v.low is None or v.high is None:
+        return "no interval"
+    return f"[{number(v.low, digits)}, {number(v.high, digits)}]"
+
+
+def headline_part(v: Verdict) -> str:
+    """``claim: status (value [low, high] over n units, reading)``."""
+    if v.value is None:
+        detail = v.reason or reading(v)
+    else:
+        n = f" over {v.n} {v.units}" if v.n else ""
+        detail = f"{v.symbol}{number(v.value)} {interval_text(v)}{n}, {reading(v)}"
+    return f"{v.claim}: {v.status} ({detail})"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def answer_markdown(answer: Answer) -> str:
+    """``answer.md`` and the top of the MLflow run description; ends with ``---``."""
+    level = f"{answer.confidence:.0%}"
+    lines = [f"{ANSWER_HEADING} (run `{answer.run_id}`)", "", f"**Question.** {answer.question}"]
+    lines.append("")
+    for group, text in answer.headlines().items():
+        lines.append(f"- **{group}:** {text}")
+    lines += [f"- {note}" for note in answer.notes]
+    lines += [
+        "",
+        f"| group | criterion | value | {level} interval | threshold | status | reading |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in answer.verdicts:
+        lines.append(
+            f"| {_cell(v.group)} | {_cell(v.label)} | {number(v.value)} | {interval_text(v)} "
+            f"| {v.threshold:g} | **{v.status}** | {_cell(reading(v))} |"
+        )
+    if answer.seed:
+        lines += ["", f"{answer.seed_label}:", ""]
+        lines += [
+            "| criterion (seed) | value | threshold | status | note |",
+            "|---|---|---|---|---|",
+        ]
+        for v in answer.seed:
+            lines.append(
+                f"| {v.key} | {number(v.value)} | {v.threshold:g} | {v.status} "
+                f"| {_cell(v.reason)} |"
+            )
+    if answer.figures:
+        lines += ["", "Figures: " + ", ".join(f"`{name}`" for name in answer.figures) + "."]
+    return "\n".join(lines) + "\n" + END_MARK
+
+
+def answer_line(answer: Answer, name: str, link: str) -> str:
+    """The answer for the experiment's description: a first line short enough for the
+    collapsed description (each headline verdict's status per group, linked to the run's
+    answer), then the values and intervals."""
+    short: dict[str, list[str]] = {}
+    detail = []
+    for v in answer.verdicts:
+        if not v.claim:
+            continue
+        short.setdefault(v.label, []).append(f"{v.group} **{v.status}**")
+        if v.value is not None:
+            detail.append(f"{v.label} at {v.group} {number(v.value, 2)} {interval_text(v, 2)}")
+    first = f"**Latest answer** ([open]({link})): " + "; ".join(
+        f"{label}: {', '.join(parts)}" for label, parts in short.items()
+    )
+    return first + f".\n\nRun {name}: " + "; ".join(detail) + "."
+
+
+def with_answer(note: str, block: str) -> str:
+    """``note`` with its leading answer block replaced by ``block`` (or ``block`` put
+    first when it has none)."""
+    if note.startswith(ANSWER_HEADING) and END_MARK in note:
+        note = note.split(END_MARK, 1)[1]
+    return block + "\n" + note.lstrip("\n")
+
+
+def criteria_rows(answer: Answer) -> Iterable[dict]:
+    """``criteria.csv``'s rows: every verdict, then the seed's criteria."""
+    for v in (*answer.verdicts, *answer.seed):
+        row = v.to_dict()
+        yield {column: row.get(column) for column in CRITERIA_COLUMNS}
+
+
+def criteria_csv(answer: Answer) -> str:
+    """``criteria.csv``: value, low, high, threshold and status per criterion. Text cells
+    that a spreadsheet would run as a formula are neutralised (a leading ``'``)."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CRITERIA_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in criteria_rows(answer):
+        writer.writerow({k: _safe(v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+FORMULA_TRIGGERS = tuple("=+-@\t\r")
+
+
+def _safe(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_TRIGGERS):
+        return "'" + value
+    return value

@@ -1,0 +1,194 @@
+"""One publisher for every phase: the record, the folder's views, the MLflow mirror.
+
+A run's outputs are a projection of its typed record. :func:`publish` writes, in this
+order, so a crash leaves a folder that a re-publish completes:
+
+1. the record (JSON, atomically) under the record's own file name;
+2. the views: ``answer.md`` and ``criteria.csv`` from the record's :class:`Answer`
+   (the same for every phase), the summary, the phase's other text files and figures,
+   each written atomically;
+3. the MLflow mirror of the parent run: parameters (new ones only), metrics, tags, the
+   description (the answer first, so the run page opens on it), the experiment's
+   description (the latest answer, linked), the figures and files as artefacts, tables;
+4. the child runs, each once (a re-publish skips the children already logged).
+
+A phase keeps only what is its own: its views (:class:`Views`) and its child runs
+(:class:`ChildRun`, or a callable for Phase 5's incremental per-cell children).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from experiments import tracking
+from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv
+from experiments.rundir import RunDir, atomic_write_text
+
+# A figure drawn on demand (so a phase's figures are made once, while saving them).
+FigureFactory = Callable[[], Any]
+
+
+class Target(Protocol):
+    """Where a run publishes: its MLflow run and its folder (a ``RunSession`` is one)."""
+
+    run_id: str | None
+    run_dir: RunDir | None
+
+
+@dataclass(frozen=True)
+class Place:
+    """A publishing target without a session (Phase 5's stages hold the id and folder)."""
+
+    run_id: str | None
+    run_dir: RunDir | None
+
+
+@dataclass
+class ChildRun:
+    """One child run of the parent: logged once, identified by ``tags[key_tag]``."""
+
+    key_tag: str  # the tag whose value tells this child apart from its siblings
+    name: str
+    tags: dict[str, str]
+    params: dict[str, object] = field(default_factory=dict)
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    tables: dict[str, Any] = field(default_factory=dict)  # artefact name -> DataFrame
+    texts: dict[str, str] = field(default_factory=dict)  # artefact name -> text
+    figures: dict[str, FigureFactory] = field(default_factory=dict)  # artefact -> figure
+
+
+@dataclass
+class Views:
+    """What a phase shows of its record: the answer, the summary, other files, figures,
+    and the MLflow projections (metrics, tags, parameters, tables)."""
+
+    answer: Answer
+    summary: str
+    files: dict[str, str] = field(default_factory=dict)  # run-folder name -> text
+    figures: dict[str, FigureFactory] = field(default_factory=dict)  # file name -> figure
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, object] = field(default_factory=dict)  # logged when new
+    tables: dict[str, Any] = field(default_factory=dict)  # MLflow table name -> DataFrame
+    artefacts: Sequence[str] = ()  # run-folder files mirrored when they exist
+    note_header: str = ""  # between the answer and the summary in the description
+    note_whole: str = RunDir.SUMMARY  # the artefact holding a description cut for length
+    experiment: str = ""  # the experiment whose description leads with this answer
+    also_note: Sequence[str] = ()  # other experiments that lead with it, when they exist
+
+
+def save_figure(path: os.PathLike | str, fig: Any) -> None:
+    """A figure written atomically (a reader or a crash never sees half a PNG)."""
+    import matplotlib.pyplot as plt
+
+    path = os.fspath(path)
+    head, name = os.path.split(path)
+    partial = os.path.join(head, f".{name}.tmp.png")
+    fig.savefig(partial, dpi=110)
+    os.replace(partial, path)
+    plt.close(fig)
+
+
+def write_views(run_dir: RunDir, views: Views) -> list[str]:
+    """The folder's views from the record; returns the figures' file names."""
+    for name, factory in views.figures.items():
+        save_figure(run_dir.file(name), factory())
+    atomic_write_text(run_dir.file(RunDir.SUMMARY), views.summary)
+    for name, text in views.files.items():
+        atomic_write_text(run_dir.file(name), text)
+    atomic_write_text(run_dir.file(RunDir.CRITERIA), criteria_csv(views.answer))
+    atomic_write_text(run_dir.file(RunDir.ANSWER), answer_markdown(views.answer))
+    return list(views.figures)
+
+
+def write_record(run_dir: RunDir, record: BaseModel, name: str) -> None:
+    atomic_write_text(run_dir.file(name), record.model_dump_json(indent=1))
+
+
+def publish(
+    target: Target,
+    record: BaseModel,
+    views: Views,
+    children: Sequence[ChildRun] | Callable[[str], object] = (),
+    record_file: str = RunDir.RECORD,
+) -> None:
+    """Write the record and its views, then mirror them to MLflow (see the module)."""
+    run_id, run_dir = target.run_id, target.run_dir
+    assert run_id is not None and run_dir is not None, "publish after session.start()"
+    write_record(run_dir, record, record_file)
+    figures = write_views(run_dir, views)
+    mirror(run_id, run_dir, views, figures, record_file)
+    if callable(children):
+        children(run_id)
+    else:
+        log_children(run_id, views.experiment, children)
+
+
+def mirror(run_id: str, run_dir: RunDir, views: Views, figures: list[str], record_file: str):
+    """The parent MLflow run as a mirror of the folder."""
+    c = tracking.client()
+    if views.params:
+        tracking.log_new_params(run_id, views.params)
+    for key, value in views.tags.items():
+        c.set_tag(run_id, key, value)
+    answer = run_dir.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    tracking.set_note(
+        run_id, answer + "\n" + views.note_header + views.summary, whole=views.note_whole
+    )
+    if views.experiment:
+        note_latest(run_id, views)
+    for name in figures:
+        c.log_artifact(run_id, str(run_dir.file(name)), "plots")
+    for name in (RunDir.ANSWER, record_file, RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
+        if run_dir.file(name).exists():
+            c.log_artifact(run_id, str(run_dir.file(name)))
+    for name, frame in views.tables.items():
+        tracking.overwrite_table(run_id, frame, name)
+    tracking.log_metrics(run_id, views.metrics)
+
+
+def note_latest(run_id: str, views: Views) -> None:
+    """The experiment's description leads with this run's answer and links it, so the
+    experiment's runs page shows the latest answer without a click."""
+    run = tracking.get_run(run_id)
+    link = tracking.ui_path(run.info.experiment_id, run_id, artifact=RunDir.ANSWER)
+    line = answer_line(views.answer, run.info.run_name or run_id, link)
+    tracking.set_experiment_note(views.experiment, line)
+    for other in views.also_note:
+        if tracking.client().get_experiment_by_name(other) is not None:
+            tracking.set_experiment_note(other, line)
+
+
+def log_children(run_id: str, experiment: str, children: Sequence[ChildRun]) -> int:
+    """Each child run once: those already under the parent (by their key tag) are kept."""
+    if not children:
+        return 0
+    c = tracking.client()
+    logged = tracking.child_runs(run_id, experiment)
+    n = 0
+    for child in children:
+        if any(r.data.tags.get(child.key_tag) == child.tags[child.key_tag] for r in logged):
+            continue
+        with tracking.tracked_run(
+            experiment, child.name, parent_run_id=run_id, tags=child.tags
+        ) as child_id:
+            if child.params:
+                tracking.log_params(child_id, child.params)
+            tracking.log_metrics(child_id, child.metrics)
+            for name, frame in child.tables.items():
+                c.log_table(child_id, frame, name)
+            for name, text in child.texts.items():
+                c.log_text(child_id, text, name)
+            for name, factory in child.figures.items():
+                fig = factory()
+                c.log_figure(child_id, fig, name)
+                import matplotlib.pyplot as plt
+
+                plt.close(fig)
+        n += 1
+    return n
