@@ -49,20 +49,21 @@ CRITERIA_COLUMNS = (
 )
 
 
-def number(value: float | None, digits: int = 3, signed: bool = True) -> str:
-    """The one number format of every answer, summary and table: ``n/a`` for a missing or
-    non-finite value."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+def number(value: object, spec: str = "+.3f") -> str:
+    """The one number format of every answer, summary and table (``spec``: a format
+    spec): ``n/a`` for a missing, non-numeric or non-finite value."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
         return "n/a"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "n/a"
+    return format(value, spec)
 
 
 def estimate_text(
-    estimate: float | None,
-    low: float | None,
-    high: float | None,
-    digits: int = 3,
-    signed: bool = True,
+    estimate: object,
+    low: object = None,
+    high: object = None,
+    spec: str = "+.3f",
     reason: str = "",
 ) -> str:
     """``+0.123 [+0.010, +0.250]``; ``n/a (reason)`` without an estimate; ``[no interval]``
@@ -70,10 +71,16 @@ def estimate_text(
     if estimate is None:
         return "n/a" + (f" ({reason})" if reason else "")
     if low is None or high is None:
-        return f"{number(estimate, digits, signed)} [no interval]"
-    return (
-        f"{number(estimate, digits, signed)} "
-        f"[{number(low, digits, signed)}, {number(high, digits, signed)}]"
+        return f"{number(estimate, spec)} [no interval]"
+    return f"{number(estimate, spec)} [{number(low, spec)}, {number(high, spec)}]"
+
+
+def interval_dict_text(d: dict | None, spec: str = "+.3f") -> str:
+    """:func:`estimate_text` of a stored interval (``estimate``, ``low``, ``high``,
+    ``reason``: ``metrics.intervals.Interval.to_dict``)."""
+    d = d or {}
+    return estimate_text(
+        d.get("estimate"), d.get("low"), d.get("high"), spec, d.get("reason") or ""
     )
 
 
@@ -160,10 +167,10 @@ def reading(v: Verdict) -> str:
     }.get(v.status, v.status.replace("_", " "))
 
 
-def interval_text(v: Verdict, digits: int = 3) -> str:
+def interval_text(v: Verdict, spec: str = "+.3f") -> str:
     if v.low is None or v.high is None:
         return "no interval"
-    return f"[{number(v.low, digits)}, {number(v.high, digits)}]"
+    return f"[{number(v.low, spec)}, {number(v.high, spec)}]"
 
 
 def headline_part(v: Verdict) -> str:
@@ -225,7 +232,9 @@ def answer_line(answer: Answer, name: str, link: str) -> str:
             continue
         short.setdefault(v.label, []).append(f"{v.group} **{v.status}**")
         if v.value is not None:
-            detail.append(f"{v.label} at {v.group} {number(v.value, 2)} {interval_text(v, 2)}")
+            detail.append(
+                f"{v.label} at {v.group} {number(v.value, '+.2f')} {interval_text(v, '+.2f')}"
+            )
     first = f"**Latest answer** ([open]({link})): " + "; ".join(
         f"{label}: {', '.join(parts)}" for label, parts in short.items()
     )

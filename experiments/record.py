@@ -152,8 +152,11 @@ def predictor_values(
 
 
 def plain(value: object) -> object:
-    """A stage output as JSON's own types (numpy scalars and arrays, tuples), so a record
-    built from it serialises and compares like the one read back."""
+    """A stage output as JSON's own types (numpy scalars and arrays, tuples; a non-finite
+    float as None, which is what the JSON file holds), so a record built from it equals
+    the one read back."""
+    import math
+
     import numpy as np
 
     if isinstance(value, dict):
@@ -165,7 +168,7 @@ def plain(value: object) -> object:
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.floating | float):
-        return float(value)
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, np.bool_):
         return bool(value)
     return value

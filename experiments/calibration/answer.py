@@ -6,7 +6,7 @@ verdict (pass: its interval above 0); the minimum effective level is a note besi
 
 from __future__ import annotations
 
-from experiments.answer import SIGN_LABELS, Answer, Verdict, number
+from experiments.answer import SIGN_LABELS, Answer, Verdict, estimate_text
 from experiments.record import CalibrationRecord, CurveFit
 
 FIGURES = ("predictor_vs_effect.png", "effect_vs_training_size.png", "predictor_comparison.png")
@@ -46,8 +46,7 @@ def verdict(fit: CurveFit) -> Verdict:
 def minimum_note(fit: CurveFit, threshold: float) -> str:
     m = fit.minimum_effective
     if m.status == "reached":
-        where = f"{number(m.level, signed=False)} [{number(m.low, signed=False)}, "
-        where += f"{number(m.high, signed=False)}] at {m.size}"
+        where = f"{estimate_text(m.level, m.low, m.high, '.3f')} at {m.size}"
         return f"{group(fit)}: minimum effective {fit.predictor} {where}."
     return f"{group(fit)}: no training size reached an effect above {threshold:g}."
 

@@ -137,8 +137,7 @@ def summary_markdown(record: CalibrationRecord, curve: pd.DataFrame) -> str:
         mm, minimum = r.mixed_model, r.minimum_effective
         slope = estimate_text(mm.slope, mm.low, mm.high, reason=mm.reason or "")
         level = (
-            estimate_text(minimum.level, minimum.low, minimum.high, signed=False)
-            + f" at {minimum.size}"
+            estimate_text(minimum.level, minimum.low, minimum.high, ".3f") + f" at {minimum.size}"
             if minimum.status == "reached"
             else "not reached"
         )
@@ -160,7 +159,7 @@ def summary_markdown(record: CalibrationRecord, curve: pd.DataFrame) -> str:
     for _, row in table.iterrows():
         lines.append(
             f"| {row['layer']} | {row['source']} | {row['size']} | "
-            + " | ".join(number(row[c], signed=False) for c in cols)
+            + " | ".join(number(row[c], ".3f") for c in cols)
             + " |"
         )
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from experiments.answer import number
 from experiments.cli.answer import print_answer, result_json
 from experiments.cli.common import (
     DEFAULT_CONFIG,
@@ -166,7 +167,7 @@ def classifiers(
 
 def _print_probe_set(layer: int, result) -> None:
     def fmt(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.3f}"
+        return number(v, ".3f")
 
     table = Table(
         "concept",
@@ -400,7 +401,7 @@ def _print_result(result, as_json: bool = False) -> None:
     table = Table("strength", *(a.label for a in shown), title="Phase 5: per strength")
 
     def fmt(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.3f}"
+        return number(v, ".3f")
 
     for s, v in sorted(result.per_strength.items()):
         table.add_row(f"{s:+g}", *(fmt(v.get(a.name)) for a in shown))

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
+from experiments.answer import interval_dict_text, number
 
-
-def fmt(value: object, spec: str = "+.3f") -> str:
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
-        return "n/a"
-    return format(value, spec)
-
-
-def ci(iv: dict | None, spec: str = "+.3f") -> str:
-    if not iv or iv.get("estimate") is None:
-        return "n/a" + (f" ({iv.get('reason')})" if iv and iv.get("reason") else "")
-    if iv.get("low") is None:
-        return f"{fmt(iv['estimate'], spec)} [no interval]"
-    return f"{fmt(iv['estimate'], spec)} [{fmt(iv['low'], spec)}, {fmt(iv['high'], spec)}]"
+fmt = number  # the one formatter (experiments/answer.py)
+ci = interval_dict_text
 
 
 def excludes_zero(iv: dict | None) -> bool:

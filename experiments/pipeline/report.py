@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from experiments.answer import SIGN_LABELS, answer_markdown, criteria_csv
+from experiments.answer import (
+    SIGN_LABELS,
+    answer_markdown,
+    criteria_csv,
+    interval_dict_text,
+    number,
+)
 from experiments.pipeline.answer import answer_of
 from experiments.pipeline.effect import SIGNS
 from experiments.pipeline.figures import plots, reviewer_figures, specificity_figure
@@ -30,10 +36,10 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     ``statistics["effect"]``), and the v2 criteria."""
 
     def fmt(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:+.3f}"
+        return number(value)
 
     def frac(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.2f}"
+        return number(value, ".2f")
 
     lines = [
         "",
@@ -100,7 +106,7 @@ def summary_markdown(
     ]
 
     def fmt(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
+        return number(value, ".3f")
 
     shown = [agg for _column, agg in aggregates(View.SUMMARY)]
     lines.append("| strength | " + " | ".join(a.label for a in shown) + " |")
@@ -137,15 +143,14 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
 
 
-def _num(value: object, spec: str = "+.3f") -> str:
-    return "n/a" if not isinstance(value, int | float) else format(value, spec)
+_num = number
 
 
 def _ci(d: dict, spec: str = "+.3f") -> str:
     """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
     if d.get("estimate") is None:
         return f"n/a ({d.get('reason') or 'not evaluable'})"
-    return f"{_num(d['estimate'], spec)} [{_num(d.get('low'), spec)}, {_num(d.get('high'), spec)}]"
+    return interval_dict_text(d, spec)
 
 
 def measurement_markdown(stats: dict) -> list[str]:

@@ -115,7 +115,7 @@ def record_criterion4(
 def refresh_answer(run_id: str, folder: RunDir, record: RunRecord) -> None:
     """The answer block follows criterion 4: ``answer.md``, its artefact and the top of
     the parent run's description are rewritten from the updated record."""
-    from experiments.pipeline.answer import with_answer
+    from experiments.answer import with_answer
     from experiments.pipeline.report import write_answer
 
     text = write_answer(folder, record)
