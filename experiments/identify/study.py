@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -140,36 +141,98 @@ def run_identify(
     return result
 
 
+@dataclass
+class Directions:
+    """Every direction of the study and its detection quality (stages 1-3)."""
+
+    layer: int
+    concepts: list[str]
+    data: Any  # identify.data.StudyData: activations of the probe, test and neutral texts
+    alpha: float  # the median residual norm at the layer
+    directions: Any  # identify.data.Directions: v* and every manipulated direction
+    detections: dict  # (concept, direction id) -> the direction scored as a detector
+
+
+@dataclass
+class Outcomes:
+    """How every direction steers (stages 4-7)."""
+
+    betas: dict[str, float]  # v*'s held-out β per concept
+    likelihood: list[dict]  # the likelihood outcome per direction × strength × pair
+    baseline_rows: list[dict]  # the prompting baseline on the same texts
+    outputs: Any  # logit-lens gain and next-token KL per direction
+    generated: pd.DataFrame  # the validating subset's generated cells (Δ, gated)
+    generated_units: Any
+
+
 def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) -> IdentifyResult:
-    from experiments.identify import analysis as analysis_mod
-    from experiments.identify.cells import build_tables
-    from experiments.identify.crosscheck import canonical, crosscheck
-    from experiments.identify.data import build_directions, collect
-    from experiments.identify.detect import score_direction
-    from experiments.identify.generation import (
-        generate_validation,
-        select_reference_betas,
-        validation_effects,
-        vector_set,
-    )
-    from experiments.identify.outcome import output_predictors, prompt_baseline, score_likelihood
+    """The study inside its session: the stages, then the record, then publishing."""
     from experiments.identify.publish import children, views
-    from experiments.likelihood_texts import build_likelihood_texts
     from experiments.pipeline.publisher import publish
     from experiments.pipeline.score import build_scorer
-    from experiments.pipeline.vectors import neutral_texts
-    from experiments.prompts import render_generation_prompts
-    from steering.activations import pooled_activations, residual_scale
-    from steering.likelihood import encode_texts
-    from steering.memory import activation_texts
 
-    ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
-    layer = session.layer()
-    concepts = [c.synset for c in graph.concepts]
+    ident, timer = config.identify, session.timer
+    heldout = ident.concept_set == "heldout"
+    run_id = _start(session, config, sets, prereg, earlier)
+    found = _directions(session, config, say)
+    with timer.time("centroids"):
+        scorer = build_scorer(config, session.graph, session.embedder)
+    outcomes = _outcomes(session, config, found, scorer, on_batch, say)
+    say("the analysis")
+    with timer.time("analysis"):
+        tables, analysis, between, validation, phase6_frame, phase6 = _analyse(
+            session, config, found, outcomes, prereg, say
+        )
+    timings = dict(timer.stages)
+    timings["total"] = time.perf_counter() - started
+    record = build_record(
+        run_id,
+        config,
+        session.lm.model_id,
+        found.layer,
+        found.alpha,
+        outcomes.betas,
+        analysis,
+        between,
+        validation,
+        phase6,
+        label(heldout, bool(earlier)),
+        prereg,
+        {"wall_seconds": timings["total"], **peak_memory()},
+        timings,
+    )
+    with timer.time("logging"):
+        publish(
+            session,
+            record,
+            views(record, tables, outcomes.generated, phase6_frame),
+            children(record, tables),
+            RunDir.ANALYSIS,
+        )
+    if heldout:
+        tracking.client().set_tag(run_id, "identify.scored", "true")
+        record_heldout(
+            ident.results_dir,
+            {
+                "run_id": run_id,
+                "prereg_sha256": prereg.sha256 if prereg else None,
+                "forced": bool(earlier),
+                "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "primary": record.primary.verdict if record.primary else None,
+            },
+        )
+    assert session.run_dir is not None
+    return IdentifyResult(run_id, session.run_dir.path, record, tables.directions)
+
+
+def _start(session, config, sets, prereg, earlier) -> str:
+    """Open the parent run (tagged with what its inference is worth) and its folder."""
+    ident, lm = config.identify, session.lm
+    concepts = [c.synset for c in session.graph.concepts]
     heldout = ident.concept_set == "heldout"
     run_id, new = session.start(
         ident.experiment,
-        f"identify {ident.concept_set} {lm.model_id} L{layer} {len(concepts)} concepts",
+        f"identify {ident.concept_set} {lm.model_id} L{session.layer()} {len(concepts)} concepts",
         ident.results_dir,
         tags={
             "phase": PHASE,
@@ -191,7 +254,20 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
     )
     if prereg is not None:
         atomic_write_text(run_dir.file(RunDir.PREREGISTRATION), prereg.path.read_text())
+    return run_id
 
+
+def _directions(session, config, say) -> Directions:
+    """Stages 1-3: activations, every direction, each scored as its own detector."""
+    from experiments.identify.data import build_directions, collect
+    from experiments.identify.detect import score_direction
+    from experiments.pipeline.vectors import neutral_texts
+    from steering.activations import pooled_activations, residual_scale
+    from steering.memory import activation_texts
+
+    timer, lm, graph = session.timer, session.lm, session.graph
+    layer = session.layer()
+    concepts = [c.synset for c in graph.concepts]
     say(f"activations of every probe, test and neutral text at layer {layer}")
     with timer.time("activations"):
         data = collect(
@@ -212,10 +288,32 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
             for c, by_id in directions.vectors.items()
             for d_id, v in by_id.items()
         }
-    with timer.time("centroids"):
-        scorer = build_scorer(config, graph, session.embedder)
+    return Directions(layer, concepts, data, alpha, directions, detections)
+
+
+def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outcomes:
+    """Stages 4-7: v*'s held-out β, the likelihood outcome of every direction and the
+    prompting baseline, the output-side readouts, generations for the validating subset."""
+    from experiments.identify.crosscheck import canonical
+    from experiments.identify.generation import (
+        generate_validation,
+        select_reference_betas,
+        validation_effects,
+        vector_set,
+    )
+    from experiments.identify.outcome import output_predictors, prompt_baseline, score_likelihood
+    from experiments.likelihood_texts import build_likelihood_texts
+    from experiments.prompts import render_generation_prompts
+    from experiments.rundir import append_jsonl
+    from steering.likelihood import encode_texts
+
+    ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
+    run_dir, layer, alpha, concepts = session.run_dir, found.layer, found.alpha, found.concepts
+    vectors = found.directions.vectors
     say("held-out strength of the reference direction (generation)")
-    references = vector_set(config, layer, alpha, {c: directions.reference(c) for c in concepts})
+    references = vector_set(
+        config, layer, alpha, {c: found.directions.reference(c) for c in concepts}
+    )
     chosen = select_reference_betas(session, config, references, scorer, on_batch)
     betas = {c: float(chosen[c]["beta"]) for c in concepts}
     run_dir.write_json(RunDir.SELECTION, chosen)
@@ -229,14 +327,10 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
             length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
         )
     with timer.time("likelihood"):
-        records = score_likelihood(
-            lm, config, run_dir, layer, alpha, betas, texts, directions.vectors, say
-        )
+        likelihood = score_likelihood(lm, config, run_dir, layer, alpha, betas, texts, vectors, say)
         baseline_rows = prompt_baseline(
             lm, config, texts, concepts, {c.synset: c.name for c in graph.concepts}
         )
-    from experiments.rundir import append_jsonl
-
     run_dir.file(RunDir.PROMPT_BASELINE).unlink(missing_ok=True)
     append_jsonl(run_dir.file(RunDir.PROMPT_BASELINE), baseline_rows)
     say("logit-lens gain and next-token KL of every direction")
@@ -252,94 +346,65 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
             layer,
             alpha,
             betas,
-            directions.vectors,
-            data.neutral_texts[: ident.lens_positions],
+            vectors,
+            found.data.neutral_texts[: ident.lens_positions],
             words,
             prompts,
         )
     tags = []
     for d_id in ident.generated:
         name = canonical(d_id)
-        if all(name in directions.vectors[c] for c in concepts) and name not in tags:
+        if all(name in vectors[c] for c in concepts) and name not in tags:
             tags.append(name)
     say(f"generations for the validating subset: {', '.join(tags)}")
     sets_v = {
-        t: vector_set(config, layer, alpha, {c: directions.vectors[c][t] for c in concepts})
-        for t in tags
+        t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in concepts}) for t in tags
     }
     generate_validation(session, config, sets_v, betas, on_batch)
     session.close_executor()
     gen_cells, gen_units = validation_effects(session, config, scorer, tags)
+    return Outcomes(betas, likelihood, baseline_rows, outputs, gen_cells, gen_units)
 
-    say("the analysis")
-    with timer.time("analysis"):
-        effects = _effects(records, ident.strengths)
-        test_labels = {c: data.concepts[c].test[1] for c in concepts}
-        tables = build_tables(
-            directions.specs,
-            directions.vectors,
-            detections,
-            test_labels,
-            effects,
-            outputs,
-            directions.details,
-            ident.reference_size,
-            config.seed,
-        )
-        base = pd.DataFrame(baseline_rows)
-        baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
-        n_boot, seed = config.criteria.n_boot, config.seed
-        analysis = analysis_mod.analyse(
-            tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
-        )
-        between = analysis_mod.between_concepts(
-            tables, test_labels, detections, effects, n_boot, seed
-        )
-        validation = crosscheck(tables, gen_cells, gen_units, effects, n_boot, seed)
-        phase6_frame, phase6 = None, None
-        if ident.phase6_run:
-            from experiments.identify.phase6 import reanalyse
 
-            phase6_frame, phase6 = reanalyse(ident.phase6_run, lm, n_boot, seed, say)
-    timings = dict(timer.stages)
-    timings["total"] = time.perf_counter() - started
-    record = build_record(
-        run_id,
-        config,
-        lm.model_id,
-        layer,
-        alpha,
-        betas,
-        analysis,
-        between,
-        validation,
-        phase6,
-        label(heldout, bool(earlier)),
-        prereg,
-        {"wall_seconds": timings["total"], **peak_memory()},
-        timings,
+def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say):
+    """Stage 8: the tables, the analysis, the between-concept view, the generation check,
+    and the Phase 6 re-analysis when one is named."""
+    from experiments.identify import analysis as analysis_mod
+    from experiments.identify.cells import build_tables
+    from experiments.identify.crosscheck import crosscheck
+
+    ident, concepts = config.identify, found.concepts
+    effects = _effects(outcomes.likelihood, ident.strengths)
+    test_labels = {c: found.data.concepts[c].test[1] for c in concepts}
+    tables = build_tables(
+        found.directions.specs,
+        found.directions.vectors,
+        found.detections,
+        test_labels,
+        effects,
+        outcomes.outputs,
+        found.directions.details,
+        ident.reference_size,
+        config.seed,
     )
-    with timer.time("logging"):
-        publish(
-            session,
-            record,
-            views(record, tables, gen_cells, phase6_frame),
-            children(record, tables),
-            RunDir.ANALYSIS,
-        )
-    if heldout:
-        tracking.client().set_tag(run_id, "identify.scored", "true")
-        record_heldout(
-            ident.results_dir,
-            {
-                "run_id": run_id,
-                "prereg_sha256": prereg.sha256 if prereg else None,
-                "forced": bool(earlier),
-                "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "primary": record.primary.verdict if record.primary else None,
-            },
-        )
-    return IdentifyResult(run_id, run_dir.path, record, tables.directions)
+    base = pd.DataFrame(outcomes.baseline_rows)
+    baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
+    n_boot, seed = config.criteria.n_boot, config.seed
+    analysis = analysis_mod.analyse(
+        tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
+    )
+    between = analysis_mod.between_concepts(
+        tables, test_labels, found.detections, effects, n_boot, seed
+    )
+    validation = crosscheck(
+        tables, outcomes.generated, outcomes.generated_units, effects, n_boot, seed
+    )
+    phase6_frame, phase6 = None, None
+    if ident.phase6_run:
+        from experiments.identify.phase6 import reanalyse
+
+        phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
+    return tables, analysis, between, validation, phase6_frame, phase6
 
 
 def label(heldout: bool, scored_before: bool) -> str:

@@ -135,6 +135,7 @@ def test_the_answer_leads_with_the_primary_analysis_in_the_common_words(study):
     assert text.startswith(f"## The answer (run `{result.run_id}`)")
     assert f"{primary.claim}: {primary.status}" in text
     assert "primary" in folder.file(RunDir.CRITERIA).read_text()
+    assert tracking.run_ui_url(result.run_id).endswith("/artifacts/answer.md?workflowType=machine_learning")
 
 
 def test_the_parent_and_one_child_per_manipulation_are_in_mlflow(study):
