@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from experiments.config import ExperimentConfig
+from experiments.config import Phase5Config
 from metrics.criteria import CriterionResult
 
 RECORD_FORMAT = "steer-eval/phase5-run"
@@ -60,7 +60,9 @@ class RunRecord(BaseModel):
     version: int = RECORD_VERSION
     run_id: str
     experiment: str
-    config: ExperimentConfig
+    # A Phase 5 config; an older record's config (every phase's sections, no ``phase:``)
+    # is read in that layout (RunConfig._old_layout), so old runs still rescore.
+    config: Phase5Config
     model_id: str
     layer: int
     alpha: float

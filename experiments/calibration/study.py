@@ -149,6 +149,7 @@ def run_calibration(
         lm=lm,
         embedder=embedder,
         progress=progress,
+        phase="calibration",
     ) as session:
         config, graph, timer, lm, say = (
             session.config,
@@ -160,10 +161,10 @@ def run_calibration(
         cal = config.calibration
         layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
         run_id, new = session.start(
-            cal.experiment,
+            config.experiment,
             f"phase6 {lm.model_id} L{','.join(map(str, layers))} "
             f"{len(cal.sizes)} sizes × {len(cal.sources)} sources × {len(cal.probe_seeds)} seeds",
-            cal.results_dir,
+            config.results_dir,
             tags={"phase": PHASE},
         )
         if new:

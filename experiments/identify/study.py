@@ -123,11 +123,14 @@ def run_identify(
                 raise
         if config.identify.concept_set == "heldout":
             assert prereg is not None
-            earlier = check_heldout(
-                prereg, config.identify.experiment, config.identify.results_dir, force
-            )
+            earlier = check_heldout(prereg, config.experiment, config.results_dir, force)
     with open_run(
-        None if resume else config, existing=resume, lm=lm, embedder=embedder, progress=say
+        None if resume else config,
+        existing=resume,
+        lm=lm,
+        embedder=embedder,
+        progress=say,
+        phase="identify",
     ) as session:
         config = session.config
         if resume is not None:
@@ -167,9 +170,9 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
     concepts = [c.synset for c in graph.concepts]
     heldout = ident.concept_set == "heldout"
     run_id, new = session.start(
-        ident.experiment,
+        config.experiment,
         f"identify {ident.concept_set} {lm.model_id} L{layer} {len(concepts)} concepts",
-        ident.results_dir,
+        config.results_dir,
         tags={
             "phase": PHASE,
             "identify.concept_set": ident.concept_set,
@@ -320,7 +323,7 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
     if heldout:
         tracking.client().set_tag(run_id, "identify.scored", "true")
         record_heldout(
-            ident.results_dir,
+            config.results_dir,
             {
                 "run_id": run_id,
                 "prereg_sha256": prereg.sha256 if prereg else None,

@@ -9,7 +9,7 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.identify import QUICK_OVERRIDES
+from experiments.identify import QUICK
 from experiments.identify.prereg import PreregistrationError
 from experiments.identify.study import run_identify
 from experiments.rundir import RunDir, read_jsonl
@@ -43,7 +43,6 @@ def config_for(tmp, prereg, *extra):
     return load_config(
         "configs/identify.yaml",
         [
-            *QUICK_OVERRIDES,
             "layer=2",
             "identify.limit=3",
             "generation.max_new_tokens=4",
@@ -52,6 +51,7 @@ def config_for(tmp, prereg, *extra):
             f"identify.results_dir={tmp / 'res'}",
             *extra,
         ],
+        overlays=[QUICK],
     )
 
 
