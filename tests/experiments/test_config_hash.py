@@ -201,3 +201,27 @@ def test_a_quick_overlay_is_for_its_own_phase_only():
     )
     assert ident.identify.limit == 2  # --set after the overlay, as after the old tuple
     assert ident.identify.theta_degrees == [0.0, 45.0, 90.0]
+
+
+@pytest.mark.parametrize(
+    ("name", "phase", "cls"),
+    [
+        ("phase5", None, Phase5Config),
+        ("phase6", "calibration", CalibrationStudyConfig),
+        ("identify", "identify", IdentifyStudyConfig),
+    ],
+)
+def test_an_old_run_folder_resumes_and_rescores_as_its_commands_phase(tmp_path, name, phase, cls):
+    from experiments.pipeline.lifecycle import scoring_config
+    from experiments.rundir import RunDir
+
+    run_dir = RunDir(tmp_path, "old").create()
+    run_dir.file(RunDir.CONFIG).write_text((OLD / f"{name}.yaml").read_text())
+    assert type(run_dir.load_config(phase)) is cls
+    config = scoring_config(run_dir, ["criteria.n_boot=300"], "rescore", phase)
+    assert type(config) is cls and config.criteria.n_boot == 300
+    # a new run folder's config names its phase: another command's is refused
+    run_dir.write_config(load_config(REPO / "configs" / f"{name}.yaml"))
+    other = "identify" if phase != "identify" else "calibration"
+    with pytest.raises(ConfigError, match="phase: "):
+        run_dir.load_config(other)
