@@ -627,8 +627,9 @@ class RunConfig(_Strict):
     :class:`CalibrationStudyConfig`, :class:`IdentifyStudyConfig`. Phase 5 stages take any
     of them (the studies run Phase 5 stages)."""
 
-    # The section that holds this phase's ``experiment`` and ``results_dir``.
-    OWN_SECTION: ClassVar[str] = "tracking"
+    # The section that holds the phase's ``experiment`` and ``results_dir`` (each top
+    # model names its own).
+    OWN_SECTION: ClassVar[str]
 
     # Which top model reads the YAML; left out of the hash (each phase's hash is the one
     # its settings had when every phase shared one config).
@@ -752,6 +753,8 @@ ExperimentConfig = RunConfig
 
 class Phase5Config(RunConfig):
     """Phase 5 (``steer-eval run``); ``configs/phase5.yaml`` holds the seed's values."""
+
+    OWN_SECTION: ClassVar[str] = "tracking"
 
     phase: Annotated[Literal["phase5"], EXCLUDE] = "phase5"
     tracking: Phase5TrackingConfig = Field(default_factory=Phase5TrackingConfig)

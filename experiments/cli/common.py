@@ -206,4 +206,4 @@ def resolve_config(
         extra.append(f"layer={layer}")
     if concepts is not None:
         extra.append(f"concepts.limit={concepts}")
-    return load_config(config, extra, phase, overlays or [])  # type: ignore[arg-type]
+    return load_config(config, extra, phase, overlays or [])

@@ -60,7 +60,8 @@ def identify(
         str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="a 4-concept smoke version with coarse grids")
+        bool,
+        typer.Option(help="a 4-concept smoke version: configs/quick/identify.yaml"),
     ] = False,
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted run by id, or latest")

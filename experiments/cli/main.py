@@ -435,7 +435,7 @@ def calibrate(
     model: ModelOpt = None,
     concepts: ConceptsOpt = None,
     quick: Annotated[
-        bool, typer.Option(help="a 3-concept, 2-size smoke version (minutes, not an hour)")
+        bool, typer.Option(help="a 3-concept smoke version: configs/quick/calibrate.yaml")
     ] = False,
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted study by id, or latest")
