@@ -919,7 +919,8 @@ def load_config(
         data["phase"] = chosen  # the defaults of a phase are never the old layout
     for overlay in overlays:
         extra = _read_yaml(overlay, "overlay")
-        _check_phase(extra.get("phase"), f"overlay {overlay}", chosen)
+        # the overlay's phase says which configs it is for; it leaves the config's as it is
+        _check_phase(extra.pop("phase", None), f"overlay {overlay}", chosen)
         data = merge_overlay(data, extra)
     data = apply_overrides(data, overrides or [])
     _check_phase(data.get("phase"), f"{source} with its overrides", chosen)

@@ -225,3 +225,9 @@ def test_an_old_run_folder_resumes_and_rescores_as_its_commands_phase(tmp_path, 
     other = "identify" if phase != "identify" else "calibration"
     with pytest.raises(ConfigError, match="phase: "):
         run_dir.load_config(other)
+
+
+def test_a_quick_overlay_leaves_an_old_layout_as_it_is(tmp_path):
+    """--quick over a config without phase: (a copy of an old run's) reads it as before."""
+    quick = load_config(OLD / "phase6.yaml", [], "calibration", [CALIBRATE_QUICK])
+    assert quick.config_hash() == "1be9ca8f895b"
