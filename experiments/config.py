@@ -3,9 +3,15 @@
 Unknown keys, wrong types and impossible values fail with a message that names the
 field and how to fix it. Any field can be overridden with ``--set a.b=value``.
 
+A config per phase: :class:`RunConfig` holds what every phase shares, and one top model
+per phase (:data:`PHASE_MODELS`) adds only its own section and says where its MLflow
+experiment and results folder live (``config.experiment``, ``config.results_dir``). The
+YAML names its phase (``phase:``); :func:`load_config` picks the model. How each field
+enters :meth:`RunConfig.config_hash` is declared on the field (:class:`HashRule`).
+
 The module is longer than 500 lines because every section's schema sits here (Phase 4
-to 6 and the identification study), each field with its range and description: one
-place to read what a config may say.
+to 6 and the identification study), each field with its range, description and hash
+rule, beside the phases' models: one place to read what a config may say.
 """
 
 from __future__ import annotations
