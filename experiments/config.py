@@ -3,17 +3,24 @@
 Unknown keys, wrong types and impossible values fail with a message that names the
 field and how to fix it. Any field can be overridden with ``--set a.b=value``.
 
+A config per phase: :class:`RunConfig` holds what every phase shares, and one top model
+per phase (:data:`PHASE_MODELS`) adds only its own section and says where its MLflow
+experiment and results folder live (``config.experiment``, ``config.results_dir``). The
+YAML names its phase (``phase:``); :func:`load_config` picks the model. How each field
+enters :meth:`RunConfig.config_hash` is declared on the field (:class:`HashRule`).
+
 The module is longer than 500 lines because every section's schema sits here (Phase 4
-to 6 and the identification study), each field with its range and description: one
-place to read what a config may say.
+to 6 and the identification study), each field with its range, description and hash
+rule, beside the phases' models: one place to read what a config may say.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -24,6 +31,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 
 from steering.directions import direction_source_names
 from steering.probes import TrainSpec
@@ -47,6 +56,42 @@ class ConfigError(ValueError):
     """The configuration is unreadable or invalid; the message names the field and fix."""
 
 
+# The phases a config may name (``phase:`` in its YAML), each with its own top model.
+Phase = Literal["phase5", "calibration", "identify"]
+# The shipped config of each phase, named in the error for a config of another phase.
+PHASE_CONFIGS: dict[str, str] = {
+    "phase5": "configs/phase5.yaml",
+    "calibration": "configs/phase6.yaml",
+    "identify": "configs/identify.yaml",
+}
+
+
+@dataclass(frozen=True)
+class HashRule:
+    """How a field enters :meth:`RunConfig.config_hash`, declared on the field itself
+    (``Annotated[type, HashRule(...)]``) so the hash never grows a special case.
+
+    ``exclude``: never (where results are written or work runs: no number changes).
+    ``omit_if_default``: left out while its hash view equals its default's; the rule of
+    a field added after runs were hashed, so their hashes hold.
+    ``absent``: how the field enters the hash of a phase whose model lacks it: ``omit``,
+    or ``default`` (its default, as the one config that every phase shared carried it)."""
+
+    exclude: bool = False
+    omit_if_default: bool = False
+    absent: Literal["omit", "default"] = "omit"
+
+
+INCLUDE = HashRule()
+EXCLUDE = HashRule(exclude=True)
+OMIT_IF_DEFAULT = HashRule(omit_if_default=True)
+
+
+def hash_rule(info: FieldInfo) -> HashRule:
+    """The field's declared rule (include when it declares none)."""
+    return next((m for m in info.metadata if isinstance(m, HashRule)), INCLUDE)
+
+
 class _Strict(BaseModel):
     # Every float must be finite: an infinite β once finished a run whose every steered
     # text was " p p p …", with criteria decided.
@@ -68,7 +113,9 @@ class ClassifierConfig(_Strict):
         "many negatives, half negative concepts and half neutral texts",
     )
     c: float = Field(1.0, gt=0, description="inverse L2 regularisation of the probe")
-    dir: str = "results/classifiers"
+    dir: Annotated[str, EXCLUDE] = Field(
+        "results/classifiers", description="where trained probes are cached"
+    )
     auto_train: bool = Field(
         True, description="train missing classifiers in `run`; false makes them an error"
     )
@@ -312,8 +359,10 @@ class CalibrationConfig(_Strict):
         le=2,
         description="effective: the effect above null has its interval above this",
     )
-    experiment: str = "phase6-calibration"
-    results_dir: str = "results/phase6"
+    experiment: str = Field("phase6-calibration", description="the study's MLflow experiment")
+    results_dir: Annotated[str, EXCLUDE] = Field(
+        "results/phase6", description="where the study's run folders are written"
+    )
 
     @field_validator("sizes")
     @classmethod
@@ -423,8 +472,10 @@ class IdentifyConfig(_Strict):
         "re-analysed from its saved generations and probes",
     )
     batch_size: int = Field(64, ge=1, description="sequences per likelihood forward pass")
-    experiment: str = "phase6-identify"
-    results_dir: str = "results/identify"
+    experiment: str = Field("phase6-identify", description="the study's MLflow experiment")
+    results_dir: Annotated[str, EXCLUDE] = Field(
+        "results/identify", description="where the study's run folders are written"
+    )
 
     @field_validator("reference_size")
     @classmethod
@@ -455,15 +506,17 @@ class IdentifyConfig(_Strict):
 
 
 class TrackingConfig(_Strict):
-    experiment: str = "phase5-semantic-steering"
+    """MLflow settings every phase shares. A phase's own experiment and results folder
+    sit in its own section (:class:`Phase5TrackingConfig`, ``calibration``, ``identify``)
+    and are read through :attr:`RunConfig.experiment` and :attr:`RunConfig.results_dir`."""
+
     classifier_experiment: str = "phase4-classifiers"
-    results_dir: str = "results/phase5"
     traces: bool = Field(
         True,
         description="one MLflow trace per generation with its scores as feedback (about "
         "0.1 s each on sqlite; false for grids of many thousands)",
     )
-    evaluation: bool = Field(
+    evaluation: Annotated[bool, EXCLUDE] = Field(
         True,
         description="with traces: the run's steered generations also in MLflow's GenAI "
         "evaluation views (a child evaluation run, code scorers reading the saved scores; "
@@ -478,10 +531,24 @@ class TrackingConfig(_Strict):
     )
 
 
+class Phase5TrackingConfig(TrackingConfig):
+    """Phase 5's tracking: the shared settings plus its experiment and results folder."""
+
+    # In every phase's hash: the phases' one config carried it (at this default) before
+    # the studies had models of their own.
+    experiment: Annotated[str, HashRule(absent="default")] = Field(
+        "phase5-semantic-steering", description="the MLflow experiment of Phase 5 runs"
+    )
+    results_dir: Annotated[str, EXCLUDE] = Field(
+        "results/phase5", description="where Phase 5 run folders are written"
+    )
+
+
 class ExecutionConfig(_Strict):
-    """Where the generation stage runs. Not in the hash: on one machine a Ray run gives the
-    local run's numbers bit for bit, because its actors use the driver's torch thread count
-    (fp32 CPU attention over the KV cache depends on it: docs/scale-out.md)."""
+    """Where the generation stage runs. Not in the hash (declared on ``execution``): on
+    one machine a Ray run gives the local run's numbers bit for bit, because its actors use
+    the driver's torch thread count (fp32 CPU attention over the KV cache depends on it:
+    docs/scale-out.md)."""
 
     executor: Literal["local", "ray"] = Field(
         "local", description="local: this process; ray: an actor pool (RAY_ADDRESS to join)"
@@ -501,25 +568,85 @@ class ExecutionConfig(_Strict):
     )
 
 
-# Config keys that say where results are written or cached, and where work runs: none of
-# them changes a number, so the config hash leaves them out.
-HASH_EXCLUDED = (
-    "execution",
-    "tracking.results_dir",
-    "tracking.evaluation",
-    "classifier.dir",
-    "calibration.results_dir",
-    "identify.results_dir",
-)
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    return (
+        [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+    )
 
 
-class ExperimentConfig(_Strict):
-    """The whole Phase 4 + Phase 5 setup; ``configs/phase5.yaml`` holds the seed's values."""
+def _hash_view(value: Any, classes: list[type[BaseModel]]) -> Any:
+    """``value`` as it enters the hash, under the rules its fields declare. ``classes``
+    are the models that hold this place in every phase: a field one of them declares and
+    ``value`` lacks enters by its ``absent`` rule, so a phase's hash is the hash that the
+    one shared config of old gave its settings."""
+    if not isinstance(value, BaseModel):
+        return to_jsonable_python(value)
+    out: dict[str, Any] = {}
+    own = type(value).model_fields
+    for name in dict.fromkeys(n for cls in [type(value), *classes] for n in cls.model_fields):
+        infos = [
+            cls.model_fields[name] for cls in [type(value), *classes] if name in cls.model_fields
+        ]
+        rule = hash_rule(infos[0])
+        if rule.exclude:
+            continue
+        nested = [c for info in infos for c in _model_classes(info.annotation)]
+        if name in own:
+            view = _hash_view(getattr(value, name), nested)
+            if rule.omit_if_default:
+                default = own[name].get_default(call_default_factory=True)
+                if view == _hash_view(default, nested):
+                    continue
+        elif rule.absent == "default":
+            view = _hash_view(infos[0].get_default(call_default_factory=True), nested)
+        else:
+            continue
+        out[name] = view
+    return out
 
+
+def _drop_other_phases(data: Any, cls: type[BaseModel], classes: list[type[BaseModel]]) -> Any:
+    """``data`` without the keys that only the other phases' models (``classes``) declare."""
+    if not isinstance(data, dict):
+        return data
+    own = cls.model_fields
+    out = {}
+    for key, value in data.items():
+        if key in own:
+            nested = [
+                c
+                for other in classes
+                if key in other.model_fields
+                for c in _model_classes(other.model_fields[key].annotation)
+            ]
+            mine = _model_classes(own[key].annotation)
+            out[key] = _drop_other_phases(value, mine[0], nested) if mine else value
+        elif not any(key in other.model_fields for other in classes):
+            out[key] = value  # unknown everywhere: validation names it
+    return out
+
+
+class RunConfig(_Strict):
+    """The settings every phase shares (Phase 4 + 5: model, concepts, probes, steering,
+    generation, scoring, criteria, tracking, execution). A phase's top model adds only its
+    own section and owns its MLflow experiment and results folder: :class:`Phase5Config`,
+    :class:`CalibrationStudyConfig`, :class:`IdentifyStudyConfig`. Phase 5 stages take any
+    of them (the studies run Phase 5 stages)."""
+
+    # The section that holds the phase's ``experiment`` and ``results_dir`` (each top
+    # model names its own).
+    OWN_SECTION: ClassVar[str]
+
+    # Which top model reads the YAML; left out of the hash (each phase's hash is the one
+    # its settings had when every phase shared one config).
+    phase: Annotated[Phase, EXCLUDE] = Field(
+        "phase5", description="the phase this config is for: phase5, calibration or identify"
+    )
     name: str = "phase5"
     seed: Seed = 0
     model: str = "embedded"
-    model_load_format: Literal["auto", "dummy"] = Field(
+    # A field added after runs were hashed: its default leaves their hashes as they were.
+    model_load_format: Annotated[Literal["auto", "dummy"], OMIT_IF_DEFAULT] = Field(
         "auto",
         description="auto: the model's weights; dummy: its config with random weights "
         "(seeded; timing and smoke runs without weights, like vLLM's load_format=dummy). "
@@ -544,17 +671,31 @@ class ExperimentConfig(_Strict):
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     likelihood: LikelihoodConfig = Field(default_factory=LikelihoodConfig)
-    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
-    identify: IdentifyConfig = Field(default_factory=IdentifyConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     centroids: CentroidConfig = Field(default_factory=CentroidConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     criteria: CriteriaConfig = Field(default_factory=CriteriaConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
+    # A local and a Ray run of one config give the same numbers.
+    execution: Annotated[ExecutionConfig, EXCLUDE] = Field(default_factory=ExecutionConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_layout(cls, data: Any) -> Any:
+        """Read the layout of before phases had models of their own. Then one config
+        carried every section, so an old run folder's ``config.yaml`` and its record's
+        ``config`` hold ``calibration:``, ``identify:`` and ``tracking.experiment`` /
+        ``results_dir`` whatever the phase, and no ``phase:``. Such a mapping (no
+        ``phase:``) is read as this phase: the sections only another phase declares are
+        dropped (this phase never read them), so ``rescore`` of old runs works. A config
+        that names its phase gets no such leniency: another phase's section is an error."""
+        if not isinstance(data, dict) or "phase" in data or cls is RunConfig:
+            return data
+        others = [c for c in PHASE_MODELS.values() if c is not cls]
+        return _drop_other_phases(data, cls, others)
 
     @model_validator(mode="after")
-    def _suppression_prompts_name_the_concept(self) -> ExperimentConfig:
+    def _suppression_prompts_name_the_concept(self) -> RunConfig:
         prompts = self.generation.suppression_prompts
         if prompts is not None and any("{concept}" not in p for p in prompts):
             raise ValueError(
@@ -566,7 +707,7 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _heldout_needs_prompts(self) -> ExperimentConfig:
+    def _heldout_needs_prompts(self) -> RunConfig:
         if self.selection.mode == "heldout" and len(self.generation.prompts) < 2:
             raise ValueError(
                 "selection.mode heldout splits each concept's prompts into a selection and "
@@ -575,24 +716,25 @@ class ExperimentConfig(_Strict):
             )
         return self
 
+    @property
+    def experiment(self) -> str:
+        """This phase's MLflow experiment (from its own section)."""
+        return getattr(self, self.OWN_SECTION).experiment
+
+    @property
+    def results_dir(self) -> str:
+        """Where this phase's run folders are written (from its own section)."""
+        return getattr(self, self.OWN_SECTION).results_dir
+
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance.
-        Left out: ``execution`` (a local and a Ray run of one config give the same numbers)
-        and the folders a run writes to or caches in (:data:`HASH_EXCLUDED`), which
-        change where results land, not what they are."""
-        data = self.model_dump(mode="json")
-        for path in HASH_EXCLUDED:
-            node = data
-            *parents, leaf = path.split(".")
-            for part in parents:
-                node = node[part]
-            node.pop(leaf)
-        if data["model_load_format"] == "auto":  # the field's default: older runs' hashes hold
-            del data["model_load_format"]
-        default_identify = IdentifyConfig().model_dump(mode="json")
-        default_identify.pop("results_dir")
-        if data["identify"] == default_identify:  # likewise: runs before the section hold
-            del data["identify"]
+        Each field enters by the :class:`HashRule` declared on it: left out are the
+        folders a run writes to or caches in and ``execution`` (they change where results
+        land or where work runs, not what they are); a field added later is left out at
+        its default; a section another phase carries enters by its ``absent`` rule. So
+        every phase's hash is the one its settings had when the phases shared a config
+        (``tests/experiments/test_config_hash.py`` holds them)."""
+        data = _hash_view(self, list(PHASE_MODELS.values()))
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -611,13 +753,82 @@ class ExperimentConfig(_Strict):
         return out
 
 
-def _format_errors(exc: ValidationError, source: str) -> str:
+# Every Phase 5 stage takes a config of any phase: the name the stages' type hints use.
+ExperimentConfig = RunConfig
+
+
+class Phase5Config(RunConfig):
+    """Phase 5 (``steer-eval run``); ``configs/phase5.yaml`` holds the seed's values."""
+
+    OWN_SECTION: ClassVar[str] = "tracking"
+
+    phase: Annotated[Literal["phase5"], EXCLUDE] = "phase5"
+    tracking: Phase5TrackingConfig = Field(default_factory=Phase5TrackingConfig)
+
+
+class CalibrationStudyConfig(RunConfig):
+    """Phase 6, the calibration study (``steer-eval calibrate``, ``configs/phase6.yaml``)."""
+
+    OWN_SECTION: ClassVar[str] = "calibration"
+
+    phase: Annotated[Literal["calibration"], EXCLUDE] = "calibration"
+    # Every other phase's hash carries it at its defaults, as their shared config did.
+    calibration: Annotated[CalibrationConfig, HashRule(absent="default")] = Field(
+        default_factory=CalibrationConfig
+    )
+
+
+class IdentifyStudyConfig(RunConfig):
+    """Phase 6 that identifies (``steer-eval identify``, ``configs/identify.yaml``)."""
+
+    OWN_SECTION: ClassVar[str] = "identify"
+
+    phase: Annotated[Literal["identify"], EXCLUDE] = "identify"
+    # Added after runs were hashed: at its defaults (or absent) it leaves hashes as they were.
+    identify: Annotated[IdentifyConfig, OMIT_IF_DEFAULT] = Field(default_factory=IdentifyConfig)
+
+
+PHASE_MODELS: dict[str, type[RunConfig]] = {
+    "phase5": Phase5Config,
+    "calibration": CalibrationStudyConfig,
+    "identify": IdentifyStudyConfig,
+}
+
+
+def _other_phase(loc: tuple, phase: str) -> str | None:
+    """The phase whose model declares the key at ``loc`` (``calibration``, ...), if not ours."""
+    for name, cls in PHASE_MODELS.items():
+        node: type[BaseModel] | None = cls
+        for part in loc:
+            fields = node.model_fields if node is not None else {}
+            if part not in fields:
+                node = None
+                break
+            found = _model_classes(fields[part].annotation)
+            node = found[0] if found else None
+        else:
+            if name != phase:
+                return name
+    return None
+
+
+def _format_errors(exc: ValidationError, source: str, phase: str = "phase5") -> str:
     lines = [f"invalid configuration in {source}:"]
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key; check its spelling against configs/phase5.yaml"
+        other = _other_phase(tuple(err["loc"]), phase) if err["type"] == "extra_forbidden" else None
+        if other is not None:
+            msg = (
+                f"a {other} setting, but this is a {phase} config (phase: {phase}): drop "
+                f"it, or set it in a {other} config (like {PHASE_CONFIGS[other]})"
+            )
+            own = PHASE_MODELS[phase].OWN_SECTION
+            leaf = err["loc"][-1]
+            if leaf in ("experiment", "results_dir") and err["loc"][0] != own:
+                msg += f"; this phase's {leaf} is {own}.{leaf}"
+        elif err["type"] == "extra_forbidden":
+            msg = f"unknown key; check its spelling against {PHASE_CONFIGS[phase]}"
         elif err["type"].endswith("_type") or err["type"].endswith("_parsing"):
             msg = f"{msg} (got {err.get('input')!r})"
         lines.append(f"  - {field}: {msg}")
@@ -652,31 +863,78 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None
-) -> ExperimentConfig:
-    """Read a YAML config (or the defaults), apply overrides, validate."""
-    source = str(path) if path else "(defaults)"
-    data: dict = {}
-    if path is not None:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"config {path} must be a mapping of sections, got {type(data).__name__}"
-            )
-    data = apply_overrides(data, overrides or [])
+def _read_yaml(path: str | Path, what: str = "config") -> dict:
     try:
-        return ExperimentConfig.model_validate(data)
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def merge_overlay(data: dict, overlay: dict) -> dict:
+    """``overlay`` over ``data``: sections merge key by key, any other value replaces."""
+    out = dict(data)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_overlay(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _check_phase(named: Any, source: str, phase: str | None) -> None:
+    if named is None:
+        return
+    if named not in PHASE_MODELS:
+        raise ConfigError(
+            f"invalid configuration in {source}:\n  - phase: {named!r} is not a phase; use "
+            f"one of {', '.join(PHASE_MODELS)}"
+        )
+    if phase is not None and named != phase:
+        raise ConfigError(
+            f"{source} is a {named} config (phase: {named}), but this command runs {phase}: "
+            f"pass a {phase} config (like {PHASE_CONFIGS[phase]}), or set phase: {phase} "
+            "in the file if it is meant for this command"
+        )
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    phase: Phase | None = None,
+    overlays: list[str | Path] | tuple[str | Path, ...] = (),
+) -> RunConfig:
+    """Read a YAML config (or the defaults), merge ``overlays`` (YAML files such as
+    ``configs/quick/calibrate.yaml``) over it, apply overrides, validate.
+
+    The YAML's ``phase:`` picks the model (:data:`PHASE_MODELS`). ``phase`` is the phase
+    the command runs: a config naming another is refused; one that names none (an old
+    run folder, a user's file) is read as that phase, or as phase5 when ``phase`` is None.
+    """
+    source = str(path) if path else "(defaults)"
+    data: dict = _read_yaml(path) if path is not None else {}
+    _check_phase(data.get("phase"), source, phase)
+    chosen = data.get("phase") or phase or "phase5"
+    if path is None:
+        data["phase"] = chosen  # the defaults of a phase are never the old layout
+    for overlay in overlays:
+        extra = _read_yaml(overlay, "overlay")
+        # the overlay's phase says which configs it is for; it leaves the config's as it is
+        _check_phase(extra.pop("phase", None), f"overlay {overlay}", chosen)
+        data = merge_overlay(data, extra)
+    data = apply_overrides(data, overrides or [])
+    _check_phase(data.get("phase"), f"{source} with its overrides", chosen)
+    try:
+        return PHASE_MODELS[chosen].model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
+        raise ConfigError(_format_errors(exc, source, chosen)) from None
 
 
-def dump_config(config: ExperimentConfig) -> str:
+def dump_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

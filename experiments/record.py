@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from experiments.config import ExperimentConfig
+from experiments.config import CalibrationStudyConfig, IdentifyStudyConfig, Phase5Config
 from metrics.criteria import CriterionResult
 
 RECORD_FORMAT = "steer-eval/phase5-run"
@@ -60,7 +60,9 @@ class RunRecord(BaseModel):
     version: int = RECORD_VERSION
     run_id: str
     experiment: str
-    config: ExperimentConfig
+    # A Phase 5 config; an older record's config (every phase's sections, no ``phase:``)
+    # is read in that layout (RunConfig._old_layout), so old runs still rescore.
+    config: Phase5Config
     model_id: str
     layer: int
     alpha: float
@@ -181,7 +183,6 @@ class _Record(BaseModel):
 
     run_id: str
     experiment: str = Field(description="the MLflow experiment of the parent run")
-    config: ExperimentConfig
     model_id: str
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
 
@@ -276,6 +277,7 @@ class CalibrationRecord(_Record):
 
     format: Literal["steer-eval/phase6-calibration"] = "steer-eval/phase6-calibration"
     version: int = 1
+    config: CalibrationStudyConfig
     layers: list[int] = Field(description="the decoder layers probed and steered")
     threshold: float = Field(description="a size is effective when its effect's interval is above")
     main_predictor: str | None = Field(
@@ -338,6 +340,7 @@ class IdentifyRecord(_Record):
 
     format: Literal["steer-eval/phase6-identify"] = "steer-eval/phase6-identify"
     version: int = 1
+    config: IdentifyStudyConfig
     layer: int
     alpha: float = Field(description="the median residual norm at the layer")
     betas: dict[str, float] = Field(description="v*'s held-out β per concept")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from experiments.config import ExperimentConfig
+    from experiments.config import ExperimentConfig, Phase
     from experiments.record import RunRecord
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,8 @@ class RunDir:
 
         atomic_write_text(self.file(self.CONFIG), dump_config(config))
 
-    def load_config(self) -> ExperimentConfig:
+    def load_config(self, phase: Phase | None = None) -> ExperimentConfig:
+        """The run's ``config.yaml``, read as ``phase`` when it names none (an older run)."""
         from experiments.config import load_config
 
         path = self.file(self.CONFIG)
@@ -227,7 +228,7 @@ class RunDir:
                 f"run {self.run_id} has no local results under {self.path}; it cannot be "
                 "resumed or rescored from this machine (pass --results-dir if it lives elsewhere)"
             )
-        return load_config(path)
+        return load_config(path, phase=phase)
 
     # ------------------------------------------------------------------ JSONL stores
 

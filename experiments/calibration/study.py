@@ -150,6 +150,7 @@ def run_calibration(
         lm=lm,
         embedder=embedder,
         progress=progress,
+        phase="calibration",
     ) as session:
         config, graph, timer, lm, say = (
             session.config,
@@ -161,10 +162,10 @@ def run_calibration(
         cal = config.calibration
         layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
         run_id, new = session.start(
-            cal.experiment,
+            config.experiment,
             f"phase6 {lm.model_id} L{','.join(map(str, layers))} "
             f"{len(cal.sizes)} sizes × {len(cal.sources)} sources × {len(cal.probe_seeds)} seeds",
-            cal.results_dir,
+            config.results_dir,
             tags={"phase": PHASE},
         )
         if new:
@@ -237,7 +238,7 @@ def build_record(
     measured = {r["predictor"] for r in analysis["results"]}
     return CalibrationRecord(
         run_id=run_id,
-        experiment=config.calibration.experiment,
+        experiment=config.experiment,
         config=config,
         model_id=model_id,
         layers=layers,

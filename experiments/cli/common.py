@@ -192,7 +192,11 @@ def resolve_config(
     model: str | None = None,
     layer: int | None = None,
     concepts: int | None = None,
+    phase: str | None = None,
+    overlays: list[Path] | None = None,
 ):
+    """The ``--config`` file (of ``phase``, the command's; any when None) with
+    ``overlays`` (``--quick``) and the options as overrides."""
     from experiments.config import load_config
 
     extra = list(overrides or [])
@@ -202,4 +206,4 @@ def resolve_config(
         extra.append(f"layer={layer}")
     if concepts is not None:
         extra.append(f"concepts.limit={concepts}")
-    return load_config(config, extra)
+    return load_config(config, extra, phase, overlays or [])

@@ -2,7 +2,7 @@
 
 The work is done in :mod:`experiments.validation.human`; these commands parse options
 and print. ``--run latest`` looks in the experiment named by ``--experiment``, else by
-the ``--config`` file's ``tracking.experiment``.
+the ``--config`` file's experiment (``tracking.experiment``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ ResultsOpt = Annotated[
     typer.Option(help="local Phase 5 results folder (default: the run's own setting)"),
 ]
 ConfigOpt = Annotated[
-    Path, typer.Option("--config", "-c", help="config whose tracking.experiment --run latest uses")
+    Path, typer.Option("--config", "-c", help="config whose experiment --run latest uses")
 ]
 ExperimentOpt = Annotated[
     str | None,
@@ -37,7 +37,7 @@ def experiment_for(run: str | None, config: Path, experiment: str | None) -> str
         return experiment
     from experiments.config import load_config
 
-    return load_config(config).tracking.experiment
+    return load_config(config, phase="phase5").experiment
 
 
 def register(app: typer.Typer) -> None:

@@ -59,7 +59,8 @@ def identify(
         str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="a 4-concept smoke version with coarse grids")
+        bool,
+        typer.Option(help="a 4-concept smoke version: configs/quick/identify.yaml"),
     ] = False,
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted run by id, or latest")
@@ -69,20 +70,20 @@ def identify(
 ) -> None:
     """Phase 6 that identifies: vary detection quality on its own; what does it do to steering?"""
     setup_logging(verbose)
-    from experiments.identify import QUICK_OVERRIDES
+    from experiments.identify import QUICK
     from experiments.identify.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
 
-    overrides = [*(QUICK_OVERRIDES if quick else ()), *(set_ or [])]
+    overrides = list(set_ or [])
     if concepts is not None:
         overrides.append(f"identify.limit={concepts}")
     if heldout:
         overrides.append("identify.concept_set=heldout")
     if phase6_run is not None:
         overrides.append(f"identify.phase6_run={phase6_run}")
-    cfg = resolve_config(config, overrides, model, None, None)
+    cfg = resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else [])
     if resume is not None:
-        resume = resolve_run(resume, cfg.identify.experiment, PHASE, finished=False)
+        resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
     try:
         start = time.monotonic()
         with console.status("Phase 6 identification") as status:

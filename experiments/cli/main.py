@@ -298,7 +298,7 @@ def run(
         os.environ["RAY_ADDRESS"] = ray_address
     if results_dir is not None and not resume:  # a new run: where its folder goes
         overrides = [*overrides, f"tracking.results_dir={results_dir}"]
-    cfg = None if resume else resolve_config(config, overrides, model, layer, concepts)
+    cfg = None if resume else resolve_config(config, overrides, model, layer, concepts, "phase5")
     if dry_run:
         if cfg is None:
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
@@ -310,7 +310,7 @@ def run(
         for key, value in (("model", model), ("layer", layer), ("concepts.limit", concepts)):
             if value is not None:
                 overrides.append(f"{key}={value}")
-        experiment = resolve_config(config, []).tracking.experiment
+        experiment = resolve_config(config, [], phase="phase5").experiment
         resume = resolve_run(resume, experiment, "5", finished=False)
     with Progress(
         "[progress.description]{task.description}",
@@ -370,7 +370,7 @@ def rescore(
     setup_logging(verbose)
     from experiments.pipeline.run import rescore as rescore_run
 
-    run_id = resolve_run(run_id, resolve_config(config, []).tracking.experiment, "5")
+    run_id = resolve_run(run_id, resolve_config(config, [], phase="phase5").experiment, "5")
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
         result = rescore_run(run_id, results_dir=results_dir, overrides=list(set_ or []))
@@ -427,7 +427,7 @@ def calibrate(
     model: ModelOpt = None,
     concepts: ConceptsOpt = None,
     quick: Annotated[
-        bool, typer.Option(help="a 3-concept, 2-size smoke version (minutes, not an hour)")
+        bool, typer.Option(help="a 3-concept smoke version: configs/quick/calibrate.yaml")
     ] = False,
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted study by id, or latest")
@@ -437,13 +437,13 @@ def calibrate(
 ) -> None:
     """Phase 6: probes along a training curve; does detection quality predict steering?"""
     setup_logging(verbose)
-    from experiments.calibration import QUICK_OVERRIDES
+    from experiments.calibration import QUICK
     from experiments.calibration.study import PHASE, run_calibration
 
-    overrides = [*(QUICK_OVERRIDES if quick else ()), *(set_ or [])]
-    cfg = resolve_config(config, overrides, model, None, concepts)
+    overlays = [QUICK] if quick else []
+    cfg = resolve_config(config, set_, model, None, concepts, "calibration", overlays)
     if resume is not None:
-        resume = resolve_run(resume, cfg.calibration.experiment, PHASE, finished=False)
+        resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
     with console.status("Phase 6 calibration study") as status:
         result = run_calibration(
             cfg, resume=resume, progress=lambda msg: status.update(f"[dim]{msg}")

@@ -20,7 +20,7 @@ def print_plan(cfg, as_json: bool) -> None:
             {
                 "dry_run": True,
                 "config_hash": cfg.config_hash(),
-                "results_dir": str(cfg.tracking.results_dir),
+                "results_dir": str(cfg.results_dir),
                 **plan.to_dict(),
             }
         )
@@ -32,7 +32,7 @@ def print_plan(cfg, as_json: bool) -> None:
     out.print(table)
     out.print(
         f"at most {plan.max_tokens:,} new tokens ({plan.n_rows} rows × "
-        f"{plan.max_new_tokens}) into {cfg.tracking.results_dir}/<run id>; nothing was loaded "
+        f"{plan.max_new_tokens}) into {cfg.results_dir}/<run id>; nothing was loaded "
         "or generated",
         highlight=False,
     )

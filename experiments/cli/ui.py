@@ -28,14 +28,14 @@ def addresses() -> list[tuple[str, str]]:
     parent run, opened on its answer, then the experiment's runs (whose description
     leads with the latest answer and links it)."""
     from experiments import tracking
-    from experiments.config import ExperimentConfig
+    from experiments.config import CalibrationStudyConfig, Phase5Config
 
-    defaults = ExperimentConfig()
+    defaults = Phase5Config()
     c = tracking.client()
     found = []
     for name, phase in (
-        (defaults.tracking.experiment, "5"),
-        (defaults.calibration.experiment, "6"),
+        (defaults.experiment, "5"),
+        (CalibrationStudyConfig().experiment, "6"),
         (defaults.tracking.classifier_experiment, None),
     ):
         exp = c.get_experiment_by_name(name)

@@ -59,7 +59,7 @@ def rescore_curve(
     run_dir: RunDir, lm, progress: Callable[[str], None] = lambda _m: None
 ) -> pd.DataFrame:
     """The run's curve rows with every direction re-scored as its own detector."""
-    config = run_dir.load_config()
+    config = run_dir.load_config("calibration")
     graph = load_graph(config)
     selections = json.loads(run_dir.file(RunDir.SELECTION).read_text())
     predictors = json.loads(run_dir.file(RunDir.PROBE_SETS).read_text())

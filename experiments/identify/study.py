@@ -124,11 +124,14 @@ def run_identify(
                 raise
         if config.identify.concept_set == "heldout":
             assert prereg is not None
-            earlier = check_heldout(
-                prereg, config.identify.experiment, config.identify.results_dir, force
-            )
+            earlier = check_heldout(prereg, config.experiment, config.results_dir, force)
     with open_run(
-        None if resume else config, existing=resume, lm=lm, embedder=embedder, progress=say
+        None if resume else config,
+        existing=resume,
+        lm=lm,
+        embedder=embedder,
+        progress=say,
+        phase="identify",
     ) as session:
         config = session.config
         if resume is not None:
@@ -212,7 +215,7 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
     if heldout:
         tracking.client().set_tag(run_id, "identify.scored", "true")
         record_heldout(
-            ident.results_dir,
+            config.results_dir,
             {
                 "run_id": run_id,
                 "prereg_sha256": prereg.sha256 if prereg else None,
@@ -231,9 +234,9 @@ def _start(session, config, sets, prereg, earlier) -> str:
     concepts = [c.synset for c in session.graph.concepts]
     heldout = ident.concept_set == "heldout"
     run_id, new = session.start(
-        ident.experiment,
+        config.experiment,
         f"identify {ident.concept_set} {lm.model_id} L{session.layer()} {len(concepts)} concepts",
-        ident.results_dir,
+        config.results_dir,
         tags={
             "phase": PHASE,
             "identify.concept_set": ident.concept_set,
@@ -450,7 +453,7 @@ def build_record(
         interval["n_clusters"] = len(per_concept)
     return IdentifyRecord(
         run_id=run_id,
-        experiment=config.identify.experiment,
+        experiment=config.experiment,
         config=config,
         model_id=model_id,
         timings=timings,

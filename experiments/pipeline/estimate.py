@@ -146,7 +146,7 @@ def recent_speed(experiment: str, model: str) -> tuple[Speed | None, str]:
 
 def plan_run(config: ExperimentConfig, graph: ConceptGraph) -> Plan:
     rows = count_rows(config, graph)
-    speed, note = recent_speed(config.tracking.experiment, config.model)
+    speed, note = recent_speed(config.experiment, config.model)
     return Plan(
         rows=rows,
         n_rows=sum(rows.values()),

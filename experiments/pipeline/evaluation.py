@@ -64,7 +64,7 @@ def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> d
     experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
     ids = trace_map(experiment_id, ctx.run_id, run_dir.file(RunDir.TRACES))
     _child, metrics = evaluate_traces(
-        ctx.config.tracking.experiment,
+        ctx.config.experiment,
         ctx.run_id,
         ids,
         values,

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph, load_concepts
-from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig
+from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, Phase
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
@@ -47,10 +47,13 @@ class RunError(RuntimeError):
     """A run cannot start, resume or rescore; the message says why and what to do."""
 
 
-def scoring_config(run_dir: RunDir, overrides: list[str], action: Action = "rescore"):
+def scoring_config(
+    run_dir: RunDir, overrides: list[str], action: Action = "rescore", phase: Phase | None = None
+):
     """The run's stored config with ``overrides`` applied, refusing any that would change
     what was (or is still to be) generated: a rescore or a resume may only change how
-    saved texts are scored and judged."""
+    saved texts are scored and judged. ``phase``: the phase of the command, how a stored
+    config of before ``phase:`` is read (Phase 5 when None)."""
     from experiments.config import load_config, parse_override
 
     allowed = RESCORE_SECTIONS if action == "rescore" else RESUME_KEYS
@@ -62,8 +65,8 @@ def scoring_config(run_dir: RunDir, overrides: list[str], action: Action = "resc
                 f"{action} cannot change {dotted}: it changes what was generated; start a "
                 f"new run instead ({action} may change {', '.join(allowed)})"
             )
-    run_dir.load_config()  # a clear error when the folder is missing
-    return load_config(run_dir.file(RunDir.CONFIG), overrides)
+    run_dir.load_config(phase)  # a clear error when the folder is missing
+    return load_config(run_dir.file(RunDir.CONFIG), overrides, phase)
 
 
 def load_graph(config: ExperimentConfig) -> ConceptGraph:
@@ -143,16 +146,18 @@ def open_run(
     embedder: Any = None,
     need_model: bool = True,
     progress: Callable[[str], None] | None = None,
+    phase: Phase | None = None,
 ) -> Iterator[RunSession]:
     """A session for a new run (``config``) or an existing one (``existing``: resumed, or
     rescored with ``action="rescore"``); the parent run and the executor are closed when
-    the block ends, with the status that says how it ended."""
+    the block ends, with the status that says how it ended. ``phase``: the phase of the
+    command, which an existing run's stored config must be (Phase 5 when None)."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir = None
     if existing:
         run_dir = RunDir.locate(tracking.get_run(existing), results_dir)
-        config = scoring_config(run_dir, list(overrides or []), action)
+        config = scoring_config(run_dir, list(overrides or []), action, phase)
     elif overrides:
         raise RunError("overrides apply to a resume; give a new run its config with them")
     if config is None:

@@ -192,7 +192,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
     mode = ctx.config.tracking.child_runs
     if mode == "none":
         return 0
-    experiment = ctx.config.tracking.experiment
+    experiment = ctx.config.experiment
     existing = {r.data.tags.get("cell"): r for r in tracking.child_runs(ctx.run_id, experiment)}
     c = tracking.client()
     logged = 0
@@ -352,7 +352,7 @@ def build_record(
                 criteria[key] = stored
     return RunRecord(
         run_id=ctx.run_id,
-        experiment=ctx.config.tracking.experiment,
+        experiment=ctx.config.experiment,
         config=ctx.config,
         model_id=ctx.model_id,
         layer=ctx.layer,

@@ -239,9 +239,9 @@ def run_phase5(
         prep = prepare(session)
         ctx = prep.ctx
         ctx.run_id, new = session.start(
-            config.tracking.experiment,
+            config.experiment,
             run_name(ctx),
-            config.tracking.results_dir,
+            config.results_dir,
             tags={"phase": "5"},
         )
         run_dir = session.run_dir
@@ -338,7 +338,7 @@ def rescore(
             diagnostics=dict(previous.diagnostics),
             detection=dict(previous.detection),
         )
-        session.start(config.tracking.experiment, "", run_dir.root)  # reopened, then closed
+        session.start(config.experiment, "", run_dir.root)  # reopened, then closed
         result = score_and_publish(
             ctx, run_dir, scorer, timer, previous.tokens_per_second, 0.0, rescore=True
         )

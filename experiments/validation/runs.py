@@ -35,9 +35,9 @@ GENERATION_FIELDS = ("key", "concept", "concept_name", "strength", "delta", "tex
 
 def default_experiment() -> str:
     """The experiment ``--run latest`` searches when none is given: the config default."""
-    from experiments.config import ExperimentConfig
+    from experiments.config import Phase5Config
 
-    return ExperimentConfig().tracking.experiment
+    return Phase5Config().experiment
 
 
 def cell_key(synset: str, strength: float) -> str:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from experiments.config import (
     ConfigError,
-    ExperimentConfig,
+    Phase5Config,
     apply_overrides,
     dump_config,
     load_config,
@@ -21,7 +21,13 @@ from experiments.config import (
 
 REPO = Path(__file__).resolve().parents[2]
 PHASE5 = REPO / "configs" / "phase5.yaml"
+PHASE6 = REPO / "configs" / "phase6.yaml"
 PROPS = settings(derandomize=True, deadline=None, max_examples=50)
+
+
+def config_of(override: str):
+    """The shipped config an override applies to: calibration.* is the study's section."""
+    return PHASE6 if override.startswith("calibration.") else PHASE5
 
 
 def config_error(overrides: list[str], path=PHASE5) -> str:
@@ -293,7 +299,7 @@ def test_yaml_that_is_not_a_mapping(tmp_path, text):
 def test_empty_file_gives_the_defaults(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("# nothing here\n")
-    assert load_config(path) == load_config(None) == ExperimentConfig()
+    assert load_config(path) == load_config(None) == Phase5Config()
 
 
 # ---------------------------------------------------------------------------- hashing
@@ -338,7 +344,7 @@ def test_config_hash_is_a_function_of_the_values(tokens, top_p, beta):
         f"steering.beta={beta!r}",
     ]
     a = load_config(None, overrides)
-    b = ExperimentConfig.model_validate(yaml.safe_load(dump_config(a)))
+    b = Phase5Config.model_validate(yaml.safe_load(dump_config(a)))
     assert a.config_hash() == b.config_hash()
     bumped = load_config(None, [*overrides[:-1], f"steering.beta={beta * 1.5!r}"])
     assert bumped.config_hash() != a.config_hash()
@@ -420,7 +426,7 @@ def test_a_training_size_beyond_the_template_pool_is_refused_before_any_work(ove
 def test_every_float_must_be_finite(override, field):
     """An infinite β once ran to the end: every steered text " p p p …", criteria decided."""
     with pytest.raises(ConfigError) as info:
-        load_config(PHASE5, [override])
+        load_config(config_of(override), [override])
     assert f"  - {field}: " in str(info.value)
     assert "finite" in str(info.value)
 
@@ -440,7 +446,7 @@ def test_every_float_must_be_finite(override, field):
 def test_values_outside_their_range_are_refused_by_name(override, field):
     """A negative seed passed validation and crashed after the model loaded."""
     with pytest.raises(ConfigError) as info:
-        load_config(PHASE5, [override])
+        load_config(config_of(override), [override])
     assert f"  - {field}: " in str(info.value)
 
 
@@ -454,4 +460,5 @@ def test_values_outside_their_range_are_refused_by_name(override, field):
     ],
 )
 def test_the_config_hash_leaves_output_folders_out(override):
-    assert load_config(PHASE5, [override]).config_hash() == load_config(PHASE5).config_hash()
+    path = config_of(override)
+    assert load_config(path, [override]).config_hash() == load_config(path).config_hash()

@@ -9,7 +9,9 @@ import pytest
 from experiments.calibration.analysis import analyse_curve, levels, minimum_effective, mixed_slope
 from experiments.config import load_config
 
-CONFIG = load_config(None, ["criteria.n_boot=300", "calibration.predictors=['auroc']"])
+CONFIG = load_config(
+    None, ["criteria.n_boot=300", "calibration.predictors=['auroc']"], phase="calibration"
+)
 
 
 def curve(slope: float, noise: float = 0.01, seed: int = 0) -> pd.DataFrame:
@@ -67,7 +69,9 @@ def test_no_effective_level_is_reported_as_not_reached():
 
 
 def test_predictors_missing_from_the_curve_are_skipped():
-    config = load_config(None, ["calibration.predictors=['auroc', 'ap']", "criteria.n_boot=200"])
+    config = load_config(
+        None, ["calibration.predictors=['auroc', 'ap']", "criteria.n_boot=200"], phase="calibration"
+    )
     result = analyse_curve(curve(0.5), config)
     assert [r["predictor"] for r in result["results"]] == ["auroc"]
     assert result["threshold"] == pytest.approx(config.calibration.effect_threshold)

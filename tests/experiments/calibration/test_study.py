@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experiments import tracking
-from experiments.calibration import QUICK_OVERRIDES
+from experiments.calibration import QUICK
 from experiments.calibration.study import run_calibration
 from experiments.config import load_config
 from experiments.record import CalibrationRecord
@@ -20,13 +20,13 @@ def study(tmp_path_factory, mlflow_store, tiny_lm, embedder):
     config = load_config(
         "configs/phase6.yaml",
         [
-            *QUICK_OVERRIDES,
             "layer=2",
             "calibration.sources=['classifier', 'diffmean']",
             "generation.max_new_tokens=6",
             f"classifier.dir={tmp / 'cls'}",
             f"calibration.results_dir={tmp / 'res'}",
         ],
+        overlays=[QUICK],
     )
     before = torch.get_num_threads()
     torch.set_num_threads(1)

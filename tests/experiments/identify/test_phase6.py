@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.calibration import QUICK_OVERRIDES
+from experiments.calibration import QUICK
 from experiments.calibration.study import run_calibration
 from experiments.config import load_config
 from experiments.identify.phase6 import parse_tag, reanalyse
@@ -21,13 +21,13 @@ def phase6(tmp_path_factory, mlflow_store, tiny_lm, embedder):
     config = load_config(
         "configs/phase6.yaml",
         [
-            *QUICK_OVERRIDES,
             "layer=2",
             "calibration.sources=['classifier', 'diffmean']",
             "generation.max_new_tokens=6",
             f"classifier.dir={tmp / 'cls'}",
             f"calibration.results_dir={tmp / 'res'}",
         ],
+        overlays=[QUICK],
     )
     torch.set_num_threads(1)
     result = run_calibration(config, lm=tiny_lm, embedder=embedder)

@@ -9,7 +9,7 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.identify import QUICK_OVERRIDES
+from experiments.identify import QUICK
 from experiments.identify.answer import PRIMARY_STATUS, answer_of
 from experiments.identify.prereg import PreregistrationError
 from experiments.identify.study import run_identify
@@ -45,7 +45,6 @@ def config_for(tmp, prereg, *extra):
     return load_config(
         "configs/identify.yaml",
         [
-            *QUICK_OVERRIDES,
             "layer=2",
             "identify.limit=3",
             "generation.max_new_tokens=4",
@@ -54,6 +53,7 @@ def config_for(tmp, prereg, *extra):
             f"identify.results_dir={tmp / 'res'}",
             *extra,
         ],
+        overlays=[QUICK],
     )
 
 
@@ -135,7 +135,9 @@ def test_the_answer_leads_with_the_primary_analysis_in_the_common_words(study):
     assert text.startswith(f"## The answer (run `{result.run_id}`)")
     assert f"{primary.claim}: {primary.status}" in text
     assert "primary" in folder.file(RunDir.CRITERIA).read_text()
-    assert tracking.run_ui_url(result.run_id).endswith("/artifacts/answer.md?workflowType=machine_learning")
+    assert tracking.run_ui_url(result.run_id).endswith(
+        "/artifacts/answer.md?workflowType=machine_learning"
+    )
 
 
 def test_the_parent_and_one_child_per_manipulation_are_in_mlflow(study):

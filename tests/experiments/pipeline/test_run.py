@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -201,3 +202,27 @@ def test_scores_live_beside_generations_and_rescore_reproduces_them(finished, em
     assert after == before  # bit-identical: same texts, same chunks, same centroids
     assert again.record.criteria == result.record.criteria
     assert tracking.get_run(result.run_id).data.tags["rescored"] == "true"
+
+
+def test_a_run_of_the_one_config_layout_still_rescores(finished, embedder):
+    """Runs from before a config per phase stored every phase's sections and no phase:."""
+    import yaml
+
+    config, result = finished
+    run_dir = RunDir.locate(tracking.get_run(result.run_id))
+    old_file = Path(__file__).resolve().parents[1] / "old_layout" / "phase5.yaml"
+    old = yaml.safe_load(old_file.read_text())
+
+    def old_layout(data: dict) -> dict:
+        data = {k: v for k, v in data.items() if k != "phase"}
+        return {**data, "calibration": old["calibration"], "identify": old["identify"]}
+
+    stored = yaml.safe_load(run_dir.file(RunDir.CONFIG).read_text())
+    run_dir.file(RunDir.CONFIG).write_text(yaml.safe_dump(old_layout(stored), sort_keys=False))
+    record = json.loads(run_dir.file(RunDir.RECORD).read_text())
+    record["config"] = old_layout(record["config"])
+    run_dir.file(RunDir.RECORD).write_text(json.dumps(record))
+    again = rescore(result.run_id, embedder=embedder)
+    assert again.record.config == config
+    assert again.record.config.config_hash() == config.config_hash()
+    assert again.record.criteria == result.record.criteria
