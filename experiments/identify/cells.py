@@ -27,7 +27,14 @@ from experiments.identify.detect import Detection, half_metrics
 from experiments.identify.directions import REFERENCE, DirectionSpec, reference_level, seeded_rng
 from metrics.reliability import split_orders
 
-PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref", "lens", "kl")
+# The study's predictors of steering, the columns of ``directions`` analysed in this
+# order and the only names a pre-registration's primary predictor may take (prereg.py):
+# the direction as its own detector (Detection.metrics, detect.py) and cos(v, v*); then
+# those measured on the model's output (steering/readout.py, ``outputs[(concept, id)]``:
+# one value per unit, so they have split halves).
+INPUT_PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref")
+OUTPUT_PREDICTORS = ("lens", "kl")
+PREDICTORS = (*INPUT_PREDICTORS, *OUTPUT_PREDICTORS)
 NULL_IDS = ("rotation:isotropic:90",)
 N_SPLITS = 50
 
@@ -114,8 +121,9 @@ def build_tables(
                     "seed": spec.seed,
                     **det.metrics(),
                     "cos_ref": float(mine[d_id] @ v_star),
-                    "lens": float(np.mean(out["lens"])) if "lens" in out else np.nan,
-                    "kl": float(np.mean(out["kl"])) if "kl" in out else np.nan,
+                    **{
+                        p: float(np.mean(out[p])) if p in out else np.nan for p in OUTPUT_PREDICTORS
+                    },
                     "effect": float(np.mean(effects[(concept, d_id)])),
                     **{k: v for k, v in details.get(concept, {}).get(d_id, {}).items()},
                 }
@@ -131,7 +139,7 @@ def build_tables(
         thresholds = np.array([detections[(concept, i)].threshold for i in ids])
         for metric, value in half_metrics(scores, thresholds, labels, test_orders).items():
             halves[metric][concept] = value
-        for measure in ("lens", "kl"):
+        for measure in OUTPUT_PREDICTORS:
             if all(measure in outputs.get((concept, i), {}) for i in ids):
                 units = np.stack([outputs[(concept, i)][measure] for i in ids])
                 if units.shape[1] >= 2:
