@@ -282,7 +282,7 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
             effects,
             outputs,
             directions.details,
-            ident.reference_size,
+            ident,
             config.seed,
         )
         base = pd.DataFrame(baseline_rows)
