@@ -25,6 +25,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
 FORMAT = "steer-eval/concept-graph"
 FORMAT_VERSION = 1
 # The committed top-10 graph, found from the source tree so that any working directory works.
@@ -530,20 +540,6 @@ def load_concepts(
 # Your own concepts: a plain list, outside WordNet
 # ---------------------------------------------------------------------------
 
-# Fields of one concept in an own list: (required, list-valued). In a CSV, list fields
-# hold their items separated by semicolons.
-OWN_FIELDS: dict[str, tuple[bool, bool]] = {
-    "name": (True, False),
-    "definition": (True, False),
-    "related": (True, True),
-    "lemmas": (False, True),
-    "broader": (False, True),
-    "narrower": (False, True),
-    "examples": (False, True),
-    "id": (False, False),
-    "pos": (False, False),
-}
-OWN_ALIASES = {"gloss": "definition"}
 # Which WordNet relation each own field fills, so the boundary texts use its phrasing:
 # broader -> "X is a type of T", narrower -> "T is a type of X", related -> WordNet's
 # "see also" pointer, phrased "X is related to T" (it has no phrasing of its own).
@@ -578,80 +574,134 @@ def _csv_rows(text: str, source: str) -> list[dict[str, str]]:
     return rows
 
 
-def _own_value(raw: dict, field: str, is_list: bool, where: str, csv_rows: bool):
-    value = raw.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return [] if is_list else None
-    if is_list:
-        if csv_rows and isinstance(value, str):
-            value = [item.strip() for item in value.split(_LIST_SEPARATOR)]
-        if not isinstance(value, list):
-            raise ConceptError(f"{where}: '{field}' must be a list of strings")
-        items = []
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise ConceptError(
-                    f"{where}: '{field}' item {i + 1} must be a string, got {type(item).__name__}"
-                )
-            if item.strip():
-                items.append(" ".join(item.split()))
-        return items
-    if not isinstance(value, str):
-        raise ConceptError(f"{where}: '{field}' must be a string, got {type(value).__name__}")
-    return " ".join(value.split())
-
-
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _own_row(raw: Any, index: int, source: str, csv_rows: bool) -> dict[str, Any]:
+# Fields of one concept in an own list (``OwnConcept``); a CSV's list cells hold their
+# items separated by semicolons. ``gloss`` is accepted for ``definition``.
+OWN_ALIASES = {"gloss": "definition"}
+_PROMPT_FRAGMENTS = ("tell me about", "here is a story")
+
+
+def _own_error(message: str, **context: Any) -> PydanticCustomError:
+    return PydanticCustomError("own_concept", message, context)
+
+
+class OwnConcept(BaseModel):
+    """One concept of an own list (docs/own-concepts.md). Text is whitespace-normalised;
+    blank cells and items count as absent; every error names its field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    definition: str
+    related: list[str]
+    lemmas: list[str] = []
+    broader: list[str] = []
+    narrower: list[str] = []
+    examples: list[str] = []
+    id: str = ""  # default: the name in lower case, '_' for other characters
+    pos: str = "n"
+
+    @field_validator("name", "definition", "id", "pos", mode="before")
+    @classmethod
+    def _text(cls, value: Any, info: ValidationInfo) -> str:
+        if value is not None and not isinstance(value, str):
+            raise _own_error(
+                "'{field}' must be a string, got {got}",
+                field=info.field_name,
+                got=type(value).__name__,
+            )
+        text = " ".join((value or "").split())
+        if not text and info.field_name in ("name", "definition"):
+            raise _own_error("'{field}' is missing or empty", field=info.field_name)
+        return text
+
+    @field_validator("related", "lemmas", "broader", "narrower", "examples", mode="before")
+    @classmethod
+    def _items(cls, value: Any, info: ValidationInfo) -> list[str]:
+        field = info.field_name
+        if value is None or (isinstance(value, str) and not value.strip()):
+            value = []
+        elif isinstance(value, str) and (info.context or {}).get("csv"):
+            value = value.split(_LIST_SEPARATOR)
+        if not isinstance(value, list):
+            raise _own_error("'{field}' must be a list of strings", field=field)
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _own_error(
+                    "'{field}' item {n} must be a string, got {got}",
+                    field=field,
+                    n=i + 1,
+                    got=type(item).__name__,
+                )
+        items = [" ".join(item.split()) for item in value if item.strip()]
+        if not items and field == "related":
+            raise _own_error("'{field}' is missing or empty", field=field)
+        return items
+
+    @model_validator(mode="after")
+    def _concept(self) -> OwnConcept:
+        self.id = self.id or _slug(self.name)
+        self.pos = self.pos or "n"
+        if not _ID_RE.match(self.id):
+            raise _own_error(
+                "'id' {id} must be letters, digits, '_', '.' or '-' (it names the concept's "
+                "probe file)",
+                id=repr(self.id),
+            )
+        if self.pos not in ("n", "v"):
+            raise _own_error("'pos' must be n (noun) or v (verb), got {pos}", pos=repr(self.pos))
+        lowered = " ".join([self.definition, *self.examples]).lower()
+        for fragment in _PROMPT_FRAGMENTS:
+            if fragment in lowered:
+                raise _own_error(
+                    "'definition' or 'examples' contains the generation prompt {fragment}; "
+                    "centroid texts must not echo a prompt",
+                    fragment=repr(fragment),
+                )
+        own = {w.lower() for w in [self.name, *self.lemmas]}
+        for key in OWN_RELATIONS:
+            same = [t for t in getattr(self, key) if t.lower() in own]
+            if same:
+                raise _own_error(
+                    "'{key}' names the concept itself ({same}); list other terms",
+                    key=key,
+                    same=", ".join(same),
+                )
+        others = [x for x in self.lemmas if x.lower() != self.name.lower()]
+        self.lemmas = [self.name, *others]
+        return self
+
+    def terms(self) -> set[str]:
+        """Its related, broader and narrower terms, lower-cased."""
+        return {t.lower() for key in OWN_RELATIONS for t in getattr(self, key)}
+
+
+def _own_row(raw: Any, index: int, source: str, csv_rows: bool) -> OwnConcept:
     """One validated row of an own list; errors name the row (a CSV's line) and field."""
     where = f"{source}: line {index + 2}" if csv_rows else f"{source}: concepts[{index}]"
     if not isinstance(raw, dict):
         raise ConceptError(f"{where}: expected an object with name, definition, related")
     raw = {OWN_ALIASES.get(k, k): v for k, v in raw.items()}
-    name_hint = raw.get("name")
-    if isinstance(name_hint, str) and name_hint.strip():
-        where += f" ({name_hint.strip()!r})"
-    unknown = sorted(set(raw) - set(OWN_FIELDS))
+    if isinstance(raw.get("name"), str) and raw["name"].strip():
+        where += f" ({raw['name'].strip()!r})"
+    try:
+        return OwnConcept.model_validate(raw, context={"csv": csv_rows})
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
     if unknown:
         raise ConceptError(
-            f"{where}: unknown field {', '.join(map(repr, unknown))}; the fields are "
-            f"{', '.join(OWN_FIELDS)} (gloss = definition)"
-        )
-    row = {
-        f: _own_value(raw, f, is_list, where, csv_rows) for f, (_, is_list) in OWN_FIELDS.items()
-    }
-    for key, (required, _) in OWN_FIELDS.items():
-        if required and not row[key]:
-            raise ConceptError(f"{where}: '{key}' is missing or empty")
-    name = row["name"]
-    row["id"] = row["id"] or _slug(name)
-    if not _ID_RE.match(row["id"]):
-        raise ConceptError(
-            f"{where}: 'id' {row['id']!r} must be letters, digits, '_', '.' or '-' "
-            "(it names the concept's probe file)"
-        )
-    row["pos"] = row["pos"] or "n"
-    if row["pos"] not in ("n", "v"):
-        raise ConceptError(f"{where}: 'pos' must be n (noun) or v (verb), got {row['pos']!r}")
-    lowered = " ".join([row["definition"], *row["examples"]]).lower()
-    for fragment in ("tell me about", "here is a story"):
-        if fragment in lowered:
-            raise ConceptError(
-                f"{where}: 'definition' or 'examples' contains the generation prompt "
-                f"{fragment!r}; centroid texts must not echo a prompt"
-            )
-    own = {w.lower() for w in [name, *row["lemmas"]]}
-    for key in OWN_RELATIONS:
-        same = [t for t in row[key] if t.lower() in own]
-        if same:
-            raise ConceptError(
-                f"{where}: '{key}' names the concept itself ({', '.join(same)}); list other terms"
-            )
-    row["lemmas"] = [name, *[x for x in row["lemmas"] if x.lower() != name.lower()]]
-    return row
+            f"{where}: unknown field {', '.join(map(repr, sorted(unknown)))}; the fields are "
+            f"{', '.join(OwnConcept.model_fields)} (gloss = definition)"
+        ) from None
+    messages = [
+        f"'{e['loc'][0]}' is missing or empty" if e["type"] == "missing" else e["msg"]
+        for e in errors
+    ]
+    raise ConceptError(f"{where}: {'; '.join(messages)}") from None
 
 
 @lru_cache(maxsize=1)
@@ -666,32 +716,29 @@ def _shipped_pools() -> tuple[tuple[NeutralItem, ...], tuple[NegativeConcept, ..
     return tuple(shipped.neutral_pool), tuple(negatives[k] for k in sorted(negatives))
 
 
-def _own_negatives(row: dict, rows: list[dict], pool: Sequence[NegativeConcept]) -> list:
+def _own_negatives(
+    row: OwnConcept, rows: list[OwnConcept], pool: Sequence[NegativeConcept]
+) -> list[NegativeConcept]:
     """The concept's negatives: the file's unrelated concepts and the shipped negatives
     that do not mention it, in a seeded order (their position decides the split)."""
     import random
 
-    words = concept_words(row["lemmas"])
-    related = {t.lower() for key in OWN_RELATIONS for t in row[key]}
+    words = concept_words(row.lemmas)
     candidates: list[NegativeConcept] = []
     for other in rows:
         if other is row:
             continue
-        other_words = concept_words(other["lemmas"])
-        other_related = {t.lower() for key in OWN_RELATIONS for t in other[key]}
-        if {w.lower() for w in other["lemmas"]} & related or {
-            w.lower() for w in row["lemmas"]
-        } & other_related:
+        if {w.lower() for w in other.lemmas} & row.terms() or {
+            w.lower() for w in row.lemmas
+        } & other.terms():
             continue
-        if mentions(f"{other['name']} {other['definition']}", words) or mentions(
-            f"{row['name']} {row['definition']}", other_words
+        if mentions(f"{other.name} {other.definition}", words) or mentions(
+            f"{row.name} {row.definition}", concept_words(other.lemmas)
         ):
             continue
-        candidates.append(
-            NegativeConcept(other["id"], other["name"], other["lemmas"], other["definition"], -1)
-        )
+        candidates.append(NegativeConcept(other.id, other.name, other.lemmas, other.definition, -1))
     candidates += [n for n in pool if not mentions(f"{n.name} {n.gloss}", words)]
-    random.Random(f"{OWN_SEED}|own-negatives|{row['id']}").shuffle(candidates)
+    random.Random(f"{OWN_SEED}|own-negatives|{row.id}").shuffle(candidates)
     return candidates[:OWN_NEGATIVES]
 
 
@@ -709,7 +756,7 @@ def own_concepts(rows: list[Any], text: str, source: str, csv_rows: bool = False
     if not rows:
         raise ConceptError(f"{source}: holds no concepts")
     parsed = [_own_row(raw, i, source, csv_rows) for i, raw in enumerate(rows)]
-    ids = [r["id"] for r in parsed]
+    ids = [r.id for r in parsed]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise ConceptError(
@@ -717,23 +764,23 @@ def own_concepts(rows: list[Any], text: str, source: str, csv_rows: bool = False
             "them different names or an 'id'"
         )
     neutral, pool = _shipped_pools()
-    every_word = set().union(*(concept_words(r["lemmas"]) for r in parsed))
+    every_word = set().union(*(concept_words(r.lemmas) for r in parsed))
     neutral_pool = [n for n in neutral if not mentions(f"{n.name} {n.gloss}", every_word)]
     concepts = []
     for row in parsed:
         related = {
-            relation: [RelatedSynset(f"term:{t}", t, [t]) for t in row[key]]
+            relation: [RelatedSynset(f"term:{t}", t, [t]) for t in getattr(row, key)]
             for key, relation in OWN_RELATIONS.items()
-            if row[key]
+            if getattr(row, key)
         }
         concepts.append(
             Concept(
-                synset=row["id"],
-                name=row["name"],
-                pos=row["pos"],
-                lemmas=row["lemmas"],
-                gloss=row["definition"],
-                examples=row["examples"],
+                synset=row.id,
+                name=row.name,
+                pos=row.pos,
+                lemmas=row.lemmas,
+                gloss=row.definition,
+                examples=row.examples,
                 n_links=sum(len(v) for v in related.values()),
                 related=related,
                 negatives=_own_negatives(row, parsed, pool),
