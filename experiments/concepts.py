@@ -3,8 +3,10 @@
 This module is the graph's data model and its validated file forms: the graph JSON that
 ``steer-eval concepts`` writes (building it from WordNet lives in
 ``experiments/wordnet.py``) and your own list of concepts outside WordNet, as JSON or CSV
-(:func:`own_concepts`, docs/own-concepts.md). It is longer than 500 lines because the
-loaders check every field of a file and name the bad one (and its row).
+(:func:`own_concepts`, docs/own-concepts.md). Both are validated by pydantic (the graph
+into the data classes below, an own list's rows by :class:`OwnConcept`), with errors that
+name the file, the row and the field. It is longer than 500 lines because it holds both
+file forms with the relation tables they share and the own list's negatives rule.
 
 Why a frozen, committed JSON file: classifiers, centroids and steering runs must all see the
 same concepts, the same negatives and the same neutral texts, so the graph is built once with a
@@ -20,10 +22,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FORMAT = "steer-eval/concept-graph"
 FORMAT_VERSION = 1
@@ -127,7 +141,7 @@ class NegativeConcept:
     name: str
     lemmas: list[str]
     gloss: str
-    distance: int
+    distance: StrictInt  # strict: the file's JSON int, never a bool or a string
 
 
 @dataclass(frozen=True)
@@ -149,7 +163,7 @@ class Concept:
     lemmas: list[str]
     gloss: str
     examples: list[str]
-    n_links: int
+    n_links: StrictInt
     related: dict[str, list[RelatedSynset]]
     negatives: list[NegativeConcept]
 
@@ -249,18 +263,9 @@ class ConceptGraph:
         return {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "metadata": {
-                "wordnet_version": self.wordnet_version,
-                "selection_rule": self.selection_rule,
-                "seed": self.seed,
-                "min_distance": self.min_distance,
-                "n_negatives": self.n_negatives,
-                "negative_rule": self.negative_rule,
-            },
-            "concepts": [_concept_to_dict(c) for c in self.concepts],
-            "neutral_pool": [
-                {"synset": n.synset, "name": n.name, "gloss": n.gloss} for n in self.neutral_pool
-            ],
+            "metadata": {f.name: getattr(self, f.name) for f in fields(_Metadata)},
+            "concepts": [asdict(c) for c in self.concepts],
+            "neutral_pool": [asdict(n) for n in self.neutral_pool],
         }
 
     def to_json(self) -> str:
@@ -331,63 +336,48 @@ def _pretty(value: Any, indent: int = 0, in_list: bool = False) -> str:
     return "[\n" + ",\n".join(items) + "\n" + pad + "]"
 
 
-def _concept_to_dict(concept: Concept) -> dict[str, Any]:
-    return {
-        "synset": concept.synset,
-        "name": concept.name,
-        "pos": concept.pos,
-        "lemmas": list(concept.lemmas),
-        "gloss": concept.gloss,
-        "examples": list(concept.examples),
-        "n_links": concept.n_links,
-        "related": {
-            relation: [
-                {"synset": r.synset, "name": r.name, "lemmas": list(r.lemmas)} for r in items
-            ]
-            for relation, items in concept.related.items()
-        },
-        "negatives": [
-            {
-                "synset": n.synset,
-                "name": n.name,
-                "lemmas": list(n.lemmas),
-                "gloss": n.gloss,
-                "distance": n.distance,
-            }
-            for n in concept.negatives
-        ],
-    }
-
-
 # -- validation on load -------------------------------------------------------
 
 
-def _need(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise ConceptError(f"{where}: expected an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise ConceptError(f"{where}: missing key {key!r}")
-    value = obj[key]
-    # bool is an int subclass; never accept it where a number is meant.
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise ConceptError(f"{where}.{key}: expected {_kind_name(kind)}, got bool")
-    if not isinstance(value, kind):
-        got = type(value).__name__
-        raise ConceptError(f"{where}.{key}: expected {_kind_name(kind)}, got {got}")
-    return value
+@dataclass
+class _Metadata:
+    wordnet_version: str
+    selection_rule: str
+    seed: StrictInt
+    min_distance: StrictInt
+    n_negatives: StrictInt
+    negative_rule: str
 
 
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(k.__name__ for k in kinds)
+@dataclass
+class _GraphFile:
+    """The graph JSON's body, validated by pydantic into the data classes above (strings
+    are strings, ints are ints, no field missing; keys beyond the fields are ignored)."""
+
+    metadata: _Metadata
+    concepts: list[Concept]
+    neutral_pool: list[NeutralItem]
 
 
-def _str_list(obj: dict, key: str, where: str) -> list[str]:
-    values = _need(obj, key, list, where)
-    for i, value in enumerate(values):
-        if not isinstance(value, str):
-            raise ConceptError(f"{where}.{key}[{i}]: expected str, got {type(value).__name__}")
-    return list(values)
+_KINDS = {"int_type": "int", "string_type": "str", "list_type": "list", "dict_type": "dict"}
+
+
+def _graph_error(source: str, exc: ValidationError) -> ConceptError:
+    """The first problem, named by its path in the file (``concepts[2].negatives[0]``)."""
+    errors = exc.errors(include_url=False)
+    loc, kind, value = errors[0]["loc"], errors[0]["type"], errors[0]["input"]
+    parts = [f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc]
+    path = "".join(parts).lstrip(".")
+    if kind == "missing":
+        parent = "".join(parts[:-1]).lstrip(".")
+        text = f"{parent + ': ' if parent else ''}missing key {loc[-1]!r}"
+    elif kind == "dataclass_type" or kind in _KINDS:
+        expected = _KINDS.get(kind, "an object")
+        text = f"{path}: expected {expected}, got {type(value).__name__}"
+    else:
+        text = f"{path}: {errors[0]['msg']}"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ConceptError(f"{source}: {text}{more}")
 
 
 def _graph_from_dict(data: Any, source: str) -> ConceptGraph:
@@ -403,74 +393,22 @@ def _graph_from_dict(data: Any, source: str) -> ConceptGraph:
             f"{source}: format_version {data.get('format_version')!r} is not supported "
             f"(expected {FORMAT_VERSION}); regenerate it with `steer-eval concepts`"
         )
-    meta = _need(data, "metadata", dict, source)
-    where = f"{source}: metadata"
-    concepts_raw = _need(data, "concepts", list, source)
-    concepts: list[Concept] = []
-    for i, raw in enumerate(concepts_raw):
-        cwhere = f"{source}: concepts[{i}]"
-        related_raw = _need(raw, "related", dict, cwhere)
-        related: dict[str, list[RelatedSynset]] = {}
-        for relation, items in related_raw.items():
-            if relation not in ALL_RELATIONS:
-                raise ConceptError(f"{cwhere}.related: unknown relation {relation!r}")
-            if not isinstance(items, list):
-                raise ConceptError(f"{cwhere}.related.{relation}: expected a list")
-            related[relation] = [
-                RelatedSynset(
-                    synset=_need(item, "synset", str, f"{cwhere}.related.{relation}[{j}]"),
-                    name=_need(item, "name", str, f"{cwhere}.related.{relation}[{j}]"),
-                    lemmas=_str_list(item, "lemmas", f"{cwhere}.related.{relation}[{j}]"),
-                )
-                for j, item in enumerate(items)
-            ]
-        negatives = []
-        for j, item in enumerate(_need(raw, "negatives", list, cwhere)):
-            nwhere = f"{cwhere}.negatives[{j}]"
-            negatives.append(
-                NegativeConcept(
-                    synset=_need(item, "synset", str, nwhere),
-                    name=_need(item, "name", str, nwhere),
-                    lemmas=_str_list(item, "lemmas", nwhere),
-                    gloss=_need(item, "gloss", str, nwhere),
-                    distance=_need(item, "distance", int, nwhere),
-                )
-            )
-        concept = Concept(
-            synset=_need(raw, "synset", str, cwhere),
-            name=_need(raw, "name", str, cwhere),
-            pos=_need(raw, "pos", str, cwhere),
-            lemmas=_str_list(raw, "lemmas", cwhere),
-            gloss=_need(raw, "gloss", str, cwhere),
-            examples=_str_list(raw, "examples", cwhere),
-            n_links=_need(raw, "n_links", int, cwhere),
-            related=related,
-            negatives=negatives,
-        )
+    try:
+        body = TypeAdapter(_GraphFile).validate_python(data)
+    except ValidationError as exc:
+        raise _graph_error(source, exc) from None
+    for i, concept in enumerate(body.concepts):
+        unknown = sorted(set(concept.related) - set(ALL_RELATIONS))
+        if unknown:
+            raise ConceptError(f"{source}: concepts[{i}].related: unknown relation {unknown[0]!r}")
         if not concept.lemmas:
-            raise ConceptError(f"{cwhere}: 'lemmas' is empty")
-        concepts.append(concept)
-    ids = [c.synset for c in concepts]
+            raise ConceptError(f"{source}: concepts[{i}]: 'lemmas' is empty")
+    ids = [c.synset for c in body.concepts]
     duplicates = sorted({s for s in ids if ids.count(s) > 1})
     if duplicates:
         raise ConceptError(f"{source}: duplicate concepts {duplicates}")
-    neutral = [
-        NeutralItem(
-            synset=_need(item, "synset", str, f"{source}: neutral_pool[{j}]"),
-            name=_need(item, "name", str, f"{source}: neutral_pool[{j}]"),
-            gloss=_need(item, "gloss", str, f"{source}: neutral_pool[{j}]"),
-        )
-        for j, item in enumerate(_need(data, "neutral_pool", list, source))
-    ]
     return ConceptGraph(
-        wordnet_version=_need(meta, "wordnet_version", str, where),
-        selection_rule=_need(meta, "selection_rule", str, where),
-        seed=_need(meta, "seed", int, where),
-        min_distance=_need(meta, "min_distance", int, where),
-        n_negatives=_need(meta, "n_negatives", int, where),
-        negative_rule=_need(meta, "negative_rule", str, where),
-        concepts=concepts,
-        neutral_pool=neutral,
+        **vars(body.metadata), concepts=body.concepts, neutral_pool=body.neutral_pool
     )
 
 
@@ -530,20 +468,6 @@ def load_concepts(
 # Your own concepts: a plain list, outside WordNet
 # ---------------------------------------------------------------------------
 
-# Fields of one concept in an own list: (required, list-valued). In a CSV, list fields
-# hold their items separated by semicolons.
-OWN_FIELDS: dict[str, tuple[bool, bool]] = {
-    "name": (True, False),
-    "definition": (True, False),
-    "related": (True, True),
-    "lemmas": (False, True),
-    "broader": (False, True),
-    "narrower": (False, True),
-    "examples": (False, True),
-    "id": (False, False),
-    "pos": (False, False),
-}
-OWN_ALIASES = {"gloss": "definition"}
 # Which WordNet relation each own field fills, so the boundary texts use its phrasing:
 # broader -> "X is a type of T", narrower -> "T is a type of X", related -> WordNet's
 # "see also" pointer, phrased "X is related to T" (it has no phrasing of its own).
@@ -578,80 +502,119 @@ def _csv_rows(text: str, source: str) -> list[dict[str, str]]:
     return rows
 
 
-def _own_value(raw: dict, field: str, is_list: bool, where: str, csv_rows: bool):
-    value = raw.get(field)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return [] if is_list else None
-    if is_list:
-        if csv_rows and isinstance(value, str):
-            value = [item.strip() for item in value.split(_LIST_SEPARATOR)]
-        if not isinstance(value, list):
-            raise ConceptError(f"{where}: '{field}' must be a list of strings")
-        items = []
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise ConceptError(
-                    f"{where}: '{field}' item {i + 1} must be a string, got {type(item).__name__}"
-                )
-            if item.strip():
-                items.append(" ".join(item.split()))
-        return items
-    if not isinstance(value, str):
-        raise ConceptError(f"{where}: '{field}' must be a string, got {type(value).__name__}")
-    return " ".join(value.split())
-
-
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _own_row(raw: Any, index: int, source: str, csv_rows: bool) -> dict[str, Any]:
+# Fields of one concept in an own list (``OwnConcept``); a CSV's list cells hold their
+# items separated by semicolons. ``gloss`` is accepted for ``definition``.
+OWN_ALIASES = {"gloss": "definition"}
+
+
+def _bad(message: str) -> PydanticCustomError:
+    """A validation error whose text is ``message`` as written (it names its field)."""
+    return PydanticCustomError("own_concept", "{message}", {"message": message})
+
+
+class OwnConcept(BaseModel):
+    """One concept of an own list (docs/own-concepts.md). Text is whitespace-normalised;
+    blank cells and items count as absent; every error names its field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    definition: str
+    related: list[str]  # at least one
+    lemmas: list[str] = []  # the name comes first
+    broader: list[str] = []
+    narrower: list[str] = []
+    examples: list[str] = []
+    id: str = ""  # default: the name in lower case, '_' for other characters
+    pos: str = "n"
+
+    @field_validator("name", "definition", "id", "pos", mode="before")
+    @classmethod
+    def _text(cls, value: Any, info: ValidationInfo) -> str:
+        key = info.field_name
+        if value is not None and not isinstance(value, str):
+            raise _bad(f"'{key}' must be a string, got {type(value).__name__}")
+        text = " ".join((value or "").split())
+        if not text and key in ("name", "definition"):
+            raise _bad(f"'{key}' is missing or empty")
+        return text
+
+    @field_validator("related", "lemmas", "broader", "narrower", "examples", mode="before")
+    @classmethod
+    def _items(cls, value: Any, info: ValidationInfo) -> list[str]:
+        key = info.field_name
+        if value is None or (isinstance(value, str) and not value.strip()):
+            value = []
+        elif isinstance(value, str) and (info.context or {}).get("csv"):
+            value = value.split(_LIST_SEPARATOR)
+        if not isinstance(value, list):
+            raise _bad(f"'{key}' must be a list of strings")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _bad(f"'{key}' item {i + 1} must be a string, got {type(item).__name__}")
+        items = [" ".join(item.split()) for item in value if item.strip()]
+        if not items and key == "related":
+            raise _bad(f"'{key}' is missing or empty")
+        return items
+
+    @model_validator(mode="after")
+    def _concept(self) -> OwnConcept:
+        self.id, self.pos = self.id or _slug(self.name), self.pos or "n"
+        if not _ID_RE.match(self.id):
+            raise _bad(
+                f"'id' {self.id!r} must be letters, digits, '_', '.' or '-' (it names the "
+                "concept's probe file)"
+            )
+        if self.pos not in ("n", "v"):
+            raise _bad(f"'pos' must be n (noun) or v (verb), got {self.pos!r}")
+        lowered = " ".join([self.definition, *self.examples]).lower()
+        for fragment in ("tell me about", "here is a story"):
+            if fragment in lowered:
+                raise _bad(
+                    f"'definition' or 'examples' contains the generation prompt {fragment!r}; "
+                    "centroid texts must not echo a prompt"
+                )
+        own = {w.lower() for w in [self.name, *self.lemmas]}
+        for key in OWN_RELATIONS:
+            if same := [t for t in getattr(self, key) if t.lower() in own]:
+                raise _bad(
+                    f"'{key}' names the concept itself ({', '.join(same)}); list other terms"
+                )
+        self.lemmas = [self.name, *[x for x in self.lemmas if x.lower() != self.name.lower()]]
+        return self
+
+    def terms(self) -> set[str]:
+        """Its related, broader and narrower terms, lower-cased."""
+        return {t.lower() for key in OWN_RELATIONS for t in getattr(self, key)}
+
+
+def _own_row(raw: Any, index: int, source: str, csv_rows: bool) -> OwnConcept:
     """One validated row of an own list; errors name the row (a CSV's line) and field."""
     where = f"{source}: line {index + 2}" if csv_rows else f"{source}: concepts[{index}]"
     if not isinstance(raw, dict):
         raise ConceptError(f"{where}: expected an object with name, definition, related")
     raw = {OWN_ALIASES.get(k, k): v for k, v in raw.items()}
-    name_hint = raw.get("name")
-    if isinstance(name_hint, str) and name_hint.strip():
-        where += f" ({name_hint.strip()!r})"
-    unknown = sorted(set(raw) - set(OWN_FIELDS))
+    if isinstance(raw.get("name"), str) and raw["name"].strip():
+        where += f" ({raw['name'].strip()!r})"
+    try:
+        return OwnConcept.model_validate(raw, context={"csv": csv_rows})
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
     if unknown:
         raise ConceptError(
-            f"{where}: unknown field {', '.join(map(repr, unknown))}; the fields are "
-            f"{', '.join(OWN_FIELDS)} (gloss = definition)"
-        )
-    row = {
-        f: _own_value(raw, f, is_list, where, csv_rows) for f, (_, is_list) in OWN_FIELDS.items()
-    }
-    for key, (required, _) in OWN_FIELDS.items():
-        if required and not row[key]:
-            raise ConceptError(f"{where}: '{key}' is missing or empty")
-    name = row["name"]
-    row["id"] = row["id"] or _slug(name)
-    if not _ID_RE.match(row["id"]):
-        raise ConceptError(
-            f"{where}: 'id' {row['id']!r} must be letters, digits, '_', '.' or '-' "
-            "(it names the concept's probe file)"
-        )
-    row["pos"] = row["pos"] or "n"
-    if row["pos"] not in ("n", "v"):
-        raise ConceptError(f"{where}: 'pos' must be n (noun) or v (verb), got {row['pos']!r}")
-    lowered = " ".join([row["definition"], *row["examples"]]).lower()
-    for fragment in ("tell me about", "here is a story"):
-        if fragment in lowered:
-            raise ConceptError(
-                f"{where}: 'definition' or 'examples' contains the generation prompt "
-                f"{fragment!r}; centroid texts must not echo a prompt"
-            )
-    own = {w.lower() for w in [name, *row["lemmas"]]}
-    for key in OWN_RELATIONS:
-        same = [t for t in row[key] if t.lower() in own]
-        if same:
-            raise ConceptError(
-                f"{where}: '{key}' names the concept itself ({', '.join(same)}); list other terms"
-            )
-    row["lemmas"] = [name, *[x for x in row["lemmas"] if x.lower() != name.lower()]]
-    return row
+            f"{where}: unknown field {', '.join(map(repr, sorted(unknown)))}; the fields are "
+            f"{', '.join(OwnConcept.model_fields)} (gloss = definition)"
+        ) from None
+    messages = [
+        f"'{e['loc'][0]}' is missing or empty" if e["type"] == "missing" else e["msg"]
+        for e in errors
+    ]
+    raise ConceptError(f"{where}: {'; '.join(messages)}") from None
 
 
 @lru_cache(maxsize=1)
@@ -666,32 +629,29 @@ def _shipped_pools() -> tuple[tuple[NeutralItem, ...], tuple[NegativeConcept, ..
     return tuple(shipped.neutral_pool), tuple(negatives[k] for k in sorted(negatives))
 
 
-def _own_negatives(row: dict, rows: list[dict], pool: Sequence[NegativeConcept]) -> list:
+def _own_negatives(
+    row: OwnConcept, rows: list[OwnConcept], pool: Sequence[NegativeConcept]
+) -> list[NegativeConcept]:
     """The concept's negatives: the file's unrelated concepts and the shipped negatives
     that do not mention it, in a seeded order (their position decides the split)."""
     import random
 
-    words = concept_words(row["lemmas"])
-    related = {t.lower() for key in OWN_RELATIONS for t in row[key]}
+    words = concept_words(row.lemmas)
     candidates: list[NegativeConcept] = []
     for other in rows:
         if other is row:
             continue
-        other_words = concept_words(other["lemmas"])
-        other_related = {t.lower() for key in OWN_RELATIONS for t in other[key]}
-        if {w.lower() for w in other["lemmas"]} & related or {
-            w.lower() for w in row["lemmas"]
-        } & other_related:
+        if {w.lower() for w in other.lemmas} & row.terms() or {
+            w.lower() for w in row.lemmas
+        } & other.terms():
             continue
-        if mentions(f"{other['name']} {other['definition']}", words) or mentions(
-            f"{row['name']} {row['definition']}", other_words
+        if mentions(f"{other.name} {other.definition}", words) or mentions(
+            f"{row.name} {row.definition}", concept_words(other.lemmas)
         ):
             continue
-        candidates.append(
-            NegativeConcept(other["id"], other["name"], other["lemmas"], other["definition"], -1)
-        )
+        candidates.append(NegativeConcept(other.id, other.name, other.lemmas, other.definition, -1))
     candidates += [n for n in pool if not mentions(f"{n.name} {n.gloss}", words)]
-    random.Random(f"{OWN_SEED}|own-negatives|{row['id']}").shuffle(candidates)
+    random.Random(f"{OWN_SEED}|own-negatives|{row.id}").shuffle(candidates)
     return candidates[:OWN_NEGATIVES]
 
 
@@ -709,7 +669,7 @@ def own_concepts(rows: list[Any], text: str, source: str, csv_rows: bool = False
     if not rows:
         raise ConceptError(f"{source}: holds no concepts")
     parsed = [_own_row(raw, i, source, csv_rows) for i, raw in enumerate(rows)]
-    ids = [r["id"] for r in parsed]
+    ids = [r.id for r in parsed]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise ConceptError(
@@ -717,23 +677,23 @@ def own_concepts(rows: list[Any], text: str, source: str, csv_rows: bool = False
             "them different names or an 'id'"
         )
     neutral, pool = _shipped_pools()
-    every_word = set().union(*(concept_words(r["lemmas"]) for r in parsed))
+    every_word = set().union(*(concept_words(r.lemmas) for r in parsed))
     neutral_pool = [n for n in neutral if not mentions(f"{n.name} {n.gloss}", every_word)]
     concepts = []
     for row in parsed:
         related = {
-            relation: [RelatedSynset(f"term:{t}", t, [t]) for t in row[key]]
+            relation: [RelatedSynset(f"term:{t}", t, [t]) for t in getattr(row, key)]
             for key, relation in OWN_RELATIONS.items()
-            if row[key]
+            if getattr(row, key)
         }
         concepts.append(
             Concept(
-                synset=row["id"],
-                name=row["name"],
-                pos=row["pos"],
-                lemmas=row["lemmas"],
-                gloss=row["definition"],
-                examples=row["examples"],
+                synset=row.id,
+                name=row.name,
+                pos=row.pos,
+                lemmas=row.lemmas,
+                gloss=row.definition,
+                examples=row.examples,
                 n_links=sum(len(v) for v in related.values()),
                 related=related,
                 negatives=_own_negatives(row, parsed, pool),

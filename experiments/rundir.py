@@ -162,7 +162,6 @@ class RunDir:
     CONCEPT_SPLIT = "concept_split.json"  # development / held-out concepts, this run's set
     PREREGISTRATION = "preregistration.md"  # the pre-registration the run was scored under
     DIRECTIONS = "directions.csv"  # one row per concept × direction: predictors, outcome
-    LIKELIHOOD = "likelihood.jsonl"  # the likelihood outcome per direction × strength × pair
     PROMPT_BASELINE = "prompt_baseline.jsonl"  # the prompting baseline per strength × pair
     VALIDATION_CELLS = "validation_cells.csv"  # generated-text effect per concept × direction
     PHASE6_CURVE = "phase6_curve.csv"  # a Phase 6 run's curve, directions re-scored

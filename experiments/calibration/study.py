@@ -198,16 +198,7 @@ def run_calibration(
             selections[spec.tag] = chosen
             betas = {k: v["beta"] for k, v in chosen.items()}
             plan = build_plan(source_config, graph, vectors, "report", betas, vectors_tag=spec.tag)
-            generate(
-                source_config,
-                plan,
-                vectors,
-                lm,
-                run_dir,
-                timer,
-                on_batch=on_batch,
-                executor=session.executor,
-            )
+            generate(session, plan, vectors, on_batch, config=source_config)
         session.close_executor()
         run_dir.write_json(RunDir.SELECTION, selections)
         run_dir.write_json(RunDir.PROBE_SETS, predictors)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.identify import stats
+from experiments.identify import manipulations, stats
 from experiments.identify.cells import PREDICTORS, StudyTables
 from experiments.identify.directions import REFERENCE
 from experiments.identify.dose import minimum_effective, threshold_curve
@@ -172,7 +172,8 @@ def analyse_manipulation(
     frame = tables.curve(m)
     fe = stats.fe_coefficients(frame, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
     partial = stats.fe_coefficients(frame, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
-    if m == "size":
+    family = manipulations.family(m)
+    if family is not None and family.log_level_covariate:
         data = frame.assign(
             log_n=np.log(frame["level"]),
             x_between=frame.groupby("concept")["auroc"].transform("mean"),

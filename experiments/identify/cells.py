@@ -19,21 +19,34 @@ directions (they share the units), drawn once per concept with a seeded generato
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.detect import Detection, half_metrics
-from experiments.identify.directions import REFERENCE, DirectionSpec, reference_level, seeded_rng
+from experiments.identify.directions import REFERENCE, DirectionSpec, seeded_rng
+from experiments.identify.manipulations import is_control, reference_level
 from metrics.reliability import split_orders
 
-PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref", "lens", "kl")
+if TYPE_CHECKING:
+    from experiments.config import IdentifyConfig
+
+# The study's predictors of steering, the columns of ``directions`` analysed in this
+# order and the only names a pre-registration's primary predictor may take (prereg.py):
+# the direction as its own detector (Detection.metrics, detect.py) and cos(v, v*); then
+# those measured on the model's output (steering/readout.py, ``outputs[(concept, id)]``:
+# one value per unit, so they have split halves).
+INPUT_PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref")
+OUTPUT_PREDICTORS = ("lens", "kl")
+PREDICTORS = (*INPUT_PREDICTORS, *OUTPUT_PREDICTORS)
 NULL_IDS = ("rotation:isotropic:90",)
 N_SPLITS = 50
 
 
 def is_null(direction: str) -> bool:
-    return direction.startswith("null:") or direction in NULL_IDS
+    """Whether a direction is part of its concept's null (a control family's, or listed)."""
+    return is_control(direction) or direction in NULL_IDS
 
 
 @dataclass
@@ -41,12 +54,13 @@ class StudyTables:
     directions: pd.DataFrame
     halves: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # measure->concept
     order: dict[str, list[str]] = field(default_factory=dict)  # concept -> direction ids
-    reference_size: str = "16x16x16"
+    # manipulation -> the level at which its curve passes through v* (None: it does not)
+    references: dict[str, float | None] = field(default_factory=dict)
 
     def curve(self, manipulation: str) -> pd.DataFrame:
         d = self.directions
         rows = d[d["manipulation"] == manipulation]
-        level = reference_level(manipulation, self.reference_size)
+        level = self.references.get(manipulation)
         if level is not None:
             ref = d[d["direction"] == REFERENCE].assign(manipulation=manipulation, level=level)
             rows = pd.concat([ref, rows], ignore_index=True)
@@ -54,12 +68,12 @@ class StudyTables:
 
     def manipulations(self) -> list[str]:
         names = self.directions["manipulation"].unique().tolist()
-        return [m for m in names if m not in (REFERENCE, "null")]
+        return [m for m in names if m != REFERENCE and not is_control(m)]
 
     def pooled(self) -> pd.DataFrame:
         """Every manipulated direction once (v* included, nulls left out)."""
         d = self.directions
-        return d[d["manipulation"] != "null"].reset_index(drop=True)
+        return d[~d["manipulation"].map(is_control)].reset_index(drop=True)
 
     def halves_for(self, measure: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
         """The halves of ``measure`` for the (concept, direction) rows of ``frame``."""
@@ -88,11 +102,11 @@ def build_tables(
     effects: dict[tuple[str, str], np.ndarray],
     outputs: dict[tuple[str, str], dict[str, np.ndarray]],
     details: dict[str, dict[str, dict]],
-    reference_size: str,
+    identify: IdentifyConfig,
     seed: int = 0,
 ) -> StudyTables:
     """Assemble the tables; ``effects[(concept, id)]`` is the per-pair likelihood effect
-    (mean over the configured strengths)."""
+    (mean over the configured strengths); ``identify`` places v* on each curve."""
     by_id = {s.id: s for s in specs}
     rows = []
     order: dict[str, list[str]] = {}
@@ -114,8 +128,9 @@ def build_tables(
                     "seed": spec.seed,
                     **det.metrics(),
                     "cos_ref": float(mine[d_id] @ v_star),
-                    "lens": float(np.mean(out["lens"])) if "lens" in out else np.nan,
-                    "kl": float(np.mean(out["kl"])) if "kl" in out else np.nan,
+                    **{
+                        p: float(np.mean(out[p])) if p in out else np.nan for p in OUTPUT_PREDICTORS
+                    },
                     "effect": float(np.mean(effects[(concept, d_id)])),
                     **{k: v for k, v in details.get(concept, {}).get(d_id, {}).items()},
                 }
@@ -131,7 +146,7 @@ def build_tables(
         thresholds = np.array([detections[(concept, i)].threshold for i in ids])
         for metric, value in half_metrics(scores, thresholds, labels, test_orders).items():
             halves[metric][concept] = value
-        for measure in ("lens", "kl"):
+        for measure in OUTPUT_PREDICTORS:
             if all(measure in outputs.get((concept, i), {}) for i in ids):
                 units = np.stack([outputs[(concept, i)][measure] for i in ids])
                 if units.shape[1] >= 2:
@@ -141,4 +156,5 @@ def build_tables(
     null = frame[frame["direction"].map(is_null)].groupby("concept")["effect"].mean()
     frame["effect_null"] = frame["concept"].map(null)
     frame["effect_above_null"] = frame["effect"] - frame["effect_null"]
-    return StudyTables(frame, halves, order, reference_size)
+    references = {s.manipulation: reference_level(s.manipulation, identify) for s in specs}
+    return StudyTables(frame, halves, order, references)

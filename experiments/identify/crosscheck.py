@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.identify import stats
+from experiments.identify import manipulations, stats
 from experiments.identify.cells import StudyTables
 from experiments.identify.directions import REFERENCE, seeded_rng
 from metrics.intervals import hierarchical_correlation, hierarchical_mean
@@ -22,13 +22,10 @@ GEN = "e_gen"
 
 
 def canonical(direction: str) -> str:
-    """A validation id as the tables name it (θ = 0, ρ = 0 and λ = 1 are v*)."""
-    parts = direction.split(":")
-    if (parts[0] == "rotation" and float(parts[-1]) == 0) or (
-        parts[0] == "noise" and float(parts[1]) == 0
-    ):
-        return REFERENCE
-    if parts[0] == "shrinkage" and float(parts[1]) == 1:
+    """A validation id as the tables name it (an id at its manipulation's reference level,
+    θ = 0, ρ = 0 or λ = 1, is v*)."""
+    family = manipulations.family(direction)
+    if family is not None and family.reproduces_reference(direction):
         return REFERENCE
     return direction
 

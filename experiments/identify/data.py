@@ -5,7 +5,7 @@ concept's training texts at the reference size (smaller sizes are prefixes of it
 validation and test splits (held fixed for every direction) and the neutral texts whose
 principal components are the ``pc`` nuisance family and whose covariance the shrinkage
 path whitens with. :func:`build_directions` then makes every direction of
-:func:`experiments.identify.directions.direction_grid` for every concept.
+:func:`experiments.identify.manipulations.direction_grid` for every concept.
 """
 
 from __future__ import annotations
@@ -22,18 +22,14 @@ from experiments.identify.directions import (
     DirectionSpec,
     TrainingSet,
     concept_diffmean,
-    direction_grid,
     isotropic_nuisance,
-    logistic_direction,
     other_nuisance,
     pc_nuisance,
     principal_components,
-    rotate,
-    shrinkage_direction,
-    swap_labels,
     unit,
     within_class_covariance,
 )
+from experiments.identify.manipulations import ConceptInputs, build_direction, direction_grid
 from experiments.prompts import (
     ProbeExample,
     format_axis_texts,
@@ -127,71 +123,47 @@ class DirectionSet:
 
 
 def build_directions(config: ExperimentConfig, data: StudyData) -> DirectionSet:
-    """v* per concept and every manipulated direction around it (see directions.py)."""
+    """v* per concept and every manipulated direction around it (see manipulations.py)."""
     ident = config.identify
     seed = config.seed
-    specs = direction_grid(
-        thetas=ident.theta_degrees,
-        nuisances=ident.nuisances,
-        noise=ident.label_noise,
-        noise_seeds=ident.noise_seeds,
-        logistic_c=ident.logistic_c,
-        shrinkage=ident.shrinkage,
-        sizes=ident.sizes,
-        reference_size=ident.reference_size,
-        n_null=ident.null_draws,
-    )
+    specs = direction_grid(ident)
     references = {c: concept_diffmean(d.train) for c, d in data.concepts.items()}
     components = principal_components(data.neutral, ident.pc_components)
     vectors: dict[str, dict[str, np.ndarray]] = {}
     details: dict[str, dict[str, dict]] = {}
     for concept, d in data.concepts.items():
         v_star = references[concept]
-        hidden = len(v_star)
         other_name, other = (
             other_nuisance(references, concept, seed) if len(references) > 1 else (None, None)
         )
         nuisance = {
-            "isotropic": isotropic_nuisance(hidden, seed, concept),
+            "isotropic": isotropic_nuisance(len(v_star), seed, concept),
             "pc": pc_nuisance(components, seed, concept),
         }
         if other is not None:
             nuisance["other"] = other
-        sigma = within_class_covariance(d.train, data.neutral)
         keep = np.array([k != "neutral" for k in d.train.kinds])
         labels_pn = d.train.labels[keep]
         x_pn = d.train.features[keep]
-        delta = x_pn[labels_pn == 1].mean(axis=0) - x_pn[labels_pn == 0].mean(axis=0)
+        inputs = ConceptInputs(
+            concept,
+            seed,
+            v_star,
+            d.train,
+            nuisance,
+            other_name,
+            sigma=within_class_covariance(d.train, data.neutral),
+            delta=x_pn[labels_pn == 1].mean(axis=0) - x_pn[labels_pn == 0].mean(axis=0),
+        )
         mine: dict[str, np.ndarray] = {}
         facts: dict[str, dict] = {}
         for spec in specs:
-            if spec.manipulation == REFERENCE:
-                mine[spec.id] = v_star
-            elif spec.manipulation.startswith("rotation:"):
-                family = spec.manipulation.split(":", 1)[1]
-                if family not in nuisance:
-                    continue
-                mine[spec.id] = rotate(v_star, nuisance[family], spec.level)
-                if family == "other":
-                    facts[spec.id] = {"other": other_name}
-            elif spec.manipulation == "noise":
-                labels, swapped = swap_labels(d.train, spec.level, int(spec.seed or 0), concept)
-                mine[spec.id] = concept_diffmean(d.train, labels)
-                n_pos = int((np.array(d.train.kinds) == "positive").sum())
-                facts[spec.id] = {"swapped": swapped, "rho_actual": swapped / n_pos}
-            elif spec.manipulation == "logistic":
-                c = float(spec.detail)
-                mine[spec.id] = logistic_direction(d.train.features, d.train.labels, c, seed)
-            elif spec.manipulation == "shrinkage":
-                mine[spec.id] = shrinkage_direction(delta, sigma, spec.level)
-            elif spec.manipulation == "size":
-                size = TrainSpec.parse(spec.detail)
-                part = d.train.prefix(size.n_pos, size.n_neg, size.n_neutral)
-                mine[spec.id] = concept_diffmean(part)
-            elif spec.manipulation == "null":
-                mine[spec.id] = isotropic_nuisance(
-                    hidden, seed, concept, draw=1 + int(spec.seed or 0)
-                )
+            built = build_direction(spec, inputs)
+            if built is None:
+                continue
+            mine[spec.id], found = built
+            if found:
+                facts[spec.id] = found
         vectors[concept] = {k: unit(v) for k, v in mine.items()}
         details[concept] = facts
     present = {i for v in vectors.values() for i in v}

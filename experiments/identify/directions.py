@@ -23,7 +23,6 @@ axis while layer, α·β, prompts, seeds and the test split stay fixed:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -202,64 +201,3 @@ class DirectionSpec:
     level: float
     seed: int | None = None
     detail: str = ""
-
-
-def direction_grid(
-    *,
-    thetas: Sequence[float],
-    nuisances: Sequence[str],
-    noise: Sequence[float],
-    noise_seeds: Sequence[int],
-    logistic_c: Sequence[float],
-    shrinkage: Sequence[float],
-    sizes: Sequence[str],
-    reference_size: str,
-    n_null: int = 2,
-) -> list[DirectionSpec]:
-    """Every direction a concept gets, reference first. Levels that reproduce v* (θ = 0,
-    ρ = 0, λ = 1, the reference size) are the reference itself, listed once; each
-    manipulation's curve includes it (:func:`curve_members`)."""
-    out = [DirectionSpec(REFERENCE, REFERENCE, 0.0)]
-    for family in nuisances:
-        out += [
-            DirectionSpec(f"rotation:{family}:{t:g}", f"rotation:{family}", float(t))
-            for t in thetas
-            if t != 0
-        ]
-    out += [
-        DirectionSpec(f"noise:{r:g}:{s}", "noise", float(r), seed=s)
-        for r in noise
-        if r != 0
-        for s in noise_seeds
-    ]
-    out += [
-        DirectionSpec(f"logistic:{c:g}", "logistic", float(np.log10(c)), detail=repr(float(c)))
-        for c in logistic_c
-    ]
-    out += [
-        DirectionSpec(f"shrinkage:{lam:g}", "shrinkage", float(lam))
-        for lam in shrinkage
-        if lam != 1
-    ]
-    out += [
-        DirectionSpec(f"size:{s}", "size", float(_n_train(s)), detail=s)
-        for s in sizes
-        if s != reference_size
-    ]
-    out += [DirectionSpec(f"null:{j}", "null", 0.0, seed=j) for j in range(n_null)]
-    return out
-
-
-def _n_train(size: str) -> int:
-    return sum(int(x) for x in size.lower().split("x"))
-
-
-def reference_level(manipulation: str, reference_size: str) -> float | None:
-    """The level at which a manipulation's curve passes through v* (None: it does not)."""
-    if manipulation.startswith("rotation:") or manipulation == "noise":
-        return 0.0
-    if manipulation == "shrinkage":
-        return 1.0
-    if manipulation == "size":
-        return float(_n_train(reference_size))
-    return None

@@ -40,7 +40,7 @@ def trajectories(tables: StudyTables):
         for m in names:
             curve = tables.curve(m)
             part = curve[curve["concept"] == concept].sort_values("level")
-            if m == "noise":
+            if part["level"].duplicated().any():  # several draws per level (seeds)
                 part = part.groupby("level")[["auroc", "effect"]].mean().reset_index()
             ax.plot(
                 part["auroc"], part["effect"], marker="o", ms=2.5, lw=1, color=colours[m], label=m

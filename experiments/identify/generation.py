@@ -98,16 +98,7 @@ def generate_validation(
     assert session.run_dir is not None
     for tag, vectors in sets.items():
         plan = build_plan(config, session.graph, vectors, "report", betas, vectors_tag=tag)
-        generate(
-            config,
-            plan,
-            vectors,
-            session.lm,
-            session.run_dir,
-            session.timer,
-            on_batch=on_batch,
-            executor=session.executor,
-        )
+        generate(session, plan, vectors, on_batch, config=config)
 
 
 def validation_effects(

@@ -27,7 +27,6 @@ import yaml
 
 LEDGER = "heldout_ledger.jsonl"
 PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "rule")
-PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref", "lens", "kl")
 
 
 class PreregistrationError(ValueError):
@@ -69,6 +68,9 @@ def parse_primary(text: str) -> dict:
             missing = [k for k in PRIMARY_KEYS if k not in primary]
             if missing:
                 raise PreregistrationError(f"the primary analysis lacks {missing}")
+            # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
+            from experiments.identify.cells import PREDICTORS
+
             if primary["predictor"] not in PREDICTORS:
                 raise PreregistrationError(
                     f"primary predictor {primary['predictor']!r} is not one of {PREDICTORS}"

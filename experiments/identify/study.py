@@ -387,7 +387,7 @@ def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say
         effects,
         outcomes.outputs,
         found.directions.details,
-        ident.reference_size,
+        ident,
         config.seed,
     )
     base = pd.DataFrame(outcomes.baseline_rows)

@@ -1,6 +1,8 @@
 """The run context: what scoring and publishing a run need besides its records.
 
-It holds no model, so ``steer-eval rescore`` rebuilds it from the stored run record.
+It holds no model, so ``steer-eval rescore`` rebuilds it from the stored run record. It is
+made whole, once the parent run is open (``pipeline/run.py``: ``run_context``), and never
+filled in later: it is frozen.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from experiments.config import ExperimentConfig
 from experiments.record import predictor_values
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunContext:
     """What publishing a run needs besides its records; no model, so rescore can build it."""
 

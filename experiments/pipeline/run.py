@@ -162,11 +162,10 @@ class Prepared:
     probes: ProbeSet
     vectors: VectorSet
     scorer: Scorer
-    ctx: RunContext  # its run_id is set once the parent run is open
 
 
 def prepare(session: RunSession) -> Prepared:
-    """Classifiers (trained when missing), steering vectors, centroids and the run context."""
+    """Classifiers (trained when missing), steering vectors and centroids."""
     config, lm, graph, timer = session.config, session.lm, session.graph, session.timer
     layer = session.layer()
     session.say("preparing classifiers, steering vectors and centroids")
@@ -176,12 +175,18 @@ def prepare(session: RunSession) -> Prepared:
         vectors = build_vectors(config, lm, graph, probes, layer)
     with timer.time("centroids"):
         scorer = build_scorer(config, graph, session.embedder)
-    ctx = RunContext(
-        run_id=session.existing or "",
+    return Prepared(layer, probes, vectors, scorer)
+
+
+def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
+    """The run's context, made once its parent run is open and its id known."""
+    config, probes, vectors = session.config, prep.probes, prep.vectors
+    return RunContext(
+        run_id=run_id,
         config=config,
-        graph=graph,
-        model_id=lm.model_id,
-        layer=layer,
+        graph=session.graph,
+        model_id=session.lm.model_id,
+        layer=prep.layer,
         alpha=vectors.alpha,
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
         classifier_run_id=probes.run_id or tracking.remembered_run(probes.directory),
@@ -205,7 +210,6 @@ def prepare(session: RunSession) -> Prepared:
             )
         },
     )
-    return Prepared(layer, probes, vectors, scorer, ctx)
 
 
 def run_phase5(
@@ -237,16 +241,12 @@ def run_phase5(
     ) as session:
         config, graph, timer, say = session.config, session.graph, session.timer, session.say
         prep = prepare(session)
-        ctx = prep.ctx
-        ctx.run_id, new = session.start(
-            config.experiment,
-            run_name(ctx),
-            config.results_dir,
-            tags={"phase": "5"},
-        )
+        run_id, new = session.start(config.experiment, "", config.results_dir, tags={"phase": "5"})
+        ctx = run_context(session, prep, run_id)
         run_dir = session.run_dir
         assert run_dir is not None
-        if new:
+        if new:  # named once its context exists (the name says model, layer, source, β)
+            tracking.client().update_run(run_id, name=run_name(ctx))
             log_parent(ctx, run_dir.file(RunDir.CONFIG))
         run_dir.write_config(config)
         run_dir.write_json(RunDir.CENTROIDS, prep.scorer.texts())
@@ -263,19 +263,7 @@ def run_phase5(
             totals.add(stats)
         plan = build_plan(config, graph, prep.vectors, "report", betas)
         say(f"run {ctx.run_id}: generating {len(plan.rows)} rows into {run_dir.path}")
-        totals.add(
-            generate(
-                config,
-                plan,
-                prep.vectors,
-                session.lm,
-                run_dir,
-                timer,
-                on_batch,
-                on_step,
-                session.executor,
-            )
-        )
+        totals.add(generate(session, plan, prep.vectors, on_batch, on_step))
         session.close_executor()
         tracking.log_metrics(ctx.run_id, {"execution/retries": session.executor.retries})
         if config.likelihood.enabled:
@@ -347,4 +335,12 @@ def rescore(
     return result
 
 
-__all__ = ["Phase5Result", "Prepared", "RunError", "prepare", "rescore", "run_phase5"]
+__all__ = [
+    "Phase5Result",
+    "Prepared",
+    "RunError",
+    "prepare",
+    "rescore",
+    "run_context",
+    "run_phase5",
+]

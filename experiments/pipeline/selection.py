@@ -39,17 +39,7 @@ def select_strengths(
     stats). ``config`` is the session's, or a probe set's variant of it (Phase 6)."""
     assert session.run_dir is not None, "start the session's run first"
     plan = build_plan(config, session.graph, vectors, "selection", vectors_tag=vectors_tag)
-    stats = generate(
-        config,
-        plan,
-        vectors,
-        session.lm,
-        session.run_dir,
-        session.timer,
-        on_batch,
-        on_step,
-        executor=session.executor,
-    )
+    stats = generate(session, plan, vectors, on_batch, on_step, config=config)
     rows = [g for g in plan_order(session.run_dir.read_generations()) if g["key"] in plan.meta]
     with session.timer.time("embedding"):
         scores = score_all(scorer, rows)

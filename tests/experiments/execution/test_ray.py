@@ -20,7 +20,7 @@ from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.execution import ExecutionError, LocalExecutor
 from experiments.execution.ray import ModelSource, RayExecutor
-from experiments.pipeline.generate import generate
+from experiments.pipeline.generate import generate_rows
 from experiments.pipeline.plan import build_plan
 from experiments.pipeline.vectors import VectorSet, random_directions
 from experiments.rundir import RunDir
@@ -71,7 +71,7 @@ def stage(config, lm):
 def run_stage(config, lm, tmp_path, name, executor, on_batch=None) -> RunDir:
     plan, vectors = stage(config, lm)
     run_dir = RunDir(tmp_path, name).create()
-    generate(config, plan, vectors, lm, run_dir, Timer(), on_batch=on_batch, executor=executor)
+    generate_rows(config, plan, vectors, lm, run_dir, Timer(), on_batch=on_batch, executor=executor)
     return run_dir
 
 

@@ -9,22 +9,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.concepts import load_concepts
+from experiments.config import IdentifyConfig
 from experiments.identify.directions import (
     REFERENCE,
     TrainingSet,
     concept_diffmean,
-    direction_grid,
     orthogonal_part,
     other_nuisance,
     pc_nuisance,
     principal_components,
-    reference_level,
     rotate,
     shrinkage_direction,
     swap_labels,
     unit,
     within_class_covariance,
 )
+from experiments.identify.manipulations import MANIPULATIONS, direction_grid, reference_level
 from experiments.prompts import probe_training_set
 
 GRAPH = load_concepts("data/concepts/wordnet_top50.json", limit=3)
@@ -150,19 +150,33 @@ def test_smaller_sizes_are_prefixes_of_the_reference_training_set():
 
 
 def test_the_grid_lists_the_reference_once_and_every_manipulation():
-    specs = direction_grid(
-        thetas=[0, 45, 90],
+    ident = IdentifyConfig(
+        theta_degrees=[0, 45, 90],
         nuisances=["isotropic", "pc"],
-        noise=[0, 0.2],
+        label_noise=[0, 0.2],
         noise_seeds=[0, 1],
         logistic_c=[0.1, 1.0],
         shrinkage=[1.0, 0.1],
         sizes=["1x1x1", "16x16x16"],
         reference_size="16x16x16",
+        null_draws=2,
     )
+    specs = direction_grid(ident)
     ids = [s.id for s in specs]
     assert ids[0] == REFERENCE and len(ids) == len(set(ids))
     assert "rotation:pc:0" not in ids and "rotation:pc:45" in ids
     assert {"noise:0.2:0", "noise:0.2:1", "logistic:0.1", "shrinkage:0.1", "size:1x1x1"} <= set(ids)
     assert "shrinkage:1" not in ids and "size:16x16x16" not in ids
-    assert reference_level("size", "16x16x16") == 48 and reference_level("logistic", "x") is None
+    assert {"null:0", "null:1"} <= set(ids)
+    by_id = {s.id: s for s in specs}
+    assert by_id["rotation:pc:45"].manipulation == "rotation:pc"
+    assert by_id["logistic:0.1"].level == pytest.approx(-1) and by_id["size:1x1x1"].level == 3
+    assert reference_level("size", ident) == 48 and reference_level("logistic", ident) is None
+    assert reference_level("rotation:pc", ident) == 0 and reference_level("shrinkage", ident) == 1
+
+
+def test_every_manipulation_names_a_field_of_the_identify_config():
+    fields = IdentifyConfig.model_fields
+    for m in MANIPULATIONS.values():
+        named = [m.levels, m.within, m.seeds, m.reference if isinstance(m.reference, str) else None]
+        assert all(f in fields for f in named if f is not None), m.name
