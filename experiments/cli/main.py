@@ -166,8 +166,6 @@ def classifiers(
 
 
 def _print_probe_set(layer: int, result) -> None:
-    def fmt(v: float | None) -> str:
-        return number(v, ".3f")
 
     table = Table(
         "concept",
@@ -188,30 +186,33 @@ def _print_probe_set(layer: int, result) -> None:
         m = probe.metrics
         table.add_row(
             synset,
-            fmt(m["auroc"]),
-            fmt(m["ap"]),
-            fmt(m["f1_raw"]),
-            fmt(m["f1_calibrated"]),
-            fmt(m["threshold"]),
-            fmt(abs(cos_fmt[synset]) if synset in cos_fmt else None),
-            fmt(cos_dm.get(synset)),
+            number(m["auroc"], ".3f"),
+            number(m["ap"], ".3f"),
+            number(m["f1_raw"], ".3f"),
+            number(m["f1_calibrated"], ".3f"),
+            number(m["threshold"], ".3f"),
+            number(abs(cos_fmt[synset]) if synset in cos_fmt else None, ".3f"),
+            number(cos_dm.get(synset), ".3f"),
         )
     means = result.means()
     table.add_row(
         "[bold]mean",
-        *(f"[bold]{fmt(means.get(k))}" for k in ("auroc", "ap", "f1_raw", "f1_calibrated")),
+        *(
+            f"[bold]{number(means.get(k), '.3f')}"
+            for k in ("auroc", "ap", "f1_raw", "f1_calibrated")
+        ),
         "",
-        fmt(probe_diag.get("mean_abs_cos_format_axis")),
-        fmt(diag.get("mean_cos_probe_diffmean")),
+        number(probe_diag.get("mean_abs_cos_format_axis"), ".3f"),
+        number(diag.get("mean_cos_probe_diffmean"), ".3f"),
     )
     out.print(table)
     floor = diag.get("format_axis_floor")
-    console.print(f"|cos fmt| floor (a format-free 1x1x1-like difference): {fmt(floor)}")
+    console.print(f"|cos fmt| floor (a format-free 1x1x1-like difference): {number(floor, '.3f')}")
     ratio = means.get("class_ratio")
     console.print(
-        f"test split positives/negatives = {fmt(ratio)}; mean pairwise cosine of the "
+        f"test split positives/negatives = {number(ratio, '.3f')}; mean pairwise cosine of the "
         + ", ".join(
-            f"{s} directions {fmt(d.get('mean_pairwise_cosine'))}"
+            f"{s} directions {number(d.get('mean_pairwise_cosine'), '.3f')}"
             for s, d in diag.get("sources", {}).items()
         )
         + f"; saved to {result.directory}"
@@ -400,11 +401,8 @@ def _print_result(result, as_json: bool = False) -> None:
     shown = [agg for _column, agg in aggregates(View.CLI)]
     table = Table("strength", *(a.label for a in shown), title="Phase 5: per strength")
 
-    def fmt(v: float | None) -> str:
-        return number(v, ".3f")
-
     for s, v in sorted(result.per_strength.items()):
-        table.add_row(f"{s:+g}", *(fmt(v.get(a.name)) for a in shown))
+        table.add_row(f"{s:+g}", *(number(v.get(a.name), ".3f") for a in shown))
     out.print(table)
     print_answer(answer_of(result.record))
     from experiments.pipeline.report import generation_speed

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from experiments.answer import interval_dict_text, number
-
-fmt = number  # the one formatter (experiments/answer.py)
-ci = interval_dict_text
+# The one formatter of every answer and summary (experiments/answer.py), short names here.
+from experiments.answer import interval_dict_text as ci
+from experiments.answer import number as fmt
 
 
 def excludes_zero(iv: dict | None) -> bool:
@@ -29,12 +28,12 @@ def level_text(m: dict) -> str:
     return f"n/a ({m.get('note') or m.get('reason') or status})"
 
 
-def answer(analysis: dict) -> list[str]:
+def findings(analysis: dict) -> list[str]:
     pooled = analysis["pooled"]
     partial = pooled["partial"].get("auroc")
     alone = pooled["slope_auroc"]
     het = pooled["heterogeneity"]
-    lines = ["## Answer", ""]
+    lines = ["## Findings", ""]
     lines.append(
         f"- Within concepts, over every manipulated direction, the effect rises by "
         f"{ci(alone)} nats/token per unit AUROC; with cos(direction, v*) held fixed the AUROC "
@@ -96,7 +95,7 @@ def answer(analysis: dict) -> list[str]:
 
 
 def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> str:
-    lines = answer(analysis)
+    lines = findings(analysis)
     lines += [
         "",
         f"# Phase 6 identification {run_id} ({analysis.get('label')})",

@@ -35,12 +35,6 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     """The signed effect per arm and sign with intervals (``summary``: the record's
     ``statistics["effect"]``), and the v2 criteria."""
 
-    def fmt(value: float | None) -> str:
-        return number(value)
-
-    def frac(value: float | None) -> str:
-        return number(value, ".2f")
-
     lines = [
         "",
         "## Steering effect (signed, paired with the unsteered twin; 95% cluster bootstrap)",
@@ -52,18 +46,18 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
         if name.startswith("above_null"):
             continue
         lines.append(
-            f"| {name} | {int(v['n'])} | {fmt(v['e_mean'])} [{fmt(v['e_low'])}, "
-            f"{fmt(v['e_high'])}] | {fmt(v['e_gated_mean'])} [{fmt(v['e_gated_low'])}, "
-            f"{fmt(v['e_gated_high'])}] | {frac(v['gate_pass_fraction'])} | "
-            f"{frac(v['combined_mean'])} |"
+            f"| {name} | {int(v['n'])} | {number(v['e_mean'])} [{number(v['e_low'])}, "
+            f"{number(v['e_high'])}] | {number(v['e_gated_mean'])} [{number(v['e_gated_low'])}, "
+            f"{number(v['e_gated_high'])}] | {number(v['gate_pass_fraction'], '.2f')} | "
+            f"{number(v['combined_mean'], '.2f')} |"
         )
     lines += ["", "| effect above null | gated | ungated |", "|---|---|---|"]
     for name, v in sorted(summary.items()):
         if name.startswith("above_null"):
             lines.append(
-                f"| {name} | {fmt(v['gated_mean'])} [{fmt(v['gated_low'])}, "
-                f"{fmt(v['gated_high'])}] | {fmt(v['ungated_mean'])} [{fmt(v['ungated_low'])}, "
-                f"{fmt(v['ungated_high'])}] |"
+                f"| {name} | {number(v['gated_mean'])} [{number(v['gated_low'])}, "
+                f"{number(v['gated_high'])}] | {number(v['ungated_mean'])} "
+                f"[{number(v['ungated_low'])}, {number(v['ungated_high'])}] |"
             )
     lines += [
         "",
@@ -73,7 +67,9 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for c in criteria.values():
-        lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")
+        lines.append(
+            f"| {c.key} | **{c.status}** | {number(c.value)} | {c.threshold} | {c.reason} |"
+        )
     return lines
 
 
@@ -105,17 +101,18 @@ def summary_markdown(
         "",
     ]
 
-    def fmt(value: float | None) -> str:
-        return number(value, ".3f")
-
     shown = [agg for _column, agg in aggregates(View.SUMMARY)]
     lines.append("| strength | " + " | ".join(a.label for a in shown) + " |")
     lines.append("|---|" + "---|" * len(shown))
     for strength, v in sorted(agg.items()):
-        lines.append(f"| {strength:+g} | " + " | ".join(fmt(v.get(a.name)) for a in shown) + " |")
+        lines.append(
+            f"| {strength:+g} | " + " | ".join(number(v.get(a.name), ".3f") for a in shown) + " |"
+        )
     lines += ["", "| criterion | status | value | threshold | reason |", "|---|---|---|---|---|"]
     for c in criteria.values():
-        lines.append(f"| {c.key} | **{c.status}** | {fmt(c.value)} | {c.threshold} | {c.reason} |")
+        lines.append(
+            f"| {c.key} | **{c.status}** | {number(c.value, '.3f')} | {c.threshold} | {c.reason} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -143,14 +140,9 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
 
 
-_num = number
-
-
 def _ci(d: dict, spec: str = "+.3f") -> str:
     """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
-    if d.get("estimate") is None:
-        return f"n/a ({d.get('reason') or 'not evaluable'})"
-    return interval_dict_text(d, spec)
+    return interval_dict_text({"reason": "not evaluable", **d}, spec)
 
 
 def measurement_markdown(stats: dict) -> list[str]:
@@ -165,7 +157,7 @@ def measurement_markdown(stats: dict) -> list[str]:
     ]
     for name, rel in stats.get("reliability", {}).items():
         value = rel.get("estimate")
-        shown = _num(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
+        shown = number(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
         lines.append(f"| {name} | {shown} |")
     corrected = stats.get("corrected_correlations", {})
     if corrected:
@@ -190,8 +182,8 @@ def measurement_markdown(stats: dict) -> list[str]:
         for sign, d in by_direction.items():
             if d.get("evaluable"):
                 shown.append(
-                    f"{SIGN_LABELS[sign]}: r = {_num(d['r'])} "
-                    f"[{_num(d['ci_low'])}, {_num(d['ci_high'])}] over {d['n_directions']} "
+                    f"{SIGN_LABELS[sign]}: r = {number(d['r'])} "
+                    f"[{number(d['ci_low'])}, {number(d['ci_high'])}] over {d['n_directions']} "
                     f"directions in {d['n_clusters']} concepts"
                 )
             else:
@@ -214,21 +206,21 @@ def measurement_markdown(stats: dict) -> list[str]:
         ]
         for row in families:
             above = (
-                f"{_num(row['above'])} [{_num(row['above_low'])}, {_num(row['above_high'])}]"
+                f"{number(row['above'])} [{number(row['above_low'])}, {number(row['above_high'])}]"
                 if "above" in row
                 else ""
             )
             beats = f"{row['beats']} / {row['n_concepts']}" if "beats" in row else ""
             lines.append(
-                f"| {row['family']} | {row['sign']} | {_num(row['mean'])} "
-                f"[{_num(row['low'])}, {_num(row['high'])}] | {above} | {beats} |"
+                f"| {row['family']} | {row['sign']} | {number(row['mean'])} "
+                f"[{number(row['low'])}, {number(row['high'])}] | {above} | {beats} |"
             )
     gap = stats.get("reference_gap")
     if gap:
         lines += [
             "",
             f"Δ's scale: the reference gap Δ(on-concept texts) − Δ(off-concept texts) is "
-            f"{_num(gap.get('mean'))} [{_num(gap.get('low'))}, {_num(gap.get('high'))}]; "
+            f"{number(gap.get('mean'))} [{number(gap.get('low'))}, {number(gap.get('high'))}]; "
             f"the effect above the null is {_ci(gap.get('fraction_pos', {}), '.2f')} of it at "
             f"s > 0 and {_ci(gap.get('fraction_neg', {}), '.2f')} at s < 0.",
         ]
