@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 # The study's predictors of steering, the columns of ``directions`` analysed in this
 # order and the only names a pre-registration's primary predictor may take (prereg.py):
 # the direction as its own detector (detect.py: METRICS, Detection.metrics) and cos(v, v*);
-# then those measured on the model's output (steering/readout.py, ``outputs[(concept,
-# id)]``: one value per unit, so they have split halves).
+# then those measured on the model's output (steering/readout.py, per direction in
+# outcome.output_predictors: ``outputs[(concept, id)][name]``, one value per unit, so
+# they have split halves).
 INPUT_PREDICTORS = (*METRICS, "cos_ref")
 OUTPUT_PREDICTORS = ("lens", "kl")
 PREDICTORS = (*INPUT_PREDICTORS, *OUTPUT_PREDICTORS)
