@@ -359,6 +359,11 @@ class _GraphFile:
     neutral_pool: list[NeutralItem]
 
 
+@lru_cache(maxsize=1)
+def _graph_file() -> TypeAdapter[_GraphFile]:
+    return TypeAdapter(_GraphFile)
+
+
 _KINDS = {"int_type": "int", "string_type": "str", "list_type": "list", "dict_type": "dict"}
 
 
@@ -394,7 +399,7 @@ def _graph_from_dict(data: Any, source: str) -> ConceptGraph:
             f"(expected {FORMAT_VERSION}); regenerate it with `steer-eval concepts`"
         )
     try:
-        body = TypeAdapter(_GraphFile).validate_python(data)
+        body = _graph_file().validate_python(data)
     except ValidationError as exc:
         raise _graph_error(source, exc) from None
     for i, concept in enumerate(body.concepts):

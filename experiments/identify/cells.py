@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from experiments.identify.detect import Detection, half_metrics
+from experiments.identify.detect import METRICS, Detection, half_metrics
 from experiments.identify.directions import REFERENCE, DirectionSpec, seeded_rng
 from experiments.identify.manipulations import is_control, reference_level
 from metrics.reliability import split_orders
@@ -34,10 +34,11 @@ if TYPE_CHECKING:
 
 # The study's predictors of steering, the columns of ``directions`` analysed in this
 # order and the only names a pre-registration's primary predictor may take (prereg.py):
-# the direction as its own detector (Detection.metrics, detect.py) and cos(v, v*); then
-# those measured on the model's output (steering/readout.py, ``outputs[(concept, id)]``:
-# one value per unit, so they have split halves).
-INPUT_PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref")
+# the direction as its own detector (detect.py: METRICS, Detection.metrics) and cos(v, v*);
+# then those measured on the model's output (steering/readout.py, per direction in
+# outcome.output_predictors: ``outputs[(concept, id)][name]``, one value per unit, so
+# they have split halves).
+INPUT_PREDICTORS = (*METRICS, "cos_ref")
 OUTPUT_PREDICTORS = ("lens", "kl")
 PREDICTORS = (*INPUT_PREDICTORS, *OUTPUT_PREDICTORS)
 NULL_IDS = ("rotation:isotropic:90",)

@@ -20,6 +20,8 @@ from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 
 from steering.probes import choose_threshold
 
+# The direction's detection metrics: fields of Detection, each with split halves
+# (half_metrics); the study's input-side predictors (cells.PREDICTORS) begin with them.
 METRICS = ("auroc", "ap", "f1_calibrated")
 
 
@@ -34,7 +36,7 @@ class Detection:
     scores: np.ndarray  # projections of the test texts
 
     def metrics(self) -> dict[str, float]:
-        return {"auroc": self.auroc, "ap": self.ap, "f1_calibrated": self.f1_calibrated}
+        return {m: getattr(self, m) for m in METRICS}
 
 
 def score_direction(

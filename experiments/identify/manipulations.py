@@ -69,7 +69,9 @@ class Manipulation:
     seeds: str | None = None  # the IdentifyConfig field of the seeds drawn per level
     specs: Callable[[Manipulation, IdentifyConfig], list[DirectionSpec]] | None = None
     control: bool = False  # a null, not a manipulation: no curve, not pooled
-    log_level_covariate: bool = False  # the mixed model adjusts for log(level)
+    # The mixed model splits AUROC within/between concepts and adjusts for log(level)
+    # (analysis.py); summary.py still picks that model's term by the name ``size``.
+    log_level_covariate: bool = False
 
     def reference_value(self, ident: IdentifyConfig | None) -> Any:
         if isinstance(self.reference, str):
