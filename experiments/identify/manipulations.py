@@ -70,7 +70,7 @@ class Manipulation:
     specs: Callable[[Manipulation, IdentifyConfig], list[DirectionSpec]] | None = None
     control: bool = False  # a null, not a manipulation: no curve, not pooled
     # The mixed model splits AUROC within/between concepts and adjusts for log(level)
-    # (analysis.py); summary.py still picks that model's term by the name ``size``.
+    # (analysis.py); summary.py then reports its within-concept term.
     log_level_covariate: bool = False
 
     def reference_value(self, ident: IdentifyConfig | None) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 # The one formatter of every answer and summary (experiments/answer.py), short names here.
 from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
+from experiments.identify.manipulations import family
 
 
 def excludes_zero(iv: dict | None) -> bool:
@@ -116,7 +117,8 @@ def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> 
         if med.get("evaluable") and not excludes_zero(r["slope_auroc"]):
             share = "n/a (no total slope)"  # a share of a slope indistinguishable from 0
         mixed = r["mixed"]
-        term = "x_within" if m == "size" else "auroc"
+        covariate = (found := family(m)) is not None and found.log_level_covariate
+        term = "x_within" if covariate else "auroc"
         mixed_text = (
             ci(mixed["terms"].get(term)) + ("" if mixed.get("converged") else " (not converged)")
             if mixed.get("evaluable") and term in mixed["terms"]

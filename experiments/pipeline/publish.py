@@ -100,15 +100,14 @@ def config_params(config) -> dict:
     return {f"config.{k}": v for k, v in config.flat().items() if k not in HEADLINE_KEYS}
 
 
-def run_name(ctx: RunContext) -> str:
+def run_name(config, model_id: str, layer: int) -> str:
     """What tells two runs apart: model, layer, direction source, mode (when not the
     default additive) and β (``β heldout`` when chosen per concept)."""
-    config = ctx.config
-    model = ctx.model_id.split(":")[-1].rstrip("/").split("/")[-1]
+    model = model_id.split(":")[-1].rstrip("/").split("/")[-1]
     mode = "" if config.steering.mode == "additive" else f" {config.steering.mode}"
     beta = "β heldout" if config.selection.mode == "heldout" else f"β={config.steering.beta:g}"
     name = "" if config.name == "phase5" else f"{config.name} "
-    return f"{name}{model} L{ctx.layer} {config.steering.vector_source}{mode} {beta}"
+    return f"{name}{model} L{layer} {config.steering.vector_source}{mode} {beta}"
 
 
 def log_parent(ctx: RunContext, config_path) -> None:

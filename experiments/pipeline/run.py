@@ -241,12 +241,14 @@ def run_phase5(
     ) as session:
         config, graph, timer, say = session.config, session.graph, session.timer, session.say
         prep = prepare(session)
-        run_id, new = session.start(config.experiment, "", config.results_dir, tags={"phase": "5"})
+        name = run_name(config, session.lm.model_id, prep.layer)
+        run_id, new = session.start(
+            config.experiment, name, config.results_dir, tags={"phase": "5"}
+        )
         ctx = run_context(session, prep, run_id)
         run_dir = session.run_dir
         assert run_dir is not None
-        if new:  # named once its context exists (the name says model, layer, source, β)
-            tracking.client().update_run(run_id, name=run_name(ctx))
+        if new:
             log_parent(ctx, run_dir.file(RunDir.CONFIG))
         run_dir.write_config(config)
         run_dir.write_json(RunDir.CENTROIDS, prep.scorer.texts())
