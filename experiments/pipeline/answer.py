@@ -83,6 +83,7 @@ def verdicts(record: RunRecord) -> list[Verdict]:
         base, sign = split_key(key)
         interval = intervals.get(key, {})
         claim, symbol = CLAIMS.get(base, ("", ""))
+        n, units = resampled(interval)
         out.append(
             Verdict(
                 key=key,
@@ -94,7 +95,8 @@ def verdicts(record: RunRecord) -> list[Verdict]:
                 status=c.status,
                 threshold=c.threshold,
                 method=str(interval.get("method", "")),
-                n=interval.get("n"),
+                n=n,
+                units=units,
                 reason=c.reason,
                 description=c.description,
                 claim=claim,
@@ -103,6 +105,16 @@ def verdicts(record: RunRecord) -> list[Verdict]:
             )
         )
     return out
+
+
+def resampled(interval: dict) -> tuple[int | None, str]:
+    """How many of what the interval rests on: concepts when concepts were resampled
+    (a hierarchical bootstrap, or a correlation over concepts), else the samples."""
+    n, clusters = interval.get("n"), interval.get("n_clusters")
+    method = str(interval.get("method", ""))
+    if (clusters and n and clusters < n) or "concepts" in method:
+        return clusters or n, "concepts"
+    return n, "samples"
 
 
 def baseline_verdicts(record: RunRecord) -> list[Verdict]:

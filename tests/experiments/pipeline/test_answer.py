@@ -46,9 +46,14 @@ def record(extra: dict[str, CriterionRecord] | None = None) -> RunRecord:
     }
     intervals = {
         "v2_direction_pos": {"low": 0.06, "high": 0.55, "n": 9, "method": "Wilson"},
-        "v2_effect_above_null_pos": {"low": -0.14, "high": -0.001, "n": 9, "method": "boot"},
-        "v2_effect_above_null_neg": {"low": 0.2, "high": 0.4, "n": 9, "method": "boot"},
-        "v2_predictor_vs_effect_pos": {"low": -1.0, "high": 1.0, "n": 3, "method": "r"},
+        "v2_effect_above_null_pos": {"low": -0.14, "high": -0.001, "n": 27, "n_clusters": 9},
+        "v2_effect_above_null_neg": {"low": 0.2, "high": 0.4, "n": 27, "n_clusters": 9},
+        "v2_predictor_vs_effect_pos": {
+            "low": -1.0,
+            "high": 1.0,
+            "n": 3,
+            "method": "pearson r, bootstrap over concepts",
+        },
     }
     return RunRecord(
         run_id="abc",
@@ -110,7 +115,12 @@ def test_headlines_say_the_verdict_with_value_and_interval_per_sign_in_the_table
 def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_threshold():
     extra = {"v2_effect_above_null_pos": criterion("v2_effect_above_null_pos", "fail", 0.066, 0.15)}
     r = record(extra)
-    r.statistics["intervals"]["v2_effect_above_null_pos"] = {"low": 0.004, "high": 0.14, "n": 9}
+    r.statistics["intervals"]["v2_effect_above_null_pos"] = {
+        "low": 0.004,
+        "high": 0.14,
+        "n": 27,
+        "n_clusters": 9,
+    }
     v = next(v for v in answer_of(r).verdicts if v.key == "v2_effect_above_null_pos")
     assert reading(v) == "real (interval above 0), short of the threshold 0.15"
     assert (
