@@ -48,17 +48,19 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
     primary = record.primary
     if primary is not None:
         spec = primary.spec
+        worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
+        verdict = primary.verdict.replace("_", " ")
         positive = spec.get("hypothesis", "positive") == "positive"
         out.append(
             _row(
                 "primary",
                 f"slope of {spec.get('outcome')} on {spec.get('predictor')} beside "
                 f"{spec.get('control')} (pre-registered)",
-                "primary analysis",
+                f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],
                 reason=primary.verdict,
-                claim="detection quality predicts the effect",
+                claim=f"detection quality predicts the effect ({verdict})",
                 symbol="slope ",
                 direction="above" if positive else "below",
                 description=f"hypothesis {spec.get('hypothesis')}; {record.label}",
