@@ -297,17 +297,112 @@ class PrimaryResult(BaseModel):
     verdict: Literal["supported", "contradicted", "inconclusive", "not_evaluable"]
 
 
+class _Open(BaseModel):
+    """An analysis block typed where it is read; keys a later analysis adds are kept
+    (a finished study must never fail at its last step on a new diagnostic)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class MediationTerm(_Open):
+    estimate: float | None = None
+    interval: list[float | None] = Field(default_factory=list)  # [low, high]
+
+
+class Mediation(_Open):
+    """How much of AUROC's total slope runs through cos(v, v*) (within concepts)."""
+
+    evaluable: bool
+    reason: str | None = None  # why not evaluable
+    total_auroc: MediationTerm | None = None  # the effect's slope on AUROC alone
+    direct_auroc: MediationTerm | None = None  # AUROC's slope beside cos(v, v*)
+    cos_ref: MediationTerm | None = None  # cos(v, v*)'s slope beside AUROC
+    share_via_cos: MediationTerm | None = None  # 1 − direct / total
+    n_concepts: int | None = None
+
+
+class Heterogeneity(_Open):
+    """Do the manipulations' AUROC slopes differ? A Wald test on bootstrapped slopes."""
+
+    evaluable: bool
+    reason: str | None = None
+    controls: list[str] = Field(default_factory=list)  # covariates beside AUROC
+    slopes: dict[str, float | None] = Field(default_factory=dict)  # per manipulation
+    wald: float | None = None
+    df: int | None = None
+    p_value: float | None = None
+    replicates: int | None = None
+
+
+class PredictorFit(_Open):
+    """A predictor's within-concept correlation with the effect, its reliability and the
+    effect's (split halves), and the correlation corrected for both."""
+
+    observed: Estimate
+    reliability_x: Estimate
+    reliability_y: Estimate
+    corrected: Estimate
+
+
+class RankRow(_Open):
+    """One predictor's pooled within-concept r, and how often it ranks first when
+    concepts are resampled."""
+
+    predictor: str
+    within_r: float | None = None
+    p_first: float | None = None
+
+
+class MixedFit(_Open):
+    """MixedLM with a random intercept (and random slopes where they converged)."""
+
+    evaluable: bool
+    reason: str | None = None
+    formula: str | None = None
+    random: str | None = None
+    converged: bool | None = None
+    n: int | None = None
+    n_concepts: int | None = None
+    terms: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    note: str | None = None
+
+
+class MinimumLevel(_Open):
+    """The lowest AUROC at which the effect reaches ``fraction`` of the prompting
+    baseline's (isotonic fit; censored below or not reached)."""
+
+    fraction: float
+    status: str  # reached, censored_below, not_reached, or why not evaluable
+    target: float | None = None  # fraction × the baseline's mean effect
+    baseline_mean: float | None = None
+    level: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tested: list[float] | None = None  # the AUROC range the level is read on
+    replicates: dict[str, float] | None = None  # share of bootstrap replicates per status
+
+
+class CurveRow(_Open):
+    """One level of a manipulation: means over concepts of every predictor and the
+    effect (AUROC with a concept-level interval)."""
+
+    level: float | None = None
+    n_concepts: int | None = None
+    auroc: float | None = None
+    effect: float | None = None
+
+
 class PooledResult(BaseModel):
     """Every manipulation's cells together, within concepts."""
 
     n_cells: int
     slope_auroc: Estimate  # the effect's slope on AUROC alone
     partial: dict[str, Estimate]  # slopes on AUROC and cos(v, v*) together
-    mediation: dict[str, object]
-    heterogeneity: dict[str, object]  # do the manipulations' AUROC slopes differ (Wald)?
-    heterogeneity_given_cos: dict[str, object]
-    predictors: dict[str, dict[str, object]]  # within-concept r, reliabilities, corrected r
-    ranking: list[dict[str, object]]
+    mediation: Mediation
+    heterogeneity: Heterogeneity  # do the manipulations' AUROC slopes differ (Wald)?
+    heterogeneity_given_cos: Heterogeneity  # the same beside cos(v, v*)
+    predictors: dict[str, PredictorFit]
+    ranking: list[RankRow]
 
 
 class ManipulationResult(BaseModel):
@@ -318,13 +413,13 @@ class ManipulationResult(BaseModel):
     n_concepts: int
     slope_auroc: Estimate
     partial: dict[str, Estimate]
-    mixed: dict[str, object]  # MixedLM with random slopes per concept
-    mediation: dict[str, object]
-    predictors: dict[str, dict[str, object]]
-    ranking: list[dict[str, object]]
-    curve: list[dict[str, object]]  # per level: means of every predictor and the effect
-    minimum_effective: list[dict[str, object]]  # per target fraction of the prompting effect
-    threshold_curve: object = None
+    mixed: MixedFit
+    mediation: Mediation
+    predictors: dict[str, PredictorFit]
+    ranking: list[RankRow]
+    curve: list[CurveRow]
+    minimum_effective: list[MinimumLevel]  # per target fraction of the prompting effect
+    threshold_curve: list[dict[str, object]] | None = None  # the level per fraction
 
 
 class Baseline(BaseModel):

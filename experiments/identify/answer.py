@@ -113,11 +113,11 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
 def answer_of(record: IdentifyRecord, figures: tuple[str, ...] = ()) -> Answer:
     notes = [f"This run is {record.label}."]
     het = record.pooled.heterogeneity
-    if het.get("evaluable"):
+    if het.evaluable and het.p_value is not None and het.wald is not None:
+        differs = "differs" if het.p_value < 0.05 else "shows no detectable difference"
         notes.append(
-            f"The AUROC slope {'differs' if het['p_value'] < 0.05 else 'shows no detectable difference'}"  # noqa: E501
-            f" between manipulations (Wald χ²({het['df']}) = {het['wald']:.1f}, "
-            f"p = {het['p_value']:.3g})."
+            f"The AUROC slope {differs} between manipulations (Wald χ²({het.df}) = "
+            f"{het.wald:.1f}, p = {het.p_value:.3g})."
         )
     n = len(record.betas)
     return Answer(

@@ -113,7 +113,7 @@ def test_the_record_covers_every_manipulation_and_the_primary(study):
     }
     for r in record.manipulations.values():
         assert r.curve and "auroc" in r.partial
-        assert {m["fraction"] for m in r.minimum_effective} == {0.5, 1.0}
+        assert {m.fraction for m in r.minimum_effective} == {0.5, 1.0}
     assert record.primary is not None
     assert record.primary.verdict in PRIMARY_STATUS
     assert record.preregistration and record.preregistration["commit"]
