@@ -95,7 +95,7 @@ identify: setup ## Phase 6 that identifies: detection varied on its own (configs
 test: setup-judge setup-ray ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)
 
-test-fast: setup-judge setup-ray ## unit tests only (skips the embedded-model integration tests)
+test-fast: setup setup-ray ## unit tests only: no embedded-model integration tests, no local judge build (its tests skip)
 	$(PY) -m pytest -q -m "not integration" $(ARGS)
 
 lint: setup ## ruff lint and format check

@@ -812,25 +812,80 @@ def _other_phase(loc: tuple, phase: str) -> str | None:
     return None
 
 
-def _format_errors(exc: ValidationError, source: str, phase: str = "phase5") -> str:
+def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names of the section at ``loc`` (its parent's, for a leaf)."""
+    node: type[BaseModel] | None = cls
+    for part in loc:
+        fields = node.model_fields if node is not None else {}
+        found = _model_classes(fields[part].annotation) if part in fields else []
+        node = found[0] if found else None
+        if node is None:
+            return []
+    return list(node.model_fields) if node is not None else []
+
+
+def did_you_mean(cls: type[BaseModel], loc: tuple) -> str:
+    """`` (did you mean steering.strengths?)`` for a misspelt key, else ``""``."""
+    import difflib
+
+    names = _fields_at(cls, tuple(loc[:-1]))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f" (did you mean {'.'.join([*map(str, loc[:-1]), close[0]])}?)" if close else ""
+
+
+# pydantic's wording of a bound or length, rewritten as what to give (one line each).
+def _plain(err: dict) -> str:
+    ctx, kind = err.get("ctx") or {}, err["type"]
+    got = f" (got {err.get('input')!r})"
+    bounds = {
+        "greater_than": "greater than {gt}",
+        "greater_than_equal": "at least {ge}",
+        "less_than": "less than {lt}",
+        "less_than_equal": "at most {le}",
+    }
+    if kind in bounds:
+        return "must be " + bounds[kind].format(**ctx) + got
+    if kind == "too_short":
+        return f"give at least {ctx.get('min_length')} values{got}"
+    if kind == "too_long":
+        return f"give at most {ctx.get('max_length')} values{got}"
+    if kind == "finite_number":
+        return "must be a finite number" + got
+    if kind == "literal_error":
+        return f"use one of {ctx.get('expected')}{got}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return err["msg"].split(",")[0].replace("Input should be", "must be") + got
+    return err["msg"].removeprefix("Value error, ")
+
+
+def _format_errors(
+    exc: ValidationError, source: str, phase: str = "phase5", overridden: dict | None = None
+) -> str:
+    """One line per bad field: its dotted name, what is wrong, and the fix; a field set
+    with ``--set`` is named as such (not blamed on the YAML file)."""
+    overridden = overridden or {}
     lines = [f"invalid configuration in {source}:"]
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        other = _other_phase(tuple(err["loc"]), phase) if err["type"] == "extra_forbidden" else None
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        msg = _plain(err)
+        other = _other_phase(loc, phase) if err["type"] == "extra_forbidden" else None
         if other is not None:
             msg = (
                 f"a {other} setting, but this is a {phase} config (phase: {phase}): drop "
                 f"it, or set it in a {other} config (like {PHASE_CONFIGS[other]})"
             )
             own = PHASE_MODELS[phase].OWN_SECTION
-            leaf = err["loc"][-1]
-            if leaf in ("experiment", "results_dir") and err["loc"][0] != own:
+            leaf = loc[-1]
+            if leaf in ("experiment", "results_dir") and loc[0] != own:
                 msg += f"; this phase's {leaf} is {own}.{leaf}"
         elif err["type"] == "extra_forbidden":
-            msg = f"unknown key; check its spelling against {PHASE_CONFIGS[phase]}"
-        elif err["type"].endswith("_type") or err["type"].endswith("_parsing"):
-            msg = f"{msg} (got {err.get('input')!r})"
+            hint = did_you_mean(PHASE_MODELS[phase], loc)
+            where = "--set key" if field in overridden else "key"
+            msg = f"unknown {where}{hint}; the keys are those of {PHASE_CONFIGS[phase]}"
+        given = next((t for k, t in overridden.items() if field == k or field.startswith(k)), None)
+        if given is not None:
+            msg += f" (from --set {given})"
         lines.append(f"  - {field}: {msg}")
     return "\n".join(lines)
 
@@ -930,10 +985,11 @@ def load_config(
         data = merge_overlay(data, extra)
     data = apply_overrides(data, overrides or [])
     _check_phase(data.get("phase"), f"{source} with its overrides", chosen)
+    overridden = {".".join(parse_override(t)[0]): t for t in overrides or []}
     try:
         return PHASE_MODELS[chosen].model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source, chosen)) from None
+        raise ConfigError(_format_errors(exc, source, chosen, overridden)) from None
 
 
 def dump_config(config: RunConfig) -> str:

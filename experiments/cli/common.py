@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -103,7 +104,9 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except user_errors() as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            # The message quotes user input (values, paths): printed as text, never as
+            # markup (a "[...]" in it would otherwise vanish as a style tag).
+            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]: results written so far are kept")

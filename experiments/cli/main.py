@@ -60,16 +60,19 @@ def register(app: typer.Typer) -> None:
 
 
 def assets(
-    no_wordnet: Annotated[
-        bool, typer.Option(help="skip WordNet (only needed to rebuild concepts)")
-    ] = False,
+    wordnet: Annotated[
+        bool,
+        typer.Option(
+            "--wordnet/--no-wordnet", help="also WordNet (only needed to rebuild concepts)"
+        ),
+    ] = True,
 ) -> None:
     """Prepare and verify the embedded offline assets (model, embedder, WordNet)."""
     from steering.assets import cache_dir, prepare_all
 
     console.print(f"cache folder: {cache_dir()}")
     table = Table("asset", "path", "check")
-    for report in prepare_all(with_wordnet=not no_wordnet):
+    for report in prepare_all(with_wordnet=wordnet):
         table.add_row(report.name, report.path, f"[green]ok[/] {report.check}")
     out.print(table)
 
@@ -375,8 +378,8 @@ def rescore(
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
         result = rescore_run(run_id, results_dir=results_dir, overrides=list(set_ or []))
-    console.print(f"rescored in {time.perf_counter() - start:.1f} s")
-    _print_result(result, json_)
+    seconds = time.perf_counter() - start
+    _print_result(result, json_, rescored=seconds)
 
 
 def result_dict(result) -> dict:
@@ -391,7 +394,9 @@ def result_dict(result) -> dict:
     return result_json(answer_of(result.record), result.results_dir, results, result.timings)
 
 
-def _print_result(result, as_json: bool = False) -> None:
+def _print_result(result, as_json: bool = False, rescored: float | None = None) -> None:
+    """The per-strength table, the answer, then what was done (``rescored``: the seconds
+    a rescore took; it generated nothing, so no generation speed is shown)."""
     if as_json:
         print_json(result_dict(result))
         return
@@ -407,9 +412,15 @@ def _print_result(result, as_json: bool = False) -> None:
     print_answer(answer_of(result.record))
     from experiments.pipeline.report import generation_speed
 
+    done = (
+        f"rescored the run's saved generations in {rescored:.1f} s "
+        "(no model loaded; scores, criteria, figures and MLflow rewritten)"
+        if rescored is not None
+        else generation_speed(result.tokens_per_second)
+    )
     console.print(
-        f"{generation_speed(result.tokens_per_second)}; results in "
-        f"{result.results_dir} (answer.md); MLflow parent run [bold]{result.run_id}[/]"
+        f"{done}; results in {result.results_dir} (answer.md); MLflow parent run "
+        f"[bold]{result.run_id}[/]"
     )
     from steering.memory import peak_gib
 

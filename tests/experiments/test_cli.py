@@ -68,3 +68,10 @@ def test_bad_layer_lists_are_refused_before_loading_a_model():
     result = invoke("classifiers", "--layer", "3", "--layers", "3,6")
     assert result.exit_code == 2
     assert "not both" in result.output
+
+
+def test_an_error_quoting_input_prints_it_as_text_not_markup():
+    # "[red]" is a Rich style tag: printed as markup, the bad key would vanish from the line
+    result = invoke("run", "--dry-run", "--set", "generation.[red]=1")
+    assert result.exit_code == 2
+    assert "generation.[red]: unknown --set key" in " ".join(result.output.split())

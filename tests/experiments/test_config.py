@@ -107,25 +107,25 @@ def test_flat_gives_dotted_keys():
 @pytest.mark.parametrize(
     ("override", "field", "hint"),
     [
-        ("generation.top_p=2", "generation.top_p", "less than or equal to 1"),
-        ("generation.top_p=0", "generation.top_p", "greater than 0"),
-        ("generation.max_new_tokens=0", "generation.max_new_tokens", "greater than or equal to 1"),
+        ("generation.top_p=2", "generation.top_p", "must be at most 1"),
+        ("generation.top_p=0", "generation.top_p", "must be greater than 0"),
+        ("generation.max_new_tokens=0", "generation.max_new_tokens", "must be at least 1"),
         ("generation.max_new_tokens=abc", "generation.max_new_tokens", "'abc'"),
-        ("generation.temperature=-1", "generation.temperature", "greater than 0"),
-        ("generation.prompts=[]", "generation.prompts", "at least 1"),
+        ("generation.temperature=-1", "generation.temperature", "must be greater than 0"),
+        ("generation.prompts=[]", "generation.prompts", "give at least 1 values"),
         ("steering.strengths=[-1.0, 1.0]", "steering.strengths", "must include 0.0"),
         ("steering.strengths=[0.0, 1.0, 1.0]", "steering.strengths", "must not repeat"),
-        ("steering.strengths=[0.0]", "steering.strengths", "at least 2"),
+        ("steering.strengths=[0.0]", "steering.strengths", "give at least 2 values (got [0.0])"),
         ("steering.mode=subtract", "steering.mode", "'additive' or 'projection'"),
-        ("steering.beta=0", "steering.beta", "greater than 0"),
+        ("steering.beta=0", "steering.beta", "must be greater than 0"),
         ("steering.vector_source=random", "steering.vector_source", "'classifier'"),
         ("steering.vector_source=random", "steering.vector_source", "'classifier_deformat'"),
         ("criteria.predictor=f1", "criteria.predictor", "'f1_calibrated'"),
         ("classifier.train=1x1", "classifier.train", "PxNxU"),
         ("classifier.train=0x1x1", "classifier.train", "PxNxU"),
-        ("classifier.c=0", "classifier.c", "greater than 0"),
-        ("concepts.limit=0", "concepts.limit", "greater than or equal to 1"),
-        ("criteria.f1_r_min=1.5", "criteria.f1_r_min", "less than or equal to 1"),
+        ("classifier.c=0", "classifier.c", "must be greater than 0"),
+        ("concepts.limit=0", "concepts.limit", "must be at least 1 (got 0)"),
+        ("criteria.f1_r_min=1.5", "criteria.f1_r_min", "must be at most 1"),
         ("seed=[1]", "seed", "valid integer"),
         ("generation=3", "generation", "valid dictionary"),
     ],
@@ -135,6 +135,8 @@ def test_invalid_values_name_the_dotted_field(override, field, hint):
     assert message.startswith(f"invalid configuration in {PHASE5}")
     assert f"  - {field}: " in message
     assert hint in message
+    assert f"(from --set {override})" in message  # the command line, not the YAML, set it
+    assert len(message.splitlines()) == 2  # one line per bad field
 
 
 @pytest.mark.parametrize(
@@ -148,8 +150,26 @@ def test_invalid_values_name_the_dotted_field(override, field, hint):
 )
 def test_unknown_keys_are_rejected_by_name(override, field):
     message = config_error([override])
-    assert f"  - {field}: unknown key" in message
+    assert f"  - {field}: unknown " in message
     assert "configs/phase5.yaml" in message
+
+
+@pytest.mark.parametrize(
+    ("override", "meant"),
+    [
+        ("steering.strenghts=[0, 1]", "steering.strengths"),
+        ("generation.temprature=0.5", "generation.temperature"),
+        ("sed=1", "seed"),
+    ],
+)
+def test_a_misspelt_set_key_gets_a_did_you_mean_and_names_the_command_line(override, meant):
+    message = config_error([override])
+    assert "unknown --set key" in message and f"(did you mean {meant}?)" in message
+    assert f"(from --set {override})" in message
+
+
+def test_a_key_unlike_any_gets_no_guess():
+    assert "did you mean" not in config_error(["bogus=1"])
 
 
 def test_unknown_keys_in_a_yaml_file(tmp_path):
@@ -157,7 +177,8 @@ def test_unknown_keys_in_a_yaml_file(tmp_path):
     path.write_text("generation:\n  max_new_tokens: 20\n  tempreature: 0.7\n")
     message = config_error([], path)
     assert str(path) in message
-    assert "generation.tempreature: unknown key" in message
+    assert "generation.tempreature: unknown key (did you mean generation.temperature?)" in message
+    assert "--set" not in message  # the file set it
 
 
 def test_every_error_is_listed(tmp_path):
