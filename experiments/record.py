@@ -99,28 +99,13 @@ class RunRecord(BaseModel):
         """Read a record of this version; with ``migrate`` (rescore) also the typed
         version 2, whose fields are a subset read the same way (its predictors may carry
         a bare ``f1``, which :meth:`predictor` maps to ``f1_raw``)."""
-        import json
-
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise RecordError(f"{source} is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
-            raise RecordError(
-                f"{source} is not a {RECORD_FORMAT} record (a run from an older release?); "
-                f"rescore it with `steer-eval rescore <run id>`"
-            )
-        if migrate and data.get("version") in MIGRATABLE:
-            data["version"] = RECORD_VERSION
-        if data.get("version") != RECORD_VERSION:
-            raise RecordError(
-                f"{source} is record version {data.get('version')}, this release reads "
-                f"version {RECORD_VERSION}; rescore it with `steer-eval rescore <run id>`"
-            )
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise RecordError(f"{source} does not match the run record schema: {exc}") from exc
+        return read_record(
+            cls,
+            text,
+            source,
+            migratable=MIGRATABLE if migrate else (),
+            fix="; rescore it with `steer-eval rescore <run id>`",
+        )
 
     def criterion(self, key: str) -> CriterionResult | None:
         stored = self.criteria.get(key)
@@ -133,6 +118,39 @@ class RunRecord(BaseModel):
         """Per-concept classifier quality that criterion 3 correlates with steering:
         ``name`` or the run's ``criteria.predictor`` (F1 at a calibrated threshold)."""
         return predictor_values(self.predictors, name or self.config.criteria.predictor)
+
+
+def read_record(
+    cls: type[BaseModel],
+    text: str,
+    source: str,
+    migratable: tuple[int, ...] = (),
+    fix: str = "",
+):
+    """Any phase's record from its JSON: of ``cls``'s format and version (or one of
+    ``migratable``, read as this version), else a :class:`RecordError` naming what was
+    found, then ``fix``."""
+    import json
+
+    fmt = cls.model_fields["format"].default
+    version = cls.model_fields["version"].default
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"{source} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise RecordError(f"{source} is not a {fmt} record (a run from an older release?){fix}")
+    if data.get("version") in migratable:
+        data["version"] = version
+    if data.get("version") != version:
+        raise RecordError(
+            f"{source} is {fmt} version {data.get('version')}, this release reads version "
+            f"{version}{fix}"
+        )
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise RecordError(f"{source} does not match the {fmt} schema: {exc}") from exc
 
 
 def predictor_values(
@@ -189,24 +207,7 @@ class _Record(BaseModel):
     @classmethod
     def parse(cls, text: str, source: str = "record"):
         """Read a record of this format and version, or fail naming what was found."""
-        import json
-
-        fmt = cls.model_fields["format"].default
-        version = cls.model_fields["version"].default
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise RecordError(f"{source} is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict) or data.get("format") != fmt:
-            raise RecordError(f"{source} is not a {fmt} record (a run from an older release?)")
-        if data.get("version") != version:
-            raise RecordError(
-                f"{source} is {fmt} version {data.get('version')}; this release reads {version}"
-            )
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise RecordError(f"{source} does not match the {fmt} schema: {exc}") from exc
+        return read_record(cls, text, source)
 
 
 class Estimate(BaseModel):
