@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
+from experiments.rundir import neutralise
+
 ANSWER_HEADING = "## The answer"
 # Where the answer block ends in a text that continues (the MLflow run description).
 END_MARK = "\n---\n"
@@ -258,7 +260,7 @@ def criteria_rows(answer: Answer) -> Iterable[dict]:
 
 def criteria_csv(answer: Answer) -> str:
     """``criteria.csv``: value, low, high, threshold and status per criterion. Text cells
-    that a spreadsheet would run as a formula are neutralised (a leading ``'``)."""
+    that a spreadsheet would run as a formula are neutralised (``rundir.neutralise``)."""
     import csv
     import io
 
@@ -270,12 +272,7 @@ def criteria_csv(answer: Answer) -> str:
     return buffer.getvalue()
 
 
-FORMULA_TRIGGERS = tuple("=+-@\t\r")
-
-
 def _safe(value: object) -> object:
     if value is None:
         return ""
-    if isinstance(value, str) and value.startswith(FORMULA_TRIGGERS):
-        return "'" + value
-    return value
+    return neutralise(value) if isinstance(value, str) else value

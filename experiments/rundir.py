@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +28,32 @@ log = logging.getLogger(__name__)
 DEFAULT_RESULTS_DIR = "results/phase5"
 # The parent run's tag that remembers where its folder is (so resume never guesses).
 RUN_DIR_TAG = "steer_eval.run_dir"
+
+
+# ------------------------------------------------ CSV cells a spreadsheet opens safely
+# A spreadsheet treats a cell starting with one of these as a formula; the full-width
+# forms are included because some spreadsheets fold them.
+FORMULA_TRIGGERS = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def neutralise(cell: str) -> str:
+    """A cell that no spreadsheet will execute: control characters replaced, and a ``'``
+    prefix when the cell (or its first non-blank character) could start a formula."""
+    cell = CONTROL_CHARS.sub("\ufffd", cell)
+    if cell[:1] in FORMULA_TRIGGERS or cell.lstrip()[:1] in FORMULA_TRIGGERS:
+        return "'" + cell
+    return cell
+
+
+def restore(cell: str) -> str:
+    """Undo :func:`neutralise`'s prefix (a spreadsheet may or may not have kept it)."""
+    rest = cell[1:]
+    if cell.startswith("'") and (
+        rest[:1] in FORMULA_TRIGGERS or rest.lstrip()[:1] in FORMULA_TRIGGERS
+    ):
+        return rest
+    return cell
 
 
 class RunDirError(LookupError):

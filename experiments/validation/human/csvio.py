@@ -11,13 +11,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.rundir import atomic_write_text
+from experiments.rundir import CONTROL_CHARS, atomic_write_text, neutralise, restore
 from experiments.validation.errors import ValidationInputError
 
 CSV_NAME = "human_validation.csv"  # the blind export
@@ -26,39 +25,15 @@ REDACTED = "REDACTED"
 CSV_COLUMNS = ("sample_id", "concept", "generated_text", "human_rating")
 RATING_COLUMNS = (*CSV_COLUMNS, "topic_guess")
 
-# A spreadsheet treats a cell starting with one of these as a formula; the full-width
-# forms are included because some spreadsheets fold them.
-FORMULA_TRIGGERS = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-# --------------------------------------------------------------------------- cell safety
-
-
-def neutralise(cell: str) -> str:
-    """A cell that no spreadsheet will execute: control characters replaced, and a ``'``
-    prefix when the cell (or its first non-blank character) could start a formula."""
-    cell = _CONTROL.sub("\ufffd", cell)
-    if cell[:1] in FORMULA_TRIGGERS or cell.lstrip()[:1] in FORMULA_TRIGGERS:
-        return "'" + cell
-    return cell
-
-
-def restore(cell: str) -> str:
-    """Undo :func:`neutralise`'s prefix (a spreadsheet may or may not have kept it)."""
-    rest = cell[1:]
-    if cell.startswith("'") and (
-        rest[:1] in FORMULA_TRIGGERS or rest.lstrip()[:1] in FORMULA_TRIGGERS
-    ):
-        return rest
-    return cell
+# Cell safety (neutralise, restore) lives with the run folder's files, so every CSV the
+# suite writes (this export, criteria.csv) uses the same rules.
 
 
 def canonical_text(text: str) -> str:
     """The form texts are compared in: prefix undone, newlines unified, controls replaced,
     outer whitespace dropped (spreadsheets differ on all of these)."""
     text = restore(text).replace("\r\n", "\n").replace("\r", "\n")
-    return _CONTROL.sub("\ufffd", text).strip()
+    return CONTROL_CHARS.sub("\ufffd", text).strip()
 
 
 def text_digest(text: str) -> str:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from experiments.rundir import FORMULA_TRIGGERS, neutralise, restore
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.csvio import (
     CSV_COLUMNS,
-    FORMULA_TRIGGERS,
     canonical_text,
-    neutralise,
     read_csv,
-    restore,
     write_csv,
 )
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from experiments import tracking
+from experiments.rundir import FORMULA_TRIGGERS, restore
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.csvio import (
     CSV_COLUMNS,
-    FORMULA_TRIGGERS,
     canonical_text,
-    restore,
 )
 from experiments.validation.human.export import export_samples
 from experiments.validation.human.rater import prepare_ratings_file

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 from experiments import tracking
 from experiments.concepts import DEFAULT_PATH
+from experiments.rundir import restore
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.answer_key import KEY_NAME, key_samples, load_answer_key
-from experiments.validation.human.csvio import CSV_COLUMNS, restore
+from experiments.validation.human.csvio import CSV_COLUMNS
 from experiments.validation.human.export import export_samples
 from experiments.validation.human.importer import RESULT_NAME, import_ratings
 from metrics.stats import pearson
