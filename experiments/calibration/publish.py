@@ -174,7 +174,7 @@ def views(record: CalibrationRecord, curve: pd.DataFrame) -> Views:
         answer=answer_of(record),
         summary=summary_markdown(record, curve),
         files={RunDir.CURVE: curve.to_csv(index=False)},
-        figures={name: (lambda fig=fig: fig) for name, fig in drawn.items()},
+        figures=drawn,
         metrics=metrics,
         tags=tags,
         tables={"curve.json": curve.replace({np.nan: None})},

@@ -128,7 +128,7 @@ def views(
         answer=answer_of(record, tuple(drawn)),
         summary=summary_markdown(record.run_id, analysis, record.timings),
         files=files,
-        figures={name: (lambda fig=fig: fig) for name, fig in drawn.items()},
+        figures=drawn,
         metrics=metrics,
         tags=tags,
         tables={"directions.json": tables.directions.replace({np.nan: None})},

@@ -29,7 +29,7 @@ from experiments import tracking
 from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv
 from experiments.rundir import RunDir, atomic_write_text
 
-# A figure drawn on demand (so a phase's figures are made once, while saving them).
+# A child run's figure, drawn only when the child is logged (a re-publish skips it).
 FigureFactory = Callable[[], Any]
 
 
@@ -70,7 +70,7 @@ class Views:
     answer: Answer
     summary: str
     files: dict[str, str] = field(default_factory=dict)  # run-folder name -> text
-    figures: dict[str, FigureFactory] = field(default_factory=dict)  # file name -> figure
+    figures: dict[str, Any] = field(default_factory=dict)  # file name -> drawn figure
     metrics: dict[str, float | None] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, object] = field(default_factory=dict)  # logged when new
@@ -94,16 +94,23 @@ def save_figure(path: os.PathLike | str, fig: Any) -> None:
     plt.close(fig)
 
 
-def write_views(run_dir: RunDir, views: Views) -> list[str]:
-    """The folder's views from the record; returns the figures' file names."""
-    for name, factory in views.figures.items():
-        save_figure(run_dir.file(name), factory())
+def write_answer(run_dir: RunDir, answer: Answer) -> str:
+    """``criteria.csv`` and ``answer.md`` of any phase (atomically); returns the answer's
+    markdown. Phase 5's Parts B and C call it again when criterion 4 changes."""
+    atomic_write_text(run_dir.file(RunDir.CRITERIA), criteria_csv(answer))
+    text = answer_markdown(answer)
+    atomic_write_text(run_dir.file(RunDir.ANSWER), text)
+    return text
+
+
+def write_views(run_dir: RunDir, views: Views) -> str:
+    """The folder's views from the record; returns the answer's markdown."""
+    for name, fig in views.figures.items():
+        save_figure(run_dir.file(name), fig)
     atomic_write_text(run_dir.file(RunDir.SUMMARY), views.summary)
     for name, text in views.files.items():
         atomic_write_text(run_dir.file(name), text)
-    atomic_write_text(run_dir.file(RunDir.CRITERIA), criteria_csv(views.answer))
-    atomic_write_text(run_dir.file(RunDir.ANSWER), answer_markdown(views.answer))
-    return list(views.figures)
+    return write_answer(run_dir, views.answer)
 
 
 def write_record(run_dir: RunDir, record: BaseModel, name: str) -> None:
@@ -121,28 +128,27 @@ def publish(
     run_id, run_dir = target.run_id, target.run_dir
     assert run_id is not None and run_dir is not None, "publish after session.start()"
     write_record(run_dir, record, record_file)
-    figures = write_views(run_dir, views)
-    mirror(run_id, run_dir, views, figures, record_file)
+    answer = write_views(run_dir, views)
+    mirror(run_id, run_dir, views, answer, record_file)
     if callable(children):
         children(run_id)
     else:
         log_children(run_id, views.experiment, children)
 
 
-def mirror(run_id: str, run_dir: RunDir, views: Views, figures: list[str], record_file: str):
-    """The parent MLflow run as a mirror of the folder."""
+def mirror(run_id: str, run_dir: RunDir, views: Views, answer: str, record_file: str):
+    """The parent MLflow run as a mirror of the folder (``answer``: its ``answer.md``)."""
     c = tracking.client()
     if views.params:
         tracking.log_new_params(run_id, views.params)
     for key, value in views.tags.items():
         c.set_tag(run_id, key, value)
-    answer = run_dir.file(RunDir.ANSWER).read_text(encoding="utf-8")
     tracking.set_note(
         run_id, answer + "\n" + views.note_header + views.summary, whole=views.note_whole
     )
     if views.experiment:
         note_latest(run_id, views)
-    for name in figures:
+    for name in views.figures:
         c.log_artifact(run_id, str(run_dir.file(name)), "plots")
     for name in (RunDir.ANSWER, record_file, RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
         if run_dir.file(name).exists():
@@ -168,11 +174,19 @@ def log_children(run_id: str, experiment: str, children: Sequence[ChildRun]) -> 
     """Each child run once: those already under the parent (by their key tag) are kept."""
     if not children:
         return 0
+    import matplotlib.pyplot as plt
+
     c = tracking.client()
-    logged = tracking.child_runs(run_id, experiment)
+    logged = [r.data.tags for r in tracking.child_runs(run_id, experiment)]
+    done = {
+        (key, tags[key])
+        for key in {ch.key_tag for ch in children}
+        for tags in logged
+        if key in tags
+    }
     n = 0
     for child in children:
-        if any(r.data.tags.get(child.key_tag) == child.tags[child.key_tag] for r in logged):
+        if (child.key_tag, child.tags[child.key_tag]) in done:
             continue
         with tracking.tracked_run(
             experiment, child.name, parent_run_id=run_id, tags=child.tags
@@ -187,8 +201,6 @@ def log_children(run_id: str, experiment: str, children: Sequence[ChildRun]) -> 
             for name, factory in child.figures.items():
                 fig = factory()
                 c.log_figure(child_id, fig, name)
-                import matplotlib.pyplot as plt
-
                 plt.close(fig)
         n += 1
     return n

@@ -9,17 +9,16 @@ import pandas as pd
 
 from experiments.answer import (
     SIGN_LABELS,
-    answer_markdown,
-    criteria_csv,
     interval_dict_text,
     number,
 )
+from experiments.pipeline import publisher
 from experiments.pipeline.answer import answer_of
 from experiments.pipeline.effect import SIGNS
 from experiments.pipeline.figures import plots, reviewer_figures, specificity_figure
 from experiments.record import RunRecord
 from experiments.rows import View, aggregates
-from experiments.rundir import RunDir, atomic_write_text
+from experiments.rundir import RunDir
 from metrics.criteria import CriterionResult
 
 if TYPE_CHECKING:
@@ -228,7 +227,7 @@ def measurement_markdown(stats: dict) -> list[str]:
 
 
 def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict:
-    """The run's figures by file name, each drawn on demand (from the rows and record)."""
+    """The run's figures by file name, drawn from the rows and the record."""
     magnitudes = {
         k: v["magnitude"] for k, v in record.per_concept.items() if v.get("magnitude") is not None
     }
@@ -238,15 +237,11 @@ def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dic
     for label, matrix in specificity_matrices(record).items():
         sign = ">" if label == "pos" else "<"
         drawn[f"specificity_{label}.png"] = specificity_figure(matrix, f"Specificity at s {sign} 0")
-    return {name: (lambda fig=fig: fig) for name, fig in drawn.items()}
+    return drawn
 
 
 def write_answer(run_dir: RunDir, record: RunRecord) -> str:
-    """``answer.md`` and ``criteria.csv`` from the record (atomically), naming the folder's
-    figures; returns the answer's text. Parts B and C call it when criterion 4 changes."""
+    """``answer.md`` and ``criteria.csv`` from the record, naming the folder's figures;
+    returns the answer's text. Parts B and C call it when criterion 4 changes."""
     figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
-    answer = answer_of(record, figures)
-    atomic_write_text(run_dir.file(RunDir.CRITERIA), criteria_csv(answer))
-    text = answer_markdown(answer)
-    atomic_write_text(run_dir.file(RunDir.ANSWER), text)
-    return text
+    return publisher.write_answer(run_dir, answer_of(record, figures))
