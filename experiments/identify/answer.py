@@ -16,7 +16,6 @@ PRIMARY_STATUS = {
     "inconclusive": "inconclusive",
     "not_evaluable": "not_evaluable",
 }
-FIGURES = ()  # the figures are listed by the publisher's views
 
 
 def zero_status(e: Estimate) -> str:
