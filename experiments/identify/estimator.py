@@ -1,0 +1,272 @@
+"""The identified estimator (identify v2, issue 36): does AUROC predict the effect at equal
+geometry, whatever shape the effect takes in cos(v, v*)?
+
+The v1 primary pooled every manipulation under concept fixed effects and one straight
+line in cos. Then differences between manipulations at equal cos, and curvature of the
+effect in cos, load onto AUROC: a toy in which AUROC does nothing reads "supported" when
+the effect is concave in cos and "contradicted" when it is convex (``simulate.py``; the
+tests keep that failure on record). Here:
+
+* **fixed effects per (concept, manipulation)**: a manipulation may shift a concept's
+  effect as a whole without that shift being credited to AUROC;
+* **a flexible function of cos with its own shape per manipulation**: a cubic B-spline
+  (``spline_df`` ≥ 4 degrees of freedom beyond the fixed effect) per manipulation. AUROC
+  is then credited only with what it explains beyond every manipulation's own curve in
+  cos: how AUROC differs between concepts and draws at the same cos within a family.
+  Where AUROC is one function of the angle for every concept (a rotation family without
+  spread), the family carries no information about AUROC and says so (not identified),
+  instead of turning curvature into a slope;
+* **AUROC and probit(AUROC)** (≈ d′/√2, without the ceiling at 1) as predictors;
+* **matched pairs** (:func:`matched_pairs`): two directions of one concept from
+  different manipulations whose cos differ by at most ``tolerance``: the slope of
+  Δeffect on ΔAUROC through the origin, no functional form in cos at all;
+* **inference with 25 clusters**: the wild cluster bootstrap-t with CR1 standard errors
+  (``metrics.cluster``), the F-corrected Wald test for equal slopes across manipulations
+  given the flexible cos (``heterogeneity_given_cos``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from metrics.cluster import ClusterFit, cluster_covariance, wald_f, wild_cluster_t
+
+# AUROC is clipped to [1/(2·n_pairs), 1 − 1/(2·n_pairs)] before the probit, n_pairs the
+# positive × negative pairs of the test split (20 × 20): a perfect detector is then
+# probit 2.97, not infinite.
+TEST_PAIRS = 400
+SPLINE_DF = 4
+
+
+def probit_auroc(auroc: pd.Series | np.ndarray, n_pairs: int = TEST_PAIRS) -> np.ndarray:
+    from scipy.stats import norm
+
+    eps = 1 / (2 * n_pairs)
+    return norm.ppf(np.clip(np.asarray(auroc, dtype=np.float64), eps, 1 - eps))
+
+
+def with_probit(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(probit_auroc=probit_auroc(frame["auroc"]))
+
+
+def spline_basis(values: np.ndarray, df: int = SPLINE_DF) -> np.ndarray:
+    """A cubic B-spline basis of ``df + 1`` columns on the values' range (a partition of
+    unity: with a fixed effect, ``df`` free columns). Uniform knots, so a family with few
+    distinct levels gets a rank-deficient basis rather than coincident knots."""
+    from sklearn.preprocessing import SplineTransformer
+
+    values = np.asarray(values, dtype=np.float64).reshape(-1, 1)
+    if np.ptp(values) == 0:
+        return np.ones((len(values), 1))
+    n_knots = max(df - 1, 2)  # degree 3: n_knots + 2 columns
+    return SplineTransformer(n_knots=n_knots, degree=3, knots="uniform").fit_transform(values)
+
+
+def _demean(block: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    _, index = np.unique(groups, return_inverse=True)
+    sums = np.zeros((index.max() + 1, block.shape[1]))
+    np.add.at(sums, index, block)
+    counts = np.bincount(index)[:, None]
+    return block - (sums / counts)[index]
+
+
+def design(
+    frame: pd.DataFrame,
+    predictors: Sequence[str],
+    *,
+    family: str = "manipulation",
+    cos: str = "cos_ref",
+    covariates: Sequence[str] = (),
+    spline_df: int = SPLINE_DF,
+    by_family: Sequence[str] = (),
+) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(X demeaned within (concept, family), its column names, the concept of each row):
+    ``predictors`` (each interacted with the family when named in ``by_family``), the
+    covariates, and a spline in cos per family."""
+    fam = frame[family].astype(str).to_numpy()
+    columns: list[np.ndarray] = []
+    names: list[str] = []
+    families = sorted(set(fam))
+    for p in predictors:
+        values = frame[p].to_numpy(dtype=np.float64)
+        if p in by_family:
+            for m in families:
+                columns.append(np.where(fam == m, values, 0.0))
+                names.append(f"{p}|{m}")
+        else:
+            columns.append(values)
+            names.append(p)
+    for c in covariates:
+        columns.append(frame[c].to_numpy(dtype=np.float64))
+        names.append(c)
+    cos_values = frame[cos].to_numpy(dtype=np.float64)
+    for m in families:
+        mask = fam == m
+        basis = spline_basis(cos_values[mask], spline_df)
+        for k in range(basis.shape[1]):
+            col = np.zeros(len(frame))
+            col[mask] = basis[:, k]
+            columns.append(col)
+            names.append(f"spline[{m}]{k}")
+    x = np.column_stack(columns)
+    groups = frame["concept"].astype(str).to_numpy() + "\x00" + fam
+    return _demean(x, groups), names, frame["concept"].astype(str).to_numpy()
+
+
+def _rows(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    return frame.dropna(subset=list(columns)).reset_index(drop=True)
+
+
+def flexible_slope(
+    frame: pd.DataFrame,
+    y: str,
+    predictor: str,
+    *,
+    family: str = "manipulation",
+    covariates: Sequence[str] = (),
+    spline_df: int = SPLINE_DF,
+    n_boot: int = 1999,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> ClusterFit:
+    """The slope of ``y`` on ``predictor`` with (concept, family) fixed effects and a
+    spline in cos per family; clustered by concept."""
+    data = _rows(frame, ["concept", family, "cos_ref", y, predictor, *covariates])
+    if data.empty:
+        return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
+    x, _, concepts = design(
+        data, [predictor], family=family, covariates=covariates, spline_df=spline_df
+    )
+    yd = _demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
+    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
+
+
+def _groups(frame: pd.DataFrame, family: str) -> np.ndarray:
+    return frame["concept"].astype(str).to_numpy() + "\x00" + frame[family].astype(str).to_numpy()
+
+
+def linear_cos_slope(
+    frame: pd.DataFrame,
+    y: str,
+    predictor: str,
+    *,
+    n_boot: int = 1999,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> ClusterFit:
+    """The v1 estimator's model (concept fixed effects, one straight line in cos), with the
+    same clustered inference: what changes between v1 and v2 is then the model only."""
+    data = _rows(frame, ["concept", "cos_ref", y, predictor])
+    concepts = data["concept"].astype(str).to_numpy()
+    x = _demean(data[[predictor, "cos_ref"]].to_numpy(dtype=np.float64), concepts)
+    yd = _demean(data[[y]].to_numpy(dtype=np.float64), concepts)[:, 0]
+    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
+
+
+def per_family_slopes(
+    frame: pd.DataFrame,
+    y: str,
+    predictor: str,
+    *,
+    family: str = "manipulation",
+    spline_df: int = SPLINE_DF,
+    n_boot: int = 1999,
+    seed: int = 0,
+) -> dict:
+    """Each family's own slope on ``predictor`` in one flexible model, and the
+    F-corrected Wald test that the identified ones are equal (``heterogeneity_given_cos``)."""
+    data = _rows(frame, ["concept", family, "cos_ref", y, predictor])
+    if data["concept"].nunique() < 3:
+        return {"evaluable": False, "reason": f"{data['concept'].nunique()} concepts"}
+    x, names, concepts = design(
+        data, [predictor], family=family, spline_df=spline_df, by_family=[predictor]
+    )
+    yd = _demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
+    slopes: dict[str, dict] = {}
+    ids: list[int] = []
+    for j, name in enumerate(names):
+        if not name.startswith(f"{predictor}|"):
+            continue
+        m = name.split("|", 1)[1]
+        fit = wild_cluster_t(x, yd, concepts, j, n_boot=n_boot, seed=seed)
+        slopes[m] = fit.to_dict()
+        if fit.evaluable:
+            ids.append(j)
+    not_identified = sorted(m for m, f in slopes.items() if f["estimate"] is None)
+    out: dict = {
+        "slopes": slopes,
+        "not_identified": not_identified,
+        "n_concepts": int(data["concept"].nunique()),
+    }
+    if len(ids) < 2:
+        return {**out, "evaluable": False, "reason": f"{len(ids)} identified slopes"}
+    beta, cov = cluster_covariance(x, yd, concepts)
+    r = np.zeros((len(ids) - 1, x.shape[1]))
+    for i, j in enumerate(ids[1:]):
+        r[i, ids[0]], r[i, j] = -1.0, 1.0
+    return {**out, **wald_f(beta, cov, r, int(data["concept"].nunique()))}
+
+
+def matched_pairs(
+    frame: pd.DataFrame,
+    y: str,
+    predictor: str,
+    *,
+    family: str = "manipulation",
+    tolerance: float = 0.02,
+    n_boot: int = 1999,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict:
+    """Pairs of one concept's directions from different families with |Δcos| ≤ tolerance:
+    the slope of Δy on Δpredictor through the origin (invariant to how a pair is
+    ordered), clustered by concept (a direction may sit in several pairs)."""
+    data = _rows(frame, ["concept", family, "cos_ref", y, predictor])
+    dx, dy, who = [], [], []
+    for concept, g in data.groupby("concept", sort=True):
+        cos = g["cos_ref"].to_numpy(dtype=np.float64)
+        fam = g[family].astype(str).to_numpy()
+        xv, yv = g[predictor].to_numpy(np.float64), g[y].to_numpy(np.float64)
+        i, j = np.triu_indices(len(g), k=1)
+        keep = (np.abs(cos[i] - cos[j]) <= tolerance) & (fam[i] != fam[j])
+        dx.append(xv[i[keep]] - xv[j[keep]])
+        dy.append(yv[i[keep]] - yv[j[keep]])
+        who += [str(concept)] * int(keep.sum())
+    x = np.concatenate(dx) if dx else np.zeros(0)
+    yy = np.concatenate(dy) if dy else np.zeros(0)
+    base = {"tolerance": tolerance, "n_pairs": len(x), "n_concepts": len(set(who))}
+    if len(set(who)) < 3:
+        return {**base, "evaluable": False, "reason": f"{len(set(who))} concepts with pairs"}
+    fit = wild_cluster_t(
+        x[:, None], yy, np.array(who), 0, n_boot=n_boot, seed=seed, confidence=confidence
+    )
+    return {**base, "evaluable": fit.evaluable, "fit": fit.to_dict()}
+
+
+def identified_analysis(
+    frame: pd.DataFrame,
+    y: str = "effect",
+    *,
+    n_boot: int = 1999,
+    seed: int = 0,
+    spline_df: int = SPLINE_DF,
+) -> dict:
+    """Everything v2 reports on the pooled directions: the flexible slopes of AUROC and
+    probit(AUROC), the v1 model under the same inference, matched pairs, per-family
+    slopes and their F test."""
+    frame = with_probit(frame)
+    kw = {"n_boot": n_boot, "seed": seed}
+    return {
+        "model": f"(concept, manipulation) fixed effects + cubic spline in cos(v, v*) per "
+        f"manipulation ({spline_df} df)",
+        "flexible": {
+            p: flexible_slope(frame, y, p, spline_df=spline_df, **kw).to_dict()
+            for p in ("auroc", "probit_auroc")
+        },
+        "linear_cos": {p: linear_cos_slope(frame, y, p, **kw).to_dict() for p in ("auroc",)},
+        "matched_pairs": {p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
+        "heterogeneity_given_cos": per_family_slopes(frame, y, "auroc", spline_df=spline_df, **kw),
+    }
