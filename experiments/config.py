@@ -429,6 +429,17 @@ class IdentifyConfig(_Strict):
         default_factory=lambda: ["1x1x1", "2x2x2", "5x5x5", "16x16x16"],
         description="the training curve re-measured on the likelihood outcome (diffmean)",
     )
+    isocos_degrees: Annotated[list[Degrees], OMIT_IF_DEFAULT] = Field(
+        default_factory=list,
+        description="iso-cos design (identify v2): angles to v* at which each graded "
+        "nuisance is mixed in, 90 being the nuisance alone (its own effect, the covariate); "
+        "empty: off",
+    )
+    isocos_nuisances: Annotated[list[Seed], OMIT_IF_DEFAULT] = Field(
+        default_factory=list,
+        description="which graded nuisances (0: the discriminative residual ⟂ v*; 1, 2, …: "
+        "covariance eigenvectors at ranks 1, 2, 4, 8, …) the iso-cos design uses",
+    )
     null_draws: int = Field(
         2,
         ge=0,

@@ -5,6 +5,10 @@ run folder and as an MLflow artefact). Human validation, the judge panel, rescor
 the calibration study read runs through it, never through MLflow parameter strings.
 ``version`` changes whenever a field changes meaning; an older or newer record fails
 with a message instead of being half-read.
+
+It is longer than 500 lines because every phase's record (Phase 5, the calibration
+study, identify) and every typed block inside them live here, documented field by
+field: one module is the one place a reader looks up what a record holds.
 """
 
 from __future__ import annotations
@@ -290,12 +294,56 @@ class CalibrationRecord(_Record):
     results: list[CurveFit] = Field(description="both signs first, then each sign alone")
 
 
+class ClusterEstimate(Estimate):
+    """A clustered OLS coefficient (``metrics.cluster.ClusterFit``): the wild cluster
+    bootstrap-t interval in low/high, the CR1 standard error and t(G−1) interval."""
+
+    se: float | None = None
+    t_low: float | None = None
+    t_high: float | None = None
+    p_value: float | None = None  # wild cluster bootstrap-t, H0: coefficient = 0
+
+
 class PrimaryResult(BaseModel):
     """The pre-registered primary analysis and its verdict."""
 
     spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
-    slope: Estimate
+    slope: ClusterEstimate
     verdict: Literal["supported", "contradicted", "inconclusive", "not_evaluable"]
+    estimator: Literal["linear_cos", "flexible_cos"] = Field(
+        "linear_cos",
+        description="linear_cos: v1 (concept fixed effects, one straight line in cos, concept "
+        "bootstrap); flexible_cos: v2 (identify/estimator.py)",
+    )
+
+
+class MatchedPairs(BaseModel):
+    """Δeffect on Δpredictor over pairs of one concept's directions from different
+    manipulations at nearly equal cos(v, v*)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tolerance: float
+    n_pairs: int
+    n_concepts: int
+    evaluable: bool
+    reason: str | None = None
+    fit: ClusterEstimate | None = None
+
+
+class IdentifiedResult(BaseModel):
+    """The v2 estimator on the pooled directions (issue 36): fixed effects per (concept,
+    manipulation) and a spline in cos per manipulation, clustered inference."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    flexible: dict[str, ClusterEstimate]  # predictor (auroc, probit_auroc) -> its slope
+    given_dose: dict[str, ClusterEstimate] = Field(default_factory=dict)  # beside log KL
+    linear_cos: dict[str, ClusterEstimate]  # v1's model under the same inference
+    matched_pairs: dict[str, MatchedPairs]
+    heterogeneity_given_cos: dict[str, object]  # per-manipulation slopes, F-corrected Wald
+    iso_cos: dict[str, object] = Field(default_factory=dict)  # per angle and pooled
 
 
 class _Open(BaseModel):
@@ -448,6 +496,9 @@ class IdentifyRecord(_Record):
     pooled: PooledResult
     baseline: Baseline
     primary: PrimaryResult | None = None
+    identified: IdentifiedResult | None = Field(
+        None, description="the v2 estimator (absent from runs before it)"
+    )
     between_concepts: dict[str, object] = Field(default_factory=dict)
     validation: dict[str, object] = Field(
         default_factory=dict, description="the likelihood outcome against generated texts"

@@ -74,6 +74,21 @@ def identify(
     from experiments.identify.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
 
+    if heldout and resume is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--set", set_), ("--model", model), ("--concepts", concepts), ("--quick", quick)
+            )
+            if value
+        ]  # fmt: skip
+        if given:
+            console.print(
+                f"[bold red]error:[/] --heldout scores the pre-registered study as committed: "
+                f"drop {', '.join(given)} (change the config and pre-register again instead)",
+                highlight=False,
+            )
+            raise typer.Exit(2)
     overrides = list(set_ or [])
     if concepts is not None:
         overrides.append(f"identify.limit={concepts}")

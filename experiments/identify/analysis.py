@@ -30,6 +30,8 @@ from experiments.identify import manipulations, stats
 from experiments.identify.cells import PREDICTORS, StudyTables
 from experiments.identify.directions import REFERENCE
 from experiments.identify.dose import minimum_effective, threshold_curve
+from experiments.identify.estimator import flexible_slope, identified_analysis, with_probit
+from metrics.cluster import fisher_z_interval
 from metrics.intervals import hierarchical_mean
 
 OUTCOME = "effect"
@@ -208,25 +210,41 @@ def analyse_manipulation(
 def primary_result(
     tables: StudyTables, primary: dict, n_boot: int, seed: int, confidence: float = 0.95
 ) -> dict:
-    """The pre-registered analysis: the pooled within-concept slope of the outcome on the
-    predictor (beside the control, when one is named) and its verdict."""
-    frame = tables.pooled()
+    """The pre-registered analysis and its verdict. ``estimator: linear_cos`` (v1, the
+    default of a pre-registration that names none): the pooled within-concept slope of
+    the outcome on the predictor beside the control, concept-bootstrap interval;
+    ``flexible_cos`` (v2, ``estimator.py``): (concept, manipulation) fixed effects and a
+    spline in cos per manipulation, the control's other covariates beside, wild cluster
+    bootstrap-t interval."""
+    frame = with_probit(tables.pooled())
     predictor = primary["predictor"]
-    control = primary.get("control")
-    xs = [predictor] + ([control] if control and control != "none" else [])
-    fit = stats.fe_coefficients(
-        frame, OUTCOME, xs, n_boot=n_boot, seed=seed, confidence=confidence
-    )[predictor]
+    estimator = primary.get("estimator", "linear_cos")
+    controls = primary.get("control")
+    controls = [controls] if isinstance(controls, str) else list(controls or [])
+    controls = [c for c in controls if c and c != "none"]
+    if estimator == "flexible_cos":
+        covariates = [c for c in controls if c != "cos_ref"]
+        fit = flexible_slope(
+            frame, OUTCOME, predictor, covariates=covariates, n_boot=n_boot, seed=seed,
+            confidence=confidence,
+        ).to_dict()  # fmt: skip
+    else:
+        fit = _iv(
+            stats.fe_coefficients(
+                frame, OUTCOME, [predictor, *controls], n_boot=n_boot, seed=seed,
+                confidence=confidence,
+            )[predictor]
+        )  # fmt: skip
     sign = 1 if primary["hypothesis"] == "positive" else -1
-    if not fit.evaluable:
+    if fit["estimate"] is None or fit["low"] is None or fit["high"] is None:
         verdict = "not_evaluable"
-    elif sign * fit.low > 0:
+    elif sign * fit["low"] > 0:
         verdict = "supported"
-    elif sign * fit.high < 0:
+    elif sign * fit["high"] < 0:
         verdict = "contradicted"
     else:
         verdict = "inconclusive"
-    return {"spec": primary, "slope": _iv(fit), "verdict": verdict}
+    return {"spec": primary, "slope": fit, "verdict": verdict, "estimator": estimator}
 
 
 def between_concepts(
@@ -263,7 +281,15 @@ def between_concepts(
         n_boot=n_boot,
         seed=seed,
     )
-    return {"evaluable": True, **result.to_dict()}
+    out = {"evaluable": True, **result.to_dict()}
+    observed = out.get("observed") or {}
+    if isinstance(observed, dict):
+        out["fisher_z"] = {
+            "r": observed.get("estimate"),
+            "interval": fisher_z_interval(observed.get("estimate"), len(concepts)),
+            "n_concepts": len(concepts),
+        }
+    return out
 
 
 def analyse(
@@ -298,5 +324,6 @@ def analyse(
             "mean": float(np.mean(list(baseline.values()))) if baseline else None,
             "per_concept": baseline,
         },
+        "identified": identified_analysis(pooled, OUTCOME, n_boot=n_boot, seed=seed),
         "primary": primary_result(tables, primary, n_boot, seed) if primary else None,
     }

@@ -1,14 +1,16 @@
 """The identification study's answer, from its :class:`~experiments.record.IdentifyRecord`.
 
 The pre-registered primary analysis is the headline verdict (pass: supported, its
-interval on the hypothesis' side of 0); the pooled and per-manipulation AUROC slopes
-beside cos(v, v*) follow as exploratory rows, then the prompting baseline.
+interval on the hypothesis' side of 0) and names its estimator (v1: a straight line in
+cos; v2: identify/estimator.py); the v2 estimator's slopes, then the pooled and
+per-manipulation AUROC slopes beside cos(v, v*) follow as exploratory rows, then the
+prompting baseline.
 """
 
 from __future__ import annotations
 
 from experiments.answer import Answer, Verdict
-from experiments.record import Estimate, IdentifyRecord
+from experiments.record import ClusterEstimate, Estimate, IdentifyRecord
 
 PRIMARY_STATUS = {
     "supported": "pass",
@@ -42,6 +44,71 @@ def _row(key: str, label: str, group: str, e: Estimate, **extra) -> Verdict:
     )
 
 
+ESTIMATOR_WORDS = {
+    "linear_cos": "v1: concept fixed effects, a straight line in cos",
+    "flexible_cos": "v2: (concept, manipulation) fixed effects, a spline in cos per manipulation",
+}
+V2_GROUP = "identified: v2 estimator (exploratory)"
+
+
+def identified_rows(record: IdentifyRecord) -> list[Verdict]:
+    """The v2 estimator's slopes (identify/estimator.py), when the record has them."""
+    ident = record.identified
+    if ident is None:
+        return []
+    out = []
+    names = {"auroc": "AUROC", "probit_auroc": "probit(AUROC)"}
+    for p, fit in ident.flexible.items():
+        out.append(
+            _row(
+                f"identified/flexible/{p}",
+                f"slope on {names.get(p, p)} beside a spline in cos per manipulation",
+                V2_GROUP,
+                fit,
+                symbol="slope ",
+                description=ident.model,
+            )
+        )
+    iso = ident.iso_cos or {}
+    if iso.get("pooled"):
+        out.append(
+            _row(
+                "identified/iso_cos/auroc",
+                "iso-cos: slope on AUROC at equal cos(v, v*), beside the nuisance's own effect",
+                V2_GROUP,
+                ClusterEstimate(**iso["pooled"]),
+                symbol="slope ",
+                description="within (concept, angle); covariates: "
+                + ", ".join(iso.get("covariates") or []),
+            )
+        )
+    dosed = ident.given_dose.get("auroc")
+    if dosed is not None:
+        out.append(
+            _row(
+                "identified/given_dose/auroc",
+                "slope on AUROC beside the spline in cos and log next-token KL (the dose)",
+                V2_GROUP,
+                dosed,
+                symbol="slope ",
+            )
+        )
+    for p, pairs in ident.matched_pairs.items():
+        if pairs.fit is not None and p == "auroc":
+            out.append(
+                _row(
+                    f"identified/matched_pairs/{p}",
+                    f"matched pairs (|Δcos| ≤ {pairs.tolerance:g}): Δeffect on Δ{names[p]}",
+                    V2_GROUP,
+                    pairs.fit,
+                    symbol="slope ",
+                    description=f"{pairs.n_pairs} pairs of directions from different "
+                    f"manipulations, {pairs.n_concepts} concepts",
+                )
+            )
+    return out
+
+
 def verdicts(record: IdentifyRecord) -> list[Verdict]:
     out = []
     primary = record.primary
@@ -50,11 +117,12 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
         worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
         verdict = primary.verdict.replace("_", " ")
         positive = spec.get("hypothesis", "positive") == "positive"
+        model = ESTIMATOR_WORDS.get(primary.estimator, primary.estimator)
         out.append(
             _row(
                 "primary",
                 f"slope of {spec.get('outcome')} on {spec.get('predictor')} beside "
-                f"{spec.get('control')} (pre-registered)",
+                f"{spec.get('control')} (pre-registered; {model})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],
@@ -65,6 +133,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
                 description=f"hypothesis {spec.get('hypothesis')}; {record.label}",
             )
         )
+    out += identified_rows(record)
     pooled = record.pooled
     out.append(
         _row(
@@ -117,6 +186,16 @@ def answer_of(record: IdentifyRecord, figures: tuple[str, ...] = ()) -> Answer:
         notes.append(
             f"The AUROC slope {differs} between manipulations (Wald χ²({het.df}) = "
             f"{het.wald:.1f}, p = {het.p_value:.3g})."
+        )
+    ident = record.identified
+    het2 = ident.heterogeneity_given_cos if ident is not None else {}
+    if het2.get("evaluable") and het2.get("F") is not None:
+        notes.append(
+            f"Given the spline in cos, the AUROC slopes of the manipulations "
+            f"{'differ' if het2['p_value'] < 0.05 else 'show no detectable difference'} "
+            f"(F({het2['df']}, {het2['df_denominator']}) = {het2['F']:.2f}, "
+            f"p = {het2['p_value']:.3g}; not identified in: "
+            f"{', '.join(het2.get('not_identified') or []) or 'none'})."
         )
     n = len(record.betas)
     return Answer(

@@ -22,6 +22,7 @@ from experiments.identify.directions import (
     DirectionSpec,
     TrainingSet,
     concept_diffmean,
+    graded_nuisances,
     isotropic_nuisance,
     other_nuisance,
     pc_nuisance,
@@ -122,8 +123,12 @@ class DirectionSet:
         return self.vectors[concept][REFERENCE]
 
 
-def build_directions(config: ExperimentConfig, data: StudyData) -> DirectionSet:
-    """v* per concept and every manipulated direction around it (see manipulations.py)."""
+def build_directions(
+    config: ExperimentConfig, data: StudyData, avoid: dict[str, set[str]] | None = None
+) -> DirectionSet:
+    """v* per concept and every manipulated direction around it (see manipulations.py);
+    ``avoid[concept]``: concepts its ``other`` nuisance must not be (those its own
+    off-concept likelihood texts are about)."""
     ident = config.identify
     seed = config.seed
     specs = direction_grid(ident)
@@ -134,7 +139,9 @@ def build_directions(config: ExperimentConfig, data: StudyData) -> DirectionSet:
     for concept, d in data.concepts.items():
         v_star = references[concept]
         other_name, other = (
-            other_nuisance(references, concept, seed) if len(references) > 1 else (None, None)
+            other_nuisance(references, concept, seed, (avoid or {}).get(concept, set()))
+            if len(references) > 1
+            else (None, None)
         )
         nuisance = {
             "isotropic": isotropic_nuisance(len(v_star), seed, concept),
@@ -155,6 +162,10 @@ def build_directions(config: ExperimentConfig, data: StudyData) -> DirectionSet:
             sigma=within_class_covariance(d.train, data.neutral),
             delta=x_pn[labels_pn == 1].mean(axis=0) - x_pn[labels_pn == 0].mean(axis=0),
         )
+        if ident.isocos_nuisances:
+            inputs.graded = graded_nuisances(
+                inputs.sigma, v_star, inputs.delta, max(ident.isocos_nuisances) + 1
+            )
         mine: dict[str, np.ndarray] = {}
         facts: dict[str, dict] = {}
         for spec in specs:

@@ -17,11 +17,15 @@ axis while layer, α·β, prompts, seeds and the test split stay fixed:
 * **estimator path**: the logistic probe across its regularisation C
   (``steering.probes.train_probe``), and the shrinkage path
   (:func:`shrinkage_direction`) from diffmean (λ = 1) to the whitened Σ⁻¹Δμ (λ → 0);
-* **size**: diffmean at smaller training sizes (the Phase 6 curve, re-measured).
+* **size**: diffmean at smaller training sizes (the Phase 6 curve, re-measured);
+* **iso-cos** (:func:`graded_nuisances`): at fixed angles to v*, one direction per
+  nuisance of a set chosen to spread AUROC, and each nuisance alone (90°): AUROC varies
+  at fixed geometry, and what the nuisance itself does to the text is measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 
@@ -86,12 +90,19 @@ def pc_nuisance(components: np.ndarray, seed: int, concept: str) -> np.ndarray:
 
 
 def other_nuisance(
-    references: dict[str, np.ndarray], concept: str, seed: int
+    references: dict[str, np.ndarray],
+    concept: str,
+    seed: int,
+    avoid: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[str, np.ndarray]:
-    """Another concept's reference direction, chosen by a seeded draw: (its concept, it)."""
+    """Another concept's reference direction, chosen by a seeded draw: (its concept, it).
+    ``avoid``: concepts the draw skips (the concept's own off-concept likelihood texts are
+    about them: rotating toward one would raise the off-concept side of the contrast and
+    read as a weaker effect), unless no other concept is left."""
     others = sorted(c for c in references if c != concept)
     if not others:
         raise ValueError("the other-concept nuisance needs at least two concepts")
+    others = [c for c in others if c not in avoid] or others
     pick = others[int(seeded_rng(seed, "other", concept).integers(len(others)))]
     return pick, references[pick]
 
@@ -182,6 +193,27 @@ def shrinkage_direction(delta: np.ndarray, sigma: np.ndarray, lam: float) -> np.
     scale = float(np.trace(sigma)) / d
     matrix = lam * scale * np.eye(d) + (1 - lam) * sigma
     return unit(np.linalg.solve(matrix, np.asarray(delta, dtype=np.float64)))
+
+
+def graded_nuisances(
+    sigma: np.ndarray, v_star: np.ndarray, delta: np.ndarray, count: int
+) -> list[np.ndarray]:
+    """``count`` unit nuisances ⟂ v* chosen to spread detection at a fixed angle: the
+    discriminative residual (the nearly whitened direction Σ⁻¹Δμ's part ⟂ v*: rotating
+    toward it *raises* AUROC) and eigenvectors of Σ at geometrically spaced ranks (1st,
+    2nd, 4th, 8th, …: rotating toward a high-variance axis lowers AUROC most, toward a
+    low-variance one least). Deterministic: no draw."""
+    if count < 1:
+        return []
+    out = [orthogonal_part(shrinkage_direction(delta, sigma, 0.01), v_star)]
+    _, vectors = np.linalg.eigh(sigma)
+    descending = vectors[:, ::-1]
+    rank = 0
+    while len(out) < count and rank < descending.shape[1]:
+        with contextlib.suppress(ValueError):  # the axis is v* itself: skip it
+            out.append(orthogonal_part(descending[:, rank], v_star))
+        rank = 2 * rank + 1 if rank else 1
+    return out
 
 
 def logistic_direction(features: np.ndarray, labels: np.ndarray, c: float, seed: int) -> np.ndarray:

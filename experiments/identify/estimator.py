@@ -17,6 +17,9 @@ tests keep that failure on record). Here:
   spread), the family carries no information about AUROC and says so (not identified),
   instead of turning curvature into a slope;
 * **AUROC and probit(AUROC)** (≈ d′/√2, without the ceiling at 1) as predictors;
+* **iso-cos** (:func:`iso_cos`): the designed version of matched pairs: at fixed
+  angles, nuisances chosen to spread AUROC; within (concept, angle) beside the nuisance's
+  own effect and the dose;
 * **matched pairs** (:func:`matched_pairs`): two directions of one concept from
   different manipulations whose cos differ by at most ``tolerance``: the slope of
   Δeffect on ΔAUROC through the origin, no functional form in cos at all;
@@ -246,6 +249,57 @@ def matched_pairs(
     return {**base, "evaluable": fit.evaluable, "fit": fit.to_dict()}
 
 
+def _fe_slope(
+    data: pd.DataFrame, y: str, predictor: str, covariates: Sequence[str], groups: np.ndarray,
+    n_boot: int, seed: int,
+) -> ClusterFit:  # fmt: skip
+    x = _demean(data[[predictor, *covariates]].to_numpy(dtype=np.float64), groups)
+    yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
+    concepts = data["concept"].astype(str).to_numpy()
+    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed)
+
+
+def iso_cos(
+    frame: pd.DataFrame,
+    y: str = "effect",
+    predictor: str = "auroc",
+    *,
+    manipulation: str = "isocos",
+    n_boot: int = 1999,
+    seed: int = 0,
+) -> dict:
+    """The iso-cos design: at each angle, the directions of one concept share cos(v, v*)
+    exactly and differ only in their nuisance. The slope of the effect on AUROC within
+    (concept, angle), beside the nuisance's own effect (the same nuisance steered alone, at
+    90°, same β) and, when measured, log next-token KL: per angle and pooled."""
+    iso = frame[frame["manipulation"] == manipulation]
+    if iso.empty:
+        return {"evaluable": False, "reason": "the run has no iso-cos directions"}
+    alone = iso[iso["level"] >= 90].set_index(["concept", "seed"])[y]
+    rows = iso[iso["level"] < 90].copy()
+    rows["nuisance_effect"] = [
+        alone.get((c, s), np.nan) for c, s in zip(rows["concept"], rows["seed"], strict=True)
+    ]
+    covariates = ["nuisance_effect"]
+    if "kl" in rows and rows["kl"].notna().any():
+        rows["log_kl"] = np.log(np.clip(rows["kl"].astype(float), 1e-8, None))
+        covariates.append("log_kl")
+    rows = _rows(rows, ["concept", "level", y, predictor, *covariates])
+    out: dict = {"covariates": covariates, "angles": {}, "n_concepts": rows["concept"].nunique()}
+    for angle, g in rows.groupby("level", sort=True):
+        groups = g["concept"].astype(str).to_numpy()
+        fit = _fe_slope(g, y, predictor, covariates, groups, n_boot, seed)
+        bare = _fe_slope(g, y, predictor, [], groups, n_boot, seed)
+        out["angles"][f"{angle:g}"] = {
+            "n": len(g), "slope": fit.to_dict(), "without_covariates": bare.to_dict(),
+            "auroc_spread": float(g.groupby("concept")[predictor].std().mean()),
+        }  # fmt: skip
+    groups = (rows["concept"].astype(str) + "\x00" + rows["level"].astype(str)).to_numpy()
+    out["pooled"] = _fe_slope(rows, y, predictor, covariates, groups, n_boot, seed).to_dict()
+    out["evaluable"] = out["pooled"]["estimate"] is not None
+    return out
+
+
 def identified_analysis(
     frame: pd.DataFrame,
     y: str = "effect",
@@ -258,7 +312,18 @@ def identified_analysis(
     probit(AUROC), the v1 model under the same inference, matched pairs, per-family
     slopes and their F test."""
     frame = with_probit(frame)
+    if "kl" in frame:  # the dose a direction gives the next token (nats), and its log
+        frame = frame.assign(log_kl=np.log(np.clip(frame["kl"].astype(float), 1e-8, None)))
     kw = {"n_boot": n_boot, "seed": seed}
+    dosed = (
+        {
+            "auroc": flexible_slope(
+                frame, y, "auroc", covariates=["log_kl"], spline_df=spline_df, **kw
+            ).to_dict()
+        }
+        if "log_kl" in frame and frame["log_kl"].notna().any()
+        else {}
+    )
     return {
         "model": f"(concept, manipulation) fixed effects + cubic spline in cos(v, v*) per "
         f"manipulation ({spline_df} df)",
@@ -266,7 +331,9 @@ def identified_analysis(
             p: flexible_slope(frame, y, p, spline_df=spline_df, **kw).to_dict()
             for p in ("auroc", "probit_auroc")
         },
+        "given_dose": dosed,  # beside log next-token KL: the dose held as a covariate
         "linear_cos": {p: linear_cos_slope(frame, y, p, **kw).to_dict() for p in ("auroc",)},
         "matched_pairs": {p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
         "heterogeneity_given_cos": per_family_slopes(frame, y, "auroc", spline_df=spline_df, **kw),
+        "iso_cos": iso_cos(frame, y, "auroc", **kw),
     }

@@ -16,7 +16,7 @@ sub-families (rotation's nuisances: ``rotation:pc`` is then the table's manipula
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +51,7 @@ class ConceptInputs:
     other_name: str | None
     sigma: np.ndarray
     delta: np.ndarray
+    graded: list[np.ndarray] = field(default_factory=list)  # iso-cos nuisances, ⟂ v*
 
 
 # A builder: the direction of ``spec`` for one concept and the facts worth a column
@@ -202,9 +203,16 @@ def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray
 
 @manipulation("logistic", levels="logistic_c", level=np.log10)
 def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]:
-    """The logistic probe at regularisation C (its level is log10 C)."""
+    """The logistic probe at regularisation C (its level is log10 C), refitted on v*'s
+    contrast: positives against the negative-concept texts, neutral texts left out (the
+    suite's own probes also see neutrals as negatives; here that would change the contrast
+    along with detection)."""
     train = inputs.train
-    return logistic_direction(train.features, train.labels, float(spec.detail), inputs.seed), {}
+    keep = np.array([k != "neutral" for k in train.kinds])
+    direction = logistic_direction(
+        train.features[keep], train.labels[keep], float(spec.detail), inputs.seed
+    )
+    return direction, {}
 
 
 @manipulation("shrinkage", levels="shrinkage", reference=1.0)
@@ -220,6 +228,17 @@ def _size(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]
     """The diffmean of a smaller training set (its level is the number of texts)."""
     size = TrainSpec.parse(spec.detail)
     return concept_diffmean(inputs.train.prefix(size.n_pos, size.n_neg, size.n_neutral)), {}
+
+
+@manipulation("isocos", levels="isocos_degrees", reference=0.0, seeds="isocos_nuisances")
+def _iso_cos(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict] | None:
+    """cos θ·v* + sin θ·u_k for the k-th graded nuisance (its seed): at one angle, AUROC
+    varies with the nuisance while cos(v, v*) = cos θ exactly; at 90° the nuisance alone,
+    whose effect is the covariate of the nuisance's rows (estimator.iso_cos)."""
+    k = int(spec.seed or 0)
+    if k >= len(inputs.graded):
+        return None
+    return rotate(inputs.v_star, inputs.graded[k], spec.level), {"nuisance_rank": k}
 
 
 def _null_specs(m: Manipulation, ident: IdentifyConfig) -> list[DirectionSpec]:

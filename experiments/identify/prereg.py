@@ -7,12 +7,18 @@
   held-out run): its hypotheses in prose and ONE primary analysis in a fenced
   ``yaml`` block under a ``primary:`` key (predictor, outcome, strength, control,
   hypothesis sign, decision rule). A run records the file's sha256 and git commit.
+* **The binding** (:func:`check_binding`): the primary block names ``config_hash`` (the
+  study config's :func:`study_hash`) and ``code_commit``; a held-out run whose config or
+  code differs, or that measures the outcome at another strength, is refused (so are
+  ``--set``, ``--concepts``, ``--quick`` and ``--model`` with ``--heldout``, in the CLI).
 * **The ledger** (:func:`heldout_scorings`): a held-out run is refused when the file is
   not committed unchanged, and when this pre-registration (its sha256) already has a
-  held-out scoring, in the MLflow experiment (tag ``identify.prereg_sha256`` on a run
-  whose ``identify.concept_set`` is ``heldout`` and that reached its analysis) or in
-  ``<results_dir>/heldout_ledger.jsonl``. ``--force`` runs it anyway and records it as
-  forced: its primary result is then not confirmatory.
+  held-out scoring, started or finished, in the MLflow experiment (tag
+  ``identify.prereg_sha256`` on a run whose ``identify.concept_set`` is ``heldout``) or in
+  ``<results_dir>/heldout_ledger.jsonl``, whose intent-to-score entry is written before
+  the first held-out cell is computed (a killed run leaves its trace). ``--force`` runs
+  it anyway and records it as forced: its primary result is then not confirmatory;
+  ``--resume`` finishes the same scoring.
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ import yaml
 
 LEDGER = "heldout_ledger.jsonl"
 PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "rule")
+# What a held-out run is bound to: the study config's hash (``study_hash``) and the commit
+# whose code it was written for (the code paths below must be unchanged since).
+BINDING_KEYS = ("config_hash", "code_commit")
+ESTIMATORS = ("linear_cos", "flexible_cos")
+OUTCOMES = ("likelihood",)  # the outcome every direction is measured on
+CODE_PATHS = (
+    "experiments", "steering", "metrics", "judges", "configs", "data", "pyproject.toml",
+    "constraints.txt",
+)  # fmt: skip
 
 
 class PreregistrationError(ValueError):
@@ -71,12 +86,27 @@ def parse_primary(text: str) -> dict:
             # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
             from experiments.identify.cells import PREDICTORS
 
-            if primary["predictor"] not in PREDICTORS:
+            allowed = (*PREDICTORS, "probit_auroc")
+            if primary["predictor"] not in allowed:
                 raise PreregistrationError(
-                    f"primary predictor {primary['predictor']!r} is not one of {PREDICTORS}"
+                    f"primary predictor {primary['predictor']!r} is not one of {allowed}"
                 )
             if primary["hypothesis"] not in ("positive", "negative"):
                 raise PreregistrationError("primary hypothesis must be positive or negative")
+            if primary.get("estimator", "linear_cos") not in ESTIMATORS:
+                raise PreregistrationError(
+                    f"primary estimator {primary['estimator']!r} is not one of {ESTIMATORS}"
+                )
+            if primary["outcome"] not in OUTCOMES:
+                raise PreregistrationError(
+                    f"primary outcome {primary['outcome']!r} is not one this study measures "
+                    f"for every direction ({', '.join(OUTCOMES)})"
+                )
+            if (
+                primary["predictor"] == "probit_auroc"
+                and primary.get("estimator") != "flexible_cos"
+            ):
+                raise PreregistrationError("probit_auroc is a predictor of estimator flexible_cos")
             return dict(primary)
     raise PreregistrationError("no ```yaml block with a `primary:` analysis")
 
@@ -102,6 +132,60 @@ def load_preregistration(path: str | Path) -> Preregistration:
     return Preregistration(path, hashlib.sha256(data).hexdigest(), primary, commit or None)
 
 
+def study_hash(config) -> str:
+    """The hash of the study a pre-registration is written for: the config with the
+    held-out concept set, so the development run's config gives the same hash as the
+    held-out run it pre-registers."""
+    ident = config.identify.model_copy(update={"concept_set": "heldout"})
+    return config.model_copy(update={"identify": ident}).config_hash()
+
+
+def check_binding(prereg: Preregistration, config) -> None:
+    """Refuse a held-out run that differs from what the pre-registration was written for:
+    its config (any --set, --concepts, --quick, --model or split change moves the hash),
+    its code (changed since ``code_commit``), or an outcome or strength it does not
+    measure."""
+    primary = prereg.primary
+    missing = [k for k in BINDING_KEYS if not primary.get(k)]
+    if missing:
+        raise PreregistrationError(
+            f"{prereg.path} names no {' and no '.join(missing)}: a held-out run is bound to "
+            f"the config and code the pre-registration was written for; add "
+            f"`config_hash: {study_hash(config)}` and `code_commit: <the commit of the code>` "
+            "to its primary block and commit it"
+        )
+    found = study_hash(config)
+    if str(primary["config_hash"]) != found:
+        raise PreregistrationError(
+            f"this run's config (hash {found}) is not the one the pre-registration was written "
+            f"for ({primary['config_hash']}): run the committed config as it is, with no "
+            "--set, --concepts, --quick or --model"
+        )
+    commit = str(primary["code_commit"])
+    changed = _git(prereg.path, "diff", "--name-only", commit, "--", *_code_paths(prereg.path))
+    if changed is None:
+        raise PreregistrationError(f"code_commit {commit} is not a commit of this repository")
+    own = _git(prereg.path, "ls-files", "--full-name", prereg.path.name)
+    files = [f for f in (changed or "").splitlines() if f and f != own]
+    if files:
+        raise PreregistrationError(
+            f"the code changed since code_commit {commit[:12]} ({len(files)} files, e.g. "
+            f"{files[0]}): run the held-out study on the code it was pre-registered for"
+        )
+    strengths = [float(x) for x in config.identify.strengths]
+    if strengths != [float(primary["strength"])]:
+        raise PreregistrationError(
+            f"the primary is defined at strength {primary['strength']} but this run measures "
+            f"the likelihood at {strengths}: set identify.strengths to [{primary['strength']}]"
+        )
+
+
+def _code_paths(prereg_path: Path) -> list[str]:
+    root = _git(prereg_path, "rev-parse", "--show-toplevel")
+    base = Path(root) if root else prereg_path.parent
+    return [str(base / p) for p in CODE_PATHS if (base / p).exists()]
+
+
 def heldout_scorings(sha256: str, experiment: str, results_dir: str | Path) -> list[dict]:
     """Earlier held-out scorings of this pre-registration (MLflow and the local ledger)."""
     found = []
@@ -121,10 +205,12 @@ def heldout_scorings(sha256: str, experiment: str, results_dir: str | Path) -> l
             [exp.experiment_id],
             filter_string=(
                 f"tags.`identify.prereg_sha256` = '{sha256}' and "
-                "tags.`identify.concept_set` = 'heldout' and tags.`identify.scored` = 'true'"
+                "tags.`identify.concept_set` = 'heldout'"
             ),
         )
         known = {f.get("run_id") for f in found}
+        found = [f for i, f in enumerate(found) if f.get("run_id") not in
+                 {g.get("run_id") for g in found[:i]}]  # fmt: skip
         found += [
             {
                 "run_id": r.info.run_id,
@@ -138,15 +224,17 @@ def heldout_scorings(sha256: str, experiment: str, results_dir: str | Path) -> l
 
 
 def check_heldout(
-    prereg: Preregistration, experiment: str, results_dir: str | Path, force: bool
+    prereg: Preregistration, experiment: str, results_dir: str | Path, force: bool, config=None
 ) -> list[dict]:
     """Refuse a held-out run that is not allowed (see the module docstring); return the
-    earlier scorings (non-empty only when forced)."""
+    earlier scorings, started or finished (non-empty only when forced)."""
     if prereg.commit is None:
         raise PreregistrationError(
             f"{prereg.path} is not committed unchanged: commit the pre-registration before "
             "the held-out run"
         )
+    if config is not None:
+        check_binding(prereg, config)
     earlier = heldout_scorings(prereg.sha256, experiment, results_dir)
     if earlier and not force:
         raise PreregistrationError(
@@ -156,6 +244,23 @@ def check_heldout(
             "forced, not confirmatory)"
         )
     return earlier
+
+
+def ledger_entry(
+    run_id: str, prereg: Preregistration | None, forced: bool, status: str, **extra: object
+) -> dict:
+    """One line of the held-out ledger: ``started`` (the intent to score, written before
+    the first held-out cell) or ``scored``."""
+    import time
+
+    return {
+        "run_id": run_id,
+        "prereg_sha256": prereg.sha256 if prereg else None,
+        "forced": forced,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "status": status,
+        **extra,
+    }
 
 
 def record_heldout(results_dir: str | Path, entry: dict) -> None:

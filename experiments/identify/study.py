@@ -36,6 +36,7 @@ from experiments.config import ExperimentConfig
 from experiments.identify.prereg import (
     PreregistrationError,
     check_heldout,
+    ledger_entry,
     load_preregistration,
     record_heldout,
     split_concepts,
@@ -116,6 +117,7 @@ def run_identify(
     prereg = None
     earlier: list[dict] = []
     if resume is None:
+        as_given = config  # what the pre-registration binds (before the set's concepts)
         config, sets = with_concepts(config)
         try:
             prereg = load_preregistration(config.identify.preregistration)
@@ -124,7 +126,9 @@ def run_identify(
                 raise
         if config.identify.concept_set == "heldout":
             assert prereg is not None
-            earlier = check_heldout(prereg, config.experiment, config.results_dir, force)
+            earlier = check_heldout(
+                prereg, config.experiment, config.results_dir, force, config=as_given
+            )
     with open_run(
         None if resume else config,
         existing=resume,
@@ -154,6 +158,7 @@ class Directions:
     alpha: float  # the median residual norm at the layer
     directions: Any  # identify.data.Directions: v* and every manipulated direction
     detections: dict  # (concept, direction id) -> the direction scored as a detector
+    texts: Any  # likelihood_texts.LikelihoodTexts: the likelihood outcome's text pairs
 
 
 @dataclass
@@ -216,14 +221,11 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
         tracking.client().set_tag(run_id, "identify.scored", "true")
         record_heldout(
             config.results_dir,
-            {
-                "run_id": run_id,
-                "prereg_sha256": prereg.sha256 if prereg else None,
-                "forced": bool(earlier),
-                "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "primary": record.primary.verdict if record.primary else None,
-            },
-        )
+            ledger_entry(
+                run_id, prereg, bool(earlier), "scored",
+                primary=record.primary.verdict if record.primary else None,
+            ),
+        )  # fmt: skip
     assert session.run_dir is not None
     return IdentifyResult(run_id, session.run_dir.path, record, tables.directions)
 
@@ -257,6 +259,8 @@ def _start(session, config, sets, prereg, earlier) -> str:
     )
     if prereg is not None:
         atomic_write_text(run_dir.file(RunDir.PREREGISTRATION), prereg.path.read_text())
+    if heldout and new:  # the intent to score, before the first held-out cell
+        record_heldout(config.results_dir, ledger_entry(run_id, prereg, bool(earlier), "started"))
     return run_id
 
 
@@ -264,8 +268,10 @@ def _directions(session, config, say) -> Directions:
     """Stages 1-3: activations, every direction, each scored as its own detector."""
     from experiments.identify.data import build_directions, collect
     from experiments.identify.detect import score_direction
+    from experiments.likelihood_texts import build_likelihood_texts
     from experiments.pipeline.vectors import neutral_texts
     from steering.activations import pooled_activations, residual_scale
+    from steering.likelihood import encode_texts
     from steering.memory import activation_texts
 
     timer, lm, graph = session.timer, session.lm, session.graph
@@ -282,8 +288,16 @@ def _directions(session, config, say) -> Directions:
             ).numpy(),
         )
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
+    with timer.time("likelihood_texts"):
+        texts = build_likelihood_texts(
+            load_concepts(config.concepts.file),
+            config.identify.texts_per_concept,
+            config.seed,
+            length=lambda t: len(encode_texts(lm, [t], config.identify.prefix)[0].target),
+        )
     with timer.time("directions"):
-        directions = build_directions(config, data)
+        avoid = {c: set(texts.off_source.get(c, [])) for c in concepts}
+        directions = build_directions(config, data, avoid)
     say(f"{len(directions.specs)} directions per concept; scoring each as a detector")
     with timer.time("detection"):
         detections = {
@@ -291,7 +305,7 @@ def _directions(session, config, say) -> Directions:
             for c, by_id in directions.vectors.items()
             for d_id, v in by_id.items()
         }
-    return Directions(layer, concepts, data, alpha, directions, detections)
+    return Directions(layer, concepts, data, alpha, directions, detections, texts)
 
 
 def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outcomes:
@@ -305,10 +319,8 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
         vector_set,
     )
     from experiments.identify.outcome import output_predictors, prompt_baseline, score_likelihood
-    from experiments.likelihood_texts import build_likelihood_texts
     from experiments.prompts import render_generation_prompts
     from experiments.rundir import append_jsonl
-    from steering.likelihood import encode_texts
 
     ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
     run_dir, layer, alpha, concepts = session.run_dir, found.layer, found.alpha, found.concepts
@@ -321,14 +333,7 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
     betas = {c: float(chosen[c]["beta"]) for c in concepts}
     run_dir.write_json(RunDir.SELECTION, chosen)
 
-    full = load_concepts(config.concepts.file)
-    with timer.time("likelihood_texts"):
-        texts = build_likelihood_texts(
-            full,
-            ident.texts_per_concept,
-            config.seed,
-            length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
-        )
+    texts = found.texts
     with timer.time("likelihood"):
         likelihood = score_likelihood(lm, config, run_dir, layer, alpha, betas, texts, vectors, say)
         baseline_rows = prompt_baseline(
@@ -468,6 +473,7 @@ def build_record(
         pooled=plain(analysis["pooled"]),
         baseline={**plain(analysis["baseline"]), "interval": plain(interval)},
         primary=plain(analysis["primary"]),
+        identified=plain(analysis["identified"]),
         between_concepts=plain(between),
         validation=plain(validation),
         phase6=plain(phase6),

@@ -29,6 +29,58 @@ def level_text(m: dict) -> str:
     return f"n/a ({m.get('note') or m.get('reason') or status})"
 
 
+def identified_lines(ident: dict | None) -> list[str]:
+    """The v2 estimator (identify/estimator.py): flexible slopes, v1's model under the
+    same inference, matched pairs, and the per-manipulation slopes' F test."""
+    if not ident:
+        return []
+    flex = ident["flexible"]
+    lines = [
+        f"- Identified (v2: {ident['model']}; wild cluster bootstrap-t): the AUROC slope is "
+        f"{ci(flex.get('auroc'))}, the probit(AUROC) slope {ci(flex.get('probit_auroc'))}; "
+        f"v1's straight line in cos under the same inference gives "
+        f"{ci(ident['linear_cos'].get('auroc'))}."
+    ]
+    dosed = (ident.get("given_dose") or {}).get("auroc")
+    if dosed:
+        lines.append(
+            f"- With the dose held as a covariate (log next-token KL of each direction at its "
+            f"β): the AUROC slope is {ci(dosed)}."
+        )
+    iso = ident.get("iso_cos") or {}
+    if iso.get("evaluable"):
+        angles = "; ".join(
+            f"{a}°: {ci(r['slope'])} (without covariates {ci(r['without_covariates'])}, "
+            f"AUROC spread sd {r['auroc_spread']:.3f})"
+            for a, r in iso["angles"].items()
+        )
+        lines.append(
+            f"- Iso-cos (AUROC varied at fixed cos(v, v*), within (concept, angle), beside "
+            f"{', '.join(iso['covariates'])}): pooled {ci(iso['pooled'])}; {angles}."
+        )
+    pairs = ident["matched_pairs"].get("auroc") or {}
+    if pairs.get("evaluable"):
+        lines.append(
+            f"- Matched pairs (directions of one concept from different manipulations, "
+            f"|Δcos| ≤ {pairs['tolerance']:g}; {pairs['n_pairs']} pairs, "
+            f"{pairs['n_concepts']} concepts): Δeffect on ΔAUROC {ci(pairs['fit'])}."
+        )
+    het = ident["heterogeneity_given_cos"]
+    slopes = ", ".join(
+        f"{m} {ci(f)}" if f.get("estimate") is not None else f"{m} not identified"
+        for m, f in (het.get("slopes") or {}).items()
+    )
+    if het.get("evaluable"):
+        lines.append(
+            f"- Per manipulation, beside its own spline in cos: {slopes}; equal slopes: "
+            f"F({het['df']}, {het['df_denominator']}) = {het['F']:.2f}, p = {het['p_value']:.3g} "
+            f"(χ² reference {het['p_value_chi2']:.3g})."
+        )
+    elif slopes:
+        lines.append(f"- Per manipulation, beside its own spline in cos: {slopes}.")
+    return lines
+
+
 def findings(analysis: dict) -> list[str]:
     pooled = analysis["pooled"]
     partial = pooled["partial"].get("auroc")
@@ -54,7 +106,7 @@ def findings(analysis: dict) -> list[str]:
             else "shows no detectable difference between manipulations"
         )
         lines.append(
-            f"- The AUROC slope {verdict} (Wald χ²({het['df']}) = {het['wald']:.1f}, "
+            f"- v1: the AUROC slope {verdict} (Wald χ²({het['df']}) = {het['wald']:.1f}, "
             f"p = {het['p_value']:.3g}; slopes: "
             + ", ".join(f"{m} {v:+.2f}" for m, v in het["slopes"].items())
             + ")."
@@ -77,6 +129,11 @@ def findings(analysis: dict) -> list[str]:
             f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
             f"{ci(primary['slope'])} → **{primary['verdict']}**."
         )
+    lines += identified_lines(analysis.get("identified"))
+    lines.append(
+        "- Everything in this summary except the primary analysis is exploratory (H2–H5 of "
+        "the pre-registration included)."
+    )
     validation = analysis.get("validation") or {}
     if validation.get("evaluable"):
         lines.append(
@@ -150,7 +207,14 @@ def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> 
         lines += [
             "",
             f"Across concepts at v*: r(AUROC, effect) {ci(between['observed'])}, disattenuated "
-            f"{ci(between['corrected'])}.",
+            f"{ci(between['corrected'])}"
+            + (
+                f"; Fisher-z interval over {between['fisher_z']['n_concepts']} concepts "
+                f"[{fmt(between['fisher_z']['interval'][0], '+.2f')}, "
+                f"{fmt(between['fisher_z']['interval'][1], '+.2f')}]."
+                if between.get("fisher_z")
+                else "."
+            ),
         ]
     phase6 = analysis.get("phase6")
     if phase6:

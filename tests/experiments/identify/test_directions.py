@@ -134,6 +134,36 @@ def test_the_other_concept_nuisance_is_another_concept():
         other_nuisance({"a": refs["a"]}, "a", 0)
 
 
+def test_the_other_nuisance_skips_the_concepts_of_its_own_off_concept_texts():
+    refs = {c: unit(np.arange(4.0) + i) for i, c in enumerate("abcde")}
+    for avoid in ({"b"}, {"b", "c"}, {"b", "c", "d"}):
+        name, _ = other_nuisance(refs, "a", 0, avoid)
+        assert name not in avoid and name != "a"
+    # nothing left to choose: any other concept, not an error
+    assert other_nuisance(refs, "a", 0, {"b", "c", "d", "e"})[0] in "bcde"
+
+
+def test_the_logistic_path_is_fitted_on_the_reference_contrast():
+    """Positives against negative-concept texts only, like v*: a neutral text that
+    shifts the logistic fit when seen as a negative leaves the direction unchanged."""
+    from experiments.identify.directions import DirectionSpec, TrainingSet, logistic_direction
+    from experiments.identify.manipulations import ConceptInputs, build_direction
+
+    rng = np.random.default_rng(0)
+    kinds = ["positive"] * 6 + ["negative"] * 6 + ["neutral"] * 6
+    x = rng.standard_normal((18, 5))
+    x[:6, 0] += 2.0
+    x[12:, 1] += 5.0  # neutrals far along another axis
+    labels = np.array([1] * 6 + [0] * 12)
+    train = TrainingSet(x, labels, kinds, ["t"] * 18, list(range(18)))
+    inputs = ConceptInputs("c", 0, unit(np.ones(5)), train, {}, None, np.eye(5), np.ones(5))
+    built, _ = build_direction(DirectionSpec("logistic:1", "logistic", 0.0, None, "1.0"), inputs)
+    alone = logistic_direction(x[:12], labels[:12], 1.0, 0)
+    with_neutrals = logistic_direction(x, labels, 1.0, 0)
+    np.testing.assert_allclose(unit(built), unit(alone), atol=1e-9)
+    assert abs(unit(with_neutrals) @ unit(alone)) < 0.999
+
+
 def test_smaller_sizes_are_prefixes_of_the_reference_training_set():
     concept = GRAPH.concepts[0]
     big = probe_training_set(concept, GRAPH, 16, 16, 16, 0)
@@ -180,3 +210,31 @@ def test_every_manipulation_names_a_field_of_the_identify_config():
     for m in MANIPULATIONS.values():
         named = [m.levels, m.within, m.seeds, m.reference if isinstance(m.reference, str) else None]
         assert all(f in fields for f in named if f is not None), m.name
+
+
+def test_graded_nuisances_are_orthogonal_to_v_star_and_spread_detection():
+    from experiments.identify.directions import graded_nuisances, rotate
+
+    rng = np.random.default_rng(3)
+    d = 16
+    scales = np.geomspace(5, 0.2, d)
+    neg = rng.standard_normal((200, d)) * scales
+    pos = rng.standard_normal((200, d)) * scales + 0.8 * np.eye(d)[3] + 0.3 * np.eye(d)[0]
+    v_star = unit(pos.mean(0) - neg.mean(0))
+    centred = np.concatenate([pos - pos.mean(0), neg - neg.mean(0)])
+    sigma = centred.T @ centred / len(centred)
+    nuisances = graded_nuisances(sigma, v_star, pos.mean(0) - neg.mean(0), 5)
+    assert len(nuisances) == 5
+    for u in nuisances:
+        assert abs(u @ v_star) < 1e-10 and np.linalg.norm(u) == pytest.approx(1)
+
+    # at one angle, cos(v, v*) is the same for every nuisance while separation differs
+    def separation(v):
+        a, b = pos @ v, neg @ v
+        return (a.mean() - b.mean()) / np.sqrt((a.var() + b.var()) / 2)
+
+    at_45 = [rotate(v_star, u, 45.0) for u in nuisances]
+    assert all(v @ v_star == pytest.approx(np.cos(np.pi / 4)) for v in at_45)
+    spread = [separation(v) for v in at_45]
+    assert max(spread) - min(spread) > 0.3 * separation(v_star)
+    assert spread[0] == max(spread)  # the discriminative residual keeps detection best

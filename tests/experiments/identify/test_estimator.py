@@ -113,3 +113,19 @@ def test_identified_analysis_reports_every_block() -> None:
     assert out["flexible"]["auroc"]["n_clusters"] == 25
     assert out["linear_cos"]["auroc"]["high"] < 0  # v1's model, same inference: still biased
     assert "F" in out["heterogeneity_given_cos"]
+
+
+def test_the_dose_as_a_covariate_takes_what_the_dose_explains() -> None:
+    """A toy where detection does nothing but directions that detect better also move the
+    next token more (a larger dose), and the dose raises the effect: AUROC alone reads a
+    slope; beside log KL it does not."""
+    toy = toy_study(4, "linear")
+    rng = np.random.default_rng(4)
+    log_kl = 4.0 * (toy["auroc_true"] - toy["auroc_true"].mean()) + 0.05 * rng.standard_normal(
+        len(toy)
+    )
+    toy = toy.assign(kl=np.exp(log_kl), effect=toy["effect"] + 0.3 * log_kl)
+    out = identified_analysis(toy, n_boot=499)
+    assert out["flexible"]["auroc"]["low"] > 0
+    dosed = out["given_dose"]["auroc"]
+    assert dosed["low"] <= 0 <= dosed["high"]

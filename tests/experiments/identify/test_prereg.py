@@ -96,3 +96,83 @@ def test_the_committed_preregistration_names_one_primary_analysis():
     path = load_config("configs/identify.yaml").identify.preregistration
     primary = load_preregistration(path).primary
     assert primary["predictor"] == "auroc" and primary["hypothesis"] in ("positive", "negative")
+
+
+def _bound_repo(tmp_path, config_hash: str):
+    """A repository with code, a commit, and a pre-registration bound to both."""
+    repo = tmp_path / "bound"
+    (repo / "experiments").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@t")
+    git(repo, "config", "user.name", "t")
+    (repo / "experiments" / "code.py").write_text("x = 1\n")
+    git(repo, "add", "experiments")
+    git(repo, "commit", "-q", "-m", "code")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    path = repo / "prereg.md"
+    path.write_text(
+        PRIMARY.replace(
+            "  rule:", f"  config_hash: '{config_hash}'\n  code_commit: {commit}\n  rule:"
+        )
+    )
+    git(repo, "add", "prereg.md")
+    git(repo, "commit", "-q", "-m", "prereg")
+    return repo, path
+
+
+def test_a_heldout_run_is_bound_to_its_config_code_and_strength(tmp_path, mlflow_store):
+    from experiments.config import load_config
+    from experiments.identify.prereg import check_binding, study_hash
+
+    config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
+    repo, path = _bound_repo(tmp_path, study_hash(config))
+    # the development config pre-registers the same study
+    dev = load_config("configs/identify.yaml")
+    assert study_hash(dev) == study_hash(config)
+    check_binding(load_preregistration(path), config)  # as written: allowed
+    results = tmp_path / "res"
+    assert check_heldout(load_preregistration(path), "x", results, False, config=config) == []
+
+    for override in ("identify.split_seed=1", "identify.limit=3", "model=other/model"):
+        moved = load_config("configs/identify.yaml", ["identify.concept_set=heldout", override])
+        with pytest.raises(PreregistrationError, match="not the one the pre-registration"):
+            check_binding(load_preregistration(path), moved)
+
+    twice = load_config(
+        "configs/identify.yaml", ["identify.concept_set=heldout", "identify.strengths=[1.0, 2.0]"]
+    )
+    prereg = load_preregistration(path)
+    bound_to_twice = prereg.__class__(
+        prereg.path, prereg.sha256, {**prereg.primary, "config_hash": study_hash(twice)},
+        prereg.commit,
+    )  # fmt: skip
+    with pytest.raises(PreregistrationError, match="strength"):
+        check_binding(bound_to_twice, twice)
+
+    (repo / "experiments" / "code.py").write_text("x = 2\n")  # the code moves on
+    git(repo, "commit", "-qam", "change")
+    with pytest.raises(PreregistrationError, match="code changed since"):
+        check_binding(load_preregistration(path), config)
+
+
+def test_an_unbound_preregistration_cannot_open_the_heldout_set(committed, tmp_path, mlflow_store):
+    from experiments.config import load_config
+
+    config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
+    with pytest.raises(PreregistrationError, match="names no config_hash and no code_commit"):
+        check_heldout(load_preregistration(committed), "x", tmp_path / "r", False, config=config)
+
+
+def test_every_key_of_the_primary_is_checked():
+    with pytest.raises(PreregistrationError, match="outcome"):
+        parse_primary(PRIMARY.replace("outcome: likelihood", "outcome: vibes"))
+    with pytest.raises(PreregistrationError, match="estimator"):
+        parse_primary(PRIMARY.replace("  rule:", "  estimator: magic\n  rule:"))
+    with pytest.raises(PreregistrationError, match="flexible_cos"):
+        parse_primary(PRIMARY.replace("predictor: auroc", "predictor: probit_auroc"))
+    flexible = PRIMARY.replace("predictor: auroc", "predictor: probit_auroc").replace(
+        "  rule:", "  estimator: flexible_cos\n  rule:"
+    )
+    assert parse_primary(flexible)["estimator"] == "flexible_cos"

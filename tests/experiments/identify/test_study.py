@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import numpy as np
 import pytest
 
 from experiments import tracking
@@ -31,13 +32,29 @@ primary:
 
 @pytest.fixture(scope="module")
 def prereg(tmp_path_factory):
+    """A committed pre-registration bound to the held-out test config (its study hash)
+    and to the commit of its own repository (which holds no code: nothing changes)."""
+    from experiments.identify.prereg import study_hash
+
     repo = tmp_path_factory.mktemp("prereg")
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
     for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+        git(*args)
+    (repo / "README").write_text("code\n")
+    git("add", "README")
+    git("commit", "-q", "-m", "code")
     path = repo / "prereg.md"
-    path.write_text(PRIMARY)
-    subprocess.run(["git", "add", "prereg.md"], cwd=repo, check=True, capture_output=True)
-    subprocess.run(["git", "commit", "-q", "-m", "p"], cwd=repo, check=True, capture_output=True)
+    binding = study_hash(config_for(tmp_path_factory.getbasetemp(), path))
+    bound = PRIMARY.replace(
+        "  rule:", f"  config_hash: '{binding}'\n  code_commit: {git('rev-parse', 'HEAD')}\n  rule:"
+    )
+    path.write_text(bound)
+    git("add", "prereg.md")
+    git("commit", "-q", "-m", "p")
     return path
 
 
@@ -51,6 +68,8 @@ def config_for(tmp, prereg, *extra):
             "criteria.n_boot=100",
             f"identify.preregistration={prereg}",
             f"identify.results_dir={tmp / 'res'}",
+            "identify.isocos_degrees=[45, 90]",  # the iso-cos design, two nuisances
+            "identify.isocos_nuisances=[0, 1]",
             *extra,
         ],
         overlays=[QUICK],
@@ -122,6 +141,24 @@ def test_the_record_covers_every_manipulation_and_the_primary(study):
     assert IdentifyRecord.parse(folder.file(RunDir.ANALYSIS).read_text()) == record
 
 
+def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
+    _, _, result = study
+    frame = result.directions
+    iso = frame[frame["manipulation"] == "isocos"]
+    assert sorted(iso["level"].unique()) == [45.0, 90.0]
+    at_45 = iso[iso["level"] == 45.0]
+    assert np.allclose(at_45["cos_ref"], np.cos(np.pi / 4))  # equal geometry, by design
+    ident = result.record.identified
+    assert ident is not None
+    assert set(ident.flexible) == {"auroc", "probit_auroc"}
+    assert ident.flexible["auroc"].n_clusters == 3
+    assert "45" in ident.iso_cos["angles"]
+    assert ident.iso_cos["covariates"][0] == "nuisance_effect"
+    assert "F" in ident.heterogeneity_given_cos or not ident.heterogeneity_given_cos["evaluable"]
+    keys = [v.key for v in answer_of(result.record).verdicts]
+    assert "identified/flexible/auroc" in keys and keys[0] == "primary"
+
+
 def test_the_answer_leads_with_the_primary_analysis_in_the_common_words(study):
     config, _, result = study
     answer = answer_of(result.record)
@@ -189,4 +226,11 @@ def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, 
     assert "not confirmatory" in forced.record.label
     assert tracking.get_run(forced.run_id).data.tags["identify.forced"] == "true"
     ledger = read_jsonl(tmp_path / "res" / "heldout_ledger.jsonl")
-    assert [e["forced"] for e in ledger] == [False, True]
+    # the intent to score is written before any held-out cell, the scoring after it
+    assert [(e["status"], e["forced"]) for e in ledger] == [
+        ("started", False),
+        ("scored", False),
+        ("started", True),
+        ("scored", True),
+    ]
+    assert ledger[0]["run_id"] == ledger[1]["run_id"] == first.run_id
