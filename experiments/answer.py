@@ -189,8 +189,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def answer_markdown(answer: Answer) -> str:
-    """``answer.md`` and the top of the MLflow run description; ends with ``---``."""
+def answer_markdown(answer: Answer, figure_base: str = "") -> str:
+    """``answer.md`` and the top of the MLflow run description; ends with ``---``. Each
+    figure is a link: relative to ``answer.md`` in the run folder (``figure_base`` for
+    elsewhere)."""
     level = f"{answer.confidence:.0%}"
     lines = [f"{ANSWER_HEADING} (run `{answer.run_id}`)", "", f"**Question.** {answer.question}"]
     lines.append("")
@@ -219,7 +221,8 @@ def answer_markdown(answer: Answer) -> str:
                 f"| {_cell(v.reason)} |"
             )
     if answer.figures:
-        lines += ["", "Figures: " + ", ".join(f"`{name}`" for name in answer.figures) + "."]
+        links = ", ".join(f"[{name}]({figure_base}{name})" for name in answer.figures)
+        lines += ["", f"Figures: {links}."]
     return "\n".join(lines) + "\n" + END_MARK
 
 

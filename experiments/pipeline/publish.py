@@ -36,12 +36,15 @@ from experiments.pipeline.report import (
     specificity_matrices,
     summary_text,
 )
+from experiments.pipeline.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
+# The parent run's per-text table (the run folder's samples.csv, as an MLflow table).
+SAMPLES_TABLE = "samples.json"
 # A child run's generations table: the row columns declared for it (experiments.rows).
 CHILD_TABLE_COLUMNS = columns(View.CHILD_TABLE)
 
@@ -384,9 +387,16 @@ def build_record(
     )
 
 
-def views(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> Views:
-    """What Phase 5 shows of its record (the publisher writes and mirrors it)."""
+def views(
+    ctx: RunContext,
+    record: RunRecord,
+    records: pd.DataFrame,
+    samples: pd.DataFrame | None = None,
+) -> Views:
+    """What Phase 5 shows of its record (the publisher writes and mirrors it);
+    ``samples``: the per-text table (``pipeline/samples.py``), when the caller made it."""
     figures = figures_of(ctx, record, records)
+    has_samples = samples is not None and not samples.empty
     return Views(
         answer=answer_of(record, tuple(sorted(figures))),
         summary=summary_text(record, ctx),
@@ -397,6 +407,8 @@ def views(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> Views:
             **{f"criterion.{k}": v.status for k, v in record.criteria.items()},
         },
         params=threshold_params(record),
+        files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
+        tables={SAMPLES_TABLE: samples} if has_samples else {},
         artefacts=(RunDir.GENERATIONS, RunDir.SCORES, RunDir.CONFIG, RunDir.CENTROIDS),
         note_header=run_note(ctx),
         experiment=record.experiment,
@@ -416,6 +428,7 @@ def publish(
     update_children: bool = False,
     betas: dict[str, float] | None = None,
     measurement: MeasurementReport | None = None,
+    samples: pd.DataFrame | None = None,
 ) -> RunRecord:
     """Publish a scored run as a projection of its folder (``pipeline/publisher.py``):
     the record first, the folder's views from it, then its MLflow mirror. Criteria set by
@@ -429,7 +442,7 @@ def publish(
     record = build_record(
         ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
     )
-    shown = views(ctx, record, records)
+    shown = views(ctx, record, records, samples)
     if generation_seconds > 0:
         shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
         shown.metrics["generation/seconds"] = generation_seconds
