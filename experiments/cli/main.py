@@ -24,6 +24,7 @@ from experiments.cli.common import (
     friendly,
     out,
     print_json,
+    progress_bars,
     resolve_config,
     resolve_run,
     setup_logging,
@@ -93,9 +94,15 @@ def concepts(
     from experiments.wordnet import build_concept_graph
 
     ids = [s.strip() for s in synsets.split(",") if s.strip()] if synsets else None
-    graph = build_concept_graph(
-        ids, top_n=top, seed=seed, n_negatives=negatives, min_distance=min_distance
-    )
+    with progress_bars() as report:
+        graph = build_concept_graph(
+            ids,
+            top_n=top,
+            seed=seed,
+            n_negatives=negatives,
+            min_distance=min_distance,
+            progress=report,
+        )
     graph.save(out)
     console.print(
         f"wrote {len(graph.concepts)} concepts to {out}: "

@@ -284,6 +284,7 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     if predictor:
         name = record.config.criteria.predictor
         metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
+    metrics.update(measurement_metrics(record.statistics.get("measurement", {})))
     metrics["n_generations"] = float(record.n_generations)
     metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
     metrics["beta"] = record.beta
@@ -291,6 +292,35 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
         if values.get("beta") is not None:
             metrics[f"beta/{synset}"] = values["beta"]
     return metrics
+
+
+def _interval_metrics(prefix: str, interval: dict | None) -> dict[str, float | None]:
+    """``prefix`` (the estimate) and ``prefix/low``, ``prefix/high`` of an interval dict."""
+    if not isinstance(interval, dict):
+        return {}
+    return {
+        prefix: interval.get("estimate"),
+        f"{prefix}/low": interval.get("low"),
+        f"{prefix}/high": interval.get("high"),
+    }
+
+
+def measurement_metrics(measurement: dict) -> dict[str, float | None]:
+    """Each measure's reliability (``reliability/<measure>``, with its interval where
+    one was computed) and each correlation observed and corrected for unreliability
+    (``correlation/<pair>/observed|corrected``, with ``/low`` and ``/high``), so runs can
+    be compared on them in the runs table (the record keeps the reasons)."""
+    out: dict[str, float | None] = {}
+    for name, rel in measurement.get("reliability", {}).items():
+        out[f"reliability/{name}"] = rel.get("estimate")
+        interval = rel.get("interval") or {}
+        if interval.get("low") is not None:
+            out[f"reliability/{name}/low"] = interval["low"]
+            out[f"reliability/{name}/high"] = interval.get("high")
+    for name, pair in measurement.get("corrected_correlations", {}).items():
+        for which in ("observed", "corrected"):
+            out.update(_interval_metrics(f"correlation/{name}/{which}", pair.get(which)))
+    return out
 
 
 def threshold_params(record: RunRecord) -> dict[str, float]:

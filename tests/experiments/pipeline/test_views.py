@@ -361,3 +361,63 @@ def test_labels_are_placed_without_overlap_on_crowded_points():
     assert len(anns) == len(points)
     assert not _overlapping(_label_boxes(fig))
     plt.close(fig)
+
+
+# ------------------------------------------------------------ runs you can list and open
+
+
+def test_runs_lists_the_run_with_the_verdicts_of_its_answer(tiny_run):
+    """``steer-eval runs --json``: the run under its experiment, its verdicts per sign
+    exactly as criteria.csv (the answer) says; the table names it; an unknown experiment
+    is a clear error."""
+    config, result = tiny_run
+    out = CliRunner().invoke(app, ["runs", "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.stderr
+    listed = {r["run_id"]: r for r in json.loads(out.stdout)["runs"]}
+    run = listed[result.run_id]
+    assert run["experiment"] == config.tracking.experiment and run["status"] == "FINISHED"
+    record = RunDir(result.results_dir.parent, result.run_id).read_record()
+    for key, sign in (("v2_effect_above_null_pos", "s > 0"), ("v2_direction_neg", "s < 0")):
+        shown = run["verdicts"][sign][key]
+        assert shown["status"] == record.criteria[key].status
+        assert shown["value"] == pytest.approx(record.criteria[key].value)
+    table = CliRunner().invoke(app, ["runs", "-e", config.tracking.experiment])
+    assert result.run_id in table.stdout and "effect above null" in table.stdout
+    bad = CliRunner().invoke(app, ["runs", "-e", "no-such-experiment"])
+    assert bad.exit_code == 2 and "no experiment no-such-experiment" in bad.stderr
+
+
+def test_reliabilities_and_corrected_correlations_are_metrics(tiny_run):
+    _config, result = tiny_run
+    metrics = tracking.get_run(result.run_id).data.metrics
+    measurement = result.record.statistics["measurement"]
+    rel = measurement["reliability"]["specificity_pos"]["estimate"]
+    assert metrics["reliability/specificity_pos"] == pytest.approx(rel)
+    pair = measurement["corrected_correlations"]["predictor_vs_effect_neg"]
+    assert metrics["correlation/predictor_vs_effect_neg/observed"] == pytest.approx(
+        pair["observed"]["estimate"]
+    )
+    assert metrics["correlation/predictor_vs_effect_neg/observed/low"] == pytest.approx(
+        pair["observed"]["low"]
+    )
+
+
+def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
+    """The experiment's shared view names metric and parameter columns that the run
+    logs, and the experiment's address opens on it."""
+    from experiments.pipeline.publish import record_metrics
+    from experiments.tracking.columns import VIEW_KEY, VIEW_TAG
+
+    config, result = tiny_run
+    exp = tracking.client().get_experiment_by_name(config.tracking.experiment)
+    columns = json.loads(exp.tags[VIEW_TAG])["selectedColumns"]
+    run = tracking.get_run(result.run_id)
+    metrics = [c[len("metrics.`") : -1] for c in columns if c.startswith("metrics.")]
+    params = [c[len("params.`") : -1] for c in columns if c.startswith("params.")]
+    # Every column is a metric the run logs (a corrected r that is not evaluable is
+    # logged as nothing, so its column is empty for that run).
+    assert metrics and set(metrics) <= set(record_metrics(result.record))
+    assert "v2/criterion/v2_effect_above_null_pos/value" in run.data.metrics
+    assert params and set(params) <= set(run.data.params)
+    assert tracking.ui_url(exp.experiment_id).endswith(f"&viewStateShareKey={VIEW_KEY}")
+    assert "viewStateShareKey" not in tracking.run_ui_url(result.run_id)
