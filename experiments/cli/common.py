@@ -115,20 +115,25 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@contextlib.contextmanager
-def progress_bars():
-    """Progress bars on stderr (rich, the suite's one progress library); yields
-    ``report(what, done, total)``, which the library code calls (it draws nothing)."""
+def progress_display(transient: bool):
+    """A rich progress display on stderr: description, bar, done/total, time."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    with Progress(
+    return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
-        transient=True,
-    ) as bars:
+        transient=transient,
+    )
+
+
+@contextlib.contextmanager
+def progress_bars():
+    """Progress bars on stderr (rich, the suite's one progress library); yields
+    ``report(what, done, total)``, which the library code calls (it draws nothing)."""
+    with progress_display(transient=True) as bars:
         tasks: dict[str, Any] = {}
 
         def report(what: str, done: int, total: int) -> None:

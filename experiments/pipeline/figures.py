@@ -212,7 +212,9 @@ def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str
     return " · ".join(parts)
 
 
-HOLLOW_NOTE = "hollow: every steered text gated out (effect 0 measures nothing; it enters r)"
+HOLLOW_NOTE = (
+    "hollow: every steered text gated out (its effect is 0 by the gate, not measured; it enters r)"
+)
 
 
 def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
@@ -321,6 +323,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from experiments.pipeline.per_concept import degenerate_probes
 
@@ -329,7 +332,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
         return None
     flags = degenerate_probes(record.predictors, record.config.criteria.predictor)
     concepts = sorted(record.per_concept, key=lambda k: names.get(k, k), reverse=True)
-    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.42 * (len(concepts) + 1)))
+    fig, ax = plt.subplots(figsize=(10, 2.0 + 0.42 * (len(concepts) + 1)))
     offsets = {label: (0.15 if label == "pos" else -0.15) for label in signs}
     intervals = record.statistics.get("intervals", {})
     any_hollow = False
@@ -351,7 +354,6 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
                 color=SIGN_COLOURS[label],
                 markerfacecolor="none" if hollow else SIGN_COLOURS[label],
                 capsize=2,
-                label=SIGN_TITLES[label] if i == 1 else None,
             )
         pooled = intervals.get(f"v2_effect_above_null_{label}", {})
         if pooled.get("estimate") is not None:
@@ -397,9 +399,19 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     if any_hollow:
         notes.append(HOLLOW_NOTE)
     if flags:
-        notes.append("⚠ the concept's probe is degenerate (see predictor_vs_effect.png)")
+        notes.append("⚠ the concept's probe is degenerate (predictor_vs_effect.png says how)")
     ax.set(xlabel="\n".join(notes), title="Effect above the random-direction null, per concept")
-    ax.legend(fontsize=7, loc="best")
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=SIGN_COLOURS[lab], label=SIGN_TITLES[lab])
+        for lab in signs
+    ]
+    if any_hollow:
+        handles.append(
+            Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
+                   label="every text gated out")
+        )  # fmt: skip
+    handles.append(Line2D([], [], color="green", linestyle=":", label=f"threshold {threshold:g}"))
+    ax.legend(handles=handles, fontsize=7, loc="best")
     fig.tight_layout()
     return fig
 

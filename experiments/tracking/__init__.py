@@ -394,11 +394,11 @@ def ui_url(
 ) -> str:
     """The full UI address of :func:`ui_path`, on :func:`ui_base`; an experiment's runs
     page opens on its default columns where it has them (``tracking/columns.py``)."""
-    query = ""
     if run_id is None and page is None:
         exp = client().get_experiment(experiment_id)
-        query = view_query(exp.name) if VIEW_TAG in exp.tags else ""
-    return f"{ui_base()}/{ui_path(experiment_id, run_id, page, artifact)}{query}"
+        if VIEW_TAG in exp.tags:  # the runs tab, on the saved view
+            return f"{ui_base()}/{ui_path(experiment_id, page='runs')}{view_query(exp.name)}"
+    return f"{ui_base()}/{ui_path(experiment_id, run_id, page, artifact)}"
 
 
 # The file a run opens on in the UI when it has one: its answer (experiments.rundir).

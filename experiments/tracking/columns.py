@@ -1,13 +1,13 @@
 """The runs table's default columns: the verdicts a reader compares runs on.
 
 MLflow keeps the runs table's columns in the browser (local storage); the server has no
-default. What it does read from the server is a *shared view*: the experiment tag
-``mlflow.sharedViewState.<key>`` holding the view's JSON, opened by the address
-``?viewStateShareKey=<key>`` (the UI's own Share button writes the same tag). The suite
-writes one such view per experiment it knows and every experiment address it prints
-carries the key, so the runs table opens with the v2 verdicts beside each run. Measured
-against MLflow 3.17's UI: a view needs only ``selectedColumns``; the rest of its state
-takes the UI's defaults.
+default. What it does read from the server is a *saved view*: the experiment tag
+``mlflow.sharedViewState.<key>`` holding the view (MLflow 3.17: a JSON envelope with a
+name, times and the state as a JSON string), listed under the runs table's Views and
+opened by ``#/experiments/<id>/runs?viewStateShareKey=<key>`` (the UI's own Save view
+writes the same tag). The suite writes one per experiment it knows and every runs-page
+address it prints opens on it, so the table shows the v2 verdicts beside each run. A
+view needs only ``selectedColumns``; the rest of its state takes the UI's defaults.
 """
 
 from __future__ import annotations
@@ -36,14 +36,29 @@ DEFAULT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+VIEW_NAME = "steer-eval: the verdicts"
+# A saved view's envelope carries times; a fixed one keeps the tag's value the same
+# from run to run (so it is written once, not on every run).
+VIEW_TIME_MS = 1795651200000  # 2026-11-26
+
+
 def view_state(params: tuple[str, ...], metrics: tuple[str, ...]) -> str:
-    """The shared view's JSON: the UI's attributes, then the parameters and metrics."""
+    """The saved view's tag value, MLflow 3.17's envelope (name, times, and the state as
+    a JSON string): the UI's attributes, then the parameters and metrics. The UI lists
+    it under the runs table's Views as :data:`VIEW_NAME`."""
     columns = [
         *ATTRIBUTES,
         *(f"params.`{p}`" for p in params),
         *(f"metrics.`{m}`" for m in metrics),
     ]
-    return json.dumps({"selectedColumns": columns}, separators=(",", ":"))
+    state = json.dumps({"selectedColumns": columns}, separators=(",", ":"))
+    envelope = {
+        "name": VIEW_NAME,
+        "createdAt": VIEW_TIME_MS,
+        "updatedAt": VIEW_TIME_MS,
+        "state": state,
+    }
+    return json.dumps(envelope, separators=(",", ":"))
 
 
 def column_tags(experiment: str) -> dict[str, str]:

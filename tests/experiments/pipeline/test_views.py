@@ -340,8 +340,14 @@ def test_the_answer_names_gated_concepts_and_degenerate_probes_and_links_figures
     _config, result = tiny_run
     folder = RunDir(result.results_dir.parent, result.run_id)
     written = folder.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    logged = tracking.client().download_artifacts(result.run_id, RunDir.ANSWER)
+    with open(logged, encoding="utf-8") as f:
+        in_mlflow = f.read()
+    experiment = tracking.get_run(result.run_id).info.experiment_id
     for png in folder.path.glob("*.png"):
-        assert f"[{png.name}]({png.name})" in written
+        assert f"[{png.name}]({png.name})" in written  # beside answer.md in the folder
+        ui = tracking.ui_path(experiment, result.run_id, artifact=f"plots/{png.name}")
+        assert f"[{png.name}]({ui})" in in_mlflow  # the run's artefact in the UI
 
 
 def test_labels_are_placed_without_overlap_on_crowded_points():
@@ -410,7 +416,9 @@ def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
 
     config, result = tiny_run
     exp = tracking.client().get_experiment_by_name(config.tracking.experiment)
-    columns = json.loads(exp.tags[VIEW_TAG])["selectedColumns"]
+    view = json.loads(exp.tags[VIEW_TAG])  # MLflow 3.17's saved-view envelope
+    assert view["name"] and isinstance(view["createdAt"], int)
+    columns = json.loads(view["state"])["selectedColumns"]
     run = tracking.get_run(result.run_id)
     metrics = [c[len("metrics.`") : -1] for c in columns if c.startswith("metrics.")]
     params = [c[len("params.`") : -1] for c in columns if c.startswith("params.")]
@@ -419,5 +427,8 @@ def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
     assert metrics and set(metrics) <= set(record_metrics(result.record))
     assert "v2/criterion/v2_effect_above_null_pos/value" in run.data.metrics
     assert params and set(params) <= set(run.data.params)
-    assert tracking.ui_url(exp.experiment_id).endswith(f"&viewStateShareKey={VIEW_KEY}")
+    assert tracking.ui_url(exp.experiment_id).endswith(
+        f"#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
+        f"&viewStateShareKey={VIEW_KEY}"
+    )
     assert "viewStateShareKey" not in tracking.run_ui_url(result.run_id)
