@@ -122,6 +122,8 @@ def ui(
         "1",
     ]
     env = {**os.environ, **LIGHT_UI_ENV}
+    # Before the server starts: on a new store both would create its tables at once.
+    found = addresses() or [("MLflow UI", f"http://{host}:{port}")]
     # Its own process group, so stopping this command stops the server's workers too;
     # its log goes to stderr, the addresses to stdout.
     proc = subprocess.Popen(command, stdout=sys.stderr, start_new_session=True, env=env)
@@ -132,7 +134,6 @@ def ui(
     signal.signal(signal.SIGTERM, stop)
     try:
         with console.status(f"starting the MLflow UI on {host}:{port} (about 15 s)"):
-            found = addresses() or [("MLflow UI", f"http://{host}:{port}")]
             while proc.poll() is None:
                 try:
                     with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2):
