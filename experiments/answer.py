@@ -16,7 +16,7 @@ the same thing in the same words:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from experiments.rundir import neutralise
@@ -189,8 +189,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def answer_markdown(answer: Answer) -> str:
-    """``answer.md`` and the top of the MLflow run description; ends with ``---``."""
+def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = None) -> str:
+    """``answer.md`` and the top of the MLflow run description; ends with ``---``. Each
+    figure is a link: relative to ``answer.md`` in the run folder, else ``figure_link``'s
+    (MLflow's copy opens the run's artefact)."""
     level = f"{answer.confidence:.0%}"
     lines = [f"{ANSWER_HEADING} (run `{answer.run_id}`)", "", f"**Question.** {answer.question}"]
     lines.append("")
@@ -219,7 +221,9 @@ def answer_markdown(answer: Answer) -> str:
                 f"| {_cell(v.reason)} |"
             )
     if answer.figures:
-        lines += ["", "Figures: " + ", ".join(f"`{name}`" for name in answer.figures) + "."]
+        link = figure_link or (lambda name: name)
+        links = ", ".join(f"[{name}]({link(name)})" for name in answer.figures)
+        lines += ["", f"Figures: {links}."]
     return "\n".join(lines) + "\n" + END_MARK
 
 

@@ -174,6 +174,7 @@ class RunDir:
     SUMMARY = "summary.md"
     ANSWER = "answer.md"  # the research question and the verdicts (pipeline/answer.py)
     CRITERIA = "criteria.csv"
+    SAMPLES = "samples.csv"  # each steered text beside its twins (pipeline/samples.py)
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"
     TRACES = "traces.json"  # generation key -> MLflow trace id

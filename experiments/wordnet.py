@@ -9,10 +9,8 @@ deterministic for a given seed and WordNet version.
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from experiments.concepts import (
@@ -31,6 +29,10 @@ from experiments.concepts import (
     concept_words,
     mentions,
 )
+
+# Reports progress: (what, done, total). The command line draws it (rich); this module
+# only counts, so the suite has one progress library and it stays in experiments/cli.
+Progress = Callable[[str, int, int], None]
 
 
 def _wordnet():
@@ -77,8 +79,17 @@ def _rule_relations(rule: str) -> tuple[str, ...]:
         ) from None
 
 
-@lru_cache(maxsize=8)
-def _ranking(pos: tuple[str, ...], rule: str, progress: bool) -> tuple[tuple[str, int], ...]:
+_RANKINGS: dict[tuple[tuple[str, ...], str], tuple[tuple[str, int], ...]] = {}
+
+
+def _ranking(
+    pos: tuple[str, ...], rule: str, progress: Progress | None
+) -> tuple[tuple[str, int], ...]:
+    """Every synset of ``pos`` with its link count, most first; cached per process (the
+    cache is keyed without ``progress``, which only reports)."""
+    cached = _RANKINGS.get((pos, rule))
+    if cached is not None:
+        return cached
     wn = _wordnet()
     relations = _rule_relations(rule)
     rows: list[tuple[str, int]] = []
@@ -87,11 +98,15 @@ def _ranking(pos: tuple[str, ...], rule: str, progress: bool) -> tuple[tuple[str
         for synset in _progress(synsets, f"counting links ({p})", progress):
             rows.append((synset.name(), sum(len(getattr(synset, r)()) for r in relations)))
     rows.sort(key=lambda row: (-row[1], row[0]))
-    return tuple(rows)
+    _RANKINGS[(pos, rule)] = tuple(rows)
+    return _RANKINGS[(pos, rule)]
 
 
 def top_synsets(
-    n: int, pos: Sequence[str] = ("n", "v"), rule: str = "hatcat", progress: bool = False
+    n: int,
+    pos: Sequence[str] = ("n", "v"),
+    rule: str = "hatcat",
+    progress: Progress | None = None,
 ) -> list[str]:
     """The ``n`` synsets of the given parts of speech with the most relation links.
 
@@ -337,12 +352,14 @@ def _sample_neutral(
     return chosen
 
 
-def _progress(items: Sequence[Any], description: str, enabled: bool) -> Iterable[Any]:
-    if not enabled:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc=description, file=sys.stderr, leave=False)
+def _progress(items: Sequence[Any], description: str, report: Progress | None) -> Iterable[Any]:
+    if not report:
+        yield from items
+        return
+    for done, item in enumerate(items):
+        report(description, done, len(items))
+        yield item
+    report(description, len(items), len(items))
 
 
 def build_concept(
@@ -386,7 +403,7 @@ def build_concept_graph(
     n_negatives: int = 40,
     min_distance: int = 5,
     n_neutral: int = 60,
-    progress: bool = True,
+    progress: Progress | None = None,
     rule: str = "hatcat",
     max_tries: int | None = None,
 ) -> ConceptGraph:

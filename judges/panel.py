@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,7 +158,7 @@ def run_panel(
     judges: Sequence[Judge],
     samples: pd.DataFrame,
     rubric: Rubric | None = None,
-    progress: bool = True,
+    progress: Callable[[int, int], None] | None = None,
     *,
     max_concurrency: int = 4,
     limit: int | None = None,
@@ -171,7 +171,8 @@ def run_panel(
     many calls in flight, each judge also within its own max_concurrency); the local
     llama judge runs in this thread meanwhile; `max_concurrency=1` runs the judges one
     after another. Results do not depend on it. BudgetExceeded propagates (finished
-    ratings are cached).
+    ratings are cached). ``progress(done, total)`` hears of every finished rating (the
+    command line draws it).
     """
     if not judges:
         raise NoJudgesError(
@@ -217,22 +218,23 @@ def run_panel(
 def _rate_with_progress(
     judges: Sequence[Judge],
     requests: Sequence[RatingRequest],
-    progress: bool,
+    progress: Callable[[int, int], None] | None,
     max_concurrency: int,
 ) -> dict[str, list[Rating]]:
     if not progress:
         return rate_all(judges, requests, max_concurrency)
-    from tqdm.auto import tqdm
-
     lock = threading.Lock()
     total = len(judges) * len(requests)
-    with tqdm(total=total, desc="judging", unit="rating", leave=False) as bar:
+    done = 0
+    progress(0, total)
 
-        def tick(_judge: str, _index: int, _rating: Rating) -> None:
-            with lock:  # ratings finish on several threads
-                bar.update(1)
+    def tick(_judge: str, _index: int, _rating: Rating) -> None:
+        nonlocal done
+        with lock:  # ratings finish on several threads
+            done += 1
+            progress(done, total)
 
-        return rate_all(judges, requests, max_concurrency, on_result=tick)
+    return rate_all(judges, requests, max_concurrency, on_result=tick)
 
 
 def _summarise(

@@ -225,3 +225,53 @@ def test_help_does_not_import_torch(argv):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
     )
     assert out.stdout.strip().endswith("NO-TORCH"), out.stdout[-500:] + out.stderr[-2000:]
+
+
+def top_level_imports() -> set[str]:
+    """Every top-level module our code imports (lazy imports included)."""
+    found: set[str] = set()
+    for path in our_modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def declared_dependencies() -> dict[str, str]:
+    """pyproject's dependencies: distribution name -> the comment lines just above it."""
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    block = text[text.index("dependencies = [") : text.index("]", text.index("dependencies = ["))]
+    out, comment = {}, []
+    for line in block.splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("#"):
+            comment.append(line)
+        elif line.startswith('"'):
+            out[re.split(r"[<>=\[;]", line.strip('",'))[0].lower()] = " ".join(comment)
+            comment = []
+    return out
+
+
+def test_every_declared_dependency_is_imported_or_says_why():
+    """A dependency our code never imports (a library needs it at run time) carries a
+    comment in pyproject saying why; one that is neither was dropped (httpx, tqdm)."""
+    from importlib.metadata import packages_distributions
+
+    modules_of: dict[str, set[str]] = {}
+    for module, dists in packages_distributions().items():
+        for dist in dists:
+            modules_of.setdefault(dist.lower().replace("_", "-"), set()).add(module)
+    imported = top_level_imports()
+    unexplained = [
+        dist
+        for dist, why in declared_dependencies().items()
+        if not (modules_of.get(dist.replace("_", "-"), set()) & imported) and not why
+    ]
+    assert not unexplained, f"declared, never imported, no reason given: {unexplained}"
+
+
+def test_one_progress_library():
+    """Progress is drawn by the command line (rich); the library code only reports it."""
+    assert "tqdm" not in top_level_imports()

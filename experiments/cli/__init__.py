@@ -46,6 +46,7 @@ COMMAND_MODULES = (
     "experiments.cli.human",
     "experiments.cli.panel",
     "experiments.cli.identify",
+    "experiments.cli.runs",
     "experiments.cli.ui",
     "experiments.cli.bench",
 )

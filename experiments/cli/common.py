@@ -115,6 +115,35 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def progress_display(transient: bool):
+    """A rich progress display on stderr: description, bar, done/total, time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    )
+
+
+@contextlib.contextmanager
+def progress_bars():
+    """Progress bars on stderr (rich, the suite's one progress library); yields
+    ``report(what, done, total)``, which the library code calls (it draws nothing)."""
+    with progress_display(transient=True) as bars:
+        tasks: dict[str, Any] = {}
+
+        def report(what: str, done: int, total: int) -> None:
+            if what not in tasks:
+                tasks[what] = bars.add_task(escape(what), total=total)
+            bars.update(tasks[what], completed=done, total=total)
+
+        yield report
+
+
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
@@ -186,7 +215,27 @@ def show_run_address(run_id: str) -> str:
 
     url = tracking.run_ui_url(run_id)
     out.print(f"MLflow UI: {url}", soft_wrap=True, highlight=False, markup=False)
+    if not ui_running(tracking.ui_base()):
+        console.print(UI_NOT_RUNNING, highlight=False, markup=False)
     return url
+
+
+def ui_running(base: str, timeout: float = 0.5) -> bool:
+    """Whether a UI answers at ``base`` (its ``/health``): an address printed for a
+    local store opens only once ``steer-eval ui`` serves it."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=timeout) as reply:
+            return reply.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+UI_NOT_RUNNING = (
+    "(the MLflow UI is not running; start it with `steer-eval ui` or `make ui`, then open "
+    "the address)"
+)
 
 
 def resolve_config(

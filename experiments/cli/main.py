@@ -24,6 +24,8 @@ from experiments.cli.common import (
     friendly,
     out,
     print_json,
+    progress_bars,
+    progress_display,
     resolve_config,
     resolve_run,
     setup_logging,
@@ -93,9 +95,15 @@ def concepts(
     from experiments.wordnet import build_concept_graph
 
     ids = [s.strip() for s in synsets.split(",") if s.strip()] if synsets else None
-    graph = build_concept_graph(
-        ids, top_n=top, seed=seed, n_negatives=negatives, min_distance=min_distance
-    )
+    with progress_bars() as report:
+        graph = build_concept_graph(
+            ids,
+            top_n=top,
+            seed=seed,
+            n_negatives=negatives,
+            min_distance=min_distance,
+            progress=report,
+        )
     graph.save(out)
     console.print(
         f"wrote {len(graph.concepts)} concepts to {out}: "
@@ -283,7 +291,6 @@ def run(
     import os
 
     setup_logging(verbose)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from experiments.pipeline.run import run_phase5
 
@@ -316,14 +323,7 @@ def run(
                 overrides.append(f"{key}={value}")
         experiment = resolve_config(config, [], phase="phase5").experiment
         resume = resolve_run(resume, experiment, "5", finished=False)
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
+    with progress_display(transient=False) as progress:
         # shown from the first batch: an error before it (a bad model, a missing store)
         # is then not printed under an empty bar
         task = progress.add_task("generations", total=None, visible=False)

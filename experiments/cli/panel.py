@@ -18,6 +18,7 @@ from experiments.cli.common import (
     friendly,
     out,
     print_json,
+    progress_bars,
     show_run_address,
 )
 from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
@@ -64,16 +65,18 @@ def panel(
     if dry_run:
         _dry_run(run, when, judges, budget, limit, openai_base_url, results_dir, experiment, json_)
         return
-    decision, result, combined, skipped = run_panel_for(
-        run,
-        when,
-        judges,
-        budget,
-        openai_base_url,
-        results_dir,
-        experiment=experiment,
-        limit=limit,
-    )
+    with progress_bars() as report:
+        decision, result, combined, skipped = run_panel_for(
+            run,
+            when,
+            judges,
+            budget,
+            openai_base_url,
+            results_dir,
+            progress=lambda done, total: report("judging", done, total),
+            experiment=experiment,
+            limit=limit,
+        )
     console.print(f"panel {'runs' if decision.run else 'skipped'}: {decision.reason}")
     if result is None or combined is None:
         if json_:

@@ -6,7 +6,8 @@ suite sets is not enough for this version. A run's overview shows its descriptio
 below its tags, parameters and registered models, so a run's address opens its
 Artifacts tab on ``answer.md``, which the UI renders. The command prints each phase's
 newest run on its answer and each experiment's runs (the description leads with the
-latest answer), and serves until Ctrl-C.
+latest answer, the runs table opens on the verdicts' columns), and serves until Ctrl-C,
+light: one worker, no job execution (the suite never submits MLflow jobs).
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from typing import Annotated
 import typer
 
 from experiments.cli.common import console, friendly, out
+
+# One reader browsing results needs one worker, and no job runner: MLflow 3.17 starts 4
+# uvicorn workers and a job-execution server with its own workers by default (15
+# processes, about 2.6 GB here; with these, 2 processes and about 0.5 GB, docs/mlflow.md).
+LIGHT_UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def register(app: typer.Typer) -> None:
@@ -112,10 +118,15 @@ def ui(
         host,
         "--port",
         str(port),
+        "--workers",
+        "1",
     ]
+    env = {**os.environ, **LIGHT_UI_ENV}
+    # Before the server starts: on a new store both would create its tables at once.
+    found = addresses() or [("MLflow UI", f"http://{host}:{port}")]
     # Its own process group, so stopping this command stops the server's workers too;
     # its log goes to stderr, the addresses to stdout.
-    proc = subprocess.Popen(command, stdout=sys.stderr, start_new_session=True)
+    proc = subprocess.Popen(command, stdout=sys.stderr, start_new_session=True, env=env)
 
     def stop(*_args: object) -> None:
         raise KeyboardInterrupt
@@ -123,7 +134,6 @@ def ui(
     signal.signal(signal.SIGTERM, stop)
     try:
         with console.status(f"starting the MLflow UI on {host}:{port} (about 15 s)"):
-            found = addresses() or [("MLflow UI", f"http://{host}:{port}")]
             while proc.poll() is None:
                 try:
                     with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2):

@@ -174,9 +174,39 @@ def seed_verdicts(record: RunRecord) -> list[Verdict]:
     return out
 
 
+def reader_notes(record: RunRecord) -> list[str]:
+    """What a reader must know before trusting a per-concept number: concepts whose
+    steered texts the gate failed at a sign (their effect, exactly 0, measures nothing
+    but enters the correlation) and degenerate probes (their F1 has no detector behind
+    it). The figures mark the same concepts."""
+    from experiments.pipeline.per_concept import degenerate_probes
+
+    notes = []
+    for sign, label in (("pos", "s > 0"), ("neg", "s < 0")):
+        gated = [
+            f"{synset} ({int(v[f'gated_out_{sign}'])}/{int(v[f'steered_{sign}'])})"
+            for synset, v in sorted(record.per_concept.items())
+            if v.get(f"steered_{sign}") and v.get(f"gated_out_{sign}") == v[f"steered_{sign}"]
+        ]
+        if gated:
+            notes.append(
+                f"At {label}, every steered text of {len(gated)} concept(s) failed the "
+                f"coherence gate: {', '.join(gated)}; their effect is 0 by the gate, not "
+                "measured, and it enters r."
+            )
+    flags = degenerate_probes(record.predictors, record.config.criteria.predictor)
+    if flags:
+        notes.append(
+            f"Degenerate probe(s), whose {record.config.criteria.predictor} says little "
+            "about the concept: " + "; ".join(f"{k}: {why}" for k, why in flags.items()) + "."
+        )
+    return notes
+
+
 def answer_of(record: RunRecord, figures: tuple[str, ...] = ()) -> Answer:
     """The answer block of a run, from its record alone."""
     return Answer(
+        notes=reader_notes(record),
         phase="phase5",
         run_id=record.run_id,
         question=question(record),

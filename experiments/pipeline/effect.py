@@ -74,6 +74,24 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
     too_perplexed = steered["perplexity"].isna() | (steered["perplexity"] > limit)
     broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
     gate = ~(broken | too_perplexed)
+    reason = np.select(
+        [
+            steered["near_empty"].astype(bool),
+            steered["is_echo"].astype(bool),
+            steered["perplexity"].isna(),
+            too_perplexed,
+        ],
+        [
+            "near-empty",
+            "echoes the prompt",
+            "no perplexity",
+            "perplexity "
+            + steered["perplexity"].round(1).astype(str)
+            + " > "
+            + limit.round(1).astype(str),
+        ],
+        default="",
+    )
     fluency = row_fluency(steered["perplexity"], steered["ppl0_median"], broken)
     concept_score = (e / config.gate.effect_reference).clip(0, 1)
     combined = np.where(
@@ -85,6 +103,7 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
         sign=sign,
         e=e,
         gate_pass=gate,
+        gate_reason=reason,  # why the gate failed the text ("" when it passed)
         e_gated=e.where(gate, 0.0),
         fluency=fluency,
         concept_score=concept_score,

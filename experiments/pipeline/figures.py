@@ -49,14 +49,13 @@ def plots(
     shared = sorted(set(predictor) & set(magnitudes))
     xs, ys = [predictor[k] for k in shared], [magnitudes[k] for k in shared]
     ax.scatter(xs, ys)
-    for k, x, y in zip(shared, xs, ys, strict=True):
-        ax.annotate(ctx.graph.get(k).name, (x, y), fontsize=7)
     ax.set(
         xlabel=f"classifier {ctx.predictor_name} (held-out test split)",
         ylabel="mean |Δ_s − Δ_0|",
         title="F1 against steering magnitude",
     )
     fig.tight_layout()
+    place_labels(ax, list(zip(xs, ys, strict=True)), [ctx.graph.get(k).name for k in shared])
     figs["f1_vs_magnitude.png"] = fig
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -128,26 +127,125 @@ def _error(value: float, low: float | None, high: float | None) -> list[list[flo
     return [[max(value - low, 0.0)], [max(high - value, 0.0)]]
 
 
+# Offsets (in points) tried for a label around its point, nearest first.
+LABEL_OFFSETS = [
+    (dx * r, dy * r)
+    for r in (1, 2, 3.5, 5)
+    for dx, dy in ((4, 4), (4, -10), (-4, 4), (-4, -10), (0, 10), (0, -14), (8, -3), (-8, -3))
+]
+
+
+def place_labels(ax, points: list[tuple[float, float]], labels: list[str], fontsize: float = 7):
+    """Annotate each point with its label where it overlaps no other label, no point
+    and stays inside the axes: offsets are tried nearest first (matplotlib alone; no
+    adjustText in the environment). A label moved far from its point gets a thin line
+    to it. Returns the annotations (a test checks their boxes do not overlap)."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    marks = [ax.transData.transform(p) for p in points]
+    placed: list = []
+    out = []
+    for (x, y), text in zip(points, labels, strict=True):
+        best, best_cost = None, None
+        for dx, dy in LABEL_OFFSETS:
+            ann = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=fontsize,
+                ha="left" if dx >= 0 else "right",
+            )
+            box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
+            cost = sum(_overlap(box, other) for other in placed)
+            cost += sum(box.contains(mx, my) for mx, my in marks) * 50.0
+            cost += 0.0 if _within(box, inside) else 1e4
+            if best_cost is None or cost < best_cost:
+                if best is not None:
+                    best[0].remove()
+                best, best_cost = (ann, box, dx, dy), cost
+            else:
+                ann.remove()
+            if cost == 0:
+                break
+        ann, box, dx, dy = best
+        if abs(dx) > 8 or abs(dy) > 14:
+            ax.annotate(
+                "",
+                (x, y),
+                xytext=(dx, dy + (3 if dy > 0 else 0)),
+                textcoords="offset points",
+                arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5},
+            )
+        placed.append(box)
+        out.append(ann)
+    return out
+
+
+def _overlap(a, b) -> float:
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def _within(box, outer) -> bool:
+    return box.x0 >= outer.x0 and box.x1 <= outer.x1 and box.y0 >= outer.y0 and box.y1 <= outer.y1
+
+
+def _gated(values: dict, label: str) -> tuple[int, int]:
+    """(k, n): how many of a concept's steered texts at this sign the gate failed."""
+    return int(values.get(f"gated_out_{label}") or 0), int(values.get(f"steered_{label}") or 0)
+
+
+def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str:
+    """A concept's label: its name, n of its interval, k/n gated, and a degenerate flag."""
+    parts = [name]
+    n = values.get(f"above_null_{label}_n")
+    if n is not None:
+        parts.append(f"n={int(n)}")
+    k, total = _gated(values, label)
+    if k:
+        parts.append(f"{k}/{total} gated")
+    if flag:
+        parts.append("⚠ degenerate probe")
+    return " · ".join(parts)
+
+
+HOLLOW_NOTE = (
+    "hollow: every steered text gated out (its effect is 0 by the gate, not measured; it enters r)"
+)
+
+
 def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
     """The v2 question per sign: each concept's predictor (x, with its interval over the
     probe's test texts where the record allows) against its effect above null (y, with
     its interval over the concept's prompts); the threshold and the correlation's verdict
-    in the title. None when no sign has an effect above null (no random arm)."""
+    in the title. Each label says how many units its interval rests on (n) and how many
+    steered texts the gate failed (k/n gated); a concept whose texts were all gated out
+    is hollow; a degenerate probe (AUROC < 0.5, one class predicted) is flagged and named
+    under the figure. Both panels share their axes. None when no sign has an effect
+    above null (no random arm)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.pipeline.per_concept import predictor_interval
+    from experiments.pipeline.per_concept import degenerate_probes, predictor_interval
 
     signs = _signs_with_effects(record)
     if not signs:
         return None
     name = record.config.criteria.predictor
     c = record.config.criteria
-    fig, axes = plt.subplots(1, len(signs), figsize=(5.5 * len(signs), 4.6), squeeze=False)
-    any_x_interval = False
+    flags = degenerate_probes(record.predictors, name)
+    fig, axes = plt.subplots(
+        1, len(signs), figsize=(6 * len(signs), 5.2), squeeze=False, sharex=True, sharey=True
+    )
+    any_x_interval = any_hollow = False
+    placements = []
     for ax, label in zip(axes[0], signs, strict=True):
+        points, labels = [], []
         for synset, values in sorted(record.per_concept.items()):
             x = record.predictors.get(synset, {}).get(name)
             if x is None and name == "f1_raw":
@@ -160,23 +258,26 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             )
             any_x_interval |= xlow is not None
             ylow, yhigh = _bounds(values, f"above_null_{label}")
+            k, n = _gated(values, label)
+            hollow = n > 0 and k == n
+            any_hollow |= hollow
+            colour = "red" if synset in flags else SIGN_COLOURS[label]
             ax.errorbar(
                 x,
                 y,
                 xerr=_error(x, xlow, xhigh),
                 yerr=_error(y, ylow, yhigh),
-                fmt="o",
-                color=SIGN_COLOURS[label],
+                fmt="X" if synset in flags else "o",
+                markersize=7,
+                color=colour,
+                markerfacecolor="none" if hollow else colour,
                 ecolor="grey",
                 elinewidth=1,
                 capsize=2,
             )
-            ax.annotate(
-                names.get(synset, synset),
-                (x, y),
-                fontsize=7,
-                xytext=(3, 3),
-                textcoords="offset points",
+            points.append((x, y))
+            labels.append(
+                _concept_label(names.get(synset, synset), values, label, flags.get(synset))
             )
         ax.axhline(0, color="black", linewidth=0.5)
         ax.axhline(c.effect_min, color="green", linestyle=":", label=f"threshold {c.effect_min:g}")
@@ -187,60 +288,73 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
                 record, f"v2_predictor_vs_effect_{label}", f"{SIGN_TITLES[label]}: r"
             ),
         )
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left")
+        placements.append((ax, points, labels))
     level = f"{c.confidence:.0%}"
     x_note = (
         f"x: {level} bootstrap over the probe's test texts"
         if any_x_interval
         else f"x: no interval ({name} needs per-text scores the record does not keep)"
     )
-    fig.suptitle(
+    notes = [
         f"Predictor against effect above null, per concept (y: {level} interval over the "
-        f"concept's prompts; {x_note})",
-        fontsize=8,
-    )
+        f"concept's n units; {x_note})"
+    ]
+    if any_hollow:
+        notes.append(HOLLOW_NOTE)
+    if flags:
+        notes.append(
+            "⚠ degenerate probe (red X): "
+            + "; ".join(f"{names.get(k, k)}: {why}" for k, why in flags.items())
+        )
+    fig.suptitle("\n".join(notes), fontsize=8)
     fig.tight_layout()
+    for ax, points, labels in placements:  # after the layout, so the boxes are final
+        place_labels(ax, points, labels)
     return fig
 
 
 def forest_figure(record: RunRecord, names: dict[str, str]):
     """Per concept, the effect above null with its interval, per sign; the pooled
-    estimate (the v2 criterion) at the bottom. None without an effect above null."""
+    estimate (the v2 criterion) at the bottom. Each row names how many units its
+    intervals rest on and how many texts the gate failed; a concept whose texts were all
+    gated out at a sign is drawn hollow. None without an effect above null."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from experiments.pipeline.per_concept import degenerate_probes
 
     signs = _signs_with_effects(record)
     if not signs:
         return None
+    flags = degenerate_probes(record.predictors, record.config.criteria.predictor)
     concepts = sorted(record.per_concept, key=lambda k: names.get(k, k), reverse=True)
-    fig, ax = plt.subplots(figsize=(7, 1.4 + 0.38 * (len(concepts) + 1)))
+    fig, ax = plt.subplots(figsize=(10, 2.0 + 0.42 * (len(concepts) + 1)))
     offsets = {label: (0.15 if label == "pos" else -0.15) for label in signs}
     intervals = record.statistics.get("intervals", {})
+    any_hollow = False
     for label in signs:
-        ys, xs, lows, highs = [], [], [], []
         for i, synset in enumerate(concepts, start=1):
-            value = record.per_concept[synset].get(f"above_null_{label}")
+            values = record.per_concept[synset]
+            value = values.get(f"above_null_{label}")
             if value is None:
                 continue
-            low, high = _bounds(record.per_concept[synset], f"above_null_{label}")
-            ys.append(i + offsets[label])
-            xs.append(value)
-            lows.append(value if low is None else low)
-            highs.append(value if high is None else high)
-        ax.errorbar(
-            xs,
-            ys,
-            xerr=[
-                [x - lo for x, lo in zip(xs, lows, strict=True)],
-                [hi - x for x, hi in zip(xs, highs, strict=True)],
-            ],
-            fmt="o",
-            color=SIGN_COLOURS[label],
-            capsize=2,
-            label=SIGN_TITLES[label],
-        )
+            low, high = _bounds(values, f"above_null_{label}")
+            k, n = _gated(values, label)
+            hollow = n > 0 and k == n
+            any_hollow |= hollow
+            ax.errorbar(
+                [value],
+                [i + offsets[label]],
+                xerr=_error(value, low, high),
+                fmt="o",
+                color=SIGN_COLOURS[label],
+                markerfacecolor="none" if hollow else SIGN_COLOURS[label],
+                capsize=2,
+            )
         pooled = intervals.get(f"v2_effect_above_null_{label}", {})
         if pooled.get("estimate") is not None:
             est = pooled["estimate"]
@@ -257,17 +371,47 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     ax.axvline(0, color="black", linewidth=0.5)
     threshold = record.config.criteria.effect_min
     ax.axvline(threshold, color="green", linestyle=":", label=f"threshold {threshold:g}")
-    ax.set_yticks(
-        [0, *range(1, len(concepts) + 1)],
-        ["all concepts (v2)", *[names.get(k, k) for k in concepts]],
-        fontsize=8,
+    pooled_n = next(
+        (
+            intervals[f"v2_effect_above_null_{lab}"].get("n_clusters")
+            for lab in signs
+            if intervals.get(f"v2_effect_above_null_{lab}", {}).get("n_clusters")
+        ),
+        None,
     )
+    rows = [f"all concepts (v2){f', n={int(pooled_n)} concepts' if pooled_n else ''}"]
+    for synset in concepts:
+        values = record.per_concept[synset]
+        parts = [names.get(synset, synset)]
+        n = next((values.get(f"above_null_{lab}_n") for lab in signs), None)
+        if n is not None:
+            parts.append(f"n={int(n)}")
+        for lab in signs:
+            k, total = _gated(values, lab)
+            if k:
+                parts.append(f"{SIGN_TITLES[lab]}: {k}/{total} gated")
+        if synset in flags:
+            parts.append("⚠")
+        rows.append(" · ".join(parts))
+    ax.set_yticks([0, *range(1, len(concepts) + 1)], rows, fontsize=8)
     level = f"{record.config.criteria.confidence:.0%}"
-    ax.set(
-        xlabel=f"effect above null (gated, Δ units), {level} interval",
-        title="Effect above the random-direction null, per concept",
-    )
-    ax.legend(fontsize=7, loc="best")
+    notes = [f"effect above null (gated, Δ units), {level} interval over each row's n units"]
+    if any_hollow:
+        notes.append(HOLLOW_NOTE)
+    if flags:
+        notes.append("⚠ the concept's probe is degenerate (predictor_vs_effect.png says how)")
+    ax.set(xlabel="\n".join(notes), title="Effect above the random-direction null, per concept")
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=SIGN_COLOURS[lab], label=SIGN_TITLES[lab])
+        for lab in signs
+    ]
+    if any_hollow:
+        handles.append(
+            Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
+                   label="every text gated out")
+        )  # fmt: skip
+    handles.append(Line2D([], [], color="green", linestyle=":", label=f"threshold {threshold:g}"))
+    ax.legend(handles=handles, fontsize=7, loc="best")
     fig.tight_layout()
     return fig
 

@@ -36,12 +36,15 @@ from experiments.pipeline.report import (
     specificity_matrices,
     summary_text,
 )
+from experiments.pipeline.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
+# The parent run's per-text table (the run folder's samples.csv, as an MLflow table).
+SAMPLES_TABLE = "samples.json"
 # A child run's generations table: the row columns declared for it (experiments.rows).
 CHILD_TABLE_COLUMNS = columns(View.CHILD_TABLE)
 
@@ -281,6 +284,7 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     if predictor:
         name = record.config.criteria.predictor
         metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
+    metrics.update(measurement_metrics(record.statistics.get("measurement", {})))
     metrics["n_generations"] = float(record.n_generations)
     metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
     metrics["beta"] = record.beta
@@ -288,6 +292,35 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
         if values.get("beta") is not None:
             metrics[f"beta/{synset}"] = values["beta"]
     return metrics
+
+
+def _interval_metrics(prefix: str, interval: dict | None) -> dict[str, float | None]:
+    """``prefix`` (the estimate) and ``prefix/low``, ``prefix/high`` of an interval dict."""
+    if not isinstance(interval, dict):
+        return {}
+    return {
+        prefix: interval.get("estimate"),
+        f"{prefix}/low": interval.get("low"),
+        f"{prefix}/high": interval.get("high"),
+    }
+
+
+def measurement_metrics(measurement: dict) -> dict[str, float | None]:
+    """Each measure's reliability (``reliability/<measure>``, with its interval where
+    one was computed) and each correlation observed and corrected for unreliability
+    (``correlation/<pair>/observed|corrected``, with ``/low`` and ``/high``), so runs can
+    be compared on them in the runs table (the record keeps the reasons)."""
+    out: dict[str, float | None] = {}
+    for name, rel in measurement.get("reliability", {}).items():
+        out[f"reliability/{name}"] = rel.get("estimate")
+        interval = rel.get("interval") or {}
+        if interval.get("low") is not None:
+            out[f"reliability/{name}/low"] = interval["low"]
+            out[f"reliability/{name}/high"] = interval.get("high")
+    for name, pair in measurement.get("corrected_correlations", {}).items():
+        for which in ("observed", "corrected"):
+            out.update(_interval_metrics(f"correlation/{name}/{which}", pair.get(which)))
+    return out
 
 
 def threshold_params(record: RunRecord) -> dict[str, float]:
@@ -384,9 +417,16 @@ def build_record(
     )
 
 
-def views(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> Views:
-    """What Phase 5 shows of its record (the publisher writes and mirrors it)."""
+def views(
+    ctx: RunContext,
+    record: RunRecord,
+    records: pd.DataFrame,
+    samples: pd.DataFrame | None = None,
+) -> Views:
+    """What Phase 5 shows of its record (the publisher writes and mirrors it);
+    ``samples``: the per-text table (``pipeline/samples.py``), when the caller made it."""
     figures = figures_of(ctx, record, records)
+    has_samples = samples is not None and not samples.empty
     return Views(
         answer=answer_of(record, tuple(sorted(figures))),
         summary=summary_text(record, ctx),
@@ -397,6 +437,8 @@ def views(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> Views:
             **{f"criterion.{k}": v.status for k, v in record.criteria.items()},
         },
         params=threshold_params(record),
+        files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
+        tables={SAMPLES_TABLE: samples} if has_samples else {},
         artefacts=(RunDir.GENERATIONS, RunDir.SCORES, RunDir.CONFIG, RunDir.CENTROIDS),
         note_header=run_note(ctx),
         experiment=record.experiment,
@@ -416,6 +458,7 @@ def publish(
     update_children: bool = False,
     betas: dict[str, float] | None = None,
     measurement: MeasurementReport | None = None,
+    samples: pd.DataFrame | None = None,
 ) -> RunRecord:
     """Publish a scored run as a projection of its folder (``pipeline/publisher.py``):
     the record first, the folder's views from it, then its MLflow mirror. Criteria set by
@@ -429,7 +472,7 @@ def publish(
     record = build_record(
         ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
     )
-    shown = views(ctx, record, records)
+    shown = views(ctx, record, records, samples)
     if generation_seconds > 0:
         shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
         shown.metrics["generation/seconds"] = generation_seconds

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -128,34 +129,57 @@ def publish(
     run_id, run_dir = target.run_id, target.run_dir
     assert run_id is not None and run_dir is not None, "publish after session.start()"
     write_record(run_dir, record, record_file)
-    answer = write_views(run_dir, views)
-    mirror(run_id, run_dir, views, answer, record_file)
+    write_views(run_dir, views)
+    mirror(run_id, run_dir, views, record_file)
     if callable(children):
         children(run_id)
     else:
         log_children(run_id, views.experiment, children)
 
 
-def mirror(run_id: str, run_dir: RunDir, views: Views, answer: str, record_file: str):
-    """The parent MLflow run as a mirror of the folder (``answer``: its ``answer.md``)."""
+def mirror(run_id: str, run_dir: RunDir, views: Views, record_file: str):
+    """The parent MLflow run as a mirror of the folder (``answer.md`` with its figures
+    linked to the run's artefacts: :func:`log_answer`)."""
     c = tracking.client()
     if views.params:
         tracking.log_new_params(run_id, views.params)
     for key, value in views.tags.items():
         c.set_tag(run_id, key, value)
+    shown = log_answer(run_id, views.answer)
     tracking.set_note(
-        run_id, answer + "\n" + views.note_header + views.summary, whole=views.note_whole
+        run_id, shown + "\n" + views.note_header + views.summary, whole=views.note_whole
     )
     if views.experiment:
         note_latest(run_id, views)
     for name in views.figures:
-        c.log_artifact(run_id, str(run_dir.file(name)), "plots")
-    for name in (RunDir.ANSWER, record_file, RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
+        c.log_artifact(run_id, str(run_dir.file(name)), PLOTS)
+    for name in (record_file, RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
         if run_dir.file(name).exists():
             c.log_artifact(run_id, str(run_dir.file(name)))
     for name, frame in views.tables.items():
         tracking.overwrite_table(run_id, frame, name)
     tracking.log_metrics(run_id, views.metrics)
+
+
+# Where the mirror logs a run's figures among its artefacts.
+PLOTS = "plots"
+
+
+def log_answer(run_id: str, answer: Answer) -> str:
+    """``answer.md`` as MLflow shows it (artefact and description): the folder's text
+    with each figure linked to the run's ``plots/`` artefact in the UI, where a link
+    relative to the file would open nothing. Returns that text."""
+    import tempfile
+
+    experiment_id = tracking.get_run(run_id).info.experiment_id
+    text = answer_markdown(
+        answer, lambda name: tracking.ui_path(experiment_id, run_id, artifact=f"{PLOTS}/{name}")
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, RunDir.ANSWER)
+        atomic_write_text(Path(path), text)
+        tracking.client().log_artifact(run_id, path)
+    return text
 
 
 def note_latest(run_id: str, views: Views) -> None:

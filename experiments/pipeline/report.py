@@ -9,6 +9,7 @@ import pandas as pd
 
 from experiments.answer import (
     SIGN_LABELS,
+    Answer,
     interval_dict_text,
     number,
 )
@@ -240,8 +241,10 @@ def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dic
     return drawn
 
 
-def write_answer(run_dir: RunDir, record: RunRecord) -> str:
+def write_answer(run_dir: RunDir, record: RunRecord) -> Answer:
     """``answer.md`` and ``criteria.csv`` from the record, naming the folder's figures;
-    returns the answer's text. Parts B and C call it when criterion 4 changes."""
+    returns the answer. Parts B and C call it when criterion 4 changes."""
     figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
-    return publisher.write_answer(run_dir, answer_of(record, figures))
+    answer = answer_of(record, figures)
+    publisher.write_answer(run_dir, answer)
+    return answer

@@ -38,6 +38,7 @@ from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.publish import log_parent, numeric_metrics, publish, run_name
 from experiments.pipeline.reference_gap import reference_gaps
+from experiments.pipeline.samples import sample_table
 from experiments.pipeline.score import Scorer, build_scorer, score_all
 from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import VectorSet, build_vectors
@@ -129,6 +130,7 @@ def score_and_publish(
             update_children=rescore,
             betas=betas,
             measurement=measurement,
+            samples=sample_table(records, ctx.config, measurement.per_concept),
         )
     if ctx.config.tracking.traces:
         from experiments.pipeline.tracing import log_traces

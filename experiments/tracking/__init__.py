@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from experiments.tracking.columns import VIEW_TAG, column_tags, view_query
 from experiments.tracking.context import context_tags, git_info
 from experiments.tracking.notes import EXPERIMENT_NOTES
 
@@ -151,12 +152,15 @@ def experiment_id(name: str) -> str:
     if exp is not None:
         if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # made by an older version
             c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        for key, value in column_tags(name).items():  # the runs table's default columns
+            if exp.tags.get(key) != value:
+                c.set_experiment_tag(exp.experiment_id, key, value)
         found = exp.experiment_id
     else:
         location = None
         if is_local_store():
             location = (artifact_root() / name).as_uri()
-        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **column_tags(name)}
         if name in EXPERIMENT_NOTES:
             tags[NOTE_TAG] = EXPERIMENT_NOTES[name]
         found = _create_experiment(c, name, location, tags)
@@ -288,7 +292,7 @@ def get_run(run_id: str):
         return client().get_run(run_id)
     except MlflowException as exc:
         raise LookupError(
-            f"no MLflow run {run_id!r} in {tracking_uri()}; list runs with `make ui`"
+            f"no MLflow run {run_id!r} in {tracking_uri()}; list runs with `steer-eval runs`"
         ) from exc
 
 
@@ -388,7 +392,12 @@ def ui_url(
     page: str | None = None,
     artifact: str | None = None,
 ) -> str:
-    """The full UI address of :func:`ui_path`, on :func:`ui_base`."""
+    """The full UI address of :func:`ui_path`, on :func:`ui_base`; an experiment's runs
+    page opens on its default columns where it has them (``tracking/columns.py``)."""
+    if run_id is None and page is None:
+        exp = client().get_experiment(experiment_id)
+        if VIEW_TAG in exp.tags:  # the runs tab, on the saved view
+            return f"{ui_base()}/{ui_path(experiment_id, page='runs')}{view_query(exp.name)}"
     return f"{ui_base()}/{ui_path(experiment_id, run_id, page, artifact)}"
 
 

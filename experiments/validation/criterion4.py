@@ -116,12 +116,13 @@ def refresh_answer(run_id: str, folder: RunDir, record: RunRecord) -> None:
     """The answer block follows criterion 4: ``answer.md``, its artefact and the top of
     the parent run's description are rewritten from the updated record."""
     from experiments.answer import with_answer
+    from experiments.pipeline.publisher import log_answer
     from experiments.pipeline.report import write_answer
 
-    text = write_answer(folder, record)
+    answer = write_answer(folder, record)
+    text = log_answer(run_id, answer)
     note = tracking.get_run(run_id).data.tags.get(tracking.NOTE_TAG, "")
     tracking.set_note(run_id, with_answer(note, text), whole=RunDir.SUMMARY)
-    tracking.client().log_artifact(run_id, str(folder.file(RunDir.ANSWER)))
 
 
 def _v2_name(name: str) -> str:

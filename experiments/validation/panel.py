@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -313,7 +314,7 @@ def run_panel_for(
     budget: float | None,
     openai_base_url: str | None = None,
     results_dir: str | Path | None = None,
-    progress: bool = True,
+    progress: Callable[[int, int], None] | None = None,
     cache_dir: str | Path | None = None,
     experiment: str | None = None,
     limit: int | None = None,

@@ -55,7 +55,7 @@ def wn():
 def small_graphs(wn) -> dict[int, ConceptGraph]:
     """Two small builds per seed (one noun, one verb) to check seeding without a full build."""
     ids = ["dog.n.01", "run.v.01"]
-    kwargs = {"n_negatives": 12, "n_neutral": 8, "progress": False}
+    kwargs = {"n_negatives": 12, "n_neutral": 8}
     return {
         0: build_concept_graph(ids, seed=0, **kwargs),
         1: build_concept_graph(ids, seed=1, **kwargs),
@@ -147,7 +147,7 @@ def test_negatives_are_far_of_the_same_pos_and_never_name_the_concept(
 
 
 def test_negatives_exclude_descendants_and_member_linked_topics(wn) -> None:
-    graph = build_concept_graph(["bird_genus.n.01"], n_negatives=40, n_neutral=0, progress=False)
+    graph = build_concept_graph(["bird_genus.n.01"], n_negatives=40, n_neutral=0)
     bird = wn.synset("bird.n.01")
     for negative in graph.concepts[0].negatives:
         ancestors = wn.synset(negative.synset).closure(lambda s: s.hypernyms())
@@ -192,14 +192,14 @@ def test_unknown_synset_is_a_clear_error(wn) -> None:
     with pytest.raises(
         ConceptError, match=r"no WordNet synset 'dgo\.n\.01'; ids look like dog\.n\.01"
     ):
-        build_concept_graph(["dgo.n.01"], progress=False)
+        build_concept_graph(["dgo.n.01"])
     with pytest.raises(ConceptError, match="synsets for 'dog'"):
-        build_concept_graph(["dog"], progress=False)
+        build_concept_graph(["dog"])
 
 
 def test_too_few_negatives_is_a_clear_error(wn) -> None:
     with pytest.raises(ConceptError, match=r"person\.n\.01: found only 0 of 40 negatives.*>= 40"):
-        build_concept_graph(["person.n.01"], min_distance=40, max_tries=300, progress=False)
+        build_concept_graph(["person.n.01"], min_distance=40, max_tries=300)
 
 
 def test_load_concepts_errors_name_the_file(tmp_path: Path) -> None:

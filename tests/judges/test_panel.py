@@ -82,7 +82,7 @@ def _no_nan(result: PanelResult) -> None:
 
 def test_agreeing_panel(tmp_path):
     judges = [ScriptedJudge(f"j{i}", tracking(0.4, i)) for i in range(3)]
-    result = run_panel(judges, samples(), progress=False)
+    result = run_panel(judges, samples())
     assert isinstance(result.alpha, Alpha) and result.alpha.value > 0.9
     assert isinstance(result.panel_mean_vs_delta, Correlation)
     assert result.panel_mean_vs_delta.r > 0.9
@@ -100,7 +100,7 @@ def test_disagreeing_panel():
         ScriptedJudge("tracks", tracking(0.3, 0)),
         ScriptedJudge("random", lambda r: float(rng.integers(0, 11))),
     ]
-    result = run_panel(judges, samples(), progress=False)
+    result = run_panel(judges, samples())
     assert isinstance(result.alpha, Alpha) and result.alpha.value < 0.667
     assert panel_agrees(result) is False
 
@@ -111,7 +111,7 @@ def test_score_table_and_totals():
         ScriptedJudge("b", tracking(0.2, 1), cost=None, hit=True),
     ]
     data = samples(10)
-    result = run_panel(judges, data, progress=False)
+    result = run_panel(judges, data)
     table = result.scores
     assert list(table.columns[:8]) == [
         "sample_id",
@@ -141,7 +141,7 @@ def test_abstentions_are_ignored_not_zero():
         ScriptedJudge("sometimes", lambda r: None if r.sample_id in {"s000", "s001"} else 9.0),
         ScriptedJudge("always7", lambda r: 7.0),
     ]
-    result = run_panel(judges, samples(5), progress=False)
+    result = run_panel(judges, samples(5))
     rows = result.per_sample.set_index("sample_id")
     assert rows.loc["s000", "panel_mean"] == 6.0  # (5 + 7) / 2, not (5 + 0 + 7) / 3
     assert rows.loc["s000", "panel_median"] == 6.0
@@ -152,7 +152,7 @@ def test_abstentions_are_ignored_not_zero():
 
 def test_constant_scores_are_not_evaluable_never_nan():
     judges = [ScriptedJudge("c1", lambda r: 5.0), ScriptedJudge("c2", lambda r: 5.0)]
-    result = run_panel(judges, samples(10), progress=False)
+    result = run_panel(judges, samples(10))
     assert isinstance(result.judge_vs_delta["c1"], NotEvaluable)
     assert "constant" in result.judge_vs_delta["c1"].reason
     assert isinstance(result.alpha, NotEvaluable)
@@ -162,9 +162,7 @@ def test_constant_scores_are_not_evaluable_never_nan():
 
 
 def test_too_few_samples_and_single_judge():
-    result = run_panel(
-        [ScriptedJudge("solo", tracking(0.1, 0))], samples(2, human=False), progress=False
-    )
+    result = run_panel([ScriptedJudge("solo", tracking(0.1, 0))], samples(2, human=False))
     assert isinstance(result.alpha, NotEvaluable) and "2 raters" in result.alpha.reason
     assert isinstance(result.panel_mean_vs_delta, NotEvaluable)
     assert "at least 3" in result.panel_mean_vs_delta.reason
@@ -180,28 +178,34 @@ def test_refuses_to_run_without_judges(no_api_keys):
     judges, skipped = build_panel(["anthropic/claude-sonnet-4-5"])
     assert judges == [] and skipped
     with pytest.raises(NoJudgesError):
-        run_panel(judges, samples(5), progress=False)
+        run_panel(judges, samples(5))
 
 
 def test_input_validation():
     judge = ScriptedJudge("a", lambda r: 1.0)
     with pytest.raises(ValueError, match="delta"):
-        run_panel([judge], samples(5).drop(columns="delta"), progress=False)
+        run_panel([judge], samples(5).drop(columns="delta"))
     dup = samples(5)
     dup.loc[1, "sample_id"] = "s000"
     with pytest.raises(ValueError, match="unique"):
-        run_panel([judge], dup, progress=False)
+        run_panel([judge], dup)
     with pytest.raises(ValueError, match="unique"):
-        run_panel([judge, ScriptedJudge("a", lambda r: 2.0)], samples(5), progress=False)
+        run_panel([judge, ScriptedJudge("a", lambda r: 2.0)], samples(5))
 
 
-def test_progress_bar_path():
-    result = run_panel([ScriptedJudge("a", tracking(0.1, 0))], samples(5), progress=True)
+def test_progress_hears_every_rating():
+    heard: list[tuple[int, int]] = []
+    result = run_panel(
+        [ScriptedJudge("a", tracking(0.1, 0))],
+        samples(5),
+        progress=lambda done, total: heard.append((done, total)),
+    )
     assert len(result.scores) == 5
+    assert heard == [(i, 5) for i in range(6)]
 
 
 def test_judge_params_are_logged_strings():
-    result = run_panel([ScriptedJudge("a", tracking(0.1, 0))], samples(5), progress=False)
+    result = run_panel([ScriptedJudge("a", tracking(0.1, 0))], samples(5))
     assert result.judge_params["a"]["name"] == "a"
 
 
@@ -244,8 +248,8 @@ def test_real_panel_llama_plus_openai_on_loopback(shared_llama, loopback, api_ke
                 max_retries=0,
             ),
         ]
-        first = run_panel(judges, data, progress=False)
-        second = run_panel(judges, data, progress=False)
+        first = run_panel(judges, data)
+        second = run_panel(judges, data)
         assert server.n_requests == len(data)  # the rerun sent nothing
     assert second.totals["cache_hits"] == 2 * len(data)
     assert second.totals["cost_usd"] == 0.0

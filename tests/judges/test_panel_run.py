@@ -88,10 +88,17 @@ def test_concurrent_panel_equals_sequential_panel(loopback, api_keys, make_api_j
             before = server.n_requests
             if workers > 1:  # the first two calls wait for each other: proof of overlap
                 server.script = [loopback.rendezvous(2, answer=_answer(loopback))] * 2
+            ticks: list[tuple[int, int]] = []
             runs[label] = run_panel(
-                judges, data, progress=label == "concurrent", max_concurrency=workers
+                judges,
+                data,
+                progress=_recorder(ticks) if label == "concurrent" else None,
+                max_concurrency=workers,
             )
             assert server.n_requests - before == 2 * len(data)
+            if label == "concurrent":  # every rating reported once, from every thread
+                total = len(judges) * len(data)
+                assert ticks == [(i, total) for i in range(total + 1)]
             assert local.threads == {threading.main_thread().name}
         assert server.max_in_flight >= 2  # the concurrent run did overlap
     seq, con = runs["sequential"], runs["concurrent"]
@@ -115,7 +122,7 @@ def test_api_judges_overlap_across_judges(loopback, api_keys, make_api_judge):
             make_api_judge("anthropic", server, max_concurrency=1, **PATIENT),
             make_api_judge("openai", server, max_concurrency=1, **PATIENT),
         ]
-        result = run_panel(judges, data, progress=False, max_concurrency=4)
+        result = run_panel(judges, data, max_concurrency=4)
     assert server.max_in_flight == 2
     assert result.scores["score"].eq(7.0).all() and server.n_requests == 8
 
@@ -125,17 +132,17 @@ def test_the_panel_bound_caps_calls_in_flight(loopback, api_keys, make_api_judge
     script = [loopback.rendezvous(3)] * 3
     with loopback.LoopbackServer(script=script, default=loopback.slow(0.05)) as server:
         judge = make_api_judge("openai", server, max_concurrency=8, **PATIENT)
-        run_panel([judge], data, progress=False, max_concurrency=3)
+        run_panel([judge], data, max_concurrency=3)
     assert server.max_in_flight == 3 and server.n_requests == 9
 
 
 def test_max_concurrency_one_is_sequential(loopback, api_keys, make_api_judge):
     with loopback.LoopbackServer(default=loopback.slow(0.02)) as server:
         judges = [make_api_judge("anthropic", server), make_api_judge("openai", server)]
-        run_panel(judges, make_samples(4), progress=False, max_concurrency=1)
+        run_panel(judges, make_samples(4), max_concurrency=1)
     assert server.max_in_flight == 1 and server.n_requests == 8
     with pytest.raises(ValueError, match="max_concurrency"):
-        run_panel(judges, make_samples(4), progress=False, max_concurrency=0)
+        run_panel(judges, make_samples(4), max_concurrency=0)
 
 
 def test_budget_stop_in_the_pool_raises_and_never_overspends(loopback, api_keys, make_api_judge):
@@ -144,7 +151,7 @@ def test_budget_stop_in_the_pool_raises_and_never_overspends(loopback, api_keys,
     with loopback.LoopbackServer(default=step) as server:
         judge = make_api_judge("anthropic", server, budget_usd=0.01)
         with pytest.raises(BudgetExceeded):
-            run_panel([judge, LocalJudge()], data, progress=False, max_concurrency=4)
+            run_panel([judge, LocalJudge()], data, max_concurrency=4)
         assert 0 < server.n_requests < len(data)
     assert judge.budget.spent_usd <= 0.01
 
@@ -156,21 +163,21 @@ def test_limit_rates_only_the_first_rows(loopback, api_keys, make_api_judge):
     data = make_samples(12)
     with loopback.LoopbackServer() as server:
         judge = make_api_judge("openai", server)
-        first = run_panel([judge], data, progress=False, limit=5)
+        first = run_panel([judge], data, limit=5)
         assert server.n_requests == 5
         assert list(first.per_sample["sample_id"]) == list(data["sample_id"][:5])
         assert set(first.scores["sample_id"]) == set(data["sample_id"][:5])
-        more = run_panel([judge], data, progress=False, limit=8)
+        more = run_panel([judge], data, limit=8)
         assert server.n_requests == 8  # the first 5 came from the cache
     assert more.totals["cache_hits"] == 5
-    whole = run_panel([LocalJudge()], data, progress=False, limit=100)
+    whole = run_panel([LocalJudge()], data, limit=100)
     assert len(whole.per_sample) == len(data)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
 def test_limit_must_be_a_positive_int(bad):
     with pytest.raises(ValueError, match="limit"):
-        run_panel([LocalJudge()], make_samples(3), progress=False, limit=bad)
+        run_panel([LocalJudge()], make_samples(3), limit=bad)
 
 
 # --------------------------------------------------------------------------- dry run
@@ -265,7 +272,7 @@ def test_a_budget_equal_to_the_worst_case_is_never_exceeded(loopback, api_keys, 
         probe = make_api_judge("anthropic", srv)
         cap = estimate_panel([probe], data).cost_usd_max * (1 + 1e-9)
         judge = make_api_judge("anthropic", srv, budget_usd=cap, cache=False)
-        result = run_panel([judge], data, progress=False, max_concurrency=4)
+        result = run_panel([judge], data, max_concurrency=4)
         assert srv.n_requests == len(data)
     assert result.scores["score"].notna().all() and judge.budget.spent_usd <= cap
 
@@ -283,10 +290,15 @@ def test_unknown_judge_estimate_is_unknown_not_zero():
 def test_llama_dry_run_matches_its_cache(shared_llama, tmp_path):
     judge = get_judge("llama/embedded", llama=shared_llama, cache=tmp_path / "c")
     data = make_samples(3)
-    run_panel([judge], data, progress=False, limit=2, rubric=Rubric())
+    run_panel([judge], data, limit=2, rubric=Rubric())
     estimate = estimate_panel([judge], data)
     (only,) = estimate.judges
     assert (only.requests, only.cached, only.calls) == (3, 2, 1)
     assert only.cost_usd_max == 0.0 and only.price_source.startswith("local")
     fluency = estimate_panel([judge], data, rubric=Rubric(fluency=True)).judges[0]
     assert fluency.cached == 0  # the fluency axis of those texts was never scored
+
+
+def _recorder(ticks: list[tuple[int, int]]):
+    """A progress callback that keeps what it hears."""
+    return lambda done, total: ticks.append((done, total))

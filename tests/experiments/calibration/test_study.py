@@ -86,8 +86,15 @@ def test_the_answer_heads_the_folder_and_the_description(study):
     for v in answer.verdicts:  # the headline and the table use one word and one reading
         assert f"{v.claim}: {v.status}" in answer.headlines()[v.group]
         assert f"**{v.status}** | {reading(v)} |" in text
+    # MLflow's copy (artefact and description) links the figures to the run's plots/.
+    experiment = tracking.get_run(result.run_id).info.experiment_id
+    shown = answer_markdown(
+        answer, lambda name: tracking.ui_path(experiment, result.run_id, artifact=f"plots/{name}")
+    )
+    with open(tracking.client().download_artifacts(result.run_id, RunDir.ANSWER)) as f:
+        assert f.read() == shown
     note = tracking.get_run(result.run_id).data.tags[tracking.NOTE_TAG]
-    assert note.startswith(text) and "# Phase 6 calibration study" in note
+    assert note.startswith(shown) and "# Phase 6 calibration study" in note
     artifacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
     assert {RunDir.ANSWER, RunDir.CRITERIA} <= artifacts
 

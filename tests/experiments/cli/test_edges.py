@@ -155,3 +155,50 @@ def test_a_missing_model_directory_is_one_line_on_the_command_line(mlflow_store,
     )
     assert out.exit_code == 2
     assert "error: model directory './no/such/model' does not exist" in " ".join(out.stderr.split())
+
+
+def test_ui_serves_light_and_run_says_when_it_is_not_running(tmp_path):
+    """``steer-eval ui`` starts one server worker and no job runner (it was 15 processes,
+    2.6 GB); the address printed for a run says when no UI serves it."""
+    import signal
+    import time
+    import urllib.request
+
+    import psutil
+
+    from experiments.cli.common import UI_NOT_RUNNING, ui_running
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    assert not ui_running(base)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlruns.db'}",
+        "MLFLOW_ARTIFACT_ROOT": str(tmp_path / "mlartifacts"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments", "ui", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not ui_running(base):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.5)
+        time.sleep(3)  # a job runner, when there is one, starts beside the first worker
+        with urllib.request.urlopen(base + "/", timeout=10) as page:
+            assert page.status == 200
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        commands = [" ".join(p.cmdline()) for p in tree]
+        assert len(tree) == 2, commands  # mlflow ui and its one uvicorn worker
+        assert not any("huey" in c or "_job_runner" in c for c in commands), commands
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert not ui_running(base)
+    assert "start it with `steer-eval ui`" in UI_NOT_RUNNING

@@ -171,7 +171,7 @@ def test_markdown_puts_v2_first_and_the_seed_below_labelled_as_the_original_desi
     assert text.startswith("## The answer (run `abc`)")
     assert text.index("| criterion |") < text.index(SEED_LABEL) < text.index("c1_direction")
     assert "| s > 0 | effect above null (gated) | -0.060 | [-0.140, -0.001] | 0.15 |" in text
-    assert "`effect_forest.png`" in text and text.endswith(END_MARK)
+    assert "[effect_forest.png](effect_forest.png)" in text and text.endswith(END_MARK)
 
 
 def test_with_answer_replaces_only_the_leading_block():

@@ -94,6 +94,9 @@ def test_the_gate_counts_broken_text_as_no_effect():
     assert list(e["e_gated"]) == pytest.approx([0.0, 0.0, 0.4])
     assert list(e["e"]) == pytest.approx([0.4, 0.4, 0.4])
     assert e.loc[2, "combined"] > 0 and e.loc[0, "combined"] == 0
+    # The samples table says why (the limit: the gate's multiple of the s = 0 median, 10).
+    limit = CONFIG.gate.perplexity_multiple * 10.0
+    assert list(e["gate_reason"]) == ["near-empty", f"perplexity 1000.0 > {limit:.1f}", ""]
 
 
 def test_effect_above_null_is_a_paired_difference():

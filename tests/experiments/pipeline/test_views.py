@@ -185,3 +185,250 @@ def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
         names = [a.name for a in mlflow.get_trace(mapping[key]).info.assessments]
         for scorer in SCORERS:
             assert names.count(scorer) == 1, (key, names)
+
+
+# ------------------------------------------------------------ what a reader checks
+
+
+def test_samples_put_each_steered_text_beside_its_twins(tiny_run):
+    """samples.csv and the MLflow table samples.json: one row per steered concept-arm
+    text, its twins' texts read from generations.jsonl, e = sign·(Δs − Δ0)."""
+    import pandas as pd
+
+    from experiments.pipeline.publish import SAMPLES_TABLE
+    from experiments.rundir import read_jsonl, restore
+
+    _config, result = tiny_run
+    folder = RunDir(result.results_dir.parent, result.run_id)
+    logged = tracking.client().download_artifacts(result.run_id, SAMPLES_TABLE)
+    with open(logged, encoding="utf-8") as f:
+        frame = json.load(f)
+    table = pd.DataFrame(frame["data"], columns=frame["columns"])
+    generations = read_jsonl(folder.file(RunDir.GENERATIONS))
+    steered = [g for g in generations if g["arm"] == "concept" and g["strength"] != 0]
+    assert len(table) == len(steered) > 0
+    side = {0: "unsteered"}
+    by_unit = {
+        (
+            g["concept"],
+            g["prompt"],
+            g["sample"],
+            g["arm"],
+            side.get(g["strength"], g["strength"] > 0),
+        ): g
+        for g in generations
+    }
+    for row in table.itertuples():
+        pos = row.sign == "s > 0"
+        twin = by_unit[(row.concept, row.prompt, row.sample, "concept", "unsteered")]
+        assert row.text_unsteered == twin["text"]
+        assert (
+            row.text_random
+            == by_unit[(row.concept, row.prompt, row.sample, "random:0", pos)]["text"]
+        )
+        assert row.effect == pytest.approx((1 if pos else -1) * (row.delta_s - row.delta_0))
+        assert (row.gate == "pass") == (row.gate_reason == "")
+        assert row.effect_gated == (row.effect if row.gate == "pass" else 0.0)
+    csv_rows = pd.read_csv(folder.file(RunDir.SAMPLES), dtype=str, keep_default_na=False)
+    assert list(csv_rows.columns) == frame["columns"] and len(csv_rows) == len(table)
+    assert [restore(t) for t in csv_rows["text"]] == list(table["text"])
+
+
+def test_samples_csv_cells_do_not_execute():
+    import pandas as pd
+
+    from experiments.pipeline.samples import samples_csv
+
+    text = samples_csv(
+        pd.DataFrame({"text": ["=HYPERLINK(1)", " +1", "fine"], "delta_s": [-0.5, 0.1, 0.2]})
+    )
+    assert text.splitlines() == ["text,delta_s", "'=HYPERLINK(1),-0.5", "' +1,0.1", "fine,0.2"]
+
+
+@pytest.fixture
+def planted(tiny_run):
+    """The tiny run's record with planted cases: the first concept's texts all gated out
+    at s > 0, the second's probe below chance, the third's predicting every text positive."""
+    _config, result = tiny_run
+    record = result.record.model_copy(deep=True)
+    a, b, c = sorted(record.per_concept)[:3]
+    for synset in record.per_concept:
+        record.per_concept[synset].update(
+            gated_out_pos=0.0, steered_pos=3.0, gated_out_neg=0.0, steered_neg=3.0
+        )
+    record.per_concept[a].update(gated_out_pos=3.0)
+    record.per_concept[b].update(gated_out_neg=1.0)
+    record.predictors[b] = {**record.predictors[b], "auroc": 0.46}
+    record.predictors[c] = {
+        **record.predictors[c],
+        "auroc": 0.7,
+        "recall_calibrated": 1.0,
+        "precision_calibrated": 0.5,
+        "accuracy_calibrated": 0.5,
+        "n_test_pos": 20.0,
+        "n_test_neg": 20.0,
+    }
+    return record, (a, b, c)
+
+
+def _label_boxes(fig):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts if t.get_text()]
+
+
+def _overlapping(boxes) -> list:
+    return [
+        (i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes) if i < j and a.overlaps(b)
+    ]
+
+
+def test_the_predictor_figure_marks_gated_degenerate_and_n(planted):
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import predictor_effect_figure
+
+    record, (a, b, _c) = planted
+    fig = predictor_effect_figure(record, {k: k.split(".")[0] for k in record.per_concept})
+    left, right = fig.axes[:2]
+    assert left.get_shared_x_axes().joined(left, right) and left.get_shared_y_axes().joined(
+        left, right
+    )
+    labels = {t.get_text() for ax in fig.axes for t in ax.texts if t.get_text()}
+    n = int(record.per_concept[a]["above_null_pos_n"])
+    assert all(f"n={n}" in t for t in labels), labels  # n on every interval
+    assert f"{a.split('.')[0]} · n={n} · 3/3 gated" in labels
+    assert any(t.startswith(f"{b.split('.')[0]} · n={n} · 1/3 gated · ⚠") for t in labels)
+    title = fig._suptitle.get_text()
+    assert "hollow: every steered text gated out" in title
+    assert "AUROC 0.46 < 0.5" in title and "predicts every test text positive" in title
+    hollow = [line for ax in fig.axes for line in ax.lines if line.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1  # a's point at s > 0 only
+    crosses = [line for ax in fig.axes for line in ax.lines if line.get_marker() == "X"]
+    assert len(crosses) == 2 * 2  # b and c, in both panels
+    assert not _overlapping(_label_boxes(fig))
+    plt.close(fig)
+
+
+def test_the_forest_figure_marks_gated_and_n(planted):
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import forest_figure
+
+    record, (a, b, _c) = planted
+    fig = forest_figure(record, {k: k.split(".")[0] for k in record.per_concept})
+    ax = fig.axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert rows[0].startswith("all concepts (v2), n=") and rows[0].endswith(" concepts")
+    assert all(" · n=" in r for r in rows[1:])
+    assert any(r.startswith(f"{a.split('.')[0]} ·") and "s > 0: 3/3 gated" in r for r in rows)
+    assert any(r.startswith(f"{b.split('.')[0]} ·") and r.endswith("⚠") for r in rows)
+    assert "hollow: every steered text gated out" in ax.get_xlabel()
+    assert sum(line.get_markerfacecolor() == "none" for line in ax.lines) == 1
+    plt.close(fig)
+
+
+def test_the_answer_names_gated_concepts_and_degenerate_probes_and_links_figures(planted, tiny_run):
+    record, (a, b, c) = planted
+    answer = answer_of(record, ("effect_forest.png", "predictor_vs_effect.png"))
+    notes = " ".join(answer.notes)
+    assert f"{a} (3/3)" in notes and "enters r" in notes
+    assert f"{b}: AUROC 0.46 < 0.5" in notes
+    assert f"{c}: predicts every test text positive (precision 0.50, recall 1.00)" in notes
+    text = answer_markdown(answer)
+    assert "[predictor_vs_effect.png](predictor_vs_effect.png)" in text
+    _config, result = tiny_run
+    folder = RunDir(result.results_dir.parent, result.run_id)
+    written = folder.file(RunDir.ANSWER).read_text(encoding="utf-8")
+    logged = tracking.client().download_artifacts(result.run_id, RunDir.ANSWER)
+    with open(logged, encoding="utf-8") as f:
+        in_mlflow = f.read()
+    experiment = tracking.get_run(result.run_id).info.experiment_id
+    for png in folder.path.glob("*.png"):
+        assert f"[{png.name}]({png.name})" in written  # beside answer.md in the folder
+        ui = tracking.ui_path(experiment, result.run_id, artifact=f"plots/{png.name}")
+        assert f"[{png.name}]({ui})" in in_mlflow  # the run's artefact in the UI
+
+
+def test_labels_are_placed_without_overlap_on_crowded_points():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import place_labels
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    points = [(0.667, 0.0), (0.667, 0.001), (0.667, 0.002), (0.668, 0.0), (0.3, 0.05), (0.9, -0.05)]
+    ax.scatter(*zip(*points, strict=True))
+    ax.set(xlim=(0.2, 1.0), ylim=(-0.1, 0.1))
+    fig.tight_layout()
+    anns = place_labels(ax, points, [f"concept number {i}" for i in range(len(points))])
+    assert len(anns) == len(points)
+    assert not _overlapping(_label_boxes(fig))
+    plt.close(fig)
+
+
+# ------------------------------------------------------------ runs you can list and open
+
+
+def test_runs_lists_the_run_with_the_verdicts_of_its_answer(tiny_run):
+    """``steer-eval runs --json``: the run under its experiment, its verdicts per sign
+    exactly as criteria.csv (the answer) says; the table names it; an unknown experiment
+    is a clear error."""
+    config, result = tiny_run
+    out = CliRunner().invoke(app, ["runs", "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.stderr
+    listed = {r["run_id"]: r for r in json.loads(out.stdout)["runs"]}
+    run = listed[result.run_id]
+    assert run["experiment"] == config.tracking.experiment and run["status"] == "FINISHED"
+    record = RunDir(result.results_dir.parent, result.run_id).read_record()
+    for key, sign in (("v2_effect_above_null_pos", "s > 0"), ("v2_direction_neg", "s < 0")):
+        shown = run["verdicts"][sign][key]
+        assert shown["status"] == record.criteria[key].status
+        assert shown["value"] == pytest.approx(record.criteria[key].value)
+    table = CliRunner().invoke(app, ["runs", "-e", config.tracking.experiment])
+    assert result.run_id in table.stdout and "effect above null" in table.stdout
+    bad = CliRunner().invoke(app, ["runs", "-e", "no-such-experiment"])
+    assert bad.exit_code == 2 and "no experiment no-such-experiment" in bad.stderr
+
+
+def test_reliabilities_and_corrected_correlations_are_metrics(tiny_run):
+    _config, result = tiny_run
+    metrics = tracking.get_run(result.run_id).data.metrics
+    measurement = result.record.statistics["measurement"]
+    rel = measurement["reliability"]["specificity_pos"]["estimate"]
+    assert metrics["reliability/specificity_pos"] == pytest.approx(rel)
+    pair = measurement["corrected_correlations"]["predictor_vs_effect_neg"]
+    assert metrics["correlation/predictor_vs_effect_neg/observed"] == pytest.approx(
+        pair["observed"]["estimate"]
+    )
+    assert metrics["correlation/predictor_vs_effect_neg/observed/low"] == pytest.approx(
+        pair["observed"]["low"]
+    )
+
+
+def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
+    """The experiment's shared view names metric and parameter columns that the run
+    logs, and the experiment's address opens on it."""
+    from experiments.pipeline.publish import record_metrics
+    from experiments.tracking.columns import VIEW_KEY, VIEW_TAG
+
+    config, result = tiny_run
+    exp = tracking.client().get_experiment_by_name(config.tracking.experiment)
+    view = json.loads(exp.tags[VIEW_TAG])  # MLflow 3.17's saved-view envelope
+    assert view["name"] and isinstance(view["createdAt"], int)
+    columns = json.loads(view["state"])["selectedColumns"]
+    run = tracking.get_run(result.run_id)
+    metrics = [c[len("metrics.`") : -1] for c in columns if c.startswith("metrics.")]
+    params = [c[len("params.`") : -1] for c in columns if c.startswith("params.")]
+    # Every column is a metric the run logs (a corrected r that is not evaluable is
+    # logged as nothing, so its column is empty for that run).
+    assert metrics and set(metrics) <= set(record_metrics(result.record))
+    assert "v2/criterion/v2_effect_above_null_pos/value" in run.data.metrics
+    assert params and set(params) <= set(run.data.params)
+    assert tracking.ui_url(exp.experiment_id).endswith(
+        f"#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
+        f"&viewStateShareKey={VIEW_KEY}"
+    )
+    assert "viewStateShareKey" not in tracking.run_ui_url(result.run_id)

@@ -1,0 +1,85 @@
+"""``steer-eval runs``: every phase's runs with their verdicts per sign, without the UI.
+
+A run id is what ``rescore``, ``--resume``, ``human`` and ``panel`` take; this lists
+them with what each run answered (its ``criteria.csv``), newest first per experiment.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from experiments.cli.common import JsonOpt, friendly, out, print_json
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``runs`` command to ``app``."""
+    app.command("runs")(friendly(runs))
+
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
+
+
+def runs(
+    experiment: Annotated[
+        list[str] | None,
+        typer.Option("--experiment", "-e", help="only this experiment (repeatable)"),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="the newest N runs per experiment")] = 20,
+    seed: Annotated[
+        bool, typer.Option("--seed/--no-seed", help="also the seed design's criteria (c1-c4)")
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """List each phase's runs with their verdicts per sign (the v2 criteria)."""
+    from rich.table import Table
+
+    from experiments import tracking
+    from experiments.tracking.listing import list_runs
+
+    listed = list_runs(experiment, limit)
+    if json_:
+        print_json({"tracking_uri": tracking.tracking_uri(), "runs": [r.to_dict() for r in listed]})
+        return
+    if not listed:
+        out.print(f"no runs in {tracking.tracking_uri()}; `make run` makes one", highlight=False)
+        return
+    for name in dict.fromkeys(r.experiment for r in listed):
+        rows = [r for r in listed if r.experiment == name]
+        shown = {
+            r.run_id: [v for v in r.verdicts if seed or not _seed_criterion(v.key)] for r in rows
+        }
+        groups = list(dict.fromkeys(v.group for vs in shown.values() for v in vs))
+        table = Table(title=f"{name} (newest first)", title_justify="left")
+        table.add_column("run id · started (UTC) · status", no_wrap=True)
+        table.add_column("name")
+        table.add_column("criterion")
+        for group in groups:
+            table.add_column(group, no_wrap=True)
+        for r in rows:
+            head = [f"{r.run_id}\n{r.started} · {r.status.lower()}", escape(r.name)]
+            labels = list(dict.fromkeys(v.label for v in shown[r.run_id]))
+            if not labels:
+                table.add_row(*head, f"[dim]{escape(r.note)}[/]", *[""] * len(groups))
+            for k, label in enumerate(labels):
+                status = {v.group: v.status for v in shown[r.run_id] if v.label == label}
+                table.add_row(
+                    *(head if k == 0 else ["", ""]),
+                    escape(label),
+                    *(_status(status.get(group)) for group in groups),
+                    end_section=k == len(labels) - 1,
+                )
+        out.print(table)
+
+
+def _status(status: str | None) -> str:
+    if status is None:
+        return ""
+    return f"[{STATUS_STYLE.get(status, 'dim')}]{escape(status)}[/]"
+
+
+def _seed_criterion(key: str) -> bool:
+    """The seed's four criteria (c1-c4, without a v2_ prefix)."""
+    return key[:1] == "c" and key[1:2].isdigit()

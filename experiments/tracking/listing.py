@@ -1,0 +1,146 @@
+"""Every phase's runs with their verdicts, for ``steer-eval runs``.
+
+A run's verdicts are read from its ``criteria.csv`` (every phase writes it from its
+answer: ``experiments/answer.py``), from the run folder when it is on this machine, else
+from the run's MLflow artefact, so a listing says exactly what each run's answer says
+and works against a remote store too. Only top-level runs are listed (children are cells
+of their parent).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+from experiments import tracking
+from experiments.rundir import RunDir, restore
+
+CRITERIA_FILE = RunDir.CRITERIA
+
+
+@dataclass
+class ListedVerdict:
+    """One verdict of a run's answer, as its criteria.csv row says."""
+
+    key: str
+    group: str
+    label: str
+    status: str
+    value: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass
+class ListedRun:
+    """A top-level run: where it is, how it ended, and its answer's verdicts."""
+
+    experiment: str
+    run_id: str
+    name: str
+    phase: str
+    status: str
+    started: str
+    verdicts: list[ListedVerdict] = field(default_factory=list)
+    note: str = ""  # why there are no verdicts (still running, no answer written)
+
+    def by_group(self) -> dict[str, list[ListedVerdict]]:
+        """The verdicts per group (a sign, or "both signs"), in the answer's order."""
+        out: dict[str, list[ListedVerdict]] = {}
+        for v in self.verdicts:
+            out.setdefault(v.group, []).append(v)
+        return out
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["verdicts"] = {
+            group: {v.key: {k: getattr(v, k) for k in ("label", "status", "value", "low", "high")}
+                    for v in verdicts}
+            for group, verdicts in self.by_group().items()
+        }  # fmt: skip
+        return data
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_criteria(text: str) -> list[ListedVerdict]:
+    """The verdicts of a ``criteria.csv`` (cells written neutralised, read back restored);
+    the seed's criteria (no interval, group "both signs") are kept too."""
+    rows = csv.DictReader(io.StringIO(text))
+    return [
+        ListedVerdict(
+            key=restore(row["key"]),
+            group=restore(row["group"]),
+            label=restore(row["label"]),
+            status=restore(row["status"]),
+            value=_float(row["value"]),
+            low=_float(row["low"]),
+            high=_float(row["high"]),
+        )
+        for row in rows
+    ]
+
+
+def _criteria_text(run) -> str | None:
+    folder = RunDir.locate(run)
+    local = folder.file(CRITERIA_FILE)
+    if local.exists():
+        return local.read_text(encoding="utf-8")
+    if not tracking.has_artifact(run.info.run_id, CRITERIA_FILE):
+        return None
+    path = tracking.client().download_artifacts(run.info.run_id, CRITERIA_FILE)
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def list_runs(experiments: list[str] | None = None, limit: int = 20) -> list[ListedRun]:
+    """The newest ``limit`` top-level runs of each experiment in the store (or of
+    ``experiments``), newest first, each with its verdicts."""
+    tracking.require_store()
+    c = tracking.client()
+    found = [e for e in c.search_experiments() if experiments is None or e.name in experiments]
+    missing = set(experiments or ()) - {e.name for e in found}
+    if missing:
+        known = ", ".join(sorted(e.name for e in c.search_experiments())) or "none"
+        raise LookupError(
+            f"no experiment {', '.join(sorted(missing))} in {tracking.tracking_uri()} "
+            f"(experiments there: {known})"
+        )
+    out = []
+    for exp in sorted(found, key=lambda e: e.name):
+        runs = c.search_runs(
+            [exp.experiment_id],
+            filter_string="tags.mlflow.parentRunId IS NULL",
+            order_by=["attributes.start_time DESC"],
+            max_results=limit,
+        )
+        for run in runs:
+            if not run.data.tags.get("phase"):
+                continue  # not one of the suite's runs (an evaluation, a stray run)
+            listed = ListedRun(
+                experiment=exp.name,
+                run_id=run.info.run_id,
+                name=run.info.run_name or "",
+                phase=run.data.tags["phase"],
+                status=run.info.status,
+                started=datetime.fromtimestamp(run.info.start_time / 1000, UTC).strftime(
+                    "%Y-%m-%d %H:%M"
+                ),
+            )
+            text = _criteria_text(run)
+            if text is None:
+                listed.note = {
+                    "RUNNING": "no answer yet (still running)",
+                    "FINISHED": "no answer (this kind of run writes none)",
+                }.get(run.info.status, f"no answer ({run.info.status.lower()} before one)")
+            else:
+                listed.verdicts = parse_criteria(text)
+            out.append(listed)
+    return out
