@@ -30,6 +30,23 @@ class LayerIndexError(ValueError):
     """A layer index outside the model's decoder layers."""
 
 
+class DtypeError(ModelSpecError):
+    """A dtype the chosen device cannot compute in; the message names the ones it can."""
+
+
+def check_layer_index(layer: int, n_layers: int, model_id: str) -> int:
+    """``layer`` as an index from 0 (negative counts from the end), or
+    :class:`LayerIndexError` naming the valid range; a loaded model and a dry run (which
+    reads only the config) check it the same way."""
+    if not -n_layers <= layer < n_layers:
+        raise LayerIndexError(
+            f"layer {layer} is out of range for {model_id}, which has "
+            f"{n_layers} decoder layers (valid: 0..{n_layers - 1}, "
+            f"or negative from the end)"
+        )
+    return layer % n_layers
+
+
 @dataclass
 class LoadedModel:
     """A causal LM, its tokenizer and its decoder layers, ready for hooks."""
@@ -76,13 +93,7 @@ class LoadedModel:
         return self.n_layers // 2
 
     def check_layer(self, layer: int) -> int:
-        if not -self.n_layers <= layer < self.n_layers:
-            raise LayerIndexError(
-                f"layer {layer} is out of range for {self.model_id}, which has "
-                f"{self.n_layers} decoder layers (valid: 0..{self.n_layers - 1}, "
-                f"or negative from the end)"
-            )
-        return layer % self.n_layers
+        return check_layer_index(layer, self.n_layers, self.model_id)
 
     def layer(self, index: int) -> nn.Module:
         return self.layers[self.check_layer(index)]
@@ -135,12 +146,16 @@ def pick_device(device: str | None = None) -> torch.device:
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
-    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; docs/notes.md,
-    'bf16 on the CPU').
+    """bf16 on CUDA (fp16 on a card without bf16), fp32 on CPU (bf16 on CPU changes the
+    sampled text; docs/notes.md, 'bf16 on the CPU').
 
-    bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning)."""
+    bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning); one the
+    device cannot compute in is refused (:func:`check_dtype`)."""
     if dtype in (None, "auto"):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type != "cuda":
+            return torch.float32
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        return torch.bfloat16 if bf16 else torch.float16  # fp16 on cards before Ampere
     try:
         resolved = {
             "float32": torch.float32,
@@ -154,6 +169,7 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
         raise ModelSpecError(
             f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16"
         ) from exc
+    check_dtype(device, resolved)
     if resolved == torch.bfloat16 and device.type == "cpu":
         from steering.cpu import SlowBf16Warning, bf16_warning
 
@@ -161,6 +177,23 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
         if message:
             warnings.warn(message, SlowBf16Warning, stacklevel=2)
     return resolved
+
+
+def check_dtype(device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse a dtype the device cannot compute in (:class:`DtypeError`): bf16 on a CUDA
+    card without it (before Ampere; torch reports it). The CPU runs all three (bf16
+    emulated where the CPU lacks it, with a warning)."""
+    if device.type != "cuda" or dtype != torch.bfloat16:
+        return
+    if torch.cuda.is_bf16_supported(including_emulation=False):
+        return
+    name = torch.cuda.get_device_name(device)
+    major, minor = torch.cuda.get_device_capability(device)
+    raise DtypeError(
+        f"dtype bfloat16: the card {device} ({name}, compute capability {major}.{minor}) "
+        "has no bf16; use --set dtype=float16 (or float32), or a card of compute "
+        "capability 8.0 or newer"
+    )
 
 
 def wrap_model(
@@ -379,6 +412,13 @@ def load_model(
     return wrap_model(model, tokenizer, model_id, info=info)
 
 
+def dummy_spec(spec: str) -> str:
+    """The spec a dummy load reads its config from: a hub id's downloaded
+    ``models/<name>`` when there is one (its config and tokenizer, as a real load)."""
+    folder = models_folder(spec) if is_hub_id(spec) else None
+    return str(folder) if folder is not None and (folder / "config.json").is_file() else spec
+
+
 def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
     """A random-weight model of the spec's config, with a tokenizer (steering/dummy.py)."""
     from steering.dummy import (
@@ -389,10 +429,8 @@ def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedMod
         text_vocab,
     )
 
-    folder = models_folder(spec) if is_hub_id(spec) else None
-    found = folder is not None and (folder / "config.json").is_file()
-    try:  # a downloaded models/<name> gives its config and tokenizer, as a real load would
-        config_file, name = resolve_config(str(folder) if found else spec)
+    try:
+        config_file, name = resolve_config(dummy_spec(spec))
     except DummySpecError as exc:
         raise ModelSpecError(str(exc)) from None
     tokenizer, tokenizer_source = dummy_tokenizer(config_file)

@@ -142,6 +142,14 @@ ModelOpt = Annotated[
 ]
 LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
 ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
+StudyDryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="check the model, its layers and dtype from the model's config and print the "
+        "stages and an estimate, loading no weights",
+    ),
+]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="print the result as JSON on stdout instead of tables")

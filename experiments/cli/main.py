@@ -19,6 +19,7 @@ from experiments.cli.common import (
     LayerOpt,
     ModelOpt,
     SetOpt,
+    StudyDryRunOpt,
     VerboseOpt,
     console,
     friendly,
@@ -29,7 +30,7 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
-from experiments.cli.plan import print_plan
+from experiments.cli.plan import print_plan, print_study_plan
 
 
 class Mode(StrEnum):
@@ -272,8 +273,9 @@ def run(
         bool,
         typer.Option(
             "--dry-run",
-            help="print the plan (rows, tokens, an estimated time from the last run on this "
-            "machine) without loading the model",
+            help="check the model, layer and dtype from the model's config (no weights) and "
+            "print the plan: device, dtype, layer, batch size, stages, rows, and a time from "
+            "an earlier run of the same model on this device",
         ),
     ] = False,
     json_: JsonOpt = False,
@@ -441,6 +443,7 @@ def calibrate(
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted study by id, or latest")
     ] = None,
+    dry_run: StudyDryRunOpt = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -451,6 +454,12 @@ def calibrate(
 
     overlays = [QUICK] if quick else []
     cfg = resolve_config(config, set_, model, None, concepts, "calibration", overlays)
+    if dry_run:
+        from experiments.calibration.study import STAGES
+
+        layers = cfg.calibration.layers or []
+        print_study_plan(cfg, PHASE, STAGES, json_, layers)
+        return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
     with console.status("Phase 6 calibration study") as status:

@@ -34,6 +34,7 @@ from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, P
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
+from experiments.tracking.context import DEVICE_TAG, MODEL_TAG
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -108,6 +109,8 @@ class RunSession:
         """Open the parent run (new, or the one being resumed or rescored) until the
         session ends, and make its folder. Returns (run id, whether it is new)."""
         new = self.existing is None
+        if new and self.lm is not None:  # what a dry run matches earlier runs by
+            tags = {**(tags or {}), DEVICE_TAG: self.lm.device.type, MODEL_TAG: self.lm.model_id}
         run_id = self._stack.enter_context(
             tracking.tracked_run(experiment, name, tags=tags, run_id=self.existing)
         )
