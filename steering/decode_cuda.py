@@ -214,7 +214,6 @@ class StaticDecode:
         self.state.done.zero_()
         self.state.lengths.fill_(self.key.steps)
         self.cache.reset()
-        self.host_step = 0  # PLANTED (issue 37): the step index as a host int
 
     def prefill(self) -> None:
         """Step 0: the prompts' forward pass (eager; transformers builds its masks from the
@@ -248,9 +247,7 @@ class StaticDecode:
             use_cache=True,
             logits_to_keep=1,
         )
-        # PLANTED (issue 37): the step index as a host int, read by the step each time
-        self.host_step += 1
-        nxt = self._pick_and_record(out.logits[:, -1, :], self.host_step)
+        nxt = self._pick_and_record(out.logits[:, -1, :], self.step_t)
         self.ids.copy_(nxt[:, None])
         self.pos.add_(1)
         self.slot_t.add_(1)
