@@ -17,6 +17,7 @@ from torch import nn
 
 from steering.assets import require_embedded_model
 from steering.head import use_blocked_head
+from steering.platform import Platform, platform_for
 
 EMBEDDED = "embedded"
 EMBEDDED_ID = "gemma-3-270m (embedded GGUF q4_k_m, fp32)"
@@ -28,10 +29,6 @@ class ModelSpecError(ValueError):
 
 class LayerIndexError(ValueError):
     """A layer index outside the model's decoder layers."""
-
-
-class DtypeError(ModelSpecError):
-    """A dtype the chosen device cannot compute in; the message names the ones it can."""
 
 
 def check_layer_index(layer: int, n_layers: int, model_id: str) -> int:
@@ -63,6 +60,13 @@ class LoadedModel:
     # on first use, keeps per-model state (the CUDA policy's graphs and caches).
     decode_policy: str = "auto"
     decoder_state: object = field(default=None, repr=False, compare=False)
+    # What the device is to the suite (dtypes, decode policy, memory, the embedder's
+    # device, torch threads): chosen once here from the model's device.
+    platform: Platform = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.platform is None:
+            self.platform = platform_for(self.device)
 
     @property
     def n_layers(self) -> int:
@@ -150,12 +154,10 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
     sampled text; docs/notes.md, 'bf16 on the CPU').
 
     bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning); one the
-    device cannot compute in is refused (:func:`check_dtype`)."""
+    device cannot compute in is refused (``Platform.check_dtype``: DtypeError)."""
+    platform = platform_for(device)
     if dtype in (None, "auto"):
-        if device.type != "cuda":
-            return torch.float32
-        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-        return torch.bfloat16 if bf16 else torch.float16  # fp16 on cards before Ampere
+        return platform.default_dtype()
     try:
         resolved = {
             "float32": torch.float32,
@@ -169,7 +171,7 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
         raise ModelSpecError(
             f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16"
         ) from exc
-    check_dtype(device, resolved)
+    platform.check_dtype(resolved)
     if resolved == torch.bfloat16 and device.type == "cpu":
         from steering.cpu import SlowBf16Warning, bf16_warning
 
@@ -177,23 +179,6 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
         if message:
             warnings.warn(message, SlowBf16Warning, stacklevel=2)
     return resolved
-
-
-def check_dtype(device: torch.device, dtype: torch.dtype) -> None:
-    """Refuse a dtype the device cannot compute in (:class:`DtypeError`): bf16 on a CUDA
-    card without it (before Ampere; torch reports it). The CPU runs all three (bf16
-    emulated where the CPU lacks it, with a warning)."""
-    if device.type != "cuda" or dtype != torch.bfloat16:
-        return
-    if torch.cuda.is_bf16_supported(including_emulation=False):
-        return
-    name = torch.cuda.get_device_name(device)
-    major, minor = torch.cuda.get_device_capability(device)
-    raise DtypeError(
-        f"dtype bfloat16: the card {device} ({name}, compute capability {major}.{minor}) "
-        "has no bf16; use --set dtype=float16 (or float32), or a card of compute "
-        "capability 8.0 or newer"
-    )
 
 
 def wrap_model(
@@ -235,6 +220,21 @@ def looks_like_path(spec: str) -> bool:
         or spec.endswith(("/", "\\"))
         or "\\" in spec
     )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model section of a config (``model``, ``device``, ``dtype``,
+    ``model_load_format``) as one value, passed whole to whatever loads the model (the
+    run, the classifiers command, Ray actors, the bench)."""
+
+    spec: str = "embedded"
+    device: str = "auto"
+    dtype: str = "auto"
+    load_format: str = "auto"
+
+    def load(self) -> LoadedModel:
+        return load_model(self.spec, self.device, self.dtype, self.load_format)
 
 
 MODELS_DIR = Path("models")  # where the guide's `hf download --local-dir` puts a hub model

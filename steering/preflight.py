@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from steering.models import (
-    EMBEDDED,
+    ModelSpec,
     ModelSpecError,
     check_layer_index,
     dummy_spec,
@@ -70,18 +70,15 @@ def _config_source(spec: str, load_format: str) -> tuple[str, dict, str, str, st
     return found.source, found.load_kwargs, found.model_id, found.where, found.source
 
 
-def read_model(
-    spec: str = EMBEDDED,
-    device: str | None = None,
-    dtype: str | None = None,
-    load_format: str = "auto",
-) -> ModelFacts:
-    """The spec's model from its config: ModelSpecError when it is not here (with the
-    download line), DtypeError when the device cannot run the dtype."""
+def read_model(model: ModelSpec) -> ModelFacts:
+    """The model a config's model section would load, from its config: ModelSpecError
+    when it is not here (with the download line), DtypeError when its device cannot
+    compute in the dtype."""
     from transformers import AutoConfig
 
-    dev = pick_device(device)
-    torch_dtype = pick_dtype(dev, dtype)
+    spec, load_format = model.spec, model.load_format
+    dev = pick_device(model.device)
+    torch_dtype = pick_dtype(dev, model.dtype)
     source, kwargs, model_id, where, shown = _config_source(spec, load_format)
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)

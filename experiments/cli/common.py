@@ -66,6 +66,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from experiments.record import RecordError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
+    from steering.platform import DtypeError
     from steering.probes import ProbeError
 
     errors: list[type[BaseException]] = [
@@ -77,6 +78,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         AssetError,
         LayerIndexError,
         ModelSpecError,
+        DtypeError,
         ProbeError,
         PromptError,
         LookupError,

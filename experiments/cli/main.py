@@ -122,7 +122,6 @@ def classifiers(
     setup_logging(verbose)
     from experiments.concepts import load_concepts
     from experiments.pipeline.probes import best_layer, parse_layers, train_layers
-    from steering.models import load_model
 
     if layers is not None and layer is not None:
         raise typer.BadParameter("give --layer or --layers, not both")
@@ -134,7 +133,7 @@ def classifiers(
     cfg = resolve_config(config, overrides, model, layer, concepts)
     graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
     with console.status(f"loading {cfg.model}"):
-        lm = load_model(cfg.model, cfg.device, cfg.dtype, cfg.model_load_format)
+        lm = cfg.model_spec.load()
     if wanted is None:
         wanted = [cfg.layer if cfg.layer is not None else lm.default_layer]
     chosen = sorted({lm.check_layer(la) for la in wanted})  # a clear error when out of range

@@ -242,7 +242,7 @@ def earlier_estimate(
 def check_model(config: ExperimentConfig, layer: int | None = None) -> tuple[ModelFacts, int]:
     """The config's model read from its config, and the layer the run would steer; the
     errors a load would raise, without the weights."""
-    model = read_model(config.model, config.device, config.dtype, config.model_load_format)
+    model = read_model(config.model_spec)
     return model, model.check_layer(config.layer if layer is None else layer)
 
 

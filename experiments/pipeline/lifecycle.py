@@ -136,6 +136,16 @@ class RunSession:
             self._executor.close()
 
 
+def embedder_device(config: ExperimentConfig, lm: Any) -> str:
+    """Where the embedder runs: the model's platform decides (``--device cpu`` on a GPU
+    host keeps it on the CPU too); without a model (a rescore), the config's device."""
+    from steering.models import pick_device
+    from steering.platform import platform_for
+
+    platform = lm.platform if lm is not None else platform_for(pick_device(config.device))
+    return platform.embedder_device
+
+
 @contextmanager
 def open_run(
     config: ExperimentConfig | None = None,
@@ -174,14 +184,12 @@ def open_run(
         config = config.model_copy(update={"execution": chosen})
     with timer.time("model_load"):
         if lm is None and need_model:
-            from steering.models import load_model
-
             say(f"loading model {config.model}")
-            lm = load_model(config.model, config.device, config.dtype, config.model_load_format)
+            lm = config.model_spec.load()
         if embedder is None:
             from metrics.embedder import load_embedder
 
-            embedder = load_embedder(config.embedding.model)
+            embedder = load_embedder(config.embedding.model, embedder_device(config, lm))
     session = RunSession(
         config, load_graph(config), timer, lm, embedder, existing, run_dir, existing, say
     )
