@@ -175,6 +175,15 @@ def _model_of(run) -> str | None:
     return run.data.tags.get(MODEL_TAG) or run.data.params.get("model")
 
 
+def _rows_generated(folder: Path) -> int:
+    """Every row the run generated (all arms and splits: what its stages' time covers)."""
+    path = folder / RunDir.GENERATIONS
+    if not path.is_file():
+        return 0
+    with path.open() as lines:
+        return sum(1 for line in lines if line.strip())
+
+
 def _record_of(run) -> tuple[dict[str, float], int] | None:
     """An earlier run's stage timings and rows × tokens, from its record (any phase)."""
     folder = run.data.tags.get(RUN_DIR_TAG)
@@ -188,9 +197,8 @@ def _record_of(run) -> tuple[dict[str, float], int] | None:
             except (OSError, ValueError):
                 return None
             timings = {k: float(v) for k, v in (record.get("timings") or {}).items()}
-            tokens = int(record.get("n_generations") or 0) * int(
-                ((record.get("config") or {}).get("generation") or {}).get("max_new_tokens") or 0
-            )
+            generation = (record.get("config") or {}).get("generation") or {}
+            tokens = _rows_generated(Path(folder)) * int(generation.get("max_new_tokens") or 0)
             return (timings, tokens) if timings else None
     return None
 

@@ -39,10 +39,12 @@ def _earlier_run(experiment, tmp_path, name, timings, device="cpu", model=EMBEDD
     folder.mkdir()
     record = {
         "timings": timings,
-        "n_generations": 30,
+        "n_generations": 18,
         "config": {"generation": {"max_new_tokens": 10}},
     }
     (folder / "steering_results.json").write_text(json.dumps(record))
+    # every row it generated (the record's n_generations counts the concept arm only)
+    (folder / "generations.jsonl").write_text("".join(f'{{"key": "k{i}"}}\n' for i in range(30)))
     tags = {"phase": phase, HOST_TAG: platform.node(), DEVICE_TAG: device, MODEL_TAG: model,
             RUN_DIR_TAG: str(folder)}  # fmt: skip
     run_id = tracking.start_run(experiment, name, tags=tags)
