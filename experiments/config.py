@@ -728,6 +728,14 @@ class RunConfig(_Strict):
         return self
 
     @property
+    def model_spec(self):
+        """The model section (``model``, ``device``, ``dtype``, ``model_load_format``) as
+        one ``steering.models.ModelSpec``, passed whole to whatever loads the model."""
+        from steering.models import ModelSpec  # torch: only when a model is wanted
+
+        return ModelSpec(self.model, self.device, self.dtype, self.model_load_format)
+
+    @property
     def experiment(self) -> str:
         """This phase's MLflow experiment (from its own section)."""
         return getattr(self, self.OWN_SECTION).experiment

@@ -19,7 +19,13 @@ what that path does without the compiler:
 - the host asks whether every row has stopped every ``EOS_EVERY`` steps.
 
 The same code runs eagerly (``graphs=False``, the default off CUDA), so the CPU tests
-hold its arithmetic to the reference; only the capture needs a GPU. Where the static
+hold its arithmetic to the reference; only the capture needs a GPU. The capture is a
+function of the step (``cuda_graph`` by default): the tests pass
+``torch.compile(fullgraph=True)`` instead, which on the CPU fails on what a graph would
+silently freeze, a Python value that changes from step to step
+(tests/steering/test_decode_capture.py; it found transformers' sliding-window layers
+counting in a Python int, see :func:`never_rolling`). A capture that fails at run time
+falls back to the eager static step with one warning (``CaptureFallbackWarning``). Where the static
 path cannot hold a batch (a prompt plus continuation longer than a sliding window, an
 attention implementation whose masks it does not build) the policy decodes with the
 reference decoder, checking EOS every ``EOS_EVERY`` steps.
@@ -27,8 +33,9 @@ reference decoder, checking EOS every ``EOS_EVERY`` steps.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
@@ -78,11 +85,51 @@ def static_capacity(lm: LoadedModel, width: int, steps: int) -> int | None:
     return cap
 
 
+def never_rolling(cache) -> None:
+    """Give ``cache`` sliding-window layers that keep their length in a tensor only.
+
+    transformers' ``StaticSlidingWindowLayer`` also counts its length in a Python int
+    each ``update``, to choose between writing in place and rolling the window: a
+    captured step would freeze that int at its capture value (the capture-safety test
+    failed on it with a recompile). The static step never lets a window fill
+    (:func:`static_capacity`), so the plain static layer's in-place write, whose
+    position is a tensor on the device, is what every step does; the int stays at 0,
+    which is what the eager prefill's masks read."""
+    from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+
+    class NeverRollingLayer(StaticSlidingWindowLayer):
+        update = StaticLayer.update
+
+    for i, layer in enumerate(cache.layers):
+        if type(layer) is StaticSlidingWindowLayer:
+            window = layer.max_cache_len  # min(window, capacity): the capacity here
+            cache.layers[i] = NeverRollingLayer(max_cache_len=window, sliding_window=window)
+
+
 def _sliding_window(config) -> int | None:
     types = getattr(config, "layer_types", None) or []
     if "sliding_attention" in types or (not types and getattr(config, "sliding_window", None)):
         return int(config.sliding_window)
     return None
+
+
+# Turns the decode step (a function of its buffers only) into its replay: on CUDA a
+# recorded graph; in the tests on the CPU, torch.compile(fullgraph=True), which fails
+# the same way on what a graph would silently freeze (a Python value that changes per
+# step recompiles, and dynamo's error_on_recompile makes that an error).
+Capture = Callable[[Callable[[], None]], Callable[[], None]]
+
+
+def cuda_graph(step: Callable[[], None]) -> Callable[[], None]:
+    """Record ``step`` in a CUDA graph (nothing runs) and return its replay."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+class CaptureFallbackWarning(RuntimeWarning):
+    """The decode step could not be captured; the run decodes eagerly (same numbers)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +149,15 @@ class StaticDecode:
     Everything the captured step reads or writes lives here at a fixed address; a new
     batch is copied in (:meth:`load`) and the cache reset, so the graph replays for it."""
 
-    def __init__(self, lm: LoadedModel, key: StaticKey, batch: DecodeBatch, graphs: bool) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        key: StaticKey,
+        batch: DecodeBatch,
+        graphs: bool,
+        capture: Capture,
+        on_capture_failure: Callable[[BaseException], None],
+    ) -> None:
         from transformers import StaticCache
 
         dev, rows, cap = lm.device, key.rows, key.capacity
@@ -113,6 +168,7 @@ class StaticDecode:
         self.mask_kinds = sorted(set(types)) if types else None
         self.additive = getattr(config, "_attn_implementation", "sdpa") == "eager"
         self.cache = StaticCache(config=lm.model.config, max_cache_len=cap)
+        never_rolling(self.cache)
         self.ids = torch.zeros(rows, 1, dtype=torch.long, device=dev)
         self.pos = torch.zeros(rows, 1, dtype=torch.long, device=dev)
         self.step_t = torch.zeros(1, dtype=torch.long, device=dev)  # the step being decoded
@@ -127,7 +183,9 @@ class StaticDecode:
         self.coefs = torch.zeros(rows, dtype=lm.dtype, device=dev)
         self.hook = RowSteering(self.dirs, self.coefs, key.mode)
         self.hook.inactive = False  # the graph must add, whatever the first batch's coefficients
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.capture: Capture = capture
+        self.on_capture_failure: Callable[[BaseException], None] = on_capture_failure
+        self.replay: Callable[[], None] | None = None  # the captured step
         self.warm = 0
         self.width = 0
 
@@ -196,24 +254,39 @@ class StaticDecode:
         self.step_t.add_(1)
 
     def step(self) -> None:
-        """Decode steps 1, 2, ...: eagerly, or warm up, capture once, then replay."""
+        """Decode steps 1, 2, ...: eagerly, or warm up, capture once, then replay.
+
+        A capture that fails (a driver, an allocator or an op that cannot be captured)
+        hands this and every later step to the eager static step, which computes the
+        same thing: the policy warns once and carries on instead of losing the run."""
         if not self.graphs:
             self.decode()
             return
-        if self.graph is None:
+        if self.replay is None:
             if self.warm < WARMUP_STEPS:
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    self.decode()
-                torch.cuda.current_stream().wait_stream(side)
+                self._warm_up()
                 self.warm += 1
                 return
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):  # records the step; replay() runs it
+            try:
+                self.replay = self.capture(self.decode)
+                self.replay()
+            except Exception as exc:  # whatever stops a capture, the eager step can do
+                self.graphs, self.replay = False, None
+                self.on_capture_failure(exc)
                 self.decode()
-            self.graph = graph
-        self.graph.replay()
+            return
+        self.replay()
+
+    def _warm_up(self) -> None:
+        """An eager step before the capture; on CUDA on a side stream, as capture needs."""
+        if self.lm.device.type != "cuda":
+            self.decode()
+            return
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.decode()
+        torch.cuda.current_stream().wait_stream(side)
 
     # ------------------------------------------------------------------ inside the step
 
@@ -265,10 +338,26 @@ class CudaPolicy(DecodePolicy):
     name = "cuda"
     eos_every: ClassVar[int] = EOS_EVERY
 
-    def __init__(self, graphs: bool | None = None, keep: int = 1) -> None:
+    def __init__(
+        self, graphs: bool | None = None, keep: int = 1, capture: Capture = cuda_graph
+    ) -> None:
         self.graphs = graphs
         self.keep = keep
+        self.capture = capture
+        self.capture_failure: BaseException | None = None
         self._static: OrderedDict[StaticKey, StaticDecode] = OrderedDict()
+
+    def _capture_failed(self, exc: BaseException) -> None:
+        """Warn once; this policy captures nothing more (every bucket decodes eagerly)."""
+        self.graphs = False
+        if self.capture_failure is None:
+            self.capture_failure = exc
+            warnings.warn(
+                f"capturing the decode step failed ({exc.__class__.__name__}: {exc}); "
+                "decoding with the eager static step instead (the same tokens, slower)",
+                CaptureFallbackWarning,
+                stacklevel=2,
+            )
 
     def _static_for(self, lm: LoadedModel, key: StaticKey, batch: DecodeBatch) -> StaticDecode:
         if key in self._static:
@@ -279,7 +368,7 @@ class CudaPolicy(DecodePolicy):
             if lm.device.type == "cuda":
                 torch.cuda.empty_cache()
         graphs = lm.device.type == "cuda" if self.graphs is None else self.graphs
-        static = StaticDecode(lm, key, batch, graphs)
+        static = StaticDecode(lm, key, batch, graphs, self.capture, self._capture_failed)
         self._static[key] = static
         return static
 

@@ -245,7 +245,7 @@ def continuation_nll(
     default at most 32 rows and ``NLL_LOGITS_BUDGET`` logits per forward pass on the
     CPU; on a card 256 rows and what its free memory holds (steering/memory.py).
     """
-    on_card = lm.device.type == "cuda"
+    on_card = lm.platform.on_card
     if batch_size is None:
         batch_size = NLL_CUDA_ROWS if on_card else NLL_ROWS
     if logits_budget is None:

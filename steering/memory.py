@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from steering.models import LoadedModel
+from steering.platform import platform_for
 
 USABLE_FRACTION = 0.7  # of the free memory, for one batch's tensors
 SAMPLER_BYTES_PER_LOGIT = 44
@@ -30,11 +31,8 @@ MAX_ACTIVATION_TEXTS = 256
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Free memory on a CUDA device (None elsewhere)."""
-    if device.type != "cuda":
-        return None
-    free, _total = torch.cuda.mem_get_info(device)
-    return int(free)
+    """Free memory on a device whose platform probes it (a CUDA card; None elsewhere)."""
+    return platform_for(device).free_bytes()
 
 
 def _text_config(lm: LoadedModel):
@@ -59,7 +57,7 @@ def decode_rows(lm: LoadedModel, positions: int, default: int, free: int | None 
     """Rows per decode batch: ``default`` on the CPU; on a card, what its free memory
     holds for ``positions`` (prompt + new tokens), in multiples of ``ROW_QUANTUM``, at
     least ``default`` rows' worth of the quantum and at most ``MAX_DECODE_ROWS``."""
-    free = free_bytes(lm.device) if free is None else free
+    free = lm.platform.free_bytes() if free is None else free
     if free is None:
         return default
     per_row = kv_bytes_per_row(lm, positions) + SAMPLER_BYTES_PER_LOGIT * vocab_size(lm)
@@ -71,7 +69,7 @@ def decode_rows(lm: LoadedModel, positions: int, default: int, free: int | None 
 def nll_logits_budget(lm: LoadedModel, default: int, free: int | None = None) -> int:
     """Logits entries per perplexity forward pass: ``default`` on the CPU, on a card
     what a share of its free memory holds (never less than ``default``)."""
-    free = free_bytes(lm.device) if free is None else free
+    free = lm.platform.free_bytes() if free is None else free
     if free is None:
         return default
     return max(default, int(free * USABLE_FRACTION // NLL_BYTES_PER_LOGIT))
@@ -81,7 +79,7 @@ def activation_texts(lm: LoadedModel, default: int) -> int:
     """Texts per activation-capture batch: ``default`` on the CPU, ``MAX_ACTIVATION_TEXTS``
     on a card (the forward pass stops at the captured layer; a few hundred short texts
     are a few hundred MB of activations even for a 4B model)."""
-    return default if lm.device.type != "cuda" else max(default, MAX_ACTIVATION_TEXTS)
+    return max(default, MAX_ACTIVATION_TEXTS) if lm.platform.on_card else default
 
 
 def peak_gib(device: torch.device | None = None) -> float | None:

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from steering.assets import AssetError, require_embedded_model
+from steering.assets import require_embedded_model
 from steering.head import use_blocked_head
+from steering.platform import Platform, platform_for
 
 EMBEDDED = "embedded"
 EMBEDDED_ID = "gemma-3-270m (embedded GGUF q4_k_m, fp32)"
@@ -28,6 +29,19 @@ class ModelSpecError(ValueError):
 
 class LayerIndexError(ValueError):
     """A layer index outside the model's decoder layers."""
+
+
+def check_layer_index(layer: int, n_layers: int, model_id: str) -> int:
+    """``layer`` as an index from 0 (negative counts from the end), or
+    :class:`LayerIndexError` naming the valid range; a loaded model and a dry run (which
+    reads only the config) check it the same way."""
+    if not -n_layers <= layer < n_layers:
+        raise LayerIndexError(
+            f"layer {layer} is out of range for {model_id}, which has "
+            f"{n_layers} decoder layers (valid: 0..{n_layers - 1}, "
+            f"or negative from the end)"
+        )
+    return layer % n_layers
 
 
 @dataclass
@@ -46,6 +60,13 @@ class LoadedModel:
     # on first use, keeps per-model state (the CUDA policy's graphs and caches).
     decode_policy: str = "auto"
     decoder_state: object = field(default=None, repr=False, compare=False)
+    # What the device is to the suite (dtypes, decode policy, memory, the embedder's
+    # device, torch threads): chosen once here from the model's device.
+    platform: Platform = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.platform is None:
+            self.platform = platform_for(self.device)
 
     @property
     def n_layers(self) -> int:
@@ -76,13 +97,7 @@ class LoadedModel:
         return self.n_layers // 2
 
     def check_layer(self, layer: int) -> int:
-        if not -self.n_layers <= layer < self.n_layers:
-            raise LayerIndexError(
-                f"layer {layer} is out of range for {self.model_id}, which has "
-                f"{self.n_layers} decoder layers (valid: 0..{self.n_layers - 1}, "
-                f"or negative from the end)"
-            )
-        return layer % self.n_layers
+        return check_layer_index(layer, self.n_layers, self.model_id)
 
     def layer(self, index: int) -> nn.Module:
         return self.layers[self.check_layer(index)]
@@ -135,12 +150,14 @@ def pick_device(device: str | None = None) -> torch.device:
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
-    """bf16 on CUDA, fp32 on CPU (bf16 on CPU changes the sampled text; docs/notes.md,
-    'bf16 on the CPU').
+    """bf16 on CUDA (fp16 on a card without bf16), fp32 on CPU (bf16 on CPU changes the
+    sampled text; docs/notes.md, 'bf16 on the CPU').
 
-    bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning)."""
+    bf16 asked for on a CPU without bf16 instructions warns (SlowBf16Warning); one the
+    device cannot compute in is refused (``Platform.check_dtype``: DtypeError)."""
+    platform = platform_for(device)
     if dtype in (None, "auto"):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return platform.default_dtype()
     try:
         resolved = {
             "float32": torch.float32,
@@ -154,6 +171,7 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
         raise ModelSpecError(
             f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16"
         ) from exc
+    platform.check_dtype(resolved)
     if resolved == torch.bfloat16 and device.type == "cpu":
         from steering.cpu import SlowBf16Warning, bf16_warning
 
@@ -204,25 +222,150 @@ def looks_like_path(spec: str) -> bool:
     )
 
 
-def check_model_spec(spec: str) -> None:
-    """Raise :class:`ModelSpecError` for a spec that names a local file or folder that is
-    not there (or a file where a folder belongs), before anything is loaded: a dry run
-    checks it too. Hub ids and ``embedded`` pass (the loader or the asset check names
-    those)."""
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model section of a config (``model``, ``device``, ``dtype``,
+    ``model_load_format``) as one value, passed whole to whatever loads the model (the
+    run, the classifiers command, Ray actors, the bench)."""
+
+    spec: str = "embedded"
+    device: str = "auto"
+    dtype: str = "auto"
+    load_format: str = "auto"
+
+    def load(self) -> LoadedModel:
+        return load_model(self.spec, self.device, self.dtype, self.load_format)
+
+
+MODELS_DIR = Path("models")  # where the guide's `hf download --local-dir` puts a hub model
+# Hub organisations (or id prefixes) whose models are licence-gated: the download needs
+# the licence accepted on the model's page and a token.
+GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a spec's model is: what ``from_pretrained`` reads and the id probes carry.
+
+    ``where``: ``embedded``, ``gguf``, ``directory`` (a path given), ``models folder`` (a
+    hub id found under ``models/<name>``), ``hub cache`` (found in the Hugging Face
+    cache) or ``hub`` (not found here; transformers may download it when online)."""
+
+    spec: str
+    source: str
+    model_id: str
+    where: str
+    load_kwargs: dict = field(default_factory=dict)
+
+
+def is_hub_id(spec: str) -> bool:
+    """``org/name`` or ``name``, and not a path that exists or can only be a path."""
+    return (
+        re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", spec) is not None
+        and not looks_like_path(spec)
+        and not Path(spec).exists()
+        and not spec.endswith(".gguf")
+    )
+
+
+def models_folder(spec: str) -> Path:
+    """The folder the guide downloads a hub id into: ``models/<name>``."""
+    return MODELS_DIR / spec.split("/")[-1]
+
+
+def hub_cache_dir() -> Path:
+    import huggingface_hub.constants as hub
+
+    return Path(hub.HF_HUB_CACHE)
+
+
+def hub_cached(spec: str) -> Path | None:
+    """The snapshot folder of a hub id in the Hugging Face cache, or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(spec, "config.json", cache_dir=hub_cache_dir())
+    except ValueError:  # not a valid repo id
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def download_command(spec: str) -> str:
+    """The one command the guide gives, which :func:`resolve_model` then finds."""
+    return f"HF_HUB_OFFLINE=0 .venv/bin/hf download {spec} --local-dir {models_folder(spec)}"
+
+
+def licence_note(spec: str) -> str:
+    """What a gated model needs before the download works ('' for others)."""
+    if not spec.startswith(GATED_PREFIXES):
+        return ""
+    return (
+        f" {spec} is licence-gated: accept its licence at https://huggingface.co/{spec} "
+        "signed in, then log in with `.venv/bin/hf auth login` (or export HF_TOKEN) "
+        "before downloading (docs/own-model.md)."
+    )
+
+
+def missing_hub_model(spec: str) -> ModelSpecError:
+    """The error for a hub id found nowhere here, with the command that fixes it."""
+    folder = models_folder(spec)
+    if spec.startswith(f"{MODELS_DIR.as_posix()}/"):
+        return ModelSpecError(
+            f"model directory {spec!r} does not exist ({Path(spec).resolve()}); download "
+            f"the model into it: HF_HUB_OFFLINE=0 .venv/bin/hf download <org>/<name> "
+            f"--local-dir {spec} (docs/own-model.md). No local directory {spec!r} exists "
+            "either."
+        )
+    return ModelSpecError(
+        f"model {spec!r} is not here: not in the Hugging Face cache ({hub_cache_dir()}) "
+        f"and no folder {folder}/ with a config.json. The suite never downloads "
+        "(HF_HUB_OFFLINE=1: the hub is offline); download it on a machine that can reach "
+        f"huggingface.co with\n  {download_command(spec)}\nand run again from this folder."
+        + licence_note(spec)
+    )
+
+
+def resolve_model(spec: str) -> ResolvedModel:
+    """Where ``spec``'s model is, or :class:`ModelSpecError` saying what is missing and
+    how to get it, before anything is loaded (a dry run resolves it too).
+
+    A hub id is looked for in ``models/<name>`` (the guide's ``--local-dir``), then in
+    the Hugging Face cache; offline and in neither, the error gives the download line."""
     if spec == EMBEDDED:
-        return
+        path = require_embedded_model()
+        return ResolvedModel(spec, str(path), "embedded:gemma-3-270m", "embedded")
     if spec.endswith(".gguf"):
-        if not Path(spec).is_file():
+        gguf = Path(spec)
+        if not gguf.is_file():
             raise ModelSpecError(f"GGUF file {spec!r} does not exist")
-        return
+        kwargs = {"gguf_file": gguf.name}
+        return ResolvedModel(spec, str(gguf.parent), f"gguf:{gguf.name}", "gguf", kwargs)
     path = Path(spec).expanduser()
     if path.exists() and not path.is_dir():
         raise ModelSpecError(f"{spec!r} is a file; pass a model directory, an id or a .gguf")
-    if not path.exists() and looks_like_path(spec):
+    if path.is_dir():
+        return ResolvedModel(spec, str(path), spec, "directory")
+    if looks_like_path(spec):
         raise ModelSpecError(
             f"model directory {spec!r} does not exist ({path.resolve()}); pass an "
             "existing directory, a .gguf file, a Hugging Face id (org/name) or 'embedded'"
         )
+    folder = models_folder(spec)
+    if (folder / "config.json").is_file():
+        return ResolvedModel(spec, str(folder), spec, "models folder")
+    cached = hub_cached(spec)
+    if cached is not None:
+        return ResolvedModel(spec, str(cached), spec, "hub cache")
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise missing_hub_model(spec)
+    return ResolvedModel(spec, spec, spec, "hub")
+
+
+def check_model_spec(spec: str) -> None:
+    """Raise :class:`ModelSpecError` for a spec whose model is not here (a missing file,
+    folder or hub model offline) before anything is loaded."""
+    if spec != EMBEDDED:  # the embedded model's absence is the asset check's (AssetError)
+        resolve_model(spec)
 
 
 def load_model(
@@ -244,23 +387,9 @@ def load_model(
         return load_dummy(spec, dev, torch_dtype)
     if load_format != "auto":
         raise ModelSpecError(f"unknown load format {load_format!r}; use one of {LOAD_FORMATS}")
-    check_model_spec(spec)
+    found = resolve_model(spec)
+    source, model_id, load_kwargs = found.source, found.model_id, found.load_kwargs
     kwargs: dict = {"dtype": torch_dtype}
-    if spec == EMBEDDED:
-        try:
-            path = require_embedded_model()
-        except AssetError:
-            raise
-        source, model_id, load_kwargs = str(path), "embedded:gemma-3-270m", {}
-    elif spec.endswith(".gguf"):
-        gguf = Path(spec)
-        source, model_id = str(gguf.parent), f"gguf:{gguf.name}"
-        load_kwargs = {"gguf_file": gguf.name}
-    else:
-        source, model_id, load_kwargs = spec, spec, {}
-        path = Path(spec).expanduser()
-        if path.is_dir():
-            source = str(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **load_kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, **load_kwargs, **kwargs)
@@ -279,7 +408,15 @@ def load_model(
             f"{str(exc).splitlines()[0]} {hint}"
         ) from exc
     model.to(dev)
-    return wrap_model(model, tokenizer, model_id, info={"spec": spec, "source": source})
+    info = {"spec": spec, "source": source, "found_in": found.where}
+    return wrap_model(model, tokenizer, model_id, info=info)
+
+
+def dummy_spec(spec: str) -> str:
+    """The spec a dummy load reads its config from: a hub id's downloaded
+    ``models/<name>`` when there is one (its config and tokenizer, as a real load)."""
+    folder = models_folder(spec) if is_hub_id(spec) else None
+    return str(folder) if folder is not None and (folder / "config.json").is_file() else spec
 
 
 def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
@@ -293,7 +430,7 @@ def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedMod
     )
 
     try:
-        config_file, name = resolve_config(spec)
+        config_file, name = resolve_config(dummy_spec(spec))
     except DummySpecError as exc:
         raise ModelSpecError(str(exc)) from None
     tokenizer, tokenizer_source = dummy_tokenizer(config_file)

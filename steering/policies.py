@@ -7,6 +7,7 @@ import torch
 from steering.decode import CpuPolicy, DecodePolicy, ReferencePolicy
 from steering.decode_cuda import CudaPolicy
 from steering.models import LoadedModel
+from steering.platform import platform_for
 
 POLICIES: dict[str, type[DecodePolicy]] = {
     ReferencePolicy.name: ReferencePolicy,
@@ -16,9 +17,9 @@ POLICIES: dict[str, type[DecodePolicy]] = {
 
 
 def policy_name(device: torch.device) -> str:
-    """The default policy of a device: ``cpu`` and ``cuda`` have their own, any other
-    device (``mps``, say) decodes with the reference."""
-    return device.type if device.type in ("cpu", "cuda") else ReferencePolicy.name
+    """The default policy of a device, its platform's: ``cpu`` and ``cuda`` have their
+    own, any other device (``mps``, say) decodes with the reference."""
+    return platform_for(device).decode_policy
 
 
 def make_policy(name: str) -> DecodePolicy:
@@ -32,6 +33,6 @@ def policy_for(lm: LoadedModel) -> DecodePolicy:
     """The model's decode policy, made on first use and kept on the model (the CUDA
     policy's captured graphs and caches are per model)."""
     if not isinstance(lm.decoder_state, DecodePolicy):
-        name = lm.decode_policy if lm.decode_policy != "auto" else policy_name(lm.device)
+        name = lm.decode_policy if lm.decode_policy != "auto" else lm.platform.decode_policy
         lm.decoder_state = make_policy(name)
     return lm.decoder_state

@@ -140,7 +140,7 @@ def run_bench(
     built, so the Δ comparison, llama.cpp (needs the GGUF) and e2e sections are skipped.
     """
     from experiments.config import load_config
-    from steering.models import load_model, pick_device
+    from steering.models import pick_device
 
     say = say or (lambda _m: None)
     sections = [s for s in SECTIONS if s in opts.sections]
@@ -168,7 +168,7 @@ def run_bench(
         if lm is None:
             say(f"loading {config.model} ({config.device}, {config.dtype})")
             t = time.perf_counter()
-            lm = load_model(config.model, config.device, config.dtype, config.model_load_format)
+            lm = config.model_spec.load()
             results["model_load_seconds"] = round(time.perf_counter() - t, 2)
         results["machine"] = machine_info(lm.device)
         results["model"] = {"id": lm.model_id, "dtype": dtype_name(lm.dtype), "layers": lm.n_layers}

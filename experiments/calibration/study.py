@@ -34,6 +34,9 @@ from experiments.rundir import RunDir, join_scores
 
 log = logging.getLogger(__name__)
 PHASE = "6"
+# The stages a study times, in order (its record's timings; `calibrate --dry-run` lists them).
+STAGES = ["model_load", "centroids", "classifiers", "vectors", "generation", "perplexity",
+          "embedding", "logging"]  # fmt: skip
 
 
 @dataclass(frozen=True)

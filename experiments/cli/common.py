@@ -66,6 +66,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from experiments.record import RecordError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
+    from steering.platform import DtypeError
     from steering.probes import ProbeError
 
     errors: list[type[BaseException]] = [
@@ -77,6 +78,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         AssetError,
         LayerIndexError,
         ModelSpecError,
+        DtypeError,
         ProbeError,
         PromptError,
         LookupError,
@@ -171,6 +173,14 @@ ModelOpt = Annotated[
 ]
 LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
 ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
+StudyDryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="check the model, its layers and dtype from the model's config and print the "
+        "stages and an estimate, loading no weights",
+    ),
+]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="print the result as JSON on stdout instead of tables")

@@ -15,6 +15,7 @@ from experiments.cli.common import (
     JsonOpt,
     ModelOpt,
     SetOpt,
+    StudyDryRunOpt,
     VerboseOpt,
     console,
     friendly,
@@ -65,6 +66,7 @@ def identify(
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted run by id, or latest")
     ] = None,
+    dry_run: StudyDryRunOpt = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -97,6 +99,12 @@ def identify(
     if phase6_run is not None:
         overrides.append(f"identify.phase6_run={phase6_run}")
     cfg = resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else [])
+    if dry_run:
+        from experiments.cli.plan import print_study_plan
+        from experiments.identify.study import STAGES
+
+        print_study_plan(cfg, PHASE, STAGES, json_)
+        return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
     try:

@@ -19,6 +19,7 @@ from experiments.cli.common import (
     LayerOpt,
     ModelOpt,
     SetOpt,
+    StudyDryRunOpt,
     VerboseOpt,
     console,
     friendly,
@@ -31,7 +32,7 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
-from experiments.cli.plan import print_plan
+from experiments.cli.plan import print_plan, print_study_plan
 
 
 class Mode(StrEnum):
@@ -129,7 +130,6 @@ def classifiers(
     setup_logging(verbose)
     from experiments.concepts import load_concepts
     from experiments.pipeline.probes import best_layer, parse_layers, train_layers
-    from steering.models import load_model
 
     if layers is not None and layer is not None:
         raise typer.BadParameter("give --layer or --layers, not both")
@@ -141,7 +141,7 @@ def classifiers(
     cfg = resolve_config(config, overrides, model, layer, concepts)
     graph = load_concepts(cfg.concepts.file, limit=cfg.concepts.limit, synsets=cfg.concepts.synsets)
     with console.status(f"loading {cfg.model}"):
-        lm = load_model(cfg.model, cfg.device, cfg.dtype, cfg.model_load_format)
+        lm = cfg.model_spec.load()
     if wanted is None:
         wanted = [cfg.layer if cfg.layer is not None else lm.default_layer]
     chosen = sorted({lm.check_layer(la) for la in wanted})  # a clear error when out of range
@@ -280,8 +280,9 @@ def run(
         bool,
         typer.Option(
             "--dry-run",
-            help="print the plan (rows, tokens, an estimated time from the last run on this "
-            "machine) without loading the model",
+            help="check the model, layer and dtype from the model's config (no weights) and "
+            "print the plan: device, dtype, layer, batch size, stages, rows, and a time from "
+            "an earlier run of the same model on this device",
         ),
     ] = False,
     json_: JsonOpt = False,
@@ -441,6 +442,7 @@ def calibrate(
     resume: Annotated[
         str | None, typer.Option(help="finish an interrupted study by id, or latest")
     ] = None,
+    dry_run: StudyDryRunOpt = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -451,6 +453,12 @@ def calibrate(
 
     overlays = [QUICK] if quick else []
     cfg = resolve_config(config, set_, model, None, concepts, "calibration", overlays)
+    if dry_run:
+        from experiments.calibration.study import STAGES
+
+        layers = cfg.calibration.layers or []
+        print_study_plan(cfg, PHASE, STAGES, json_, layers)
+        return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
     with console.status("Phase 6 calibration study") as status:

@@ -1,4 +1,5 @@
-"""``steer-eval run --dry-run``: the plan in the terminal (experiments.pipeline.estimate)."""
+"""``--dry-run`` of ``run``, ``calibrate`` and ``identify``: the checked plan in the
+terminal (experiments.pipeline.estimate)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,16 @@ from experiments.cli.common import out, print_json
 
 
 def print_plan(cfg, as_json: bool) -> None:
-    """``run --dry-run``: what the run would generate and about how long it would take."""
+    """``run --dry-run``: the model checked, what the run would generate, its stages and
+    an estimate from an earlier run of the same model on this device."""
     from experiments.pipeline.estimate import plan_run
     from experiments.pipeline.lifecycle import load_graph
-    from steering.models import check_model_spec
 
-    check_model_spec(cfg.model)  # a plan for a model folder that is not there helps nobody
     plan = plan_run(cfg, load_graph(cfg))
     if as_json:
-        print_json(
-            {
-                "dry_run": True,
-                "config_hash": cfg.config_hash(),
-                "results_dir": str(cfg.results_dir),
-                **plan.to_dict(),
-            }
-        )
+        print_json(_json(cfg, plan))
         return
+    _print_setup(plan)
     table = Table("split: rows", "rows", title=f"plan: {plan.n_concepts} concepts, {cfg.model}")
     for what, n in plan.rows.items():
         table.add_row(what, str(n))
@@ -36,13 +30,57 @@ def print_plan(cfg, as_json: bool) -> None:
         "or generated",
         highlight=False,
     )
-    if plan.speed is not None and plan.seconds is not None:
-        out.print(
-            f"estimated generation time: about {plan.seconds / 60:.1f} min at "
-            f"{plan.speed.tokens_per_second:.1f} tokens/s, the speed of run "
-            f"{plan.speed.run_name!r} ({plan.speed.run_id}, {plan.speed.match}); model "
-            "loading, classifier training and scoring come on top",
-            highlight=False,
-        )
-    else:
-        out.print(f"no time estimate: {plan.speed_note}", highlight=False)
+    _print_estimate(plan)
+
+
+def print_study_plan(cfg, phase: str, stages: list[str], as_json: bool, layers=None) -> None:
+    """``calibrate --dry-run`` / ``identify --dry-run``: the model and every layer the
+    study steers checked, its stages, an estimate from an earlier study."""
+    from experiments.pipeline.estimate import plan_study
+
+    plan = plan_study(cfg, phase, stages)
+    for layer in layers or []:
+        plan.model.check_layer(layer)
+    if as_json:
+        print_json(_json(cfg, plan))
+        return
+    _print_setup(plan)
+    out.print(f"into {cfg.results_dir}/<run id>; nothing was loaded or generated", highlight=False)
+    _print_estimate(plan)
+
+
+def _json(cfg, plan) -> dict:
+    return {
+        "dry_run": True,
+        "config_hash": cfg.config_hash(),
+        "results_dir": str(cfg.results_dir),
+        **plan.to_dict(),
+    }
+
+
+def _print_setup(plan) -> None:
+    m = plan.model
+    out.print(
+        f"model {m.model_id} ({m.architecture}, {m.n_layers} layers, hidden {m.hidden_size}; "
+        f"found: {m.found_in}, {m.source})\n"
+        f"device {m.device}, dtype {m.dtype_name}, layer {plan.layer} of 0..{m.n_layers - 1}, "
+        f"batch size {plan.batch_size}\n"
+        f"stages: {' → '.join(plan.stages)}",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _print_estimate(plan) -> None:
+    e = plan.estimate
+    if e is None:
+        out.print(f"no estimate: {plan.no_estimate}", highlight=False, markup=False)
+        return
+    scaled = "" if e.scale == 1.0 else f", per-row stages scaled ×{e.scale:.2f} to this plan"
+    out.print(
+        f"estimated time: about {e.seconds / 60:.1f} min, the {len(e.stages)} stages of run "
+        f"{e.run_name!r} ({e.run_id}) on the same model and device{scaled}: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in e.stages.items()),
+        highlight=False,
+        markup=False,
+    )

@@ -19,15 +19,13 @@ def make_executor(
     e = config.execution
     if e.executor == "local":
         return LocalExecutor(lm)
-    import torch
-
     from experiments.execution.ray import ModelSource, RayExecutor
 
     return RayExecutor(
-        ModelSource(config.model, config.device, config.dtype, config.model_load_format),
+        ModelSource.of(config.model_spec),
         workers=e.workers,
         cpus_per_worker=e.cpus_per_worker,
-        threads=e.torch_threads or torch.get_num_threads(),  # the local run's numbers
+        threads=e.torch_threads or lm.platform.torch_threads,  # the local run's numbers
         max_retries=e.max_retries,
         address=address,
     )

@@ -59,10 +59,15 @@ class ModelSource:
     dtype: str = "auto"
     load_format: str = "auto"
 
-    def load(self) -> LoadedModel:
-        from steering.models import load_model
+    @classmethod
+    def of(cls, model) -> ModelSource:
+        """From the config's model section (``steering.models.ModelSpec``), whole."""
+        return cls(model.spec, model.device, model.dtype, model.load_format)
 
-        return load_model(self.spec, self.device, self.dtype, self.load_format)
+    def load(self) -> LoadedModel:
+        from steering.models import ModelSpec
+
+        return ModelSpec(self.spec, self.device, self.dtype, self.load_format).load()
 
     @property
     def on_cuda(self) -> bool | None:

@@ -46,6 +46,10 @@ from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
 
 PHASE = "6-identify"
+# The stages a study times, in order (its record's timings; `identify --dry-run` lists them).
+STAGES = ["model_load", "activations", "directions", "detection", "generation", "perplexity",
+          "embedding", "likelihood_texts", "likelihood", "readout", "centroids", "analysis",
+          "logging"]  # fmt: skip
 
 
 @dataclass

@@ -34,6 +34,7 @@ from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, P
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
+from experiments.tracking.context import DEVICE_TAG, MODEL_TAG
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -108,6 +109,8 @@ class RunSession:
         """Open the parent run (new, or the one being resumed or rescored) until the
         session ends, and make its folder. Returns (run id, whether it is new)."""
         new = self.existing is None
+        if new and self.lm is not None:  # what a dry run matches earlier runs by
+            tags = {**(tags or {}), DEVICE_TAG: self.lm.device.type, MODEL_TAG: self.lm.model_id}
         run_id = self._stack.enter_context(
             tracking.tracked_run(experiment, name, tags=tags, run_id=self.existing)
         )
@@ -131,6 +134,16 @@ class RunSession:
         """Release the workers early (before scoring, which needs none of them)."""
         if self._executor is not None:
             self._executor.close()
+
+
+def embedder_device(config: ExperimentConfig, lm: Any) -> str:
+    """Where the embedder runs: the model's platform decides (``--device cpu`` on a GPU
+    host keeps it on the CPU too); without a model (a rescore), the config's device."""
+    from steering.models import pick_device
+    from steering.platform import platform_for
+
+    platform = lm.platform if lm is not None else platform_for(pick_device(config.device))
+    return platform.embedder_device
 
 
 @contextmanager
@@ -171,14 +184,12 @@ def open_run(
         config = config.model_copy(update={"execution": chosen})
     with timer.time("model_load"):
         if lm is None and need_model:
-            from steering.models import load_model
-
             say(f"loading model {config.model}")
-            lm = load_model(config.model, config.device, config.dtype, config.model_load_format)
+            lm = config.model_spec.load()
         if embedder is None:
             from metrics.embedder import load_embedder
 
-            embedder = load_embedder(config.embedding.model)
+            embedder = load_embedder(config.embedding.model, embedder_device(config, lm))
     session = RunSession(
         config, load_graph(config), timer, lm, embedder, existing, run_dir, existing, say
     )

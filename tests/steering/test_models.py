@@ -133,11 +133,15 @@ def test_wrap_model_sets_left_padding_and_a_pad_token(tiny_lm):
 # ---------------------------------------------------------------------------- device and dtype
 
 
-def test_pick_dtype_defaults_to_fp32_on_cpu_and_rejects_unknown_names():
+def test_pick_dtype_defaults_to_fp32_on_cpu_and_rejects_unknown_names(monkeypatch):
     cpu = torch.device("cpu")
     assert pick_dtype(cpu) is torch.float32
     assert pick_dtype(cpu, "auto") is torch.float32
+    # a card that has bf16 (as torch reports it) gets bf16, one without fp16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     assert pick_dtype(torch.device("cuda"), "auto") is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    assert pick_dtype(torch.device("cuda"), "auto") is torch.float16
     assert pick_dtype(cpu, "bf16") is torch.bfloat16
     assert pick_dtype(cpu, "float16") is torch.float16
     with pytest.raises(ModelSpecError, match="unknown dtype 'int8'"):

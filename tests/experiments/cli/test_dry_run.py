@@ -1,0 +1,162 @@
+"""``--dry-run`` checks before it plans (issue 37, item 2).
+
+It reads the model's config (no weights) and refuses a missing model, a layer out of
+range and a dtype the device cannot run; it shows device, dtype, layer, batch size and
+stages; its time comes only from an earlier run of the same model on the same device on
+this machine (the stage timings of its record, summed), else "no estimate". The CUDA card
+without bf16 is faked through torch's own queries (no GPU here); everything else is the
+real CLI on the embedded model's and the shipped 4B's configs.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import huggingface_hub.constants as hub
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from experiments import tracking
+from experiments.cli import app
+from experiments.rundir import RUN_DIR_TAG
+from experiments.tracking.context import DEVICE_TAG, HOST_TAG, MODEL_TAG
+
+REPO = Path(__file__).resolve().parents[3]
+runner = CliRunner()
+EMBEDDED_ID = "embedded:gemma-3-270m"
+
+
+def _said(out) -> str:
+    return " ".join((out.stdout + out.stderr).split())
+
+
+def _earlier_run(experiment, tmp_path, name, timings, device="cpu", model=EMBEDDED_ID, phase="5"):
+    """A finished run in the store with a record holding ``timings`` (30 rows × 10)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    record = {
+        "timings": timings,
+        "n_generations": 18,
+        "config": {"generation": {"max_new_tokens": 10}},
+    }
+    (folder / "steering_results.json").write_text(json.dumps(record))
+    # every row it generated (the record's n_generations counts the concept arm only)
+    (folder / "generations.jsonl").write_text("".join(f'{{"key": "k{i}"}}\n' for i in range(30)))
+    tags = {"phase": phase, HOST_TAG: platform.node(), DEVICE_TAG: device, MODEL_TAG: model,
+            RUN_DIR_TAG: str(folder)}  # fmt: skip
+    run_id = tracking.start_run(experiment, name, tags=tags)
+    tracking.end_run(run_id)
+    return run_id
+
+
+def test_a_good_plan_shows_the_setup_and_sums_an_earlier_runs_stages(mlflow_store, tmp_path):
+    experiment = "dry-run-estimate"
+    timings = {"model_load": 4.0, "classifiers": 6.0, "generation": 30.0, "embedding": 10.0}
+    ours = _earlier_run(experiment, tmp_path, "same model and device", timings)
+    _earlier_run(experiment, tmp_path, "on a card", {"generation": 1.0}, device="cuda")
+    _earlier_run(experiment, tmp_path, "another model", {"generation": 1.0}, model="gguf:x")
+    # 3 concepts × 3 prompts × 5 rows = 45 rows × 20 tokens: 3× the earlier 30 × 10
+    args = ["run", "--dry-run", "--concepts", "3", "--max-new-tokens", "20",
+            "--set", f"tracking.experiment={experiment}"]  # fmt: skip
+    out = runner.invoke(app, [*args, "--json"])
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert (plan["device"], plan["dtype"], plan["layer"], plan["batch_size"]) == (
+        "cpu", "float32", 9, "96"
+    )  # fmt: skip
+    assert plan["model"]["n_layers"] == 18 and plan["model"]["found_in"] == "embedded"
+    assert plan["stages"][:2] == ["model_load", "classifiers"] and "generation" in plan["stages"]
+    assert plan["estimate"]["run_id"] == ours and plan["estimate"]["scale"] == pytest.approx(3.0)
+    assert plan["estimated_seconds"] == pytest.approx(4 + 6 + 3 * (30 + 10))
+    text = _said(runner.invoke(app, args))
+    assert "device cpu, dtype float32, layer 9 of 0..17, batch size 96" in text
+    assert "stages: model_load → classifiers → vectors" in text
+    assert "about 2.2 min, the 4 stages of run 'same model and device'" in text
+    assert "scaled ×3.00" in text
+
+
+def test_without_a_run_of_this_model_on_this_device_there_is_no_estimate(mlflow_store, tmp_path):
+    experiment = "dry-run-no-estimate"
+    _earlier_run(experiment, tmp_path, "on a card", {"generation": 1.0}, device="cuda")
+    args = ["run", "--dry-run", "--concepts", "2", "--set", f"tracking.experiment={experiment}"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.stderr
+    assert f"no estimate: no finished run of {EMBEDDED_ID} on cpu on this machine" in _said(out)
+
+
+def test_a_layer_out_of_range_is_refused_from_the_config(mlflow_store):
+    out = runner.invoke(app, ["run", "--dry-run", "--layer", "99"])
+    assert out.exit_code == 2
+    assert "layer 99 is out of range for embedded:gemma-3-270m, which has 18 decoder layers" in (
+        _said(out)
+    )
+    assert "rows" not in out.stdout
+
+
+def test_a_missing_hub_model_is_refused_with_the_download_line(mlflow_store, tmp_path, monkeypatch):
+    for folder in ("configs", "data"):  # a checkout without models/ (and an empty HF cache)
+        (tmp_path / folder).symlink_to(REPO / folder)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    out = runner.invoke(app, ["run", "--dry-run", "--model", "google/gemma-3-4b-pt"])
+    assert out.exit_code == 2
+    said = _said(out)
+    assert (
+        "HF_HUB_OFFLINE=0 .venv/bin/hf download google/gemma-3-4b-pt --local-dir "
+        "models/gemma-3-4b-pt" in said
+    )
+    assert "licence-gated" in said
+
+
+def test_the_4b_dummy_plan_reads_its_config_without_weights(mlflow_store):
+    args = ["run", "--dry-run", "--model", "google/gemma-3-4b-pt", "--set",
+            "model_load_format=dummy", "--layer", "17", "--json"]  # fmt: skip
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["model"]["model_id"] == "dummy:gemma-3-4b-pt"
+    assert plan["model"]["architecture"] == "Gemma3ForConditionalGeneration"
+    assert plan["model"]["n_layers"] == 34 and plan["layer"] == 17
+
+
+@pytest.fixture
+def old_card(monkeypatch):
+    """torch reports a CUDA card without bf16 (compute capability 7.5)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+
+
+def test_a_dtype_the_card_cannot_run_is_refused(mlflow_store, old_card):
+    args = ["run", "--dry-run", "--set", "device=cuda", "--set", "dtype=bfloat16"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 2
+    said = _said(out)
+    assert "dtype bfloat16: the card cuda (Tesla T4, compute capability 7.5) has no bf16" in said
+    assert "--set dtype=float16" in said
+
+
+def test_auto_on_a_card_without_bf16_is_fp16_and_the_batch_is_sized_at_load(mlflow_store, old_card):
+    args = ["run", "--dry-run", "--set", "device=cuda", "--set", "generation.batch_size=auto"]
+    out = runner.invoke(app, [*args, "--json"])
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["dtype"] == "float16" and plan["device"] == "cuda"
+    assert plan["batch_size"].startswith("auto: from the card's free memory")
+
+
+def test_calibrate_and_identify_check_the_same_way(mlflow_store):
+    out = runner.invoke(app, ["calibrate", "--quick", "--dry-run", "--set", "layer=40"])
+    assert out.exit_code == 2 and "layer 40 is out of range" in _said(out)
+    out = runner.invoke(app, ["identify", "--quick", "--dry-run", "--json"])
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["phase"] == "6-identify" and plan["stages"][1] == "activations"
+    assert plan["layer"] == 9 and plan["device"] == "cpu"
+    out = runner.invoke(app, ["calibrate", "--quick", "--dry-run"])
+    assert out.exit_code == 0, out.stderr
+    assert "stages: model_load → centroids → classifiers" in _said(out)
