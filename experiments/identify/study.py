@@ -47,9 +47,9 @@ from experiments.rundir import RunDir, atomic_write_text
 
 PHASE = "6-identify"
 # The stages a study times, in order (its record's timings; `identify --dry-run` lists them).
-STAGES = ["model_load", "activations", "directions", "detection", "generation", "perplexity",
-          "embedding", "likelihood_texts", "likelihood", "readout", "centroids", "analysis",
-          "logging"]  # fmt: skip
+STAGES = ["model_load", "activations", "likelihood_texts", "directions", "detection",
+          "centroids", "generation", "perplexity", "embedding", "likelihood", "readout",
+          "analysis", "logging"]  # fmt: skip
 
 
 @dataclass
