@@ -344,6 +344,7 @@ class IdentifiedResult(BaseModel):
     matched_pairs: dict[str, MatchedPairs]
     heterogeneity_given_cos: dict[str, object]  # per-manipulation slopes, F-corrected Wald
     iso_cos: dict[str, object] = Field(default_factory=dict)  # per angle and pooled
+    by_strength: dict[str, ClusterEstimate] = Field(default_factory=dict)  # strength -> slope
 
 
 class _Open(BaseModel):

@@ -67,11 +67,34 @@ def identify(
         str | None, typer.Option(help="finish an interrupted run by id, or latest")
     ] = None,
     dry_run: StudyDryRunOpt = False,
+    compare: Annotated[
+        Path | None,
+        typer.Option(
+            help="re-analyse a run folder (or its directions.csv) with v1's and v2's "
+            "estimators side by side, and stop",
+            metavar="<folder>",
+        ),
+    ] = None,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 6 that identifies: vary detection quality on its own; what does it do to steering?"""
     setup_logging(verbose)
+    if compare is not None:
+        from experiments.identify.compare import before_after, markdown, read_directions
+
+        try:
+            frame = read_directions(compare)
+        except FileNotFoundError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        with console.status("re-analysing (wild cluster bootstrap)"):
+            result = before_after(frame)
+        if json_:
+            print_json(result)
+        else:
+            console.print(markdown(result), highlight=False, markup=False)
+        return
     from experiments.identify import QUICK
     from experiments.identify.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify

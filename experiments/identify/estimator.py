@@ -336,4 +336,9 @@ def identified_analysis(
         "matched_pairs": {p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
         "heterogeneity_given_cos": per_family_slopes(frame, y, "auroc", spline_df=spline_df, **kw),
         "iso_cos": iso_cos(frame, y, "auroc", **kw),
+        "by_strength": {  # the dose varied: the effect at each measured strength × β
+            c.removeprefix("effect_at_"): flexible_slope(frame, c, "auroc", **kw).to_dict()
+            for c in frame.columns
+            if c.startswith("effect_at_")
+        },
     }

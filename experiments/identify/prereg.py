@@ -173,10 +173,11 @@ def check_binding(prereg: Preregistration, config) -> None:
             f"{files[0]}): run the held-out study on the code it was pre-registered for"
         )
     strengths = [float(x) for x in config.identify.strengths]
-    if strengths != [float(primary["strength"])]:
+    if float(primary["strength"]) not in strengths:
         raise PreregistrationError(
             f"the primary is defined at strength {primary['strength']} but this run measures "
-            f"the likelihood at {strengths}: set identify.strengths to [{primary['strength']}]"
+            f"the likelihood at {strengths} only: add {primary['strength']} to "
+            "identify.strengths"
         )
 
 

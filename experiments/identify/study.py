@@ -386,7 +386,12 @@ def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say
     from experiments.identify.crosscheck import crosscheck
 
     ident, concepts = config.identify, found.concepts
-    effects = _effects(outcomes.likelihood, ident.strengths)
+    strengths = [float(x) for x in ident.strengths]
+    primary_strength = float(prereg.primary["strength"]) if prereg else None
+    # the effect: at the pre-registered strength when it is measured, else the mean over
+    # the strengths; every strength also gets its own column (the dose: 0.5x, 1x, 2x β)
+    main = [primary_strength] if primary_strength in strengths else strengths
+    effects = _effects(outcomes.likelihood, main)
     test_labels = {c: found.data.concepts[c].test[1] for c in concepts}
     tables = build_tables(
         found.directions.specs,
@@ -399,6 +404,16 @@ def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say
         ident,
         config.seed,
     )
+    if len(strengths) > 1:
+        frame = tables.directions
+        for strength in strengths:
+            at = {
+                k: float(np.mean(v)) for k, v in _effects(outcomes.likelihood, [strength]).items()
+            }
+            frame[f"effect_at_{strength:g}"] = [
+                at.get((c, d), np.nan)
+                for c, d in zip(frame["concept"], frame["direction"], strict=True)
+            ]
     base = pd.DataFrame(outcomes.baseline_rows)
     baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
     n_boot, seed = config.criteria.n_boot, config.seed

@@ -58,6 +58,13 @@ def identified_lines(ident: dict | None) -> list[str]:
             f"- Iso-cos (AUROC varied at fixed cos(v, v*), within (concept, angle), beside "
             f"{', '.join(iso['covariates'])}): pooled {ci(iso['pooled'])}; {angles}."
         )
+    dose = ident.get("by_strength") or {}
+    if dose:
+        lines.append(
+            "- The AUROC slope (flexible) at each strength × β: "
+            + "; ".join(f"{s}×: {ci(f)}" for s, f in dose.items())
+            + "."
+        )
     pairs = ident["matched_pairs"].get("auroc") or {}
     if pairs.get("evaluable"):
         lines.append(

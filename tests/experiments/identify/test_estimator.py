@@ -129,3 +129,25 @@ def test_the_dose_as_a_covariate_takes_what_the_dose_explains() -> None:
     assert out["flexible"]["auroc"]["low"] > 0
     dosed = out["given_dose"]["auroc"]
     assert dosed["low"] <= 0 <= dosed["high"]
+
+
+def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
+    """A run's directions.csv re-analysed: v1 reads the concave toy as a positive slope,
+    v2 does not; the command prints the table and refuses a folder without one."""
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    from experiments.identify.compare import before_after, markdown
+
+    toy = toy_study(5, "concave")
+    toy["direction"] = [
+        "reference" if m == "reference" else f"{m}:{i}" for i, m in enumerate(toy["manipulation"])
+    ]
+    result = before_after(toy, n_boot=199)
+    pooled = result["rows"][-1]
+    assert pooled["manipulation"] == "pooled" and pooled["v1"]["low"] > 0
+    assert pooled["v2"]["low"] <= 0 <= pooled["v2"]["high"]
+    assert "| pooled |" in markdown(result)
+    toy.to_csv(tmp_path / "directions.csv", index=False)
+    out = CliRunner().invoke(app, ["identify", "--compare", str(tmp_path / "nothing")])
+    assert out.exit_code == 2 and "no directions.csv" in out.output

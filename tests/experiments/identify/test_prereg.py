@@ -141,7 +141,7 @@ def test_a_heldout_run_is_bound_to_its_config_code_and_strength(tmp_path, mlflow
             check_binding(load_preregistration(path), moved)
 
     twice = load_config(
-        "configs/identify.yaml", ["identify.concept_set=heldout", "identify.strengths=[1.0, 2.0]"]
+        "configs/identify.yaml", ["identify.concept_set=heldout", "identify.strengths=[0.5, 2.0]"]
     )
     prereg = load_preregistration(path)
     bound_to_twice = prereg.__class__(

@@ -70,6 +70,7 @@ def config_for(tmp, prereg, *extra):
             f"identify.results_dir={tmp / 'res'}",
             "identify.isocos_degrees=[45, 90]",  # the iso-cos design, two nuisances
             "identify.isocos_nuisances=[0, 1]",
+            "identify.strengths=[1.0, 2.0]",  # the dose varied; the primary is at 1.0
             *extra,
         ],
         overlays=[QUICK],
@@ -155,6 +156,10 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     assert "45" in ident.iso_cos["angles"]
     assert ident.iso_cos["covariates"][0] == "nuisance_effect"
     assert "F" in ident.heterogeneity_given_cos or not ident.heterogeneity_given_cos["evaluable"]
+    # the effect is the pre-registered strength's; each strength has its own column
+    np.testing.assert_allclose(frame["effect"], frame["effect_at_1"])
+    assert not np.allclose(frame["effect_at_2"], frame["effect_at_1"])
+    assert set(ident.by_strength) == {"1", "2"}
     keys = [v.key for v in answer_of(result.record).verdicts]
     assert "identified/flexible/auroc" in keys and keys[0] == "primary"
 
