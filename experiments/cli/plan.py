@@ -40,9 +40,23 @@ def print_plan(cfg, as_json: bool) -> None:
         out.print(
             f"estimated generation time: about {plan.seconds / 60:.1f} min at "
             f"{plan.speed.tokens_per_second:.1f} tokens/s, the speed of run "
-            f"{plan.speed.run_name!r} ({plan.speed.run_id}, {plan.speed.match}); model "
-            "loading, classifier training and scoring come on top",
+            f"{plan.speed.run_name!r} ({plan.speed.run_id}, {plan.speed.match})",
             highlight=False,
         )
+        others = plan.speed.other_stages
+        if others and plan.total_seconds is not None:
+            longest = sorted(others.items(), key=lambda kv: -kv[1])[:4]
+            out.print(
+                f"estimated run time, every stage: about {plan.total_seconds / 60:.1f} min "
+                f"(the other stages as long as in that run, {sum(others.values()):.0f} s: "
+                + ", ".join(f"{k} {v:.0f} s" for k, v in longest)
+                + "); classifier training, when needed, comes on top",
+                highlight=False,
+            )
+        else:
+            out.print(
+                "that run recorded no other stages: model loading, scoring and logging come on top",
+                highlight=False,
+            )
     else:
         out.print(f"no time estimate: {plan.speed_note}", highlight=False)

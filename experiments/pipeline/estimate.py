@@ -4,8 +4,11 @@ Rows come from the plan itself (``plan.planned_rows``: every split, arm and stre
 config asks for), tokens are rows × ``generation.max_new_tokens`` (an upper bound: a row
 stops at its end-of-text token), and the time is those tokens at the generation speed
 of the newest finished run in the store that ran on this machine with the same model
-(else on this machine, else anywhere), which the estimate names. Model loading,
-classifier training and scoring are not in it.
+(else on this machine, else anywhere), which the estimate names. The run's other
+stages (model load, perplexity, scoring, measurement, the MLflow writes: its ``time/*``
+metrics, which are its record's timings) are added as long as they took in that run,
+so the estimate sums every stage; classifier training is not in it (it happens once per
+probe set).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class Speed:
     run_name: str
     tokens_per_second: float
     match: str  # "this machine, same model" | "this machine" | "another machine"
+    # that run's other stages (time/<stage> but generation and classifier training)
+    other_stages: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -52,9 +57,17 @@ class Plan:
 
     @property
     def seconds(self) -> float | None:
+        """The generation's estimate: the tokens at the earlier run's speed."""
         if self.speed is None or self.speed.tokens_per_second <= 0:
             return None
         return self.max_tokens / self.speed.tokens_per_second
+
+    @property
+    def total_seconds(self) -> float | None:
+        """Every stage: the generation's estimate plus the earlier run's other stages."""
+        if self.seconds is None or self.speed is None:
+            return None
+        return self.seconds + sum(self.speed.other_stages.values())
 
     def to_dict(self) -> dict:
         return {
@@ -74,6 +87,8 @@ class Plan:
                 else None
             ),
             "estimated_seconds": self.seconds,
+            "estimated_other_stages_seconds": dict(self.speed.other_stages) if self.speed else {},
+            "estimated_total_seconds": self.total_seconds,
             "note": self.speed_note,
         }
 
@@ -139,9 +154,22 @@ def recent_speed(experiment: str, model: str) -> tuple[Speed | None, str]:
                 found.info.run_name or found.info.run_id,
                 float(found.data.metrics[SPEED_METRIC]),
                 match,
+                other_stages(found.data.metrics),
             )
             return speed, ""
     return None, ""  # pragma: no cover - the last choice takes any run
+
+
+NOT_ESTIMATED = {"generation", "classifiers"}  # estimated from tokens; once per probe set
+
+
+def other_stages(metrics: dict[str, float]) -> dict[str, float]:
+    """A run's ``time/<stage>`` metrics other than the generation and classifier training."""
+    return {
+        k.removeprefix("time/"): float(v)
+        for k, v in sorted(metrics.items())
+        if k.startswith("time/") and k.removeprefix("time/") not in NOT_ESTIMATED
+    }
 
 
 def plan_run(config: ExperimentConfig, graph: ConceptGraph) -> Plan:

@@ -87,7 +87,16 @@ def test_make_ui_passes_its_port():
 def test_dry_run_prints_the_plan_and_a_time_from_the_last_run_here(mlflow_store):
     experiment = "dry-run-test"
     run_id = tracking.start_run(experiment, "earlier run", tags={"phase": "5"})
-    tracking.log_metrics(run_id, {"generation/tokens_per_second": 24.0})
+    tracking.log_metrics(
+        run_id,
+        {
+            "generation/tokens_per_second": 24.0,
+            "time/generation": 99.0,  # estimated from the tokens instead
+            "time/classifiers": 50.0,  # once per probe set: not in the estimate
+            "time/perplexity": 4.0,
+            "time/child_runs": 2.5,
+        },
+    )
     tracking.end_run(run_id)
     args = ["run", "--dry-run", "--concepts", "3", "--max-new-tokens", "8"]
     args += ["--set", f"tracking.experiment={experiment}"]
@@ -103,10 +112,13 @@ def test_dry_run_prints_the_plan_and_a_time_from_the_last_run_here(mlflow_store)
         "match": "this machine",
     }
     assert plan["estimated_seconds"] == pytest.approx(45 * 8 / 24.0)
+    assert plan["estimated_other_stages_seconds"] == {"child_runs": 2.5, "perplexity": 4.0}
+    assert plan["estimated_total_seconds"] == pytest.approx(45 * 8 / 24.0 + 6.5)
     text = runner.invoke(app, args)
     assert text.exit_code == 0
     said = " ".join(text.stdout.split())
     assert "at most 360 new tokens (45 rows × 8)" in said and "about 0.2 min at 24.0" in said
+    assert "every stage: about 0.4 min" in said and "perplexity 4 s" in said
     # nothing ran: still only the earlier run in the experiment
     exp = tracking.client().get_experiment_by_name(experiment)
     assert len(tracking.client().search_runs([exp.experiment_id])) == 1
