@@ -138,6 +138,12 @@ class GenerationRecord(BaseModel):
         "original prompt (None for an empty continuation); its exp is the perplexity"
     )
     batch_tokens_per_second: float = Field(description="the speed of the row's batch")
+    started_ns: int | None = Field(
+        None, description="when the row's batch began generating (Unix ns; its trace's start)"
+    )
+    ended_ns: int | None = Field(
+        None, description="when the row's batch finished generating (Unix ns; its trace's end)"
+    )
 
     def row(self) -> dict[str, Any]:
         """The JSON line's fields, as written: the optional ones only when set."""

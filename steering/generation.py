@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 import torch
 
 from steering.decode import DecodeBatch, DecodePolicy
-from steering.head import reused_logits
+from steering.head import (
+    BlockedHead,
+    head_inputs,
+    reused_logits,
+    target_logprobs,
+    target_logprobs_blocked,
+)
 from steering.memory import nll_logits_budget
 from steering.models import LoadedModel
 from steering.policies import policy_for
@@ -209,9 +215,13 @@ def generate_batch(
 # fp32 on the embedded model). Chunks of 32 rows x 51 positions materialised 1.7 GB of logits,
 # and as much again for their log-softmax: a 7.6 GB peak for the perplexity check of the
 # default grid. The head now runs only at positions that predict a continuation token, and
-# each forward pass keeps at most this many logits.
+# each forward pass keeps at most this many logits (where the logits are materialised).
 NLL_LOGITS_BUDGET = 1 << 26  # entries (256 MiB in fp32)
 NLL_ROWS, NLL_CUDA_ROWS = 32, 256  # rows per forward pass at most, CPU and CUDA
+# With the CPU's blocked head no logits row is ever whole (steering.head.target_logprobs_
+# blocked): a pass holds [positions, 2 x 2,048] logits at most, so it takes a generation
+# batch's rows at once (the decoder layers' products then run on thousands of positions).
+NLL_BLOCKED_ROWS, NLL_BLOCKED_POSITIONS = 96, 8192
 
 
 def _nll_chunks(lengths: Sequence[int], batch_size: int, max_positions: int) -> list[range]:
@@ -241,24 +251,40 @@ def continuation_nll(
 ) -> list[float | None]:
     """Mean negative log-likelihood of each continuation given its prompt, unsteered.
 
-    exp() of it is the perplexity coherence check. Empty continuations give None. By
-    default at most 32 rows and ``NLL_LOGITS_BUDGET`` logits per forward pass on the
-    CPU; on a card 256 rows and what its free memory holds (steering/memory.py).
+    exp() of it is the perplexity coherence check. Empty continuations give None.
+
+    On the CPU's blocked head the log-probabilities come block by block from the final
+    hidden states (:func:`~steering.head.target_logprobs_blocked`): no full-vocabulary
+    row is built, and a pass takes up to 96 rows (8,192 positions), the rows sorted by
+    length so little is padded. Elsewhere at most 32 rows (CPU) or 256 (CUDA) and
+    ``NLL_LOGITS_BUDGET`` logits per pass (on a card what its free memory holds:
+    steering/memory.py), each position's log-probability its logit minus the log-sum-exp
+    computed in place on the kept logits (:func:`~steering.head.target_logprobs`).
+    Either way a row's value does not depend on its neighbours beyond the float rounding
+    of padded attention and of a blocked sum.
     """
-    on_card = lm.platform.on_card
-    if batch_size is None:
-        batch_size = NLL_CUDA_ROWS if on_card else NLL_ROWS
-    if logits_budget is None:
-        logits_budget = nll_logits_budget(lm, NLL_LOGITS_BUDGET)
-    vocab = lm.model.get_output_embeddings().weight.shape[0]
     conts = [list(c) for c in continuations]
     out: list[float | None] = [None] * len(conts)
     todo = [i for i, c in enumerate(conts) if c]
-    chunks = _nll_chunks([len(conts[i]) for i in todo], batch_size, max(1, logits_budget // vocab))
     scratch = Scratch()
-    with reused_logits(lm.model):  # each chunk is done with its logits before the next
-        for chunk in chunks:
-            _chunk_nll(lm, prompts, conts, [todo[j] for j in chunk], out, scratch)
+    with head_inputs(lm.model) as head:
+        if head is not None:
+            lengths = {i: len(lm.tokenizer(prompts[i])["input_ids"]) + len(conts[i]) for i in todo}
+            todo.sort(key=lambda i: (lengths[i], i))
+            rows = batch_size or NLL_BLOCKED_ROWS
+            chunks = _nll_chunks([len(conts[i]) for i in todo], rows, NLL_BLOCKED_POSITIONS)
+        else:
+            on_card = lm.platform.on_card
+            if batch_size is None:
+                batch_size = NLL_CUDA_ROWS if on_card else NLL_ROWS
+            if logits_budget is None:
+                logits_budget = nll_logits_budget(lm, NLL_LOGITS_BUDGET)
+            vocab = lm.model.get_output_embeddings().weight.shape[0]
+            positions = max(1, logits_budget // vocab)
+            chunks = _nll_chunks([len(conts[i]) for i in todo], batch_size, positions)
+        with reused_logits(lm.model):  # each chunk is done with its logits before the next
+            for chunk in chunks:
+                _chunk_nll(lm, prompts, conts, [todo[j] for j in chunk], out, scratch, head)
     return out
 
 
@@ -269,8 +295,10 @@ def _chunk_nll(
     rows: list[int],
     out: list[float | None],
     scratch: Scratch,
+    head: BlockedHead | None = None,
 ) -> None:
-    """One forward pass over ``rows``: their mean NLLs go into ``out``."""
+    """One forward pass over ``rows``: their mean NLLs go into ``out``. With ``head`` (open
+    in :func:`~steering.head.head_inputs`) the pass returns hidden states, not logits."""
     tok = lm.tokenizer
     enc = [tok(prompts[i])["input_ids"] for i in rows]
     seqs = [p + conts[i] for p, i in zip(enc, rows, strict=True)]
@@ -287,17 +315,19 @@ def _chunk_nll(
     predicts = torch.zeros_like(target)
     predicts[:, :-1] = target[:, 1:]
     predicts = predicts.to(lm.device)
-    logits = lm.model(
+    kept = lm.model(
         input_ids=ids.to(lm.device),
         attention_mask=attn.to(lm.device),
         position_ids=pos.to(lm.device),
         logits_to_keep=predicts,
     ).logits
-    if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
-        logits = logits[predicts]
-    logits = logits.float()
-    logp = torch.log_softmax(logits, dim=-1, out=scratch.take("logp", logits.shape, logits))
-    token_lp = logp.gather(1, ids[target].to(lm.device)[:, None])[:, 0].cpu()
+    if kept.dim() == 3:  # a model that ignores a boolean logits_to_keep
+        kept = kept[predicts]
+    targets = ids[target].to(lm.device)
+    if head is not None:
+        token_lp = target_logprobs_blocked(kept, head, targets, scratch).cpu()
+    else:
+        token_lp = target_logprobs(kept.float(), targets).cpu()
     offset = 0
     for i in rows:
         n = len(conts[i])

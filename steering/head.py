@@ -48,8 +48,11 @@ class BlockedHead(nn.Linear):
         self.bias = head.bias
         self.block = check_block(block)
         self.reused: Scratch | None = None  # set while reused_logits is open
+        self.passthrough = False  # set while head_inputs is open: forward returns its input
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.passthrough:
+            return x
         n_out = self.out_features
         tracked = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if self.block <= 0 or self.block >= n_out or self.bias is not None or tracked:
@@ -113,3 +116,86 @@ def single_product(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         head.block = block
+
+
+def _softcapped(model: nn.Module) -> bool:
+    """Whether the model transforms its logits after the head (Gemma 2's final softcap)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "final_logit_softcapping", None) is not None
+
+
+@contextmanager
+def head_inputs(model: nn.Module) -> Iterator[BlockedHead | None]:
+    """While open, a :class:`BlockedHead` returns its input, the final hidden states at the
+    kept positions, instead of their logits; yields that head (None, and nothing changed,
+    for another head, a single-product one, or a model that transforms logits after the
+    head, where the caller needs the logits themselves).
+
+    For :func:`target_logprobs_blocked`: a teacher-forced pass wants one log-probability
+    per position, and 262,144 logits per position written out and read back (twice, with
+    a log-softmax) cost more than the head's product on the CPU."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    usable = (
+        isinstance(head, BlockedHead)
+        and head.block > 0
+        and head.bias is None
+        and not head.passthrough
+        and not _softcapped(model)
+    )
+    if not usable:
+        yield None
+        return
+    assert isinstance(head, BlockedHead)
+    head.passthrough = True
+    try:
+        yield head
+    finally:
+        head.passthrough = False
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per row of fp32 ``logits`` [rows, vocab]: the target's logit minus the
+    log-sum-exp of the row, computed in place on ``logits`` (the caller is done with them),
+    so no log-softmax tensor is built."""
+    chosen = logits.gather(1, targets[:, None])[:, 0]
+    top = logits.amax(dim=-1, keepdim=True)
+    return chosen - (top[:, 0] + logits.sub_(top).exp_().sum(dim=-1).log())
+
+
+def target_logprobs_blocked(
+    hidden: torch.Tensor, head: BlockedHead, targets: torch.Tensor, scratch: Scratch | None = None
+) -> torch.Tensor:
+    """log p(target) per row of ``hidden`` [rows, hidden size] through ``head``, one block of
+    vocabulary rows at a time: each block's logits (the same products as the head's own
+    blocks, hence the same values) feed a running max and sum of exponentials and are
+    then overwritten, so at most [rows, block] logits exist at once.
+
+    The log-sum-exp is accumulated block by block (rescaled when the running max moves),
+    so it can differ from a one-pass log-softmax in the last bits; the target's logit is
+    the head's own."""
+    flat = hidden.reshape(-1, head.in_features)
+    if flat.dtype != head.weight.dtype:
+        flat = flat.to(head.weight.dtype)
+    rows, n_out, block = flat.shape[0], head.out_features, head.block
+    buf = (scratch or Scratch()).take("head_block", (rows, min(2 * block, n_out)), flat)
+    targets = targets.to(flat.device)
+    best = torch.full((rows,), float("-inf"), device=flat.device)
+    total = torch.zeros(rows, device=flat.device)
+    chosen = torch.zeros(rows, device=flat.device)
+    # a short tail joins the last block, as in the head; a vocabulary under a block is one
+    starts = range(0, max(n_out - block, 0) + 1, block)
+    for start in starts:
+        end = n_out if start == starts[-1] else start + block
+        logits = buf[:, : end - start]
+        torch.mm(flat, head.weight[start:end].t(), out=logits)
+        logits = logits.float()
+        inside = (targets >= start) & (targets < end)
+        if inside.any():
+            local = (targets - start).clamp(0, end - start - 1)
+            picked = logits.gather(1, local[:, None])[:, 0]
+            chosen = torch.where(inside, picked, chosen)
+        peak = torch.maximum(best, logits.amax(dim=-1))
+        total = total * torch.exp(best - peak) + logits.sub_(peak[:, None]).exp_().sum(dim=-1)
+        best = peak
+    return chosen - (best + total.log())

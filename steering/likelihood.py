@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from steering.generation import NLL_LOGITS_BUDGET, _nll_chunks
-from steering.head import reused_logits
+from steering.head import reused_logits, target_logprobs
 from steering.models import LoadedModel
 from steering.vector import Mode, steer_rows
 
@@ -155,11 +155,8 @@ def _chunk_loglik(lm: LoadedModel, sequences: Sequence[EncodedText]) -> np.ndarr
     if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
         logits = logits[predicts.to(device)]
     logits = logits.float()  # a no-op for fp32 (the in-place steps below reuse it)
-    chosen = logits.gather(1, ids[target].to(device)[:, None])[:, 0]
     # log p = logit - logsumexp(logits), in place on the kept logits (done with them).
-    top = logits.amax(dim=-1, keepdim=True)
-    lse = top[:, 0] + logits.sub_(top).exp_().sum(dim=-1).log()
-    token_lp = (chosen - lse).cpu().double().numpy()
+    token_lp = target_logprobs(logits, ids[target].to(device)).cpu().double().numpy()
     counts = [len(s.target) for s in sequences]
     bounds = np.cumsum([0, *counts])
     return np.array([token_lp[bounds[i] : bounds[i + 1]].mean() for i in range(len(counts))])

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from experiments.bench.measure import contention, rounded
-from experiments.bench.options import E2E_MARKER, BenchOptions
+from experiments.bench.options import E2E_MARKER, TRACKING_STAGES, BenchOptions
 
 CHILD_MODULE = "experiments.bench.e2e"
 
@@ -156,6 +156,11 @@ def _summary(runs: list[dict]) -> dict:
     pick = runs[walls.index(sorted(walls)[(len(walls) - 1) // 2])]  # the median run
     stages = {k: round(v, 3) for k, v in pick["timings"].items()}
     accounted = sum(stages.values())
+    groups = {
+        "perplexity": stages.get("perplexity", 0.0),
+        "measurement": stages.get("measurement", 0.0),
+        "tracking": round(sum(stages.get(k, 0.0) for k in TRACKING_STAGES), 3),
+    }
     return {
         "how": f"python -m {CHILD_MODULE}: load_config + run_phase5 in a fresh process "
         "(model and embedder loads included), warm classifiers, temporary MLflow store",
@@ -165,6 +170,8 @@ def _summary(runs: list[dict]) -> dict:
         "run_phase5_seconds": round(pick["run_seconds"], 2),
         "import_seconds": round(pick["import_seconds"], 2),
         "stages_seconds": stages,
+        "stage_groups_seconds": groups,
+        "tracking_stages": list(TRACKING_STAGES),
         "unaccounted_seconds": round(pick["run_seconds"] - accounted, 2),
         "generation_tokens_per_second": rounded(pick["tokens_per_second"], 2),
         "n_generations": pick["n_generations"],

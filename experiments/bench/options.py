@@ -32,6 +32,9 @@ HF_BATCHED = "hf_generate_batched"  # the peers section's batched-HF-with-a-hook
 # the gpu section's arms: ours, and HF generate with the per-row hook, dynamic or static
 # compiled cache
 GPU_OURS, GPU_HF_DYNAMIC, GPU_HF_COMPILED = "ours", "hf_generate_hook", "hf_generate_hook_static"
+# A run record's stages that write what the run shows (MLflow, the folder's figures and
+# views): the e2e section's "tracking" group, which issue 39's target bounds.
+TRACKING_STAGES = ("traces", "evaluation", "figures", "views", "mlflow_parent", "child_runs")
 
 TARGETS = {
     "batched_vs_per_sample": ("batched / per-sample tokens/s", ">=", 10.0),
@@ -39,6 +42,9 @@ TARGETS = {
     "ours_vs_llama_cpp": ("ours / llama.cpp single-stream tokens/s, fp32 GGUF", ">=", 4.0),
     "fraction_of_peak": ("decode loop, fraction of the fp32 peak", ">=", 0.5),
     "make_run_seconds": ("default make run, warm (s)", "<", 90.0),
+    "perplexity_seconds": ("make run's perplexity pass (s)", "<=", 15.0),
+    "measurement_seconds": ("make run's measurement stage (s)", "<=", 5.0),
+    "tracking_seconds": ("make run's MLflow writes, figures included (s)", "<=", 15.0),
     "peak_memory_gb": ("peak resident memory of make run (GB)", "<", 3.0),
 }
 

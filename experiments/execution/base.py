@@ -44,6 +44,10 @@ class BatchResult:
     stats: BatchStats
     timings: dict[str, float] = field(default_factory=dict)
     worker: str = "local"
+    # when the batch's generation started and ended (Unix ns, the worker's clock): every
+    # row of a batch is generated together, so these are each row's trace span times
+    started_ns: int | None = None
+    ended_ns: int | None = None
 
 
 class Executor(Protocol):

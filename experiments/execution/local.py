@@ -6,6 +6,7 @@ batch gives the same texts wherever it runs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -59,6 +60,7 @@ def run_batch(
 ) -> BatchResult:
     """Generate one batch and its unsteered NLLs; the stage times travel with the result."""
     timer = Timer()
+    started_ns = time.time_ns()
     with timer.time("generation"):
         gens, stats = generate_batch(
             lm,
@@ -70,8 +72,11 @@ def run_batch(
             on_step=on_step,
             logprobs_for=[is_unsteered(r, spec.base_prompts) for r in rows],
         )
+    ended_ns = time.time_ns()
     nll = unsteered_nll(lm, rows, gens, timer, spec.base_prompts)
-    return BatchResult(index, list(rows), gens, nll, stats, dict(timer.stages), worker)
+    return BatchResult(
+        index, list(rows), gens, nll, stats, dict(timer.stages), worker, started_ns, ended_ns
+    )
 
 
 class LocalExecutor:

@@ -5,9 +5,11 @@ is scored by MLflow code scorers that read what this run already computed (no mo
 call, no new number): whether it passed the coherence gate, whether it moved the way
 the strength points (gated effect > 0, the unit of ``v2_direction_*``) and its effect
 above the random-direction null on the same unit (the unit of
-``v2_effect_above_null_*``). The evaluation run's means are those criteria's estimates
-pooled over both signs. ``tracking.evaluation: false`` (or ``tracking.traces: false``)
-skips it.
+``v2_effect_above_null_*``). Each scorer is split by the sign of the strength
+(``moved_as_steered_pos``, ``..._neg``) and scores only its sign's generations, so the
+evaluation run's means are those criteria's estimates (``moved_as_steered_pos/mean`` is
+``v2_direction_pos``'s), never a pool of both signs that matches no criterion.
+``tracking.evaluation: false`` (or ``tracking.traces: false``) skips it.
 
 MLflow's judges (``make_judge``, built-in LLM scorers) are not used here: the rows are
 scored by code, and the LLM judges of Part C keep their own implementation
@@ -26,12 +28,19 @@ from experiments.rundir import RunDir
 from experiments.tracking.evaluation import evaluate_traces
 from experiments.tracking.traces import trace_map
 
-SCORERS = {
+MEASURES = {
     "gate_pass": "the text passed the coherence gate (not near-empty, no echo, perplexity "
     "within the gate's multiple of the concept's unsteered median)",
     "moved_as_steered": "sign(s)·(Δ − Δ of the unsteered twin) > 0 after the gate",
     "effect_above_null": "gated effect minus the mean gated effect of the random "
     "directions on the same concept, prompt and sample",
+}
+SIGN_LABELS = {1: ("pos", "s > 0"), -1: ("neg", "s < 0")}
+# One scorer per measure and sign: a generation is scored by its own sign's scorers only.
+SCORERS = {
+    f"{name}_{label}": f"{text} ({where}; the unit of the sign's criterion)"
+    for name, text in MEASURES.items()
+    for label, where in SIGN_LABELS.values()
 }
 
 
@@ -44,14 +53,21 @@ def evaluation_values(records: pd.DataFrame, ctx: RunContext) -> dict[str, dict[
     joined = concept.merge(null[[*UNIT, "sign", "above_null"]], on=[*UNIT, "sign"], how="left")
     out: dict[str, dict[str, object]] = {}
     for _, row in joined.iterrows():
+        label = SIGN_LABELS[int(row["sign"])][0]
         values: dict[str, object] = {
-            "gate_pass": bool(row["gate_pass"]),
-            "moved_as_steered": bool(row["e_gated"] > 0),
+            f"gate_pass_{label}": bool(row["gate_pass"]),
+            f"moved_as_steered_{label}": bool(row["e_gated"] > 0),
         }
         if pd.notna(row["above_null"]):
-            values["effect_above_null"] = float(row["above_null"])
+            values[f"effect_above_null_{label}"] = float(row["above_null"])
         out[str(row["key"])] = values
     return out
+
+
+def _same_sign(name: str) -> set[str]:
+    """The scorer names of ``name``'s sign (a generation carries its own sign's only)."""
+    label = name.rsplit("_", 1)[1]
+    return {f"{measure}_{label}" for measure in MEASURES}
 
 
 def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> dict[str, float]:
@@ -60,7 +76,13 @@ def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> d
     values = evaluation_values(records, ctx)
     if not values:
         return {}
-    names = [n for n in SCORERS if all(n in v for v in values.values())]
+    # a scorer whose sign has generations, every one of them with a value
+    names = [
+        n
+        for n in SCORERS
+        if any(n in v for v in values.values())
+        and all(n in v for v in values.values() if set(v) & _same_sign(n))
+    ]
     experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
     ids = trace_map(experiment_id, ctx.run_id, run_dir.file(RunDir.TRACES))
     _child, metrics = evaluate_traces(

@@ -49,8 +49,16 @@ def batches(rows: list[GenerationRow], lm: LoadedModel, size: int) -> list[list[
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
-def generation_record(meta: dict, gen: Generation, nll: float | None, tps: float) -> dict:
+def generation_record(
+    meta: dict,
+    gen: Generation,
+    nll: float | None,
+    tps: float,
+    started_ns: int | None = None,
+    ended_ns: int | None = None,
+) -> dict:
     """One line of ``generations.jsonl`` (:class:`~experiments.rows.GenerationRecord`)."""
+    times = {} if started_ns is None else {"started_ns": started_ns, "ended_ns": ended_ns}
     return GenerationRecord(
         key=gen.key,
         **meta,
@@ -60,6 +68,7 @@ def generation_record(meta: dict, gen: Generation, nll: float | None, tps: float
         stopped_at_eos=gen.stopped_at_eos,
         nll=nll,
         batch_tokens_per_second=tps,
+        **times,
     ).row()
 
 
@@ -126,7 +135,9 @@ def generate_rows(
             totals.add(result.stats)
             tps = result.stats.tokens_per_second
             run_dir.append_generations(
-                generation_record(plan.meta[gen.key], gen, loss, tps)
+                generation_record(
+                    plan.meta[gen.key], gen, loss, tps, result.started_ns, result.ended_ns
+                )
                 for gen, loss in zip(result.generations, result.nll, strict=True)
             )
             finished += len(result.rows)

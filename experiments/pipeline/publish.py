@@ -9,6 +9,7 @@ again (after a resume or a rescore) updates what is there instead of duplicating
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,7 @@ from experiments.pipeline.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
+from experiments.timer import Timer
 
 log = logging.getLogger(__name__)
 
@@ -459,10 +461,13 @@ def publish(
     betas: dict[str, float] | None = None,
     measurement: MeasurementReport | None = None,
     samples: pd.DataFrame | None = None,
+    timer: Timer | None = None,
 ) -> RunRecord:
     """Publish a scored run as a projection of its folder (``pipeline/publisher.py``):
     the record first, the folder's views from it, then its MLflow mirror. Criteria set by
-    Parts B and C outlive a republish (they live in the record)."""
+    Parts B and C outlive a republish (they live in the record). ``timer`` times drawing
+    the figures (stage ``figures``) and the publisher's parts; the record holds the
+    stages timed before it was built, :func:`finish_timings` the rest."""
     previous = None
     if run_dir.file(RunDir.RECORD).exists():
         try:
@@ -472,7 +477,8 @@ def publish(
     record = build_record(
         ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
     )
-    shown = views(ctx, record, records, samples)
+    with timer.time("figures") if timer is not None else nullcontext():
+        shown = views(ctx, record, records, samples)
     if generation_seconds > 0:
         shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
         shown.metrics["generation/seconds"] = generation_seconds
@@ -482,5 +488,17 @@ def publish(
         log_diagnostics(run_id, ctx.diagnostics.get("directions", {}))
         log.info("logged %d child runs", n)
 
-    publisher.publish(Place(ctx.run_id, run_dir), record, shown, children)
+    publisher.publish(Place(ctx.run_id, run_dir), record, shown, children, timer=timer)
+    return record
+
+
+def finish_timings(run_id: str, run_dir: RunDir, record: RunRecord, stages: dict) -> RunRecord:
+    """The record's timings made whole once the last MLflow write is done: the record
+    file and its artefact rewritten with every stage (the figures, the parent's mirror
+    and the child runs are timed while the record is already written), and the same
+    stages logged as ``time/<stage>`` in one request, so the two always agree."""
+    record = record.model_copy(update={"timings": dict(stages)})
+    publisher.write_record(run_dir, record, RunDir.RECORD)
+    tracking.client().log_artifact(run_id, str(run_dir.file(RunDir.RECORD)))
+    tracking.log_metrics(run_id, {f"time/{k}": v for k, v in record.timings.items()})
     return record

@@ -19,7 +19,8 @@ A phase keeps only what is its own: its views (:class:`Views`) and its child run
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from pydantic import BaseModel
 from experiments import tracking
 from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv
 from experiments.rundir import RunDir, atomic_write_text
+from experiments.timer import Timer
 
 # A child run's figure, drawn only when the child is logged (a re-publish skips it).
 FigureFactory = Callable[[], Any]
@@ -124,17 +126,29 @@ def publish(
     views: Views,
     children: Sequence[ChildRun] | Callable[[str], object] = (),
     record_file: str = RunDir.RECORD,
+    timer: Timer | None = None,
 ) -> None:
-    """Write the record and its views, then mirror them to MLflow (see the module)."""
+    """Write the record and its views, then mirror them to MLflow (see the module).
+    ``timer`` times the three parts as stages ``views`` (the folder's files and figures),
+    ``mlflow_parent`` and ``child_runs``."""
     run_id, run_dir = target.run_id, target.run_dir
     assert run_id is not None and run_dir is not None, "publish after session.start()"
-    write_record(run_dir, record, record_file)
-    write_views(run_dir, views)
-    mirror(run_id, run_dir, views, record_file)
-    if callable(children):
-        children(run_id)
-    else:
-        log_children(run_id, views.experiment, children)
+    stage = timer.time if timer is not None else _untimed
+    with stage("views"):
+        write_record(run_dir, record, record_file)
+        write_views(run_dir, views)
+    with stage("mlflow_parent"):
+        mirror(run_id, run_dir, views, record_file)
+    with stage("child_runs"):
+        if callable(children):
+            children(run_id)
+        else:
+            log_children(run_id, views.experiment, children)
+
+
+@contextmanager
+def _untimed(_name: str) -> Iterator[None]:
+    yield
 
 
 def mirror(run_id: str, run_dir: RunDir, views: Views, record_file: str):
@@ -143,8 +157,7 @@ def mirror(run_id: str, run_dir: RunDir, views: Views, record_file: str):
     c = tracking.client()
     if views.params:
         tracking.log_new_params(run_id, views.params)
-    for key, value in views.tags.items():
-        c.set_tag(run_id, key, value)
+    tracking.set_tags(run_id, views.tags)
     shown = log_answer(run_id, views.answer)
     tracking.set_note(
         run_id, shown + "\n" + views.note_header + views.summary, whole=views.note_whole

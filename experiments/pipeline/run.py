@@ -36,7 +36,13 @@ from experiments.pipeline.measurement import measure
 from experiments.pipeline.per_concept import concept_intervals
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
-from experiments.pipeline.publish import log_parent, numeric_metrics, publish, run_name
+from experiments.pipeline.publish import (
+    finish_timings,
+    log_parent,
+    numeric_metrics,
+    publish,
+    run_name,
+)
 from experiments.pipeline.reference_gap import reference_gaps
 from experiments.pipeline.samples import sample_table
 from experiments.pipeline.score import Scorer, build_scorer, score_all
@@ -117,21 +123,8 @@ def score_and_publish(
             run_dir.read_likelihood(),
             reference_gaps(scorer, texts),
         )
-    with timer.time("logging"):
-        record = publish(
-            ctx,
-            run_dir,
-            seed_rows,
-            report,
-            effect,
-            timer.stages,
-            tokens_per_second,
-            generation_seconds,
-            update_children=rescore,
-            betas=betas,
-            measurement=measurement,
-            samples=sample_table(records, ctx.config, measurement.per_concept),
-        )
+    # The traces and their evaluation first, so the record's timings hold them; the
+    # record's own writes (figures, parent mirror, child runs) are added to it after.
     if ctx.config.tracking.traces:
         from experiments.pipeline.tracing import log_traces
 
@@ -142,7 +135,22 @@ def score_and_publish(
 
             with timer.time("evaluation"):
                 log_evaluation(ctx, run_dir, records)
-    tracking.log_metrics(ctx.run_id, {f"time/{k}": v for k, v in timer.stages.items()})
+    record = publish(
+        ctx,
+        run_dir,
+        seed_rows,
+        report,
+        effect,
+        timer.stages,
+        tokens_per_second,
+        generation_seconds,
+        update_children=rescore,
+        betas=betas,
+        measurement=measurement,
+        samples=sample_table(records, ctx.config, measurement.per_concept),
+        timer=timer,
+    )
+    record = finish_timings(ctx.run_id, run_dir, record, timer.stages)
     return Phase5Result(
         ctx.run_id,
         run_dir.path,

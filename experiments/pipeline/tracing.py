@@ -102,11 +102,39 @@ def code_feedback(row: pd.Series, scores: pd.Series | None) -> list[Feedback]:
     return out
 
 
+def _twin_texts(records: pd.DataFrame) -> dict[tuple, str]:
+    """The unsteered twin's text per unit (split, concept, prompt, sample): the strength-0
+    row every steered row of that unit is paired with."""
+    split = records.get("split", pd.Series("report", index=records.index))
+    base = records[records["strength"] == 0].assign(split=split)
+    return {
+        (s, c, p, n): t
+        for s, c, p, n, t in zip(
+            base["split"],
+            base["concept"],
+            base["prompt_index"],
+            base["sample"],
+            base["text"],
+            strict=True,
+        )
+    }
+
+
+def _ns(row: pd.Series, name: str) -> int | None:
+    value = _get(row, name)
+    return None if value is None else int(value)
+
+
 def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]:
     scores = _per_row_scores(records, ctx)
+    twins = _twin_texts(records)
     items = []
     for _, row in records.iterrows():
         key = row["key"]
+        twin = None
+        if float(row["strength"]) != 0:
+            unit = (_get(row, "split") or "report", row["concept"], row["prompt_index"])
+            twin = twins.get((*unit, row["sample"]))
         row_scores = scores.loc[key] if key in scores.index else None
         if isinstance(row_scores, pd.DataFrame):  # a key paired twice: use the first
             row_scores = row_scores.iloc[0]
@@ -123,6 +151,7 @@ def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]
                     "mode": ctx.config.steering.mode,
                     "vector_source": ctx.config.steering.vector_source,
                     "n_new_tokens": _get(row, "n_new_tokens"),
+                    **({"unsteered_twin_text": twin} if twin is not None else {}),
                 },
                 tags={
                     "concept": str(row["concept"]),
@@ -130,6 +159,8 @@ def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]
                     "arm": str(_get(row, "arm") or "concept"),
                 },
                 feedback=code_feedback(row, row_scores),
+                started_ns=_ns(row, "started_ns"),
+                ended_ns=_ns(row, "ended_ns"),
             )
         )
     return items

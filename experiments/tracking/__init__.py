@@ -250,6 +250,16 @@ def log_metrics(run_id: str, metrics: dict[str, float | None], step: int = 0) ->
         c.log_batch(run_id, metrics=items[start : start + 900])
 
 
+def set_tags(run_id: str, tags: dict[str, str]) -> None:
+    """Every tag in one ``log_batch`` request (one store transaction), not one per tag."""
+    from mlflow.entities import RunTag
+
+    items = [RunTag(k, str(v)) for k, v in tags.items()]
+    c = client()
+    for start in range(0, len(items), 100):
+        c.log_batch(run_id, tags=items[start : start + 100])
+
+
 def log_params_and_metrics(
     run_id: str, params: dict[str, Any], metrics: dict[str, float | None]
 ) -> None:

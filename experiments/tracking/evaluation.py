@@ -38,11 +38,13 @@ def evaluation_child(parent_run_id: str, experiment: str) -> str | None:
 
 def code_scorer(name: str, values: Mapping[str, Mapping[str, object]], description: str):
     """An MLflow code scorer that returns the saved ``values[key][name]`` of the trace's
-    generation (its key tag); its mean is the evaluation run's ``<name>/mean``."""
+    generation (its key tag); its mean is the evaluation run's ``<name>/mean``. A
+    generation without a value for ``name`` (another sign's scorer) gets none: MLflow
+    logs no assessment for a None and leaves it out of the mean."""
     from mlflow.genai.scorers import scorer
 
     def read(trace) -> object:
-        return values[trace.info.tags[KEY_TAG]][name]
+        return values[trace.info.tags[KEY_TAG]].get(name)
 
     return scorer(read, name=name, description=description, aggregations=["mean"])
 
@@ -59,6 +61,16 @@ def _clear(trace_ids: Sequence[str], child: str, names: set[str]) -> int:
                 mlflow.delete_assessment(trace_id, a.assessment_id)
                 removed += 1
     return removed
+
+
+def _traces(ids: Sequence[str]) -> list:
+    """The traces of ``ids`` (with spans) in ``ids``' order, read in one batched store call
+    (one ``get_trace`` per generation was a store round trip each)."""
+    import mlflow
+    from mlflow.tracing.client import TracingClient
+
+    found = {t.info.trace_id: t for t in TracingClient().batch_get_traces(list(ids))}
+    return [found.get(i) or mlflow.get_trace(i) for i in ids]
 
 
 def evaluate_traces(
@@ -89,7 +101,7 @@ def evaluate_traces(
     else:
         removed = _clear(ids, child, set(descriptions))
         log.info("removed %d assessments of the previous evaluation", removed)
-    traces = [mlflow.get_trace(trace_id) for trace_id in ids]
+    traces = _traces(ids)
     scorers = [code_scorer(n, values, d) for n, d in descriptions.items()]
     captured = io.StringIO()
     with (

@@ -69,6 +69,10 @@ class GenerationTrace:
     attributes: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     feedback: list[Feedback] = field(default_factory=list)
+    # when the text was generated (Unix ns): the span's real start and end; None (a run
+    # saved before generation times were recorded) leaves the time of logging
+    started_ns: int | None = None
+    ended_ns: int | None = None
 
 
 def _source(kind: str, source_id: str):
@@ -153,18 +157,7 @@ def log_generation_traces(
             for start in range(0, len(todo), CHUNK):
                 chunk = todo[start : start + CHUNK]
                 for item in chunk:
-                    with mlflow.start_span(name=TRACE_NAME, span_type="LLM") as span:
-                        span.set_inputs({k: _clean(v) for k, v in item.inputs.items()})
-                        span.set_outputs({"text": item.text})
-                        if item.attributes:
-                            span.set_attributes({k: _clean(v) for k, v in item.attributes.items()})
-                        mlflow.update_current_trace(
-                            tags={KEY_TAG: item.key, **item.tags},
-                            metadata={SOURCE_RUN: run_id},
-                        )
-                        for fb in item.feedback:  # added to the live trace: written with it
-                            _log(span.trace_id, fb, code)
-                        mapping[item.key] = span.trace_id
+                    mapping[item.key] = _write_trace(item, run_id, experiment_id, code)
                 mlflow.flush_trace_async_logging()
                 if map_file is not None:
                     write_map(map_file, mapping)
@@ -174,6 +167,35 @@ def log_generation_traces(
             mlflow.flush_trace_async_logging()
             mlflow.tracing.reset()  # the destination was this run's experiment only
     return mapping
+
+
+def _write_trace(item: GenerationTrace, run_id: str, experiment_id: str, code) -> str:
+    """One trace, its span timed as the generation was (``started_ns``/``ended_ns``), with
+    its code feedback added while it is live, so it is written with the trace."""
+    import mlflow
+    from mlflow.tracing.provider import detach_span_from_context, set_span_in_context
+
+    timed = item.started_ns is not None and item.ended_ns is not None
+    span = mlflow.start_span_no_context(
+        name=TRACE_NAME,
+        span_type="LLM",
+        inputs={k: _clean(v) for k, v in item.inputs.items()},
+        attributes={k: _clean(v) for k, v in item.attributes.items()} or None,
+        tags={KEY_TAG: item.key, **item.tags},
+        metadata={SOURCE_RUN: run_id},
+        experiment_id=experiment_id,
+        start_time_ns=item.started_ns if timed else None,
+    )
+    # The span made current (as mlflow.start_span does) so the feedback is added to the
+    # live trace and written with it, not one store write per assessment.
+    token = set_span_in_context(span)
+    try:
+        for fb in item.feedback:
+            _log(span.trace_id, fb, code)
+    finally:
+        detach_span_from_context(token)
+        span.end(outputs={"text": item.text}, end_time_ns=item.ended_ns if timed else None)
+    return span.trace_id
 
 
 @contextmanager

@@ -394,6 +394,32 @@ def test_continuation_nll_equals_a_manual_computation(tiny_lm):
         assert one_by_one[i] == pytest.approx(got[i], abs=1e-4)
 
 
+def test_continuation_nll_is_the_same_through_the_blocked_head_and_the_logits(tiny_lm):
+    """The CPU's block-by-block path (hidden states through the head in blocks) and the
+    materialised-logits path (a single-product head) give the same NLLs up to rounding."""
+    tok = tiny_lm.tokenizer
+    prompts = ["the dog is", "cat", "here is a story :", "tell me", "a"]
+    continuations = [
+        tok("red and happy", add_special_tokens=False)["input_ids"],
+        [300, 17, 490, 5, 6, 7, 8],
+        tok("about the sea and the sky", add_special_tokens=False)["input_ids"],
+        [],
+        [tiny_lm.model.get_output_embeddings().out_features - 1, 2, 100],  # the last token
+    ]
+    blocked = continuation_nll(tiny_lm, prompts, continuations)
+    head = tiny_lm.model.get_output_embeddings()
+    block, head.block = head.block, 0
+    try:
+        materialised = continuation_nll(tiny_lm, prompts, continuations)
+    finally:
+        head.block = block
+    assert blocked[3] is None and materialised[3] is None
+    for i in (0, 1, 2, 4):
+        assert blocked[i] == pytest.approx(materialised[i], abs=1e-5)
+        manual = manual_nll(tiny_lm, prompts[i], continuations[i])
+        assert blocked[i] == pytest.approx(manual, abs=1e-4)
+
+
 def test_continuation_nll_of_generated_tokens_matches_their_logprobs(tiny_lm, directions):
     """Unsteered greedy: the mean of the generation's own log-probs is minus its NLL."""
     rows = rows_for(PROMPTS[:2], [1, 2])

@@ -150,3 +150,64 @@ def test_reused_logits_leave_other_heads_alone():
     model.get_output_embeddings = lambda: model
     with reused_logits(model):
         assert not hasattr(model, "reused")
+
+
+@PROPS
+@given(
+    rows=st.integers(1, 40),
+    n_in=st.integers(16, 200),
+    n_out=st.integers(600, 3000),
+    block=st.sampled_from([256, 512, 768]),
+    seed=st.integers(0, 2**16),
+)
+def test_blocked_target_logprobs_equal_the_log_softmax(rows, n_in, n_out, block, seed):
+    """The block-by-block log-sum-exp gives each target's log-softmax (up to the float
+    rounding of a sum taken in another order), targets in every block and the tail."""
+    from steering.head import target_logprobs, target_logprobs_blocked
+
+    g = torch.Generator().manual_seed(seed)
+    linear = nn.Linear(n_in, n_out, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(n_out, n_in, generator=g) * 0.3)
+    head = BlockedHead(linear, block)
+    x = torch.randn(rows, n_in, generator=g)
+    targets = torch.randint(0, n_out, (rows,), generator=g)
+    targets[0] = n_out - 1  # the last token, inside the tail that joins the last block
+    with torch.inference_mode():
+        logits = linear(x)
+        want = torch.log_softmax(logits.double(), dim=-1).gather(1, targets[:, None])[:, 0]
+        got = target_logprobs_blocked(x, head, targets)
+        in_place = target_logprobs(logits.clone(), targets)
+    assert got.shape == (rows,)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+    torch.testing.assert_close(in_place.double(), want, rtol=0, atol=2e-5)
+
+
+def test_head_inputs_passes_hidden_states_through_only_where_it_may(tiny_lm):
+    """Inside head_inputs the blocked head returns its input; a single-product head and a
+    softcapped model are left alone (their caller needs real logits)."""
+    from steering.head import head_inputs
+
+    head = tiny_lm.model.get_output_embeddings()
+    assert isinstance(head, BlockedHead)
+    x = torch.randn(3, head.in_features)
+    with torch.inference_mode():
+        with head_inputs(tiny_lm.model) as opened:
+            assert opened is head
+            assert torch.equal(head(x), x)
+        assert head(x).shape == (3, head.out_features)
+        block, head.block = head.block, 0
+        try:
+            with head_inputs(tiny_lm.model) as opened:
+                assert opened is None
+                assert head(x).shape == (3, head.out_features)
+        finally:
+            head.block = block
+        config = tiny_lm.model.config.get_text_config()
+        before = getattr(config, "final_logit_softcapping", None)
+        config.final_logit_softcapping = 30.0
+        try:
+            with head_inputs(tiny_lm.model) as opened:
+                assert opened is None
+        finally:
+            config.final_logit_softcapping = before

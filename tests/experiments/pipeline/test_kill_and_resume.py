@@ -89,12 +89,16 @@ class store:
                 os.environ[key] = value
 
 
+# a batch's speed and its wall-clock times (the traces' span times) differ between runs
+GENERATION_VARIES = {"batch_tokens_per_second", "started_ns", "ended_ns"}
+
+
 def snapshot(run_id: str, config) -> dict:
     """Everything a finished run leaves behind, with what varies by design taken out."""
     run_dir = RunDir.locate(tracking.get_run(run_id))
     files = sorted(p.name for p in run_dir.path.iterdir())
     generations = [
-        {k: v for k, v in g.items() if k != "batch_tokens_per_second"}
+        {k: v for k, v in g.items() if k not in GENERATION_VARIES}
         for g in run_dir.read_generations()
     ]
     record = json.loads(run_dir.file(RunDir.RECORD).read_text())

@@ -70,6 +70,36 @@ def test_the_vectorised_auroc_is_sklearn_s(scores, seed):
     assert np.isnan(PREDICTOR_AGGREGATES["auroc"](one_class)[0])
 
 
+@PROPS
+@given(
+    st.lists(st.floats(-3, 3, allow_nan=False), min_size=4, max_size=24),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([0.0, 0.5, -1.0, float("nan")]),
+    st.booleans(),
+)
+def test_the_vectorised_f1_is_sklearn_s_bit_for_bit(scores, seed, threshold, calibrated):
+    """F1 over many resamples at once equals sklearn's f1_score on each resample exactly
+    (==, not approx), with either label missing, no positive prediction and a missing
+    (NaN) threshold among the cases."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(seed)
+    n = len(scores)
+    labels = rng.integers(0, 2, size=n).astype(np.float64)
+    units = np.stack([np.asarray(scores), labels, np.full(n, threshold)], axis=1)
+    resamples = units[rng.integers(0, n, size=(40, n))]  # (40, n, 3), as a bootstrap draws
+    name = "f1_calibrated" if calibrated else "f1_raw"
+    got = PREDICTOR_AGGREGATES[name](resamples)
+    cut = threshold if calibrated else 0.0
+    want = [
+        float(f1_score(u[:, 1], (u[:, 0] > cut).astype(int), zero_division=0)) for u in resamples
+    ]
+    assert got.shape == (40,)
+    assert got.tolist() == want
+    # split-half layout: (splits, concepts, units, 3) keeps each leading axis
+    assert PREDICTOR_AGGREGATES[name](resamples.reshape(8, 5, n, 3)).reshape(-1).tolist() == want
+
+
 @pytest.fixture(scope="module")
 def measured_run(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded):
     tmp = tmp_path_factory.mktemp("measurement")

@@ -153,13 +153,14 @@ def test_the_experiment_description_leads_with_the_latest_answer(tiny_run):
 
 
 def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
-    """After the run and its rescore: one evaluation child whose scorers' means are the
-    v2 estimates pooled over the signs, one assessment per scorer per trace."""
+    """After the run and its rescore: one evaluation child whose scorers, one per measure
+    and sign, have the v2 estimates of their sign as means; each steered trace carries
+    one assessment per scorer of its own sign and none of the other's."""
     import json
 
     import mlflow
 
-    from experiments.pipeline.evaluation import SCORERS
+    from experiments.pipeline.evaluation import MEASURES
     from experiments.tracking.evaluation import EVALUATION_TAG
 
     config, result = tiny_run
@@ -169,22 +170,58 @@ def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
     run = evaluations[0]
     assert run.data.tags["mlflow.runType"] == "genai_evaluate" and run.info.status == "FINISHED"
     intervals = result.record.statistics["intervals"]
-    pos, neg = intervals["v2_direction_pos"], intervals["v2_direction_neg"]
-    pooled = (pos["estimate"] * pos["n"] + neg["estimate"] * neg["n"]) / (pos["n"] + neg["n"])
-    assert run.data.metrics["moved_as_steered/mean"] == pytest.approx(pooled)
-    effect = [intervals[f"v2_effect_above_null_{s}"]["estimate"] for s in ("pos", "neg")]
-    assert run.data.metrics["effect_above_null/mean"] == pytest.approx(sum(effect) / 2)
+    for sign in ("pos", "neg"):
+        direction = intervals[f"v2_direction_{sign}"]["estimate"]
+        assert run.data.metrics[f"moved_as_steered_{sign}/mean"] == pytest.approx(direction)
+        effect = intervals[f"v2_effect_above_null_{sign}"]["estimate"]
+        assert run.data.metrics[f"effect_above_null_{sign}/mean"] == pytest.approx(effect)
+    assert "moved_as_steered/mean" not in run.data.metrics  # no pool of both signs
     parent = tracking.get_run(result.run_id).data.metrics
-    assert parent["evaluation/gate_pass/mean"] == run.data.metrics["gate_pass/mean"]
+    assert parent["evaluation/gate_pass_pos/mean"] == run.data.metrics["gate_pass_pos/mean"]
     assert parent["time/evaluation"] > 0
     folder = RunDir(result.results_dir.parent, result.run_id)
     mapping = json.loads(folder.file(RunDir.TRACES).read_text())
-    steered = [k for k in mapping if "|s+1.000" in k and "random" not in k]
-    assert steered
-    for key in steered:
-        names = [a.name for a in mlflow.get_trace(mapping[key]).info.assessments]
-        for scorer in SCORERS:
-            assert names.count(scorer) == 1, (key, names)
+    for sign, other, mark in (("pos", "neg", "|s+1.000"), ("neg", "pos", "|s-1.000")):
+        steered = [k for k in mapping if mark in k and "random" not in k]
+        assert steered
+        for key in steered:
+            names = [a.name for a in mlflow.get_trace(mapping[key]).info.assessments]
+            for measure in MEASURES:
+                assert names.count(f"{measure}_{sign}") == 1, (key, names)
+                assert names.count(f"{measure}_{other}") == 0, (key, names)
+
+
+def test_traces_carry_the_twin_s_text_and_the_generation_s_times(tiny_run):
+    """A steered trace shows its unsteered twin's text, and every span starts and ends
+    when its batch was generated (generations.jsonl), not when it was logged."""
+    import json
+
+    import mlflow
+
+    _config, result = tiny_run
+    folder = RunDir(result.results_dir.parent, result.run_id)
+    mapping = json.loads(folder.file(RunDir.TRACES).read_text())
+    rows = {g["key"]: g for g in folder.read_generations()}
+    checked = 0
+    for key, trace_id in mapping.items():
+        row = rows[key]
+        span = mlflow.get_trace(trace_id).data.spans[0]
+        assert span.start_time_ns == row["started_ns"] and span.end_time_ns == row["ended_ns"]
+        assert row["ended_ns"] > row["started_ns"]
+        twin = span.attributes.get("unsteered_twin_text")
+        if row["strength"] == 0:
+            assert twin is None
+            continue
+        unit = (row["concept"], row["prompt_index"], row["sample"], row["split"])
+        base = [
+            g
+            for g in rows.values()
+            if g["strength"] == 0
+            and (g["concept"], g["prompt_index"], g["sample"], g["split"]) == unit
+        ]
+        assert len(base) == 1 and twin == base[0]["text"]
+        checked += 1
+    assert checked > 0
 
 
 # ------------------------------------------------------------ what a reader checks
