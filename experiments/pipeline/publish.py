@@ -4,6 +4,10 @@ From the criteria report this builds the typed :class:`~experiments.record.RunRe
 writes the run folder's summary, criteria table and figures, and logs the parent run's
 metrics, tags and artefacts plus one child run per concept × strength. Publishing
 again (after a resume or a rescore) updates what is there instead of duplicating it.
+
+It is longer than 500 lines because the record, every view of the folder and the MLflow
+mirror of a Phase 5 run are projected from one record here (a split is due: the child
+runs and the metric lists would move out first).
 """
 
 from __future__ import annotations
