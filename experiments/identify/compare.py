@@ -32,7 +32,8 @@ def read_directions(run: str | Path) -> pd.DataFrame:
             f"no {RunDir.DIRECTIONS} at {path}: give an identify run folder "
             "(results/identify/<run id>) or its directions.csv"
         )
-    return pd.read_csv(path)
+    # "null" is a manipulation here, not a missing value: only empty cells are missing
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
 
 
 def _curve(frame: pd.DataFrame, m: str) -> pd.DataFrame:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from experiments.identify.directions import REFERENCE
 from metrics.cluster import ClusterFit, cluster_covariance, wald_f, wild_cluster_t
 
 # AUROC is clipped to [1/(2·n_pairs), 1 − 1/(2·n_pairs)] before the probit, n_pairs the
@@ -334,7 +335,9 @@ def identified_analysis(
         "given_dose": dosed,  # beside log next-token KL: the dose held as a covariate
         "linear_cos": {p: linear_cos_slope(frame, y, p, **kw).to_dict() for p in ("auroc",)},
         "matched_pairs": {p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
-        "heterogeneity_given_cos": per_family_slopes(frame, y, "auroc", spline_df=spline_df, **kw),
+        "heterogeneity_given_cos": per_family_slopes(
+            frame[frame["manipulation"] != REFERENCE], y, "auroc", spline_df=spline_df, **kw
+        ),
         "iso_cos": iso_cos(frame, y, "auroc", **kw),
         "by_strength": {  # the dose varied: the effect at each measured strength × β
             c.removeprefix("effect_at_"): flexible_slope(frame, c, "auroc", **kw).to_dict()

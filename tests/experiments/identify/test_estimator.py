@@ -8,6 +8,7 @@ every shape, and recover a planted AUROC effect."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from experiments.identify import stats
@@ -148,6 +149,12 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
     assert pooled["manipulation"] == "pooled" and pooled["v1"]["low"] > 0
     assert pooled["v2"]["low"] <= 0 <= pooled["v2"]["high"]
     assert "| pooled |" in markdown(result)
-    toy.to_csv(tmp_path / "directions.csv", index=False)
+    nulls = toy[toy["manipulation"] == "reference"].assign(manipulation="null", direction="null:0")
+    pd.concat([toy, nulls]).to_csv(tmp_path / "directions.csv", index=False)
+    from experiments.identify.compare import read_directions
+
+    read = read_directions(tmp_path)
+    assert (read["manipulation"] == "null").sum() == len(nulls)  # not read as missing
+    assert len(before_after(read, n_boot=99)["rows"]) == len(result["rows"])
     out = CliRunner().invoke(app, ["identify", "--compare", str(tmp_path / "nothing")])
     assert out.exit_code == 2 and "no directions.csv" in out.output
