@@ -52,6 +52,11 @@ def probit_auroc(auroc: pd.Series | np.ndarray, n_pairs: int = TEST_PAIRS) -> np
     return norm.ppf(np.clip(np.asarray(auroc, dtype=np.float64), eps, 1 - eps))
 
 
+def log_kl(kl: pd.Series) -> np.ndarray:
+    """log next-token KL (the dose), KL floored at 1e-8 nats so an unmoved token is finite."""
+    return np.log(np.clip(kl.astype(float).to_numpy(), 1e-8, None))
+
+
 def with_probit(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(probit_auroc=probit_auroc(frame["auroc"]))
 
@@ -116,8 +121,7 @@ def design(
             columns.append(col)
             names.append(f"spline[{m}]{k}")
     x = np.column_stack(columns)
-    groups = frame["concept"].astype(str).to_numpy() + "\x00" + fam
-    return _demean(x, groups), names, frame["concept"].astype(str).to_numpy()
+    return _demean(x, _groups(frame, family)), names, frame["concept"].astype(str).to_numpy()
 
 
 def _rows(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -283,7 +287,7 @@ def iso_cos(
     ]
     covariates = ["nuisance_effect"]
     if "kl" in rows and rows["kl"].notna().any():
-        rows["log_kl"] = np.log(np.clip(rows["kl"].astype(float), 1e-8, None))
+        rows["log_kl"] = log_kl(rows["kl"])
         covariates.append("log_kl")
     rows = _rows(rows, ["concept", "level", y, predictor, *covariates])
     out: dict = {"covariates": covariates, "angles": {}, "n_concepts": rows["concept"].nunique()}
@@ -295,7 +299,7 @@ def iso_cos(
             "n": len(g), "slope": fit.to_dict(), "without_covariates": bare.to_dict(),
             "auroc_spread": float(g.groupby("concept")[predictor].std().mean()),
         }  # fmt: skip
-    groups = (rows["concept"].astype(str) + "\x00" + rows["level"].astype(str)).to_numpy()
+    groups = _groups(rows, "level")
     out["pooled"] = _fe_slope(rows, y, predictor, covariates, groups, n_boot, seed).to_dict()
     out["evaluable"] = out["pooled"]["estimate"] is not None
     return out
@@ -314,7 +318,7 @@ def identified_analysis(
     slopes and their F test."""
     frame = with_probit(frame)
     if "kl" in frame:  # the dose a direction gives the next token (nats), and its log
-        frame = frame.assign(log_kl=np.log(np.clip(frame["kl"].astype(float), 1e-8, None)))
+        frame = frame.assign(log_kl=log_kl(frame["kl"]))
     kw = {"n_boot": n_boot, "seed": seed}
     dosed = (
         {
