@@ -440,6 +440,28 @@ class IdentifyConfig(_Strict):
         description="which graded nuisances (0: the discriminative residual ⟂ v*; 1, 2, …: "
         "covariance eigenvectors at ranks 1, 2, 4, 8, …) the iso-cos design uses",
     )
+    subset_concepts: Annotated[int, OMIT_IF_DEFAULT] = Field(
+        0,
+        ge=0,
+        description="identify v2: this many concepts (stratified by v*'s test AUROC) where "
+        "every direction is also steered at fixed and KL-matched doses and generated from "
+        "(identify/matched.py); 0: off",
+    )
+    subset_doses: Annotated[list[Annotated[float, Field(gt=0)]], OMIT_IF_DEFAULT] = Field(
+        default_factory=lambda: [0.5, 2.0],
+        description="the subset's fixed doses, multiples of v*'s β (1× is the main outcome)",
+    )
+    subset_generate: Annotated[bool, OMIT_IF_DEFAULT] = Field(
+        True,
+        description="generate from every direction of the subset on the report prompts "
+        "(the generated outcome, Δ gated)",
+    )
+    subset_prompts: Annotated[list[str], OMIT_IF_DEFAULT] = Field(
+        default_factory=list,
+        description="more report prompts for the subset's generated outcome, after "
+        "generation.prompts (the selection prompts, the KL readout and the validating "
+        "directions keep generation.prompts)",
+    )
     null_draws: int = Field(
         2,
         ge=0,

@@ -345,6 +345,9 @@ class IdentifiedResult(BaseModel):
     heterogeneity_given_cos: dict[str, object]  # per-manipulation slopes, F-corrected Wald
     iso_cos: dict[str, object] = Field(default_factory=dict)  # per angle and pooled
     by_strength: dict[str, ClusterEstimate] = Field(default_factory=dict)  # strength -> slope
+    # the stratified subset (exploratory): fixed and KL-matched doses, the generated
+    # outcome, the outcomes' agreement (estimator.subset_outcomes); empty when off
+    subset: dict[str, object] = Field(default_factory=dict)
 
 
 class _Open(BaseModel):

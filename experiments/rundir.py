@@ -193,6 +193,8 @@ class RunDir:
     PROMPT_BASELINE = "prompt_baseline.jsonl"  # the prompting baseline per strength × pair
     VALIDATION_CELLS = "validation_cells.csv"  # generated-text effect per concept × direction
     PHASE6_CURVE = "phase6_curve.csv"  # a Phase 6 run's curve, directions re-scored
+    SUBSET = "subset.json"  # identify v2's stratified subset of concepts
+    DOSE = "dose.jsonl"  # the subset's likelihood outcome at fixed and KL-matched doses
 
     def __init__(self, root: str | Path, run_id: str) -> None:
         self.root = Path(root)

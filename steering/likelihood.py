@@ -198,6 +198,7 @@ class OutcomeDirection:
     concept: str
     arm: str
     direction: torch.Tensor  # unit, [hidden]
+    dose: float = 1.0  # multiplies the coefficient (a direction steered at its own β)
 
 
 def likelihood_outcomes(
@@ -230,7 +231,7 @@ def likelihood_outcomes(
         for s in strengths:
             if s == 0:
                 continue
-            coefficient = s * scale if mode == "additive" else s
+            coefficient = (s * scale if mode == "additive" else s) * d.dose
             rows.append(LikelihoodRow(d_index, float(coefficient), pairs))
             keys.append((d, s))
     scored = steered_loglik(

@@ -93,6 +93,22 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 symbol="slope ",
             )
         )
+    sub = ident.subset or {}
+    for key, label, fit in (
+        ("matched", "at each direction's KL-matched dose", (sub.get("dose") or {}).get("matched")),
+        ("generated", "on the generated outcome (Δ gated)", sub.get("generated")),
+    ):
+        if fit:
+            out.append(
+                _row(
+                    f"identified/subset/{key}",
+                    f"subset of {len(sub['concepts'])} concepts: slope on AUROC {label}",
+                    V2_GROUP,
+                    ClusterEstimate(**fit),
+                    symbol="slope ",
+                    description="every direction of a subset stratified by v*'s AUROC",
+                )
+            )
     for p, pairs in ident.matched_pairs.items():
         if pairs.fit is not None and p == "auroc":
             out.append(

@@ -349,3 +349,61 @@ def identified_analysis(
             if c.startswith("effect_at_")
         },
     }
+
+
+GOOD_COS = 0.7  # "good" directions for the outcomes' agreement: cos(v, v*) at least this
+
+
+def subset_outcomes(
+    frame: pd.DataFrame,
+    subset: Sequence[str],
+    *,
+    n_boot: int = 1999,
+    seed: int = 0,
+    spline_df: int = SPLINE_DF,
+) -> dict:
+    """The stratified subset (exploratory): the flexible AUROC slope on the likelihood
+    outcome at 1× β, at each fixed dose (``dose_effect_<k>x``), at the KL-matched dose
+    (``dose_effect_matched``) and on the generated outcome (``gen_effect``, Δ gated), the
+    last also beside log KL; and how well the two outcomes agree within concepts, over
+    every direction and over good ones only (cos ≥ :data:`GOOD_COS`), where agreement
+    is not carried by the contrast between v* and far rotations."""
+    from experiments.identify.stats import within_correlation
+
+    part = frame[frame["concept"].isin(list(subset))].copy()
+    if part.empty:
+        return {"evaluable": False, "reason": "no subset"}
+    if "kl" in part:
+        part = part.assign(log_kl=log_kl(part["kl"]))
+    kw = {"n_boot": n_boot, "seed": seed, "spline_df": spline_df}
+    doses = [c for c in part.columns if c.startswith("dose_effect_")]
+    out: dict = {
+        "concepts": sorted(subset),
+        "likelihood_1x": flexible_slope(part, "effect", "auroc", **kw).to_dict(),
+        "dose": {
+            c.removeprefix("dose_effect_"): flexible_slope(part, c, "auroc", **kw).to_dict()
+            for c in doses
+        },
+    }
+    if "dose_matched" in part:
+        ok = part["dose_matched"].astype(bool)
+        out["matched_share"] = float(ok.mean())
+        out["matched_multiplier"] = {
+            m: float(g["dose_multiplier"].median())
+            for m, g in part.groupby("manipulation", sort=True)
+        }
+    if "gen_effect" in part and part["gen_effect"].notna().any():
+        out["generated"] = flexible_slope(part, "gen_effect", "auroc", **kw).to_dict()
+        if "log_kl" in part:
+            out["generated_given_dose"] = flexible_slope(
+                part, "gen_effect", "auroc", covariates=["log_kl"], **kw
+            ).to_dict()
+        both = part.dropna(subset=["gen_effect", "effect"])
+        good = both[both["cos_ref"] >= GOOD_COS]
+        corr = {"n_boot": n_boot, "seed": seed}
+        out["agreement"] = {
+            "all": within_correlation(both, "gen_effect", "effect", **corr).to_dict(),
+            "good": within_correlation(good, "gen_effect", "effect", **corr).to_dict(),
+            "good_n": len(good),
+        }
+    return out

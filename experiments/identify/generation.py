@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
 from experiments.pipeline.effect import paired_effects
 from experiments.pipeline.generate import generate
@@ -93,11 +94,13 @@ def generate_validation(
     sets: dict[str, VectorSet],
     betas: dict[str, float],
     on_batch: Callable[[int, int], None] | None = None,
+    graph: ConceptGraph | None = None,
 ) -> None:
-    """Generate the report rows of every validation direction (tag -> its vector set)."""
+    """Generate the report rows of every validation direction (tag -> its vector set), on
+    ``graph``'s concepts (default: the run's)."""
     assert session.run_dir is not None
     for tag, vectors in sets.items():
-        plan = build_plan(config, session.graph, vectors, "report", betas, vectors_tag=tag)
+        plan = build_plan(config, graph or session.graph, vectors, "report", betas, vectors_tag=tag)
         generate(session, plan, vectors, on_batch, config=config)
 
 

@@ -136,3 +136,83 @@ def output_predictors(
         for j, d_id in enumerate(ids):
             out[(concept, d_id)] = {"lens": lens[j], "kl": kl[j]}
     return out
+
+
+def score_dose(
+    lm: LoadedModel,
+    config: ExperimentConfig,
+    run_dir: RunDir,
+    layer: int,
+    alpha: float,
+    betas: dict[str, float],
+    texts: LikelihoodTexts,
+    vectors: dict[str, dict[str, np.ndarray]],
+    subset: Sequence[str],
+    outputs: dict[tuple[str, str], dict[str, np.ndarray]],
+    prompts: dict[str, list[str]],
+    progress: Callable[[str], None] = lambda _m: None,
+) -> list[dict]:
+    """The subset's likelihood outcome (s = +1) at ``identify.subset_doses`` × β and at
+    each direction's KL-matched dose (``matched.py``), with the next-token KL each dose
+    gives; concepts already in the run folder's file are not scored again."""
+    from experiments.identify.directions import REFERENCE
+    from experiments.identify.matched import MATCHED, bisect_dose, first_guess
+
+    ident = config.identify
+    path = run_dir.file(RunDir.DOSE)
+    records = read_jsonl(path)
+    done = {r["concept"] for r in records}
+    for i, concept in enumerate(subset):
+        if concept in done:
+            continue
+        by_id = vectors[concept]
+        ids = list(by_id)
+        progress(f"dose: concept {i + 1}/{len(subset)} ({len(ids)} directions, KL matched)")
+        dirs = torch.as_tensor(np.stack([by_id[d] for d in ids]), dtype=torch.float32)
+        scale = betas[concept] * alpha
+
+        def kl_at(k: np.ndarray, at: list[str] = prompts[concept], d=dirs, c=scale) -> np.ndarray:
+            coefs = torch.as_tensor(np.asarray(k) * c, dtype=torch.float32)
+            return next_token_kl(lm, at, layer, d, coefs, ident.batch_size).mean(axis=1)
+
+        target = float(np.mean(outputs[(concept, REFERENCE)]["kl"]))
+        at_one = np.array([float(np.mean(outputs[(concept, d)]["kl"])) for d in ids])
+        k, achieved = bisect_dose(kl_at, target, first_guess(at_one, target))
+        doses: dict[str, tuple[np.ndarray, np.ndarray]] = {MATCHED: (k, achieved)}
+        for m in ident.subset_doses:
+            fixed = np.full(len(ids), float(m))
+            doses[f"{m:g}x"] = (fixed, kl_at(fixed))
+        rows = []
+        for label, (mult, kl) in doses.items():
+            directions = [
+                OutcomeDirection(concept, d, dirs[j], dose=float(mult[j]))
+                for j, d in enumerate(ids)
+            ]
+            scored = likelihood_outcomes(
+                lm,
+                layer,
+                scale,
+                {concept: texts.on[concept]},
+                {concept: texts.off[concept]},
+                directions,
+                [1.0],
+                config.steering.mode,
+                ident.prefix,
+                batch_size=ident.batch_size,
+            )
+            at = {d: j for j, d in enumerate(ids)}
+            rows += [
+                {
+                    **r,
+                    "direction": (d := r.pop("arm")),
+                    "dose": label,
+                    "multiplier": float(mult[at[d]]),
+                    "kl": float(kl[at[d]]),
+                    "kl_target": target,
+                    "beta": betas[concept],
+                }
+                for r in scored
+            ]
+        append_jsonl(path, rows)
+        records += rows
+    return records

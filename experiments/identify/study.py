@@ -49,7 +49,7 @@ PHASE = "6-identify"
 # The stages a study times, in order (its record's timings; `identify --dry-run` lists them).
 STAGES = ["model_load", "activations", "likelihood_texts", "directions", "detection",
           "centroids", "generation", "perplexity", "embedding", "likelihood", "readout",
-          "analysis", "logging"]  # fmt: skip
+          "dose", "analysis", "logging"]  # fmt: skip
 
 
 @dataclass
@@ -173,8 +173,10 @@ class Outcomes:
     likelihood: list[dict]  # the likelihood outcome per direction × strength × pair
     baseline_rows: list[dict]  # the prompting baseline on the same texts
     outputs: Any  # logit-lens gain and next-token KL per direction
-    generated: pd.DataFrame  # the validating subset's generated cells (Δ, gated)
+    generated: pd.DataFrame  # generated cells (Δ, gated): validating tags and the subset
     generated_units: Any
+    subset: list[str]  # the stratified subset: doses and every direction generated
+    dose: list[dict]  # the subset's likelihood outcome at fixed and KL-matched doses
 
 
 def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) -> IdentifyResult:
@@ -316,13 +318,20 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
     """Stages 4-7: v*'s held-out β, the likelihood outcome of every direction and the
     prompting baseline, the output-side readouts, generations for the validating subset."""
     from experiments.identify.crosscheck import canonical
+    from experiments.identify.directions import REFERENCE
     from experiments.identify.generation import (
         generate_validation,
         select_reference_betas,
         validation_effects,
         vector_set,
     )
-    from experiments.identify.outcome import output_predictors, prompt_baseline, score_likelihood
+    from experiments.identify.matched import stratified_subset
+    from experiments.identify.outcome import (
+        output_predictors,
+        prompt_baseline,
+        score_dose,
+        score_likelihood,
+    )
     from experiments.prompts import render_generation_prompts
     from experiments.rundir import append_jsonl
 
@@ -363,6 +372,20 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
             words,
             prompts,
         )
+    subset, dose = [], []
+    if ident.subset_concepts:
+        subset = stratified_subset(
+            {c: found.detections[(c, REFERENCE)].auroc for c in concepts},
+            ident.subset_concepts,
+            config.seed,
+        )
+        run_dir.write_json(RunDir.SUBSET, {"concepts": subset, "by": "v* test AUROC tertiles"})
+        say(f"dose: the stratified subset {', '.join(subset)}, fixed and KL-matched doses")
+        with timer.time("dose"):
+            dose = score_dose(
+                lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs,
+                prompts, say,
+            )  # fmt: skip
     tags = []
     for d_id in ident.generated:
         name = canonical(d_id)
@@ -373,9 +396,45 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
         t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in concepts}) for t in tags
     }
     generate_validation(session, config, sets_v, betas, on_batch)
+    every = [t for t in dict.fromkeys(d for c in subset for d in vectors[c]) if t not in tags]
+    if subset and ident.subset_generate:
+        say(f"generations for every direction of the subset ({len(every)} more directions)")
+        for t in every:  # a direction some concept lacks (e.g. no "other") skips it
+            having = [c for c in subset if t in vectors[c]]
+            generate_validation(
+                session,
+                with_subset_prompts(config),
+                {t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in having})},
+                betas,
+                on_batch,
+                graph=session.graph.select(synsets=having),
+            )
     session.close_executor()
-    gen_cells, gen_units = validation_effects(session, config, scorer, tags)
-    return Outcomes(betas, likelihood, baseline_rows, outputs, gen_cells, gen_units)
+    gen_cells, gen_units = validation_effects(session, config, scorer, [*tags, *every])
+    return Outcomes(betas, likelihood, baseline_rows, outputs, gen_cells, gen_units, subset, dose)
+
+
+def with_subset_prompts(config: ExperimentConfig) -> ExperimentConfig:
+    """The config the subset generates under: ``identify.subset_prompts`` appended to the
+    report prompts, the selection prompts (the first ones) unchanged, so the rows the
+    subset shares with the rest of the study keep their keys."""
+    from experiments.pipeline.plan import split_prompts
+
+    extra = config.identify.subset_prompts
+    if not extra:
+        return config
+    if config.generation.suppression_prompts:
+        raise ValueError(
+            "identify.subset_prompts cannot be combined with generation.suppression_prompts "
+            "(they would shift the suppression prompts' indices): set one of them"
+        )
+    prompts = [*config.generation.prompts, *extra]
+    n_select = len(split_prompts(len(config.generation.prompts), config)[0])
+    selection = config.selection.model_copy(
+        update={"selection_prompts": (n_select + 0.5) / len(prompts)}
+    )
+    generation = config.generation.model_copy(update={"prompts": prompts})
+    return config.model_copy(update={"generation": generation, "selection": selection})
 
 
 def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say):
@@ -383,7 +442,9 @@ def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say
     and the Phase 6 re-analysis when one is named."""
     from experiments.identify import analysis as analysis_mod
     from experiments.identify.cells import build_tables
-    from experiments.identify.crosscheck import crosscheck
+    from experiments.identify.crosscheck import canonical, crosscheck
+    from experiments.identify.estimator import subset_outcomes
+    from experiments.pipeline.plan import PROMPT_ARM
 
     ident, concepts = config.identify, found.concepts
     strengths = [float(x) for x in ident.strengths]
@@ -414,24 +475,62 @@ def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say
                 at.get((c, d), np.nan)
                 for c, d in zip(frame["concept"], frame["direction"], strict=True)
             ]
+    if outcomes.subset:
+        subset_columns(tables.directions, outcomes.dose, outcomes.generated)
     base = pd.DataFrame(outcomes.baseline_rows)
     baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
     n_boot, seed = config.criteria.n_boot, config.seed
     analysis = analysis_mod.analyse(
         tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
     )
+    if outcomes.subset:
+        analysis["identified"]["subset"] = subset_outcomes(
+            tables.directions, outcomes.subset, n_boot=n_boot, seed=seed
+        )
     between = analysis_mod.between_concepts(
         tables, test_labels, found.detections, effects, n_boot, seed
     )
-    validation = crosscheck(
-        tables, outcomes.generated, outcomes.generated_units, effects, n_boot, seed
-    )
+    # the cross-check reads the validating tags only (the subset's directions are its own)
+    tags = {canonical(d) for d in ident.generated} | {"null", PROMPT_ARM}
+    gen, units = outcomes.generated, outcomes.generated_units
+    if len(gen):
+        gen, units = gen[gen["direction"].isin(tags)], units[units["direction"].isin(tags)]
+    validation = crosscheck(tables, gen, units, effects, n_boot, seed)
     phase6_frame, phase6 = None, None
     if ident.phase6_run:
         from experiments.identify.phase6 import reanalyse
 
         phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
     return tables, analysis, between, validation, phase6_frame, phase6
+
+
+def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFrame) -> None:
+    """Add the subset's outcomes to the directions table, in place (NaN off the subset):
+    ``dose_effect_<label>`` (mean over pairs), the matched dose's multiplier, KL and
+    whether it matched; ``gen_effect`` and ``gen_gate`` (s = +1, Δ gated)."""
+    from experiments.identify.matched import MATCHED, matched
+
+    key = list(zip(frame["concept"], frame["direction"], strict=True))
+    if dose:
+        rows = pd.DataFrame(dose)
+        means = rows.groupby(["dose", "concept", "direction"])["e"].mean()
+        for label in sorted(rows["dose"].unique()):
+            at = means.loc[label].to_dict()
+            frame[f"dose_effect_{label}"] = [at.get(k, np.nan) for k in key]
+        facts = rows[rows["dose"] == MATCHED].groupby(["concept", "direction"]).first()
+        for column, source in (("dose_multiplier", "multiplier"), ("dose_kl", "kl")):
+            at = facts[source].to_dict()
+            frame[column] = [at.get(k, np.nan) for k in key]
+        target = facts["kl_target"].to_dict()
+        frame["dose_matched"] = [
+            bool(matched(np.array([at_kl]), target[k])[0]) if k in target else np.nan
+            for k, at_kl in zip(key, frame["dose_kl"], strict=True)
+        ]
+    if len(generated):
+        up = generated[generated["sign"] == 1].set_index(["concept", "direction"])
+        for column, source in (("gen_effect", "e_gen"), ("gen_gate", "gate")):
+            at = up[source].to_dict()
+            frame[column] = [at.get(k, np.nan) for k in key]
 
 
 def label(heldout: bool, scored_before: bool) -> str:

@@ -65,6 +65,7 @@ def identified_lines(ident: dict | None) -> list[str]:
             + "; ".join(f"{s}×: {ci(f)}" for s, f in dose.items())
             + "."
         )
+    lines += subset_lines(ident.get("subset") or {})
     pairs = ident["matched_pairs"].get("auroc") or {}
     if pairs.get("evaluable"):
         lines.append(
@@ -85,6 +86,34 @@ def identified_lines(ident: dict | None) -> list[str]:
         )
     elif slopes:
         lines.append(f"- Per manipulation, beside its own spline in cos: {slopes}.")
+    return lines
+
+
+def subset_lines(sub: dict) -> list[str]:
+    """The stratified subset: the dose held by design and the generated outcome."""
+    if not sub.get("concepts"):
+        return []
+    n = len(sub["concepts"])
+    doses = "; ".join(f"{k}: {ci(f)}" for k, f in (sub.get("dose") or {}).items())
+    lines = [
+        f"- Subset of {n} concepts (stratified by v*'s AUROC; exploratory): the AUROC slope "
+        f"(flexible) at 1× β is {ci(sub.get('likelihood_1x'))}; at other doses {doses}"
+        + (
+            f" (matched: each direction's β bisected to v*'s next-token KL, "
+            f"{sub['matched_share']:.0%} within 10%)."
+            if "matched_share" in sub
+            else "."
+        )
+    ]
+    if sub.get("generated"):
+        agree = sub.get("agreement") or {}
+        lines.append(
+            f"- Generated outcome on the subset (every direction, Δ gated): the AUROC slope "
+            f"(flexible) is {ci(sub['generated'])}, beside log KL "
+            f"{ci(sub.get('generated_given_dose'))}; the two outcomes agree within concepts "
+            f"at r = {ci(agree.get('all'))} over all directions and "
+            f"{ci(agree.get('good'))} over good ones (cos ≥ 0.7, {agree.get('good_n')} cells)."
+        )
     return lines
 
 

@@ -71,6 +71,8 @@ def config_for(tmp, prereg, *extra):
             "identify.isocos_degrees=[45, 90]",  # the iso-cos design, two nuisances
             "identify.isocos_nuisances=[0, 1]",
             "identify.strengths=[1.0, 2.0]",  # the dose varied; the primary is at 1.0
+            "identify.subset_concepts=2",  # doses matched and every direction generated
+            "identify.subset_prompts=['Yesterday, at the market,']",  # one more report prompt
             *extra,
         ],
         overlays=[QUICK],
@@ -164,6 +166,48 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     assert "identified/flexible/auroc" in keys and keys[0] == "primary"
 
 
+def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
+    config, _, result = study
+    frame = result.directions
+    folder = RunDir(config.identify.results_dir, result.run_id)
+    import json
+
+    subset = json.loads(folder.file(RunDir.SUBSET).read_text())["concepts"]
+    assert len(subset) == 2 and set(subset) <= set(frame["concept"])
+    inside = frame["concept"].isin(subset)
+    for column in ("dose_effect_0.5x", "dose_effect_2x", "dose_effect_matched", "gen_effect"):
+        assert frame.loc[inside, column].notna().all(), column
+    for column in ("dose_effect_0.5x", "dose_effect_2x", "dose_effect_matched"):
+        assert frame.loc[~inside, column].isna().all(), column
+    # off the subset only the validating directions are generated from
+    outside = frame.loc[~inside & frame["gen_effect"].notna(), "direction"]
+    assert 0 < outside.nunique() <= len(config.identify.generated)
+    # v* is matched to itself: its multiplier is 1 (within the bisection's resolution)
+    ref = frame[inside & (frame["direction"] == "reference")]
+    np.testing.assert_allclose(ref["dose_multiplier"], 1.0, rtol=0.03)
+    # a direction that moves the next token more than v* is steered more gently
+    mult = frame.loc[inside, "dose_multiplier"].to_numpy()
+    ratio = frame.loc[inside, "kl"].to_numpy() / np.repeat(ref["kl"].to_numpy(), len(mult) // 2)
+    assert np.corrcoef(np.log(mult), np.log(ratio))[0, 1] < -0.5
+    half, double = frame.loc[inside, "dose_effect_0.5x"], frame.loc[inside, "dose_effect_2x"]
+    assert not np.allclose(half, double)
+    block = result.record.identified.subset
+    assert block["concepts"] == sorted(subset)
+    assert set(block["dose"]) == {"0.5x", "2x", "matched"}
+    assert 0 <= block["matched_share"] <= 1
+    assert "generated" in block and set(block["agreement"]) == {"all", "good", "good_n"}
+    rows = read_jsonl(folder.file(RunDir.DOSE))
+    assert {r["dose"] for r in rows} == {"0.5x", "2x", "matched"}
+    # the subset also generates on the extra report prompt; nobody else does
+    n = len(config.generation.prompts)
+    extra = [g for g in folder.read_generations() if g["prompt_index"] >= n]
+    assert extra and {g["concept"] for g in extra} <= set(subset)
+    assert all("Yesterday, at the market," in g["prompt"] for g in extra)
+    keys = [v.key for v in answer_of(result.record).verdicts]
+    assert {"identified/subset/matched", "identified/subset/generated"} <= set(keys)
+    assert "- Subset of 2 concepts" in folder.file(RunDir.SUMMARY).read_text(encoding="utf-8")
+
+
 def test_the_answer_leads_with_the_primary_analysis_in_the_common_words(study):
     config, _, result = study
     answer = answer_of(result.record)
@@ -204,11 +248,13 @@ def test_a_resume_does_not_score_again(study, tiny_lm, embedder):
     config, _, result = study
     run_dir = RunDir(config.identify.results_dir, result.run_id)
     lines = len(read_jsonl(run_dir.file(RunDir.LIKELIHOOD)))
+    doses = len(read_jsonl(run_dir.file(RunDir.DOSE)))
     generations = len(run_dir.read_generations())
     torch.set_num_threads(1)
     again = run_identify(config, lm=tiny_lm, embedder=embedder, resume=result.run_id)
     assert again.run_id == result.run_id
     assert len(read_jsonl(run_dir.file(RunDir.LIKELIHOOD))) == lines
+    assert len(read_jsonl(run_dir.file(RunDir.DOSE))) == doses
     assert len(run_dir.read_generations()) == generations
     assert again.record.pooled.slope_auroc == result.record.pooled.slope_auroc
     children = tracking.child_runs(result.run_id, config.identify.experiment)
