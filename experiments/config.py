@@ -462,6 +462,12 @@ class IdentifyConfig(_Strict):
         "generation.prompts (the selection prompts, the KL readout and the validating "
         "directions keep generation.prompts)",
     )
+    name_free: Annotated[bool, OMIT_IF_DEFAULT] = Field(
+        False,
+        description="identify v2: every direction also scored on name-free test positives "
+        "(AUROC), and the subset's likelihood outcome on name-free texts "
+        "(identify/namefree.py): detection and outcome without the name channel",
+    )
     null_draws: int = Field(
         2,
         ge=0,

@@ -216,14 +216,18 @@ def on_concept_texts(
     return out
 
 
-def _pick_off(
+def pick_off(
     concept: Concept,
-    on: list[tuple[str, str]],
-    pool: dict[str, list[tuple[str, str]]],
+    on: list[tuple],
+    pool: dict[str, list[tuple]],
     length: Callable[[str], int],
     rng: random.Random,
+    avoid: set[str] | None = None,
 ) -> tuple[list[str], list[str]]:
-    avoid = concept_words(concept.lemmas)
+    """For each (frame id, text) of ``on``: another concept's text of the same frame
+    (any frame when none is left), length-matched, spreading over concepts, that mentions
+    none of ``avoid`` (default: the concept's words). Returns (texts, their concepts)."""
+    avoid = concept_words(concept.lemmas) if avoid is None else avoid
     candidates = [
         (other, i, text)
         for other, texts in pool.items()
@@ -269,7 +273,7 @@ def build_likelihood_texts(
     for concept in graph.concepts:
         rng = random.Random(f"{seed}|likelihood-off|{concept.synset}")
         on[concept.synset] = [t for _, t in pool[concept.synset]]
-        off[concept.synset], sources[concept.synset] = _pick_off(
+        off[concept.synset], sources[concept.synset] = pick_off(
             concept, pool[concept.synset], pool, length, rng
         )
     check_disjoint({t for texts in on.values() for t in texts}, reserved)

@@ -348,6 +348,8 @@ class IdentifiedResult(BaseModel):
     # the stratified subset (exploratory): fixed and KL-matched doses, the generated
     # outcome, the outcomes' agreement (estimator.subset_outcomes); empty when off
     subset: dict[str, object] = Field(default_factory=dict)
+    # the slope on AUROC over name-free test positives, and its r with the named AUROC
+    name_free: dict[str, object] = Field(default_factory=dict)
 
 
 class _Open(BaseModel):

@@ -194,6 +194,8 @@ class RunDir:
     VALIDATION_CELLS = "validation_cells.csv"  # generated-text effect per concept × direction
     PHASE6_CURVE = "phase6_curve.csv"  # a Phase 6 run's curve, directions re-scored
     SUBSET = "subset.json"  # identify v2's stratified subset of concepts
+    NAME_FREE = "likelihood_name_free.jsonl"  # the subset's outcome on name-free texts
+    NAME_FREE_TEXTS = "likelihood_name_free_texts.json"  # those texts and their pairs
     DOSE = "dose.jsonl"  # the subset's likelihood outcome at fixed and KL-matched doses
 
     def __init__(self, root: str | Path, run_id: str) -> None:

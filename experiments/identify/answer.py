@@ -94,9 +94,26 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
             )
         )
     sub = ident.subset or {}
+    free = (ident.name_free or {}).get("auroc_name_free")
+    if free:
+        out.append(
+            _row(
+                "identified/name_free/auroc",
+                "slope on the AUROC of name-free test positives beside a spline in cos",
+                V2_GROUP,
+                ClusterEstimate(**free),
+                symbol="slope ",
+                description="positives that name only what falls under the concept",
+            )
+        )
     for key, label, fit in (
         ("matched", "at each direction's KL-matched dose", (sub.get("dose") or {}).get("matched")),
         ("generated", "on the generated outcome (Δ gated)", sub.get("generated")),
+        (
+            "name_free",
+            "(name-free) on the name-free likelihood outcome",
+            (sub.get("name_free") or {}).get("auroc_name_free"),
+        ),
     ):
         if fit:
             out.append(

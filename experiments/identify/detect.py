@@ -120,3 +120,18 @@ def half_metrics(
         t = np.broadcast_to(np.asarray(thresholds, dtype=np.float64)[:, None], s.shape[:2])
         out["f1_calibrated"].append(f1_rows(s, y, t))
     return {m: np.stack(v, axis=-1) for m, v in out.items()}
+
+
+def name_free_auroc(
+    direction: np.ndarray, positives: np.ndarray, test: tuple[np.ndarray, np.ndarray]
+) -> float:
+    """AUROC of the projection onto ``direction``: name-free positives against the test
+    split's negatives (NaN without positives)."""
+    x_test, y_test = test
+    negatives = np.asarray(x_test, dtype=np.float64)[np.asarray(y_test) == 0]
+    if not len(positives) or not len(negatives):
+        return float("nan")
+    d = np.asarray(direction, dtype=np.float64)
+    scores = np.concatenate([np.asarray(positives, dtype=np.float64) @ d, negatives @ d])
+    labels = np.r_[np.ones(len(positives)), np.zeros(len(negatives))]
+    return float(roc_auc_score(labels, scores))

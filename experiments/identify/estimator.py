@@ -343,6 +343,14 @@ def identified_analysis(
             frame[frame["manipulation"] != REFERENCE], y, "auroc", spline_df=spline_df, **kw
         ),
         "iso_cos": iso_cos(frame, y, "auroc", **kw),
+        "name_free": (  # detection without the name: AUROC on name-free positives
+            {
+                "auroc_name_free": flexible_slope(frame, y, "auroc_name_free", **kw).to_dict(),
+                "r_auroc": float(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1]),
+            }
+            if "auroc_name_free" in frame and frame["auroc_name_free"].notna().any()
+            else {}
+        ),
         "by_strength": {  # the dose varied: the effect at each measured strength × β
             c.removeprefix("effect_at_"): flexible_slope(frame, c, "auroc", **kw).to_dict()
             for c in frame.columns
@@ -391,6 +399,13 @@ def subset_outcomes(
         out["matched_multiplier"] = {
             m: float(g["dose_multiplier"].median())
             for m, g in part.groupby("manipulation", sort=True)
+        }
+    if "effect_name_free" in part and part["effect_name_free"].notna().any():
+        out["name_free"] = {  # the outcome without the name; detection with and without
+            "auroc": flexible_slope(part, "effect_name_free", "auroc", **kw).to_dict(),
+            "auroc_name_free": flexible_slope(
+                part, "effect_name_free", "auroc_name_free", **kw
+            ).to_dict(),
         }
     if "gen_effect" in part and part["gen_effect"].notna().any():
         out["generated"] = flexible_slope(part, "gen_effect", "auroc", **kw).to_dict()

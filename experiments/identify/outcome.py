@@ -51,11 +51,12 @@ def score_likelihood(
     texts: LikelihoodTexts,
     vectors: dict[str, dict[str, np.ndarray]],
     progress: Callable[[str], None] = lambda _m: None,
+    file: str = RunDir.LIKELIHOOD,
 ) -> list[dict]:
-    """Likelihood records for every (concept, direction, strength, pair); concepts already
-    in the run folder's file are not scored again."""
+    """Likelihood records for every (concept, direction, strength, pair) of the concepts
+    in ``vectors``; concepts already in the run folder's ``file`` are not scored again."""
     ident = config.identify
-    path = run_dir.file(RunDir.LIKELIHOOD)
+    path = run_dir.file(file)
     records = read_jsonl(path)
     done = {r["concept"] for r in records}
     for i, (concept, by_id) in enumerate(vectors.items()):

@@ -163,6 +163,7 @@ class Directions:
     directions: Any  # identify.data.Directions: v* and every manipulated direction
     detections: dict  # (concept, direction id) -> the direction scored as a detector
     texts: Any  # likelihood_texts.LikelihoodTexts: the likelihood outcome's text pairs
+    name_free_auroc: dict  # (concept, direction id) -> AUROC on name-free positives
 
 
 @dataclass
@@ -177,6 +178,7 @@ class Outcomes:
     generated_units: Any
     subset: list[str]  # the stratified subset: doses and every direction generated
     dose: list[dict]  # the subset's likelihood outcome at fixed and KL-matched doses
+    name_free: list[dict]  # the subset's likelihood outcome on name-free texts
 
 
 def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) -> IdentifyResult:
@@ -285,14 +287,11 @@ def _directions(session, config, say) -> Directions:
     concepts = [c.synset for c in graph.concepts]
     say(f"activations of every probe, test and neutral text at layer {layer}")
     with timer.time("activations"):
-        data = collect(
-            config,
-            graph,
-            concepts,
-            lambda texts: pooled_activations(
-                lm, texts, layer, batch_size=activation_texts(lm, 64)
-            ).numpy(),
-        )
+
+        def embed(texts):
+            return pooled_activations(lm, texts, layer, batch_size=activation_texts(lm, 64)).numpy()
+
+        data = collect(config, graph, concepts, embed)
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
     with timer.time("likelihood_texts"):
         texts = build_likelihood_texts(
@@ -311,7 +310,31 @@ def _directions(session, config, say) -> Directions:
             for c, by_id in directions.vectors.items()
             for d_id, v in by_id.items()
         }
-    return Directions(layer, concepts, data, alpha, directions, detections, texts)
+        name_free = {}
+        if config.identify.name_free:
+            name_free = _name_free_detection(config, graph, concepts, directions, data, embed)
+    return Directions(layer, concepts, data, alpha, directions, detections, texts, name_free)
+
+
+def _name_free_detection(config, graph, concepts, directions, data, embed) -> dict:
+    """Every direction's AUROC on name-free test positives (one more pass over the model,
+    so the named texts' activations are those of a study without this)."""
+    from experiments.identify.detect import name_free_auroc
+    from experiments.identify.namefree import name_free_positives
+
+    n = config.classifier.eval_per_class
+    positives = {c: name_free_positives(graph.get(c), n, config.seed) for c in concepts}
+    texts = sorted({t for ts in positives.values() for t in ts})
+    features = np.asarray(embed(texts), dtype=np.float64) if texts else np.zeros((0, 0))
+    row = {t: i for i, t in enumerate(texts)}
+    return {
+        (c, d_id): name_free_auroc(
+            v, features[[row[t] for t in positives[c]]], data.concepts[c].test
+        )
+        for c, by_id in directions.vectors.items()
+        for d_id, v in by_id.items()
+        if positives[c]
+    }
 
 
 def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outcomes:
@@ -386,6 +409,25 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
                 lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs,
                 prompts, say,
             )  # fmt: skip
+    name_free: list[dict] = []
+    if subset and ident.name_free:
+        from experiments.identify.namefree import name_free_likelihood_texts
+        from steering.likelihood import encode_texts
+
+        free = name_free_likelihood_texts(
+            load_concepts(config.concepts.file),
+            subset,
+            ident.texts_per_concept,
+            config.seed,
+            length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
+        )
+        run_dir.write_json(RunDir.NAME_FREE_TEXTS, free.to_dict())
+        say(f"the likelihood outcome on name-free texts ({len(free.on)} concepts)")
+        with timer.time("dose"):
+            name_free = score_likelihood(
+                lm, config, run_dir, layer, alpha, betas, free,
+                {c: vectors[c] for c in subset if c in free.on}, say, file=RunDir.NAME_FREE,
+            )  # fmt: skip
     tags = []
     for d_id in ident.generated:
         name = canonical(d_id)
@@ -411,7 +453,9 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
             )
     session.close_executor()
     gen_cells, gen_units = validation_effects(session, config, scorer, [*tags, *every])
-    return Outcomes(betas, likelihood, baseline_rows, outputs, gen_cells, gen_units, subset, dose)
+    return Outcomes(
+        betas, likelihood, baseline_rows, outputs, gen_cells, gen_units, subset, dose, name_free
+    )
 
 
 def with_subset_prompts(config: ExperimentConfig) -> ExperimentConfig:
@@ -477,6 +521,7 @@ def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say
             ]
     if outcomes.subset:
         subset_columns(tables.directions, outcomes.dose, outcomes.generated)
+    name_free_columns(tables.directions, found.name_free_auroc, outcomes.name_free)
     base = pd.DataFrame(outcomes.baseline_rows)
     baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
     n_boot, seed = config.criteria.n_boot, config.seed
@@ -531,6 +576,18 @@ def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFram
         for column, source in (("gen_effect", "e_gen"), ("gen_gate", "gate")):
             at = up[source].to_dict()
             frame[column] = [at.get(k, np.nan) for k in key]
+
+
+def name_free_columns(frame: pd.DataFrame, auroc: dict, likelihood: list[dict]) -> None:
+    """``auroc_name_free`` (every concept with name-free positives) and
+    ``effect_name_free`` (the subset, mean over pairs at s = +1), in place."""
+    key = list(zip(frame["concept"], frame["direction"], strict=True))
+    if auroc:
+        frame["auroc_name_free"] = [auroc.get(k, np.nan) for k in key]
+    if likelihood:
+        rows = pd.DataFrame(likelihood)
+        at = rows[rows["strength"] > 0].groupby(["concept", "direction"])["e"].mean().to_dict()
+        frame["effect_name_free"] = [at.get(k, np.nan) for k in key]
 
 
 def label(heldout: bool, scored_before: bool) -> str:

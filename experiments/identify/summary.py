@@ -65,6 +65,13 @@ def identified_lines(ident: dict | None) -> list[str]:
             + "; ".join(f"{s}×: {ci(f)}" for s, f in dose.items())
             + "."
         )
+    free = ident.get("name_free") or {}
+    if free:
+        lines.append(
+            f"- Detection without the name (AUROC on name-free test positives: texts naming only "
+            f"what falls under the concept; r = {free['r_auroc']:+.2f} with the named AUROC): "
+            f"the flexible slope is {ci(free['auroc_name_free'])}."
+        )
     lines += subset_lines(ident.get("subset") or {})
     pairs = ident["matched_pairs"].get("auroc") or {}
     if pairs.get("evaluable"):
@@ -105,6 +112,13 @@ def subset_lines(sub: dict) -> list[str]:
             else "."
         )
     ]
+    free = sub.get("name_free") or {}
+    if free:
+        lines.append(
+            f"- Name-free outcome on the subset (likelihood texts naming only what falls under "
+            f"the concept): the slope on the named AUROC is {ci(free['auroc'])}, on the "
+            f"name-free AUROC {ci(free['auroc_name_free'])}."
+        )
     if sub.get("generated"):
         agree = sub.get("agreement") or {}
         lines.append(

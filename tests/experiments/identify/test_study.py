@@ -72,6 +72,7 @@ def config_for(tmp, prereg, *extra):
             "identify.isocos_nuisances=[0, 1]",
             "identify.strengths=[1.0, 2.0]",  # the dose varied; the primary is at 1.0
             "identify.subset_concepts=2",  # doses matched and every direction generated
+            "identify.name_free=true",  # detection and the subset's outcome without names
             "identify.subset_prompts=['Yesterday, at the market,']",  # one more report prompt
             *extra,
         ],
@@ -203,8 +204,21 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
     extra = [g for g in folder.read_generations() if g["prompt_index"] >= n]
     assert extra and {g["concept"] for g in extra} <= set(subset)
     assert all("Yesterday, at the market," in g["prompt"] for g in extra)
+    # name-free: AUROC for every direction, the outcome on the subset
+    assert frame["auroc_name_free"].between(0, 1).all()
+    assert frame.loc[inside, "effect_name_free"].notna().all()
+    assert frame.loc[~inside, "effect_name_free"].isna().all()
+    assert set(block["name_free"]) == {"auroc", "auroc_name_free"}
+    assert "auroc_name_free" in result.record.identified.name_free
+    texts = json.loads(folder.file(RunDir.NAME_FREE_TEXTS).read_text())
+    assert set(texts["on"]) == set(subset)
     keys = [v.key for v in answer_of(result.record).verdicts]
-    assert {"identified/subset/matched", "identified/subset/generated"} <= set(keys)
+    assert {
+        "identified/subset/matched",
+        "identified/subset/generated",
+        "identified/subset/name_free",
+        "identified/name_free/auroc",
+    } <= set(keys)
     assert "- Subset of 2 concepts" in folder.file(RunDir.SUMMARY).read_text(encoding="utf-8")
 
 
