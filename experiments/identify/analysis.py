@@ -30,7 +30,12 @@ from experiments.identify import manipulations, stats
 from experiments.identify.cells import PREDICTORS, StudyTables
 from experiments.identify.directions import REFERENCE
 from experiments.identify.dose import minimum_effective, threshold_curve
-from experiments.identify.estimator import flexible_slope, identified_analysis, with_probit
+from experiments.identify.estimator import (
+    flexible_slope,
+    identified_analysis,
+    log_kl,
+    with_probit,
+)
 from metrics.cluster import fisher_z_interval
 from metrics.intervals import hierarchical_mean
 
@@ -224,6 +229,8 @@ def primary_result(
     controls = [c for c in controls if c and c != "none"]
     if estimator == "flexible_cos":
         covariates = [c for c in controls if c != "cos_ref"]
+        if "log_kl" in covariates:  # the dose: log next-token KL at the direction's β
+            frame = frame.assign(log_kl=log_kl(frame["kl"]))
         fit = flexible_slope(
             frame, OUTCOME, predictor, covariates=covariates, n_boot=n_boot, seed=seed,
             confidence=confidence,

@@ -142,6 +142,14 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
     return out
 
 
+CONTROL_WORDS = {"cos_ref": "cos(v, v*)", "log_kl": "log next-token KL (the dose)"}
+
+
+def _controls(control: str | list[str] | None) -> str:
+    names = [control] if isinstance(control, str) else list(control or [])
+    return " and ".join(CONTROL_WORDS.get(c, c) for c in names) or "nothing"
+
+
 def verdicts(record: IdentifyRecord) -> list[Verdict]:
     out = []
     primary = record.primary
@@ -155,7 +163,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
             _row(
                 "primary",
                 f"slope of {spec.get('outcome')} on {spec.get('predictor')} beside "
-                f"{spec.get('control')} (pre-registered; {model})",
+                f"{_controls(spec.get('control'))} (pre-registered; {model})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],

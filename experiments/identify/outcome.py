@@ -204,8 +204,8 @@ def score_dose(
             at = {d: j for j, d in enumerate(ids)}
             rows += [
                 {
-                    **r,
-                    "direction": (d := r.pop("arm")),
+                    **{k: v for k, v in r.items() if k != "arm"},
+                    "direction": (d := r["arm"]),
                     "dose": label,
                     "multiplier": float(mult[at[d]]),
                     "kl": float(kl[at[d]]),

@@ -37,6 +37,9 @@ PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "ru
 # whose code it was written for (the code paths below must be unchanged since).
 BINDING_KEYS = ("config_hash", "code_commit")
 ESTIMATORS = ("linear_cos", "flexible_cos")
+# What flexible_cos may hold beside AUROC: cos(v, v*) (its spline per manipulation) and the
+# dose (log next-token KL of each direction at its β).
+FLEXIBLE_CONTROLS = ("cos_ref", "log_kl")
 OUTCOMES = ("likelihood",)  # the outcome every direction is measured on
 CODE_PATHS = (
     "experiments", "steering", "metrics", "judges", "configs", "data", "pyproject.toml",
@@ -101,6 +104,15 @@ def parse_primary(text: str) -> dict:
                 raise PreregistrationError(
                     f"primary outcome {primary['outcome']!r} is not one this study measures "
                     f"for every direction ({', '.join(OUTCOMES)})"
+                )
+            controls = primary["control"]
+            controls = [controls] if isinstance(controls, str) else list(controls or [])
+            if primary.get("estimator") == "flexible_cos" and (
+                "cos_ref" not in controls or set(controls) - set(FLEXIBLE_CONTROLS)
+            ):
+                raise PreregistrationError(
+                    f"estimator flexible_cos takes control cos_ref (its spline), optionally "
+                    f"with log_kl; got {controls}"
                 )
             if (
                 primary["predictor"] == "probit_auroc"

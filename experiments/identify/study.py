@@ -49,7 +49,7 @@ PHASE = "6-identify"
 # The stages a study times, in order (its record's timings; `identify --dry-run` lists them).
 STAGES = ["model_load", "activations", "likelihood_texts", "directions", "detection",
           "centroids", "generation", "perplexity", "embedding", "likelihood", "readout",
-          "dose", "analysis", "logging"]  # fmt: skip
+          "dose", "name_free", "analysis", "logging"]  # fmt: skip
 
 
 @dataclass
@@ -423,7 +423,7 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
         )
         run_dir.write_json(RunDir.NAME_FREE_TEXTS, free.to_dict())
         say(f"the likelihood outcome on name-free texts ({len(free.on)} concepts)")
-        with timer.time("dose"):
+        with timer.time("name_free"):
             name_free = score_likelihood(
                 lm, config, run_dir, layer, alpha, betas, free,
                 {c: vectors[c] for c in subset if c in free.on}, say, file=RunDir.NAME_FREE,

@@ -158,3 +158,19 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
     assert len(before_after(read, n_boot=99)["rows"]) == len(result["rows"])
     out = CliRunner().invoke(app, ["identify", "--compare", str(tmp_path / "nothing")])
     assert out.exit_code == 2 and "no directions.csv" in out.output
+
+
+def test_the_primary_with_the_dose_held_is_the_estimators_given_dose_fit():
+    """primary_result(flexible_cos, control [cos_ref, log_kl]) is estimator.given_dose."""
+    from experiments.identify.analysis import primary_result
+    from experiments.identify.cells import StudyTables
+
+    frame = toy_study(3, "linear")
+    frame["kl"] = np.random.default_rng(0).lognormal(-2, 1, len(frame))
+    tables = StudyTables(directions=frame)
+    spec = {"predictor": "auroc", "estimator": "flexible_cos", "hypothesis": "positive",
+            "control": ["cos_ref", "log_kl"]}  # fmt: skip
+    got = primary_result(tables, spec, n_boot=199, seed=0)
+    want = identified_analysis(frame, n_boot=199, seed=0)["given_dose"]["auroc"]
+    assert got["slope"]["estimate"] == pytest.approx(want["estimate"], rel=1e-12)
+    assert got["slope"]["low"] == pytest.approx(want["low"], rel=1e-12)

@@ -176,3 +176,13 @@ def test_every_key_of_the_primary_is_checked():
         "  rule:", "  estimator: flexible_cos\n  rule:"
     )
     assert parse_primary(flexible)["estimator"] == "flexible_cos"
+
+
+def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown():
+    flexible = PRIMARY.replace("  rule:", "  estimator: flexible_cos\n  rule:")
+    dosed = flexible.replace("control: cos_ref", "control: [cos_ref, log_kl]")
+    assert parse_primary(dosed)["control"] == ["cos_ref", "log_kl"]
+    with pytest.raises(PreregistrationError, match="log_kl; got"):
+        parse_primary(flexible.replace("control: cos_ref", "control: [cos_ref, lens]"))
+    with pytest.raises(PreregistrationError, match="takes control cos_ref"):
+        parse_primary(flexible.replace("control: cos_ref", "control: log_kl"))

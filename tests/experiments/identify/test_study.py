@@ -199,6 +199,8 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
     assert "generated" in block and set(block["agreement"]) == {"all", "good", "good_n"}
     rows = read_jsonl(folder.file(RunDir.DOSE))
     assert {r["dose"] for r in rows} == {"0.5x", "2x", "matched"}
+    assert "arm" not in rows[0] and {"direction", "multiplier", "kl", "kl_target"} <= set(rows[0])
+    assert {"dose", "name_free"} <= set(result.record.timings)
     # the subset also generates on the extra report prompt; nobody else does
     n = len(config.generation.prompts)
     extra = [g for g in folder.read_generations() if g["prompt_index"] >= n]
