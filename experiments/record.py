@@ -435,6 +435,10 @@ class MinimumLevel(_Open):
     high: float | None = None
     tested: list[float] | None = None  # the AUROC range the level is read on
     replicates: dict[str, float] | None = None  # share of bootstrap replicates per status
+    # an interval end on a censored replicate: at or below the lowest AUROC tested (low),
+    # above the highest (high); the end is then that edge, not a measured level
+    low_open: bool = False
+    high_open: bool = False
 
 
 class CurveRow(_Open):

@@ -16,12 +16,11 @@ def level_text(m: dict) -> str:
     status = m["status"]
     if status == "reached":
         low, high = m.get("low"), m.get("high")
-        inner = (
-            f" [{low:.3f}, {high:.3f}]"
-            if low is not None
-            else " [interval: too many censored replicates]"
-        )
-        return f"{m['level']:.3f}{inner}"
+        if low is None or high is None:
+            return f"{m['level']:.3f} [interval: censored on one side in most replicates]"
+        left = f"≤ {low:.3f}" if m.get("low_open") else f"{low:.3f}"
+        right = f"> {high:.3f}" if m.get("high_open") else f"{high:.3f}"
+        return f"{m['level']:.3f} [{left}, {right}]"
     if status == "censored_below":
         return f"censored (≤ {m['level']:.3f}, the lowest AUROC tested)"
     if status == "not_reached":

@@ -10,6 +10,7 @@ from experiments.identify.dose import (
     BELOW,
     NOT_REACHED,
     REACHED,
+    censored_interval,
     crossing,
     minimum_effective,
     threshold_curve,
@@ -65,3 +66,50 @@ def test_the_threshold_curve_rises_with_the_target():
     levels = [r["level"] for r in curve if r["status"] == REACHED]
     assert levels == sorted(levels) and len(levels) >= 5
     assert curve[-1]["status"] == NOT_REACHED  # 1.5 × 0.3 = 0.45 > the largest effect, 0.4
+
+
+def test_a_concept_tested_only_at_high_auroc_does_not_bias_the_level():
+    """One concept steers better at every AUROC (+1) but is tested only at AUROC ≥ 0.8.
+    The average concept's curve is then (AUROC − 0.5) + 1/12, so the level for 0.2 is
+    0.7 − 1/12. A fit without a concept term reads c0's offset as an AUROC effect."""
+    frame = cells()
+    easy = frame["concept"] == "c0"
+    shifted = frame.copy()
+    shifted.loc[easy, "effect_above_null"] += 1.0
+    shifted = shifted[~easy | (shifted["auroc"] >= 0.8)]
+    baseline = {f"c{c}": 0.2 for c in range(12)}
+    out = minimum_effective(shifted, baseline, 1.0, n_boot=100, seed=0)
+    truth = 0.7 - 1 / 12
+    assert out["level"] == pytest.approx(truth, abs=0.01)
+    x, y = shifted["auroc"].to_numpy(), shifted["effect_above_null"].to_numpy()
+    _, pooled = crossing(x, y, 0.2)  # no concept term
+    assert abs(pooled - truth) > 0.03
+
+
+def test_the_interval_counts_censored_replicates_and_says_where_it_is_open():
+    frame = cells()
+    baseline = {f"c{c}": 0.2 for c in range(12)}
+    # a target near the top of the tested range: some replicates never reach it
+    out = minimum_effective(frame, baseline, 1.95, n_boot=300, seed=0)
+    assert out["status"] == REACHED
+    if out["replicates"][NOT_REACHED] > 0.025:
+        assert out["high_open"] and out["high"] == pytest.approx(out["tested"][1])
+    higher = cells(low=0.6)  # the effect is 0.1 at the lowest AUROC tested
+    assert minimum_effective(higher, baseline, 0.25, n_boot=50, seed=0)["status"] == BELOW
+    # replicates censored below count as -inf, not reached as +inf: the ends go open
+    tested = [0.6, 0.9]
+    levels = np.r_[np.full(10, -np.inf), np.linspace(0.65, 0.85, 80), np.full(10, np.inf)]
+    both = censored_interval(levels, 0.95, tested)
+    assert both == {"low_open": True, "high_open": True, "low": 0.6, "high": 0.9}
+    inner = censored_interval(np.linspace(0.65, 0.85, 100), 0.95, tested)
+    assert not inner["low_open"] and 0.65 <= inner["low"] < inner["high"] <= 0.85
+    # reached in few replicates: a lower bound, open above
+    mostly = censored_interval(np.r_[np.full(90, np.inf), [0.7] * 10], 0.95, tested)
+    assert mostly["low"] == 0.7 and mostly["high_open"] and mostly["high"] == 0.9
+    # reached in almost none: no interval, said so
+    never = censored_interval(np.r_[np.full(99, np.inf), [0.7]], 0.95, tested)
+    assert never["low"] is None and never["high"] is None
+    from experiments.identify.summary import level_text
+
+    text = level_text(out)
+    assert ("> " in text) == bool(out.get("high_open"))
