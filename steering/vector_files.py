@@ -252,8 +252,11 @@ def _mapping(path: Path) -> dict[str, np.ndarray]:
     )
 
 
-def _raw_vectors(path: Path, names: ConceptNames, layer: int) -> dict[str, tuple[np.ndarray, Path]]:
-    """Name in the file → (vector, the file it came from)."""
+def _raw_vectors(
+    path: Path, names: ConceptNames, layer: int
+) -> dict[str, tuple[np.ndarray | None, Path]]:
+    """Name in the file → (vector, the file it came from); None for a folder's file that
+    names no concept of the run (left unread)."""
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix in FOLDER_SUFFIXES)
         if not files:
@@ -263,6 +266,11 @@ def _raw_vectors(path: Path, names: ConceptNames, layer: int) -> dict[str, tuple
             )
         out = {}
         for f in files:
+            if names.resolve(f.stem) is None:
+                # Not named by a concept of this run (another concept, or a mapping file
+                # such as an export's directions.safetensors): listed, never read.
+                out.setdefault(f.stem, (None, f))
+                continue
             if f.stem in out:
                 raise VectorFileError(f"{path}: two files for {f.stem!r}; keep one")
             vector = _from_gguf(f, layer) if f.suffix == ".gguf" else _one_tensor(f)

@@ -155,3 +155,12 @@ def test_unknown_files_and_missing_paths_say_what_works(tmp_path):
         read(tmp_path / "v.txt")
     with pytest.raises(VectorFileError, match="no such file"):
         read(tmp_path / "absent.safetensors")
+
+
+def test_a_folder_reads_only_files_named_by_the_runs_concepts(tmp_path):
+    vs = vectors()
+    for synset, v in vs.items():
+        np.save(tmp_path / f"{synset}.npy", v)
+    write_mapping(tmp_path / "directions.safetensors", vs, {})  # as an export has beside
+    (tmp_path / "cat.n.01.npy").write_bytes(b"not read")  # another concept's file
+    assert same(read(tmp_path), vs)
