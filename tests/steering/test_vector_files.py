@@ -55,7 +55,7 @@ def test_a_control_vector_has_repengs_and_llama_cpps_layout(tmp_path):
 
 
 def test_layer_zero_cannot_be_written_because_llama_cpp_rejects_it(tmp_path):
-    with pytest.raises(VectorFileError, match="direction.0"):
+    with pytest.raises(VectorFileError, match=r"direction\.0"):
         write_control_vector(tmp_path / "x.gguf", {0: vectors()["dog.n.01"]}, "m")
 
 
@@ -132,7 +132,7 @@ def test_a_pickle_is_never_executed(tmp_path):
     with pytest.raises(VectorFileError, match="safely"):
         read(path)
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    with pytest.raises(VectorFileError, match="plain .npy"):
+    with pytest.raises(VectorFileError, match=r"plain \.npy"):
         read_vectors(tmp_path / "obj.npy", ["obj"], ["obj"], HIDDEN, 3)
 
 

@@ -86,9 +86,7 @@ def test_reimporting_the_export_gives_the_same_texts_and_delta(
     original, exported, embedded_lm, embedder
 ):
     tmp, result = original
-    config = small_config(
-        tmp, "steering.vector_source=file", f"steering.vector_file={exported}"
-    )
+    config = small_config(tmp, "steering.vector_source=file", f"steering.vector_file={exported}")
     again = run_phase5(config, lm=embedded_lm, embedder=embedder)
     g1, g2 = rows(result, RunDir.GENERATIONS), rows(again, RunDir.GENERATIONS)
     s1, s2 = rows(result, RunDir.SCORES), rows(again, RunDir.SCORES)

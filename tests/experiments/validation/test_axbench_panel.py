@@ -48,7 +48,7 @@ def test_axbench_scores_per_concept_and_sign_beside_delta(mlflow_store, tmp_path
     lb = _loopback()
     with lb.LoopbackServer(default=lb.ok(answer=scripted(lb))) as server:
         kwargs = dict(openai_base_url=server.openai_url, cache_dir=tmp_path / "jc")
-        result, table, skipped = run_axbench_for(run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs)
+        result, table, _skipped = run_axbench_for(run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs)
         sent = server.n_requests
         run_axbench_for(run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs)
         assert server.n_requests == sent  # a rerun is served from the cache
@@ -70,14 +70,23 @@ def test_axbench_scores_per_concept_and_sign_beside_delta(mlflow_store, tmp_path
     pos = [r["delta_effect"] for (c, s), r in by.items() if s == "pos"]
     neg = [r["delta_effect"] for (c, s), r in by.items() if s == "neg"]
     assert min(pos) > max(neg)  # Δ rises with strength in the synthetic run
+    # The likelihood outcome comes from the run's record, per concept and sign.
+    from experiments.validation.axbench import axbench_table
+    from experiments.validation.panel import panel_samples
+    from experiments.validation.runs import phase5_parent
+
+    synset = table.iloc[0]["concept"]
+    samples = panel_samples(phase5_parent(run_id))
+    with_lk = axbench_table(samples, result, {synset: {"likelihood_pos": 0.25}})
+    lk = {(r["concept"], r["sign"]): r["likelihood"] for r in with_lk.to_dict("records")}
+    missing = lk[(synset, "neg")]
+    assert lk[(synset, "pos")] == 0.25 and (missing is None or missing != missing)
     # The run folder's table opens in a spreadsheet as text, and MLflow has the child run.
     folder = RunDir(tmp_path / "res", run_id)
     rows = list(csv.DictReader(io.StringIO(folder.file(RunDir.AXBENCH).read_text())))
     assert len(rows) == 8 and rows[0]["concept"] == table.iloc[0]["concept"]
     children = [
-        c
-        for c in tracking.child_runs(run_id, kit.EXPERIMENT)
-        if c.info.run_name == CHILD_RUN_NAME
+        c for c in tracking.child_runs(run_id, kit.EXPERIMENT) if c.info.run_name == CHILD_RUN_NAME
     ]
     assert len(children) == 1  # the rerun updated it
     child = tracking.get_run(children[0].info.run_id)
