@@ -63,13 +63,14 @@ class Export:
         }
 
 
-def _model_hint(model_id: str) -> str:
-    """The architecture llama.cpp users see in ``controlvector.model_hint`` (a hint only:
-    llama.cpp never reads it), or the model id when the config cannot be read here."""
+def _model_hint(config, model_id: str) -> str:
+    """``controlvector.model_hint``: the model's architecture as its config names it (a
+    hint only: llama.cpp never reads it, repeng compares it when adding vectors), or the
+    model id when the config cannot be read here."""
     try:
         from steering.preflight import read_model
 
-        return str(read_model(model_id).architecture)  # type: ignore[arg-type]
+        return str(read_model(config.model_spec).architecture)
     except Exception:  # a hint is never worth failing an export for
         return model_id
 
@@ -125,7 +126,7 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
     )
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    hint = _model_hint(record.model_id)
+    hint = _model_hint(config, record.model_id)
     scales, files, scaled = {}, {}, {}
     for synset, vector in vectors.items():
         beta = float(betas.get(synset, vector.beta))
