@@ -5,11 +5,8 @@ by the real OpenAI SDK against a loopback server, tabulated per concept and sign
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,20 +16,9 @@ from experiments.validation.axbench import CHILD_RUN_NAME, run_axbench_for
 from experiments.validation.panel import estimate_panel_for
 
 
-def _loopback():
-    name = "steer_eval_tests_judges_loopback"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[2] / "judges" / "loopback.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def scripted(lb):
-    """A judge that reads the fence it was given: the steered-up texts (#…, s = +1 rows
-    come last per concept in the synthetic run) score 2 on the concept."""
+    """A judge that reads what it was sent: texts that continue a "Tell me about …"
+    prompt get concept 2, the others 1; instruction 1 and fluency 2 for all."""
 
     def answer(body: dict) -> str:
         text = lb.user_text(body)
@@ -45,7 +31,7 @@ def scripted(lb):
 def test_axbench_scores_per_concept_and_sign_beside_delta(mlflow_store, tmp_path, kit, monkeypatch):
     run_id, records = kit.make_run(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-axbench-0000")
-    lb = _loopback()
+    lb = kit.loopback()
     with lb.LoopbackServer(default=lb.ok(answer=scripted(lb))) as server:
         kwargs = dict(openai_base_url=server.openai_url, cache_dir=tmp_path / "jc")
         result, table, _skipped = run_axbench_for(run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs)
