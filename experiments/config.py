@@ -152,6 +152,28 @@ class SteeringConfig(_Strict):
         "diffmean, classifier_deformat, ...",
     )
     strengths: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0], min_length=2)
+    vector_file: Annotated[str | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        description="with vector_source file: your own vectors, one per concept - a "
+        ".safetensors/.pt/.npz mapping, a folder of <concept>.npy/.pt/.safetensors/.gguf "
+        "files, or a llama.cpp/repeng GGUF control vector (docs/vectors.md)",
+    )
+
+    @model_validator(mode="after")
+    def _vector_file(self) -> SteeringConfig:
+        if self.vector_source == "file" and not self.vector_file:
+            raise ValueError(
+                "vector_source file needs steering.vector_file (a file or folder of vectors, "
+                "docs/vectors.md)"
+            )
+        if self.vector_file and self.vector_source != "file":
+            raise ValueError(
+                f"steering.vector_file is set but vector_source is {self.vector_source!r}; "
+                "set steering.vector_source=file to steer with the file's vectors"
+            )
+        if self.vector_file and not Path(self.vector_file).exists():
+            raise ValueError(f"steering.vector_file {self.vector_file!r} does not exist")
+        return self
 
     @field_validator("vector_source")
     @classmethod

@@ -175,6 +175,7 @@ class RunDir:
     ANSWER = "answer.md"  # the research question and the verdicts (pipeline/answer.py)
     CRITERIA = "criteria.csv"
     SAMPLES = "samples.csv"  # each steered text beside its twins (pipeline/samples.py)
+    AXBENCH = "axbench_scores.csv"  # panel --rubric axbench per concept × sign
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"
     TRACES = "traces.json"  # generation key -> MLflow trace id

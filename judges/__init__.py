@@ -35,6 +35,8 @@ GenAI evaluation run (``experiments/pipeline/evaluation.py``).
 """
 
 from judges.base import (
+    AXBENCH_RUBRIC,
+    RUBRICS,
     SCORE_MAX,
     SCORE_MIN,
     Budget,
@@ -47,6 +49,7 @@ from judges.base import (
     Rating,
     RatingRequest,
     Rubric,
+    harmonic_mean,
 )
 from judges.cache import JudgeCache
 from judges.registry import build_panel, get_judge, judge_provider, parse_name, providers
@@ -67,6 +70,8 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AXBENCH_RUBRIC",
+    "RUBRICS",
     "SCORE_MAX",
     "SCORE_MIN",
     "Budget",
@@ -86,6 +91,7 @@ __all__ = [
     "build_panel",
     "estimate_panel",
     "get_judge",
+    "harmonic_mean",
     "judge_provider",
     "panel_agrees",
     "parse_name",

@@ -127,6 +127,8 @@ class APIJudge(Judge):
     def max_tokens_for(self, rubric: Rubric) -> int:
         if self.max_tokens_override is not None:
             return self.max_tokens_override
+        if rubric.kind == "axbench":
+            return 60
         return 40 if rubric.fluency else 20
 
     def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
@@ -212,6 +214,8 @@ class APIJudge(Judge):
                 return Rating(
                     score=entry["score"],
                     fluency=entry.get("fluency"),
+                    concept_score=entry.get("concept_score"),
+                    instruction=entry.get("instruction"),
                     raw=entry["raw"],
                     input_tokens=0,
                     output_tokens=0,
@@ -268,6 +272,8 @@ class APIJudge(Judge):
         rating = Rating(
             score=parsed.score,
             fluency=parsed.fluency,
+            concept_score=parsed.concept,
+            instruction=parsed.instruction,
             raw=raw,
             input_tokens=in_tok,
             output_tokens=out_tok,
@@ -289,6 +295,11 @@ class APIJudge(Judge):
                     "prompt": prompt.cache_text(),
                     "score": rating.score,
                     "fluency": rating.fluency,
+                    **(
+                        {"concept_score": rating.concept_score, "instruction": rating.instruction}
+                        if request.rubric.kind == "axbench"
+                        else {}
+                    ),
                     "raw": rating.raw,
                     "input_tokens": in_tok,
                     "output_tokens": out_tok,

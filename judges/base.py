@@ -13,7 +13,7 @@ import abc
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from judges.pricing import Price
@@ -50,6 +50,22 @@ class BudgetExceeded(JudgeError):
         )
 
 
+AXBENCH_MIN = 0
+AXBENCH_MAX = 2
+AXBENCH_AXES = ("concept", "instruction", "fluency")
+
+
+def harmonic_mean(scores: Sequence[float | None]) -> float | None:
+    """AxBench's combination of its three 0-2 scores: their harmonic mean, 0 when any is
+    0 (a text that misses one axis entirely scores 0), None when any is missing."""
+    if any(s is None for s in scores):
+        return None
+    values = [float(s) for s in scores]  # type: ignore[arg-type]
+    if any(v == 0 for v in values):
+        return 0.0
+    return len(values) / sum(1.0 / v for v in values)
+
+
 @dataclass(frozen=True)
 class Rubric:
     """The rating question, identical to the one human raters answer.
@@ -71,6 +87,14 @@ class Rubric:
         "clumsy; 10 means fluent, natural prose."
     )
 
+    # "relatedness": one 0-10 score (+ fluency); "axbench": AxBench's concept, instruction
+    # and fluency scores, 0-2 each, combined by harmonic mean (judges/prompt.py).
+    kind: Literal["relatedness", "axbench"] = "relatedness"
+
+    @property
+    def scale(self) -> tuple[int, int]:
+        return (AXBENCH_MIN, AXBENCH_MAX) if self.kind == "axbench" else (SCORE_MIN, SCORE_MAX)
+
     def render_question(self, concept: str) -> str:
         return self.question.format(concept=concept)
 
@@ -78,7 +102,33 @@ class Rubric:
         return self.anchors.format(concept=concept)
 
     def describe(self) -> dict[str, str]:
-        return {"rubric_version": self.version, "rubric_fluency": str(self.fluency)}
+        return {
+            "rubric_version": self.version,
+            "rubric_fluency": str(self.fluency),
+            "rubric_kind": self.kind,
+        }
+
+
+# AxBench's three questions (concept, instruction, fluency; 0-2 each), in this suite's
+# words; the score of a rating under it is their harmonic mean.
+AXBENCH_RUBRIC = Rubric(
+    question="How clearly is {concept} present in the continuation?",
+    anchors="0: {concept} is not present at all; 1: it is somewhat present, minimally or "
+    "awkwardly worked in; 2: it is fully and naturally worked in.",
+    version="axbench-v1",
+    fluency=True,
+    fluency_question="How fluent is the continuation, whatever its topic or completeness?",
+    fluency_anchors="0: not fluent, unnatural (incomprehensible or repetitive); 1: somewhat "
+    "fluent with noticeable errors or awkward phrasing; 2: fluent, almost perfect.",
+    kind="axbench",
+)
+AXBENCH_INSTRUCTION = (
+    "How related is the continuation to the instruction it continues, in topic only "
+    "(not grammar, coherence or informativeness)?",
+    "0: unrelated to the instruction; 1: somewhat, minimally or indirectly related; "
+    "2: clearly and directly related.",
+)
+RUBRICS = {"relatedness": Rubric(), "axbench": AXBENCH_RUBRIC}
 
 
 @dataclass(frozen=True)
@@ -89,6 +139,7 @@ class RatingRequest:
     concept: str
     rubric: Rubric = field(default_factory=Rubric)
     sample_id: str | None = None  # carried through for bookkeeping; never shown to the judge
+    instruction: str | None = None  # the prompt the text continues (the axbench rubric)
 
 
 @dataclass
@@ -110,6 +161,10 @@ class Rating:
     fluency: float | None = None
     attempts: int = 1
     error: str | None = None  # set when the judge abstained because the call kept failing
+    # The axbench rubric: its concept and instruction scores (0-2; fluency above);
+    # ``score`` is then their harmonic mean with fluency.
+    concept_score: float | None = None
+    instruction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

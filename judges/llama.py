@@ -45,6 +45,7 @@ from judges.base import (
     ProgressCallback,
     Rating,
     RatingRequest,
+    harmonic_mean,
 )
 from judges.cache import JudgeCache, cache_key, resolve_cache
 from judges.llama_runtime import LlamaCrash, check_decodes, llama_options, open_llama
@@ -128,6 +129,49 @@ FLUENCY_PREFIX = _HEAD.format(
 ) + "".join(f"Text: {t}\nFluency (0-10): {s}\n\n" for t, s in FLUENCY_EXAMPLES)
 FLUENCY_SUFFIX = "Text: {text}\nFluency (0-10): "
 
+# The axbench rubric's three axes on its 0-2 scale, from the same examples (10 and 9 -> 2,
+# 3-4 -> 1, 0 -> 0) plus instruction examples; the prompt each text continues is shown.
+AXBENCH_CANDIDATES = (0, 1, 2)
+_TO_AX = {10: 2, 9: 2, 4: 1, 3: 1, 0: 0}
+AX_INSTRUCTION_EXAMPLES: tuple[tuple[str, str, int], ...] = (
+    ("Tell me about volcanoes.", RELATEDNESS_EXAMPLES[5][0], 2),
+    ("Tell me about bread.", RELATEDNESS_EXAMPLES[1][0], 0),
+    ("Here is a story:", "Once a fisherman lived by the sea with his daughter and a dog.", 2),
+    ("Tell me about music.", "We went to the concert hall, but it was shut, so we ate lunch.", 1),
+    ("Tell me about bicycles.", RELATEDNESS_EXAMPLES[3][0], 0),
+)
+_AX_HEAD = _HEAD.replace("from 0 ({low}) to 10 ({high})", "from 0 ({low}) to 2 ({high})")
+AX_PREFIX = {
+    "axbench_concept": _AX_HEAD.format(
+        what="how clearly the topic is present in the text",
+        low="absent",
+        high="fully and naturally worked in",
+    )
+    + "".join(
+        f"Text: {t}\nTopic: {c}\nRating (0-2): {_TO_AX[s]}\n\n" for t, c, s in RELATEDNESS_EXAMPLES
+    ),
+    "axbench_instruction": _AX_HEAD.format(
+        what="how related the text is to the instruction it continues, in topic only",
+        low="unrelated",
+        high="clearly and directly related",
+    )
+    + "".join(
+        f"Instruction: {i}\nText: {t}\nRating (0-2): {s}\n\n" for i, t, s in AX_INSTRUCTION_EXAMPLES
+    ),
+    "axbench_fluency": _AX_HEAD.format(
+        what="how fluent the text is, whatever its topic or completeness",
+        low="not fluent: incomprehensible or repetitive",
+        high="fluent, almost perfect",
+    )
+    + "".join(f"Text: {t}\nRating (0-2): {_TO_AX[s]}\n\n" for t, s in FLUENCY_EXAMPLES),
+}
+AX_SUFFIX = {
+    "axbench_concept": "Text: {text}\nTopic: {concept}\nRating (0-2): ",
+    "axbench_instruction": "Instruction: {instruction}\nText: {text}\nRating (0-2): ",
+    "axbench_fluency": "Text: {text}\nRating (0-2): ",
+}
+AX_AXES = tuple(AX_PREFIX)
+
 # In this line-based format the delimiters are line starts and field labels, so untrusted
 # text is put on one line (newlines collapsed) and any label-like "Word (0-10):" / "Topic:"
 # inside it gets a look-alike colon; tags are defused as for the API judges.
@@ -144,6 +188,21 @@ def neutralise_line(text: str) -> str:
     """Make untrusted text a single line with no field labels or delimiter tags."""
     text = neutralise(" ".join(text.split()))
     return _LABEL_RE.sub(lambda m: m.group(0)[:-1] + "\ua789", text)
+
+
+# The axbench prompts' labels too ("Instruction:", "Rating (0-2):"); a separate pattern so
+# the relatedness prompts (and their cache keys) are unchanged.
+_AX_LABEL_RE = re.compile(
+    r"\b(text|topic|rating|fluency|question|score|instruction)"
+    r"(\s*\(\s*0\s*[-\u2010-\u2015\u2212\ufe63\uff0d]\s*(?:10|2)\s*\))?\s*[:：]",
+    re.IGNORECASE,
+)
+
+
+def neutralise_axbench_line(text: str) -> str:
+    """:func:`neutralise_line` for the axbench prompts."""
+    text = neutralise(" ".join(text.split()))
+    return _AX_LABEL_RE.sub(lambda m: m.group(0)[:-1] + "\ua789", text)
 
 
 _DIGIT_TOKENS: dict[str, np.ndarray] = {}  # model fingerprint -> ids of digit-led tokens
@@ -278,6 +337,15 @@ class LlamaJudge(Judge):
         Cache keys use the unclipped rendering plus max_text_tokens (clipping is a
         deterministic function of both), so a cache hit never loads the model.
         """
+        if axis in AX_PREFIX:
+            text = neutralise_axbench_line(request.text)
+            if clip:
+                text = self._clip_text(self._load(), text)
+            return AX_PREFIX[axis], AX_SUFFIX[axis].format(
+                text=text,
+                concept=neutralise_axbench_line(request.concept),
+                instruction=neutralise_axbench_line(request.instruction or ""),
+            )
         text = neutralise_line(request.text)
         if clip:
             text = self._clip_text(self._load(), text)
@@ -317,13 +385,15 @@ class LlamaJudge(Judge):
             return np.asarray(llm.scores[llm.n_tokens - 1])
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
 
-    def _distribution(self, llm: Any, prefix: list[int], suffix: list[int]) -> np.ndarray:
-        """Unnormalised probabilities of the complete answers 0..10."""
+    def _distribution(
+        self, llm: Any, prefix: list[int], suffix: list[int], candidates: Sequence[int]
+    ) -> np.ndarray:
+        """Unnormalised probabilities of the complete answers (0..10, or 0..2)."""
         assert self._digit_tokens is not None
         end = self._eval_prompt(llm, prefix, suffix)
         first = _log_softmax(self._last_logits(llm))
-        probs = np.zeros(len(CANDIDATES))
-        for c in CANDIDATES:
+        probs = np.zeros(len(candidates))
+        for c in candidates:
             tokens = self._candidate_tokens[c]
             logp = float(first[tokens[0]])
             llm.n_tokens = end
@@ -333,11 +403,13 @@ class LlamaJudge(Judge):
                     logp += float(_log_softmax(self._last_logits(llm))[tokens[j + 1]])
             last = _log_softmax(self._last_logits(llm))
             p_more_digits = float(np.exp(last[self._digit_tokens]).sum())
-            probs[c - SCORE_MIN] = np.exp(logp) * max(0.0, 1.0 - p_more_digits)
+            probs[c - candidates[0]] = np.exp(logp) * max(0.0, 1.0 - p_more_digits)
         llm.n_tokens = end
         return probs
 
-    def _score(self, prefix_text: str, suffix_text: str) -> tuple[float, dict[str, Any], int]:
+    def _score(
+        self, prefix_text: str, suffix_text: str, candidates: Sequence[int] = CANDIDATES
+    ) -> tuple[float, dict[str, Any], int]:
         llm = self._load()
         prefix = llm.tokenize(prefix_text.encode(), add_bos=True, special=False)
         suffix = llm.tokenize(suffix_text.encode(), add_bos=False, special=False)
@@ -346,11 +418,11 @@ class LlamaJudge(Judge):
                 f"{self.name}: prompt of {len(prefix) + len(suffix)} tokens exceeds n_ctx="
                 f"{self.n_ctx}; raise n_ctx or lower max_text_tokens"
             )
-        probs = self._distribution(llm, prefix, suffix)
+        probs = self._distribution(llm, prefix, suffix, candidates)
         mass = float(probs.sum())
         # mass 0 would need every candidate to underflow; fall back to uniform, not a crash
-        dist = probs / mass if mass > 0.0 else np.full(len(CANDIDATES), 1.0 / len(CANDIDATES))
-        score = float(np.dot(np.asarray(CANDIDATES, dtype=float), dist))
+        dist = probs / mass if mass > 0.0 else np.full(len(candidates), 1.0 / len(candidates))
+        score = float(np.dot(np.asarray(candidates, dtype=float), dist))
         raw = {"p": [round(float(x), 6) for x in dist], "valid_mass": mass}
         return score, raw, len(prefix) + len(suffix)
 
@@ -367,6 +439,8 @@ class LlamaJudge(Judge):
 
     @staticmethod
     def _axes(request: RatingRequest) -> list[str]:
+        if request.rubric.kind == "axbench":
+            return list(AX_AXES)
         return ["relatedness", "fluency"] if request.rubric.fluency else ["relatedness"]
 
     def estimate(self, requests: Sequence[RatingRequest]) -> JudgeEstimate:
@@ -394,7 +468,8 @@ class LlamaJudge(Judge):
         if entry is not None:
             return float(entry["score"]), entry["raw"], 0, True
         prefix_text, suffix_text = self.render(axis, request, clip=True)
-        score, raw, n_tokens = self._score(prefix_text, suffix_text)
+        candidates = AXBENCH_CANDIDATES if axis in AX_PREFIX else CANDIDATES
+        score, raw, n_tokens = self._score(prefix_text, suffix_text, candidates)
         if self.cache is not None:
             self.cache.put(
                 key,
@@ -425,7 +500,7 @@ class LlamaJudge(Judge):
         latency = [0.0] * n
         results: list[Rating | None] = [None] * n
         with self._lock:
-            for axis in ("relatedness", "fluency"):
+            for axis in ("relatedness", "fluency", *AX_AXES):
                 for i, request in enumerate(requests):
                     if axis not in axes_of[i]:
                         continue
@@ -437,8 +512,7 @@ class LlamaJudge(Judge):
                     hits[i] = hits[i] and hit
                     if axis == axes_of[i][-1]:
                         results[i] = Rating(
-                            score=scores[i]["relatedness"],
-                            fluency=scores[i].get("fluency"),
+                            **_axis_scores(scores[i]),
                             raw=json.dumps(
                                 raws[i] if len(axes_of[i]) > 1 else raws[i]["relatedness"]
                             ),
@@ -473,6 +547,19 @@ class LlamaJudge(Judge):
         if self._llm is not None and hasattr(self._llm, "close"):
             self._llm.close()
         self._llm = None
+
+
+def _axis_scores(scores: dict[str, float]) -> dict[str, float | None]:
+    """A rating's score fields from its axes (axbench: the harmonic mean of three)."""
+    if "relatedness" in scores:
+        return {"score": scores["relatedness"], "fluency": scores.get("fluency")}
+    axes = [scores[a] for a in AX_AXES]
+    return {
+        "score": harmonic_mean(axes),
+        "concept_score": axes[0],
+        "instruction": axes[1],
+        "fluency": axes[2],
+    }
 
 
 @judge_provider("llama", local=True)

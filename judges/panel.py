@@ -55,6 +55,8 @@ SCORE_COLUMNS = [
     "model",
     "attempts",
     "error",
+    "concept_score",  # the axbench rubric's axes (score is then their harmonic mean)
+    "instruction",
 ]
 
 Stat = Correlation | Alpha | NotEvaluable
@@ -208,6 +210,8 @@ def run_panel(
                     "model": rating.model,
                     "attempts": rating.attempts,
                     "error": rating.error,
+                    "concept_score": rating.concept_score,
+                    "instruction": rating.instruction,
                 }
             )
     scores = pd.DataFrame(rows, columns=SCORE_COLUMNS)

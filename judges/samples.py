@@ -38,13 +38,16 @@ def select_samples(samples: pd.DataFrame, limit: int | None = None) -> pd.DataFr
 
 
 def build_requests(samples: pd.DataFrame, rubric: Rubric) -> list[RatingRequest]:
-    """One RatingRequest per row, in row order."""
+    """One RatingRequest per row, in row order; a ``prompt`` column is the instruction
+    each text continues (the axbench rubric shows it to the judge)."""
+    has_prompt = "prompt" in samples.columns
     return [
         RatingRequest(
             text=str(row.text),
             concept=str(row.concept),
             rubric=rubric,
             sample_id=str(row.sample_id),
+            instruction=str(row.prompt) if has_prompt else None,
         )
         for row in samples.itertuples(index=False)
     ]

@@ -8,7 +8,7 @@ in the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +21,8 @@ class DirectionContext:
     """What a source may use besides the probe (e.g. a nuisance axis to project out)."""
 
     format_axis: np.ndarray | None = None  # unit question-minus-statement axis, same layer
+    # Vectors read from steering.vector_file (steering/vector_files.py), by synset id.
+    imported: Mapping[str, np.ndarray] | None = None
 
 
 DirectionSource = Callable[[LinearProbe, DirectionContext], np.ndarray]
@@ -97,3 +99,19 @@ def probe_weight_deformat(probe: LinearProbe, ctx: DirectionContext) -> np.ndarr
         )
     axis = _checked(ctx.format_axis, "the format axis")
     return project_out(probe.direction(), axis)
+
+
+@direction_source("file")
+def imported_vector(probe: LinearProbe, ctx: DirectionContext) -> np.ndarray:
+    """A vector someone else made (repeng, steering-vectors, AxBench, an SAE decoder),
+    read and validated from ``steering.vector_file``: it steers at the run's own α·β,
+    and its detection metrics are measured on the probe's test texts."""
+    if ctx.imported is None or probe.concept not in ctx.imported:
+        raise ProbeError(
+            f"vector_source file has no vector for {probe.concept}; set steering.vector_file "
+            "to a file or folder that has one"
+        )
+    # Passed on as read (float32): pipeline/vectors.py keeps a vector that is already
+    # unit-norm in float32 bit for bit, so a re-imported export steers exactly as its run.
+    _checked(ctx.imported[probe.concept], f"the imported vector of {probe.concept}")
+    return np.asarray(ctx.imported[probe.concept])

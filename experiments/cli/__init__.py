@@ -45,6 +45,7 @@ COMMAND_MODULES = (
     "experiments.cli.main",
     "experiments.cli.human",
     "experiments.cli.panel",
+    "experiments.cli.export",
     "experiments.cli.identify",
     "experiments.cli.runs",
     "experiments.cli.ui",

@@ -91,8 +91,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover
         pass
     from experiments.validation.errors import ValidationInputError
+    from steering.vector_files import VectorFileError
 
-    errors.append(ValidationInputError)
+    errors += [ValidationInputError, VectorFileError]
+    with contextlib.suppress(ImportError):
+        from experiments.pipeline.export import ExportError
+
+        errors.append(ExportError)
     with contextlib.suppress(ImportError, AttributeError):
         from judges import JudgeError
 

@@ -6,6 +6,7 @@ and prints.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,13 @@ from experiments.cli.common import (
 )
 from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
 from experiments.validation.panel import DEFAULT_JUDGES, When
+
+
+class Rubric(StrEnum):
+    """The rating question: ``relatedness`` (criterion 4) or AxBench's."""
+
+    RELATEDNESS = "relatedness"
+    AXBENCH = "axbench"
 
 
 def register(app: typer.Typer) -> None:
@@ -49,6 +57,13 @@ def panel(
         bool,
         typer.Option(help="count the calls and their worst-case cost (price table); send nothing"),
     ] = False,
+    rubric: Annotated[
+        Rubric,
+        typer.Option(
+            help="relatedness: 0-10 (criterion 4); axbench: AxBench's concept, instruction "
+            "and fluency scores (0-2, harmonic mean) per concept and sign"
+        ),
+    ] = Rubric.RELATEDNESS,
     openai_base_url: Annotated[
         str | None, typer.Option(help="an OpenAI-compatible server (vLLM, llama.cpp, Ollama)")
     ] = None,
@@ -62,8 +77,37 @@ def panel(
 
     judges = list(judge or DEFAULT_JUDGES)
     experiment = experiment_for(run, config, experiment)
+    if rubric is Rubric.AXBENCH:
+        when = When.ALWAYS  # AxBench scores are wanted whatever the human correlation
     if dry_run:
-        _dry_run(run, when, judges, budget, limit, openai_base_url, results_dir, experiment, json_)
+        _dry_run(
+            run,
+            when,
+            judges,
+            budget,
+            limit,
+            openai_base_url,
+            results_dir,
+            experiment,
+            json_,
+            rubric.value,
+        )
+        return
+    if rubric is Rubric.AXBENCH:
+        from experiments.validation.axbench import run_axbench_for
+
+        with progress_bars() as report:
+            result, table, skipped = run_axbench_for(
+                run,
+                judges,
+                budget,
+                openai_base_url,
+                results_dir,
+                progress=lambda done, total: report("judging", done, total),
+                experiment=experiment,
+                limit=limit,
+            )
+        _print_axbench(result, table, skipped, json_)
         return
     with progress_bars() as report:
         decision, result, combined, skipped = run_panel_for(
@@ -123,6 +167,57 @@ def panel(
     show_run_address(phase5_parent(run, experiment, results_dir).run_id)
 
 
+def _two(value) -> str:
+    return "n/a" if value is None or value != value else f"{value:.2f}"
+
+
+def _print_axbench(result, table, skipped: dict[str, str], as_json: bool) -> None:
+    """The axbench scores per concept and sign, beside Δ, the likelihood outcome and the
+    unsteered twins' scores; then how the judges agree."""
+    from experiments.validation.axbench import agreement
+
+    if as_json:
+        print_json(
+            {
+                "ran": True,
+                "rubric": "axbench",
+                "judges": result.judges,
+                "skipped": skipped,
+                "per_concept": table.to_dict("records"),
+                "agreement": agreement(result),
+                "totals": result.totals,
+            }
+        )
+        return
+    from rich.table import Table
+
+    def num(value) -> str:
+        return "n/a" if value is None or value != value else f"{value:+.3f}"
+
+    for name, reason in skipped.items():
+        console.print(f"[yellow]skipped[/] {name}: {reason}")
+    grid = Table("concept", "sign", "n", "Δ effect", "likelihood", title="axbench scores (0-2)")
+    for judge in result.judges:
+        grid.add_column(f"{judge}\nconcept/instr/fluency")
+        grid.add_column(f"{judge}\nHM (twin)")
+    for row in table.to_dict("records"):
+        cells = [row["concept"], row["sign"], str(row["n_texts"])]
+        cells += [num(row["delta_effect"]), num(row["likelihood"])]
+        for judge in result.judges:
+            axes = [row.get(f"{judge}:{a}") for a in ("concept", "instruction", "fluency")]
+            cells.append("/".join(_two(v) for v in axes))
+            hm, twin = row.get(f"{judge}:hm"), row.get(f"{judge}:hm_twin")
+            cells.append(f"{_two(hm)} ({_two(twin)})")
+        grid.add_row(*cells)
+    out.print(grid)
+    agree = agreement(result)
+    console.print(
+        "agreement on the harmonic mean: "
+        + "; ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in agree.items())
+        + f"; cost ${result.totals.get('cost_usd', 0):.4f}; {result.wall_time_s:.1f} s"
+    )
+
+
 def _dry_run(
     run: str,
     when: When,
@@ -133,12 +228,20 @@ def _dry_run(
     results_dir: Path | None,
     experiment: str | None,
     as_json: bool,
+    rubric: str = "relatedness",
 ) -> None:
     """What the panel would do: calls per judge and the worst case in USD; nothing sent."""
     from experiments.validation.panel import estimate_panel_for
 
     decision, estimate = estimate_panel_for(
-        run, when, judges, openai_base_url, results_dir, experiment=experiment, limit=limit
+        run,
+        when,
+        judges,
+        openai_base_url,
+        results_dir,
+        experiment=experiment,
+        limit=limit,
+        rubric=rubric,
     )
     if estimate is None:
         if as_json:

@@ -183,6 +183,12 @@ def prepare(session: RunSession) -> Prepared:
         probes = ensure_classifiers(config, lm, graph, layer)
     with timer.time("vectors"):
         vectors = build_vectors(config, lm, graph, probes, layer)
+    if config.steering.vector_source == "file":
+        from experiments.pipeline.imported import imported_detection
+
+        session.say("scoring the imported directions as detectors on the probes' test texts")
+        with timer.time("imported_detection"):
+            probes = imported_detection(config, lm, graph, probes, vectors, layer)
     with timer.time("centroids"):
         scorer = build_scorer(config, graph, session.embedder)
     return Prepared(layer, probes, vectors, scorer)

@@ -8,7 +8,7 @@ strength means the same fraction of the residual norm on any model.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
@@ -69,6 +69,69 @@ def neutral_texts(graph: ConceptGraph, seed: int) -> list[str]:
     return scale_neutral_texts(graph, seed)
 
 
+def imported_vectors(
+    config: ExperimentConfig, graph: ConceptGraph, hidden_size: int, layer: int
+) -> dict | None:
+    """The vectors of ``steering.vector_file`` (validated), or None for other sources."""
+    if config.steering.vector_source != "file":
+        return None
+    from steering.vector_files import read_vectors
+
+    assert config.steering.vector_file is not None  # the config validator ensures it
+    return read_vectors(
+        config.steering.vector_file,
+        [c.synset for c in graph.concepts],
+        [c.name for c in graph.concepts],
+        hidden_size,
+        layer,
+    )
+
+
+def concept_vector(direction, layer: int, alpha: float, config: ExperimentConfig):
+    """A concept's :class:`SteeringVector`. An imported float32 vector that is already
+    unit-norm to float32 precision is kept bit for bit (normalising it again moves the last
+    bit of about one vector in thirteen), so an exported run re-imports exactly."""
+    import numpy as np
+    import torch
+
+    steering = config.steering
+    kwargs = dict(
+        alpha=alpha, beta=steering.beta, mode=steering.mode, source=steering.vector_source
+    )
+    array = np.asarray(direction)
+    if (
+        steering.vector_source == "file"
+        and array.dtype == np.float32
+        and abs(float(np.linalg.norm(array.astype(np.float64))) - 1.0) <= 1e-6
+    ):
+        return SteeringVector(direction=torch.from_numpy(array.copy()), layer=layer, **kwargs)
+    return SteeringVector.from_direction(torch.as_tensor(direction), layer, **kwargs)
+
+
+def concept_vectors(
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    probes: ProbeSet,
+    layer: int,
+    alpha: float,
+    model_id: str,
+    hidden_size: int,
+    context: DirectionContext | None = None,
+) -> dict[str, SteeringVector]:
+    """Every concept's vector from the configured source; needs no model, so an export
+    rebuilds a finished run's vectors exactly as the run built them."""
+    source = get_direction_source(config.steering.vector_source)
+    ctx = context or DirectionContext(format_axis=probes.format_axis)
+    if ctx.imported is None and config.steering.vector_source == "file":
+        ctx = replace(ctx, imported=imported_vectors(config, graph, hidden_size, layer))
+    vectors = {}
+    for concept in graph.concepts:
+        probe = probes.probes[concept.synset]
+        probe.check_compatible(model_id, layer)
+        vectors[concept.synset] = concept_vector(source(probe, ctx), layer, alpha, config)
+    return vectors
+
+
 def build_vectors(
     config: ExperimentConfig,
     lm: LoadedModel,
@@ -80,24 +143,11 @@ def build_vectors(
 ) -> VectorSet:
     """Vectors from the configured direction source; ``alpha`` reuses a measured scale
     (the calibration study builds many vector sets at one layer)."""
-    import torch
-
     if alpha is None:
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
-    source = get_direction_source(config.steering.vector_source)
-    ctx = context or DirectionContext(format_axis=probes.format_axis)
-    vectors = {}
-    for concept in graph.concepts:
-        probe = probes.probes[concept.synset]
-        probe.check_compatible(lm.probe_id, layer)
-        vectors[concept.synset] = SteeringVector.from_direction(
-            torch.as_tensor(source(probe, ctx)),
-            layer,
-            alpha=alpha,
-            beta=config.steering.beta,
-            mode=config.steering.mode,
-            source=config.steering.vector_source,
-        )
+    vectors = concept_vectors(
+        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context
+    )
     random = {
         synset: [
             SteeringVector.from_direction(

@@ -36,7 +36,9 @@ def rubric_template(rubric: Rubric) -> list[dict[str, Any]]:
     from judges.prompt import render_api_prompt
 
     rendered = render_api_prompt(
-        RatingRequest(text="{{text}}", concept="{{concept}}", rubric=rubric)
+        RatingRequest(
+            text="{{text}}", concept="{{concept}}", rubric=rubric, instruction="{{prompt}}"
+        )
     )
     return [
         {"role": "system", "content": rendered.system},

@@ -101,6 +101,15 @@ def panel_samples(parent: Phase5Run) -> pd.DataFrame:
             "text": [r["text"] for r in records],
             "delta": [float(r["delta"]) for r in records],
             "strength": [float(r["strength"]) for r in records],
+            # The instruction each text continues (the axbench rubric shows it) and what
+            # pairs a steered text with its unsteered twin.
+            # (A run of the first releases has no arms or splits: all concept, report.)
+            "prompt": [r.get("prompt", "") for r in records],
+            "synset": [r["concept"] for r in records],
+            "arm": [r.get("arm", "concept") for r in records],
+            "prompt_index": [r.get("prompt_index", 0) for r in records],
+            "sample": [r.get("sample", 0) for r in records],
+            "split": [r.get("split", "report") for r in records],
         }
     )
     human = _human_ratings(parent)
@@ -307,6 +316,32 @@ def _judge_options(
     return options
 
 
+def rate_run(
+    parent: Phase5Run,
+    judges: list[str],
+    budget: float | None,
+    openai_base_url: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    cache_dir: str | Path | None = None,
+    limit: int | None = None,
+    rubric: str = "relatedness",
+) -> tuple[pd.DataFrame, PanelResult, dict[str, str]]:
+    """Every generation of ``parent`` rated by every judge that can run here under
+    ``rubric`` (``judges.RUBRICS``): the samples, the panel's result, the skipped judges."""
+    from judges import RUBRICS, build_panel, run_panel
+
+    samples = panel_samples(parent)
+    options = _judge_options(judges, openai_base_url, cache_dir)
+    built, skipped = build_panel(judges, options=options, budget_usd=budget)
+    try:
+        result = run_panel(built, samples, RUBRICS[rubric], progress=progress, limit=limit)
+    finally:
+        for judge in built:
+            judge.close()
+    result.per_sample["strength"] = samples.set_index("sample_id")["strength"]
+    return samples, result, skipped
+
+
 def run_panel_for(
     run_id: str,
     when: When | str,
@@ -324,7 +359,6 @@ def run_panel_for(
     ``limit`` rates only the first N generations (by key), e.g. to try the judges on a
     few before paying for all of them.
     """
-    from judges import build_panel, run_panel
     from metrics.criteria import panel_criterion, panel_criterion_v2
 
     parent = phase5_parent(run_id, experiment, results_dir)
@@ -332,15 +366,9 @@ def run_panel_for(
     decision = decide(parent.run, when, thresholds.human_r_panel)
     if not decision.run:
         return PanelOutcome(decision, None, None, {})
-    samples = panel_samples(parent)
-    options = _judge_options(judges, openai_base_url, cache_dir)
-    built, skipped = build_panel(judges, options=options, budget_usd=budget)
-    try:
-        result = run_panel(built, samples, progress=progress, limit=limit)
-    finally:
-        for judge in built:
-            judge.close()
-    result.per_sample["strength"] = samples.set_index("sample_id")["strength"]
+    _samples, result, skipped = rate_run(
+        parent, judges, budget, openai_base_url, progress, cache_dir, limit
+    )
     criterion = panel_criterion(
         result.alpha,
         result.panel_mean_vs_delta,
@@ -369,14 +397,16 @@ def estimate_panel_for(
     cache_dir: str | Path | None = None,
     experiment: str | None = None,
     limit: int | None = None,
+    rubric: str = "relatedness",
 ) -> tuple[Decision, PanelEstimate | None]:
     """A dry run of :func:`run_panel_for`: the calls each judge would make (cache hits
     left out) and the worst-case cost from the price table. Nothing is sent or logged."""
-    from judges import estimate_panel
+    from judges import RUBRICS, estimate_panel
 
     parent = phase5_parent(run_id, experiment, results_dir)
     decision = decide(parent.run, when, parent.criteria.human_r_panel)
     if not decision.run:
         return decision, None
     options = _judge_options(judges, openai_base_url, cache_dir)
-    return decision, estimate_panel(judges, panel_samples(parent), limit=limit, options=options)
+    samples = panel_samples(parent)
+    return decision, estimate_panel(judges, samples, RUBRICS[rubric], limit=limit, options=options)

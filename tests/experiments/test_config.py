@@ -483,3 +483,21 @@ def test_values_outside_their_range_are_refused_by_name(override, field):
 def test_the_config_hash_leaves_output_folders_out(override):
     path = config_of(override)
     assert load_config(path, [override]).config_hash() == load_config(path).config_hash()
+
+
+def test_vector_file_goes_with_the_file_source_and_must_exist(tmp_path):
+    from experiments.config import ConfigError, load_config
+
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    both = ["steering.vector_source=file", f"steering.vector_file={folder}"]
+    config = load_config("configs/phase5.yaml", both)
+    assert config.steering.vector_file == str(folder)
+    assert config.config_hash() != load_config("configs/phase5.yaml").config_hash()
+    for overrides, message in (
+        (both[:1], "needs steering.vector_file"),
+        (both[1:], "set steering.vector_source=file"),
+        ([both[0], f"steering.vector_file={tmp_path / 'absent'}"], "does not exist"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_config("configs/phase5.yaml", overrides)

@@ -196,6 +196,20 @@ class Exported(NamedTuple):
     records: list[dict]
 
 
+def loopback():
+    """tests/judges/loopback.py (the scripted judge servers), imported once by path."""
+    import importlib.util
+
+    name = "steer_eval_tests_judges_loopback"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "judges" / "loopback.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 @pytest.fixture(scope="session")
 def kit():
     """This module's helpers and constants."""

@@ -1,0 +1,186 @@
+"""Part C with AxBench's rubric: comparable judge scores beside Δ and the likelihood outcome.
+
+AxBench, SteerEval and HyperSteer compare steering methods by an LLM judge's concept,
+instruction and fluency scores (0-2 each) combined by harmonic mean. ``steer-eval panel
+--rubric axbench`` rates every generation of a run that way (``judges.AXBENCH_RUBRIC``)
+and this module turns the ratings into one row per concept × sign of the strength: the
+steered texts' mean scores per judge and over the panel, the same for their unsteered
+twins (same concept, prompt and sample at s = 0), the paired Δ effect, the likelihood
+outcome from the run's record, and how the judges agree on the harmonic mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from experiments.validation.runs import Phase5Run
+    from judges.panel import PanelResult
+
+CHILD_RUN_NAME = "judge-panel-axbench"
+CHILD_PHASE = "5C-axbench"
+AXES = {"concept_score": "concept", "instruction": "instruction", "fluency": "fluency"}
+TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
+
+
+def _sign(strength: float) -> str:
+    return "pos" if strength > 0 else "neg"
+
+
+def axbench_table(
+    samples: pd.DataFrame, result: PanelResult, per_concept: dict[str, dict]
+) -> pd.DataFrame:
+    """One row per concept × sign: the steered texts of the concept arm against their
+    unsteered twins, scored by every judge (``hm`` = AxBench's harmonic mean)."""
+    import pandas as pd
+
+    scores = result.scores.rename(columns={"score": "hm"})
+    long = scores.merge(samples, on="sample_id", how="left")
+    twins = samples[samples["strength"] == 0.0].drop_duplicates(list(TWIN_KEYS))
+    twin_of = samples.merge(
+        twins[[*TWIN_KEYS, "sample_id", "delta"]],
+        on=list(TWIN_KEYS),
+        suffixes=("", "_twin"),
+    ).set_index("sample_id")
+    steered = long[(long["arm"] == "concept") & (long["strength"] != 0.0)].copy()
+    steered["sign"] = steered["strength"].map(_sign)
+    steered["twin"] = steered["sample_id"].map(twin_of["sample_id_twin"])
+    by_twin = scores.set_index(["sample_id", "judge"])
+    rows = []
+    for (synset, sign), group in steered.groupby(["synset", "sign"], sort=True):
+        texts = group.drop_duplicates("sample_id")
+        delta = texts["delta"].to_numpy() - texts["sample_id"].map(twin_of["delta_twin"]).to_numpy()
+        lk = per_concept.get(synset, {}).get(f"likelihood_{sign}")
+        row: dict[str, object] = {
+            "concept": synset,
+            "concept_name": texts["concept"].iloc[0],
+            "sign": sign,
+            "n_texts": len(texts),
+            "delta_effect": float(np.nanmean(delta)) if len(delta) else None,
+            "likelihood": lk,
+        }
+        panel_hm, panel_twin = [], []
+        for judge, rated in group.groupby("judge", sort=True):
+            for column, axis in AXES.items():
+                row[f"{judge}:{axis}"] = _mean(rated[column])
+            row[f"{judge}:hm"] = _mean(rated["hm"])
+            keys = [(t, judge) for t in rated["twin"] if (t, judge) in by_twin.index]
+            twin_hm = by_twin.loc[keys, "hm"] if keys else pd.Series(dtype=float)
+            row[f"{judge}:hm_twin"] = _mean(twin_hm)
+            panel_hm.append(row[f"{judge}:hm"])
+            panel_twin.append(row[f"{judge}:hm_twin"])
+        row["panel:hm"] = _mean(pd.Series(panel_hm, dtype=float))
+        row["panel:hm_twin"] = _mean(pd.Series(panel_twin, dtype=float))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _mean(values: pd.Series) -> float | None:
+    values = values.astype(float).dropna()
+    return float(values.mean()) if len(values) else None
+
+
+def agreement(result: PanelResult) -> dict[str, float | None]:
+    """How the judges agree on the harmonic mean: Krippendorff's α (interval) and the
+    pairwise Spearman correlations; None where not evaluable (one judge, too few texts)."""
+    from metrics.stats import Alpha, Correlation
+
+    out: dict[str, float | None] = {
+        "alpha": result.alpha.value if isinstance(result.alpha, Alpha) else None
+    }
+    for (a, b), stat in result.pairwise_spearman.items():
+        out[f"spearman:{a}~{b}"] = stat.r if isinstance(stat, Correlation) else None
+    return out
+
+
+def table_csv(table: pd.DataFrame) -> str:
+    """The table as CSV whose cells no spreadsheet executes (the suite's sanitiser)."""
+    from experiments.pipeline.samples import samples_csv
+
+    return samples_csv(table)
+
+
+def log_axbench(
+    parent: Phase5Run,
+    result: PanelResult,
+    table: pd.DataFrame,
+    skipped: dict[str, str],
+    budget: float | None,
+) -> str:
+    """The table in the run folder (``axbench_scores.csv``) and one ``judge-panel-axbench``
+    child run (a rerun updates it): scores, agreement, the rubric in the prompt registry."""
+    import json
+
+    from experiments import tracking
+    from experiments.rundir import RunDir
+    from experiments.tracking.prompts import register_rubric
+    from judges import AXBENCH_RUBRIC
+
+    csv_text = table_csv(table)
+    if parent.folder.exists():
+        parent.folder.file(RunDir.AXBENCH).write_text(csv_text)
+    child = parent.find_child(CHILD_PHASE)
+    with tracking.tracked_run(
+        parent.experiment,
+        CHILD_RUN_NAME,
+        tags={"phase": CHILD_PHASE},
+        parent_run_id=parent.run_id,
+        run_id=child,
+    ) as child:
+        c = tracking.client()
+        c.set_tag(child, "panel.judges", ", ".join(result.judges))
+        c.set_tag(child, "panel.skipped", json.dumps(skipped) if skipped else "none")
+        params = {"judges": result.judges, "budget_usd": budget, "rubric": "axbench"}
+        for judge, desc in result.judge_params.items():
+            params.update({f"judge.{judge}.{k}": v for k, v in desc.items()})
+        tracking.log_new_params(child, params)
+        metrics = {f"agreement/{k}": v for k, v in agreement(result).items() if v is not None}
+        for column in (c for c in table.columns if ":" in c):
+            for sign, rows in table.groupby("sign"):
+                values = rows[column].astype(float).dropna()
+                if len(values):
+                    metrics[f"{column.replace(':', '/')}/{sign}"] = float(values.mean())
+        metrics.update({f"total_{k}": float(v) for k, v in result.totals.items()})
+        tracking.log_metrics(child, metrics)
+        rubric = register_rubric(AXBENCH_RUBRIC)
+        tracking.log_new_params(child, {"rubric_version": rubric.rubric_version})
+        c.set_tag(child, "panel.rubric_prompt", rubric.uri)
+        tracking.overwrite_table(child, result.scores, "judge_scores.json")
+        tracking.overwrite_table(child, table, "axbench_per_concept.json")
+        c.log_text(child, csv_text, RunDir.AXBENCH)
+    return child
+
+
+def run_axbench_for(
+    run_id: str,
+    judges: list[str],
+    budget: float | None,
+    openai_base_url: str | None = None,
+    results_dir: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    cache_dir: str | Path | None = None,
+    experiment: str | None = None,
+    limit: int | None = None,
+) -> tuple[PanelResult, pd.DataFrame, dict[str, str]]:
+    """``steer-eval panel --rubric axbench`` for one run: rate, tabulate, log. Criterion 4
+    (defined on the relatedness rubric) is left as it was; the seed's trigger does not
+    apply (AxBench scores are wanted whatever the human correlation)."""
+    from experiments.rundir import RunDir
+    from experiments.validation.panel import rate_run
+    from experiments.validation.runs import phase5_parent
+
+    parent = phase5_parent(run_id, experiment, results_dir)
+    samples, result, skipped = rate_run(
+        parent, judges, budget, openai_base_url, progress, cache_dir, limit, "axbench"
+    )
+    record = parent.folder.file(RunDir.RECORD)
+    per_concept = parent.folder.read_record(migrate=True).per_concept if record.exists() else {}
+    table = axbench_table(samples, result, per_concept)
+    log_axbench(parent, result, table, skipped, budget)
+    return result, table, skipped

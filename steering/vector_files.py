@@ -1,0 +1,353 @@
+"""Steering vectors in the field's file formats: read anyone's, write ours.
+
+Read (:func:`read_vectors`): one vector per concept as
+
+- a mapping file: ``.safetensors`` (tensor name = concept), ``.pt`` (a dict of tensors,
+  loaded with ``weights_only=True``, so no code runs) or ``.npz``;
+- a folder of files named by concept: ``<concept>.npy``, ``.pt`` (one tensor),
+  ``.safetensors`` (one tensor) or ``.gguf`` (a control vector);
+- a llama.cpp / repeng GGUF control vector (one ``direction.<layer>`` tensor per layer),
+  alone when it names its concept (``steer_eval.concept``) or the run has one concept.
+
+Everything is validated at load: the length against the model's hidden size, finite and
+non-zero values, every concept of the run found (by synset id or by name), and for a
+GGUF the run's layer present. Errors name the file, the concept and the fix.
+
+Write (:func:`write_control_vector`, :func:`write_mapping`): a GGUF control vector that
+llama.cpp's ``--control-vector`` loads, and a safetensors mapping.
+
+The GGUF control-vector layout, checked against the sources rather than guessed:
+
+- repeng's ``ControlVector.export_gguf`` (vgel/repeng, ``repeng/extract.py``) writes
+  ``gguf.GGUFWriter(path, "controlvector")`` (so ``general.architecture`` is
+  ``controlvector``), the string ``controlvector.model_hint`` (the HF ``model_type``),
+  the uint32 ``controlvector.layer_count`` (the number of direction tensors it writes)
+  and one float32 tensor ``direction.<layer>`` per layer; its keys are repeng's layer ids,
+  indices into the decoder layer list whose *output* it steers (it reads them from
+  ``hidden_states[layer + 1]``).
+- llama.cpp's ``llama_control_vector_load_one`` (``common/common.cpp``) accepts only 1-D
+  F32 tensors of one length, rejects ``direction.0``, and copies ``direction.N`` to offset
+  ``n_embd·(N−1)`` of its buffer; ``llama_adapter_cvec::apply`` copies offset
+  ``n_embd·(il−1)`` into ``tensors[il]``, and every model graph adds ``tensors[il]`` to the
+  output of its 0-based block ``il`` (``cur = build_cvec(cur, il)`` just before
+  ``"l_out"``). So ``direction.N`` steers the output of 0-based decoder block N: the same
+  number as this suite's ``layer`` (a forward hook on ``layers[N]``) and repeng's key.
+  The index counts from 1 only in that block 0's output cannot be steered; keys other
+  than ``direction.*`` are ignored by both readers, which is where this module's
+  ``steer_eval.*`` metadata lives.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ARCH = "controlvector"
+MAPPING_SUFFIXES = (".safetensors", ".pt", ".npz")
+FOLDER_SUFFIXES = (".npy", ".pt", ".safetensors", ".gguf")
+# The run's exact float32 unit direction, kept in the GGUF's metadata (llama.cpp and
+# repeng read tensors only): a re-import then steers with the very vector the run used,
+# where normalising the scaled tensor again could move the last bit.
+UNIT_KEY = "steer_eval.unit_direction"
+
+
+class VectorFileError(ValueError):
+    """A vector file cannot be used; the message names the file, the concept and the fix."""
+
+
+@dataclass(frozen=True)
+class ControlVector:
+    """A GGUF control vector: directions by layer (llama.cpp's index) and its metadata."""
+
+    directions: dict[int, np.ndarray]
+    model_hint: str = ""
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConceptNames:
+    """The run's concepts: synset ids, with readable names accepted as aliases."""
+
+    synsets: tuple[str, ...]
+    names: tuple[str, ...]
+
+    def resolve(self, key: str) -> str | None:
+        if key in self.synsets:
+            return key
+        matches = [s for s, n in zip(self.synsets, self.names, strict=True) if n == key]
+        return matches[0] if len(matches) == 1 else None
+
+
+def _field_value(reader, key: str) -> object | None:
+    found = reader.get_field(key)
+    if found is None:
+        return None
+    value = found.contents()
+    return value
+
+
+def read_control_vector(path: str | Path) -> ControlVector:
+    """A GGUF control vector (llama.cpp / repeng layout), checked like llama.cpp checks it."""
+    from gguf import GGUFReader
+
+    path = Path(path)
+    try:
+        reader = GGUFReader(path)
+    except Exception as exc:  # the gguf package raises several kinds on a bad file
+        raise VectorFileError(f"{path}: not a readable GGUF file ({exc})") from exc
+    arch = _field_value(reader, "general.architecture")
+    if arch not in (None, ARCH):
+        raise VectorFileError(
+            f"{path}: general.architecture is {arch!r}, not {ARCH!r}: this is a model, not a "
+            "control vector (repeng's ControlVector.export_gguf or `steer-eval export` write one)"
+        )
+    directions: dict[int, np.ndarray] = {}
+    for tensor in reader.tensors:
+        if not tensor.name.startswith("direction."):
+            continue
+        suffix = tensor.name.split(".", 1)[1]
+        if not suffix.isdigit() or int(suffix) == 0:
+            raise VectorFileError(
+                f"{path}: tensor {tensor.name!r} is not direction.<N> with N ≥ 1 "
+                "(llama.cpp rejects it too); rename it to the layer it steers"
+            )
+        data = np.asarray(tensor.data)
+        if data.dtype != np.float32 or data.ndim != 1:
+            raise VectorFileError(
+                f"{path}: tensor {tensor.name} is {data.dtype} with shape {data.shape}; a control "
+                "vector holds 1-D float32 tensors (llama.cpp refuses anything else)"
+            )
+        directions[int(suffix)] = data.astype(np.float32).copy()
+    if not directions:
+        raise VectorFileError(f"{path}: no direction.<layer> tensors; is it a control vector?")
+    metadata = {
+        name: _field_value(reader, name) for name in reader.fields if name.startswith("steer_eval.")
+    }
+    hint = _field_value(reader, f"{ARCH}.model_hint")
+    return ControlVector(directions, str(hint or ""), metadata)
+
+
+def write_control_vector(
+    path: str | Path,
+    directions: Mapping[int, np.ndarray],
+    model_hint: str,
+    metadata: Mapping[str, str | float | int | Sequence[float]] | None = None,
+) -> Path:
+    """Write ``directions`` (layer → vector) as repeng's ``export_gguf`` does, plus our
+    ``steer_eval.*`` metadata (strings, numbers, float arrays)."""
+    from gguf import GGUFWriter
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for layer in directions:
+        if int(layer) < 1:
+            raise VectorFileError(
+                f"{path}: llama.cpp cannot steer the output of block {layer} (it rejects "
+                "direction.0); steer at layer ≥ 1 or use the safetensors export"
+            )
+    writer = GGUFWriter(str(path), ARCH)
+    writer.add_string(f"{ARCH}.model_hint", model_hint)
+    writer.add_uint32(f"{ARCH}.layer_count", len(directions))
+    for key, value in (metadata or {}).items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, bool | int):
+            writer.add_int64(key, int(value))
+        elif isinstance(value, float):
+            writer.add_float64(key, value)
+        else:
+            writer.add_array(key, [float(x) for x in np.asarray(value, dtype=np.float32)])
+    for layer, vector in sorted(directions.items()):
+        writer.add_tensor(f"direction.{int(layer)}", np.asarray(vector, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def write_mapping(
+    path: str | Path, vectors: Mapping[str, np.ndarray], metadata: Mapping[str, str]
+) -> Path:
+    """A safetensors file of ``concept → float32 vector`` with string metadata."""
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in vectors.items()}
+    save_file(tensors, str(path), metadata=dict(metadata))
+    return path
+
+
+def _from_gguf(path: Path, layer: int) -> np.ndarray:
+    cv = read_control_vector(path)
+    unit = cv.metadata.get(UNIT_KEY)
+    if cv.metadata.get("steer_eval.layer") == layer and unit is not None:
+        return np.asarray(unit, dtype=np.float32)
+    if layer not in cv.directions:
+        raise VectorFileError(
+            f"{path}: no direction.{layer} for this run's layer {layer} (the file has layers "
+            f"{sorted(cv.directions)}); run at one of them with `--set layer=<N>`, as llama.cpp "
+            "numbers them (the output of 0-based decoder block N)"
+        )
+    return cv.directions[layer]
+
+
+def _one_tensor(path: Path) -> np.ndarray:
+    """The single vector of a per-concept file."""
+    if path.suffix == ".npy":
+        try:
+            return np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise VectorFileError(
+                f"{path}: not a plain .npy array ({exc}); save it with numpy.save(path, vector)"
+            ) from exc
+    mapping = _mapping(path)
+    if len(mapping) != 1:
+        raise VectorFileError(
+            f"{path}: holds {len(mapping)} tensors ({sorted(mapping)[:5]}); a file named by "
+            "its concept must hold one vector"
+        )
+    return next(iter(mapping.values()))
+
+
+def _mapping(path: Path) -> dict[str, np.ndarray]:
+    """Every named vector of a mapping file (no code is executed to read it)."""
+    if path.suffix == ".safetensors":
+        from safetensors.numpy import load_file
+
+        try:
+            return dict(load_file(str(path)))
+        except Exception as exc:  # the Rust reader raises its own error type
+            raise VectorFileError(f"{path}: not a readable safetensors file ({exc})") from exc
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    if path.suffix == ".pt":
+        import torch
+
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise VectorFileError(
+                f"{path}: not a tensor file torch can load safely ({exc}); save plain tensors "
+                "with torch.save({concept: tensor}, path)"
+            ) from exc
+        if isinstance(loaded, torch.Tensor):
+            return {path.stem: loaded.detach().float().numpy()}
+        if not isinstance(loaded, dict) or not all(
+            isinstance(v, torch.Tensor) for v in loaded.values()
+        ):
+            raise VectorFileError(
+                f"{path}: holds {type(loaded).__name__}, not a dict of concept → tensor"
+            )
+        return {str(k): v.detach().float().numpy() for k, v in loaded.items()}
+    raise VectorFileError(
+        f"{path}: unknown vector file type {path.suffix!r}; use {', '.join(MAPPING_SUFFIXES)}, "
+        f"a .gguf control vector or a folder of {', '.join(FOLDER_SUFFIXES)} files"
+    )
+
+
+def _raw_vectors(
+    path: Path, names: ConceptNames, layer: int
+) -> dict[str, tuple[np.ndarray | None, Path]]:
+    """Name in the file → (vector, the file it came from); None for a folder's file that
+    names no concept of the run (left unread)."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in FOLDER_SUFFIXES)
+        if not files:
+            raise VectorFileError(
+                f"{path}: no {', '.join(FOLDER_SUFFIXES)} files; name one file per concept, "
+                "e.g. dog.n.01.npy"
+            )
+        out = {}
+        for f in files:
+            if names.resolve(f.stem) is None:
+                # Not named by a concept of this run (another concept, or a mapping file
+                # such as an export's directions.safetensors): listed, never read.
+                out.setdefault(f.stem, (None, f))
+                continue
+            if f.stem in out:
+                raise VectorFileError(f"{path}: two files for {f.stem!r}; keep one")
+            vector = _from_gguf(f, layer) if f.suffix == ".gguf" else _one_tensor(f)
+            out[f.stem] = (vector, f)
+        return out
+    if not path.exists():
+        raise VectorFileError(f"{path}: no such file or folder (steering.vector_file)")
+    if path.suffix == ".gguf":
+        concept = read_control_vector(path).metadata.get("steer_eval.concept")
+        if concept is None and len(names.synsets) != 1:
+            raise VectorFileError(
+                f"{path}: one control vector but {len(names.synsets)} concepts, and the file "
+                "names none (steer_eval.concept); put one <concept>.gguf per concept in a folder"
+            )
+        return {str(concept or names.synsets[0]): (_from_gguf(path, layer), path)}
+    if path.suffix == ".npy":
+        if len(names.synsets) != 1:
+            raise VectorFileError(
+                f"{path}: one .npy vector but {len(names.synsets)} concepts; put one "
+                "<concept>.npy per concept in a folder"
+            )
+        return {names.synsets[0]: (_one_tensor(path), path)}
+    return {k: (v, path) for k, v in _mapping(path).items()}
+
+
+def read_vectors(
+    path: str | Path,
+    synsets: Sequence[str],
+    names: Sequence[str],
+    hidden_size: int,
+    layer: int,
+) -> dict[str, np.ndarray]:
+    """One validated float32 vector per concept (keyed by synset id), from ``path``.
+
+    Vectors keep their length (a caller normalises); a vector of another length, with a
+    non-finite value or all zeros, a concept with no vector, or two vectors for one
+    concept is an error naming the file, the concept and the fix. Vectors for concepts
+    outside the run are ignored (a run of ``concepts.limit`` reads a fuller export).
+    """
+    concepts = ConceptNames(tuple(synsets), tuple(names))
+    raw = _raw_vectors(Path(path), concepts, layer)
+    found: dict[str, tuple[np.ndarray, Path, str]] = {}
+    for key, (vector, source) in raw.items():
+        synset = concepts.resolve(key)
+        if synset is None:
+            continue
+        if synset in found:
+            raise VectorFileError(
+                f"{source}: {key!r} and {found[synset][2]!r} are both {synset}; keep one"
+            )
+        found[synset] = (vector, source, key)
+    missing = [s for s in concepts.synsets if s not in found]
+    if missing:
+        unused = sorted(k for k in raw if concepts.resolve(k) is None)
+        hints = []
+        for s in missing[:5]:
+            close = difflib.get_close_matches(s, unused, n=1)
+            hints.append(f"{s} (closest in the file: {close[0]!r})" if close else s)
+        raise VectorFileError(
+            f"{path}: no vector for {', '.join(hints)}; name each vector by its concept's "
+            f"synset id or name in the concept file (the file has {sorted(raw)[:8]})"
+        )
+    out = {}
+    for synset, (vector, source, key) in found.items():
+        v = np.asarray(vector)
+        if v.ndim == 2 and 1 in v.shape:
+            v = v.reshape(-1)
+        where = f"{source}: the vector for {synset}" + (f" ({key!r})" if key != synset else "")
+        if v.ndim != 1 or v.shape[0] != hidden_size:
+            raise VectorFileError(
+                f"{where} has shape {tuple(v.shape)}, but the model's hidden size is "
+                f"{hidden_size}; export it from the same model (and a residual-stream layer)"
+            )
+        v = v.astype(np.float32)
+        if not np.isfinite(v).all():
+            raise VectorFileError(f"{where} has NaN or infinite values; re-export it")
+        if not np.any(v):
+            raise VectorFileError(f"{where} is all zeros, which has no direction; re-export it")
+        out[synset] = v
+    return out
