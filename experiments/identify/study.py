@@ -14,7 +14,7 @@ once per pre-registration). Stages, each timed:
    prompting baseline on the same texts (``outcome.py``);
 6. ``readout``: the logit-lens gain and the next-token KL of every direction;
 7. ``validation``: generations for the validating subset, scored by Δ;
-8. ``analysis`` and ``logging`` (``analysis.py``, ``crosscheck.py``, ``phase6.py``,
+8. ``analysis`` and ``logging`` (``tabulate.py``, ``analysis.py``, ``crosscheck.py``, ``phase6.py``,
    ``publish.py``).
 """
 
@@ -41,6 +41,13 @@ from experiments.identify.prereg import (
     record_heldout,
     split_concepts,
 )
+from experiments.identify.subset import (
+    choose_subset,
+    generate_subset,
+    name_free_detection,
+    subset_likelihood,
+)
+from experiments.identify.tabulate import analyse_study
 from experiments.pipeline.lifecycle import open_run
 from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
@@ -87,21 +94,6 @@ def peak_memory() -> dict[str, float]:
 
     if torch.cuda.is_available():
         out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
-    return out
-
-
-def _effects(records: list[dict], strengths: list[float]) -> dict[tuple[str, str], np.ndarray]:
-    """Per (concept, direction): the per-pair effect, averaged over the strengths."""
-    by: dict[tuple[str, str], dict[float, dict[int, float]]] = {}
-    for r in records:
-        by.setdefault((r["concept"], r["direction"]), {}).setdefault(r["strength"], {})[
-            r["pair"]
-        ] = r["e"]
-    out = {}
-    for key, per_s in by.items():
-        if all(s in per_s for s in strengths):
-            pairs = sorted(per_s[strengths[0]])
-            out[key] = np.mean([[per_s[s][p] for p in pairs] for s in strengths], axis=0)
     return out
 
 
@@ -196,7 +188,7 @@ def _run(session, config, sets, prereg, earlier, force, say, on_batch, started) 
     outcomes = _outcomes(session, config, found, scorer, on_batch, say)
     say("the analysis")
     with timer.time("analysis"):
-        tables, analysis, between, validation, phase6_frame, phase6 = _analyse(
+        tables, analysis, between, validation, phase6_frame, phase6 = analyse_study(
             session, config, found, outcomes, prereg, say
         )
     timings = dict(timer.stages)
@@ -312,47 +304,23 @@ def _directions(session, config, say) -> Directions:
         }
         name_free = {}
         if config.identify.name_free:
-            name_free = _name_free_detection(config, graph, concepts, directions, data, embed)
+            name_free = name_free_detection(config, graph, concepts, directions, data, embed)
     return Directions(layer, concepts, data, alpha, directions, detections, texts, name_free)
-
-
-def _name_free_detection(config, graph, concepts, directions, data, embed) -> dict:
-    """Every direction's AUROC on name-free test positives (one more pass over the model,
-    so the named texts' activations are those of a study without this)."""
-    from experiments.identify.detect import name_free_auroc
-    from experiments.identify.namefree import name_free_positives
-
-    n = config.classifier.eval_per_class
-    positives = {c: name_free_positives(graph.get(c), n, config.seed) for c in concepts}
-    texts = sorted({t for ts in positives.values() for t in ts})
-    features = np.asarray(embed(texts), dtype=np.float64) if texts else np.zeros((0, 0))
-    row = {t: i for i, t in enumerate(texts)}
-    return {
-        (c, d_id): name_free_auroc(
-            v, features[[row[t] for t in positives[c]]], data.concepts[c].test
-        )
-        for c, by_id in directions.vectors.items()
-        for d_id, v in by_id.items()
-        if positives[c]
-    }
 
 
 def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outcomes:
     """Stages 4-7: v*'s held-out β, the likelihood outcome of every direction and the
     prompting baseline, the output-side readouts, generations for the validating subset."""
     from experiments.identify.crosscheck import canonical
-    from experiments.identify.directions import REFERENCE
     from experiments.identify.generation import (
         generate_validation,
         select_reference_betas,
         validation_effects,
         vector_set,
     )
-    from experiments.identify.matched import stratified_subset
     from experiments.identify.outcome import (
         output_predictors,
         prompt_baseline,
-        score_dose,
         score_likelihood,
     )
     from experiments.prompts import render_generation_prompts
@@ -395,39 +363,13 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
             words,
             prompts,
         )
-    subset, dose = [], []
+    subset, dose, name_free = [], [], []
     if ident.subset_concepts:
-        subset = stratified_subset(
-            {c: found.detections[(c, REFERENCE)].auroc for c in concepts},
-            ident.subset_concepts,
-            config.seed,
-        )
-        run_dir.write_json(RunDir.SUBSET, {"concepts": subset, "by": "v* test AUROC tertiles"})
-        say(f"dose: the stratified subset {', '.join(subset)}, fixed and KL-matched doses")
-        with timer.time("dose"):
-            dose = score_dose(
-                lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs,
-                prompts, say,
-            )  # fmt: skip
-    name_free: list[dict] = []
-    if subset and ident.name_free:
-        from experiments.identify.namefree import name_free_likelihood_texts
-        from steering.likelihood import encode_texts
-
-        free = name_free_likelihood_texts(
-            load_concepts(config.concepts.file),
-            subset,
-            ident.texts_per_concept,
-            config.seed,
-            length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
-        )
-        run_dir.write_json(RunDir.NAME_FREE_TEXTS, free.to_dict())
-        say(f"the likelihood outcome on name-free texts ({len(free.on)} concepts)")
-        with timer.time("name_free"):
-            name_free = score_likelihood(
-                lm, config, run_dir, layer, alpha, betas, free,
-                {c: vectors[c] for c in subset if c in free.on}, say, file=RunDir.NAME_FREE,
-            )  # fmt: skip
+        subset = choose_subset(config, found.detections, concepts, run_dir)
+        dose, name_free = subset_likelihood(
+            lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs,
+            prompts, say,
+        )  # fmt: skip
     tags = []
     for d_id in ident.generated:
         name = canonical(d_id)
@@ -438,156 +380,14 @@ def _outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outc
         t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in concepts}) for t in tags
     }
     generate_validation(session, config, sets_v, betas, on_batch)
-    every = [t for t in dict.fromkeys(d for c in subset for d in vectors[c]) if t not in tags]
-    if subset and ident.subset_generate:
-        say(f"generations for every direction of the subset ({len(every)} more directions)")
-        for t in every:  # a direction some concept lacks (e.g. no "other") skips it
-            having = [c for c in subset if t in vectors[c]]
-            generate_validation(
-                session,
-                with_subset_prompts(config),
-                {t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in having})},
-                betas,
-                on_batch,
-                graph=session.graph.select(synsets=having),
-            )
+    every = generate_subset(
+        session, config, layer, alpha, betas, vectors, subset, tags, on_batch, say
+    )
     session.close_executor()
     gen_cells, gen_units = validation_effects(session, config, scorer, [*tags, *every])
     return Outcomes(
         betas, likelihood, baseline_rows, outputs, gen_cells, gen_units, subset, dose, name_free
     )
-
-
-def with_subset_prompts(config: ExperimentConfig) -> ExperimentConfig:
-    """The config the subset generates under: ``identify.subset_prompts`` appended to the
-    report prompts, the selection prompts (the first ones) unchanged, so the rows the
-    subset shares with the rest of the study keep their keys."""
-    from experiments.pipeline.plan import split_prompts
-
-    extra = config.identify.subset_prompts
-    if not extra:
-        return config
-    if config.generation.suppression_prompts:
-        raise ValueError(
-            "identify.subset_prompts cannot be combined with generation.suppression_prompts "
-            "(they would shift the suppression prompts' indices): set one of them"
-        )
-    prompts = [*config.generation.prompts, *extra]
-    n_select = len(split_prompts(len(config.generation.prompts), config)[0])
-    selection = config.selection.model_copy(
-        update={"selection_prompts": (n_select + 0.5) / len(prompts)}
-    )
-    generation = config.generation.model_copy(update={"prompts": prompts})
-    return config.model_copy(update={"generation": generation, "selection": selection})
-
-
-def _analyse(session, config, found: Directions, outcomes: Outcomes, prereg, say):
-    """Stage 8: the tables, the analysis, the between-concept view, the generation check,
-    and the Phase 6 re-analysis when one is named."""
-    from experiments.identify import analysis as analysis_mod
-    from experiments.identify.cells import build_tables
-    from experiments.identify.crosscheck import canonical, crosscheck
-    from experiments.identify.estimator import subset_outcomes
-    from experiments.pipeline.plan import PROMPT_ARM
-
-    ident, concepts = config.identify, found.concepts
-    strengths = [float(x) for x in ident.strengths]
-    primary_strength = float(prereg.primary["strength"]) if prereg else None
-    # the effect: at the pre-registered strength when it is measured, else the mean over
-    # the strengths; every strength also gets its own column (the dose: 0.5x, 1x, 2x β)
-    main = [primary_strength] if primary_strength in strengths else strengths
-    effects = _effects(outcomes.likelihood, main)
-    test_labels = {c: found.data.concepts[c].test[1] for c in concepts}
-    tables = build_tables(
-        found.directions.specs,
-        found.directions.vectors,
-        found.detections,
-        test_labels,
-        effects,
-        outcomes.outputs,
-        found.directions.details,
-        ident,
-        config.seed,
-    )
-    if len(strengths) > 1:
-        frame = tables.directions
-        for strength in strengths:
-            at = {
-                k: float(np.mean(v)) for k, v in _effects(outcomes.likelihood, [strength]).items()
-            }
-            frame[f"effect_at_{strength:g}"] = [
-                at.get((c, d), np.nan)
-                for c, d in zip(frame["concept"], frame["direction"], strict=True)
-            ]
-    if outcomes.subset:
-        subset_columns(tables.directions, outcomes.dose, outcomes.generated)
-    name_free_columns(tables.directions, found.name_free_auroc, outcomes.name_free)
-    base = pd.DataFrame(outcomes.baseline_rows)
-    baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
-    n_boot, seed = config.criteria.n_boot, config.seed
-    analysis = analysis_mod.analyse(
-        tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
-    )
-    if outcomes.subset:
-        analysis["identified"]["subset"] = subset_outcomes(
-            tables.directions, outcomes.subset, n_boot=n_boot, seed=seed
-        )
-    between = analysis_mod.between_concepts(
-        tables, test_labels, found.detections, effects, n_boot, seed
-    )
-    # the cross-check reads the validating tags only (the subset's directions are its own)
-    tags = {canonical(d) for d in ident.generated} | {"null", PROMPT_ARM}
-    gen, units = outcomes.generated, outcomes.generated_units
-    if len(gen):
-        gen, units = gen[gen["direction"].isin(tags)], units[units["direction"].isin(tags)]
-    validation = crosscheck(tables, gen, units, effects, n_boot, seed)
-    phase6_frame, phase6 = None, None
-    if ident.phase6_run:
-        from experiments.identify.phase6 import reanalyse
-
-        phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
-    return tables, analysis, between, validation, phase6_frame, phase6
-
-
-def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFrame) -> None:
-    """Add the subset's outcomes to the directions table, in place (NaN off the subset):
-    ``dose_effect_<label>`` (mean over pairs), the matched dose's multiplier, KL and
-    whether it matched; ``gen_effect`` and ``gen_gate`` (s = +1, Δ gated)."""
-    from experiments.identify.matched import MATCHED, matched
-
-    key = list(zip(frame["concept"], frame["direction"], strict=True))
-    if dose:
-        rows = pd.DataFrame(dose)
-        means = rows.groupby(["dose", "concept", "direction"])["e"].mean()
-        for label in sorted(rows["dose"].unique()):
-            at = means.loc[label].to_dict()
-            frame[f"dose_effect_{label}"] = [at.get(k, np.nan) for k in key]
-        facts = rows[rows["dose"] == MATCHED].groupby(["concept", "direction"]).first()
-        for column, source in (("dose_multiplier", "multiplier"), ("dose_kl", "kl")):
-            at = facts[source].to_dict()
-            frame[column] = [at.get(k, np.nan) for k in key]
-        target = facts["kl_target"].to_dict()
-        frame["dose_matched"] = [
-            bool(matched(np.array([at_kl]), target[k])[0]) if k in target else np.nan
-            for k, at_kl in zip(key, frame["dose_kl"], strict=True)
-        ]
-    if len(generated):
-        up = generated[generated["sign"] == 1].set_index(["concept", "direction"])
-        for column, source in (("gen_effect", "e_gen"), ("gen_gate", "gate")):
-            at = up[source].to_dict()
-            frame[column] = [at.get(k, np.nan) for k in key]
-
-
-def name_free_columns(frame: pd.DataFrame, auroc: dict, likelihood: list[dict]) -> None:
-    """``auroc_name_free`` (every concept with name-free positives) and
-    ``effect_name_free`` (the subset, mean over pairs at s = +1), in place."""
-    key = list(zip(frame["concept"], frame["direction"], strict=True))
-    if auroc:
-        frame["auroc_name_free"] = [auroc.get(k, np.nan) for k in key]
-    if likelihood:
-        rows = pd.DataFrame(likelihood)
-        at = rows[rows["strength"] > 0].groupby(["concept", "direction"])["e"].mean().to_dict()
-        frame["effect_name_free"] = [at.get(k, np.nan) for k in key]
 
 
 def label(heldout: bool, scored_before: bool) -> str:

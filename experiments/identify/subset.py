@@ -1,0 +1,186 @@
+"""identify v2's stratified subset and name-free measures: the stages that cost a pass
+per direction (so only a few concepts get them), and the columns they add to the
+directions table. The study (``study.py``) calls them; the analysis of what they add is
+``estimator.subset_outcomes`` and ``identified_analysis``'s name-free block.
+
+* :func:`choose_subset`: concepts stratified by v*'s test AUROC (``matched.py``);
+* :func:`subset_likelihood`: the likelihood outcome at fixed and KL-matched doses
+  (``outcome.score_dose``) and on name-free texts (``namefree.py``);
+* :func:`generate_subset`: every direction of the subset generated from on the report
+  prompts plus ``identify.subset_prompts`` (:func:`with_subset_prompts`);
+* :func:`name_free_detection`: every direction's AUROC on name-free test positives;
+* :func:`subset_columns`, :func:`name_free_columns`: their columns of ``directions.csv``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from experiments.concepts import load_concepts
+from experiments.config import ExperimentConfig
+from experiments.rundir import RunDir
+
+
+def choose_subset(
+    config: ExperimentConfig, detections: dict, concepts: list[str], run_dir: RunDir
+) -> list[str]:
+    """``identify.subset_concepts`` concepts stratified by v*'s test AUROC (known before
+    any outcome), written to the run folder."""
+    from experiments.identify.directions import REFERENCE
+    from experiments.identify.matched import stratified_subset
+
+    subset = stratified_subset(
+        {c: detections[(c, REFERENCE)].auroc for c in concepts},
+        config.identify.subset_concepts,
+        config.seed,
+    )
+    run_dir.write_json(RunDir.SUBSET, {"concepts": subset, "by": "v* test AUROC tertiles"})
+    return subset
+
+
+def subset_likelihood(
+    lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
+    say: Callable[[str], None],
+) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """The subset's likelihood records: (at fixed and KL-matched doses, on name-free texts);
+    each resumes per concept from its run-folder file."""
+    from experiments.identify.outcome import score_dose, score_likelihood
+
+    ident = config.identify
+    say(f"dose: the stratified subset {', '.join(subset)}, fixed and KL-matched doses")
+    with timer.time("dose"):
+        dose = score_dose(
+            lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
+            say,
+        )  # fmt: skip
+    name_free: list[dict] = []
+    if subset and ident.name_free:
+        from experiments.identify.namefree import name_free_likelihood_texts
+        from steering.likelihood import encode_texts
+
+        free = name_free_likelihood_texts(
+            load_concepts(config.concepts.file),
+            subset,
+            ident.texts_per_concept,
+            config.seed,
+            length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
+        )
+        run_dir.write_json(RunDir.NAME_FREE_TEXTS, free.to_dict())
+        say(f"the likelihood outcome on name-free texts ({len(free.on)} concepts)")
+        with timer.time("name_free"):
+            name_free = score_likelihood(
+                lm, config, run_dir, layer, alpha, betas, free,
+                {c: vectors[c] for c in subset if c in free.on}, say, file=RunDir.NAME_FREE,
+            )  # fmt: skip
+    return dose, name_free
+
+
+def generate_subset(
+    session, config, layer, alpha, betas, vectors, subset, tags, on_batch, say
+) -> list[str]:
+    """Generate from every direction of the subset not among ``tags`` (generated for every
+    concept already); returns those directions' ids."""
+    from experiments.identify.generation import generate_validation, vector_set
+
+    every = [t for t in dict.fromkeys(d for c in subset for d in vectors[c]) if t not in tags]
+    if subset and config.identify.subset_generate:
+        say(f"generations for every direction of the subset ({len(every)} more directions)")
+        for t in every:  # a direction some concept lacks (e.g. no "other") skips it
+            having = [c for c in subset if t in vectors[c]]
+            generate_validation(
+                session,
+                with_subset_prompts(config),
+                {t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in having})},
+                betas,
+                on_batch,
+                graph=session.graph.select(synsets=having),
+            )
+    return every
+
+
+def name_free_detection(config, graph, concepts, directions, data, embed) -> dict:
+    """Every direction's AUROC on name-free test positives (one more pass over the model,
+    so the named texts' activations are those of a study without this)."""
+    from experiments.identify.detect import name_free_auroc
+    from experiments.identify.namefree import name_free_positives
+
+    n = config.classifier.eval_per_class
+    positives = {c: name_free_positives(graph.get(c), n, config.seed) for c in concepts}
+    texts = sorted({t for ts in positives.values() for t in ts})
+    features = np.asarray(embed(texts), dtype=np.float64) if texts else np.zeros((0, 0))
+    row = {t: i for i, t in enumerate(texts)}
+    return {
+        (c, d_id): name_free_auroc(
+            v, features[[row[t] for t in positives[c]]], data.concepts[c].test
+        )
+        for c, by_id in directions.vectors.items()
+        for d_id, v in by_id.items()
+        if positives[c]
+    }
+
+
+def with_subset_prompts(config: ExperimentConfig) -> ExperimentConfig:
+    """The config the subset generates under: ``identify.subset_prompts`` appended to the
+    report prompts, the selection prompts (the first ones) unchanged, so the rows the
+    subset shares with the rest of the study keep their keys."""
+    from experiments.pipeline.plan import split_prompts
+
+    extra = config.identify.subset_prompts
+    if not extra:
+        return config
+    if config.generation.suppression_prompts:
+        raise ValueError(
+            "identify.subset_prompts cannot be combined with generation.suppression_prompts "
+            "(they would shift the suppression prompts' indices): set one of them"
+        )
+    prompts = [*config.generation.prompts, *extra]
+    n_select = len(split_prompts(len(config.generation.prompts), config)[0])
+    selection = config.selection.model_copy(
+        update={"selection_prompts": (n_select + 0.5) / len(prompts)}
+    )
+    generation = config.generation.model_copy(update={"prompts": prompts})
+    return config.model_copy(update={"generation": generation, "selection": selection})
+
+
+def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFrame) -> None:
+    """Add the subset's outcomes to the directions table, in place (NaN off the subset):
+    ``dose_effect_<label>`` (mean over pairs), the matched dose's multiplier, KL and
+    whether it matched; ``gen_effect`` and ``gen_gate`` (s = +1, Δ gated)."""
+    from experiments.identify.matched import MATCHED, matched
+
+    key = list(zip(frame["concept"], frame["direction"], strict=True))
+    if dose:
+        rows = pd.DataFrame(dose)
+        means = rows.groupby(["dose", "concept", "direction"])["e"].mean()
+        for label in sorted(rows["dose"].unique()):
+            at = means.loc[label].to_dict()
+            frame[f"dose_effect_{label}"] = [at.get(k, np.nan) for k in key]
+        facts = rows[rows["dose"] == MATCHED].groupby(["concept", "direction"]).first()
+        for column, source in (("dose_multiplier", "multiplier"), ("dose_kl", "kl")):
+            at = facts[source].to_dict()
+            frame[column] = [at.get(k, np.nan) for k in key]
+        target = facts["kl_target"].to_dict()
+        frame["dose_matched"] = [
+            bool(matched(np.array([at_kl]), target[k])[0]) if k in target else np.nan
+            for k, at_kl in zip(key, frame["dose_kl"], strict=True)
+        ]
+    if len(generated):
+        up = generated[generated["sign"] == 1].set_index(["concept", "direction"])
+        for column, source in (("gen_effect", "e_gen"), ("gen_gate", "gate")):
+            at = up[source].to_dict()
+            frame[column] = [at.get(k, np.nan) for k in key]
+
+
+def name_free_columns(frame: pd.DataFrame, auroc: dict, likelihood: list[dict]) -> None:
+    """``auroc_name_free`` (every concept with name-free positives) and
+    ``effect_name_free`` (the subset, mean over pairs at s = +1), in place."""
+    key = list(zip(frame["concept"], frame["direction"], strict=True))
+    if auroc:
+        frame["auroc_name_free"] = [auroc.get(k, np.nan) for k in key]
+    if likelihood:
+        rows = pd.DataFrame(likelihood)
+        at = rows[rows["strength"] > 0].groupby(["concept", "direction"])["e"].mean().to_dict()
+        frame["effect_name_free"] = [at.get(k, np.nan) for k in key]

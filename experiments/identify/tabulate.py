@@ -1,0 +1,97 @@
+"""Stage 8 of the identification study: the directions table from the stage outputs,
+the analysis, the between-concept view, the generation cross-check, the subset's and
+name-free columns, and the Phase 6 re-analysis when one is named (``study.py`` runs the
+stages; ``analysis.py`` and ``estimator.py`` hold the statistics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify.subset import name_free_columns, subset_columns
+
+
+def effects_by_direction(
+    records: list[dict], strengths: list[float]
+) -> dict[tuple[str, str], np.ndarray]:
+    """Per (concept, direction): the per-pair effect, averaged over the strengths."""
+    by: dict[tuple[str, str], dict[float, dict[int, float]]] = {}
+    for r in records:
+        by.setdefault((r["concept"], r["direction"]), {}).setdefault(r["strength"], {})[
+            r["pair"]
+        ] = r["e"]
+    out = {}
+    for key, per_s in by.items():
+        if all(s in per_s for s in strengths):
+            pairs = sorted(per_s[strengths[0]])
+            out[key] = np.mean([[per_s[s][p] for p in pairs] for s in strengths], axis=0)
+    return out
+
+
+def analyse_study(session, config, found, outcomes, prereg, say):
+    """Stage 8: the tables, the analysis, the between-concept view, the generation check,
+    and the Phase 6 re-analysis when one is named."""
+    from experiments.identify import analysis as analysis_mod
+    from experiments.identify.cells import build_tables
+    from experiments.identify.crosscheck import canonical, crosscheck
+    from experiments.identify.estimator import subset_outcomes
+    from experiments.pipeline.plan import PROMPT_ARM
+
+    ident, concepts = config.identify, found.concepts
+    strengths = [float(x) for x in ident.strengths]
+    primary_strength = float(prereg.primary["strength"]) if prereg else None
+    # the effect: at the pre-registered strength when it is measured, else the mean over
+    # the strengths; every strength also gets its own column (the dose: 0.5x, 1x, 2x β)
+    main = [primary_strength] if primary_strength in strengths else strengths
+    effects = effects_by_direction(outcomes.likelihood, main)
+    test_labels = {c: found.data.concepts[c].test[1] for c in concepts}
+    tables = build_tables(
+        found.directions.specs,
+        found.directions.vectors,
+        found.detections,
+        test_labels,
+        effects,
+        outcomes.outputs,
+        found.directions.details,
+        ident,
+        config.seed,
+    )
+    if len(strengths) > 1:
+        frame = tables.directions
+        for strength in strengths:
+            at = {
+                k: float(np.mean(v))
+                for k, v in effects_by_direction(outcomes.likelihood, [strength]).items()
+            }
+            frame[f"effect_at_{strength:g}"] = [
+                at.get((c, d), np.nan)
+                for c, d in zip(frame["concept"], frame["direction"], strict=True)
+            ]
+    if outcomes.subset:
+        subset_columns(tables.directions, outcomes.dose, outcomes.generated)
+    name_free_columns(tables.directions, found.name_free_auroc, outcomes.name_free)
+    base = pd.DataFrame(outcomes.baseline_rows)
+    baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
+    n_boot, seed = config.criteria.n_boot, config.seed
+    analysis = analysis_mod.analyse(
+        tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
+    )
+    if outcomes.subset:
+        analysis["identified"]["subset"] = subset_outcomes(
+            tables.directions, outcomes.subset, n_boot=n_boot, seed=seed
+        )
+    between = analysis_mod.between_concepts(
+        tables, test_labels, found.detections, effects, n_boot, seed
+    )
+    # the cross-check reads the validating tags only (the subset's directions are its own)
+    tags = {canonical(d) for d in ident.generated} | {"null", PROMPT_ARM}
+    gen, units = outcomes.generated, outcomes.generated_units
+    if len(gen):
+        gen, units = gen[gen["direction"].isin(tags)], units[units["direction"].isin(tags)]
+    validation = crosscheck(tables, gen, units, effects, n_boot, seed)
+    phase6_frame, phase6 = None, None
+    if ident.phase6_run:
+        from experiments.identify.phase6 import reanalyse
+
+        phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
+    return tables, analysis, between, validation, phase6_frame, phase6
