@@ -95,7 +95,8 @@ def agreement(result: PanelResult) -> dict[str, float | None]:
         "alpha": result.alpha.value if isinstance(result.alpha, Alpha) else None
     }
     for (a, b), stat in result.pairwise_spearman.items():
-        out[f"spearman:{a}~{b}"] = stat.r if isinstance(stat, Correlation) else None
+        # MLflow metric names allow letters, digits, _-. :/ and spaces: no "~"
+        out[f"spearman:{a} vs {b}"] = stat.r if isinstance(stat, Correlation) else None
     return out
 
 

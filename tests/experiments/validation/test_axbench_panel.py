@@ -92,3 +92,42 @@ def test_the_dry_run_prices_axbench_and_sends_nothing(mlflow_store, tmp_path, ki
     (judge,) = estimate.judges
     assert decision.run and judge.calls == len(records) and judge.cost_usd_max > 0
     assert judge.output_tokens_max == 60 * len(records)
+
+
+def test_two_judges_give_an_agreement_and_each_their_own_columns(
+    mlflow_store, tmp_path, kit, monkeypatch
+):
+    """OpenAI and Anthropic SDKs against one loopback server: the Anthropic judge marks
+    the story prompts' texts one point less fluent, so the judges agree on the concept
+    but not perfectly on the harmonic mean; the agreement is computed and logged."""
+    run_id, records = kit.make_run(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-two-0000")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-two-0000")
+    lb = kit.loopback()
+
+    def answer(body: dict) -> str:
+        text = lb.user_text(body)
+        told = "Tell me about" in text
+        fluency = 2 if told or "claude" not in str(body.get("model", "")) else 1
+        return json.dumps({"concept": 2 if told else 1, "instruction": 1, "fluency": fluency})
+
+    judges = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
+    with lb.LoopbackServer(default=lb.ok(answer=answer)) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_url)
+        result, table, skipped = run_axbench_for(
+            run_id, judges, 1.0, openai_base_url=server.openai_url, cache_dir=tmp_path / "jc"
+        )
+        assert server.n_requests == 2 * len(records)  # one request per text and judge
+    assert not skipped
+    for judge in judges:
+        assert f"{judge}:hm" in table.columns and f"{judge}:hm_twin" in table.columns
+    from experiments.validation.axbench import agreement
+
+    agree = agreement(result)
+    pair = next(k for k in agree if k.startswith("spearman:"))
+    assert agree["alpha"] is not None and 0 < agree["alpha"] < 1
+    assert agree[pair] is not None and agree[pair] > 0
+    child = next(
+        c for c in tracking.child_runs(run_id, kit.EXPERIMENT) if c.info.run_name == CHILD_RUN_NAME
+    )
+    assert "agreement/alpha" in tracking.get_run(child.info.run_id).data.metrics
