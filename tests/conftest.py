@@ -335,7 +335,7 @@ def tiny_multimodal_json(tmp_path_factory):
 def embedder():
     from metrics.embedder import load_embedder
 
-    return load_embedder("embedded")
+    return load_embedder("embedded", "cpu")
 
 
 # ---------------------------------------------------------------------------- MLflow
