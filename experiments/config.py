@@ -143,8 +143,11 @@ def _check_train_size(text: str) -> None:
 
 class SteeringConfig(_Strict):
     mode: Literal["additive", "projection"] = "additive"
-    beta: float = Field(
-        0.2, gt=0, description="strength 1.0 adds beta × the median residual norm (finite)"
+    beta: float | Literal["auto"] = Field(
+        0.2,
+        description="strength 1.0 adds beta × the median residual norm (finite, > 0); auto: "
+        "the top of the model's recorded coherent range (steer-eval calibrate-strength); a "
+        "config's β outside a recorded range is replaced by it (experiments/strength_range.py)",
     )
     vector_source: str = Field(
         "classifier",
@@ -152,6 +155,13 @@ class SteeringConfig(_Strict):
         "diffmean, classifier_deformat, ...",
     )
     strengths: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0], min_length=2)
+
+    @field_validator("beta")
+    @classmethod
+    def _beta(cls, value: float | str) -> float | str:
+        if value != "auto" and not (isinstance(value, float) and 0 < value < float("inf")):
+            raise ValueError("must be a finite number > 0 (for example 0.2), or auto")
+        return value
 
     @field_validator("vector_source")
     @classmethod
@@ -715,6 +725,16 @@ class RunConfig(_Strict):
             )
         if prompts is not None and len(prompts) < 1:
             raise ValueError("generation.suppression_prompts: give at least one, or null")
+        return self
+
+    @model_validator(mode="after")
+    def _beta_auto_is_for_runs(self) -> RunConfig:
+        if self.steering.beta == "auto" and self.phase != "phase5":
+            raise ValueError(
+                f"steering.beta auto is read by `steer-eval run` only; give the {self.phase} "
+                "study a number (the range `steer-eval calibrate-strength` found: "
+                "strength_range.json in the model's classifier folder)"
+            )
         return self
 
     @model_validator(mode="after")
