@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -27,6 +28,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationError,
     field_validator,
     model_validator,
@@ -141,9 +143,22 @@ def _check_train_size(text: str) -> None:
         )
 
 
+def _beta_value(value: object) -> float | str:
+    """``steering.beta``: a finite number > 0, or ``auto``; one error, not one per type."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"give a number > 0 (for example 0.2) or auto (got {value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number > 0, or auto (got {value!r})")
+    if value <= 0:
+        raise ValueError(f"must be greater than 0 (for example 0.2), or auto (got {value!r})")
+    return float(value)
+
+
 class SteeringConfig(_Strict):
     mode: Literal["additive", "projection"] = "additive"
-    beta: float | Literal["auto"] = Field(
+    beta: Annotated[float | Literal["auto"], PlainValidator(_beta_value)] = Field(
         0.2,
         description="strength 1.0 adds beta × the median residual norm (finite, > 0); auto: "
         "the top of the model's recorded coherent range (steer-eval calibrate-strength); a "
@@ -155,13 +170,6 @@ class SteeringConfig(_Strict):
         "diffmean, classifier_deformat, ...",
     )
     strengths: list[float] = Field(default_factory=lambda: [-1.0, 0.0, 1.0], min_length=2)
-
-    @field_validator("beta")
-    @classmethod
-    def _beta(cls, value: float | str) -> float | str:
-        if value != "auto" and not (isinstance(value, float) and 0 < value < float("inf")):
-            raise ValueError("must be a finite number > 0 (for example 0.2), or auto")
-        return value
 
     @field_validator("vector_source")
     @classmethod

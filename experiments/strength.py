@@ -41,8 +41,9 @@ from metrics.text import distinct_n, is_near_empty
 from steering.generation import GenerationRow, SamplingConfig
 from steering.models import LoadedModel
 
-# From "no visible change" to well past the 270M's collapse (|β·s| = 0.3).
-DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+# From "no visible change" to well past the 270M's collapse (|β·s| = 0.3); SmolLM2 135M
+# stays coherent to 0.5.
+DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 SIGNS = (-1, 1)
 
 
@@ -92,17 +93,26 @@ def sweep_rows(
     return rows, meta
 
 
+def _distinct_2(texts: Sequence[SweepText]) -> float:
+    """Mean distinct-2 of the texts that are not near-empty (loops, not emptiness, which
+    the near-empty share counts); 0 when every text is near-empty."""
+    values = [distinct_n(t.text, 2) for t in texts if not is_near_empty(t.text)]
+    return float(np.mean(values)) if values else 0.0
+
+
 def _step(
     beta: float, sign: int, texts: Sequence[SweepText], base: dict, limits: StrengthLimits
 ) -> StrengthStep:
     ppl = [math.exp(t.nll) for t in texts if t.nll is not None]
     multiple = float(np.median(ppl)) / base["perplexity"] if ppl and base["perplexity"] else None
     near_empty = float(np.mean([is_near_empty(t.text) for t in texts]))
-    d2 = float(np.mean([distinct_n(t.text, 2) for t in texts]))
+    d2 = _distinct_2(texts)
     why = []
     if multiple is None or multiple > limits.perplexity_multiple:
         why.append(f"perplexity multiple above {limits.perplexity_multiple:g}")
-    if near_empty > base["near_empty"] + limits.near_empty_excess:
+    # one text of slack: a sweep has few texts per β (9 by default), and one more empty
+    # text than the unsteered ones is sampling, not collapse
+    if near_empty > base["near_empty"] + limits.near_empty_excess + 1 / len(texts):
         why.append(f"near-empty share more than {limits.near_empty_excess:g} above unsteered")
     if d2 < limits.distinct_2_ratio * base["distinct_2"]:
         why.append(f"distinct-2 below {limits.distinct_2_ratio:g}x unsteered")
@@ -131,7 +141,7 @@ def assess(
     base = {
         "perplexity": float(np.median(ppl)) if ppl else None,
         "near_empty": float(np.mean([is_near_empty(t.text) for t in plain])),
-        "distinct_2": float(np.mean([distinct_n(t.text, 2) for t in plain])),
+        "distinct_2": _distinct_2(plain),
     }
     steps = [
         _step(b, s, [t for t in texts if t.beta == b and t.sign == s], base, limits)

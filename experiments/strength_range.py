@@ -58,10 +58,13 @@ class StrengthLimits(BaseModel):
         "sweep: 3.5-12.7x at |β·s| = 0.2, 30x at -0.3)",
     )
     near_empty_excess: float = Field(
-        0.1, description="near-empty share at most this much above the unsteered share"
+        0.1,
+        description="near-empty share at most this much (plus one text) above the unsteered share",
     )
     distinct_2_ratio: float = Field(
-        0.9, description="distinct-2 at least this fraction of the unsteered texts'"
+        0.9,
+        description="distinct-2 of the texts that are not near-empty at least this fraction "
+        "of the unsteered texts'",
     )
 
 

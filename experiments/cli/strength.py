@@ -56,7 +56,7 @@ def calibrate_strength(
     ] = 3,
     grid: Annotated[
         str, typer.Option(help="the βs to try, comma-separated")
-    ] = "0.01,0.02,0.05,0.1,0.2,0.3,0.5",
+    ] = "0.01,0.02,0.05,0.1,0.2,0.3,0.5,1",
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

