@@ -3,7 +3,9 @@
 A β that steers Gemma 3 270M coherently turns SmolLM2 135M into token soup, so the range
 is measured per model, not assumed. For a few concepts the sweep generates each prompt
 unsteered and at s = ±1 for every β of a grid (the run's prompts, seeds, sampling and
-vectors: the concept probe directions at the layer), scores each text's perplexity under
+vectors: the concept probe directions at the layer and the random directions of the
+run's null, which on SmolLM2 collapse at a β where the concept's do not; a null in token
+soup compares nothing), scores each text's perplexity under
 the unsteered model, and judges each β by three measures of the texts against the
 unsteered ones: the perplexity multiple, the near-empty share and distinct-2
 (``StrengthLimits``: the lines the 270M's sweep in docs/findings.md drew). The range
@@ -27,7 +29,7 @@ from experiments.config import ConfigError, ExperimentConfig
 from experiments.execution.base import PlanSpec
 from experiments.execution.local import run_batch
 from experiments.pipeline.generate import batch_rows, batches
-from experiments.pipeline.plan import row_key, row_seed
+from experiments.pipeline.plan import CONCEPT_ARM, random_arm, row_key, row_seed
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
@@ -55,6 +57,7 @@ class SweepText:
     sign: int
     text: str
     nll: float | None  # mean per-token NLL under the unsteered model; None: no tokens
+    arm: str = CONCEPT_ARM  # what steered it: the concept's direction or a random one
 
 
 def parse_grid(text: str) -> list[float]:
@@ -69,27 +72,36 @@ def parse_grid(text: str) -> list[float]:
 
 
 def sweep_rows(
-    config: ExperimentConfig, graph: ConceptGraph, coefficient: Callable[[str, float, int], float]
-) -> tuple[list[GenerationRow], dict[str, tuple[float, int]]]:
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    directions: list[str],
+    coefficient: Callable[[str, float, int], float],
+) -> tuple[list[GenerationRow], dict[str, tuple[float, int, str]]]:
     """Every prompt and sample of every concept unsteered and at s = ±1 for each β of
-    ``config.selection.beta_grid``, on the run's seeds (so each steered text has its
-    unsteered twin); ``coefficient(synset, beta, sign)`` is the vector's s·β·α."""
+    ``config.selection.beta_grid``, by the concept's direction and its random ones (the
+    run's null, steered at the same β), on the run's seeds (each steered text has its
+    unsteered twin). ``directions``: ``synset`` or ``synset|random:j`` per row direction;
+    ``coefficient(direction, beta, sign)`` is that vector's s·β·α."""
     rows, meta = [], {}
     g = config.generation
-    for index, concept in enumerate(graph.concepts):
+    index = {name: i for i, name in enumerate(directions)}
+    for concept in graph.concepts:
         prompts = render_generation_prompts(concept, g.prompts)
+        arms = [CONCEPT_ARM] + [random_arm(j) for j in range(config.controls.random_directions)]
         for p_idx, prompt in enumerate(prompts):
             for sample in range(g.samples_per_prompt):
                 seed = row_seed(config.seed, concept.synset, p_idx, sample)
                 key = row_key(concept.synset, p_idx, sample, 0.0)
-                rows.append(GenerationRow(key, prompt, seed, index, 0.0))
-                meta[key] = (0.0, 0)
+                rows.append(GenerationRow(key, prompt, seed, index[concept.synset], 0.0))
+                meta[key] = (0.0, 0, CONCEPT_ARM)
                 for beta in config.selection.beta_grid:
                     for sign in SIGNS:
-                        key = row_key(concept.synset, p_idx, sample, float(sign), beta=beta)
-                        c = coefficient(concept.synset, beta, sign)
-                        rows.append(GenerationRow(key, prompt, seed, index, c))
-                        meta[key] = (beta, sign)
+                        for arm in arms:
+                            name = concept.synset + ("" if arm == CONCEPT_ARM else f"|{arm}")
+                            key = row_key(concept.synset, p_idx, sample, float(sign), arm, beta)
+                            c = coefficient(name, beta, sign)
+                            rows.append(GenerationRow(key, prompt, seed, index[name], c))
+                            meta[key] = (beta, sign, arm)
     return rows, meta
 
 
@@ -101,7 +113,12 @@ def _distinct_2(texts: Sequence[SweepText]) -> float:
 
 
 def _step(
-    beta: float, sign: int, texts: Sequence[SweepText], base: dict, limits: StrengthLimits
+    beta: float,
+    sign: int,
+    arm: str,
+    texts: Sequence[SweepText],
+    base: dict,
+    limits: StrengthLimits,
 ) -> StrengthStep:
     ppl = [math.exp(t.nll) for t in texts if t.nll is not None]
     multiple = float(np.median(ppl)) / base["perplexity"] if ppl and base["perplexity"] else None
@@ -119,6 +136,7 @@ def _step(
     return StrengthStep(
         beta=beta,
         sign=sign,
+        arm=arm,
         texts=len(texts),
         perplexity_multiple=multiple,
         near_empty=near_empty,
@@ -131,9 +149,9 @@ def _step(
 def assess(
     texts: Sequence[SweepText], grid: Sequence[float], limits: StrengthLimits
 ) -> tuple[dict[str, float | None], list[StrengthStep], float | None, float | None]:
-    """(the unsteered measures, one step per β and sign, low, high): a β is coherent when
-    every sign is; the range is the first coherent β and every coherent one after it up
-    to the first that is not."""
+    """(the unsteered measures, one step per β, sign and arm, low, high): a β is coherent
+    when every sign and arm is; the range is the first coherent β and every coherent one
+    after it up to the first that is not."""
     plain = [t for t in texts if t.sign == 0]
     if not plain:
         raise ValueError("the sweep needs unsteered texts (sign 0) to measure against")
@@ -143,10 +161,12 @@ def assess(
         "near_empty": float(np.mean([is_near_empty(t.text) for t in plain])),
         "distinct_2": _distinct_2(plain),
     }
+    arms = sorted({t.arm for t in texts if t.sign != 0}, key=lambda a: (a != CONCEPT_ARM, a))
     steps = [
-        _step(b, s, [t for t in texts if t.beta == b and t.sign == s], base, limits)
+        _step(b, s, a, [t for t in texts if (t.beta, t.sign, t.arm) == (b, s, a)], base, limits)
         for b in sorted(grid)
         for s in SIGNS
+        for a in arms
     ]
     ok = {b: all(st.coherent for st in steps if st.beta == b) for b in sorted(grid)}
     low = high = None
@@ -183,20 +203,20 @@ def calibrate_strength(
     say(f"classifiers at layer {layer}")
     probes = ensure_classifiers(config, lm, graph, layer)
     swept = config.model_copy(
-        update={
-            "controls": config.controls.model_copy(update={"random_directions": 0}),
-            "selection": config.selection.model_copy(update={"beta_grid": sorted(grid)}),
-        }
+        update={"selection": config.selection.model_copy(update={"beta_grid": sorted(grid)})}
     )
     vectors = build_vectors(swept, lm, graph, probes, layer)
+    directions = [c.synset for c in graph.concepts] + [
+        f"{synset}|{random_arm(j)}" for synset, vs in vectors.random.items() for j in range(len(vs))
+    ]
 
-    def coefficient(synset: str, beta: float, sign: int) -> float:
-        return float(replace(vectors.vectors[synset], beta=beta).coefficients(sign)[0])
+    def coefficient(name: str, beta: float, sign: int) -> float:
+        return float(replace(vectors.get(name), beta=beta).coefficients(sign)[0])
 
-    rows, meta = sweep_rows(swept, graph, coefficient)
+    rows, meta = sweep_rows(swept, graph, directions, coefficient)
     g = config.generation
     spec = PlanSpec(
-        directions=vectors.stacked([c.synset for c in graph.concepts]),
+        directions=vectors.stacked(directions),
         layer=layer,
         mode="additive",
         sampling=SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy),
@@ -207,8 +227,8 @@ def calibrate_strength(
     for index, batch in enumerate(work):
         result = run_batch(lm, spec, index, batch)
         for gen, nll in zip(result.generations, result.nll, strict=True):
-            beta, sign = meta[gen.key]
-            texts.append(SweepText(beta, sign, gen.text, nll))
+            beta, sign, arm = meta[gen.key]
+            texts.append(SweepText(beta, sign, gen.text, nll, arm))
         if progress is not None:
             progress(len(texts), len(rows))
     base, steps, low, high = assess(texts, grid, limits)

@@ -38,6 +38,7 @@ class StrengthStep(BaseModel):
 
     beta: float
     sign: int = Field(description="the strength's sign: +1 or -1 (s = ±1)")
+    arm: str = Field("concept", description="concept, or random:j (the run's null)")
     texts: int
     perplexity_multiple: float | None = Field(
         description="median perplexity of the steered texts (under the unsteered model) "

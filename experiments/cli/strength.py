@@ -103,6 +103,7 @@ def _print_range(record, path: Path) -> None:
     table = Table(
         "β",
         "s",
+        "arm",
         "perplexity ×",
         "near-empty",
         "distinct-2",
@@ -111,12 +112,13 @@ def _print_range(record, path: Path) -> None:
     )
     base = record.unsteered
     table.add_row(
-        "0", "0", "1", number(base["near_empty"], ".2f"), number(base["distinct_2"], ".2f"), ""
+        "0", "0", "", "1", number(base["near_empty"], ".2f"), number(base["distinct_2"], ".2f"), ""
     )
     for step in record.steps:
         table.add_row(
             f"{step.beta:g}",
             f"{step.sign:+d}",
+            step.arm,
             number(step.perplexity_multiple, ".1f"),
             number(step.near_empty, ".2f"),
             number(step.distinct_2, ".2f"),

