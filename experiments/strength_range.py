@@ -9,9 +9,10 @@ reads it back through :func:`choose_beta`:
 - ``steering.beta: auto`` takes the range's β (its strongest coherent one);
 - a number inside the range is kept, so the embedded default's β = 0.2 and its texts
   stay as they were;
-- a number from the config file outside the range is replaced by the range's β, and the
-  run says so; one given on the command line (``--set steering.beta=...``) is kept,
-  with a warning;
+- a number outside the range is replaced by the range's β when the run's model is not
+  the one its config names (``--model``), and the run says so; one given on the command
+  line (``--set steering.beta=...``), or by a config for the model it names (phase5.yaml's
+  0.2 for the embedded 270M, so ``make run`` never changes), is kept with a warning;
 - without a recorded range, a number is kept and ``auto`` is an error naming the fix.
 
 The held-out β grid (``selection.beta_grid``) is kept to the range the same way.
@@ -176,7 +177,10 @@ def choose_beta(
         chosen, source, message = beta, "config", f"β {beta:g} from the config, inside {span}"
     elif "steering.beta" in explicit:
         chosen, source = beta, "command line"
-        message = f"β {beta:g} from the command line, kept although outside {span}"
+        message = (
+            f"β {beta:g} given for this model (on the command line, or by the config that "
+            f"names it), kept although outside {span}"
+        )
     else:
         chosen, source = found.beta, "range"
         message = (

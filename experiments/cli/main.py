@@ -330,6 +330,11 @@ def run(
     cfg, lm = with_layer(cfg, wanted, lambda msg: console.print(f"[dim]{msg}"))
     # keys the command line set: a β of one's own is kept whatever range is recorded
     explicit = frozenset(".".join(parse_override(text)[0]) for text in set_ or [])
+    if model is None and "model" not in explicit:
+        # the config's β was chosen for the model it names (phase5.yaml's 0.2 for the
+        # embedded 270M): kept, so `make run` never changes; --model elsewhere takes the
+        # recorded range of that model when the β lies outside it
+        explicit |= {"steering.beta"}
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.

@@ -128,6 +128,7 @@ def test_a_command_line_beta_wins_over_the_range():
         cfg("steering.beta=0.2"), recorded(), Path("d"), frozenset({"steering.beta"})
     )
     assert choice.config.steering.beta == 0.2 and choice.source == "command line"
+    assert "kept although outside" in choice.message
 
 
 def test_beta_auto_takes_the_top_of_the_range_and_needs_one():
