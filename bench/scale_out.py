@@ -97,7 +97,7 @@ def executors(args, tmp: Path) -> dict:
         ],
     )
     lm = load_model(config.model, device=config.device, dtype=config.dtype)
-    embedder = load_embedder(config.embedding.model)
+    embedder = load_embedder(config.embedding.model, lm.platform.embedder_device)
     out: dict = {"config": args.config, "overrides": args.set, "threads": torch.get_num_threads()}
     # Ray's start-up, alone: ray.init, then actors loading the model.
     ray = import_ray()
@@ -155,7 +155,8 @@ def logging_cost(args, tmp: Path) -> dict:
     with running_server(tmp / "server") as uri:
         os.environ["MLFLOW_TRACKING_URI"] = uri
         lm = load_model(config.model, device=config.device, dtype=config.dtype)
-        result = run_phase5(config, lm=lm, embedder=load_embedder("embedded"))
+        embedder = load_embedder("embedded", lm.platform.embedder_device)
+        result = run_phase5(config, lm=lm, embedder=embedder)
         records = result.records
         n_cells = records.groupby(["concept", "strength"]).ngroups
         graph = load_concepts(config.concepts.file, limit=config.concepts.limit)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -27,6 +28,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationError,
     field_validator,
     model_validator,
@@ -141,10 +143,26 @@ def _check_train_size(text: str) -> None:
         )
 
 
+def _beta_value(value: object) -> float | str:
+    """``steering.beta``: a finite number > 0, or ``auto``; one error, not one per type."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"give a number > 0 (for example 0.2) or auto (got {value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number > 0, or auto (got {value!r})")
+    if value <= 0:
+        raise ValueError(f"must be greater than 0 (for example 0.2), or auto (got {value!r})")
+    return float(value)
+
+
 class SteeringConfig(_Strict):
     mode: Literal["additive", "projection"] = "additive"
-    beta: float = Field(
-        0.2, gt=0, description="strength 1.0 adds beta × the median residual norm (finite)"
+    beta: Annotated[float | Literal["auto"], PlainValidator(_beta_value)] = Field(
+        0.2,
+        description="strength 1.0 adds beta × the median residual norm (finite, > 0); auto: "
+        "the top of the model's recorded coherent range (steer-eval calibrate-strength); a "
+        "config's β outside a recorded range is replaced by it (experiments/strength_range.py)",
     )
     vector_source: str = Field(
         "classifier",
@@ -765,6 +783,16 @@ class RunConfig(_Strict):
             )
         if prompts is not None and len(prompts) < 1:
             raise ValueError("generation.suppression_prompts: give at least one, or null")
+        return self
+
+    @model_validator(mode="after")
+    def _beta_auto_is_for_runs(self) -> RunConfig:
+        if self.steering.beta == "auto" and self.phase != "phase5":
+            raise ValueError(
+                f"steering.beta auto is read by `steer-eval run` only; give the {self.phase} "
+                "study a number (the range `steer-eval calibrate-strength` found: "
+                "strength_range.json in the model's classifier folder)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -58,15 +58,21 @@ def resolve_spec(spec: str) -> tuple[str, bool]:
     return spec, False
 
 
-def default_device() -> str:
-    """cuda when available, else cpu."""
-    import torch
+def device_for(device: str) -> str:
+    """Where the embedder runs for a config's ``device`` (``auto``, ``cpu``, ``cuda:1``):
+    the platform of that device decides, so ``--device cpu`` on a GPU host keeps the
+    embedder on the CPU too (it used to take the card whenever torch saw one)."""
+    from steering.models import pick_device
+    from steering.platform import platform_for
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return platform_for(pick_device(device)).embedder_device
 
 
-def load_embedder(spec: str = EMBEDDED, device: str | None = None) -> SentenceTransformer:
-    """Load a sentence-transformers model: "embedded", a local path, or a hub name.
+def load_embedder(spec: str, device: str) -> SentenceTransformer:
+    """Load a sentence-transformers model: "embedded", a local path, or a hub name, on
+    ``device``: the loaded model's ``platform.embedder_device``, or :func:`device_for`
+    of the config's device. There is no default: a default of its own is how the
+    embedder once ended up on the card while everything else ran on the CPU.
 
     For "embedded" and local paths HF_HUB_OFFLINE=1 is set before the (lazy) import so
     nothing can reach a hub. A hub name is looked up in the local cache only when the hub
@@ -79,9 +85,7 @@ def load_embedder(spec: str = EMBEDDED, device: str | None = None) -> SentenceTr
     from sentence_transformers import SentenceTransformer
 
     try:
-        return SentenceTransformer(
-            target, device=device or default_device(), local_files_only=offline
-        )
+        return SentenceTransformer(target, device=device, local_files_only=offline)
     except OSError as exc:
         if local:
             raise EmbedderError(f"Could not load the embedder at {target}: {exc}") from exc

@@ -150,6 +150,31 @@ def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
     return model
 
 
+def build_tiny_llama(seed: int = 0, vocab_size: int = 512):
+    """A random Llama (SmolLM2's architecture: no sliding window, grouped KV heads, tied
+    embeddings) at the tiny Gemma's size; vocab 512 covers the tiny tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = 1
+    return model
+
+
 def tiny_multimodal_config():
     """Gemma 3 4B's class (``Gemma3ForConditionalGeneration``: text and SigLIP vision) at a
     tiny size, with the 4B's vocabulary of 262,208 rows (the embedded tokenizer's
@@ -223,6 +248,15 @@ def tiny_lm():
     from steering.models import wrap_model
 
     return wrap_model(build_tiny_gemma(), build_tiny_tokenizer(), "tiny-random-gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_lm():
+    """A random 4-layer Llama (hidden 64) with the tiny word-level tokenizer: the second
+    architecture the decode policies are held to the reference on."""
+    from steering.models import wrap_model
+
+    return wrap_model(build_tiny_llama(), build_tiny_tokenizer(), "tiny-random-llama")
 
 
 @pytest.fixture
@@ -301,7 +335,7 @@ def tiny_multimodal_json(tmp_path_factory):
 def embedder():
     from metrics.embedder import load_embedder
 
-    return load_embedder("embedded")
+    return load_embedder("embedded", "cpu")
 
 
 # ---------------------------------------------------------------------------- MLflow

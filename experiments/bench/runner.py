@@ -174,9 +174,10 @@ def run_bench(
         results["model"] = {"id": lm.model_id, "dtype": dtype_name(lm.dtype), "layers": lm.n_layers}
         if workload is None:
             if embedder is None:
+                from experiments.pipeline.lifecycle import embedder_device
                 from metrics.embedder import load_embedder
 
-                embedder = load_embedder(config.embedding.model)
+                embedder = load_embedder(config.embedding.model, embedder_device(config, lm))
             say("classifiers (trained once into the bench cache), vectors, centroids")
             workload = plan_workload(config, lm, embedder)
         wl = workload

@@ -177,6 +177,26 @@ ModelOpt = Annotated[
     typer.Option(help="'embedded', a Hugging Face id (google/gemma-3-4b-pt), a directory or .gguf"),
 ]
 LayerOpt = Annotated[int | None, typer.Option(help="decoder layer (default: the middle one)")]
+LayerAutoOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--layer",
+        help="decoder layer (default: the middle one), or auto: the best of a probe sweep "
+        "over the middle half of the layers by mean test AUROC",
+    ),
+]
+
+
+def parse_layer(text: str | None) -> int | str | None:
+    """``--layer``: a number, ``auto`` or nothing; a clear error for anything else."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise typer.BadParameter(f"--layer {text!r}: give a layer number or auto") from None
+
+
 ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]
 StudyDryRunOpt = Annotated[
     bool,

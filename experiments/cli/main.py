@@ -16,6 +16,7 @@ from experiments.cli.common import (
     ConceptsOpt,
     ConfigOpt,
     JsonOpt,
+    LayerAutoOpt,
     LayerOpt,
     ModelOpt,
     SetOpt,
@@ -24,6 +25,7 @@ from experiments.cli.common import (
     console,
     friendly,
     out,
+    parse_layer,
     print_json,
     progress_bars,
     progress_display,
@@ -250,7 +252,7 @@ def run(
     config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,
     model: ModelOpt = None,
-    layer: LayerOpt = None,
+    layer: LayerAutoOpt = None,
     concepts: ConceptsOpt = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="tokens to generate per row")] = None,
     mode: Annotated[Mode | None, typer.Option(help="how the vector is applied")] = None,
@@ -310,16 +312,33 @@ def run(
         os.environ["RAY_ADDRESS"] = ray_address
     if results_dir is not None and not resume:  # a new run: where its folder goes
         overrides = [*overrides, f"tracking.results_dir={results_dir}"]
-    cfg = None if resume else resolve_config(config, overrides, model, layer, concepts, "phase5")
+    wanted = parse_layer(layer)
+    fixed = wanted if isinstance(wanted, int) else None
+    cfg = None if resume else resolve_config(config, overrides, model, fixed, concepts, "phase5")
+    if wanted == "auto" and (dry_run or resume):
+        raise typer.BadParameter(
+            "--layer auto trains probes over layers: not with --dry-run or --resume"
+        )
     if dry_run:
         if cfg is None:
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
         print_plan(cfg, json_)
         return
+    from experiments.cli.strength import with_layer
+    from experiments.config import parse_override
+
+    cfg, lm = with_layer(cfg, wanted, lambda msg: console.print(f"[dim]{msg}"))
+    # keys the command line set: a β of one's own is kept whatever range is recorded
+    explicit = frozenset(".".join(parse_override(text)[0]) for text in set_ or [])
+    if model is None and "model" not in explicit:
+        # the config's β was chosen for the model it names (phase5.yaml's 0.2 for the
+        # embedded 270M): kept, so `make run` never changes; --model elsewhere takes the
+        # recorded range of that model when the β lies outside it
+        explicit |= {"steering.beta"}
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.
-        for key, value in (("model", model), ("layer", layer), ("concepts.limit", concepts)):
+        for key, value in (("model", model), ("layer", fixed), ("concepts.limit", concepts)):
             if value is not None:
                 overrides.append(f"{key}={value}")
         experiment = resolve_config(config, [], phase="phase5").experiment
@@ -345,6 +364,8 @@ def run(
             results_dir=results_dir,
             execution=execution or None,
             overrides=overrides if resume else None,
+            lm=lm,
+            explicit=explicit,
         )
     _print_result(result, json_)
 

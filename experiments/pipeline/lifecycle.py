@@ -139,11 +139,9 @@ class RunSession:
 def embedder_device(config: ExperimentConfig, lm: Any) -> str:
     """Where the embedder runs: the model's platform decides (``--device cpu`` on a GPU
     host keeps it on the CPU too); without a model (a rescore), the config's device."""
-    from steering.models import pick_device
-    from steering.platform import platform_for
+    from metrics.embedder import device_for
 
-    platform = lm.platform if lm is not None else platform_for(pick_device(config.device))
-    return platform.embedder_device
+    return lm.platform.embedder_device if lm is not None else device_for(config.device)
 
 
 @contextmanager

@@ -50,8 +50,11 @@ from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import VectorSet, build_vectors
 from experiments.record import RunRecord
 from experiments.rundir import RunDir, join_scores, plan_order
+from experiments.strength_range import choose_beta, load_range
 from experiments.timer import Timer
 from steering.generation import BatchStats
+
+BETA_TAG = "steer_eval.beta_source"  # the parent run's tag: where its β came from
 
 
 @dataclass
@@ -172,15 +175,24 @@ class Prepared:
     probes: ProbeSet
     vectors: VectorSet
     scorer: Scorer
+    beta_note: str | None = None  # where a new run's β came from (strength_range.py)
 
 
-def prepare(session: RunSession) -> Prepared:
-    """Classifiers (trained when missing), steering vectors and centroids."""
+def prepare(session: RunSession, explicit: frozenset[str] = frozenset()) -> Prepared:
+    """Classifiers (trained when missing), β (a new run's, from the model's recorded
+    strength range where one is: ``choose_beta``; ``explicit`` the keys given on the
+    command line), steering vectors and centroids."""
     config, lm, graph, timer = session.config, session.lm, session.graph, session.timer
     layer = session.layer()
     session.say("preparing classifiers, steering vectors and centroids")
     with timer.time("classifiers"):
         probes = ensure_classifiers(config, lm, graph, layer)
+    note = None
+    if not session.existing:  # a resumed run keeps the β its stored config holds
+        choice = choose_beta(config, load_range(probes.directory), probes.directory, explicit)
+        config = session.config = choice.config
+        note = choice.message
+        session.say(note)
     with timer.time("vectors"):
         vectors = build_vectors(config, lm, graph, probes, layer)
     if config.steering.vector_source == "file":
@@ -191,7 +203,7 @@ def prepare(session: RunSession) -> Prepared:
             probes = imported_detection(config, lm, graph, probes, vectors, layer)
     with timer.time("centroids"):
         scorer = build_scorer(config, graph, session.embedder)
-    return Prepared(layer, probes, vectors, scorer)
+    return Prepared(layer, probes, vectors, scorer, note)
 
 
 def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
@@ -239,12 +251,14 @@ def run_phase5(
     results_dir: str | Path | None = None,
     execution: dict | None = None,
     overrides: list[str] | None = None,
+    explicit: frozenset[str] = frozenset(),
 ) -> Phase5Result:
     """Run (or resume) the whole Part A grid and log it; returns the parent run's results.
 
     ``execution`` overrides ``config.execution`` fields (``{"executor": "ray"}``), also on
     a resume: where the rows are generated does not change them. ``overrides``
-    (``--set`` on a resume) may change scoring only (``lifecycle.scoring_config``)."""
+    (``--set`` on a resume) may change scoring only (``lifecycle.scoring_config``).
+    ``explicit``: the config keys the command line set (a β of one's own is kept)."""
     with open_run(
         config,
         existing=resume,
@@ -255,12 +269,11 @@ def run_phase5(
         embedder=embedder,
         progress=progress,
     ) as session:
+        prep = prepare(session, explicit)
         config, graph, timer, say = session.config, session.graph, session.timer, session.say
-        prep = prepare(session)
         name = run_name(config, session.lm.model_id, prep.layer)
-        run_id, new = session.start(
-            config.experiment, name, config.results_dir, tags={"phase": "5"}
-        )
+        tags = {"phase": "5", **({BETA_TAG: prep.beta_note} if prep.beta_note else {})}
+        run_id, new = session.start(config.experiment, name, config.results_dir, tags=tags)
         ctx = run_context(session, prep, run_id)
         run_dir = session.run_dir
         assert run_dir is not None

@@ -4,7 +4,8 @@ The reference decodes with the model's own cache, the single-product head and a 
 full sort. The CPU policy must pick the same tokens (its top-k prefilter differs from a
 sort only on exact ties) with the same log-probs bit for bit; the CUDA policy's static
 cache attends over a wider, masked cache, so its log-probs may move in the last bits
-(about 5e-7 here) and its tokens must still match on these models. Its graph-free
+(about 5e-7 here) and its tokens must still match on these models: a tiny random
+Gemma 3 and a tiny random Llama (SmolLM2's architecture), issue 37. Its graph-free
 variant runs here; the graph capture runs in the tests marked ``cuda``.
 """
 
@@ -38,6 +39,13 @@ SAMPLED = SamplingConfig(max_new_tokens=10, temperature=1.0, top_p=0.95)
 HOT = SamplingConfig(max_new_tokens=10, temperature=0.7, top_p=0.8)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(params=["gemma3", "llama"])
+def arch_lm(request):
+    """The tiny random model of each architecture the policies are held to: Gemma 3
+    (sliding-window layers) and Llama (SmolLM2's: full attention only, tied head)."""
+    return request.getfixturevalue({"gemma3": "tiny_lm", "llama": "tiny_llama_lm"}[request.param])
 
 
 @pytest.fixture(scope="module")
@@ -98,19 +106,19 @@ def test_a_model_can_name_its_policy(make_tiny_lm):
 
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED, HOT], ids=["greedy", "sampled", "hot"])
 @pytest.mark.parametrize("mode", ["additive", "projection"])
-def test_cpu_policy_equals_the_reference(tiny_lm, directions, sampling, mode):
+def test_cpu_policy_equals_the_reference(arch_lm, directions, sampling, mode):
     rows = grid(coefficients=(0.0, 3.0, -3.0) if mode == "additive" else (0.0, 1.0, -1.0))
-    ref, _ = decode(tiny_lm, rows, directions, sampling, ReferencePolicy(), mode)
-    got, _ = decode(tiny_lm, rows, directions, sampling, CpuPolicy(), mode)
+    ref, _ = decode(arch_lm, rows, directions, sampling, ReferencePolicy(), mode)
+    got, _ = decode(arch_lm, rows, directions, sampling, CpuPolicy(), mode)
     assert_same(got, ref, logprob_tol=0)
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED, HOT], ids=["greedy", "sampled", "hot"])
 @pytest.mark.parametrize("mode", ["additive", "projection"])
-def test_cuda_policy_without_graphs_equals_the_reference(tiny_lm, directions, sampling, mode):
+def test_cuda_policy_without_graphs_equals_the_reference(arch_lm, directions, sampling, mode):
     rows = grid(coefficients=(0.0, 3.0, -3.0) if mode == "additive" else (0.0, 1.0, -1.0))
-    ref, _ = decode(tiny_lm, rows, directions, sampling, ReferencePolicy(), mode)
-    got, stats = decode(tiny_lm, rows, directions, sampling, CudaPolicy(graphs=False), mode)
+    ref, _ = decode(arch_lm, rows, directions, sampling, ReferencePolicy(), mode)
+    got, stats = decode(arch_lm, rows, directions, sampling, CudaPolicy(graphs=False), mode)
     assert_same(got, ref, logprob_tol=1e-5)
     assert stats.rows == len(rows)
     assert stats.new_tokens == sum(g.n_new_tokens for g in got)
@@ -146,14 +154,14 @@ def test_the_policies_agree_on_the_multimodal_class(tiny_multimodal_lm, sampling
     assert_same(cuda, ref, logprob_tol=1e-5)
 
 
-def test_steering_changes_the_tokens_the_policies_agree_on(tiny_lm, directions):
+def test_steering_changes_the_tokens_the_policies_agree_on(arch_lm, directions):
     """The agreement above is not vacuous: steered rows differ from the same rows
     unsteered, under every policy (the CUDA policy's own hook does steer)."""
     rows = grid(coefficients=(3.0, 3.0, 3.0))
     plain = [GenerationRow(r.key, r.prompt, r.seed, r.direction, 0.0) for r in rows]
     for policy in (ReferencePolicy(), CpuPolicy(), CudaPolicy(graphs=False)):
-        steered, _ = decode(tiny_lm, rows, directions, SAMPLED, policy)
-        unsteered, _ = decode(tiny_lm, plain, directions, SAMPLED, policy)
+        steered, _ = decode(arch_lm, rows, directions, SAMPLED, policy)
+        unsteered, _ = decode(arch_lm, plain, directions, SAMPLED, policy)
         assert sum(a.token_ids != b.token_ids for a, b in zip(steered, unsteered, strict=True)) >= 4
 
 

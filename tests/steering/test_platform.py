@@ -72,3 +72,28 @@ def test_device_cpu_on_a_gpu_host_keeps_everything_on_the_cpu(gpu_host, tiny_mod
     with open_run(config) as session:
         assert session.lm.device.type == "cpu" and isinstance(session.lm.platform, CpuPlatform)
         assert session.embedder.device.type == "cpu"
+
+
+def test_the_embedders_device_comes_from_the_platform_of_the_configs_device(gpu_host):
+    """``metrics.embedder`` has no device of its own any more: ``auto`` on a GPU host is
+    the card for the model and the embedder alike, ``cpu`` is the CPU for both, and a
+    rescore (no model loaded) asks the config's device the same way."""
+    from experiments.pipeline.lifecycle import embedder_device
+    from metrics.embedder import device_for, load_embedder
+
+    assert device_for("auto") == "cuda"
+    assert device_for("cuda:1") == "cuda:1"
+    assert device_for("cpu") == "cpu"
+    config = load_config("configs/phase5.yaml", ["device=cpu"])
+    assert embedder_device(config, None) == "cpu"
+    assert embedder_device(load_config("configs/phase5.yaml"), None) == "cuda"
+    with pytest.raises(TypeError):
+        load_embedder("embedded")  # no default device: the caller names the platform's
+    assert load_embedder("embedded", device_for("cpu")).device.type == "cpu"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA host: the card is auto's")
+def test_the_embedder_follows_the_cpu_on_a_cpu_host():
+    from metrics.embedder import device_for
+
+    assert device_for("auto") == "cpu"

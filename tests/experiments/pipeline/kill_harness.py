@@ -139,7 +139,7 @@ def main(stage: str, config_path: str, threads: int) -> None:
 
     torch.set_num_threads(threads)
     config = load_config(config_path)
-    lm, embedder = tiny_model(), load_embedder("embedded")
+    lm, embedder = tiny_model(), load_embedder("embedded", "cpu")
     arm(stage)
     run_phase5(config, lm=lm, embedder=embedder)
     print("the run finished: the kill point was never reached", file=sys.stderr)

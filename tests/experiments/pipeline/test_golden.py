@@ -21,18 +21,46 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.pipeline.probes import classifier_dir, graph_key
 from experiments.pipeline.run import run_phase5
+from experiments.strength_range import StrengthLimits, StrengthRange, save_range
 
 GOLDEN = Path(__file__).with_name("golden_tiny_run.json")
 GOLDEN_PROBES = Path(__file__).with_name("golden_tiny_probes")
 
 
+def around(beta: float, model_id: str) -> StrengthRange:
+    """A recorded range from β/2 to 2β (its own β 2β, which the run must not take)."""
+    return StrengthRange(
+        model_id=model_id,
+        layer=2,
+        mode="additive",
+        vector_source="classifier",
+        alpha=1.0,
+        grid=[beta / 2, beta, 2 * beta],
+        concepts=[],
+        prompts=3,
+        max_new_tokens=12,
+        seed=0,
+        limits=StrengthLimits(),
+        unsteered={},
+        steps=[],
+        low=beta / 2,
+        high=2 * beta,
+        beta=2 * beta,
+    )
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["no-range", "range-around-beta"])
 def test_pipeline_reproduces_the_monolithic_run(
-    tmp_path, mlflow_store, tiny_lm, embedder, one_thread
+    tmp_path, mlflow_store, tiny_lm, embedder, one_thread, recorded
 ):
+    """``range-around-beta``: a strength range recorded with the classifiers that holds
+    the config's β (issue 37) leaves every text and Δ as they were."""
     config = load_config(
         "configs/phase5.yaml",
         [
@@ -50,6 +78,8 @@ def test_pipeline_reproduces_the_monolithic_run(
     directory.mkdir(parents=True)
     for path in GOLDEN_PROBES.glob("*.json"):
         shutil.copy(path, directory / path.name)
+    if recorded:
+        save_range(directory, around(config.steering.beta, tiny_lm.probe_id))
     result = run_phase5(config, lm=tiny_lm, embedder=embedder)
     assert result.record.classifier_run_id is None  # loaded, not retrained
     golden = {r["key"]: r for r in json.loads(GOLDEN.read_text())}

