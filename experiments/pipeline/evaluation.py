@@ -1,8 +1,10 @@
 """Stage: the run's steered generations in MLflow's GenAI evaluation views.
 
-After the traces, each report-split generation steered along its concept's direction
-is scored by MLflow code scorers that read what this run already computed (no model
-call, no new number): whether it passed the coherence gate, whether it moved the way
+Each report-split generation steered along its concept's direction is scored by MLflow
+code scorers that read what this run already computed (no model call, no new number;
+the feedback is written with the generation's trace, and this stage links the traces
+to the evaluation run and logs its means: experiments/tracking/evaluation.py):
+whether it passed the coherence gate, whether it moved the way
 the strength points (gated effect > 0, the unit of ``v2_direction_*``) and its effect
 above the random-direction null on the same unit (the unit of
 ``v2_effect_above_null_*``). Each scorer is split by the sign of the strength
@@ -25,8 +27,8 @@ from experiments.pipeline.context import RunContext
 from experiments.pipeline.effect import UNIT, above_null, paired_effects
 from experiments.pipeline.plan import CONCEPT_ARM
 from experiments.rundir import RunDir
-from experiments.tracking.evaluation import evaluate_traces
-from experiments.tracking.traces import trace_map
+from experiments.tracking.evaluation import finish_evaluation, open_evaluation, scorer_feedback
+from experiments.tracking.traces import Feedback, trace_map
 
 MEASURES = {
     "gate_pass": "the text passed the coherence gate (not near-empty, no echo, perplexity "
@@ -70,27 +72,39 @@ def _same_sign(name: str) -> set[str]:
     return {f"{measure}_{label}" for measure in MEASURES}
 
 
-def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> dict[str, float]:
-    """Evaluate the run's steered traces into its evaluation child; returns the metrics
-    (``gate_pass/mean`` ...), also logged on the parent as ``evaluation/...``."""
+def _plan(records: pd.DataFrame, ctx: RunContext) -> tuple[dict, dict[str, str]]:
+    """The scorers' values per generation key, and the scorers that run: those whose
+    sign has generations, every one of them with a value."""
     values = evaluation_values(records, ctx)
-    if not values:
-        return {}
-    # a scorer whose sign has generations, every one of them with a value
     names = [
         n
         for n in SCORERS
         if any(n in v for v in values.values())
         and all(n in v for v in values.values() if set(v) & _same_sign(n))
     ]
+    return values, {n: SCORERS[n] for n in names}
+
+
+def scorer_items(ctx: RunContext, records: pd.DataFrame) -> dict[str, list[Feedback]]:
+    """Per generation key, the scorers' feedback its trace carries (the traces stage
+    writes it with the trace); opens the evaluation child run it names."""
+    values, descriptions = _plan(records, ctx)
+    if not values:
+        return {}
+    child = open_evaluation(ctx.config.experiment, ctx.run_id)
+    return scorer_feedback(child, values, descriptions)
+
+
+def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> dict[str, float]:
+    """Close the run's evaluation child over its traces (their scorer feedback came with
+    them); returns the metrics (``gate_pass_pos/mean`` ...), also logged on the parent as
+    ``evaluation/...``."""
+    values, descriptions = _plan(records, ctx)
+    if not values:
+        return {}
     experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
     ids = trace_map(experiment_id, ctx.run_id, run_dir.file(RunDir.TRACES))
-    _child, metrics = evaluate_traces(
-        ctx.config.experiment,
-        ctx.run_id,
-        ids,
-        values,
-        {n: SCORERS[n] for n in names},
-    )
+    child = open_evaluation(ctx.config.experiment, ctx.run_id)
+    metrics = finish_evaluation(child, ids, values, descriptions)
     tracking.log_metrics(ctx.run_id, {f"evaluation/{k}": v for k, v in metrics.items()})
     return metrics

@@ -9,13 +9,14 @@ the judges rate those too. ``tracking.traces: false`` skips the stage.
 
 A rescore replaces changed code feedback on the existing traces (MLflow keeps the old
 value, marked invalid); a resume traces only the rows that have no trace yet, by the
-run folder's ``traces.json`` and the traces' own key tags (a run killed between a trace
-and the map file that lists it does not trace that row twice).
+run folder's ``traces.json`` and the traces' own key tags (a run killed between a batch
+and the map file that lists it does not trace those rows twice).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pandas as pd
 
@@ -32,6 +33,7 @@ from experiments.tracking.traces import (
     keys_of_traces,
     log_generation_traces,
     read_map,
+    settle_unmapped,
     write_map,
 )
 
@@ -168,19 +170,29 @@ def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]
 
 def log_traces(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame, rescore: bool) -> int:
     """Trace every generation without one; on a rescore also refresh the code feedback
-    of existing traces. Returns the number of traces the run has."""
+    of existing traces. With ``tracking.evaluation`` each evaluated generation's trace
+    also carries the GenAI evaluation's scorer feedback (experiments.pipeline.evaluation),
+    written with the trace. Returns the number of traces the run has."""
     import time
+
+    from experiments.pipeline.evaluation import scorer_items
 
     started = time.perf_counter()
     experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
     map_file = run_dir.file(RunDir.TRACES)
     items = trace_items(records, ctx)
+    if ctx.config.tracking.evaluation:
+        scored = scorer_items(ctx, records)
+        items = [replace(i, feedback=[*i.feedback, *scored.get(i.key, [])]) for i in items]
     known = read_map(map_file)
-    # traces.json is written after each chunk, so a run killed mid-chunk has traces it
-    # does not list: their key tags say which, and they are not logged twice.
+    # traces.json is written after each batch, so a run killed mid-batch has traces it
+    # does not list: their key tags say which; those stored whole are kept (not traced
+    # twice), those a crash left without their span are traced again.
     tagged = keys_of_traces(experiment_id, ctx.run_id)
-    if set(tagged) - set(known):
-        known = {**tagged, **known}
+    unmapped = {k: t for k, t in tagged.items() if k not in known}
+    if unmapped:
+        kept = settle_unmapped(experiment_id, unmapped.values())
+        known = {**{k: t for k, t in unmapped.items() if t in kept}, **known}
         write_map(map_file, known)
     if rescore and known:
         feedback = {known[i.key]: i.feedback for i in items if i.key in known}

@@ -100,18 +100,21 @@ def arm(stage: str) -> None:
             die()
 
         report.plots = dies_drawing
-    elif stage == "evaluation":  # MLflow's evaluate, after some scorers' assessments
-        import mlflow
+    elif stage == "evaluation":  # the evaluation run open, its first traces linked
+        from mlflow.tracking.client import MlflowClient
 
-        log_assessment, logged = mlflow.log_assessment, []
+        link, linked = MlflowClient.link_traces_to_run, []
 
-        def dies_in_the_fourth(*args, **kwargs):
-            logged.append(1)
-            if len(logged) == 4:
+        def dies_in_the_second_link(self, trace_ids, run_id):
+            linked.append(1)
+            if len(linked) == 2:
                 die()
-            return log_assessment(*args, **kwargs)
+            return link(self, trace_ids, run_id)
 
-        mlflow.log_assessment = dies_in_the_fourth
+        import experiments.tracking.evaluation as evaluation
+
+        evaluation.LINK_BATCH = 10
+        MlflowClient.link_traces_to_run = dies_in_the_second_link
     else:
         raise SystemExit(f"unknown stage {stage!r}; one of {STAGES}")
 
