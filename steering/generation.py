@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +41,7 @@ from steering.sampling import (  # noqa: F401  (re-exported: the sampler's old h
     sample_next,
 )
 from steering.scratch import Scratch
+from steering.suffix import capture_layer_states, decoder_suffix, row_states, supports_suffix
 from steering.vector import Mode
 
 
@@ -164,6 +166,7 @@ def generate_batch(
     on_step: Callable[[int, int], None] | None = None,
     logprobs_for: Sequence[bool] | None = None,
     policy: DecodePolicy | None = None,
+    layer_states: list[torch.Tensor | None] | None = None,
 ) -> tuple[list[Generation], BatchStats]:
     """Generate every row in one batch, each with its own steering coefficient.
 
@@ -172,13 +175,19 @@ def generate_batch(
     (default: every row; the others get an empty list). Each recorded row costs a
     log-softmax over the vocabulary per step, and the pipeline needs them only for its
     unsteered rows, whose NLL they are. ``policy`` overrides the model's decode policy
-    (tests and the bench compare them).
+    (tests and the bench compare them). ``layer_states``, a list, receives per row the
+    residual stream leaving ``layer`` before steering, at the positions that score its
+    continuation (steering/suffix.py; for :func:`continuation_nll`'s ``states``).
     """
     start = time.perf_counter()
     policy = policy or policy_for(lm)
     batch = prepare_batch(lm, rows, directions, layer, mode, sampling, logprobs_for)
     steps, every = batch.steps, policy.eos_every
-    with policy.decoder(lm, batch) as decoder:
+    captured: list[torch.Tensor] = []
+    capture = (
+        capture_layer_states(lm, layer, captured) if layer_states is not None else nullcontext()
+    )
+    with capture, policy.decoder(lm, batch) as decoder:
         for step in range(steps):
             if on_step is not None:
                 on_step(step, steps)
@@ -206,6 +215,10 @@ def generate_batch(
                 stopped_at_eos=n < steps,
                 logprobs=lp_cpu[i, :n].tolist() if i in wanted else [],
             )
+        )
+    if layer_states is not None:
+        layer_states[:] = row_states(
+            captured, [g.n_prompt_tokens for g in results], [len(g.token_ids) for g in results]
         )
     stats = BatchStats(len(rows), int(lengths_cpu[: len(rows)].sum()), time.perf_counter() - start)
     return results, stats
@@ -248,6 +261,8 @@ def continuation_nll(
     continuations: Sequence[Sequence[int]],
     batch_size: int | None = None,
     logits_budget: int | None = None,
+    states: Sequence[torch.Tensor | None] | None = None,
+    from_layer: int | None = None,
 ) -> list[float | None]:
     """Mean negative log-likelihood of each continuation given its prompt, unsteered.
 
@@ -262,6 +277,11 @@ def continuation_nll(
     computed in place on the kept logits (:func:`~steering.head.target_logprobs`).
     Either way a row's value does not depend on its neighbours beyond the float rounding
     of padded attention and of a blocked sum.
+
+    With ``states`` (per row, the unsteered residual stream leaving decoder layer
+    ``from_layer - 1`` at its prompt and continuation positions, as generation captured
+    it: ``generate_batch(layer_states=...)``) a pass on the blocked head runs only the
+    layers from ``from_layer`` on (steering/suffix.py), where the model supports it.
     """
     conts = [list(c) for c in continuations]
     out: list[float | None] = [None] * len(conts)
@@ -273,6 +293,17 @@ def continuation_nll(
             todo.sort(key=lambda i: (lengths[i], i))
             rows = batch_size or NLL_BLOCKED_ROWS
             chunks = _nll_chunks([len(conts[i]) for i in todo], rows, NLL_BLOCKED_POSITIONS)
+            if (
+                states is not None
+                and from_layer is not None
+                and all(states[i] is not None for i in todo)
+                and supports_suffix(lm)
+            ):
+                with decoder_suffix(lm, from_layer) as decoder:
+                    for chunk in chunks:
+                        rows_ = [todo[j] for j in chunk]
+                        _chunk_nll_states(decoder, states, conts, rows_, out, scratch, head)
+                return out
         else:
             on_card = lm.platform.on_card
             if batch_size is None:
@@ -286,6 +317,48 @@ def continuation_nll(
             for chunk in chunks:
                 _chunk_nll(lm, prompts, conts, [todo[j] for j in chunk], out, scratch, head)
     return out
+
+
+def _chunk_nll_states(
+    decoder: torch.nn.Module,
+    states: Sequence[torch.Tensor | None],
+    conts: list[list[int]],
+    rows: list[int],
+    out: list[float | None],
+    scratch: Scratch,
+    head: BlockedHead,
+) -> None:
+    """:func:`_chunk_nll` from captured states: the decoder's upper layers (open in
+    :func:`~steering.suffix.decoder_suffix`) over each row's prompt and continuation but
+    its last token, left-padded, then the blocked head at the positions that predict a
+    continuation token."""
+    seqs = [states[i] for i in rows]
+    width = max(len(seq) for seq in seqs)
+    first = seqs[0]
+    hidden = torch.zeros(
+        (len(rows), width, first.shape[-1]), dtype=first.dtype, device=first.device
+    )
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    predicts = torch.zeros((len(rows), width), dtype=torch.bool)
+    for r, (seq, i) in enumerate(zip(seqs, rows, strict=True)):
+        hidden[r, width - len(seq) :] = seq
+        attn[r, width - len(seq) :] = 1
+        predicts[r, width - len(conts[i]) :] = True
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    device = first.device
+    final = decoder(
+        inputs_embeds=hidden,
+        attention_mask=attn.to(device),
+        position_ids=pos.to(device),
+        use_cache=False,
+    ).last_hidden_state
+    targets = torch.tensor([t for i in rows for t in conts[i]], device=device)
+    token_lp = target_logprobs_blocked(final[predicts.to(device)], head, targets, scratch).cpu()
+    offset = 0
+    for i in rows:
+        n = len(conts[i])
+        out[i] = float(-token_lp[offset : offset + n].mean())
+        offset += n
 
 
 def _chunk_nll(

@@ -15,6 +15,7 @@ from experiments.execution.base import BatchResult, PlanSpec
 from experiments.timer import Timer
 from steering.generation import Generation, GenerationRow, continuation_nll, generate_batch
 from steering.models import LoadedModel
+from steering.suffix import supports_suffix
 
 
 def is_unsteered(row: GenerationRow, base_prompts: dict[str, str] | None) -> bool:
@@ -28,10 +29,14 @@ def unsteered_nll(
     gens: list[Generation],
     timer: Timer,
     base_prompts: dict[str, str] | None = None,
+    states: list | None = None,
+    layer: int | None = None,
 ) -> list[float | None]:
     """Mean NLL of each continuation under the unsteered model given the *original*
     prompt. Unsteered rows already have it from sampling; steered rows, and rows steered
-    by an instruction (``base_prompts``: key -> prompt without it), get a forward pass."""
+    by an instruction (``base_prompts``: key -> prompt without it), get a forward pass,
+    from the layer above ``layer`` when generation captured the rows' unsteered
+    ``states`` there (a row steered by an instruction has none: its prompt differs)."""
     base = base_prompts or {}
     nll: list[float | None] = [None] * len(gens)
     steered = [i for i, r in enumerate(batch) if not is_unsteered(r, base) and gens[i].token_ids]
@@ -40,10 +45,15 @@ def unsteered_nll(
             nll[i] = -float(np.mean(gens[i].logprobs))
     if steered:
         with timer.time("perplexity"):
+            kept = None
+            if states is not None and layer is not None:
+                kept = [None if gens[i].key in base else states[i] for i in steered]
             losses = continuation_nll(
                 lm,
                 [base.get(gens[i].key, gens[i].prompt) for i in steered],
                 [gens[i].token_ids for i in steered],
+                states=kept,
+                from_layer=None if layer is None else layer + 1,
             )
         for i, loss in zip(steered, losses, strict=True):
             nll[i] = loss
@@ -61,6 +71,10 @@ def run_batch(
     """Generate one batch and its unsteered NLLs; the stage times travel with the result."""
     timer = Timer()
     started_ns = time.time_ns()
+    # On the CPU the decode keeps each row's residual stream at the steered layer, so the
+    # perplexity pass runs only the layers above it (steering/suffix.py); a CUDA graph
+    # replays its step without Python hooks, so a card runs the whole pass.
+    states: list | None = [] if lm.device.type == "cpu" and supports_suffix(lm) else None
     with timer.time("generation"):
         gens, stats = generate_batch(
             lm,
@@ -71,9 +85,10 @@ def run_batch(
             spec.sampling,
             on_step=on_step,
             logprobs_for=[is_unsteered(r, spec.base_prompts) for r in rows],
+            layer_states=states,
         )
     ended_ns = time.time_ns()
-    nll = unsteered_nll(lm, rows, gens, timer, spec.base_prompts)
+    nll = unsteered_nll(lm, rows, gens, timer, spec.base_prompts, states, spec.layer)
     return BatchResult(
         index, list(rows), gens, nll, stats, dict(timer.stages), worker, started_ns, ended_ns
     )
