@@ -20,6 +20,7 @@ from steering.generation import (
     sample_next,
     suppressed_ids,
 )
+from steering.sampling import TOPK_CHUNK, candidate_topk, inverse_cdf_pick, nucleus_pick
 from steering.scratch import Scratch
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=150)
@@ -160,6 +161,49 @@ def test_a_reused_scratch_picks_the_same_tokens_as_fresh_tensors(case):
     for rows in (logits.shape[0], 1, logits.shape[0]):
         fresh = sample_next(logits[:rows], u[:rows], sampling, k)
         assert torch.equal(sample_next(logits[:rows], u[:rows], sampling, k, scratch), fresh)
+
+
+@st.composite
+def chunked_cases(draw):
+    """Vocabularies the chunked top-k runs on (multiples of its chunk), logits with and
+    without many exact ties (rounded to a coarse grid)."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    rows = draw(st.integers(1, 6))
+    vocab = TOPK_CHUNK * draw(st.integers(8, 160))
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=g) * draw(st.sampled_from([0.3, 1.0, 3.0, 10.0]))
+    if draw(st.booleans()):
+        logits = logits.mul(2).round().div(2)  # ties everywhere, as unused tokens share a logit
+    k = draw(st.integers(1, vocab // TOPK_CHUNK // 4))
+    u = torch.rand(rows, generator=g)
+    return logits, u, SamplingConfig(top_p=draw(st.floats(0.05, 1.0))), k
+
+
+def _topk_pick(probs, u, top_p, k):
+    """The pick as it was before the chunked top-k: torch.topk's own order."""
+    if k >= probs.shape[-1]:
+        full_probs, full_idx = probs.sort(dim=-1, descending=True)
+        return full_idx.gather(1, inverse_cdf_pick(full_probs, top_p, u)[:, None])[:, 0]
+    top_probs, top_idx = probs.topk(k, dim=-1)
+    choice = top_idx.gather(1, inverse_cdf_pick(top_probs, top_p, u)[:, None])[:, 0]
+    short = torch.nonzero(top_probs.sum(dim=-1) < top_p)[:, 0]
+    if len(short):
+        choice[short] = _topk_pick(probs[short], u[short], top_p, k * 4)
+    return choice
+
+
+@PROPS
+@given(chunked_cases())
+def test_the_chunked_top_k_picks_torch_topk_s_token_bit_for_bit(case):
+    """The chunked top-k finds topk's values exactly, and with the tie fallback the pick
+    is topk's own token, ties included."""
+    logits, u, sampling, k = case
+    probs = torch.softmax(logits, dim=-1)
+    values, indices = candidate_topk(probs, k)
+    assert torch.equal(values, probs.topk(k, dim=-1).values)
+    assert torch.equal(probs.gather(1, indices), values)
+    picked = nucleus_pick(probs, u, sampling.top_p, k, Scratch())
+    assert torch.equal(picked, _topk_pick(probs, u, sampling.top_p, k))
 
 
 def test_scratch_reuses_one_tensor_per_name_and_grows_when_needed():
