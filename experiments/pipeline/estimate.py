@@ -31,7 +31,7 @@ from steering.preflight import ModelFacts, read_model
 
 # Stages whose time does not grow with the rows generated (a model loads once whatever
 # the plan); every other stage of an earlier run is scaled to this plan's rows × tokens.
-FIXED_STAGES = frozenset({"model_load", "classifiers", "vectors", "centroids"})
+FIXED_STAGES = frozenset({"model_load", "classifiers", "vectors", "centroids", "mlflow_open"})
 RECORD_FILES = (RunDir.RECORD, RunDir.ANALYSIS)  # Phase 5's record; Phase 6's and identify's
 
 
@@ -132,16 +132,16 @@ def count_rows(config: ExperimentConfig, graph: ConceptGraph) -> dict[str, int]:
 
 def phase5_stages(config: ExperimentConfig) -> list[str]:
     """The stages a Phase 5 run times, in order (the names of its record's timings)."""
-    stages = ["model_load", "classifiers", "vectors", "centroids"]
+    stages = ["model_load", "classifiers", "vectors", "centroids", "mlflow_open"]
     stages += ["generation", "perplexity", "embedding"]  # selection's rows included
     if config.likelihood.enabled:
         stages.append("likelihood")
-    stages += ["analysis", "measurement", "logging"]
+    stages += ["analysis", "measurement"]
     if config.tracking.traces:
         stages.append("traces")
         if config.tracking.evaluation:
             stages.append("evaluation")
-    return stages
+    return [*stages, "figures", "views", "mlflow_parent", "child_runs"]
 
 
 def batch_size(config: ExperimentConfig, model: ModelFacts) -> str:
