@@ -319,6 +319,18 @@ def continuation_nll(
     return out
 
 
+def _row_means(
+    token_lp: torch.Tensor, conts: list[list[int]], rows: list[int], out: list[float | None]
+) -> None:
+    """Each row's mean NLL into ``out``, from its continuation's token log-probs laid end
+    to end in ``rows``' order."""
+    offset = 0
+    for i in rows:
+        n = len(conts[i])
+        out[i] = float(-token_lp[offset : offset + n].mean())
+        offset += n
+
+
 def _chunk_nll_states(
     decoder: torch.nn.Module,
     states: Sequence[torch.Tensor | None],
@@ -354,11 +366,7 @@ def _chunk_nll_states(
     ).last_hidden_state
     targets = torch.tensor([t for i in rows for t in conts[i]], device=device)
     token_lp = target_logprobs_blocked(final[predicts.to(device)], head, targets, scratch).cpu()
-    offset = 0
-    for i in rows:
-        n = len(conts[i])
-        out[i] = float(-token_lp[offset : offset + n].mean())
-        offset += n
+    _row_means(token_lp, conts, rows, out)
 
 
 def _chunk_nll(
@@ -401,8 +409,4 @@ def _chunk_nll(
         token_lp = target_logprobs_blocked(kept, head, targets, scratch).cpu()
     else:
         token_lp = target_logprobs(kept.float(), targets).cpu()
-    offset = 0
-    for i in rows:
-        n = len(conts[i])
-        out[i] = float(-token_lp[offset : offset + n].mean())
-        offset += n
+    _row_means(token_lp, conts, rows, out)

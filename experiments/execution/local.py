@@ -53,7 +53,7 @@ def unsteered_nll(
                 [base.get(gens[i].key, gens[i].prompt) for i in steered],
                 [gens[i].token_ids for i in steered],
                 states=kept,
-                from_layer=None if layer is None else layer + 1,
+                from_layer=None if kept is None else layer + 1,
             )
         for i, loss in zip(steered, losses, strict=True):
             nll[i] = loss

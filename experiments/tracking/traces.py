@@ -105,21 +105,10 @@ def _clean(value: Any) -> Any:
 
 
 def _log(trace_id: str, fb: Feedback, source) -> None:
+    """Store one feedback on a stored trace (its own transaction)."""
     import mlflow
-    from mlflow.entities import AssessmentError
 
-    error = None
-    if fb.error is not None or fb.value is None:
-        error = AssessmentError(error_code="NO_SCORE", error_message=fb.error or "no value")
-    mlflow.log_feedback(
-        trace_id=trace_id,
-        name=fb.name,
-        value=_clean(fb.value) if error is None else None,
-        source=source,
-        error=error,
-        rationale=(fb.rationale or None) and fb.rationale[:MAX_RATIONALE],
-        metadata=_metadata(fb.metadata),
-    )
+    mlflow.log_assessment(trace_id=trace_id, assessment=_assessment(trace_id, fb, source))
 
 
 def read_map(path: Path | None) -> dict[str, str]:
@@ -240,7 +229,13 @@ class _TraceBuilder:
             trace.info.tags.update(exclude_immutable_tags({KEY_TAG: item.key, **item.tags}))
             trace.info.trace_metadata[SOURCE_RUN] = self.run_id
             trace.info.assessments.extend(
-                _assessment(trace_id, span.span_id, fb, self.code) for fb in item.feedback
+                _assessment(
+                    trace_id,
+                    fb,
+                    self.code if fb.source_id is None else _source("CODE", fb.source_id),
+                    span.span_id if fb.on_span else None,
+                )
+                for fb in item.feedback
             )
         self._finished.clear()
         # LiveSpan.end, as MLflow's fluent API ends a span: the default log level, any
@@ -266,8 +261,9 @@ def _urandom_ids():
     return UrandomIds()
 
 
-def _assessment(trace_id: str, span_id: str, fb: Feedback, code):
-    """The MLflow feedback entity of ``fb`` (the code source unless ``fb`` names its own)."""
+def _assessment(trace_id: str, fb: Feedback, source, span_id: str | None = None):
+    """The MLflow feedback entity of ``fb`` from ``source``: an abstention (no value, or
+    an error) is logged as an error, never as a score; NaN becomes no value."""
     from mlflow.entities import AssessmentError
     from mlflow.entities import Feedback as MlflowFeedback
 
@@ -278,11 +274,11 @@ def _assessment(trace_id: str, span_id: str, fb: Feedback, code):
         name=fb.name,
         value=_clean(fb.value) if error is None else None,
         error=error,
-        source=code if fb.source_id is None else _source("CODE", fb.source_id),
+        source=source,
         rationale=(fb.rationale or None) and fb.rationale[:MAX_RATIONALE],
         metadata=_metadata(fb.metadata) or None,
         trace_id=trace_id,
-        span_id=span_id if fb.on_span else None,
+        span_id=span_id,
     )
 
 
