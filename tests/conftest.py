@@ -125,54 +125,46 @@ def build_tiny_tokenizer(extra_words: tuple[str, ...] = ()):
     return tokenizer
 
 
-def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
-    """A random Gemma 3 small enough for unit tests; vocab 512 covers the tiny tokenizer."""
+# The shape both tiny text models share: 4 layers of width 64, one KV head, the tiny
+# tokenizer's special ids.
+TINY_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 512,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "bos_token_id": 2,
+}
+
+
+def _build_tiny(config_class, model_class, seed: int, vocab_size: int, **extra):
     import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(seed)
-    config = Gemma3TextConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        sliding_window=64,
-    )
-    model = Gemma3ForCausalLM(config).eval()
+    config = config_class(vocab_size=vocab_size, **TINY_SHAPE, **extra)
+    model = model_class(config).eval()
     model.generation_config.eos_token_id = 1
     return model
+
+
+def build_tiny_gemma(seed: int = 0, vocab_size: int = 512):
+    """A random Gemma 3 small enough for unit tests; vocab 512 covers the tiny tokenizer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    return _build_tiny(
+        Gemma3TextConfig, Gemma3ForCausalLM, seed, vocab_size, head_dim=16, sliding_window=64
+    )
 
 
 def build_tiny_llama(seed: int = 0, vocab_size: int = 512):
     """A random Llama (SmolLM2's architecture: no sliding window, grouped KV heads, tied
     embeddings) at the tiny Gemma's size; vocab 512 covers the tiny tokenizer."""
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.eos_token_id = 1
-    return model
+    return _build_tiny(LlamaConfig, LlamaForCausalLM, seed, vocab_size, tie_word_embeddings=True)
 
 
 def tiny_multimodal_config():
