@@ -193,6 +193,12 @@ class CpuDecoder:
         self.forward = DynamicSteps(lm, batch)
         self.state = DecodeState(batch.n_rows, batch.steps, batch.pad_id, batch.eos)
         self.scratch = Scratch()
+        device = batch.input_ids.device
+        self.lp_rows = (
+            None
+            if batch.lp_rows is None
+            else torch.tensor(batch.lp_rows, dtype=torch.long, device=device)
+        )
 
     def step(self, step: int) -> None:
         b = self.batch
@@ -200,19 +206,23 @@ class CpuDecoder:
         # The reported log-prob is of the unmasked distribution; the mask then goes in
         # place (out.logits is not used again): no copy of [rows, vocab] per step.
         # A row's log-softmax is the same alone as in its batch, so only the rows
-        # that want log-probs pay for one.
-        if b.lp_rows is None:
+        # that want log-probs pay for one: copied out together (one log-softmax runs its
+        # rows on every core; one per row ran on one core, 11 ms against 7.5 for 30 rows).
+        if self.lp_rows is None:
             logp = torch.log_softmax(logits.float(), dim=-1)
         else:
-            logp = [torch.log_softmax(logits[i].float(), dim=-1) for i in b.lp_rows]
+            shape = (len(self.lp_rows), logits.shape[1])
+            wanted = self.scratch.take("lp_logits", shape, logits)
+            wanted = torch.index_select(logits, 0, self.lp_rows, out=wanted).float()
+            out = self.scratch.take("logp", shape, wanted)
+            logp = torch.log_softmax(wanted, dim=-1, out=out)
         allowed = logits.float().index_fill_(1, b.banned, float("-inf"))
         nxt = sample_next(allowed, b.u[:, step], b.sampling, TOPK_PREFILTER, self.scratch)
-        if b.lp_rows is None:
+        if self.lp_rows is None:
             lp = logp.gather(1, nxt[:, None])[:, 0]
         else:
             lp = torch.zeros(b.n_rows, device=logits.device)
-            for i, row_logp in zip(b.lp_rows, logp, strict=True):
-                lp[i] = row_logp[nxt[i]]
+            lp[self.lp_rows] = logp.gather(1, nxt[self.lp_rows][:, None])[:, 0]
         del logp
         nxt = self.state.record(step, nxt, lp)
         self.forward.advance(nxt)

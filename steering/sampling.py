@@ -54,29 +54,61 @@ def inverse_cdf_pick(sorted_probs: torch.Tensor, top_p: float, u: torch.Tensor) 
 # Chunks of the vocabulary whose maxima pick the candidates of the exact top-k
 # (:func:`candidate_topk`); a vocabulary that does not divide keeps torch.topk.
 TOPK_CHUNK = 32
+# Candidates are narrowed again in chunks a quarter the size, down to this size: on 90
+# rows of 262,144 a further level of chunks of 2 cost more (95 ms a step) than it saved.
+MIN_CHUNK = 4
 
 
-def candidate_topk(probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` largest values per row, sorted descending, and their indices: the values
-    exactly those of ``probs.topk(k)``, the indices theirs except where values tie (then
-    any of the tied tokens may stand at a place).
+def chunk_maxima(probs: torch.Tensor, chunk: int = TOPK_CHUNK) -> torch.Tensor | None:
+    """Each row's maximum per chunk of ``chunk`` tokens, ``[rows, vocab // chunk]``, or
+    None when the vocabulary does not divide into chunks (or the rows are not contiguous)."""
+    rows, vocab = probs.shape
+    if vocab % chunk or not probs.is_contiguous():
+        return None
+    return probs.view(rows, vocab // chunk, chunk).amax(dim=-1)
+
+
+def _chunks_narrow(probs: torch.Tensor, k: int, chunk: int = TOPK_CHUNK) -> bool:
+    """Whether :func:`candidate_topk` narrows ``probs``'s top ``k`` through chunks."""
+    n = probs.shape[1]
+    return chunk >= MIN_CHUNK and not n % chunk and 2 * k <= n // chunk and probs.is_contiguous()
+
+
+def candidate_topk(
+    probs: torch.Tensor,
+    k: int,
+    rows: torch.Tensor | None = None,
+    maxima: torch.Tensor | None = None,
+    chunk: int = TOPK_CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest values of each row of ``probs[rows]`` (default: every row), sorted
+    descending, and their indices: the values exactly those of ``topk(k)``, the indices
+    theirs except where values tie (then any of the tied tokens may stand at a place).
+    ``maxima``, the rows' :func:`chunk_maxima`, saves the pass over the vocabulary when a
+    caller already has them.
 
     Why not ``torch.topk`` alone: on the CPU it partially sorts every row of 262,144
-    probabilities, 52 ms per 90-row decode step for k = 513 on a 2-core Xeon, a tenth of
-    the step. The largest ``k`` values lie in the ``k`` chunks of ``TOPK_CHUNK`` tokens
-    with the largest maxima (a chunk holding one of them has a maximum at least as
-    large; chunks tied at the boundary hold only tied values), so one pass of chunk
-    maxima and two small top-k's find the same values."""
-    rows, vocab = probs.shape
-    n_chunks = vocab // TOPK_CHUNK
-    if vocab % TOPK_CHUNK or k * 4 > n_chunks:
-        return probs.topk(k, dim=-1)
-    maxima = probs.view(rows, n_chunks, TOPK_CHUNK).amax(dim=-1)
-    chunks = maxima.topk(k, dim=-1).indices  # [rows, k]
-    within = torch.arange(TOPK_CHUNK, device=probs.device)
-    candidates = (chunks[:, :, None] * TOPK_CHUNK + within).reshape(rows, -1)
-    values, at = probs.gather(1, candidates).topk(k, dim=-1)
-    return values, candidates.gather(1, at)
+    probabilities, 52 ms per 90-row decode step for k = 513 on a 2-core Xeon, and 24 ms
+    more for the third of the rows whose nucleus needs k = 2,049. The largest ``k``
+    values lie in the ``k`` chunks with the largest maxima (a chunk holding one of them
+    has a maximum at least as large; chunks tied at the boundary hold only tied values),
+    so the top ``k`` chunks' tokens are candidates enough, and they are narrowed the same
+    way in chunks a quarter the size before a last, small ``topk``. The chunks are copied
+    out as whole rows of ``chunk`` tokens (one ``index_select``), and ``rows`` picks rows
+    without copying them. Where chunks would not narrow the search (fewer than ``2k``
+    chunks) it is ``topk`` on the rows."""
+    if not _chunks_narrow(probs, k, chunk):
+        return (probs if rows is None else probs.index_select(0, rows)).topk(k, dim=-1)
+    n_chunks = probs.shape[1] // chunk
+    if maxima is None:
+        chunked = probs.view(probs.shape[0], n_chunks, chunk)
+        maxima = (chunked if rows is None else chunked.index_select(0, rows)).amax(dim=-1)
+    first = torch.arange(probs.shape[0], device=probs.device) if rows is None else rows
+    _, chunks = candidate_topk(maxima, k, chunk=chunk)  # [rows, k]
+    flat = (chunks + first[:, None] * n_chunks).view(-1)
+    candidates = probs.view(-1, chunk).index_select(0, flat).view(len(first), k * chunk)
+    values, at = candidate_topk(candidates, k, chunk=chunk // 4)
+    return values, chunks.gather(1, at // chunk) * chunk + at % chunk
 
 
 def _tied(values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
@@ -89,31 +121,49 @@ def _tied(values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
 
 
 def nucleus_pick(
-    probs: torch.Tensor, u: torch.Tensor, top_p: float, k: int, scratch: Scratch
+    probs: torch.Tensor,
+    u: torch.Tensor,
+    top_p: float,
+    k: int,
+    scratch: Scratch,
+    rows: torch.Tensor | None = None,
+    maxima: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Top-p pick per row from the top ``k`` probabilities, widening ``k`` for rows whose
-    nucleus does not fit; a full sort only once ``k`` reaches the vocabulary.
+    """Top-p pick for each row of ``probs[rows]`` (default: every row) from its top ``k``
+    probabilities, widening ``k`` for rows whose nucleus does not fit; a full sort only
+    once ``k`` reaches the vocabulary. ``u`` (and ``maxima``, the rows' chunk maxima,
+    reused at every width) are those rows'. Where chunks no longer narrow the search the
+    rows are copied out once, into ``scratch``'s tensor for this ``k``.
 
     The top ``k + 1`` come from :func:`candidate_topk`, whose values (hence every sum,
     cumulative sum and pick place) are ``topk``'s; only which of several tokens of equal
     probability stands at a place may differ, so a row whose picked probability ties a
     neighbour takes its token from ``probs[row].topk(k)``, as it always did."""
+    if rows is not None and not _chunks_narrow(probs, k + 1):
+        # One name per k: the rows of this k are the input of the next.
+        copied = scratch.take(f"top{k}", (len(rows), probs.shape[1]), probs)
+        probs, rows, maxima = torch.index_select(probs, 0, rows, out=copied), None, None
     if k >= probs.shape[-1]:
         full_probs, full_idx = probs.sort(dim=-1, descending=True)
         return full_idx.gather(1, inverse_cdf_pick(full_probs, top_p, u)[:, None])[:, 0]
-    wide_probs, wide_idx = candidate_topk(probs, k + 1)
+    wide_probs, wide_idx = candidate_topk(probs, k + 1, rows, maxima)
     top_probs = wide_probs[:, :k].contiguous()  # the same tensor topk(k) returns, bit for bit
     at = inverse_cdf_pick(top_probs, top_p, u)
     choice = wide_idx.gather(1, at[:, None])[:, 0]
-    for row in torch.nonzero(_tied(wide_probs, at))[:, 0].tolist():
-        choice[row] = probs[row : row + 1].topk(k, dim=-1).indices[0, at[row]]
+    for i in torch.nonzero(_tied(wide_probs, at))[:, 0].tolist():
+        row = i if rows is None else int(rows[i])
+        choice[i] = probs[row : row + 1].topk(k, dim=-1).indices[0, at[i]]
     short = torch.nonzero(top_probs.sum(dim=-1) < top_p)[:, 0]
     if len(short):  # the nucleus is wider than k for these rows
-        wide = k * PREFILTER_GROWTH
-        # One name per k: the rows of this k are the input of the next.
-        rows = scratch.take(f"top{wide}", (len(short), probs.shape[1]), probs)
-        torch.index_select(probs, 0, short, out=rows)
-        choice[short] = nucleus_pick(rows, u[short], top_p, wide, scratch)
+        choice[short] = nucleus_pick(
+            probs,
+            u[short],
+            top_p,
+            k * PREFILTER_GROWTH,
+            scratch,
+            short if rows is None else rows[short],
+            None if maxima is None else maxima[short],
+        )
     return choice
 
 
@@ -136,7 +186,9 @@ def sample_next(
         scaled = scaled / sampling.temperature
     scratch = scratch or Scratch()
     probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", scaled.shape, scaled))
-    return nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1], scratch)
+    k = prefilter or probs.shape[-1]
+    maxima = chunk_maxima(probs) if _chunks_narrow(probs, k + 1) else None
+    return nucleus_pick(probs, u, sampling.top_p, k, scratch, maxima=maxima)
 
 
 def sorted_pick(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

@@ -20,7 +20,13 @@ from steering.generation import (
     sample_next,
     suppressed_ids,
 )
-from steering.sampling import TOPK_CHUNK, candidate_topk, inverse_cdf_pick, nucleus_pick
+from steering.sampling import (
+    TOPK_CHUNK,
+    candidate_topk,
+    chunk_maxima,
+    inverse_cdf_pick,
+    nucleus_pick,
+)
 from steering.scratch import Scratch
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=150)
@@ -174,7 +180,7 @@ def chunked_cases(draw):
     logits = torch.randn(rows, vocab, generator=g) * draw(st.sampled_from([0.3, 1.0, 3.0, 10.0]))
     if draw(st.booleans()):
         logits = logits.mul(2).round().div(2)  # ties everywhere, as unused tokens share a logit
-    k = draw(st.integers(1, vocab // TOPK_CHUNK // 4))
+    k = draw(st.integers(1, vocab // TOPK_CHUNK // 2))
     u = torch.rand(rows, generator=g)
     return logits, u, SamplingConfig(top_p=draw(st.floats(0.05, 1.0))), k
 
@@ -204,6 +210,38 @@ def test_the_chunked_top_k_picks_torch_topk_s_token_bit_for_bit(case):
     assert torch.equal(probs.gather(1, indices), values)
     picked = nucleus_pick(probs, u, sampling.top_p, k, Scratch())
     assert torch.equal(picked, _topk_pick(probs, u, sampling.top_p, k))
+    # some of the rows, reading the maxima every row's search already has
+    rows = torch.arange(probs.shape[0] - 1, -1, -2)
+    values, indices = candidate_topk(probs, k, rows, chunk_maxima(probs)[rows])
+    assert torch.equal(values, probs[rows].topk(k, dim=-1).values)
+    assert torch.equal(probs[rows].gather(1, indices), values)
+
+
+@st.composite
+def widening_cases(draw):
+    """Rows whose nuclei are a few dozen dominant tokens: some fit the first k, the
+    others widen to 4k, which the chunks still narrow (the rows' maxima reused)."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    rows = draw(st.integers(2, 6))
+    vocab = TOPK_CHUNK * 256
+    k = draw(st.integers(1, 24))
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=g) * 0.1
+    for row in range(rows):
+        dominant = draw(st.integers(1, 4 * k))
+        logits[row, torch.randperm(vocab, generator=g)[:dominant]] += 10.0
+    if draw(st.booleans()):
+        logits = logits.mul(4).round().div(4)  # ties among the dominant tokens
+    return logits, torch.rand(rows, generator=g), draw(st.floats(0.5, 0.99)), k
+
+
+@PROPS
+@given(widening_cases())
+def test_rows_that_widen_reuse_their_chunk_maxima_and_pick_topk_s_token(case):
+    logits, u, top_p, k = case
+    probs = torch.softmax(logits, dim=-1)
+    picked = nucleus_pick(probs, u, top_p, k, Scratch(), maxima=chunk_maxima(probs))
+    assert torch.equal(picked, _topk_pick(probs, u, top_p, k))
 
 
 def test_scratch_reuses_one_tensor_per_name_and_grows_when_needed():
