@@ -27,10 +27,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from experiments.bench.measure import Measurement, median, ratio, rounded
+from experiments.bench.workload import Workload, batches_of
 from steering.cpu import cpu_features
 from steering.generation import Generation
+from steering.head import reused_logits
 from steering.models import LoadedModel
 
 PARTS = ("layers", "attention", "head")
@@ -222,6 +225,62 @@ def run_sustained_matmul(
     return m
 
 
+@dataclass(frozen=True)
+class LoopBatch:
+    """One batch as the decode loop ran it: every row rides along until the last stops."""
+
+    rows: int
+    width: int  # the prompt's padded width, the prefill's positions per row
+    passes: int  # forward passes: the prefill, then one per further step
+
+
+def loop_batches(lm: LoadedModel, wl: Workload, gens: Sequence[Generation]) -> list[LoopBatch]:
+    """The batches of :func:`~experiments.bench.batched.run_batched` over ``wl``'s rows, with
+    the widths and forward passes its generations ``gens`` took."""
+    by_key = {g.key: g for g in gens}
+    out = []
+    for batch in batches_of(lm, wl.rows, wl.batch_size):
+        ours = [by_key[r.key] for r in batch if r.key in by_key]
+        if ours:
+            passes = max(g.n_new_tokens + int(g.stopped_at_eos) for g in ours)
+            out.append(LoopBatch(len(ours), max(g.n_prompt_tokens for g in ours), passes))
+    return out
+
+
+@torch.inference_mode()
+def products_only(lm: LoadedModel, batches: Sequence[LoopBatch], repeats: int = 2) -> float:
+    """Seconds (the best of ``repeats``) of the decode loop's matrix products alone: per
+    batch, every linear map of every decoder layer at ``rows x width`` positions for the
+    prefill and ``rows`` per further pass, and the output head (as the decode runs it,
+    blocks and reused logits included) at ``rows`` positions per pass, on the model's own
+    weights with random inputs. Everything else the loop does (norms, activations,
+    attention, the KV cache, sampling) is left out, so the loop's useful FLOPs over this
+    time bound what the loop could reach with its products as they are."""
+    linears = [m for layer in lm.layers for m in layer.modules() if isinstance(m, nn.Linear)]
+    head = lm.model.get_output_embeddings()
+    gen = torch.Generator().manual_seed(0)
+    inputs: dict[tuple[int, int], torch.Tensor] = {}
+
+    def x(positions: int, features: int) -> torch.Tensor:
+        if (positions, features) not in inputs:
+            inputs[positions, features] = torch.randn(positions, features, generator=gen).to(
+                device=lm.device, dtype=lm.dtype
+            )
+        return inputs[positions, features]
+
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with reused_logits(lm.model):
+            for b in batches:
+                for positions in [b.rows * b.width] + [b.rows] * (b.passes - 1):
+                    for linear in linears:
+                        linear(x(positions, linear.in_features))
+                    head(x(b.rows, head.in_features))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def achieved(
     shape: ModelShape,
     m: Measurement,
@@ -229,9 +288,11 @@ def achieved(
     on_cpu: bool,
     ceiling: float | None = None,
     sustained: float | None = None,
+    products: float | None = None,
 ) -> dict[str, Any]:
     """Work, median seconds and GFLOP/s of one measured run, against the peak on a CPU
-    (and against ``sustained``, the matmul rate kept up in the same rounds, if timed)."""
+    (and against ``sustained``, the matmul rate kept up in the same rounds, if timed; and
+    the bound its products alone set, ``products`` seconds, if timed)."""
     gens = m.generations or []
     work = generation_flops(shape, gens)
     total = sum(work["total"].values())
@@ -262,14 +323,27 @@ def achieved(
         out["fraction_of_modelled_peak"] = rounded(ratio(gflops, modelled), 4)
         out["sustained_matmul_gflops"] = rounded(sustained, 1)
         out["fraction_of_sustained_matmul"] = rounded(ratio(gflops, sustained), 4)
+        if products is not None:
+            bound = ratio(total / 1e9, products)
+            out["products_only"] = {
+                "seconds": rounded(products, 6),
+                "share_of_loop": rounded(ratio(products, seconds), 4),
+                "gflops_bound": rounded(bound, 3),
+                "fraction_of_peak_bound": rounded(ratio(bound, peak), 4),
+            }
     return out
 
 
 def section_roofline(
-    lm: LoadedModel, measured: dict[str, Measurement], dtypes: Sequence[str]
+    lm: LoadedModel,
+    measured: dict[str, Measurement],
+    dtypes: Sequence[str],
+    batches: Sequence[LoopBatch] | None = None,
 ) -> dict:
     """Achieved GFLOP/s of our batched run (and the other dtype's) against the CPU's peak,
-    and against the sustained matmul rate when ``measured`` has :data:`SUSTAINED` rounds."""
+    against the sustained matmul rate when ``measured`` has :data:`SUSTAINED` rounds, and,
+    given the run's ``batches``, against the bound its matrix products alone set
+    (:func:`products_only`, the first dtype on a CPU)."""
     shape = ModelShape.of(lm)
     on_cpu = lm.device.type == "cpu"
     base = dtypes[0]
@@ -281,6 +355,7 @@ def section_roofline(
     ceilings = {"float32": matmul_ceiling()} if on_cpu and "float32" in dtypes else {}
     rounds = measured[SUSTAINED].extra.get("gflops", []) if SUSTAINED in measured else []
     sustained = {"float32": median(rounds)} if on_cpu and rounds else {}
+    products = {base: products_only(lm, batches)} if on_cpu and batches else {}
     result: dict[str, Any] = {
         "how": HOW,
         "model_shape": {**asdict(shape), "windows": sorted({str(w) for w in shape.windows})},
@@ -293,6 +368,7 @@ def section_roofline(
                 on_cpu,
                 ceilings.get(d, {}).get("gflops"),
                 sustained.get(d),
+                products.get(d),
             )
             for d in dtypes
             if d in measured
@@ -317,6 +393,15 @@ def section_roofline(
                 "(total work over total time), timed in every side-by-side round between "
                 "the batched runs; the median over rounds of the best shape",
             }
+        if products:
+            result["products_only_how"] = (
+                "the loop's matrix products alone, replayed at its shapes (every decoder "
+                "layer's linear maps and the blocked output head, all rows of each batch at "
+                "its padded prefill and every further pass) on the model's weights with "
+                "random inputs, best of 2: the loop's useful FLOPs over that time bound "
+                "what it could reach if norms, activations, attention, the KV cache and "
+                "sampling cost nothing, with its products as they are"
+            )
         result["clock_assumption"] = (
             "the modelled peak takes the cpu MHz of /proc/cpuinfo for every core at once; a "
             "VM reports its nominal clock and boost runs higher, which the measured matmul "

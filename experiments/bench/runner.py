@@ -62,7 +62,12 @@ from experiments.bench.peers import (
 )
 from experiments.bench.profile import section_profile
 from experiments.bench.report import evaluate_targets
-from experiments.bench.roofline import SUSTAINED, run_sustained_matmul, section_roofline
+from experiments.bench.roofline import (
+    SUSTAINED,
+    loop_batches,
+    run_sustained_matmul,
+    section_roofline,
+)
 from experiments.bench.scaling import section_scaling
 from experiments.bench.tuning import section_tuning
 from experiments.bench.workload import Workload, plan_workload, stratified_subset
@@ -400,7 +405,9 @@ class Bench:
             if self.lm.device.type == "cpu":
                 runs[SUSTAINED] = run_sustained_matmul
             measured = interleaved(runs, self.opts.repeats)
-        self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes), load)
+        gens = measured[self.ours].generations or []
+        batches = loop_batches(self.lm, self.wl, gens)
+        self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes, batches), load)
 
 
 def _best_threads(

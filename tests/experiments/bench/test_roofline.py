@@ -10,10 +10,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from experiments.bench.measure import Measurement
 from experiments.bench.roofline import (
     SUSTAINED,
+    LoopBatch,
     ModelShape,
     forward_flops,
     generation_flops,
     per_token,
+    products_only,
     run_sustained_matmul,
     section_roofline,
 )
@@ -140,4 +142,44 @@ def test_sustained_matmul_rounds_give_a_second_fraction(tiny_lm, one_thread):
     assert run["sustained_matmul_gflops"] == pytest.approx(median, abs=0.05)
     assert run["fraction_of_sustained_matmul"] == pytest.approx(
         run["achieved_gflops"] / median, abs=1e-4
+    )
+
+
+def test_products_only_replays_every_product_of_the_loop(tiny_lm, one_thread):
+    """Each batch's prefill at its padded width, then one position per row per further
+    pass, through every linear map of every layer, and the head once per row per pass."""
+    batches = [LoopBatch(rows=3, width=4, passes=5), LoopBatch(rows=2, width=6, passes=1)]
+    with FlopCounterMode(display=False) as counter:
+        seconds = products_only(tiny_lm, batches, repeats=1)
+    shape = ModelShape.of(tiny_lm)
+    positions = 3 * 4 + 3 * 4 + 2 * 6
+    head_positions = 3 * 5 + 2 * 1
+    assert counter.get_total_flops() == (
+        positions * shape.layer_flops + head_positions * shape.head_flops
+    )
+    assert seconds > 0
+
+
+def test_the_products_bound_is_the_loop_s_work_over_their_time(tiny_lm, one_thread):
+    rows = [GenerationRow(f"r{i}", "the dog is", i) for i in range(3)]
+    gens, _ = generate_batch(tiny_lm, rows, None, 1, "additive", SamplingConfig(4))
+    m = Measurement(rows=3, generations=gens)
+    m.add(0.5, sum(g.n_new_tokens for g in gens))
+    passes = max(g.n_new_tokens + int(g.stopped_at_eos) for g in gens)
+    batch = LoopBatch(3, max(g.n_prompt_tokens for g in gens), passes)
+    out = section_roofline(tiny_lm, {"float32": m}, ["float32"], [batch])
+    run = out["runs"]["float32"]
+    bound = run["products_only"]
+    assert bound["seconds"] > 0 and "products_only_how" in out
+    assert bound["gflops_bound"] == pytest.approx(
+        run["flop_total"] / 1e9 / bound["seconds"], rel=1e-3
+    )
+    assert bound["share_of_loop"] == pytest.approx(bound["seconds"] / 0.5, abs=1e-4)
+    assert bound["fraction_of_peak_bound"] == pytest.approx(
+        bound["gflops_bound"] / run["peak_gflops"], abs=1e-4
+    )
+    # without the batches nothing is replayed, and nothing is invented
+    assert (
+        "products_only"
+        not in section_roofline(tiny_lm, {"float32": m}, ["float32"])["runs"]["float32"]
     )
