@@ -302,3 +302,51 @@ def test_the_command_line_refuses_a_bad_layer_or_grid_by_name():
     dry = runner.invoke(app, ["run", "--layer", "auto", "--dry-run"])
     assert dry.exit_code == 2 and "not with --dry-run" in dry.output
     assert "Traceback" not in bad_layer.output + bad_grid.output + dry.output
+
+
+def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
+    tmp_path, mlflow_store, tiny_model_dir, one_thread
+):
+    """``steer-eval run --layer auto`` end to end: it sweeps the probes over the model's
+    middle layers, says which layer won, and the run it makes steers there and records it."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    from experiments.pipeline.layers import sweep_layers
+    from steering.models import load_model
+
+    args = [
+        "run",
+        "--model",
+        str(tiny_model_dir),
+        "--layer",
+        "auto",
+        "--concepts",
+        "2",
+        "--set",
+        "generation.max_new_tokens=4",
+        "--set",
+        f"classifier.dir={tmp_path / 'cls'}",
+        "--results-dir",
+        str(tmp_path / "res"),
+    ]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    said = re.search(r"layer auto: (\d+)\s+\(mean\s+test\s+AUROC\s+by\s+layer:\s+([^)]*)\)", out.output)
+    assert said, out.output
+    chosen = int(said.group(1))
+    n_layers = load_model(str(tiny_model_dir), device="cpu", dtype="float32").n_layers
+    swept = sweep_layers(n_layers)
+    assert chosen in swept
+    assert [int(x) for x in re.findall(r"L(\d+)\s", said.group(2))] == swept
+    (stored,) = (tmp_path / "res").glob("**/config.yaml")
+    assert load_config(stored).layer == chosen
+    # every swept layer's classifiers were trained once and kept for the next run
+    kept = {
+        int(m.group(1))
+        for p in (tmp_path / "cls").iterdir()
+        if (m := re.search(r"_L(\d+)_", p.name))
+    }
+    assert kept >= set(swept)
