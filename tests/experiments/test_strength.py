@@ -334,7 +334,8 @@ def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
     ]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
-    said = re.search(r"layer auto: (\d+)\s+\(mean\s+test\s+AUROC\s+by\s+layer:\s+([^)]*)\)", out.output)
+    named = r"layer auto: (\d+)\s+\(mean\s+test\s+AUROC\s+by\s+layer:\s+([^)]*)\)"
+    said = re.search(named, out.output)
     assert said, out.output
     chosen = int(said.group(1))
     n_layers = load_model(str(tiny_model_dir), device="cpu", dtype="float32").n_layers
