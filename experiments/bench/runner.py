@@ -63,8 +63,10 @@ from experiments.bench.peers import (
 from experiments.bench.profile import section_profile
 from experiments.bench.report import evaluate_targets
 from experiments.bench.roofline import (
+    PRODUCTS,
     SUSTAINED,
     loop_batches,
+    run_products_only,
     run_sustained_matmul,
     section_roofline,
 )
@@ -300,13 +302,13 @@ class Bench:
         """Sections batched, dtype, llama and peers: one interleaved measurement."""
         lm, wl, opts, sections, ours = self.lm, self.wl, self.opts, self.sections, self.ours
         load = contention()
-        batched_runs: dict[str, Run] = {ours: lambda m: run_batched(lm, wl, m=m)}
+        batched_runs = self.with_products({ours: lambda m: run_batched(lm, wl, m=m)})
         other = None
         if "dtype" in sections:
             other, _ = other_precision(lm, self.config.model if wl.plan else None)
             warm_up(other, wl)
             batched_runs[dtype_name(other.dtype)] = lambda m: run_batched(other, wl, m=m)
-        other_dtypes = [n for n in batched_runs if n != ours]
+        other_dtypes = [n for n in batched_runs if n not in (ours, PRODUCTS)]
         if "peers" in sections:
             batched_runs[HF_BATCHED] = lambda m: run_hf_batched(lm, wl, m=m)
         if "roofline" in sections and lm.device.type == "cpu":
@@ -395,13 +397,30 @@ class Bench:
         value = section_peers(self.wl, measured, self.ours, agreement, llama)
         self.checkpoint("peers", value, load)
 
+    def with_products(self, runs: dict[str, Run]) -> dict[str, Run]:
+        """``runs`` where, with the roofline on a CPU, our batched run is followed in every
+        round by the replay of its products (:data:`PRODUCTS`) over the batches it just ran."""
+        if "roofline" not in self.sections or self.lm.device.type != "cpu":
+            return runs
+        loop, last = runs[self.ours], {}
+
+        def ours(m: Measurement | None) -> Measurement:
+            last["loop"] = loop(m)
+            return last["loop"]
+
+        def products(m: Measurement | None) -> Measurement:
+            return run_products_only(self.lm, self.wl, last["loop"], m)
+
+        rest = {name: run for name, run in runs.items() if name != self.ours}
+        return {self.ours: ours, PRODUCTS: products, **rest}
+
     def roofline(self, measured: dict[str, Measurement]) -> None:
         """Section roofline over the side-by-side batched runs, or its own when none ran."""
         load = contention()
         dtypes = [self.ours] + [d for d in ("bfloat16", "float32") if d != self.ours]
         if self.ours not in measured:
             self.say("roofline: timing our batched run")
-            runs = {self.ours: lambda m: run_batched(self.lm, self.wl, m=m)}
+            runs = self.with_products({self.ours: lambda m: run_batched(self.lm, self.wl, m=m)})
             if self.lm.device.type == "cpu":
                 runs[SUSTAINED] = run_sustained_matmul
             measured = interleaved(runs, self.opts.repeats)

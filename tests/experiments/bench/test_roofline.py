@@ -9,6 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from experiments.bench.measure import Measurement
 from experiments.bench.roofline import (
+    PRODUCTS,
     SUSTAINED,
     LoopBatch,
     ModelShape,
@@ -16,6 +17,7 @@ from experiments.bench.roofline import (
     generation_flops,
     per_token,
     products_only,
+    run_products_only,
     run_sustained_matmul,
     section_roofline,
 )
@@ -183,3 +185,22 @@ def test_the_products_bound_is_the_loop_s_work_over_their_time(tiny_lm, one_thre
         "products_only"
         not in section_roofline(tiny_lm, {"float32": m}, ["float32"])["runs"]["float32"]
     )
+
+
+def test_the_bound_replayed_in_every_round_takes_the_median_of_its_rounds(
+    tiny_lm, synthetic_workload, one_thread
+):
+    """Replayed right after the loop it bounds (the batches that loop just ran), once per
+    round; the section takes the median of those replays and says so."""
+    from experiments.bench.batched import run_batched
+
+    wl = synthetic_workload(tiny_lm, max_new_tokens=3)
+    loop = run_batched(tiny_lm, wl)
+    rounds = None
+    for _ in range(3):
+        rounds = run_products_only(tiny_lm, wl, loop, rounds)
+    assert rounds is not None and len(rounds.seconds) == 3 and set(rounds.tokens) == {0}
+    out = section_roofline(tiny_lm, {"float32": loop, PRODUCTS: rounds}, ["float32"])
+    bound = out["runs"]["float32"]["products_only"]
+    assert bound["seconds"] == pytest.approx(sorted(rounds.seconds)[1], abs=1e-6)
+    assert "in every side-by-side round, the median of 3" in out["products_only_how"]

@@ -102,5 +102,9 @@ def test_roofline_and_profile_sections(quick_results):
     for run in ro["runs"].values():
         assert run["flop_total"] > 0 and run["achieved_gflops"] >= 0
     assert ro["machine"]["physical_cores"] >= 1 and "clock_assumption" in ro
+    # the products' bound, replayed after our loop in its rounds (ours only)
+    assert ro["runs"]["float32"]["products_only"]["seconds"] > 0
+    assert "products_only" not in ro["runs"]["bfloat16"]
+    assert "in every side-by-side round" in ro["products_only_how"]
     pr = results["sections"]["profile"]
     assert sum(pr["share"].values()) == pytest.approx(1.0, abs=1e-3)
