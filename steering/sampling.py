@@ -59,13 +59,17 @@ TOPK_CHUNK = 32
 MIN_CHUNK = 4
 
 
-def chunk_maxima(probs: torch.Tensor, chunk: int = TOPK_CHUNK) -> torch.Tensor | None:
-    """Each row's maximum per chunk of ``chunk`` tokens, ``[rows, vocab // chunk]``, or
-    None when the vocabulary does not divide into chunks (or the rows are not contiguous)."""
-    rows, vocab = probs.shape
+def chunk_maxima(
+    probs: torch.Tensor, chunk: int = TOPK_CHUNK, rows: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """The maximum per chunk of ``chunk`` tokens of each row of ``probs[rows]`` (default:
+    every row; picked without copying them), ``[rows, vocab // chunk]``, or None when the
+    vocabulary does not divide into chunks (or the rows are not contiguous)."""
+    n_rows, vocab = probs.shape
     if vocab % chunk or not probs.is_contiguous():
         return None
-    return probs.view(rows, vocab // chunk, chunk).amax(dim=-1)
+    chunked = probs.view(n_rows, vocab // chunk, chunk)
+    return (chunked if rows is None else chunked.index_select(0, rows)).amax(dim=-1)
 
 
 def _chunks_narrow(probs: torch.Tensor, k: int, chunk: int = TOPK_CHUNK) -> bool:
@@ -101,8 +105,7 @@ def candidate_topk(
         return (probs if rows is None else probs.index_select(0, rows)).topk(k, dim=-1)
     n_chunks = probs.shape[1] // chunk
     if maxima is None:
-        chunked = probs.view(probs.shape[0], n_chunks, chunk)
-        maxima = (chunked if rows is None else chunked.index_select(0, rows)).amax(dim=-1)
+        maxima = chunk_maxima(probs, chunk, rows)
     first = torch.arange(probs.shape[0], device=probs.device) if rows is None else rows
     _, chunks = candidate_topk(maxima, k, chunk=chunk)  # [rows, k]
     flat = (chunks + first[:, None] * n_chunks).view(-1)
