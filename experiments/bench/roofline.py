@@ -251,8 +251,8 @@ PRODUCTS = "products_only"  # its name among the side-by-side runs
 
 
 @torch.inference_mode()
-def products_only(lm: LoadedModel, batches: Sequence[LoopBatch], repeats: int = 2) -> float:
-    """Seconds (the best of ``repeats``) of the decode loop's matrix products alone: per
+def products_only(lm: LoadedModel, batches: Sequence[LoopBatch]) -> float:
+    """Seconds of the decode loop's matrix products alone: per
     batch, every linear map of every decoder layer at ``rows x width`` positions for the
     prefill and ``rows`` per further pass, and the output head (as the decode runs it,
     blocks and reused logits included) at ``rows`` positions per pass, on the model's own
@@ -271,17 +271,14 @@ def products_only(lm: LoadedModel, batches: Sequence[LoopBatch], repeats: int = 
             )
         return inputs[positions, features]
 
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        with reused_logits(lm.model):
-            for b in batches:
-                for positions in [b.rows * b.width] + [b.rows] * (b.passes - 1):
-                    for linear in linears:
-                        linear(x(positions, linear.in_features))
-                    head(x(b.rows, head.in_features))
-        best = min(best, time.perf_counter() - start)
-    return best
+    start = time.perf_counter()
+    with reused_logits(lm.model):
+        for b in batches:
+            for positions in [b.rows * b.width] + [b.rows] * (b.passes - 1):
+                for linear in linears:
+                    linear(x(positions, linear.in_features))
+                head(x(b.rows, head.in_features))
+    return time.perf_counter() - start
 
 
 def run_products_only(
@@ -291,7 +288,7 @@ def run_products_only(
     just before it, in the same round), appended to ``m``: the bound and the loop it
     bounds meet the same drift of a shared machine."""
     m = m or Measurement()
-    m.add(products_only(lm, loop_batches(lm, wl, loop.generations or []), repeats=1), 0)
+    m.add(products_only(lm, loop_batches(lm, wl, loop.generations or [])), 0)
     return m
 
 
@@ -349,15 +346,12 @@ def achieved(
 
 
 def section_roofline(
-    lm: LoadedModel,
-    measured: dict[str, Measurement],
-    dtypes: Sequence[str],
-    batches: Sequence[LoopBatch] | None = None,
+    lm: LoadedModel, measured: dict[str, Measurement], dtypes: Sequence[str]
 ) -> dict:
     """Achieved GFLOP/s of our batched run (and the other dtype's) against the CPU's peak,
-    against the sustained matmul rate when ``measured`` has :data:`SUSTAINED` rounds, and,
-    given the run's ``batches``, against the bound its matrix products alone set
-    (:func:`products_only`, the first dtype on a CPU)."""
+    against the sustained matmul rate when ``measured`` has :data:`SUSTAINED` rounds, and
+    against the bound its matrix products alone set when it has :data:`PRODUCTS` rounds
+    (the first dtype, on a CPU)."""
     shape = ModelShape.of(lm)
     on_cpu = lm.device.type == "cpu"
     base = dtypes[0]
@@ -370,11 +364,7 @@ def section_roofline(
     rounds = measured[SUSTAINED].extra.get("gflops", []) if SUSTAINED in measured else []
     sustained = {"float32": median(rounds)} if on_cpu and rounds else {}
     replays = measured[PRODUCTS].seconds if PRODUCTS in measured else []
-    products: dict[str, float] = {}
-    if on_cpu and replays:
-        products[base] = median(replays)
-    elif on_cpu and batches:
-        products[base] = products_only(lm, batches)
+    products = {base: median(replays)} if on_cpu and replays else {}
     result: dict[str, Any] = {
         "how": HOW,
         "model_shape": {**asdict(shape), "windows": sorted({str(w) for w in shape.windows})},
@@ -417,16 +407,10 @@ def section_roofline(
                 "the loop's matrix products alone, replayed at its shapes (every decoder "
                 "layer's linear maps and the blocked output head, all rows of each batch at "
                 "its padded prefill and every further pass) on the model's weights with "
-                "random inputs, "
-                + (
-                    "right after the loop in every side-by-side round, the median of "
-                    f"{len(replays)}"
-                    if replays
-                    else "after the rounds, the best of 2"
-                )
-                + ": the loop's useful FLOPs over that time bound what it could reach if "
-                "norms, activations, attention, the KV cache and sampling cost nothing, "
-                "with its products as they are"
+                "random inputs, right after the loop in every side-by-side round, the "
+                f"median of {len(replays)}: the loop's useful FLOPs over that time bound "
+                "what it could reach if norms, activations, attention, the KV cache and "
+                "sampling cost nothing, with its products as they are"
             )
         result["clock_assumption"] = (
             "the modelled peak takes the cpu MHz of /proc/cpuinfo for every core at once; a "

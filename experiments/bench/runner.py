@@ -65,7 +65,6 @@ from experiments.bench.report import evaluate_targets
 from experiments.bench.roofline import (
     PRODUCTS,
     SUSTAINED,
-    loop_batches,
     run_products_only,
     run_sustained_matmul,
     section_roofline,
@@ -424,9 +423,7 @@ class Bench:
             if self.lm.device.type == "cpu":
                 runs[SUSTAINED] = run_sustained_matmul
             measured = interleaved(runs, self.opts.repeats)
-        gens = measured[self.ours].generations or []
-        batches = loop_batches(self.lm, self.wl, gens)
-        self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes, batches), load)
+        self.checkpoint("roofline", section_roofline(self.lm, measured, dtypes), load)
 
 
 def _best_threads(

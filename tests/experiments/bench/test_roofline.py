@@ -152,7 +152,7 @@ def test_products_only_replays_every_product_of_the_loop(tiny_lm, one_thread):
     pass, through every linear map of every layer, and the head once per row per pass."""
     batches = [LoopBatch(rows=3, width=4, passes=5), LoopBatch(rows=2, width=6, passes=1)]
     with FlopCounterMode(display=False) as counter:
-        seconds = products_only(tiny_lm, batches, repeats=1)
+        seconds = products_only(tiny_lm, batches)
     shape = ModelShape.of(tiny_lm)
     positions = 3 * 4 + 3 * 4 + 2 * 6
     head_positions = 3 * 5 + 2 * 1
@@ -169,7 +169,9 @@ def test_the_products_bound_is_the_loop_s_work_over_their_time(tiny_lm, one_thre
     m.add(0.5, sum(g.n_new_tokens for g in gens))
     passes = max(g.n_new_tokens + int(g.stopped_at_eos) for g in gens)
     batch = LoopBatch(3, max(g.n_prompt_tokens for g in gens), passes)
-    out = section_roofline(tiny_lm, {"float32": m}, ["float32"], [batch])
+    replay = Measurement()
+    replay.add(products_only(tiny_lm, [batch]), 0)
+    out = section_roofline(tiny_lm, {"float32": m, PRODUCTS: replay}, ["float32"])
     run = out["runs"]["float32"]
     bound = run["products_only"]
     assert bound["seconds"] > 0 and "products_only_how" in out
@@ -180,7 +182,7 @@ def test_the_products_bound_is_the_loop_s_work_over_their_time(tiny_lm, one_thre
     assert bound["fraction_of_peak_bound"] == pytest.approx(
         bound["gflops_bound"] / run["peak_gflops"], abs=1e-4
     )
-    # without the batches nothing is replayed, and nothing is invented
+    # without replays there is no bound, and nothing is invented
     assert (
         "products_only"
         not in section_roofline(tiny_lm, {"float32": m}, ["float32"])["runs"]["float32"]
