@@ -54,6 +54,9 @@ def inverse_cdf_pick(sorted_probs: torch.Tensor, top_p: float, u: torch.Tensor) 
 # Chunks of the vocabulary whose maxima pick the candidates of the exact top-k
 # (:func:`candidate_topk`); a vocabulary that does not divide keeps torch.topk.
 TOPK_CHUNK = 32
+# Rows widened past what chunks of 32 narrow (k = 8,192 of 262,144) use chunks of 8: on
+# 13 saved steps their full-row topk had taken 12 ms of a 64 ms step.
+WIDE_CHUNK = 8
 # Candidates are narrowed again in chunks a quarter the size, down to this size: on 90
 # rows of 262,144 a further level of chunks of 2 cost more (95 ms a step) than it saved.
 MIN_CHUNK = 4
@@ -78,18 +81,25 @@ def _chunks_narrow(probs: torch.Tensor, k: int, chunk: int = TOPK_CHUNK) -> bool
     return chunk >= MIN_CHUNK and not n % chunk and 2 * k <= n // chunk and probs.is_contiguous()
 
 
+def narrowing_chunk(probs: torch.Tensor, k: int) -> int | None:
+    """The chunk size :func:`nucleus_pick` narrows ``probs``'s top ``k`` through:
+    ``TOPK_CHUNK``, else ``WIDE_CHUNK``, else None (no chunks narrow it)."""
+    return next((c for c in (TOPK_CHUNK, WIDE_CHUNK) if _chunks_narrow(probs, k, c)), None)
+
+
 def candidate_topk(
     probs: torch.Tensor,
     k: int,
     rows: torch.Tensor | None = None,
     maxima: torch.Tensor | None = None,
     chunk: int = TOPK_CHUNK,
+    ordered: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest values of each row of ``probs[rows]`` (default: every row), sorted
-    descending, and their indices: the values exactly those of ``topk(k)``, the indices
-    theirs except where values tie (then any of the tied tokens may stand at a place).
-    ``maxima``, the rows' :func:`chunk_maxima`, saves the pass over the vocabulary when a
-    caller already has them.
+    descending (in no particular order if not ``ordered``), and their indices: the values
+    exactly those of ``topk(k)``, the indices theirs except where values tie (then any of
+    the tied tokens may stand at a place). ``maxima``, the rows' :func:`chunk_maxima` for
+    ``chunk``, saves the pass over the vocabulary when a caller already has them.
 
     Why not ``torch.topk`` alone: on the CPU it partially sorts every row of 262,144
     probabilities, 52 ms per 90-row decode step for k = 513 on a 2-core Xeon, and 24 ms
@@ -97,20 +107,23 @@ def candidate_topk(
     values lie in the ``k`` chunks with the largest maxima (a chunk holding one of them
     has a maximum at least as large; chunks tied at the boundary hold only tied values),
     so the top ``k`` chunks' tokens are candidates enough, and they are narrowed the same
-    way in chunks a quarter the size before a last, small ``topk``. The chunks are copied
-    out as whole rows of ``chunk`` tokens (one ``index_select``), and ``rows`` picks rows
-    without copying them. Where chunks would not narrow the search (fewer than ``2k``
-    chunks) it is ``topk`` on the rows."""
+    way in chunks a quarter the size before a last, small ``topk``. Which chunks are the
+    top ``k`` is all the search needs of them, so they are found unordered (``topk``'s
+    sort of its ``k`` is skipped where it would select, not heap, them). The chunks are
+    copied out as whole rows of ``chunk`` tokens (one ``index_select``), and ``rows``
+    picks rows without copying them. Where chunks would not narrow the search (fewer than
+    ``2k`` chunks) it is ``topk`` on the rows."""
     if not _chunks_narrow(probs, k, chunk):
-        return (probs if rows is None else probs.index_select(0, rows)).topk(k, dim=-1)
+        picked = probs if rows is None else probs.index_select(0, rows)
+        return picked.topk(k, dim=-1, sorted=ordered)
     n_chunks = probs.shape[1] // chunk
     if maxima is None:
         maxima = chunk_maxima(probs, chunk, rows)
     first = torch.arange(probs.shape[0], device=probs.device) if rows is None else rows
-    _, chunks = candidate_topk(maxima, k, chunk=chunk)  # [rows, k]
+    _, chunks = candidate_topk(maxima, k, chunk=chunk, ordered=False)  # [rows, k]
     flat = (chunks + first[:, None] * n_chunks).view(-1)
     candidates = probs.view(-1, chunk).index_select(0, flat).view(len(first), k * chunk)
-    values, at = candidate_topk(candidates, k, chunk=chunk // 4)
+    values, at = candidate_topk(candidates, k, chunk=chunk // 4, ordered=ordered)
     return values, chunks.gather(1, at // chunk) * chunk + at % chunk
 
 
@@ -135,21 +148,26 @@ def nucleus_pick(
     """Top-p pick for each row of ``probs[rows]`` (default: every row) from its top ``k``
     probabilities, widening ``k`` for rows whose nucleus does not fit; a full sort only
     once ``k`` reaches the vocabulary. ``u`` (and ``maxima``, the rows' chunk maxima,
-    reused at every width) are those rows'. Where chunks no longer narrow the search the
-    rows are copied out once, into ``scratch``'s tensor for this ``k``.
+    reused at every width their chunk narrows) are those rows'. Where chunks no longer
+    narrow the search the rows are copied out once, into ``scratch``'s tensor for this ``k``.
 
     The top ``k + 1`` come from :func:`candidate_topk`, whose values (hence every sum,
     cumulative sum and pick place) are ``topk``'s; only which of several tokens of equal
     probability stands at a place may differ, so a row whose picked probability ties a
     neighbour takes its token from ``probs[row].topk(k)``, as it always did."""
-    if rows is not None and not _chunks_narrow(probs, k + 1):
+    chunk = narrowing_chunk(probs, k + 1)
+    if maxima is not None and (chunk is None or maxima.shape[1] * chunk != probs.shape[1]):
+        maxima = None  # another chunk's maxima
+    if rows is not None and chunk is None:
         # One name per k: the rows of this k are the input of the next.
         copied = scratch.take(f"top{k}", (len(rows), probs.shape[1]), probs)
-        probs, rows, maxima = torch.index_select(probs, 0, rows, out=copied), None, None
+        probs, rows = torch.index_select(probs, 0, rows, out=copied), None
     if k >= probs.shape[-1]:
         full_probs, full_idx = probs.sort(dim=-1, descending=True)
         return full_idx.gather(1, inverse_cdf_pick(full_probs, top_p, u)[:, None])[:, 0]
-    wide_probs, wide_idx = candidate_topk(probs, k + 1, rows, maxima)
+    if chunk is not None and maxima is None:
+        maxima = chunk_maxima(probs, chunk, rows)
+    wide_probs, wide_idx = candidate_topk(probs, k + 1, rows, maxima, chunk or TOPK_CHUNK)
     top_probs = wide_probs[:, :k].contiguous()  # the same tensor topk(k) returns, bit for bit
     at = inverse_cdf_pick(top_probs, top_p, u)
     choice = wide_idx.gather(1, at[:, None])[:, 0]
@@ -190,8 +208,7 @@ def sample_next(
     scratch = scratch or Scratch()
     probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", scaled.shape, scaled))
     k = prefilter or probs.shape[-1]
-    maxima = chunk_maxima(probs) if _chunks_narrow(probs, k + 1) else None
-    return nucleus_pick(probs, u, sampling.top_p, k, scratch, maxima=maxima)
+    return nucleus_pick(probs, u, sampling.top_p, k, scratch)
 
 
 def sorted_pick(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

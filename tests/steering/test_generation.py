@@ -22,9 +22,11 @@ from steering.generation import (
 )
 from steering.sampling import (
     TOPK_CHUNK,
+    WIDE_CHUNK,
     candidate_topk,
     chunk_maxima,
     inverse_cdf_pick,
+    narrowing_chunk,
     nucleus_pick,
 )
 from steering.scratch import Scratch
@@ -242,6 +244,37 @@ def test_rows_that_widen_reuse_their_chunk_maxima_and_pick_topk_s_token(case):
     probs = torch.softmax(logits, dim=-1)
     picked = nucleus_pick(probs, u, top_p, k, Scratch(), maxima=chunk_maxima(probs))
     assert torch.equal(picked, _topk_pick(probs, u, top_p, k))
+
+
+@st.composite
+def wide_cases(draw):
+    """A k too wide for chunks of 32 to narrow, but not for chunks of 8: near-flat rows
+    (ties or not) whose nuclei need hundreds of tokens, some more than k."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    vocab = TOPK_CHUNK * 256
+    k = draw(st.integers(vocab // TOPK_CHUNK // 2, vocab // WIDE_CHUNK // 2 - 1))
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(draw(st.integers(1, 5)), vocab, generator=g) * draw(
+        st.sampled_from([0.5, 2.0, 4.0])
+    )
+    if draw(st.booleans()):
+        logits = logits.mul(2).round().div(2)
+    return logits, torch.rand(logits.shape[0], generator=g), draw(st.floats(0.3, 0.99)), k
+
+
+@PROPS
+@given(wide_cases())
+def test_a_top_k_too_wide_for_chunks_of_32_narrows_through_chunks_of_8(case):
+    logits, u, top_p, k = case
+    probs = torch.softmax(logits, dim=-1)
+    assert narrowing_chunk(probs, k + 1) == WIDE_CHUNK
+    values, indices = candidate_topk(probs, k + 1, chunk=WIDE_CHUNK)
+    assert torch.equal(values, probs.topk(k + 1, dim=-1).values)
+    assert torch.equal(probs.gather(1, indices), values)
+    unordered, at = candidate_topk(probs, k + 1, chunk=WIDE_CHUNK, ordered=False)
+    assert torch.equal(unordered.sort(dim=-1, descending=True).values, values)
+    assert torch.equal(probs.gather(1, at), unordered)
+    assert torch.equal(nucleus_pick(probs, u, top_p, k, Scratch()), _topk_pick(probs, u, top_p, k))
 
 
 def test_scratch_reuses_one_tensor_per_name_and_grows_when_needed():
