@@ -66,8 +66,9 @@ def chunk_maxima(
     probs: torch.Tensor, chunk: int = TOPK_CHUNK, rows: torch.Tensor | None = None
 ) -> torch.Tensor | None:
     """The maximum per chunk of ``chunk`` tokens of each row of ``probs[rows]`` (default:
-    every row; picked without copying them), ``[rows, vocab // chunk]``, or None when the
-    vocabulary does not divide into chunks (or the rows are not contiguous)."""
+    every row, read in place; picked rows are copied once for the reduction),
+    ``[rows, vocab // chunk]``, or None when the vocabulary does not divide into chunks
+    (or the rows are not contiguous)."""
     n_rows, vocab = probs.shape
     if vocab % chunk or not probs.is_contiguous():
         return None
