@@ -31,7 +31,7 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup setup-judge setup-ray lock run study calibrate identify test test-fast lint format \
         classifiers concepts ui mlflow-server human-export rate human-import panel bench \
-        bench-avx2 clean
+        bench-avx2 gpu-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ panel: setup-judge ## Part C: judge panel when human r < 0.5 (RUN=<run id>, ARGS
 
 bench: setup-judge ## speed and memory, measured side by side; writes bench/results.json
 	$(CLI) bench $(ARGS)
+
+gpu-pack: setup ## pack .gpu-check/ (wheels, tokenizer, WordNet) for bench/gpu_check.sh on a bare GPU machine
+	$(PY) bench/gpu_check.py pack
 
 # An AVX2-only CPU, emulated on a newer one: torch, MKL and oneDNN are held to AVX2 by
 # environment, and llama.cpp is a second build without AVX-512 (llama-cpp-python builds

@@ -184,7 +184,11 @@ def time_sizes(
         measured: dict[str, dict] = {}
         for name, call in arms.items():
             say(f"gpu: {rows} rows x {opts.gpu_tokens} tokens, {name}")
-            measured[name] = time_arm(call, device, opts.gpu_repeats)
+            arm = measured[name] = time_arm(call, device, opts.gpu_repeats)
+            say(
+                f"gpu: {rows} rows, {name}: {arm['tokens_per_second']} tok/s, first call "
+                f"{arm['first_call_seconds']} s, peak {arm['peak_gib']} GiB"
+            )
         add_rates(measured, flop, matrix_rate)
         runs[str(rows)] = measured
     return runs
