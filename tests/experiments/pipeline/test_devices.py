@@ -62,15 +62,15 @@ def test_activations_and_perplexity_on_the_card_match_the_cpu(tiny_lm, make_tiny
 
 
 @pytest.mark.cuda
-def test_the_default_pipeline_runs_on_the_card(
-    tmp_path, mlflow_store, make_tiny_multimodal_lm, embedder
-):
+def test_the_default_pipeline_runs_on_the_card(tmp_path, mlflow_store, make_tiny_multimodal_lm):
     """The users' class on CUDA, every stage on the card, batch sizes from its memory;
     the peak is what ``steer-eval run`` prints."""
+    from metrics.embedder import load_embedder
     from steering.memory import peak_gib
 
     lm = make_tiny_multimodal_lm("cuda")
-    assert str(embedder.device).startswith("cuda")  # MiniLM follows the card by default
+    embedder = load_embedder("embedded", lm.platform.embedder_device)
+    assert str(embedder.device).startswith("cuda")  # MiniLM follows the model's card
     config = load_config(
         "configs/phase5.yaml",
         [

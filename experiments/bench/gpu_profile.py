@@ -1,0 +1,152 @@
+"""Where one decode step of ours spends the card's time: kernel time by kind (issue 41).
+
+The GPU bench gives each arm's tokens/s; where a target is missed, this says why. It
+runs ``generate_batch`` on the GPU workload with the CUDA policy's eager static step
+(``graphs=False``: the kernels the graph replays, launched one by one) under the torch
+profiler, marks each decode step (not the prefill) with a range from ``on_step``, and
+sums the CUDA kernels launched inside those ranges by kind: matrix products, attention,
+the top-p sort, softmax, and the rest. The sum per step is what a replayed graph costs
+at best (a graph removes the launches, not the kernels).
+
+    python -m experiments.bench.gpu_profile --rows 256,1024 --out profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from experiments.bench.gpu import gpu_workload
+from experiments.bench.measure import rounded
+from experiments.bench.profile import _Ranges
+from steering.decode_cuda import CudaPolicy
+from steering.generation import generate_batch
+from steering.models import LoadedModel, load_model, pick_device
+
+STEP = "bench::decode_step"
+# A kernel's kind: the first whose words occur in its lower-cased name.
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sort", ("sort", "radix")),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "efficient")),
+    ("matmul", ("gemm", "gemv", "cutlass", "xmma", "nvjet", "cublas", "mm_", "addmm", "linear")),
+    ("softmax", ("softmax",)),
+    ("scan", ("scan", "cumsum")),
+    ("reduce", ("reduce",)),
+)
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, words in KINDS if any(w in low for w in words)), "other")
+
+
+def _subtree(event: Any) -> Iterable[Any]:
+    yield event
+    for child in event.cpu_children:
+        yield from _subtree(child)
+
+
+def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], dict[str, float]]:
+    """(decode steps, microseconds per kernel name, host microseconds per step range)
+    over the kernels launched inside the ``STEP`` ranges."""
+    steps, kernels, host = 0, defaultdict(float), 0.0
+    for event in events:
+        if event.name != STEP:
+            continue
+        steps += 1
+        host += event.time_range.end - event.time_range.start
+        for op in _subtree(event):
+            for k in getattr(op, "kernels", []):
+                kernels[k.name] += k.duration
+    return steps, dict(kernels), {"host_us_per_step": host / max(steps, 1)}
+
+
+def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
+    """The mean decode step of ``rows`` rows: kernel time by kind and the top kernels."""
+    wl = gpu_workload(lm, rows, tokens)
+    policy = CudaPolicy(graphs=False)
+
+    def run(on_step=None) -> None:
+        generate_batch(
+            lm, wl.rows, wl.directions, wl.layer, wl.mode, wl.sampling, on_step, policy=policy
+        )
+
+    run()  # warm: allocations, cuBLAS handles, kernel choices
+    ranges = _Ranges()
+
+    def on_step(step: int, _steps: int) -> None:
+        ranges.stop(STEP)
+        if step >= 1:  # step 0 is the prefill
+            ranges.start(STEP)
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if lm.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        run(on_step)
+        ranges.stop(STEP)
+        if lm.device.type == "cuda":
+            torch.cuda.synchronize()
+    steps, kernels, host = step_kernels(prof.events())
+    per_step = {name: us / max(steps, 1) for name, us in kernels.items()}
+    by_kind: dict[str, float] = defaultdict(float)
+    for name, us in per_step.items():
+        by_kind[kind_of(name)] += us
+    total = sum(per_step.values())
+    top = sorted(per_step.items(), key=lambda kv: -kv[1])[:12]
+    whole = sorted(
+        prof.key_averages(),
+        key=lambda e: -getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)),
+    )[:15]
+    return {
+        "rows": rows,
+        "decode_steps": steps,
+        "kernel_ms_per_step": rounded(total / 1000, 3),
+        "host_ms_per_step_eager": rounded(host["host_us_per_step"] / 1000, 3),
+        "by_kind_ms": {k: rounded(v / 1000, 3) for k, v in sorted(by_kind.items())},
+        "by_kind_share": {k: rounded(v / total, 3) for k, v in by_kind.items()} if total else {},
+        "top_kernels_ms": [{"kernel": n[:160], "ms": rounded(us / 1000, 3)} for n, us in top],
+        # the whole profiled call (prefill included), by op: a check on the ranges above
+        "whole_call_top_ops": [
+            {
+                "op": e.key[:120],
+                "calls": e.count,
+                "self_device_ms": rounded(
+                    getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+                    / 1000,
+                    3,
+                ),
+                "self_cpu_ms": rounded(e.self_cpu_time_total / 1000, 3),
+            }
+            for e in whole
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="256,1024")
+    parser.add_argument("--tokens", type=int, default=12)
+    parser.add_argument("--model", default="gemma-3-4b-pt", help="a dummy model config")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    device = pick_device(args.device)
+    lm = load_model(args.model, device=str(device), dtype=args.dtype, load_format="dummy")
+    results = []
+    for rows in (int(r) for r in args.rows.split(",")):
+        result = profile_rows(lm, rows, args.tokens)
+        print(json.dumps(result, indent=1), flush=True)
+        results.append(result)
+    args.out.write_text(json.dumps({"model": f"dummy:{args.model}", "profiles": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
