@@ -113,7 +113,9 @@ if [ -d "$luggage/wheels" ]; then
 else
   export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 fi
-[ -d "$luggage/assets" ] && step assets "$py" bench/gpu_check.py unpack "$luggage" "$STEER_EVAL_CACHE" "$site"
+if [ -d "$luggage/assets" ]; then
+  step assets "$py" -m experiments.bench.gpu_check unpack "$luggage" "$STEER_EVAL_CACHE" "$site"
+fi
 step machine machine
 for s in $steps; do
   case $s in
@@ -126,4 +128,4 @@ for s in $steps; do
     *) echo "unknown step $s (tests, smoke, bench, profile)" >&2 ;;
   esac
 done
-"$py" bench/gpu_check.py report "$dir" "$out"
+"$py" -m experiments.bench.gpu_check report "$dir" "$out"

@@ -57,7 +57,9 @@ def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], dict[str
     over the kernels launched inside the ``STEP`` ranges."""
     steps, kernels, host = 0, defaultdict(float), 0.0
     for event in events:
-        if event.name != STEP:
+        # the range's host event only: on CUDA the profiler also lists the range on the
+        # card's timeline (a user annotation, same name), which counted each step twice
+        if event.name != STEP or event.device_type != torch.autograd.DeviceType.CPU:
             continue
         steps += 1
         host += event.time_range.end - event.time_range.start

