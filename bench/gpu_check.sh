@@ -95,7 +95,8 @@ cuda_tests() {  # every test marked cuda, from the files that hold one
 smoke() {  # 3 concepts, the 4B config with random weights, on the card
   # shellcheck disable=SC2086
   steer_eval run --config configs/gemma-3-4b.yaml --concepts 3 $model \
-    --set device="$device" --set model_load_format=dummy --set classifier.dir="$dir/classifiers" --results-dir "$dir/smoke" --no-traces
+    --set device="$device" --set model_load_format=dummy \
+    --set classifier.dir="$dir/classifiers" --results-dir "$dir/smoke" --no-traces
 }
 
 bench() {

