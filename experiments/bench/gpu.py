@@ -22,6 +22,7 @@ to run without CUDA.
 from __future__ import annotations
 
 import gc
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -151,16 +152,37 @@ def time_arm(call: Callable[[], int], device: torch.device, repeats: int) -> dic
     }
 
 
-def add_rates(arms: dict[str, dict], flop: float, matrix_rate: float) -> None:
-    """Each arm's fraction of the matrix rate, and ours over each peer."""
+def add_ratios(arms: dict[str, dict]) -> None:
+    """Ours over each peer, from the arms' tokens/s."""
     ours = arms.get(GPU_OURS, {}).get("tokens_per_second")
     for name, arm in arms.items():
         rate = arm.get("tokens_per_second")
-        if rate is None:
-            continue
-        arm["fraction_of_matrix_rate"] = rounded(rate * flop / matrix_rate, 4)
-        if name != GPU_OURS and ours:
+        if name != GPU_OURS and ours and rate:
             arm["ours_over_this"] = rounded(ours / rate, 3)
+
+
+def add_rates(arms: dict[str, dict], flop: float, matrix_rate: float) -> None:
+    """Each arm's fraction of the matrix rate, and ours over each peer."""
+    for arm in arms.values():
+        rate = arm.get("tokens_per_second")
+        if rate is not None:
+            arm["fraction_of_matrix_rate"] = rounded(rate * flop / matrix_rate, 4)
+    add_ratios(arms)
+
+
+# The line the section says as each arm lands; ARM_LINE reads it back from a log, so a
+# bench stopped before it wrote its JSON still gives its arms (bench/gpu_check.sh).
+ARM_LINE = re.compile(
+    r"gpu: (?P<rows>\d+) rows, (?P<arm>[\w-]+): (?P<tps>[\d.]+) tok/s, first call "
+    r"(?P<first>[\d.]+) s, peak (?P<peak>[\d.]+|None) GiB"
+)
+
+
+def arm_line(rows: int, name: str, arm: dict[str, Any]) -> str:
+    return (
+        f"gpu: {rows} rows, {name}: {arm['tokens_per_second']} tok/s, first call "
+        f"{arm['first_call_seconds']} s, peak {arm['peak_gib']} GiB"
+    )
 
 
 def time_sizes(
@@ -184,11 +206,8 @@ def time_sizes(
         measured: dict[str, dict] = {}
         for name, call in arms.items():
             say(f"gpu: {rows} rows x {opts.gpu_tokens} tokens, {name}")
-            arm = measured[name] = time_arm(call, device, opts.gpu_repeats)
-            say(
-                f"gpu: {rows} rows, {name}: {arm['tokens_per_second']} tok/s, first call "
-                f"{arm['first_call_seconds']} s, peak {arm['peak_gib']} GiB"
-            )
+            measured[name] = time_arm(call, device, opts.gpu_repeats)
+            say(arm_line(rows, name, measured[name]))
         add_rates(measured, flop, matrix_rate)
         runs[str(rows)] = measured
     return runs

@@ -36,8 +36,6 @@ import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from experiments.bench.options import GPU_OURS
-
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_PACKAGES = Path(__file__).with_name("gpu_image_packages.txt")
 # Always carried at our pin although the image has it: the decode policy depends on its
@@ -240,14 +238,10 @@ def smoke_summary(folder: Path, log: Path) -> dict | None:
     }  # fmt: skip
 
 
-ARM_LINE = re.compile(
-    r"gpu: (?P<rows>\d+) rows, (?P<arm>[\w-]+): (?P<tps>[\d.]+) tok/s, first call "
-    r"(?P<first>[\d.]+) s, peak (?P<peak>[\d.]+|None) GiB"
-)
-
-
 def arms_from_log(log: Path) -> dict | None:
     """The bench's per-arm lines, for a bench stopped before it wrote its JSON."""
+    from experiments.bench.gpu import ARM_LINE, add_ratios
+
     if not log.is_file():
         return None
     runs: dict[str, dict] = {}
@@ -258,10 +252,7 @@ def arms_from_log(log: Path) -> dict | None:
             "peak_gib": None if m["peak"] == "None" else float(m["peak"]),
         }
     for arms in runs.values():
-        ours = arms.get(GPU_OURS, {}).get("tokens_per_second")
-        for name, arm in arms.items():
-            if name != GPU_OURS and ours and arm["tokens_per_second"]:
-                arm["ours_over_this"] = round(ours / arm["tokens_per_second"], 3)
+        add_ratios(arms)
     return {"runs": runs, "from": "bench.log (the bench wrote no JSON)"} if runs else None
 
 
