@@ -59,33 +59,6 @@ install() {
     --target "$site" "$luggage"/wheels/*.whl
 }
 
-machine() {
-  "$py" - "$dir/env.json" <<'EOF'
-import json, platform, subprocess, sys
-import torch, transformers
-info = {
-    "python": platform.python_version(),
-    "torch": torch.__version__,
-    "torch_cuda": torch.version.cuda,
-    "transformers": transformers.__version__,
-    "transformers_from": transformers.__file__,
-    "cuda_available": torch.cuda.is_available(),
-}
-if torch.cuda.is_available():
-    p = torch.cuda.get_device_properties(0)
-    info |= {"gpu": p.name, "gpu_memory_gib": round(p.total_memory / 2**30, 1),
-             "multiprocessors": p.multi_processor_count}
-    q = "--query-gpu=driver_version,clocks.max.sm,power.limit"
-    info["nvidia_smi"] = subprocess.run(["nvidia-smi", q, "--format=csv,noheader"],
-                                        capture_output=True, text=True).stdout.strip()
-cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-info["cpu"] = next((l.split(":", 1)[1].strip() for l in cpu.splitlines()
-                    if l.startswith("Model name")), None)
-print(json.dumps(info, indent=2))
-open(sys.argv[1], "w").write(json.dumps(info, indent=2) + "\n")
-EOF
-}
-
 cuda_tests() {  # every test marked cuda, from the files that hold one
   # shellcheck disable=SC2046
   "$py" -m pytest -m cuda -q -p no:cacheprovider --junitxml "$dir/pytest-cuda.xml" \
@@ -117,7 +90,7 @@ fi
 if [ -d "$luggage/assets" ]; then
   step assets "$py" -m experiments.bench.gpu_check unpack "$luggage" "$STEER_EVAL_CACHE" "$site"
 fi
-step machine machine
+step machine "$py" -m experiments.bench.gpu_check machine "$dir/env.json" --device "$device"
 for s in $steps; do
   case $s in
     tests) step tests cuda_tests ;;

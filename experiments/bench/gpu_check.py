@@ -13,6 +13,7 @@ but not mlflow, pydantic, nltk or this project's pins, no model hub and no netwo
 - ``unpack SRC CACHE`` (there): the cache folders ``steer-eval`` reads, and a MiniLM of
   the real shape with seeded random weights: a smoke run's texts are noise anyway, and
   the embedder's code path, memory and device are the real ones.
+- ``machine OUT`` (there): the bench's machine record (``measure.machine_info``);
 - ``report DIR OUT`` (there): one JSON of everything ``bench/gpu_check.sh`` measured.
 
     python -m experiments.bench.gpu_check pack        # here: .gpu-check/ (make gpu-pack)
@@ -188,6 +189,16 @@ def unpack(src: Path, cache: Path, site: Path | None = None) -> None:
     print(f"unpacked into {cache}; random-weight MiniLM at {minilm}")
 
 
+def machine(out: Path, device: str) -> None:
+    """The bench's machine record (CPU, versions; on CUDA the card, its memory and driver)."""
+    from experiments.bench.measure import machine_info
+    from steering.models import pick_device
+
+    info = machine_info(pick_device(device))
+    out.write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info, indent=2))
+
+
 def _json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -289,6 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     u.add_argument("src", type=Path)
     u.add_argument("cache", type=Path)
     u.add_argument("site", type=Path, nargs="?", help="where to write the MiniLM stand-in")
+    m = sub.add_parser("machine", help="there: the machine record, as JSON")
+    m.add_argument("out", type=Path)
+    m.add_argument("--device", default="cuda")
     r = sub.add_parser("report", help="there: one JSON of the check")
     r.add_argument("folder", type=Path)
     r.add_argument("out", type=Path)
@@ -297,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
         pack(args.dest, args.python)
     elif args.command == "unpack":
         unpack(args.src, args.cache, args.site)
+    elif args.command == "machine":
+        machine(args.out, args.device)
     else:
         report(args.folder, args.out)
 

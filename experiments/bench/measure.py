@@ -11,6 +11,7 @@ import contextlib
 import os
 import platform
 import statistics
+import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,5 +225,22 @@ def machine_info(device: torch.device) -> dict[str, Any]:
     except Exception:  # not installed, or its library does not load
         info["llama_cpp_system_info"] = None
     if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
+        props = torch.cuda.get_device_properties(device)
+        info["gpu"] = props.name
+        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info["torch_cuda"] = torch.version.cuda
+        info["gpu_driver"] = gpu_driver()
     return info
+
+
+def gpu_driver() -> str | None:
+    """The NVIDIA driver's version, max SM clock and power limit (nvidia-smi), or None."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
+             "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
