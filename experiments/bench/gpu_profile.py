@@ -52,7 +52,7 @@ def _subtree(event: Any) -> Iterable[Any]:
         yield from _subtree(child)
 
 
-def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], dict[str, float]]:
+def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], float]:
     """(decode steps, microseconds per kernel name, host microseconds per step range)
     over the kernels launched inside the ``STEP`` ranges."""
     steps, kernels, host = 0, defaultdict(float), 0.0
@@ -66,7 +66,7 @@ def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], dict[str
         for op in _subtree(event):
             for k in getattr(op, "kernels", []):
                 kernels[k.name] += k.duration
-    return steps, dict(kernels), {"host_us_per_step": host / max(steps, 1)}
+    return steps, dict(kernels), host / max(steps, 1)
 
 
 def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
@@ -99,7 +99,7 @@ def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
         steps, kernels, host = step_kernels(prof.events())
     except Exception as exc:  # a profiler whose events lack the tree: keep the by-op table
         print(f"kernels by step unavailable ({exc!r}); the whole call's ops follow")
-        steps, kernels, host = 0, {}, {"host_us_per_step": 0.0}
+        steps, kernels, host = 0, {}, 0.0
     per_step = {name: us / max(steps, 1) for name, us in kernels.items()}
     by_kind: dict[str, float] = defaultdict(float)
     for name, us in per_step.items():
@@ -114,7 +114,7 @@ def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
         "rows": rows,
         "decode_steps": steps,
         "kernel_ms_per_step": rounded(total / 1000, 3),
-        "host_ms_per_step_eager": rounded(host["host_us_per_step"] / 1000, 3),
+        "host_ms_per_step_eager": rounded(host / 1000, 3),
         "by_kind_ms": {k: rounded(v / 1000, 3) for k, v in sorted(by_kind.items())},
         "by_kind_share": {k: rounded(v / total, 3) for k, v in by_kind.items()} if total else {},
         "top_kernels_ms": [{"kernel": n[:160], "ms": rounded(us / 1000, 3)} for n, us in top],
