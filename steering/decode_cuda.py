@@ -359,6 +359,10 @@ class CudaPolicy(DecodePolicy):
                 stacklevel=2,
             )
 
+    def clear(self) -> None:
+        """Drop every bucket's cache and graph (their memory goes back to the allocator)."""
+        self._static.clear()
+
     def _static_for(self, lm: LoadedModel, key: StaticKey, batch: DecodeBatch) -> StaticDecode:
         if key in self._static:
             self._static.move_to_end(key)

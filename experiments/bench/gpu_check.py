@@ -269,7 +269,8 @@ def arms_from_log(log: Path) -> dict | None:
 
 def report(folder: Path, out: Path) -> None:
     """Every step's status and time, the machine, the CUDA tests, the smoke run, the bench
-    section (or its arms from the log) with the issue's targets, and the decode profile."""
+    section (or its arms from the log) with the issue's targets, the decode profile and
+    the levers' timings."""
     from experiments.bench.gpu_report import gpu_targets
 
     steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
@@ -285,6 +286,7 @@ def report(folder: Path, out: Path) -> None:
         "bench": gpu,
         "bench_targets": gpu_targets(gpu) if gpu else None,
         "decode_profile": _json(folder / "profile.json"),
+        "levers": _json(folder / "levers.json"),
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
