@@ -43,6 +43,7 @@ from typing import ClassVar
 import torch
 
 from steering.decode import DecodeBatch, DecodePolicy, DecodeState, ReferenceDecoder
+from steering.decode_kernels import FUSED, NATIVE, DecodeKernels, decode_kernels
 from steering.head import single_product
 from steering.models import LoadedModel
 from steering.sampling import SamplingConfig, sorted_pick
@@ -331,7 +332,9 @@ class StaticDecoder:
 class CudaPolicy(DecodePolicy):
     """Static cache, sampling inside the step, CUDA graphs per batch-size bucket.
 
-    ``graphs``: capture the decode step (default: when the model is on CUDA). Keeps the
+    ``graphs``: capture the decode step (default: when the model is on CUDA). ``kernels``:
+    the attention and norm kernels the step runs (steering/decode_kernels.py; default:
+    the fused ones on CUDA, the native ones, the tested reference, elsewhere). Keeps the
     last ``keep`` buckets' caches and graphs (a 4B cache of 1,024 rows x 128 positions
     is about 18 GB in bf16)."""
 
@@ -339,9 +342,14 @@ class CudaPolicy(DecodePolicy):
     eos_every: ClassVar[int] = EOS_EVERY
 
     def __init__(
-        self, graphs: bool | None = None, keep: int = 1, capture: Capture = cuda_graph
+        self,
+        graphs: bool | None = None,
+        keep: int = 1,
+        capture: Capture = cuda_graph,
+        kernels: DecodeKernels | None = None,
     ) -> None:
         self.graphs = graphs
+        self.kernels = kernels
         self.keep = keep
         self.capture = capture
         self.capture_failure: BaseException | None = None
@@ -376,14 +384,21 @@ class CudaPolicy(DecodePolicy):
         self._static[key] = static
         return static
 
+    def kernels_for(self, lm: LoadedModel) -> DecodeKernels:
+        if self.kernels is not None:
+            return self.kernels
+        return FUSED if lm.device.type == "cuda" else NATIVE
+
     @contextmanager
     def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[object]:
         width = int(batch.input_ids.shape[1])
         cap = static_capacity(lm, width, batch.steps)
+        kernels = self.kernels_for(lm)
         if cap is None:  # the reference decoder, host checks every EOS_EVERY steps
             with (
                 steer_rows(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
                 single_product(lm.model),
+                decode_kernels(lm, kernels),
             ):
                 yield ReferenceDecoder(lm, batch)
             return
@@ -395,7 +410,7 @@ class CudaPolicy(DecodePolicy):
         static.load(batch)
         handle = lm.layer(key.layer).register_forward_hook(static.hook)
         try:
-            with single_product(lm.model):
+            with single_product(lm.model), decode_kernels(lm, kernels):
                 yield StaticDecoder(static, batch.n_rows)
         finally:
             handle.remove()

@@ -1,25 +1,20 @@
-"""What each lever the decode profile named would buy, measured side by side (issue 41).
+"""What each decode kernel swap buys, measured side by side (issue 41).
 
 The H100 profile of one decode step (bench/README.md, "GPU: H100") split a 1,024-row step
-into the top-p sort, attention, matrix products and elementwise work, and named three
-levers without measuring them. This times our replayed decode (the CUDA policy, a fresh
-policy per variant so every variant captures its own graph) under each variant, in one
-process, at each batch size:
+into the top-p sort, attention, matrix products and elementwise work. This times our
+replayed decode (the CUDA policy, a fresh policy per variant so every variant captures
+its own graph) under each variant, in one process, at each batch size:
 
-- ``as_is``: the policy as it ships;
-- ``greedy``: argmax instead of the top-p sort, cumsum and search: what a sort-free
-  sampler could buy at most (it changes the tokens, so it is a bound, not a lever);
-- ``sdpa_efficient`` / ``sdpa_cudnn``: the attention kernel pinned to one SDPA backend
-  (the profile found cuDNN's flash kernel, built for long queries, reading the KV cache at
-  about a quarter of the card's bandwidth for a one-token query);
-- ``compiled_norms``: every RMS norm one fused kernel (``torch.compile`` of the norm
-  alone, so the compile stays short), instead of the eager norm's fp32 casts, mean,
-  rsqrt and multiplies;
-- ``compiled_norms+sdpa_efficient``: both.
+- ``native``: the transformers kernels (the tested reference);
+- ``efficient_attention`` / ``compiled_norms``: one swap of steering/decode_kernels.py;
+- ``fused``: both, the CUDA policy's default;
+- ``fused_greedy``: argmax instead of the top-p sort, cumsum and search: what a
+  sort-free sampler could buy at most (it changes the tokens: a bound, not a lever).
 
-A variant that fails (a backend the card lacks, no compiler) records its error and the
-others go on. Each variant: a first call (capture, compile), then the best of
-``repeats`` timed calls, as the GPU bench times its arms.
+A variant that fails records its error and the others go on. Each variant: a first
+call (capture, compile), then the best of ``repeats`` timed calls, as the GPU bench
+times its arms; the first run on 2026-11-27 (before ``fused`` was the default) is in
+bench/results-gpu-h100.json.
 
     python -m experiments.bench.gpu_levers --rows 256,1024 --out levers.json
 """
@@ -27,11 +22,10 @@ others go on. Each variant: a first call (capture, compile), then the best of
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -40,72 +34,26 @@ from experiments.bench.gpu import flop_per_token, gpu_workload, matmul_rate, tim
 from experiments.bench.measure import rounded
 from experiments.bench.workload import Workload
 from steering.decode_cuda import CudaPolicy
+from steering.decode_kernels import FUSED, NATIVE, DecodeKernels
 from steering.generation import generate_batch
 from steering.models import LoadedModel, load_model, pick_device
 
-AS_IS = "as_is"
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Gemma 3's RMS norm, written as transformers' ``Gemma3RMSNorm.forward`` computes it
-    (fp32, ``(1 + w)``, cast back), as one function a compiler can fuse."""
-    xf = x.float()
-    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (out * (1.0 + weight.float())).type_as(x)
-
-
-@contextlib.contextmanager
-def compiled_norms(lm: LoadedModel, backend: str = "inductor") -> Iterator[None]:
-    """Every module whose class is named ``...RMSNorm`` runs :func:`rms_norm` compiled
-    (one compiled function shared by all: weights are its inputs, so modules do not
-    recompile it); the modules' own ``forward`` comes back on exit."""
-    fused = torch.compile(rms_norm, fullgraph=True, backend=backend)
-    patched = []
-    for module in lm.model.modules():
-        if type(module).__name__.endswith("RMSNorm") and hasattr(module, "weight"):
-            module.forward = lambda x, m=module: fused(x, m.weight, m.eps)
-            patched.append(module)
-    if not patched:
-        raise RuntimeError("no RMSNorm modules to compile")
-    try:
-        yield
-    finally:
-        for module in patched:
-            del module.forward
-
-
-def sdpa_backend(name: str) -> Callable[[LoadedModel], contextlib.AbstractContextManager]:
-    """A variant that pins ``torch.nn.functional.scaled_dot_product_attention`` to one
-    backend (``EFFICIENT_ATTENTION``, ``CUDNN_ATTENTION``, ...)."""
-
-    def pinned(_lm: LoadedModel) -> contextlib.AbstractContextManager:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        return sdpa_kernel([getattr(SDPBackend, name)])
-
-    return pinned
-
-
-@contextlib.contextmanager
-def _both(lm: LoadedModel) -> Iterator[None]:
-    with compiled_norms(lm), sdpa_backend("EFFICIENT_ATTENTION")(lm):
-        yield
+NATIVE_NAME = "native"
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
     name: str
-    context: Callable[[LoadedModel], contextlib.AbstractContextManager]
+    kernels: DecodeKernels
     greedy: bool = False
 
 
 VARIANTS: tuple[Variant, ...] = (
-    Variant(AS_IS, lambda _lm: contextlib.nullcontext()),
-    Variant("greedy", lambda _lm: contextlib.nullcontext(), greedy=True),
-    Variant("sdpa_efficient", sdpa_backend("EFFICIENT_ATTENTION")),
-    Variant("sdpa_cudnn", sdpa_backend("CUDNN_ATTENTION")),
-    Variant("compiled_norms", compiled_norms),
-    Variant("compiled_norms+sdpa_efficient", _both),
+    Variant(NATIVE_NAME, NATIVE),
+    Variant("efficient_attention", DecodeKernels(attention=True)),
+    Variant("compiled_norms", DecodeKernels(norms=True)),
+    Variant("fused", FUSED),
+    Variant("fused_greedy", FUSED, greedy=True),
 )
 
 
@@ -113,7 +61,7 @@ def time_variant(lm: LoadedModel, wl: Workload, variant: Variant, repeats: int) 
     """Our decode of ``wl`` under ``variant`` with a policy of its own (its own capture)."""
     if variant.greedy:
         wl = dataclasses.replace(wl, sampling=dataclasses.replace(wl.sampling, greedy=True))
-    policy = CudaPolicy()
+    policy = CudaPolicy(kernels=variant.kernels)
 
     def call() -> int:
         _, stats = generate_batch(
@@ -122,8 +70,7 @@ def time_variant(lm: LoadedModel, wl: Workload, variant: Variant, repeats: int) 
         return stats.new_tokens
 
     try:
-        with variant.context(lm):
-            arm = time_arm(call, lm.device, repeats)
+        arm = time_arm(call, lm.device, repeats)
         arm["capture_failed"] = repr(policy.capture_failure) if policy.capture_failure else None
         return arm
     finally:  # the variant's cache and graph go before the next variant allocates its own
@@ -141,7 +88,7 @@ def measure_levers(
     variants: tuple[Variant, ...] = VARIANTS,
     say: Callable[[str], None] = print,
 ) -> dict[str, dict]:
-    """Every variant at every batch size, with its speed over ``as_is``; keyed by size."""
+    """Every variant at every batch size, with its speed over ``native``; keyed by size."""
     runs: dict[str, dict] = {}
     for n in rows:
         wl = gpu_workload(lm, n, tokens)
@@ -152,11 +99,11 @@ def measure_levers(
             except Exception as exc:  # one lever the card or stack lacks; the rest go on
                 arms[variant.name] = {"error": f"{exc.__class__.__name__}: {exc}"[:400]}
             say(f"levers: {n} rows, {variant.name}: {json.dumps(arms[variant.name])}")
-        base = arms.get(AS_IS, {}).get("tokens_per_second")
+        base = arms.get(NATIVE_NAME, {}).get("tokens_per_second")
         for arm in arms.values():
             rate = arm.get("tokens_per_second")
             if base and rate:
-                arm["over_as_is"] = rounded(rate / base, 3)
+                arm["over_native"] = rounded(rate / base, 3)
         runs[str(n)] = arms
     return runs
 

@@ -26,6 +26,7 @@ from steering.decode_cuda import (
     row_bucket,
     static_capacity,
 )
+from steering.decode_kernels import FUSED, NATIVE
 from steering.generation import GenerationRow, SamplingConfig, generate_batch, suppressed_ids
 from steering.head import BlockedHead, single_product
 from steering.policies import POLICIES, make_policy, policy_for, policy_name
@@ -389,10 +390,26 @@ def test_cuda_graphs_give_what_the_eager_static_step_gives(tiny_cuda, directions
 
 @pytest.mark.cuda
 def test_cuda_policy_matches_the_reference_on_the_gpu(tiny_cuda, directions):
+    """The policy's logic (static cache, masks, graph, sampling) with the native kernels."""
     rows = grid(7)
     ref, _ = decode(tiny_cuda, rows, directions, GREEDY, ReferencePolicy())
-    got, _ = decode(tiny_cuda, rows, directions, GREEDY, CudaPolicy())
+    got, _ = decode(tiny_cuda, rows, directions, GREEDY, CudaPolicy(kernels=NATIVE))
     assert [g.token_ids for g in got] == [g.token_ids for g in ref]
+
+
+@pytest.mark.cuda
+@pytest.mark.filterwarnings("error::steering.decode_kernels.NormCompileWarning")
+def test_the_fused_kernels_decode_what_the_native_ones_do_on_the_gpu(tiny_cuda, directions):
+    """The default CUDA kernels (efficient attention, compiled norms) against the native
+    ones, greedy in fp32: the same tokens, log-probs to the last digits a reduction
+    order moves."""
+    assert CudaPolicy().kernels_for(tiny_cuda) == FUSED
+    rows = grid(7)
+    native, _ = decode(tiny_cuda, rows, directions, GREEDY, CudaPolicy(kernels=NATIVE))
+    fused, _ = decode(tiny_cuda, rows, directions, GREEDY, CudaPolicy())
+    assert [g.token_ids for g in fused] == [g.token_ids for g in native]
+    for a, b in zip(fused, native, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 @pytest.mark.cuda

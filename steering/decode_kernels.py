@@ -1,0 +1,141 @@
+"""Which kernels the CUDA decode step runs: the native ones, or two measured swaps.
+
+The H100 profile of one 1,024-row decode step of Gemma 3 4B (bench/README.md, "GPU:
+H100") found two kinds of kernel work the step need not do, and ``gpu_levers`` measured
+what swapping each buys (bench/results-gpu-h100.json, "levers"):
+
+- attention: SDPA's cuDNN flash kernel, tiled for long queries, read the KV cache of a
+  one-token query at about a quarter of the card's bandwidth; the memory-efficient
+  backend does the same masked attention 1.09x (256 rows) and 1.11x (1,024 rows) faster
+  over the whole decode;
+- RMS norms: the eager norm is six kernels (fp32 casts, square, mean, rsqrt, two
+  multiplies) per norm, six norms per layer; :func:`gemma_rms_norm` compiled with
+  ``torch.compile`` is one, 1.20x and 1.14x. Only norm classes whose forward is written
+  out here are swapped (``NORMS``), so another architecture keeps its own.
+
+Both together: 1.35x and 1.29x. :data:`NATIVE` is the reference the tests hold the
+policy to; :data:`FUSED` is the CUDA policy's default. The swaps change the last bits of
+a norm's reduction and of attention's softmax, not what is computed. A compile that
+fails (no Triton, an unsupported platform) warns once and the native norm runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from steering.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class DecodeKernels:
+    """``attention``: SDPA pinned to its memory-efficient backend (math where that cannot
+    run); ``norms``: known RMS norms compiled into one kernel each; ``backend``: the
+    compiler's (tests trace with ``eager``, which needs no C compiler)."""
+
+    attention: bool = False
+    norms: bool = False
+    backend: str = "inductor"
+
+
+NATIVE = DecodeKernels()
+FUSED = DecodeKernels(attention=True, norms=True)
+
+
+def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' ``Gemma3RMSNorm.forward``, op for op: fp32, ``(1 + w)``, cast back."""
+    xf = x.float()
+    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (out * (1.0 + weight.float())).type_as(x)
+
+
+# Norm classes (by name) and the function that computes each's forward.
+NORMS: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = {
+    "Gemma3RMSNorm": gemma_rms_norm,
+}
+
+
+class NormCompileWarning(RuntimeWarning):
+    """Compiling the RMS norm failed; the native norm runs (the same numbers, slower)."""
+
+
+class _Compiled:
+    """One compiled norm function shared by every module (weights are inputs, so modules
+    share its compiled code); after a failure, the native function with one warning.
+
+    It sees its input as ``[rows, width]`` with ``rows`` dynamic, so it compiles once per
+    norm width and dtype (and once more for a single row), not once per batch, prompt
+    width and head layout: dynamo otherwise recompiled per shape and, past its limit,
+    failed (``fullgraph``) on the tests' mixed shapes."""
+
+    def __init__(self, fn: Callable, backend: str) -> None:
+        self.fn = fn
+        self.compiled = torch.compile(fn, fullgraph=True, backend=backend)
+        self.failed = False
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if not self.failed:
+            try:
+                flat = x.reshape(-1, x.shape[-1])
+                torch._dynamo.maybe_mark_dynamic(flat, 0)
+                return self.compiled(flat, weight, eps).view(x.shape)
+            except Exception as exc:  # whatever stops a compile, the native norm can do
+                self.failed = True
+                warnings.warn(
+                    f"compiling the RMS norm failed ({exc.__class__.__name__}: {exc}); "
+                    "the native norm runs instead",
+                    NormCompileWarning,
+                    stacklevel=2,
+                )
+        return self.fn(x, weight, eps)
+
+
+_COMPILED: dict[tuple[str, str], _Compiled] = {}
+
+
+def _compiled(cls: str, backend: str) -> _Compiled:
+    key = (cls, backend)
+    if key not in _COMPILED:
+        _COMPILED[key] = _Compiled(NORMS[cls], backend)
+    return _COMPILED[key]
+
+
+@contextlib.contextmanager
+def compiled_norms(lm: LoadedModel, backend: str = "inductor") -> Iterator[int]:
+    """Inside, every norm module of a class in :data:`NORMS` runs its compiled function;
+    the modules' own ``forward`` comes back on exit. Yields how many were swapped."""
+    swapped = []
+    for module in lm.model.modules():
+        cls = type(module).__name__
+        if cls in NORMS and "forward" not in vars(module):
+            fused = _compiled(cls, backend)
+            module.forward = lambda x, m=module, f=fused: f(x, m.weight, m.eps)
+            swapped.append(module)
+    try:
+        yield len(swapped)
+    finally:
+        for module in swapped:
+            del module.forward
+
+
+def efficient_attention() -> contextlib.AbstractContextManager:
+    """SDPA limited to its memory-efficient backend, and math where that cannot run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+@contextlib.contextmanager
+def decode_kernels(lm: LoadedModel, kernels: DecodeKernels) -> Iterator[None]:
+    """The decode step's kernels inside the block: ``kernels``' swaps (the attention pin
+    only on CUDA, where the backend exists)."""
+    with contextlib.ExitStack() as stack:
+        if kernels.attention and lm.device.type == "cuda":
+            stack.enter_context(efficient_attention())
+        if kernels.norms:
+            stack.enter_context(compiled_norms(lm, kernels.backend))
+        yield
