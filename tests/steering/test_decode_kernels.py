@@ -72,6 +72,21 @@ def test_a_compile_that_fails_warns_once_and_the_native_norm_runs():
     assert torch.equal(first, gemma_rms_norm(x, w, 1e-6)) and torch.equal(second, first)
 
 
+@pytest.mark.filterwarnings("error::steering.decode_kernels.NormCompileWarning")
+def test_many_models_norms_compile_without_passing_dynamos_limit():
+    """Widths and dtypes of several models in one process (the card's test run hit
+    dynamo's limit of 8 compiles on its fourth model and fell back to the native norm)."""
+    fused = _Compiled(gemma_rms_norm, "eager")
+    gen = torch.Generator().manual_seed(1)
+    for width in (16, 64, 256, 640, 1152, 2560):
+        for dtype in (torch.float32, torch.bfloat16):
+            w = torch.randn(width, generator=gen).to(dtype)
+            for shape in ((1, 1, width), (5, 3, width), (4, 1, 2, width)):
+                x = torch.randn(*shape, generator=gen).to(dtype)
+                assert torch.equal(fused(x, w, 1e-6), gemma_rms_norm(x, w, 1e-6))
+    assert not fused.failed
+
+
 def test_the_policy_picks_fused_kernels_on_cuda_only(tiny_lm):
     assert CudaPolicy().kernels_for(tiny_lm) == NATIVE  # the CPU
     assert CudaPolicy(kernels=FUSED).kernels_for(tiny_lm) == FUSED
