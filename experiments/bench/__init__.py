@@ -23,8 +23,8 @@ One module per job (``--only``/``--skip`` pick the sections):
 - ``report``: the results as plain tables; ``runner``: ``run_bench``, which ties them;
 - ``gpu`` (section ``gpu``, CUDA only): ours against HF ``generate`` on Gemma 3 4B's shape
   with random weights; ``gpu_profile``: one decode step's kernel time by kind;
-  ``gpu_levers``: our decode under each kernel variant, side by side; ``gpu_check``: the luggage a bare GPU machine needs and the one JSON of
-  ``bench/gpu_check.sh`` (issue 41).
+  ``gpu_levers``: our decode under each kernel variant, side by side; ``gpu_check``: the
+  luggage a bare GPU machine needs and the one JSON of ``bench/gpu_check.sh`` (issue 41).
 
 Targets (measured, never asserted; ``options.TARGETS``): batched >= 10x per-sample,
 ours >= 2x HF ``generate`` on the batch with a hook, >= 4x llama.cpp single stream, the
