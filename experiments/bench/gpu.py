@@ -21,10 +21,12 @@ to run without CUDA.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -248,3 +250,23 @@ def section_gpu(
         "at the middle layer, top-p 0.95, temperature 1; fraction = tok/s x GFLOP per "
         f"token / the measured rate of a {MATMUL_SIZE}^3 bf16 torch.mm",
     }
+
+
+def script_parser(description: str, tokens: int) -> argparse.ArgumentParser:
+    """The arguments the GPU scripts (``gpu_profile``, ``gpu_levers``) share: batch sizes,
+    new tokens, a model config loaded with random weights, device, dtype, output file."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rows", default="256,1024")
+    parser.add_argument("--tokens", type=int, default=tokens)
+    parser.add_argument("--model", default="gemma-3-4b-pt", help="a dummy model config")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def script_model(args: argparse.Namespace) -> tuple[LoadedModel, list[int]]:
+    """The model of ``script_parser``'s arguments, with random weights, and the batch sizes."""
+    device = pick_device(args.device)
+    lm = load_model(args.model, device=str(device), dtype=args.dtype, load_format="dummy")
+    return lm, [int(r) for r in args.rows.split(",")]

@@ -21,22 +21,27 @@ bench/results-gpu-h100.json.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-from experiments.bench.gpu import flop_per_token, gpu_workload, matmul_rate, time_arm
+from experiments.bench.gpu import (
+    flop_per_token,
+    gpu_workload,
+    matmul_rate,
+    script_model,
+    script_parser,
+    time_arm,
+)
 from experiments.bench.measure import rounded
 from experiments.bench.workload import Workload
 from steering.decode_cuda import CudaPolicy
 from steering.decode_kernels import FUSED, NATIVE, DecodeKernels
 from steering.generation import generate_batch
-from steering.models import LoadedModel, load_model, pick_device
+from steering.models import LoadedModel
 
 NATIVE_NAME = "native"
 
@@ -109,18 +114,11 @@ def measure_levers(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="256,1024")
-    parser.add_argument("--tokens", type=int, default=50)
+    parser = script_parser(__doc__.splitlines()[0], tokens=50)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--model", default="gemma-3-4b-pt", help="a dummy model config")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    device = pick_device(args.device)
-    lm = load_model(args.model, device=str(device), dtype=args.dtype, load_format="dummy")
-    rows = [int(r) for r in args.rows.split(",")]
+    lm, rows = script_model(args)
+    device = lm.device
     result: dict = {"model": f"dummy:{args.model}", "dtype": args.dtype, "tokens": args.tokens}
     if device.type == "cuda":
         result["bf16_matrix_tflops"] = rounded(matmul_rate(device) / 1e12, 1)

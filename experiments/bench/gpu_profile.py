@@ -13,21 +13,19 @@ at best (a graph removes the launches, not the kernels).
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from experiments.bench.gpu import gpu_workload
+from experiments.bench.gpu import gpu_workload, script_model, script_parser
 from experiments.bench.measure import rounded
 from experiments.bench.profile import _Ranges
 from steering.decode_cuda import CudaPolicy
 from steering.generation import generate_batch
-from steering.models import LoadedModel, load_model, pick_device
+from steering.models import LoadedModel
 
 STEP = "bench::decode_step"
 # A kernel's kind: the first whose words occur in its lower-cased name.
@@ -136,18 +134,10 @@ def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="256,1024")
-    parser.add_argument("--tokens", type=int, default=12)
-    parser.add_argument("--model", default="gemma-3-4b-pt", help="a dummy model config")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    device = pick_device(args.device)
-    lm = load_model(args.model, device=str(device), dtype=args.dtype, load_format="dummy")
+    args = script_parser(__doc__.splitlines()[0], tokens=12).parse_args(argv)
+    lm, sizes = script_model(args)
     results = []
-    for rows in (int(r) for r in args.rows.split(",")):
+    for rows in sizes:
         result = profile_rows(lm, rows, args.tokens)
         print(json.dumps(result, indent=1), flush=True)
         results.append(result)
