@@ -22,6 +22,7 @@ to run without CUDA.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import re
 import time
@@ -37,8 +38,10 @@ from experiments.bench.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS,
 from experiments.bench.peers import per_row_hook
 from experiments.bench.workload import Workload
 from steering.activations import residual_scale
+from steering.decode_cuda import CudaPolicy
 from steering.generation import GenerationRow, SamplingConfig, generate_batch
 from steering.models import LoadedModel, ModelSpecError, load_model, pick_device
+from steering.policies import policy_for
 from steering.vector import SteeringVector
 
 PROMPTS = (
@@ -103,6 +106,16 @@ def gpu_workload(lm: LoadedModel, rows: int, tokens: int, seed: int = 0) -> Work
         batch_size=rows,
         seed=seed,
     )
+
+
+def ours_decode(lm: LoadedModel) -> dict[str, Any]:
+    """What ours decodes with on ``lm``: the policy's name and, for the CUDA policy, its
+    kernels (steering/decode_kernels.py), so a result says which step it timed."""
+    policy = policy_for(lm)
+    out: dict[str, Any] = {"policy": policy.name}
+    if isinstance(policy, CudaPolicy):
+        out["kernels"] = dataclasses.asdict(policy.kernels_for(lm))
+    return out
 
 
 def run_ours(lm: LoadedModel, wl: Workload) -> int:
@@ -230,6 +243,7 @@ def section_gpu(
     say("gpu: the card's bf16 matrix rate")
     rate = matmul_rate(device)
     flop = flop_per_token(lm)
+    ours = ours_decode(lm)
     try:
         runs = time_sizes(lm, opts, device, flop, rate, say)
     finally:
@@ -244,6 +258,7 @@ def section_gpu(
         "bf16_matrix_tflops": rounded(rate / 1e12, 1),
         "gflop_per_token": rounded(flop / 1e9, 3),
         "tokens": opts.gpu_tokens,
+        "ours_decode": ours,
         "runs": runs,
         "how": "one process, one card; each arm: a first call, then the best of "
         f"{opts.gpu_repeats} timed calls; every row its own direction and coefficient "

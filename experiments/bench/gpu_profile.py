@@ -13,6 +13,7 @@ at best (a graph removes the launches, not the kernels).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from experiments.bench.gpu import gpu_workload, script_model, script_parser
 from experiments.bench.measure import rounded
 from experiments.bench.profile import _Ranges
 from steering.decode_cuda import CudaPolicy
+from steering.decode_kernels import FUSED, NATIVE, DecodeKernels
 from steering.generation import generate_batch
 from steering.models import LoadedModel
 
@@ -67,10 +69,13 @@ def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], float]:
     return steps, dict(kernels), host / max(steps, 1)
 
 
-def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
-    """The mean decode step of ``rows`` rows: kernel time by kind and the top kernels."""
+def profile_rows(
+    lm: LoadedModel, rows: int, tokens: int, kernels: DecodeKernels | None = None
+) -> dict:
+    """The mean decode step of ``rows`` rows: kernel time by kind and the top kernels.
+    ``kernels``: the step's (default: the CUDA policy's for the device)."""
     wl = gpu_workload(lm, rows, tokens)
-    policy = CudaPolicy(graphs=False)
+    policy = CudaPolicy(graphs=False, kernels=kernels)
 
     def run(on_step=None) -> None:
         generate_batch(
@@ -110,6 +115,7 @@ def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
     )[:15]
     return {
         "rows": rows,
+        "kernels": dataclasses.asdict(policy.kernels_for(lm)),
         "decode_steps": steps,
         "kernel_ms_per_step": rounded(total / 1000, 3),
         "host_ms_per_step_eager": rounded(host / 1000, 3),
@@ -134,11 +140,17 @@ def profile_rows(lm: LoadedModel, rows: int, tokens: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = script_parser(__doc__.splitlines()[0], tokens=12).parse_args(argv)
+    parser = script_parser(__doc__.splitlines()[0], tokens=12)
+    parser.add_argument(
+        "--kernels", choices=("policy", "native", "fused"), default="policy",
+        help="the step's kernels: the CUDA policy's default for the device, or one set",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
     lm, sizes = script_model(args)
+    kernels = {"policy": None, "native": NATIVE, "fused": FUSED}[args.kernels]
     results = []
     for rows in sizes:
-        result = profile_rows(lm, rows, args.tokens)
+        result = profile_rows(lm, rows, args.tokens, kernels)
         print(json.dumps(result, indent=1), flush=True)
         results.append(result)
     args.out.write_text(json.dumps({"model": f"dummy:{args.model}", "profiles": results}, indent=2))

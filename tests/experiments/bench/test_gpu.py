@@ -14,6 +14,7 @@ from experiments.bench.gpu import (
     add_rates,
     flop_per_token,
     gpu_workload,
+    ours_decode,
     run_hf,
     run_ours,
     section_gpu,
@@ -104,6 +105,10 @@ def test_the_arms_run_and_are_timed_on_the_tiny_model(tiny_lm):
     assert "ours_over_this" not in arms[GPU_OURS]
 
 
+def test_the_section_says_what_ours_decodes_with(tiny_lm):
+    assert ours_decode(tiny_lm) == {"policy": "cpu"}  # the CUDA policy's kernels on a card
+
+
 def fake_section(ours_1024_fraction=0.3):
     def arm(rate, first, ratio=None, fraction=None):
         out = {"first_call_seconds": first, "tokens_per_second": rate, "peak_gib": 20.0}
@@ -176,4 +181,8 @@ def test_the_section_runs_on_a_gpu(tiny_multimodal_json):
         assert set(arms) == {GPU_OURS, GPU_HF_DYNAMIC, GPU_HF_COMPILED}
         assert all(a["tokens_per_second"] > 0 and a["peak_gib"] > 0 for a in arms.values())
     assert section["bf16_matrix_tflops"] > 1
+    assert section["ours_decode"] == {
+        "policy": "cuda",
+        "kernels": {"attention": True, "norms": True, "backend": "inductor"},
+    }
     gpu_table(section)

@@ -71,6 +71,7 @@ def test_the_profile_counts_each_decode_step_once(tiny_lm):
     assert result["host_ms_per_step_eager"] > 0
     assert result["whole_call_top_ops"]  # the by-op table, prefill included
     assert result["kernel_ms_per_step"] == 0.0  # no CUDA kernels on the CPU
+    assert result["kernels"] == {"attention": False, "norms": False, "backend": "inductor"}
 
 
 def test_the_report_holds_what_the_steps_left(tmp_path):
