@@ -8,9 +8,9 @@ what swapping each buys (bench/results-gpu-h100.json, "levers"):
   one-token query at about a quarter of the card's bandwidth; the memory-efficient
   backend does the same masked attention 1.09x (256 rows) and 1.11x (1,024 rows) faster
   over the whole decode;
-- RMS norms: the eager norm is six kernels (fp32 casts, square, mean, rsqrt, two
-  multiplies) per norm, six norms per layer; :func:`gemma_rms_norm` compiled with
-  ``torch.compile`` is one, 1.20x and 1.14x. Only norm classes whose forward is written
+- RMS norms: the eager norm is about ten kernels (casts to fp32 and back, square, mean,
+  add, rsqrt, ``1 + w``, multiplies), six norms a layer; :func:`gemma_rms_norm` compiled
+  with ``torch.compile`` is one, 1.20x and 1.14x. Only norm classes whose forward is written
   out here are swapped (``NORMS``), so another architecture keeps its own.
 
 Both together: 1.35x and 1.29x. :data:`NATIVE` is the reference the tests hold the
