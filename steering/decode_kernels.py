@@ -41,6 +41,13 @@ class DecodeKernels:
     norms: bool = False
     backend: str = "inductor"
 
+    def describe(self) -> str:
+        swaps = [
+            *(["efficient attention"] if self.attention else []),
+            *(["compiled norms"] if self.norms else []),
+        ]
+        return ", ".join(swaps) or "native kernels"
+
 
 NATIVE = DecodeKernels()
 FUSED = DecodeKernels(attention=True, norms=True)

@@ -36,3 +36,13 @@ def policy_for(lm: LoadedModel) -> DecodePolicy:
         name = lm.decode_policy if lm.decode_policy != "auto" else lm.platform.decode_policy
         lm.decoder_state = make_policy(name)
     return lm.decoder_state
+
+
+def decode_description(lm: LoadedModel) -> str:
+    """How ``generate_batch`` decodes on ``lm``, in a few words for a run's tag: the
+    policy's name and, for the CUDA policy, its kernels ("cuda: efficient attention,
+    compiled norms")."""
+    policy = policy_for(lm)
+    if isinstance(policy, CudaPolicy):
+        return f"{policy.name}: {policy.kernels_for(lm).describe()}"
+    return policy.name

@@ -34,7 +34,7 @@ from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, P
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
-from experiments.tracking.context import DEVICE_TAG, MODEL_TAG
+from experiments.tracking.context import DECODE_TAG, DEVICE_TAG, MODEL_TAG
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -110,7 +110,14 @@ class RunSession:
         session ends, and make its folder. Returns (run id, whether it is new)."""
         new = self.existing is None
         if new and self.lm is not None:  # what a dry run matches earlier runs by
-            tags = {**(tags or {}), DEVICE_TAG: self.lm.device.type, MODEL_TAG: self.lm.model_id}
+            from steering.policies import decode_description
+
+            tags = {
+                **(tags or {}),
+                DEVICE_TAG: self.lm.device.type,
+                MODEL_TAG: self.lm.model_id,
+                DECODE_TAG: decode_description(self.lm),
+            }
         run_id = self._stack.enter_context(
             tracking.tracked_run(experiment, name, tags=tags, run_id=self.existing)
         )

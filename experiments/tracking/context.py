@@ -42,6 +42,9 @@ SOURCE_TYPE = "mlflow.source.type"
 HOST_TAG = "steer_eval.host"  # the machine a run ran on (`run --dry-run` estimates from it)
 DEVICE_TAG = "steer_eval.device"  # the device type its model ran on (cpu, cuda)
 MODEL_TAG = "steer_eval.model_id"  # the loaded model's id (embedded:gemma-3-270m, ...)
+# How its texts were decoded: the decode policy and, on a card, its kernels, which move
+# a sampled text's last bits (steering/decode_kernels.py)
+DECODE_TAG = "steer_eval.decode"
 GIT_COMMIT = "mlflow.source.git.commit"
 GIT_BRANCH = "mlflow.source.git.branch"
 GIT_REPO_URL = "mlflow.source.git.repoURL"

@@ -29,7 +29,13 @@ from steering.decode_cuda import (
 from steering.decode_kernels import FUSED, NATIVE
 from steering.generation import GenerationRow, SamplingConfig, generate_batch, suppressed_ids
 from steering.head import BlockedHead, single_product
-from steering.policies import POLICIES, make_policy, policy_for, policy_name
+from steering.policies import (
+    POLICIES,
+    decode_description,
+    make_policy,
+    policy_for,
+    policy_name,
+)
 from steering.sampling import sample_next, sorted_pick
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=100)
@@ -404,6 +410,7 @@ def test_the_fused_kernels_decode_what_the_native_ones_do_on_the_gpu(tiny_cuda, 
     ones, greedy in fp32: the same tokens, log-probs to the last digits a reduction
     order moves."""
     assert CudaPolicy().kernels_for(tiny_cuda) == FUSED
+    assert decode_description(tiny_cuda) == "cuda: efficient attention, compiled norms"
     rows = grid(7)
     native, _ = decode(tiny_cuda, rows, directions, GREEDY, CudaPolicy(kernels=NATIVE))
     fused, _ = decode(tiny_cuda, rows, directions, GREEDY, CudaPolicy())

@@ -139,3 +139,12 @@ def test_the_compiled_norm_on_a_card_is_the_native_norm_to_rounding(dtype):
         else:
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert not fused.failed
+
+
+def test_a_run_tag_says_how_the_texts_were_decoded(tiny_lm):
+    from steering.policies import decode_description
+
+    assert decode_description(tiny_lm) == "cpu"
+    assert FUSED.describe() == "efficient attention, compiled norms"
+    assert NATIVE.describe() == "native kernels"
+    assert DecodeKernels(norms=True).describe() == "compiled norms"

@@ -13,6 +13,7 @@ from experiments.pipeline.plan import row_seed
 from experiments.pipeline.run import rescore, run_phase5
 from experiments.record import RECORD_VERSION, RunRecord
 from experiments.rundir import RunDir
+from experiments.tracking.context import DECODE_TAG
 
 GENERATIONS_FILE = RunDir.GENERATIONS
 V2_NAMES = ("direction", "effect_above_null", "predictor_vs_effect", "specificity")
@@ -61,6 +62,7 @@ def test_parent_and_child_runs_follow_the_layout(finished):
     assert params["layer"] == "9" and params["vector_source"] == "classifier"
     tags = parent.data.tags
     assert "mlflow.source.git.commit" in tags and "version.torch" in tags
+    assert tags[DECODE_TAG] == "cpu"  # the policy the texts were decoded with
     assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
     metrics = parent.data.metrics
     assert {"delta_mean/s_neg1.0", "delta_mean/s_0.0", "delta_mean/s_pos1.0"} <= set(metrics)
