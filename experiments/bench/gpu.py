@@ -38,10 +38,9 @@ from experiments.bench.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS,
 from experiments.bench.peers import per_row_hook
 from experiments.bench.workload import Workload
 from steering.activations import residual_scale
-from steering.decode_cuda import CudaPolicy
 from steering.generation import GenerationRow, SamplingConfig, generate_batch
 from steering.models import LoadedModel, ModelSpecError, load_model, pick_device
-from steering.policies import policy_for
+from steering.policies import kernels_of, policy_for
 from steering.vector import SteeringVector
 
 PROMPTS = (
@@ -111,10 +110,9 @@ def gpu_workload(lm: LoadedModel, rows: int, tokens: int, seed: int = 0) -> Work
 def ours_decode(lm: LoadedModel) -> dict[str, Any]:
     """What ours decodes with on ``lm``: the policy's name and, for the CUDA policy, its
     kernels (steering/decode_kernels.py), so a result says which step it timed."""
-    policy = policy_for(lm)
-    out: dict[str, Any] = {"policy": policy.name}
-    if isinstance(policy, CudaPolicy):
-        out["kernels"] = dataclasses.asdict(policy.kernels_for(lm))
+    out: dict[str, Any] = {"policy": policy_for(lm).name}
+    if (kernels := kernels_of(lm)) is not None:
+        out["kernels"] = dataclasses.asdict(kernels)
     return out
 
 

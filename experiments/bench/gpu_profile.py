@@ -69,6 +69,11 @@ def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], float]:
     return steps, dict(kernels), host / max(steps, 1)
 
 
+def _self_device_us(event: Any) -> float:
+    """An op's own time on the card (``self_cuda_time_total`` in older torch)."""
+    return getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0))
+
+
 def profile_rows(
     lm: LoadedModel, rows: int, tokens: int, kernels: DecodeKernels | None = None
 ) -> dict:
@@ -99,20 +104,17 @@ def profile_rows(
         if lm.device.type == "cuda":
             torch.cuda.synchronize()
     try:
-        steps, kernels, host = step_kernels(prof.events())
+        steps, by_name, host = step_kernels(prof.events())
     except Exception as exc:  # a profiler whose events lack the tree: keep the by-op table
         print(f"kernels by step unavailable ({exc!r}); the whole call's ops follow")
-        steps, kernels, host = 0, {}, 0.0
-    per_step = {name: us / max(steps, 1) for name, us in kernels.items()}
+        steps, by_name, host = 0, {}, 0.0
+    per_step = {name: us / max(steps, 1) for name, us in by_name.items()}
     by_kind: dict[str, float] = defaultdict(float)
     for name, us in per_step.items():
         by_kind[kind_of(name)] += us
     total = sum(per_step.values())
     top = sorted(per_step.items(), key=lambda kv: -kv[1])[:12]
-    whole = sorted(
-        prof.key_averages(),
-        key=lambda e: -getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)),
-    )[:15]
+    whole = sorted(prof.key_averages(), key=lambda e: -_self_device_us(e))[:15]
     return {
         "rows": rows,
         "kernels": dataclasses.asdict(policy.kernels_for(lm)),
@@ -127,11 +129,7 @@ def profile_rows(
             {
                 "op": e.key[:120],
                 "calls": e.count,
-                "self_device_ms": rounded(
-                    getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
-                    / 1000,
-                    3,
-                ),
+                "self_device_ms": rounded(_self_device_us(e) / 1000, 3),
                 "self_cpu_ms": rounded(e.self_cpu_time_total / 1000, 3),
             }
             for e in whole
