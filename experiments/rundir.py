@@ -187,6 +187,7 @@ class RunDir:
     PROBE_SETS = "probe_sets.json"  # per probe set and concept, the detection predictors
     CURVE = "curve.csv"  # one row per probe set × concept: predictors, β, effect
     ANALYSIS = "analysis.json"  # slopes, minimum effective levels
+    STRENGTH = "strength.json"  # β and held-out grid per layer and source, and their origin
     # Phase 6 that identifies (steer-eval identify) folders also hold (ANALYSIS too):
     CONCEPT_SPLIT = "concept_split.json"  # development / held-out concepts, this run's set
     PREREGISTRATION = "preregistration.md"  # the pre-registration the run was scored under

@@ -16,6 +16,12 @@ reads it back through :func:`choose_beta`:
 - without a recorded range, a number is kept and ``auto`` is an error naming the fix.
 
 The held-out β grid (``selection.beta_grid``) is kept to the range the same way.
+
+Phase 6 trains a probe set of its own per training size and seed, so no range sits in
+its folders: ``calibrate`` looks the range up by what it describes (model, layer, mode,
+vector source) across every classifier set under ``classifier.dir``
+(:func:`shared_range`), and ``identify``, whose pre-registration binds its grid, only
+says when its grid leaves a recorded range (:func:`range_warning`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pydantic import BaseModel, Field
 from experiments.config import ConfigError, ExperimentConfig
 
 RANGE_FILE = "strength_range.json"
+BETA_TAG = "steer_eval.beta_source"  # a parent run's tag: where its β (and grid) came from
 RANGE_FORMAT = "steer-eval/strength-range"
 RANGE_VERSION = 1
 _TOLERANCE = 1e-9  # a β written as 0.2 in a config and swept as 0.2 are the same
@@ -110,6 +117,7 @@ class StrengthRange(BaseModel):
 
 def save_range(directory: Path, record: StrengthRange) -> Path:
     path = Path(directory) / RANGE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record.model_dump(mode="json"), indent=1))
     return path
 
@@ -207,3 +215,71 @@ def _grid_in_range(
     if len(inside) == len(grid):
         return None
     return inside or sorted({found.low, found.beta, found.high} - {None})
+
+
+def ranges_under(
+    root: Path, model_id: str, layer: int, mode: str, vector_source: str
+) -> list[tuple[Path, StrengthRange]]:
+    """Every range recorded in a classifier folder under ``root`` for this model (its
+    probe id), layer, steering mode and vector source: (folder, range), by folder name."""
+    found = []
+    for path in sorted(Path(root).glob(f"*/{RANGE_FILE}")):
+        record = load_range(path.parent)
+        if record is not None and (
+            record.model_id,
+            record.layer,
+            record.mode,
+            record.vector_source,
+        ) == (model_id, layer, mode, vector_source):
+            found.append((path.parent, record))
+    return found
+
+
+def shared_range(
+    root: Path, model_id: str, layer: int, mode: str, vector_source: str
+) -> tuple[StrengthRange | None, Path]:
+    """The range recorded for this model, layer, mode and source in any classifier set
+    under ``root``, and the folder it came from (``root`` when none is). Several sweeps
+    that found the same range are one; sweeps that disagree are an error naming each,
+    since which one is right is the researcher's call, not the lookup's."""
+    found = ranges_under(root, model_id, layer, mode, vector_source)
+    if not found:
+        return None, Path(root)
+    kinds = {(r.low, r.high, r.beta) for _, r in found}
+    if len(kinds) > 1:
+        listed = "; ".join(f"{where}: {r.describe()}" for where, r in found)
+        raise ConfigError(
+            f"{len(found)} strength sweeps of {model_id} at layer {layer} ({mode}, "
+            f"{vector_source}) disagree: {listed}. Remove the stale {RANGE_FILE}, or give "
+            "the strengths yourself: --set steering.beta=B --set selection.beta_grid=[...]"
+        )
+    return found[0][1], found[0][0]
+
+
+def range_warning(config: ExperimentConfig, found: StrengthRange | None, where: Path) -> str | None:
+    """A sentence when the config's β or held-out grid leaves a recorded range (for a
+    study that keeps its config as given), else None."""
+    steering, selection = config.steering, config.selection
+    if (
+        found is None
+        or found.beta is None
+        or (found.mode, found.vector_source)
+        != (
+            steering.mode,
+            steering.vector_source,
+        )
+    ):
+        return None
+    if selection.mode == "heldout":
+        outside = [b for b in selection.beta_grid if not found.contains(b)]
+    else:
+        beta = steering.beta
+        outside = [] if beta == "auto" or found.contains(beta) else [beta]
+    if not outside:
+        return None
+    grid = ",".join(f"{b:g}" for b in sorted({found.low, found.beta, found.high} - {None}))
+    return (
+        f"β {', '.join(f'{b:g}' for b in outside)} outside {found.describe()} recorded for "
+        f"this model and layer ({where / RANGE_FILE}), kept as the config gives it; "
+        f"--set steering.beta={found.beta:g} --set selection.beta_grid=[{grid}] steers inside it"
+    )

@@ -348,6 +348,33 @@ def mlflow_store(tmp_path_factory):
             os.environ[key] = value
 
 
+@pytest.fixture(scope="session")
+def interrupted_run(mlflow_store):
+    """``interrupted_run(start, experiment)``: call ``start(on_batch)`` with an
+    ``on_batch`` that stops the run with Ctrl-C after its first batch, and return the id
+    of the run it left KILLED in ``experiment``."""
+    from experiments import tracking
+
+    def interrupt(start, experiment: str) -> str:
+        calls = {"n": 0}
+
+        def after_first_batch(done: int, total: int) -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            start(after_first_batch)
+        runs = tracking.client().search_runs(
+            [tracking.experiment_id(experiment)],
+            filter_string="attributes.status = 'KILLED'",
+            order_by=["attributes.start_time DESC"],
+        )
+        return runs[0].info.run_id
+
+    return interrupt
+
+
 # ---------------------------------------------------------------------------- scale-out
 
 

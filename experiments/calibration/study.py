@@ -7,10 +7,15 @@ the report prompts at that β. Everything lands in one run folder. Rows that do 
 depend on the probe set (the unsteered twins and the random-direction null at each β)
 have the same keys for every probe set, so they are generated once and shared; an
 interrupted study resumes from its folder like ``steer-eval run --resume``.
+
+The β and held-out grid come from the model's recorded strength range per layer and
+direction source (:func:`strength_choices`, the rules of ``choose_beta``), fixed in the
+run folder when the study starts, so a resume steers as the start did.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +36,7 @@ from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, plain
 from experiments.rundir import RunDir, join_scores
+from experiments.strength_range import BETA_TAG, choose_beta, shared_range
 
 log = logging.getLogger(__name__)
 PHASE = "6"
@@ -81,6 +87,59 @@ def _probe_config(config: ExperimentConfig, spec: ProbeSetSpec) -> ExperimentCon
 def _source_config(config: ExperimentConfig, source: str) -> ExperimentConfig:
     steering = config.steering.model_copy(update={"vector_source": source})
     return config.model_copy(update={"steering": steering})
+
+
+def _strength_key(layer: int, source: str) -> str:
+    return f"L{layer}-{source}"
+
+
+def strength_choices(
+    config: ExperimentConfig,
+    model_id: str,
+    layers: list[int],
+    explicit: frozenset[str] = frozenset(),
+) -> dict[str, dict]:
+    """Per layer and direction source (``L6-classifier``), the β and held-out grid the
+    study steers with and where they came from: the range recorded for ``model_id`` (a
+    probe id) at that layer in any classifier set under ``classifier.dir``, by Phase 5's
+    rules (``choose_beta``; ``explicit``, the keys set on the command line, are kept)."""
+    out = {}
+    for layer in layers:
+        for source in config.calibration.sources:
+            steered = _source_config(config, source)
+            found, where = shared_range(
+                Path(config.classifier.dir), model_id, layer, config.steering.mode, source
+            )
+            choice = choose_beta(steered, found, where, explicit)
+            out[_strength_key(layer, source)] = {
+                "beta": choice.config.steering.beta,
+                "beta_grid": choice.config.selection.beta_grid,
+                "from": choice.source,
+                "message": choice.message,
+            }
+    return out
+
+
+def _spec_config(
+    config: ExperimentConfig, spec: ProbeSetSpec, choices: dict[str, dict]
+) -> ExperimentConfig:
+    """The config one probe set steers with: its source, and the β and grid chosen for
+    its layer and source (the config's own where no choice was stored: a study begun
+    before choices were)."""
+    steered = _source_config(config, spec.source)
+    chosen = choices.get(_strength_key(spec.layer, spec.source))
+    if chosen is None:
+        return steered
+    steering = steered.steering.model_copy(update={"beta": chosen["beta"]})
+    selection = steered.selection.model_copy(update={"beta_grid": chosen["beta_grid"]})
+    return steered.model_copy(update={"steering": steering, "selection": selection})
+
+
+def _beta_tag(choices: dict[str, dict]) -> str:
+    """The parent run's BETA_TAG: each layer and source's sentence (MLflow keeps 8,000
+    characters of a tag; the run folder's strength.json keeps them all)."""
+    text = "; ".join(f"{key}: {c['message']}" for key, c in choices.items())
+    return text if len(text) <= 5000 else text[:4900] + f"... ({RunDir.STRENGTH} has all)"
 
 
 def probe_predictors(probes: ProbeSet, names: list[str]) -> dict[str, dict[str, float | None]]:
@@ -137,11 +196,14 @@ def run_calibration(
     resume: str | None = None,
     progress: Callable[[str], None] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    explicit: frozenset[str] = frozenset(),
 ) -> CalibrationResult:
     """Run (or resume) the whole study and log it to the ``phase6-calibration`` experiment.
 
     It opens like every run (:mod:`experiments.pipeline.lifecycle`): the parent run ends
-    FINISHED, KILLED or FAILED, and rows are generated on ``execution.executor``."""
+    FINISHED, KILLED or FAILED, and rows are generated on ``execution.executor``.
+    ``explicit``: the config keys set on the command line, which a recorded strength
+    range never replaces (:func:`strength_choices`)."""
     from experiments.calibration.analysis import analyse_curve
     from experiments.calibration.publish import children, views
     from experiments.pipeline.publisher import publish
@@ -164,18 +226,29 @@ def run_calibration(
         )
         cal = config.calibration
         layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
+        choices: dict[str, dict] = {}
+        if not session.existing:  # a resumed study steers as it began (strength.json)
+            choices = strength_choices(config, lm.probe_id, layers, explicit)
+            for key, chosen in choices.items():
+                if chosen["from"] != "config" or "recorded range" in chosen["message"]:
+                    say(f"{key}: {chosen['message']}")
         run_id, new = session.start(
             config.experiment,
             f"phase6 {lm.model_id} L{','.join(map(str, layers))} "
             f"{len(cal.sizes)} sizes × {len(cal.sources)} sources × {len(cal.probe_seeds)} seeds",
             config.results_dir,
-            tags={"phase": PHASE},
+            tags={"phase": PHASE, **({BETA_TAG: _beta_tag(choices)} if choices else {})},
         )
         if new:
             tracking.log_params(run_id, {f"config.{k}": v for k, v in config.flat().items()})
         run_dir = session.run_dir
         assert run_dir is not None
         run_dir.write_config(config)
+        if session.existing:
+            stored = run_dir.file(RunDir.STRENGTH)
+            choices = json.loads(stored.read_text()) if stored.exists() else {}
+        else:
+            run_dir.write_json(RunDir.STRENGTH, choices)
         with timer.time("centroids"):
             scorer = build_scorer(config, graph, session.embedder)
         selections: dict[str, dict] = {}
@@ -189,7 +262,7 @@ def run_calibration(
                 alphas[spec.layer] = residual_scale(
                     lm, neutral_texts(graph, config.seed), spec.layer
                 )
-            source_config = _source_config(config, spec.source)
+            source_config = _spec_config(config, spec, choices)
             with timer.time("vectors"):
                 vectors = build_vectors(
                     source_config, lm, graph, probes, spec.layer, alpha=alphas[spec.layer]

@@ -324,17 +324,10 @@ def run(
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
         print_plan(cfg, json_)
         return
-    from experiments.cli.strength import with_layer
-    from experiments.config import parse_override
+    from experiments.cli.strength import kept_keys, with_layer
 
     cfg, lm = with_layer(cfg, wanted, lambda msg: console.print(f"[dim]{msg}"))
-    # keys the command line set: a β of one's own is kept whatever range is recorded
-    explicit = frozenset(".".join(parse_override(text)[0]) for text in set_ or [])
-    if model is None and "model" not in explicit:
-        # the config's β was chosen for the model it names (phase5.yaml's 0.2 for the
-        # embedded 270M): kept, so `make run` never changes; --model elsewhere takes the
-        # recorded range of that model when the β lies outside it
-        explicit |= {"steering.beta"}
+    explicit = kept_keys(set_, model)
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.
@@ -482,9 +475,14 @@ def calibrate(
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
+    from experiments.cli.strength import kept_keys
+
     with console.status("Phase 6 calibration study") as status:
         result = run_calibration(
-            cfg, resume=resume, progress=lambda msg: status.update(f"[dim]{msg}")
+            cfg,
+            resume=resume,
+            progress=lambda msg: status.update(f"[dim]{msg}"),
+            explicit=kept_keys(set_, model),
         )
     from experiments.calibration.answer import answer_of
 

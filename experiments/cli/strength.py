@@ -32,6 +32,19 @@ def register(app: typer.Typer) -> None:
     app.command("calibrate-strength")(friendly(calibrate_strength))
 
 
+def kept_keys(set_: list[str] | None, model: str | None) -> frozenset[str]:
+    """The config keys a recorded strength range never replaces: those set on the
+    command line, and the β of a config run on the model it names (phase5.yaml's 0.2 for
+    the embedded 270M, so `make run` never changes); with --model elsewhere, a β outside
+    that model's recorded range is replaced by the range's."""
+    from experiments.config import parse_override
+
+    explicit = frozenset(".".join(parse_override(text)[0]) for text in set_ or [])
+    if model is None and "model" not in explicit:
+        explicit |= {"steering.beta"}
+    return explicit
+
+
 def with_layer(cfg: Any, layer: int | str | None, say) -> tuple[Any, Any]:
     """(the config with its layer, the loaded model or None): ``auto`` loads the model and
     picks the layer from the probe sweep (``pipeline/layers.py``)."""

@@ -32,7 +32,7 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import load_concepts
-from experiments.config import ExperimentConfig
+from experiments.config import ConfigError, ExperimentConfig
 from experiments.identify.prereg import (
     PreregistrationError,
     check_heldout,
@@ -51,6 +51,7 @@ from experiments.identify.tabulate import analyse_study
 from experiments.pipeline.lifecycle import open_run
 from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
+from experiments.strength_range import BETA_TAG, range_warning, shared_range
 
 PHASE = "6-identify"
 # The stages a study times, in order (its record's timings; `identify --dry-run` lists them).
@@ -235,6 +236,9 @@ def _start(session, config, sets, prereg, earlier) -> str:
     ident, lm = config.identify, session.lm
     concepts = [c.synset for c in session.graph.concepts]
     heldout = ident.concept_set == "heldout"
+    note = _range_note(config, lm.probe_id, session.layer())
+    if note:
+        session.say(note)
     run_id, new = session.start(
         config.experiment,
         f"identify {ident.concept_set} {lm.model_id} L{session.layer()} {len(concepts)} concepts",
@@ -247,6 +251,7 @@ def _start(session, config, sets, prereg, earlier) -> str:
             else "exploratory",
             **({"identify.prereg_sha256": prereg.sha256} if prereg else {}),
             **({"identify.forced": "true"} if heldout and earlier else {}),
+            **({BETA_TAG: note} if note else {}),
         },
     )
     run_dir = session.run_dir
@@ -262,6 +267,20 @@ def _start(session, config, sets, prereg, earlier) -> str:
     if heldout and new:  # the intent to score, before the first held-out cell
         record_heldout(config.results_dir, ledger_entry(run_id, prereg, bool(earlier), "started"))
     return run_id
+
+
+def _range_note(config: ExperimentConfig, model_id: str, layer: int) -> str | None:
+    """A warning when the study's β grid leaves the model's recorded strength range.
+    identify steers with its config as given: its pre-registration binds the grid, so
+    a range recorded later must not move it; the researcher sets it (the sentence says
+    how)."""
+    steering = config.steering
+    root = Path(config.classifier.dir)
+    try:
+        found, where = shared_range(root, model_id, layer, steering.mode, steering.vector_source)
+    except ConfigError as exc:  # sweeps that disagree: worth saying, not worth stopping
+        return str(exc)
+    return range_warning(config, found, where)
 
 
 def _directions(session, config, say) -> Directions:

@@ -50,11 +50,9 @@ from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import VectorSet, build_vectors
 from experiments.record import RunRecord
 from experiments.rundir import RunDir, join_scores, plan_order
-from experiments.strength_range import choose_beta, load_range
+from experiments.strength_range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
 from steering.generation import BatchStats
-
-BETA_TAG = "steer_eval.beta_source"  # the parent run's tag: where its β came from
 
 
 @dataclass

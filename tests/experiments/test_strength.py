@@ -19,12 +19,15 @@ from experiments.pipeline.layers import pick_layer, sweep_layers
 from experiments.pipeline.probes import best_layer
 from experiments.strength import SweepText, assess, calibrate_strength, parse_grid
 from experiments.strength_range import (
+    BETA_TAG,
     RANGE_FILE,
     StrengthLimits,
     StrengthRange,
     choose_beta,
     load_range,
+    range_warning,
     save_range,
+    shared_range,
 )
 
 FLUENT = [
@@ -151,6 +154,65 @@ def test_the_heldout_grid_is_kept_to_the_range():
     assert none_inside.config.selection.beta_grid == [0.01, 0.05]
 
 
+def test_a_range_is_found_by_what_it_describes_in_any_classifier_set(tmp_path):
+    """Phase 6 trains probe sets of its own: the range comes from whichever classifier
+    set's folder a sweep of the same model, layer, mode and source wrote it to."""
+    assert shared_range(tmp_path, "m", 2, "additive", "classifier") == (None, tmp_path)
+    save_range(tmp_path / "other-layer", recorded(layer=3))
+    save_range(tmp_path / "other-model", recorded(model_id="n"))
+    save_range(tmp_path / "other-source", recorded(0.5, 0.6, vector_source="diffmean"))
+    save_range(tmp_path / "the-set", recorded())
+    found, where = shared_range(tmp_path, "m", 2, "additive", "classifier")
+    assert found == recorded() and where == tmp_path / "the-set"
+    save_range(tmp_path / "same-again", recorded())  # two sweeps that agree are one
+    assert shared_range(tmp_path, "m", 2, "additive", "classifier")[0] == recorded()
+    assert shared_range(tmp_path, "m", 2, "additive", "diffmean")[0].low == 0.5
+
+
+def test_sweeps_that_disagree_are_an_error_naming_both_and_the_fix(tmp_path):
+    save_range(tmp_path / "first", recorded(0.02, 0.05))
+    save_range(tmp_path / "second", recorded(0.1, 0.3))
+    with pytest.raises(ConfigError) as caught:
+        shared_range(tmp_path, "m", 2, "additive", "classifier")
+    message = str(caught.value)
+    assert "first" in message and "second" in message and "disagree" in message
+    assert "--set selection.beta_grid=" in message
+
+
+def test_a_grid_outside_the_range_is_named_with_the_settings_that_fit():
+    heldout = cfg("selection.mode=heldout", "generation.prompts=[a,b,c,d]")
+    warning = range_warning(heldout, recorded(0.1, 0.2), Path("d"))
+    assert warning is not None and warning.startswith("β 0.3 outside coherent β 0.1-0.2")
+    assert "--set steering.beta=0.2 --set selection.beta_grid=[0.1,0.2]" in warning
+    assert range_warning(heldout, recorded(0.1, 0.3), Path("d")) is None
+    assert range_warning(heldout, recorded(0.01, 0.02, vector_source="diffmean"), Path("d")) is None
+    assert range_warning(heldout, None, Path("d")) is None
+
+
+def test_identify_keeps_its_grid_and_says_when_it_leaves_the_range(tmp_path):
+    """identify's pre-registration binds its grid: a recorded range only warns (and the
+    warning is the parent run's BETA_TAG)."""
+    from experiments.identify.study import _range_note
+
+    config = load_config("configs/identify-v2.yaml", [f"classifier.dir={tmp_path}"])
+    assert _range_note(config, "m", 2) is None
+    save_range(tmp_path / "swept", recorded(0.01, 0.05, vector_source="diffmean"))
+    note = _range_note(config, "m", 2)
+    assert note is not None and note.startswith("β 0.1, 0.2, 0.3 outside coherent β 0.01-0.05")
+    save_range(tmp_path / "swept-again", recorded(0.5, 1.0, vector_source="diffmean"))
+    assert "disagree" in _range_note(config, "m", 2)
+    assert BETA_TAG == "steer_eval.beta_source"
+
+
+def test_the_config_beta_is_kept_on_its_own_model_and_a_set_key_everywhere():
+    from experiments.cli.strength import kept_keys
+
+    assert kept_keys(None, None) == {"steering.beta"}
+    assert kept_keys(None, "smollm2") == frozenset()
+    assert kept_keys(["selection.beta_grid=[0.1]"], "smollm2") == {"selection.beta_grid"}
+    assert kept_keys(["model=smollm2"], None) == {"model"}
+
+
 def test_a_range_file_of_another_version_is_refused(tmp_path):
     path = save_range(tmp_path, recorded())
     assert load_range(tmp_path) == recorded()
@@ -208,7 +270,7 @@ def test_a_run_on_the_model_takes_beta_from_the_recorded_range(
 ):
     from experiments import tracking
     from experiments.pipeline.probes import classifier_dir, graph_key
-    from experiments.pipeline.run import BETA_TAG, run_phase5
+    from experiments.pipeline.run import run_phase5
 
     config = tiny_config.model_copy(
         update={"steering": tiny_config.steering.model_copy(update={"beta": "auto"})}

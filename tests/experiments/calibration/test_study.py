@@ -10,13 +10,26 @@ from experiments.calibration.study import run_calibration
 from experiments.config import load_config
 from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
+from experiments.strength_range import BETA_TAG, StrengthLimits, StrengthRange, save_range
+
+
+def swept(model_id: str, low: float, high: float, source: str = "classifier") -> StrengthRange:
+    """A strength sweep's record of the model at layer 2: coherent from low to high."""
+    return StrengthRange(
+        model_id=model_id, layer=2, mode="additive", vector_source=source, alpha=1.0,
+        grid=[0.05, 0.1, 0.2], concepts=["dog.n.01"], prompts=4, max_new_tokens=6, seed=0,
+        limits=StrengthLimits(), unsteered={}, steps=[], low=low, high=high, beta=high,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, mlflow_store, tiny_lm, embedder):
+    """The quick study with both sources, the model's strength range recorded (for the
+    classifier's directions only) by a sweep in another classifier set's folder."""
     import torch
 
     tmp = tmp_path_factory.mktemp("phase6")
+    save_range(tmp / "cls" / "a-phase5-set", swept(tiny_lm.probe_id, 0.05, 0.1))
     config = load_config(
         "configs/phase6.yaml",
         [
@@ -44,6 +57,25 @@ def test_the_curve_has_one_row_per_probe_set_and_concept(study):
     assert set(curve["size"]) == {"1x1x1", "2x2x2"}
     assert curve["auroc"].between(0, 1).all()
     assert curve["beta"].isin(config.selection.beta_grid).all()
+
+
+def test_each_source_steers_inside_the_range_recorded_for_it(study):
+    """The quick grid is [0.1, 0.2]; the classifier's range is 0.05-0.1 and the mean
+    difference has none: its grid stays the config's."""
+    _config, result = study
+    curve = result.curve
+    assert set(curve.loc[curve["source"] == "classifier", "beta"]) == {0.1}
+    assert curve.loc[curve["source"] == "diffmean", "beta"].isin([0.1, 0.2]).all()
+    import json
+
+    stored = json.loads((result.run_dir / RunDir.STRENGTH).read_text())
+    assert stored["L2-classifier"]["beta_grid"] == [0.1]
+    assert stored["L2-classifier"]["from"] == "range"  # 0.2 was not given on a command line
+    assert stored["L2-diffmean"]["beta_grid"] == [0.1, 0.2]
+    assert stored["L2-diffmean"]["from"] == "config"
+    tag = tracking.get_run(result.run_id).data.tags[BETA_TAG]
+    assert "L2-classifier: β 0.1 from the recorded range 0.05-0.1" in tag
+    assert "a-phase5-set" in tag  # where the range was found
     assert curve["effect_above_null"].notna().all()
 
 
@@ -110,3 +142,33 @@ def test_the_experiment_description_leads_with_the_latest_study(study):
     assert tracking.run_ui_url(result.run_id).endswith(
         f"/runs/{result.run_id}/artifacts/answer.md?workflowType=machine_learning"
     )
+
+
+def test_a_resumed_study_steers_with_the_strengths_it_began_with(
+    tmp_path, tiny_lm, embedder, one_thread, interrupted_run
+):
+    """A range recorded while a study is interrupted does not move the study: the β and
+    grid of its start are in its folder (strength.json) and the resume reads them."""
+    config = load_config(
+        "configs/phase6.yaml",
+        [
+            "layer=2",
+            "generation.max_new_tokens=4",
+            f"classifier.dir={tmp_path / 'cls'}",
+            f"calibration.results_dir={tmp_path / 'res'}",
+        ],
+        overlays=[QUICK],
+    )
+    where = tmp_path / "cls" / "a-phase5-set"
+    save_range(where, swept(tiny_lm.probe_id, 0.05, 0.1))
+    interrupted = interrupted_run(
+        lambda on_batch: run_calibration(config, lm=tiny_lm, embedder=embedder, on_batch=on_batch),
+        config.calibration.experiment,
+    )
+    save_range(where, swept(tiny_lm.probe_id, 0.2, 0.3))  # a later sweep says otherwise
+    resumed = run_calibration(config, resume=interrupted, lm=tiny_lm, embedder=embedder)
+    assert resumed.run_id == interrupted
+    assert set(resumed.curve["beta"]) == {0.1}  # the start's grid [0.1], not [0.2]
+    # a new study takes the range recorded now
+    fresh = run_calibration(config, lm=tiny_lm, embedder=embedder)
+    assert set(fresh.curve["beta"]) == {0.2}

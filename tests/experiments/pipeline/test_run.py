@@ -122,25 +122,14 @@ def test_results_files_and_metrics_are_consistent(finished):
 
 
 def test_same_config_and_seed_give_the_same_numbers_and_resume_loses_nothing(
-    tmp_path, finished, embedded_lm, embedder
+    tmp_path, finished, embedded_lm, embedder, interrupted_run
 ):
     _, reference = finished
-    calls = {"n": 0}
-
-    def interrupt_after_first_batch(done: int, total: int) -> None:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise KeyboardInterrupt
-
     fresh = small_config(tmp_path)
-    with pytest.raises(KeyboardInterrupt):
-        run_phase5(fresh, lm=embedded_lm, embedder=embedder, on_batch=interrupt_after_first_batch)
-    runs = tracking.client().search_runs(
-        [tracking.experiment_id(fresh.tracking.experiment)],
-        filter_string="attributes.status = 'KILLED'",
-        order_by=["attributes.start_time DESC"],
+    interrupted = interrupted_run(
+        lambda on_batch: run_phase5(fresh, lm=embedded_lm, embedder=embedder, on_batch=on_batch),
+        fresh.tracking.experiment,
     )
-    interrupted = runs[0].info.run_id
     partial = (tmp_path / "results" / interrupted / GENERATIONS_FILE).read_text().splitlines()
     assert len(partial) == 6  # the first batch was kept
     resumed = run_phase5(fresh, resume=interrupted, lm=embedded_lm, embedder=embedder)
