@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from experiments import tracking
 from experiments.concepts import ConceptGraph
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.execution.base import PlanSpec
@@ -33,6 +34,7 @@ from experiments.pipeline.plan import CONCEPT_ARM, random_arm, row_key, row_seed
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
+from experiments.strength_publish import PHASE, STRENGTH_EXPERIMENT, publish_sweep, run_name
 from experiments.strength_range import (
     StrengthLimits,
     StrengthRange,
@@ -191,7 +193,9 @@ def calibrate_strength(
     say: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[StrengthRange, Path]:
     """Sweep β at ``layer`` with ``graph``'s concepts and record the range in the
-    classifier folder (trained first when missing): (the record, its path)."""
+    classifier folder (trained first when missing): (the record, its path). The sweep is
+    an MLflow run of ``strength-sweeps`` (``strength_publish``): KILLED on Ctrl-C, FAILED
+    on an error, FINISHED with its range, table, texts and figure."""
     if config.steering.mode != "additive":
         raise ConfigError(
             "steering.mode projection has no β (it steers by s alone); the strength sweep "
@@ -224,31 +228,37 @@ def calibrate_strength(
     say(f"generating {len(rows)} texts: {len(grid)} βs at s = ±1, unsteered; α {vectors.alpha:.4g}")
     work = batches(rows, lm, batch_rows(config, lm, rows))
     texts: list[SweepText] = []
-    for index, batch in enumerate(work):
-        result = run_batch(lm, spec, index, batch)
-        for gen, nll in zip(result.generations, result.nll, strict=True):
-            beta, sign, arm = meta[gen.key]
-            texts.append(SweepText(beta, sign, gen.text, nll, arm))
-        if progress is not None:
-            progress(len(texts), len(rows))
-    base, steps, low, high = assess(texts, grid, limits)
-    record = StrengthRange(
-        model_id=lm.probe_id,
-        layer=layer,
-        mode=config.steering.mode,
-        vector_source=config.steering.vector_source,
-        alpha=vectors.alpha,
-        grid=sorted(grid),
-        concepts=[c.synset for c in graph.concepts],
-        prompts=len(g.prompts),
-        max_new_tokens=g.max_new_tokens,
-        seed=config.seed,
-        limits=limits,
-        unsteered=base,
-        steps=steps,
-        low=low,
-        high=high,
-        beta=high,
-        seconds=round(time.perf_counter() - started, 1),
-    )
-    return record, save_range(probes.directory, record)
+    tags = {"phase": PHASE, "steer_eval.model_id": lm.probe_id}
+    name = run_name(lm.probe_id, layer, config.steering.vector_source)
+    with tracking.tracked_run(STRENGTH_EXPERIMENT, name, tags=tags) as run_id:
+        for index, batch in enumerate(work):
+            result = run_batch(lm, spec, index, batch)
+            for gen, nll in zip(result.generations, result.nll, strict=True):
+                beta, sign, arm = meta[gen.key]
+                texts.append(SweepText(beta, sign, gen.text, nll, arm))
+            if progress is not None:
+                progress(len(texts), len(rows))
+        base, steps, low, high = assess(texts, grid, limits)
+        record = StrengthRange(
+            model_id=lm.probe_id,
+            layer=layer,
+            mode=config.steering.mode,
+            vector_source=config.steering.vector_source,
+            alpha=vectors.alpha,
+            grid=sorted(grid),
+            concepts=[c.synset for c in graph.concepts],
+            prompts=len(g.prompts),
+            max_new_tokens=g.max_new_tokens,
+            seed=config.seed,
+            limits=limits,
+            unsteered=base,
+            steps=steps,
+            low=low,
+            high=high,
+            beta=high,
+            seconds=round(time.perf_counter() - started, 1),
+            run_id=run_id,
+        )
+        path = save_range(probes.directory, record)
+        publish_sweep(run_id, record, path, [asdict(t) for t in texts])
+    return record, path

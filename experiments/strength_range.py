@@ -101,6 +101,7 @@ class StrengthRange(BaseModel):
     high: float | None = Field(description="the largest β up to which every β is coherent")
     beta: float | None = Field(description="the β a run takes from the range: its high end")
     seconds: float = 0.0
+    run_id: str | None = Field(None, description="the sweep's MLflow run (strength-sweeps)")
 
     def contains(self, beta: float) -> bool:
         return (

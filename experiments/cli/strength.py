@@ -25,6 +25,7 @@ from experiments.cli.common import (
     progress_bars,
     resolve_config,
     setup_logging,
+    show_run_address,
 )
 
 
@@ -110,6 +111,8 @@ def calibrate_strength(
         print_json({"path": str(path), **record.model_dump(mode="json")})
         return
     _print_range(record, path)
+    if record.run_id is not None:
+        show_run_address(record.run_id)
 
 
 def _print_range(record, path: Path) -> None:

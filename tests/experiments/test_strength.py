@@ -263,6 +263,55 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     assert all(s.perplexity_multiple == pytest.approx(1.0, abs=1e-6) for s in tiny)
     assert not any(s.coherent for s in huge), huge
     assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
+    # the sweep is an MLflow run a reader can open: range, settings, table, texts, figure
+    from experiments import tracking
+    from experiments.strength_publish import FIGURE, STRENGTH_EXPERIMENT
+
+    run = tracking.get_run(record.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["phase"] == "strength"
+    assert run.info.experiment_id == tracking.experiment_id(STRENGTH_EXPERIMENT)
+    assert run.data.metrics["strength.low"] == 1e-4 and run.data.params["layer"] == "2"
+
+    def by_beta(metric: str) -> list[float]:  # MLflow step = the β's place in the grid
+        history = tracking.client().get_metric_history(record.run_id, metric)
+        return [m.value for m in sorted(history, key=lambda m: m.step)]
+
+    assert by_beta("beta") == [1e-4, 10.0, 1e3]
+    assert by_beta("perplexity_multiple.concept.pos")[0] == pytest.approx(1.0, abs=1e-6)
+    assert by_beta("coherent.concept.neg") == [1.0, 0.0, 0.0]
+    artifacts = {a.path for a in tracking.client().list_artifacts(record.run_id)}
+    assert {"steps.json", "texts.json", RANGE_FILE} <= artifacts
+    plots = {a.path for a in tracking.client().list_artifacts(record.run_id, "plots")}
+    assert FIGURE in plots
+    texts = json.loads(
+        Path(tracking.client().download_artifacts(record.run_id, "texts.json")).read_text()
+    )
+    assert len(texts["data"]) == 6 + 12 * 6  # unsteered, and 3 βs × 2 signs × 2 arms, 6 each
+    assert "Coherent β **0.0001 to 0.0001**" in run.data.tags["mlflow.note.content"]
+
+
+def test_an_interrupted_sweep_is_a_killed_run_and_records_no_range(
+    tiny_lm, tiny_config, one_thread, interrupted_run
+):
+    from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.strength_publish import STRENGTH_EXPERIMENT
+
+    graph = load_concepts(tiny_config.concepts.file, limit=2)
+    killed = interrupted_run(
+        lambda on_batch: calibrate_strength(
+            tiny_config, tiny_lm, graph, 2, [1e-4, 10.0], progress=on_batch
+        ),
+        STRENGTH_EXPERIMENT,
+    )
+    assert tracking_status(killed) == "KILLED"
+    directory = classifier_dir(tiny_config, tiny_lm.probe_id, 2, graph_key(graph))
+    assert not (directory / RANGE_FILE).exists()
+
+
+def tracking_status(run_id: str) -> str:
+    from experiments import tracking
+
+    return tracking.get_run(run_id).info.status
 
 
 def test_a_run_on_the_model_takes_beta_from_the_recorded_range(

@@ -1,0 +1,176 @@
+"""The strength sweep in MLflow: one run per sweep, in the ``strength-sweeps`` experiment.
+
+A sweep decides the β that later runs of the model take, so it is logged like a run:
+its settings as params, the range it found as metrics and the description, every β's
+measures as a table, per-β metrics (MLflow step = the β's place in the grid) and a
+figure, the texts themselves as a table (what the incoherent ones look like), and the
+record (``strength_range.json``) as an artefact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from experiments import tracking
+from experiments.strength_range import RANGE_FILE, StrengthRange
+
+STRENGTH_EXPERIMENT = "strength-sweeps"
+PHASE = "strength"
+FIGURE = "plots/strength_sweep.png"
+MEASURES = {  # a step's measure: its axis label
+    "perplexity_multiple": "median perplexity, × the unsteered texts'",
+    "near_empty": "share of near-empty texts (< 3 words)",
+    "distinct_2": "distinct word bigrams per text",
+}
+
+
+def run_name(model_id: str, layer: int, source: str) -> str:
+    return f"strength {model_id} L{layer} {source}"
+
+
+def sweep_params(record: StrengthRange) -> dict[str, Any]:
+    """What was swept and how a β was judged: the run's params."""
+    limits = {f"limits.{k}": v for k, v in record.limits.model_dump().items()}
+    return {
+        "model_id": record.model_id,
+        "layer": record.layer,
+        "mode": record.mode,
+        "vector_source": record.vector_source,
+        "grid": record.grid,
+        "concepts": record.concepts,
+        "prompts": record.prompts,
+        "max_new_tokens": record.max_new_tokens,
+        "seed": record.seed,
+        **limits,
+    }
+
+
+def steps_frame(record: StrengthRange) -> pd.DataFrame:
+    """One row per β × sign × arm with its measures and verdict (the CLI's table)."""
+    return pd.DataFrame(
+        [{**s.model_dump(exclude={"why"}), "why": "; ".join(s.why)} for s in record.steps]
+    )
+
+
+def _metric_name(arm: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "", arm)
+
+
+def per_beta_metrics(record: StrengthRange) -> list[tuple[int, dict[str, float | None]]]:
+    """(step = the β's place in the grid, metrics): β itself and each measure per arm and
+    sign, so MLflow's charts draw the sweep."""
+    out = []
+    for place, beta in enumerate(record.grid):
+        metrics: dict[str, float | None] = {"beta": beta}
+        for s in record.steps:
+            if s.beta != beta:
+                continue
+            suffix = f"{_metric_name(s.arm)}.{'pos' if s.sign > 0 else 'neg'}"
+            for field in MEASURES:
+                metrics[f"{field}.{suffix}"] = getattr(s, field)
+            metrics[f"coherent.{suffix}"] = float(s.coherent)
+        out.append((place, metrics))
+    return out
+
+
+def sweep_figure(record: StrengthRange):
+    """The three measures against β (log scale), one line per arm and sign, the limits
+    dashed and the coherent range shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = steps_frame(record)
+    base = record.unsteered
+    limits = record.limits
+    lines = {
+        "perplexity_multiple": limits.perplexity_multiple,
+        "near_empty": None
+        if base.get("near_empty") is None
+        else base["near_empty"] + limits.near_empty_excess,
+        "distinct_2": None
+        if base.get("distinct_2") is None
+        else base["distinct_2"] * limits.distinct_2_ratio,
+    }
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (field, label) in zip(axes, MEASURES.items(), strict=True):
+        for (arm, sign), group in steps.groupby(["arm", "sign"]):
+            ax.plot(
+                group["beta"],
+                group[field],
+                marker="o",
+                linestyle="-" if arm == "concept" else ":",
+                label=f"{arm}, s = {sign:+d}",
+            )
+        if lines[field] is not None:
+            ax.axhline(lines[field], color="red", linestyle="--", linewidth=1, label="limit")
+        if record.low is not None and record.high is not None:
+            if record.low < record.high:
+                ax.axvspan(record.low, record.high, color="green", alpha=0.1, label="coherent")
+            else:  # one coherent β: a span of no width would not show
+                ax.axvline(record.low, color="green", alpha=0.4, linewidth=6, label="coherent")
+        ax.set_xscale("log")
+        if field == "perplexity_multiple":
+            ax.set_yscale("log")
+        ax.set(xlabel="β", ylabel=label)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{record.model_id}, layer {record.layer}: {record.describe()}")
+    fig.tight_layout()
+    return fig
+
+
+def sweep_note(record: StrengthRange, path: Path) -> str:
+    """The run's description: the range, what a run takes from it, and where it is kept."""
+    if record.beta is None:
+        found = "No β of the grid was coherent: try smaller ones (`--grid`)."
+    else:
+        found = (
+            f"Coherent β **{record.low:g} to {record.high:g}**: a run of this model at this "
+            f"layer takes β {record.beta:g} for `steering.beta: auto` or a config β outside "
+            "the range (docs/own-model.md)."
+        )
+    return (
+        f"# Strength sweep: {record.model_id}, layer {record.layer} "
+        f"({record.mode}, {record.vector_source} directions)\n\n{found}\n\n"
+        f"Grid {record.grid}; {len(record.concepts)} concepts × {record.prompts} prompts, "
+        f"{record.max_new_tokens} new tokens; α {record.alpha:.4g}. The record: `{path}` "
+        f"(also the artefact `{RANGE_FILE}`); every text: the table `texts.json`.\n"
+    )
+
+
+def publish_sweep(
+    run_id: str, record: StrengthRange, path: Path, texts: Sequence[dict[str, Any]]
+) -> None:
+    """Log a finished sweep to its run (see the module docstring)."""
+    import matplotlib.pyplot as plt
+
+    c = tracking.client()
+    tracking.log_params(run_id, sweep_params(record))
+    tracking.log_metrics(
+        run_id,
+        {
+            "strength.low": record.low,
+            "strength.high": record.high,
+            "strength.beta": record.beta,
+            "alpha": record.alpha,
+            "seconds": record.seconds,
+        },
+    )
+    for place, metrics in per_beta_metrics(record):
+        tracking.log_metrics(run_id, metrics, step=place)
+    tracking.set_tags(
+        run_id, {"strength.range": record.describe(), "steer_eval.range_file": str(path)}
+    )
+    c.log_table(run_id, steps_frame(record), "steps.json")
+    c.log_table(run_id, pd.DataFrame(list(texts)), "texts.json")
+    c.log_artifact(run_id, str(path))
+    fig = sweep_figure(record)
+    c.log_figure(run_id, fig, FIGURE)
+    plt.close(fig)
+    tracking.set_note(run_id, sweep_note(record, path))
