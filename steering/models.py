@@ -44,6 +44,13 @@ def check_layer_index(layer: int, n_layers: int, model_id: str) -> int:
     return layer % n_layers
 
 
+def probe_id_of(model_id: str, dtype: torch.dtype) -> str:
+    """The id probes trained on ``model_id`` in ``dtype`` carry (:attr:`LoadedModel.probe_id`)."""
+    if dtype == torch.float32:
+        return model_id
+    return f"{model_id}@{str(dtype).removeprefix('torch.')}"
+
+
 @dataclass
 class LoadedModel:
     """A causal LM, its tokenizer and its decoder layers, ready for hooks."""
@@ -87,9 +94,7 @@ class LoadedModel:
         not fp32 ones, so a bf16 run (the CUDA default, or ``dtype=bfloat16`` on a CPU)
         must not reuse probes scored in fp32, nor the reverse: criterion 3 correlates the
         F1 with the steering of the same numerics."""
-        if self.dtype == torch.float32:
-            return self.model_id
-        return f"{self.model_id}@{str(self.dtype).removeprefix('torch.')}"
+        return probe_id_of(self.model_id, self.dtype)
 
     @property
     def default_layer(self) -> int:

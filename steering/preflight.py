@@ -20,6 +20,7 @@ from steering.models import (
     dummy_spec,
     pick_device,
     pick_dtype,
+    probe_id_of,
     resolve_model,
 )
 
@@ -52,6 +53,11 @@ class ModelFacts:
     @property
     def dtype_name(self) -> str:
         return str(self.dtype).removeprefix("torch.")
+
+    @property
+    def probe_id(self) -> str:
+        """The id this model's probes and strength ranges carry (``LoadedModel.probe_id``)."""
+        return probe_id_of(self.model_id, self.dtype)
 
 
 def _config_source(spec: str, load_format: str) -> tuple[str, dict, str, str, str]:

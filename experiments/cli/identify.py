@@ -124,9 +124,13 @@ def identify(
     cfg = resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else [])
     if dry_run:
         from experiments.cli.plan import print_study_plan
-        from experiments.identify.study import STAGES
+        from experiments.identify.study import STAGES, range_note
 
-        print_study_plan(cfg, PHASE, STAGES, json_)
+        def strength(plan, _layers: list[int]) -> list[str]:
+            note = range_note(cfg, plan.model.probe_id, plan.layer)
+            return [note] if note else []
+
+        print_study_plan(cfg, PHASE, STAGES, json_, strength=strength)
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)

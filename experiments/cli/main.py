@@ -322,7 +322,9 @@ def run(
     if dry_run:
         if cfg is None:
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
-        print_plan(cfg, json_)
+        from experiments.cli.strength import kept_keys
+
+        print_plan(cfg, json_, kept_keys(set_, model))
         return
     from experiments.cli.strength import kept_keys, with_layer
 
@@ -468,10 +470,17 @@ def calibrate(
     overlays = [QUICK] if quick else []
     cfg = resolve_config(config, set_, model, None, concepts, "calibration", overlays)
     if dry_run:
-        from experiments.calibration.study import STAGES
+        from experiments.calibration.study import STAGES, strength_choices
+        from experiments.cli.strength import kept_keys
+
+        explicit = kept_keys(set_, model)
+
+        def strength(plan, layers: list[int]) -> list[str]:
+            chosen = strength_choices(cfg, plan.model.probe_id, layers, explicit)
+            return [f"{key}: {c['message']}" for key, c in chosen.items()]
 
         layers = cfg.calibration.layers or []
-        print_study_plan(cfg, PHASE, STAGES, json_, layers)
+        print_study_plan(cfg, PHASE, STAGES, json_, layers, strength)
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)

@@ -8,13 +8,14 @@ from rich.table import Table
 from experiments.cli.common import out, print_json
 
 
-def print_plan(cfg, as_json: bool) -> None:
-    """``run --dry-run``: the model checked, what the run would generate, its stages and
-    an estimate from an earlier run of the same model on this device."""
+def print_plan(cfg, as_json: bool, explicit: frozenset[str] = frozenset()) -> None:
+    """``run --dry-run``: the model checked, what the run would generate, its stages, the
+    β it would take (``explicit``: the keys a recorded range never replaces) and an
+    estimate from an earlier run of the same model on this device."""
     from experiments.pipeline.estimate import plan_run
     from experiments.pipeline.lifecycle import load_graph
 
-    plan = plan_run(cfg, load_graph(cfg))
+    plan = plan_run(cfg, load_graph(cfg), explicit)
     if as_json:
         print_json(_json(cfg, plan))
         return
@@ -33,14 +34,19 @@ def print_plan(cfg, as_json: bool) -> None:
     _print_estimate(plan)
 
 
-def print_study_plan(cfg, phase: str, stages: list[str], as_json: bool, layers=None) -> None:
+def print_study_plan(
+    cfg, phase: str, stages: list[str], as_json: bool, layers=None, strength=None
+) -> None:
     """``calibrate --dry-run`` / ``identify --dry-run``: the model and every layer the
-    study steers checked, its stages, an estimate from an earlier study."""
+    study steers checked, its stages, where its β and grid would come from
+    (``strength(plan, layers)``: sentences), an estimate from an earlier study."""
     from experiments.pipeline.estimate import plan_study
 
     plan = plan_study(cfg, phase, stages)
     for layer in layers or []:
         plan.model.check_layer(layer)
+    if strength is not None:
+        plan.strength = strength(plan, list(layers or [plan.layer]))
     if as_json:
         print_json(_json(cfg, plan))
         return
@@ -69,6 +75,8 @@ def _print_setup(plan) -> None:
         highlight=False,
         markup=False,
     )
+    for line in plan.strength:
+        out.print(line, highlight=False, markup=False)
 
 
 def _print_estimate(plan) -> None:

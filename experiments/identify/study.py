@@ -236,7 +236,7 @@ def _start(session, config, sets, prereg, earlier) -> str:
     ident, lm = config.identify, session.lm
     concepts = [c.synset for c in session.graph.concepts]
     heldout = ident.concept_set == "heldout"
-    note = _range_note(config, lm.probe_id, session.layer())
+    note = range_note(config, lm.probe_id, session.layer())
     if note:
         session.say(note)
     run_id, new = session.start(
@@ -269,7 +269,7 @@ def _start(session, config, sets, prereg, earlier) -> str:
     return run_id
 
 
-def _range_note(config: ExperimentConfig, model_id: str, layer: int) -> str | None:
+def range_note(config: ExperimentConfig, model_id: str, layer: int) -> str | None:
     """A warning when the study's β grid leaves the model's recorded strength range.
     identify steers with its config as given: its pre-registration binds the grid, so
     a range recorded later must not move it; the researcher sets it (the sentence says

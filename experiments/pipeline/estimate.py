@@ -72,6 +72,7 @@ class Plan:
     max_new_tokens: int = 0
     estimate: Estimate | None = None
     no_estimate: str = ""  # why there is none
+    strength: list[str] = field(default_factory=list)  # where β and the grid would come from
 
     @property
     def n_rows(self) -> int:
@@ -107,6 +108,7 @@ class Plan:
             "estimate": self.estimate.to_dict() if self.estimate else None,
             "estimated_seconds": self.estimate.seconds if self.estimate else None,
             "note": self.no_estimate,
+            "strength": list(self.strength),
         }
 
 
@@ -254,9 +256,19 @@ def check_model(config: ExperimentConfig, layer: int | None = None) -> tuple[Mod
     return model, model.check_layer(config.layer if layer is None else layer)
 
 
-def plan_run(config: ExperimentConfig, graph: ConceptGraph) -> Plan:
-    """A Phase 5 run's plan (``run --dry-run``, the study's too)."""
+def plan_run(
+    config: ExperimentConfig, graph: ConceptGraph, explicit: frozenset[str] = frozenset()
+) -> Plan:
+    """A Phase 5 run's plan (``run --dry-run``, the study's too), with the β it would take
+    from the model's recorded strength range (``choose_beta``; an error where it would
+    fail, as ``steering.beta: auto`` with no range)."""
+    from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.strength_range import choose_beta, load_range
+
     model, layer = check_model(config)
+    folder = classifier_dir(config, model.probe_id, layer, graph_key(graph))
+    choice = choose_beta(config, load_range(folder), folder, explicit)
+    config = choice.config  # the β and grid the run would steer with (auto resolved)
     rows = count_rows(config, graph)
     plan = Plan(
         phase="5",
@@ -268,6 +280,7 @@ def plan_run(config: ExperimentConfig, graph: ConceptGraph) -> Plan:
         n_concepts=len(graph.concepts),
         max_new_tokens=config.generation.max_new_tokens,
     )
+    plan.strength = [choice.message]
     plan.estimate, plan.no_estimate = earlier_estimate(
         config.experiment, "5", model, plan.max_tokens
     )

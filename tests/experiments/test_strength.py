@@ -192,15 +192,15 @@ def test_a_grid_outside_the_range_is_named_with_the_settings_that_fit():
 def test_identify_keeps_its_grid_and_says_when_it_leaves_the_range(tmp_path):
     """identify's pre-registration binds its grid: a recorded range only warns (and the
     warning is the parent run's BETA_TAG)."""
-    from experiments.identify.study import _range_note
+    from experiments.identify.study import range_note
 
     config = load_config("configs/identify-v2.yaml", [f"classifier.dir={tmp_path}"])
-    assert _range_note(config, "m", 2) is None
+    assert range_note(config, "m", 2) is None
     save_range(tmp_path / "swept", recorded(0.01, 0.05, vector_source="diffmean"))
-    note = _range_note(config, "m", 2)
+    note = range_note(config, "m", 2)
     assert note is not None and note.startswith("β 0.1, 0.2, 0.3 outside coherent β 0.01-0.05")
     save_range(tmp_path / "swept-again", recorded(0.5, 1.0, vector_source="diffmean"))
-    assert "disagree" in _range_note(config, "m", 2)
+    assert "disagree" in range_note(config, "m", 2)
     assert BETA_TAG == "steer_eval.beta_source"
 
 

@@ -160,3 +160,51 @@ def test_calibrate_and_identify_check_the_same_way(mlflow_store):
     out = runner.invoke(app, ["calibrate", "--quick", "--dry-run"])
     assert out.exit_code == 0, out.stderr
     assert "stages: model_load → centroids → classifiers" in _said(out)
+
+
+def _range(low: float, high: float, layer: int = 9, source: str = "classifier"):
+    from experiments.strength_range import StrengthLimits, StrengthRange
+
+    return StrengthRange(
+        model_id=EMBEDDED_ID, layer=layer, mode="additive", vector_source=source, alpha=1.0,
+        grid=[low, high], concepts=["dog.n.01"], prompts=4, max_new_tokens=6, seed=0,
+        limits=StrengthLimits(), unsteered={}, steps=[], low=low, high=high, beta=high,
+    )  # fmt: skip
+
+
+def test_the_plan_says_where_beta_would_come_from_and_refuses_auto_without_a_range(
+    mlflow_store, tmp_path
+):
+    from experiments.config import load_config
+    from experiments.pipeline.lifecycle import load_graph
+    from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.strength_range import save_range
+
+    where = ["--set", f"classifier.dir={tmp_path}"]
+    out = runner.invoke(app, ["run", "--dry-run", *where, "--set", "steering.beta=auto"])
+    assert out.exit_code == 2 and "no range is recorded" in _said(out)
+    config = load_config("configs/phase5.yaml", [f"classifier.dir={tmp_path}"])
+    folder = classifier_dir(config, EMBEDDED_ID, 9, graph_key(load_graph(config)))
+    save_range(folder, _range(0.05, 0.1))
+    out = runner.invoke(app, ["run", "--dry-run", "--json", *where, "--set", "steering.beta=auto"])
+    assert out.exit_code == 0, out.stderr
+    assert json.loads(out.stdout)["strength"][0].startswith("β auto: 0.1, the top of the recorded")
+    # the config's own model keeps its β (make run never changes), with a warning
+    text = _said(runner.invoke(app, ["run", "--dry-run", *where]))
+    assert "β 0.2 given for this model" in text and "kept although outside" in text
+
+
+def test_calibrate_and_identify_plans_say_what_the_recorded_range_does(mlflow_store, tmp_path):
+    from experiments.strength_range import save_range
+
+    save_range(tmp_path / "a-set", _range(0.05, 0.1))
+    save_range(tmp_path / "b-set", _range(0.01, 0.05, source="diffmean"))
+    where = ["--set", f"classifier.dir={tmp_path}"]
+    text = _said(runner.invoke(app, ["calibrate", "--quick", "--dry-run", *where]))
+    # the quick grid [0.1, 0.2] kept to 0.05-0.1 for the classifier's directions
+    assert "L9-classifier: β 0.2 given for this model" in text
+    assert "held-out β grid [0.1]" in text
+    out = runner.invoke(app, ["identify", "--quick", "--dry-run", "--json", *where])
+    assert out.exit_code == 0, out.stderr
+    (note,) = json.loads(out.stdout)["strength"]
+    assert "outside coherent β 0.01-0.05" in note and "kept as the config gives it" in note
