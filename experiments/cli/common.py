@@ -294,3 +294,14 @@ def resolve_config(
     if concepts is not None:
         extra.append(f"concepts.limit={concepts}")
     return load_config(config, extra, phase, overlays or [])
+
+
+def say_stage(status, message: str, start: float) -> None:
+    """A long study's stage as a line with its elapsed time (it stays in a log, and a
+    line such as where β came from stays on screen: a spinner alone keeps neither) and on
+    the spinner (``status``: rich's ``console.status``)."""
+    import time
+
+    minutes, seconds = divmod(int(time.monotonic() - start), 60)
+    console.print(f"[dim]{minutes:3d}:{seconds:02d} {message}", highlight=False)
+    status.update(f"[dim]{message}")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.status import Status
 
 from experiments.cli.answer import print_answer, result_json
 from experiments.cli.common import (
@@ -22,17 +21,10 @@ from experiments.cli.common import (
     print_json,
     resolve_config,
     resolve_run,
+    say_stage,
     setup_logging,
     show_run_address,
 )
-
-
-def _say(status: Status, message: str, start: float) -> None:
-    """A stage as a line (it stays in a log: a spinner alone prints nothing there) and on
-    the spinner."""
-    minutes, seconds = divmod(int(time.monotonic() - start), 60)
-    console.print(f"[dim]{minutes:3d}:{seconds:02d} {message}", highlight=False)
-    status.update(f"[dim]{message}")
 
 
 def register(app: typer.Typer) -> None:
@@ -141,7 +133,7 @@ def identify(
                 cfg,
                 resume=resume,
                 force=force,
-                progress=lambda msg: _say(status, msg, start),
+                progress=lambda msg: say_stage(status, msg, start),
             )
     except PreregistrationError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False)

@@ -484,13 +484,17 @@ def calibrate(
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
+    import time
+
+    from experiments.cli.common import say_stage
     from experiments.cli.strength import kept_keys
 
+    start = time.monotonic()
     with console.status("Phase 6 calibration study") as status:
         result = run_calibration(
             cfg,
             resume=resume,
-            progress=lambda msg: status.update(f"[dim]{msg}"),
+            progress=lambda msg: say_stage(status, msg, start),
             explicit=kept_keys(set_, model),
         )
     from experiments.calibration.answer import answer_of

@@ -173,3 +173,21 @@ def test_ui_serves_light_and_run_says_when_it_is_not_running(tmp_path):
         proc.wait(timeout=60)
     assert not ui_running(base)
     assert "start it with `steer-eval ui`" in UI_NOT_RUNNING
+
+
+def test_a_study_stage_stays_as_a_line_with_its_elapsed_time(monkeypatch):
+    """calibrate and identify print each stage (and where β came from) as a line, not
+    only on the spinner, which a log does not keep."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from experiments.cli import common
+
+    recorder = Console(record=True, file=io.StringIO(), width=120)
+    monkeypatch.setattr(common, "console", recorder)
+    said = "L9-classifier: β 0.1 from the recorded range"
+    with recorder.status("study") as status:
+        common.say_stage(status, said, time.monotonic() - 65)
+    assert f"1:05 {said}" in recorder.export_text()
