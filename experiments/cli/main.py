@@ -20,7 +20,6 @@ from experiments.cli.common import (
     LayerOpt,
     ModelOpt,
     SetOpt,
-    StudyDryRunOpt,
     VerboseOpt,
     console,
     friendly,
@@ -34,7 +33,7 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
-from experiments.cli.plan import print_plan, print_study_plan
+from experiments.cli.plan import print_plan
 
 
 class Mode(StrEnum):
@@ -60,7 +59,7 @@ class Executor(StrEnum):
 
 def register(app: typer.Typer) -> None:
     """Add the core commands to ``app``."""
-    for command in (assets, concepts, classifiers, run, rescore, calibrate):
+    for command in (assets, concepts, classifiers, run, rescore):
         app.command()(friendly(command))
 
 
@@ -444,67 +443,4 @@ def _print_result(result, as_json: bool = False, rescored: float | None = None) 
     peak = peak_gib()
     if peak is not None:  # a CUDA run: the card's peak, for sizing the next one
         console.print(f"peak GPU memory allocated: {peak:.1f} GiB")
-    show_run_address(result.run_id)
-
-
-def calibrate(
-    config: ConfigOpt = Path("configs/phase6.yaml"),
-    set_: SetOpt = None,
-    model: ModelOpt = None,
-    concepts: ConceptsOpt = None,
-    quick: Annotated[
-        bool, typer.Option(help="a 3-concept smoke version: configs/quick/calibrate.yaml")
-    ] = False,
-    resume: Annotated[
-        str | None, typer.Option(help="finish an interrupted study by id, or latest")
-    ] = None,
-    dry_run: StudyDryRunOpt = False,
-    json_: JsonOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Phase 6: probes along a training curve; does detection quality predict steering?"""
-    setup_logging(verbose)
-    from experiments.calibration import QUICK
-    from experiments.calibration.study import PHASE, run_calibration
-
-    overlays = [QUICK] if quick else []
-    cfg = resolve_config(config, set_, model, None, concepts, "calibration", overlays)
-    if dry_run:
-        from experiments.calibration.study import STAGES, strength_choices
-        from experiments.cli.strength import kept_keys
-
-        explicit = kept_keys(set_, model)
-
-        def strength(plan, layers: list[int]) -> list[str]:
-            chosen = strength_choices(cfg, plan.model.probe_id, layers, explicit)
-            return [f"{key}: {c['message']}" for key, c in chosen.items()]
-
-        layers = cfg.calibration.layers or []
-        print_study_plan(cfg, PHASE, STAGES, json_, layers, strength)
-        return
-    if resume is not None:
-        resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
-    import time
-
-    from experiments.cli.common import say_stage
-    from experiments.cli.strength import kept_keys
-
-    start = time.monotonic()
-    with console.status("Phase 6 calibration study") as status:
-        result = run_calibration(
-            cfg,
-            resume=resume,
-            progress=lambda msg: say_stage(status, msg, start),
-            explicit=kept_keys(set_, model),
-        )
-    from experiments.calibration.answer import answer_of
-
-    record = result.record
-    answer = answer_of(record)
-    if json_:
-        results = [fit.model_dump(mode="json") for fit in record.results]
-        print_json(result_json(answer, result.run_dir, results, record.timings))
-        return
-    print_answer(answer)
-    console.print(f"results in {result.run_dir}; MLflow run [bold]{result.run_id}[/]")
     show_run_address(result.run_id)
