@@ -16,6 +16,8 @@ still reads as text is.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +36,7 @@ from experiments.pipeline.plan import CONCEPT_ARM, random_arm, row_key, row_seed
 from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
+from experiments.rundir import append_jsonl, read_jsonl
 from experiments.strength_publish import PHASE, STRENGTH_EXPERIMENT, publish_sweep, run_name
 from experiments.strength_range import (
     StrengthLimits,
@@ -48,6 +51,10 @@ from steering.models import LoadedModel
 # From "no visible change" to well past the 270M's collapse (|β·s| = 0.3); SmolLM2 135M
 # stays coherent to 0.5.
 DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+# The texts of a sweep in progress, beside its classifiers: a stopped sweep resumes from
+# them (the same model, layer, βs, prompts and sampling) into the same MLflow run.
+PARTIAL_FILE = "strength_sweep.partial.jsonl"
+PARTIAL_FORMAT = "steer-eval/strength-sweep-partial"
 SIGNS = (-1, 1)
 
 
@@ -219,25 +226,39 @@ def calibrate_strength(
 
     rows, meta = sweep_rows(swept, graph, directions, coefficient)
     g = config.generation
+    sampling = SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy)
     spec = PlanSpec(
-        directions=vectors.stacked(directions),
-        layer=layer,
-        mode="additive",
-        sampling=SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy),
+        directions=vectors.stacked(directions), layer=layer, mode="additive", sampling=sampling
     )
-    say(f"generating {len(rows)} texts: {len(grid)} βs at s = ±1, unsteered; α {vectors.alpha:.4g}")
-    work = batches(rows, lm, batch_rows(config, lm, rows))
-    texts: list[SweepText] = []
+    partial = probes.directory / PARTIAL_FILE
+    identity = sweep_identity(lm.probe_id, layer, sampling, rows)
+    earlier_run, done = resume_partial(partial, identity)
+    todo = [row for row in rows if row.key not in done]
+    if done:
+        say(f"resuming the stopped sweep (run {earlier_run}): {len(done)}/{len(rows)} texts kept")
+    say(f"generating {len(todo)} texts: {len(grid)} βs at s = ±1, unsteered; α {vectors.alpha:.4g}")
+    work = batches(todo, lm, batch_rows(config, lm, todo)) if todo else []
     tags = {"phase": PHASE, "steer_eval.model_id": lm.probe_id}
     name = run_name(lm.probe_id, layer, config.steering.vector_source)
-    with tracking.tracked_run(STRENGTH_EXPERIMENT, name, tags=tags) as run_id:
+    with tracking.tracked_run(STRENGTH_EXPERIMENT, name, tags=tags, run_id=earlier_run) as run_id:
+        if earlier_run is None:
+            append_jsonl(
+                partial, [{"format": PARTIAL_FORMAT, "identity": identity, "run_id": run_id}]
+            )
         for index, batch in enumerate(work):
             result = run_batch(lm, spec, index, batch)
-            for gen, nll in zip(result.generations, result.nll, strict=True):
-                beta, sign, arm = meta[gen.key]
-                texts.append(SweepText(beta, sign, gen.text, nll, arm))
+            made = [
+                {"key": gen.key, "text": gen.text, "nll": nll}
+                for gen, nll in zip(result.generations, result.nll, strict=True)
+            ]
+            append_jsonl(partial, made)  # a finished batch survives a crash
+            done.update({m["key"]: m for m in made})
             if progress is not None:
-                progress(len(texts), len(rows))
+                progress(len(done), len(rows))
+        texts = [  # in the rows' order, however the batches ran or resumed
+            SweepText(*meta[r.key][:2], done[r.key]["text"], done[r.key]["nll"], meta[r.key][2])
+            for r in rows
+        ]
         base, steps, low, high = assess(texts, grid, limits)
         record = StrengthRange(
             model_id=lm.probe_id,
@@ -261,4 +282,36 @@ def calibrate_strength(
         )
         path = save_range(probes.directory, record)
         publish_sweep(run_id, record, path, [asdict(t) for t in texts])
+    partial.unlink()  # the sweep is whole: its texts are in the run's texts.json
     return record, path
+
+
+def sweep_identity(model_id: str, layer: int, sampling: SamplingConfig, rows) -> str:
+    """What a sweep's texts depend on: the model, layer, sampling and every row (key,
+    prompt, seed, direction, coefficient; the coefficients carry β·α)."""
+    data = {
+        "model": model_id,
+        "layer": layer,
+        "sampling": asdict(sampling),
+        "rows": [[r.key, r.prompt, r.seed, r.direction, r.coefficient] for r in rows],
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resume_partial(path: Path, identity: str) -> tuple[str | None, dict[str, dict]]:
+    """(the MLflow run, the texts by key) of an interrupted sweep of this identity kept
+    at ``path``; (None, {}) when there is none. The texts of another sweep (other βs,
+    prompts or model), or of a run the store no longer has, are discarded."""
+    records = read_jsonl(path)
+    head = records[0] if records else {}
+    run_id = head.get("run_id")
+    usable = head.get("format") == PARTIAL_FORMAT and head.get("identity") == identity
+    if usable:
+        try:
+            tracking.get_run(run_id)
+        except LookupError:
+            usable = False
+    if not usable:
+        path.unlink(missing_ok=True)
+        return None, {}
+    return run_id, {r["key"]: r for r in records[1:] if "key" in r}

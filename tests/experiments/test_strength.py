@@ -290,22 +290,62 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     assert "Coherent β **0.0001 to 0.0001**" in run.data.tags["mlflow.note.content"]
 
 
-def test_an_interrupted_sweep_is_a_killed_run_and_records_no_range(
-    tiny_lm, tiny_config, one_thread, interrupted_run
+def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_does(
+    tiny_lm, tiny_config, one_thread, interrupted_run, tmp_path
 ):
+    """Ctrl-C after the first batch: the run is KILLED, no range is recorded and the
+    batch's texts are kept beside the classifiers; the same command then generates only
+    the rest, in the same MLflow run, and finds exactly the range of a sweep never
+    stopped (its classifiers trained again, identically, in another folder)."""
     from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.strength import PARTIAL_FILE
     from experiments.strength_publish import STRENGTH_EXPERIMENT
 
-    graph = load_concepts(tiny_config.concepts.file, limit=2)
+    config = tiny_config.model_copy(
+        update={"generation": tiny_config.generation.model_copy(update={"batch_size": 8})}
+    )
+    graph = load_concepts(config.concepts.file, limit=2)
+    grid = [1e-4, 10.0]
     killed = interrupted_run(
-        lambda on_batch: calibrate_strength(
-            tiny_config, tiny_lm, graph, 2, [1e-4, 10.0], progress=on_batch
-        ),
+        lambda on_batch: calibrate_strength(config, tiny_lm, graph, 2, grid, progress=on_batch),
         STRENGTH_EXPERIMENT,
     )
     assert tracking_status(killed) == "KILLED"
-    directory = classifier_dir(tiny_config, tiny_lm.probe_id, 2, graph_key(graph))
+    directory = classifier_dir(config, tiny_lm.probe_id, 2, graph_key(graph))
     assert not (directory / RANGE_FILE).exists()
+    kept = (directory / PARTIAL_FILE).read_text().splitlines()
+    assert len(kept) == 1 + 8  # its header and the first batch
+
+    said: list[str] = []
+    record, _ = calibrate_strength(config, tiny_lm, graph, 2, grid, say=said.append)
+    assert record.run_id == killed and tracking_status(killed) == "FINISHED"
+    assert any("8/54 texts kept" in line for line in said), said
+    assert not (directory / PARTIAL_FILE).exists()
+
+    elsewhere = config.model_copy(
+        update={"classifier": config.classifier.model_copy(update={"dir": str(tmp_path / "b")})}
+    )
+    unstopped, _ = calibrate_strength(elsewhere, tiny_lm, graph, 2, grid)
+    assert unstopped.run_id != killed
+    assert unstopped.steps == record.steps and unstopped.unsteered == record.unsteered
+
+
+def test_kept_texts_of_another_sweep_or_a_lost_run_are_not_reused(tmp_path, mlflow_store):
+    from experiments import tracking
+    from experiments.rundir import append_jsonl
+    from experiments.strength import PARTIAL_FORMAT, resume_partial
+
+    path = tmp_path / "partial.jsonl"
+    run_id = tracking.start_run("resume-partial", "a sweep")
+    append_jsonl(path, [{"format": PARTIAL_FORMAT, "identity": "abc", "run_id": run_id}])
+    append_jsonl(path, [{"key": "k1", "text": "a text", "nll": 1.0}])
+    assert resume_partial(path, "abc") == (
+        run_id,
+        {"k1": {"key": "k1", "text": "a text", "nll": 1.0}},
+    )
+    assert resume_partial(path, "other") == (None, {}) and not path.exists()
+    append_jsonl(path, [{"format": PARTIAL_FORMAT, "identity": "abc", "run_id": "0" * 32}])
+    assert resume_partial(path, "abc") == (None, {}) and not path.exists()
 
 
 def tracking_status(run_id: str) -> str:
