@@ -223,15 +223,13 @@ def ranges_under(
 ) -> list[tuple[Path, StrengthRange]]:
     """Every range recorded in a classifier folder under ``root`` for this model (its
     probe id), layer, steering mode and vector source: (folder, range), by folder name."""
+    wanted = (model_id, layer, mode, vector_source)
     found = []
     for path in sorted(Path(root).glob(f"*/{RANGE_FILE}")):
         record = load_range(path.parent)
-        if record is not None and (
-            record.model_id,
-            record.layer,
-            record.mode,
-            record.vector_source,
-        ) == (model_id, layer, mode, vector_source):
+        if record is None:
+            continue
+        if (record.model_id, record.layer, record.mode, record.vector_source) == wanted:
             found.append((path.parent, record))
     return found
 
@@ -261,16 +259,10 @@ def range_warning(config: ExperimentConfig, found: StrengthRange | None, where: 
     """A sentence when the config's β or held-out grid leaves a recorded range (for a
     study that keeps its config as given), else None."""
     steering, selection = config.steering, config.selection
-    if (
-        found is None
-        or found.beta is None
-        or (found.mode, found.vector_source)
-        != (
-            steering.mode,
-            steering.vector_source,
-        )
-    ):
+    if found is None or found.beta is None:
         return None
+    if (found.mode, found.vector_source) != (steering.mode, steering.vector_source):
+        return None  # swept with other vectors: says nothing about these
     if selection.mode == "heldout":
         outside = [b for b in selection.beta_grid if not found.contains(b)]
     else:
