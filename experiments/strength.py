@@ -44,6 +44,7 @@ from experiments.strength_range import (
     StrengthStep,
     save_range,
 )
+from experiments.tracking.context import MODEL_TAG
 from metrics.text import distinct_n, is_near_empty
 from steering.generation import GenerationRow, SamplingConfig
 from steering.models import LoadedModel
@@ -238,7 +239,7 @@ def calibrate_strength(
         say(f"resuming the stopped sweep (run {earlier_run}): {len(done)}/{len(rows)} texts kept")
     say(f"generating {len(todo)} texts: {len(grid)} βs at s = ±1, unsteered; α {vectors.alpha:.4g}")
     work = batches(todo, lm, batch_rows(config, lm, todo)) if todo else []
-    tags = {"phase": PHASE, "steer_eval.model_id": lm.probe_id}
+    tags = {"phase": PHASE, MODEL_TAG: lm.model_id}  # as every run: the loaded model's id
     name = run_name(lm.probe_id, layer, config.steering.vector_source)
     with tracking.tracked_run(STRENGTH_EXPERIMENT, name, tags=tags, run_id=earlier_run) as run_id:
         if earlier_run is None:
