@@ -37,6 +37,7 @@ from experiments.pipeline.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, plain
 from experiments.rundir import RunDir, join_scores
 from experiments.strength_range import BETA_TAG, choose_beta, shared_range
+from experiments.tracking.context import MAX_TAG_LEN
 
 log = logging.getLogger(__name__)
 PHASE = "6"
@@ -136,10 +137,13 @@ def _spec_config(
 
 
 def _beta_tag(choices: dict[str, dict]) -> str:
-    """The parent run's BETA_TAG: each layer and source's sentence (MLflow keeps 8,000
-    characters of a tag; the run folder's strength.json keeps them all)."""
+    """The parent run's BETA_TAG: each layer and source's sentence, cut to the suite's tag
+    length (``MAX_TAG_LEN``; the run folder's strength.json keeps them all)."""
     text = "; ".join(f"{key}: {c['message']}" for key, c in choices.items())
-    return text if len(text) <= 5000 else text[:4900] + f"... ({RunDir.STRENGTH} has all)"
+    if len(text) <= MAX_TAG_LEN:
+        return text
+    tail = f"... ({RunDir.STRENGTH} has all)"
+    return text[: MAX_TAG_LEN - len(tail)] + tail
 
 
 def probe_predictors(probes: ProbeSet, names: list[str]) -> dict[str, dict[str, float | None]]:
