@@ -156,7 +156,7 @@ def test_the_rule_checker_finds_planted_breaks():
         "experiments.pipeline.run": {"experiments.execution", "judges.base"},
     }
     assert broken_rules(planted) == [
-        "experiments.execution.local (layer 2) -> experiments.pipeline.timer (layer 3)",
+        "experiments.execution.local (layer 2) -> experiments.pipeline.timer (layer 4)",
         "judges.llama -> steering.models (judges may import ['metrics', 'steering.assets'])",
         "steering.models -> experiments.config (steering may import [])",
     ]

@@ -180,7 +180,7 @@ def run_bench(
         results["model"] = {"id": lm.model_id, "dtype": dtype_name(lm.dtype), "layers": lm.n_layers}
         if workload is None:
             if embedder is None:
-                from experiments.pipeline.lifecycle import embedder_device
+                from experiments.kernel.lifecycle import embedder_device
                 from metrics.embedder import load_embedder
 
                 embedder = load_embedder(config.embedding.model, embedder_device(config, lm))

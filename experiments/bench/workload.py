@@ -98,7 +98,7 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
     """The config's Phase 5 plan, built as a run builds it (the run lifecycle and
     ``pipeline.run.prepare``: classifiers trained or reused, vectors, centroids), without
     null-control or baseline rows: the bench times the seed's grid. No MLflow run opens."""
-    from experiments.pipeline.lifecycle import open_run
+    from experiments.kernel.lifecycle import open_run
     from experiments.pipeline.plan import build_plan
     from experiments.pipeline.run import prepare
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from experiments.answer import estimate_text, number
 from experiments.calibration.answer import answer_of
-from experiments.pipeline.publisher import ChildRun, Views
+from experiments.kernel.publisher import ChildRun, Views
 from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
 
@@ -169,7 +169,6 @@ def views(record: CalibrationRecord, curve: pd.DataFrame) -> Views:
     """What Phase 6 shows of its record."""
     drawn = figures(curve, record)
     metrics, tags = analysis_metrics(record)
-    metrics.update({f"time/{k}": v for k, v in record.timings.items()})
     return Views(
         answer=answer_of(record),
         summary=summary_markdown(record, curve),

@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments import tracking
-from experiments.config import ExperimentConfig
+from experiments.config import CalibrationStudyConfig, ExperimentConfig
+from experiments.kernel.lifecycle import RunSession
+from experiments.kernel.publisher import ChildRun, Views
+from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
 from experiments.pipeline.effect import above_null, paired_effects
 from experiments.pipeline.generate import generate
-from experiments.pipeline.lifecycle import open_run
 from experiments.pipeline.plan import CONCEPT_ARM, build_plan
 from experiments.pipeline.probes import ProbeSet, ensure_classifiers
 from experiments.pipeline.score import build_scorer, score_all
@@ -42,8 +43,8 @@ from experiments.tracking.context import MAX_TAG_LEN
 log = logging.getLogger(__name__)
 PHASE = "6"
 # The stages a study times, in order (its record's timings; `calibrate --dry-run` lists them).
-STAGES = ["model_load", "centroids", "classifiers", "vectors", "generation", "perplexity",
-          "embedding", "logging"]  # fmt: skip
+STAGES = ["model_load", "mlflow_open", "centroids", "classifiers", "vectors", "generation",
+          "perplexity", "embedding", "figures", "views", "mlflow_parent", "child_runs"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -193,66 +194,63 @@ def effects_for(
     return pd.DataFrame(out)
 
 
-def run_calibration(
-    config: ExperimentConfig,
-    lm=None,
-    embedder=None,
-    resume: str | None = None,
-    progress: Callable[[str], None] | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
-    explicit: frozenset[str] = frozenset(),
-) -> CalibrationResult:
-    """Run (or resume) the whole study and log it to the ``phase6-calibration`` experiment.
+@dataclass(frozen=True)
+class Curve:
+    """What the calibration study's stages produce beside its record: the curve."""
 
-    It opens like every run (:mod:`experiments.pipeline.lifecycle`): the parent run ends
-    FINISHED, KILLED or FAILED, and rows are generated on ``execution.executor``.
-    ``explicit``: the config keys set on the command line, which a recorded strength
-    range never replaces (:func:`strength_choices`)."""
-    from experiments.calibration.analysis import analyse_curve
-    from experiments.calibration.publish import children, views
-    from experiments.pipeline.publisher import publish
-    from steering.activations import residual_scale
+    curve: pd.DataFrame
 
-    with open_run(
-        None if resume else config,
-        existing=resume,
-        lm=lm,
-        embedder=embedder,
-        progress=progress,
-        phase="calibration",
-    ) as session:
-        config, graph, timer, lm, say = (
-            session.config,
-            session.graph,
-            session.timer,
-            session.lm,
-            session.say,
-        )
+
+class Calibration:
+    """The calibration study, new or resumed (a :class:`~experiments.kernel.study.Study`)."""
+
+    phase = "calibration"
+    record_file = RunDir.ANALYSIS
+
+    def __init__(
+        self,
+        on_batch: Callable[[int, int], None] | None = None,
+        explicit: frozenset[str] = frozenset(),
+    ) -> None:
+        self.on_batch = on_batch
+        self.explicit = explicit  # keys set on the command line: a range never replaces them
+        self.layers: list[int] = []
+        self.choices: dict[str, dict] = {}
+
+    def begin(self, session: RunSession[CalibrationStudyConfig]) -> Opening:
+        config, lm = session.config, session.lm
         cal = config.calibration
-        layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
-        choices: dict[str, dict] = {}
+        self.layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
         if not session.existing:  # a resumed study steers as it began (strength.json)
-            choices = strength_choices(config, lm.probe_id, layers, explicit)
-            for key, chosen in choices.items():
+            self.choices = strength_choices(config, lm.probe_id, self.layers, self.explicit)
+            for key, chosen in self.choices.items():
                 if chosen["from"] != "config" or "recorded range" in chosen["message"]:
-                    say(f"{key}: {chosen['message']}")
-        run_id, new = session.start(
-            config.experiment,
-            f"phase6 {lm.model_id} L{','.join(map(str, layers))} "
+                    session.say(f"{key}: {chosen['message']}")
+        return Opening(
+            f"phase6 {lm.model_id} L{','.join(map(str, self.layers))} "
             f"{len(cal.sizes)} sizes × {len(cal.sources)} sources × {len(cal.probe_seeds)} seeds",
-            config.results_dir,
-            tags={"phase": PHASE, **({BETA_TAG: _beta_tag(choices)} if choices else {})},
+            {"phase": PHASE, **({BETA_TAG: _beta_tag(self.choices)} if self.choices else {})},
         )
-        if new:
-            tracking.log_params(run_id, {f"config.{k}": v for k, v in config.flat().items()})
-        run_dir = session.run_dir
-        assert run_dir is not None
-        run_dir.write_config(config)
+
+    def started(self, session: RunSession[CalibrationStudyConfig], new: bool) -> dict[str, object]:
+        run_dir = session.directory
         if session.existing:
             stored = run_dir.file(RunDir.STRENGTH)
-            choices = json.loads(stored.read_text()) if stored.exists() else {}
+            self.choices = json.loads(stored.read_text()) if stored.exists() else {}
         else:
-            run_dir.write_json(RunDir.STRENGTH, choices)
+            run_dir.write_json(RunDir.STRENGTH, self.choices)
+        return config_params(session.config)
+
+    def stages(
+        self, session: RunSession[CalibrationStudyConfig]
+    ) -> Finished[CalibrationRecord, Curve]:
+        from experiments.calibration.analysis import analyse_curve
+        from steering.activations import residual_scale
+
+        config, graph, timer, lm, say = (
+            session.config, session.graph, session.timer, session.lm, session.say,
+        )  # fmt: skip
+        cal, layers, run_dir = config.calibration, self.layers, session.directory
         with timer.time("centroids"):
             scorer = build_scorer(config, graph, session.embedder)
         selections: dict[str, dict] = {}
@@ -266,19 +264,19 @@ def run_calibration(
                 alphas[spec.layer] = residual_scale(
                     lm, neutral_texts(graph, config.seed), spec.layer
                 )
-            source_config = _spec_config(config, spec, choices)
+            source_config = _spec_config(config, spec, self.choices)
             with timer.time("vectors"):
                 vectors = build_vectors(
                     source_config, lm, graph, probes, spec.layer, alpha=alphas[spec.layer]
                 )
             predictors[spec.tag] = probe_predictors(probes, cal.predictors)
             chosen, _ = select_strengths(
-                session, source_config, vectors, scorer, on_batch, vectors_tag=spec.tag
+                session, source_config, vectors, scorer, self.on_batch, vectors_tag=spec.tag
             )
             selections[spec.tag] = chosen
             betas = {k: v["beta"] for k, v in chosen.items()}
             plan = build_plan(source_config, graph, vectors, "report", betas, vectors_tag=spec.tag)
-            generate(session, plan, vectors, on_batch, config=source_config)
+            generate(session, plan, vectors, self.on_batch, config=source_config)
         session.close_executor()
         run_dir.write_json(RunDir.SELECTION, selections)
         run_dir.write_json(RunDir.PROBE_SETS, predictors)
@@ -290,11 +288,45 @@ def run_calibration(
         records = pd.DataFrame(join_scores(generations, all_scores))
         curve = build_curve(records, specs(config, layers), predictors, selections, config)
         analysis = analyse_curve(curve, config)
-        record = build_record(run_id, config, lm.model_id, layers, predictors, analysis)
-        with timer.time("logging"):
-            record = record.model_copy(update={"timings": dict(timer.stages)})
-            publish(session, record, views(record, curve), children(record, curve), RunDir.ANALYSIS)
-    return CalibrationResult(run_id, run_dir.path, curve, record)
+        assert session.run_id is not None
+        record = build_record(session.run_id, config, lm.model_id, layers, predictors, analysis)
+        return Finished(record, Curve(curve))
+
+    def views(self, record: CalibrationRecord, products: Curve) -> Views:
+        from experiments.calibration.publish import views
+
+        return views(record, products.curve)
+
+    def children(self, record: CalibrationRecord, products: Curve) -> list[ChildRun]:
+        from experiments.calibration.publish import children
+
+        return children(record, products.curve)
+
+
+def run_calibration(
+    config: ExperimentConfig,
+    lm=None,
+    embedder=None,
+    resume: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+    explicit: frozenset[str] = frozenset(),
+) -> CalibrationResult:
+    """Run (or resume) the whole study and log it to the ``phase6-calibration`` experiment.
+
+    It runs like every study (:func:`~experiments.kernel.study.run_study`): the parent
+    run ends FINISHED, KILLED or FAILED, and rows are generated on
+    ``execution.executor``. ``explicit``: the config keys set on the command line, which
+    a recorded strength range never replaces (:func:`strength_choices`)."""
+    ran = run_study(
+        Calibration(on_batch, explicit),
+        config,
+        resume=Resume(resume) if resume else None,
+        lm=lm,
+        embedder=embedder,
+        progress=progress,
+    )
+    return CalibrationResult(ran.run_id, ran.run_dir, ran.products.curve, ran.record)
 
 
 def build_record(

@@ -12,8 +12,8 @@ def print_plan(cfg, as_json: bool, explicit: frozenset[str] = frozenset()) -> No
     """``run --dry-run``: the model checked, what the run would generate, its stages, the
     β it would take (``explicit``: the keys a recorded range never replaces) and an
     estimate from an earlier run of the same model on this device."""
+    from experiments.kernel.lifecycle import load_graph
     from experiments.pipeline.estimate import plan_run
-    from experiments.pipeline.lifecycle import load_graph
 
     plan = plan_run(cfg, load_graph(cfg), explicit)
     if as_json:

@@ -51,8 +51,8 @@ def with_layer(cfg: Any, layer: int | str | None, say) -> tuple[Any, Any]:
     picks the layer from the probe sweep (``pipeline/layers.py``)."""
     if layer != "auto":
         return cfg, None
+    from experiments.kernel.lifecycle import load_graph
     from experiments.pipeline.layers import pick_layer
-    from experiments.pipeline.lifecycle import load_graph
 
     say(f"loading {cfg.model}")
     lm = cfg.model_spec.load()
@@ -79,7 +79,7 @@ def calibrate_strength(
     config β outside it)."""
     setup_logging(verbose)
     from experiments.config import ConfigError
-    from experiments.pipeline.lifecycle import load_graph
+    from experiments.kernel.lifecycle import load_graph
     from experiments.strength import calibrate_strength as sweep
     from experiments.strength import parse_grid
 

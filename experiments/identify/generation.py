@@ -26,9 +26,9 @@ import torch
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
+from experiments.kernel.lifecycle import RunSession
 from experiments.pipeline.effect import paired_effects
 from experiments.pipeline.generate import generate
-from experiments.pipeline.lifecycle import RunSession
 from experiments.pipeline.plan import CONCEPT_ARM, PROMPT_ARM, build_plan
 from experiments.pipeline.score import Scorer, score_all
 from experiments.pipeline.selection import select_strengths

@@ -20,7 +20,7 @@ from experiments.identify.answer import answer_of
 from experiments.identify.cells import StudyTables
 from experiments.identify.figures import figures, manipulation_figure
 from experiments.identify.summary import summary_markdown
-from experiments.pipeline.publisher import ChildRun, Views
+from experiments.kernel.publisher import ChildRun, Views
 from experiments.record import IdentifyRecord
 from experiments.rundir import RunDir
 
@@ -118,7 +118,6 @@ def views(
     analysis = record.model_dump(mode="json")
     drawn = figures(tables, analysis, validation_cells)
     metrics, tags = parent_metrics(analysis)
-    metrics.update({f"time/{k}": v for k, v in record.timings.items()})
     files = {RunDir.DIRECTIONS: tables.directions.to_csv(index=False)}
     if len(validation_cells):
         files[RunDir.VALIDATION_CELLS] = validation_cells.to_csv(index=False)

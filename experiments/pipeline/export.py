@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from experiments.concepts import ConceptGraph
-from experiments.pipeline.lifecycle import load_graph
+from experiments.kernel.lifecycle import load_graph
 from experiments.pipeline.probes import FORMAT_AXIS_FILE, ProbeSet, load_format_axis, probe_path
 from experiments.pipeline.vectors import concept_vectors
 from experiments.rundir import RunDir

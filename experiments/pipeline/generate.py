@@ -27,7 +27,7 @@ from steering.memory import decode_rows
 from steering.models import LoadedModel
 
 if TYPE_CHECKING:
-    from experiments.pipeline.lifecycle import RunSession
+    from experiments.kernel.lifecycle import RunSession
 
 
 def batch_rows(config: ExperimentConfig, lm: LoadedModel, rows: list[GenerationRow]) -> int:

@@ -5,21 +5,19 @@ writes the run folder's summary, criteria table and figures, and logs the parent
 metrics, tags and artefacts plus one child run per concept × strength. Publishing
 again (after a resume or a rescore) updates what is there instead of duplicating it.
 
-It is longer than 500 lines because the record, every view of the folder and the MLflow
-mirror of a Phase 5 run are projected from one record here (a split is due: the child
-runs and the metric lists would move out first).
+The runner (``kernel/study.run_study``) publishes what this module projects; Phase 5's
+study (``pipeline/run.py``) calls it.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 
 import numpy as np
 import pandas as pd
 
 from experiments import tracking
-from experiments.pipeline import publisher
+from experiments.kernel.publisher import ChildWriter, Views
 from experiments.pipeline.analyse import (
     CriteriaReport,
     cell_metrics,
@@ -34,7 +32,6 @@ from experiments.pipeline.context import RunContext
 from experiments.pipeline.diagnostics import log_diagnostics
 from experiments.pipeline.effect import SIGNS, EffectReport, specificity_margin
 from experiments.pipeline.measurement import MeasurementReport
-from experiments.pipeline.publisher import Place, Views
 from experiments.pipeline.report import (
     criteria_of,
     figures_of,
@@ -45,7 +42,6 @@ from experiments.pipeline.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
-from experiments.timer import Timer
 
 log = logging.getLogger(__name__)
 
@@ -452,57 +448,24 @@ def views(
     )
 
 
-def publish(
-    ctx: RunContext,
-    run_dir: RunDir,
-    records: pd.DataFrame,
-    report: CriteriaReport,
-    effect: EffectReport,
-    timings: dict[str, float],
-    tokens_per_second: float,
-    generation_seconds: float,
-    update_children: bool = False,
-    betas: dict[str, float] | None = None,
-    measurement: MeasurementReport | None = None,
-    samples: pd.DataFrame | None = None,
-    timer: Timer | None = None,
-) -> RunRecord:
-    """Publish a scored run as a projection of its folder (``pipeline/publisher.py``):
-    the record first, the folder's views from it, then its MLflow mirror. Criteria set by
-    Parts B and C outlive a republish (they live in the record). ``timer`` times drawing
-    the figures (stage ``figures``) and the publisher's parts; the record holds the
-    stages timed before it was built, :func:`finish_timings` the rest."""
-    previous = None
-    if run_dir.file(RunDir.RECORD).exists():
-        try:
-            previous = run_dir.read_record(migrate=True)
-        except (LookupError, ValueError):
-            previous = None
-    record = build_record(
-        ctx, records, report, effect, timings, tokens_per_second, previous, betas, measurement
-    )
-    with timer.time("figures") if timer is not None else nullcontext():
-        shown = views(ctx, record, records, samples)
-    if generation_seconds > 0:
-        shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
-        shown.metrics["generation/seconds"] = generation_seconds
+def previous_record(run_dir: RunDir) -> RunRecord | None:
+    """The record a resume or rescore publishes over (Parts B and C's verdicts live in
+    it); None for a new run or one whose record this release cannot read."""
+    if not run_dir.file(RunDir.RECORD).exists():
+        return None
+    try:
+        return run_dir.read_record(migrate=True)
+    except (LookupError, ValueError):
+        return None
 
-    def children(run_id: str) -> None:
-        n = log_children(ctx, records, update=update_children)
+
+def child_writer(ctx: RunContext, records: pd.DataFrame, update: bool) -> ChildWriter:
+    """Phase 5's child runs (``log_children``: filled in on a resume, updated on a
+    rescore) and the directions' diagnostics, written once the parent is mirrored."""
+
+    def write(run_id: str) -> None:
+        n = log_children(ctx, records, update=update)
         log_diagnostics(run_id, ctx.diagnostics.get("directions", {}))
         log.info("logged %d child runs", n)
 
-    publisher.publish(Place(ctx.run_id, run_dir), record, shown, children, timer=timer)
-    return record
-
-
-def finish_timings(run_id: str, run_dir: RunDir, record: RunRecord, stages: dict) -> RunRecord:
-    """The record's timings made whole once the last MLflow write is done: the record
-    file and its artefact rewritten with every stage (the figures, the parent's mirror
-    and the child runs are timed while the record is already written), and the same
-    stages logged as ``time/<stage>`` in one request, so the two always agree."""
-    record = record.model_copy(update={"timings": dict(stages)})
-    publisher.write_record(run_dir, record, RunDir.RECORD)
-    tracking.client().log_artifact(run_id, str(run_dir.file(RunDir.RECORD)))
-    tracking.log_metrics(run_id, {f"time/{k}": v for k, v in record.timings.items()})
-    return record
+    return ChildWriter(write)

@@ -13,7 +13,7 @@ from experiments.answer import (
     interval_dict_text,
     number,
 )
-from experiments.pipeline import publisher
+from experiments.kernel import publisher
 from experiments.pipeline.answer import answer_of
 from experiments.pipeline.effect import SIGNS
 from experiments.pipeline.figures import plots, reviewer_figures, specificity_figure

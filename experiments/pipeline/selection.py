@@ -22,7 +22,7 @@ from experiments.rundir import join_scores, plan_order
 from steering.generation import BatchStats
 
 if TYPE_CHECKING:
-    from experiments.pipeline.lifecycle import RunSession
+    from experiments.kernel.lifecycle import RunSession
 
 
 def select_strengths(

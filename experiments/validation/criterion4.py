@@ -116,7 +116,7 @@ def refresh_answer(run_id: str, folder: RunDir, record: RunRecord) -> None:
     """The answer block follows criterion 4: ``answer.md``, its artefact and the top of
     the parent run's description are rewritten from the updated record."""
     from experiments.answer import with_answer
-    from experiments.pipeline.publisher import log_answer
+    from experiments.kernel.publisher import log_answer
     from experiments.pipeline.report import write_answer
 
     answer = write_answer(folder, record)

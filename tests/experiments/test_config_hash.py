@@ -212,7 +212,7 @@ def test_a_quick_overlay_is_for_its_own_phase_only():
     ],
 )
 def test_an_old_run_folder_resumes_and_rescores_as_its_commands_phase(tmp_path, name, phase, cls):
-    from experiments.pipeline.lifecycle import scoring_config
+    from experiments.kernel.lifecycle import scoring_config
     from experiments.rundir import RunDir
 
     run_dir = RunDir(tmp_path, "old").create()

@@ -56,7 +56,7 @@ def test_a_card_without_bf16_refuses_it_and_defaults_to_fp16(gpu_host):
 def test_device_cpu_on_a_gpu_host_keeps_everything_on_the_cpu(gpu_host, tiny_model_dir, tmp_path):
     """The language model and the embedder both on the CPU (the embedder used to take
     its own default, the card)."""
-    from experiments.pipeline.lifecycle import open_run
+    from experiments.kernel.lifecycle import open_run
 
     config = load_config(
         "configs/phase5.yaml",
@@ -78,7 +78,7 @@ def test_the_embedders_device_comes_from_the_platform_of_the_configs_device(gpu_
     """``metrics.embedder`` has no device of its own any more: ``auto`` on a GPU host is
     the card for the model and the embedder alike, ``cpu`` is the CPU for both, and a
     rescore (no model loaded) asks the config's device the same way."""
-    from experiments.pipeline.lifecycle import embedder_device
+    from experiments.kernel.lifecycle import embedder_device
     from metrics.embedder import device_for, load_embedder
 
     assert device_for("auto") == "cuda"

@@ -6,7 +6,7 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.pipeline.lifecycle import RunError, open_run
+from experiments.kernel.lifecycle import RunError, open_run
 from experiments.pipeline.run import run_phase5
 
 

@@ -16,8 +16,8 @@ the same way (Inspect AI's recorder lifecycle is the model):
 4. the executor that generates rows (``execution.executor``), made on first use and
    closed when the block ends.
 
-Nothing here knows what a phase computes; ``pipeline/run.py`` (Phase 5) and
-``calibration/study.py`` (Phase 6) compose their stages inside the block.
+Nothing here knows what a phase computes: the one runner (``kernel/study.run_study``)
+opens every study through it and the studies compose their stages inside the block.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph, load_concepts
-from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, Phase
+from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, Phase, RunConfig
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
@@ -42,6 +42,8 @@ RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
 RESUME_KEYS = (*RESCORE_SECTIONS, "tracking.traces")
 
 Action = Literal["resume", "rescore"]
+# The config model of a session's phase (Phase5Config, CalibrationStudyConfig, ...).
+C = TypeVar("C", bound=RunConfig)
 
 
 class RunError(RuntimeError):
@@ -77,10 +79,11 @@ def load_graph(config: ExperimentConfig) -> ConceptGraph:
 
 
 @dataclass
-class RunSession:
-    """What a run's stages share: its config, graph, models, timer, folder and executor."""
+class RunSession(Generic[C]):
+    """What a run's stages share: its config (typed by its phase's model), graph,
+    models, timer, folder and executor."""
 
-    config: ExperimentConfig
+    config: C
     graph: ConceptGraph
     timer: Timer
     lm: Any  # steering.models.LoadedModel, or None when only saved texts are read
@@ -130,6 +133,13 @@ class RunSession:
         return run_id, new
 
     @property
+    def directory(self) -> RunDir:
+        """The run folder, once the parent run is open (``start``)."""
+        if self.run_dir is None:
+            raise RunError("the run folder is made when the parent run opens (start)")
+        return self.run_dir
+
+    @property
     def executor(self) -> Executor:
         """The executor of ``execution.executor`` on this session's model, made once."""
         if self._executor is None:
@@ -153,7 +163,7 @@ def embedder_device(config: ExperimentConfig, lm: Any) -> str:
 
 @contextmanager
 def open_run(
-    config: ExperimentConfig | None = None,
+    config: C | None = None,
     *,
     existing: str | None = None,
     action: Action = "resume",
@@ -165,7 +175,7 @@ def open_run(
     need_model: bool = True,
     progress: Callable[[str], None] | None = None,
     phase: Phase | None = None,
-) -> Iterator[RunSession]:
+) -> Iterator[RunSession[C]]:
     """A session for a new run (``config``) or an existing one (``existing``: resumed, or
     rescored with ``action="rescore"``); the parent run and the executor are closed when
     the block ends, with the status that says how it ended. ``phase``: the phase of the
@@ -175,7 +185,8 @@ def open_run(
     run_dir = None
     if existing:
         run_dir = RunDir.locate(tracking.get_run(existing), results_dir)
-        config = scoring_config(run_dir, list(overrides or []), action, phase)
+        # the stored config is read as ``phase``'s model: the C of this session
+        config = cast(C, scoring_config(run_dir, list(overrides or []), action, phase))
     elif overrides:
         raise RunError("overrides apply to a resume; give a new run its config with them")
     if config is None:
@@ -195,7 +206,7 @@ def open_run(
             from metrics.embedder import load_embedder
 
             embedder = load_embedder(config.embedding.model, embedder_device(config, lm))
-    session = RunSession(
+    session: RunSession[C] = RunSession(
         config, load_graph(config), timer, lm, embedder, existing, run_dir, existing, say
     )
     with session._stack:

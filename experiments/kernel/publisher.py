@@ -1,19 +1,24 @@
-"""One publisher for every phase: the record, the folder's views, the MLflow mirror.
+"""One publisher for every phase: the folder's views, the MLflow mirror, the record.
 
 A run's outputs are a projection of its typed record. :func:`publish` writes, in this
-order, so a crash leaves a folder that a re-publish completes:
+order:
 
-1. the record (JSON, atomically) under the record's own file name;
-2. the views: ``answer.md`` and ``criteria.csv`` from the record's :class:`Answer`
+1. the views: ``answer.md`` and ``criteria.csv`` from the record's :class:`Answer`
    (the same for every phase), the summary, the phase's other text files and figures,
    each written atomically;
-3. the MLflow mirror of the parent run: parameters (new ones only), metrics, tags, the
+2. the MLflow mirror of the parent run: parameters (new ones only), metrics, tags, the
    description (the answer first, so the run page opens on it), the experiment's
    description (the latest answer, linked), the figures and files as artefacts, tables;
-4. the child runs, each once (a re-publish skips the children already logged).
+3. the child runs, each once (a re-publish skips the children already logged);
+4. last, the record (JSON, atomically, and as an artefact), once, with the time of
+   every stage before it, publishing included: a folder whose record is there was
+   published whole; a crash before leaves the earlier record (or none), and the resume
+   that publishes again completes it.
 
 A phase keeps only what is its own: its views (:class:`Views`) and its child runs
-(:class:`ChildRun`, or a callable for Phase 5's incremental per-cell children).
+(:class:`ChildRun`, or a :class:`ChildWriter` for Phase 5's incremental per-cell
+children). Parts B and C add to a finished run through :func:`append_child` and
+:func:`update_parent`, never by opening MLflow runs themselves.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -31,6 +36,8 @@ from experiments import tracking
 from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv
 from experiments.rundir import RunDir, atomic_write_text
 from experiments.timer import Timer
+
+R = TypeVar("R", bound=BaseModel)
 
 # A child run's figure, drawn only when the child is logged (a re-publish skips it).
 FigureFactory = Callable[[], Any]
@@ -63,6 +70,18 @@ class ChildRun:
     tables: dict[str, Any] = field(default_factory=dict)  # artefact name -> DataFrame
     texts: dict[str, str] = field(default_factory=dict)  # artefact name -> text
     figures: dict[str, FigureFactory] = field(default_factory=dict)  # artefact -> figure
+
+
+@dataclass(frozen=True)
+class ChildWriter:
+    """Child runs a phase writes itself, given the parent's id: Phase 5's per-cell
+    children, which a resume fills in and a rescore updates in place."""
+
+    write: Callable[[str], object]
+
+
+# A study's child runs: each logged once by the publisher, or written by the phase.
+Children = Sequence[ChildRun] | ChildWriter
 
 
 @dataclass
@@ -122,28 +141,49 @@ def write_record(run_dir: RunDir, record: BaseModel, name: str) -> None:
 
 def publish(
     target: Target,
-    record: BaseModel,
-    views: Views,
-    children: Sequence[ChildRun] | Callable[[str], object] = (),
+    record: R,
+    views: Callable[[R], Views],
+    children: Callable[[R], Children] = lambda _record: (),
     record_file: str = RunDir.RECORD,
     timer: Timer | None = None,
-) -> None:
-    """Write the record and its views, then mirror them to MLflow (see the module).
-    ``timer`` times the three parts as stages ``views`` (the folder's files and figures),
-    ``mlflow_parent`` and ``child_runs``."""
+) -> R:
+    """Write the views, mirror them to MLflow, log the child runs, then write the record
+    once (see the module); returns the record as written. ``views`` and ``children``
+    are drawn from the record once its timings hold every stage before publishing.
+    ``timer`` times the parts as stages ``figures`` (drawing the views), ``views`` (the
+    folder's files), ``mlflow_parent`` and ``child_runs``; the record's ``timings`` then
+    hold them all, and the parent run gets them as ``time/<stage>``."""
     run_id, run_dir = target.run_id, target.run_dir
     assert run_id is not None and run_dir is not None, "publish after session.start()"
     stage = timer.time if timer is not None else _untimed
+    record = _settled(record, timer)
+    with stage("figures"):
+        shown = views(record)
     with stage("views"):
-        write_record(run_dir, record, record_file)
-        write_views(run_dir, views)
+        write_views(run_dir, shown)
     with stage("mlflow_parent"):
-        mirror(run_id, run_dir, views, record_file)
+        mirror(run_id, run_dir, shown)
     with stage("child_runs"):
-        if callable(children):
-            children(run_id)
+        logged = children(record)
+        if isinstance(logged, ChildWriter):
+            logged.write(run_id)
         else:
-            log_children(run_id, views.experiment, children)
+            log_children(run_id, shown.experiment, logged)
+    record = _settled(record, timer)
+    write_record(run_dir, record, record_file)
+    tracking.client().log_artifact(run_id, str(run_dir.file(record_file)))
+    if timer is not None:
+        timings = getattr(record, "timings", None) or dict(timer.stages)
+        tracking.log_metrics(run_id, {f"time/{k}": v for k, v in timings.items()})
+    return record
+
+
+def _settled(record: R, timer: Timer | None) -> R:
+    """The record with every stage timed so far (a record without ``timings`` as is)."""
+    timings = getattr(record, "timings", None)
+    if timer is None or not isinstance(timings, dict):
+        return record
+    return record.model_copy(update={"timings": {**timings, **timer.stages}})
 
 
 @contextmanager
@@ -151,7 +191,7 @@ def _untimed(_name: str) -> Iterator[None]:
     yield
 
 
-def mirror(run_id: str, run_dir: RunDir, views: Views, record_file: str):
+def mirror(run_id: str, run_dir: RunDir, views: Views) -> None:
     """The parent MLflow run as a mirror of the folder (``answer.md`` with its figures
     linked to the run's artefacts: :func:`log_answer`)."""
     c = tracking.client()
@@ -166,7 +206,7 @@ def mirror(run_id: str, run_dir: RunDir, views: Views, record_file: str):
         note_latest(run_id, views)
     for name in views.figures:
         c.log_artifact(run_id, str(run_dir.file(name)), PLOTS)
-    for name in (record_file, RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
+    for name in (RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
         if run_dir.file(name).exists():
             c.log_artifact(run_id, str(run_dir.file(name)))
     for name, frame in views.tables.items():

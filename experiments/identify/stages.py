@@ -1,0 +1,174 @@
+"""identify's stages 1-7, from the session to what its analysis reads: every direction
+and its detection quality (:func:`directions`), then how each steers (:func:`outcomes`).
+The study (``identify/study.py``) runs them, analyses and publishes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from experiments.concepts import load_concepts
+from experiments.identify.subset import (
+    choose_subset,
+    generate_subset,
+    name_free_detection,
+    subset_likelihood,
+)
+from experiments.rundir import RunDir
+
+
+@dataclass
+class Directions:
+    """Every direction of the study and its detection quality (stages 1-3)."""
+
+    layer: int
+    concepts: list[str]
+    data: Any  # identify.data.StudyData: activations of the probe, test and neutral texts
+    alpha: float  # the median residual norm at the layer
+    directions: Any  # identify.data.Directions: v* and every manipulated direction
+    detections: dict  # (concept, direction id) -> the direction scored as a detector
+    texts: Any  # likelihood_texts.LikelihoodTexts: the likelihood outcome's text pairs
+    name_free_auroc: dict  # (concept, direction id) -> AUROC on name-free positives
+
+
+@dataclass
+class Outcomes:
+    """How every direction steers (stages 4-7)."""
+
+    betas: dict[str, float]  # v*'s held-out β per concept
+    likelihood: list[dict]  # the likelihood outcome per direction × strength × pair
+    baseline_rows: list[dict]  # the prompting baseline on the same texts
+    outputs: Any  # logit-lens gain and next-token KL per direction
+    generated: pd.DataFrame  # generated cells (Δ, gated): validating tags and the subset
+    generated_units: Any
+    subset: list[str]  # the stratified subset: doses and every direction generated
+    dose: list[dict]  # the subset's likelihood outcome at fixed and KL-matched doses
+    name_free: list[dict]  # the subset's likelihood outcome on name-free texts
+
+
+def directions(session, config, say) -> Directions:
+    """Stages 1-3: activations, every direction, each scored as its own detector."""
+    from experiments.identify.data import build_directions, collect
+    from experiments.identify.detect import score_direction
+    from experiments.likelihood_texts import build_likelihood_texts
+    from experiments.pipeline.vectors import neutral_texts
+    from steering.activations import pooled_activations, residual_scale
+    from steering.likelihood import encode_texts
+    from steering.memory import activation_texts
+
+    timer, lm, graph = session.timer, session.lm, session.graph
+    layer = session.layer()
+    concepts = [c.synset for c in graph.concepts]
+    say(f"activations of every probe, test and neutral text at layer {layer}")
+    with timer.time("activations"):
+
+        def embed(texts):
+            return pooled_activations(lm, texts, layer, batch_size=activation_texts(lm, 64)).numpy()
+
+        data = collect(config, graph, concepts, embed)
+        alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
+    with timer.time("likelihood_texts"):
+        texts = build_likelihood_texts(
+            load_concepts(config.concepts.file),
+            config.identify.texts_per_concept,
+            config.seed,
+            length=lambda t: len(encode_texts(lm, [t], config.identify.prefix)[0].target),
+        )
+    with timer.time("directions"):
+        avoid = {c: set(texts.off_source.get(c, [])) for c in concepts}
+        directions = build_directions(config, data, avoid)
+    say(f"{len(directions.specs)} directions per concept; scoring each as a detector")
+    with timer.time("detection"):
+        detections = {
+            (c, d_id): score_direction(v, data.concepts[c].test, data.concepts[c].validation)
+            for c, by_id in directions.vectors.items()
+            for d_id, v in by_id.items()
+        }
+        name_free = {}
+        if config.identify.name_free:
+            name_free = name_free_detection(config, graph, concepts, directions, data, embed)
+    return Directions(layer, concepts, data, alpha, directions, detections, texts, name_free)
+
+
+def outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outcomes:
+    """Stages 4-7: v*'s held-out β, the likelihood outcome of every direction and the
+    prompting baseline, the output-side readouts, generations for the validating subset."""
+    from experiments.identify.crosscheck import canonical
+    from experiments.identify.generation import (
+        generate_validation,
+        select_reference_betas,
+        validation_effects,
+        vector_set,
+    )
+    from experiments.identify.outcome import (
+        output_predictors,
+        prompt_baseline,
+        score_likelihood,
+    )
+    from experiments.prompts import render_generation_prompts
+    from experiments.rundir import append_jsonl
+
+    ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
+    run_dir, layer, alpha, concepts = session.run_dir, found.layer, found.alpha, found.concepts
+    vectors = found.directions.vectors
+    say("held-out strength of the reference direction (generation)")
+    references = vector_set(
+        config, layer, alpha, {c: found.directions.reference(c) for c in concepts}
+    )
+    chosen = select_reference_betas(session, config, references, scorer, on_batch)
+    betas = {c: float(chosen[c]["beta"]) for c in concepts}
+    run_dir.write_json(RunDir.SELECTION, chosen)
+
+    texts = found.texts
+    with timer.time("likelihood"):
+        likelihood = score_likelihood(lm, config, run_dir, layer, alpha, betas, texts, vectors, say)
+        baseline_rows = prompt_baseline(
+            lm, config, texts, concepts, {c.synset: c.name for c in graph.concepts}
+        )
+    run_dir.file(RunDir.PROMPT_BASELINE).unlink(missing_ok=True)
+    append_jsonl(run_dir.file(RunDir.PROMPT_BASELINE), baseline_rows)
+    say("logit-lens gain and next-token KL of every direction")
+    with timer.time("readout"):
+        prompts = {
+            c.synset: render_generation_prompts(c, config.generation.prompts)
+            for c in graph.concepts
+        }
+        words = {c.synset: list(c.lemmas) or [c.name] for c in graph.concepts}
+        outputs = output_predictors(
+            lm,
+            config,
+            layer,
+            alpha,
+            betas,
+            vectors,
+            found.data.neutral_texts[: ident.lens_positions],
+            words,
+            prompts,
+        )
+    subset, dose, name_free = [], [], []
+    if ident.subset_concepts:
+        subset = choose_subset(config, found.detections, concepts, run_dir)
+        dose, name_free = subset_likelihood(
+            lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs,
+            prompts, say,
+        )  # fmt: skip
+    tags = []
+    for d_id in ident.generated:
+        name = canonical(d_id)
+        if all(name in vectors[c] for c in concepts) and name not in tags:
+            tags.append(name)
+    say(f"generations for the validating subset: {', '.join(tags)}")
+    sets_v = {
+        t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in concepts}) for t in tags
+    }
+    generate_validation(session, config, sets_v, betas, on_batch)
+    every = generate_subset(
+        session, config, layer, alpha, betas, vectors, subset, tags, on_batch, say
+    )
+    session.close_executor()
+    gen_cells, gen_units = validation_effects(session, config, scorer, [*tags, *every])
+    return Outcomes(
+        betas, likelihood, baseline_rows, outputs, gen_cells, gen_units, subset, dose, name_free
+    )
