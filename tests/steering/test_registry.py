@@ -141,3 +141,27 @@ def test_any_registry_looks_up_what_it_registered_in_order(registered, probe):
             reg[probe]
         assert repr(probe) in str(info.value)
         assert all(repr(name) in str(info.value) for name in registered)
+
+
+# ---------------------------------------------------------------- the suite's registries
+
+
+def test_the_suite_s_registries_are_registries():
+    from experiments.config import PHASE_MODELS, Phase5Config
+    from experiments.identify.manipulations import MANIPULATIONS
+    from judges.base import RUBRICS
+    from judges.registry import _REGISTRY as JUDGE_PROVIDERS
+    from steering.directions import _SOURCES
+    from steering.platform import PLATFORMS
+    from steering.policies import POLICIES
+
+    for reg in (PHASE_MODELS, MANIPULATIONS, RUBRICS, JUDGE_PROVIDERS, _SOURCES, PLATFORMS):
+        assert isinstance(reg, Registry)
+    assert isinstance(POLICIES, Registry)
+    assert list(PHASE_MODELS) == ["phase5", "calibration", "identify"]
+    assert PHASE_MODELS["phase5"] is Phase5Config
+    assert MANIPULATIONS.names()[:2] == ["rotation", "noise"]  # the grid's order
+    assert MANIPULATIONS.origin("noise") == "experiments.identify.manipulations:_label_noise"
+    assert list(RUBRICS) == ["relatedness", "axbench"]
+    assert _SOURCES.origin("diffmean") == "steering.directions:diffmean"
+    assert sorted(PLATFORMS) == ["cpu", "cuda"]
