@@ -36,8 +36,9 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from steering.directions import direction_source_names
+from steering.directions import get_direction_source
 from steering.probes import TrainSpec
+from steering.registry import Registry
 
 # Per-concept detection quality that criterion 3 correlates with steering magnitude.
 # (the same names as steering.probes.PREDICTORS; a test keeps the two in step).
@@ -196,9 +197,7 @@ class SteeringConfig(_Strict):
     @field_validator("vector_source")
     @classmethod
     def _vector_source(cls, value: str) -> str:
-        names = direction_source_names()
-        if value not in names:
-            raise ValueError(f"unknown direction source {value!r}; use one of {names}")
+        get_direction_source(value)  # a ProbeError (a ValueError) naming the known ones
         return value
 
     @field_validator("strengths")
@@ -885,11 +884,10 @@ class IdentifyStudyConfig(RunConfig):
     identify: Annotated[IdentifyConfig, OMIT_IF_DEFAULT] = Field(default_factory=IdentifyConfig)
 
 
-PHASE_MODELS: dict[str, type[RunConfig]] = {
-    "phase5": Phase5Config,
-    "calibration": CalibrationStudyConfig,
-    "identify": IdentifyStudyConfig,
-}
+PHASE_MODELS: Registry[type[RunConfig]] = Registry("phase")
+PHASE_MODELS.register("phase5", Phase5Config)
+PHASE_MODELS.register("calibration", CalibrationStudyConfig)
+PHASE_MODELS.register("identify", IdentifyStudyConfig)
 
 
 def _other_phase(loc: tuple, phase: str) -> str | None:
@@ -1045,8 +1043,7 @@ def _check_phase(named: Any, source: str, phase: str | None) -> None:
         return
     if named not in PHASE_MODELS:
         raise ConfigError(
-            f"invalid configuration in {source}:\n  - phase: {named!r} is not a phase; use "
-            f"one of {', '.join(PHASE_MODELS)}"
+            f"invalid configuration in {source}:\n  - phase: {PHASE_MODELS.unknown(named)}"
         )
     if phase is not None and named != phase:
         raise ConfigError(

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from steering.registry import Registry
+
 if TYPE_CHECKING:
     from judges.pricing import Price
 
@@ -128,7 +130,9 @@ AXBENCH_INSTRUCTION = (
     "0: unrelated to the instruction; 1: somewhat, minimally or indirectly related; "
     "2: clearly and directly related.",
 )
-RUBRICS = {"relatedness": Rubric(), "axbench": AXBENCH_RUBRIC}
+RUBRICS: Registry[Rubric] = Registry("rubric")
+RUBRICS.register("relatedness", Rubric())
+RUBRICS.register("axbench", AXBENCH_RUBRIC)
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,13 @@ Names: "anthropic/<model>" (or just "anthropic" for the default Sonnet),
 
 from __future__ import annotations
 
-import importlib
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from judges.base import Budget, Judge, JudgeUnavailable
+from steering.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +48,8 @@ class ProviderInfo:
     local: bool = False
 
 
-_REGISTRY: dict[str, ProviderInfo] = {}
-_LOCK = threading.RLock()
+# The providers; a built-in one is registered when its module is first looked up.
+_REGISTRY: Registry[JudgeFactory] = Registry("judge provider", lazy=BUILTIN_PROVIDERS)
 
 
 def judge_provider(name: str, *, local: bool = False) -> Callable[[F], F]:
@@ -62,54 +61,26 @@ def judge_provider(name: str, *, local: bool = False) -> Callable[[F], F]:
     key = name.strip().lower()
     if not key or "/" in key:
         raise ValueError(f"invalid provider name {name!r}")
-
-    def register(factory: F) -> F:
-        with _LOCK:
-            old = _REGISTRY.get(key)
-            same = old is not None and (
-                getattr(old.factory, "__module__", None),
-                getattr(old.factory, "__qualname__", None),
-            ) == (factory.__module__, factory.__qualname__)
-            if old is not None and not same:
-                raise ValueError(f"judge provider {key!r} is already registered by {old.factory}")
-            _REGISTRY[key] = ProviderInfo(key, factory, local)
-        return factory
-
-    return register
-
-
-def _discover(name: str) -> None:
-    """Import the built-in module for `name` (which registers it), once."""
-    module = BUILTIN_PROVIDERS.get(name)
-    if module is not None and name not in _REGISTRY:
-        importlib.import_module(module)
+    return _REGISTRY.register(key, local=local)
 
 
 def providers() -> tuple[str, ...]:
     """Names of every provider: the built-in ones and any registered by other code."""
-    with _LOCK:
-        return tuple(sorted(set(BUILTIN_PROVIDERS) | set(_REGISTRY)))
+    return tuple(sorted(_REGISTRY))
 
 
 def provider_info(name: str) -> ProviderInfo:
     """The registered provider `name`; ValueError listing the known ones otherwise."""
-    key = name.strip().lower()
-    with _LOCK:
-        _discover(key)
-        info = _REGISTRY.get(key)
-    if info is None:
-        raise ValueError(f"Unknown judge provider {key!r}; registered providers: {providers()}.")
-    return info
+    entry = _REGISTRY.entry(name.strip().lower())
+    return ProviderInfo(entry.name, entry.value, entry.metadata["local"])
 
 
 def parse_name(name: str) -> tuple[str, str]:
     """Split "provider/rest" once: a GGUF path may itself contain slashes."""
     provider, _, rest = name.strip().partition("/")
     provider = provider.lower()
-    if provider not in providers():
-        raise ValueError(
-            f"Unknown judge provider in {name!r}; registered providers: {providers()}."
-        )
+    if provider not in _REGISTRY:
+        raise _REGISTRY.unknown(provider)
     return provider, rest
 
 

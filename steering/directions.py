@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from steering.probes import LinearProbe, ProbeError
+from steering.registry import Registry, UnknownName
 
 
 @dataclass(frozen=True)
@@ -26,26 +27,19 @@ class DirectionContext:
 
 
 DirectionSource = Callable[[LinearProbe, DirectionContext], np.ndarray]
-_SOURCES: dict[str, DirectionSource] = {}
+_SOURCES: Registry[DirectionSource] = Registry("direction source")
 
 
 def direction_source(name: str) -> Callable[[DirectionSource], DirectionSource]:
     """Register a direction source under ``name``."""
-
-    def register(func: DirectionSource) -> DirectionSource:
-        _SOURCES[name] = func
-        return func
-
-    return register
+    return _SOURCES.register(name)
 
 
 def get_direction_source(name: str) -> DirectionSource:
     try:
         return _SOURCES[name]
-    except KeyError:
-        raise ProbeError(
-            f"unknown steering.vector_source {name!r}; use one of {sorted(_SOURCES)}"
-        ) from None
+    except UnknownName as exc:
+        raise ProbeError(str(exc)) from None
 
 
 def direction_source_names() -> list[str]:

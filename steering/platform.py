@@ -17,6 +17,8 @@ from typing import ClassVar
 
 import torch
 
+from steering.registry import Registry
+
 
 class DtypeError(ValueError):
     """A dtype the chosen device cannot compute in; the message names the ones it can."""
@@ -103,7 +105,9 @@ class CudaPlatform(Platform):
         return True
 
 
-PLATFORMS: dict[str, type[Platform]] = {"cpu": CpuPlatform, "cuda": CudaPlatform}
+PLATFORMS: Registry[type[Platform]] = Registry("platform")
+PLATFORMS.register("cpu", CpuPlatform)
+PLATFORMS.register("cuda", CudaPlatform)
 
 
 def platform_for(device: torch.device | str) -> Platform:

@@ -9,12 +9,12 @@ from steering.decode_cuda import CudaPolicy
 from steering.decode_kernels import DecodeKernels
 from steering.models import LoadedModel
 from steering.platform import platform_for
+from steering.registry import Registry
 
-POLICIES: dict[str, type[DecodePolicy]] = {
-    ReferencePolicy.name: ReferencePolicy,
-    CpuPolicy.name: CpuPolicy,
-    CudaPolicy.name: CudaPolicy,
-}
+POLICIES: Registry[type[DecodePolicy]] = Registry("decode policy")
+POLICIES.register(ReferencePolicy.name, ReferencePolicy)
+POLICIES.register(CpuPolicy.name, CpuPolicy)
+POLICIES.register(CudaPolicy.name, CudaPolicy)
 
 
 def policy_name(device: torch.device) -> str:
@@ -24,10 +24,7 @@ def policy_name(device: torch.device) -> str:
 
 
 def make_policy(name: str) -> DecodePolicy:
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise ValueError(f"unknown decode policy {name!r}; use one of {sorted(POLICIES)}") from None
+    return POLICIES[name]()  # an unknown name: a ValueError naming the known ones
 
 
 def policy_for(lm: LoadedModel) -> DecodePolicy:

@@ -33,6 +33,7 @@ from experiments.identify.directions import (
     swap_labels,
 )
 from steering.probes import TrainSpec
+from steering.registry import Registry, origin_of
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyConfig
@@ -114,7 +115,8 @@ class Manipulation:
         return float(parts[2 if self.within else 1]) == float(self.reference)
 
 
-MANIPULATIONS: dict[str, Manipulation] = {}
+# Registration order is the grid's order.
+MANIPULATIONS: Registry[Manipulation] = Registry("manipulation")
 
 
 def manipulation(
@@ -134,10 +136,10 @@ def manipulation(
     field holding it, or None: it does not). Registration order is the grid's order."""
 
     def register(build: Builder) -> Builder:
-        MANIPULATIONS[name] = Manipulation(
+        MANIPULATIONS.register(name, Manipulation(
             name, levels, reference, build, level, within, seeds, specs, control,
             log_level_covariate,
-        )  # fmt: skip
+        ), origin=origin_of(build))  # fmt: skip
         return build
 
     return register

@@ -217,7 +217,7 @@ def test_parse_name_keeps_slashes_in_paths():
     assert parse_name("llama//models/x.gguf") == ("llama", "/models/x.gguf")
     assert parse_name("anthropic/claude-sonnet-4-5") == ("anthropic", "claude-sonnet-4-5")
     assert parse_name("openai") == ("openai", "")
-    with pytest.raises(ValueError, match="Unknown judge provider"):
+    with pytest.raises(ValueError, match="unknown judge provider 'gemini'"):
         parse_name("gemini/pro")
 
 
