@@ -265,9 +265,7 @@ def log_children(run_id: str, experiment: str, children: Sequence[ChildRun]) -> 
     for child in children:
         if (child.key_tag, child.tags[child.key_tag]) in done:
             continue
-        with tracking.tracked_run(
-            experiment, child.name, parent_run_id=run_id, tags=child.tags
-        ) as child_id:
+        with child_run(run_id, experiment, child.name, child.tags) as child_id:
             if child.params:
                 tracking.log_params(child_id, child.params)
             tracking.log_metrics(child_id, child.metrics)
@@ -281,3 +279,41 @@ def log_children(run_id: str, experiment: str, children: Sequence[ChildRun]) -> 
                 plt.close(fig)
         n += 1
     return n
+
+
+@contextmanager
+def child_run(
+    parent_run_id: str,
+    experiment: str,
+    name: str,
+    tags: dict[str, str],
+    run_id: str | None = None,
+) -> Iterator[str]:
+    """A child of ``parent_run_id``, made (or reopened: ``run_id``) and always closed,
+    FINISHED, KILLED on Ctrl-C or FAILED: where every child run is opened."""
+    with tracking.tracked_run(
+        experiment, name, parent_run_id=parent_run_id, tags=tags, run_id=run_id
+    ) as child:
+        yield child
+
+
+@contextmanager
+def append_child(
+    parent_run_id: str,
+    experiment: str,
+    phase: str,
+    name: str,
+    found: str | None,
+    count_tag: str | None = None,
+) -> Iterator[tuple[str, int]]:
+    """Parts B and C adding to a finished run: their child of ``phase`` (``found``, the
+    one already there, reopened; else made under the parent), yielding (its id, which
+    addition this is: 1 for the first). ``count_tag``: the child's tag that counts the
+    additions (a rerun of the panel, another import of ratings), set here."""
+    count = 1
+    if found is not None and count_tag is not None:
+        count = int(tracking.get_run(found).data.tags.get(count_tag, "0")) + 1
+    with child_run(parent_run_id, experiment, name, {"phase": phase}, run_id=found) as child:
+        if count_tag is not None:
+            tracking.client().set_tag(child, count_tag, str(count))
+        yield child, count

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import tracking
-from experiments.kernel.publisher import ChildWriter, Views
+from experiments.kernel.publisher import ChildWriter, Views, child_run
 from experiments.pipeline.analyse import (
     CriteriaReport,
     cell_metrics,
@@ -232,12 +232,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
                 tracking.end_run(child)
                 logged += 1
             continue
-        with tracking.tracked_run(
-            experiment,
-            run_name,
-            parent_run_id=ctx.run_id,
-            tags={"cell": cell_key, "phase": "5"},
-        ) as child:
+        with child_run(ctx.run_id, experiment, run_name, {"cell": cell_key, "phase": "5"}) as child:
             tracking.log_params_and_metrics(child, params, metrics)
             c.log_table(child, table, "generations.json")
         logged += 1

@@ -119,6 +119,7 @@ def log_axbench(
     import json
 
     from experiments import tracking
+    from experiments.kernel.publisher import append_child
     from experiments.rundir import RunDir
     from experiments.tracking.prompts import register_rubric
     from judges import AXBENCH_RUBRIC
@@ -126,14 +127,11 @@ def log_axbench(
     csv_text = table_csv(table)
     if parent.folder.exists():
         parent.folder.file(RunDir.AXBENCH).write_text(csv_text)
-    child = parent.find_child(CHILD_PHASE)
-    with tracking.tracked_run(
-        parent.experiment,
-        CHILD_RUN_NAME,
-        tags={"phase": CHILD_PHASE},
-        parent_run_id=parent.run_id,
-        run_id=child,
-    ) as child:
+    found = parent.find_child(CHILD_PHASE)
+    with append_child(parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found) as (
+        child,
+        _,
+    ):
         c = tracking.client()
         c.set_tag(child, "panel.judges", ", ".join(result.judges))
         c.set_tag(child, "panel.skipped", json.dumps(skipped) if skipped else "none")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from experiments import tracking
+from experiments.kernel.publisher import append_child
 from experiments.tracking.prompts import RubricPrompt, register_rubric
 from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.human.importer import CHILD_PHASE as HUMAN_PHASE
@@ -152,19 +153,11 @@ def log_panel(
 
     from judges.base import Rubric
 
-    child = parent.find_child(CHILD_PHASE)
-    step = 1
-    if child is not None:
-        step = int(tracking.get_run(child).data.tags.get("panel.runs", "0")) + 1
-    with tracking.tracked_run(
-        parent.experiment,
-        CHILD_RUN_NAME,
-        tags={"phase": CHILD_PHASE},
-        parent_run_id=parent.run_id,
-        run_id=child,
-    ) as child:
+    found = parent.find_child(CHILD_PHASE)
+    with append_child(
+        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found, "panel.runs"
+    ) as (child, step):
         c = tracking.client()
-        c.set_tag(child, "panel.runs", str(step))
         c.set_tag(child, "panel.judges", ", ".join(result.judges))
         c.set_tag(child, "panel.skipped", json.dumps(skipped) if skipped else "none")
         c.set_tag(child, "criterion.c4_panel", criterion.status)

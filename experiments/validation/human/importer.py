@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
+from experiments.kernel.publisher import append_child
 from experiments.rundir import atomic_write_text
 from experiments.tracking.datasets import log_dataset
 from experiments.validation.criterion4 import record_criterion4
@@ -212,21 +213,13 @@ def _log_import(
     """Log one import to the run's ``human-validation`` child (created on first import)."""
     from metrics.stats import Correlation
 
-    child = parent.find_child(CHILD_PHASE)
-    imports = 1
-    if child is not None:
-        imports = int(tracking.get_run(child).data.tags.get("human.imports", "0")) + 1
+    found = parent.find_child(CHILD_PHASE)
     corr, rho = correlations
-    with tracking.tracked_run(
-        parent.experiment,
-        CHILD_RUN_NAME,
-        tags={"phase": CHILD_PHASE},
-        parent_run_id=parent.run_id,
-        run_id=child,
-    ) as child:
+    with append_child(
+        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found, "human.imports"
+    ) as (child, imports):
         c = tracking.client()
         tags = {
-            "human.imports": str(imports),
             "human.csv_sha256": hashlib.sha256(csv_path.read_bytes()).hexdigest(),
             "human.key_hash": key["key_hash"],
             "human.min_rated": str(min_rated),
