@@ -18,6 +18,7 @@ from steering.activations import residual_scale
 from steering.directions import DirectionContext, get_direction_source
 from steering.models import LoadedModel
 from steering.vector import SteeringVector
+from steering.vector_files import ModelKind
 
 
 @dataclass
@@ -70,9 +71,16 @@ def neutral_texts(graph: ConceptGraph, seed: int) -> list[str]:
 
 
 def imported_vectors(
-    config: ExperimentConfig, graph: ConceptGraph, hidden_size: int, layer: int
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    hidden_size: int,
+    layer: int,
+    kind: ModelKind | None = None,
+    notes: list[str] | None = None,
 ) -> dict | None:
-    """The vectors of ``steering.vector_file`` (validated), or None for other sources."""
+    """The vectors of ``steering.vector_file`` (validated by ``read_vectors``, the one
+    validator: the run's and the dry run's), or None for other sources. ``kind``: the
+    model a GGUF's ``model_hint`` is checked against; ``notes`` gets what was said."""
     if config.steering.vector_source != "file":
         return None
     from steering.vector_files import read_vectors
@@ -84,6 +92,8 @@ def imported_vectors(
         [c.name for c in graph.concepts],
         hidden_size,
         layer,
+        kind,
+        notes,
     )
 
 
@@ -117,13 +127,16 @@ def concept_vectors(
     model_id: str,
     hidden_size: int,
     context: DirectionContext | None = None,
+    kind: ModelKind | None = None,
 ) -> dict[str, SteeringVector]:
     """Every concept's vector from the configured source; needs no model, so an export
-    rebuilds a finished run's vectors exactly as the run built them."""
+    rebuilds a finished run's vectors exactly as the run built them (``kind``: the
+    loaded model's, to check an imported GGUF's hint)."""
     source = get_direction_source(config.steering.vector_source)
     ctx = context or DirectionContext(format_axis=probes.format_axis)
     if ctx.imported is None and config.steering.vector_source == "file":
-        ctx = replace(ctx, imported=imported_vectors(config, graph, hidden_size, layer))
+        imported = imported_vectors(config, graph, hidden_size, layer, kind)
+        ctx = replace(ctx, imported=imported)
     vectors = {}
     for concept in graph.concepts:
         probe = probes.probes[concept.synset]
@@ -145,8 +158,9 @@ def build_vectors(
     (the calibration study builds many vector sets at one layer)."""
     if alpha is None:
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
+    kind = ModelKind.of(lm.model.config, type(lm.model).__name__)
     vectors = concept_vectors(
-        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context
+        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context, kind
     )
     random = {
         synset: [

@@ -71,7 +71,7 @@ def test_the_export_is_a_control_vector_of_what_the_run_added(original, exported
         reader = GGUFReader(exported / f"{synset}.gguf")
         assert reader.get_field("general.architecture").contents() == "controlvector"
         assert reader.get_field("steer_eval.layer").contents() == 9
-        assert reader.get_field("controlvector.model_hint").contents() == "Gemma3ForCausalLM"
+        assert reader.get_field("controlvector.model_hint").contents() == "gemma3_text"
         (tensor,) = reader.tensors
         assert tensor.name == "direction.9" and tensor.data.dtype == np.float32
         unit = np.asarray(reader.get_field("steer_eval.unit_direction").contents(), np.float32)
