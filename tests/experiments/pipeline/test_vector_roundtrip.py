@@ -5,7 +5,10 @@ random ``.npy`` vectors run with their own detection metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,10 +54,27 @@ def exported(original):
     out = tmp / "export"
     reply = CliRunner().invoke(
         app,
-        ["export", str(out), "--run", result.run_id, "--results-dir", str(tmp / "results")],
+        ["export", result.run_id, "--out", str(out), "--results-dir", str(tmp / "results")],
     )
     assert reply.exit_code == 0, reply.output
     return out
+
+
+def test_without_out_the_export_goes_to_a_folder_named_after_the_run(original, exported):
+    _, result = original
+    folder = Path("exports") / result.run_id  # beside the run's relative concept file
+    assert not folder.exists()
+    try:
+        reply = CliRunner().invoke(app, ["export", result.run_id, "--json"])
+        assert reply.exit_code == 0, reply.output
+        assert json.loads(reply.stdout)["folder"] == str(folder)
+        written = sorted(p.name for p in folder.iterdir())
+        assert written == sorted(p.name for p in exported.iterdir())
+        assert json.loads((folder / "export.json").read_text())["run_id"] == result.run_id
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # only when nothing else is there
 
 
 def test_the_export_is_a_control_vector_of_what_the_run_added(original, exported):
