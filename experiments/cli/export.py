@@ -37,15 +37,16 @@ def resolve_export(run: str, old_run: str | None, experiment: str | None):
     from experiments.pipeline.export import ExportError
 
     if old_run is not None:
+        folder = run if run != "latest" else "<folder>"
         raise ExportError(
-            f"export takes the run first and the folder by --out now: {_new_form(old_run, run)}"
+            f"export takes the run first and the folder by --out now: {_new_form(old_run, folder)}"
         )
     if run == "latest":
         return tracking.get_run(tracking.latest_parent_run(experiment, "5"))
     try:
         return tracking.get_run(run)
     except LookupError as exc:
-        if Path(run).exists():
+        if Path(run).is_dir():
             raise ExportError(
                 f"{run!r} is a folder, not a run: export takes the run first and the folder "
                 f"by --out now: {_new_form('<run id>', run)} (or `latest`)"

@@ -58,6 +58,9 @@ def test_the_old_form_with_an_existing_folder_is_told_the_new_one(mlflow_store, 
     out = runner.invoke(app, ["export", str(folder), "--run", run_id])
     assert out.exit_code == 2
     assert f"`steer-eval export {run_id} --out {folder}`" in _said(out)
+    out = runner.invoke(app, ["export", "--run", run_id])
+    assert out.exit_code == 2
+    assert f"`steer-eval export {run_id} --out <folder>`" in _said(out)
     assert list(folder.iterdir()) == []
 
 
