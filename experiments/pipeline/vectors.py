@@ -29,6 +29,13 @@ class VectorSet:
     alpha: float
     vectors: dict[str, SteeringVector]
     random: dict[str, list[SteeringVector]] = field(default_factory=dict)
+    # vector_source: file: what reading the file said (the layer taken from a file of
+    # several, another model's hint); None for the other sources
+    import_notes: list[str] | None = None
+
+    def import_diagnostics(self) -> dict[str, list[str]]:
+        """The record's ``diagnostics`` entry of an imported run (empty otherwise)."""
+        return {} if self.import_notes is None else {"imported_vectors": self.import_notes}
 
     def get(self, name: str) -> SteeringVector:
         """``synset`` or ``synset|random:j`` (the plan's direction names)."""
@@ -128,14 +135,15 @@ def concept_vectors(
     hidden_size: int,
     context: DirectionContext | None = None,
     kind: ModelKind | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, SteeringVector]:
     """Every concept's vector from the configured source; needs no model, so an export
     rebuilds a finished run's vectors exactly as the run built them (``kind``: the
-    loaded model's, to check an imported GGUF's hint)."""
+    loaded model's, to check an imported GGUF's hint; ``notes`` gets what its read said)."""
     source = get_direction_source(config.steering.vector_source)
     ctx = context or DirectionContext(format_axis=probes.format_axis)
     if ctx.imported is None and config.steering.vector_source == "file":
-        imported = imported_vectors(config, graph, hidden_size, layer, kind)
+        imported = imported_vectors(config, graph, hidden_size, layer, kind, notes)
         ctx = replace(ctx, imported=imported)
     vectors = {}
     for concept in graph.concepts:
@@ -159,8 +167,9 @@ def build_vectors(
     if alpha is None:
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
     kind = ModelKind.of(lm.model.config, type(lm.model).__name__)
+    notes: list[str] | None = [] if config.steering.vector_source == "file" else None
     vectors = concept_vectors(
-        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context, kind
+        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context, kind, notes
     )
     random = {
         synset: [
@@ -178,4 +187,4 @@ def build_vectors(
         ]
         for synset in vectors
     }
-    return VectorSet(layer, alpha, vectors, random)
+    return VectorSet(layer, alpha, vectors, random, notes)

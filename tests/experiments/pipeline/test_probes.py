@@ -199,6 +199,7 @@ def test_a_repeng_file_steers_the_runs_layer_and_says_what_it_took(
     assert len(said) == 2
     assert "took direction.2 (this run's layer) of the 3 layers each holds" in said[0]
     assert "controlvector.model_hint is 'llama', but the model is 'gemma3_text'" in said[1]
+    assert vectors.import_diagnostics() == {"imported_vectors": said}  # for the record
     for directions in layers.values():
         directions.pop(2)
     for synset, directions in layers.items():

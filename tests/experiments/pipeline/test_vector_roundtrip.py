@@ -115,6 +115,9 @@ def test_reimporting_the_export_gives_the_same_texts_and_delta(
     assert all(g1[k]["text"] == g2[k]["text"] and g1[k]["nll"] == g2[k]["nll"] for k in g1)
     assert all(s1[k]["delta"] == s2[k]["delta"] for k in s1)
     assert again.record.config.steering.vector_source == "file"
+    # one layer, our own model's hint: the import had nothing to say, and the record says so
+    assert again.record.diagnostics["imported_vectors"] == []
+    assert "imported_vectors" not in result.record.diagnostics
     # the imported direction is the probe's, so it detects exactly as well
     for synset, metrics in again.record.predictors.items():
         assert metrics["auroc"] == pytest.approx(result.record.predictors[synset]["auroc"])
