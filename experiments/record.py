@@ -87,7 +87,9 @@ class RunRecord(BaseModel):
     diagnostics: dict[str, object] = Field(
         default_factory=dict,
         description="'directions': cosine matrix of the steering directions, their cosines "
-        "with the format axis and each probe's cosine with its diffmean",
+        "with the format axis and each probe's cosine with its diffmean; 'imported_vectors' "
+        "(vector_source: file): what reading the file said, e.g. the layer taken from a "
+        "file of several and how many were ignored",
     )
     detection: dict[str, dict[str, object]] = Field(
         default_factory=dict,

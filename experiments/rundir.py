@@ -14,10 +14,11 @@ import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from steering.files import temp_beside
 
 if TYPE_CHECKING:
     from experiments.config import ExperimentConfig, Phase
@@ -152,9 +153,10 @@ def join_scores(generations: Iterable[dict], scores: Iterable[dict]) -> list[dic
 
 
 def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
-    """Write through a temporary file and rename, so a reader never sees half a file."""
+    """Write through a temporary file and rename, so a reader never sees half a file;
+    the file gets the mode a plain ``open(path, "w")`` gives (``steering.files``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as handle:
             handle.write(text)

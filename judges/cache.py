@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from steering.files import temp_beside
 
 CACHE_FORMAT = 1
 
@@ -87,7 +88,7 @@ class JudgeCache:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {**entry, "key": key, "format": CACHE_FORMAT}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        fd, tmp = temp_beside(path, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(payload, handle, ensure_ascii=False, indent=1, default=str)

@@ -8,7 +8,7 @@ in seconds and without memory; it reads the same resolution and checks as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,6 +23,7 @@ from steering.models import (
     probe_id_of,
     resolve_model,
 )
+from steering.vector_files import ModelKind
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,13 @@ class ModelFacts:
     n_layers: int
     hidden_size: int
     vocab_size: int
+    kind: ModelKind = field(default_factory=ModelKind)  # the type a vector's hint names
+
+    @property
+    def model_type(self) -> str:
+        """``config.model_type`` (``gemma3_text``): what repeng's and our exports'
+        ``controlvector.model_hint`` holds."""
+        return self.kind.model_type
 
     @property
     def default_layer(self) -> int:
@@ -108,4 +116,5 @@ def read_model(model: ModelSpec) -> ModelFacts:
         n_layers=int(text.num_hidden_layers),
         hidden_size=int(text.hidden_size),
         vocab_size=int(text.vocab_size),
+        kind=ModelKind.of(config),
     )

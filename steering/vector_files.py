@@ -9,9 +9,15 @@ Read (:func:`read_vectors`): one vector per concept as
 - a llama.cpp / repeng GGUF control vector (one ``direction.<layer>`` tensor per layer),
   alone when it names its concept (``steer_eval.concept``) or the run has one concept.
 
-Everything is validated at load: the length against the model's hidden size, finite and
-non-zero values, every concept of the run found (by synset id or by name), and for a
-GGUF the run's layer present. Errors name the file, the concept and the fix.
+Everything is validated at load (:func:`read_vectors`, the one validator of a real run
+and of ``run --dry-run``, which knows the model from its config alone): the length
+against the model's hidden size, finite and non-zero values, every concept of the run
+found (by synset id or by name), and for a GGUF the run's layer present. Errors name the
+file, the concept and the fix. Two things are said, not refused (a logged warning): a
+GGUF of several layers gives only the run's layer (which one, and how many were left),
+and a ``controlvector.model_hint`` naming another kind of model than the one loaded (as
+repeng warns); a hint naming the model's architecture class, as exports before the
+model type did, is accepted silently.
 
 Write (:func:`write_control_vector`, :func:`write_mapping`): a GGUF control vector that
 llama.cpp's ``--control-vector`` loads, and a safetensors mapping.
@@ -40,11 +46,14 @@ The GGUF control-vector layout, checked against the sources rather than guessed:
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 ARCH = "controlvector"
 MAPPING_SUFFIXES = (".safetensors", ".pt", ".npz")
@@ -66,6 +75,65 @@ class ControlVector:
     directions: dict[int, np.ndarray]
     model_hint: str = ""
     metadata: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """What a control vector's ``controlvector.model_hint`` is checked against: the
+    model's ``config.model_type`` (what repeng and our exports write) and other names a
+    hint may rightly carry (the text config's type, the architecture class that exports
+    wrote before). An empty ``model_type`` checks nothing."""
+
+    model_type: str = ""
+    also: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, config, *names: str) -> ModelKind:
+        """From a Hugging Face config (and other accepted names: the model's class)."""
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        accepted = [
+            getattr(text, "model_type", None),
+            *(getattr(config, "architectures", None) or []),
+            *names,
+        ]
+        return cls(str(getattr(config, "model_type", "") or ""), tuple(n for n in accepted if n))
+
+    def matches(self, hint: str) -> bool:
+        return not hint or not self.model_type or hint in (self.model_type, *self.also)
+
+
+@dataclass
+class _Reading:
+    """What one :func:`read_vectors` checks against, and what it has to say."""
+
+    layer: int
+    kind: ModelKind
+    layers_left: dict[int, list[Path]] = field(default_factory=dict)  # layers in file -> files
+    foreign: dict[str, list[Path]] = field(default_factory=dict)  # mismatched hint -> files
+
+    def notes(self) -> list[str]:
+        """One line per kind of thing said (a folder of 100 files says it once)."""
+        lines = []
+        for n, files in sorted(self.layers_left.items()):
+            lines.append(
+                f"{_files(files)}: took direction.{self.layer} (this run's layer) of the {n} "
+                f"layers {'it holds' if len(files) == 1 else 'each holds'}; the other {n - 1} "
+                "were ignored"
+            )
+        for hint, files in sorted(self.foreign.items()):
+            lines.append(
+                f"{_files(files)}: controlvector.model_hint is {hint!r}, but the model is "
+                f"{self.kind.model_type!r}; a vector made on another model may not steer "
+                "this one (used anyway)"
+            )
+        return lines
+
+
+def _files(files: list[Path]) -> str:
+    if len(files) == 1:
+        return str(files[0])
+    shown = ", ".join(f.name for f in files[:3]) + (", …" if len(files) > 3 else "")
+    return f"{len(files)} GGUF files in {files[0].parent} ({shown})"
 
 
 @dataclass(frozen=True)
@@ -183,8 +251,13 @@ def write_mapping(
     return path
 
 
-def _from_gguf(path: Path, layer: int) -> np.ndarray:
-    cv = read_control_vector(path)
+def _from_gguf(path: Path, reading: _Reading, cv: ControlVector | None = None) -> np.ndarray:
+    cv = cv or read_control_vector(path)
+    layer = reading.layer
+    if not reading.kind.matches(cv.model_hint):
+        reading.foreign.setdefault(cv.model_hint, []).append(path)
+    if layer in cv.directions and len(cv.directions) > 1:
+        reading.layers_left.setdefault(len(cv.directions), []).append(path)
     unit = cv.metadata.get(UNIT_KEY)
     if cv.metadata.get("steer_eval.layer") == layer and unit is not None:
         return np.asarray(unit, dtype=np.float32)
@@ -253,7 +326,7 @@ def _mapping(path: Path) -> dict[str, np.ndarray]:
 
 
 def _raw_vectors(
-    path: Path, names: ConceptNames, layer: int
+    path: Path, names: ConceptNames, reading: _Reading
 ) -> dict[str, tuple[np.ndarray | None, Path]]:
     """Name in the file → (vector, the file it came from); None for a folder's file that
     names no concept of the run (left unread)."""
@@ -273,19 +346,20 @@ def _raw_vectors(
                 continue
             if f.stem in out:
                 raise VectorFileError(f"{path}: two files for {f.stem!r}; keep one")
-            vector = _from_gguf(f, layer) if f.suffix == ".gguf" else _one_tensor(f)
+            vector = _from_gguf(f, reading) if f.suffix == ".gguf" else _one_tensor(f)
             out[f.stem] = (vector, f)
         return out
     if not path.exists():
         raise VectorFileError(f"{path}: no such file or folder (steering.vector_file)")
     if path.suffix == ".gguf":
-        concept = read_control_vector(path).metadata.get("steer_eval.concept")
+        cv = read_control_vector(path)
+        concept = cv.metadata.get("steer_eval.concept")
         if concept is None and len(names.synsets) != 1:
             raise VectorFileError(
                 f"{path}: one control vector but {len(names.synsets)} concepts, and the file "
                 "names none (steer_eval.concept); put one <concept>.gguf per concept in a folder"
             )
-        return {str(concept or names.synsets[0]): (_from_gguf(path, layer), path)}
+        return {str(concept or names.synsets[0]): (_from_gguf(path, reading, cv), path)}
     if path.suffix == ".npy":
         if len(names.synsets) != 1:
             raise VectorFileError(
@@ -302,16 +376,22 @@ def read_vectors(
     names: Sequence[str],
     hidden_size: int,
     layer: int,
+    kind: ModelKind | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """One validated float32 vector per concept (keyed by synset id), from ``path``.
 
     Vectors keep their length (a caller normalises); a vector of another length, with a
-    non-finite value or all zeros, a concept with no vector, or two vectors for one
-    concept is an error naming the file, the concept and the fix. Vectors for concepts
-    outside the run are ignored (a run of ``concepts.limit`` reads a fuller export).
+    non-finite value or all zeros, a concept with no vector, two vectors for one concept,
+    or a GGUF without ``layer`` is an error naming the file, the concept and the fix.
+    Vectors for concepts outside the run are ignored (a run of ``concepts.limit`` reads a
+    fuller export). What is worth saying but not refusing (the layer taken from a file
+    of several, a ``model_hint`` that is not ``kind``'s) is logged as a warning and
+    appended to ``notes``.
     """
     concepts = ConceptNames(tuple(synsets), tuple(names))
-    raw = _raw_vectors(Path(path), concepts, layer)
+    reading = _Reading(layer, kind or ModelKind())
+    raw = _raw_vectors(Path(path), concepts, reading)
     found: dict[str, tuple[np.ndarray, Path, str]] = {}
     for key, (vector, source) in raw.items():
         synset = concepts.resolve(key)
@@ -350,4 +430,8 @@ def read_vectors(
         if not np.any(v):
             raise VectorFileError(f"{where} is all zeros, which has no direction; re-export it")
         out[synset] = v
+    for line in reading.notes():
+        log.warning("%s", line)
+        if notes is not None:
+            notes.append(line)
     return out

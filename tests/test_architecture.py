@@ -157,8 +157,8 @@ def test_the_rule_checker_finds_planted_breaks():
     }
     assert broken_rules(planted) == [
         "experiments.execution.local (layer 2) -> experiments.pipeline.timer (layer 4)",
-        "judges.llama -> steering.models "
-        "(judges may import ['metrics', 'steering.assets', 'steering.registry'])",
+        "judges.llama -> steering.models (judges may import "
+        "['metrics', 'steering.assets', 'steering.registry', 'steering.files'])",
         "steering.models -> experiments.config (steering may import [])",
     ]
 

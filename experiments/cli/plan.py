@@ -75,7 +75,7 @@ def _print_setup(plan) -> None:
         highlight=False,
         markup=False,
     )
-    for line in plan.strength:
+    for line in [*plan.strength, *plan.vectors]:
         out.print(line, highlight=False, markup=False)
 
 

@@ -73,6 +73,7 @@ class Plan:
     estimate: Estimate | None = None
     no_estimate: str = ""  # why there is none
     strength: list[str] = field(default_factory=list)  # where β and the grid would come from
+    vectors: list[str] = field(default_factory=list)  # the vector file, read and checked
 
     @property
     def n_rows(self) -> int:
@@ -92,6 +93,7 @@ class Plan:
                 "found_in": m.found_in,
                 "source": m.source,
                 "architecture": m.architecture,
+                "model_type": m.model_type,
                 "n_layers": m.n_layers,
                 "hidden_size": m.hidden_size,
             },
@@ -109,6 +111,7 @@ class Plan:
             "estimated_seconds": self.estimate.seconds if self.estimate else None,
             "note": self.no_estimate,
             "strength": list(self.strength),
+            "vectors": list(self.vectors),
         }
 
 
@@ -256,6 +259,27 @@ def check_model(config: ExperimentConfig, layer: int | None = None) -> tuple[Mod
     return model, model.check_layer(config.layer if layer is None else layer)
 
 
+def check_vector_file(
+    config: ExperimentConfig, graph: ConceptGraph, model: ModelFacts, layer: int
+) -> list[str]:
+    """``vector_source: file``: the file read and checked as the run reads it (one
+    validator, ``imported_vectors``: hidden size from the model's config, the run's layer,
+    every concept's vector, finite, non-zero; a GGUF's model hint), so a dry run stops
+    with the run's VectorFileError. Lines for the plan: what was read, what was said."""
+    if config.steering.vector_source != "file":
+        return []
+    from experiments.pipeline.vectors import imported_vectors
+
+    notes: list[str] = []
+    vectors = imported_vectors(config, graph, model.hidden_size, layer, model.kind, notes)
+    assert vectors is not None
+    return [
+        f"vectors: {len(vectors)} concepts read from {config.steering.vector_file} and "
+        f"checked (hidden size {model.hidden_size}, layer {layer})",
+        *notes,
+    ]
+
+
 def plan_run(
     config: ExperimentConfig, graph: ConceptGraph, explicit: frozenset[str] = frozenset()
 ) -> Plan:
@@ -266,6 +290,7 @@ def plan_run(
     from experiments.strength_range import choose_beta, load_range
 
     model, layer = check_model(config)
+    vectors = check_vector_file(config, graph, model, layer)
     folder = classifier_dir(config, model.probe_id, layer, graph_key(graph))
     choice = choose_beta(config, load_range(folder), folder, explicit)
     config = choice.config  # the β and grid the run would steer with (auto resolved)
@@ -281,6 +306,7 @@ def plan_run(
         max_new_tokens=config.generation.max_new_tokens,
     )
     plan.strength = [choice.message]
+    plan.vectors = vectors
     plan.estimate, plan.no_estimate = earlier_estimate(
         config.experiment, "5", model, plan.max_tokens
     )

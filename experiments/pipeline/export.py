@@ -64,13 +64,14 @@ class Export:
 
 
 def _model_hint(config, model_id: str) -> str:
-    """``controlvector.model_hint``: the model's architecture as its config names it (a
-    hint only: llama.cpp never reads it, repeng compares it when adding vectors), or the
-    model id when the config cannot be read here."""
+    """``controlvector.model_hint``: the model's ``config.model_type`` (``gemma3_text``),
+    as repeng writes it (a hint only: llama.cpp never reads it; repeng and our import
+    warn when it is not the loaded model's), or the model id when the config cannot be
+    read here."""
     try:
         from steering.preflight import read_model
 
-        return str(read_model(config.model_spec).architecture)
+        return read_model(config.model_spec).model_type or model_id
     except Exception:  # a hint is never worth failing an export for
         return model_id
 

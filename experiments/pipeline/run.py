@@ -271,7 +271,8 @@ def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
                 probes.format_axis,
                 config.steering.vector_source,
                 floor=probes.diagnostics.get("format_axis_floor"),
-            )
+            ),
+            **vectors.import_diagnostics(),
         },
     )
 

@@ -18,6 +18,7 @@ from steering.activations import residual_scale
 from steering.directions import DirectionContext, get_direction_source
 from steering.models import LoadedModel
 from steering.vector import SteeringVector
+from steering.vector_files import ModelKind
 
 
 @dataclass
@@ -28,6 +29,13 @@ class VectorSet:
     alpha: float
     vectors: dict[str, SteeringVector]
     random: dict[str, list[SteeringVector]] = field(default_factory=dict)
+    # vector_source: file: what reading the file said (the layer taken from a file of
+    # several, another model's hint); None for the other sources
+    import_notes: list[str] | None = None
+
+    def import_diagnostics(self) -> dict[str, list[str]]:
+        """The record's ``diagnostics`` entry of an imported run (empty otherwise)."""
+        return {} if self.import_notes is None else {"imported_vectors": self.import_notes}
 
     def get(self, name: str) -> SteeringVector:
         """``synset`` or ``synset|random:j`` (the plan's direction names)."""
@@ -70,9 +78,16 @@ def neutral_texts(graph: ConceptGraph, seed: int) -> list[str]:
 
 
 def imported_vectors(
-    config: ExperimentConfig, graph: ConceptGraph, hidden_size: int, layer: int
+    config: ExperimentConfig,
+    graph: ConceptGraph,
+    hidden_size: int,
+    layer: int,
+    kind: ModelKind | None = None,
+    notes: list[str] | None = None,
 ) -> dict | None:
-    """The vectors of ``steering.vector_file`` (validated), or None for other sources."""
+    """The vectors of ``steering.vector_file`` (validated by ``read_vectors``, the one
+    validator: the run's and the dry run's), or None for other sources. ``kind``: the
+    model a GGUF's ``model_hint`` is checked against; ``notes`` gets what was said."""
     if config.steering.vector_source != "file":
         return None
     from steering.vector_files import read_vectors
@@ -84,6 +99,8 @@ def imported_vectors(
         [c.name for c in graph.concepts],
         hidden_size,
         layer,
+        kind,
+        notes,
     )
 
 
@@ -117,13 +134,17 @@ def concept_vectors(
     model_id: str,
     hidden_size: int,
     context: DirectionContext | None = None,
+    kind: ModelKind | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, SteeringVector]:
     """Every concept's vector from the configured source; needs no model, so an export
-    rebuilds a finished run's vectors exactly as the run built them."""
+    rebuilds a finished run's vectors exactly as the run built them (``kind``: the
+    loaded model's, to check an imported GGUF's hint; ``notes`` gets what its read said)."""
     source = get_direction_source(config.steering.vector_source)
     ctx = context or DirectionContext(format_axis=probes.format_axis)
     if ctx.imported is None and config.steering.vector_source == "file":
-        ctx = replace(ctx, imported=imported_vectors(config, graph, hidden_size, layer))
+        imported = imported_vectors(config, graph, hidden_size, layer, kind, notes)
+        ctx = replace(ctx, imported=imported)
     vectors = {}
     for concept in graph.concepts:
         probe = probes.probes[concept.synset]
@@ -145,8 +166,10 @@ def build_vectors(
     (the calibration study builds many vector sets at one layer)."""
     if alpha is None:
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
+    kind = ModelKind.of(lm.model.config, type(lm.model).__name__)
+    notes: list[str] | None = [] if config.steering.vector_source == "file" else None
     vectors = concept_vectors(
-        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context
+        config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context, kind, notes
     )
     random = {
         synset: [
@@ -164,4 +187,4 @@ def build_vectors(
         ]
         for synset in vectors
     }
-    return VectorSet(layer, alpha, vectors, random)
+    return VectorSet(layer, alpha, vectors, random, notes)

@@ -9,6 +9,7 @@ import torch
 
 from steering.vector_files import (
     UNIT_KEY,
+    ModelKind,
     VectorFileError,
     read_control_vector,
     read_vectors,
@@ -164,3 +165,85 @@ def test_a_folder_reads_only_files_named_by_the_runs_concepts(tmp_path):
     write_mapping(tmp_path / "directions.safetensors", vs, {})  # as an export has beside
     (tmp_path / "cat.n.01.npy").write_bytes(b"not read")  # another concept's file
     assert same(read(tmp_path), vs)
+
+
+GEMMA = ModelKind("gemma3_text", ("gemma3_text", "Gemma3ForCausalLM"))
+
+
+def repeng_file(path, layers=range(1, 18), hint="gemma3_text", seed=1):
+    """A repeng-style control vector: one direction per layer, no steer_eval metadata."""
+    rng = np.random.default_rng(seed)
+    directions = {la: rng.normal(size=HIDDEN).astype(np.float32) for la in layers}
+    write_control_vector(path, directions, hint)
+    return directions
+
+
+def test_a_many_layer_file_gives_the_runs_layer_and_says_how_many_it_ignored(tmp_path, caplog):
+    directions = repeng_file(tmp_path / "happy.gguf")
+    notes: list[str] = []
+    with caplog.at_level("WARNING", logger="steering.vector_files"):
+        got = read_vectors(tmp_path / "happy.gguf", ["dog.n.01"], ["dog"], HIDDEN, 9, GEMMA, notes)
+    assert np.array_equal(got["dog.n.01"], directions[9])
+    (line,) = notes
+    assert "happy.gguf: took direction.9 (this run's layer) of the 17 layers" in line
+    assert "the other 16 were ignored" in line
+    assert [r.getMessage() for r in caplog.records] == [line]
+
+
+def test_a_folder_of_many_layer_files_says_it_once(tmp_path):
+    for synset in SYNSETS:
+        repeng_file(tmp_path / f"{synset}.gguf", layers=(2, 3, 4))
+    notes: list[str] = []
+    read_vectors(tmp_path, SYNSETS, NAMES, HIDDEN, 3, GEMMA, notes)
+    (line,) = notes
+    assert line.startswith(f"2 GGUF files in {tmp_path} (dog.n.01.gguf, herb.n.01.gguf)")
+    assert "of the 3 layers each holds; the other 2 were ignored" in line
+
+
+def test_one_layer_of_the_runs_layer_says_nothing(tmp_path):
+    repeng_file(tmp_path / "one.gguf", layers=(3,))
+    notes: list[str] = []
+    read_vectors(tmp_path / "one.gguf", ["dog.n.01"], ["dog"], HIDDEN, 3, GEMMA, notes)
+    assert notes == []
+
+
+def test_a_many_layer_file_without_the_runs_layer_is_refused(tmp_path):
+    repeng_file(tmp_path / "happy.gguf", layers=range(10, 18))
+    with pytest.raises(VectorFileError, match=r"no direction.9 .* layers \[10, 11, .*17\]"):
+        read_vectors(tmp_path / "happy.gguf", ["dog.n.01"], ["dog"], HIDDEN, 9, GEMMA)
+
+
+@pytest.mark.parametrize(
+    ("hint", "warned"),
+    [
+        ("gemma3_text", False),  # what repeng and our exports write: the model type
+        ("Gemma3ForCausalLM", False),  # our exports before: the architecture class
+        ("", False),  # no hint, nothing to compare
+        ("llama", True),
+        ("LlamaForCausalLM", True),
+    ],
+)
+def test_a_hint_of_another_model_is_warned_about_not_refused(tmp_path, hint, warned):
+    directions = repeng_file(tmp_path / "v.gguf", layers=(3,), hint=hint)
+    notes: list[str] = []
+    got = read_vectors(tmp_path / "v.gguf", ["dog.n.01"], ["dog"], HIDDEN, 3, GEMMA, notes)
+    assert np.array_equal(got["dog.n.01"], directions[3])  # used either way
+    if warned:
+        (line,) = notes
+        assert f"controlvector.model_hint is {hint!r}, but the model is 'gemma3_text'" in line
+    else:
+        assert notes == []
+
+
+def test_without_the_models_kind_no_hint_is_judged(tmp_path):
+    repeng_file(tmp_path / "v.gguf", layers=(3,), hint="llama")
+    notes: list[str] = []
+    read_vectors(tmp_path / "v.gguf", ["dog.n.01"], ["dog"], HIDDEN, 3, notes=notes)
+    assert notes == []
+
+
+def test_the_kind_of_a_loaded_gemma_is_its_model_type_and_class(tiny_lm):
+    kind = ModelKind.of(tiny_lm.model.config, type(tiny_lm.model).__name__)
+    assert kind.model_type == "gemma3_text"
+    assert kind.matches("gemma3_text") and kind.matches("Gemma3ForCausalLM")
+    assert not kind.matches("llama") and not kind.matches("Gemma3ForConditionalGeneration")

@@ -15,6 +15,7 @@ import platform
 from pathlib import Path
 
 import huggingface_hub.constants as hub
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -208,3 +209,85 @@ def test_calibrate_and_identify_plans_say_what_the_recorded_range_does(mlflow_st
     assert out.exit_code == 0, out.stderr
     (note,) = json.loads(out.stdout)["strength"]
     assert "outside coherent β 0.01-0.05" in note and "kept as the config gives it" in note
+
+
+def _concepts(n: int) -> list[tuple[str, str]]:
+    from experiments.config import load_config
+    from experiments.pipeline.lifecycle import load_graph
+
+    graph = load_graph(load_config("configs/phase5.yaml", [f"concepts.limit={n}"]))
+    return [(c.synset, c.name) for c in graph.concepts]
+
+
+def _dry_run_with(path, *extra: str):
+    return runner.invoke(app, [
+        "run", "--dry-run", "--concepts", "2", *extra,
+        "--set", "steering.vector_source=file", "--set", f"steering.vector_file={path}",
+    ])  # fmt: skip
+
+
+def test_a_vector_file_is_read_and_checked_as_the_run_would(mlflow_store, tmp_path):
+    """The dry run reads the file with the run's own validator: the model's hidden size
+    from its config (640), the layer (9), every concept; the run's messages, exit 2."""
+    from steering.vector_files import VectorFileError, read_vectors, write_control_vector
+
+    (a, _), (b, _) = _concepts(2)
+    rng = np.random.default_rng(0)
+    good = tmp_path / "good"
+    good.mkdir()
+    for synset in (a, b):
+        np.save(good / f"{synset}.npy", rng.normal(size=640).astype(np.float32))
+    out = _dry_run_with(good, "--json")
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["model"]["model_type"] == "gemma3_text"  # what a GGUF's model_hint names
+    (line,) = plan["vectors"]
+    assert line == f"vectors: 2 concepts read from {good} and checked (hidden size 640, layer 9)"
+    assert "and checked (hidden size 640, layer 9)" in _said(_dry_run_with(good))
+
+    def refused(folder, *extra: str) -> str:
+        out = _dry_run_with(folder, *extra)
+        assert out.exit_code == 2, out.stdout
+        assert "plan:" not in out.stdout
+        return _said(out)
+
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    for synset in (a, b):
+        np.save(wrong / f"{synset}.npy", np.ones(641, np.float32))
+    with pytest.raises(VectorFileError) as real:  # the real read's message, word for word
+        read_vectors(wrong, [a, b], ["x", "y"], 640, 9)
+    assert f"error: {real.value}" in refused(wrong)
+    assert "the model's hidden size is 640" in refused(wrong)
+
+    short = tmp_path / "short"
+    short.mkdir()
+    np.save(short / f"{a}.npy", np.ones(640, np.float32))
+    assert f"no vector for {b}" in refused(short)
+
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    for synset in (a, b):
+        write_control_vector(layers / f"{synset}.gguf", {3: np.ones(640, np.float32)}, "x")
+    text = refused(layers)
+    assert "no direction.9 for this run's layer 9 (the file has layers [3])" in text
+    out = _dry_run_with(layers, "--layer", "3", "--json")  # at its layer it plans
+    assert out.exit_code == 0, out.stderr
+    assert json.loads(out.stdout)["layer"] == 3
+
+
+def test_a_repeng_file_of_another_model_and_many_layers_is_said_in_the_plan(mlflow_store, tmp_path):
+    from steering.vector_files import write_control_vector
+
+    (a, _), (b, _) = _concepts(2)
+    folder = tmp_path / "repeng"
+    folder.mkdir()
+    for synset in (a, b):
+        layers = {la: np.ones(640, np.float32) for la in range(1, 18)}
+        write_control_vector(folder / f"{synset}.gguf", layers, "llama")
+    out = _dry_run_with(folder, "--json")
+    assert out.exit_code == 0, out.stderr
+    said = json.loads(out.stdout)["vectors"]
+    assert said[1].endswith("took direction.9 (this run's layer) of the 17 layers each "
+                            "holds; the other 16 were ignored")  # fmt: skip
+    assert "controlvector.model_hint is 'llama', but the model is 'gemma3_text'" in said[2]

@@ -35,6 +35,7 @@ from experiments.prompts import probe_training_set
 from steering.activations import pooled_activations_by_layer
 from steering.models import LayerIndexError, wrap_model
 from steering.probes import LinearProbe, ProbeError, train_probe
+from steering.vector_files import VectorFileError
 
 integration = pytest.mark.integration
 METRIC_KEYS = {
@@ -165,6 +166,46 @@ def test_phase5_steers_with_the_deformatted_direction(sweep, tiny_lm, one_thread
     probes.format_axis = None
     with pytest.raises(ProbeError, match="format axis"):
         build_vectors(deformat, tiny_lm, graph, probes, 2)
+
+
+def test_a_repeng_file_steers_the_runs_layer_and_says_what_it_took(
+    sweep, tiny_lm, tmp_path, caplog, one_thread
+):
+    """The run's read of a vector file (``build_vectors``) checks a GGUF's hint against
+    the loaded model (gemma3_text) and says which of its layers it took: warned, used."""
+    from steering.vector_files import write_control_vector
+
+    config, graph, _sets = sweep
+    rng = np.random.default_rng(3)
+    layers = {
+        s: {la: rng.normal(size=64).astype(np.float32) for la in (1, 2, 3)} for s in graph.synsets
+    }
+    for synset, directions in layers.items():
+        write_control_vector(tmp_path / f"{synset}.gguf", directions, "llama")
+    imported = config.model_copy(
+        update={
+            "steering": config.steering.model_copy(
+                update={"vector_source": "file", "vector_file": str(tmp_path)}
+            )
+        }
+    )
+    probes = load_classifiers(config, graph, tiny_lm.model_id, 2)
+    with caplog.at_level("WARNING", logger="steering.vector_files"):
+        vectors = build_vectors(imported, tiny_lm, graph, probes, 2)
+    for synset, vector in vectors.vectors.items():
+        want = layers[synset][2] / np.linalg.norm(layers[synset][2])
+        assert np.allclose(vector.direction.double().numpy(), want, atol=1e-6)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    assert "took direction.2 (this run's layer) of the 3 layers each holds" in said[0]
+    assert "controlvector.model_hint is 'llama', but the model is 'gemma3_text'" in said[1]
+    assert vectors.import_diagnostics() == {"imported_vectors": said}  # for the record
+    for directions in layers.values():
+        directions.pop(2)
+    for synset, directions in layers.items():
+        write_control_vector(tmp_path / f"{synset}.gguf", directions, "gemma3_text")
+    with pytest.raises(VectorFileError, match=r"no direction.2 for this run's layer 2"):
+        build_vectors(imported, tiny_lm, graph, probes, 2)
 
 
 @pytest.fixture(scope="module")

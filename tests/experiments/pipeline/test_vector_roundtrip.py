@@ -5,7 +5,10 @@ random ``.npy`` vectors run with their own detection metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,10 +54,27 @@ def exported(original):
     out = tmp / "export"
     reply = CliRunner().invoke(
         app,
-        ["export", str(out), "--run", result.run_id, "--results-dir", str(tmp / "results")],
+        ["export", result.run_id, "--out", str(out), "--results-dir", str(tmp / "results")],
     )
     assert reply.exit_code == 0, reply.output
     return out
+
+
+def test_without_out_the_export_goes_to_a_folder_named_after_the_run(original, exported):
+    _, result = original
+    folder = Path("exports") / result.run_id  # beside the run's relative concept file
+    assert not folder.exists()
+    try:
+        reply = CliRunner().invoke(app, ["export", result.run_id, "--json"])
+        assert reply.exit_code == 0, reply.output
+        assert json.loads(reply.stdout)["folder"] == str(folder)
+        written = sorted(p.name for p in folder.iterdir())
+        assert written == sorted(p.name for p in exported.iterdir())
+        assert json.loads((folder / "export.json").read_text())["run_id"] == result.run_id
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # only when nothing else is there
 
 
 def test_the_export_is_a_control_vector_of_what_the_run_added(original, exported):
@@ -71,7 +91,7 @@ def test_the_export_is_a_control_vector_of_what_the_run_added(original, exported
         reader = GGUFReader(exported / f"{synset}.gguf")
         assert reader.get_field("general.architecture").contents() == "controlvector"
         assert reader.get_field("steer_eval.layer").contents() == 9
-        assert reader.get_field("controlvector.model_hint").contents() == "Gemma3ForCausalLM"
+        assert reader.get_field("controlvector.model_hint").contents() == "gemma3_text"
         (tensor,) = reader.tensors
         assert tensor.name == "direction.9" and tensor.data.dtype == np.float32
         unit = np.asarray(reader.get_field("steer_eval.unit_direction").contents(), np.float32)
@@ -95,6 +115,9 @@ def test_reimporting_the_export_gives_the_same_texts_and_delta(
     assert all(g1[k]["text"] == g2[k]["text"] and g1[k]["nll"] == g2[k]["nll"] for k in g1)
     assert all(s1[k]["delta"] == s2[k]["delta"] for k in s1)
     assert again.record.config.steering.vector_source == "file"
+    # one layer, our own model's hint: the import had nothing to say, and the record says so
+    assert again.record.diagnostics["imported_vectors"] == []
+    assert "imported_vectors" not in result.record.diagnostics
     # the imported direction is the probe's, so it detects exactly as well
     for synset, metrics in again.record.predictors.items():
         assert metrics["auroc"] == pytest.approx(result.record.predictors[synset]["auroc"])
