@@ -1,6 +1,6 @@
 """Phase 6's views of its record: the curve table, the summary, figures, child runs.
 
-The publisher (``pipeline/publisher.py``) writes and mirrors them. The parent run holds
+The publisher (``kernel/publisher.py``) writes and mirrors them. The parent run holds
 the curve (an MLflow table), every slope and minimum-effective level as metrics with a
 status tag each, and the figures; one child run per probe set (training size × source ×
 seed × layer) holds its per-concept metrics and points at the generations it produced

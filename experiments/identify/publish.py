@@ -1,5 +1,5 @@
 """The identification study's views of its record: files, figures, MLflow parent and
-children (the publisher, ``pipeline/publisher.py``, writes and mirrors them).
+children (the publisher, ``kernel/publisher.py``, writes and mirrors them).
 
 The parent run (experiment ``phase6-identify``) carries the slopes, the mediation
 result, the minimum effective levels, the predictor ranking, the primary analysis and

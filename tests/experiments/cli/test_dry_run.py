@@ -213,7 +213,7 @@ def test_calibrate_and_identify_plans_say_what_the_recorded_range_does(mlflow_st
 
 def _concepts(n: int) -> list[tuple[str, str]]:
     from experiments.config import load_config
-    from experiments.pipeline.lifecycle import load_graph
+    from experiments.kernel.lifecycle import load_graph
 
     graph = load_graph(load_config("configs/phase5.yaml", [f"concepts.limit={n}"]))
     return [(c.synset, c.name) for c in graph.concepts]
