@@ -50,7 +50,7 @@ def machine() -> dict:
 
 def phase5(config, lm, embedder, execution: dict | None):
     """One run; returns (result, generation wall seconds)."""
-    from experiments.pipeline.run import run_phase5
+    from experiments.phase5.run import run_phase5
 
     marks: dict[str, float] = {}
 
@@ -133,9 +133,9 @@ def logging_cost(args, tmp: Path) -> dict:
     from experiments import tracking
     from experiments.concepts import load_concepts
     from experiments.config import load_config
-    from experiments.pipeline.context import RunContext
-    from experiments.pipeline.publish import log_children
-    from experiments.pipeline.run import run_phase5
+    from experiments.phase5.context import RunContext
+    from experiments.phase5.publish import log_children
+    from experiments.phase5.run import run_phase5
     from experiments.tracking.server import running_server
     from metrics.embedder import load_embedder
     from steering.models import load_model

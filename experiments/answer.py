@@ -1,7 +1,7 @@
 """The answer block of every phase: one typed :class:`Answer`, one wording, one formatter.
 
 A phase builds its :class:`Answer` from its record alone (Phase 5:
-``pipeline/answer.py``; Phase 6: ``calibration/answer.py``; identify:
+``phase5/answer.py``; Phase 6: ``calibration/answer.py``; identify:
 ``identify/answer.py``); everything a reader sees of it comes from here, so the
 terminal, ``--json``, ``answer.md``, ``criteria.csv`` and the MLflow descriptions say
 the same thing in the same words:

@@ -157,7 +157,7 @@ def _sims(index: int) -> Callable[[Any], float]:
 class ScoreRecord(BaseModel):
     """One line of ``scores.jsonl``: everything measured on one saved text, no model.
 
-    ``compute`` reads a :class:`experiments.pipeline.score.ScoredText` (the text, its
+    ``compute`` reads a :class:`experiments.kernel.score.ScoredText` (the text, its
     prompt, concept, unsteered NLL, similarities to the concept's centroids and Δ
     against every concept, and the metrics config)."""
 

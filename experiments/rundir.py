@@ -174,9 +174,9 @@ class RunDir:
     SCORES = "scores.jsonl"
     RECORD = "steering_results.json"
     SUMMARY = "summary.md"
-    ANSWER = "answer.md"  # the research question and the verdicts (pipeline/answer.py)
+    ANSWER = "answer.md"  # the research question and the verdicts (phase5/answer.py)
     CRITERIA = "criteria.csv"
-    SAMPLES = "samples.csv"  # each steered text beside its twins (pipeline/samples.py)
+    SAMPLES = "samples.csv"  # each steered text beside its twins (phase5/samples.py)
     AXBENCH = "axbench_scores.csv"  # panel --rubric axbench per concept × sign
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"

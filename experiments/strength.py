@@ -31,10 +31,10 @@ from experiments.concepts import ConceptGraph
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.execution.base import PlanSpec
 from experiments.execution.local import run_batch
-from experiments.pipeline.generate import batch_rows, batches
-from experiments.pipeline.plan import CONCEPT_ARM, random_arm, row_key, row_seed
-from experiments.pipeline.probes import ensure_classifiers
-from experiments.pipeline.vectors import build_vectors
+from experiments.kernel.generate import batch_rows, batches
+from experiments.kernel.plan import CONCEPT_ARM, random_arm, row_key, row_seed
+from experiments.kernel.probes import ensure_classifiers
+from experiments.kernel.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
 from experiments.rundir import append_jsonl, read_jsonl
 from experiments.strength_publish import PHASE, STRENGTH_EXPERIMENT, publish_sweep, run_name

@@ -31,7 +31,7 @@ are on the traces as ``relatedness`` (HUMAN), so it can be tried where both exis
 MLflow does carry: the rubric, versioned in its prompt registry
 (``experiments/tracking/prompts.py``); judge scores as LLM_JUDGE feedback and human
 ratings as HUMAN feedback on each generation's trace; and those traces in the run's
-GenAI evaluation run (``experiments/pipeline/evaluation.py``).
+GenAI evaluation run (``experiments/phase5/evaluation.py``).
 """
 
 from judges.base import (

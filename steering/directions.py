@@ -63,7 +63,7 @@ def probe_weight(probe: LinearProbe, _ctx: DirectionContext) -> np.ndarray:
 @direction_source("diffmean")
 def diffmean(probe: LinearProbe, _ctx: DirectionContext) -> np.ndarray:
     """The unit difference of means on the probe's own (format-matched) training set:
-    positives minus negative-concept texts (see experiments/pipeline/probes.py)."""
+    positives minus negative-concept texts (see experiments/kernel/probes.py)."""
     if probe.diffmean is None:
         raise ProbeError(
             f"the classifier for {probe.concept} has no diffmean vector; "
@@ -105,7 +105,7 @@ def imported_vector(probe: LinearProbe, ctx: DirectionContext) -> np.ndarray:
             f"vector_source file has no vector for {probe.concept}; set steering.vector_file "
             "to a file or folder that has one"
         )
-    # Passed on as read (float32): pipeline/vectors.py keeps a vector that is already
+    # Passed on as read (float32): kernel/vectors.py keeps a vector that is already
     # unit-norm in float32 bit for bit, so a re-imported export steers exactly as its run.
     _checked(ctx.imported[probe.concept], f"the imported vector of {probe.concept}")
     return np.asarray(ctx.imported[probe.concept])

@@ -152,11 +152,11 @@ def test_the_rule_checker_finds_planted_breaks():
     planted = {
         "steering.models": {"experiments.config"},
         "judges.llama": {"steering.assets", "steering.models"},
-        "experiments.execution.local": {"experiments.pipeline.timer"},
-        "experiments.pipeline.run": {"experiments.execution", "judges.base"},
+        "experiments.execution.local": {"experiments.phase5.timer"},
+        "experiments.phase5.run": {"experiments.execution", "judges.base"},
     }
     assert broken_rules(planted) == [
-        "experiments.execution.local (layer 2) -> experiments.pipeline.timer (layer 4)",
+        "experiments.execution.local (layer 2) -> experiments.phase5.timer (layer 4)",
         "judges.llama -> steering.models (judges may import "
         "['metrics', 'steering.assets', 'steering.registry', 'steering.files'])",
         "steering.models -> experiments.config (steering may import [])",
@@ -175,8 +175,8 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 def test_no_import_cycles_between_our_modules():
     graph = import_graph()
-    assert "experiments.pipeline.run" in graph["experiments.cli.main"] or any(
-        "experiments.pipeline" in t for t in graph["experiments.cli.main"]
+    assert "experiments.phase5.run" in graph["experiments.cli.main"] or any(
+        "experiments.phase5" in t for t in graph["experiments.cli.main"]
     )
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])

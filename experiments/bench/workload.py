@@ -1,7 +1,7 @@
 """The rows the bench generates, and its one door into the Phase 5 pipeline.
 
 This is the only bench module that imports the Phase 5 pipeline
-(``experiments.pipeline``): the run lifecycle and its preparation, the row keys and
+(``experiments.phase5``): the run lifecycle and its preparation, the row keys and
 seeds, the batching, the plan, Δ scoring and ``run_phase5`` itself. When the pipeline
 changes shape, only this module has to follow. The imports stay inside the functions, so
 the end-to-end child times the pipeline's import like ``make run`` pays it.
@@ -99,8 +99,8 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
     ``pipeline.run.prepare``: classifiers trained or reused, vectors, centroids), without
     null-control or baseline rows: the bench times the seed's grid. No MLflow run opens."""
     from experiments.kernel.lifecycle import open_run
-    from experiments.pipeline.plan import build_plan
-    from experiments.pipeline.run import prepare
+    from experiments.kernel.plan import build_plan
+    from experiments.phase5.run import prepare
 
     config = config.model_copy(
         update={
@@ -113,7 +113,7 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
         prep = prepare(session)
     plan = build_plan(config, session.graph, prep.vectors)
     if not isinstance(config.generation.batch_size, int):  # auto: as the generate stage sizes it
-        from experiments.pipeline.generate import batch_rows
+        from experiments.kernel.generate import batch_rows
 
         size = batch_rows(config, lm, plan.rows)
         config = config.model_copy(
@@ -137,7 +137,7 @@ def scaled_workload(wl: Workload, n_concepts: int) -> tuple[Workload, str]:
     """The grid with ``n_concepts`` concepts: a prefix of the real ones, or, beyond them,
     the real concepts repeated with distinct seeds (more samples per prompt). Generation
     cost does not depend on which direction a row carries, only on rows x tokens."""
-    from experiments.pipeline.plan import row_seed
+    from experiments.kernel.plan import row_seed
 
     real = sorted({r.direction for r in wl.rows})
     if n_concepts <= len(real):
@@ -180,7 +180,7 @@ def batches_of(
     lm: LoadedModel, rows: Sequence[GenerationRow], size: int
 ) -> list[list[GenerationRow]]:
     """Rows sorted by prompt length, as ``make run`` batches them."""
-    from experiments.pipeline.generate import batches
+    from experiments.kernel.generate import batches
 
     return batches(list(rows), lm, size)
 
@@ -189,7 +189,7 @@ def delta_by_strength(
     plan: Any, gens: Sequence[Generation], embedder: Any
 ) -> dict[str, dict[str, float]]:
     """Δ per row (key -> Δ) and strength, scored exactly as Phase 5 scores it."""
-    from experiments.pipeline.score import score_chunk
+    from experiments.kernel.score import score_chunk
 
     del embedder  # the plan's scorer holds the embedder it was built with
     records = [
@@ -204,7 +204,7 @@ def delta_by_strength(
 
 def neutral_texts(plan: Any) -> list[str]:
     """The plan's neutral texts, from which Phase 5 measures the residual scale α."""
-    from experiments.pipeline.vectors import neutral_texts as texts
+    from experiments.kernel.vectors import neutral_texts as texts
 
     return texts(plan.graph, plan.config.seed)
 
@@ -212,6 +212,6 @@ def neutral_texts(plan: Any) -> list[str]:
 def pipeline_entry() -> Callable[..., Any]:
     """``run_phase5(config, progress=...)``: the whole ``make run`` workload, whose result has
     ``timings`` (seconds by stage), ``tokens_per_second`` and ``records`` (one per row)."""
-    from experiments.pipeline.run import run_phase5
+    from experiments.phase5.run import run_phase5
 
     return run_phase5

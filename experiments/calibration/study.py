@@ -25,16 +25,16 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import CalibrationStudyConfig, ExperimentConfig
+from experiments.kernel.effect import above_null, paired_effects
+from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunSession
+from experiments.kernel.plan import CONCEPT_ARM, build_plan
+from experiments.kernel.probes import ProbeSet, ensure_classifiers
 from experiments.kernel.publisher import ChildRun, Views
+from experiments.kernel.score import build_scorer, score_all
+from experiments.kernel.selection import select_strengths
 from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
-from experiments.pipeline.effect import above_null, paired_effects
-from experiments.pipeline.generate import generate
-from experiments.pipeline.plan import CONCEPT_ARM, build_plan
-from experiments.pipeline.probes import ProbeSet, ensure_classifiers
-from experiments.pipeline.score import build_scorer, score_all
-from experiments.pipeline.selection import select_strengths
-from experiments.pipeline.vectors import build_vectors, neutral_texts
+from experiments.kernel.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, plain
 from experiments.rundir import RunDir, join_scores
 from experiments.strength_range import BETA_TAG, choose_beta, shared_range

@@ -61,7 +61,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from experiments.concepts import ConceptError
     from experiments.config import ConfigError
     from experiments.execution import ExecutionError
-    from experiments.pipeline.run import RunError
+    from experiments.phase5.run import RunError
     from experiments.prompts import PromptError
     from experiments.record import RecordError
     from steering.assets import AssetError
@@ -95,7 +95,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
     errors += [ValidationInputError, VectorFileError]
     with contextlib.suppress(ImportError):
-        from experiments.pipeline.export import ExportError
+        from experiments.phase5.export import ExportError
 
         errors.append(ExportError)
     with contextlib.suppress(ImportError, AttributeError):

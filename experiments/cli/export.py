@@ -2,7 +2,7 @@
 
 The run comes first, as in ``rescore`` (a Phase 5 parent run id, or ``latest``); the
 folder is ``--out`` (default ``exports/<run id>``). The work is done in
-:mod:`experiments.pipeline.export`; this command finds the run and prints what was
+:mod:`experiments.phase5.export`; this command finds the run and prints what was
 written. A first argument that is no run is refused (exit 2) rather than guessed at: an
 existing folder there is the old form (``export <folder> --run <run>``), and the message
 gives the new one.
@@ -34,7 +34,7 @@ def resolve_export(run: str, old_run: str | None, experiment: str | None):
     """The MLflow run ``run`` names (an id, or ``latest`` in ``experiment``), or an
     ExportError saying why not and the command that works."""
     from experiments import tracking
-    from experiments.pipeline.export import ExportError
+    from experiments.phase5.export import ExportError
 
     if old_run is not None:
         folder = run if run != "latest" else "<folder>"
@@ -80,7 +80,7 @@ def export(
 ) -> None:
     """Write a run's directions, scaled as steered (α·β), as llama.cpp control vectors
     (one <concept>.gguf each, for --control-vector) and one directions.safetensors."""
-    from experiments.pipeline.export import export_run
+    from experiments.phase5.export import export_run
     from experiments.rundir import RunDir
 
     found = resolve_export(run, old_run, experiment_for(run, config, experiment))

@@ -130,7 +130,7 @@ def classifiers(
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
     setup_logging(verbose)
     from experiments.concepts import load_concepts
-    from experiments.pipeline.probes import best_layer, parse_layers, train_layers
+    from experiments.kernel.probes import best_layer, parse_layers, train_layers
 
     if layers is not None and layer is not None:
         raise typer.BadParameter("give --layer or --layers, not both")
@@ -294,7 +294,7 @@ def run(
 
     setup_logging(verbose)
 
-    from experiments.pipeline.run import run_phase5
+    from experiments.phase5.run import run_phase5
 
     overrides = list(set_ or [])
     if max_new_tokens is not None:
@@ -388,7 +388,7 @@ def rescore(
     import time
 
     setup_logging(verbose)
-    from experiments.pipeline.run import rescore as rescore_run
+    from experiments.phase5.run import rescore as rescore_run
 
     run_id = resolve_run(run_id, resolve_config(config, [], phase="phase5").experiment, "5")
     start = time.perf_counter()
@@ -401,7 +401,7 @@ def rescore(
 def result_dict(result) -> dict:
     """A Phase 5 result for --json (cli/answer.py's one shape): its results are the
     numbers per strength and the generation speed."""
-    from experiments.pipeline.answer import answer_of
+    from experiments.phase5.answer import answer_of
 
     results = {
         "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
@@ -416,7 +416,7 @@ def _print_result(result, as_json: bool = False, rescored: float | None = None) 
     if as_json:
         print_json(result_dict(result))
         return
-    from experiments.pipeline.answer import answer_of
+    from experiments.phase5.answer import answer_of
     from experiments.rows import View, aggregates
 
     shown = [agg for _column, agg in aggregates(View.CLI)]
@@ -426,7 +426,7 @@ def _print_result(result, as_json: bool = False, rescored: float | None = None) 
         table.add_row(f"{s:+g}", *(number(v.get(a.name), ".3f") for a in shown))
     out.print(table)
     print_answer(answer_of(result.record))
-    from experiments.pipeline.report import generation_speed
+    from experiments.phase5.report import generation_speed
 
     done = (
         f"rescored the run's saved generations in {rescored:.1f} s "

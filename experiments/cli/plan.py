@@ -1,5 +1,5 @@
 """``--dry-run`` of ``run``, ``calibrate`` and ``identify``: the checked plan in the
-terminal (experiments.pipeline.estimate)."""
+terminal (experiments.kernel.estimate)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ def print_plan(cfg, as_json: bool, explicit: frozenset[str] = frozenset()) -> No
     """``run --dry-run``: the model checked, what the run would generate, its stages, the
     β it would take (``explicit``: the keys a recorded range never replaces) and an
     estimate from an earlier run of the same model on this device."""
+    from experiments.kernel.estimate import plan_run
     from experiments.kernel.lifecycle import load_graph
-    from experiments.pipeline.estimate import plan_run
 
     plan = plan_run(cfg, load_graph(cfg), explicit)
     if as_json:
@@ -40,7 +40,7 @@ def print_study_plan(
     """``calibrate --dry-run`` / ``identify --dry-run``: the model and every layer the
     study steers checked, its stages, where its β and grid would come from
     (``strength(plan, layers)``: sentences), an estimate from an earlier study."""
-    from experiments.pipeline.estimate import plan_study
+    from experiments.kernel.estimate import plan_study
 
     plan = plan_study(cfg, phase, stages)
     for layer in layers or []:

@@ -48,11 +48,11 @@ def kept_keys(set_: list[str] | None, model: str | None) -> frozenset[str]:
 
 def with_layer(cfg: Any, layer: int | str | None, say) -> tuple[Any, Any]:
     """(the config with its layer, the loaded model or None): ``auto`` loads the model and
-    picks the layer from the probe sweep (``pipeline/layers.py``)."""
+    picks the layer from the probe sweep (``kernel/layers.py``)."""
     if layer != "auto":
         return cfg, None
+    from experiments.kernel.layers import pick_layer
     from experiments.kernel.lifecycle import load_graph
-    from experiments.pipeline.layers import pick_layer
 
     say(f"loading {cfg.model}")
     lm = cfg.model_spec.load()

@@ -1,7 +1,7 @@
 """Executors for the generation stage: ``local`` (this process) or ``ray`` (an actor pool).
 
 :func:`make_executor` picks one from ``execution.executor``; the driver code in
-``experiments.pipeline.generate`` is the same for both (see :mod:`.base`).
+``experiments.kernel.generate`` is the same for both (see :mod:`.base`).
 """
 
 from __future__ import annotations

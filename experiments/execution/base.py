@@ -1,6 +1,6 @@
 """The executor interface of the generation stage: row batches in, results out.
 
-The driver (``experiments.pipeline.generate``) plans the batches and is the only writer
+The driver (``experiments.kernel.generate``) plans the batches and is the only writer
 of the run folder and of MLflow; an executor only turns batches into texts and NLLs.
 Results come back in completion order, so a driver can append each one as it lands; a
 row's text depends on its own seed and its batch, never on which worker ran it.

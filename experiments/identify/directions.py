@@ -135,7 +135,7 @@ class TrainingSet:
 
 def concept_diffmean(data: TrainingSet, labels: np.ndarray | None = None) -> np.ndarray:
     """Positives minus negative-concept texts (all label-0 texts when there are none): the
-    suite's diffmean (experiments/pipeline/probes.py), with optional replaced labels."""
+    suite's diffmean (experiments/kernel/probes.py), with optional replaced labels."""
     labels = data.labels if labels is None else np.asarray(labels, dtype=int)
     keep = np.array([k != "neutral" for k in data.kinds]) if "negative" in data.kinds else None
     if keep is None:

@@ -1,11 +1,11 @@
 """Generated texts: the reference direction's held-out strength, and a validating subset.
 
-Both use the Phase 5 stages unchanged (``pipeline/plan``, ``generate``, ``score``,
+Both use the Phase 5 stages unchanged (``kernel/plan``, ``generate``, ``score``,
 ``effect``), on vector sets whose concept "probe" is a chosen direction:
 
 * **β per concept** (:func:`select_reference_betas`): the reference direction v* is
   generated on the selection prompts over ``selection.beta_grid`` and β is chosen per
-  concept as Phase 5 and Phase 6 choose it (``pipeline/selection.py``). Every
+  concept as Phase 5 and Phase 6 choose it (``kernel/selection.py``). Every
   direction of the concept is then measured at that β: the strength is held fixed
   while the direction changes.
 * **validation** (:func:`validation_effects`): a few directions per concept
@@ -26,13 +26,13 @@ import torch
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
+from experiments.kernel.effect import paired_effects
+from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunSession
-from experiments.pipeline.effect import paired_effects
-from experiments.pipeline.generate import generate
-from experiments.pipeline.plan import CONCEPT_ARM, PROMPT_ARM, build_plan
-from experiments.pipeline.score import Scorer, score_all
-from experiments.pipeline.selection import select_strengths
-from experiments.pipeline.vectors import VectorSet, random_directions
+from experiments.kernel.plan import CONCEPT_ARM, PROMPT_ARM, build_plan
+from experiments.kernel.score import Scorer, score_all
+from experiments.kernel.selection import select_strengths
+from experiments.kernel.vectors import VectorSet, random_directions
 from experiments.rundir import join_scores, plan_order
 from steering.vector import SteeringVector
 

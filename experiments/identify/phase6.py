@@ -33,7 +33,7 @@ from experiments.calibration.study import ProbeSetSpec, build_curve
 from experiments.identify import stats
 from experiments.identify.detect import score_direction
 from experiments.kernel.lifecycle import load_graph
-from experiments.pipeline.probes import build_probe_texts, load_classifiers
+from experiments.kernel.probes import build_probe_texts, load_classifiers
 from experiments.rundir import RunDir
 from steering.activations import pooled_activations
 from steering.directions import DirectionContext, get_direction_source

@@ -52,8 +52,8 @@ def directions(session, config, say) -> Directions:
     """Stages 1-3: activations, every direction, each scored as its own detector."""
     from experiments.identify.data import build_directions, collect
     from experiments.identify.detect import score_direction
+    from experiments.kernel.vectors import neutral_texts
     from experiments.likelihood_texts import build_likelihood_texts
-    from experiments.pipeline.vectors import neutral_texts
     from steering.activations import pooled_activations, residual_scale
     from steering.likelihood import encode_texts
     from steering.memory import activation_texts

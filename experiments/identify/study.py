@@ -223,7 +223,7 @@ class Identify:
         return config_params(config)
 
     def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[IdentifyRecord, Shown]:
-        from experiments.pipeline.score import build_scorer
+        from experiments.kernel.score import build_scorer
 
         config, timer, say = session.config, session.timer, session.say
         heldout = config.identify.concept_set == "heldout"

@@ -126,7 +126,7 @@ def with_subset_prompts(config: ExperimentConfig) -> ExperimentConfig:
     """The config the subset generates under: ``identify.subset_prompts`` appended to the
     report prompts, the selection prompts (the first ones) unchanged, so the rows the
     subset shares with the rest of the study keep their keys."""
-    from experiments.pipeline.plan import split_prompts
+    from experiments.kernel.plan import split_prompts
 
     extra = config.identify.subset_prompts
     if not extra:

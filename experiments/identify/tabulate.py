@@ -35,7 +35,7 @@ def analyse_study(session, config, found, outcomes, prereg, say):
     from experiments.identify.cells import build_tables
     from experiments.identify.crosscheck import canonical, crosscheck
     from experiments.identify.estimator import subset_outcomes
-    from experiments.pipeline.plan import PROMPT_ARM
+    from experiments.kernel.plan import PROMPT_ARM
 
     ident, concepts = config.identify, found.concepts
     strengths = [float(x) for x in ident.strengths]

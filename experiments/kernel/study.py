@@ -1,6 +1,6 @@
 """The Study contract and its one runner: every kind of run is an instance.
 
-A *study* is what a command runs: Phase 5 (``pipeline/phase5.py``), the calibration
+A *study* is what a command runs: Phase 5 (``phase5/run.py``), the calibration
 study (``calibration/study.py``), identify (``identify/study.py``). Each says only what
 is its own (:class:`Study`): how its parent run is named and tagged, what it logs as
 parameters, the files it writes once the run is open, its stages from the

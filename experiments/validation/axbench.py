@@ -102,7 +102,7 @@ def agreement(result: PanelResult) -> dict[str, float | None]:
 
 def table_csv(table: pd.DataFrame) -> str:
     """The table as CSV whose cells no spreadsheet executes (the suite's sanitiser)."""
-    from experiments.pipeline.samples import samples_csv
+    from experiments.phase5.samples import samples_csv
 
     return samples_csv(table)
 

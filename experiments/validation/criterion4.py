@@ -56,7 +56,7 @@ def record_criterion4(
     ``None`` keeps what the run already has. ``folder`` defaults to the run's own folder;
     it is written only when it exists here. Returns the combined seed criterion 4.
     """
-    from experiments.pipeline.analyse import criteria_thresholds
+    from experiments.phase5.analyse import criteria_thresholds
     from metrics.criteria import (
         C4,
         C4_HUMAN,
@@ -117,7 +117,7 @@ def refresh_answer(run_id: str, folder: RunDir, record: RunRecord) -> None:
     the parent run's description are rewritten from the updated record."""
     from experiments.answer import with_answer
     from experiments.kernel.publisher import log_answer
-    from experiments.pipeline.report import write_answer
+    from experiments.phase5.report import write_answer
 
     answer = write_answer(folder, record)
     text = log_answer(run_id, answer)
@@ -133,7 +133,7 @@ def _v2_name(name: str) -> str:
 
 def criterion4_metrics(results: Mapping[str, CriterionResult]) -> dict[str, float | None]:
     """The verdict metrics of criterion 4's parts, seed names and v2 names."""
-    from experiments.pipeline.analyse import criteria_metrics
+    from experiments.phase5.analyse import criteria_metrics
 
     return {_v2_name(k): v for k, v in criteria_metrics(dict(results)).items()}
 

@@ -10,6 +10,7 @@ import pytest
 
 from experiments.concepts import ConceptGraph, concept_words, load_concepts, mentions
 from experiments.config import load_config
+from experiments.kernel.probes import build_probe_texts
 from experiments.likelihood_texts import (
     LIKELIHOOD_TEMPLATES,
     build_likelihood_texts,
@@ -17,7 +18,6 @@ from experiments.likelihood_texts import (
     on_concept_texts,
     reserved_texts,
 )
-from experiments.pipeline.probes import build_probe_texts
 from experiments.prompts import PromptError, centroid_texts
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "concepts"

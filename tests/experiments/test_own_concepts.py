@@ -17,7 +17,7 @@ from experiments.concepts import (
     load_concepts,
     mentions,
 )
-from experiments.pipeline.probes import graph_key
+from experiments.kernel.probes import graph_key
 from experiments.prompts import centroid_texts, probe_eval_set, probe_training_set
 
 REPO = Path(__file__).resolve().parents[2]

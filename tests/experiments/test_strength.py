@@ -15,8 +15,8 @@ import pytest
 
 from experiments.concepts import load_concepts
 from experiments.config import ConfigError, load_config
-from experiments.pipeline.layers import pick_layer, sweep_layers
-from experiments.pipeline.probes import best_layer
+from experiments.kernel.layers import pick_layer, sweep_layers
+from experiments.kernel.probes import best_layer
 from experiments.strength import SweepText, assess, calibrate_strength, parse_grid
 from experiments.strength_range import (
     BETA_TAG,
@@ -297,7 +297,7 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
     batch's texts are kept beside the classifiers; the same command then generates only
     the rest, in the same MLflow run, and finds exactly the range of a sweep never
     stopped (its classifiers trained again, identically, in another folder)."""
-    from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.kernel.probes import classifier_dir, graph_key
     from experiments.strength import PARTIAL_FILE
     from experiments.strength_publish import STRENGTH_EXPERIMENT
 
@@ -358,8 +358,8 @@ def test_a_run_on_the_model_takes_beta_from_the_recorded_range(
     tiny_lm, embedder, tiny_config, one_thread
 ):
     from experiments import tracking
-    from experiments.pipeline.probes import classifier_dir, graph_key
-    from experiments.pipeline.run import run_phase5
+    from experiments.kernel.probes import classifier_dir, graph_key
+    from experiments.phase5.run import run_phase5
 
     config = tiny_config.model_copy(
         update={"steering": tiny_config.steering.model_copy(update={"beta": "auto"})}
@@ -465,7 +465,7 @@ def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
     from typer.testing import CliRunner
 
     from experiments.cli import app
-    from experiments.pipeline.layers import sweep_layers
+    from experiments.kernel.layers import sweep_layers
     from steering.models import load_model
 
     args = [

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from experiments.bench.workload import Workload
-from experiments.pipeline.plan import row_key, row_seed
+from experiments.kernel.plan import row_key, row_seed
 from steering.generation import GenerationRow, SamplingConfig
 from steering.models import LoadedModel
 from steering.vector import SteeringVector

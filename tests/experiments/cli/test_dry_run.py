@@ -178,7 +178,7 @@ def test_the_plan_says_where_beta_would_come_from_and_refuses_auto_without_a_ran
 ):
     from experiments.config import load_config
     from experiments.kernel.lifecycle import load_graph
-    from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.kernel.probes import classifier_dir, graph_key
     from experiments.strength_range import save_range
 
     where = ["--set", f"classifier.dir={tmp_path}"]

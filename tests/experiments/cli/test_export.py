@@ -2,7 +2,7 @@
 and anything that is not a run is refused with exit 2 and the form that works, never
 taken for ``latest`` (the old ``export <folder> --run <run>`` exported the newest run
 into a folder named after the id it was given). The export itself, on a real run, is
-``tests/experiments/pipeline/test_vector_roundtrip.py``."""
+``tests/experiments/phase5/test_vector_roundtrip.py``."""
 
 from __future__ import annotations
 

@@ -20,9 +20,9 @@ from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.execution import ExecutionError, LocalExecutor
 from experiments.execution.ray import ModelSource, RayExecutor
-from experiments.pipeline.generate import generate_rows
-from experiments.pipeline.plan import build_plan
-from experiments.pipeline.vectors import VectorSet, random_directions
+from experiments.kernel.generate import generate_rows
+from experiments.kernel.plan import build_plan
+from experiments.kernel.vectors import VectorSet, random_directions
 from experiments.rundir import RunDir
 from experiments.timer import Timer
 from steering.vector import SteeringVector
@@ -251,7 +251,7 @@ def test_a_ray_run_gives_the_local_run_s_numbers(
 ):
     """Phase 5 with held-out selection (two plans on the same actors), end to end."""
     from experiments import tracking
-    from experiments.pipeline.run import run_phase5
+    from experiments.phase5.run import run_phase5
 
     config = pipeline_config(tmp_path, tiny_model_dir)
     local = run_phase5(config, lm=tiny_from_dir, embedder=embedder)

@@ -12,8 +12,8 @@ from experiments.identify.data import build_directions, collect
 from experiments.identify.detect import score_direction
 from experiments.identify.study import with_concepts
 from experiments.kernel.lifecycle import load_graph
+from experiments.kernel.vectors import neutral_texts
 from experiments.likelihood_texts import build_likelihood_texts
-from experiments.pipeline.vectors import neutral_texts
 from steering.activations import pooled_activations, residual_scale
 from steering.likelihood import OutcomeDirection, likelihood_outcomes
 

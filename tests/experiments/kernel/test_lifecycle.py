@@ -7,7 +7,7 @@ import pytest
 from experiments import tracking
 from experiments.config import load_config
 from experiments.kernel.lifecycle import RunError, open_run
-from experiments.pipeline.run import run_phase5
+from experiments.phase5.run import run_phase5
 
 
 def tiny_config(tmp_path, *extra: str):

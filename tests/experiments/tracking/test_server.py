@@ -9,7 +9,7 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.pipeline.run import run_phase5
+from experiments.phase5.run import run_phase5
 from experiments.rundir import RunDir
 from experiments.validation.runs import phase5_parent, stored_config
 

@@ -25,7 +25,7 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.pipeline.run import run_phase5
+from experiments.phase5.run import run_phase5
 from experiments.rundir import RunDir
 from experiments.tracking.prompts import PROMPT_NAME
 from experiments.tracking.traces import CODE_SOURCE_ID, KEY_TAG, RELATEDNESS

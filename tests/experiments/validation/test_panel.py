@@ -16,7 +16,7 @@ import pytest
 
 from experiments import tracking
 from experiments.config import load_config
-from experiments.pipeline.run import run_phase5
+from experiments.phase5.run import run_phase5
 from experiments.validation.panel import CHILD_RUN_NAME, When, decide, run_panel_for
 
 

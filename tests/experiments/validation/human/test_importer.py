@@ -194,7 +194,7 @@ def test_import_logs_child_run_criterion_and_reimport_replaces(exported, tmp_pat
 @pytest.fixture(scope="module")
 def real_run(mlflow_store, embedded_lm, embedder, tmp_path_factory):
     from experiments.config import load_config
-    from experiments.pipeline.run import run_phase5
+    from experiments.phase5.run import run_phase5
 
     root = tmp_path_factory.mktemp("phase5_human")
     cfg = load_config(

@@ -1,0 +1,440 @@
+"""Stage: the steering effect, signed, against a null, gated for coherence, with intervals.
+
+Every steered row is paired with its unsteered twin (same concept, prompt, sample and
+seed) and scored by the signed effect e = sign(s)·(Δ_s − Δ_0): positive means "moved
+the way the strength points". Three corrections to the seed's |Δ_s − Δ_0| "magnitude",
+which two unrelated draws already make about 0.13 on average:
+
+- **null**: the same rows steered along random unit directions at the same α·β; the
+  effect above null is e(concept) − mean e(random) on the *same* unit, a paired
+  difference;
+- **coherence gate**: a steered text that is near-empty, echoes its prompt, or whose
+  perplexity under the unsteered model exceeds a multiple of the concept's s = 0
+  median counts as e = 0 (breaking the model is not steering);
+- **intervals**: means come with a bootstrap that resamples concepts, then units within
+  them (the concept is the unit of replication), proportions with a Wilson interval,
+  correlations across concepts with a bootstrap over concepts; verdicts pass only when
+  the interval clears the threshold;
+- **specificity**: the concept's own Δ gain minus the other concepts' on the same texts,
+  a v2 criterion per sign, and the other concepts' directions as a second null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from experiments.config import ExperimentConfig
+from experiments.kernel.plan import CONCEPT_ARM
+from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
+from metrics.intervals import (
+    Interval,
+    binomial_interval,
+    bootstrap_pearson,
+    bootstrap_spearman,
+    group_units,
+    hierarchical_mean,
+    interval_verdict,
+    not_evaluable,
+)
+
+UNIT = ["concept", "prompt_index", "sample"]
+SIGNS = {1: "pos", -1: "neg"}
+
+
+def _col(records: pd.DataFrame, name: str, default: object) -> pd.Series:
+    return records[name] if name in records.columns else pd.Series(default, index=records.index)
+
+
+def row_fluency(perplexity: pd.Series, ppl0_median: pd.Series, broken: pd.Series) -> pd.Series:
+    """Fluency from 0 to 1: the concept's unsteered median perplexity over the text's own
+    (capped at 1), and 0 for a broken text (near-empty or an echo of the prompt)."""
+    fluency = (ppl0_median / perplexity).clip(0, 1).fillna(0.0)
+    return fluency.where(~broken, 0.0)
+
+
+def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
+    """One row per steered generation with its twin's Δ, e, the gate and the scores."""
+    records = records.assign(
+        arm=_col(records, "arm", CONCEPT_ARM), split=_col(records, "split", "report")
+    )
+    base = records[records["strength"] == 0]
+    twin = base[[*UNIT, "delta", "perplexity"]].rename(
+        columns={"delta": "delta_0", "perplexity": "perplexity_0"}
+    )
+    ppl0 = base.groupby("concept")["perplexity"].median().rename("ppl0_median")
+    steered = records[records["strength"] != 0].merge(twin, on=UNIT, how="inner")
+    steered = steered.merge(ppl0, left_on="concept", right_index=True, how="left")
+    sign = np.sign(steered["strength"]).astype(int)
+    e = sign * (steered["delta"] - steered["delta_0"])
+    limit = config.gate.perplexity_multiple * steered["ppl0_median"]
+    too_perplexed = steered["perplexity"].isna() | (steered["perplexity"] > limit)
+    broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
+    gate = ~(broken | too_perplexed)
+    reason = np.select(
+        [
+            steered["near_empty"].astype(bool),
+            steered["is_echo"].astype(bool),
+            steered["perplexity"].isna(),
+            too_perplexed,
+        ],
+        [
+            "near-empty",
+            "echoes the prompt",
+            "no perplexity",
+            "perplexity "
+            + steered["perplexity"].round(1).astype(str)
+            + " > "
+            + limit.round(1).astype(str),
+        ],
+        default="",
+    )
+    fluency = row_fluency(steered["perplexity"], steered["ppl0_median"], broken)
+    concept_score = (e / config.gate.effect_reference).clip(0, 1)
+    combined = np.where(
+        (fluency > 0) & (concept_score > 0),
+        2 * fluency * concept_score / (fluency + concept_score).replace(0, np.nan),
+        0.0,
+    )
+    return steered.assign(
+        sign=sign,
+        e=e,
+        gate_pass=gate,
+        gate_reason=reason,  # why the gate failed the text ("" when it passed)
+        e_gated=e.where(gate, 0.0),
+        fluency=fluency,
+        concept_score=concept_score,
+        combined=combined,
+    )
+
+
+def mean_ci(frame: pd.DataFrame, column: str, config: ExperimentConfig, seed: int = 0) -> Interval:
+    """The mean of ``column`` over rows with a concept-level interval: concepts are
+    resampled, then units within them. Every prompt of a concept shares the concept's
+    direction and its random directions, so the concept is the unit of replication; the
+    (concept, prompt) clusters of earlier releases gave intervals too narrow."""
+    if frame.empty:
+        return not_evaluable("no rows")
+    units = group_units(frame[column].to_numpy(dtype=float), list(frame["concept"]))
+    if not units:
+        return not_evaluable("no finite values")
+    return hierarchical_mean(
+        units,
+        weights="units",
+        confidence=config.criteria.confidence,
+        n_boot=config.criteria.n_boot,
+        seed=seed,
+        method=f"hierarchical bootstrap, concepts then units ({config.criteria.n_boot})",
+    )
+
+
+def above_null(effects: pd.DataFrame, column: str = "e_gated") -> pd.DataFrame:
+    """Per (unit, sign): the concept arm's effect minus the mean of the random arms'."""
+    concept = effects[effects["arm"] == CONCEPT_ARM]
+    random = effects[effects["arm"].str.startswith("random:")]
+    if concept.empty or random.empty:
+        return pd.DataFrame(columns=[*UNIT, "sign", "above_null"])
+    keys = [*UNIT, "sign"]
+    null = random.groupby(keys)[column].mean().rename("null")
+    joined = concept.set_index(keys)[[column]].join(null, how="inner").reset_index()
+    return joined.assign(above_null=joined[column] - joined["null"])
+
+
+def specificity(effects: pd.DataFrame, records: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """Per sign: M[A, B] = mean over A's concept-arm rows of sign·(Δ_B(steered) − Δ_B(twin)).
+
+    "Steering toward A raises A's Δ more than B's" is a large diagonal against the rest.
+    """
+    if "delta_by_concept" not in records.columns:
+        return {}
+    base = records[records["strength"] == 0].set_index(UNIT)["delta_by_concept"]
+    by_key = records.set_index("key")["delta_by_concept"]
+    out = {}
+    concept_rows = effects[effects["arm"] == CONCEPT_ARM]
+    for sign in (1, -1):
+        rows = concept_rows[concept_rows["sign"] == sign]
+        table: dict[str, dict[str, list[float]]] = {}
+        for _, row in rows.iterrows():
+            steered = by_key[row["key"]]
+            twin = base.loc[tuple(row[k] for k in UNIT)]
+            for target, value in steered.items():
+                table.setdefault(row["concept"], {}).setdefault(target, []).append(
+                    sign * (value - twin[target])
+                )
+        if table:
+            frame = pd.DataFrame(
+                {
+                    a: {b: float(np.mean(v)) for b, v in targets.items()}
+                    for a, targets in table.items()
+                }
+            ).T
+            out[sign] = frame.loc[sorted(frame.index), sorted(frame.columns)]
+    return out
+
+
+def specificity_units(effects: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """Per concept-arm steered row: its own signed Δ gain (``own``: sign·(Δ_A − Δ_A of the
+    twin), the ungated e), the mean gain of the other concepts' Δ on the same text
+    (``others``) and the margin ``own − others``: does steering toward A move A more than
+    it moves every concept? Empty without ``delta_by_concept``."""
+    columns = ["concept", "prompt_index", "sample", "sign", "own", "others", "margin"]
+    if "delta_by_concept" not in records.columns:
+        return pd.DataFrame(columns=columns)
+    base = records[records["strength"] == 0].set_index(UNIT)["delta_by_concept"]
+    by_key = records.set_index("key")["delta_by_concept"]
+    rows = []
+    for _, row in effects[effects["arm"] == CONCEPT_ARM].iterrows():
+        steered, twin = by_key[row["key"]], base.loc[tuple(row[k] for k in UNIT)]
+        gains = {b: row["sign"] * (v - twin[b]) for b, v in steered.items()}
+        own = gains.get(row["concept"])
+        others = [g for b, g in gains.items() if b != row["concept"]]
+        if own is None or not others:
+            continue
+        mean_others = float(np.mean(others))
+        rows.append(
+            [
+                row["concept"],
+                row["prompt_index"],
+                row["sample"],
+                int(row["sign"]),
+                float(own),
+                mean_others,
+                float(own) - mean_others,
+            ]
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame]) -> pd.DataFrame:
+    """Each concept's effect above the other-concept null, per unit: its own gain
+    (``margins.own``) minus what the other concepts' directions do to its Δ (the mean of
+    its column of the specificity matrix, diagonal left out), per sign."""
+    columns = ["concept", "prompt_index", "sample", "sign", "above_other"]
+    rows = []
+    for sign, part in margins.groupby("sign"):
+        matrix = matrices.get(int(sign))
+        if matrix is None:
+            continue
+        for concept, group in part.groupby("concept"):
+            if concept not in matrix.columns:
+                continue
+            others = [matrix.loc[b, concept] for b in matrix.index if b != concept]
+            if not others:
+                continue
+            null = float(np.mean(others))
+            for _, r in group.iterrows():
+                rows.append([concept, r["prompt_index"], r["sample"], int(sign), r["own"] - null])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def specificity_margin(matrix: pd.DataFrame) -> float | None:
+    """Mean over steered concepts of (own effect − mean effect on the other concepts)."""
+    margins = []
+    for a in matrix.index:
+        others = [matrix.loc[a, b] for b in matrix.columns if b != a]
+        if a in matrix.columns and others:
+            margins.append(matrix.loc[a, a] - float(np.mean(others)))
+    return float(np.mean(margins)) if margins else None
+
+
+def slopes(records: pd.DataFrame) -> dict[str, float]:
+    """Per concept, the OLS slope of Δ on strength (concept arm), when > 3 strengths ran."""
+    concept = records[_col(records, "arm", CONCEPT_ARM) == CONCEPT_ARM]
+    if concept["strength"].nunique() <= 3:
+        return {}
+    out = {}
+    for synset, group in concept.groupby("concept"):
+        x, y = group["strength"].to_numpy(float), group["delta"].to_numpy(float)
+        if np.ptp(x) > 0:
+            out[str(synset)] = float(np.polyfit(x, y, 1)[0])
+    return out
+
+
+def _verdict_result(
+    key: str, description: str, interval: Interval, threshold: float
+) -> CriterionResult:
+    status = interval_verdict(interval, threshold)
+    if interval.evaluable:
+        clusters = (
+            f" in {interval.n_clusters} clusters" if interval.n_clusters != interval.n else ""
+        )
+        reason = (
+            f"{interval.estimate:.3f}, {interval.method} interval "
+            f"[{interval.low:.3f}, {interval.high:.3f}], n = {interval.n}{clusters}"
+        )
+    else:
+        reason = interval.reason or "not evaluable"
+    return CriterionResult(key, description, status, interval.estimate, threshold, reason)
+
+
+def _correlation_interval(
+    pairs: list[tuple[float, float]], method: str, config: ExperimentConfig
+) -> Interval:
+    if len(pairs) < 3:
+        return not_evaluable(f"{len(pairs)} concepts; a correlation needs at least 3", len(pairs))
+    bootstrap = bootstrap_pearson if method == "pearson" else bootstrap_spearman
+    return bootstrap(
+        pairs,
+        confidence=config.criteria.confidence,
+        n_boot=config.criteria.n_boot,
+        method=f"{method} r, bootstrap over concepts",
+    )
+
+
+@dataclass
+class EffectReport:
+    """The steering effect per arm and sign, the null, the specificity and criteria v2."""
+
+    summary: dict[str, dict] = field(default_factory=dict)
+    per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    criteria: dict[str, CriterionResult] = field(default_factory=dict)
+    intervals: dict[str, dict] = field(default_factory=dict)
+    specificity: dict[int, pd.DataFrame] = field(default_factory=dict)
+    slopes: dict[str, float] = field(default_factory=dict)
+    # Per unit (concept, prompt, sample) and sign: the gated effect above the isotropic
+    # null, and the specificity margin; what reliabilities and correlations are made of.
+    above_null: pd.DataFrame = field(default_factory=pd.DataFrame)
+    margins: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per concept, arm and sign: the mean ungated effect (to set beside other outcomes).
+    arm_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def _summarise(frame: pd.DataFrame, config: ExperimentConfig) -> dict:
+    out: dict[str, float | None] = {"n": float(len(frame))}
+    for column in ("e", "e_gated", "combined"):
+        ci = mean_ci(frame, column, config)
+        out[f"{column}_mean"] = ci.estimate
+        out[f"{column}_low"] = ci.low
+        out[f"{column}_high"] = ci.high
+    out["gate_pass_fraction"] = float(frame["gate_pass"].mean()) if len(frame) else None
+    out["direction_fraction"] = float((frame["e_gated"] > 0).mean()) if len(frame) else None
+    return out
+
+
+def evaluate_effect(
+    records: pd.DataFrame, predictor: Mapping[str, float], config: ExperimentConfig
+) -> EffectReport:
+    """Everything about the steering effect on the report rows, and criteria v2."""
+    report_rows = records[_col(records, "split", "report") == "report"]
+    effects = paired_effects(report_rows, config)
+    out = EffectReport(slopes=slopes(report_rows))
+    for arm_name, arm_rows in effects.groupby(
+        np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])
+    ):
+        for sign, rows in arm_rows.groupby("sign"):
+            out.summary[f"{arm_name}/{SIGNS[int(sign)]}"] = _summarise(rows, config)
+    null = above_null(effects)
+    null_raw = above_null(effects, "e")
+    for sign, label in SIGNS.items():
+        rows = null[null["sign"] == sign]
+        raw = null_raw[null_raw["sign"] == sign]
+        ci = mean_ci(rows, "above_null", config)
+        ci_raw = mean_ci(raw, "above_null", config)
+        out.summary[f"above_null/{label}"] = {
+            "gated_mean": ci.estimate,
+            "gated_low": ci.low,
+            "gated_high": ci.high,
+            "ungated_mean": ci_raw.estimate,
+            "ungated_low": ci_raw.low,
+            "ungated_high": ci_raw.high,
+            "n": float(len(rows)),
+        }
+        concept_rows = effects[(effects["arm"] == CONCEPT_ARM) & (effects["sign"] == sign)]
+        # Direction: the fraction of pairs whose gated effect is positive.
+        k = int((concept_rows["e_gated"] > 0).sum())
+        direction = binomial_interval(k, len(concept_rows), config.criteria.confidence)
+        key = f"v2_direction_{label}"
+        out.criteria[key] = _verdict_result(
+            key,
+            f"s {'>' if sign > 0 else '<'} 0: fraction of pairs moved the right way (gated)",
+            direction,
+            config.criteria.direction_min_fraction,
+        )
+        out.intervals[key] = direction.to_dict()
+        key = f"v2_effect_above_null_{label}"
+        out.criteria[key] = _verdict_result(
+            key,
+            f"s {'>' if sign > 0 else '<'} 0: gated effect above random directions",
+            ci,
+            config.criteria.effect_min,
+        )
+        out.intervals[key] = ci.to_dict()
+        per_concept = rows.groupby("concept")["above_null"].mean() if len(rows) else pd.Series()
+        for synset, value in per_concept.items():
+            out.per_concept.setdefault(str(synset), {})[f"above_null_{label}"] = float(value)
+        for synset, value in concept_rows.groupby("concept")["e_gated"].mean().items():
+            out.per_concept.setdefault(str(synset), {})[f"effect_{label}"] = float(value)
+        pairs = [(predictor[k], float(v)) for k, v in per_concept.items() if k in predictor]
+        pearson = _correlation_interval(pairs, "pearson", config)
+        spearman = _correlation_interval(pairs, "spearman", config)
+        key = f"v2_predictor_vs_effect_{label}"
+        result = _verdict_result(
+            key,
+            f"s {'>' if sign > 0 else '<'} 0: predictor → effect above null across concepts "
+            "(Pearson; Spearman beside it)",
+            pearson,
+            config.criteria.f1_r_min,
+        )
+        if spearman.evaluable:
+            result = CriterionResult(
+                result.key,
+                result.description,
+                result.status,
+                result.value,
+                result.threshold,
+                f"{result.reason}; Spearman {spearman.estimate:.3f} "
+                f"[{spearman.low:.3f}, {spearman.high:.3f}]",
+            )
+        out.criteria[key] = result
+        out.intervals[key] = {**pearson.to_dict(), "spearman": spearman.to_dict()}
+    out.specificity = specificity(effects, report_rows)
+    out.above_null = null
+    out.arm_effects = effects.groupby(["concept", "arm", "sign"])["e"].mean().reset_index()
+    out.margins = specificity_units(effects, report_rows)
+    other = other_concept_null(out.margins, out.specificity)
+    for sign, label in SIGNS.items():
+        margins = out.margins[out.margins["sign"] == sign]
+        ci = mean_ci(margins, "margin", config)
+        key = f"v2_specificity_{label}"
+        out.criteria[key] = _verdict_result(
+            key,
+            f"s {'>' if sign > 0 else '<'} 0: specificity margin, the concept's own Δ gain "
+            "minus the other concepts' on the same texts (ungated)",
+            ci,
+            config.criteria.specificity_min,
+        )
+        out.intervals[key] = ci.to_dict()
+        for synset, value in margins.groupby("concept")["margin"].mean().items():
+            out.per_concept.setdefault(str(synset), {})[f"specificity_{label}"] = float(value)
+        ci = mean_ci(other[other["sign"] == sign], "above_other", config)
+        out.summary[f"above_null_other_concepts/{label}"] = {
+            "gated_mean": None,
+            "gated_low": None,
+            "gated_high": None,
+            "ungated_mean": ci.estimate,
+            "ungated_low": ci.low,
+            "ungated_high": ci.high,
+            "n": float(ci.n),
+        }
+    # Criterion 4 v2 waits for Parts B and C (experiments.validation.criterion4).
+    human = human_criterion_v2(None, pass_r=config.criteria.human_r_pass)
+    out.criteria[V2_C4] = combine_criterion4_v2(human)
+    return out
+
+
+def select_betas(records: pd.DataFrame, config: ExperimentConfig) -> dict[str, dict]:
+    """Held-out strength selection: per concept, the β of the grid whose gated effect
+    (concept arm, both signs pooled) is largest on the *selection* prompts; ties go to
+    the smaller β. Returns {synset: {"beta": β, "effects": {β: mean gated e}}}."""
+    rows = records[_col(records, "split", "report") == "selection"]
+    effects = paired_effects(rows, config)
+    effects = effects[effects["arm"] == CONCEPT_ARM]
+    out: dict[str, dict] = {}
+    for synset, group in effects.groupby("concept"):
+        means = {float(b): float(g["e_gated"].mean()) for b, g in group.groupby("beta")}
+        best = max(sorted(means), key=lambda b: (means[b], -b))
+        out[str(synset)] = {"beta": best, "effects": means}
+    return out

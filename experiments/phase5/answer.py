@@ -1,0 +1,218 @@
+"""Phase 5's answer, from its record alone (:class:`experiments.answer.Answer`).
+
+:func:`answer_of` reads the :class:`~experiments.record.RunRecord` alone, so the terminal
+after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`` and
+``criteria.csv`` all say the same thing. It holds:
+
+- the research question, with the run's predictor, model and concept count;
+- every v2 verdict (each criterion key starting ``v2_``, so criteria added later appear
+  without a change here), grouped per sign, with value, interval
+  (``record.statistics["intervals"]``), threshold and status; the question's two verdicts
+  per sign make the headline;
+- the prompting baseline's gated effect per sign, when the run had that arm;
+- below them, the seed design's four criteria, labelled as the original design's.
+"""
+
+from __future__ import annotations
+
+from experiments.answer import SIGN_LABELS, Answer, Verdict
+from experiments.record import RunRecord
+from metrics.intervals import Interval, interval_verdict
+
+V2_PREFIX = "v2_"
+# Suffix of a per-sign criterion key -> the sign it is about.
+SIGN_SUFFIXES = {"_pos": "pos", "_neg": "neg"}
+# Known v2 criteria: a short label, in the order a reader wants them (the question first).
+# A key not listed here is labelled from its name and listed after these.
+KNOWN_V2 = {
+    "predictor_vs_effect": "predictor → effect above null (r)",
+    "effect_above_null": "effect above null (gated)",
+    "direction": "moved the right way (share)",
+    "c4_human_or_panel": "humans or panel agree with Δ",
+}
+# The headline's two verdicts per sign: what each claims, and what its value is.
+CLAIMS = {
+    "predictor_vs_effect": ("the predictor predicts the effect", "r = "),
+    "effect_above_null": ("the effect above random directions clears its threshold", ""),
+}
+SEED_LABEL = (
+    "The original design's criteria (the seed's four: point values without intervals; "
+    "criterion 3 correlates ten or fewer concepts and is mostly noise)"
+)
+BASELINE_KEY = "prompt_baseline_{sign}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """(base name without ``v2_`` and sign suffix, sign) of a criterion key."""
+    base = key.removeprefix(V2_PREFIX)
+    for suffix, sign in SIGN_SUFFIXES.items():
+        if base.endswith(suffix):
+            return base.removesuffix(suffix), sign
+    return base, "both"
+
+
+def _label(base: str) -> str:
+    return KNOWN_V2.get(base, base.replace("_", " "))
+
+
+def _rank(key: str) -> tuple[int, int]:
+    base, sign = split_key(key)
+    known = list(KNOWN_V2)
+    sign_rank = {"pos": 0, "neg": 1, "both": 2}[sign]
+    return sign_rank, known.index(base) if base in known else len(known)
+
+
+def question(record: RunRecord) -> str:
+    predictor = record.config.criteria.predictor
+    n = len(record.per_concept) or len(record.predictors)
+    return (
+        f"Does a concept classifier's quality ({predictor}, held-out texts) predict how "
+        "strongly steering along its direction moves the model's text toward the concept, "
+        f"beyond random directions? Per sign of the strength; {n} concepts, "
+        f"{record.model_id} at layer {record.layer}."
+    )
+
+
+def verdicts(record: RunRecord) -> list[Verdict]:
+    """Every v2 criterion of the record with its interval, per sign, the question first."""
+    intervals = record.statistics.get("intervals", {})
+    keys = sorted((k for k in record.criteria if k.startswith(V2_PREFIX)), key=_rank)
+    out = []
+    for key in keys:
+        c = record.criteria[key]
+        base, sign = split_key(key)
+        interval = intervals.get(key, {})
+        claim, symbol = CLAIMS.get(base, ("", ""))
+        n, units = resampled(interval)
+        out.append(
+            Verdict(
+                key=key,
+                label=_label(base),
+                group=SIGN_LABELS[sign],
+                value=c.value,
+                low=interval.get("low"),
+                high=interval.get("high"),
+                status=c.status,
+                threshold=c.threshold,
+                method=str(interval.get("method", "")),
+                n=n,
+                units=units,
+                reason=c.reason,
+                description=c.description,
+                claim=claim,
+                symbol=symbol,
+                sign=sign,
+            )
+        )
+    return out
+
+
+def resampled(interval: dict) -> tuple[int | None, str]:
+    """How many of what the interval rests on: concepts when concepts were resampled
+    (a hierarchical bootstrap, or a correlation over concepts), else the samples."""
+    n, clusters = interval.get("n"), interval.get("n_clusters")
+    method = str(interval.get("method", ""))
+    if (clusters and n and clusters < n) or "concepts" in method:
+        return clusters or n, "concepts"
+    return n, "samples"
+
+
+def baseline_verdicts(record: RunRecord) -> list[Verdict]:
+    """The prompting baseline's gated effect per sign (a reference row: steering by
+    instruction instead of a vector), against the effect threshold, when it ran."""
+    effect = record.statistics.get("effect", {})
+    threshold = record.config.criteria.effect_min
+    out = []
+    for sign in ("pos", "neg"):
+        row = effect.get(f"prompt/{sign}")
+        if not row:
+            continue
+        interval = Interval(
+            row.get("e_gated_mean"), row.get("e_gated_low"), row.get("e_gated_high"),
+            int(row.get("n") or 0), 0, "pairs",
+        )  # fmt: skip
+        out.append(
+            Verdict(
+                key=BASELINE_KEY.format(sign=sign),
+                label="prompting baseline: gated effect (reference)",
+                group=SIGN_LABELS[sign],
+                value=interval.estimate,
+                low=interval.low,
+                high=interval.high,
+                status=interval_verdict(interval, threshold),
+                threshold=threshold,
+                method="pairs resampled",
+                n=interval.n,
+                units="pairs",
+                description="the effect of asking for the concept in the prompt instead of "
+                "steering (controls.prompt_baseline)",
+                sign=sign,
+            )
+        )
+    return out
+
+
+def seed_verdicts(record: RunRecord) -> list[Verdict]:
+    """The seed's criteria (c1-c4), without intervals (the seed design had none)."""
+    out = []
+    for key in sorted(k for k in record.criteria if not k.startswith(V2_PREFIX)):
+        c = record.criteria[key]
+        out.append(
+            Verdict(
+                key=key,
+                label=c.description,
+                group=SIGN_LABELS["both"],
+                value=c.value,
+                low=None,
+                high=None,
+                status=c.status,
+                threshold=c.threshold,
+                reason=c.reason,
+                description=c.description,
+            )
+        )
+    return out
+
+
+def reader_notes(record: RunRecord) -> list[str]:
+    """What a reader must know before trusting a per-concept number: concepts whose
+    steered texts the gate failed at a sign (their effect, exactly 0, measures nothing
+    but enters the correlation) and degenerate probes (their F1 has no detector behind
+    it). The figures mark the same concepts."""
+    from experiments.phase5.per_concept import degenerate_probes
+
+    notes = []
+    for sign, label in (("pos", "s > 0"), ("neg", "s < 0")):
+        gated = [
+            f"{synset} ({int(v[f'gated_out_{sign}'])}/{int(v[f'steered_{sign}'])})"
+            for synset, v in sorted(record.per_concept.items())
+            if v.get(f"steered_{sign}") and v.get(f"gated_out_{sign}") == v[f"steered_{sign}"]
+        ]
+        if gated:
+            notes.append(
+                f"At {label}, every steered text of {len(gated)} concept(s) failed the "
+                f"coherence gate: {', '.join(gated)}; their effect is 0 by the gate, not "
+                "measured, and it enters r."
+            )
+    flags = degenerate_probes(record.predictors, record.config.criteria.predictor)
+    if flags:
+        notes.append(
+            f"Degenerate probe(s), whose {record.config.criteria.predictor} says little "
+            "about the concept: " + "; ".join(f"{k}: {why}" for k, why in flags.items()) + "."
+        )
+    return notes
+
+
+def answer_of(record: RunRecord, figures: tuple[str, ...] = ()) -> Answer:
+    """The answer block of a run, from its record alone."""
+    return Answer(
+        notes=reader_notes(record),
+        phase="phase5",
+        run_id=record.run_id,
+        question=question(record),
+        confidence=record.config.criteria.confidence,
+        verdicts=[*verdicts(record), *baseline_verdicts(record)],
+        seed=seed_verdicts(record),
+        seed_label=SEED_LABEL,
+        figures=figures,
+    )

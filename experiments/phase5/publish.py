@@ -1,0 +1,466 @@
+"""Stage: the run record, and everything a finished run writes and logs.
+
+From the criteria report this builds the typed :class:`~experiments.record.RunRecord`,
+writes the run folder's summary, criteria table and figures, and logs the parent run's
+metrics, tags and artefacts plus one child run per concept × strength. Publishing
+again (after a resume or a rescore) updates what is there instead of duplicating it.
+
+The runner (``kernel/study.run_study``) publishes what this module projects; Phase 5's
+study (``phase5/run.py``) calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from experiments import tracking
+from experiments.kernel.diagnostics import log_diagnostics
+from experiments.kernel.effect import SIGNS, EffectReport, specificity_margin
+from experiments.kernel.publisher import ChildWriter, Views, child_run
+from experiments.phase5.analyse import (
+    CriteriaReport,
+    cell_metrics,
+    concept_magnitudes,
+    criteria_metrics,
+    criteria_thresholds,
+    per_strength,
+    strength_label,
+)
+from experiments.phase5.answer import answer_of
+from experiments.phase5.context import RunContext
+from experiments.phase5.measurement import MeasurementReport
+from experiments.phase5.report import (
+    criteria_of,
+    figures_of,
+    specificity_matrices,
+    summary_text,
+)
+from experiments.phase5.samples import samples_csv
+from experiments.record import CriterionRecord, RunRecord
+from experiments.rows import View, aggregates, columns
+from experiments.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+# The parent run's per-text table (the run folder's samples.csv, as an MLflow table).
+SAMPLES_TABLE = "samples.json"
+# A child run's generations table: the row columns declared for it (experiments.rows).
+CHILD_TABLE_COLUMNS = columns(View.CHILD_TABLE)
+
+
+def numeric_metrics(metrics: dict) -> dict[str, float | None]:
+    """A probe's metrics without the nested confusion matrix."""
+    return {
+        k: (None if v is None else float(v))
+        for k, v in metrics.items()
+        if v is None or isinstance(v, int | float)
+    }
+
+
+# Config keys that a headline parameter already carries, so each setting is logged once:
+# the headline holds the resolved value where the config leaves it to the code (layer
+# null -> the middle layer, model 'embedded' -> its id). The whole config, as written,
+# is the run's config.yaml artefact.
+HEADLINE_KEYS = {
+    "model": "model",
+    "layer": "layer",
+    "seed": "seed",
+    "steering.mode": "mode",
+    "steering.vector_source": "vector_source",
+    "steering.strengths": "strengths",
+    "steering.beta": "beta",
+    "generation.max_new_tokens": "max_new_tokens",
+    "generation.greedy": "greedy",
+    "embedding.model": "embedding",
+    "classifier.train": "train",
+}
+PHASE4_TAG = "steer_eval.phase4_run"
+
+
+def parent_params(ctx: RunContext, n_concepts: int) -> dict:
+    config = ctx.config
+    return {
+        "model": ctx.model_id,
+        "layer": ctx.layer,
+        "mode": config.steering.mode,
+        "vector_source": config.steering.vector_source,
+        "strengths": config.steering.strengths,
+        "seed": config.seed,
+        "config_hash": config.config_hash(),
+        "alpha": round(ctx.alpha, 3),
+        "beta": config.steering.beta,
+        "n_concepts": n_concepts,
+        "max_new_tokens": config.generation.max_new_tokens,
+        "greedy": config.generation.greedy,
+        "embedding": config.embedding.model,
+        "train": config.classifier.train,
+    }
+
+
+def config_params(config) -> dict:
+    """Every config setting not already a headline parameter, as ``config.<dotted key>``."""
+    return {f"config.{k}": v for k, v in config.flat().items() if k not in HEADLINE_KEYS}
+
+
+def run_name(config, model_id: str, layer: int) -> str:
+    """What tells two runs apart: model, layer, direction source, mode (when not the
+    default additive) and β (``β heldout`` when chosen per concept)."""
+    model = model_id.split(":")[-1].rstrip("/").split("/")[-1]
+    mode = "" if config.steering.mode == "additive" else f" {config.steering.mode}"
+    beta = "β heldout" if config.selection.mode == "heldout" else f"β={config.steering.beta:g}"
+    name = "" if config.name == "phase5" else f"{config.name} "
+    return f"{name}{model} L{layer} {config.steering.vector_source}{mode} {beta}"
+
+
+def log_parent(ctx: RunContext, config_path) -> None:
+    """A new parent run's parameters and inputs, and the link to the Phase 4 run whose
+    classifiers it uses (the lifecycle opened the run and remembers its folder)."""
+    config = ctx.config
+    params = {**parent_params(ctx, len(ctx.graph.concepts)), **config_params(config)}
+    tracking.log_params(ctx.run_id, params)
+    if ctx.classifier_run_id:
+        tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
+    log_run_inputs(ctx.run_id, ctx, config_path)
+
+
+def prompt_frame(ctx: RunContext) -> pd.DataFrame:
+    """One row per concept × prompt (and split): the prompt set the run generates from."""
+    from experiments.kernel.plan import planned_rows
+
+    splits = ["selection", "report"] if ctx.config.selection.mode == "heldout" else ["report"]
+    rows = {}
+    for split in splits:
+        for _key, meta in planned_rows(ctx.config, ctx.graph, split):
+            unit = (meta["concept"], meta["prompt_index"], split)
+            rows.setdefault(
+                unit,
+                {
+                    "concept": meta["concept"],
+                    "prompt_index": meta["prompt_index"],
+                    "split": split,
+                    "prompt": meta["prompt"],
+                },
+            )
+    return pd.DataFrame(list(rows.values()))
+
+
+def log_run_inputs(run_id: str, ctx: RunContext, config_path) -> None:
+    """The concept graph and the prompt set as MLflow datasets of the run."""
+    from experiments.tracking.datasets import concept_frame, log_dataset
+
+    log_dataset(
+        run_id, concept_frame(ctx.graph), "concept-graph", ctx.config.concepts.file, "concepts"
+    )
+    log_dataset(run_id, prompt_frame(ctx), "prompt-set", config_path, "prompts")
+
+
+def cell_table(ctx: RunContext, records: pd.DataFrame) -> pd.DataFrame:
+    """One row per concept × strength with its metrics: the parent's ``cells.json``."""
+    rows = []
+    for (synset, strength), cell in records.groupby(["concept", "strength"], sort=True):
+        rows.append(
+            {
+                "concept": synset,
+                "strength": float(strength),
+                **cell_metrics(cell),
+                f"classifier_{ctx.predictor_name}": ctx.predictor_values().get(synset),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _child_params(ctx: RunContext, synset: str) -> dict:
+    c = ctx.config
+    return {
+        "concept": synset,
+        "model": ctx.model_id,
+        "layer": ctx.layer,
+        "mode": c.steering.mode,
+        "vector_source": c.steering.vector_source,
+        "beta": c.steering.beta,
+        "seed": c.seed,
+    }
+
+
+def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -> int:
+    """Per-cell results to the parent's ``cells.json`` (always), and child runs as
+    ``tracking.child_runs`` says: one per concept × strength (``per_cell``), one per
+    concept with ``<metric>/s_<strength>`` metrics (``per_concept``: 10,000 concepts would
+    otherwise be 30,000 runs), or ``none``. Existing children (from a resumed run) are
+    kept; with ``update`` (a rescore) their metrics and tables are replaced. A child that
+    a killed run left unfinished is filled in (parameters, metrics, table) and finished."""
+    tracking.overwrite_table(ctx.run_id, cell_table(ctx, records), "cells.json")
+    mode = ctx.config.tracking.child_runs
+    if mode == "none":
+        return 0
+    experiment = ctx.config.experiment
+    existing = {r.data.tags.get("cell"): r for r in tracking.child_runs(ctx.run_id, experiment)}
+    c = tracking.client()
+    logged = 0
+    by = ["concept", "strength"] if mode == "per_cell" else ["concept"]
+    for group, rows in records.groupby(by, sort=True):
+        synset, strength = group if mode == "per_cell" else (group[0], None)
+        if strength is None:
+            cell_key, params = synset, _child_params(ctx, synset)
+            metrics: dict[str, float | None] = {}
+            for s, cell in rows.groupby("strength", sort=True):
+                label = strength_label(s)
+                metrics.update({f"{k}/s_{label}": v for k, v in cell_metrics(cell).items()})
+            table = rows[["strength", *CHILD_TABLE_COLUMNS]].reset_index(drop=True)
+            run_name = ctx.graph.get(synset).name
+        else:
+            cell_key = f"{synset}|{strength:+.3f}"
+            params = {**_child_params(ctx, synset), "strength": strength}
+            metrics = cell_metrics(rows)
+            table = rows[CHILD_TABLE_COLUMNS].reset_index(drop=True)
+            run_name = f"{ctx.graph.get(synset).name} s={strength:+g}"
+        found = existing.get(cell_key)
+        unfinished = found is not None and found.info.status != "FINISHED"
+        if found is not None and not (update or unfinished):
+            continue
+        metrics[f"classifier_{ctx.predictor_name}"] = ctx.predictor_values().get(synset)
+        if found is not None:
+            child = found.info.run_id
+            if unfinished:  # killed while it was being logged: it may lack its parameters
+                tracking.log_new_params(child, params)
+            tracking.log_metrics(child, metrics)
+            tracking.overwrite_table(child, table, "generations.json")
+            if unfinished:
+                tracking.end_run(child)
+                logged += 1
+            continue
+        with child_run(ctx.run_id, experiment, run_name, {"cell": cell_key, "phase": "5"}) as child:
+            tracking.log_params_and_metrics(child, params, metrics)
+            c.log_table(child, table, "generations.json")
+        logged += 1
+    return logged
+
+
+def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
+    """The per-strength aggregates declared for MLflow (``<name>/s_<strength>``); the
+    seed design's own measures go under ``seed/`` (docs/mlflow.md)."""
+    out: dict[str, float | None] = {}
+    for strength, values in agg.items():
+        label = strength_label(strength)
+        for _column, aggregate in aggregates(View.PER_STRENGTH):
+            name = f"seed/{aggregate.name}" if aggregate.seed_measure else aggregate.name
+            out[f"{name}/s_{label}"] = values.get(aggregate.name)
+    return out
+
+
+def _seed_prefixed(values: dict) -> dict:
+    """Under ``seed/...``, except criterion 4 (human or panel), which is shared by both
+    criteria sets and stays under ``criterion/...``."""
+    return {key if "c4_" in key else f"seed/{key}": value for key, value in values.items()}
+
+
+def record_metrics(record: RunRecord) -> dict[str, float | None]:
+    """The parent run's MLflow metrics, every one read from the record."""
+    metrics = strength_metrics({float(k): v for k, v in record.per_strength.items()})
+    metrics.update(_seed_prefixed(criteria_metrics(criteria_of(record, v2=False))))
+    for name, values in record.statistics.get("effect", {}).items():
+        for k, v in values.items():
+            if isinstance(v, int | float) or v is None:
+                metrics[f"effect/{name}/{k}"] = v
+    intervals = record.statistics.get("intervals", {})
+    for key, result in criteria_of(record, v2=True).items():
+        metrics[f"v2/criterion/{key}"] = result.metric_value()
+        metrics[f"v2/criterion/{key}/value"] = result.value
+        metrics[f"v2/criterion/{key}/low"] = intervals.get(key, {}).get("low")
+        metrics[f"v2/criterion/{key}/high"] = intervals.get(key, {}).get("high")
+    for label, matrix in specificity_matrices(record).items():
+        metrics[f"specificity/{label}/margin"] = specificity_margin(matrix)
+    f1c = record.statistics.get("f1_vs_magnitude", {})
+    if f1c.get("evaluable"):
+        for key in ("r", "p_value", "ci_low", "ci_high"):
+            metrics[f"seed/f1_vs_magnitude/{key}"] = f1c.get(key)
+    predictor = record.predictor()
+    if predictor:
+        name = record.config.criteria.predictor
+        metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
+    metrics.update(measurement_metrics(record.statistics.get("measurement", {})))
+    metrics["n_generations"] = float(record.n_generations)
+    metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
+    metrics["beta"] = record.beta
+    for synset, values in record.per_concept.items():
+        if values.get("beta") is not None:
+            metrics[f"beta/{synset}"] = values["beta"]
+    return metrics
+
+
+def _interval_metrics(prefix: str, interval: dict | None) -> dict[str, float | None]:
+    """``prefix`` (the estimate) and ``prefix/low``, ``prefix/high`` of an interval dict."""
+    if not isinstance(interval, dict):
+        return {}
+    return {
+        prefix: interval.get("estimate"),
+        f"{prefix}/low": interval.get("low"),
+        f"{prefix}/high": interval.get("high"),
+    }
+
+
+def measurement_metrics(measurement: dict) -> dict[str, float | None]:
+    """Each measure's reliability (``reliability/<measure>``, with its interval where
+    one was computed) and each correlation observed and corrected for unreliability
+    (``correlation/<pair>/observed|corrected``, with ``/low`` and ``/high``), so runs can
+    be compared on them in the runs table (the record keeps the reasons)."""
+    out: dict[str, float | None] = {}
+    for name, rel in measurement.get("reliability", {}).items():
+        out[f"reliability/{name}"] = rel.get("estimate")
+        interval = rel.get("interval") or {}
+        if interval.get("low") is not None:
+            out[f"reliability/{name}/low"] = interval["low"]
+            out[f"reliability/{name}/high"] = interval.get("high")
+    for name, pair in measurement.get("corrected_correlations", {}).items():
+        for which in ("observed", "corrected"):
+            out.update(_interval_metrics(f"correlation/{name}/{which}", pair.get(which)))
+    return out
+
+
+def threshold_params(record: RunRecord) -> dict[str, float]:
+    """Every criterion's threshold as a parameter, named as its verdict metric is."""
+    return {
+        **_seed_prefixed(criteria_thresholds(criteria_of(record, v2=False))),
+        **criteria_thresholds(criteria_of(record, v2=True), prefix="v2/"),
+    }
+
+
+def run_note(ctx: RunContext) -> str:
+    """The description's header: where the classifiers came from and what else is here."""
+    lines = []
+    if ctx.classifier_run_id:
+        try:
+            phase4 = tracking.get_run(ctx.classifier_run_id)
+            link = f"#/experiments/{phase4.info.experiment_id}/runs/{ctx.classifier_run_id}"
+            lines.append(
+                f"Classifiers: Phase 4 run [{phase4.info.run_name}]({link}) "
+                f"(`{ctx.classifier_run_id}`)."
+            )
+        except LookupError:
+            lines.append(f"Classifiers: Phase 4 run `{ctx.classifier_run_id}` (not in this store).")
+    if ctx.config.tracking.traces:
+        lines.append(
+            "One trace per generation (Traces tab): inputs concept, prompt, strength, seed; "
+            "feedback Δ, effect and coherence from code, human ratings and judge scores "
+            "once imported."
+        )
+    return "".join(f"> {line}\n>\n" for line in lines) + ("\n" if lines else "")
+
+
+def build_record(
+    ctx: RunContext,
+    records: pd.DataFrame,
+    report: CriteriaReport,
+    effect: EffectReport,
+    timings: dict[str, float],
+    tokens_per_second: float,
+    previous: RunRecord | None = None,
+    betas: dict[str, float] | None = None,
+    measurement: MeasurementReport | None = None,
+) -> RunRecord:
+    """The typed record; criteria set later (criterion 4 from Parts B and C) are kept."""
+    agg = per_strength(records)
+    magnitudes = concept_magnitudes(records)
+    criteria = {k: CriterionRecord.of(v) for k, v in report.results.items()}
+    criteria.update({k: CriterionRecord.of(v) for k, v in effect.criteria.items()})
+    per_concept: dict[str, dict[str, float | None]] = {
+        k: {"magnitude": v} for k, v in magnitudes.items()
+    }
+    for synset, values in effect.per_concept.items():
+        per_concept.setdefault(synset, {}).update(values)
+    for synset, beta in (betas or {}).items():
+        per_concept.setdefault(synset, {})["beta"] = beta
+    for synset, values in (measurement.per_concept if measurement else {}).items():
+        per_concept.setdefault(synset, {}).update(values)
+    if previous is not None:  # Parts B and C's verdicts outlive a rescore
+        for key, stored in previous.criteria.items():
+            if key.startswith(("c4", "v2_c4")) and stored.status != "pending":
+                criteria[key] = stored
+    return RunRecord(
+        run_id=ctx.run_id,
+        experiment=ctx.config.experiment,
+        config=ctx.config,
+        model_id=ctx.model_id,
+        layer=ctx.layer,
+        alpha=ctx.alpha,
+        beta=ctx.config.steering.beta,
+        classifier_run_id=ctx.classifier_run_id,
+        classifier_dir=ctx.classifier_dir,
+        predictors=ctx.predictors,
+        per_strength={str(k): v for k, v in agg.items()},
+        per_concept=per_concept,
+        criteria=criteria,
+        statistics={
+            "f1_vs_magnitude": report.f1_correlation.to_dict(),
+            "effect": effect.summary,
+            "intervals": effect.intervals,
+            "slopes": effect.slopes,
+            **({"measurement": measurement.statistics} if measurement else {}),
+        },
+        diagnostics={
+            **ctx.diagnostics,  # "directions": the steering directions' cosines
+            **{
+                f"specificity_{SIGNS[sign]}": matrix.to_dict()
+                for sign, matrix in effect.specificity.items()
+            },
+        },
+        detection=ctx.detection,
+        n_generations=len(records),
+        timings=dict(timings),
+        tokens_per_second=tokens_per_second,
+    )
+
+
+def views(
+    ctx: RunContext,
+    record: RunRecord,
+    records: pd.DataFrame,
+    samples: pd.DataFrame | None = None,
+) -> Views:
+    """What Phase 5 shows of its record (the publisher writes and mirrors it);
+    ``samples``: the per-text table (``phase5/samples.py``), when the caller made it."""
+    figures = figures_of(ctx, record, records)
+    has_samples = samples is not None and not samples.empty
+    return Views(
+        answer=answer_of(record, tuple(sorted(figures))),
+        summary=summary_text(record, ctx),
+        figures=figures,
+        metrics=record_metrics(record),
+        tags={
+            "criteria": ", ".join(f"{k}={v.status}" for k, v in record.criteria.items()),
+            **{f"criterion.{k}": v.status for k, v in record.criteria.items()},
+        },
+        params=threshold_params(record),
+        files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
+        tables={SAMPLES_TABLE: samples} if has_samples else {},
+        artefacts=(RunDir.GENERATIONS, RunDir.SCORES, RunDir.CONFIG, RunDir.CENTROIDS),
+        note_header=run_note(ctx),
+        experiment=record.experiment,
+        also_note=(record.config.tracking.classifier_experiment,),
+    )
+
+
+def previous_record(run_dir: RunDir) -> RunRecord | None:
+    """The record a resume or rescore publishes over (Parts B and C's verdicts live in
+    it); None for a new run or one whose record this release cannot read."""
+    if not run_dir.file(RunDir.RECORD).exists():
+        return None
+    try:
+        return run_dir.read_record(migrate=True)
+    except (LookupError, ValueError):
+        return None
+
+
+def child_writer(ctx: RunContext, records: pd.DataFrame, update: bool) -> ChildWriter:
+    """Phase 5's child runs (``log_children``: filled in on a resume, updated on a
+    rescore) and the directions' diagnostics, written once the parent is mirrored."""
+
+    def write(run_id: str) -> None:
+        n = log_children(ctx, records, update=update)
+        log_diagnostics(run_id, ctx.diagnostics.get("directions", {}))
+        log.info("logged %d child runs", n)
+
+    return ChildWriter(write)

@@ -1,0 +1,250 @@
+"""Human-facing views of a Phase 5 run, from its record: the summary markdown and the
+figures (the answer and the criteria table are every phase's: ``experiments/answer.py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from experiments.answer import (
+    SIGN_LABELS,
+    Answer,
+    interval_dict_text,
+    number,
+)
+from experiments.kernel import publisher
+from experiments.kernel.effect import SIGNS
+from experiments.phase5.answer import answer_of
+from experiments.phase5.figures import plots, reviewer_figures, specificity_figure
+from experiments.record import RunRecord
+from experiments.rows import View, aggregates
+from experiments.rundir import RunDir
+from metrics.criteria import CriterionResult
+
+if TYPE_CHECKING:
+    from experiments.phase5.context import RunContext
+
+
+def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
+    """The record's seed criteria (c1-c4) or its v2 criteria, as results."""
+    return {k: c.result() for k, c in record.criteria.items() if k.startswith("v2_") is v2}
+
+
+def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
+    """The signed effect per arm and sign with intervals (``summary``: the record's
+    ``statistics["effect"]``), and the v2 criteria."""
+
+    lines = [
+        "",
+        "## Steering effect (signed, paired with the unsteered twin; 95% cluster bootstrap)",
+        "",
+        "| arm / sign | n | e (ungated) | e (gated) | gate pass | combined |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in sorted(summary.items()):
+        if name.startswith("above_null"):
+            continue
+        lines.append(
+            f"| {name} | {int(v['n'])} | {number(v['e_mean'])} [{number(v['e_low'])}, "
+            f"{number(v['e_high'])}] | {number(v['e_gated_mean'])} [{number(v['e_gated_low'])}, "
+            f"{number(v['e_gated_high'])}] | {number(v['gate_pass_fraction'], '.2f')} | "
+            f"{number(v['combined_mean'], '.2f')} |"
+        )
+    lines += ["", "| effect above null | gated | ungated |", "|---|---|---|"]
+    for name, v in sorted(summary.items()):
+        if name.startswith("above_null"):
+            lines.append(
+                f"| {name} | {number(v['gated_mean'])} [{number(v['gated_low'])}, "
+                f"{number(v['gated_high'])}] | {number(v['ungated_mean'])} "
+                f"[{number(v['ungated_low'])}, {number(v['ungated_high'])}] |"
+            )
+    lines += [
+        "",
+        "## Criteria v2 (pass: interval above the threshold; fail: below; else inconclusive)",
+        "",
+        "| criterion | status | value | threshold | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for c in criteria.values():
+        lines.append(
+            f"| {c.key} | **{c.status}** | {number(c.value)} | {c.threshold} | {c.reason} |"
+        )
+    return lines
+
+
+def generation_speed(tps: float) -> str:
+    """The session's generation speed, or why there is none: a resumed run whose rows
+    were all generated before has no speed to report (not 0 tokens/s)."""
+    if tps > 0:
+        return f"generation: {tps:.1f} tokens/s"
+    return "generation: no rows generated in this session (all were already in the run folder)"
+
+
+def summary_markdown(
+    run_id: str, ctx: RunContext, agg: dict, criteria: dict, tps: float, seconds: float
+) -> str:
+    """The run at a glance: settings, per-strength table, the seed's criteria."""
+    lines = [
+        f"# Phase 5 run {run_id}",
+        "",
+        f"- model: `{ctx.config.model}`, layer {ctx.layer}, mode {ctx.config.steering.mode}, "
+        f"vector {ctx.config.steering.vector_source}, β={ctx.config.steering.beta}, "
+        f"α={ctx.alpha:.1f}",
+        f"- {len(ctx.graph.concepts)} concepts × {len(ctx.config.generation.prompts)} prompts × "
+        f"{len(ctx.config.steering.strengths)} strengths, "
+        f"{ctx.config.generation.max_new_tokens} new tokens, seed {ctx.config.seed}",
+        f"- {generation_speed(tps)}; wall time {seconds:.1f} s",
+        "",
+        "",
+        "## The seed's measures (mean |Δs−Δ0| magnitude and criteria, as designed)",
+        "",
+    ]
+
+    shown = [agg for _column, agg in aggregates(View.SUMMARY)]
+    lines.append("| strength | " + " | ".join(a.label for a in shown) + " |")
+    lines.append("|---|" + "---|" * len(shown))
+    for strength, v in sorted(agg.items()):
+        lines.append(
+            f"| {strength:+g} | " + " | ".join(number(v.get(a.name), ".3f") for a in shown) + " |"
+        )
+    lines += ["", "| criterion | status | value | threshold | reason |", "|---|---|---|---|---|"]
+    for c in criteria.values():
+        lines.append(
+            f"| {c.key} | **{c.status}** | {number(c.value, '.3f')} | {c.threshold} | {c.reason} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def specificity_matrices(record: RunRecord) -> dict[str, pd.DataFrame]:
+    """Per sign label (pos, neg), M[steered concept, scored concept] from the record."""
+    out = {}
+    for label in SIGNS.values():
+        stored = record.diagnostics.get(f"specificity_{label}")
+        if stored:
+            out[label] = pd.DataFrame(stored)
+    return out
+
+
+def summary_text(record: RunRecord, ctx: RunContext) -> str:
+    """summary.md: the settings, the seed's measures and criteria, the steering effect
+    and the v2 criteria, all from the record."""
+    agg = {float(k): v for k, v in record.per_strength.items()}
+    seconds = sum(record.timings.values())
+    text = summary_markdown(
+        record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
+    )
+    effect = record.statistics.get("effect", {})
+    text += "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+    measurement = record.statistics.get("measurement")
+    return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
+
+
+def _ci(d: dict, spec: str = "+.3f") -> str:
+    """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
+    return interval_dict_text({"reason": "not evaluable", **d}, spec)
+
+
+def measurement_markdown(stats: dict) -> list[str]:
+    """Reliabilities, observed and corrected correlations, the likelihood outcome per
+    null family, and Δ's scale."""
+    lines = [
+        "",
+        "## Measurement: how reliable, and the correlations corrected for it",
+        "",
+        "| measure | split-half reliability (Spearman-Brown) |",
+        "|---|---|",
+    ]
+    for name, rel in stats.get("reliability", {}).items():
+        value = rel.get("estimate")
+        shown = number(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
+        lines.append(f"| {name} | {shown} |")
+    corrected = stats.get("corrected_correlations", {})
+    if corrected:
+        lines += [
+            "",
+            "| correlation across concepts | observed r | disattenuated |",
+            "|---|---|---|",
+        ]
+        for name, d in corrected.items():
+            lines.append(f"| {name} | {_ci(d['observed'])} | {_ci(d['corrected'])} |")
+        lines += [
+            "",
+            "Disattenuated r = r / √(rel_x · rel_y); each bootstrap replicate recomputes both "
+            "reliabilities. A value or bound above 1 is the reliabilities' sampling error, left "
+            "unclipped so that the interval stays honest.",
+        ]
+    by_direction = stats.get("likelihood_vs_effect_by_direction", {})
+    if by_direction.get("evaluable") is False:  # no per-arm generation effects at all
+        lines += ["", f"Likelihood against generation across directions: {by_direction['reason']}."]
+    elif by_direction:
+        shown = []
+        for sign, d in by_direction.items():
+            if d.get("evaluable"):
+                shown.append(
+                    f"{SIGN_LABELS[sign]}: r = {number(d['r'])} "
+                    f"[{number(d['ci_low'])}, {number(d['ci_high'])}] over {d['n_directions']} "
+                    f"directions in {d['n_clusters']} concepts"
+                )
+            else:
+                shown.append(f"{SIGN_LABELS[sign]}: not evaluable ({d.get('reason')})")
+        lines += [
+            "",
+            "Likelihood outcome against the generation effect across directions (each "
+            "concept's own and its random directions; bootstrap over concepts): "
+            + "; ".join(shown)
+            + ".",
+        ]
+    families = stats.get("likelihood", [])
+    if families:
+        lines += [
+            "",
+            "Likelihood outcome e = s·((L_s − L_0)(on) − (L_s − L_0)(off)), nats per token:",
+            "",
+            "| family | sign | mean e [CI] | concept above it [CI] | concepts beating it |",
+            "|---|---|---|---|---|",
+        ]
+        for row in families:
+            above = (
+                f"{number(row['above'])} [{number(row['above_low'])}, {number(row['above_high'])}]"
+                if "above" in row
+                else ""
+            )
+            beats = f"{row['beats']} / {row['n_concepts']}" if "beats" in row else ""
+            lines.append(
+                f"| {row['family']} | {row['sign']} | {number(row['mean'])} "
+                f"[{number(row['low'])}, {number(row['high'])}] | {above} | {beats} |"
+            )
+    gap = stats.get("reference_gap")
+    if gap:
+        lines += [
+            "",
+            f"Δ's scale: the reference gap Δ(on-concept texts) − Δ(off-concept texts) is "
+            f"{number(gap.get('mean'))} [{number(gap.get('low'))}, {number(gap.get('high'))}]; "
+            f"the effect above the null is {_ci(gap.get('fraction_pos', {}), '.2f')} of it at "
+            f"s > 0 and {_ci(gap.get('fraction_neg', {}), '.2f')} at s < 0.",
+        ]
+    return lines
+
+
+def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict:
+    """The run's figures by file name, drawn from the rows and the record."""
+    magnitudes = {
+        k: v["magnitude"] for k, v in record.per_concept.items() if v.get("magnitude") is not None
+    }
+    drawn = plots(records, ctx, magnitudes)
+    names = {c.synset: c.name for c in ctx.graph.concepts}
+    drawn.update(reviewer_figures(record, names))
+    for label, matrix in specificity_matrices(record).items():
+        sign = ">" if label == "pos" else "<"
+        drawn[f"specificity_{label}.png"] = specificity_figure(matrix, f"Specificity at s {sign} 0")
+    return drawn
+
+
+def write_answer(run_dir: RunDir, record: RunRecord) -> Answer:
+    """``answer.md`` and ``criteria.csv`` from the record, naming the folder's figures;
+    returns the answer. Parts B and C call it when criterion 4 changes."""
+    figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
+    answer = answer_of(record, figures)
+    publisher.write_answer(run_dir, answer)
+    return answer
