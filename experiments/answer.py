@@ -199,11 +199,12 @@ def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = N
     for group, text in answer.headlines().items():
         lines.append(f"- **{group}:** {text}")
     lines += [f"- {note}" for note in answer.notes]
-    lines += [
-        "",
-        f"| group | criterion | value | {level} interval | threshold | status | reading |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    if answer.verdicts:
+        lines += [
+            "",
+            f"| group | criterion | value | {level} interval | threshold | status | reading |",
+            "|---|---|---|---|---|---|---|",
+        ]
     for v in answer.verdicts:
         lines.append(
             f"| {_cell(v.group)} | {_cell(v.label)} | {number(v.value)} | {interval_text(v)} "

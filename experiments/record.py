@@ -279,6 +279,30 @@ class CurveFit(BaseModel):
     minimum_effective: MinimumEffective
 
 
+class LayerProbes(BaseModel):
+    """One layer's probe set: where it is kept and its mean test metrics."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    directory: str = Field(description="the classifier folder later runs load it from")
+    mean: dict[str, float] = Field(description="mean test metric over the concepts")
+
+
+class ClassifierRecord(_Record):
+    """What a Phase 4 run trained (``classifiers.json`` of its folder)."""
+
+    format: Literal["steer-eval/phase4-classifiers"] = "steer-eval/phase4-classifiers"
+    version: int = 1
+    recipe: str = Field(description="the probe recipe (a new one is never mixed with old sets)")
+    train: str = Field(description="the training set size, positives x negatives x neutral")
+    seed: int
+    config_hash: str
+    concepts: list[str]
+    layers: dict[str, LayerProbes] = Field(description="per decoder layer (as text)")
+    best_layer: int | None = Field(description="the layer of highest mean AUROC, if several")
+    seconds: float = Field(description="the one model pass and the fits, every layer")
+
+
 class CalibrationRecord(_Record):
     """What a Phase 6 calibration study measured (``analysis.json`` of its folder)."""
 

@@ -188,6 +188,7 @@ class RunDir:
     # Phase 6 (calibration study) folders also hold:
     PROBE_SETS = "probe_sets.json"  # per probe set and concept, the detection predictors
     CURVE = "curve.csv"  # one row per probe set × concept: predictors, β, effect
+    CLASSIFIERS = "classifiers.json"  # Phase 4's record (kernel/classifiers.py)
     ANALYSIS = "analysis.json"  # slopes, minimum effective levels
     STRENGTH = "strength.json"  # β and held-out grid per layer and source, and their origin
     # Phase 6 that identifies (steer-eval identify) folders also hold (ANALYSIS too):

@@ -31,9 +31,9 @@ from experiments.concepts import ConceptGraph
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.execution.base import PlanSpec
 from experiments.execution.local import run_batch
+from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.generate import batch_rows, batches
 from experiments.kernel.plan import CONCEPT_ARM, random_arm, row_key, row_seed
-from experiments.kernel.probes import ensure_classifiers
 from experiments.kernel.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
 from experiments.rundir import append_jsonl, read_jsonl

@@ -25,11 +25,12 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import CalibrationStudyConfig, ExperimentConfig
+from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.effect import above_null, paired_effects
 from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.plan import CONCEPT_ARM, build_plan
-from experiments.kernel.probes import ProbeSet, ensure_classifiers
+from experiments.kernel.probes import ProbeSet
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.score import build_scorer, score_all
 from experiments.kernel.selection import select_strengths

@@ -130,7 +130,8 @@ def classifiers(
     """Phase 4: train and evaluate one linear probe per concept (always retrains)."""
     setup_logging(verbose)
     from experiments.concepts import load_concepts
-    from experiments.kernel.probes import best_layer, parse_layers, train_layers
+    from experiments.kernel.classifiers import train_layers
+    from experiments.kernel.probes import best_layer, parse_layers
 
     if layers is not None and layer is not None:
         raise typer.BadParameter("give --layer or --layers, not both")

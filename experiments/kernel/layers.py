@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
-from experiments.kernel.probes import ProbeSet, best_layer, load_classifiers, train_layers
+from experiments.kernel.classifiers import train_layers
+from experiments.kernel.probes import ProbeSet, best_layer, load_classifiers
 from steering.models import LoadedModel
 from steering.probes import ProbeError
 

@@ -173,6 +173,8 @@ def open_run(
     lm: Any = None,
     embedder: Any = None,
     need_model: bool = True,
+    need_embedder: bool = True,
+    graph: ConceptGraph | None = None,
     progress: Callable[[str], None] | None = None,
     phase: Phase | None = None,
 ) -> Iterator[RunSession[C]]:
@@ -202,12 +204,20 @@ def open_run(
         if lm is None and need_model:
             say(f"loading model {config.model}")
             lm = config.model_spec.load()
-        if embedder is None:
+        if embedder is None and need_embedder:
             from metrics.embedder import load_embedder
 
             embedder = load_embedder(config.embedding.model, embedder_device(config, lm))
     session: RunSession[C] = RunSession(
-        config, load_graph(config), timer, lm, embedder, existing, run_dir, existing, say
+        config,
+        graph if graph is not None else load_graph(config),
+        timer,
+        lm,
+        embedder,
+        existing,
+        run_dir,
+        existing,
+        say,
     )
     with session._stack:
         yield session

@@ -15,15 +15,14 @@ label-0 texts: with them, diffmean at 1×1×1 is x_pos − ½(x_neg + x_neu), th
 probe weight already approximates (cosine 0.993 in the first release), so it would not
 be a second direction source.
 
-Several layers train from one forward pass (:func:`train_layers`), so the steering layer
-can be picked from measured AUROC instead of assumed.
+Several layers train from one forward pass (``kernel/classifiers.train_layers``, Phase 4's
+study), so the steering layer can be picked from measured AUROC instead of assumed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,18 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig, dump_config
+from experiments.config import ExperimentConfig
 from experiments.kernel.diagnostics import (
     FORMAT_AXIS_FORMAT,
     classifier_set_diagnostics,
-    cosine_heatmap,
     format_axis,
     format_axis_floor,
-    layer_heatmap,
 )
-from experiments.kernel.probe_log import confusion_figure, metrics_rows, set_metrics
 from experiments.prompts import (
     FORMAT_AXIS_REWRITES,
     ProbeExample,
@@ -333,142 +328,29 @@ def parse_layers(text: str) -> list[int]:
     return layers
 
 
-def train_layers(
+def fit_layers(
     config: ExperimentConfig,
     lm: LoadedModel,
-    graph: ConceptGraph,
+    texts: ProbeTexts,
     layers: Sequence[int],
-    concept_file: str | None = None,
 ) -> dict[int, ProbeSet]:
-    """Train, evaluate, save and log probes at every layer from one model pass.
-
-    Layers are checked against the model first (a clear error names the valid range);
-    one MLflow run covers all of them.
-    """
-    chosen = sorted({lm.check_layer(layer) for layer in layers})
+    """Every layer's probe set from one model pass, each timed as the whole pass."""
     started = time.perf_counter()
-    texts = build_probe_texts(config, graph)
     all_texts = texts.all_texts()
     row = {t: i for i, t in enumerate(all_texts)}
     by_layer = pooled_activations_by_layer(
-        lm, all_texts, chosen, batch_size=activation_texts(lm, 64)
+        lm, all_texts, list(layers), batch_size=activation_texts(lm, 64)
     )  # 64 on the CPU
-    sets: dict[int, ProbeSet] = {}
-    for layer in chosen:
-        sets[layer] = fit_probe_set(config, texts, by_layer[layer].numpy(), row, layer, lm.probe_id)
+    sets = {
+        layer: fit_probe_set(config, texts, by_layer[layer].numpy(), row, layer, lm.probe_id)
+        for layer in layers
+    }
     seconds = time.perf_counter() - started
-    for layer, probe_set in sets.items():
-        probe_set.seconds = seconds
-        save_probe_set(probe_set, config, texts, layer, lm.probe_id, concept_file)
-    run_id = _log_run(config, lm.probe_id, graph, sets, texts)
     for probe_set in sets.values():
-        probe_set.run_id = run_id
-        tracking.remember_run(probe_set.directory, run_id)  # a later run that loads it links it
+        probe_set.seconds = seconds
     return sets
 
 
 def best_layer(sets: dict[int, ProbeSet]) -> int:
     """The layer with the highest mean test AUROC (the lowest layer on ties)."""
     return max(sorted(sets), key=lambda layer: sets[layer].means().get("auroc", -1.0))
-
-
-def _log_run(
-    config: ExperimentConfig,
-    model_id: str,
-    graph: ConceptGraph,
-    sets: dict[int, ProbeSet],
-    texts: ProbeTexts,
-) -> str:
-    """One MLflow run for the whole call: per-concept metrics (per layer when several),
-    diagnostics, tables, figures and the classifier folders."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    layers = sorted(sets)
-    single = len(layers) == 1
-    name = "L" + "-".join(str(la) for la in layers)
-    with tracking.tracked_run(
-        config.tracking.classifier_experiment,
-        f"classifiers-{config.classifier.train}-{name}",
-        tags={"phase": "4", "probe_recipe": PROBE_RECIPE},
-    ) as run_id:
-        c = tracking.client()
-        tracking.log_params(
-            run_id,
-            {
-                "model": model_id,
-                "layer": layers[0] if single else ",".join(map(str, layers)),
-                "train": config.classifier.train,
-                "seed": config.seed,
-                "n_concepts": len(graph.concepts),
-                "eval_per_class": config.classifier.eval_per_class,
-                "c": config.classifier.c,
-                "predictor": config.criteria.predictor,
-                "probe_recipe": PROBE_RECIPE,
-                "config_hash": config.config_hash(),
-            },
-        )
-        metrics: dict[str, float | None] = {}
-        figures = {}
-        for layer, ps in sets.items():
-            tag = "" if single else f"/L{layer}"
-            metrics.update(set_metrics(ps.probes, ps.means(), ps.diagnostics, tag))
-            c.log_table(run_id, pd.DataFrame(metrics_rows(ps.probes)), f"metrics{tag}.json")
-            c.log_artifacts(run_id, str(ps.directory), f"classifiers{tag}")
-            figures[f"direction_cosines{tag.replace('/', '_')}.png"] = cosine_heatmap(
-                ps.diagnostics.get("sources", {}), f"concept directions, layer {layer}"
-            )
-            figures[f"confusion_matrices{tag.replace('/', '_')}.png"] = confusion_figure(ps.probes)
-        if not single:
-            figures["auroc_by_layer.png"] = layer_heatmap(
-                {
-                    la: {k: p.metrics.get("auroc") for k, p in ps.probes.items()}
-                    for la, ps in sets.items()
-                }
-            )
-            metrics["best_layer_by_auroc"] = float(best_layer(sets))
-        metrics["train_seconds"] = sets[layers[0]].seconds
-        tracking.log_metrics(run_id, metrics)
-        with tempfile.TemporaryDirectory() as tmp:
-            graph_path = Path(tmp) / "concept_graph.json"
-            graph.save(graph_path)
-            c.log_artifact(run_id, str(graph_path))
-        held = {
-            split: {k: [e.__dict__ for e in v] for k, v in getattr(texts, split).items()}
-            for split in ("validation", "test")
-        }
-        c.log_dict(run_id, held, "eval_prompts.json")
-        c.log_dict(
-            run_id,
-            {"questions": texts.questions, "statements": texts.statements},
-            "format_axis_texts.json",
-        )
-        c.log_text(run_id, dump_config(config), "config.yaml")
-        for file_name, fig in figures.items():
-            c.log_figure(run_id, fig, file_name)
-            plt.close(fig)
-    return run_id
-
-
-def train_classifiers(
-    config: ExperimentConfig,
-    lm: LoadedModel,
-    graph: ConceptGraph,
-    layer: int,
-    concept_file: str | None = None,
-) -> ProbeSet:
-    """Train, evaluate, save and log one probe per concept (one MLflow run per call)."""
-    return train_layers(config, lm, graph, [layer], concept_file)[lm.check_layer(layer)]
-
-
-def ensure_classifiers(
-    config: ExperimentConfig, lm: LoadedModel, graph: ConceptGraph, layer: int
-) -> ProbeSet:
-    """Reuse the classifiers this config needs, training them only when missing."""
-    try:
-        return load_classifiers(config, graph, lm.probe_id, layer)
-    except ProbeError as exc:
-        if "no classifier" not in str(exc) or not config.classifier.auto_train:
-            raise
-        log.info("training the missing classifiers: %s", exc)
-        return train_classifiers(config, lm, graph, layer)

@@ -98,6 +98,7 @@ class Views:
     params: dict[str, object] = field(default_factory=dict)  # logged when new
     tables: dict[str, Any] = field(default_factory=dict)  # MLflow table name -> DataFrame
     artefacts: Sequence[str] = ()  # run-folder files mirrored when they exist
+    folders: dict[str, Path] = field(default_factory=dict)  # artefact path -> folder mirrored
     note_header: str = ""  # between the answer and the summary in the description
     note_whole: str = RunDir.SUMMARY  # the artefact holding a description cut for length
     experiment: str = ""  # the experiment whose description leads with this answer
@@ -209,6 +210,8 @@ def mirror(run_id: str, run_dir: RunDir, views: Views) -> None:
     for name in (RunDir.SUMMARY, RunDir.CRITERIA, *views.artefacts):
         if run_dir.file(name).exists():
             c.log_artifact(run_id, str(run_dir.file(name)))
+    for name, folder in views.folders.items():
+        c.log_artifacts(run_id, str(folder), name)
     for name, frame in views.tables.items():
         tracking.overwrite_table(run_id, frame, name)
     tracking.log_metrics(run_id, views.metrics)

@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from experiments import tracking
+from experiments.concepts import ConceptGraph
 from experiments.config import Phase, RunConfig
 from experiments.kernel.lifecycle import Action, RunSession, open_run
 from experiments.kernel.publisher import Children, Views, publish
@@ -43,10 +44,14 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Opening:
-    """How a study's parent run opens: its name and the tags it starts with."""
+    """How a study's parent run opens: its name and the tags it starts with; its
+    experiment and the root of its run folders when they are not its config's own
+    (Phase 4's runs live in the classifier experiment, beside the classifiers)."""
 
     name: str
     tags: dict[str, str]
+    experiment: str | None = None
+    results_root: str | Path | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,9 @@ class Study(Protocol[C, R, P]):
     """One kind of run. ``C`` its config model, ``R`` its record, ``P`` what its stages
     produce beside the record for the views (``None`` when nothing)."""
 
-    phase: Phase  # the phase its stored config declares (a resume reads it back as such)
+    # the phase its stored config declares (a resume reads it back as such); None for a
+    # study never reopened
+    phase: Phase | None
     record_file: str  # the run-folder file of its record
 
     def begin(self, session: RunSession[C]) -> Opening:
@@ -124,10 +131,14 @@ def run_study(
     execution: dict[str, Any] | None = None,
     lm: Any = None,
     embedder: Any = None,
+    graph: ConceptGraph | None = None,
+    need_embedder: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> Ran[R, P]:
     """Run ``study`` once, new (``config``) or reopened (``resume``), through the steps
-    of the module docstring; the only place a study's parent run is opened."""
+    of the module docstring; the only place a study's parent run is opened. ``graph``:
+    the concepts when not the config's own; ``need_embedder``: False for a study that
+    scores no text (Phase 4)."""
     with open_run(
         None if resume else config,
         existing=resume.run_id if resume else None,
@@ -138,6 +149,8 @@ def run_study(
         lm=lm,
         embedder=embedder,
         need_model=not (resume and resume.action == "rescore"),
+        need_embedder=need_embedder,
+        graph=graph,
         progress=progress,
         phase=study.phase,
     ) as session:
@@ -148,7 +161,10 @@ def run_study(
         with timer.time("mlflow_open"):
             config = session.config
             run_id, new = session.start(
-                config.experiment, opening.name, config.results_dir, tags=opening.tags
+                opening.experiment or config.experiment,
+                opening.name,
+                opening.results_root or config.results_dir,
+                tags=opening.tags,
             )
             params = study.started(session, new)
             if new and params:

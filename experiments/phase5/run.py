@@ -25,12 +25,13 @@ import pandas as pd
 from experiments import tracking
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig, Phase5Config
+from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.diagnostics import steering_diagnostics
 from experiments.kernel.effect import EffectReport, evaluate_effect
 from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunError, RunSession
 from experiments.kernel.plan import CONCEPT_ARM, build_plan, planned_rows
-from experiments.kernel.probes import ProbeSet, ensure_classifiers
+from experiments.kernel.probes import ProbeSet
 from experiments.kernel.publisher import Views
 from experiments.kernel.score import Scorer, build_scorer, score_all
 from experiments.kernel.selection import select_strengths

@@ -16,19 +16,17 @@ import torch
 from experiments import tracking
 from experiments.concepts import load_concepts
 from experiments.config import load_config
+from experiments.kernel.classifiers import ensure_classifiers, train_classifiers, train_layers
 from experiments.kernel.diagnostics import unit
 from experiments.kernel.probes import (
     DIAGNOSTICS_FILE,
     FORMAT_AXIS_FILE,
     build_probe_texts,
     classifier_dir,
-    ensure_classifiers,
     fit_probe_set,
     graph_key,
     load_classifiers,
     parse_layers,
-    train_classifiers,
-    train_layers,
 )
 from experiments.kernel.vectors import build_vectors
 from experiments.prompts import probe_training_set
@@ -123,7 +121,9 @@ def test_layer_sweep_logs_auroc_per_layer_and_concept(sweep):
     assert metrics["best_layer_by_auroc"] == best
     assert run.data.params["layer"] == "1,2,3"
     paths = {a.path for a in tracking.client().list_artifacts(run.info.run_id)}
-    assert {"auroc_by_layer.png", "classifiers", "eval_prompts.json"} <= paths
+    assert {"classifiers", "eval_prompts.json", "classifiers.json", "plots"} <= paths
+    plots = {a.path for a in tracking.client().list_artifacts(run.info.run_id, "plots")}
+    assert "plots/auroc_by_layer.png" in plots
 
 
 def test_out_of_range_layers_fail_before_any_work(tiny_lm, tmp_path):
@@ -330,8 +330,9 @@ def test_one_mlflow_run_with_metrics_and_artefacts(setup):
         for key in ("f1_calibrated", "f1_raw", "auroc", "ap"):
             assert f"{key}/{synset}" in run.data.metrics
     paths = {a.path for a in tracking.client().list_artifacts(result.run_id)}
-    assert {"classifiers", "concept_graph.json", "confusion_matrices.png"} <= paths
-    assert "direction_cosines.png" in paths
+    assert {"classifiers", "concept_graph.json", "classifiers.json"} <= paths
+    plots = {a.path for a in tracking.client().list_artifacts(result.run_id, "plots")}
+    assert {"plots/confusion_matrices.png", "plots/direction_cosines.png"} <= plots
 
 
 @integration
