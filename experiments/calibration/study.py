@@ -37,7 +37,7 @@ from experiments.pipeline.selection import select_strengths
 from experiments.pipeline.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, plain
 from experiments.rundir import RunDir, join_scores
-from experiments.strength_range import BETA_TAG, choose_beta, shared_range
+from experiments.strength.range import BETA_TAG, choose_beta, shared_range
 from experiments.tracking.context import MAX_TAG_LEN
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,7 @@ from experiments.concepts import load_concepts
 from experiments.config import ConfigError, load_config
 from experiments.pipeline.layers import pick_layer, sweep_layers
 from experiments.pipeline.probes import best_layer
-from experiments.strength import SweepText, assess, calibrate_strength, parse_grid
-from experiments.strength_range import (
+from experiments.strength.range import (
     BETA_TAG,
     RANGE_FILE,
     StrengthLimits,
@@ -29,6 +28,7 @@ from experiments.strength_range import (
     save_range,
     shared_range,
 )
+from experiments.strength.sweep import SweepText, assess, calibrate_strength, parse_grid
 
 FLUENT = [
     "the dog ran to the old house by the sea",
@@ -265,7 +265,7 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
     # the sweep is an MLflow run a reader can open: range, settings, table, texts, figure
     from experiments import tracking
-    from experiments.strength_publish import FIGURE, STRENGTH_EXPERIMENT
+    from experiments.strength.publish import FIGURE, STRENGTH_EXPERIMENT
 
     run = tracking.get_run(record.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["phase"] == "strength"
@@ -298,8 +298,8 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
     the rest, in the same MLflow run, and finds exactly the range of a sweep never
     stopped (its classifiers trained again, identically, in another folder)."""
     from experiments.pipeline.probes import classifier_dir, graph_key
-    from experiments.strength import PARTIAL_FILE
-    from experiments.strength_publish import STRENGTH_EXPERIMENT
+    from experiments.strength.publish import STRENGTH_EXPERIMENT
+    from experiments.strength.sweep import PARTIAL_FILE
 
     config = tiny_config.model_copy(
         update={"generation": tiny_config.generation.model_copy(update={"batch_size": 8})}
@@ -333,7 +333,7 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
 def test_kept_texts_of_another_sweep_or_a_lost_run_are_not_reused(tmp_path, mlflow_store):
     from experiments import tracking
     from experiments.rundir import append_jsonl
-    from experiments.strength import PARTIAL_FORMAT, resume_partial
+    from experiments.strength.sweep import PARTIAL_FORMAT, resume_partial
 
     path = tmp_path / "partial.jsonl"
     run_id = tracking.start_run("resume-partial", "a sweep")

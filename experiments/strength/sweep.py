@@ -10,7 +10,7 @@ the unsteered model, and judges each β by three measures of the texts against t
 unsteered ones: the perplexity multiple, the near-empty share and distinct-2
 (``StrengthLimits``: the lines the 270M's sweep in docs/findings.md drew). The range
 runs from the smallest coherent β up to the last β before the first incoherent one; a
-run takes its top (``experiments/strength_range.py``), where the strongest steering that
+run takes its top (``experiments/strength/range.py``), where the strongest steering that
 still reads as text is.
 """
 
@@ -37,8 +37,8 @@ from experiments.pipeline.probes import ensure_classifiers
 from experiments.pipeline.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
 from experiments.rundir import append_jsonl, read_jsonl
-from experiments.strength_publish import PHASE, STRENGTH_EXPERIMENT, publish_sweep, run_name
-from experiments.strength_range import (
+from experiments.strength.publish import PHASE, STRENGTH_EXPERIMENT, publish_sweep, run_name
+from experiments.strength.range import (
     StrengthLimits,
     StrengthRange,
     StrengthStep,
@@ -202,7 +202,7 @@ def calibrate_strength(
 ) -> tuple[StrengthRange, Path]:
     """Sweep β at ``layer`` with ``graph``'s concepts and record the range in the
     classifier folder (trained first when missing): (the record, its path). The sweep is
-    an MLflow run of ``strength-sweeps`` (``strength_publish``): KILLED on Ctrl-C, FAILED
+    an MLflow run of ``strength-sweeps`` (``strength/publish.py``): KILLED on Ctrl-C, FAILED
     on an error, FINISHED with its range, table, texts and figure."""
     if config.steering.mode != "additive":
         raise ConfigError(

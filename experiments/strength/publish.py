@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from experiments import tracking
-from experiments.strength_range import RANGE_FILE, StrengthRange
+from experiments.strength.range import RANGE_FILE, StrengthRange
 
 STRENGTH_EXPERIMENT = "strength-sweeps"
 PHASE = "strength"
