@@ -175,11 +175,13 @@ def open_run(
     need_model: bool = True,
     progress: Callable[[str], None] | None = None,
     phase: Phase | None = None,
+    need_embedder: bool = True,
 ) -> Iterator[RunSession[C]]:
     """A session for a new run (``config``) or an existing one (``existing``: resumed, or
     rescored with ``action="rescore"``); the parent run and the executor are closed when
     the block ends, with the status that says how it ended. ``phase``: the phase of the
-    command, which an existing run's stored config must be (Phase 5 when None)."""
+    command, which an existing run's stored config must be (Phase 5 when None).
+    ``need_embedder``: False when nothing is scored by embedding (no embedder loaded)."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir = None
@@ -202,7 +204,7 @@ def open_run(
         if lm is None and need_model:
             say(f"loading model {config.model}")
             lm = config.model_spec.load()
-        if embedder is None:
+        if embedder is None and need_embedder:
             from metrics.embedder import load_embedder
 
             embedder = load_embedder(config.embedding.model, embedder_device(config, lm))

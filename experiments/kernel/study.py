@@ -43,10 +43,15 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Opening:
-    """How a study's parent run opens: its name and the tags it starts with."""
+    """How a study's parent run opens: its name and the tags it starts with, and where
+    a new run lives when not where its config's phase keeps runs (``config.experiment``,
+    ``config.results_dir``): a study of a phase's config with runs of its own (the
+    strength sweep takes a Phase 5 config)."""
 
     name: str
     tags: dict[str, str]
+    experiment: str | None = None  # None: the config's experiment
+    results_root: str | Path | None = None  # None: the config's results folder
 
 
 @dataclass(frozen=True)
@@ -125,9 +130,12 @@ def run_study(
     lm: Any = None,
     embedder: Any = None,
     progress: Callable[[str], None] | None = None,
+    need_embedder: bool = True,
 ) -> Ran[R, P]:
     """Run ``study`` once, new (``config``) or reopened (``resume``), through the steps
-    of the module docstring; the only place a study's parent run is opened."""
+    of the module docstring; the only place a study's parent run is opened.
+    ``need_embedder``: False for a study that scores no text by its embedding (the
+    session's embedder is then None)."""
     with open_run(
         None if resume else config,
         existing=resume.run_id if resume else None,
@@ -138,6 +146,7 @@ def run_study(
         lm=lm,
         embedder=embedder,
         need_model=not (resume and resume.action == "rescore"),
+        need_embedder=need_embedder,
         progress=progress,
         phase=study.phase,
     ) as session:
@@ -148,7 +157,10 @@ def run_study(
         with timer.time("mlflow_open"):
             config = session.config
             run_id, new = session.start(
-                config.experiment, opening.name, config.results_dir, tags=opening.tags
+                opening.experiment or config.experiment,
+                opening.name,
+                opening.results_root or config.results_dir,
+                tags=opening.tags,
             )
             params = study.started(session, new)
             if new and params:
