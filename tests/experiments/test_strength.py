@@ -239,7 +239,7 @@ def tiny_config(tmp_path, mlflow_store):
 
 
 def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
-    tiny_lm, tiny_config, one_thread
+    tiny_lm, tiny_config, one_thread, tmp_path
 ):
     """Greedy: the random model's sampled texts are near-uniform draws over its 512
     tokens whatever steers them (perplexity ~500 either way), while greedy decoding under
@@ -265,6 +265,7 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
     # the sweep is an MLflow run a reader can open: range, settings, table, texts, figure
     from experiments import tracking
+    from experiments.rundir import RunDir, read_jsonl
     from experiments.strength.publish import FIGURE, STRENGTH_EXPERIMENT
 
     run = tracking.get_run(record.run_id)
@@ -282,7 +283,13 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     artifacts = {a.path for a in tracking.client().list_artifacts(record.run_id)}
     assert {"steps.json", "texts.json", RANGE_FILE} <= artifacts
     plots = {a.path for a in tracking.client().list_artifacts(record.run_id, "plots")}
-    assert FIGURE in plots
+    assert f"plots/{FIGURE}" in plots
+    # the run's own folder, beside the config's results folder: the record, every text
+    folder = RunDir.locate(run)
+    assert folder.path == tmp_path / "strength" / record.run_id
+    assert StrengthRange.model_validate_json(folder.file(RANGE_FILE).read_text()) == record
+    assert len(read_jsonl(folder.file(RunDir.SWEEP_TEXTS))) == 6 + 12 * 6
+    assert (folder.file(FIGURE)).exists() and folder.file(RunDir.ANSWER).exists()
     texts = json.loads(
         Path(tracking.client().download_artifacts(record.run_id, "texts.json")).read_text()
     )
@@ -293,13 +300,16 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
 def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_does(
     tiny_lm, tiny_config, one_thread, interrupted_run, tmp_path
 ):
-    """Ctrl-C after the first batch: the run is KILLED, no range is recorded and the
-    batch's texts are kept beside the classifiers; the same command then generates only
-    the rest, in the same MLflow run, and finds exactly the range of a sweep never
-    stopped (its classifiers trained again, identically, in another folder)."""
+    """Ctrl-C after the first batch: the run is KILLED, no range is recorded, the
+    batch's texts are kept in its run folder and the classifier folder points at the run;
+    the same command then generates only the rest, in the same MLflow run, and finds
+    exactly the range of a sweep never stopped (its classifiers trained again,
+    identically, in another folder)."""
+    from experiments import tracking
     from experiments.pipeline.probes import classifier_dir, graph_key
+    from experiments.rundir import RunDir, read_jsonl
     from experiments.strength.publish import STRENGTH_EXPERIMENT
-    from experiments.strength.sweep import PARTIAL_FILE
+    from experiments.strength.sweep import IDENTITY_TAG, POINTER_FILE
 
     config = tiny_config.model_copy(
         update={"generation": tiny_config.generation.model_copy(update={"batch_size": 8})}
@@ -313,14 +323,21 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
     assert tracking_status(killed) == "KILLED"
     directory = classifier_dir(config, tiny_lm.probe_id, 2, graph_key(graph))
     assert not (directory / RANGE_FILE).exists()
-    kept = (directory / PARTIAL_FILE).read_text().splitlines()
-    assert len(kept) == 1 + 8  # its header and the first batch
+    stopped = tracking.get_run(killed)
+    folder = RunDir.locate(stopped)
+    assert len(read_jsonl(folder.file(RunDir.SWEEP_TEXTS))) == 8  # the first batch
+    assert not folder.file(RANGE_FILE).exists()
+    pointer = json.loads((directory / POINTER_FILE).read_text())
+    assert pointer["run_id"] == killed
+    assert pointer["identity"] == stopped.data.tags[IDENTITY_TAG]
 
     said: list[str] = []
     record, _ = calibrate_strength(config, tiny_lm, graph, 2, grid, say=said.append)
     assert record.run_id == killed and tracking_status(killed) == "FINISHED"
     assert any("8/54 texts kept" in line for line in said), said
-    assert not (directory / PARTIAL_FILE).exists()
+    assert not (directory / POINTER_FILE).exists()
+    assert len(read_jsonl(folder.file(RunDir.SWEEP_TEXTS))) == 54  # none generated twice
+    assert load_range(directory) == record
 
     elsewhere = config.model_copy(
         update={"classifier": config.classifier.model_copy(update={"dir": str(tmp_path / "b")})}
@@ -331,21 +348,32 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
 
 
 def test_kept_texts_of_another_sweep_or_a_lost_run_are_not_reused(tmp_path, mlflow_store):
+    """The pointer beside the classifiers names the stopped sweep's run: used for the
+    same identity while the run and its folder exist, else removed (a new sweep)."""
     from experiments import tracking
-    from experiments.rundir import append_jsonl
-    from experiments.strength.sweep import PARTIAL_FORMAT, resume_partial
+    from experiments.rundir import RUN_DIR_TAG, RunDir, append_jsonl
+    from experiments.strength.sweep import POINTER_FILE, POINTER_FORMAT, stopped_sweep
 
-    path = tmp_path / "partial.jsonl"
+    pointer = tmp_path / POINTER_FILE
+
+    def point(identity: str, run_id: str) -> None:
+        head = {"format": POINTER_FORMAT, "identity": identity, "run_id": run_id}
+        pointer.write_text(json.dumps(head))
+
+    assert stopped_sweep(tmp_path, "abc") is None  # nothing stopped here
     run_id = tracking.start_run("resume-partial", "a sweep")
-    append_jsonl(path, [{"format": PARTIAL_FORMAT, "identity": "abc", "run_id": run_id}])
-    append_jsonl(path, [{"key": "k1", "text": "a text", "nll": 1.0}])
-    assert resume_partial(path, "abc") == (
-        run_id,
-        {"k1": {"key": "k1", "text": "a text", "nll": 1.0}},
-    )
-    assert resume_partial(path, "other") == (None, {}) and not path.exists()
-    append_jsonl(path, [{"format": PARTIAL_FORMAT, "identity": "abc", "run_id": "0" * 32}])
-    assert resume_partial(path, "abc") == (None, {}) and not path.exists()
+    folder = RunDir(tmp_path / "runs", run_id).create()
+    tracking.client().set_tag(run_id, RUN_DIR_TAG, str(folder.path))
+    folder.file(RunDir.CONFIG).write_text("phase: phase5\n")
+    append_jsonl(folder.file(RunDir.SWEEP_TEXTS), [{"key": "k1", "text": "a text", "nll": 1.0}])
+    point("abc", run_id)
+    assert stopped_sweep(tmp_path, "abc") == run_id and pointer.exists()
+    assert stopped_sweep(tmp_path, "other") is None and not pointer.exists()
+    point("abc", "0" * 32)  # a run the store does not have
+    assert stopped_sweep(tmp_path, "abc") is None and not pointer.exists()
+    folder.file(RunDir.CONFIG).unlink()  # a run whose folder is gone
+    point("abc", run_id)
+    assert stopped_sweep(tmp_path, "abc") is None and not pointer.exists()
 
 
 def tracking_status(run_id: str) -> str:
