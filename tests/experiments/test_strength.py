@@ -530,3 +530,51 @@ def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
         if (m := re.search(r"_L(\d+)_", p.name))
     }
     assert kept >= set(swept)
+
+
+def test_calibrate_strength_from_the_command_line_gives_the_range_and_its_run(
+    tmp_path, mlflow_store, tiny_model_dir, one_thread
+):
+    """``steer-eval calibrate-strength`` end to end: ``--json`` is the record and where it
+    is kept with the classifiers; without it, the table, the range and the run's address."""
+    from typer.testing import CliRunner
+
+    from experiments import tracking
+    from experiments.cli import app
+
+    args = [
+        "calibrate-strength",
+        "--model",
+        str(tiny_model_dir),
+        "--layer",
+        "2",
+        "--concepts",
+        "1",
+        "--grid",
+        "0.0001",
+        "--set",
+        "generation.max_new_tokens=4",
+        "--set",
+        f"classifier.dir={tmp_path / 'cls'}",
+        "--set",
+        f"tracking.results_dir={tmp_path / 'res'}",
+    ]
+    runner = CliRunner()
+    given = runner.invoke(app, [*args, "--json"])
+    assert given.exit_code == 0, given.output
+    said = json.loads(given.stdout)
+    path = Path(said["path"])
+    assert path.name == RANGE_FILE and path.parent.parent == tmp_path / "cls"
+    assert StrengthRange.model_validate({k: v for k, v in said.items() if k != "path"}) == (
+        load_range(path.parent)
+    )
+    assert tracking.get_run(said["run_id"]).info.status == "FINISHED"
+    assert (tmp_path / "strength" / said["run_id"] / RANGE_FILE).exists()
+
+    shown = runner.invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    record = load_range(path.parent)  # the second sweep's, a run of its own
+    assert record.run_id != said["run_id"]
+    compact = "".join(shown.output.split())  # rich folds a long path across lines
+    assert "coherentβ0.0001to0.0001" in compact and f"recordedin{path}" in compact
+    assert f"MLflowUI:{tracking.run_ui_url(record.run_id)}" in compact
