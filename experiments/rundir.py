@@ -202,6 +202,9 @@ class RunDir:
     NAME_FREE = "likelihood_name_free.jsonl"  # the subset's outcome on name-free texts
     NAME_FREE_TEXTS = "likelihood_name_free_texts.json"  # those texts and their pairs
     DOSE = "dose.jsonl"  # the subset's likelihood outcome at fixed and KL-matched doses
+    # A strength sweep's folder (steer-eval calibrate-strength) holds, beside its record
+    # strength_range.json (also kept with the classifiers), its figure and tables:
+    SWEEP_TEXTS = "sweep_texts.jsonl"  # every text, appended per batch: a stopped sweep resumes
 
     def __init__(self, root: str | Path, run_id: str) -> None:
         self.root = Path(root)

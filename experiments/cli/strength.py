@@ -80,8 +80,8 @@ def calibrate_strength(
     setup_logging(verbose)
     from experiments.config import ConfigError
     from experiments.kernel.lifecycle import load_graph
-    from experiments.strength import calibrate_strength as sweep
-    from experiments.strength import parse_grid
+    from experiments.strength.sweep import calibrate_strength as sweep
+    from experiments.strength.sweep import parse_grid
 
     wanted = parse_layer(layer)
     try:

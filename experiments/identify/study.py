@@ -49,7 +49,7 @@ from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
 from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
-from experiments.strength_range import BETA_TAG, range_warning, shared_range
+from experiments.strength.range import BETA_TAG, range_warning, shared_range
 
 PHASE = "6-identify"
 # The stages a study times, in order (its record's timings; `identify --dry-run` lists them).

@@ -181,7 +181,8 @@ def open_run(
     """A session for a new run (``config``) or an existing one (``existing``: resumed, or
     rescored with ``action="rescore"``); the parent run and the executor are closed when
     the block ends, with the status that says how it ended. ``phase``: the phase of the
-    command, which an existing run's stored config must be (Phase 5 when None)."""
+    command, which an existing run's stored config must be (Phase 5 when None).
+    ``need_embedder``: False when nothing is scored by embedding (no embedder loaded)."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir = None

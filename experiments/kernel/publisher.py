@@ -6,7 +6,8 @@ order:
 1. the views: ``answer.md`` and ``criteria.csv`` from the record's :class:`Answer`
    (the same for every phase), the summary, the phase's other text files and figures,
    each written atomically;
-2. the MLflow mirror of the parent run: parameters (new ones only), metrics, tags, the
+2. the MLflow mirror of the parent run: parameters (new ones only), metrics (series at
+   MLflow steps too), tags, the
    description (the answer first, so the run page opens on it), the experiment's
    description (the latest answer, linked), the figures and files as artefacts, tables;
 3. the child runs, each once (a re-publish skips the children already logged);
@@ -94,6 +95,9 @@ class Views:
     files: dict[str, str] = field(default_factory=dict)  # run-folder name -> text
     figures: dict[str, Any] = field(default_factory=dict)  # file name -> drawn figure
     metrics: dict[str, float | None] = field(default_factory=dict)
+    # metrics at MLflow steps, (step, metrics) each: a series a chart draws (the strength
+    # sweep's measures per β, step = the β's place in its grid)
+    steps: Sequence[tuple[int, dict[str, float | None]]] = ()
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, object] = field(default_factory=dict)  # logged when new
     tables: dict[str, Any] = field(default_factory=dict)  # MLflow table name -> DataFrame
@@ -215,6 +219,8 @@ def mirror(run_id: str, run_dir: RunDir, views: Views) -> None:
     for name, frame in views.tables.items():
         tracking.overwrite_table(run_id, frame, name)
     tracking.log_metrics(run_id, views.metrics)
+    for step, metrics in views.steps:
+        tracking.log_metrics(run_id, metrics, step=step)
 
 
 # Where the mirror logs a run's figures among its artefacts.

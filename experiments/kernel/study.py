@@ -44,14 +44,15 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Opening:
-    """How a study's parent run opens: its name and the tags it starts with; its
-    experiment and the root of its run folders when they are not its config's own
-    (Phase 4's runs live in the classifier experiment, beside the classifiers)."""
+    """How a study's parent run opens: its name and the tags it starts with, and where
+    a new run lives when not where its config's phase keeps runs (``config.experiment``,
+    ``config.results_dir``): Phase 4's runs live in the classifier experiment, beside the
+    classifiers; the strength sweep takes a Phase 5 config and keeps runs of its own."""
 
     name: str
     tags: dict[str, str]
-    experiment: str | None = None
-    results_root: str | Path | None = None
+    experiment: str | None = None  # None: the config's experiment
+    results_root: str | Path | None = None  # None: the config's results folder
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def run_study(
     """Run ``study`` once, new (``config``) or reopened (``resume``), through the steps
     of the module docstring; the only place a study's parent run is opened. ``graph``:
     the concepts when not the config's own; ``need_embedder``: False for a study that
-    scores no text (Phase 4)."""
+    scores no text by its embedding (the session's embedder is then None)."""
     with open_run(
         None if resume else config,
         existing=resume.run_id if resume else None,

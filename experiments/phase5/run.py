@@ -63,7 +63,7 @@ from experiments.phase5.reference_gap import reference_gaps
 from experiments.phase5.samples import sample_table
 from experiments.record import RunRecord
 from experiments.rundir import RunDir, join_scores, plan_order
-from experiments.strength_range import BETA_TAG, choose_beta, load_range
+from experiments.strength.range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
 from steering.generation import BatchStats
 
@@ -212,7 +212,7 @@ class Prepared:
     probes: ProbeSet
     vectors: VectorSet
     scorer: Scorer
-    beta_note: str | None = None  # where a new run's β came from (strength_range.py)
+    beta_note: str | None = None  # where a new run's β came from (strength/range.py)
 
 
 def prepare(session: RunSession, explicit: frozenset[str] = frozenset()) -> Prepared:

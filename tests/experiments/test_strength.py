@@ -17,8 +17,7 @@ from experiments.concepts import load_concepts
 from experiments.config import ConfigError, load_config
 from experiments.kernel.layers import pick_layer, sweep_layers
 from experiments.kernel.probes import best_layer
-from experiments.strength import SweepText, assess, calibrate_strength, parse_grid
-from experiments.strength_range import (
+from experiments.strength.range import (
     BETA_TAG,
     RANGE_FILE,
     StrengthLimits,
@@ -29,6 +28,7 @@ from experiments.strength_range import (
     save_range,
     shared_range,
 )
+from experiments.strength.sweep import SweepText, assess, calibrate_strength, parse_grid
 
 FLUENT = [
     "the dog ran to the old house by the sea",
@@ -239,7 +239,7 @@ def tiny_config(tmp_path, mlflow_store):
 
 
 def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
-    tiny_lm, tiny_config, one_thread
+    tiny_lm, tiny_config, one_thread, tmp_path
 ):
     """Greedy: the random model's sampled texts are near-uniform draws over its 512
     tokens whatever steers them (perplexity ~500 either way), while greedy decoding under
@@ -265,7 +265,8 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
     # the sweep is an MLflow run a reader can open: range, settings, table, texts, figure
     from experiments import tracking
-    from experiments.strength_publish import FIGURE, STRENGTH_EXPERIMENT
+    from experiments.rundir import RunDir, read_jsonl
+    from experiments.strength.publish import FIGURE, STRENGTH_EXPERIMENT
 
     run = tracking.get_run(record.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["phase"] == "strength"
@@ -282,7 +283,13 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     artifacts = {a.path for a in tracking.client().list_artifacts(record.run_id)}
     assert {"steps.json", "texts.json", RANGE_FILE} <= artifacts
     plots = {a.path for a in tracking.client().list_artifacts(record.run_id, "plots")}
-    assert FIGURE in plots
+    assert f"plots/{FIGURE}" in plots
+    # the run's own folder, beside the config's results folder: the record, every text
+    folder = RunDir.locate(run)
+    assert folder.path == tmp_path / "strength" / record.run_id
+    assert StrengthRange.model_validate_json(folder.file(RANGE_FILE).read_text()) == record
+    assert len(read_jsonl(folder.file(RunDir.SWEEP_TEXTS))) == 6 + 12 * 6
+    assert (folder.file(FIGURE)).exists() and folder.file(RunDir.ANSWER).exists()
     texts = json.loads(
         Path(tracking.client().download_artifacts(record.run_id, "texts.json")).read_text()
     )
@@ -293,13 +300,16 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
 def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_does(
     tiny_lm, tiny_config, one_thread, interrupted_run, tmp_path
 ):
-    """Ctrl-C after the first batch: the run is KILLED, no range is recorded and the
-    batch's texts are kept beside the classifiers; the same command then generates only
-    the rest, in the same MLflow run, and finds exactly the range of a sweep never
-    stopped (its classifiers trained again, identically, in another folder)."""
+    """Ctrl-C after the first batch: the run is KILLED, no range is recorded, the
+    batch's texts are kept in its run folder and the classifier folder points at the run;
+    the same command then generates only the rest, in the same MLflow run, and finds
+    exactly the range of a sweep never stopped (its classifiers trained again,
+    identically, in another folder)."""
+    from experiments import tracking
     from experiments.kernel.probes import classifier_dir, graph_key
-    from experiments.strength import PARTIAL_FILE
-    from experiments.strength_publish import STRENGTH_EXPERIMENT
+    from experiments.rundir import RunDir, read_jsonl
+    from experiments.strength.publish import STRENGTH_EXPERIMENT
+    from experiments.strength.sweep import IDENTITY_TAG, POINTER_FILE
 
     config = tiny_config.model_copy(
         update={"generation": tiny_config.generation.model_copy(update={"batch_size": 8})}
@@ -313,14 +323,21 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
     assert tracking_status(killed) == "KILLED"
     directory = classifier_dir(config, tiny_lm.probe_id, 2, graph_key(graph))
     assert not (directory / RANGE_FILE).exists()
-    kept = (directory / PARTIAL_FILE).read_text().splitlines()
-    assert len(kept) == 1 + 8  # its header and the first batch
+    stopped = tracking.get_run(killed)
+    folder = RunDir.locate(stopped)
+    assert len(read_jsonl(folder.file(RunDir.SWEEP_TEXTS))) == 8  # the first batch
+    assert not folder.file(RANGE_FILE).exists()
+    pointer = json.loads((directory / POINTER_FILE).read_text())
+    assert pointer["run_id"] == killed
+    assert pointer["identity"] == stopped.data.tags[IDENTITY_TAG]
 
     said: list[str] = []
     record, _ = calibrate_strength(config, tiny_lm, graph, 2, grid, say=said.append)
     assert record.run_id == killed and tracking_status(killed) == "FINISHED"
     assert any("8/54 texts kept" in line for line in said), said
-    assert not (directory / PARTIAL_FILE).exists()
+    assert not (directory / POINTER_FILE).exists()
+    assert len(read_jsonl(folder.file(RunDir.SWEEP_TEXTS))) == 54  # none generated twice
+    assert load_range(directory) == record
 
     elsewhere = config.model_copy(
         update={"classifier": config.classifier.model_copy(update={"dir": str(tmp_path / "b")})}
@@ -331,21 +348,32 @@ def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_do
 
 
 def test_kept_texts_of_another_sweep_or_a_lost_run_are_not_reused(tmp_path, mlflow_store):
+    """The pointer beside the classifiers names the stopped sweep's run: used for the
+    same identity while the run and its folder exist, else removed (a new sweep)."""
     from experiments import tracking
-    from experiments.rundir import append_jsonl
-    from experiments.strength import PARTIAL_FORMAT, resume_partial
+    from experiments.rundir import RUN_DIR_TAG, RunDir, append_jsonl
+    from experiments.strength.sweep import POINTER_FILE, POINTER_FORMAT, stopped_sweep
 
-    path = tmp_path / "partial.jsonl"
+    pointer = tmp_path / POINTER_FILE
+
+    def point(identity: str, run_id: str) -> None:
+        head = {"format": POINTER_FORMAT, "identity": identity, "run_id": run_id}
+        pointer.write_text(json.dumps(head))
+
+    assert stopped_sweep(tmp_path, "abc") is None  # nothing stopped here
     run_id = tracking.start_run("resume-partial", "a sweep")
-    append_jsonl(path, [{"format": PARTIAL_FORMAT, "identity": "abc", "run_id": run_id}])
-    append_jsonl(path, [{"key": "k1", "text": "a text", "nll": 1.0}])
-    assert resume_partial(path, "abc") == (
-        run_id,
-        {"k1": {"key": "k1", "text": "a text", "nll": 1.0}},
-    )
-    assert resume_partial(path, "other") == (None, {}) and not path.exists()
-    append_jsonl(path, [{"format": PARTIAL_FORMAT, "identity": "abc", "run_id": "0" * 32}])
-    assert resume_partial(path, "abc") == (None, {}) and not path.exists()
+    folder = RunDir(tmp_path / "runs", run_id).create()
+    tracking.client().set_tag(run_id, RUN_DIR_TAG, str(folder.path))
+    folder.file(RunDir.CONFIG).write_text("phase: phase5\n")
+    append_jsonl(folder.file(RunDir.SWEEP_TEXTS), [{"key": "k1", "text": "a text", "nll": 1.0}])
+    point("abc", run_id)
+    assert stopped_sweep(tmp_path, "abc") == run_id and pointer.exists()
+    assert stopped_sweep(tmp_path, "other") is None and not pointer.exists()
+    point("abc", "0" * 32)  # a run the store does not have
+    assert stopped_sweep(tmp_path, "abc") is None and not pointer.exists()
+    folder.file(RunDir.CONFIG).unlink()  # a run whose folder is gone
+    point("abc", run_id)
+    assert stopped_sweep(tmp_path, "abc") is None and not pointer.exists()
 
 
 def tracking_status(run_id: str) -> str:
@@ -502,3 +530,51 @@ def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
         if (m := re.search(r"_L(\d+)_", p.name))
     }
     assert kept >= set(swept)
+
+
+def test_calibrate_strength_from_the_command_line_gives_the_range_and_its_run(
+    tmp_path, mlflow_store, tiny_model_dir, one_thread
+):
+    """``steer-eval calibrate-strength`` end to end: ``--json`` is the record and where it
+    is kept with the classifiers; without it, the table, the range and the run's address."""
+    from typer.testing import CliRunner
+
+    from experiments import tracking
+    from experiments.cli import app
+
+    args = [
+        "calibrate-strength",
+        "--model",
+        str(tiny_model_dir),
+        "--layer",
+        "2",
+        "--concepts",
+        "1",
+        "--grid",
+        "0.0001",
+        "--set",
+        "generation.max_new_tokens=4",
+        "--set",
+        f"classifier.dir={tmp_path / 'cls'}",
+        "--set",
+        f"tracking.results_dir={tmp_path / 'res'}",
+    ]
+    runner = CliRunner()
+    given = runner.invoke(app, [*args, "--json"])
+    assert given.exit_code == 0, given.output
+    said = json.loads(given.stdout)
+    path = Path(said["path"])
+    assert path.name == RANGE_FILE and path.parent.parent == tmp_path / "cls"
+    assert StrengthRange.model_validate({k: v for k, v in said.items() if k != "path"}) == (
+        load_range(path.parent)
+    )
+    assert tracking.get_run(said["run_id"]).info.status == "FINISHED"
+    assert (tmp_path / "strength" / said["run_id"] / RANGE_FILE).exists()
+
+    shown = runner.invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    record = load_range(path.parent)  # the second sweep's, a run of its own
+    assert record.run_id != said["run_id"]
+    compact = "".join(shown.output.split())  # rich folds a long path across lines
+    assert "coherentβ0.0001to0.0001" in compact and f"recordedin{path}" in compact
+    assert f"MLflowUI:{tracking.run_ui_url(record.run_id)}" in compact

@@ -152,3 +152,40 @@ def test_a_resume_reopens_the_run_and_a_rescore_keeps_the_config_file(
     run_study(CountStudy(), resume=Resume(first.run_id, "rescore"), embedder=embedder)
     assert stored.read_bytes() == before
     assert tracking.get_run(first.run_id).info.status == "FINISHED"
+
+
+class ElsewhereStudy(CountStudy):
+    """A study of a Phase 5 config whose runs live apart from Phase 5's (its own
+    experiment and results folder, as the strength sweep's), with a series by step."""
+
+    def __init__(self, root) -> None:
+        super().__init__()
+        self.root = root
+        self.embedders: list[object] = []
+
+    def begin(self, session: RunSession[Phase5Config]) -> Opening:
+        self.embedders.append(session.embedder)
+        return Opening("elsewhere", {"phase": "count"}, "count-elsewhere", self.root)
+
+    def views(self, record: CountRecord, products: int) -> Views:
+        shown = super().views(record, products)
+        shown.steps = [(place, {"place": float(place * products)}) for place in range(3)]
+        return shown
+
+
+def test_a_study_may_name_its_own_experiment_and_results_folder(tmp_path, mlflow_store, tiny_lm):
+    config = tiny_config(tmp_path)
+    study = ElsewhereStudy(tmp_path / "own")
+    ran = run_study(study, config, lm=tiny_lm, need_embedder=False)
+    run = tracking.get_run(ran.run_id)
+    assert run.info.experiment_id == tracking.experiment_id("count-elsewhere")
+    assert run.info.experiment_id != tracking.experiment_id(config.experiment)
+    assert ran.run_dir == tmp_path / "own" / ran.run_id
+    assert (ran.run_dir / RECORD).exists() and (ran.run_dir / RunDir.CONFIG).exists()
+    assert not RunDir(config.results_dir, ran.run_id).exists()
+    assert study.embedders == [None]  # no embedder loaded when the study needs none
+    history = tracking.client().get_metric_history(ran.run_id, "place")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.0), (1, 2.0), (2, 4.0)]
+    # a resume finds the folder from the run alone, wherever the study put it
+    again = run_study(ElsewhereStudy(tmp_path / "ignored"), resume=Resume(ran.run_id), lm=tiny_lm)
+    assert again.run_dir == ran.run_dir and not (tmp_path / "ignored").exists()

@@ -10,8 +10,18 @@ the unsteered model, and judges each β by three measures of the texts against t
 unsteered ones: the perplexity multiple, the near-empty share and distinct-2
 (``StrengthLimits``: the lines the 270M's sweep in docs/findings.md drew). The range
 runs from the smallest coherent β up to the last β before the first incoherent one; a
-run takes its top (``experiments/strength_range.py``), where the strongest steering that
+run takes its top (``experiments/strength/range.py``), where the strongest steering that
 still reads as text is.
+
+The sweep is a study (:class:`StrengthSweep`, run by ``kernel/study.run_study``) of a
+Phase 5 config with runs of its own: the MLflow experiment ``strength-sweeps`` and the
+folders ``strength/<run id>/`` beside the config's results folder (``results/strength``
+for ``results/phase5``). Its texts are appended per batch to the run folder
+(``RunDir.SWEEP_TEXTS``); a pointer beside the classifiers (:data:`POINTER_FILE`) names
+the sweep in progress there by its identity (:func:`sweep_identity`) and run, so the
+same command resumes a stopped sweep into the same run (:func:`stopped_sweep`). Its
+record goes to the run folder when it is published, and to the classifier folder
+(``save_range``) once the run has ended FINISHED, where later runs look it up.
 """
 
 from __future__ import annotations
@@ -28,23 +38,26 @@ import numpy as np
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import ConfigError, ExperimentConfig, Phase5Config
 from experiments.execution.base import PlanSpec
 from experiments.execution.local import run_batch
 from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.generate import batch_rows, batches
+from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.plan import CONCEPT_ARM, random_arm, row_key, row_seed
+from experiments.kernel.publisher import Views
+from experiments.kernel.study import Finished, Opening, Resume, run_study
 from experiments.kernel.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
-from experiments.rundir import append_jsonl, read_jsonl
-from experiments.strength_publish import PHASE, STRENGTH_EXPERIMENT, publish_sweep, run_name
-from experiments.strength_range import (
+from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
+from experiments.strength import publish
+from experiments.strength.range import (
+    RANGE_FILE,
     StrengthLimits,
     StrengthRange,
     StrengthStep,
     save_range,
 )
-from experiments.tracking.context import MODEL_TAG
 from metrics.text import distinct_n, is_near_empty
 from steering.generation import GenerationRow, SamplingConfig
 from steering.models import LoadedModel
@@ -52,10 +65,11 @@ from steering.models import LoadedModel
 # From "no visible change" to well past the 270M's collapse (|β·s| = 0.3); SmolLM2 135M
 # stays coherent to 0.5.
 DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-# The texts of a sweep in progress, beside its classifiers: a stopped sweep resumes from
-# them (the same model, layer, βs, prompts and sampling) into the same MLflow run.
-PARTIAL_FILE = "strength_sweep.partial.jsonl"
-PARTIAL_FORMAT = "steer-eval/strength-sweep-partial"
+# The sweep in progress in a classifier folder: its identity and MLflow run, so the same
+# command resumes a stopped sweep into its run; removed once the range is recorded.
+POINTER_FILE = "strength_sweep.run.json"
+POINTER_FORMAT = "steer-eval/strength-sweep-run"
+IDENTITY_TAG = "strength.identity"  # the run's tag: what its texts depend on
 SIGNS = (-1, 1)
 
 
@@ -190,32 +204,52 @@ def assess(
     return base, steps, low, high
 
 
-def calibrate_strength(
+def results_root(config: ExperimentConfig) -> Path:
+    """Where sweeps' run folders are written: ``strength/`` beside the config's results
+    folder (``results/strength`` for ``results/phase5``)."""
+    return Path(config.results_dir).parent / "strength"
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep generates, fixed before its run opens: its identity tells whether a
+    stopped sweep of the same texts is there to resume."""
+
+    config: ExperimentConfig  # the swept config: the grid and layer as swept
+    model_id: str  # the probe id
+    directory: Path  # the classifier folder: where the range is kept
+    layer: int
+    alpha: float
+    concepts: list[str]
+    rows: list[GenerationRow]
+    meta: dict[str, tuple[float, int, str]]  # key -> (β, sign, arm)
+    spec: PlanSpec
+    identity: str
+
+
+def plan_sweep(
     config: ExperimentConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     layer: int,
-    grid: Sequence[float] = DEFAULT_GRID,
-    limits: StrengthLimits | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    grid: Sequence[float],
     say: Callable[[str], None] = lambda _msg: None,
-) -> tuple[StrengthRange, Path]:
-    """Sweep β at ``layer`` with ``graph``'s concepts and record the range in the
-    classifier folder (trained first when missing): (the record, its path). The sweep is
-    an MLflow run of ``strength-sweeps`` (``strength_publish``): KILLED on Ctrl-C, FAILED
-    on an error, FINISHED with its range, table, texts and figure."""
+) -> SweepPlan:
+    """The classifiers at ``layer`` (trained first when missing), the vectors, and every
+    row the sweep generates."""
     if config.steering.mode != "additive":
         raise ConfigError(
             "steering.mode projection has no β (it steers by s alone); the strength sweep "
             "is for steering.mode additive"
         )
-    limits = limits or StrengthLimits()
-    started = time.perf_counter()
     layer = lm.check_layer(layer)
     say(f"classifiers at layer {layer}")
     probes = ensure_classifiers(config, lm, graph, layer)
     swept = config.model_copy(
-        update={"selection": config.selection.model_copy(update={"beta_grid": sorted(grid)})}
+        update={
+            "layer": layer,
+            "selection": config.selection.model_copy(update={"beta_grid": sorted(grid)}),
+        }
     )
     vectors = build_vectors(swept, lm, graph, probes, layer)
     directions = [c.synset for c in graph.concepts] + [
@@ -231,60 +265,155 @@ def calibrate_strength(
     spec = PlanSpec(
         directions=vectors.stacked(directions), layer=layer, mode="additive", sampling=sampling
     )
-    partial = probes.directory / PARTIAL_FILE
-    identity = sweep_identity(lm.probe_id, layer, sampling, rows)
-    earlier_run, done = resume_partial(partial, identity)
-    todo = [row for row in rows if row.key not in done]
-    if done:
-        say(f"resuming the stopped sweep (run {earlier_run}): {len(done)}/{len(rows)} texts kept")
-    say(f"generating {len(todo)} texts: {len(grid)} βs at s = ±1, unsteered; α {vectors.alpha:.4g}")
-    work = batches(todo, lm, batch_rows(config, lm, todo)) if todo else []
-    tags = {"phase": PHASE, MODEL_TAG: lm.model_id}  # as every run: the loaded model's id
-    name = run_name(lm.probe_id, layer, config.steering.vector_source)
-    with tracking.tracked_run(STRENGTH_EXPERIMENT, name, tags=tags, run_id=earlier_run) as run_id:
-        if earlier_run is None:
-            append_jsonl(
-                partial, [{"format": PARTIAL_FORMAT, "identity": identity, "run_id": run_id}]
+    return SweepPlan(
+        swept,
+        lm.probe_id,
+        probes.directory,
+        layer,
+        vectors.alpha,
+        [c.synset for c in graph.concepts],
+        rows,
+        meta,
+        spec,
+        sweep_identity(lm.probe_id, layer, sampling, rows),
+    )
+
+
+class StrengthSweep:
+    """The strength sweep of a prepared plan (a :class:`~experiments.kernel.study.Study`
+    of a Phase 5 config): new, or resumed from the texts its run folder holds."""
+
+    phase = "phase5"
+    record_file = RANGE_FILE
+
+    def __init__(
+        self,
+        plan: SweepPlan,
+        limits: StrengthLimits,
+        since: float,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.limits = limits
+        self.since = since  # perf_counter at the command's start: the record's seconds
+        self.progress = progress
+
+    def begin(self, session: RunSession[Phase5Config]) -> Opening:
+        plan = self.plan
+        source = plan.config.steering.vector_source
+        return Opening(
+            publish.run_name(plan.model_id, plan.layer, source),
+            {"phase": publish.PHASE, IDENTITY_TAG: plan.identity},
+            publish.STRENGTH_EXPERIMENT,
+            results_root(plan.config),
+        )
+
+    def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
+        plan = self.plan
+        if new:  # the same command finds this run from here until the range is recorded
+            pointer = {"format": POINTER_FORMAT, "identity": plan.identity}
+            atomic_write_text(
+                plan.directory / POINTER_FILE, json.dumps({**pointer, "run_id": session.run_id})
             )
-        for index, batch in enumerate(work):
-            result = run_batch(lm, spec, index, batch)
-            made = [
-                {"key": gen.key, "text": gen.text, "nll": nll}
-                for gen, nll in zip(result.generations, result.nll, strict=True)
-            ]
-            append_jsonl(partial, made)  # a finished batch survives a crash
-            done.update({m["key"]: m for m in made})
-            if progress is not None:
-                progress(len(done), len(rows))
+        grid = plan.config.selection.beta_grid
+        return publish.sweep_params(
+            plan.model_id, plan.layer, plan.config, grid, plan.concepts, self.limits
+        )
+
+    def stages(self, session: RunSession[Phase5Config]) -> Finished[StrengthRange, list[SweepText]]:
+        plan, lm, say = self.plan, session.lm, session.say
+        config, rows = plan.config, plan.rows
+        path = session.directory.file(RunDir.SWEEP_TEXTS)
+        done = {r["key"]: r for r in read_jsonl(path) if "key" in r}
+        todo = [row for row in rows if row.key not in done]
+        grid = config.selection.beta_grid
+        if done:
+            say(
+                f"resuming the stopped sweep (run {session.run_id}): "
+                f"{len(done)}/{len(rows)} texts kept"
+            )
+        say(
+            f"generating {len(todo)} texts: {len(grid)} βs at s = ±1, unsteered; α {plan.alpha:.4g}"
+        )
+        with session.timer.time("generation"):
+            work = batches(todo, lm, batch_rows(config, lm, todo)) if todo else []
+            for index, batch in enumerate(work):
+                result = run_batch(lm, plan.spec, index, batch)
+                made = [
+                    {"key": gen.key, "text": gen.text, "nll": nll}
+                    for gen, nll in zip(result.generations, result.nll, strict=True)
+                ]
+                append_jsonl(path, made)  # a finished batch survives a crash
+                done.update({m["key"]: m for m in made})
+                if self.progress is not None:
+                    self.progress(len(done), len(rows))
+        meta = plan.meta
         texts = [  # in the rows' order, however the batches ran or resumed
             SweepText(*meta[r.key][:2], done[r.key]["text"], done[r.key]["nll"], meta[r.key][2])
             for r in rows
         ]
-        base, steps, low, high = assess(texts, grid, limits)
+        base, steps, low, high = assess(texts, grid, self.limits)
+        g = config.generation
         record = StrengthRange(
-            model_id=lm.probe_id,
-            layer=layer,
+            model_id=plan.model_id,
+            layer=plan.layer,
             mode=config.steering.mode,
             vector_source=config.steering.vector_source,
-            alpha=vectors.alpha,
+            alpha=plan.alpha,
             grid=sorted(grid),
-            concepts=[c.synset for c in graph.concepts],
+            concepts=plan.concepts,
             prompts=len(g.prompts),
             max_new_tokens=g.max_new_tokens,
             seed=config.seed,
-            limits=limits,
+            limits=self.limits,
             unsteered=base,
             steps=steps,
             low=low,
             high=high,
             beta=high,
-            seconds=round(time.perf_counter() - started, 1),
-            run_id=run_id,
+            seconds=round(time.perf_counter() - self.since, 1),
+            run_id=session.run_id,
         )
-        path = save_range(probes.directory, record)
-        publish_sweep(run_id, record, path, [asdict(t) for t in texts])
-    partial.unlink()  # the sweep is whole: its texts are in the run's texts.json
-    return record, path
+        return Finished(record, texts)
+
+    def views(self, record: StrengthRange, products: list[SweepText]) -> Views:
+        kept = self.plan.directory / RANGE_FILE
+        return publish.views(record, [asdict(t) for t in products], kept)
+
+    def children(self, record: StrengthRange, products: list[SweepText]) -> list:
+        return []
+
+
+def calibrate_strength(
+    config: ExperimentConfig,
+    lm: LoadedModel,
+    graph: ConceptGraph,
+    layer: int,
+    grid: Sequence[float] = DEFAULT_GRID,
+    limits: StrengthLimits | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    say: Callable[[str], None] = lambda _msg: None,
+) -> tuple[StrengthRange, Path]:
+    """Sweep β at ``layer`` with ``graph``'s concepts and record the range in the
+    classifier folder (trained first when missing): (the record, its path there). The
+    sweep is a run of ``strength-sweeps`` (:class:`StrengthSweep` through ``run_study``):
+    KILLED on Ctrl-C with no range recorded, FAILED on an error, FINISHED with its range,
+    table, texts and figure; a stopped sweep of the same texts resumes into its run."""
+    started = time.perf_counter()
+    plan = plan_sweep(config, lm, graph, layer, grid, say)
+    earlier = stopped_sweep(plan.directory, plan.identity)
+    study = StrengthSweep(plan, limits or StrengthLimits(), started, progress)
+    ran = run_study(
+        study,
+        None if earlier else plan.config,
+        resume=Resume(earlier) if earlier else None,
+        lm=lm,
+        progress=say,
+        need_embedder=False,
+    )
+    path = save_range(plan.directory, ran.record)
+    (plan.directory / POINTER_FILE).unlink(missing_ok=True)  # the sweep is whole
+    return ran.record, path
 
 
 def sweep_identity(model_id: str, layer: int, sampling: SamplingConfig, rows) -> str:
@@ -299,20 +428,31 @@ def sweep_identity(model_id: str, layer: int, sampling: SamplingConfig, rows) ->
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def resume_partial(path: Path, identity: str) -> tuple[str | None, dict[str, dict]]:
-    """(the MLflow run, the texts by key) of an interrupted sweep of this identity kept
-    at ``path``; (None, {}) when there is none. The texts of another sweep (other βs,
-    prompts or model), or of a run the store no longer has, are discarded."""
-    records = read_jsonl(path)
-    head = records[0] if records else {}
-    run_id = head.get("run_id")
-    usable = head.get("format") == PARTIAL_FORMAT and head.get("identity") == identity
+def stopped_sweep(directory: Path, identity: str) -> str | None:
+    """The MLflow run of a stopped sweep of this identity in the classifier folder
+    ``directory`` (its pointer, :data:`POINTER_FILE`), or None. A pointer to another
+    sweep (other βs, prompts or model), to a run the store no longer has or to a run
+    whose folder is gone is removed: the sweep starts a run of its own."""
+    pointer = Path(directory) / POINTER_FILE
+    if not pointer.exists():
+        return None
+    try:
+        head = json.loads(pointer.read_text(encoding="utf-8"))
+    except ValueError:
+        head = {}
+    run_id = head.get("run_id") if isinstance(head, dict) else None
+    usable = (
+        isinstance(head, dict)
+        and head.get("format") == POINTER_FORMAT
+        and head.get("identity") == identity
+        and isinstance(run_id, str)
+    )
     if usable:
         try:
-            tracking.get_run(run_id)
+            usable = RunDir.locate(tracking.get_run(run_id)).file(RunDir.CONFIG).exists()
         except LookupError:
             usable = False
     if not usable:
-        path.unlink(missing_ok=True)
-        return None, {}
-    return run_id, {r["key"]: r for r in records[1:] if "key" in r}
+        pointer.unlink(missing_ok=True)
+        return None
+    return run_id

@@ -1,10 +1,12 @@
-"""The strength sweep in MLflow: one run per sweep, in the ``strength-sweeps`` experiment.
+"""The strength sweep's views: one run per sweep, in the ``strength-sweeps`` experiment.
 
-A sweep decides the β that later runs of the model take, so it is logged like a run:
-its settings as params, the range it found as metrics and the description, every β's
-measures as a table, per-β metrics (MLflow step = the β's place in the grid) and a
-figure, the texts themselves as a table (what the incoherent ones look like), and the
-record (``strength_range.json``) as an artefact.
+A sweep decides the β that later runs of the model take, so it is published like every
+study (``kernel/publisher.publish``, from the sweep's :class:`Views`): its settings as
+params (logged when the run opens: :func:`sweep_params`), the range it found as metrics,
+tags and the description, every β's measures as a table and as metrics at MLflow steps
+(step = the β's place in the grid), a figure, the texts themselves as a table (what the
+incoherent ones look like), and the record (``strength_range.json``) in the run folder
+and as an artefact.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from typing import Any
 
 import pandas as pd
 
-from experiments import tracking
-from experiments.strength_range import RANGE_FILE, StrengthRange
+from experiments.answer import Answer
+from experiments.config import ExperimentConfig
+from experiments.kernel.publisher import Views
+from experiments.strength.range import RANGE_FILE, StrengthLimits, StrengthRange
 
 STRENGTH_EXPERIMENT = "strength-sweeps"
 PHASE = "strength"
-FIGURE = "plots/strength_sweep.png"
+FIGURE = "strength_sweep.png"  # in the run folder, and the artefact plots/strength_sweep.png
+QUESTION = "Up to which strength β do this model's steered texts still read as text?"
 MEASURES = {  # a step's measure: its axis label
     "perplexity_multiple": "median perplexity, × the unsteered texts'",
     "near_empty": "share of near-empty texts (< 3 words)",
@@ -33,20 +38,27 @@ def run_name(model_id: str, layer: int, source: str) -> str:
     return f"strength {model_id} L{layer} {source}"
 
 
-def sweep_params(record: StrengthRange) -> dict[str, Any]:
-    """What was swept and how a β was judged: the run's params."""
-    limits = {f"limits.{k}": v for k, v in record.limits.model_dump().items()}
+def sweep_params(
+    model_id: str,
+    layer: int,
+    config: ExperimentConfig,
+    grid: Sequence[float],
+    concepts: Sequence[str],
+    limits: StrengthLimits,
+) -> dict[str, Any]:
+    """What is swept and how a β is judged: the run's params (the record's fields of the
+    same names)."""
     return {
-        "model_id": record.model_id,
-        "layer": record.layer,
-        "mode": record.mode,
-        "vector_source": record.vector_source,
-        "grid": record.grid,
-        "concepts": record.concepts,
-        "prompts": record.prompts,
-        "max_new_tokens": record.max_new_tokens,
-        "seed": record.seed,
-        **limits,
+        "model_id": model_id,
+        "layer": layer,
+        "mode": config.steering.mode,
+        "vector_source": config.steering.vector_source,
+        "grid": sorted(grid),
+        "concepts": list(concepts),
+        "prompts": len(config.generation.prompts),
+        "max_new_tokens": config.generation.max_new_tokens,
+        "seed": config.seed,
+        **{f"limits.{k}": v for k, v in limits.model_dump().items()},
     }
 
 
@@ -139,38 +151,40 @@ def sweep_note(record: StrengthRange, path: Path) -> str:
         f"# Strength sweep: {record.model_id}, layer {record.layer} "
         f"({record.mode}, {record.vector_source} directions)\n\n{found}\n\n"
         f"Grid {record.grid}; {len(record.concepts)} concepts × {record.prompts} prompts, "
-        f"{record.max_new_tokens} new tokens; α {record.alpha:.4g}. The record: `{path}` "
-        f"(also the artefact `{RANGE_FILE}`); every text: the table `texts.json`.\n"
+        f"{record.max_new_tokens} new tokens; α {record.alpha:.4g}. The range kept with the "
+        f"classifiers: `{path}` (the record, also the run folder's and the artefact "
+        f"`{RANGE_FILE}`); every text: the table `texts.json`.\n"
     )
 
 
-def publish_sweep(
-    run_id: str, record: StrengthRange, path: Path, texts: Sequence[dict[str, Any]]
-) -> None:
-    """Log a finished sweep to its run (see the module docstring)."""
-    import matplotlib.pyplot as plt
+def answer_of(record: StrengthRange) -> Answer:
+    """The sweep's answer: the range in a sentence (a sweep measures no interval, so it
+    has notes, not verdicts)."""
+    if record.beta is None:
+        found = f"{record.describe()}: try smaller βs (--grid)"
+    else:
+        found = (
+            f"{record.describe()}: a run of {record.model_id} at layer {record.layer} takes "
+            f"β {record.beta:g} for steering.beta auto or a config β outside the range"
+        )
+    return Answer(PHASE, record.run_id or "", QUESTION, 0.95, notes=[found], figures=(FIGURE,))
 
-    c = tracking.client()
-    tracking.log_params(run_id, sweep_params(record))
-    tracking.log_metrics(
-        run_id,
-        {
+
+def views(record: StrengthRange, texts: Sequence[dict[str, Any]], path: Path) -> Views:
+    """What a finished sweep shows (see the module docstring); ``path``: where its range
+    is kept with the classifiers."""
+    return Views(
+        answer=answer_of(record),
+        summary=sweep_note(record, path),
+        figures={FIGURE: sweep_figure(record)},
+        metrics={
             "strength.low": record.low,
             "strength.high": record.high,
             "strength.beta": record.beta,
             "alpha": record.alpha,
             "seconds": record.seconds,
         },
+        steps=per_beta_metrics(record),
+        tags={"strength.range": record.describe(), "steer_eval.range_file": str(path)},
+        tables={"steps.json": steps_frame(record), "texts.json": pd.DataFrame(list(texts))},
     )
-    for place, metrics in per_beta_metrics(record):
-        tracking.log_metrics(run_id, metrics, step=place)
-    tracking.set_tags(
-        run_id, {"strength.range": record.describe(), "steer_eval.range_file": str(path)}
-    )
-    c.log_table(run_id, steps_frame(record), "steps.json")
-    c.log_table(run_id, pd.DataFrame(list(texts)), "texts.json")
-    c.log_artifact(run_id, str(path))
-    fig = sweep_figure(record)
-    c.log_figure(run_id, fig, FIGURE)
-    plt.close(fig)
-    tracking.set_note(run_id, sweep_note(record, path))

@@ -1,10 +1,10 @@
 """A model's coherent range of β, kept with its classifiers, and the β a run takes from it.
 
 β = 0.2 was chosen on Gemma 3 270M (docs/findings.md); on SmolLM2 135M it turns s = +1
-into token soup. ``steer-eval calibrate-strength`` (``experiments/strength.py``) sweeps β
-and writes what it found here, as ``strength_range.json`` in the classifier folder of
-the model, dtype and layer it swept (the folder a run at that layer steers from). A run
-reads it back through :func:`choose_beta`:
+into token soup. ``steer-eval calibrate-strength`` (``experiments/strength/sweep.py``)
+sweeps β and writes what it found here, as ``strength_range.json`` in the classifier
+folder of the model, dtype and layer it swept (the folder a run at that layer steers
+from). A run reads it back through :func:`choose_beta`:
 
 - ``steering.beta: auto`` takes the range's β (its strongest coherent one);
 - a number inside the range is kept, so the embedded default's β = 0.2 and its texts
