@@ -46,6 +46,22 @@ Action = Literal["resume", "rescore"]
 C = TypeVar("C", bound=RunConfig)
 
 
+@dataclass(frozen=True)
+class Resume:
+    """An existing run to reopen: resumed (its stored config, resume overrides), or
+    rescored (``action="rescore"``: only scoring may change, no model is loaded)."""
+
+    run_id: str
+    action: Action = "resume"
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def changes_config(self) -> bool:
+        """Whether the stored config is written again (a rescore without overrides keeps
+        the file as it was written, by whichever release)."""
+        return self.action == "resume" or bool(self.overrides)
+
+
 class RunError(RuntimeError):
     """A run cannot start, resume or rescore; the message says why and what to do."""
 
@@ -165,33 +181,30 @@ def embedder_device(config: ExperimentConfig, lm: Any) -> str:
 def open_run(
     config: C | None = None,
     *,
-    existing: str | None = None,
-    action: Action = "resume",
-    overrides: list[str] | None = None,
+    resume: Resume | None = None,
     results_dir: str | Path | None = None,
     execution: dict | None = None,
     lm: Any = None,
     embedder: Any = None,
-    need_model: bool = True,
     need_embedder: bool = True,
     graph: ConceptGraph | None = None,
     progress: Callable[[str], None] | None = None,
     phase: Phase | None = None,
 ) -> Iterator[RunSession[C]]:
-    """A session for a new run (``config``) or an existing one (``existing``: resumed, or
-    rescored with ``action="rescore"``); the parent run and the executor are closed when
+    """A session for a new run (``config``) or an existing one (``resume``: resumed, or
+    rescored); the parent run and the executor are closed when
     the block ends, with the status that says how it ended. ``phase``: the phase of the
     command, which an existing run's stored config must be (Phase 5 when None).
     ``need_embedder``: False when nothing is scored by embedding (no embedder loaded)."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir = None
-    if existing:
-        run_dir = RunDir.locate(tracking.get_run(existing), results_dir)
+    existing = resume.run_id if resume else None
+    if resume is not None:
+        run_dir = RunDir.locate(tracking.get_run(resume.run_id), results_dir)
+        overrides = list(resume.overrides)
         # the stored config is read as ``phase``'s model: the C of this session
-        config = cast(C, scoring_config(run_dir, list(overrides or []), action, phase))
-    elif overrides:
-        raise RunError("overrides apply to a resume; give a new run its config with them")
+        config = cast(C, scoring_config(run_dir, overrides, resume.action, phase))
     if config is None:
         raise RunError("a run needs a config, or the id of the run to resume")
     if execution:
@@ -202,7 +215,7 @@ def open_run(
             raise RunError(f"invalid execution settings {execution}: {exc}") from None
         config = config.model_copy(update={"execution": chosen})
     with timer.time("model_load"):
-        if lm is None and need_model:
+        if lm is None and (resume is None or resume.action != "rescore"):  # a rescore reads texts
             say(f"loading model {config.model}")
             lm = config.model_spec.load()
         if embedder is None and need_embedder:

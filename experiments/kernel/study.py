@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from experiments import tracking
 from experiments.concepts import ConceptGraph
 from experiments.config import Phase, RunConfig
-from experiments.kernel.lifecycle import Action, RunSession, open_run
+from experiments.kernel.lifecycle import Resume, RunSession, open_run
 from experiments.kernel.publisher import Children, Views, publish
 
 C = TypeVar("C", bound=RunConfig)
@@ -107,22 +107,6 @@ class Study(Protocol[C, R, P]):
         ...
 
 
-@dataclass(frozen=True)
-class Resume:
-    """An existing run to reopen: resumed (its stored config, resume overrides), or
-    rescored (``action="rescore"``: only scoring may change, no model is loaded)."""
-
-    run_id: str
-    action: Action = "resume"
-    overrides: tuple[str, ...] = ()
-
-    @property
-    def changes_config(self) -> bool:
-        """Whether the stored config is written again (a rescore without overrides keeps
-        the file as it was written, by whichever release)."""
-        return self.action == "resume" or bool(self.overrides)
-
-
 def run_study(
     study: Study[C, R, P],
     config: C | None = None,
@@ -142,14 +126,11 @@ def run_study(
     scores no text by its embedding (the session's embedder is then None)."""
     with open_run(
         None if resume else config,
-        existing=resume.run_id if resume else None,
-        action=resume.action if resume else "resume",
-        overrides=list(resume.overrides) if resume else None,
+        resume=resume,
         results_dir=results_dir,
         execution=execution,
         lm=lm,
         embedder=embedder,
-        need_model=not (resume and resume.action == "rescore"),
         need_embedder=need_embedder,
         graph=graph,
         progress=progress,

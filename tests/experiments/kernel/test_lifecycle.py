@@ -63,8 +63,5 @@ def test_a_session_without_a_started_run_logs_nothing(tmp_path, mlflow_store, ti
 
 
 def test_overrides_without_a_run_to_resume_are_refused(tmp_path, mlflow_store, tiny_lm):
-    with (
-        pytest.raises(RunError, match="overrides apply to a resume"),
-        open_run(tiny_config(tmp_path), overrides=["gate.perplexity_multiple=5"], lm=tiny_lm),
-    ):
-        pass
+    with pytest.raises(RunError, match="overrides apply to a resume"):
+        run_phase5(tiny_config(tmp_path), overrides=["gate.perplexity_multiple=5"], lm=tiny_lm)
