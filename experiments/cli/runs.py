@@ -11,15 +11,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from experiments.answer import JUDGED, status_colour, status_word
 from experiments.cli.common import JsonOpt, friendly, out, print_json
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``runs`` command to ``app``."""
     app.command("runs")(friendly(runs))
-
-
-STATUS_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
 def runs(
@@ -57,14 +55,14 @@ def runs(
         table.add_column("name")
         table.add_column("criterion")
         for group in groups:
-            table.add_column(group, no_wrap=True)
+            table.add_column(group)
         for r in rows:
             head = [f"{r.run_id}\n{r.started} · {r.status.lower()}", escape(r.name)]
             labels = list(dict.fromkeys(v.label for v in shown[r.run_id]))
             if not labels:
                 table.add_row(*head, f"[dim]{escape(r.note)}[/]", *[""] * len(groups))
             for k, label in enumerate(labels):
-                status = {v.group: v.status for v in shown[r.run_id] if v.label == label}
+                status = {v.group: v for v in shown[r.run_id] if v.label == label}
                 table.add_row(
                     *(head if k == 0 else ["", ""]),
                     escape(label),
@@ -74,10 +72,15 @@ def runs(
         out.print(table)
 
 
-def _status(status: str | None) -> str:
-    if status is None:
+def _status(verdict) -> str:
+    """A verdict's cell: its status in the answer's word and colour, and for a verdict
+    that was not judged (not evaluable, pending) its reason below, as the answer says."""
+    if verdict is None:
         return ""
-    return f"[{STATUS_STYLE.get(status, 'dim')}]{escape(status)}[/]"
+    cell = f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"
+    if verdict.status not in JUDGED and verdict.reason:
+        cell += f"\n[dim]{escape(verdict.reason)}[/]"
+    return cell
 
 
 def _seed_criterion(key: str) -> bool:

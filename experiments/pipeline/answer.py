@@ -146,6 +146,7 @@ def baseline_verdicts(record: RunRecord) -> list[Verdict]:
                 units="pairs",
                 description="the effect of asking for the concept in the prompt instead of "
                 "steering (controls.prompt_baseline)",
+                reason=row.get("gated_reason") or "",
                 sign=sign,
             )
         )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from experiments.answer import status_word
 from experiments.pipeline.effect import SIGNS
 from experiments.record import RunRecord
 
@@ -113,12 +114,14 @@ def _bounds(values: dict, key: str) -> tuple[float | None, float | None]:
 def _verdict_title(record: RunRecord, key: str, what: str) -> str:
     """``what = value [low, high], status`` of a v2 criterion, for a figure title."""
     c = record.criteria.get(key)
-    if c is None or c.value is None:
-        return f"{what}: not evaluable"
+    if c is None:
+        return f"{what}: {status_word('not_evaluable')}"
+    if c.value is None:
+        return f"{what}: {status_word(c.status)}" + (f" ({c.reason})" if c.reason else "")
     interval = record.statistics.get("intervals", {}).get(key, {})
     low, high = interval.get("low"), interval.get("high")
     span = f" [{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
-    return f"{what} = {c.value:+.2f}{span}, {c.status}"
+    return f"{what} = {c.value:+.2f}{span}, {status_word(c.status)}"
 
 
 def _error(value: float, low: float | None, high: float | None) -> list[list[float]] | None:

@@ -1,0 +1,183 @@
+"""Honest on little data: a sign whose every steered text the coherence gate failed is
+not evaluable, with its reason, in every view (the answer's terminal block, answer.md,
+criteria.csv, --json, the MLflow metrics and tags, the figures, the runs table); and
+concepts whose texts were all gated out are drawn as not measured.
+
+Records are built as a run writes them (``row``), scored by the real effect stage and
+put in a real :class:`RunRecord`, as ``pipeline/publish.build_record`` does."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from experiments.answer import answer_markdown, criteria_csv, reading
+from experiments.config import load_config
+from experiments.pipeline.answer import answer_of
+from experiments.pipeline.effect import evaluate_effect
+from experiments.pipeline.per_concept import concept_intervals
+from experiments.pipeline.publish import reason_tags, record_metrics
+from experiments.record import CriterionRecord, RunRecord
+from experiments.tracking.listing import parse_criteria
+
+CONFIG = load_config("configs/phase5.yaml", ["criteria.n_boot=200"])
+CONCEPTS = [f"c{i}" for i in range(5)]
+PROMPTS = 4
+N_POS = len(CONCEPTS) * PROMPTS
+REASON = f"every steered text at s > 0 was gated ({N_POS}/{N_POS})"
+
+
+def row(concept, prompt, strength, delta, arm="concept", **extra):
+    key = f"{concept}|p{prompt}|n0|s{strength:+.3f}" + (
+        f"|{arm}" if strength and arm != "concept" else ""
+    )
+    return {
+        "key": key,
+        "concept": concept,
+        "prompt_index": prompt,
+        "sample": 0,
+        "strength": float(strength),
+        "arm": arm,
+        "split": "report",
+        "beta": 0.2,
+        "delta": float(delta),
+        "perplexity": 10.0,
+        "near_empty": False,
+        "is_echo": False,
+        **extra,
+    }
+
+
+def records(hollow_pos: set[str]) -> pd.DataFrame:
+    """Five concepts, four prompts, one random arm. At s < 0 every concept moves clearly;
+    at s > 0 the concepts in ``hollow_pos`` break the model (near-empty texts, gated out)
+    while their random directions do not (a null of about -0.05)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, c in enumerate(CONCEPTS):
+        for p in range(PROMPTS):
+            strong = 0.3 + 0.05 * i + 0.01 * rng.normal()
+            rows += [
+                row(c, p, 0.0, 0.0),
+                row(c, p, 1.0, strong, near_empty=c in hollow_pos),
+                row(c, p, -1.0, -strong),
+                row(c, p, 1.0, -0.05 + 0.01 * rng.normal(), arm="random:0"),
+                row(c, p, -1.0, 0.01 * rng.normal(), arm="random:0"),
+            ]
+    return pd.DataFrame(rows)
+
+
+def run_record(frame: pd.DataFrame, vector_source: str = "classifier") -> RunRecord:
+    predictor = {c: 0.5 + 0.1 * i for i, c in enumerate(CONCEPTS)}
+    effect = evaluate_effect(frame, predictor, CONFIG)
+    per_concept = {c: dict(v) for c, v in effect.per_concept.items()}
+    for c, v in concept_intervals(frame, CONFIG).items():
+        per_concept.setdefault(c, {}).update(v)
+    config = CONFIG.model_copy(deep=True)
+    config.steering.vector_source = vector_source
+    return RunRecord(
+        run_id="little",
+        experiment="e",
+        config=config,
+        model_id="tiny",
+        layer=2,
+        alpha=1.0,
+        beta=0.2,
+        predictors={c: {"f1_calibrated": v} for c, v in predictor.items()},
+        per_concept=per_concept,
+        criteria={k: CriterionRecord.of(v) for k, v in effect.criteria.items()},
+        statistics={"intervals": effect.intervals, "effect": effect.summary},
+    )
+
+
+GATED_KEYS = ("v2_effect_above_null_pos", "v2_direction_pos", "v2_predictor_vs_effect_pos")
+
+
+@pytest.fixture(scope="module")
+def all_gated() -> RunRecord:
+    return run_record(records(set(CONCEPTS)))
+
+
+def test_a_sign_whose_every_text_was_gated_is_not_evaluable_with_its_reason(all_gated):
+    for key in GATED_KEYS:
+        c = all_gated.criteria[key]
+        assert (c.status, c.value, c.reason) == ("not_evaluable", None, REASON), key
+        interval = all_gated.statistics["intervals"][key]
+        assert interval["low"] is None and interval["high"] is None
+    # The other sign is measured as before.
+    assert all_gated.criteria["v2_effect_above_null_neg"].status == "pass"
+    # The stored effect says why instead of a gated effect of 0 [0, 0].
+    for name in ("concept/pos", "above_null/pos"):
+        summary = all_gated.statistics["effect"][name]
+        assert summary.get("e_gated_mean", summary.get("gated_mean")) is None
+        assert summary["gated_reason"] == REASON
+
+
+def test_every_view_of_the_answer_says_not_evaluable_and_why(all_gated):
+    answer = answer_of(all_gated)
+    pos = answer.headlines()["s > 0"]
+    assert "fail" not in pos and "+0.000" not in pos
+    assert f"the predictor predicts the effect: not evaluable ({REASON})" in pos
+    text = answer_markdown(answer)
+    assert f"| **not evaluable** | {REASON} |" in text and "[+0.000, +0.000]" not in text
+    shown = {v["key"]: v for v in answer.to_dict()["criteria"].values()}  # --json
+    for key in GATED_KEYS:
+        assert shown[key]["status"] == "not_evaluable" and shown[key]["reason"] == REASON
+        assert shown[key]["reading"] == REASON and shown[key]["value"] is None
+    listed = {v.key: v for v in parse_criteria(criteria_csv(answer))}  # criteria.csv, runs
+    for key in GATED_KEYS:
+        assert (listed[key].status, listed[key].value, listed[key].reason) == (
+            "not_evaluable",
+            None,
+            REASON,
+        )
+    assert listed["v2_effect_above_null_neg"].reading.startswith("interval above")
+    v = next(v for v in answer.verdicts if v.key == "v2_effect_above_null_pos")
+    assert reading(v) == REASON
+
+
+def test_the_terminal_and_the_runs_table_say_it_too(all_gated):
+    from experiments.cli import answer as cli_answer
+    from experiments.cli import common
+    from experiments.cli.runs import _status
+
+    answer = answer_of(all_gated)
+    buffer = io.StringIO()
+    console, common.out = common.out, Console(file=buffer, width=400, color_system=None)
+    try:
+        cli_answer.out = common.out
+        cli_answer.print_answer(answer)
+    finally:
+        common.out = cli_answer.out = console
+    printed = buffer.getvalue()
+    assert f"not evaluable ({REASON})" in printed and "not_evaluable" not in printed
+    listed = {v.key: v for v in parse_criteria(criteria_csv(answer))}
+    cell = _status(listed["v2_effect_above_null_pos"])
+    assert "not evaluable" in cell and REASON in cell
+
+
+def test_mlflow_logs_no_verdict_metric_for_it_and_tags_the_reason(all_gated):
+    metrics = record_metrics(all_gated)
+    for key in GATED_KEYS:
+        for suffix in ("", "/value", "/low", "/high"):
+            assert metrics[f"v2/criterion/{key}{suffix}"] is None  # skipped, never logged
+        assert reason_tags(all_gated)[f"criterion.{key}.reason"] == REASON
+    assert metrics["effect/concept/pos/e_gated_mean"] is None
+    assert metrics["effect/above_null/pos/gated_mean"] is None
+    assert metrics["v2/criterion/v2_effect_above_null_neg"] == 1.0
+
+
+def test_the_figures_title_says_not_evaluable_and_why(all_gated):
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import predictor_effect_figure
+
+    fig = predictor_effect_figure(all_gated, {})
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any(f"not evaluable ({REASON})" in t for t in titles), titles
+    assert not any("fail" in t for t in titles if t.startswith("s > 0"))
+    plt.close(fig)
