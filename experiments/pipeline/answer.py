@@ -192,8 +192,9 @@ def reader_notes(record: RunRecord) -> list[str]:
         if gated:
             notes.append(
                 f"At {label}, every steered text of {len(gated)} concept(s) failed the "
-                f"coherence gate: {', '.join(gated)}; their effect is 0 by the gate, not "
-                "measured, and it enters r."
+                f"coherence gate: {', '.join(gated)}; their gated effect is 0 by the gate, "
+                "not measured (the figures draw them hollow at 0, without an interval), yet "
+                "their effect above null (0 minus the random directions' mean) enters r."
             )
     flags = degenerate_probes(record.predictors, record.config.criteria.predictor)
     if flags:

@@ -209,15 +209,30 @@ def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str
         parts.append(f"n={int(n)}")
     k, total = _gated(values, label)
     if k:
-        parts.append(f"{k}/{total} gated")
+        parts.append(f"{k}/{total} gated" + (", not measured" if k == total else ""))
     if flag:
         parts.append("⚠ degenerate probe")
     return " · ".join(parts)
 
 
 HOLLOW_NOTE = (
-    "hollow: every steered text gated out (its effect is 0 by the gate, not measured; it enters r)"
+    "hollow at 0, no interval: every steered text gated out, so its effect is not measured "
+    "(r still counts its 0 minus the random directions' mean)"
 )
+HOLLOW_LEGEND = "every text gated out: not measured (at 0)"
+
+
+def _hollow(values: dict, label: str) -> bool:
+    """Every steered text of the concept at this sign was gated out: not measured."""
+    k, n = _gated(values, label)
+    return n > 0 and k == n
+
+
+def _gated_count(record: RunRecord, concepts: list[str], label: str) -> str:
+    """``n concepts, k/n all gated out``: what a panel's title counts, hollow ones too."""
+    n = len(concepts)
+    k = sum(_hollow(record.per_concept.get(c, {}), label) for c in concepts)
+    return f"{n} concepts, {k}/{n} all gated out"
 
 
 def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
@@ -248,7 +263,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
     any_x_interval = any_hollow = False
     placements = []
     for ax, label in zip(axes[0], signs, strict=True):
-        points, labels = [], []
+        points, labels, shown = [], [], []
         for synset, values in sorted(record.per_concept.items()):
             x = record.predictors.get(synset, {}).get(name)
             if x is None and name == "f1_raw":
@@ -261,9 +276,11 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             )
             any_x_interval |= xlow is not None
             ylow, yhigh = _bounds(values, f"above_null_{label}")
-            k, n = _gated(values, label)
-            hollow = n > 0 and k == n
+            hollow = _hollow(values, label)
+            if hollow:  # not measured: drawn at 0 without an interval, as the note says
+                y, ylow, yhigh = 0.0, None, None
             any_hollow |= hollow
+            shown.append(synset)
             colour = "red" if synset in flags else SIGN_COLOURS[label]
             ax.errorbar(
                 x,
@@ -289,8 +306,11 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             ylabel="effect above null (gated, Δ units)",
             title=_verdict_title(
                 record, f"v2_predictor_vs_effect_{label}", f"{SIGN_TITLES[label]}: r"
-            ),
+            )
+            + f"\n{_gated_count(record, shown, label)}",
         )
+        if any(_hollow(record.per_concept[k], label) for k in shown):
+            ax.plot([], [], "o", color="grey", markerfacecolor="none", label=HOLLOW_LEGEND)
         ax.legend(fontsize=7, loc="upper left")
         placements.append((ax, points, labels))
     level = f"{c.confidence:.0%}"
@@ -346,8 +366,9 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
             if value is None:
                 continue
             low, high = _bounds(values, f"above_null_{label}")
-            k, n = _gated(values, label)
-            hollow = n > 0 and k == n
+            hollow = _hollow(values, label)
+            if hollow:  # not measured: drawn at 0 without an interval, as the note says
+                value, low, high = 0.0, None, None
             any_hollow |= hollow
             ax.errorbar(
                 [value],
@@ -403,7 +424,15 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
         notes.append(HOLLOW_NOTE)
     if flags:
         notes.append("⚠ the concept's probe is degenerate (predictor_vs_effect.png says how)")
-    ax.set(xlabel="\n".join(notes), title="Effect above the random-direction null, per concept")
+    measured = [c for c in concepts if any(f"above_null_{lab}" in record.per_concept[c]
+                                           for lab in signs)]  # fmt: skip
+    counts = "; ".join(
+        f"{SIGN_TITLES[lab]}: {_gated_count(record, measured, lab)}" for lab in signs
+    )
+    ax.set(
+        xlabel="\n".join(notes),
+        title=f"Effect above the random-direction null, per concept\n{counts}",
+    )
     handles = [
         Line2D([], [], marker="o", linestyle="", color=SIGN_COLOURS[lab], label=SIGN_TITLES[lab])
         for lab in signs
@@ -411,7 +440,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     if any_hollow:
         handles.append(
             Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
-                   label="every text gated out")
+                   label=HOLLOW_LEGEND)
         )  # fmt: skip
     handles.append(Line2D([], [], color="green", linestyle=":", label=f"threshold {threshold:g}"))
     ax.legend(handles=handles, fontsize=7, loc="best")

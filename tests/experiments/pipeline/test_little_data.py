@@ -181,3 +181,68 @@ def test_the_figures_title_says_not_evaluable_and_why(all_gated):
     assert any(f"not evaluable ({REASON})" in t for t in titles), titles
     assert not any("fail" in t for t in titles if t.startswith("s > 0"))
     plt.close(fig)
+
+
+# ------------------------------------------------- concepts whose every text was gated out
+
+
+def _points(ax) -> list[tuple[float, float, bool, bool]]:
+    """Each drawn concept as (x, y, hollow, has an interval along the effect's axis)."""
+    out = []
+    for container in ax.containers:
+        line = container.lines[0]
+        hollow = line.get_markerfacecolor() == "none"
+        x, y = float(line.get_xdata()[0]), float(line.get_ydata()[0])
+        out.append((x, y, hollow, container.has_yerr or container.has_xerr))
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_hollow() -> RunRecord:
+    return run_record(records({"c0", "c1"}))
+
+
+def test_hollow_concepts_are_drawn_as_not_measured_and_counted(two_hollow):
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import HOLLOW_LEGEND, predictor_effect_figure
+
+    # The hollow concepts' effect above null is 0 minus the null, about +0.05: a number
+    # the figure must not show as if measured.
+    assert two_hollow.per_concept["c0"]["above_null_pos"] > 0.03
+    fig = predictor_effect_figure(two_hollow, {})
+    pos = fig.axes[0]
+    assert pos.get_title().startswith("s > 0")
+    drawn = [(round(x, 3), y, hollow, yerr) for x, y, hollow, yerr in _points(pos)]
+    hollow = [d for d in drawn if d[2]]
+    assert len(drawn) == 5 and len(hollow) == 2
+    for x, y, _hollow, has_interval in hollow:
+        assert y == 0.0 and not has_interval and x in (0.5, 0.6)
+    assert "5 concepts, 2/5 all gated out" in pos.get_title()
+    assert "0/5 all gated out" in fig.axes[1].get_title()
+    legend = [t.get_text() for t in pos.get_legend().get_texts()]
+    assert HOLLOW_LEGEND in legend
+    note = fig._suptitle.get_text()
+    assert "not measured" in note and "0 by the gate" not in note
+    plt.close(fig)
+
+
+def test_the_forest_draws_hollow_concepts_at_zero_and_counts_them(two_hollow):
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import HOLLOW_LEGEND, forest_figure
+
+    fig = forest_figure(two_hollow, {})
+    ax = fig.axes[0]
+    hollow = [p for p in _points(ax) if p[2]]
+    assert len(hollow) == 2 and all(x == 0.0 and not err for x, _y, _h, err in hollow)
+    assert "s > 0: 5 concepts, 2/5 all gated out" in ax.get_title()
+    assert "s < 0: 5 concepts, 0/5 all gated out" in ax.get_title()
+    assert HOLLOW_LEGEND in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+
+
+def test_the_answer_note_says_what_enters_r(two_hollow):
+    note = next(n for n in answer_of(two_hollow).notes if "coherence gate" in n)
+    assert "c0 (4/4), c1 (4/4)" in note and "not measured" in note
+    assert "0 minus the random directions' mean" in note
