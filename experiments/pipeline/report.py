@@ -152,7 +152,7 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
 
 def _ci(d: dict, spec: str = "+.3f") -> str:
     """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
-    return interval_dict_text({"reason": "not evaluable", **d}, spec)
+    return interval_dict_text({"reason": status_word("not_evaluable"), **d}, spec)
 
 
 def measurement_markdown(stats: dict) -> list[str]:
@@ -167,7 +167,9 @@ def measurement_markdown(stats: dict) -> list[str]:
     ]
     for name, rel in stats.get("reliability", {}).items():
         value = rel.get("estimate")
-        shown = number(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
+        shown = (
+            number(value, ".2f") if value is not None else f"not estimable ({rel.get('reason')})"
+        )
         lines.append(f"| {name} | {shown} |")
     corrected = stats.get("corrected_correlations", {})
     if corrected:

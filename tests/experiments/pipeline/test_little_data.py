@@ -246,3 +246,49 @@ def test_the_answer_note_says_what_enters_r(two_hollow):
     note = next(n for n in answer_of(two_hollow).notes if "coherence gate" in n)
     assert "c0 (4/4), c1 (4/4)" in note and "not measured" in note
     assert "0 minus the random directions' mean" in note
+
+
+# ------------------------------------------------------ a reliability that is not estimable
+
+
+def test_a_negative_split_half_reliability_is_reported_not_estimable_in_the_run():
+    """The stage as a run calls it: the effect's halves (one prompt each) anti-correlate
+    across concepts, so Spearman-Brown gives a negative value. It is no reliability: no
+    metric, the reason in the record and the summary, the raw value under its own name,
+    and the correlation it would correct is not estimable either."""
+    from experiments.pipeline.effect import EffectReport
+    from experiments.pipeline.measurement import measure
+    from experiments.pipeline.publish import measurement_metrics
+    from experiments.pipeline.report import measurement_markdown
+
+    rng = np.random.default_rng(3)
+    concepts = [f"c{i}" for i in range(12)]
+    z = rng.normal(size=len(concepts))
+    rows = [
+        {"concept": c, "prompt_index": p, "sample": 0, "sign": sign, "above_null": value}
+        for i, c in enumerate(concepts)
+        for sign in (1, -1)
+        for p, value in ((0, z[i]), (1, -z[i] + 0.1 * rng.normal()))
+    ]
+    effect = EffectReport(above_null=pd.DataFrame(rows))
+    detection = {
+        c: {
+            "test_scores": list(rng.normal(size=8) + np.repeat([0.0, 1.0 + i / 4], 4)),
+            "test_labels": [0] * 4 + [1] * 4,
+            "threshold": 0.5,
+        }
+        for i, c in enumerate(concepts)
+    }
+    stats = measure(effect, CONFIG, detection).statistics
+    rel = stats["reliability"]["effect_above_null_pos"]
+    assert rel["estimate"] is None and rel["spearman_brown_raw"] < 0
+    assert "outside [0, 1]" in rel["reason"] and f"{rel['spearman_brown_raw']:.3f}" in rel["reason"]
+    metrics = measurement_metrics(stats)
+    assert "reliability/effect_above_null_pos" not in metrics or (
+        metrics["reliability/effect_above_null_pos"] is None
+    )
+    corrected = stats["corrected_correlations"]["predictor_vs_effect_pos"]["corrected"]
+    assert corrected["estimate"] is None and "not estimable" in corrected["reason"]
+    assert metrics["correlation/predictor_vs_effect_pos/corrected"] is None
+    text = "\n".join(measurement_markdown(stats))
+    assert "| effect_above_null_pos | not estimable (" in text
