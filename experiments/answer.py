@@ -68,6 +68,42 @@ CRITERIA_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class DirectionOrigin:
+    """How an answer names where a run's steering directions came from, and so whose
+    detection quality its predictor is (``steering.vector_source``)."""
+
+    quality: str  # whose quality the predictor measures, and on what
+    steering: str  # what the text is steered along
+    detector: str  # what a degenerate one is: its detector, in a word
+
+
+def direction_origin(vector_source: str, predictor: str) -> DirectionOrigin:
+    """The words for a run's directions: the trained probes' own weights
+    (``classifier``), another direction source's direction (``diffmean``, ...; the
+    predictor is still the trained probe's), or imported vectors (``file``; each scored
+    as a detector on the probes' held-out texts)."""
+    if vector_source == "file":
+        return DirectionOrigin(
+            quality=f"an imported vector's detection quality ({predictor} of its projection "
+            "on the probes' held-out texts)",
+            steering="along that vector (imported from a file)",
+            detector="imported vector",
+        )
+    if vector_source == "classifier":
+        return DirectionOrigin(
+            quality=f"a concept classifier's quality ({predictor}, held-out texts)",
+            steering="along its direction (the trained probe's weights)",
+            detector="probe",
+        )
+    return DirectionOrigin(
+        quality=f"a concept classifier's quality ({predictor} of the trained probe, "
+        "held-out texts)",
+        steering=f"along the concept's direction from the direction source {vector_source}",
+        detector="probe",
+    )
+
+
 def status_word(status: str) -> str:
     """The word people read for a status (:data:`STATUSES`); an unknown key as it is."""
     known = STATUSES.get(status)

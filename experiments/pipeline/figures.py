@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from experiments.answer import status_word
+from experiments.answer import direction_origin, status_word
 from experiments.pipeline.effect import SIGNS
 from experiments.record import RunRecord
 
@@ -51,7 +51,7 @@ def plots(
     xs, ys = [predictor[k] for k in shared], [magnitudes[k] for k in shared]
     ax.scatter(xs, ys)
     ax.set(
-        xlabel=f"classifier {ctx.predictor_name} (held-out test split)",
+        xlabel=f"{_detector(ctx.config)} {ctx.predictor_name} (held-out test split)",
         ylabel="mean |Δ_s − Δ_0|",
         title="F1 against steering magnitude",
     )
@@ -201,7 +201,14 @@ def _gated(values: dict, label: str) -> tuple[int, int]:
     return int(values.get(f"gated_out_{label}") or 0), int(values.get(f"steered_{label}") or 0)
 
 
-def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str:
+def _detector(config) -> str:
+    """What the run's predictor scores, in a word (the answer's: probe, imported vector)."""
+    return direction_origin(config.steering.vector_source, config.criteria.predictor).detector
+
+
+def _concept_label(
+    name: str, values: dict, label: str, flag: str | None, detector: str = "probe"
+) -> str:
     """A concept's label: its name, n of its interval, k/n gated, and a degenerate flag."""
     parts = [name]
     n = values.get(f"above_null_{label}_n")
@@ -211,7 +218,7 @@ def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str
     if k:
         parts.append(f"{k}/{total} gated" + (", not measured" if k == total else ""))
     if flag:
-        parts.append("⚠ degenerate probe")
+        parts.append(f"⚠ degenerate {detector}")
     return " · ".join(parts)
 
 
@@ -257,6 +264,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
     name = record.config.criteria.predictor
     c = record.config.criteria
     flags = degenerate_probes(record.predictors, name)
+    detector = _detector(record.config)
     fig, axes = plt.subplots(
         1, len(signs), figsize=(6 * len(signs), 5.2), squeeze=False, sharex=True, sharey=True
     )
@@ -297,7 +305,9 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             )
             points.append((x, y))
             labels.append(
-                _concept_label(names.get(synset, synset), values, label, flags.get(synset))
+                _concept_label(
+                    names.get(synset, synset), values, label, flags.get(synset), detector
+                )
             )
         ax.axhline(0, color="black", linewidth=0.5)
         ax.axhline(c.effect_min, color="green", linestyle=":", label=f"threshold {c.effect_min:g}")
@@ -327,7 +337,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
         notes.append(HOLLOW_NOTE)
     if flags:
         notes.append(
-            "⚠ degenerate probe (red X): "
+            f"⚠ degenerate {detector} (red X): "
             + "; ".join(f"{names.get(k, k)}: {why}" for k, why in flags.items())
         )
     fig.suptitle("\n".join(notes), fontsize=8)
@@ -423,7 +433,10 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     if any_hollow:
         notes.append(HOLLOW_NOTE)
     if flags:
-        notes.append("⚠ the concept's probe is degenerate (predictor_vs_effect.png says how)")
+        notes.append(
+            f"⚠ the concept's {_detector(record.config)} is degenerate as a detector "
+            "(predictor_vs_effect.png says how)"
+        )
     measured = [c for c in concepts if any(f"above_null_{lab}" in record.per_concept[c]
                                            for lab in signs)]  # fmt: skip
     counts = "; ".join(

@@ -71,14 +71,18 @@ def records(hollow_pos: set[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_record(frame: pd.DataFrame, vector_source: str = "classifier") -> RunRecord:
+def run_record(
+    frame: pd.DataFrame, vector_source: str = "classifier", vector_file: str = ""
+) -> RunRecord:
     predictor = {c: 0.5 + 0.1 * i for i, c in enumerate(CONCEPTS)}
     effect = evaluate_effect(frame, predictor, CONFIG)
     per_concept = {c: dict(v) for c, v in effect.per_concept.items()}
     for c, v in concept_intervals(frame, CONFIG).items():
         per_concept.setdefault(c, {}).update(v)
-    config = CONFIG.model_copy(deep=True)
-    config.steering.vector_source = vector_source
+    overrides = [f"steering.vector_source={vector_source}"]
+    if vector_file:
+        overrides.append(f"steering.vector_file={vector_file}")
+    config = load_config("configs/phase5.yaml", ["criteria.n_boot=200", *overrides])
     return RunRecord(
         run_id="little",
         experiment="e",
@@ -292,3 +296,44 @@ def test_a_negative_split_half_reliability_is_reported_not_estimable_in_the_run(
     assert metrics["correlation/predictor_vs_effect_pos/corrected"] is None
     text = "\n".join(measurement_markdown(stats))
     assert "| effect_above_null_pos | not estimable (" in text
+
+
+# ------------------------------------------- the answer names where the directions came from
+
+
+@pytest.mark.parametrize(
+    ("source", "says", "never"),
+    [
+        ("classifier", ["concept classifier's quality", "trained probe's weights"], []),
+        ("diffmean", ["trained probe", "direction source diffmean"], ["probe's weights"]),
+        (
+            "file",
+            ["imported vector's detection quality", "imported from a file"],
+            ["classifier", "degenerate probe", "Degenerate probe"],
+        ),
+    ],
+)
+def test_the_answer_names_where_the_directions_came_from(source, says, never, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from experiments.pipeline.figures import forest_figure, predictor_effect_figure
+
+    vectors = tmp_path / "vectors.safetensors"  # a config naming a file needs one there
+    vectors.write_bytes(b"")
+    record = run_record(records(set()), source, str(vectors) if source == "file" else "")
+    record.predictors["c4"]["auroc"] = 0.3  # a degenerate detector
+    answer = answer_of(record)
+    text = " ".join([answer.question, *answer.notes])
+    for words in says:
+        assert words in text, (source, words)
+    for words in never:
+        assert words not in text, (source, words)
+    detector = {"file": "imported vector"}.get(source, "probe")
+    assert f"Degenerate {detector}(s) as detectors" in text
+    figures = [predictor_effect_figure(record, {}), forest_figure(record, {})]
+    shown = " ".join(t.get_text() for fig in figures for t in fig.findobj(plt.Text) if t.get_text())
+    assert f"degenerate {detector}" in shown
+    if source == "file":
+        assert "probe" not in shown.replace("the probe's test texts", "")
+    for fig in figures:
+        plt.close(fig)
