@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from experiments.answer import status_word
 from experiments.config import ExperimentConfig
 from experiments.pipeline.plan import CONCEPT_ARM
 from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
@@ -266,7 +267,7 @@ def _verdict_result(
             f"[{interval.low:.3f}, {interval.high:.3f}], n = {interval.n}{clusters}"
         )
     else:
-        reason = interval.reason or "not evaluable"
+        reason = interval.reason or status_word("not_evaluable")
     return CriterionResult(key, description, status, interval.estimate, threshold, reason)
 
 

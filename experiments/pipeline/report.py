@@ -199,7 +199,8 @@ def measurement_markdown(stats: dict) -> list[str]:
                     f"directions in {d['n_clusters']} concepts"
                 )
             else:
-                shown.append(f"{SIGN_LABELS[sign]}: not evaluable ({d.get('reason')})")
+                word = status_word("not_evaluable")
+                shown.append(f"{SIGN_LABELS[sign]}: {word} ({d.get('reason')})")
         lines += [
             "",
             "Likelihood outcome against the generation effect across directions (each "
