@@ -255,6 +255,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from experiments.pipeline.per_concept import degenerate_probes, predictor_interval
 
@@ -319,9 +320,13 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             )
             + f"\n{_gated_count(record, shown, label)}",
         )
+        handles, _labels = ax.get_legend_handles_labels()
         if any(_hollow(record.per_concept[k], label) for k in shown):
-            ax.plot([], [], "o", color="grey", markerfacecolor="none", label=HOLLOW_LEGEND)
-        ax.legend(fontsize=7, loc="upper left")
+            handles.append(
+                Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
+                       label=HOLLOW_LEGEND)
+            )  # fmt: skip
+        ax.legend(handles=handles, fontsize=7, loc="upper left")
         placements.append((ax, points, labels))
     level = f"{c.confidence:.0%}"
     x_note = (

@@ -147,7 +147,7 @@ def test_every_view_of_the_answer_says_not_evaluable_and_why(all_gated):
 def test_the_terminal_and_the_runs_table_say_it_too(all_gated):
     from experiments.cli import answer as cli_answer
     from experiments.cli import common
-    from experiments.cli.runs import _status
+    from experiments.cli.runs import _status, unjudged
 
     answer = answer_of(all_gated)
     buffer = io.StringIO()
@@ -160,8 +160,11 @@ def test_the_terminal_and_the_runs_table_say_it_too(all_gated):
     printed = buffer.getvalue()
     assert f"not evaluable ({REASON})" in printed and "not_evaluable" not in printed
     listed = {v.key: v for v in parse_criteria(criteria_csv(answer))}
-    cell = _status(listed["v2_effect_above_null_pos"])
-    assert "not evaluable" in cell and REASON in cell
+    assert "not evaluable" in _status(listed["v2_effect_above_null_pos"])
+    assert "pass" in _status(listed["v2_effect_above_null_neg"])
+    why = unjudged("little-run", listed.values())
+    assert f"little-r · effect above null (gated) · s > 0: {REASON}" in why
+    assert not any("effect above null (gated) · s < 0" in line for line in why)
 
 
 def test_mlflow_logs_no_verdict_metric_for_it_and_tags_the_reason(all_gated):
