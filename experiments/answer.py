@@ -6,10 +6,14 @@ A phase builds its :class:`Answer` from its record alone (Phase 5:
 terminal, ``--json``, ``answer.md``, ``criteria.csv`` and the MLflow descriptions say
 the same thing in the same words:
 
-- a verdict's status is one of :data:`STATUSES`' keys, and the headline and the table
-  both show that word and the same reading of the interval against the threshold
-  (:func:`reading`: an interval above 0 but below a positive threshold reads "real,
-  below the threshold", not "no");
+- a verdict's status is one of :data:`STATUSES`' keys (``criteria.csv``, ``--json`` and
+  the MLflow tags keep the key); every view a person reads shows the status's one word
+  from the same table (:func:`status_word`: ``not_evaluable`` reads "not evaluable"),
+  and the headline and the table show the same reading of the interval against the
+  threshold (:func:`reading`, from the numbers alone: an interval above 0 but below a
+  positive threshold reads "real, short of the threshold", not "no"; a verdict
+  without an interval reads "no interval (point value)"; a verdict with no value
+  reads its reason);
 - numbers are formatted by :func:`number` and :func:`interval_text` only.
 """
 
@@ -24,15 +28,28 @@ from experiments.rundir import neutralise
 ANSWER_HEADING = "## The answer"
 # Where the answer block ends in a text that continues (the MLflow run description).
 END_MARK = "\n---\n"
-# A status and what it says, in the terminal's colour.
+
+
+@dataclass(frozen=True)
+class Status:
+    """How a status reads: its one word for people and its colour in the terminal."""
+
+    word: str
+    colour: str
+
+
+# The one vocabulary of statuses: each key (what files and MLflow keep; the statuses of
+# ``metrics.criteria.STATUSES``) and the word every view a person reads shows for it.
 STATUSES = {
-    "pass": "green",
-    "fail": "red",
-    "inconclusive": "yellow",
-    "not_evaluable": "dim",
-    "pending": "dim",
-    "panel_required": "dim",
+    "pass": Status("pass", "green"),
+    "fail": Status("fail", "red"),
+    "inconclusive": Status("inconclusive", "yellow"),
+    "not_evaluable": Status("not evaluable", "dim"),
+    "pending": Status("pending", "dim"),
+    "panel_required": Status("panel required", "dim"),
 }
+# Statuses that rest on where an interval (or a point value) lies against a threshold.
+JUDGED = ("pass", "fail", "inconclusive")
 SIGN_LABELS = {"pos": "s > 0", "neg": "s < 0", "both": "both signs"}
 CRITERIA_COLUMNS = (
     "key",
@@ -49,6 +66,54 @@ CRITERIA_COLUMNS = (
     "reason",
     "description",
 )
+
+
+@dataclass(frozen=True)
+class DirectionOrigin:
+    """How an answer names where a run's steering directions came from, and so whose
+    detection quality its predictor is (``steering.vector_source``)."""
+
+    quality: str  # whose quality the predictor measures, and on what
+    steering: str  # what the text is steered along
+    detector: str  # what a degenerate one is: its detector, in a word
+
+
+def direction_origin(vector_source: str, predictor: str) -> DirectionOrigin:
+    """The words for a run's directions: the trained probes' own weights
+    (``classifier``), another direction source's direction (``diffmean``, ...; the
+    predictor is still the trained probe's), or imported vectors (``file``; each scored
+    as a detector on the probes' held-out texts)."""
+    if vector_source == "file":
+        return DirectionOrigin(
+            quality=f"an imported vector's detection quality ({predictor} of its projection "
+            "on the probes' held-out texts)",
+            steering="along that vector (imported from a file)",
+            detector="imported vector",
+        )
+    if vector_source == "classifier":
+        return DirectionOrigin(
+            quality=f"a concept classifier's quality ({predictor}, held-out texts)",
+            steering="along its direction (the trained probe's weights)",
+            detector="probe",
+        )
+    return DirectionOrigin(
+        quality=f"a concept classifier's quality ({predictor} of the trained probe, "
+        "held-out texts)",
+        steering=f"along the concept's direction from the direction source {vector_source}",
+        detector="probe",
+    )
+
+
+def status_word(status: str) -> str:
+    """The word people read for a status (:data:`STATUSES`); an unknown key as it is."""
+    known = STATUSES.get(status)
+    return known.word if known else status
+
+
+def status_colour(status: str) -> str:
+    """The terminal's colour for a status (dim for an unknown key)."""
+    known = STATUSES.get(status)
+    return known.colour if known else "dim"
 
 
 def number(value: object, spec: str = "+.3f") -> str:
@@ -150,23 +215,34 @@ class Answer:
 
 
 def reading(v: Verdict) -> str:
-    """The verdict in words: where the interval lies against the threshold (and 0)."""
-    t = f"{v.threshold:g}"
-    above = v.direction == "above"
-    if v.status == "pass":
-        return f"interval {'above' if above else 'below'} {t}"
-    if v.status == "fail":
-        real = v.low is not None and v.high is not None and (v.low > 0 or v.high < 0)
-        if real and v.threshold != 0 and (v.low > 0) == above:
-            return f"real (interval {'above' if above else 'below'} 0), short of the threshold {t}"
-        return f"interval {'below' if above else 'above'} {t}"
-    if v.status == "inconclusive":
-        return f"interval spans {t}"
-    return {
-        "not_evaluable": "not evaluable",
-        "pending": "pending",
-        "panel_required": "the judge panel is needed",
-    }.get(v.status, v.status.replace("_", " "))
+    """The verdict in words, read from its numbers alone: where the interval lies against
+    the threshold (and 0). A verdict that was not judged (not evaluable, pending, the
+    panel required) reads its reason; one without an interval reads "no interval (point
+    value)" whatever its status says; an interval that reaches the threshold spans it
+    (a pass needs the whole interval beyond it, as ``metrics.intervals.interval_verdict``)."""
+    if v.status not in JUDGED:
+        return v.reason or status_word(v.status)
+    return interval_reading(v.low, v.high, v.threshold, v.direction)
+
+
+def interval_reading(
+    low: float | None, high: float | None, threshold: float, direction: str = "above"
+) -> str:
+    """Where ``[low, high]`` lies against ``threshold``, in words (``direction``: the side
+    a pass lies on). "real (interval above 0), short of the threshold" when it misses a
+    threshold beyond 0 but excludes 0 on the threshold's side."""
+    if low is None or high is None:
+        return "no interval (point value)"
+    t = f"{threshold:g}"
+    if low > threshold:
+        if direction == "below" and high < 0:
+            return f"real (interval below 0), short of the threshold {t}"
+        return f"interval above {t}"
+    if high < threshold:
+        if direction == "above" and low > 0:
+            return f"real (interval above 0), short of the threshold {t}"
+        return f"interval below {t}"
+    return f"interval spans {t}"
 
 
 def interval_text(v: Verdict, spec: str = "+.3f") -> str:
@@ -182,7 +258,7 @@ def headline_part(v: Verdict) -> str:
     else:
         n = f" over {v.n} {v.units}" if v.n else ""
         detail = f"{v.symbol}{number(v.value)} {interval_text(v)}{n}, {reading(v)}"
-    return f"{v.claim}: {v.status} ({detail})"
+    return f"{v.claim}: {status_word(v.status)} ({detail})"
 
 
 def _cell(text: str) -> str:
@@ -208,7 +284,7 @@ def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = N
     for v in answer.verdicts:
         lines.append(
             f"| {_cell(v.group)} | {_cell(v.label)} | {number(v.value)} | {interval_text(v)} "
-            f"| {v.threshold:g} | **{v.status}** | {_cell(reading(v))} |"
+            f"| {v.threshold:g} | **{status_word(v.status)}** | {_cell(reading(v))} |"
         )
     if answer.seed:
         lines += ["", f"{answer.seed_label}:", ""]
@@ -218,7 +294,7 @@ def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = N
         ]
         for v in answer.seed:
             lines.append(
-                f"| {v.key} | {number(v.value)} | {v.threshold:g} | {v.status} "
+                f"| {v.key} | {number(v.value)} | {v.threshold:g} | {status_word(v.status)} "
                 f"| {_cell(v.reason)} |"
             )
     if answer.figures:
@@ -237,7 +313,7 @@ def answer_line(answer: Answer, name: str, link: str) -> str:
     for v in answer.verdicts:
         if not v.claim:
             continue
-        short.setdefault(v.label, []).append(f"{v.group} **{v.status}**")
+        short.setdefault(v.label, []).append(f"{v.group} **{status_word(v.status)}**")
         if v.value is not None:
             detail.append(
                 f"{v.label} at {v.group} {number(v.value, '+.2f')} {interval_text(v, '+.2f')}"

@@ -26,9 +26,13 @@ too, so each half sees the same prompts.
 
 Why the mean correlation is stepped up rather than the mean of stepped-up values: the
 formula is steep near r = −1, so single negative splits would dominate a mean of
-corrected values. A reliability ≤ 0 means the measure does not separate concepts
-beyond its noise: it is reported as it is, and a correlation cannot be corrected with
-it (:class:`Disattenuated` then says so instead of giving a NaN).
+corrected values. A reliability is a share of variance, so it lies in [0, 1]; a
+Spearman–Brown value outside it (negative when the halves anti-correlate across
+concepts, e.g. −1.36 from a half r of −0.58) estimates no reliability: it is reported as
+not estimable, with its reason, its value kept only as ``spearman_brown_raw``, and a
+correlation cannot be corrected with it (:class:`Disattenuated` then says so instead of
+giving a NaN); nor with a reliability of 0 (the measure does not separate concepts
+beyond its noise).
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ def spearman_brown(r: float | np.ndarray, factor: float = 2.0) -> float | np.nda
 
 @dataclass(frozen=True)
 class Reliability:
-    """A Spearman–Brown corrected split-half reliability (None when not evaluable)."""
+    """A Spearman–Brown corrected split-half reliability, in [0, 1]; None when it is not
+    estimable (``reason`` says why)."""
 
     estimate: float | None
     half_r: float | None  # mean correlation between half-aggregates, before the correction
@@ -72,6 +77,9 @@ class Reliability:
     method: str
     reason: str = ""
     interval: Interval | None = None  # concept-level bootstrap interval, when asked for
+    # The Spearman–Brown value of the mean half r, whatever it is: outside [0, 1] it is
+    # not a reliability (``estimate`` is then None); kept so the record shows it.
+    spearman_brown_raw: float | None = None
 
     @property
     def evaluable(self) -> bool:
@@ -207,6 +215,14 @@ def split_half_reliability(
     if not np.isfinite(rel[0]):
         reason = "the halves are perfectly anti-correlated (r = -1): no reliability"
         return Reliability(None, float(mean_r[0]), None, n_c, splits, method, reason)
+    raw = float(rel[0])
+    if not 0.0 <= raw <= 1.0:
+        reason = (
+            f"Spearman-Brown gives {raw:.3f}, outside [0, 1] (the halves "
+            f"correlate at r = {float(mean_r[0]):.3f} across concepts): the measure does "
+            "not separate concepts beyond its noise"
+        )
+        return Reliability(None, float(mean_r[0]), None, n_c, splits, method, reason, None, raw)
     per_split = _reliability_of_halves(np.moveaxis(stacked[0], 1, 0)[:, :, None, :])[0]
     with np.errstate(invalid="ignore"):
         sd = float(np.nanstd(per_split)) if np.isfinite(per_split).sum() > 1 else None
@@ -224,7 +240,7 @@ def split_half_reliability(
             method=f"{method}, bootstrap over concepts",
         )
         interval = dataclasses.replace(interval, n=n_units)
-    return Reliability(float(rel[0]), float(mean_r[0]), sd, n_c, splits, method, "", interval)
+    return Reliability(raw, float(mean_r[0]), sd, n_c, splits, method, "", interval, raw)
 
 
 @dataclass(frozen=True)
@@ -250,7 +266,10 @@ class Disattenuated:
 
 def _unusable(name: str, rel: Reliability) -> str | None:
     if not rel.evaluable:
-        return f"the reliability of {name} is not evaluable ({rel.reason})"
+        return (
+            f"the reliability of {name} is not estimable ({rel.reason}), so the correlation "
+            "cannot be corrected"
+        )
     if not rel.usable:
         return (
             f"the reliability of {name} is {rel.estimate:.3f} (<= 0): the measure does not "

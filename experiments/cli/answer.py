@@ -11,10 +11,10 @@ from experiments.cli.common import out
 
 def print_answer(answer) -> None:
     """Any phase's answer block (experiments.answer.Answer) as terminal tables."""
-    from experiments.answer import STATUSES, interval_text, number, reading
+    from experiments.answer import interval_text, number, reading, status_colour, status_word
 
     def status(text: str) -> str:
-        return f"[{STATUSES.get(text, 'dim')}]{text}[/]"
+        return f"[{status_colour(text)}]{status_word(text)}[/]"
 
     out.print(f"[bold]The answer[/] (run {answer.run_id})", highlight=False)
     out.print(f"[bold]Question.[/] {answer.question}", highlight=False)

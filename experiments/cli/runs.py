@@ -11,15 +11,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from experiments.answer import JUDGED, status_colour, status_word
 from experiments.cli.common import JsonOpt, friendly, out, print_json
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``runs`` command to ``app``."""
     app.command("runs")(friendly(runs))
-
-
-STATUS_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
 def runs(
@@ -58,13 +56,15 @@ def runs(
         table.add_column("criterion")
         for group in groups:
             table.add_column(group, no_wrap=True)
+        why = []  # a verdict that was not judged: its reason, under the table
         for r in rows:
             head = [f"{r.run_id}\n{r.started} · {r.status.lower()}", escape(r.name)]
             labels = list(dict.fromkeys(v.label for v in shown[r.run_id]))
             if not labels:
                 table.add_row(*head, f"[dim]{escape(r.note)}[/]", *[""] * len(groups))
             for k, label in enumerate(labels):
-                status = {v.group: v.status for v in shown[r.run_id] if v.label == label}
+                status = {v.group: v for v in shown[r.run_id] if v.label == label}
+                why += unjudged(r.run_id, status.values())
                 table.add_row(
                     *(head if k == 0 else ["", ""]),
                     escape(label),
@@ -72,12 +72,26 @@ def runs(
                     end_section=k == len(labels) - 1,
                 )
         out.print(table)
+        for line in dict.fromkeys(why):
+            out.print(f"[dim]{escape(line)}[/]", highlight=False)
 
 
-def _status(status: str | None) -> str:
-    if status is None:
+def unjudged(run_id: str, verdicts) -> list[str]:
+    """``run · criterion · group: reason`` for each verdict that was not judged (not
+    evaluable, pending), the reason as the answer gives it."""
+    return [
+        f"{run_id[:8]} · {v.label} · {v.group}: {v.reason}"
+        for v in verdicts
+        if v.status not in JUDGED and v.reason
+    ]
+
+
+def _status(verdict) -> str:
+    """A verdict's cell: its status in the answer's word and colour (a verdict that was
+    not judged has its reason under the table, as the answer says it)."""
+    if verdict is None:
         return ""
-    return f"[{STATUS_STYLE.get(status, 'dim')}]{escape(status)}[/]"
+    return f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"
 
 
 def _seed_criterion(key: str) -> bool:

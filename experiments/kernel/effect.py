@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from experiments.answer import status_word
 from experiments.config import ExperimentConfig
 from experiments.kernel.plan import CONCEPT_ARM
 from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
@@ -266,7 +267,7 @@ def _verdict_result(
             f"[{interval.low:.3f}, {interval.high:.3f}], n = {interval.n}{clusters}"
         )
     else:
-        reason = interval.reason or "not evaluable"
+        reason = interval.reason or status_word("not_evaluable")
     return CriterionResult(key, description, status, interval.estimate, threshold, reason)
 
 
@@ -302,15 +303,37 @@ class EffectReport:
     arm_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _summarise(frame: pd.DataFrame, config: ExperimentConfig) -> dict:
-    out: dict[str, float | None] = {"n": float(len(frame))}
+def sign_label(sign: int) -> str:
+    """``s > 0`` or ``s < 0``: a sign as every view names it."""
+    return f"s {'>' if sign > 0 else '<'} 0"
+
+
+def all_gated(frame: pd.DataFrame, what: str) -> str | None:
+    """Why a gated measure of ``frame`` is not evaluable: every one of its steered texts
+    failed the coherence gate, so each gated effect is 0 by the gate and measures
+    nothing; None when some text passed (or there are none)."""
+    n = len(frame)
+    if n == 0 or bool(frame["gate_pass"].astype(bool).any()):
+        return None
+    return f"every steered text at {what} was gated ({n}/{n})"
+
+
+def _summarise(frame: pd.DataFrame, config: ExperimentConfig, what: str) -> dict:
+    out: dict[str, float | str | None] = {"n": float(len(frame))}
+    gated = all_gated(frame, what)
     for column in ("e", "e_gated", "combined"):
         ci = mean_ci(frame, column, config)
+        if column == "e_gated" and gated:
+            ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
         out[f"{column}_mean"] = ci.estimate
         out[f"{column}_low"] = ci.low
         out[f"{column}_high"] = ci.high
+    if gated:
+        out["gated_reason"] = gated  # why the gated effect is not evaluable
     out["gate_pass_fraction"] = float(frame["gate_pass"].mean()) if len(frame) else None
-    out["direction_fraction"] = float((frame["e_gated"] > 0).mean()) if len(frame) else None
+    out["direction_fraction"] = (
+        float((frame["e_gated"] > 0).mean()) if len(frame) and not gated else None
+    )
     return out
 
 
@@ -325,13 +348,20 @@ def evaluate_effect(
         np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])
     ):
         for sign, rows in arm_rows.groupby("sign"):
-            out.summary[f"{arm_name}/{SIGNS[int(sign)]}"] = _summarise(rows, config)
+            what = sign_label(int(sign)) + ("" if arm_name == CONCEPT_ARM else f" ({arm_name})")
+            out.summary[f"{arm_name}/{SIGNS[int(sign)]}"] = _summarise(rows, config, what)
     null = above_null(effects)
     null_raw = above_null(effects, "e")
     for sign, label in SIGNS.items():
         rows = null[null["sign"] == sign]
         raw = null_raw[null_raw["sign"] == sign]
+        concept_rows = effects[(effects["arm"] == CONCEPT_ARM) & (effects["sign"] == sign)]
+        # Every steered text of the sign gated: its gated effect, direction and their
+        # correlation are 0 by the gate, measured on nothing; not evaluable, and why.
+        gated = all_gated(concept_rows, sign_label(sign))
         ci = mean_ci(rows, "above_null", config)
+        if gated:
+            ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
         ci_raw = mean_ci(raw, "above_null", config)
         out.summary[f"above_null/{label}"] = {
             "gated_mean": ci.estimate,
@@ -341,11 +371,13 @@ def evaluate_effect(
             "ungated_low": ci_raw.low,
             "ungated_high": ci_raw.high,
             "n": float(len(rows)),
+            **({"gated_reason": gated} if gated else {}),
         }
-        concept_rows = effects[(effects["arm"] == CONCEPT_ARM) & (effects["sign"] == sign)]
         # Direction: the fraction of pairs whose gated effect is positive.
         k = int((concept_rows["e_gated"] > 0).sum())
         direction = binomial_interval(k, len(concept_rows), config.criteria.confidence)
+        if gated:
+            direction = not_evaluable(gated, direction.n, direction.n_clusters, direction.method)
         key = f"v2_direction_{label}"
         out.criteria[key] = _verdict_result(
             key,
@@ -370,6 +402,9 @@ def evaluate_effect(
         pairs = [(predictor[k], float(v)) for k, v in per_concept.items() if k in predictor]
         pearson = _correlation_interval(pairs, "pearson", config)
         spearman = _correlation_interval(pairs, "spearman", config)
+        if gated:
+            pearson = not_evaluable(gated, pearson.n, pearson.n_clusters, pearson.method)
+            spearman = not_evaluable(gated, spearman.n, spearman.n_clusters, spearman.method)
         key = f"v2_predictor_vs_effect_{label}"
         result = _verdict_result(
             key,

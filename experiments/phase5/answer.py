@@ -15,7 +15,13 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 
 from __future__ import annotations
 
-from experiments.answer import SIGN_LABELS, Answer, Verdict
+from experiments.answer import (
+    SIGN_LABELS,
+    Answer,
+    DirectionOrigin,
+    Verdict,
+    direction_origin,
+)
 from experiments.record import RunRecord
 from metrics.intervals import Interval, interval_verdict
 
@@ -62,14 +68,18 @@ def _rank(key: str) -> tuple[int, int]:
     return sign_rank, known.index(base) if base in known else len(known)
 
 
+def origin(record: RunRecord) -> DirectionOrigin:
+    """Where the run's directions came from, in the answer's words."""
+    return direction_origin(record.config.steering.vector_source, record.config.criteria.predictor)
+
+
 def question(record: RunRecord) -> str:
-    predictor = record.config.criteria.predictor
     n = len(record.per_concept) or len(record.predictors)
+    words = origin(record)
     return (
-        f"Does a concept classifier's quality ({predictor}, held-out texts) predict how "
-        "strongly steering along its direction moves the model's text toward the concept, "
-        f"beyond random directions? Per sign of the strength; {n} concepts, "
-        f"{record.model_id} at layer {record.layer}."
+        f"Does {words.quality} predict how strongly steering {words.steering} moves the "
+        "model's text toward the concept, beyond random directions? Per sign of the "
+        f"strength; {n} concepts, {record.model_id} at layer {record.layer}."
     )
 
 
@@ -146,6 +156,7 @@ def baseline_verdicts(record: RunRecord) -> list[Verdict]:
                 units="pairs",
                 description="the effect of asking for the concept in the prompt instead of "
                 "steering (controls.prompt_baseline)",
+                reason=row.get("gated_reason") or "",
                 sign=sign,
             )
         )
@@ -177,8 +188,8 @@ def seed_verdicts(record: RunRecord) -> list[Verdict]:
 def reader_notes(record: RunRecord) -> list[str]:
     """What a reader must know before trusting a per-concept number: concepts whose
     steered texts the gate failed at a sign (their effect, exactly 0, measures nothing
-    but enters the correlation) and degenerate probes (their F1 has no detector behind
-    it). The figures mark the same concepts."""
+    but enters the correlation) and degenerate detectors (probes, or imported vectors:
+    their F1 has no detector behind it). The figures mark the same concepts."""
     from experiments.phase5.per_concept import degenerate_probes
 
     notes = []
@@ -191,14 +202,17 @@ def reader_notes(record: RunRecord) -> list[str]:
         if gated:
             notes.append(
                 f"At {label}, every steered text of {len(gated)} concept(s) failed the "
-                f"coherence gate: {', '.join(gated)}; their effect is 0 by the gate, not "
-                "measured, and it enters r."
+                f"coherence gate: {', '.join(gated)}; their gated effect is 0 by the gate, "
+                "not measured (the figures draw them hollow at 0, without an interval), yet "
+                "their effect above null (0 minus the random directions' mean) enters r."
             )
     flags = degenerate_probes(record.predictors, record.config.criteria.predictor)
     if flags:
         notes.append(
-            f"Degenerate probe(s), whose {record.config.criteria.predictor} says little "
-            "about the concept: " + "; ".join(f"{k}: {why}" for k, why in flags.items()) + "."
+            f"Degenerate {origin(record).detector}(s) as detectors, whose "
+            f"{record.config.criteria.predictor} says little about the concept: "
+            + "; ".join(f"{k}: {why}" for k, why in flags.items())
+            + "."
         )
     return notes
 

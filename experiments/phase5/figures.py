@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from experiments.answer import direction_origin, status_word
 from experiments.kernel.effect import SIGNS
 from experiments.record import RunRecord
 
@@ -50,7 +51,7 @@ def plots(
     xs, ys = [predictor[k] for k in shared], [magnitudes[k] for k in shared]
     ax.scatter(xs, ys)
     ax.set(
-        xlabel=f"classifier {ctx.predictor_name} (held-out test split)",
+        xlabel=f"{_detector(ctx.config)} {ctx.predictor_name} (held-out test split)",
         ylabel="mean |Δ_s − Δ_0|",
         title="F1 against steering magnitude",
     )
@@ -113,12 +114,14 @@ def _bounds(values: dict, key: str) -> tuple[float | None, float | None]:
 def _verdict_title(record: RunRecord, key: str, what: str) -> str:
     """``what = value [low, high], status`` of a v2 criterion, for a figure title."""
     c = record.criteria.get(key)
-    if c is None or c.value is None:
-        return f"{what}: not evaluable"
+    if c is None:
+        return f"{what}: {status_word('not_evaluable')}"
+    if c.value is None:
+        return f"{what}: {status_word(c.status)}" + (f" ({c.reason})" if c.reason else "")
     interval = record.statistics.get("intervals", {}).get(key, {})
     low, high = interval.get("low"), interval.get("high")
     span = f" [{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
-    return f"{what} = {c.value:+.2f}{span}, {c.status}"
+    return f"{what} = {c.value:+.2f}{span}, {status_word(c.status)}"
 
 
 def _error(value: float, low: float | None, high: float | None) -> list[list[float]] | None:
@@ -198,7 +201,14 @@ def _gated(values: dict, label: str) -> tuple[int, int]:
     return int(values.get(f"gated_out_{label}") or 0), int(values.get(f"steered_{label}") or 0)
 
 
-def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str:
+def _detector(config) -> str:
+    """What the run's predictor scores, in a word (the answer's: probe, imported vector)."""
+    return direction_origin(config.steering.vector_source, config.criteria.predictor).detector
+
+
+def _concept_label(
+    name: str, values: dict, label: str, flag: str | None, detector: str = "probe"
+) -> str:
     """A concept's label: its name, n of its interval, k/n gated, and a degenerate flag."""
     parts = [name]
     n = values.get(f"above_null_{label}_n")
@@ -206,15 +216,30 @@ def _concept_label(name: str, values: dict, label: str, flag: str | None) -> str
         parts.append(f"n={int(n)}")
     k, total = _gated(values, label)
     if k:
-        parts.append(f"{k}/{total} gated")
+        parts.append(f"{k}/{total} gated" + (", not measured" if k == total else ""))
     if flag:
-        parts.append("⚠ degenerate probe")
+        parts.append(f"⚠ degenerate {detector}")
     return " · ".join(parts)
 
 
 HOLLOW_NOTE = (
-    "hollow: every steered text gated out (its effect is 0 by the gate, not measured; it enters r)"
+    "hollow at 0, no interval: every steered text gated out, so its effect is not measured "
+    "(r still counts its 0 minus the random directions' mean)"
 )
+HOLLOW_LEGEND = "every text gated out: not measured (at 0)"
+
+
+def _hollow(values: dict, label: str) -> bool:
+    """Every steered text of the concept at this sign was gated out: not measured."""
+    k, n = _gated(values, label)
+    return n > 0 and k == n
+
+
+def _gated_count(record: RunRecord, concepts: list[str], label: str) -> str:
+    """``n concepts, k/n all gated out``: what a panel's title counts, hollow ones too."""
+    n = len(concepts)
+    k = sum(_hollow(record.per_concept.get(c, {}), label) for c in concepts)
+    return f"{n} concepts, {k}/{n} all gated out"
 
 
 def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
@@ -230,6 +255,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from experiments.phase5.per_concept import degenerate_probes, predictor_interval
 
@@ -239,13 +265,14 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
     name = record.config.criteria.predictor
     c = record.config.criteria
     flags = degenerate_probes(record.predictors, name)
+    detector = _detector(record.config)
     fig, axes = plt.subplots(
         1, len(signs), figsize=(6 * len(signs), 5.2), squeeze=False, sharex=True, sharey=True
     )
     any_x_interval = any_hollow = False
     placements = []
     for ax, label in zip(axes[0], signs, strict=True):
-        points, labels = [], []
+        points, labels, shown = [], [], []
         for synset, values in sorted(record.per_concept.items()):
             x = record.predictors.get(synset, {}).get(name)
             if x is None and name == "f1_raw":
@@ -258,9 +285,11 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             )
             any_x_interval |= xlow is not None
             ylow, yhigh = _bounds(values, f"above_null_{label}")
-            k, n = _gated(values, label)
-            hollow = n > 0 and k == n
+            hollow = _hollow(values, label)
+            if hollow:  # not measured: drawn at 0 without an interval, as the note says
+                y, ylow, yhigh = 0.0, None, None
             any_hollow |= hollow
+            shown.append(synset)
             colour = "red" if synset in flags else SIGN_COLOURS[label]
             ax.errorbar(
                 x,
@@ -277,7 +306,9 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             )
             points.append((x, y))
             labels.append(
-                _concept_label(names.get(synset, synset), values, label, flags.get(synset))
+                _concept_label(
+                    names.get(synset, synset), values, label, flags.get(synset), detector
+                )
             )
         ax.axhline(0, color="black", linewidth=0.5)
         ax.axhline(c.effect_min, color="green", linestyle=":", label=f"threshold {c.effect_min:g}")
@@ -286,9 +317,16 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
             ylabel="effect above null (gated, Δ units)",
             title=_verdict_title(
                 record, f"v2_predictor_vs_effect_{label}", f"{SIGN_TITLES[label]}: r"
-            ),
+            )
+            + f"\n{_gated_count(record, shown, label)}",
         )
-        ax.legend(fontsize=7, loc="upper left")
+        handles, _labels = ax.get_legend_handles_labels()
+        if any(_hollow(record.per_concept[k], label) for k in shown):
+            handles.append(
+                Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
+                       label=HOLLOW_LEGEND)
+            )  # fmt: skip
+        ax.legend(handles=handles, fontsize=7, loc="upper left")
         placements.append((ax, points, labels))
     level = f"{c.confidence:.0%}"
     x_note = (
@@ -304,7 +342,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
         notes.append(HOLLOW_NOTE)
     if flags:
         notes.append(
-            "⚠ degenerate probe (red X): "
+            f"⚠ degenerate {detector} (red X): "
             + "; ".join(f"{names.get(k, k)}: {why}" for k, why in flags.items())
         )
     fig.suptitle("\n".join(notes), fontsize=8)
@@ -343,8 +381,9 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
             if value is None:
                 continue
             low, high = _bounds(values, f"above_null_{label}")
-            k, n = _gated(values, label)
-            hollow = n > 0 and k == n
+            hollow = _hollow(values, label)
+            if hollow:  # not measured: drawn at 0 without an interval, as the note says
+                value, low, high = 0.0, None, None
             any_hollow |= hollow
             ax.errorbar(
                 [value],
@@ -399,8 +438,19 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     if any_hollow:
         notes.append(HOLLOW_NOTE)
     if flags:
-        notes.append("⚠ the concept's probe is degenerate (predictor_vs_effect.png says how)")
-    ax.set(xlabel="\n".join(notes), title="Effect above the random-direction null, per concept")
+        notes.append(
+            f"⚠ the concept's {_detector(record.config)} is degenerate as a detector "
+            "(predictor_vs_effect.png says how)"
+        )
+    measured = [c for c in concepts if any(f"above_null_{lab}" in record.per_concept[c]
+                                           for lab in signs)]  # fmt: skip
+    counts = "; ".join(
+        f"{SIGN_TITLES[lab]}: {_gated_count(record, measured, lab)}" for lab in signs
+    )
+    ax.set(
+        xlabel="\n".join(notes),
+        title=f"Effect above the random-direction null, per concept\n{counts}",
+    )
     handles = [
         Line2D([], [], marker="o", linestyle="", color=SIGN_COLOURS[lab], label=SIGN_TITLES[lab])
         for lab in signs
@@ -408,7 +458,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     if any_hollow:
         handles.append(
             Line2D([], [], marker="o", linestyle="", color="grey", markerfacecolor="none",
-                   label="every text gated out")
+                   label=HOLLOW_LEGEND)
         )  # fmt: skip
     handles.append(Line2D([], [], color="green", linestyle=":", label=f"threshold {threshold:g}"))
     ax.legend(handles=handles, fontsize=7, loc="best")

@@ -42,6 +42,7 @@ from experiments.phase5.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
+from experiments.tracking.context import MAX_TAG_LEN
 
 log = logging.getLogger(__name__)
 
@@ -432,6 +433,7 @@ def views(
         tags={
             "criteria": ", ".join(f"{k}={v.status}" for k, v in record.criteria.items()),
             **{f"criterion.{k}": v.status for k, v in record.criteria.items()},
+            **reason_tags(record),
         },
         params=threshold_params(record),
         files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
@@ -441,6 +443,16 @@ def views(
         experiment=record.experiment,
         also_note=(record.config.tracking.classifier_experiment,),
     )
+
+
+def reason_tags(record: RunRecord) -> dict[str, str]:
+    """``criterion.<key>.reason`` for each criterion that is not evaluable: why, as the
+    answer says it (criterion 4 is left out: Parts B and C retag its status later)."""
+    return {
+        f"criterion.{k}.reason": c.reason[:MAX_TAG_LEN]
+        for k, c in record.criteria.items()
+        if c.status == "not_evaluable" and c.reason and "c4_" not in k
+    }
 
 
 def previous_record(run_dir: RunDir) -> RunRecord | None:

@@ -10,8 +10,10 @@ import pandas as pd
 from experiments.answer import (
     SIGN_LABELS,
     Answer,
+    estimate_text,
     interval_dict_text,
     number,
+    status_word,
 )
 from experiments.kernel import publisher
 from experiments.kernel.effect import SIGNS
@@ -45,18 +47,24 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     for name, v in sorted(summary.items()):
         if name.startswith("above_null"):
             continue
+        gated = estimate_text(
+            v.get("e_gated_mean"), v.get("e_gated_low"), v.get("e_gated_high"),
+            reason=v.get("gated_reason") or "",
+        )  # fmt: skip
         lines.append(
             f"| {name} | {int(v['n'])} | {number(v['e_mean'])} [{number(v['e_low'])}, "
-            f"{number(v['e_high'])}] | {number(v['e_gated_mean'])} [{number(v['e_gated_low'])}, "
-            f"{number(v['e_gated_high'])}] | {number(v['gate_pass_fraction'], '.2f')} | "
+            f"{number(v['e_high'])}] | {gated} | {number(v['gate_pass_fraction'], '.2f')} | "
             f"{number(v['combined_mean'], '.2f')} |"
         )
     lines += ["", "| effect above null | gated | ungated |", "|---|---|---|"]
     for name, v in sorted(summary.items()):
         if name.startswith("above_null"):
+            gated = estimate_text(
+                v.get("gated_mean"), v.get("gated_low"), v.get("gated_high"),
+                reason=v.get("gated_reason") or "",
+            )  # fmt: skip
             lines.append(
-                f"| {name} | {number(v['gated_mean'])} [{number(v['gated_low'])}, "
-                f"{number(v['gated_high'])}] | {number(v['ungated_mean'])} "
+                f"| {name} | {gated} | {number(v['ungated_mean'])} "
                 f"[{number(v['ungated_low'])}, {number(v['ungated_high'])}] |"
             )
     lines += [
@@ -68,7 +76,8 @@ def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     ]
     for c in criteria.values():
         lines.append(
-            f"| {c.key} | **{c.status}** | {number(c.value)} | {c.threshold} | {c.reason} |"
+            f"| {c.key} | **{status_word(c.status)}** | {number(c.value)} | {c.threshold} "
+            f"| {c.reason} |"
         )
     return lines
 
@@ -111,7 +120,8 @@ def summary_markdown(
     lines += ["", "| criterion | status | value | threshold | reason |", "|---|---|---|---|---|"]
     for c in criteria.values():
         lines.append(
-            f"| {c.key} | **{c.status}** | {number(c.value, '.3f')} | {c.threshold} | {c.reason} |"
+            f"| {c.key} | **{status_word(c.status)}** | {number(c.value, '.3f')} | {c.threshold} "
+            f"| {c.reason} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -142,7 +152,7 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
 
 def _ci(d: dict, spec: str = "+.3f") -> str:
     """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
-    return interval_dict_text({"reason": "not evaluable", **d}, spec)
+    return interval_dict_text({"reason": status_word("not_evaluable"), **d}, spec)
 
 
 def measurement_markdown(stats: dict) -> list[str]:
@@ -157,7 +167,9 @@ def measurement_markdown(stats: dict) -> list[str]:
     ]
     for name, rel in stats.get("reliability", {}).items():
         value = rel.get("estimate")
-        shown = number(value, ".2f") if value is not None else f"n/a ({rel.get('reason')})"
+        shown = (
+            number(value, ".2f") if value is not None else f"not estimable ({rel.get('reason')})"
+        )
         lines.append(f"| {name} | {shown} |")
     corrected = stats.get("corrected_correlations", {})
     if corrected:
@@ -187,7 +199,8 @@ def measurement_markdown(stats: dict) -> list[str]:
                     f"directions in {d['n_clusters']} concepts"
                 )
             else:
-                shown.append(f"{SIGN_LABELS[sign]}: not evaluable ({d.get('reason')})")
+                word = status_word("not_evaluable")
+                shown.append(f"{SIGN_LABELS[sign]}: {word} ({d.get('reason')})")
         lines += [
             "",
             "Likelihood outcome against the generation effect across directions (each "

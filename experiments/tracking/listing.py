@@ -18,6 +18,8 @@ from experiments import tracking
 from experiments.rundir import RunDir, restore
 
 CRITERIA_FILE = RunDir.CRITERIA
+# What ``--json`` shows of each verdict.
+VERDICT_FIELDS = ("label", "status", "value", "low", "high", "reason", "reading")
 
 
 @dataclass
@@ -31,6 +33,8 @@ class ListedVerdict:
     value: float | None
     low: float | None
     high: float | None
+    reason: str = ""  # why this status (why not evaluable), as the answer says it
+    reading: str = ""  # the answer's reading of the interval against the threshold
 
 
 @dataclass
@@ -56,8 +60,7 @@ class ListedRun:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["verdicts"] = {
-            group: {v.key: {k: getattr(v, k) for k in ("label", "status", "value", "low", "high")}
-                    for v in verdicts}
+            group: {v.key: {k: getattr(v, k) for k in VERDICT_FIELDS} for v in verdicts}
             for group, verdicts in self.by_group().items()
         }  # fmt: skip
         return data
@@ -83,6 +86,8 @@ def parse_criteria(text: str) -> list[ListedVerdict]:
             value=_float(row["value"]),
             low=_float(row["low"]),
             high=_float(row["high"]),
+            reason=restore(row.get("reason") or ""),
+            reading=restore(row.get("reading") or ""),
         )
         for row in rows
     ]

@@ -133,21 +133,64 @@ def test_the_disattenuated_correlation_recovers_the_true_one(seed):
     assert result.corrected.n_clusters == n_concepts and result.dropped_replicates == 0
 
 
-def test_a_reliability_at_or_below_zero_is_not_evaluable_never_nan():
-    """Halves that anti-correlate across concepts give a negative split-half reliability;
-    the correlation is then reported uncorrected, with the reason."""
+def anti_correlated_halves(seed: int = 1, n: int = 30) -> dict:
+    """Units whose two halves anti-correlate across concepts (one unit z, the other -z)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=n)
+    return {c: np.array([z[c], -z[c]]) + rng.normal(0, 0.3, size=2) for c in range(n)}
+
+
+def test_a_negative_spearman_brown_value_is_not_estimable_its_raw_value_kept():
+    """Halves that anti-correlate across concepts give a Spearman-Brown value below 0: no
+    reliability (a share of variance lies in [0, 1]); it says why, keeps the value under
+    its own name, and has no interval that would look like a reliability's."""
+    rel = split_half_reliability(anti_correlated_halves(), mode="odd_even", n_boot=100)
+    assert rel.estimate is None and not rel.evaluable and rel.interval is None
+    assert rel.half_r < 0 and rel.spearman_brown_raw == pytest.approx(spearman_brown(rel.half_r))
+    assert rel.spearman_brown_raw < 0
+    assert "outside [0, 1]" in rel.reason
+    assert f"{rel.spearman_brown_raw:.3f}" in rel.reason
+    assert rel.to_dict()["estimate"] is None
+
+
+def test_a_correlation_with_a_not_estimable_reliability_is_not_corrected_never_nan():
+    """The correlation is then reported uncorrected, with the reason."""
     rng = np.random.default_rng(1)
-    z = rng.normal(size=30)
-    x = {c: np.array([z[c], -z[c]]) + rng.normal(0, 0.3, size=2) for c in range(30)}
-    y = {c: rng.normal(size=4) + z[c] for c in range(30)}
+    x = anti_correlated_halves()
+    y = {c: rng.normal(size=4) + x[c][0] for c in range(30)}
     result = disattenuated_correlation(x, y, mode="odd_even", n_boot=300)
-    assert result.reliability_x.evaluable and result.reliability_x.estimate <= 0
-    assert not result.reliability_x.usable
+    assert not result.reliability_x.evaluable and not result.reliability_x.usable
     assert not result.corrected.evaluable and result.corrected.estimate is None
-    assert "<= 0" in result.corrected.reason and "of x" in result.corrected.reason
+    assert "reliability of x is not estimable" in result.corrected.reason
+    assert "outside [0, 1]" in result.corrected.reason
     assert result.observed.evaluable  # the observed r still stands
     values = result.corrected.to_dict().values()
     assert not any(isinstance(v, float) and math.isnan(v) for v in values)
+
+
+@PROPS
+@given(
+    st.integers(3, 8),
+    st.integers(2, 6),
+    st.floats(0.0, 2.0),
+    st.sampled_from(["random", "odd_even"]),
+    st.integers(0, 2**16),
+)
+def test_a_reliability_is_in_0_1_or_not_estimable_with_its_reason(
+    n_concepts, n_units, sd_between, mode, seed
+):
+    """Whatever the data, a reported reliability lies in [0, 1]; any other value of the
+    formula is not estimable, says why and is kept only as ``spearman_brown_raw``."""
+    units = planted_units(np.random.default_rng(seed), n_concepts, n_units, sd_between, 1.0)
+    rel = split_half_reliability(units, mode=mode, n_splits=10, seed=seed)
+    if rel.estimate is not None:
+        assert 0.0 <= rel.estimate <= 1.0
+        assert rel.spearman_brown_raw == rel.estimate
+    else:
+        assert rel.reason
+        raw = rel.spearman_brown_raw
+        if raw is not None:
+            assert not 0.0 <= raw <= 1.0 and "outside [0, 1]" in rel.reason
 
 
 def test_replicates_with_a_non_positive_reliability_are_dropped_and_counted():

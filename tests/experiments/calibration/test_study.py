@@ -107,7 +107,7 @@ def test_the_study_is_logged_with_a_parent_and_one_child_per_probe_set(study):
 
 def test_the_answer_heads_the_folder_and_the_description(study):
     _config, result = study
-    from experiments.answer import answer_markdown, reading
+    from experiments.answer import answer_markdown, reading, status_word
     from experiments.calibration.answer import answer_of
 
     text = (result.run_dir / RunDir.ANSWER).read_text(encoding="utf-8")
@@ -116,8 +116,8 @@ def test_the_answer_heads_the_folder_and_the_description(study):
     assert text == answer_markdown(answer)
     assert answer.verdicts and all("f1_calibrated" in v.label for v in answer.verdicts)
     for v in answer.verdicts:  # the headline and the table use one word and one reading
-        assert f"{v.claim}: {v.status}" in answer.headlines()[v.group]
-        assert f"**{v.status}** | {reading(v)} |" in text
+        assert f"{v.claim}: {status_word(v.status)}" in answer.headlines()[v.group]
+        assert f"**{status_word(v.status)}** | {reading(v)} |" in text
     # MLflow's copy (artefact and description) links the figures to the run's plots/.
     experiment = tracking.get_run(result.run_id).info.experiment_id
     shown = answer_markdown(

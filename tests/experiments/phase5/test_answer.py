@@ -13,6 +13,7 @@ from experiments.answer import (
     answer_markdown,
     criteria_csv,
     reading,
+    status_word,
     with_answer,
 )
 from experiments.config import load_config
@@ -109,7 +110,8 @@ def test_headlines_say_the_verdict_with_value_and_interval_per_sign_in_the_table
     text = answer_markdown(answer)
     for v in answer.verdicts:  # the headline's word is the table's word
         if v.claim:
-            assert f"{v.claim}: {v.status}" in text and f"**{v.status}**" in text
+            word = status_word(v.status)
+            assert f"{v.claim}: {word}" in text and f"**{word}**" in text
 
 
 def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_threshold():

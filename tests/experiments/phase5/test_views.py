@@ -334,10 +334,10 @@ def test_the_predictor_figure_marks_gated_degenerate_and_n(planted):
     labels = {t.get_text() for ax in fig.axes for t in ax.texts if t.get_text()}
     n = int(record.per_concept[a]["above_null_pos_n"])
     assert all(f"n={n}" in t for t in labels), labels  # n on every interval
-    assert f"{a.split('.')[0]} · n={n} · 3/3 gated" in labels
+    assert f"{a.split('.')[0]} · n={n} · 3/3 gated, not measured" in labels
     assert any(t.startswith(f"{b.split('.')[0]} · n={n} · 1/3 gated · ⚠") for t in labels)
     title = fig._suptitle.get_text()
-    assert "hollow: every steered text gated out" in title
+    assert "hollow at 0, no interval: every steered text gated out" in title
     assert "AUROC 0.46 < 0.5" in title and "predicts every test text positive" in title
     hollow = [line for ax in fig.axes for line in ax.lines if line.get_markerfacecolor() == "none"]
     assert len(hollow) == 1  # a's point at s > 0 only
@@ -360,7 +360,7 @@ def test_the_forest_figure_marks_gated_and_n(planted):
     assert all(" · n=" in r for r in rows[1:])
     assert any(r.startswith(f"{a.split('.')[0]} ·") and "s > 0: 3/3 gated" in r for r in rows)
     assert any(r.startswith(f"{b.split('.')[0]} ·") and r.endswith("⚠") for r in rows)
-    assert "hollow: every steered text gated out" in ax.get_xlabel()
+    assert "hollow at 0, no interval: every steered text gated out" in ax.get_xlabel()
     assert sum(line.get_markerfacecolor() == "none" for line in ax.lines) == 1
     plt.close(fig)
 
