@@ -35,6 +35,7 @@ from experiments.pipeline.measurement import MeasurementReport
 from experiments.pipeline.report import (
     criteria_of,
     figures_of,
+    sample_links,
     specificity_matrices,
     summary_text,
 )
@@ -424,8 +425,9 @@ def views(
     ``samples``: the per-text table (``pipeline/samples.py``), when the caller made it."""
     figures = figures_of(ctx, record, records)
     has_samples = samples is not None and not samples.empty
+    texts = sample_links(record.run_id) if has_samples else {}
     return Views(
-        answer=answer_of(record, tuple(sorted(figures))),
+        answer=answer_of(record, tuple(sorted(figures)), texts),
         summary=summary_text(record, ctx),
         figures=figures,
         metrics=record_metrics(record),
@@ -436,7 +438,13 @@ def views(
         params=threshold_params(record),
         files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
         tables={SAMPLES_TABLE: samples} if has_samples else {},
-        artefacts=(RunDir.GENERATIONS, RunDir.SCORES, RunDir.CONFIG, RunDir.CENTROIDS),
+        artefacts=(
+            RunDir.GENERATIONS,
+            RunDir.SCORES,
+            RunDir.CONFIG,
+            RunDir.CENTROIDS,
+            *((RunDir.SAMPLES,) if has_samples else ()),
+        ),
         note_header=run_note(ctx),
         experiment=record.experiment,
         also_note=(record.config.tracking.classifier_experiment,),
