@@ -202,8 +202,8 @@ SIGN_LABELS = {"+": "s > 0", "-": "s < 0"}
 
 def read_samples(run_dir: RunDir) -> pd.DataFrame:
     """A run folder's ``samples.csv`` as written (cells restored from the spreadsheet
-    guard, numbers parsed, empty cells missing), in its own column order: a run of an
-    earlier release keeps its columns."""
+    guard, numbers parsed; an empty cell is an empty text in a text column, else
+    missing), in its own column order: a run of an earlier release keeps its columns."""
     path = run_dir.file(RunDir.SAMPLES)
     if not path.exists():
         raise SamplesError(
@@ -215,9 +215,14 @@ def read_samples(run_dir: RunDir) -> pd.DataFrame:
     out = {}
     for column in table.columns:
         cells = table[column].map(restore)
-        numbers = pd.to_numeric(cells.replace("", None), errors="coerce")
+        numbers = pd.to_numeric(cells.where(cells != "", None), errors="coerce")
         numeric = numbers.notna().sum() == (cells != "").sum() and (cells != "").any()
-        out[column] = numbers if numeric and not column.startswith(("text", "key")) else cells
+        if column.startswith("text"):
+            out[column] = cells
+        elif numeric and not column.startswith("key"):
+            out[column] = numbers
+        else:
+            out[column] = cells.where(cells != "", None)
     return pd.DataFrame(out, columns=table.columns)
 
 
