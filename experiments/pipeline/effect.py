@@ -8,9 +8,10 @@ which two unrelated draws already make about 0.13 on average:
 - **null**: the same rows steered along random unit directions at the same α·β; the
   effect above null is e(concept) − mean e(random) on the *same* unit, a paired
   difference;
-- **coherence gate**: a steered text that is near-empty, echoes its prompt, or whose
+- **coherence gate**: a steered text that is near-empty, echoes its prompt, whose
   perplexity under the unsteered model exceeds a multiple of the concept's s = 0
-  median counts as e = 0 (breaking the model is not steering);
+  median, or whose repetition exceeds a multiple of the unsteered texts' (a loop can be
+  likely) counts as e = 0 (breaking the model is not steering);
 - **intervals**: means come with a bootstrap that resamples concepts, then units within
   them (the concept is the unit of replication), proportions with a Wilson interval,
   correlations across concepts with a bootstrap over concepts; verdicts pass only when
