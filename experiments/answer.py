@@ -191,6 +191,11 @@ class Answer:
     seed_label: str = ""
     notes: list[str] = field(default_factory=list)  # plain sentences under the headlines
     figures: tuple[str, ...] = ()
+    # Run-folder files a reader checks the verdicts against (Phase 5: samples.csv, every
+    # steered text beside its twins), each with its address among the MLflow run's
+    # artefacts ("" where the run has none): answer.md links the file beside it, MLflow's
+    # copy links the address.
+    texts: dict[str, str] = field(default_factory=dict)
 
     def headlines(self) -> dict[str, str]:
         """One plain sentence per group that has headline verdicts, in verdict order."""
@@ -268,7 +273,8 @@ def _cell(text: str) -> str:
 def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = None) -> str:
     """``answer.md`` and the top of the MLflow run description; ends with ``---``. Each
     figure is a link: relative to ``answer.md`` in the run folder, else ``figure_link``'s
-    (MLflow's copy opens the run's artefact)."""
+    (MLflow's copy opens the run's artefact). The texts behind the verdicts
+    (``answer.texts``) come first, linked the same way (MLflow's copy: their address)."""
     level = f"{answer.confidence:.0%}"
     lines = [f"{ANSWER_HEADING} (run `{answer.run_id}`)", "", f"**Question.** {answer.question}"]
     lines.append("")
@@ -297,6 +303,12 @@ def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = N
                 f"| {v.key} | {number(v.value)} | {v.threshold:g} | {status_word(v.status)} "
                 f"| {_cell(v.reason)} |"
             )
+    if answer.texts:
+        links = ", ".join(
+            f"[{name}]({(figure_link and address) or name})"
+            for name, address in answer.texts.items()
+        )
+        lines += ["", f"The texts behind the verdicts: {links}."]
     if answer.figures:
         link = figure_link or (lambda name: name)
         links = ", ".join(f"[{name}]({link(name)})" for name in answer.figures)

@@ -260,7 +260,26 @@ class SelectionConfig(_Strict):
 
 
 class GateConfig(_Strict):
-    """The coherence gate: a steered text that fails it counts as no effect."""
+    """The coherence gate: a steered text that fails it counts as no effect.
+
+    It fails a text that is near-empty, echoes its prompt, has a perplexity above
+    ``perplexity_multiple`` × its concept's unsteered median, or repeats itself beyond
+    ``repetition_multiple`` × the ``repetition_quantile`` of the run's unsteered texts.
+
+    Why repetition too: a collapse into a loop (one word or syllable said over and over)
+    can have a low perplexity, since the model finds its own loop likely (a repeated
+    Thai "มุม" at perplexity 5). The repetition measure (``metrics.text.repetition``:
+    a text's length over its characters that no repeated 10-character n-gram covers; 1
+    for prose that repeats nothing, about k for a phrase said k times) reads characters,
+    so loops without spaces or words count. It is read against the run's own unsteered
+    texts, as perplexity is against the concept's, pooled over the run rather than per
+    concept: looping is the decoder's habit more than the concept's, and a concept has
+    a handful of unsteered texts, too few for a high quantile. The 0.9 quantile lets the
+    odd unsteered loop pass without raising the bar; × 2 fails a text at least half of
+    which says again what it said already (prose scores 1.0-1.1). Defaults on; runs
+    scored before it get it on ``steer-eval rescore``; ``repetition_multiple: null``
+    turns it off. Neither rule changes Δ, only which texts count.
+    """
 
     perplexity_multiple: float = Field(
         20.0,
@@ -271,6 +290,20 @@ class GateConfig(_Strict):
     )
     effect_reference: float = Field(
         0.3, gt=0, le=2, description="a signed effect of this size scores 1 in the combined score"
+    )
+    repetition_multiple: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        2.0,
+        gt=1,
+        description="fail a text whose repetition (its length over its characters that no "
+        "repeated 10-character n-gram covers: ~k for a phrase said k times) exceeds this "
+        "multiple of the unsteered texts' repetition_quantile; null: no repetition rule",
+    )
+    repetition_quantile: Annotated[float, OMIT_IF_DEFAULT] = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="the quantile of the run's unsteered texts' repetition that "
+        "repetition_multiple multiplies",
     )
 
 

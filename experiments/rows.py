@@ -29,7 +29,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from metrics.semantic import steering_label
-from metrics.text import count_terms, question_marks, says_what_is
+from metrics.text import count_terms, question_marks, repetition, says_what_is
 
 
 class View(StrEnum):
@@ -258,6 +258,17 @@ class ScoreRecord(BaseModel):
             shown=_views(View.TRACE_COHERENCE),
         ),
     ] = Field(description="distinct word 2-grams / all 2-grams (low: repetitive)")
+    repetition: Annotated[
+        float,
+        Measure(
+            compute=lambda text: repetition(text.text),
+            aggregates=(mean("repetition_mean", "repetition", View.PER_STRENGTH),),
+            shown=_views(View.CHILD_TABLE, View.TRACE_COHERENCE),
+        ),
+    ] = Field(
+        description="length / characters no repeated 10-character n-gram covers (1: nothing "
+        "repeats; ~k: a phrase said k times); the coherence gate reads it"
+    )
     echo_fraction: Annotated[
         float,
         Measure(compute=lambda text: text.coherence.echo_fraction),

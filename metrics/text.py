@@ -87,6 +87,45 @@ def distinct_n(text: str, n: int = 2) -> float:
     return len(set(grams)) / len(grams)
 
 
+REPETITION_N = 10  # characters in the n-grams of :func:`repetition`
+
+
+def repetition(text: str, n: int = REPETITION_N) -> float:
+    """How many times over a text says what it says: its length in characters over the
+    characters that no repeated character n-gram covers. 1 means nothing repeats; a
+    phrase said k times in a row scores about k; there is no upper bound.
+
+    Characters, not words: a loop need not be made of words ("hehehe…jobjobjob…" is
+    two "words" to :func:`words`, so :func:`distinct_n` and
+    :func:`repeated_ngram_fraction` see no repetition in it), and a script written
+    without spaces (a repeated Thai "มุม") is cut into words where a mark happens to
+    fall. A character is covered when an n-gram holding it occurred
+    earlier in the text. ``n`` = 10 characters is longer than the short strings that
+    ordinary prose repeats ("of the ", "ing ", "tion "), so English scores near 1, while
+    a loop of any period is covered whole after its first period once it runs past
+    n characters. Unbounded (unlike a share of repeated n-grams), it can be read as a
+    multiple of the unsteered texts' own, as the gate reads perplexity.
+
+    Appending another copy never lowers the score (``repetition(t * (k + 1)) >=
+    repetition(t * k)``): the copy is covered whole and what was covered stays covered.
+    A text shorter than ``n`` scores 1.0 (:func:`is_near_empty` flags empty ones).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    if len(text) < n:
+        return 1.0
+    seen: set[str] = set()
+    covered = reach = 0  # characters covered so far; the end of the covered stretch
+    for start in range(len(text) - n + 1):
+        gram = text[start : start + n]
+        if gram in seen:
+            covered += start + n - max(start, reach)
+            reach = start + n
+        else:
+            seen.add(gram)
+    return len(text) / (len(text) - covered)
+
+
 def echo_fraction(text: str, prompt: str, n: int = 2) -> float:
     """Fraction of the generation's word tokens covered by an n-gram that occurs in the prompt.
 

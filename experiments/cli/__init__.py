@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "experiments.cli.human",
     "experiments.cli.panel",
     "experiments.cli.export",
+    "experiments.cli.samples",
     "experiments.cli.identify",
     "experiments.cli.runs",
     "experiments.cli.ui",

@@ -8,9 +8,10 @@ which two unrelated draws already make about 0.13 on average:
 - **null**: the same rows steered along random unit directions at the same α·β; the
   effect above null is e(concept) − mean e(random) on the *same* unit, a paired
   difference;
-- **coherence gate**: a steered text that is near-empty, echoes its prompt, or whose
+- **coherence gate**: a steered text that is near-empty, echoes its prompt, whose
   perplexity under the unsteered model exceeds a multiple of the concept's s = 0
-  median counts as e = 0 (breaking the model is not steering);
+  median, or whose repetition exceeds a multiple of the unsteered texts' (a loop can be
+  likely) counts as e = 0 (breaking the model is not steering);
 - **intervals**: means come with a bootstrap that resamples concepts, then units within
   them (the concept is the unit of replication), proportions with a Wilson interval,
   correlations across concepts with a bootstrap over concepts; verdicts pass only when
@@ -41,6 +42,7 @@ from metrics.intervals import (
     interval_verdict,
     not_evaluable,
 )
+from metrics.text import repetition
 
 UNIT = ["concept", "prompt_index", "sample"]
 SIGNS = {1: "pos", -1: "neg"}
@@ -57,10 +59,74 @@ def row_fluency(perplexity: pd.Series, ppl0_median: pd.Series, broken: pd.Series
     return fluency.where(~broken, 0.0)
 
 
+def repetitions(records: pd.DataFrame) -> pd.Series:
+    """Each row's repetition (``metrics.text.repetition``): the scored column, computed
+    from the text where it is missing (a run scored before the measure)."""
+    stored = _col(records, "repetition", np.nan).astype(float)
+    missing = stored.isna()
+    if missing.any() and "text" in records.columns:
+        stored = stored.copy()
+        stored[missing] = records.loc[missing, "text"].fillna("").map(repetition)
+    return stored
+
+
+def repetition_limit(base: pd.DataFrame, config: ExperimentConfig) -> float | None:
+    """The repetition a text may reach: ``gate.repetition_multiple`` × the
+    ``gate.repetition_quantile`` of the unsteered texts' repetition (``base``: the
+    strength-0 rows); None when the rule is off or there is no unsteered text."""
+    multiple = config.gate.repetition_multiple
+    values = base["repetition"].dropna() if "repetition" in base else pd.Series(dtype=float)
+    if multiple is None or values.empty:
+        return None
+    return float(multiple * values.quantile(config.gate.repetition_quantile))
+
+
+def coherence_gate(
+    rows: pd.DataFrame, ppl0_median: pd.Series, config: ExperimentConfig, rep_limit: float | None
+) -> tuple[pd.Series, pd.Series]:
+    """The coherence gate of each row (pass, and why not: "" when it passed), in this
+    order: near-empty, echoes the prompt, no perplexity, perplexity above
+    ``gate.perplexity_multiple`` × its concept's unsteered median (``ppl0_median``),
+    repetition above ``rep_limit`` (:func:`repetition_limit`). Δ is not read."""
+    limit = config.gate.perplexity_multiple * ppl0_median
+    too_perplexed = rows["perplexity"].isna() | (rows["perplexity"] > limit)
+    broken = rows["near_empty"].astype(bool) | rows["is_echo"].astype(bool)
+    if rep_limit is None:
+        too_repetitive = pd.Series(False, index=rows.index)
+    else:
+        too_repetitive = rows["repetition"] > rep_limit
+    reason = np.select(
+        [
+            rows["near_empty"].astype(bool),
+            rows["is_echo"].astype(bool),
+            rows["perplexity"].isna(),
+            too_perplexed,
+            too_repetitive,
+        ],
+        [
+            "near-empty",
+            "echoes the prompt",
+            "no perplexity",
+            "perplexity "
+            + rows["perplexity"].round(1).astype(str)
+            + " > "
+            + limit.round(1).astype(str),
+            "repetition "
+            + rows["repetition"].round(1).astype(str)
+            + f" > {rep_limit if rep_limit is not None else 0:.1f}",
+        ],
+        default="",
+    )
+    passed = ~(broken | too_perplexed | too_repetitive)
+    return passed, pd.Series(reason, index=rows.index)
+
+
 def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
     """One row per steered generation with its twin's Δ, e, the gate and the scores."""
     records = records.assign(
-        arm=_col(records, "arm", CONCEPT_ARM), split=_col(records, "split", "report")
+        arm=_col(records, "arm", CONCEPT_ARM),
+        split=_col(records, "split", "report"),
+        repetition=repetitions(records),
     )
     base = records[records["strength"] == 0]
     twin = base[[*UNIT, "delta", "perplexity"]].rename(
@@ -71,28 +137,10 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
     steered = steered.merge(ppl0, left_on="concept", right_index=True, how="left")
     sign = np.sign(steered["strength"]).astype(int)
     e = sign * (steered["delta"] - steered["delta_0"])
-    limit = config.gate.perplexity_multiple * steered["ppl0_median"]
-    too_perplexed = steered["perplexity"].isna() | (steered["perplexity"] > limit)
-    broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
-    gate = ~(broken | too_perplexed)
-    reason = np.select(
-        [
-            steered["near_empty"].astype(bool),
-            steered["is_echo"].astype(bool),
-            steered["perplexity"].isna(),
-            too_perplexed,
-        ],
-        [
-            "near-empty",
-            "echoes the prompt",
-            "no perplexity",
-            "perplexity "
-            + steered["perplexity"].round(1).astype(str)
-            + " > "
-            + limit.round(1).astype(str),
-        ],
-        default="",
+    gate, reason = coherence_gate(
+        steered, steered["ppl0_median"], config, repetition_limit(base, config)
     )
+    broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
     fluency = row_fluency(steered["perplexity"], steered["ppl0_median"], broken)
     concept_score = (e / config.gate.effect_reference).clip(0, 1)
     combined = np.where(
@@ -104,7 +152,7 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
         sign=sign,
         e=e,
         gate_pass=gate,
-        gate_reason=reason,  # why the gate failed the text ("" when it passed)
+        gate_reason=reason.to_numpy(),  # why the gate failed the text ("" when it passed)
         e_gated=e.where(gate, 0.0),
         fluency=fluency,
         concept_score=concept_score,

@@ -217,8 +217,11 @@ def reader_notes(record: RunRecord) -> list[str]:
     return notes
 
 
-def answer_of(record: RunRecord, figures: tuple[str, ...] = ()) -> Answer:
-    """The answer block of a run, from its record alone."""
+def answer_of(
+    record: RunRecord, figures: tuple[str, ...] = (), texts: dict[str, str] | None = None
+) -> Answer:
+    """The answer block of a run, from its record alone; ``figures`` and ``texts`` (the
+    folder's ``samples.csv`` with its MLflow address) are the files it links."""
     return Answer(
         notes=reader_notes(record),
         phase="phase5",
@@ -229,4 +232,5 @@ def answer_of(record: RunRecord, figures: tuple[str, ...] = ()) -> Answer:
         seed=seed_verdicts(record),
         seed_label=SEED_LABEL,
         figures=figures,
+        texts=dict(texts or {}),
     )

@@ -35,6 +35,7 @@ from experiments.phase5.measurement import MeasurementReport
 from experiments.phase5.report import (
     criteria_of,
     figures_of,
+    sample_links,
     specificity_matrices,
     summary_text,
 )
@@ -425,8 +426,9 @@ def views(
     ``samples``: the per-text table (``phase5/samples.py``), when the caller made it."""
     figures = figures_of(ctx, record, records)
     has_samples = samples is not None and not samples.empty
+    texts = sample_links(record.run_id) if has_samples else {}
     return Views(
-        answer=answer_of(record, tuple(sorted(figures))),
+        answer=answer_of(record, tuple(sorted(figures)), texts),
         summary=summary_text(record, ctx),
         figures=figures,
         metrics=record_metrics(record),
@@ -438,7 +440,13 @@ def views(
         params=threshold_params(record),
         files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
         tables={SAMPLES_TABLE: samples} if has_samples else {},
-        artefacts=(RunDir.GENERATIONS, RunDir.SCORES, RunDir.CONFIG, RunDir.CENTROIDS),
+        artefacts=(
+            RunDir.GENERATIONS,
+            RunDir.SCORES,
+            RunDir.CONFIG,
+            RunDir.CENTROIDS,
+            *((RunDir.SAMPLES,) if has_samples else ()),
+        ),
         note_header=run_note(ctx),
         experiment=record.experiment,
         also_note=(record.config.tracking.classifier_experiment,),

@@ -254,10 +254,24 @@ def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dic
     return drawn
 
 
+def sample_links(run_id: str) -> dict[str, str]:
+    """``samples.csv`` with its address among the MLflow run's artefacts ("" when the
+    run is not in the store), for the answer's link to the texts behind its verdicts."""
+    from experiments import tracking
+
+    try:
+        experiment = tracking.get_run(run_id).info.experiment_id
+    except LookupError:
+        return {RunDir.SAMPLES: ""}
+    return {RunDir.SAMPLES: tracking.ui_path(experiment, run_id, artifact=RunDir.SAMPLES)}
+
+
 def write_answer(run_dir: RunDir, record: RunRecord) -> Answer:
-    """``answer.md`` and ``criteria.csv`` from the record, naming the folder's figures;
-    returns the answer. Parts B and C call it when criterion 4 changes."""
+    """``answer.md`` and ``criteria.csv`` from the record, naming the folder's figures
+    and its ``samples.csv``; returns the answer. Parts B and C call it when criterion 4
+    changes."""
     figures = tuple(sorted(p.name for p in run_dir.path.glob("*.png")))
-    answer = answer_of(record, figures)
+    texts = sample_links(record.run_id) if run_dir.file(RunDir.SAMPLES).exists() else {}
+    answer = answer_of(record, figures, texts)
     publisher.write_answer(run_dir, answer)
     return answer

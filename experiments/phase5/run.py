@@ -175,7 +175,7 @@ def score(
         betas,
         measurement,
     )
-    samples = sample_table(records, ctx.config, measurement.per_concept)
+    samples = sample_table(records, ctx.config, measurement.per_concept, run_dir)
     scored = Scored(ctx, records, seed_rows, report, effect, samples, generation_seconds, rescore)
     return Finished(record, scored)
 

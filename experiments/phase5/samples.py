@@ -6,71 +6,121 @@ prompt. This is one row per steered concept-arm text of the report split (what t
 criteria are computed from), with the numbers each criterion reads, taken from the same
 functions the criteria use (``kernel/effect.py``), so the table cannot disagree with
 the answer. It is a view: nothing here changes a number. Written once per publish as
-``samples.csv`` (cells neutralised: generated text is untrusted) and the MLflow table
-``samples.json``.
+``samples.csv`` (cells neutralised: generated text is untrusted; ``answer.md`` links it)
+and the MLflow table ``samples.json``, text first (:data:`COLUMNS`); ``steer-eval
+samples <run>`` prints it.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 from collections.abc import Mapping
 
 import pandas as pd
 
 from experiments.config import ExperimentConfig
-from experiments.kernel.effect import SIGNS, UNIT, above_null, paired_effects
+from experiments.kernel.effect import (
+    SIGNS,
+    UNIT,
+    above_null,
+    coherence_gate,
+    paired_effects,
+    repetition_limit,
+    repetitions,
+)
 from experiments.kernel.plan import CONCEPT_ARM
-from experiments.rundir import neutralise
+from experiments.rundir import RunDir, neutralise, restore
+from experiments.tracking.traces import read_map
 
-# The table's columns, in order; docs/mlflow.md describes each.
+# The table's columns, in order: the text first, as a reader reads (the MLflow UI shows
+# a dozen characters of each cell, so what comes first is what is seen); then what was
+# measured on it; then its unsteered and random-direction twins, each with what the gate
+# and the effect made of it; the keys last. docs/mlflow.md describes each.
 COLUMNS = (
+    "text",
     "concept",
-    "prompt",
-    "sample",
     "sign",
     "strength",
-    "text",
-    "text_unsteered",
-    "text_random",
     "delta_s",
-    "delta_0",
-    "effect",
     "gate",
     "gate_reason",
+    "effect",
     "effect_gated",
     "effect_above_null",
+    "text_unsteered",
+    "delta_0",
+    "gate_unsteered",
+    "gate_reason_unsteered",
+    "text_random",
+    "delta_random",
+    "gate_random",
+    "gate_reason_random",
+    "effect_random",
+    "perplexity_ratio",
+    "repetition",
     "likelihood",
+    "prompt",
+    "sample",
+    "trace_id",
     "key",
+    "key_unsteered",
+    "key_random",
 )
+GATE = {True: "pass", False: "fail"}
+
+
+def random_twins(effects: pd.DataFrame) -> pd.DataFrame:
+    """Per (unit, sign): the first random direction's row (by arm name) of
+    :func:`paired_effects`' output, the random twin a reader is shown. The null averages
+    every random direction on the unit; one is enough to read what a random push did."""
+    random = effects[effects["arm"].str.startswith("random:")].sort_values("arm", kind="stable")
+    return random.drop_duplicates([*UNIT, "sign"]).set_index([*UNIT, "sign"])
+
+
+def unsteered_gate(rows: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
+    """The unsteered rows (s = 0) through the same coherence gate as the steered ones,
+    against the same limits (their concept's median perplexity, the run's repetition
+    limit), indexed by unit: a reader sees when the twin itself was broken."""
+    rows = rows.assign(repetition=repetitions(rows))
+    every = rows[rows["strength"] == 0]  # the rows paired_effects takes its limits from
+    limit = repetition_limit(every, config)
+    base = every.drop_duplicates(UNIT)
+    ppl0 = base["concept"].map(every.groupby("concept")["perplexity"].median())
+    passed, reason = coherence_gate(base, ppl0, config, limit)
+    return base.assign(gate_pass=passed, gate_reason=reason).set_index(UNIT)
 
 
 def sample_table(
     records: pd.DataFrame,
     config: ExperimentConfig,
     per_concept: Mapping[str, Mapping[str, float | None]] | None = None,
+    run_dir: RunDir | None = None,
 ) -> pd.DataFrame:
-    """One row per steered concept-arm text (report split): its twins' texts, Δs, Δ0,
-    the signed effect, the gate's verdict and reason, the effect above the random null,
-    and the concept's likelihood outcome at that sign where it was measured
-    (``per_concept``: the record's, holding ``likelihood_<sign>``)."""
+    """One row per steered concept-arm text (report split), text first: its Δs, the
+    gate's verdict and reason, the signed effect (raw, gated, above the random null);
+    its unsteered twin's text, Δ0 and gate; its random twin's text, Δ, gate and effect
+    (what entered the null); its perplexity over its concept's unsteered median (what
+    ``gate.perplexity_multiple`` bounds) and its repetition; the concept's likelihood
+    outcome at that sign where it was measured (``per_concept``: the record's, holding
+    ``likelihood_<sign>``); the prompt, sample, trace id (from ``run_dir``'s
+    ``traces.json``, when the run was traced) and keys. The unsteered twin has no
+    effect column: its effect is 0 by definition."""
     split = records["split"] if "split" in records.columns else "report"
     rows = records[split == "report"]
     if rows.empty or "arm" not in rows.columns:
         return pd.DataFrame(columns=list(COLUMNS))
     effects = paired_effects(rows, config)
     concept = effects[effects["arm"] == CONCEPT_ARM]
-    twin_texts = (rows[rows["strength"] == 0].drop_duplicates(UNIT).set_index(UNIT)["text"]).rename(
-        "text_unsteered"
-    )
-    random = effects[effects["arm"].str.startswith("random:")].sort_values("arm")
-    # The first random direction's text on the same unit and sign (the null averages
-    # every random direction; one is enough to read what "a random push" looks like).
-    random_texts = random.groupby([*UNIT, "sign"])["text"].first().rename("text_random")
+    twin = unsteered_gate(rows, config)[["text", "gate_pass", "gate_reason", "key"]]
+    twin = twin.rename(columns=lambda c: f"{c}_unsteered")
+    random = random_twins(effects)[["text", "delta", "gate_pass", "gate_reason", "e", "key"]]
+    random = random.rename(columns=lambda c: f"{c}_random")
     null = above_null(effects).set_index([*UNIT, "sign"])["above_null"]
     table = (
-        concept.join(twin_texts, on=UNIT)
-        .join(random_texts, on=[*UNIT, "sign"])
+        concept.join(twin, on=UNIT)
+        .join(random, on=[*UNIT, "sign"])
         .join(null.rename("effect_above_null"), on=[*UNIT, "sign"])
     )
     table = table.assign(order=-table["sign"]).sort_values(
@@ -81,28 +131,40 @@ def sample_table(
         for synset, values in (per_concept or {}).items()
         for sign, label in SIGNS.items()
     }
+    trace_ids = read_map(run_dir.file(RunDir.TRACES)) if run_dir is not None else {}
     out = pd.DataFrame(
         {
+            "text": table["text"],
             "concept": table["concept"],
-            "prompt": table["prompt"],
-            "sample": table["sample"].astype(int),
             "sign": table["sign"].map({1: "s > 0", -1: "s < 0"}),
             "strength": table["strength"].astype(float),
-            "text": table["text"],
-            "text_unsteered": table["text_unsteered"],
-            "text_random": table["text_random"],
             "delta_s": table["delta"].astype(float),
-            "delta_0": table["delta_0"].astype(float),
-            "effect": table["e"].astype(float),
-            "gate": table["gate_pass"].map({True: "pass", False: "fail"}),
+            "gate": table["gate_pass"].map(GATE),
             "gate_reason": table["gate_reason"],
+            "effect": table["e"].astype(float),
             "effect_gated": table["e_gated"].astype(float),
             "effect_above_null": table["effect_above_null"].astype(float),
+            "text_unsteered": table["text_unsteered"],
+            "delta_0": table["delta_0"].astype(float),
+            "gate_unsteered": table["gate_pass_unsteered"].map(GATE),
+            "gate_reason_unsteered": table["gate_reason_unsteered"],
+            "text_random": table["text_random"],
+            "delta_random": table["delta_random"].astype(float),
+            "gate_random": table["gate_pass_random"].map(GATE),
+            "gate_reason_random": table["gate_reason_random"],
+            "effect_random": table["e_random"].astype(float),
+            "perplexity_ratio": (table["perplexity"] / table["ppl0_median"]).astype(float),
+            "repetition": table["repetition"].astype(float),
             "likelihood": [
                 likelihood.get((c, int(s)))
                 for c, s in zip(table["concept"], table["sign"], strict=True)
             ],
+            "prompt": table["prompt"],
+            "sample": table["sample"].astype(int),
+            "trace_id": table["key"].map(trace_ids),
             "key": table["key"],
+            "key_unsteered": table["key_unsteered"],
+            "key_random": table["key_random"],
         }
     )
     return out[list(COLUMNS)].reset_index(drop=True)
@@ -129,3 +191,65 @@ def _cell(value: object) -> object:
     if isinstance(value, float):
         return f"{value:.6g}"
     return value
+
+
+class SamplesError(LookupError):
+    """A run without a samples table, or a filter that names nothing in it."""
+
+
+SIGN_LABELS = {"+": "s > 0", "-": "s < 0"}
+
+
+def read_samples(run_dir: RunDir) -> pd.DataFrame:
+    """A run folder's ``samples.csv`` as written (cells restored from the spreadsheet
+    guard, numbers parsed; an empty cell is an empty text in a text column, else
+    missing), in its own column order: a run of an earlier release keeps its columns."""
+    path = run_dir.file(RunDir.SAMPLES)
+    if not path.exists():
+        raise SamplesError(
+            f"run {run_dir.run_id} has no {RunDir.SAMPLES} in {run_dir.path} (a run published "
+            f"before the samples table, or not yet scored); `steer-eval rescore "
+            f"{run_dir.run_id}` writes it from the saved texts"
+        )
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    out = {}
+    for column in table.columns:
+        cells = table[column].map(restore)
+        numbers = pd.to_numeric(cells.where(cells != "", None), errors="coerce")
+        numeric = numbers.notna().sum() == (cells != "").sum() and (cells != "").any()
+        if column.startswith("text"):
+            out[column] = cells
+        elif numeric and not column.startswith("key"):
+            out[column] = numbers
+        else:
+            out[column] = cells.where(cells != "", None)
+    return pd.DataFrame(out, columns=table.columns)
+
+
+def select_samples(
+    table: pd.DataFrame,
+    concept: str | None = None,
+    sign: str | None = None,
+    gated: bool | None = None,
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """The rows of one concept (its synset; a name not in the run is refused with the
+    closest one), one sign (``+`` or ``-``), the texts the gate failed (``gated``: True)
+    or passed (False), the first ``limit`` of them, in the table's order."""
+    rows = table
+    if concept is not None:
+        known = sorted(set(table["concept"]))
+        if concept not in known:
+            close = difflib.get_close_matches(concept, known, n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SamplesError(
+                f"concept {concept!r} is not in this run{hint}; its concepts: {', '.join(known)}"
+            )
+        rows = rows[rows["concept"] == concept]
+    if sign is not None:
+        if sign not in SIGN_LABELS:
+            raise SamplesError(f"sign {sign!r}: use + or -")
+        rows = rows[rows["sign"] == SIGN_LABELS[sign]]
+    if gated is not None:
+        rows = rows[(rows["gate"] == "fail") == gated]
+    return rows.head(limit) if limit is not None else rows

@@ -5,7 +5,10 @@ change of Δ against the row's unsteered twin, as the v2 criteria use it) and co
 (the v2 gate's fluency: the concept's unsteered median perplexity over the text's own,
 capped at 1, and 0 for a near-empty text or an echo of the prompt). Every generation of
 the run gets a trace, null-control and selection rows included, since human raters and
-the judges rate those too. ``tracking.traces: false`` skips the stage.
+the judges rate those too. A steered trace carries its twins as span attributes: the
+unsteered twin's text and Δ, and for a concept-arm row the random twin's (the samples
+table's: text, arm, key, Δ, effect, gate and reason), so a reader of one trace sees what
+entered the null. ``tracking.traces: false`` skips the stage.
 
 A rescore replaces changed code feedback on the existing traces (MLflow keeps the old
 value, marked invalid); a resume traces only the rows that have no trace yet, by the
@@ -22,7 +25,9 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.kernel.effect import paired_effects, row_fluency
+from experiments.kernel.plan import CONCEPT_ARM
 from experiments.phase5.context import RunContext
+from experiments.phase5.samples import random_twins
 from experiments.rows import View, columns
 from experiments.rundir import RunDir
 from experiments.tracking.traces import (
@@ -50,13 +55,22 @@ def _get(row: pd.Series, name: str, default=None):
     return None if isinstance(value, float) and pd.isna(value) else value
 
 
-def _per_row_scores(records: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
-    """Δ's twin, e and fluency per key: the effect stage's own pairing, split by split."""
+SCORES = ["delta_0", "e", "e_gated", "gate_pass", "gate_reason", "fluency"]
+
+
+def _per_row_scores(
+    records: pd.DataFrame, ctx: RunContext
+) -> tuple[pd.DataFrame, dict[str, dict[str, object]]]:
+    """Δ's twin, e, the gate and fluency per key: the effect stage's own pairing, split
+    by split; and per concept-arm steered key, its random twin (the samples table's:
+    ``phase5/samples.random_twins``) as span attributes."""
     parts = []
+    twins: dict[str, dict[str, object]] = {}
     records = records.assign(split=records.get("split", "report"))
     for _split, rows in records.groupby("split"):
         steered = paired_effects(rows, ctx.config)
-        parts.append(steered.set_index("key")[["delta_0", "e", "e_gated", "gate_pass", "fluency"]])
+        parts.append(steered.set_index("key")[SCORES])
+        twins.update(_random_twin_attributes(steered))
         base = rows[rows["strength"] == 0]
         ppl0 = base["concept"].map(base.groupby("concept")["perplexity"].median())
         broken = base["near_empty"].astype(bool) | base["is_echo"].astype(bool)
@@ -66,7 +80,33 @@ def _per_row_scores(records: pd.DataFrame, ctx: RunContext) -> pd.DataFrame:
                 index=base["key"],
             )
         )
-    return pd.concat(parts) if parts else pd.DataFrame()
+    return (pd.concat(parts) if parts else pd.DataFrame()), twins
+
+
+def _random_twin_attributes(effects: pd.DataFrame) -> dict[str, dict[str, object]]:
+    """Per concept-arm steered key: the text, Δ, effect and gate of its random twin (the
+    first random direction on the same prompt, sample and sign), what entered the null."""
+    random = random_twins(effects)
+    concept = effects[effects["arm"] == CONCEPT_ARM]
+    out = {}
+    for key, unit in zip(
+        concept["key"],
+        concept[["concept", "prompt_index", "sample", "sign"]].itertuples(index=False),
+        strict=True,
+    ):
+        if tuple(unit) not in random.index:
+            continue
+        twin = random.loc[tuple(unit)]
+        out[key] = {
+            "random_twin_text": twin["text"],
+            "random_twin_arm": twin["arm"],
+            "random_twin_key": twin["key"],
+            "random_twin_delta": float(twin["delta"]),
+            "random_twin_effect": float(twin["e"]),
+            "random_twin_gate": "pass" if bool(twin["gate_pass"]) else "fail",
+            "random_twin_gate_reason": twin["gate_reason"],
+        }
+    return out
 
 
 def code_feedback(row: pd.Series, scores: pd.Series | None) -> list[Feedback]:
@@ -89,6 +129,7 @@ def code_feedback(row: pd.Series, scores: pd.Series | None) -> list[Feedback]:
                     "delta_0": _get(scores, "delta_0"),
                     "e_gated": _get(scores, "e_gated"),
                     "gate_pass": bool(scores["gate_pass"]),
+                    "gate_reason": _get(scores, "gate_reason") or "",
                 },
             )
         )
@@ -128,7 +169,7 @@ def _ns(row: pd.Series, name: str) -> int | None:
 
 
 def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]:
-    scores = _per_row_scores(records, ctx)
+    scores, random = _per_row_scores(records, ctx)
     twins = _twin_texts(records)
     items = []
     for _, row in records.iterrows():
@@ -140,6 +181,7 @@ def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]
         row_scores = scores.loc[key] if key in scores.index else None
         if isinstance(row_scores, pd.DataFrame):  # a key paired twice: use the first
             row_scores = row_scores.iloc[0]
+        delta_0 = None if row_scores is None else _get(row_scores, "delta_0")
         inputs = {f: _get(row, f) for f in INPUT_FIELDS if f in row}
         items.append(
             GenerationTrace(
@@ -154,6 +196,8 @@ def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]
                     "vector_source": ctx.config.steering.vector_source,
                     "n_new_tokens": _get(row, "n_new_tokens"),
                     **({"unsteered_twin_text": twin} if twin is not None else {}),
+                    **({"unsteered_twin_delta": float(delta_0)} if delta_0 is not None else {}),
+                    **random.get(key, {}),
                 },
                 tags={
                     "concept": str(row["concept"]),

@@ -15,6 +15,7 @@ from metrics.text import (
     is_echo,
     is_near_empty,
     repeated_ngram_fraction,
+    repetition,
     term_hits,
     words,
 )
@@ -122,3 +123,32 @@ def test_coherence_report_bundles_checks():
 
 def test_words_keep_inner_apostrophes():
     assert words("Don't STOP") == ["don't", "stop"]
+
+
+# Two collapses the coherence gate once let through as measured (perplexity 5 and 102).
+THAI_LOOP = "มุม" * 60
+HEHE_LOOP = "hehe" * 15 + "…" + "job" * 20
+ENGLISH = (
+    "Birds are a group of warm-blooded vertebrates constituting the class Aves, "
+    "characterised by feathers, toothless beaked jaws, the laying of hard-shelled eggs, "
+    "a high metabolic rate, a four-chambered heart, and a strong yet lightweight skeleton. "
+    "Once upon a time there was a little girl who lived in a village near the forest; "
+    "whenever she went out, the little girl wore a red riding cloak."
+)
+
+
+def test_repetition_sees_loops_in_any_script_and_none_in_prose():
+    # words() sees two "words" in this loop, so the word measures miss it.
+    assert repeated_ngram_fraction(HEHE_LOOP) == 0.0
+    assert repetition(THAI_LOOP) == pytest.approx(60.0)  # one syllable said 60 times
+    assert repetition(HEHE_LOOP) > 8
+    assert repetition(" ".join(["มุม"] * 60)) > 30  # with spaces too
+    assert 1.0 <= repetition(ENGLISH) < 1.2
+    assert repetition("short") == 1.0 and repetition("") == 1.0
+    assert repetition("I love dogs. " * 3) == pytest.approx(3.0)
+
+
+@PROPS
+@given(st.text(min_size=1, max_size=40), st.integers(1, 8))
+def test_repetition_never_falls_when_a_text_is_repeated_once_more(text, k):
+    assert repetition(text * (k + 1)) >= repetition(text * k) >= 1.0

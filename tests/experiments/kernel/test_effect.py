@@ -99,6 +99,56 @@ def test_the_gate_counts_broken_text_as_no_effect():
     assert list(e["gate_reason"]) == ["near-empty", f"perplexity 1000.0 > {limit:.1f}", ""]
 
 
+ENGLISH = (
+    "Birds are a group of warm-blooded vertebrates constituting the class Aves, "
+    "characterised by feathers, toothless beaked jaws, the laying of hard-shelled eggs, "
+    "a high metabolic rate, a four-chambered heart, and a strong yet lightweight skeleton."
+)
+
+
+def test_the_gate_fails_repetition_collapse_whatever_its_perplexity():
+    """A loop the model finds likely (a Thai syllable at perplexity 5, "hehehe…jobjob…" at
+    102, under the perplexity limit of 200) fails on repetition; prose passes; Δ and e
+    are the same with the rule off."""
+    texts = {0: "มุม" * 60, 1: "hehe" * 15 + "…" + "job" * 20, 2: ENGLISH}
+    perplexities = {0: 5.0, 1: 102.0, 2: 12.0}
+    records = pd.DataFrame(
+        [
+            r
+            for p in range(3)
+            for r in (
+                row("a", p, 0.0, 0.0, text=ENGLISH[p * 40 :]),
+                row("a", p, 1.0, 0.4, text=texts[p], perplexity=perplexities[p]),
+            )
+        ]
+    )
+    e = paired_effects(records, CONFIG).set_index("prompt_index")
+    assert list(e["gate_pass"]) == [False, False, True]
+    assert e.loc[0, "gate_reason"] == "repetition 60.0 > 2.0"
+    assert e.loc[1, "gate_reason"].startswith("repetition ")
+    assert list(e["e_gated"]) == pytest.approx([0.0, 0.0, 0.4])
+    off = paired_effects(records, load_config(None, ["gate.repetition_multiple=null"]))
+    assert list(off["gate_pass"]) == [True, True, True]
+    assert list(off["e"]) == list(e["e"]) and list(off["delta"]) == list(e["delta"])
+
+
+def test_the_repetition_limit_is_a_multiple_of_the_unsteered_texts_own():
+    """Unsteered texts that loop themselves raise the bar: the limit is the multiple of
+    their 0.9 quantile, so a steered loop no worse than the model's habit passes."""
+    loop = "I love dogs. " * 6  # repetition 6
+    records = pd.DataFrame(
+        [
+            row("a", 0, 0.0, 0.0, text=loop),
+            row("a", 1, 0.0, 0.0, text=loop),
+            row("a", 0, 1.0, 0.4, text="I love dogs. " * 10),  # 10 < 2 × 6
+            row("a", 1, 1.0, 0.4, text="I love dogs. " * 13),  # 13 > 12
+        ]
+    )
+    e = paired_effects(records, CONFIG).set_index("prompt_index")
+    assert list(e["gate_pass"]) == [True, False]
+    assert e.loc[1, "gate_reason"] == "repetition 13.0 > 12.0"
+
+
 def test_effect_above_null_is_a_paired_difference():
     rows = []
     for p in range(4):

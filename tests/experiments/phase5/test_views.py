@@ -14,6 +14,7 @@ from experiments.answer import answer_markdown
 from experiments.cli import app
 from experiments.config import load_config
 from experiments.phase5.answer import answer_of
+from experiments.phase5.report import sample_links
 from experiments.phase5.run import run_phase5
 from experiments.rundir import RunDir
 
@@ -43,7 +44,8 @@ def test_answer_md_is_the_answer_of_the_record(tiny_run):
     folder = RunDir(result.results_dir.parent, result.run_id)
     figures = tuple(sorted(p.name for p in folder.path.glob("*.png")))
     text = folder.file(RunDir.ANSWER).read_text(encoding="utf-8")
-    assert text == answer_markdown(answer_of(folder.read_record(), figures))
+    texts = sample_links(result.run_id)
+    assert text == answer_markdown(answer_of(folder.read_record(), figures, texts))
     assert "| s > 0 | effect above null (gated) |" in text
 
 
@@ -191,18 +193,22 @@ def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
                 assert names.count(f"{measure}_{other}") == 0, (key, names)
 
 
-def test_traces_carry_the_twin_s_text_and_the_generation_s_times(tiny_run):
-    """A steered trace shows its unsteered twin's text, and every span starts and ends
-    when its batch was generated (generations.jsonl), not when it was logged."""
+def test_traces_carry_the_twins_and_the_generation_s_times(tiny_run):
+    """A steered trace shows its unsteered twin's text and Δ and, on the concept arm, its
+    random twin's text, Δ, effect and gate; every span starts and ends when its batch was
+    generated (generations.jsonl), not when it was logged."""
     import json
 
     import mlflow
+
+    from experiments.rundir import read_jsonl
 
     _config, result = tiny_run
     folder = RunDir(result.results_dir.parent, result.run_id)
     mapping = json.loads(folder.file(RunDir.TRACES).read_text())
     rows = {g["key"]: g for g in folder.read_generations()}
-    checked = 0
+    deltas = {s["key"]: s["delta"] for s in read_jsonl(folder.file(RunDir.SCORES))}
+    checked = checked_random = 0
     for key, trace_id in mapping.items():
         row = rows[key]
         span = mlflow.get_trace(trace_id).data.spans[0]
@@ -220,8 +226,24 @@ def test_traces_carry_the_twin_s_text_and_the_generation_s_times(tiny_run):
             and (g["concept"], g["prompt_index"], g["sample"], g["split"]) == unit
         ]
         assert len(base) == 1 and twin == base[0]["text"]
+        assert span.attributes.get("unsteered_twin_delta") == pytest.approx(deltas[base[0]["key"]])
+        if row["arm"] == "concept":  # its random twin: what entered the null
+            random = rows[span.attributes["random_twin_key"]]
+            assert random["arm"] == span.attributes["random_twin_arm"] == "random:0"
+            assert (random["prompt_index"], random["sample"]) == unit[1:3]
+            assert (random["strength"] > 0) == (row["strength"] > 0)
+            assert span.attributes["random_twin_text"] == random["text"]
+            assert span.attributes["random_twin_delta"] == pytest.approx(deltas[random["key"]])
+            assert span.attributes["random_twin_gate"] in ("pass", "fail")
+            effect = (1 if row["strength"] > 0 else -1) * (
+                deltas[random["key"]] - deltas[base[0]["key"]]
+            )
+            assert span.attributes["random_twin_effect"] == pytest.approx(effect)
+            checked_random += 1
+        else:
+            assert "random_twin_text" not in span.attributes
         checked += 1
-    assert checked > 0
+    assert checked > 0 and checked_random > 0
 
 
 # ------------------------------------------------------------ what a reader checks
@@ -229,10 +251,14 @@ def test_traces_carry_the_twin_s_text_and_the_generation_s_times(tiny_run):
 
 def test_samples_put_each_steered_text_beside_its_twins(tiny_run):
     """samples.csv and the MLflow table samples.json: one row per steered concept-arm
-    text, its twins' texts read from generations.jsonl, e = sign·(Δs − Δ0)."""
+    text, text first and keys last, its twins' texts, Δ and gates read from the run
+    folder, e = sign·(Δs − Δ0), the random twin's own effect, the trace's id."""
+    import statistics
+
     import pandas as pd
 
     from experiments.phase5.publish import SAMPLES_TABLE
+    from experiments.phase5.samples import COLUMNS
     from experiments.rundir import read_jsonl, restore
 
     _config, result = tiny_run
@@ -241,7 +267,11 @@ def test_samples_put_each_steered_text_beside_its_twins(tiny_run):
     with open(logged, encoding="utf-8") as f:
         frame = json.load(f)
     table = pd.DataFrame(frame["data"], columns=frame["columns"])
+    assert list(table.columns) == list(COLUMNS)
+    assert COLUMNS[0] == "text" and COLUMNS[-3:] == ("key", "key_unsteered", "key_random")
     generations = read_jsonl(folder.file(RunDir.GENERATIONS))
+    scores = {s["key"]: s for s in read_jsonl(folder.file(RunDir.SCORES))}
+    traces = json.loads(folder.file(RunDir.TRACES).read_text())
     steered = [g for g in generations if g["arm"] == "concept" and g["strength"] != 0]
     assert len(table) == len(steered) > 0
     side = {0: "unsteered"}
@@ -258,14 +288,31 @@ def test_samples_put_each_steered_text_beside_its_twins(tiny_run):
     for row in table.itertuples():
         pos = row.sign == "s > 0"
         twin = by_unit[(row.concept, row.prompt, row.sample, "concept", "unsteered")]
-        assert row.text_unsteered == twin["text"]
-        assert (
-            row.text_random
-            == by_unit[(row.concept, row.prompt, row.sample, "random:0", pos)]["text"]
-        )
-        assert row.effect == pytest.approx((1 if pos else -1) * (row.delta_s - row.delta_0))
-        assert (row.gate == "pass") == (row.gate_reason == "")
+        random = by_unit[(row.concept, row.prompt, row.sample, "random:0", pos)]
+        sign = 1 if pos else -1
+        assert row.text_unsteered == twin["text"] and row.key_unsteered == twin["key"]
+        assert row.delta_0 == pytest.approx(scores[twin["key"]]["delta"])
+        assert row.text_random == random["text"] and row.key_random == random["key"]
+        assert row.delta_random == pytest.approx(scores[random["key"]]["delta"])
+        assert row.effect_random == pytest.approx(sign * (row.delta_random - row.delta_0))
+        assert row.delta_s == pytest.approx(scores[row.key]["delta"])
+        assert row.effect == pytest.approx(sign * (row.delta_s - row.delta_0))
+        for gate, reason in [
+            (row.gate, row.gate_reason),
+            (row.gate_unsteered, row.gate_reason_unsteered),
+            (row.gate_random, row.gate_reason_random),
+        ]:
+            assert gate in ("pass", "fail") and (gate == "pass") == (reason == "")
         assert row.effect_gated == (row.effect if row.gate == "pass" else 0.0)
+        assert row.trace_id == traces[row.key]
+        assert row.repetition == pytest.approx(scores[row.key]["repetition"])
+        unsteered = [
+            scores[g["key"]]["perplexity"]
+            for g in generations
+            if g["concept"] == row.concept and g["strength"] == 0 and g["split"] == "report"
+        ]
+        ratio = scores[row.key]["perplexity"] / statistics.median(unsteered)
+        assert row.perplexity_ratio == pytest.approx(ratio)
     csv_rows = pd.read_csv(folder.file(RunDir.SAMPLES), dtype=str, keep_default_na=False)
     assert list(csv_rows.columns) == frame["columns"] and len(csv_rows) == len(table)
     assert [restore(t) for t in csv_rows["text"]] == list(table["text"])
@@ -385,6 +432,13 @@ def test_the_answer_names_gated_concepts_and_degenerate_probes_and_links_figures
         assert f"[{png.name}]({png.name})" in written  # beside answer.md in the folder
         ui = tracking.ui_path(experiment, result.run_id, artifact=f"plots/{png.name}")
         assert f"[{png.name}]({ui})" in in_mlflow  # the run's artefact in the UI
+    # The texts behind the verdicts, linked first: the file beside it, the artefact in MLflow.
+    assert "The texts behind the verdicts: [samples.csv](samples.csv)." in written
+    ui = tracking.ui_path(experiment, result.run_id, artifact=RunDir.SAMPLES)
+    assert f"The texts behind the verdicts: [samples.csv]({ui})." in in_mlflow
+    assert written.index("samples.csv") < written.index(".png")
+    artefacts = {a.path for a in tracking.client().list_artifacts(result.run_id)}
+    assert RunDir.SAMPLES in artefacts
 
 
 def test_labels_are_placed_without_overlap_on_crowded_points():

@@ -1,0 +1,170 @@
+"""``steer-eval samples [RUN]``: the texts behind a run's verdicts, in the terminal.
+
+A verdict pools hundreds of texts; what a researcher reads first is the texts. This
+prints a Phase 5 run's ``samples.csv`` (``phase5/samples.py``: every steered text of
+the report split beside its unsteered and random-direction twins), text first and
+wrapped, each with its Δ, the gate's verdict and reason and its effect, then its twins
+with theirs. The run is taken as ``rescore`` and ``export`` take it (an id, or
+``latest``); ``--concept``, ``--sign``, ``--gated``/``--measured`` and ``--limit``
+choose the rows; ``--json`` prints them as data. A run that does not exist, or a concept
+that is not in it, is refused with exit 2 (the concept with the closest name in the run).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
+from experiments.cli.human import experiment_for
+
+
+class Sign(StrEnum):
+    pos = "+"
+    neg = "-"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``samples`` command to ``app``."""
+    app.command("samples")(friendly(samples))
+
+
+def samples(
+    run: Annotated[
+        str, typer.Argument(help="the Phase 5 parent run id, or latest (as in rescore)")
+    ] = "latest",
+    concept: Annotated[
+        str | None, typer.Option("--concept", help="only this concept (its synset)")
+    ] = None,
+    sign: Annotated[
+        Sign | None, typer.Option("--sign", help="only the texts steered at s > 0 (+) or s < 0 (-)")
+    ] = None,
+    gated: Annotated[
+        bool | None,
+        typer.Option(
+            "--gated/--measured",
+            help="only the texts the coherence gate failed (--gated) or passed (--measured)",
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="at most N")] = None,
+    results_dir: Annotated[
+        Path | None, typer.Option(help="the results folder (default: the run's own)")
+    ] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="config whose experiment `latest` searches")
+    ] = DEFAULT_CONFIG,
+    experiment: Annotated[
+        str | None,
+        typer.Option(help="MLflow experiment `latest` searches (default: the config's)"),
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Print a run's steered texts, each beside its unsteered and random twins, with
+    what the gate and the effect made of each (the run folder's samples.csv)."""
+    from experiments import tracking
+    from experiments.phase5.samples import read_samples, select_samples
+    from experiments.rundir import RunDir
+
+    searched = experiment_for(run, config, experiment)
+    run_id = tracking.latest_parent_run(searched, "5") if run == "latest" else run
+    folder = RunDir.locate(tracking.get_run(run_id), results_dir)
+    table = read_samples(folder)
+    rows = select_samples(table, concept, sign.value if sign else None, gated, limit)
+    records = [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]
+    if json_:
+        print_json(
+            {"run_id": run_id, "folder": str(folder.path), "n": len(table), "samples": records}
+        )
+        return
+    for record in records:
+        out.print(_sample(record))
+    console.print(
+        f"{len(records)} of {len(table)} samples of run {run_id} ({folder.file(RunDir.SAMPLES)})",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON has it: NaN as None."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    return value
+
+
+def _number(value: Any, spec: str = "+.3f") -> str:
+    return "–" if value is None else format(float(value), spec)
+
+
+def _gate(gate: Any, reason: Any) -> str:
+    if gate is None:
+        return "gate –"
+    return f"gate {gate}" + (f" ({reason})" if reason else "")
+
+
+def _sample(r: dict[str, Any]):
+    """One sample as a rich block: the steered text first, wrapped, then what was
+    measured on it; its twins' texts below, each with its own numbers. Texts are the
+    model's: shown as text, never as markup."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.text import Text
+
+    def twin(label: str, text: Any, numbers: str) -> list:
+        if text is None and numbers == "":
+            return []
+        return [
+            Text.assemble((f"{label}: ", "bold"), str(text or "")),
+            Text(f"   {numbers}", style="dim"),
+        ]
+
+    strength = r.get("strength")
+    head = " · ".join(
+        part
+        for part in [
+            str(r.get("concept")),
+            str(r.get("sign") or ""),
+            f"s = {_number(strength, '+g')}" if strength is not None else "",
+            f"Δ {_number(r.get('delta_s'))}",
+            _gate(r.get("gate"), r.get("gate_reason")),
+            f"e {_number(r.get('effect'))} (gated {_number(r.get('effect_gated'))}, "
+            f"above null {_number(r.get('effect_above_null'))})",
+        ]
+        if part
+    )
+    failed = r.get("gate") == "fail"
+    body = [
+        Text(str(r.get("text") or ""), style="red" if failed else ""),
+        Text(head, style="dim"),
+        *twin(
+            "unsteered",
+            r.get("text_unsteered"),
+            f"Δ0 {_number(r.get('delta_0'))} · "
+            + _gate(r.get("gate_unsteered"), r.get("gate_reason_unsteered")),
+        ),
+        *twin(
+            "random",
+            r.get("text_random"),
+            ""
+            if r.get("text_random") is None
+            else f"Δ {_number(r.get('delta_random'))} · "
+            + _gate(r.get("gate_random"), r.get("gate_reason_random"))
+            + f" · e {_number(r.get('effect_random'))}",
+        ),
+    ]
+    tail = [
+        f"prompt {r.get('prompt')!r}" if r.get("prompt") is not None else "",
+        f"perplexity ×{_number(r.get('perplexity_ratio'), '.1f')} of the unsteered median"
+        if r.get("perplexity_ratio") is not None
+        else "",
+        f"repetition {_number(r.get('repetition'), '.1f')}" if r.get("repetition") else "",
+        f"trace {r['trace_id']}" if r.get("trace_id") else "",
+        f"key {r.get('key')}",
+    ]
+    body.append(Text(" · ".join(t for t in tail if t), style="dim"))
+    return Panel(Group(*body))
