@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -209,7 +210,7 @@ def generate_batch(
             Generation(
                 key=row.key,
                 prompt=row.prompt,
-                text=tok.decode(ids, skip_special_tokens=True),
+                text=cast(str, tok.decode(ids, skip_special_tokens=True)),  # ids: one row
                 token_ids=ids,
                 n_prompt_tokens=int(n_prompt[i]),
                 stopped_at_eos=n < steps,
@@ -344,7 +345,7 @@ def _chunk_nll_states(
     :func:`~steering.suffix.decoder_suffix`) over each row's prompt and continuation but
     its last token, left-padded, then the blocked head at the positions that predict a
     continuation token."""
-    seqs = [states[i] for i in rows]
+    seqs = cast("list[torch.Tensor]", [states[i] for i in rows])  # rows with states
     width = max(len(seq) for seq in seqs)
     first = seqs[0]
     hidden = torch.zeros(

@@ -43,8 +43,12 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 ARCH = "controlvector"
 MAPPING_SUFFIXES = (".safetensors", ".pt", ".npz")
@@ -82,11 +86,11 @@ class ConceptNames:
         return matches[0] if len(matches) == 1 else None
 
 
-def _field_value(reader, key: str) -> object | None:
+def _field_value(reader: GGUFReader, key: str) -> object | None:
     found = reader.get_field(key)
     if found is None:
         return None
-    value = found.contents()
+    value: object = found.contents()
     return value
 
 
@@ -201,7 +205,8 @@ def _one_tensor(path: Path) -> np.ndarray:
     """The single vector of a per-concept file."""
     if path.suffix == ".npy":
         try:
-            return np.load(path, allow_pickle=False)
+            vector: np.ndarray = np.load(path, allow_pickle=False)
+            return vector
         except ValueError as exc:
             raise VectorFileError(
                 f"{path}: not a plain .npy array ({exc}); save it with numpy.save(path, vector)"
@@ -264,7 +269,7 @@ def _raw_vectors(
                 f"{path}: no {', '.join(FOLDER_SUFFIXES)} files; name one file per concept, "
                 "e.g. dog.n.01.npy"
             )
-        out = {}
+        out: dict[str, tuple[np.ndarray | None, Path]] = {}
         for f in files:
             if names.resolve(f.stem) is None:
                 # Not named by a concept of this run (another concept, or a mapping file
@@ -312,7 +317,7 @@ def read_vectors(
     """
     concepts = ConceptNames(tuple(synsets), tuple(names))
     raw = _raw_vectors(Path(path), concepts, layer)
-    found: dict[str, tuple[np.ndarray, Path, str]] = {}
+    found: dict[str, tuple[np.ndarray | None, Path, str]] = {}
     for key, (vector, source) in raw.items():
         synset = concepts.resolve(key)
         if synset is None:
