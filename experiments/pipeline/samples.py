@@ -54,7 +54,9 @@ def sample_table(
     the signed effect, the gate's verdict and reason, the effect above the random null,
     and the concept's likelihood outcome at that sign where it was measured
     (``per_concept``: the record's, holding ``likelihood_<sign>``)."""
-    split = records["split"] if "split" in records.columns else "report"
+    split = (
+        records["split"] if "split" in records.columns else pd.Series("report", index=records.index)
+    )
     rows = records[split == "report"]
     if rows.empty or "arm" not in rows.columns:
         return pd.DataFrame(columns=list(COLUMNS))
