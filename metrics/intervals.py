@@ -74,7 +74,7 @@ def cluster_rows(clusters: Sequence[object]) -> list[np.ndarray]:
 
 
 def clustered_bootstrap_mean(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     clusters: Sequence[object],
     *,
     confidence: float = 0.95,
@@ -307,7 +307,9 @@ def _sum_and_count(units: np.ndarray) -> np.ndarray:
     return np.stack([sums, np.full_like(sums, units.shape[1])], axis=-1)
 
 
-def group_units(values: Sequence[object], concepts: Sequence[object]) -> dict[object, np.ndarray]:
+def group_units(
+    values: Sequence[object] | np.ndarray, concepts: Sequence[object]
+) -> dict[object, np.ndarray]:
     """Rows with their concept labels as one unit array per concept (first-seen order).
 
     A row may be a number or a fixed-length vector (columns that must stay paired, e.g. an

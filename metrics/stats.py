@@ -30,7 +30,7 @@ class NotEvaluable:
     method: str | None = None
     n: int | None = None
 
-    evaluable: ClassVar[bool] = False
+    evaluable: ClassVar[Literal[False]] = False
 
     def to_dict(self) -> dict[str, object]:
         return {"evaluable": False, **asdict(self)}
@@ -49,7 +49,7 @@ class Correlation:
     ci_method: str = "fisher_z"
     n_clusters: int | None = None  # set when the interval resampled clusters of rows
 
-    evaluable: ClassVar[bool] = True
+    evaluable: ClassVar[Literal[True]] = True
 
     def to_dict(self) -> dict[str, object]:
         return {"evaluable": True, **asdict(self)}
@@ -217,7 +217,7 @@ class Alpha:
     n_units: int  # units rated by at least two raters (the pairable ones)
     level: str = "interval"
 
-    evaluable: ClassVar[bool] = True
+    evaluable: ClassVar[Literal[True]] = True
 
     def to_dict(self) -> dict[str, object]:
         return {"evaluable": True, **asdict(self)}
@@ -269,7 +269,7 @@ class F1Interval:
     n_neg: int
     n_boot: int
 
-    evaluable: ClassVar[bool] = True
+    evaluable: ClassVar[Literal[True]] = True
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -35,12 +35,12 @@ from steering.head import (
 from steering.memory import nll_logits_budget
 from steering.models import LoadedModel
 from steering.policies import policy_for
-from steering.sampling import (  # noqa: F401  (re-exported: the sampler's old home)
-    PREFILTER_GROWTH,
-    TOPK_PREFILTER,
-    SamplingConfig,
-    sample_next,
-)
+
+# re-exported (the "as" form): the sampler's old home, where callers still import them
+from steering.sampling import PREFILTER_GROWTH as PREFILTER_GROWTH
+from steering.sampling import TOPK_PREFILTER as TOPK_PREFILTER
+from steering.sampling import SamplingConfig as SamplingConfig
+from steering.sampling import sample_next as sample_next
 from steering.scratch import Scratch
 from steering.suffix import capture_layer_states, decoder_suffix, row_states, supports_suffix
 from steering.vector import Mode

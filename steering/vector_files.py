@@ -139,7 +139,7 @@ def write_control_vector(
     path: str | Path,
     directions: Mapping[int, np.ndarray],
     model_hint: str,
-    metadata: Mapping[str, str | float | int | Sequence[float]] | None = None,
+    metadata: Mapping[str, str | float | int | Sequence[float] | np.ndarray] | None = None,
 ) -> Path:
     """Write ``directions`` (layer → vector) as repeng's ``export_gguf`` does, plus our
     ``steer_eval.*`` metadata (strings, numbers, float arrays)."""

@@ -34,7 +34,11 @@ def section_tuning(
     for b in sizes:
         if b == wl.batch_size:
             continue  # the threads={current} run already is the configured batch size
-        runs[f"batch_size={b}"] = lambda m, b=b: run_batched(lm, short, batch_size=b, m=m)
+
+        def at_size(m: Measurement | None, b: int = b) -> Measurement:
+            return run_batched(lm, short, batch_size=b, m=m)
+
+        runs[f"batch_size={b}"] = at_size
     say(f"tuning: {', '.join(runs)} at {short.sampling.max_new_tokens} tokens")
     measured = interleaved(runs, opts.repeats)
     out = {k: v.to_dict() for k, v in measured.items()}

@@ -7,7 +7,7 @@ prints what was written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
@@ -35,7 +35,8 @@ def export(
     from experiments.rundir import RunDir
 
     experiment = experiment_for(run, config, experiment)
-    run_id = tracking.latest_parent_run(experiment, "5") if run == "latest" else run
+    # for --run latest, experiment_for names the experiment (the config's when not given)
+    run_id = tracking.latest_parent_run(cast(str, experiment), "5") if run == "latest" else run
     folder = RunDir.locate(tracking.get_run(run_id), results_dir)
     result = export_run(folder, out_dir)
     if json_:

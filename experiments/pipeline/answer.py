@@ -15,6 +15,8 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 
 from __future__ import annotations
 
+from typing import cast
+
 from experiments.answer import SIGN_LABELS, Answer, Verdict
 from experiments.record import RunRecord
 from metrics.intervals import Interval, interval_verdict
@@ -184,7 +186,8 @@ def reader_notes(record: RunRecord) -> list[str]:
     notes = []
     for sign, label in (("pos", "s > 0"), ("neg", "s < 0")):
         gated = [
-            f"{synset} ({int(v[f'gated_out_{sign}'])}/{int(v[f'steered_{sign}'])})"
+            f"{synset} ({int(cast(float, v[f'gated_out_{sign}']))}/"
+            f"{int(cast(float, v[f'steered_{sign}']))})"
             for synset, v in sorted(record.per_concept.items())
             if v.get(f"steered_{sign}") and v.get(f"gated_out_{sign}") == v[f"steered_{sign}"]
         ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -215,7 +216,7 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
     columns = ["concept", "prompt_index", "sample", "sign", "above_other"]
     rows = []
     for sign, part in margins.groupby("sign"):
-        matrix = matrices.get(int(sign))
+        matrix = matrices.get(int(cast(int, sign)))
         if matrix is None:
             continue
         for concept, group in part.groupby("concept"):
@@ -226,7 +227,9 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
                 continue
             null = float(np.mean(others))
             for _, r in group.iterrows():
-                rows.append([concept, r["prompt_index"], r["sample"], int(sign), r["own"] - null])
+                rows.append(
+                    [concept, r["prompt_index"], r["sample"], int(cast(int, sign)), r["own"] - null]
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -325,7 +328,7 @@ def evaluate_effect(
         np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])
     ):
         for sign, rows in arm_rows.groupby("sign"):
-            out.summary[f"{arm_name}/{SIGNS[int(sign)]}"] = _summarise(rows, config)
+            out.summary[f"{arm_name}/{SIGNS[int(cast(int, sign))]}"] = _summarise(rows, config)
     null = above_null(effects)
     null_raw = above_null(effects, "e")
     for sign, label in SIGNS.items():
@@ -367,7 +370,7 @@ def evaluate_effect(
             out.per_concept.setdefault(str(synset), {})[f"above_null_{label}"] = float(value)
         for synset, value in concept_rows.groupby("concept")["e_gated"].mean().items():
             out.per_concept.setdefault(str(synset), {})[f"effect_{label}"] = float(value)
-        pairs = [(predictor[k], float(v)) for k, v in per_concept.items() if k in predictor]
+        pairs = [(predictor[str(k)], float(v)) for k, v in per_concept.items() if k in predictor]
         pearson = _correlation_interval(pairs, "pearson", config)
         spearman = _correlation_interval(pairs, "spearman", config)
         key = f"v2_predictor_vs_effect_{label}"
@@ -434,7 +437,9 @@ def select_betas(records: pd.DataFrame, config: ExperimentConfig) -> dict[str, d
     effects = effects[effects["arm"] == CONCEPT_ARM]
     out: dict[str, dict] = {}
     for synset, group in effects.groupby("concept"):
-        means = {float(b): float(g["e_gated"].mean()) for b, g in group.groupby("beta")}
+        means = {
+            float(cast(float, b)): float(g["e_gated"].mean()) for b, g in group.groupby("beta")
+        }
         best = max(sorted(means), key=lambda b: (means[b], -b))
         out[str(synset)] = {"beta": best, "effects": means}
     return out
