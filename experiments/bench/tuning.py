@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from steering.models import LoadedModel
 
 def section_tuning(
     lm: LoadedModel, wl: Workload, opts: BenchOptions, say: Callable[[str], None]
-) -> dict:
+) -> dict[str, Any]:
     """Each thread count and batch size over the whole grid at ``tuning_tokens``, interleaved."""
     short = wl.with_tokens(min(opts.tuning_tokens, wl.sampling.max_new_tokens))
     cores = os.cpu_count() or 1

@@ -15,7 +15,7 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from experiments.answer import SIGN_LABELS, Answer, Verdict
 from experiments.record import RunRecord
@@ -109,7 +109,7 @@ def verdicts(record: RunRecord) -> list[Verdict]:
     return out
 
 
-def resampled(interval: dict) -> tuple[int | None, str]:
+def resampled(interval: dict[str, Any]) -> tuple[int | None, str]:
     """How many of what the interval rests on: concepts when concepts were resampled
     (a hierarchical bootstrap, or a correlation over concepts), else the samples."""
     n, clusters = interval.get("n"), interval.get("n_clusters")
