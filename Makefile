@@ -98,9 +98,10 @@ test: setup-judge setup-ray ## the whole test suite (unit tests on a tiny Gemma,
 test-fast: setup setup-ray ## unit tests only: no embedded-model integration tests, no local judge build (its tests skip)
 	$(PY) -m pytest -q -m "not integration" $(ARGS)
 
-lint: setup ## ruff lint and format check
+lint: setup ## ruff lint and format check, then the type check (mypy; pyproject.toml [tool.mypy])
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 
 format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .

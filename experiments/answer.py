@@ -20,8 +20,9 @@ the same thing in the same words:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from experiments.rundir import neutralise
 
@@ -142,7 +143,7 @@ def estimate_text(
     return f"{number(estimate, spec)} [{number(low, spec)}, {number(high, spec)}]"
 
 
-def interval_dict_text(d: dict | None, spec: str = "+.3f") -> str:
+def interval_dict_text(d: Mapping[str, Any] | None, spec: str = "+.3f") -> str:
     """:func:`estimate_text` of a stored interval (``estimate``, ``low``, ``high``,
     ``reason``: ``metrics.intervals.Interval.to_dict``)."""
     d = d or {}
@@ -173,7 +174,7 @@ class Verdict:
     direction: str = "above"  # pass means the interval lies above (or below) the threshold
     sign: str = "both"  # pos, neg or both: the sign of the strength it is about
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "reading": reading(self)}
 
 
@@ -205,7 +206,7 @@ class Answer:
                 groups.setdefault(v.group, []).append(v)
         return {g: "; ".join(headline_part(v) for v in vs) for g, vs in groups.items()}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """``--json``'s one shape for every phase: plain text, no markdown."""
         return {
             "phase": self.phase,
@@ -344,7 +345,7 @@ def with_answer(note: str, block: str) -> str:
     return block + "\n" + note.lstrip("\n")
 
 
-def criteria_rows(answer: Answer) -> Iterable[dict]:
+def criteria_rows(answer: Answer) -> Iterable[dict[str, Any]]:
     """``criteria.csv``'s rows: every verdict, then the seed's criteria."""
     for v in (*answer.verdicts, *answer.seed):
         row = v.to_dict()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -450,6 +451,9 @@ Degrees = Annotated[float, Field(ge=0, le=90)]
 Fraction = Annotated[float, Field(ge=0, lt=0.5)]
 
 
+_NUISANCES: tuple[Literal["isotropic", "pc", "other"], ...] = ("isotropic", "pc", "other")
+
+
 class IdentifyConfig(_Strict):
     """Phase 6 that identifies (``steer-eval identify``): detection quality varied on its
     own around a reference direction, each direction scored as a detector and by how it
@@ -474,7 +478,7 @@ class IdentifyConfig(_Strict):
         description="rotation grid: v = cos θ·v* + sin θ·u, u ⟂ v*",
     )
     nuisances: list[Literal["isotropic", "pc", "other"]] = Field(
-        default_factory=lambda: ["isotropic", "pc", "other"],
+        default_factory=lambda: list(_NUISANCES),
         min_length=1,
         description="families of u: isotropic random; the top principal components of "
         "neutral-text activations; other concepts' reference directions",
@@ -716,7 +720,7 @@ def _hash_view(value: Any, classes: list[type[BaseModel]]) -> Any:
     return out
 
 
-def _drop_other_phases(data: Any, cls: type[BaseModel], classes: list[type[BaseModel]]) -> Any:
+def _drop_other_phases(data: Any, cls: type[BaseModel], classes: Sequence[type[BaseModel]]) -> Any:
     """``data`` without the keys that only the other phases' models (``classes``) declare."""
     if not isinstance(data, dict):
         return data
@@ -962,7 +966,7 @@ def did_you_mean(cls: type[BaseModel], loc: tuple) -> str:
 
 
 # pydantic's wording of a bound or length, rewritten as what to give (one line each).
-def _plain(err: dict) -> str:
+def _plain(err: Mapping[str, Any]) -> str:
     ctx, kind = err.get("ctx") or {}, err["type"]
     got = f" (got {err.get('input')!r})"
     bounds = {
@@ -1090,7 +1094,7 @@ def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     phase: Phase | None = None,
-    overlays: list[str | Path] | tuple[str | Path, ...] = (),
+    overlays: Sequence[str | Path] = (),
 ) -> RunConfig:
     """Read a YAML config (or the defaults), merge ``overlays`` (YAML files such as
     ``configs/quick/calibrate.yaml``) over it, apply overrides, validate.

@@ -43,6 +43,7 @@ import random
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from experiments.concepts import Concept, ConceptGraph, NegativeConcept, concept_words, mentions
@@ -598,8 +599,7 @@ def _neutral_subjects(
     ]
     _rng(seed, "neutral", split, concept.synset).shuffle(items)
     return [
-        (item.synset, lambda item=item: _plain_fields(item.name, item.name, item.gloss))
-        for item in items
+        (item.synset, partial(_plain_fields, item.name, item.name, item.gloss)) for item in items
     ]
 
 

@@ -14,14 +14,14 @@ field: one module is the one place a reader looks up what a record holds.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Final, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from experiments.config import CalibrationStudyConfig, IdentifyStudyConfig, Phase5Config
 from metrics.criteria import CriterionResult
 
-RECORD_FORMAT = "steer-eval/phase5-run"
+RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
 # f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics; 4: concept-level
 # intervals, the specificity criteria, reliabilities and corrected correlations, the
@@ -52,7 +52,7 @@ class CriterionRecord(BaseModel):
         return cls(**result.to_dict())
 
     def result(self) -> CriterionResult:
-        return CriterionResult(**self.model_dump())  # type: ignore[arg-type]
+        return CriterionResult(**self.model_dump())
 
 
 class RunRecord(BaseModel):
@@ -81,7 +81,7 @@ class RunRecord(BaseModel):
     per_strength: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     per_concept: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     criteria: dict[str, CriterionRecord] = Field(default_factory=dict)
-    statistics: dict[str, dict] = Field(
+    statistics: dict[str, dict[Any, Any]] = Field(
         default_factory=dict, description="correlations and other figures behind criteria"
     )
     diagnostics: dict[str, object] = Field(
@@ -126,13 +126,16 @@ class RunRecord(BaseModel):
         return predictor_values(self.predictors, name or self.config.criteria.predictor)
 
 
+R = TypeVar("R", bound=BaseModel)
+
+
 def read_record(
-    cls: type[BaseModel],
+    cls: type[R],
     text: str,
     source: str,
     migratable: tuple[int, ...] = (),
     fix: str = "",
-):
+) -> R:
     """Any phase's record from its JSON: of ``cls``'s format and version (or one of
     ``migratable``, read as this version), else a :class:`RecordError` naming what was
     found, then ``fix``."""
@@ -211,7 +214,7 @@ class _Record(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
 
     @classmethod
-    def parse(cls, text: str, source: str = "record"):
+    def parse(cls, text: str, source: str = "record") -> Self:
         """Read a record of this format and version, or fail naming what was found."""
         return read_record(cls, text, source)
 

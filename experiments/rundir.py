@@ -16,11 +16,13 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from steering.files import temp_beside
 
 if TYPE_CHECKING:
+    from mlflow.entities import Run
+
     from experiments.config import ExperimentConfig, Phase
     from experiments.record import RunRecord
 
@@ -61,7 +63,7 @@ class RunDirError(LookupError):
     """A run's local folder or one of its files is missing; the message says what to do."""
 
 
-def parse_jsonl(text: str, source: str = "a JSONL file") -> list[dict]:
+def parse_jsonl(text: str, source: str = "a JSONL file") -> list[dict[str, Any]]:
     """Records in a JSONL text. A line that is not JSON (a torn write, an edit) is
     skipped with a warning that names its line number, never fatal: a resume repairs a
     torn last line before appending (:func:`append_jsonl`)."""
@@ -81,7 +83,7 @@ def parse_jsonl(text: str, source: str = "a JSONL file") -> list[dict]:
     return records
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return parse_jsonl(path.read_text(encoding="utf-8"), str(path)) if path.exists() else []
 
 
@@ -122,7 +124,7 @@ def repair_tail(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def append_jsonl(path: Path, records: Iterable[dict]) -> None:
+def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Append and fsync, so a finished batch survives a crash; a torn last line left by
     an earlier crash is repaired first."""
     repair_tail(path)
@@ -133,7 +135,7 @@ def append_jsonl(path: Path, records: Iterable[dict]) -> None:
         os.fsync(handle.fileno())
 
 
-def plan_order(generations: list[dict]) -> list[dict]:
+def plan_order(generations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Generations in the order one uninterrupted local run writes them (split, prompt
     length, key): a Ray run appends batches as they finish, and means and bootstrap
     intervals should not depend on that order."""
@@ -144,7 +146,9 @@ def plan_order(generations: list[dict]) -> list[dict]:
     )
 
 
-def join_scores(generations: Iterable[dict], scores: Iterable[dict]) -> list[dict]:
+def join_scores(
+    generations: Iterable[dict[str, Any]], scores: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The one join of the suite: each generation with its scores (by ``key``), in the
     order given; generations without scores are left out (a run that crashed between
     generating and scoring is rescored before anything reads it)."""
@@ -217,7 +221,7 @@ class RunDir:
     # ------------------------------------------------------------------ locating
 
     @classmethod
-    def locate(cls, run, results_dir: str | Path | None = None) -> RunDir:
+    def locate(cls, run: Run, results_dir: str | Path | None = None) -> RunDir:
         """The folder of an MLflow run: explicit root, else the run's own tag, else its
         config's ``tracking.results_dir``, else the default."""
         run_id = run.info.run_id
@@ -271,26 +275,26 @@ class RunDir:
 
     # ------------------------------------------------------------------ JSONL stores
 
-    def read_generations(self) -> list[dict]:
+    def read_generations(self) -> list[dict[str, Any]]:
         return read_jsonl(self.file(self.GENERATIONS))
 
-    def append_generations(self, records: Iterable[dict]) -> None:
+    def append_generations(self, records: Iterable[dict[str, Any]]) -> None:
         append_jsonl(self.file(self.GENERATIONS), records)
 
-    def read_likelihood(self) -> list[dict]:
+    def read_likelihood(self) -> list[dict[str, Any]]:
         return read_jsonl(self.file(self.LIKELIHOOD))
 
-    def append_likelihood(self, records: Iterable[dict]) -> None:
+    def append_likelihood(self, records: Iterable[dict[str, Any]]) -> None:
         append_jsonl(self.file(self.LIKELIHOOD), records)
 
-    def read_scores(self) -> list[dict]:
+    def read_scores(self) -> list[dict[str, Any]]:
         return read_jsonl(self.file(self.SCORES))
 
-    def write_scores(self, records: Iterable[dict]) -> None:
+    def write_scores(self, records: Iterable[dict[str, Any]]) -> None:
         """Scores are derived data: rewritten whole (atomically) on every scoring pass."""
         atomic_write_text(self.file(self.SCORES), "".join(json.dumps(r) + "\n" for r in records))
 
-    def read_scored(self, in_plan_order: bool = False) -> list[dict]:
+    def read_scored(self, in_plan_order: bool = False) -> list[dict[str, Any]]:
         """Each generation joined with its scores (:func:`join_scores`), in the file's
         order or in plan order (what the analysis reads: independent of how a Ray run's
         batches came back)."""

@@ -34,6 +34,8 @@ ratings as HUMAN feedback on each generation's trace; and those traces in the ru
 GenAI evaluation run (``experiments/phase5/evaluation.py``).
 """
 
+from typing import TYPE_CHECKING
+
 from judges.base import (
     AXBENCH_RUBRIC,
     RUBRICS,
@@ -54,6 +56,10 @@ from judges.base import (
 from judges.cache import JudgeCache
 from judges.registry import build_panel, get_judge, judge_provider, parse_name, providers
 from judges.retry import RetryPolicy
+
+if TYPE_CHECKING:  # what __getattr__ imports when asked, for the type checker
+    from judges.estimate import PanelEstimate, estimate_panel
+    from judges.panel import PanelResult, panel_agrees, run_panel
 
 
 def __getattr__(name: str) -> object:

@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 import time
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -88,9 +89,9 @@ def main() -> None:
         load_start = time.perf_counter()
         judge._load()  # type: ignore[attr-defined]  # model load is not panel time
         load_s = time.perf_counter() - load_start
-        cold = run_panel([judge], samples, progress=False)
+        cold = run_panel([judge], samples, progress=None)
         warm_judge = get_judge(args.judge, **options)
-        warm = run_panel([warm_judge], samples, progress=False)
+        warm = run_panel([warm_judge], samples, progress=None)
     table = cold.per_sample.merge(samples[["sample_id", "on_topic"]], on="sample_id")
     on, off = table.loc[table.on_topic, "panel_mean"], table.loc[~table.on_topic, "panel_mean"]
     per_concept_rank = [
@@ -113,7 +114,8 @@ def main() -> None:
         "off_topic_mean": round(float(off.mean()), 2),
         "off_topic_sd": round(float(off.std()), 2),
         "on_topic_scores": {
-            r.concept: round(r.panel_mean, 2) for r in table.loc[table.on_topic].itertuples()
+            r.concept: round(cast(float, r.panel_mean), 2)
+            for r in table.loc[table.on_topic].itertuples()
         },
         "share_of_off_topic_below_own_text": round(float(np.mean(per_concept_rank)), 3),
         "r_score_vs_on_topic": cold.to_metrics().get("panel_mean_r_delta"),

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -222,7 +222,8 @@ def _fingerprint(path: Path) -> str:
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     logits = logits.astype(np.float64)
     shifted = logits - logits.max()
-    return shifted - np.log(np.exp(shifted).sum())
+    logprobs: np.ndarray = shifted - np.log(np.exp(shifted).sum())
+    return logprobs
 
 
 def resolve_model_path(spec: str) -> tuple[Path, str]:
@@ -328,7 +329,8 @@ class LlamaJudge(Judge):
         tokens = llm.tokenize(text.encode(), add_bos=False, special=False)
         if len(tokens) <= self.max_text_tokens:
             return text
-        return llm.detokenize(tokens[: self.max_text_tokens]).decode("utf-8", "ignore") + " …"
+        clipped: bytes = llm.detokenize(tokens[: self.max_text_tokens])
+        return clipped.decode("utf-8", "ignore") + " …"
 
     def render(self, axis: str, request: RatingRequest, clip: bool = True) -> tuple[str, str]:
         """(fixed prefix, per-text suffix). The text is defused and, with `clip`,
@@ -371,7 +373,8 @@ class LlamaJudge(Judge):
             llm.reset()
             llm.eval(prefix)
         llm.eval(suffix)
-        return llm.n_tokens
+        n_tokens: int = llm.n_tokens
+        return n_tokens
 
     def _last_logits(self, llm: Any) -> np.ndarray:
         """Logits after the last evaluated token.
@@ -549,7 +552,16 @@ class LlamaJudge(Judge):
         self._llm = None
 
 
-def _axis_scores(scores: dict[str, float]) -> dict[str, float | None]:
+class _AxisScores(TypedDict, total=False):
+    """A rating's score fields (:class:`~judges.base.Rating`) from its axes."""
+
+    score: float | None
+    fluency: float | None
+    concept_score: float | None
+    instruction: float | None
+
+
+def _axis_scores(scores: dict[str, float]) -> _AxisScores:
     """A rating's score fields from its axes (axbench: the harmonic mean of three)."""
     if "relatedness" in scores:
         return {"score": scores["relatedness"], "fluency": scores.get("fluency")}

@@ -51,7 +51,8 @@ def system_info() -> str:
     """The CPU features this llama.cpp build was compiled for (``llama_print_system_info``)."""
     import llama_cpp
 
-    return llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+    info: bytes = llama_cpp.llama_print_system_info()
+    return info.decode("utf-8", "replace").strip()
 
 
 def amx_compiled(info: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from judges.base import (
     AXBENCH_AXES,
@@ -165,7 +166,7 @@ def _as_score(value: object, lo: int = SCORE_MIN, hi: int = SCORE_MAX) -> float 
     return None
 
 
-def _json_object(raw: str) -> dict | str:
+def _json_object(raw: str) -> dict[str, Any] | str:
     """The answer's one JSON object, or the reason it is not one."""
     body = raw.strip()
     fenced = _FENCE_RE.match(body)

@@ -36,7 +36,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number `attempt` (0-based)."""
-        delay = min(self.max_delay, self.base_delay * (2**attempt))
+        delay: float = min(self.max_delay, self.base_delay * (2**attempt))
         if self.jitter:
             delay *= 0.5 + random.random() / 2
         if retry_after is not None and retry_after > 0:

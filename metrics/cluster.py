@@ -27,7 +27,9 @@ others is reported as not identified instead of a number.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +67,9 @@ def _not_identified(reason: str, n: int, g: int) -> ClusterFit:
     return ClusterFit(None, None, None, None, None, None, None, n, g, METHOD, reason)
 
 
-def _prepare(x: np.ndarray, y: np.ndarray, clusters: np.ndarray):
+def _prepare(
+    x: np.ndarray, y: np.ndarray, clusters: Sequence[object] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if x.ndim == 1:
@@ -76,7 +80,7 @@ def _prepare(x: np.ndarray, y: np.ndarray, clusters: np.ndarray):
     return x, y, index
 
 
-def _fit(x: np.ndarray, y: np.ndarray):
+def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(A = (X'X)⁺, β̂, residuals, rank), the pseudo-inverse and rank from one eigh."""
     values, vectors = np.linalg.eigh(x.T @ x)
     keep = values > 1e-10 * max(float(values.max(initial=0.0)), 1e-300)
@@ -105,7 +109,9 @@ def identified(x: np.ndarray, j: int, tol: float = 1e-8) -> bool:
     return norm - float(cross @ inv @ cross) > tol * norm
 
 
-def cluster_covariance(x: np.ndarray, y: np.ndarray, clusters) -> tuple[np.ndarray, np.ndarray]:
+def cluster_covariance(
+    x: np.ndarray, y: np.ndarray, clusters: Sequence[object] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(β̂, the CR1 covariance of β̂)."""
     x, y, index = _prepare(x, y, clusters)
     a, beta, resid, rank = _fit(x, y)
@@ -119,7 +125,7 @@ def cluster_covariance(x: np.ndarray, y: np.ndarray, clusters) -> tuple[np.ndarr
 def wild_cluster_t(
     x: np.ndarray,
     y: np.ndarray,
-    clusters,
+    clusters: Sequence[object] | np.ndarray,
     j: int = 0,
     *,
     n_boot: int = 1999,
@@ -175,7 +181,7 @@ def wild_cluster_t(
 
 def wald_f(
     beta: np.ndarray, covariance: np.ndarray, restrictions: np.ndarray, n_clusters: int
-) -> dict:
+) -> dict[str, Any]:
     """H0: R·β = 0. W = (Rβ)'(R V R')⁺(Rβ) on the restrictions' non-null space, F = W/q
     referred to F(q, G−1) (the small-sample reference with G clusters), χ² beside it."""
     from scipy.stats import chi2, f

@@ -8,13 +8,13 @@ all, and metric_value() is a number only for pass (1.0) or fail (0.0), never NaN
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 import numpy as np
 
-from metrics.stats import Alpha, Correlation, NotEvaluable, pearson
+from metrics.stats import Alpha, Correlation, Floats, NotEvaluable, pearson
 
 Status = Literal["pass", "fail", "not_evaluable", "pending", "inconclusive", "panel_required"]
 STATUSES: frozenset[str] = frozenset(
@@ -70,7 +70,7 @@ def _verdict(passed: bool) -> Status:
     return "pass" if passed else "fail"
 
 
-def _as_arrays(*columns: Sequence[float]) -> list[np.ndarray]:
+def _as_arrays(*columns: Floats) -> list[np.ndarray]:
     arrays = [np.asarray(column, dtype=np.float64).ravel() for column in columns]
     if len({a.shape for a in arrays}) != 1:
         raise ValueError(f"Inputs must have the same length, got {[a.shape for a in arrays]}.")
@@ -78,7 +78,7 @@ def _as_arrays(*columns: Sequence[float]) -> list[np.ndarray]:
 
 
 def direction_criterion(
-    strengths: Sequence[float], shifts: Sequence[float], min_fraction: float = 0.8
+    strengths: Floats, shifts: Floats, min_fraction: float = 0.8
 ) -> CriterionResult:
     """C1: fraction of steered samples whose Δ moved the way the strength points.
 
@@ -103,8 +103,8 @@ def direction_criterion(
 
 
 def magnitude_criterion(
-    strengths: Sequence[float],
-    magnitudes: Sequence[float],
+    strengths: Floats,
+    magnitudes: Floats,
     at: float = 1.0,
     min_magnitude: float = 0.15,
 ) -> CriterionResult:

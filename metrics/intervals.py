@@ -17,14 +17,16 @@ below, and is inconclusive when the interval straddles it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, TypedDict, TypeVar, cast
 
 import numpy as np
 
 Verdict = Literal["pass", "fail", "inconclusive", "not_evaluable"]
 DEFAULT_BOOT = 2000
+# A concept's key (a synset id, a name): the mappings keyed by concept are generic in it.
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def cluster_rows(clusters: Sequence[object]) -> list[np.ndarray]:
 
 
 def clustered_bootstrap_mean(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     clusters: Sequence[object],
     *,
     confidence: float = 0.95,
@@ -134,7 +136,7 @@ def bootstrap_statistic(
 
 def _percentile_interval(
     estimate: float,
-    reps: Sequence[float],
+    reps: Sequence[float] | np.ndarray,
     n: int,
     n_boot: int,
     confidence: float,
@@ -170,7 +172,7 @@ def _paired_resamples(
 def _bootstrap_correlation(
     pairs: Sequence[tuple[float, float]],
     estimate: Callable[[np.ndarray, np.ndarray], float],
-    replicates: Callable[[np.ndarray, np.ndarray], Sequence[float]],
+    replicates: Callable[[np.ndarray, np.ndarray], Sequence[float] | np.ndarray],
     confidence: float,
     n_boot: int,
     seed: int,
@@ -211,7 +213,8 @@ def bootstrap_pearson(
     from scipy import stats
 
     def replicates(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-        return stats.pearsonr(xs, ys, axis=1)[0]
+        r: np.ndarray = stats.pearsonr(xs, ys, axis=1)[0]
+        return r
 
     return _bootstrap_correlation(
         pairs, lambda x, y: stats.pearsonr(x, y)[0], replicates, confidence, n_boot, seed, method
@@ -294,7 +297,8 @@ measure's aggregates, shape ``(replicates, concepts, *out_shape)``, to ``(replic
 
 def unit_mean(units: np.ndarray) -> np.ndarray:
     """The default aggregate: the mean over a concept's units."""
-    return units.mean(axis=1)
+    means: np.ndarray = units.mean(axis=1)
+    return means
 
 
 def _sum_and_count(units: np.ndarray) -> np.ndarray:
@@ -303,7 +307,9 @@ def _sum_and_count(units: np.ndarray) -> np.ndarray:
     return np.stack([sums, np.full_like(sums, units.shape[1])], axis=-1)
 
 
-def group_units(values: Sequence[object], concepts: Sequence[object]) -> dict[object, np.ndarray]:
+def group_units(
+    values: Sequence[object] | np.ndarray, concepts: Sequence[object]
+) -> dict[object, np.ndarray]:
     """Rows with their concept labels as one unit array per concept (first-seen order).
 
     A row may be a number or a fixed-length vector (columns that must stay paired, e.g. an
@@ -313,7 +319,10 @@ def group_units(values: Sequence[object], concepts: Sequence[object]) -> dict[ob
     x = np.asarray(values, dtype=np.float64)
     if len(x) != len(concepts):
         raise ValueError(f"values ({len(x)}) and concepts ({len(concepts)}) differ in length")
-    keep = np.isfinite(x).reshape(len(x), -1).all(axis=1) if len(x) else np.zeros(0, bool)
+    keep = cast(  # all(axis=1) of a 2-D array: an array, not numpy's scalar
+        np.ndarray,
+        np.isfinite(x).reshape(len(x), -1).all(axis=1) if len(x) else np.zeros(0, bool),
+    )
     out: dict[object, list[int]] = {}
     for i, c in enumerate(concepts):
         if keep[i]:
@@ -322,8 +331,8 @@ def group_units(values: Sequence[object], concepts: Sequence[object]) -> dict[ob
 
 
 def _as_tables(
-    units: Mapping[object, Mapping[str, object]],
-) -> tuple[list[object], list[str], list[dict[str, np.ndarray]]]:
+    units: Mapping[K, Mapping[str, object]],
+) -> tuple[list[K], list[str], list[dict[str, np.ndarray]]]:
     concepts = list(units)
     tables = [{k: np.asarray(v, dtype=np.float64) for k, v in units[c].items()} for c in concepts]
     measures = sorted(tables[0]) if tables else []
@@ -337,7 +346,7 @@ def _as_tables(
 
 
 def hierarchical_bootstrap(
-    units: Mapping[object, Mapping[str, object]],
+    units: Mapping[K, Mapping[str, object]],
     statistic: Statistic,
     *,
     aggregate: Mapping[str, Aggregate] | None = None,
@@ -408,7 +417,7 @@ def hierarchical_bootstrap(
 
 
 def hierarchical_mean(
-    units: Mapping[object, object],
+    units: Mapping[K, object],
     *,
     weights: Literal["concepts", "units"] = "concepts",
     within: bool = True,
@@ -450,15 +459,25 @@ def hierarchical_mean(
     )
 
 
-def _same_concepts(a: Mapping[object, object], b: Mapping[object, object]) -> None:
+def _same_concepts(a: Mapping[K, object], b: Mapping[K, object]) -> None:
     if set(a) != set(b):
         only = sorted(map(str, set(a) ^ set(b)))
         raise ValueError(f"the two sides must have the same concepts; unmatched: {only}")
 
 
+class _BootOptions(TypedDict):
+    """hierarchical_bootstrap's keyword options that hierarchical_margin passes on."""
+
+    within: bool
+    confidence: float
+    n_boot: int
+    seed: int
+    method: str
+
+
 def hierarchical_margin(
-    a: Mapping[object, object],
-    b: Mapping[object, object],
+    a: Mapping[K, object],
+    b: Mapping[K, object],
     *,
     paired: bool = False,
     within: bool = True,
@@ -475,9 +494,11 @@ def hierarchical_margin(
     """
     _same_concepts(a, b)
     label = method or f"hierarchical bootstrap margin over concepts ({n_boot} replicates)"
-    kwargs = dict(within=within, confidence=confidence, n_boot=n_boot, seed=seed, method=label)
+    kwargs = _BootOptions(
+        within=within, confidence=confidence, n_boot=n_boot, seed=seed, method=label
+    )
     if paired:
-        tables = {}
+        tables: dict[K, Mapping[str, object]] = {}
         for c in a:
             left, right = np.asarray(a[c], dtype=float), np.asarray(b[c], dtype=float)
             if left.shape != right.shape:
@@ -485,7 +506,8 @@ def hierarchical_margin(
             tables[c] = {"d": np.stack([left, right], axis=-1)}
 
         def paired_diff(u: np.ndarray) -> np.ndarray:
-            return (u[..., 0] - u[..., 1]).mean(axis=1)
+            diffs: np.ndarray = (u[..., 0] - u[..., 1]).mean(axis=1)
+            return diffs
 
         return hierarchical_bootstrap(
             tables, lambda g: g["d"].mean(axis=1), aggregate={"d": paired_diff}, **kwargs
@@ -523,8 +545,8 @@ def rowwise_correlation(
 
 
 def hierarchical_correlation(
-    x: Mapping[object, object],
-    y: Mapping[object, object],
+    x: Mapping[K, object],
+    y: Mapping[K, object],
     *,
     method: Literal["pearson", "spearman"] = "pearson",
     x_aggregate: Aggregate = unit_mean,

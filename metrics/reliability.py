@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from metrics.intervals import (
     DEFAULT_BOOT,
     Aggregate,
     Interval,
+    K,
     hierarchical_bootstrap,
     hierarchical_correlation,
     not_evaluable,
@@ -137,13 +138,13 @@ def half_aggregates(
 
 
 def _halves_by_concept(
-    units: Mapping[object, object],
+    units: Mapping[K, object],
     n_splits: int,
     mode: SplitMode,
-    strata: Mapping[object, Sequence[object]] | None,
+    strata: Mapping[K, Sequence[object]] | None,
     aggregate: Aggregate,
     seed: int,
-) -> dict[object, np.ndarray]:
+) -> dict[K, np.ndarray]:
     """Each concept's (splits, 2) half-aggregates; the seed stream runs over concepts in
     the mapping's order, so a concept's splits depend on its position, not its values."""
     rng = np.random.default_rng(seed)
@@ -176,6 +177,14 @@ def _whole(units: np.ndarray) -> np.ndarray:
     return units
 
 
+class _SplitOptions(TypedDict):
+    """split_half_reliability's keyword options that disattenuated_correlation passes on."""
+
+    mode: SplitMode
+    n_splits: int
+    seed: int
+
+
 def _method(mode: SplitMode, n_splits: int) -> str:
     if mode == "odd_even":
         return "split-half (odd/even), Spearman-Brown"
@@ -183,11 +192,11 @@ def _method(mode: SplitMode, n_splits: int) -> str:
 
 
 def split_half_reliability(
-    units: Mapping[object, object],
+    units: Mapping[K, object],
     *,
     mode: SplitMode = "random",
     n_splits: int = DEFAULT_SPLITS,
-    strata: Mapping[object, Sequence[object]] | None = None,
+    strata: Mapping[K, Sequence[object]] | None = None,
     aggregate: Aggregate = unit_mean,
     seed: int = 0,
     n_boot: int = 0,
@@ -279,13 +288,13 @@ def _unusable(name: str, rel: Reliability) -> str | None:
 
 
 def disattenuated_correlation(
-    x: Mapping[object, object],
-    y: Mapping[object, object],
+    x: Mapping[K, object],
+    y: Mapping[K, object],
     *,
     mode: SplitMode = "random",
     n_splits: int = DEFAULT_SPLITS,
-    x_strata: Mapping[object, Sequence[object]] | None = None,
-    y_strata: Mapping[object, Sequence[object]] | None = None,
+    x_strata: Mapping[K, Sequence[object]] | None = None,
+    y_strata: Mapping[K, Sequence[object]] | None = None,
     x_aggregate: Aggregate = unit_mean,
     y_aggregate: Aggregate = unit_mean,
     confidence: float = 0.95,
@@ -316,7 +325,7 @@ def disattenuated_correlation(
         n_boot=n_boot,
         seed=seed,
     )
-    kwargs = dict(mode=mode, n_splits=n_splits, seed=seed)
+    kwargs = _SplitOptions(mode=mode, n_splits=n_splits, seed=seed)
     rel_x = split_half_reliability(x, strata=x_strata, aggregate=x_aggregate, **kwargs)
     rel_y = split_half_reliability(y, strata=y_strata, aggregate=y_aggregate, **kwargs)
     n_units = sum(len(np.asarray(v)) for d in (x, y) for v in d.values())

@@ -43,7 +43,8 @@ def _mean_row(name: str, rows: np.ndarray) -> np.ndarray:
         raise ValueError(f"Set {name!r} needs a non-empty (n, dim) array, got shape {rows.shape}.")
     if not np.all(np.isfinite(rows)):
         raise ValueError(f"Set {name!r} contains non-finite embeddings.")
-    return rows.mean(axis=0)
+    centroid: np.ndarray = rows.mean(axis=0)
+    return centroid
 
 
 def build_centroids(
@@ -74,7 +75,8 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if np.any(norm_a == 0) or np.any(norm_b == 0):
         raise ValueError("cosine is undefined for a zero vector.")
     dots = np.sum(a * b, axis=-1)
-    return np.clip(dots / (norm_a * norm_b), -1.0, 1.0)
+    cosines: np.ndarray = np.clip(dots / (norm_a * norm_b), -1.0, 1.0)
+    return cosines
 
 
 @dataclass(frozen=True, eq=False)  # numpy fields: compare explicitly
@@ -141,7 +143,7 @@ def cross_deltas(
 
 
 def _cross_deltas_torch(
-    text_embeddings: np.ndarray, centroids: Mapping[str, Centroids], device: object
+    text_embeddings: np.ndarray, centroids: Mapping[str, Centroids], device: str
 ) -> dict[str, np.ndarray]:
     import torch
 
@@ -155,7 +157,8 @@ def _cross_deltas_torch(
         row_norm, mat_norm = rows.norm(dim=1), mat.norm(dim=1)
         if bool((row_norm == 0).any()) or bool((mat_norm == 0).any()):
             raise ValueError("cosine is undefined for a zero vector.")
-        return ((rows @ mat.T) / (row_norm[:, None] * mat_norm[None, :])).clamp(-1.0, 1.0)
+        cosines: torch.Tensor = (rows @ mat.T) / (row_norm[:, None] * mat_norm[None, :])
+        return cosines.clamp(-1.0, 1.0)
 
     if not keys:
         return {}

@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeAlias, cast
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ class NotEvaluable:
     method: str | None = None
     n: int | None = None
 
-    evaluable: ClassVar[bool] = False
+    evaluable: ClassVar[Literal[False]] = False
 
     def to_dict(self) -> dict[str, object]:
         return {"evaluable": False, **asdict(self)}
@@ -49,16 +49,18 @@ class Correlation:
     ci_method: str = "fisher_z"
     n_clusters: int | None = None  # set when the interval resampled clusters of rows
 
-    evaluable: ClassVar[bool] = True
+    evaluable: ClassVar[Literal[True]] = True
 
     def to_dict(self) -> dict[str, object]:
         return {"evaluable": True, **asdict(self)}
 
 
 CorrelationResult = Correlation | NotEvaluable
+# A column of numbers: a sequence, a NumPy array or a pandas Series (the callers' forms).
+Floats: TypeAlias = "Sequence[float] | np.ndarray | pd.Series[float]"
 
 
-def _check_pair(x: Sequence[float], y: Sequence[float], method: str) -> NotEvaluable | None:
+def _check_pair(x: Floats, y: Floats, method: str) -> NotEvaluable | None:
     """Reasons a correlation is undefined, or None when it can be computed."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if xa.ndim != 1 or ya.ndim != 1 or xa.shape != ya.shape:
@@ -82,7 +84,7 @@ def _finite_or_not_evaluable(corr: Correlation) -> CorrelationResult:
     return NotEvaluable("numerically degenerate input (nearly constant)", corr.method, corr.n)
 
 
-def pearson(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> CorrelationResult:
+def pearson(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResult:
     """Pearson r with scipy's Fisher-z confidence interval (the full [−1, 1] when n = 3)."""
     bad = _check_pair(x, y, "pearson")
     if bad is not None:
@@ -102,8 +104,8 @@ def pearson(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) ->
 
 
 def clustered_pearson(
-    x: Sequence[float],
-    y: Sequence[float],
+    x: Floats,
+    y: Floats,
     clusters: Sequence[object],
     confidence: float = 0.95,
     n_boot: int = 2000,
@@ -137,7 +139,7 @@ def clustered_pearson(
         return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
 
     def r_of(sample: list[object]) -> float | None:
-        rows = np.concatenate(sample)  # type: ignore[arg-type]
+        rows = np.concatenate(cast("list[np.ndarray]", sample))  # each unit's row indices
         xs, ys = xa[rows], ya[rows]
         if np.all(xs == xs[0]) or np.all(ys == ys[0]):
             return None
@@ -186,7 +188,7 @@ def fisher_z_interval(
     return math.tanh(z - half), math.tanh(z + half)
 
 
-def spearman(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> CorrelationResult:
+def spearman(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResult:
     """Spearman ρ; CI by Fisher z with the Fieller et al. variance 1.06 / (n − 3)."""
     bad = _check_pair(x, y, "spearman")
     if bad is not None:
@@ -215,7 +217,7 @@ class Alpha:
     n_units: int  # units rated by at least two raters (the pairable ones)
     level: str = "interval"
 
-    evaluable: ClassVar[bool] = True
+    evaluable: ClassVar[Literal[True]] = True
 
     def to_dict(self) -> dict[str, object]:
         return {"evaluable": True, **asdict(self)}
@@ -267,7 +269,7 @@ class F1Interval:
     n_neg: int
     n_boot: int
 
-    evaluable: ClassVar[bool] = True
+    evaluable: ClassVar[Literal[True]] = True
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

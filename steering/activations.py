@@ -6,29 +6,37 @@ about 10-15x the content tokens' (~88,000 vs ~6,000 at layer 9 of 18), which wou
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from typing import Any
 
 import torch
+from torch import nn
 
 from steering.models import LoadedModel
+
+# What a decoder layer returns, and a forward hook on it.
+LayerOutput = torch.Tensor | tuple[torch.Tensor, ...]
+ForwardHook = Callable[[nn.Module, tuple[Any, ...], LayerOutput], None]
 
 
 class _StopForward(Exception):
     """Raised inside a hook once the wanted layer has run, to skip the rest of the model."""
 
 
-def layer_output_tensor(output: object) -> torch.Tensor:
+def layer_output_tensor(output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
     """A decoder layer returns a Tensor (Gemma 3, transformers 5) or a tuple (others)."""
-    return output[0] if isinstance(output, tuple) else output  # type: ignore[index]
+    return output[0] if isinstance(output, tuple) else output
 
 
 @contextmanager
-def capture_layer(lm: LoadedModel, layer: int, stop: bool = True) -> Iterator[dict]:
+def capture_layer(
+    lm: LoadedModel, layer: int, stop: bool = True
+) -> Iterator[dict[str, torch.Tensor]]:
     """Capture one layer's output; with ``stop`` the forward pass ends right there."""
-    store: dict = {}
+    store: dict[str, torch.Tensor] = {}
 
-    def hook(_module, _inputs, output):
+    def hook(_module: nn.Module, _inputs: tuple[Any, ...], output: LayerOutput) -> None:
         store["hidden"] = layer_output_tensor(output).detach()
         if stop:
             raise _StopForward
@@ -57,13 +65,15 @@ def _batches(texts: Sequence[str], batch_size: int) -> Iterator[tuple[int, list[
 
 
 @contextmanager
-def capture_layers(lm: LoadedModel, layers: Sequence[int], stop: bool = True) -> Iterator[dict]:
+def capture_layers(
+    lm: LoadedModel, layers: Sequence[int], stop: bool = True
+) -> Iterator[dict[int, torch.Tensor]]:
     """Capture several layers' outputs in one pass; with ``stop`` it ends after the last one."""
-    store: dict = {}
+    store: dict[int, torch.Tensor] = {}
     last = max(layers)
 
-    def make_hook(index: int):
-        def hook(_module, _inputs, output):
+    def make_hook(index: int) -> ForwardHook:
+        def hook(_module: nn.Module, _inputs: tuple[Any, ...], output: LayerOutput) -> None:
             store[index] = layer_output_tensor(output).detach()
             if stop and index == last:
                 raise _StopForward
@@ -79,7 +89,9 @@ def capture_layers(lm: LoadedModel, layers: Sequence[int], stop: bool = True) ->
 
 
 @torch.inference_mode()
-def _layers_hidden(lm: LoadedModel, texts: list[str], layers: Sequence[int]):
+def _layers_hidden(
+    lm: LoadedModel, texts: list[str], layers: Sequence[int]
+) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
     enc = lm.tokenizer(texts, return_tensors="pt", padding=True).to(lm.device)
     with capture_layers(lm, layers) as store, suppress(_StopForward):
         lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
@@ -87,7 +99,9 @@ def _layers_hidden(lm: LoadedModel, texts: list[str], layers: Sequence[int]):
     return {layer: store[layer].float() for layer in layers}, mask
 
 
-def _layer_hidden(lm: LoadedModel, texts: list[str], layer: int):
+def _layer_hidden(
+    lm: LoadedModel, texts: list[str], layer: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     hidden, mask = _layers_hidden(lm, texts, [layer])
     return hidden[layer], mask
 

@@ -20,6 +20,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 CACHE_ENV = "STEER_EVAL_CACHE"
 EMBEDDED_MODEL_DIRNAME = "gemma-3-270m"
@@ -101,10 +105,12 @@ def prepare_embedded_model() -> Path:
 
     with _step("Converting the GGUF to safetensors (one time, about 2 minutes on 2 cores)..."):
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
-        model.hf_quantizer = None
+        # PreTrainedModel declares no hf_quantizer (from_pretrained sets it), so mypy reads
+        # the write as nn.Module.__setattr__'s, typed for tensors and modules only.
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         tmp = out.with_name(out.name + ".partial")

@@ -103,7 +103,9 @@ class DecodeState:
 class Decoder(Protocol):
     """One batch's decode, one step per call."""
 
-    state: DecodeState
+    @property
+    def state(self) -> DecodeState:
+        """What the decode has produced so far (tokens, log-probs, where rows stopped)."""
 
     def step(self, step: int) -> None:
         """Run decode step ``step`` (0 is the prompt's forward pass) and record it."""
@@ -143,7 +145,8 @@ class DynamicSteps:
             logits_to_keep=1,
         )
         self.cache = out.cache
-        return out.logits[:, -1, :]
+        logits: torch.Tensor = out.logits[:, -1, :]
+        return logits
 
     def advance(self, nxt: torch.Tensor) -> None:
         self.ids = nxt[:, None]

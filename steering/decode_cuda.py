@@ -41,16 +41,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from steering.decode import DecodeBatch, DecodePolicy, DecodeState, ReferenceDecoder
+from steering.decode import DecodeBatch, DecodePolicy, Decoder, DecodeState, ReferenceDecoder
 from steering.decode_kernels import FUSED, NATIVE, DecodeKernels, decode_kernels
 from steering.head import single_product
 from steering.models import LoadedModel
 from steering.sampling import SamplingConfig, sorted_pick
 from steering.vector import Mode, RowSteering, steer_rows
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig, StaticCache
 
 EOS_EVERY = 8
 CAPACITY_QUANTUM = 64  # cache positions are allocated in multiples of this
@@ -67,7 +70,7 @@ def row_bucket(rows: int) -> int:
     return -(-rows // quantum) * quantum
 
 
-def _text_config(lm: LoadedModel):
+def _text_config(lm: LoadedModel) -> PreTrainedConfig:
     config = lm.model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
@@ -89,7 +92,7 @@ def static_capacity(lm: LoadedModel, width: int, steps: int) -> int | None:
     return cap
 
 
-def never_rolling(cache) -> None:
+def never_rolling(cache: StaticCache) -> None:
     """Give ``cache`` sliding-window layers that keep their length in a tensor only.
 
     transformers' ``StaticSlidingWindowLayer`` also counts its length in a Python int
@@ -110,7 +113,7 @@ def never_rolling(cache) -> None:
             cache.layers[i] = NeverRollingLayer(max_cache_len=window, sliding_window=window)
 
 
-def _sliding_window(config) -> int | None:
+def _sliding_window(config: PreTrainedConfig) -> int | None:
     types = getattr(config, "layer_types", None) or []
     if "sliding_attention" in types or (not types and getattr(config, "sliding_window", None)):
         return int(config.sliding_window)
@@ -393,7 +396,7 @@ class CudaPolicy(DecodePolicy):
         return FUSED if lm.device.type == "cuda" else NATIVE
 
     @contextmanager
-    def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[object]:
+    def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[Decoder]:
         width = int(batch.input_ids.shape[1])
         cap = static_capacity(lm, width, batch.steps)
         kernels = self.kernels_for(lm)

@@ -86,7 +86,9 @@ class _Compiled:
     pipeline with two model sizes) can pass it: it is raised to ``COMPILE_LIMIT`` for
     these calls only (the CUDA card's check had hit it on its fourth model)."""
 
-    def __init__(self, fn: Callable, backend: str) -> None:
+    def __init__(
+        self, fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor], backend: str
+    ) -> None:
         self.fn = fn
         self.compiled = torch.compile(fn, fullgraph=True, backend=backend)
         self.failed = False
@@ -97,7 +99,8 @@ class _Compiled:
                 flat = x.reshape(-1, x.shape[-1])
                 torch._dynamo.maybe_mark_dynamic(flat, 0)
                 with torch._dynamo.config.patch(recompile_limit=COMPILE_LIMIT):
-                    return self.compiled(flat, weight, eps).view(x.shape)
+                    normed: torch.Tensor = self.compiled(flat, weight, eps)
+                    return normed.view(x.shape)
             except Exception as exc:  # whatever stops a compile, the native norm can do
                 self.failed = True
                 warnings.warn(
@@ -137,7 +140,7 @@ def compiled_norms(lm: LoadedModel, backend: str = "inductor") -> Iterator[int]:
             del module.forward
 
 
-def efficient_attention() -> contextlib.AbstractContextManager:
+def efficient_attention() -> contextlib.AbstractContextManager[None]:
     """SDPA limited to its memory-efficient backend, and math where that cannot run."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

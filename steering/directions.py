@@ -79,7 +79,9 @@ def project_out(vector: np.ndarray, axis: np.ndarray) -> np.ndarray:
     unit = np.asarray(axis, dtype=np.float64)
     unit = unit / np.linalg.norm(unit)
     rest = vector - (vector @ unit) * unit
-    return _checked(rest, "the direction without its format component") / np.linalg.norm(rest)
+    checked = _checked(rest, "the direction without its format component")
+    unit_rest: np.ndarray = checked / np.linalg.norm(rest)
+    return unit_rest
 
 
 @direction_source("classifier_deformat")

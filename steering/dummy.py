@@ -18,11 +18,14 @@ texts are shorter than its token counts, and noise either way.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from steering.assets import require_embedded_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MODEL_CONFIGS = Path(__file__).with_name("model_configs")
 DUMMY_SEED = 0
@@ -56,7 +59,7 @@ def resolve_config(spec: str) -> tuple[Path, str]:
     )
 
 
-def dummy_tokenizer(config_file: Path):
+def dummy_tokenizer(config_file: Path) -> tuple[PreTrainedTokenizerBase, str]:
     """The config folder's tokenizer when it has one, else the embedded Gemma 3's."""
     from transformers import AutoTokenizer
 
@@ -69,7 +72,7 @@ def dummy_tokenizer(config_file: Path):
 
 def build_dummy(
     config_file: Path, device: torch.device, dtype: torch.dtype, seed: int = DUMMY_SEED
-) -> nn.Module:
+) -> PreTrainedModel:
     """The config's causal-LM class with freshly initialised weights (seeded), built
     directly on ``device``; on ``meta`` nothing is allocated (shapes and counts only)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -77,9 +80,10 @@ def build_dummy(
     config = AutoConfig.from_pretrained(str(config_file))
     torch.manual_seed(seed)  # also seeds every CUDA device
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    return model.eval()
+        model: PreTrainedModel = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval()  # returns the model itself
+    return model
 
 
-def text_vocab(model: nn.Module) -> int:
+def text_vocab(model: PreTrainedModel) -> int:
     return int(model.get_output_embeddings().weight.shape[0])

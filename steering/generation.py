@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -34,12 +35,12 @@ from steering.head import (
 from steering.memory import nll_logits_budget
 from steering.models import LoadedModel
 from steering.policies import policy_for
-from steering.sampling import (  # noqa: F401  (re-exported: the sampler's old home)
-    PREFILTER_GROWTH,
-    TOPK_PREFILTER,
-    SamplingConfig,
-    sample_next,
-)
+
+# re-exported (the "as" form): the sampler's old home, where callers still import them
+from steering.sampling import PREFILTER_GROWTH as PREFILTER_GROWTH
+from steering.sampling import TOPK_PREFILTER as TOPK_PREFILTER
+from steering.sampling import SamplingConfig as SamplingConfig
+from steering.sampling import sample_next as sample_next
 from steering.scratch import Scratch
 from steering.suffix import capture_layer_states, decoder_suffix, row_states, supports_suffix
 from steering.vector import Mode
@@ -209,7 +210,7 @@ def generate_batch(
             Generation(
                 key=row.key,
                 prompt=row.prompt,
-                text=tok.decode(ids, skip_special_tokens=True),
+                text=cast(str, tok.decode(ids, skip_special_tokens=True)),  # ids: one row
                 token_ids=ids,
                 n_prompt_tokens=int(n_prompt[i]),
                 stopped_at_eos=n < steps,
@@ -344,7 +345,7 @@ def _chunk_nll_states(
     :func:`~steering.suffix.decoder_suffix`) over each row's prompt and continuation but
     its last token, left-padded, then the blocked head at the positions that predict a
     continuation token."""
-    seqs = [states[i] for i in rows]
+    seqs = cast("list[torch.Tensor]", [states[i] for i in rows])  # rows with states
     width = max(len(seq) for seq in seqs)
     first = seqs[0]
     hidden = torch.zeros(

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from steering.scratch import Scratch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 HEAD_BLOCK = 2048  # vocabulary rows per product
 BLOCK_QUANTUM = 256
@@ -69,7 +73,7 @@ class BlockedHead(nn.Linear):
         return out.view(*x.shape[:-1], n_out)
 
 
-def use_blocked_head(model: nn.Module, block: int = HEAD_BLOCK) -> bool:
+def use_blocked_head(model: PreTrainedModel, block: int = HEAD_BLOCK) -> bool:
     """Swap a CPU model's linear output head for a :class:`BlockedHead` (``block`` rows;
     0 restores the single product). Returns whether the model has such a head."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -83,7 +87,7 @@ def use_blocked_head(model: nn.Module, block: int = HEAD_BLOCK) -> bool:
 
 
 @contextmanager
-def reused_logits(model: nn.Module) -> Iterator[None]:
+def reused_logits(model: PreTrainedModel) -> Iterator[None]:
     """While open, a :class:`BlockedHead` writes every call's logits into one tensor that it
     keeps, so each call overwrites the previous call's logits.
 
@@ -104,7 +108,7 @@ def reused_logits(model: nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def single_product(model: nn.Module) -> Iterator[None]:
+def single_product(model: PreTrainedModel) -> Iterator[None]:
     """While open, a :class:`BlockedHead` computes its logits as one ``F.linear`` (the
     reference decode's head); a no-op for other heads."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -118,15 +122,15 @@ def single_product(model: nn.Module) -> Iterator[None]:
         head.block = block
 
 
-def _softcapped(model: nn.Module) -> bool:
+def _softcapped(model: PreTrainedModel) -> bool:
     """Whether the model transforms its logits after the head (Gemma 2's final softcap)."""
-    config = getattr(model, "config", None)
+    config: object = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return getattr(text, "final_logit_softcapping", None) is not None
 
 
 @contextmanager
-def head_inputs(model: nn.Module) -> Iterator[BlockedHead | None]:
+def head_inputs(model: PreTrainedModel) -> Iterator[BlockedHead | None]:
     """While open, a :class:`BlockedHead` returns its input, the final hidden states at the
     kept positions, instead of their logits; yields that head (None, and nothing changed,
     for another head, a single-product one, or a model that transforms logits after the

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -103,8 +104,8 @@ def steered_loglik(
     others share its batch (beyond float rounding of padded attention), and a zero
     coefficient gives exactly the unsteered model's value in the same batch.
     """
-    encoded = [t if isinstance(t, EncodedText) else None for t in texts]
-    if any(e is None for e in encoded):
+    encoded = [t for t in texts if isinstance(t, EncodedText)]
+    if len(encoded) != len(texts):
         encoded = encode_texts(lm, [str(t) for t in texts], prefix)
     if directions is None:
         directions = torch.zeros(1, lm.hidden_size)
@@ -163,7 +164,7 @@ def _chunk_loglik(lm: LoadedModel, sequences: Sequence[EncodedText]) -> np.ndarr
 
 
 def text_loglik(
-    lm: LoadedModel, texts: Sequence[str] | Sequence[EncodedText], prefix: str = "", **kwargs
+    lm: LoadedModel, texts: Sequence[str] | Sequence[EncodedText], prefix: str = "", **kwargs: Any
 ) -> np.ndarray:
     """The unsteered model's mean per-token log-likelihood of each text (L_0)."""
     row = LikelihoodRow(0, 0.0, tuple(range(len(texts))))
@@ -213,7 +214,7 @@ def likelihood_outcomes(
     prefix: str = "",
     batch_size: int = 64,
     logits_budget: int = NLL_LOGITS_BUDGET,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One record per (direction, strength, text pair) with L_s, L_0 and the unit effect.
 
     ``scale`` is β·α (the coefficient of s = 1 in additive mode). The unsteered L_0 of

@@ -15,10 +15,15 @@ allocator fragments, and CUDA graphs keep their own pools):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from steering.models import LoadedModel
 from steering.platform import platform_for
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 USABLE_FRACTION = 0.7  # of the free memory, for one batch's tensors
 SAMPLER_BYTES_PER_LOGIT = 44
@@ -35,7 +40,7 @@ def free_bytes(device: torch.device) -> int | None:
     return platform_for(device).free_bytes()
 
 
-def _text_config(lm: LoadedModel):
+def _text_config(lm: LoadedModel) -> PreTrainedConfig:
     config = lm.model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
@@ -46,7 +51,7 @@ def kv_bytes_per_row(lm: LoadedModel, positions: int) -> int:
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     element = torch.finfo(lm.dtype).bits // 8
-    return lm.n_layers * 2 * heads * head_dim * positions * element
+    return int(lm.n_layers * 2 * heads * head_dim * positions * element)
 
 
 def vocab_size(lm: LoadedModel) -> int:

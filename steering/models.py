@@ -11,6 +11,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -18,6 +19,9 @@ from torch import nn
 from steering.assets import require_embedded_model
 from steering.head import use_blocked_head
 from steering.platform import Platform, platform_for
+
+if TYPE_CHECKING:  # transformers loads in seconds: only load_model imports it for real
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED = "embedded"
 EMBEDDED_ID = "gemma-3-270m (embedded GGUF q4_k_m, fp32)"
@@ -55,13 +59,13 @@ def probe_id_of(model_id: str, dtype: torch.dtype) -> str:
 class LoadedModel:
     """A causal LM, its tokenizer and its decoder layers, ready for hooks."""
 
-    model: nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     layers: nn.ModuleList
     model_id: str
     device: torch.device
     dtype: torch.dtype
-    info: dict = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
     # How generate_batch decodes on this model: "auto" (by device: cpu, cuda, else
     # reference) or a policy's name (steering/policies.py). The policy object, made once
     # on first use, keeps per-model state (the CUDA policy's graphs and caches).
@@ -119,7 +123,7 @@ _LAYER_PATHS = (
 )
 
 
-def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
+def find_decoder_layers(model: PreTrainedModel) -> nn.ModuleList:
     """Locate the text decoder's layer list, whatever the architecture's nesting."""
     for path in _LAYER_PATHS:
         obj: object = model
@@ -187,7 +191,10 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
 
 
 def wrap_model(
-    model: nn.Module, tokenizer: object, model_id: str, info: dict | None = None
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    model_id: str,
+    info: dict[str, Any] | None = None,
 ) -> LoadedModel:
     """Wrap an already-built model (the tests' tiny Gemma, say) in the uniform handle."""
     model.eval()
@@ -260,7 +267,7 @@ class ResolvedModel:
     source: str
     model_id: str
     where: str
-    load_kwargs: dict = field(default_factory=dict)
+    load_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def is_hub_id(spec: str) -> bool:
@@ -394,7 +401,7 @@ def load_model(
         raise ModelSpecError(f"unknown load format {load_format!r}; use one of {LOAD_FORMATS}")
     found = resolve_model(spec)
     source, model_id, load_kwargs = found.source, found.model_id, found.load_kwargs
-    kwargs: dict = {"dtype": torch_dtype}
+    kwargs: dict[str, Any] = {"dtype": torch_dtype}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **load_kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, **load_kwargs, **kwargs)
@@ -412,7 +419,8 @@ def load_model(
             f"could not load model {spec!r}: {exc.__class__.__name__}: "
             f"{str(exc).splitlines()[0]} {hint}"
         ) from exc
-    model.to(dev)
+    # transformers types its @wraps(nn.Module.to) override as unbound (self expected first)
+    model.to(dev)  # type: ignore[arg-type]
     info = {"spec": spec, "source": source, "found_in": found.where}
     return wrap_model(model, tokenizer, model_id, info=info)
 

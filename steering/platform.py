@@ -113,4 +113,5 @@ PLATFORMS.register("cuda", CudaPlatform)
 def platform_for(device: torch.device | str) -> Platform:
     """The platform of ``device``: its own for ``cpu`` and ``cuda``, else the reference."""
     device = torch.device(device)
-    return PLATFORMS.get(device.type, Platform)(device)
+    kind: type[Platform] = PLATFORMS.get(device.type, Platform)
+    return kind(device)

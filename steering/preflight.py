@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -68,7 +69,7 @@ class ModelFacts:
         return probe_id_of(self.model_id, self.dtype)
 
 
-def _config_source(spec: str, load_format: str) -> tuple[str, dict, str, str, str]:
+def _config_source(spec: str, load_format: str) -> tuple[str, dict[str, Any], str, str, str]:
     """(what AutoConfig reads, its kwargs, model id, where found, source) for a spec."""
     if load_format == "dummy":
         from steering.dummy import DummySpecError, resolve_config

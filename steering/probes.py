@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -82,14 +83,16 @@ class LinearProbe:
     seed: int
     train_texts: list[str] = field(default_factory=list)
     train_labels: list[int] = field(default_factory=list)
-    metrics: dict = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
     diffmean: np.ndarray | None = None  # unit difference of means on the same training set
 
     def decision(self, features: np.ndarray) -> np.ndarray:
-        return np.asarray(features, dtype=np.float64) @ self.weight + self.bias
+        scores: np.ndarray = np.asarray(features, dtype=np.float64) @ self.weight + self.bias
+        return scores
 
     def predict_proba(self, features: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-self.decision(features)))
+        proba: np.ndarray = 1.0 / (1.0 + np.exp(-self.decision(features)))
+        return proba
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         return (self.decision(features) > 0).astype(int)
@@ -116,7 +119,7 @@ class LinearProbe:
                 "`make classifiers` (or `steer-eval classifiers`) with the same model and layer"
             )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["weight"] = [float(x) for x in self.weight]
         if self.diffmean is not None:
@@ -173,7 +176,8 @@ def diffmean_direction(features: np.ndarray, labels: np.ndarray) -> np.ndarray:
     features = np.asarray(features, dtype=np.float64)
     labels = np.asarray(labels, dtype=int)
     diff = features[labels == 1].mean(axis=0) - features[labels == 0].mean(axis=0)
-    return diff / np.linalg.norm(diff)
+    unit: np.ndarray = diff / np.linalg.norm(diff)
+    return unit
 
 
 def train_separation(weight: np.ndarray, features: np.ndarray, labels: np.ndarray) -> float:
@@ -199,7 +203,7 @@ def _confusion(labels: np.ndarray, predicted: np.ndarray) -> dict[str, int]:
     return {"tn": int(tn), "fp": int(fp), "fn": int(fn), "tp": int(tp)}
 
 
-def _scores_at(labels: np.ndarray, predicted: np.ndarray) -> dict:
+def _scores_at(labels: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
     return {
         "f1": float(f1_score(labels, predicted, zero_division=0)),
         "precision": float(precision_score(labels, predicted, zero_division=0)),
@@ -244,7 +248,7 @@ def evaluate_probe(
     features: np.ndarray,
     labels: np.ndarray,
     validation: tuple[np.ndarray, np.ndarray] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Held-out metrics of a probe on a test set, with an optional validation split.
 
     Threshold-free: ``auroc`` and ``ap`` (average precision). At the fitted decision
@@ -259,7 +263,7 @@ def evaluate_probe(
     scores = probe.decision(features)
     both = len(set(labels.tolist())) == 2
     n_pos, n_neg = int(labels.sum()), int((labels == 0).sum())
-    out: dict = {
+    out: dict[str, Any] = {
         "auroc": float(roc_auc_score(labels, scores)) if both else None,
         "ap": float(average_precision_score(labels, scores)) if n_pos else None,
     }

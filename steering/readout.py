@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import suppress
+from typing import cast
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ def final_norm(lm: LoadedModel) -> nn.Module:
     ``norm`` beside its ``layers``, however the model nests them)."""
     for module in lm.model.modules():
         if getattr(module, "layers", None) is lm.layers and hasattr(module, "norm"):
-            return module.norm
+            return cast(nn.Module, module.norm)
     raise ValueError(f"cannot find the final norm of {type(lm.model).__name__}")
 
 
@@ -126,7 +127,8 @@ def last_token_residuals(lm: LoadedModel, texts: Sequence[str], layer: int) -> t
     positions = torch.arange(mask.shape[1], device=mask.device)
     last = (mask * positions).argmax(dim=-1)
     hidden = store["hidden"]
-    return hidden[torch.arange(len(texts), device=hidden.device), last].float().cpu()
+    picked: torch.Tensor = hidden[torch.arange(len(texts), device=hidden.device), last]
+    return picked.float().cpu()
 
 
 def _left_padded(lm: LoadedModel, prompts: Sequence[str]) -> tuple[torch.Tensor, ...]:
@@ -142,7 +144,9 @@ def _left_padded(lm: LoadedModel, prompts: Sequence[str]) -> tuple[torch.Tensor,
     return ids, attn, pos
 
 
-def _last_logprobs(lm: LoadedModel, ids, attn, pos) -> torch.Tensor:
+def _last_logprobs(
+    lm: LoadedModel, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor
+) -> torch.Tensor:
     out = lm.model(
         input_ids=ids.to(lm.device),
         attention_mask=attn.to(lm.device),

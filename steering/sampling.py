@@ -120,6 +120,7 @@ def candidate_topk(
     n_chunks = probs.shape[1] // chunk
     if maxima is None:
         maxima = chunk_maxima(probs, chunk, rows)
+        assert maxima is not None  # _chunks_narrow: the vocabulary divides, rows contiguous
     first = torch.arange(probs.shape[0], device=probs.device) if rows is None else rows
     _, chunks = candidate_topk(maxima, k, chunk=chunk, ordered=False)  # [rows, k]
     flat = (chunks + first[:, None] * n_chunks).view(-1)

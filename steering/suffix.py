@@ -22,18 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
-from steering.activations import layer_output_tensor
+from steering.activations import LayerOutput, layer_output_tensor
 from steering.models import LoadedModel, find_decoder_layers
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # config.model_type of the text decoders whose forward the suffix is tested against
 SUFFIX_MODELS = frozenset({"gemma3_text", "llama"})
 
 
-def _text_decoder(lm: LoadedModel) -> nn.Module | None:
+def _text_decoder(lm: LoadedModel) -> PreTrainedModel | None:
     """The module whose ``layers`` are the decoder layers (Gemma3TextModel, LlamaModel):
     None when that module is not a supported text decoder."""
     layers = find_decoder_layers(lm.model)
@@ -41,7 +45,7 @@ def _text_decoder(lm: LoadedModel) -> nn.Module | None:
         if getattr(module, "layers", None) is layers:
             config = getattr(module, "config", None)
             if getattr(config, "model_type", None) in SUFFIX_MODELS:
-                return module
+                return cast("PreTrainedModel", module)  # Gemma3TextModel, LlamaModel
             return None
     return None
 
@@ -58,7 +62,7 @@ def decoder_suffix(lm: LoadedModel, start: int) -> Iterator[nn.Module]:
     if decoder is None:
         raise ValueError(f"{type(lm.model).__name__}: no supported text decoder to run from")
     config = decoder.config
-    layers, n_layers = decoder.layers, config.num_hidden_layers
+    layers, n_layers = cast(nn.ModuleList, decoder.layers), config.num_hidden_layers
     layer_types = getattr(config, "layer_types", None)
     decoder.layers = nn.ModuleList(list(layers)[start:])
     config.num_hidden_layers = n_layers - start
@@ -78,7 +82,7 @@ def capture_layer_states(lm: LoadedModel, layer: int, into: list[torch.Tensor]) 
     """While open, every forward pass appends the output of decoder layer ``layer`` as it
     leaves the layer, before any steering hook edits it (the hook is prepended)."""
 
-    def keep(_module, _inputs, output):
+    def keep(_module: nn.Module, _inputs: tuple[Any, ...], output: LayerOutput) -> None:
         into.append(layer_output_tensor(output).detach().clone())
 
     handle = lm.layer(layer).register_forward_hook(keep, prepend=True)

@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
-from steering.activations import layer_output_tensor
+from steering.activations import LayerOutput, layer_output_tensor
 from steering.models import LoadedModel
 
 Mode = Literal["additive", "projection"]
@@ -66,7 +67,9 @@ class RowSteering:
             return hidden + c * d
         return hidden + c * (hidden * d).sum(dim=-1, keepdim=True) * d
 
-    def __call__(self, _module, _inputs, output):
+    def __call__(
+        self, _module: nn.Module, _inputs: tuple[Any, ...], output: LayerOutput
+    ) -> LayerOutput:
         if self.inactive:
             return output
         if isinstance(output, tuple):
@@ -97,7 +100,7 @@ class SteeringVector:
     beta: float = 0.2
     mode: Mode = "additive"
     source: str = "classifier"
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         norm = float(self.direction.norm())
@@ -107,7 +110,7 @@ class SteeringVector:
             raise ValueError(f"unknown steering mode {self.mode!r}; use one of {MODES}")
 
     @classmethod
-    def from_direction(cls, direction: torch.Tensor, layer: int, **kwargs) -> SteeringVector:
+    def from_direction(cls, direction: torch.Tensor, layer: int, **kwargs: Any) -> SteeringVector:
         direction = direction.detach().float().cpu()
         return cls(direction=direction / direction.norm(), layer=layer, **kwargs)
 

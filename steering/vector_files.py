@@ -50,10 +50,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 ARCH = "controlvector"
 MAPPING_SUFFIXES = (".safetensors", ".pt", ".npz")
@@ -88,7 +92,7 @@ class ModelKind:
     also: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, config, *names: str) -> ModelKind:
+    def of(cls, config: Any, *names: str) -> ModelKind:
         """From a Hugging Face config (and other accepted names: the model's class)."""
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         accepted = [
@@ -150,11 +154,11 @@ class ConceptNames:
         return matches[0] if len(matches) == 1 else None
 
 
-def _field_value(reader, key: str) -> object | None:
+def _field_value(reader: GGUFReader, key: str) -> object | None:
     found = reader.get_field(key)
     if found is None:
         return None
-    value = found.contents()
+    value: object = found.contents()
     return value
 
 
@@ -203,7 +207,7 @@ def write_control_vector(
     path: str | Path,
     directions: Mapping[int, np.ndarray],
     model_hint: str,
-    metadata: Mapping[str, str | float | int | Sequence[float]] | None = None,
+    metadata: Mapping[str, str | float | int | Sequence[float] | np.ndarray] | None = None,
 ) -> Path:
     """Write ``directions`` (layer → vector) as repeng's ``export_gguf`` does, plus our
     ``steer_eval.*`` metadata (strings, numbers, float arrays)."""
@@ -274,7 +278,8 @@ def _one_tensor(path: Path) -> np.ndarray:
     """The single vector of a per-concept file."""
     if path.suffix == ".npy":
         try:
-            return np.load(path, allow_pickle=False)
+            vector: np.ndarray = np.load(path, allow_pickle=False)
+            return vector
         except ValueError as exc:
             raise VectorFileError(
                 f"{path}: not a plain .npy array ({exc}); save it with numpy.save(path, vector)"
@@ -337,7 +342,7 @@ def _raw_vectors(
                 f"{path}: no {', '.join(FOLDER_SUFFIXES)} files; name one file per concept, "
                 "e.g. dog.n.01.npy"
             )
-        out = {}
+        out: dict[str, tuple[np.ndarray | None, Path]] = {}
         for f in files:
             if names.resolve(f.stem) is None:
                 # Not named by a concept of this run (another concept, or a mapping file
@@ -392,7 +397,7 @@ def read_vectors(
     concepts = ConceptNames(tuple(synsets), tuple(names))
     reading = _Reading(layer, kind or ModelKind())
     raw = _raw_vectors(Path(path), concepts, reading)
-    found: dict[str, tuple[np.ndarray, Path, str]] = {}
+    found: dict[str, tuple[np.ndarray | None, Path, str]] = {}
     for key, (vector, source) in raw.items():
         synset = concepts.resolve(key)
         if synset is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import cast
 
 import torch
 
@@ -22,12 +23,12 @@ from steering.generation import (
     BatchStats,
     Generation,
     GenerationRow,
-    SamplingConfig,
     eos_ids,
     generate_batch,
     suppressed_ids,
 )
 from steering.models import LoadedModel
+from steering.sampling import SamplingConfig
 
 
 def generate_ours(
@@ -105,9 +106,10 @@ def hf_generate_one(lm: LoadedModel, wl: Workload, row: GenerationRow) -> tuple[
     enc = tok(row.prompt, return_tensors="pt").to(lm.device)
     torch.manual_seed(row.seed)
     with wl.vectors[row.direction].apply(lm, wl.strengths[row.key]):
-        out = lm.model.generate(**enc, **hf_sampling_kwargs(lm, wl))
+        # generate comes with GenerationMixin, which the concrete model classes mix in
+        out = lm.model.generate(**enc, **hf_sampling_kwargs(lm, wl))  # type: ignore[operator]
     new = strip_eos(lm, out[0, enc["input_ids"].shape[1] :].tolist())
-    return tok.decode(new, skip_special_tokens=True), len(new)
+    return cast(str, tok.decode(new, skip_special_tokens=True)), len(new)  # one row
 
 
 def run_per_sample(lm: LoadedModel, wl: Workload, rows: Sequence[GenerationRow]) -> Measurement:

@@ -29,7 +29,8 @@ def other_precision(lm: LoadedModel, spec: str | None) -> tuple[LoadedModel, str
     from steering.models import load_model, wrap_model
 
     if lm.dtype == torch.float32:
-        model = copy.deepcopy(lm.model).to(torch.bfloat16)
+        # transformers types its @wraps(nn.Module.to) override as unbound (self expected first)
+        model = copy.deepcopy(lm.model).to(torch.bfloat16)  # type: ignore[arg-type]
         info = {**lm.info, "cast_from": "float32"}
         return wrap_model(model, lm.tokenizer, lm.model_id, info), "bfloat16"
     if spec is not None:

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -203,7 +204,7 @@ def section_e2e(
     runs in bf16, alternated repeat by repeat after one untimed bf16 run that trains its
     classifiers (probes carry their dtype). bf16 changes every sampled text and can change
     the criteria, so it is reported beside the default, never in its place."""
-    spec = {
+    spec: dict[str, Any] = {
         "config": str(opts.config),
         "overrides": [*overrides, f"tracking.results_dir={store / 'results'}"],
         "threads": opts.threads,

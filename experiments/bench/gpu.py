@@ -27,6 +27,7 @@ import gc
 import re
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,10 @@ from experiments.bench.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS,
 from experiments.bench.peers import per_row_hook
 from experiments.bench.workload import Workload
 from steering.activations import residual_scale
-from steering.generation import GenerationRow, SamplingConfig, generate_batch
+from steering.generation import GenerationRow, generate_batch
 from steering.models import LoadedModel, ModelSpecError, load_model, pick_device
 from steering.policies import kernels_of, policy_for
+from steering.sampling import SamplingConfig
 from steering.vector import SteeringVector
 
 PROMPTS = (
@@ -136,7 +138,8 @@ def run_hf(lm: LoadedModel, wl: Workload, static: bool) -> int:
         kwargs["cache_implementation"] = "static"
     torch.manual_seed(wl.seed)
     with per_row_hook(lm, wl.layer, directions, coefficients, wl.mode):
-        out = lm.model.generate(**enc, **kwargs)
+        # generate comes with GenerationMixin, which the concrete model classes mix in
+        out = lm.model.generate(**enc, **kwargs)  # type: ignore[operator]
     return int(out.shape[0] * (out.shape[1] - enc["input_ids"].shape[1]))
 
 
@@ -211,11 +214,11 @@ def time_sizes(
     for rows in opts.gpu_rows:
         wl = gpu_workload(lm, rows, opts.gpu_tokens)
         arms: dict[str, Callable[[], int]] = {
-            GPU_OURS: lambda wl=wl: run_ours(lm, wl),
-            GPU_HF_DYNAMIC: lambda wl=wl: run_hf(lm, wl, static=False),
+            GPU_OURS: partial(run_ours, lm, wl),
+            GPU_HF_DYNAMIC: partial(run_hf, lm, wl, static=False),
         }
         if opts.gpu_compiled:
-            arms[GPU_HF_COMPILED] = lambda wl=wl: run_hf(lm, wl, static=True)
+            arms[GPU_HF_COMPILED] = partial(run_hf, lm, wl, static=True)
         measured: dict[str, dict] = {}
         for name, call in arms.items():
             say(f"gpu: {rows} rows x {opts.gpu_tokens} tokens, {name}")

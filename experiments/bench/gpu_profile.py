@@ -55,11 +55,14 @@ def _subtree(event: Any) -> Iterable[Any]:
 def step_kernels(events: Iterable[Any]) -> tuple[int, dict[str, float], float]:
     """(decode steps, microseconds per kernel name, host microseconds per step range)
     over the kernels launched inside the ``STEP`` ranges."""
-    steps, kernels, host = 0, defaultdict(float), 0.0
+    kernels: defaultdict[str, float] = defaultdict(float)
+    steps, host = 0, 0.0
     for event in events:
         # the range's host event only: on CUDA the profiler also lists the range on the
         # card's timeline (a user annotation, same name), which counted each step twice
-        if event.name != STEP or event.device_type != torch.autograd.DeviceType.CPU:
+        # DeviceType is torch._C._autograd's, which torch.autograd imports without re-exporting
+        cpu = torch.autograd.DeviceType.CPU  # type: ignore[attr-defined]
+        if event.name != STEP or event.device_type != cpu:
             continue
         steps += 1
         host += event.time_range.end - event.time_range.start

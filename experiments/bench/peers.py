@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -72,7 +72,8 @@ def hf_generate_batch(
     coefficients = torch.tensor([r.coefficient for r in rows], dtype=torch.float32)
     torch.manual_seed(rows[0].seed)
     with per_row_hook(lm, wl.layer, directions, coefficients, wl.mode):
-        out = lm.model.generate(**enc, **hf_sampling_kwargs(lm, wl))
+        # generate comes with GenerationMixin, which the concrete model classes mix in
+        out = lm.model.generate(**enc, **hf_sampling_kwargs(lm, wl))  # type: ignore[operator]
     width = enc["input_ids"].shape[1]
     n_prompt = enc["attention_mask"].sum(dim=-1).tolist()
     gens = []
@@ -83,7 +84,7 @@ def hf_generate_batch(
             Generation(
                 key=row.key,
                 prompt=row.prompt,
-                text=tok.decode(ids, skip_special_tokens=True),
+                text=cast(str, tok.decode(ids, skip_special_tokens=True)),  # one row
                 token_ids=ids,
                 n_prompt_tokens=int(n_prompt[i]),
                 stopped_at_eos=len(ids) < len(new),

@@ -177,7 +177,8 @@ def matmul_ceiling(dtype: torch.dtype = torch.float32, seconds_per_shape: float 
         b = torch.randn(n, k, generator=gen).to(dtype)
         flop = 2 * m * k * n
         torch.mm(a, b.t())  # warm-up
-        rates, spent = [], 0.0
+        rates: list[float] = []
+        spent = 0.0
         while spent < seconds_per_shape or len(rates) < 3:
             start = time.perf_counter()
             torch.mm(a, b.t())

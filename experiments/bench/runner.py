@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from experiments.bench.llama import (
 from experiments.bench.llama_batch import HOW as LLAMA_BATCH_HOW
 from experiments.bench.llama_batch import (
     LLAMA_BATCHED,
+    MultiSequence,
     open_multi_sequence,
     run_llama_batched,
 )
@@ -332,23 +334,26 @@ class Bench:
             if "llama" in sections:
                 for t, llm in llamas.items():
                     streams[f"{SINGLE_STREAM}{t}"] = Stream(
-                        llama_subset, lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers)
+                        llama_subset, partial(run_llama, llm, wl, n_layers=lm.n_layers)
                     )
                 if opts.llama_f32:
                     f32_llamas, _ = open_llamas(lm, f32_gguf(gguf, self.say), opts, wl)
                     for t, llm in f32_llamas.items():
                         streams[f"{SINGLE_STREAM_F32}{t}"] = Stream(
-                            llama_subset,
-                            lambda rows, llm=llm: run_llama(llm, wl, rows, lm.n_layers),
+                            llama_subset, partial(run_llama, llm, wl, n_layers=lm.n_layers)
                         )
             if "peers" in sections:
                 for t, llm in llamas.items():
                     engine = open_multi_sequence(llm, wl, t)
                     run_llama_batched(engine, wl.with_tokens(2), wl.rows[:2], lm.n_layers)
                     engines.append(engine)
-                    batched_runs[f"{LLAMA_BATCHED}/{t}"] = lambda m, e=engine: run_llama_batched(
-                        e, wl, n_layers=lm.n_layers, m=m
-                    )
+
+                    def llama_batched(
+                        m: Measurement | None, e: MultiSequence = engine
+                    ) -> Measurement:
+                        return run_llama_batched(e, wl, n_layers=lm.n_layers, m=m)
+
+                    batched_runs[f"{LLAMA_BATCHED}/{t}"] = llama_batched
         self.say(
             f"batched: {len(wl.rows)} rows x {wl.sampling.max_new_tokens} tokens "
             f"({', '.join(batched_runs)}), interleaved with {', '.join(streams) or 'nothing'}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from steering.models import LoadedModel
 
 def section_tuning(
     lm: LoadedModel, wl: Workload, opts: BenchOptions, say: Callable[[str], None]
-) -> dict:
+) -> dict[str, Any]:
     """Each thread count and batch size over the whole grid at ``tuning_tokens``, interleaved."""
     short = wl.with_tokens(min(opts.tuning_tokens, wl.sampling.max_new_tokens))
     cores = os.cpu_count() or 1
@@ -34,7 +35,11 @@ def section_tuning(
     for b in sizes:
         if b == wl.batch_size:
             continue  # the threads={current} run already is the configured batch size
-        runs[f"batch_size={b}"] = lambda m, b=b: run_batched(lm, short, batch_size=b, m=m)
+
+        def at_size(m: Measurement | None, b: int = b) -> Measurement:
+            return run_batched(lm, short, batch_size=b, m=m)
+
+        runs[f"batch_size={b}"] = at_size
     say(f"tuning: {', '.join(runs)} at {short.sampling.max_new_tokens} tokens")
     measured = interleaved(runs, opts.repeats)
     out = {k: v.to_dict() for k, v in measured.items()}

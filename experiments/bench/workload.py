@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
-from steering.generation import Generation, GenerationRow, SamplingConfig
+from steering.generation import Generation, GenerationRow
 from steering.models import LoadedModel
-from steering.vector import SteeringVector
+from steering.sampling import SamplingConfig
+from steering.vector import Mode, SteeringVector
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Workload:
     vectors: list[SteeringVector]  # vectors[row.direction]
     strengths: dict[str, float]  # row key -> strength s
     layer: int
-    mode: str
+    mode: Mode
     sampling: SamplingConfig
     batch_size: int
     seed: int = 0

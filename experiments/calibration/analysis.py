@@ -20,11 +20,12 @@ can behave very differently, and averaging can hide an effective sign.
 from __future__ import annotations
 
 import warnings
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.config import CalibrationStudyConfig
 from metrics.intervals import bootstrap_statistic, interval_verdict
 
 EFFECT = "effect_above_null"
@@ -66,7 +67,7 @@ def _concept_means(frame: pd.DataFrame, column: str) -> list[float]:
 
 
 def levels(
-    frame: pd.DataFrame, predictor: str, config: ExperimentConfig, effect: str = EFFECT
+    frame: pd.DataFrame, predictor: str, config: CalibrationStudyConfig, effect: str = EFFECT
 ) -> list[dict]:
     """Per training size: predictor level and effect above null, each with an interval
     from a bootstrap over concepts (seeds averaged within a concept first)."""
@@ -90,7 +91,7 @@ def levels(
         out.append(
             {
                 "size": str(group["size"].iloc[0]),
-                "n_train": int(size),
+                "n_train": int(cast(int, size)),
                 "level": level.estimate,
                 "level_low": level.low,
                 "level_high": level.high,
@@ -118,7 +119,7 @@ def minimum_effective(rows: list[dict]) -> dict:
     }
 
 
-def analyse_curve(curve: pd.DataFrame, config: ExperimentConfig) -> dict:
+def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> dict:
     """Mixed-model slopes and minimum effective levels per (sign, layer, source,
     predictor); the both-signs results come first."""
     out: dict = {"threshold": config.calibration.effect_threshold, "results": []}
@@ -133,7 +134,7 @@ def analyse_curve(curve: pd.DataFrame, config: ExperimentConfig) -> dict:
                 out["results"].append(
                     {
                         "sign": sign,
-                        "layer": int(layer),
+                        "layer": int(cast(int, layer)),
                         "source": source,
                         "predictor": predictor,
                         "mixed_model": mixed_slope(frame, predictor, effect),

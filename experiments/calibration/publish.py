@@ -10,6 +10,7 @@ seed × layer) holds its per-concept metrics and points at the generations it pr
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,7 @@ def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, object]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = {}
+    out: dict[str, object] = {}
     config = record.config
     main = next((p for p in config.calibration.predictors if p in curve.columns), None)
     sources = sorted(curve["source"].unique())
@@ -105,10 +106,11 @@ def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, object]
     if rows:
         fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(rows)))
         labels = [f"{r.source} · {r.predictor} · {r.sign} (L{r.layer})" for r in rows]
-        slopes = [r.mixed_model.slope for r in rows]
+        # evaluable fits: slope, low and high are numbers
+        slopes = [cast(float, r.mixed_model.slope) for r in rows]
         err = [
-            [s - r.mixed_model.low for s, r in zip(slopes, rows, strict=True)],
-            [r.mixed_model.high - s for s, r in zip(slopes, rows, strict=True)],
+            [s - cast(float, r.mixed_model.low) for s, r in zip(slopes, rows, strict=True)],
+            [cast(float, r.mixed_model.high) - s for s, r in zip(slopes, rows, strict=True)],
         ]
         ax.errorbar(slopes, range(len(rows)), xerr=err, fmt="o")
         ax.axvline(0, color="black", linewidth=0.5)

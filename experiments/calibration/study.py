@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import CalibrationStudyConfig, ExperimentConfig
+from experiments.config import CalibrationStudyConfig, ConfigError, ExperimentConfig, Phase
 from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.effect import above_null, paired_effects
 from experiments.kernel.generate import generate
@@ -205,8 +205,8 @@ class Curve:
 class Calibration:
     """The calibration study, new or resumed (a :class:`~experiments.kernel.study.Study`)."""
 
-    phase = "calibration"
-    record_file = RunDir.ANALYSIS
+    phase: Phase = "calibration"
+    record_file: str = RunDir.ANALYSIS
 
     def __init__(
         self,
@@ -319,6 +319,8 @@ def run_calibration(
     run ends FINISHED, KILLED or FAILED, and rows are generated on
     ``execution.executor``. ``explicit``: the config keys set on the command line, which
     a recorded strength range never replaces (:func:`strength_choices`)."""
+    if config is not None and not isinstance(config, CalibrationStudyConfig):
+        raise ConfigError(f"calibrate takes a calibration config, not {config.phase!r}")
     ran = run_study(
         Calibration(on_batch, explicit),
         config,

@@ -119,7 +119,7 @@ def sections_option(only: str | None, skip: str | None) -> tuple[str, ...]:
         raise typer.BadParameter(str(exc)) from None
 
 
-def render_tables(results: dict) -> list[Table]:
+def render_tables(results: dict[str, Any]) -> list[Table]:
     """The report's plain tables as rich tables, verdicts in colour."""
     from experiments.bench.gpu_report import gpu_tables
     from experiments.bench.report import report_tables

@@ -11,13 +11,16 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from experiments.config import Phase
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -137,7 +140,7 @@ def progress_display(transient: bool):
 
 
 @contextlib.contextmanager
-def progress_bars():
+def progress_bars() -> Iterator[Callable[[str, int, int], None]]:
     """Progress bars on stderr (rich, the suite's one progress library); yields
     ``report(what, done, total)``, which the library code calls (it draws nothing)."""
     with progress_display(transient=True) as bars:
@@ -279,7 +282,7 @@ def resolve_config(
     model: str | None = None,
     layer: int | None = None,
     concepts: int | None = None,
-    phase: str | None = None,
+    phase: Phase | None = None,
     overlays: list[Path] | None = None,
 ):
     """The ``--config`` file (of ``phase``, the command's; any when None) with

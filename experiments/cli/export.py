@@ -11,9 +11,12 @@ gives the new one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
 from experiments.cli.human import experiment_for
@@ -30,7 +33,7 @@ def _new_form(run: str, folder: str) -> str:
     return f"`steer-eval export {run} --out {folder}`"
 
 
-def resolve_export(run: str, old_run: str | None, experiment: str | None):
+def resolve_export(run: str, old_run: str | None, experiment: str | None) -> Run:
     """The MLflow run ``run`` names (an id, or ``latest`` in ``experiment``), or an
     ExportError saying why not and the command that works."""
     from experiments import tracking
@@ -42,6 +45,7 @@ def resolve_export(run: str, old_run: str | None, experiment: str | None):
             f"export takes the run first and the folder by --out now: {_new_form(old_run, folder)}"
         )
     if run == "latest":
+        assert experiment is not None  # experiment_for names one for "latest"
         return tracking.get_run(tracking.latest_parent_run(experiment, "5"))
     try:
         return tracking.get_run(run)

@@ -40,6 +40,14 @@ def experiment_for(run: str | None, config: Path, experiment: str | None) -> str
     return load_config(config, phase="phase5").experiment
 
 
+def latest_experiment(config: Path, experiment: str | None) -> str:
+    """The experiment whose latest Phase 5 run ``latest`` names: ``experiment``, else
+    the config's."""
+    found = experiment_for("latest", config, experiment)
+    assert found is not None  # for "latest", experiment_for always names one
+    return found
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``human`` sub-app (export, rate, import) to the steer-eval CLI."""
     human = typer.Typer(

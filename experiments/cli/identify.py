@@ -81,11 +81,11 @@ def identify(
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
         with console.status("re-analysing (wild cluster bootstrap)"):
-            result = before_after(frame)
+            comparison = before_after(frame)
         if json_:
-            print_json(result)
+            print_json(comparison)
         else:
-            console.print(markdown(result), highlight=False, markup=False)
+            console.print(markdown(comparison), highlight=False, markup=False)
         return
     from experiments.identify import QUICK
     from experiments.identify.prereg import PreregistrationError

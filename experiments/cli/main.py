@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.table import Table
@@ -175,7 +175,7 @@ def classifiers(
     if len(sets) > 1:
         _print_layers(sets, best_layer(sets), lm.default_layer)
     console.print(f"{first.seconds:.1f} s; MLflow run {first.run_id}")
-    show_run_address(first.run_id)
+    show_run_address(cast(str, first.run_id))  # train_layers logs every set it trains
 
 
 def _print_probe_set(layer: int, result) -> None:

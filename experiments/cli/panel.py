@@ -97,7 +97,7 @@ def panel(
         from experiments.validation.axbench import run_axbench_for
 
         with progress_bars() as report:
-            result, table, skipped = run_axbench_for(
+            ax_result, ax_table, ax_skipped = run_axbench_for(
                 run,
                 judges,
                 budget,
@@ -107,7 +107,7 @@ def panel(
                 experiment=experiment,
                 limit=limit,
             )
-        _print_axbench(result, table, skipped, json_)
+        _print_axbench(ax_result, ax_table, ax_skipped, json_)
         return
     with progress_bars() as report:
         decision, result, combined, skipped = run_panel_for(

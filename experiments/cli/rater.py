@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -104,7 +104,7 @@ class TerminalRater:
 
 def rate_interactive(
     path: Path,
-    key: dict,
+    key: dict[str, Any],
     guess: bool,
     stream: TextIO,
     console: Console,

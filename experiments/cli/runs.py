@@ -6,10 +6,14 @@ them with what each run answered (its ``criteria.csv``), newest first per experi
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from experiments.tracking.listing import ListedVerdict
 
 from experiments.answer import JUDGED, status_colour, status_word
 from experiments.cli.common import JsonOpt, friendly, out, print_json
@@ -76,7 +80,7 @@ def runs(
             out.print(f"[dim]{escape(line)}[/]", highlight=False)
 
 
-def unjudged(run_id: str, verdicts) -> list[str]:
+def unjudged(run_id: str, verdicts: Iterable[ListedVerdict]) -> list[str]:
     """``run · criterion · group: reason`` for each verdict that was not judged (not
     evaluable, pending), the reason as the answer gives it."""
     return [
@@ -86,7 +90,7 @@ def unjudged(run_id: str, verdicts) -> list[str]:
     ]
 
 
-def _status(verdict) -> str:
+def _status(verdict: ListedVerdict | None) -> str:
     """A verdict's cell: its status in the answer's word and colour (a verdict that was
     not judged has its reason under the table, as the answer says it)."""
     if verdict is None:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
-from experiments.cli.human import experiment_for
+from experiments.cli.human import latest_experiment
 
 
 class Sign(StrEnum):
@@ -68,12 +68,15 @@ def samples(
     from experiments.phase5.samples import read_samples, select_samples
     from experiments.rundir import RunDir
 
-    searched = experiment_for(run, config, experiment)
-    run_id = tracking.latest_parent_run(searched, "5") if run == "latest" else run
+    run_id = (
+        tracking.latest_parent_run(latest_experiment(config, experiment), "5")
+        if run == "latest"
+        else run
+    )
     folder = RunDir.locate(tracking.get_run(run_id), results_dir)
     table = read_samples(folder)
     rows = select_samples(table, concept, sign.value if sign else None, gated, limit)
-    records = [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]
+    records = [{str(k): _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]
     if json_:
         print_json(
             {"run_id": run_id, "folder": str(folder.path), "n": len(table), "samples": records}

@@ -14,7 +14,9 @@ from typing import Protocol
 
 import torch
 
-from steering.generation import BatchStats, Generation, GenerationRow, SamplingConfig
+from steering.generation import BatchStats, Generation, GenerationRow
+from steering.sampling import SamplingConfig
+from steering.vector import Mode
 
 
 class ExecutionError(RuntimeError):
@@ -28,7 +30,7 @@ class PlanSpec:
 
     directions: torch.Tensor | None
     layer: int
-    mode: str
+    mode: Mode
     sampling: SamplingConfig
     base_prompts: dict[str, str] = field(default_factory=dict)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from experiments.timer import Timer
 from steering.generation import Generation, GenerationRow, continuation_nll, generate_batch
 from steering.models import LoadedModel
 from steering.suffix import supports_suffix
+
+if TYPE_CHECKING:
+    import torch
 
 
 def is_unsteered(row: GenerationRow, base_prompts: dict[str, str] | None) -> bool:
@@ -29,7 +33,7 @@ def unsteered_nll(
     gens: list[Generation],
     timer: Timer,
     base_prompts: dict[str, str] | None = None,
-    states: list | None = None,
+    states: list[torch.Tensor | None] | None = None,
     layer: int | None = None,
 ) -> list[float | None]:
     """Mean NLL of each continuation under the unsteered model given the *original*
@@ -53,7 +57,7 @@ def unsteered_nll(
                 [base.get(gens[i].key, gens[i].prompt) for i in steered],
                 [gens[i].token_ids for i in steered],
                 states=kept,
-                from_layer=None if kept is None else layer + 1,
+                from_layer=None if kept is None or layer is None else layer + 1,
             )
         for i, loss in zip(steered, losses, strict=True):
             nll[i] = loss
@@ -74,7 +78,9 @@ def run_batch(
     # On the CPU the decode keeps each row's residual stream at the steered layer, so the
     # perplexity pass runs only the layers above it (steering/suffix.py); a CUDA graph
     # replays its step without Python hooks, so a card runs the whole pass.
-    states: list | None = [] if lm.device.type == "cpu" and supports_suffix(lm) else None
+    states: list[torch.Tensor | None] | None = (
+        [] if lm.device.type == "cpu" and supports_suffix(lm) else None
+    )
     with timer.time("generation"):
         gens, stats = generate_batch(
             lm,

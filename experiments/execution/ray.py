@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from experiments.execution.base import BatchResult, ExecutionError, PlanSpec
 from experiments.execution.local import run_batch
 from steering.generation import GenerationRow
-from steering.models import LoadedModel
+from steering.models import LoadedModel, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ def import_ray() -> ModuleType:
             "execution.executor is ray but Ray is not installed (it is an extra): "
             "make setup-ray, or pip install -e '.[ray]' (or use --executor local)"
         ) from exc
-    return ray
+    module: ModuleType = ray
+    return module
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class ModelSource:
     load_format: str = "auto"
 
     @classmethod
-    def of(cls, model) -> ModelSource:
+    def of(cls, model: ModelSpec) -> ModelSource:
         """From the config's model section (``steering.models.ModelSpec``), whole."""
         return cls(model.spec, model.device, model.dtype, model.load_format)
 
@@ -158,7 +159,7 @@ class RayExecutor:
             import experiments
             import steering
 
-            modules = [str(Path(m.__file__).parent) for m in (experiments, steering)]
+            modules = [str(Path(cast(str, m.__file__)).parent) for m in (experiments, steering)]
             runtime_env = {"py_modules": modules, "env_vars": _forwarded_env(local=False)}
             ray.init(address=self.address, runtime_env=runtime_env, log_to_driver=False)
         else:

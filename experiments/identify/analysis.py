@@ -23,6 +23,9 @@ pre-registered **primary analysis**.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 import numpy as np
 import pandas as pd
 
@@ -42,8 +45,10 @@ from metrics.intervals import hierarchical_mean
 OUTCOME = "effect"
 
 
-def _iv(interval) -> dict:
-    return interval.to_dict() if hasattr(interval, "to_dict") else dict(interval)
+def _iv(interval: object) -> dict[str, Any]:
+    if hasattr(interval, "to_dict"):
+        return cast(dict[str, Any], interval.to_dict())
+    return dict(cast(Mapping[str, Any], interval))
 
 
 def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
@@ -51,7 +56,10 @@ def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
     concept-level interval for AUROC and the effect)."""
     out = []
     for level, group in frame.groupby("level", sort=True):
-        row: dict = {"level": float(level), "n_concepts": int(group["concept"].nunique())}
+        row: dict = {
+            "level": float(cast(float, level)),
+            "n_concepts": int(group["concept"].nunique()),
+        }
         for column in (*PREDICTORS, OUTCOME, "effect_above_null"):
             row[column] = float(group[column].mean()) if group[column].notna().any() else None
         for column in ("auroc", OUTCOME):
@@ -227,14 +235,15 @@ def primary_result(
     controls = primary.get("control")
     controls = [controls] if isinstance(controls, str) else list(controls or [])
     controls = [c for c in controls if c and c != "none"]
+    fit: dict[str, Any]
     if estimator == "flexible_cos":
         covariates = [c for c in controls if c != "cos_ref"]
         if "log_kl" in covariates:  # the dose: log next-token KL at the direction's β
             frame = frame.assign(log_kl=log_kl(frame["kl"]))
-        fit = flexible_slope(
+        fit = cast(dict[str, Any], flexible_slope(
             frame, OUTCOME, predictor, covariates=covariates, n_boot=n_boot, seed=seed,
             confidence=confidence,
-        ).to_dict()  # fmt: skip
+        ).to_dict())  # fmt: skip
     else:
         fit = _iv(
             stats.fe_coefficients(

@@ -9,6 +9,9 @@ prompting baseline.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from experiments.answer import Answer, Verdict
 from experiments.record import ClusterEstimate, Estimate, IdentifyRecord
 
@@ -69,7 +72,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 description=ident.model,
             )
         )
-    iso = ident.iso_cos or {}
+    iso: Mapping[str, Any] = ident.iso_cos or {}
     if iso.get("pooled"):
         out.append(
             _row(
@@ -93,8 +96,9 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 symbol="slope ",
             )
         )
-    sub = ident.subset or {}
-    free = (ident.name_free or {}).get("auroc_name_free")
+    sub: Mapping[str, Any] = ident.subset or {}
+    name_free: Mapping[str, Any] = ident.name_free or {}
+    free = name_free.get("auroc_name_free")
     if free:
         out.append(
             _row(
@@ -106,7 +110,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 description="positives that name only what falls under the concept",
             )
         )
-    for key, label, fit in (
+    for key, label, stored in (
         ("matched", "at each direction's KL-matched dose", (sub.get("dose") or {}).get("matched")),
         ("generated", "on the generated outcome (Δ gated)", sub.get("generated")),
         (
@@ -115,13 +119,13 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
             (sub.get("name_free") or {}).get("auroc_name_free"),
         ),
     ):
-        if fit:
+        if stored:
             out.append(
                 _row(
                     f"identified/subset/{key}",
                     f"subset of {len(sub['concepts'])} concepts: slope on AUROC {label}",
                     V2_GROUP,
-                    ClusterEstimate(**fit),
+                    ClusterEstimate(**stored),
                     symbol="slope ",
                     description="every direction of a subset stratified by v*'s AUROC",
                 )
@@ -154,7 +158,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
     out = []
     primary = record.primary
     if primary is not None:
-        spec = primary.spec
+        spec: Mapping[str, Any] = primary.spec
         worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
         verdict = primary.verdict.replace("_", " ")
         positive = spec.get("hypothesis", "positive") == "positive"
@@ -229,7 +233,7 @@ def answer_of(record: IdentifyRecord, figures: tuple[str, ...] = ()) -> Answer:
             f"{het.wald:.1f}, p = {het.p_value:.3g})."
         )
     ident = record.identified
-    het2 = ident.heterogeneity_given_cos if ident is not None else {}
+    het2: Mapping[str, Any] = ident.heterogeneity_given_cos if ident is not None else {}
     if het2.get("evaluable") and het2.get("F") is not None:
         notes.append(
             f"Given the spline in cos, the AUROC slopes of the manipulations "

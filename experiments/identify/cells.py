@@ -19,7 +19,7 @@ directions (they share the units), drawn once per concept with a seeded generato
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -83,8 +83,9 @@ class StudyTables:
         for concept, group in frame.groupby("concept", sort=True):
             if concept not in source:
                 continue
-            index = {d: i for i, d in enumerate(self.order[concept])}
-            out[str(concept)] = source[concept][[index[d] for d in group["direction"]]]
+            key = cast(str, concept)
+            index = {d: i for i, d in enumerate(self.order[key])}
+            out[str(concept)] = source[key][[index[d] for d in group["direction"]]]
         return out
 
 
@@ -102,7 +103,7 @@ def build_tables(
     test_labels: dict[str, np.ndarray],
     effects: dict[tuple[str, str], np.ndarray],
     outputs: dict[tuple[str, str], dict[str, np.ndarray]],
-    details: dict[str, dict[str, dict]],
+    details: dict[str, dict[str, dict[str, Any]]],
     identify: IdentifyConfig,
     seed: int = 0,
 ) -> StudyTables:

@@ -11,6 +11,7 @@ manipulation, wild cluster bootstrap-t).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -46,7 +47,7 @@ def _curve(frame: pd.DataFrame, m: str) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def before_after(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> dict:
+def before_after(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Per manipulation and pooled: v1's and v2's AUROC slopes (JSON-able)."""
     pooled = frame[~frame["manipulation"].map(is_control)].reset_index(drop=True)
     rows = []
@@ -62,7 +63,7 @@ def before_after(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> dict
     return {"rows": rows, "identified": identified_analysis(pooled, n_boot=n_boot, seed=seed)}
 
 
-def markdown(result: dict) -> str:
+def markdown(result: dict[str, Any]) -> str:
     lines = [
         "| manipulation | v1: AUROC slope beside a line in cos | v2: beside a spline in cos |",
         "|---|---|---|",

@@ -9,6 +9,8 @@ for both measures' split-half reliabilities.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -55,7 +57,7 @@ def crosscheck(
     effects: dict[tuple[str, str], np.ndarray],
     n_boot: int,
     seed: int,
-) -> dict:
+) -> dict[str, Any]:
     """The agreement of the two outcomes, and the generation-side baseline and null."""
     if cells.empty:
         return {"evaluable": False, "reason": "no generations"}
@@ -68,7 +70,7 @@ def crosscheck(
         lambda d: d if d in ("null", "prompt") else canonical(d)
     )
     frame = gen.merge(tables.directions, on=["concept", "direction"], how="inner")
-    out: dict = {"evaluable": len(frame) > 0, "n_cells": len(frame)}
+    out: dict[str, Any] = {"evaluable": len(frame) > 0, "n_cells": len(frame)}
     if frame.empty:
         return out
     out["pooled_r"] = stats.pooled_correlation(

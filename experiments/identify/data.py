@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import IdentifyStudyConfig
 from experiments.identify.directions import (
     REFERENCE,
     DirectionSpec,
@@ -69,7 +69,7 @@ def neutral_study_texts(graph: ConceptGraph, seed: int) -> list[str]:
 
 
 def collect(
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     graph: ConceptGraph,
     concepts: Sequence[str],
     embed,
@@ -124,7 +124,7 @@ class DirectionSet:
 
 
 def build_directions(
-    config: ExperimentConfig, data: StudyData, avoid: dict[str, set[str]] | None = None
+    config: IdentifyStudyConfig, data: StudyData, avoid: dict[str, set[str]] | None = None
 ) -> DirectionSet:
     """v* per concept and every manipulated direction around it (see manipulations.py);
     ``avoid[concept]``: concepts its ``other`` nuisance must not be (those its own

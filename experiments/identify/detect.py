@@ -71,7 +71,8 @@ def auroc_rows(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     n_pos = pos.sum(axis=-1)
     n_neg = (~pos).sum(axis=-1)
     ranks = rankdata(scores, axis=-1)
-    return ((ranks * pos).sum(axis=-1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    auroc: np.ndarray = ((ranks * pos).sum(axis=-1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return auroc
 
 
 def ap_rows(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -84,7 +85,8 @@ def ap_rows(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     hits = np.take_along_axis(labels, order, axis=-1)
     tp = np.cumsum(hits, axis=-1)
     precision = tp / np.arange(1, scores.shape[-1] + 1)
-    return (precision * hits).sum(axis=-1) / hits.sum(axis=-1)
+    ap: np.ndarray = (precision * hits).sum(axis=-1) / hits.sum(axis=-1)
+    return ap
 
 
 def f1_rows(scores: np.ndarray, labels: np.ndarray, thresholds: np.ndarray) -> np.ndarray:

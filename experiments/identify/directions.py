@@ -180,7 +180,8 @@ def within_class_covariance(data: TrainingSet, neutral: np.ndarray | None = None
     if neutral is not None and len(neutral) > 1:
         blocks.append(neutral - neutral.mean(axis=0))
     centred = np.concatenate(blocks)
-    return centred.T @ centred / max(len(centred) - len(blocks), 1)
+    covariance: np.ndarray = centred.T @ centred / max(len(centred) - len(blocks), 1)
+    return covariance
 
 
 def shrinkage_direction(delta: np.ndarray, sigma: np.ndarray, lam: float) -> np.ndarray:

@@ -152,7 +152,10 @@ def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]
     if not len(levels):
         return {}
     low, high = np.quantile(levels, [alpha, 1 - alpha], method="inverted_cdf")
-    out = {"low_open": bool(np.isneginf(low)), "high_open": bool(np.isposinf(high))}
+    out: dict[str, bool | float | None] = {
+        "low_open": bool(np.isneginf(low)),
+        "high_open": bool(np.isposinf(high)),
+    }
     if np.isposinf(low) or np.isneginf(high) or not len(finite):
         out.update(low=None, high=None)  # the whole interval is censored on one side
         return out

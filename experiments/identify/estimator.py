@@ -31,6 +31,7 @@ tests keep that failure on record). Here:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,17 @@ from metrics.cluster import ClusterFit, cluster_covariance, wald_f, wild_cluster
 # probit 2.97, not infinite.
 TEST_PAIRS = 400
 SPLINE_DF = 4
+
+
+class _Boot(TypedDict):
+    """The bootstrap options every estimate of one study passes on."""
+
+    n_boot: int
+    seed: int
+
+
+class _BootSpline(_Boot):
+    spline_df: int
 
 
 def probit_auroc(auroc: pd.Series | np.ndarray, n_pairs: int = TEST_PAIRS) -> np.ndarray:
@@ -319,7 +331,7 @@ def identified_analysis(
     frame = with_probit(frame)
     if "kl" in frame:  # the dose a direction gives the next token (nats), and its log
         frame = frame.assign(log_kl=log_kl(frame["kl"]))
-    kw = {"n_boot": n_boot, "seed": seed}
+    kw = _Boot(n_boot=n_boot, seed=seed)
     dosed = (
         {
             "auroc": flexible_slope(
@@ -346,7 +358,9 @@ def identified_analysis(
         "name_free": (  # detection without the name: AUROC on name-free positives
             {
                 "auroc_name_free": flexible_slope(frame, y, "auroc_name_free", **kw).to_dict(),
-                "r_auroc": float(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1]),
+                "r_auroc": float(
+                    cast(float, frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1])
+                ),
             }
             if "auroc_name_free" in frame and frame["auroc_name_free"].notna().any()
             else {}
@@ -383,7 +397,7 @@ def subset_outcomes(
         return {"evaluable": False, "reason": "no subset"}
     if "kl" in part:
         part = part.assign(log_kl=log_kl(part["kl"]))
-    kw = {"n_boot": n_boot, "seed": seed, "spline_df": spline_df}
+    kw = _BootSpline(n_boot=n_boot, seed=seed, spline_df=spline_df)
     doses = [c for c in part.columns if c.startswith("dose_effect_")]
     out: dict = {
         "concepts": sorted(subset),

@@ -77,4 +77,5 @@ def first_guess(kl_at_one: np.ndarray, target: float, limit: float = 16.0) -> np
 def matched(achieved: np.ndarray, target: float) -> np.ndarray:
     """Whether each achieved KL is within :data:`MATCH_TOLERANCE` of the target (log)."""
     achieved = np.clip(np.asarray(achieved, dtype=np.float64), 1e-12, None)
-    return np.abs(np.log(achieved) - np.log(target)) <= MATCH_TOLERANCE
+    matched: np.ndarray = np.abs(np.log(achieved) - np.log(target)) <= MATCH_TOLERANCE
+    return matched

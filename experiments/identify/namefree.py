@@ -114,7 +114,7 @@ def _fill(
     the id is the pool and the frame's position (``n03``), as the named texts' are."""
     if len(names) < 2:
         return []
-    out = []
+    out: list[tuple[str, str]] = []
     pool: list[str] = []
     for i, frame in enumerate(frames):
         if len(out) == n:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from experiments.config import ExperimentConfig
+from experiments.config import IdentifyStudyConfig
 from experiments.likelihood_texts import LikelihoodTexts
 from experiments.rundir import RunDir, append_jsonl, read_jsonl
 from steering.likelihood import (
@@ -43,7 +43,7 @@ from steering.readout import (
 
 def score_likelihood(
     lm: LoadedModel,
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     run_dir: RunDir,
     layer: int,
     alpha: float,
@@ -87,7 +87,7 @@ def score_likelihood(
 
 def prompt_baseline(
     lm: LoadedModel,
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     texts: LikelihoodTexts,
     concepts: Sequence[str],
     names: dict[str, str],
@@ -114,7 +114,7 @@ def prompt_baseline(
 
 def output_predictors(
     lm: LoadedModel,
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     layer: int,
     alpha: float,
     betas: dict[str, float],
@@ -141,7 +141,7 @@ def output_predictors(
 
 def score_dose(
     lm: LoadedModel,
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     run_dir: RunDir,
     layer: int,
     alpha: float,

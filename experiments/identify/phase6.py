@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -148,7 +149,7 @@ def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
                 )
                 out.append(
                     {
-                        "layer": int(layer),
+                        "layer": int(cast(int, layer)),
                         "source": source,
                         "predictor": predictor,
                         "sign": sign,

@@ -12,6 +12,7 @@ manipulation carries its curve (a table and a figure) and its own slopes.
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -38,9 +39,9 @@ def _put(metrics: dict, name: str, interval: dict | None) -> None:
             metrics[f"{name}{suffix}"] = float(value)
 
 
-def manipulation_metrics(result: dict) -> tuple[dict[str, float], dict[str, str]]:
+def manipulation_metrics(result: dict) -> tuple[dict[str, float | None], dict[str, str]]:
     """Metrics and status tags of one manipulation (names without the manipulation)."""
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
     _put(metrics, "slope_auroc", result["slope_auroc"])
     for key, interval in result["partial"].items():
@@ -69,8 +70,8 @@ def manipulation_metrics(result: dict) -> tuple[dict[str, float], dict[str, str]
     return metrics, tags
 
 
-def parent_metrics(analysis: dict) -> tuple[dict[str, float], dict[str, str]]:
-    metrics: dict[str, float] = {}
+def parent_metrics(analysis: dict) -> tuple[dict[str, float | None], dict[str, str]]:
+    metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
     for m, result in analysis["manipulations"].items():
         mm, mt = manipulation_metrics(result)
@@ -163,10 +164,8 @@ def children(record: IdentifyRecord, tables: StudyTables) -> list[ChildRun]:
                 },
                 texts={"analysis.json": json.dumps(result, indent=1, default=str)},
                 figures={
-                    f"plots/{slug(m).replace('/', '_')}.png": (
-                        lambda m=m, frame=frame, result=result: manipulation_figure(
-                            m, frame, result
-                        )
+                    f"plots/{slug(m).replace('/', '_')}.png": partial(
+                        manipulation_figure, m, frame, result
                     )
                 },
             )

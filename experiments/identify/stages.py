@@ -147,7 +147,9 @@ def outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outco
             words,
             prompts,
         )
-    subset, dose, name_free = [], [], []
+    subset: list[str] = []
+    dose: list[dict[str, Any]] = []
+    name_free: list[dict[str, Any]] = []
     if ident.subset_concepts:
         subset = choose_subset(config, found.detections, concepts, run_dir)
         dose, name_free = subset_likelihood(

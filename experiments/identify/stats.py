@@ -82,9 +82,13 @@ def fe_coefficients(
     n_rows = int(frame[["concept", *xs, y]].dropna().shape[0])
     out = {}
     for j, x in enumerate(xs):
+
+        def coefficient(g: Mapping[str, np.ndarray], j: int = j) -> np.ndarray:
+            return _solve(g["m"].sum(axis=1), k)[:, j]
+
         interval = hierarchical_bootstrap(
             units,
-            lambda g, j=j: _solve(g["m"].sum(axis=1), k)[:, j],
+            coefficient,
             aggregate={"m": _first},
             within=False,
             confidence=confidence,
@@ -308,6 +312,7 @@ def mixed_model(
                 for w in caught
             )
             ci = fit.conf_int()
+            terms_out: dict[str, dict[str, object]] = {}
             out = {
                 "evaluable": True,
                 "formula": formula,
@@ -315,11 +320,11 @@ def mixed_model(
                 "converged": converged,
                 "n": len(data),
                 "n_concepts": int(data["concept"].nunique()),
-                "terms": {},
+                "terms": terms_out,
             }
             for term in terms:
                 if term in fit.params.index:
-                    out["terms"][term] = {
+                    terms_out[term] = {
                         "estimate": float(fit.params[term]),
                         "low": float(ci.loc[term, 0]),
                         "high": float(ci.loc[term, 1]),

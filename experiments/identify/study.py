@@ -32,7 +32,7 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import load_concepts
-from experiments.config import ConfigError, ExperimentConfig, IdentifyStudyConfig
+from experiments.config import ConfigError, ExperimentConfig, IdentifyStudyConfig, Phase
 from experiments.identify.prereg import (
     PreregistrationError,
     check_heldout,
@@ -125,6 +125,8 @@ def run_identify(
             earlier = check_heldout(
                 prereg, config.experiment, config.results_dir, force, config=as_given
             )
+    if not isinstance(config, IdentifyStudyConfig):
+        raise ConfigError(f"identify takes an identify config, not {config.phase!r}")
     study = Identify(sets, prereg, earlier, on_batch, started)
     ran = run_study(
         study,
@@ -159,8 +161,8 @@ class Shown:
 class Identify:
     """The identification study, new or resumed (a :class:`~experiments.kernel.study.Study`)."""
 
-    phase = "identify"
-    record_file = RunDir.ANALYSIS
+    phase: Phase = "identify"
+    record_file: str = RunDir.ANALYSIS
 
     def __init__(
         self,

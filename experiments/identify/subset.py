@@ -20,12 +20,12 @@ import numpy as np
 import pandas as pd
 
 from experiments.concepts import load_concepts
-from experiments.config import ExperimentConfig
+from experiments.config import IdentifyStudyConfig
 from experiments.rundir import RunDir
 
 
 def choose_subset(
-    config: ExperimentConfig, detections: dict, concepts: list[str], run_dir: RunDir
+    config: IdentifyStudyConfig, detections: dict, concepts: list[str], run_dir: RunDir
 ) -> list[str]:
     """``identify.subset_concepts`` concepts stratified by v*'s test AUROC (known before
     any outcome), written to the run folder."""
@@ -122,7 +122,7 @@ def name_free_detection(config, graph, concepts, directions, data, embed) -> dic
     }
 
 
-def with_subset_prompts(config: ExperimentConfig) -> ExperimentConfig:
+def with_subset_prompts(config: IdentifyStudyConfig) -> IdentifyStudyConfig:
     """The config the subset generates under: ``identify.subset_prompts`` appended to the
     report prompts, the selection prompts (the first ones) unchanged, so the rows the
     subset shares with the rest of the study keep their keys."""

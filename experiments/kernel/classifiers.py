@@ -21,7 +21,7 @@ import pandas as pd
 
 from experiments.answer import Answer
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig, RunConfig
+from experiments.config import ExperimentConfig, Phase, RunConfig
 from experiments.kernel.diagnostics import cosine_heatmap, layer_heatmap
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.probe_log import confusion_figure, metrics_rows, set_metrics
@@ -55,8 +55,8 @@ class Phase4:
     """Train, evaluate and save one probe per concept at each layer (a
     :class:`~experiments.kernel.study.Study`); its products are the probe sets."""
 
-    phase = None  # a Phase 4 run is never reopened: training again makes a new one
-    record_file = RunDir.CLASSIFIERS
+    phase: Phase | None = None  # a Phase 4 run is never reopened: training again makes a new one
+    record_file: str = RunDir.CLASSIFIERS
 
     def __init__(
         self, graph: ConceptGraph, layers: Sequence[int], concept_file: str | None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -264,7 +265,7 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
     columns = ["concept", "prompt_index", "sample", "sign", "above_other"]
     rows = []
     for sign, part in margins.groupby("sign"):
-        matrix = matrices.get(int(sign))
+        matrix = matrices.get(int(cast(int, sign)))
         if matrix is None:
             continue
         for concept, group in part.groupby("concept"):
@@ -275,7 +276,9 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
                 continue
             null = float(np.mean(others))
             for _, r in group.iterrows():
-                rows.append([concept, r["prompt_index"], r["sample"], int(sign), r["own"] - null])
+                rows.append(
+                    [concept, r["prompt_index"], r["sample"], int(cast(int, sign)), r["own"] - null]
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -396,8 +399,12 @@ def evaluate_effect(
         np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])
     ):
         for sign, rows in arm_rows.groupby("sign"):
-            what = sign_label(int(sign)) + ("" if arm_name == CONCEPT_ARM else f" ({arm_name})")
-            out.summary[f"{arm_name}/{SIGNS[int(sign)]}"] = _summarise(rows, config, what)
+            what = sign_label(int(cast(int, sign))) + (
+                "" if arm_name == CONCEPT_ARM else f" ({arm_name})"
+            )
+            out.summary[f"{arm_name}/{SIGNS[int(cast(int, sign))]}"] = _summarise(
+                rows, config, what
+            )
     null = above_null(effects)
     null_raw = above_null(effects, "e")
     for sign, label in SIGNS.items():
@@ -447,7 +454,7 @@ def evaluate_effect(
             out.per_concept.setdefault(str(synset), {})[f"above_null_{label}"] = float(value)
         for synset, value in concept_rows.groupby("concept")["e_gated"].mean().items():
             out.per_concept.setdefault(str(synset), {})[f"effect_{label}"] = float(value)
-        pairs = [(predictor[k], float(v)) for k, v in per_concept.items() if k in predictor]
+        pairs = [(predictor[str(k)], float(v)) for k, v in per_concept.items() if k in predictor]
         pearson = _correlation_interval(pairs, "pearson", config)
         spearman = _correlation_interval(pairs, "spearman", config)
         if gated:
@@ -517,7 +524,9 @@ def select_betas(records: pd.DataFrame, config: ExperimentConfig) -> dict[str, d
     effects = effects[effects["arm"] == CONCEPT_ARM]
     out: dict[str, dict] = {}
     for synset, group in effects.groupby("concept"):
-        means = {float(b): float(g["e_gated"].mean()) for b, g in group.groupby("beta")}
+        means = {
+            float(cast(float, b)): float(g["e_gated"].mean()) for b, g in group.groupby("beta")
+        }
         best = max(sorted(means), key=lambda b: (means[b], -b))
         out[str(synset)] = {"beta": best, "effects": means}
     return out

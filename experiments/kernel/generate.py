@@ -22,9 +22,10 @@ from experiments.kernel.vectors import VectorSet
 from experiments.rows import GenerationRecord
 from experiments.rundir import RunDir
 from experiments.timer import Timer
-from steering.generation import BatchStats, Generation, GenerationRow, SamplingConfig
+from steering.generation import BatchStats, Generation, GenerationRow
 from steering.memory import decode_rows
 from steering.models import LoadedModel
+from steering.sampling import SamplingConfig
 
 if TYPE_CHECKING:
     from experiments.kernel.lifecycle import RunSession

@@ -25,6 +25,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import cast
 
 from experiments.concepts import Concept, ConceptGraph
 from experiments.config import ExperimentConfig
@@ -160,7 +161,8 @@ def planned_rows(
                     for s in config.steering.strengths
                 ]
             else:
-                beta = (betas or {}).get(concept.synset, config.steering.beta)
+                # a run resolves steering.beta auto first (strength_range.choose_beta)
+                beta = cast(float, (betas or {}).get(concept.synset, config.steering.beta))
                 cells = [(arm, s, beta) for arm in _arms(config) for s in config.steering.strengths]
             seen: set[str] = set()
             for arm, strength, beta in cells:

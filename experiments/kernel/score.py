@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from experiments.concepts import Concept, ConceptGraph
 from experiments.config import CPU_BATCH_ROWS, ExperimentConfig, MetricsConfig
@@ -19,6 +20,9 @@ from experiments.prompts import centroid_texts
 from experiments.rows import ScoreRecord
 from metrics.semantic import SETS, Centroids, build_centroids, cross_deltas, score
 from metrics.text import CoherenceReport, coherence_report
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 @dataclass
@@ -28,14 +32,16 @@ class Scorer:
     config: ExperimentConfig
     graph: ConceptGraph
     centroids: dict[str, Centroids]
-    embedder: object
+    embedder: SentenceTransformer
 
     def texts(self) -> dict[str, dict[str, list[str]]]:
         """The centroid texts, for ``centroid_texts.json`` (an audit trail of Δ)."""
         return {k: {name: list(v.texts[name]) for name in SETS} for k, v in self.centroids.items()}
 
 
-def build_scorer(config: ExperimentConfig, graph: ConceptGraph, embedder) -> Scorer:
+def build_scorer(
+    config: ExperimentConfig, graph: ConceptGraph, embedder: SentenceTransformer
+) -> Scorer:
     """Embed every concept's core, boundary and negative texts in one pass."""
     from metrics.embedder import embed
 

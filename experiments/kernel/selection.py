@@ -8,7 +8,7 @@ the rows with the probe set (``vectors_tag``). The choice itself is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -26,14 +26,14 @@ if TYPE_CHECKING:
 
 
 def select_strengths(
-    session: RunSession,
+    session: RunSession[Any],
     config: ExperimentConfig,
     vectors: VectorSet,
     scorer: Scorer,
     on_batch: Callable[[int, int], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     vectors_tag: str | None = None,
-) -> tuple[dict[str, dict], BatchStats]:
+) -> tuple[dict[str, dict[str, Any]], BatchStats]:
     """Generate the selection prompts over the β grid (rows not yet in the run folder),
     score them and choose β per concept: ({synset: {"beta", "effects"}}, generation
     stats). ``config`` is the session's, or a probe set's variant of it (Phase 6)."""

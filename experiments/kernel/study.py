@@ -79,10 +79,16 @@ class Study(Protocol[C, R, P]):
     """One kind of run. ``C`` its config model, ``R`` its record, ``P`` what its stages
     produce beside the record for the views (``None`` when nothing)."""
 
-    # the phase its stored config declares (a resume reads it back as such); None for a
-    # study never reopened
-    phase: Phase | None
-    record_file: str  # the run-folder file of its record
+    @property
+    def phase(self) -> Phase | None:
+        """The phase its stored config declares (a resume reads it back as such); None
+        for a study never reopened."""
+        ...
+
+    @property
+    def record_file(self) -> str:
+        """The run-folder file of its record."""
+        ...
 
     def begin(self, session: RunSession[C]) -> Opening:
         """What the parent run opens as; the work needed to know it (Phase 5 prepares

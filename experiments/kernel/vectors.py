@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
@@ -112,7 +113,7 @@ def concept_vector(direction, layer: int, alpha: float, config: ExperimentConfig
     import torch
 
     steering = config.steering
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         alpha=alpha, beta=steering.beta, mode=steering.mode, source=steering.vector_source
     )
     array = np.asarray(direction)

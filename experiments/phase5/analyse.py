@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.config import CriteriaConfig
-from experiments.rows import cell_metrics
+from experiments.rows import cell_metrics as cell_metrics  # also imported from here
 from metrics.criteria import (
     CriterionResult,
     direction_criterion,
@@ -60,7 +61,7 @@ def per_strength(records: pd.DataFrame) -> dict[float, dict[str, float | None]]:
     """Every declared aggregate (experiments.rows) per strength, over all concepts."""
     out = {}
     for strength, group in records.groupby("strength"):
-        out[float(strength)] = cell_metrics(group)
+        out[float(cast(float, strength))] = cell_metrics(group)
     return out
 
 
@@ -69,7 +70,8 @@ def concept_magnitudes(records: pd.DataFrame, at: float | None = None) -> dict[s
     steered = records[records["strength"] != 0]
     if at is not None:
         steered = steered[np.isclose(steered["strength"].abs(), at)]
-    return {k: float(v) for k, v in steered.groupby("concept")["magnitude"].mean().dropna().items()}
+    means = steered.groupby("concept")["magnitude"].mean().dropna()
+    return {cast(str, k): float(v) for k, v in means.items()}
 
 
 @dataclass

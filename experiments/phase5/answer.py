@@ -15,6 +15,8 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from experiments.answer import (
     SIGN_LABELS,
     Answer,
@@ -117,7 +119,7 @@ def verdicts(record: RunRecord) -> list[Verdict]:
     return out
 
 
-def resampled(interval: dict) -> tuple[int | None, str]:
+def resampled(interval: dict[str, Any]) -> tuple[int | None, str]:
     """How many of what the interval rests on: concepts when concepts were resampled
     (a hierarchical bootstrap, or a correlation over concepts), else the samples."""
     n, clusters = interval.get("n"), interval.get("n_clusters")
@@ -195,7 +197,8 @@ def reader_notes(record: RunRecord) -> list[str]:
     notes = []
     for sign, label in (("pos", "s > 0"), ("neg", "s < 0")):
         gated = [
-            f"{synset} ({int(v[f'gated_out_{sign}'])}/{int(v[f'steered_{sign}'])})"
+            f"{synset} ({int(cast(float, v[f'gated_out_{sign}']))}/"
+            f"{int(cast(float, v[f'steered_{sign}']))})"
             for synset, v in sorted(record.per_concept.items())
             if v.get(f"steered_{sign}") and v.get(f"gated_out_{sign}") == v[f"steered_{sign}"]
         ]

@@ -20,6 +20,8 @@ scored by code, and the LLM judges of Part C keep their own implementation
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from experiments import tracking
@@ -73,7 +75,7 @@ def _same_sign(name: str) -> set[str]:
     return {f"{measure}_{label}" for measure in MEASURES}
 
 
-def _plan(records: pd.DataFrame, ctx: RunContext) -> tuple[dict, dict[str, str]]:
+def _plan(records: pd.DataFrame, ctx: RunContext) -> tuple[dict[str, Any], dict[str, str]]:
     """The scorers' values per generation key, and the scorers that run: those whose
     sign has generations, every one of them with a value."""
     values = evaluation_values(records, ctx)

@@ -5,7 +5,7 @@ intervals, and the per-concept forest plot)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -28,13 +28,20 @@ def plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figs = {}
+    figs: dict[str, object] = {}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     means = records.groupby(["concept", "strength"])["delta"].mean().unstack("strength")
     for synset, row in means.iterrows():
-        ax.plot(row.index, row.values, marker="o", label=ctx.graph.get(synset).name)
+        ax.plot(
+            row.index,
+            cast("np.ndarray", row.values),
+            marker="o",
+            label=ctx.graph.get(str(synset)).name,
+        )
     overall = records.groupby("strength")["delta"].mean()
-    ax.plot(overall.index, overall.values, color="black", linewidth=3, label="mean")
+    ax.plot(
+        overall.index, cast("np.ndarray", overall.values), color="black", linewidth=3, label="mean"
+    )
     ax.axhline(0, color="grey", linewidth=0.5)
     ax.set(
         xlabel="steering strength s",
@@ -172,6 +179,7 @@ def place_labels(ax, points: list[tuple[float, float]], labels: list[str], fonts
                 ann.remove()
             if cost == 0:
                 break
+        assert best is not None  # LABEL_OFFSETS is not empty
         ann, box, dx, dy = best
         if abs(dx) > 8 or abs(dy) > 14:
             ax.annotate(
@@ -422,9 +430,9 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     for synset in concepts:
         values = record.per_concept[synset]
         parts = [names.get(synset, synset)]
-        n = next((values.get(f"above_null_{lab}_n") for lab in signs), None)
-        if n is not None:
-            parts.append(f"n={int(n)}")
+        n_units = next((values.get(f"above_null_{lab}_n") for lab in signs), None)
+        if n_units is not None:
+            parts.append(f"n={int(n_units)}")
         for lab in signs:
             k, total = _gated(values, lab)
             if k:

@@ -18,6 +18,7 @@ is off: they are Δ's reference texts). ``steer-eval rescore`` reads both, never
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
@@ -64,7 +65,8 @@ def score_likelihood(
         arms = [("concept", vectors.vectors[synset])]
         arms += [(f"random:{j}", v) for j, v in enumerate(vectors.random.get(synset, []))]
         arms += nulls.get(synset, [])
-        beta = (betas or {}).get(synset, config.steering.beta)
+        # a run resolves steering.beta auto to a number first (strength_range.choose_beta)
+        beta = cast(float, (betas or {}).get(synset, config.steering.beta))
         records = likelihood_outcomes(
             lm,
             vectors.layer,

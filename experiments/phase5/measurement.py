@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -116,7 +117,7 @@ def detection_units(detection: Mapping[str, Mapping[str, object]]) -> dict[str, 
         labels = np.asarray(d.get("test_labels") or [], dtype=np.float64)
         threshold = d.get("threshold")
         if len(scores) >= 4 and len(scores) == len(labels):
-            t = np.full(len(scores), np.nan if threshold is None else float(threshold))
+            t = np.full(len(scores), np.nan if threshold is None else float(cast(float, threshold)))
             out[concept] = np.stack([scores, labels, t], axis=1)
     return out
 
@@ -124,11 +125,18 @@ def detection_units(detection: Mapping[str, Mapping[str, object]]) -> dict[str, 
 # --------------------------------------------------------------------------- the report
 
 
+class _SplitOptions(TypedDict):
+    """The split-half options every reliability of a run shares."""
+
+    n_splits: int
+    seed: int
+
+
 @dataclass
 class MeasurementReport:
     """Reliabilities, corrected correlations, the likelihood outcome and Δ's scale."""
 
-    statistics: dict[str, dict] = field(default_factory=dict)
+    statistics: dict[str, dict | list] = field(default_factory=dict)  # likelihood: a list
     per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
@@ -181,7 +189,7 @@ def measure(
 ) -> MeasurementReport:
     """Every reliability and corrected correlation of a scored run (see the module)."""
     c = config.criteria
-    opts = dict(n_splits=c.reliability_splits, seed=config.seed)
+    opts = _SplitOptions(n_splits=c.reliability_splits, seed=config.seed)
     boot = dict(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
     out = MeasurementReport()
     rel: dict[str, dict] = {}
@@ -348,7 +356,7 @@ def _reference_gap(
     effect: EffectReport,
     out: MeasurementReport,
     boot: dict,
-    opts: dict,
+    opts: _SplitOptions,
 ) -> dict:
     """Δ's scale: per concept, Δ(on-concept texts) − Δ(off-concept texts); and the effect
     above the null as a fraction of it (per concept, then over concepts)."""

@@ -60,6 +60,7 @@ def build_model_nulls(
     for synset in vectors.vectors:
         nulls = []
         if k_neutral:
+            assert acts is not None  # captured above whenever k_neutral
             for j, d in enumerate(neutral_split_directions(acts, k_neutral, seed, synset)):
                 nulls.append((f"{NEUTRAL_ARM}:{j}", vector(d, NEUTRAL_ARM)))
         for other, d in other_concept_directions(directions, synset, k_other, seed):

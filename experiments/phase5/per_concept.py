@@ -17,6 +17,7 @@ intervals answer it:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import pandas as pd
 
@@ -44,7 +45,7 @@ def concept_intervals(
     # hollow, with "k/n gated").
     concept = effects[effects["arm"] == CONCEPT_ARM]
     for (synset, sign), group in concept.groupby(["concept", "sign"], sort=True):
-        label = SIGNS[int(sign)]
+        label = SIGNS[int(cast(int, sign))]
         out.setdefault(str(synset), {}).update(
             {
                 f"gated_out_{label}": float((~group["gate_pass"].astype(bool)).sum()),
@@ -52,7 +53,7 @@ def concept_intervals(
             }
         )
     for (synset, sign), group in null.groupby(["concept", "sign"], sort=True):
-        label = SIGNS[int(sign)]
+        label = SIGNS[int(cast(int, sign))]
         ci = clustered_bootstrap_mean(
             group["above_null"].to_numpy(dtype=float),
             list(group["prompt_index"]),
@@ -84,7 +85,7 @@ def predictor_interval(
     recall = metrics.get(f"recall_{suffix}")
     accuracy = metrics.get(f"accuracy_{suffix}")
     n_pos, n_neg = metrics.get("n_test_pos"), metrics.get("n_test_neg")
-    if None in (recall, accuracy, n_pos, n_neg):
+    if recall is None or accuracy is None or n_pos is None or n_neg is None:
         return None, None
     tp = round(recall * n_pos)
     tn = round(accuracy * (n_pos + n_neg)) - tp
@@ -114,7 +115,7 @@ def degenerate_probe(metrics: Mapping[str, float | None], name: str) -> str | No
     recall, precision = metrics.get(f"recall_{suffix}"), metrics.get(f"precision_{suffix}")
     accuracy = metrics.get(f"accuracy_{suffix}")
     n_pos, n_neg = metrics.get("n_test_pos"), metrics.get("n_test_neg")
-    if None not in (recall, accuracy, n_pos, n_neg):
+    if recall is not None and accuracy is not None and n_pos is not None and n_neg is not None:
         tp = round(recall * n_pos)
         tn = round(accuracy * (n_pos + n_neg)) - tp
         predicted_positive = tp + round(n_neg) - tn

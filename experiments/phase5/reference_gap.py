@@ -36,7 +36,8 @@ class ReferenceGap:
     @property
     def pair_gaps(self) -> np.ndarray:
         """Δ(on_i) − Δ(off_i): the units of the gap's split-half reliability and interval."""
-        return np.asarray(self.on) - np.asarray(self.off)
+        gaps: np.ndarray = np.asarray(self.on) - np.asarray(self.off)
+        return gaps
 
     def to_dict(self) -> dict[str, object]:
         return {"concept": self.concept, "gap": self.gap, "on": self.on, "off": self.off}

@@ -3,7 +3,7 @@ figures (the answer and the criteria table are every phase's: ``experiments/answ
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
@@ -132,7 +132,7 @@ def specificity_matrices(record: RunRecord) -> dict[str, pd.DataFrame]:
     for label in SIGNS.values():
         stored = record.diagnostics.get(f"specificity_{label}")
         if stored:
-            out[label] = pd.DataFrame(stored)
+            out[label] = pd.DataFrame(cast(dict[str, Any], stored))
     return out
 
 
@@ -190,22 +190,22 @@ def measurement_markdown(stats: dict) -> list[str]:
     if by_direction.get("evaluable") is False:  # no per-arm generation effects at all
         lines += ["", f"Likelihood against generation across directions: {by_direction['reason']}."]
     elif by_direction:
-        shown = []
+        shown_lines: list[str] = []
         for sign, d in by_direction.items():
             if d.get("evaluable"):
-                shown.append(
+                shown_lines.append(
                     f"{SIGN_LABELS[sign]}: r = {number(d['r'])} "
                     f"[{number(d['ci_low'])}, {number(d['ci_high'])}] over {d['n_directions']} "
                     f"directions in {d['n_clusters']} concepts"
                 )
             else:
                 word = status_word("not_evaluable")
-                shown.append(f"{SIGN_LABELS[sign]}: {word} ({d.get('reason')})")
+                shown_lines.append(f"{SIGN_LABELS[sign]}: {word} ({d.get('reason')})")
         lines += [
             "",
             "Likelihood outcome against the generation effect across directions (each "
             "concept's own and its random directions; bootstrap over concepts): "
-            + "; ".join(shown)
+            + "; ".join(shown_lines)
             + ".",
         ]
     families = stats.get("likelihood", [])
@@ -243,7 +243,9 @@ def measurement_markdown(stats: dict) -> list[str]:
 def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict:
     """The run's figures by file name, drawn from the rows and the record."""
     magnitudes = {
-        k: v["magnitude"] for k, v in record.per_concept.items() if v.get("magnitude") is not None
+        k: cast(float, v["magnitude"])
+        for k, v in record.per_concept.items()
+        if v.get("magnitude") is not None
     }
     drawn = plots(records, ctx, magnitudes)
     names = {c.synset: c.name for c in ctx.graph.concepts}

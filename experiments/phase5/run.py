@@ -24,7 +24,7 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig, Phase5Config
+from experiments.config import ConfigError, ExperimentConfig, Phase, Phase5Config
 from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.diagnostics import steering_diagnostics
 from experiments.kernel.effect import EffectReport, evaluate_effect
@@ -281,8 +281,8 @@ def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
 class Phase5:
     """Phase 5 Part A, new or resumed (a :class:`~experiments.kernel.study.Study`)."""
 
-    phase = "phase5"
-    record_file = RunDir.RECORD
+    phase: Phase = "phase5"
+    record_file: str = RunDir.RECORD
 
     def __init__(
         self,
@@ -350,8 +350,8 @@ class Phase5:
 class Phase5Rescore:
     """A finished Phase 5 run scored again from its saved texts, with no model."""
 
-    phase = "phase5"
-    record_file = RunDir.RECORD
+    phase: Phase = "phase5"
+    record_file: str = RunDir.RECORD
 
     def __init__(self, overrides: list[str]) -> None:
         self.overrides = overrides
@@ -391,6 +391,7 @@ class Phase5Rescore:
 
     def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
         if self.overrides:
+            assert session.run_id is not None
             overrides = "; ".join(self.overrides)
             tracking.client().set_tag(session.run_id, "rescored.overrides", overrides)
         return {}
@@ -430,6 +431,8 @@ def run_phase5(
     ``explicit``: the config keys the command line set (a β of one's own is kept)."""
     if overrides and not resume:
         raise RunError("overrides apply to a resume; give a new run its config with them")
+    if config is not None and not isinstance(config, Phase5Config):
+        raise ConfigError(f"run takes a Phase 5 config (phase: phase5), not {config.phase!r}")
     ran = run_study(
         Phase5(explicit, on_batch, on_step),
         config,

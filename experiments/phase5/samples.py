@@ -107,7 +107,9 @@ def sample_table(
     ``likelihood_<sign>``); the prompt, sample, trace id (from ``run_dir``'s
     ``traces.json``, when the run was traced) and keys. The unsteered twin has no
     effect column: its effect is 0 by definition."""
-    split = records["split"] if "split" in records.columns else "report"
+    split = (
+        records["split"] if "split" in records.columns else pd.Series("report", index=records.index)
+    )
     rows = records[split == "report"]
     if rows.empty or "arm" not in rows.columns:
         return pd.DataFrame(columns=list(COLUMNS))

@@ -38,7 +38,7 @@ import numpy as np
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ConfigError, ExperimentConfig, Phase5Config
+from experiments.config import ConfigError, ExperimentConfig, Phase, Phase5Config
 from experiments.execution.base import PlanSpec
 from experiments.execution.local import run_batch
 from experiments.kernel.classifiers import ensure_classifiers
@@ -283,8 +283,8 @@ class StrengthSweep:
     """The strength sweep of a prepared plan (a :class:`~experiments.kernel.study.Study`
     of a Phase 5 config): new, or resumed from the texts its run folder holds."""
 
-    phase = "phase5"
-    record_file = RANGE_FILE
+    phase: Phase = "phase5"
+    record_file: str = RANGE_FILE
 
     def __init__(
         self,

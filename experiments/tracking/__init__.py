@@ -20,14 +20,19 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.tracking.columns import VIEW_TAG, column_tags, view_query
 from experiments.tracking.context import context_tags, git_info
 from experiments.tracking.notes import EXPERIMENT_NOTES
+
+if TYPE_CHECKING:  # mlflow and pandas load in seconds: imported where used
+    import pandas as pd
+    from mlflow.entities import Metric, Run
+    from mlflow.tracking import MlflowClient
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 DEFAULT_ARTIFACT_ROOT = "mlartifacts"
@@ -117,7 +122,7 @@ def _ensure_schema(uri: str) -> None:
     _READY_STORES.add(uri)
 
 
-def client():
+def client() -> MlflowClient:
     """An MlflowClient on the configured store (the global URI is set to match); a new
     sqlite store gets its schema first, safely against concurrent first runs."""
     _quiet()
@@ -153,6 +158,7 @@ def experiment_id(name: str) -> str:
         return cached
     c = client()
     exp = c.get_experiment_by_name(name)
+    found: str
     if exp is not None:
         if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # made by an older version
             c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
@@ -172,7 +178,9 @@ def experiment_id(name: str) -> str:
     return found
 
 
-def _create_experiment(c, name: str, location: str | None, tags: dict[str, str]) -> str:
+def _create_experiment(
+    c: MlflowClient, name: str, location: str | None, tags: dict[str, str]
+) -> str:
     """Create an experiment; when a concurrent first run created it a moment earlier,
     use theirs (the name is unique in the store, so one creation wins)."""
     from mlflow.exceptions import MlflowException
@@ -183,7 +191,8 @@ def _create_experiment(c, name: str, location: str | None, tags: dict[str, str])
         exp = c.get_experiment_by_name(name)
         if exp is None:
             raise
-        return exp.experiment_id
+        existing: str = exp.experiment_id
+        return existing
 
 
 def git_commit() -> dict[str, str]:
@@ -232,7 +241,7 @@ def log_new_params(run_id: str, params: dict[str, Any]) -> None:
         log_params(run_id, new)
 
 
-def _metric_items(metrics: dict[str, float | None], step: int = 0) -> list:
+def _metric_items(metrics: Mapping[str, float | None], step: int = 0) -> list[Metric]:
     import math
     import time
 
@@ -246,7 +255,7 @@ def _metric_items(metrics: dict[str, float | None], step: int = 0) -> list:
     ]
 
 
-def log_metrics(run_id: str, metrics: dict[str, float | None], step: int = 0) -> None:
+def log_metrics(run_id: str, metrics: Mapping[str, float | None], step: int = 0) -> None:
     """Log finite metrics; ``None`` (not evaluable) is skipped, never written as NaN."""
     items = _metric_items(metrics, step)
     c = client()
@@ -290,14 +299,15 @@ def start_run(
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     run = client().create_run(experiment_id(experiment), run_name=run_name, tags=all_tags)
-    return run.info.run_id
+    run_id: str = run.info.run_id
+    return run_id
 
 
 def end_run(run_id: str, status: str = "FINISHED") -> None:
     client().set_terminated(run_id, status=status)
 
 
-def get_run(run_id: str):
+def get_run(run_id: str) -> Run:
     """The run, or a clear error when it does not exist in the configured store."""
     from mlflow.exceptions import MlflowException
 
@@ -310,10 +320,10 @@ def get_run(run_id: str):
         ) from exc
 
 
-def child_runs(parent_run_id: str, experiment: str) -> list:
+def child_runs(parent_run_id: str, experiment: str) -> list[Run]:
     """Every child of a run, page by page (a 10,000-concept grid has 30,000 per cell)."""
     c = client()
-    runs: list = []
+    runs: list[Run] = []
     token = None
     while True:
         page = c.search_runs(
@@ -341,7 +351,7 @@ def latest_parent_run(experiment: str, phase: str = "5", finished: bool = True) 
     c = client()
     exp = c.get_experiment_by_name(experiment)
     status = "= 'FINISHED'" if finished else "!= 'FINISHED'"
-    runs = []
+    runs: list[Run] = []
     if exp is not None:
         runs = c.search_runs(
             [exp.experiment_id],
@@ -353,7 +363,8 @@ def latest_parent_run(experiment: str, phase: str = "5", finished: bool = True) 
             max_results=1,
         )
     if runs:
-        return runs[0].info.run_id
+        newest: str = runs[0].info.run_id
+        return newest
     kind = "finished" if finished else "unfinished (interrupted)"
     hint = "run `make run` first" if finished else "nothing to resume"
     raise LookupError(
@@ -493,7 +504,7 @@ def tracked_run(
     end_run(run_id)
 
 
-def overwrite_table(run_id: str, table, name: str) -> None:
+def overwrite_table(run_id: str, table: pd.DataFrame, name: str) -> None:
     """Log ``table`` as an MLflow table, replacing an earlier one of the same name
     (``log_table`` would append to it); the file format is log_table's own."""
     import tempfile

@@ -27,13 +27,13 @@ def log_dataset(
     """Log ``frame`` as the dataset ``name`` read from ``source``; returns its digest."""
     import warnings
 
-    import mlflow.data
+    from mlflow.data.pandas_dataset import from_pandas  # mlflow.data.from_pandas, typed
     from mlflow.entities import DatasetInput, InputTag
 
     uri = str(source) if "://" in str(source) else Path(source).resolve().as_uri()
     with warnings.catch_warnings():  # MLflow registers its local source twice and says so
         warnings.simplefilter("ignore", UserWarning)
-        dataset = mlflow.data.from_pandas(frame, source=uri, name=name)
+        dataset = from_pandas(frame, source=uri, name=name)
     entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(CONTEXT_TAG, context)])
     tracking.client().log_inputs(run_id, datasets=[entity])
     return dataset.digest

@@ -23,11 +23,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from experiments import tracking
 from experiments.tracking.traces import KEY_TAG, Feedback
+
+if TYPE_CHECKING:
+    from mlflow.entities import Trace
+    from mlflow.genai.scorers import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +49,8 @@ LINK_BATCH = 100  # MLflow links at most 100 traces to a run per call
 def evaluation_child(parent_run_id: str, experiment: str) -> str | None:
     for run in tracking.child_runs(parent_run_id, experiment):
         if run.data.tags.get(EVALUATION_TAG):
-            return run.info.run_id
+            run_id: str = run.info.run_id
+            return run_id
     return None
 
 
@@ -61,7 +67,7 @@ def open_evaluation(experiment: str, parent_run_id: str) -> str:
     return child
 
 
-def code_scorer(name: str, values: Mapping[str, Mapping[str, object]], description: str):
+def code_scorer(name: str, values: Mapping[str, Mapping[str, object]], description: str) -> Scorer:
     """An MLflow code scorer that returns the saved ``values[key][name]`` of the trace's
     generation (its key tag); its mean is the evaluation run's ``<name>/mean``. A
     generation without a value for ``name`` (another sign's scorer) gets none: no
@@ -69,13 +75,15 @@ def code_scorer(name: str, values: Mapping[str, Mapping[str, object]], descripti
     scorer's definition, whose digest the run and each assessment carry."""
     from mlflow.genai.scorers import scorer
 
-    def read(trace) -> object:
+    def read(trace: Trace) -> object:
         return values[trace.info.tags[KEY_TAG]].get(name)
 
     return scorer(read, name=name, description=description, aggregations=["mean"])
 
 
-def _scorers(values: Mapping[str, Mapping[str, object]], descriptions: Mapping[str, str]):
+def _scorers(
+    values: Mapping[str, Mapping[str, object]], descriptions: Mapping[str, str]
+) -> list[Scorer]:
     return [code_scorer(n, values, d) for n, d in descriptions.items()]
 
 
@@ -96,10 +104,11 @@ def scorer_feedback(
             value = row.get(name)
             if value is None:
                 continue
-            metadata = {SOURCE_RUN_KEY: child}
+            metadata: dict[str, str | None] = {SOURCE_RUN_KEY: child}
             if digests[name]:
                 metadata = {SCORER_DIGEST_KEY: digests[name], **metadata}
-            items.append(Feedback(name, value, metadata=metadata, source_id=name, on_span=True))
+            score = cast("float | int | bool | str", value)  # a scorer's value
+            items.append(Feedback(name, score, metadata=metadata, source_id=name, on_span=True))
         out[key] = items
     return out
 
@@ -109,9 +118,9 @@ def evaluation_metrics(
 ) -> dict[str, float]:
     """``<name>/mean`` per scorer: the mean of its values over ``keys`` in that order,
     booleans as 0/1 and missing values left out, as MLflow's ``mean`` aggregation."""
-    out = {}
+    out: dict[str, float] = {}
     for name in names:
-        scores = [float(v) for k in keys if (v := values[k].get(name)) is not None]
+        scores = [float(cast(float, v)) for k in keys if (v := values[k].get(name)) is not None]
         if scores:
             out[f"{name}/mean"] = float(np.mean(scores))
     return out

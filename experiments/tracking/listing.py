@@ -13,9 +13,13 @@ import csv
 import io
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
 from experiments.rundir import RunDir, restore
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 CRITERIA_FILE = RunDir.CRITERIA
 # What ``--json`` shows of each verdict.
@@ -57,7 +61,7 @@ class ListedRun:
             out.setdefault(v.group, []).append(v)
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdicts"] = {
             group: {v.key: {k: getattr(v, k) for k in VERDICT_FIELDS} for v in verdicts}
@@ -93,7 +97,7 @@ def parse_criteria(text: str) -> list[ListedVerdict]:
     ]
 
 
-def _criteria_text(run) -> str | None:
+def _criteria_text(run: Run) -> str | None:
     folder = RunDir.locate(run)
     local = folder.file(CRITERIA_FILE)
     if local.exists():

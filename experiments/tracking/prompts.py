@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from experiments import tracking
 
 if TYPE_CHECKING:
+    from mlflow.entities.model_registry import PromptVersion
+
     from judges.base import Rubric
 
 PROMPT_NAME = "steer-eval-judge-rubric"
@@ -46,7 +48,7 @@ def rubric_template(rubric: Rubric) -> list[dict[str, Any]]:
     ]
 
 
-def _versions(name: str) -> list:
+def _versions(name: str) -> list[PromptVersion]:
     c = tracking.client()
     out, token = [], None
     try:

@@ -53,7 +53,8 @@ def server_command(root: Path, port: int, host: str = "127.0.0.1") -> list[str]:
 def healthy(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-            return response.status == 200
+            status: int = response.status
+            return status == 200
     except OSError:
         return False
 

@@ -29,12 +29,19 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
+
+if TYPE_CHECKING:
+    from mlflow.entities import AssessmentSource, Trace
+    from mlflow.entities import Feedback as FeedbackEntity
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +87,7 @@ class GenerationTrace:
     ended_ns: int | None = None
 
 
-def _source(kind: str, source_id: str):
+def _source(kind: str, source_id: str) -> AssessmentSource:
     from mlflow.entities import AssessmentSource
 
     return AssessmentSource(source_type=kind, source_id=source_id)
@@ -104,7 +111,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _log(trace_id: str, fb: Feedback, source) -> None:
+def _log(trace_id: str, fb: Feedback, source: AssessmentSource) -> None:
     """Store one feedback on a stored trace (its own transaction)."""
     import mlflow
 
@@ -171,10 +178,10 @@ class _TraceBuilder:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-        finished: list = []
+        finished: list[Trace] = []
 
         class Collect(SpanExporter):
-            def export(self, spans):
+            def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
                 from mlflow.tracing.trace_manager import InMemoryTraceManager
 
                 manager = InMemoryTraceManager.get_instance()
@@ -202,7 +209,7 @@ class _TraceBuilder:
         self.run_id = run_id
         self.code = _source("CODE", CODE_SOURCE_ID)
 
-    def build(self, item: GenerationTrace):
+    def build(self, item: GenerationTrace) -> Trace:
         """The finished trace of ``item`` (an ``mlflow.entities.Trace``), not yet stored."""
         from mlflow.tracing.constant import SpanAttributeKey
         from mlflow.tracing.trace_manager import InMemoryTraceManager
@@ -220,8 +227,9 @@ class _TraceBuilder:
             start_time=item.started_ns if timed else None,
         )
         manager = InMemoryTraceManager.get_instance()
-        trace_id = manager.get_mlflow_trace_id_from_otel_id(otel.context.trace_id)
-        span = manager.get_span_from_id(trace_id, encode_span_id(otel.context.span_id))
+        otel_context = otel.get_span_context()  # the SDK span's .context
+        trace_id = manager.get_mlflow_trace_id_from_otel_id(otel_context.trace_id)
+        span = manager.get_span_from_id(trace_id, encode_span_id(otel_context.span_id))
         span.set_span_type("LLM")
         span.set_inputs({k: _clean(v) for k, v in item.inputs.items()})
         span.set_attributes({k: _clean(v) for k, v in item.attributes.items()})
@@ -246,7 +254,7 @@ class _TraceBuilder:
         return self._finished.pop()
 
 
-def _urandom_ids():
+def _urandom_ids() -> IdGenerator:
     """OpenTelemetry ids from the OS's randomness: OpenTelemetry's default draws them from
     Python's global ``random``, which a seeded run would repeat across runs."""
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -261,7 +269,9 @@ def _urandom_ids():
     return UrandomIds()
 
 
-def _assessment(trace_id: str, fb: Feedback, source, span_id: str | None = None):
+def _assessment(
+    trace_id: str, fb: Feedback, source: AssessmentSource, span_id: str | None = None
+) -> FeedbackEntity:
     """The MLflow feedback entity of ``fb`` from ``source``: an abstention (no value, or
     an error) is logged as an error, never as a score; NaN becomes no value."""
     from mlflow.entities import AssessmentError
@@ -282,7 +292,7 @@ def _assessment(trace_id: str, fb: Feedback, source, span_id: str | None = None)
     )
 
 
-def _write_batch(experiment_id: str, traces: list) -> None:
+def _write_batch(experiment_id: str, traces: list[Trace]) -> None:
     """Store finished traces: each trace's info (tags, metadata, feedback) in one
     ``start_trace``, then every span of the batch in one ``log_spans``. A crash between
     the two leaves traces without spans, which :func:`settle_unmapped` rewrites."""
@@ -313,18 +323,19 @@ def settle_unmapped(experiment_id: str, trace_ids: Iterable[str]) -> set[str]:
     return kept
 
 
-def traces_of_run(experiment_id: str, run_id: str) -> list:
+def traces_of_run(experiment_id: str, run_id: str) -> list[Trace]:
     """Every trace linked to a run, without spans (infos carry tags and assessments)."""
     import mlflow
 
     tracking.client()
-    return mlflow.search_traces(
+    found: list[Trace] = mlflow.search_traces(
         locations=[experiment_id],
         run_id=run_id,
         include_spans=False,
         return_type="list",
         max_results=None,
     )
+    return found
 
 
 def keys_of_traces(experiment_id: str, run_id: str) -> dict[str, str]:
@@ -347,7 +358,8 @@ def trace_map(experiment_id: str, run_id: str, map_file: Path | None = None) -> 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, int | float) and isinstance(b, int | float):
         return math.isclose(float(a), float(b), rel_tol=0, abs_tol=1e-12)
-    return a == b
+    equal: bool = a == b
+    return equal
 
 
 def attach_feedback(
@@ -370,7 +382,7 @@ def attach_feedback(
     import mlflow
 
     tracking.client()
-    existing: dict[tuple[str, str, str], Any] = {}
+    existing: dict[tuple[str, str, str | None], Any] = {}
     for trace in traces_of_run(experiment_id, run_id):
         for a in trace.info.assessments or []:
             if a.valid is False or a.feedback is None or a.source is None:
