@@ -137,6 +137,11 @@ def family_weights(
 # ---------------------------------------------------------------- the bank of toys
 
 
+def _mc_se(p: float | None, n: int) -> float | None:
+    """The Monte Carlo standard error of a share of ``n`` toys."""
+    return None if p is None or n == 0 else float(np.sqrt(p * (1 - p) / n))
+
+
 def _summary(fits: list[dict], planted: list[dict], hypothesis: int) -> dict:
     ok = [f for f in fits if None not in f.values()]
     hit = [f for f in planted if None not in f.values()]
@@ -155,6 +160,7 @@ def _summary(fits: list[dict], planted: list[dict], hypothesis: int) -> dict:
         "bias": float(est.mean()) if len(ok) else None,
         "sd": float(est.std(ddof=1)) if len(ok) > 1 else None,
         "coverage_0": share((lo <= 0) & (hi >= 0)),
+        "coverage_0_mc_se": _mc_se(share((lo <= 0) & (hi >= 0)), len(ok)),
         "supported_0": share(supported),
         "width": float((hi - lo).mean()) if len(ok) else None,
         "n_planted": len(hit),
@@ -224,8 +230,8 @@ def check_design(table: Sequence[dict], estimand: str = "primary",
         elif cov < bound:
             failures.append(
                 f"{r['class']}: the {estimand}'s interval covers 0 in {cov:.0%} of "
-                f"{r['n_null']} no-effect toys (< {bound:.0%}; 'supported' in "
-                f"{r['supported_0']:.0%})"
+                f"{r['n_null']} no-effect toys (< {bound:.0%}; Monte Carlo se "
+                f"{_mc_se(cov, r['n_null']):.2f}; 'supported' in {r['supported_0']:.0%})"
             )
     return failures
 

@@ -151,3 +151,33 @@ def test_the_weights_reproduce_the_pooled_slope() -> None:
     pooled = sum(weights[m] * r for m, r in ratios.items())
     fit = estimands(toy.drop(columns="log_kl"), PRIMARY, 19, 0)["primary"]
     assert pooled == pytest.approx(fit["estimate"], rel=1e-6)
+
+
+def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
+    tmp_path, monkeypatch
+) -> None:
+    """``identify --simulate`` end to end, with the bank of toys replaced by a fixed table
+    (the toys themselves are tested above)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    from experiments.identify import design
+
+    rows = [
+        {**_row("none", 0.96), "bias": 0.0, "power": 0.2, "width": 1.0, "weights": {"isocos": 1}},
+        {**_row("push", 0.6), "bias": 0.3, "power": 0.5, "width": 1.0, "weights": {"noise": 1}},
+    ]
+    monkeypatch.setattr(design, "simulate", lambda *a, **k: rows)
+    args = ["identify", "--config", "configs/identify-v2.yaml", "--simulate", "--toys", "3",
+            "--set", f"identify.results_dir={tmp_path}"]  # fmt: skip
+    out = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "push: the primary's interval covers 0 in 60%" in out.output
+    (written,) = tmp_path.glob("simulate-*.json")
+    result = json.loads(written.read_text())
+    assert result["study_hash"] == "f00e12abecb5" and result["toys_per_class_and_arm"] == 3
+    assert result["failures"] and (tmp_path / written.name.replace(".json", ".csv")).exists()
+    out = CliRunner().invoke(app, [*args, "--json"])
+    assert json.loads(out.output)["table"] == rows
