@@ -67,11 +67,25 @@ def identify(
             metavar="<folder>",
         ),
     ] = None,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            help="check the configured grid on toy studies with known answers (no model "
+            "compute): bias, coverage, power per estimand and confound, and stop"
+        ),
+    ] = False,
+    toys: Annotated[
+        int, typer.Option(min=2, help="with --simulate: toys per confound class and arm")
+    ] = 30,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 6 that identifies: vary detection quality on its own; what does it do to steering?"""
     setup_logging(verbose)
+    if simulate:
+        cfg = resolve_config(config, list(set_ or []), model, None, None, "identify")
+        _simulate(cfg, toys, json_)
+        return
     if compare is not None:
         from experiments.identify.compare import before_after, markdown, read_directions
 
@@ -158,3 +172,40 @@ def identify(
         f"[bold]{result.run_id}[/]; {record.timings.get('total', 0) / 60:.1f} min"
     )
     show_run_address(result.run_id)
+
+
+def _simulate(cfg, toys: int, json_: bool) -> None:
+    """``--simulate``: the design table (``identify/design.py``), printed and written."""
+    from rich.table import Table
+
+    from experiments.identify.design import run_design, write_design
+
+    start = time.monotonic()
+    with console.status("simulating") as status:
+
+        def progress(what: str, done: int, total: int) -> None:
+            status.update(f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s")
+
+        result = run_design(cfg, toys=toys, progress=progress)
+    paths = write_design(result, cfg.identify.results_dir)
+    if json_:
+        print_json({**result, "files": list(paths)})
+        return
+    table = Table(title=f"{cfg.name}: {toys} toys per class and arm, seed {result['seed']}")
+    for col in ("estimand", "class", "bias", "cover 0", "supported", "power", "width", "weights"):
+        table.add_column(col)
+
+    def cell(r: dict, k: str) -> str:
+        return "—" if r[k] is None else f"{r[k]:+.3f}" if k == "bias" else f"{r[k]:.2f}"
+
+    for r in result["table"]:
+        top = sorted(r["weights"].items(), key=lambda kv: -kv[1])[:3]
+        table.add_row(
+            r["estimand"], r["class"],
+            *(cell(r, k) for k in ("bias", "coverage_0", "supported_0", "power", "width")),
+            ", ".join(f"{m} {w:.2f}" for m, w in top),
+        )  # fmt: skip
+    console.print(table)
+    for failure in result["failures"]:
+        console.print(f"[bold red]gate:[/] {failure}", highlight=False)
+    console.print(f"written: {paths[0]}, {paths[1]} ({time.monotonic() - start:.0f} s)")

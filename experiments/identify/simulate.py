@@ -11,12 +11,39 @@ The effect is a function of geometry only (``shape``: ``linear``, ``convex`` cos
 ``planted``·(true AUROC). With ``planted = 0`` detection does nothing, so a correct
 estimator's 95% interval covers 0 in about 95% of toys whatever the shape; the v1
 estimator (one straight line in cos, concept fixed effects) does not.
+
+**On the configured grid** (:func:`toy_directions`, read by ``design.py`` for
+``steer-eval identify --simulate``): every direction the config's grid makes (the
+``@manipulation`` registry, iso-cos graded nuisances included; the null left out), per
+concept a separability d′ (v*'s AUROC ≈ 0.93 on average) and a steerability (the
+effect's scale). A direction v = c·v* + s·u (s = √(1−c²)) mixes v* with its family's
+nuisance u (:class:`Nuisance`), which carries ``signal``·d′ of the class difference and
+has ``variance`` relative to v*'s: its AUROC is Φ(d′_v/√2),
+d′_v = d′·(c + s·signal)/√(c² + s²·variance), plus a direction-level spread (what the
+test split can tell apart) and measurement noise. So AUROC differs between families and,
+at one iso-cos angle, between nuisances, as in the study. The dose (log next-token KL)
+rises with cos and with the direction's true AUROC (what makes a direction detect better
+also moves the next token more). The effect is steerability·g(cos) + noise
+(+ ``planted``·true AUROC). :data:`CLASSES` are the confounds, each with no AUROC effect:
+the effect curved in cos; the dose driving the effect (AUROC nothing beside it),
+measured with error (reliability 0.74, 0.41: of its within-(concept, manipulation)
+variance) and used as a covariate; cos to the true concept direction measured with error
+(a noisy reference, sd 0.05); steerability correlated with separability across concepts
+(r = 0.7); each nuisance type its own push on the effect (independent of its AUROC, and
+aligned with it, r = 0.7); AUROC measured with more error.
+The variance components (:data:`TOY`) are assumptions of the study's order of magnitude,
+not estimates from the v2 runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
+
+from experiments.identify.directions import REFERENCE
+from experiments.identify.manipulations import direction_grid, is_control
 
 SHAPES = ("linear", "convex", "concave", "nuisance")
 
@@ -101,3 +128,204 @@ def toy_study(
     noise = effect_sd * rng.standard_normal(len(frame))
     frame["effect"] = frame["scale"] * geometry + planted * frame["auroc_true"] + noise
     return frame.drop(columns="scale")
+
+
+# ------------------------------------------------ the configured grid (identify --simulate)
+
+
+@dataclass(frozen=True)
+class Nuisance:
+    """A nuisance u ⟂ v*: the share of v*'s separability it carries, its variance."""
+
+    signal: float
+    variance: float
+
+
+# Every family of the registry needs its toy geometry here (a new one: add it).
+ROTATION = {
+    "isotropic": Nuisance(0.0, 0.5),
+    "pc": Nuisance(0.0, 4.0),  # high-variance axes: AUROC falls fastest
+    "other": Nuisance(0.15, 1.5),
+}
+FAMILY = {  # the estimator paths move cos and AUROC apart
+    "noise": Nuisance(0.0, 2.0),
+    "logistic": Nuisance(0.7, 0.6),
+    "shrinkage": Nuisance(0.9, 0.4),  # whitening: AUROC rises as cos falls
+    "size": Nuisance(0.0, 1.0),
+}
+
+
+def graded(k: int) -> Nuisance:
+    """The k-th iso-cos nuisance: 0 the discriminative residual (raises AUROC), k ≥ 1 the
+    covariance eigenvector at rank 2^(k−1) (lowers AUROC, most at rank 1)."""
+    return Nuisance(0.6, 0.5) if k == 0 else Nuisance(0.0, 6.0 / (2 ** (k - 1)) ** 0.6)
+
+
+# Assumed variance components (nats/token, AUROC units): the study's order of magnitude
+# (effect reliability ≈ 0.9, detection reliabilities 0.82–0.86, v* AUROC ≈ 0.93), not
+# estimates from the v2 runs.
+TOY = {
+    "separability_mean": 2.1,  # v*'s d′ (AUROC Φ(2.1/√2) ≈ 0.93)
+    "separability_sd": 0.35,
+    "steerability_sd": 0.3,  # the effect's scale per concept, mean 1
+    "auroc_spread_sd": 0.03,  # direction-level true AUROC beyond geometry
+    "auroc_measurement_sd": 0.025,
+    # calibrated so the v2 primary's interval is about as wide as on the v2 held-out run
+    # (0.96 nats/AUROC): a direction's effect beyond its geometry, and each concept's own
+    # AUROC slope around the planted one (a random slope, mean 0 when nothing is planted)
+    "effect_sd": 0.25,
+    "slope_sd": 1.2,
+    # log KL = −3 + cos + dose_auroc·(true AUROC − 0.8) + noise: a direction that detects
+    # better moves the next token more at the same β (as in the v2 development run)
+    "dose_auroc": 2.0,
+    "dose_noise_sd": 0.3,
+    "dose_effect": 0.25,  # class dose: nats per unit log KL, ≈ +0.5 per AUROC if ignored
+    "push_sd": 0.1,  # class nuisance push: nats at sin θ = 1
+}
+
+
+@dataclass(frozen=True)
+class Confound:
+    description: str
+    dose_reliability: float | None = None  # the dose drives the effect, measured so
+    shape: str = "linear"
+    cos_sd: float = 0.0  # cos to the true concept direction, beyond cos(v, v*)
+    steer_separability_r: float = 0.0
+    push_sd: float = 0.0
+    push_auroc_r: float = 0.0  # a nuisance's push aligned with its typical AUROC
+    auroc_measurement_sd: float | None = None
+
+
+CLASSES: dict[str, Confound] = {
+    "none": Confound("no confound: the effect linear in cos"),
+    "convex": Confound("the effect convex in cos (cos²)", shape="convex"),
+    "concave": Confound("the effect concave in cos (√cos)", shape="concave"),
+    "dose_rel_0.74": Confound("the dose drives the effect; log KL reliability 0.74", 0.74),
+    "dose_rel_0.41": Confound("the dose drives the effect; log KL reliability 0.41", 0.41),
+    "cos_error": Confound("true cos = cos(v, v*) + N(0, 0.05): a noisy reference", cos_sd=0.05),
+    "steer_sep_r0.7": Confound(
+        "steerability correlated with separability, r = 0.7", steer_separability_r=0.7
+    ),
+    "push": Confound("each nuisance type its own push, independent of its AUROC", push_sd=0.1),
+    "push_aligned": Confound(
+        "each nuisance type its own push, r = 0.7 with its AUROC", push_sd=0.1, push_auroc_r=0.7
+    ),
+    "auroc_error": Confound("AUROC measured with sd 0.06 (not 0.025)", auroc_measurement_sd=0.06),
+}
+
+
+def _nuisance(manipulation: str, seed: int | None) -> Nuisance:
+    if manipulation.startswith("rotation:"):
+        return ROTATION[manipulation.split(":", 1)[1]]
+    if manipulation == "isocos":
+        return graded(int(seed or 0))
+    if manipulation in FAMILY:
+        return FAMILY[manipulation]
+    raise ValueError(f"no toy geometry for manipulation {manipulation!r}: add it to design.py")
+
+
+def _cos(spec, levels: dict[str, list[float]], rng: np.random.Generator) -> float:
+    m, level = spec.manipulation, spec.level
+    if m == REFERENCE:
+        return 1.0
+    if m.startswith("rotation:") or m == "isocos":
+        return float(np.cos(np.deg2rad(level)))  # exact, as rotate() makes it
+    if m == "noise":
+        return 1 - 0.6 * level - 0.05 * abs(rng.standard_normal())
+    if m == "logistic":  # weaker regularisation: closer to v*
+        rank = sorted(levels[m]).index(level) / max(len(levels[m]) - 1, 1)
+        return 0.45 + 0.3 * rank + 0.03 * rng.standard_normal()
+    if m == "shrinkage":
+        return float(np.clip(1 + 0.3 * np.log10(level), 0.1, 1.0))
+    if m == "size":  # the diffmean's estimation noise: cos ≈ 1/√(1 + k/n)
+        return float(np.clip(1 / np.sqrt(1 + 6 / level) + 0.03 * rng.standard_normal(), 0, 1))
+    raise ValueError(f"no toy geometry for manipulation {m!r}: add it to design.py")
+
+
+def grid_rows(ident) -> list:
+    """The configured grid, controls (the null) left out: they are not pooled."""
+    return [s for s in direction_grid(ident) if not is_control(s.manipulation)]
+
+
+def _types(specs) -> list[tuple[str, int | None]]:
+    """The nuisance types a push is drawn for: each rotation family, each graded nuisance,
+    each other family."""
+    seen: dict[tuple[str, int | None], None] = {}
+    for s in specs:
+        if s.manipulation != REFERENCE:
+            seen[(s.manipulation, s.seed if s.manipulation == "isocos" else None)] = None
+    return list(seen)
+
+
+def _auroc(dprime, c, nuisance: Nuisance) -> np.ndarray:
+    from scipy.stats import norm
+
+    s = np.sqrt(np.clip(1 - c**2, 0, None))
+    d = dprime * (c + s * nuisance.signal) / np.sqrt(c**2 + s**2 * nuisance.variance)
+    return norm.cdf(d / np.sqrt(2))
+
+
+def toy_directions(
+    ident, confound: Confound, rng: np.random.Generator, planted: float = 0.0, n_concepts: int = 25
+) -> pd.DataFrame:
+    """One toy study on the configured grid: the ``directions`` columns the analysis reads
+    (concept, direction, manipulation, level, seed, cos_ref, auroc, kl, effect) and the
+    truth (auroc_true, log_kl_true)."""
+    t = TOY
+    specs = grid_rows(ident)
+    levels: dict[str, list[float]] = {}
+    for s in specs:
+        levels.setdefault(s.manipulation, []).append(s.level)
+    types = _types(specs)
+    typical = np.array(
+        [_auroc(t["separability_mean"], np.cos(np.pi / 4), _nuisance(*k)) for k in types]
+    )
+    z_type = (typical - typical.mean()) / (typical.std() or 1.0)
+    r = confound.push_auroc_r
+    draw = rng.standard_normal(len(types))
+    push = dict(zip(types, confound.push_sd * (r * z_type + np.sqrt(1 - r**2) * draw), strict=True))
+    z_sep = rng.standard_normal(n_concepts)
+    rs = confound.steer_separability_r
+    z_steer = rs * z_sep + np.sqrt(1 - rs**2) * rng.standard_normal(n_concepts)
+    slopes = planted + t["slope_sd"] * rng.standard_normal(n_concepts)
+    rows = []
+    for i in range(n_concepts):
+        dprime = t["separability_mean"] + t["separability_sd"] * z_sep[i]
+        for s in specs:
+            c = _cos(s, levels, rng)
+            true_c = float(np.clip(c + confound.cos_sd * rng.standard_normal(), -1, 1))
+            key = (s.manipulation, s.seed if s.manipulation == "isocos" else None)
+            nuisance = Nuisance(0.0, 1.0) if s.manipulation == REFERENCE else _nuisance(*key)
+            q = 0.0 if s.manipulation == REFERENCE else rng.standard_normal()
+            auroc = float(_auroc(dprime, true_c, nuisance)) + t["auroc_spread_sd"] * q
+            sin2 = 1 - true_c**2
+            auroc = float(np.clip(auroc, 0.3, 1.0))
+            dose = -3 + true_c + t["dose_auroc"] * (auroc - 0.8)
+            dose += t["dose_noise_sd"] * rng.standard_normal()
+            rows.append({
+                "concept": f"c{i:02d}", "direction": s.id, "manipulation": s.manipulation,
+                "level": s.level, "seed": s.seed if s.seed is not None else np.nan,
+                "cos_ref": c, "true_cos": true_c, "auroc_true": auroc,
+                "log_kl_true": dose, "steer": 1 + t["steerability_sd"] * z_steer[i],
+                "slope": slopes[i],
+                "push": push.get(key, 0.0) * np.sqrt(max(sin2, 0.0)),
+            })  # fmt: skip
+    f = pd.DataFrame(rows)
+    sd = confound.auroc_measurement_sd or t["auroc_measurement_sd"]
+    f["auroc"] = np.clip(f["auroc_true"] + sd * rng.standard_normal(len(f)), 0.0, 1.0)
+    measured = f["log_kl_true"].to_numpy()
+    if confound.dose_reliability is not None:
+        within = f["log_kl_true"] - f.groupby(["concept", "manipulation"])["log_kl_true"].transform(
+            "mean"
+        )
+        error_var = within.var() * (1 - confound.dose_reliability) / confound.dose_reliability
+        measured = measured + np.sqrt(error_var) * rng.standard_normal(len(f))
+    f["kl"] = np.exp(measured)
+    geometry = {"linear": f["true_cos"], "convex": f["true_cos"].clip(0) ** 2,
+                "concave": np.sqrt(f["true_cos"].clip(0))}[confound.shape]  # fmt: skip
+    dose_term = TOY["dose_effect"] * (f["log_kl_true"] + 3) if confound.dose_reliability else 0.0
+    noise = t["effect_sd"] * rng.standard_normal(len(f))
+    f["effect"] = (
+        f["steer"] * geometry + f["push"] + dose_term + f["slope"] * f["auroc_true"] + noise
+    )
+    return f

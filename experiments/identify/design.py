@@ -1,0 +1,305 @@
+"""The design checked by simulation before any compute (``steer-eval identify --simulate``).
+
+The configured grid (every direction :func:`~experiments.identify.manipulations.direction_grid`
+makes from the ``@manipulation`` registry and the config's levels, v2's iso-cos graded
+nuisances included) is run through the bank of toy studies of ``simulate.py``
+(:func:`~experiments.identify.simulate.toy_directions`, one per confound class of
+:data:`~experiments.identify.simulate.CLASSES`, each with no AUROC effect, and again with
+the smallest effect of interest planted), and the project's own estimators are scored on
+them: ``analysis.primary_result`` as pre-registered, ``estimator.flexible_slope`` without
+covariates, ``linear_cos_slope`` (v1's model), ``matched_pairs``, ``iso_cos`` pooled
+(beside the nuisance's effect and the dose) and its bare slope per angle
+(``without_covariates``). Per estimand and class: bias, coverage of 0 and the rate of
+"supported" verdicts when AUROC does nothing, power at :data:`SESOI`, interval width, and
+each manipulation family's weight.
+
+**Weights** (:func:`family_weights`): the estimator's identifying variation is the AUROC
+column left after the fixed effects, the splines and the covariates (Frisch–Waugh–Lovell:
+the slope is Σ x̃·y / Σ x̃²). A family's weight is its rows' share of Σ x̃², so the pooled
+slope is the weight-averaged family ratios Σ_m x̃·y / Σ_m x̃². For v1's model x̃ is AUROC
+less its fit on cos within concepts; for matched pairs each pair's ΔAUROC², split equally
+between its two families; iso-cos estimands use iso-cos rows only (weight 1).
+
+**The gate** (:func:`check_design`): a confirmatory grid is refused when its primary's
+interval covers 0 in fewer than 90% of the no-effect toys of any class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify.analysis import primary_result
+from experiments.identify.cells import StudyTables
+from experiments.identify.directions import seeded_rng
+from experiments.identify.estimator import (
+    _demean,
+    design,
+    flexible_slope,
+    iso_cos,
+    linear_cos_slope,
+    log_kl,
+    matched_pairs,
+)
+from experiments.identify.simulate import CLASSES, TOY, grid_rows, toy_directions
+
+SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
+COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
+DEFAULT_PRIMARY = {  # v2's, when the config names no readable pre-registration
+    "predictor": "auroc",
+    "control": ["cos_ref", "log_kl"],
+    "estimator": "flexible_cos",
+    "hypothesis": "positive",
+}
+
+
+# ---------------------------------------------------------------- estimands on one toy
+
+
+def _fit(d: dict | None) -> dict:
+    d = d or {}
+    return {k: d.get(k) for k in ("estimate", "low", "high")}
+
+
+def estimands(frame: pd.DataFrame, primary: dict, n_boot: int, seed: int) -> dict[str, dict]:
+    """Every estimand's (estimate, low, high) on one directions table, each from the
+    project's own estimator."""
+    tables = StudyTables(frame)
+    pooled = tables.pooled()
+    kw = {"n_boot": n_boot, "seed": seed}
+    out = {
+        "primary": _fit(primary_result(tables, primary, n_boot, seed)["slope"]),
+        "flexible": _fit(flexible_slope(pooled, "effect", "auroc", **kw).to_dict()),
+        "linear_cos": _fit(linear_cos_slope(pooled, "effect", "auroc", **kw).to_dict()),
+        "matched_pairs": _fit(matched_pairs(pooled, "effect", "auroc", **kw).get("fit")),
+    }
+    if (pooled["manipulation"] == "isocos").any():
+        iso = iso_cos(pooled, "effect", "auroc", **kw)
+        if iso.get("evaluable"):
+            out["isocos_pooled"] = _fit(iso["pooled"])
+            for angle, row in iso["angles"].items():
+                out[f"isocos_bare_{angle}"] = _fit(row["without_covariates"])
+    return out
+
+
+def _share(x_tilde: np.ndarray, fam: np.ndarray) -> dict[str, float]:
+    total = float(np.sum(x_tilde**2))
+    if total <= 0:
+        return {}
+    return {m: float(np.sum(x_tilde[fam == m] ** 2) / total) for m in sorted(set(fam))}
+
+
+def _residual(x: np.ndarray) -> np.ndarray:
+    """The first column less its least-squares fit on the others."""
+    if x.shape[1] == 1:
+        return x[:, 0]
+    coef, *_ = np.linalg.lstsq(x[:, 1:], x[:, 0], rcond=None)
+    return x[:, 0] - x[:, 1:] @ coef
+
+
+def family_weights(
+    frame: pd.DataFrame, estimand: str, covariates: Sequence[str] = (), tolerance: float = 0.02
+) -> dict[str, float]:
+    """Each manipulation family's share of the estimand's identifying AUROC variation (the
+    module docstring), on the rows its estimator uses."""
+    frame = frame.assign(log_kl=log_kl(frame["kl"])) if "kl" in frame else frame
+    if estimand.startswith("isocos"):
+        return {"isocos": 1.0}
+    if estimand in ("primary", "flexible"):
+        cov = list(covariates) if estimand == "primary" else []
+        data = frame.dropna(subset=["concept", "manipulation", "cos_ref", "effect", "auroc", *cov])
+        x, _, _ = design(data, ["auroc"], covariates=cov)
+        return _share(_residual(x), data["manipulation"].to_numpy())
+    if estimand == "linear_cos":
+        x = _demean(frame[["auroc", "cos_ref"]].to_numpy(np.float64), frame["concept"].to_numpy())
+        return _share(_residual(x), frame["manipulation"].to_numpy())
+    if estimand == "matched_pairs":
+        sums: dict[str, float] = {}
+        for _, g in frame.groupby("concept"):
+            cos, fam = g["cos_ref"].to_numpy(), g["manipulation"].to_numpy()
+            auroc = g["auroc"].to_numpy()
+            i, j = np.triu_indices(len(g), k=1)
+            keep = (np.abs(cos[i] - cos[j]) <= tolerance) & (fam[i] != fam[j])
+            for a, b, w in zip(fam[i[keep]], fam[j[keep]], (auroc[i] - auroc[j])[keep] ** 2,
+                               strict=True):  # fmt: skip
+                sums[a] = sums.get(a, 0.0) + w / 2
+                sums[b] = sums.get(b, 0.0) + w / 2
+        total = sum(sums.values())
+        return {m: v / total for m, v in sorted(sums.items())} if total else {}
+    raise ValueError(f"no weights for estimand {estimand!r}")
+
+
+# ---------------------------------------------------------------- the bank of toys
+
+
+def _mc_se(p: float | None, n: int) -> float | None:
+    """The Monte Carlo standard error of a share of ``n`` toys."""
+    return None if p is None or n == 0 else float(np.sqrt(p * (1 - p) / n))
+
+
+def _summary(fits: list[dict], planted: list[dict], hypothesis: int) -> dict:
+    ok = [f for f in fits if None not in f.values()]
+    hit = [f for f in planted if None not in f.values()]
+    est = np.array([f["estimate"] for f in ok])
+    lo, hi = np.array([f["low"] for f in ok]), np.array([f["high"] for f in ok])
+    supported = (hypothesis * lo > 0) if hypothesis > 0 else (hi < 0)
+
+    def share(mask) -> float | None:
+        return float(np.mean(mask)) if len(ok) else None
+
+    p_lo = np.array([f["low"] for f in hit])
+    p_hi = np.array([f["high"] for f in hit])
+    return {
+        "n_null": len(ok),
+        "not_evaluable": len(fits) - len(ok),
+        "bias": float(est.mean()) if len(ok) else None,
+        "sd": float(est.std(ddof=1)) if len(ok) > 1 else None,
+        "coverage_0": share((lo <= 0) & (hi >= 0)),
+        "coverage_0_mc_se": _mc_se(share((lo <= 0) & (hi >= 0)), len(ok)),
+        "supported_0": share(supported),
+        "width": float((hi - lo).mean()) if len(ok) else None,
+        "n_planted": len(hit),
+        "power": float(np.mean(p_lo > 0 if hypothesis > 0 else p_hi < 0)) if hit else None,
+        "mean_planted": float(np.mean([f["estimate"] for f in hit])) if hit else None,
+    }
+
+
+def simulate(
+    ident,
+    primary: dict,
+    *,
+    toys: int = 50,
+    seed: int = 0,
+    n_boot: int = 499,
+    sesoi: float = SESOI,
+    n_concepts: int = 25,
+    classes: Sequence[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[dict]:
+    """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
+    toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
+    no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs."""
+    hypothesis = 1 if primary.get("hypothesis", "positive") == "positive" else -1
+    controls = primary.get("control") or []
+    controls = [controls] if isinstance(controls, str) else list(controls)
+    covariates = [c for c in controls if c not in ("cos_ref", "none")]
+    names = list(classes or CLASSES)
+    rows = []
+    for ci, name in enumerate(names):
+        fits: dict[str, dict[str, list[dict]]] = {}
+        weights: dict[str, list[dict[str, float]]] = {}
+        for arm, effect in (("null", 0.0), ("planted", hypothesis * sesoi)):
+            for i in range(toys):
+                rng = seeded_rng(seed, "design", name, arm, i)
+                toy = toy_directions(ident, CLASSES[name], rng, effect, n_concepts)
+                for est, fit in estimands(toy, primary, n_boot, i).items():
+                    fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
+                    if arm == "null":
+                        pooled = StudyTables(toy).pooled()
+                        weights.setdefault(est, []).append(family_weights(pooled, est, covariates))
+                if progress is not None:
+                    step = ci * 2 * toys + (arm == "planted") * toys + i + 1
+                    progress(f"{name} ({arm})", step, len(names) * 2 * toys)
+        for est, arms in fits.items():
+            mean_w = pd.DataFrame(weights.get(est, [])).fillna(0.0).mean().round(4)
+            summary = _summary(arms["null"], arms["planted"], hypothesis)
+            rows.append({
+                "estimand": est, "class": name, **summary,
+                "weights": {k: float(v) for k, v in mean_w.items() if v > 0},
+            })  # fmt: skip
+    return rows
+
+
+def check_design(table: Sequence[dict], estimand: str = "primary",
+                 bound: float = COVERAGE_BOUND) -> list[str]:  # fmt: skip
+    """The gate: why a confirmatory grid is refused (empty: it passes). Its primary must
+    cover 0 in at least ``bound`` of the no-effect toys of every class."""
+    rows = [r for r in table if r["estimand"] == estimand]
+    if not rows:
+        return [f"the table has no {estimand!r} rows"]
+    failures = []
+    for r in rows:
+        cov = r.get("coverage_0")
+        if cov is None:
+            failures.append(f"{r['class']}: the {estimand} was not evaluable on the toys")
+        elif cov < bound:
+            failures.append(
+                f"{r['class']}: the {estimand}'s interval covers 0 in {cov:.0%} of "
+                f"{r['n_null']} no-effect toys (< {bound:.0%}; Monte Carlo se "
+                f"{_mc_se(cov, r['n_null']):.2f}; 'supported' in {r['supported_0']:.0%})"
+            )
+    return failures
+
+
+def primary_of(config) -> dict:
+    """The pre-registered primary the config names, or v2's default when none is readable."""
+    from experiments.identify.prereg import PreregistrationError, load_preregistration
+
+    path = config.identify.preregistration
+    try:
+        return dict(load_preregistration(path).primary) if path else dict(DEFAULT_PRIMARY)
+    except (OSError, PreregistrationError):
+        return dict(DEFAULT_PRIMARY)
+
+
+def heldout_count(config) -> int:
+    """How many concepts the confirmatory (held-out) run scores."""
+    from experiments.concepts import load_concepts
+    from experiments.identify.prereg import split_concepts
+
+    ident = config.identify
+    synsets = [c.synset for c in load_concepts(config.concepts.file).concepts]
+    held = split_concepts(synsets, ident.heldout_fraction, ident.split_seed)[1]
+    return min(len(held), ident.limit) if ident.limit else len(held)
+
+
+def run_design(config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=None) -> dict:
+    """``identify --simulate``: the table for the config's grid and pre-registered primary,
+    with the gate's verdict and what the toys assumed."""
+    from experiments.identify.prereg import study_hash
+
+    primary = primary_of(config)
+    n = heldout_count(config)
+    table = simulate(config.identify, primary, toys=toys, seed=seed, n_boot=n_boot,
+                     n_concepts=n, progress=progress)  # fmt: skip
+    return {
+        "config": config.name,
+        "study_hash": study_hash(config),
+        "primary": {k: v for k, v in primary.items() if k != "rule"},
+        "toys_per_class_and_arm": toys,
+        "seed": seed,
+        "n_boot": n_boot,
+        "n_concepts": n,
+        "directions_per_concept": len(grid_rows(config.identify)),
+        "sesoi": SESOI,
+        "toy": TOY,
+        "classes": {k: asdict(v) for k, v in CLASSES.items()},
+        "table": table,
+        "failures": check_design(table),
+    }
+
+
+def write_design(result: dict, folder) -> tuple[str, str]:
+    """``simulate-<hash>.json`` and ``.csv`` in ``folder`` (the hash: the study's, the
+    number of toys and the seed); their paths."""
+    from pathlib import Path
+
+    key = f"{result['study_hash']}|{result['toys_per_class_and_arm']}|{result['seed']}"
+    stem = Path(folder) / f"simulate-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = stem.with_suffix(".json"), stem.with_suffix(".csv")
+    json_path.write_text(json.dumps(result, indent=1, default=float) + "\n", encoding="utf-8")
+    flat = [
+        {
+            **{k: v for k, v in r.items() if k != "weights"},
+            **{f"weight:{m}": w for m, w in r["weights"].items()},
+        }
+        for r in result["table"]
+    ]
+    pd.DataFrame(flat).to_csv(csv_path, index=False)
+    return str(json_path), str(csv_path)
