@@ -71,15 +71,15 @@ def estimands(frame: pd.DataFrame, primary: dict, n_boot: int, seed: int) -> dic
     project's own estimator."""
     tables = StudyTables(frame)
     pooled = tables.pooled()
-    kw = {"n_boot": n_boot, "seed": seed}
+    y, x = "effect", "auroc"
     out = {
         "primary": _fit(primary_result(tables, primary, n_boot, seed)["slope"]),
-        "flexible": _fit(flexible_slope(pooled, "effect", "auroc", **kw).to_dict()),
-        "linear_cos": _fit(linear_cos_slope(pooled, "effect", "auroc", **kw).to_dict()),
-        "matched_pairs": _fit(matched_pairs(pooled, "effect", "auroc", **kw).get("fit")),
+        "flexible": _fit(flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()),
+        "linear_cos": _fit(linear_cos_slope(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()),
+        "matched_pairs": _fit(matched_pairs(pooled, y, x, n_boot=n_boot, seed=seed).get("fit")),
     }
     if (pooled["manipulation"] == "isocos").any():
-        iso = iso_cos(pooled, "effect", "auroc", **kw)
+        iso = iso_cos(pooled, y, x, n_boot=n_boot, seed=seed)
         if iso.get("evaluable"):
             out["isocos_pooled"] = _fit(iso["pooled"])
             for angle, row in iso["angles"].items():

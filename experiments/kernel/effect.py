@@ -31,6 +31,8 @@ import pandas as pd
 
 from experiments.answer import status_word
 from experiments.config import ExperimentConfig
+from experiments.kernel.gate import coherence_gate, repetition_limit, repetitions, row_fluency
+from experiments.kernel.gate import column as _col
 from experiments.kernel.plan import CONCEPT_ARM
 from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
 from metrics.intervals import (
@@ -43,83 +45,9 @@ from metrics.intervals import (
     interval_verdict,
     not_evaluable,
 )
-from metrics.text import repetition
 
 UNIT = ["concept", "prompt_index", "sample"]
 SIGNS = {1: "pos", -1: "neg"}
-
-
-def _col(records: pd.DataFrame, name: str, default: object) -> pd.Series:
-    return records[name] if name in records.columns else pd.Series(default, index=records.index)
-
-
-def row_fluency(perplexity: pd.Series, ppl0_median: pd.Series, broken: pd.Series) -> pd.Series:
-    """Fluency from 0 to 1: the concept's unsteered median perplexity over the text's own
-    (capped at 1), and 0 for a broken text (near-empty or an echo of the prompt)."""
-    fluency = (ppl0_median / perplexity).clip(0, 1).fillna(0.0)
-    return fluency.where(~broken, 0.0)
-
-
-def repetitions(records: pd.DataFrame) -> pd.Series:
-    """Each row's repetition (``metrics.text.repetition``): the scored column, computed
-    from the text where it is missing (a run scored before the measure)."""
-    stored = _col(records, "repetition", np.nan).astype(float)
-    missing = stored.isna()
-    if missing.any() and "text" in records.columns:
-        stored = stored.copy()
-        stored[missing] = records.loc[missing, "text"].fillna("").map(repetition)
-    return stored
-
-
-def repetition_limit(base: pd.DataFrame, config: ExperimentConfig) -> float | None:
-    """The repetition a text may reach: ``gate.repetition_multiple`` × the
-    ``gate.repetition_quantile`` of the unsteered texts' repetition (``base``: the
-    strength-0 rows); None when the rule is off or there is no unsteered text."""
-    multiple = config.gate.repetition_multiple
-    values = base["repetition"].dropna() if "repetition" in base else pd.Series(dtype=float)
-    if multiple is None or values.empty:
-        return None
-    return float(multiple * values.quantile(config.gate.repetition_quantile))
-
-
-def coherence_gate(
-    rows: pd.DataFrame, ppl0_median: pd.Series, config: ExperimentConfig, rep_limit: float | None
-) -> tuple[pd.Series, pd.Series]:
-    """The coherence gate of each row (pass, and why not: "" when it passed), in this
-    order: near-empty, echoes the prompt, no perplexity, perplexity above
-    ``gate.perplexity_multiple`` × its concept's unsteered median (``ppl0_median``),
-    repetition above ``rep_limit`` (:func:`repetition_limit`). Δ is not read."""
-    limit = config.gate.perplexity_multiple * ppl0_median
-    too_perplexed = rows["perplexity"].isna() | (rows["perplexity"] > limit)
-    broken = rows["near_empty"].astype(bool) | rows["is_echo"].astype(bool)
-    if rep_limit is None:
-        too_repetitive = pd.Series(False, index=rows.index)
-    else:
-        too_repetitive = rows["repetition"] > rep_limit
-    reason = np.select(
-        [
-            rows["near_empty"].astype(bool),
-            rows["is_echo"].astype(bool),
-            rows["perplexity"].isna(),
-            too_perplexed,
-            too_repetitive,
-        ],
-        [
-            "near-empty",
-            "echoes the prompt",
-            "no perplexity",
-            "perplexity "
-            + rows["perplexity"].round(1).astype(str)
-            + " > "
-            + limit.round(1).astype(str),
-            "repetition "
-            + rows["repetition"].round(1).astype(str)
-            + f" > {rep_limit if rep_limit is not None else 0:.1f}",
-        ],
-        default="",
-    )
-    passed = ~(broken | too_perplexed | too_repetitive)
-    return passed, pd.Series(reason, index=rows.index)
 
 
 def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:

@@ -21,15 +21,8 @@ from collections.abc import Mapping
 import pandas as pd
 
 from experiments.config import ExperimentConfig
-from experiments.kernel.effect import (
-    SIGNS,
-    UNIT,
-    above_null,
-    coherence_gate,
-    paired_effects,
-    repetition_limit,
-    repetitions,
-)
+from experiments.kernel.effect import SIGNS, UNIT, above_null, paired_effects
+from experiments.kernel.gate import coherence_gate, repetition_limit, repetitions
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.rundir import RunDir, neutralise, restore
 from experiments.tracking.traces import read_map

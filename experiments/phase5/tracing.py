@@ -24,7 +24,8 @@ from dataclasses import replace
 import pandas as pd
 
 from experiments import tracking
-from experiments.kernel.effect import paired_effects, row_fluency
+from experiments.kernel.effect import paired_effects
+from experiments.kernel.gate import row_fluency
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.phase5.context import RunContext
 from experiments.phase5.samples import random_twins
