@@ -52,5 +52,7 @@ def test_e2e_times_the_default_and_bf16_alternately(tmp_path):
         }
     ratio = out["median_process_wall_seconds"] / out["bfloat16"]["median_process_wall_seconds"]
     assert out["ratio_default_over_bf16"] == pytest.approx(ratio, abs=1e-3)
-    # each dtype trained its own classifiers (probes carry their dtype)
-    assert len(list((tmp_path / "classifiers").iterdir())) == 2
+    # each dtype trained its own classifiers (probes carry their dtype), each in a
+    # Phase 4 run whose folder is under runs/
+    sets = [p for p in (tmp_path / "classifiers").iterdir() if p.name != "runs"]
+    assert len(sets) == 2 and len(list((tmp_path / "classifiers" / "runs").iterdir())) == 2
