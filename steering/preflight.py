@@ -85,6 +85,15 @@ def _config_source(spec: str, load_format: str) -> tuple[str, dict[str, Any], st
     return found.source, found.load_kwargs, found.model_id, found.where, found.source
 
 
+def probe_id_of_spec(model: ModelSpec) -> str:
+    """The probe id a spec's model would load as (its id, and its dtype unless fp32),
+    from where the spec resolves alone: no config read, no weights. The errors of
+    :func:`read_model` for a model that is not here or a dtype its device cannot run."""
+    dev = pick_device(model.device)
+    _source, _kwargs, model_id, _where, _shown = _config_source(model.spec, model.load_format)
+    return probe_id_of(model_id, pick_dtype(dev, model.dtype))
+
+
 def read_model(model: ModelSpec) -> ModelFacts:
     """The model a config's model section would load, from its config: ModelSpecError
     when it is not here (with the download line), DtypeError when its device cannot

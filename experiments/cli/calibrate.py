@@ -59,7 +59,7 @@ def calibrate(
     if dry_run:
         from experiments.calibration.study import STAGES, strength_choices
 
-        explicit = kept_keys(set_, model)
+        explicit = kept_keys(set_, cfg, config, overlays)
 
         def strength(plan, layers: list[int]) -> list[str]:
             chosen = strength_choices(cfg, plan.model.probe_id, layers, explicit)
@@ -76,7 +76,7 @@ def calibrate(
             cfg,
             resume=resume,
             progress=lambda msg: say_stage(status, msg, start),
-            explicit=kept_keys(set_, model),
+            explicit=kept_keys(set_, cfg, config, overlays),
         )
     from experiments.calibration.answer import answer_of
 

@@ -324,12 +324,12 @@ def run(
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
         from experiments.cli.strength import kept_keys
 
-        print_plan(cfg, json_, kept_keys(set_, model))
+        print_plan(cfg, json_, kept_keys(set_, cfg, config))
         return
     from experiments.cli.strength import kept_keys, with_layer
 
     cfg, lm = with_layer(cfg, wanted, lambda msg: console.print(f"[dim]{msg}"))
-    explicit = kept_keys(set_, model)
+    explicit = kept_keys(set_, cfg, config)
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.

@@ -10,9 +10,12 @@ from). A run reads it back through :func:`choose_beta`:
 - a number inside the range is kept, so the embedded default's β = 0.2 and its texts
   stay as they were;
 - a number outside the range is replaced by the range's β when the run's model is not
-  the one its config names (``--model``), and the run says so; one given on the command
-  line (``--set steering.beta=...``), or by a config for the model it names (phase5.yaml's
-  0.2 for the embedded 270M, so ``make run`` never changes), is kept with a warning;
+  the one its config names, and the run says so; one given on the command line
+  (``--set steering.beta=...``), or by a config for the model it names (phase5.yaml's
+  0.2 for the embedded 270M, so ``make run`` never changes), is kept with a warning.
+  "The model it names" is decided on the model the run resolves to (its probe id), not
+  on how it was spelled: ``run`` and ``run --model embedded`` keep the same β
+  (``cli/strength.kept_keys``);
 - without a recorded range, a number is kept and ``auto`` is an error naming the fix.
 
 The held-out β grid (``selection.beta_grid``) is kept to the range the same way.

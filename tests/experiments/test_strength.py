@@ -204,13 +204,26 @@ def test_identify_keeps_its_grid_and_says_when_it_leaves_the_range(tmp_path):
     assert BETA_TAG == "steer_eval.beta_source"
 
 
-def test_the_config_beta_is_kept_on_its_own_model_and_a_set_key_everywhere():
+def test_the_config_beta_is_kept_on_its_own_model_and_a_set_key_everywhere(tiny_model_dir):
     from experiments.cli.strength import kept_keys
 
-    assert kept_keys(None, None) == {"steering.beta"}
-    assert kept_keys(None, "smollm2") == frozenset()
-    assert kept_keys(["selection.beta_grid=[0.1]"], "smollm2") == {"selection.beta_grid"}
-    assert kept_keys(["model=smollm2"], None) == {"model"}
+    path = Path("configs/phase5.yaml")
+
+    def keys(*sets: str) -> frozenset[str]:
+        return kept_keys(list(sets), cfg(*sets), path)
+
+    # the model the file names, however it is spelled (or not): its β is kept
+    assert keys() == {"steering.beta"}
+    assert keys("model=embedded") == {"model", "steering.beta"}
+    # another model: only what the command line set
+    assert keys(f"model={tiny_model_dir}") == {"model"}
+    assert keys(f"model={tiny_model_dir}", "selection.beta_grid=[0.1]") == {
+        "model",
+        "selection.beta_grid",
+    }
+    # decided on the probe id the run resolves to, not on the spelling of its spec
+    assert keys("dtype=float32", "device=cpu") == {"dtype", "device", "steering.beta"}
+    assert kept_keys(None, None, path) == frozenset()  # a resume keeps its stored β
 
 
 def test_a_range_file_of_another_version_is_refused(tmp_path):

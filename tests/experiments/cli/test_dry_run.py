@@ -193,6 +193,12 @@ def test_the_plan_says_where_beta_would_come_from_and_refuses_auto_without_a_ran
     # the config's own model keeps its β (make run never changes), with a warning
     text = _said(runner.invoke(app, ["run", "--dry-run", *where]))
     assert "β 0.2 given for this model" in text and "kept although outside" in text
+    # one rule whether the model is named or defaulted: the same model, the same β
+    for named in (["--model", "embedded"], ["--set", "model=embedded"]):
+        out = runner.invoke(app, ["run", "--dry-run", "--json", *where, *named])
+        assert out.exit_code == 0, out.stderr
+        (line,) = json.loads(out.stdout)["strength"]
+        assert line.startswith("β 0.2 given for this model") and "kept although" in line
 
 
 def test_calibrate_and_identify_plans_say_what_the_recorded_range_does(mlflow_store, tmp_path):
