@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from experiments.answer import number
@@ -82,8 +83,11 @@ def calibrate_strength(
     model: ModelOpt = None,
     layer: LayerAutoOpt = None,
     concepts: Annotated[
-        int, typer.Option("--concepts", help="concepts to sweep with (the config's first N)")
-    ] = 3,
+        int,
+        typer.Option(
+            "--concepts", help="concepts to sweep with (the config's first N; under 5 is thin)"
+        ),
+    ] = 5,
     grid: Annotated[
         str, typer.Option(help="the βs to try, comma-separated")
     ] = "0.01,0.02,0.05,0.1,0.2,0.3,0.5,1",
@@ -132,6 +136,8 @@ def calibrate_strength(
 
 
 def _print_range(record, path: Path) -> None:
+    from experiments.strength.range import thin_note
+
     table = Table(
         "β",
         "s",
@@ -164,3 +170,5 @@ def _print_range(record, path: Path) -> None:
         else "no β of the grid is coherent; try smaller ones (--grid)"
     )
     console.print(f"{found}; recorded in {path} ({record.seconds:.0f} s)")
+    if record.warnings:
+        console.print(f"[bold yellow]warning:[/] {escape(thin_note(record))}", highlight=False)

@@ -21,7 +21,7 @@ import pandas as pd
 from experiments.answer import Answer
 from experiments.config import ExperimentConfig
 from experiments.kernel.publisher import Views
-from experiments.strength.range import RANGE_FILE, StrengthLimits, StrengthRange
+from experiments.strength.range import RANGE_FILE, StrengthLimits, StrengthRange, thin_note
 
 STRENGTH_EXPERIMENT = "strength-sweeps"
 PHASE = "strength"
@@ -154,6 +154,7 @@ def sweep_note(record: StrengthRange, path: Path) -> str:
         f"{record.max_new_tokens} new tokens; α {record.alpha:.4g}. The range kept with the "
         f"classifiers: `{path}` (the record, also the run folder's and the artefact "
         f"`{RANGE_FILE}`); every text: the table `texts.json`.\n"
+        + (f"\n**Warning**: {thin_note(record)}.\n" if record.warnings else "")
     )
 
 
@@ -167,7 +168,8 @@ def answer_of(record: StrengthRange) -> Answer:
             f"{record.describe()}: a run of {record.model_id} at layer {record.layer} takes "
             f"β {record.beta:g} for steering.beta auto or a config β outside the range"
         )
-    return Answer(PHASE, record.run_id or "", QUESTION, 0.95, notes=[found], figures=(FIGURE,))
+    notes = [found, *([f"Warning: {thin_note(record)}"] if record.warnings else [])]
+    return Answer(PHASE, record.run_id or "", QUESTION, 0.95, notes=notes, figures=(FIGURE,))
 
 
 def views(record: StrengthRange, texts: Sequence[dict[str, Any]], path: Path) -> Views:

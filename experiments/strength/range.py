@@ -20,6 +20,14 @@ from). A run reads it back through :func:`choose_beta`:
 
 The held-out β grid (``selection.beta_grid``) is kept to the range the same way.
 
+A sweep too thin to trust says so (:func:`thin_warnings`, the record's ``warnings``),
+and so does every run that takes its β from it. Thin is read from what the sweep
+measured: fewer than :data:`MIN_CONCEPTS` concepts (5), fewer than :data:`MIN_PROMPTS`
+prompts (3), fewer than :data:`MIN_NEW_TOKENS` new tokens (32: too short for a text to
+fall apart), or a range of a single grid point (its edges were never bracketed: the
+coherent range may be far wider or only that point). A range recorded before the rule
+was read gets the rule applied when it is loaded.
+
 Phase 6 trains a probe set of its own per training size and seed, so no range sits in
 its folders: ``calibrate`` looks the range up by what it describes (model, layer, mode,
 vector source) across every classifier set under ``classifier.dir``
@@ -42,6 +50,10 @@ BETA_TAG = "steer_eval.beta_source"  # a parent run's tag: where its β (and gri
 RANGE_FORMAT = "steer-eval/strength-range"
 RANGE_VERSION = 1
 _TOLERANCE = 1e-9  # a β written as 0.2 in a config and swept as 0.2 are the same
+# Below these a sweep is too thin to trust (:func:`thin_warnings`)
+MIN_CONCEPTS = 5
+MIN_PROMPTS = 3
+MIN_NEW_TOKENS = 32
 
 
 class StrengthStep(BaseModel):
@@ -105,6 +117,10 @@ class StrengthRange(BaseModel):
     beta: float | None = Field(description="the β a run takes from the range: its high end")
     seconds: float = 0.0
     run_id: str | None = Field(None, description="the sweep's MLflow run (strength-sweeps)")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="why the sweep is too thin to trust (thin_warnings); empty: it is not",
+    )
 
     def contains(self, beta: float) -> bool:
         return (
@@ -117,6 +133,32 @@ class StrengthRange(BaseModel):
         if self.low is None:
             return f"no coherent β in the swept grid {self.grid}"
         return f"coherent β {self.low:g}-{self.high:g}"
+
+
+def thin_warnings(record: StrengthRange) -> list[str]:
+    """Why a sweep is too thin to trust, from what it measured (the rule in the module
+    docstring); empty when it is not."""
+    said = []
+    if len(record.concepts) < MIN_CONCEPTS:
+        said.append(f"{len(record.concepts)} concepts (fewer than {MIN_CONCEPTS})")
+    if record.prompts < MIN_PROMPTS:
+        said.append(f"{record.prompts} prompts (fewer than {MIN_PROMPTS})")
+    if record.max_new_tokens < MIN_NEW_TOKENS:
+        said.append(f"{record.max_new_tokens} new tokens (fewer than {MIN_NEW_TOKENS})")
+    if record.low is not None and sum(record.contains(b) for b in record.grid) < 2:
+        said.append(f"a range of one grid point ({record.low:g}): its edges were not found")
+    return said
+
+
+def thin_note(record: StrengthRange) -> str:
+    """The warning a thin sweep carries in a sentence, or '' when it is not thin."""
+    if not record.warnings:
+        return ""
+    return (
+        f"a thin sweep ({'; '.join(record.warnings)}): rerun `steer-eval calibrate-strength` "
+        "with more concepts (--concepts), tokens (--set generation.max_new_tokens=...) or "
+        "grid points (--grid) before trusting it"
+    )
 
 
 def save_range(directory: Path, record: StrengthRange) -> Path:
@@ -138,7 +180,10 @@ def load_range(directory: Path) -> StrengthRange | None:
             f"{path} is not a {RANGE_FORMAT} v{RANGE_VERSION} file; rerun "
             "`steer-eval calibrate-strength` for this model and layer"
         )
-    return StrengthRange.model_validate(data)
+    record = StrengthRange.model_validate(data)
+    if "warnings" not in data:  # recorded before the rule: apply it now
+        record = record.model_copy(update={"warnings": thin_warnings(record)})
+    return record
 
 
 @dataclass(frozen=True)
@@ -204,6 +249,8 @@ def choose_beta(
     if grid is not None:
         update["selection"] = config.selection.model_copy(update={"beta_grid": grid})
         message += f"; held-out β grid {grid}"
+    if found.warnings:
+        message += f". Warning: the range comes from {thin_note(found)}"
     return BetaChoice(config.model_copy(update=update), message, source)
 
 
@@ -278,4 +325,5 @@ def range_warning(config: ExperimentConfig, found: StrengthRange | None, where: 
         f"β {', '.join(f'{b:g}' for b in outside)} outside {found.describe()} recorded for "
         f"this model and layer ({where / RANGE_FILE}), kept as the config gives it; "
         f"--set steering.beta={found.beta:g} --set selection.beta_grid=[{grid}] steers inside it"
+        + (f". Warning: the range comes from {thin_note(found)}" if found.warnings else "")
     )

@@ -57,6 +57,7 @@ from experiments.strength.range import (
     StrengthRange,
     StrengthStep,
     save_range,
+    thin_warnings,
 )
 from metrics.text import distinct_n, is_near_empty
 from steering.generation import GenerationRow, SamplingConfig
@@ -374,6 +375,7 @@ class StrengthSweep:
             seconds=round(time.perf_counter() - self.since, 1),
             run_id=session.run_id,
         )
+        record.warnings = thin_warnings(record)
         return Finished(record, texts)
 
     def views(self, record: StrengthRange, products: list[SweepText]) -> Views:

@@ -226,6 +226,47 @@ def test_the_config_beta_is_kept_on_its_own_model_and_a_set_key_everywhere(tiny_
     assert kept_keys(None, None, path) == frozenset()  # a resume keeps its stored β
 
 
+def test_a_thin_sweep_is_named_from_what_it_measured():
+    from experiments.strength.range import thin_warnings
+
+    wide = dict(concepts=[f"c{i}.n.01" for i in range(5)], prompts=3, max_new_tokens=32)
+    assert thin_warnings(recorded(0.02, 0.05, **wide)) == []
+    assert thin_warnings(recorded(None, None, **wide)) == []  # no range: no edges to miss
+    assert thin_warnings(recorded(0.05, 0.05, **wide)) == [
+        "a range of one grid point (0.05): its edges were not found"
+    ]
+    thin = recorded(0.02, 0.05, concepts=["a", "b"], prompts=2, max_new_tokens=12)
+    assert thin_warnings(thin) == [
+        "2 concepts (fewer than 5)",
+        "2 prompts (fewer than 3)",
+        "12 new tokens (fewer than 32)",
+    ]
+
+
+def test_a_thin_range_says_so_wherever_a_run_takes_its_beta(tmp_path):
+    thin = recorded(0.05, 0.05, concepts=["a", "b"], max_new_tokens=12)
+    thin.warnings = ["2 concepts (fewer than 5)"]
+    choice = choose_beta(cfg(), thin, Path("d"))
+    assert choice.config.steering.beta == 0.05
+    assert "Warning: the range comes from a thin sweep (2 concepts (fewer than 5))" in (
+        choice.message
+    )
+    kept = choose_beta(cfg(), thin, Path("d"), frozenset({"steering.beta"}))
+    assert "kept although outside" in kept.message and "thin sweep" in kept.message
+    assert "thin" not in choose_beta(cfg(), recorded(0.1, 0.3), Path("d")).message
+    # a file recorded before the rule (no warnings field) gets it when read
+    path = save_range(tmp_path, recorded(0.05, 0.05, concepts=["a", "b"], max_new_tokens=12))
+    data = json.loads(path.read_text())
+    assert data["warnings"] == []
+    del data["warnings"]
+    path.write_text(json.dumps(data))
+    assert load_range(tmp_path).warnings == [
+        "2 concepts (fewer than 5)",
+        "12 new tokens (fewer than 32)",
+        "a range of one grid point (0.05): its edges were not found",
+    ]
+
+
 def test_a_range_file_of_another_version_is_refused(tmp_path):
     path = save_range(tmp_path, recorded())
     assert load_range(tmp_path) == recorded()
@@ -276,6 +317,11 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     assert all(s.perplexity_multiple == pytest.approx(1.0, abs=1e-6) for s in tiny)
     assert not any(s.coherent for s in huge), huge
     assert (record.low, record.high, record.beta) == (1e-4, 1e-4, 1e-4)
+    assert record.warnings == [  # 2 concepts, 16 tokens, one β: too thin to trust
+        "2 concepts (fewer than 5)",
+        "16 new tokens (fewer than 32)",
+        "a range of one grid point (0.0001): its edges were not found",
+    ]
     # the sweep is an MLflow run a reader can open: range, settings, table, texts, figure
     from experiments import tracking
     from experiments.rundir import RunDir, read_jsonl
@@ -308,6 +354,7 @@ def test_the_sweep_on_the_tiny_model_keeps_a_tiny_beta_and_drops_huge_ones(
     )
     assert len(texts["data"]) == 6 + 12 * 6  # unsteered, and 3 βs × 2 signs × 2 arms, 6 each
     assert "Coherent β **0.0001 to 0.0001**" in run.data.tags["mlflow.note.content"]
+    assert "**Warning**: a thin sweep (2 concepts" in run.data.tags["mlflow.note.content"]
 
 
 def test_a_stopped_sweep_resumes_into_its_run_and_finds_what_an_unstopped_one_does(
@@ -591,3 +638,5 @@ def test_calibrate_strength_from_the_command_line_gives_the_range_and_its_run(
     compact = "".join(shown.output.split())  # rich folds a long path across lines
     assert "coherentβ0.0001to0.0001" in compact and f"recordedin{path}" in compact
     assert f"MLflowUI:{tracking.run_ui_url(record.run_id)}" in compact
+    assert "warning:athinsweep(1concepts(fewerthan5);4newtokens(fewerthan32)" in compact
+    assert said["warnings"] == record.warnings and len(record.warnings) == 3
