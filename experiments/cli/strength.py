@@ -91,12 +91,26 @@ def calibrate_strength(
     grid: Annotated[
         str, typer.Option(help="the βs to try, comma-separated")
     ] = "0.01,0.02,0.05,0.1,0.2,0.3,0.5,1",
+    list_: Annotated[
+        bool,
+        typer.Option(
+            "--list", help="list the ranges recorded under classifier.dir (no sweep); --json too"
+        ),
+    ] = False,
+    clear: Annotated[
+        bool,
+        typer.Option(
+            help="remove the recorded ranges (narrowed by --model, --layer, --set "
+            "steering.vector_source=...): runs go back to their config's β"
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="--clear without asking")] = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Find the coherent range of β for a model and layer, and record it with the model's
     classifiers: a run on that model then takes its β from it (steering.beta auto, or a
-    config β outside it)."""
+    config β outside it). --list shows the recorded ranges, --clear removes them."""
     setup_logging(verbose)
     from experiments.config import ConfigError
     from experiments.kernel.lifecycle import load_graph
@@ -104,6 +118,9 @@ def calibrate_strength(
     from experiments.strength.sweep import parse_grid
 
     wanted = parse_layer(layer)
+    if list_ or clear:
+        list_or_clear(config, set_, model, wanted, clear, yes, json_)
+        return
     try:
         betas = parse_grid(grid)
     except ConfigError as exc:
@@ -172,3 +189,122 @@ def _print_range(record, path: Path) -> None:
     console.print(f"{found}; recorded in {path} ({record.seconds:.0f} s)")
     if record.warnings:
         console.print(f"[bold yellow]warning:[/] {escape(thin_note(record))}", highlight=False)
+
+
+def list_or_clear(
+    config: Path,
+    set_: list[str] | None,
+    model: str | None,
+    layer: int | str | None,
+    clear: bool,
+    yes: bool,
+    json_: bool,
+) -> None:
+    """``--list`` / ``--clear``: the ranges recorded under the config's ``classifier.dir``,
+    narrowed to what the command line names (``--model``, ``--layer``, ``--set`` of
+    ``steering.mode`` or ``steering.vector_source``); a clear error when there are none."""
+    from experiments.config import ConfigError, parse_override
+    from experiments.strength import range as ranges
+
+    if layer == "auto":
+        raise typer.BadParameter("--layer auto sweeps layers: give a layer number, or none")
+    if clear and json_ and not yes:
+        raise typer.BadParameter("--clear --json needs --yes (a question would break the JSON)")
+    fixed = layer if isinstance(layer, int) else None
+    cfg = resolve_config(config, set_, model, fixed, None, "phase5")
+    given = {".".join(parse_override(text)[0]) for text in set_ or []}
+    model_id = None
+    if model is not None or "model" in given:
+        from steering.preflight import probe_id_of_spec
+
+        model_id = probe_id_of_spec(cfg.model_spec).split("@")[0]  # every dtype of it
+    steering = cfg.steering
+    mode = steering.mode if "steering.mode" in given else None
+    source = steering.vector_source if "steering.vector_source" in given else None
+    root = Path(cfg.classifier.dir)
+    found = ranges.recorded_ranges(root, model_id, fixed, mode, source)
+    selection = {"model": model_id, "layer": fixed, "mode": mode, "vector_source": source}
+    if not found:
+        narrowed = ", ".join(f"{k} {v}" for k, v in selection.items() if v is not None)
+        raise ConfigError(
+            f"no strength range recorded under {root}"
+            + (f" for {narrowed}" if narrowed else "")
+            + ("; nothing to clear" if clear else "")
+            + " (`steer-eval calibrate-strength` records one)"
+        )
+    rows = [_range_row(where, record) for where, record in found]
+    if clear:
+        if not json_:
+            _print_ranges(rows, f"to remove under {root}")
+        if not yes:
+            typer.confirm(f"remove these {len(rows)} recorded ranges?", abort=True)
+        for where, _record in found:
+            ranges.remove_range(where)
+        if json_:
+            print_json({"removed": rows})
+            return
+        console.print(
+            f"removed {len(rows)} recorded ranges: runs there take their config's β again"
+        )
+        return
+    if json_:
+        print_json({"root": str(root), "ranges": rows})
+        return
+    _print_ranges(rows, f"recorded under {root}")
+
+
+def _range_row(where: Path, record) -> dict[str, Any]:
+    import datetime
+
+    from experiments.strength.range import RANGE_FILE
+
+    path = where / RANGE_FILE
+    when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+    return {
+        "path": str(path),
+        "classifier_set": where.name,
+        "model_id": record.model_id,
+        "layer": record.layer,
+        "mode": record.mode,
+        "vector_source": record.vector_source,
+        "low": record.low,
+        "high": record.high,
+        "beta": record.beta,
+        "recorded": when.isoformat(timespec="seconds"),
+        "run_id": record.run_id,
+        "thin": bool(record.warnings),
+        "warnings": list(record.warnings),
+    }
+
+
+def _print_ranges(rows: list[dict[str, Any]], where: str) -> None:
+    """The ranges as a table narrow enough for a terminal (the model's id folds; the
+    mode, always additive for a sweep, and each file's path are in ``--json``)."""
+    from rich import box
+    from rich.table import Column
+
+    def fixed(name: str, width: int) -> Column:
+        return Column(name, min_width=width, no_wrap=True)
+
+    table = Table(
+        Column("model", overflow="fold", ratio=1),
+        fixed("L", 2), fixed("source", 8), fixed("range", 9), fixed("β", 4),
+        fixed("recorded", 10), fixed("run", 8), fixed("thin", 4),
+        title=f"strength ranges {where}", box=box.SIMPLE_HEAD, pad_edge=False,
+    )  # fmt: skip
+    for r in rows:
+        span = "none" if r["low"] is None else f"{r['low']:g}-{r['high']:g}"
+        table.add_row(
+            r["model_id"] + ("" if r["mode"] == "additive" else f" ({r['mode']})"),
+            str(r["layer"]),
+            r["vector_source"],
+            span,
+            number(r["beta"], "g"),
+            r["recorded"][:10],
+            (r["run_id"] or "")[:8],
+            "yes" if r["thin"] else "no",
+        )
+    out.print(table)
+    for r in rows:
+        if r["thin"]:
+            out.print(f"thin: {r['path']}: {'; '.join(r['warnings'])}", highlight=False)

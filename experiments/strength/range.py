@@ -268,20 +268,48 @@ def _grid_in_range(
     return inside or sorted({found.low, found.beta, found.high} - {None})
 
 
-def ranges_under(
-    root: Path, model_id: str, layer: int, mode: str, vector_source: str
+def recorded_ranges(
+    root: Path,
+    model_id: str | None = None,
+    layer: int | None = None,
+    mode: str | None = None,
+    vector_source: str | None = None,
 ) -> list[tuple[Path, StrengthRange]]:
-    """Every range recorded in a classifier folder under ``root`` for this model (its
-    probe id), layer, steering mode and vector source: (folder, range), by folder name."""
-    wanted = (model_id, layer, mode, vector_source)
+    """Every range recorded in a classifier folder under ``root``: (folder, range), by
+    folder name; narrowed, where given, to a model (its id: every dtype of it), layer,
+    steering mode and vector source (``calibrate-strength --list`` and ``--clear``)."""
     found = []
     for path in sorted(Path(root).glob(f"*/{RANGE_FILE}")):
         record = load_range(path.parent)
         if record is None:
             continue
-        if (record.model_id, record.layer, record.mode, record.vector_source) == wanted:
+        wanted = (
+            model_id in (None, record.model_id.split("@")[0]),
+            layer in (None, record.layer),
+            mode in (None, record.mode),
+            vector_source in (None, record.vector_source),
+        )
+        if all(wanted):
             found.append((path.parent, record))
     return found
+
+
+def remove_range(directory: Path) -> None:
+    """Forget the range recorded in a classifier folder: runs there go back to their
+    config's β."""
+    (Path(directory) / RANGE_FILE).unlink(missing_ok=True)
+
+
+def ranges_under(
+    root: Path, model_id: str, layer: int, mode: str, vector_source: str
+) -> list[tuple[Path, StrengthRange]]:
+    """Every range recorded in a classifier folder under ``root`` for this model (its
+    probe id), layer, steering mode and vector source: (folder, range), by folder name."""
+    return [
+        (where, record)
+        for where, record in recorded_ranges(root, None, layer, mode, vector_source)
+        if record.model_id == model_id
+    ]
 
 
 def shared_range(

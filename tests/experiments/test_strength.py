@@ -27,6 +27,7 @@ from experiments.strength.range import (
     range_warning,
     save_range,
     shared_range,
+    thin_warnings,
 )
 from experiments.strength.sweep import SweepText, assess, calibrate_strength, parse_grid
 
@@ -227,8 +228,6 @@ def test_the_config_beta_is_kept_on_its_own_model_and_a_set_key_everywhere(tiny_
 
 
 def test_a_thin_sweep_is_named_from_what_it_measured():
-    from experiments.strength.range import thin_warnings
-
     wide = dict(concepts=[f"c{i}.n.01" for i in range(5)], prompts=3, max_new_tokens=32)
     assert thin_warnings(recorded(0.02, 0.05, **wide)) == []
     assert thin_warnings(recorded(None, None, **wide)) == []  # no range: no edges to miss
@@ -640,3 +639,91 @@ def test_calibrate_strength_from_the_command_line_gives_the_range_and_its_run(
     assert f"MLflowUI:{tracking.run_ui_url(record.run_id)}" in compact
     assert "warning:athinsweep(1concepts(fewerthan5);4newtokens(fewerthan32)" in compact
     assert said["warnings"] == record.warnings and len(record.warnings) == 3
+
+
+def test_calibrate_strength_lists_and_clears_the_recorded_ranges(tmp_path):
+    """``--list`` (table and ``--json``) and ``--clear`` (narrowed, asked first), with
+    clear errors when there is nothing; a cleared range gives a run its config's β back."""
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    runner = CliRunner()
+    embedded = "embedded:gemma-3-270m"
+    wide = dict(concepts=[f"c{i}.n.01" for i in range(5)], max_new_tokens=32)
+    save_range(tmp_path / "set-a", recorded(0.02, 0.05, model_id=embedded, layer=9, **wide))
+    thin = recorded(0.05, 0.05, model_id=embedded, layer=9, vector_source="diffmean")
+    save_range(tmp_path / "set-b", thin.model_copy(update={"warnings": thin_warnings(thin)}))
+    save_range(tmp_path / "set-c", recorded(0.1, 0.2, model_id="gguf:x@bfloat16", **wide))
+    base = ["calibrate-strength", "--set", f"classifier.dir={tmp_path}"]
+
+    listed = runner.invoke(app, [*base, "--list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)["ranges"]
+    assert [(r["classifier_set"], r["model_id"], r["vector_source"]) for r in rows] == [
+        ("set-a", embedded, "classifier"),
+        ("set-b", embedded, "diffmean"),
+        ("set-c", "gguf:x@bfloat16", "classifier"),
+    ]
+    assert [(r["low"], r["high"], r["beta"], r["thin"]) for r in rows] == [
+        (0.02, 0.05, 0.05, False),
+        (0.05, 0.05, 0.05, True),
+        (0.1, 0.2, 0.2, False),
+    ]
+    assert rows[1]["warnings"][0] == "1 concepts (fewer than 5)" and rows[0]["layer"] == 9
+    # narrowed by the model the command line names (every dtype of it) and the layer
+    mine = runner.invoke(app, [*base, "--list", "--json", "--model", "embedded", "--layer", "9"])
+    assert [r["classifier_set"] for r in json.loads(mine.stdout)["ranges"]] == ["set-a", "set-b"]
+    table = runner.invoke(app, [*base, "--list"])
+    assert table.exit_code == 0, table.output
+    flat = "".join(table.output.split())
+    assert "classifier0.02-0.050.05" in flat and "diffmean0.05-0.050.05" in flat
+    assert f"thin:{tmp_path / 'set-b' / RANGE_FILE}:1concepts(fewerthan5)" in flat
+    assert flat.count("thin:") == 1
+
+    # --clear asks first: no keeps every file
+    source = ["--set", "steering.vector_source=diffmean"]
+    kept = runner.invoke(app, [*base, "--clear", *source], input="n\n")
+    assert kept.exit_code == 1 and (tmp_path / "set-b" / RANGE_FILE).exists()
+    gone = runner.invoke(app, [*base, "--clear", *source], input="y\n")
+    assert gone.exit_code == 0, gone.output
+    assert "removed 1 recorded ranges" in gone.output
+    assert not (tmp_path / "set-b" / RANGE_FILE).exists()
+    assert (tmp_path / "set-a" / RANGE_FILE).exists()  # another source: not named
+    again = runner.invoke(app, [*base, "--clear", *source, "--yes"])
+    assert again.exit_code == 2
+    assert "no strength range recorded under" in again.output and "nothing to clear" in (
+        again.output
+    )
+    removed = runner.invoke(app, [*base, "--clear", "--yes", "--json"])
+    assert [r["classifier_set"] for r in json.loads(removed.stdout)["removed"]] == [
+        "set-a",
+        "set-c",
+    ]
+    empty = runner.invoke(app, [*base, "--list"])
+    assert empty.exit_code == 2 and "no strength range recorded under" in empty.output
+    assert runner.invoke(app, [*base, "--clear", "--json"]).exit_code == 2  # needs --yes
+
+
+def test_a_cleared_range_gives_the_run_its_configs_beta_back(tmp_path, mlflow_store):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    from experiments.kernel.lifecycle import load_graph
+    from experiments.kernel.probes import classifier_dir, graph_key
+
+    runner = CliRunner()
+    where = ["--set", f"classifier.dir={tmp_path}"]
+    config = cfg(f"classifier.dir={tmp_path}")
+    folder = classifier_dir(config, "embedded:gemma-3-270m", 9, graph_key(load_graph(config)))
+    save_range(folder, recorded(0.05, 0.1, model_id="embedded:gemma-3-270m", layer=9))
+
+    def strength() -> str:
+        out = runner.invoke(app, ["run", "--dry-run", "--json", *where])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.stdout)["strength"][0]
+
+    assert "kept although outside the recorded range 0.05-0.1" in strength()
+    out = runner.invoke(app, ["calibrate-strength", "--clear", "--yes", *where])
+    assert out.exit_code == 0, out.output
+    assert strength().startswith("β 0.2 from the config (no strength range recorded")
