@@ -85,10 +85,17 @@ def _print_estimate(plan) -> None:
         out.print(f"no estimate: {plan.no_estimate}", highlight=False, markup=False)
         return
     scaled = "" if e.scale == 1.0 else f", per-row stages scaled ×{e.scale:.2f} to this plan"
+    busy = (
+        f"; the reference ran with load {e.load:.2f} on {e.cpus} cores, so it may "
+        "overstate the time"
+        if e.under_load
+        else ""
+    )
     out.print(
         f"estimated time: about {e.seconds / 60:.1f} min, the {len(e.stages)} stages of run "
-        f"{e.run_name!r} ({e.run_id}) on the same model and device{scaled}: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in e.stages.items()),
+        f"{e.run_name!r} ({e.run_id}) on the same model, device and vector source{scaled}: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in e.scaled.items())
+        + busy,
         highlight=False,
         markup=False,
     )

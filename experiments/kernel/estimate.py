@@ -6,11 +6,15 @@ that is not here (with the download line), a layer out of range, a dtype the dev
 cannot compute in. It shows the device, dtype, layer, batch size and the stages the run
 goes through.
 
-Its time comes only from an earlier finished run of the same model on the same device
-(on this machine): the sum of that run's stage timings from its record (``timings``,
-whatever stages it holds), the per-row stages scaled by this plan's rows × tokens over
-that run's. A run of another model, device or machine says nothing about this one, so
-without such a run the plan says "no estimate" and why.
+Its time comes only from an earlier finished run of the same model, device and vector
+source (on this machine): the sum of that run's stage timings from its record
+(``timings``, whatever stages it holds), every stage but :data:`FIXED_STAGES` scaled by
+this plan's rows × tokens over that run's, each stage shown as scaled. A run of another
+model, device, vector source or machine says nothing about this one, so without such a
+run the plan says "no estimate" and why. A run that started with the machine under load
+(its tags: the load average over :data:`BUSY_PER_CORE` per core) ran slower than this
+one may: one that did not is preferred, and when only such a run is there the plan says
+so ("the reference ran with load X on N cores").
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ from experiments.concepts import ConceptGraph
 from experiments.config import CPU_BATCH_ROWS, ExperimentConfig
 from experiments.kernel.plan import CONCEPT_ARM, planned_rows
 from experiments.rundir import RUN_DIR_TAG, RunDir
-from experiments.tracking.context import DEVICE_TAG, HOST_TAG, MODEL_TAG
+from experiments.tracking.context import CPUS_TAG, DEVICE_TAG, HOST_TAG, LOAD_TAG, MODEL_TAG
 from steering.preflight import ModelFacts, read_model
 
 # Stages whose time does not grow with the rows generated (a model loads once whatever
 # the plan); every other stage of an earlier run is scaled to this plan's rows × tokens.
 FIXED_STAGES = frozenset({"model_load", "classifiers", "vectors", "centroids", "mlflow_open"})
 RECORD_FILES = (RunDir.RECORD, RunDir.ANALYSIS)  # Phase 5's record; Phase 6's and identify's
+# A run that started with a 1-minute load average above this per core ran under load
+BUSY_PER_CORE = 0.5
 
 
 @dataclass
@@ -43,10 +49,22 @@ class Estimate:
     run_name: str
     stages: dict[str, float]  # seconds per stage, as that run recorded them
     scale: float  # this plan's rows × tokens over that run's (per-row stages)
+    load: float | None = None  # the machine's load average when that run started
+    cpus: int | None = None  # and its CPU count (None: an older run, not recorded)
+
+    @property
+    def scaled(self) -> dict[str, float]:
+        """Seconds per stage for this plan: the per-row stages scaled, the fixed ones not."""
+        return {k: t if k in FIXED_STAGES else t * self.scale for k, t in self.stages.items()}
 
     @property
     def seconds(self) -> float:
-        return sum(t if k in FIXED_STAGES else t * self.scale for k, t in self.stages.items())
+        return sum(self.scaled.values())
+
+    @property
+    def under_load(self) -> bool:
+        """Whether that run started with the machine busy (over BUSY_PER_CORE per core)."""
+        return self.load is not None and self.load > BUSY_PER_CORE * (self.cpus or 1)
 
     def to_dict(self) -> dict:
         return {
@@ -54,7 +72,11 @@ class Estimate:
             "run_name": self.run_name,
             "stages": dict(self.stages),
             "scale": self.scale,
+            "scaled_stages": self.scaled,
             "estimated_seconds": self.seconds,
+            "load": self.load,
+            "cpus": self.cpus,
+            "under_load": self.under_load,
         }
 
 
@@ -189,8 +211,19 @@ def _rows_generated(folder: Path) -> int:
         return sum(1 for line in lines if line.strip())
 
 
-def _record_of(run) -> tuple[dict[str, float], int] | None:
-    """An earlier run's stage timings and rows × tokens, from its record (any phase)."""
+def _load_of(run) -> tuple[float | None, int | None]:
+    """The load average and CPU count a run started with (its tags), or None each."""
+    try:
+        load = float(run.data.tags[LOAD_TAG])
+        cpus = int(run.data.tags[CPUS_TAG])
+    except (KeyError, ValueError):
+        return None, None
+    return load, cpus
+
+
+def _record_of(run) -> tuple[dict[str, float], int, str | None] | None:
+    """An earlier run's stage timings, rows × tokens and vector source, from its record
+    (any phase; the source from its params where the record's config has none)."""
     folder = run.data.tags.get(RUN_DIR_TAG)
     if not folder:
         return None
@@ -202,17 +235,25 @@ def _record_of(run) -> tuple[dict[str, float], int] | None:
             except (OSError, ValueError):
                 return None
             timings = {k: float(v) for k, v in (record.get("timings") or {}).items()}
-            generation = (record.get("config") or {}).get("generation") or {}
+            config = record.get("config") or {}
+            generation = config.get("generation") or {}
             tokens = _rows_generated(Path(folder)) * int(generation.get("max_new_tokens") or 0)
-            return (timings, tokens) if timings else None
+            params = run.data.params
+            source = (
+                (config.get("steering") or {}).get("vector_source")
+                or params.get("vector_source")
+                or params.get("config.steering.vector_source")
+            )
+            return (timings, tokens, source) if timings else None
     return None
 
 
 def earlier_estimate(
-    experiment: str, phase: str, model: ModelFacts, tokens: int
+    experiment: str, phase: str, model: ModelFacts, tokens: int, vector_source: str
 ) -> tuple[Estimate | None, str]:
     """The newest finished run of ``phase`` on this machine with the same model on the
-    same device, its stages summed and scaled to ``tokens``; else (None, why)."""
+    same device steered by the same vector source (one that did not start under load
+    before one that did), its stages summed and scaled to ``tokens``; else (None, why)."""
     try:
         tracking.require_store()
     except LookupError:
@@ -238,17 +279,23 @@ def earlier_estimate(
         and _model_of(r) == model.model_id
         and _device_of(r) == model.device.type
     )
+    busy = None  # the newest that ran under load: used only when no other is there
     for run in same:
         found = _record_of(run)
-        if found is None:
+        if found is None or found[2] != vector_source:
             continue
-        timings, earlier_tokens = found
+        timings, earlier_tokens, _source = found
         scale = tokens / earlier_tokens if tokens and earlier_tokens else 1.0
         name = run.info.run_name or run.info.run_id
-        return Estimate(run.info.run_id, name, timings, scale), ""
+        estimate = Estimate(run.info.run_id, name, timings, scale, *_load_of(run))
+        if not estimate.under_load:
+            return estimate, ""
+        busy = busy or estimate
+    if busy is not None:
+        return busy, ""
     return None, (
-        f"no finished run of {model.model_id} on {model.device.type} on this machine "
-        f"in {experiment!r} with stage timings"
+        f"no finished run of {model.model_id} on {model.device.type} with {vector_source} "
+        f"vectors on this machine in {experiment!r} with stage timings"
     )
 
 
@@ -308,7 +355,7 @@ def plan_run(
     plan.strength = [choice.message]
     plan.vectors = vectors
     plan.estimate, plan.no_estimate = earlier_estimate(
-        config.experiment, "5", model, plan.max_tokens
+        config.experiment, "5", model, plan.max_tokens, config.steering.vector_source
     )
     return plan
 
@@ -328,5 +375,7 @@ def plan_study(
         stages=stages,
         max_new_tokens=config.generation.max_new_tokens,
     )
-    plan.estimate, plan.no_estimate = earlier_estimate(config.experiment, phase, model, 0)
+    plan.estimate, plan.no_estimate = earlier_estimate(
+        config.experiment, phase, model, 0, config.steering.vector_source
+    )
     return plan

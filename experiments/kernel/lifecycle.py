@@ -34,7 +34,7 @@ from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, P
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
-from experiments.tracking.context import DECODE_TAG, DEVICE_TAG, MODEL_TAG
+from experiments.tracking.context import DECODE_TAG, DEVICE_TAG, MODEL_TAG, load_tags
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -136,6 +136,7 @@ class RunSession(Generic[C]):
                 DEVICE_TAG: self.lm.device.type,
                 MODEL_TAG: self.lm.model_id,
                 DECODE_TAG: decode_description(self.lm),
+                **load_tags(),  # a dry run says when its reference ran under load
             }
         run_id = self._stack.enter_context(
             tracking.tracked_run(experiment, name, tags=tags, run_id=self.existing)

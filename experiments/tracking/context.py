@@ -45,11 +45,25 @@ MODEL_TAG = "steer_eval.model_id"  # the loaded model's id (embedded:gemma-3-270
 # How its texts were decoded: the decode policy and, on a card, its kernels, which move
 # a sampled text's last bits (steering/decode_kernels.py)
 DECODE_TAG = "steer_eval.decode"
+# The machine's load when a run started (1-minute load average) and its CPU count: a dry
+# run says when the run it estimates from ran under load
+LOAD_TAG = "steer_eval.load"
+CPUS_TAG = "steer_eval.cpus"
 GIT_COMMIT = "mlflow.source.git.commit"
 GIT_BRANCH = "mlflow.source.git.branch"
 GIT_REPO_URL = "mlflow.source.git.repoURL"
 COMMAND_TAG = "steer_eval.command"
 MAX_TAG_LEN = 5000
+
+
+def load_tags() -> dict[str, str]:
+    """The machine's load now (:data:`LOAD_TAG`, :data:`CPUS_TAG`); none where the
+    platform has no load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return {}
+    return {LOAD_TAG: f"{load:.2f}", CPUS_TAG: str(os.cpu_count() or 1)}
 
 
 def _git(*args: str) -> str | None:

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from experiments import tracking
 from experiments.cli import app
 from experiments.rundir import RUN_DIR_TAG
-from experiments.tracking.context import DEVICE_TAG, HOST_TAG, MODEL_TAG
+from experiments.tracking.context import CPUS_TAG, DEVICE_TAG, HOST_TAG, LOAD_TAG, MODEL_TAG
 
 REPO = Path(__file__).resolve().parents[3]
 runner = CliRunner()
@@ -34,20 +34,24 @@ def _said(out) -> str:
     return " ".join((out.stdout + out.stderr).split())
 
 
-def _earlier_run(experiment, tmp_path, name, timings, device="cpu", model=EMBEDDED_ID, phase="5"):
-    """A finished run in the store with a record holding ``timings`` (30 rows × 10)."""
+def _earlier_run(experiment, tmp_path, name, timings, device="cpu", model=EMBEDDED_ID, phase="5",
+                 source="classifier", load=None):  # fmt: skip
+    """A finished run in the store with a record holding ``timings`` (30 rows × 10);
+    ``load``: (load average, CPU count) its tags say it started with."""
     folder = tmp_path / name
     folder.mkdir()
     record = {
         "timings": timings,
         "n_generations": 18,
-        "config": {"generation": {"max_new_tokens": 10}},
+        "config": {"generation": {"max_new_tokens": 10}, "steering": {"vector_source": source}},
     }
     (folder / "steering_results.json").write_text(json.dumps(record))
     # every row it generated (the record's n_generations counts the concept arm only)
     (folder / "generations.jsonl").write_text("".join(f'{{"key": "k{i}"}}\n' for i in range(30)))
     tags = {"phase": phase, HOST_TAG: platform.node(), DEVICE_TAG: device, MODEL_TAG: model,
             RUN_DIR_TAG: str(folder)}  # fmt: skip
+    if load is not None:
+        tags |= {LOAD_TAG: str(load[0]), CPUS_TAG: str(load[1])}
     run_id = tracking.start_run(experiment, name, tags=tags)
     tracking.end_run(run_id)
     return run_id
@@ -59,6 +63,7 @@ def test_a_good_plan_shows_the_setup_and_sums_an_earlier_runs_stages(mlflow_stor
     ours = _earlier_run(experiment, tmp_path, "same model and device", timings)
     _earlier_run(experiment, tmp_path, "on a card", {"generation": 1.0}, device="cuda")
     _earlier_run(experiment, tmp_path, "another model", {"generation": 1.0}, model="gguf:x")
+    _earlier_run(experiment, tmp_path, "other vectors", {"generation": 1.0}, source="diffmean")
     # 3 concepts × 3 prompts × 5 rows = 45 rows × 20 tokens: 3× the earlier 30 × 10
     args = ["run", "--dry-run", "--concepts", "3", "--max-new-tokens", "20",
             "--set", f"tracking.experiment={experiment}"]  # fmt: skip
@@ -77,15 +82,53 @@ def test_a_good_plan_shows_the_setup_and_sums_an_earlier_runs_stages(mlflow_stor
     assert "stages: model_load → classifiers → vectors" in text
     assert "about 2.2 min, the 4 stages of run 'same model and device'" in text
     assert "scaled ×3.00" in text
+    # each stage as this plan would take it: the per-row ones scaled, the fixed ones not
+    assert "model_load 4 s, classifiers 6 s, generation 90 s, embedding 30 s" in text
+    assert plan["estimate"]["scaled_stages"]["generation"] == pytest.approx(90.0)
+    assert "ran with load" not in text and plan["estimate"]["load"] is None
+
+
+def test_a_reference_that_ran_under_load_is_a_last_resort_and_said(mlflow_store, tmp_path):
+    experiment = "dry-run-load"
+    args = ["run", "--dry-run", "--concepts", "2", "--set", f"tracking.experiment={experiment}"]
+    calm = _earlier_run(experiment, tmp_path, "calm", {"generation": 30.0}, load=(1.5, 4))
+    busy = _earlier_run(experiment, tmp_path, "busy", {"generation": 60.0}, load=(12.0, 4))
+    plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert plan["estimate"]["run_id"] == calm and plan["estimate"]["under_load"] is False
+    assert "ran with load" not in _said(runner.invoke(app, args))
+    tracking.client().delete_run(calm)
+    plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert plan["estimate"]["run_id"] == busy and plan["estimate"]["under_load"] is True
+    assert "the reference ran with load 12.00 on 4 cores" in _said(runner.invoke(app, args))
+
+
+def test_a_run_records_the_load_it_started_with(mlflow_store, tmp_path, tiny_lm):
+    """``RunSession.start`` tags a new run with the machine's load and CPU count."""
+    import os
+
+    from experiments.config import load_config
+    from experiments.kernel.lifecycle import RunSession
+    from experiments.timer import Timer
+
+    config = load_config("configs/phase5.yaml", [f"tracking.results_dir={tmp_path}"])
+    session = RunSession(config, None, Timer(), tiny_lm, None)
+    with session._stack:
+        run_id, new = session.start("dry-run-load-tags", "tagged", tmp_path)
+    tags = tracking.get_run(run_id).data.tags
+    assert new and int(tags[CPUS_TAG]) == os.cpu_count()
+    assert float(tags[LOAD_TAG]) >= 0.0 and tags[MODEL_TAG] == tiny_lm.model_id
 
 
 def test_without_a_run_of_this_model_on_this_device_there_is_no_estimate(mlflow_store, tmp_path):
     experiment = "dry-run-no-estimate"
     _earlier_run(experiment, tmp_path, "on a card", {"generation": 1.0}, device="cuda")
+    _earlier_run(experiment, tmp_path, "other vectors", {"generation": 1.0}, source="diffmean")
     args = ["run", "--dry-run", "--concepts", "2", "--set", f"tracking.experiment={experiment}"]
     out = runner.invoke(app, args)
     assert out.exit_code == 0, out.stderr
-    assert f"no estimate: no finished run of {EMBEDDED_ID} on cpu on this machine" in _said(out)
+    assert f"no estimate: no finished run of {EMBEDDED_ID} on cpu with classifier vectors" in (
+        _said(out)
+    )
 
 
 def test_a_layer_out_of_range_is_refused_from_the_config(mlflow_store):
