@@ -203,6 +203,45 @@ def read_control_vector(path: str | Path) -> ControlVector:
     return ControlVector(directions, str(hint or ""), metadata)
 
 
+def check_for_llama_cpp(path: str | Path, n_layer: int, n_embd: int) -> ControlVector:
+    """``path`` read as llama.cpp will use it on a model of ``n_layer`` blocks and width
+    ``n_embd``, or a :class:`VectorFileError` for what llama.cpp would refuse or drop,
+    before any model is loaded.
+
+    ``llama_control_vector_load_one`` refuses any tensor not named ``direction.<N>``
+    (the only tensors it reads) and ``direction.0``; ``llama_adapter_cvec::apply`` refuses
+    a width other than the model's ``n_embd``, and holds a row only for blocks 1 to
+    ``n_layer − 1``, so a ``direction.N`` with N ≥ ``n_layer`` would silently steer nothing.
+    """
+    from gguf import GGUFReader
+
+    path = Path(path)
+    try:
+        names = [t.name for t in GGUFReader(path).tensors]
+    except Exception as exc:  # the gguf package raises several kinds on a bad file
+        raise VectorFileError(f"{path}: not a readable GGUF file ({exc})") from exc
+    other = [n for n in names if not n.startswith("direction.")]
+    if other:
+        raise VectorFileError(
+            f"{path}: tensors {other[:3]} are not direction.<N>; llama.cpp refuses a control "
+            "vector holding anything else (keep facts as metadata keys, not tensors)"
+        )
+    cv = read_control_vector(path)  # direction.0, dtype and shape refused as llama.cpp does
+    beyond = sorted(n for n in cv.directions if n >= n_layer)
+    if beyond:
+        raise VectorFileError(
+            f"{path}: direction.{beyond[0]} is beyond the model's {n_layer} blocks (llama.cpp "
+            f"steers direction.1 to direction.{n_layer - 1}); export it from this model"
+        )
+    widths = sorted({v.shape[0] for v in cv.directions.values()})
+    if widths != [n_embd]:
+        raise VectorFileError(
+            f"{path}: its directions are {', '.join(map(str, widths))} wide, but the model's "
+            f"n_embd is {n_embd}; llama.cpp refuses it: export it from the same model"
+        )
+    return cv
+
+
 def write_control_vector(
     path: str | Path,
     directions: Mapping[int, np.ndarray],

@@ -6,6 +6,11 @@ folder is ``--out`` (default ``exports/<run id>``). The work is done in
 written. A first argument that is no run is refused (exit 2) rather than guessed at: an
 existing folder there is the old form (``export <folder> --run <run>``), and the message
 gives the new one.
+
+``--check`` then applies each exported file (or a fixed sample, ``--concepts K``) in
+llama.cpp and by the run's own hook, and compares the NLL shifts they cause
+(:mod:`experiments.phase5.export_check`): a table, or ``--json``, and ``check.json`` in
+the folder; exit 1 when the agreement is under the threshold.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ import typer
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+
+    from experiments.phase5.export import Export
+    from experiments.phase5.export_check import ExportCheck
+    from experiments.rundir import RunDir
 
 from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
 from experiments.cli.human import experiment_for
@@ -80,6 +89,25 @@ def export(
         str | None,
         typer.Option(help="MLflow experiment `latest` searches (default: the config's)"),
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="apply the files in llama.cpp and by the run's hook and compare the NLL "
+            "shifts they cause (writes check.json; exit 1 if r < --threshold)",
+        ),
+    ] = False,
+    concepts: Annotated[
+        int | None,
+        typer.Option("--concepts", min=1, help="--check a fixed sample of K concepts"),
+    ] = None,
+    gguf: Annotated[
+        Path | None,
+        typer.Option(help="--check: the model GGUF (default: the embedded model's)"),
+    ] = None,
+    threshold: Annotated[
+        float, typer.Option(help="--check passes when Pearson r of the shifts is at least this")
+    ] = 0.95,
     json_: JsonOpt = False,
 ) -> None:
     """Write a run's directions, scaled as steered (α·β), as llama.cpp control vectors
@@ -91,9 +119,57 @@ def export(
     run_id = found.info.run_id
     folder = RunDir.locate(found, results_dir)
     result = export_run(folder, out_dir if out_dir is not None else DEFAULT_OUT / run_id)
+    checked = _check(folder, result.folder, gguf, concepts, threshold) if check else None
     if json_:
-        print_json({"run_id": run_id, "folder": str(result.folder), **result.to_dict()})
-        return
+        extra = {"check": checked.to_dict()} if checked is not None else {}
+        print_json({"run_id": run_id, "folder": str(result.folder), **result.to_dict(), **extra})
+    else:
+        _print_export(run_id, result)
+        if checked is not None:
+            _print_check(checked)
+    if checked is not None and not checked.passed:
+        raise typer.Exit(1)
+
+
+def _check(
+    run_dir: RunDir, folder: Path, gguf: Path | None, k: int | None, threshold: float
+) -> ExportCheck:
+    """Load the run's model and llama.cpp's GGUF and run the check."""
+    from experiments.cli.common import progress_bars
+    from experiments.phase5.export import ExportError
+    from experiments.phase5.export_check import check_export, gguf_for, run_texts
+
+    config = run_dir.read_record(migrate=True).config
+    gguf = gguf or gguf_for(config.model)
+    if gguf is None:
+        raise ExportError(
+            f"--check needs the GGUF of {config.model} for llama.cpp; pass --gguf <model.gguf>"
+        )
+    texts = run_texts(run_dir)
+    with progress_bars() as report:
+        return check_export(
+            folder, config.model_spec.load, gguf, texts, k, threshold, progress=report
+        )
+
+
+def _print_check(checked: ExportCheck) -> None:
+    from rich.table import Table
+
+    table = Table("shifts", "n", "Pearson r", "slope (llama.cpp on hook)", title="export check")
+    rows = [("all", checked.overall)] + [(f"sign {k}", v) for k, v in checked.by_sign.items()]
+    for name, a in rows:
+        table.add_row(name, str(a.n), f"{a.r:.3f}", f"{a.slope:.3f}")
+    out.print(table)
+    verdict = "[green]pass[/]" if checked.passed else "[red]fail[/]"
+    console.print(
+        f"{verdict}: r = {checked.overall.r:.3f} (threshold {checked.threshold:g}) over "
+        f"{len(checked.concepts)} concepts × 2 signs × their texts; mean per-token NLL shift "
+        f"by llama.cpp ({checked.gguf.name}, direction.{checked.layer}) vs the run's hook; "
+        f"written to {checked.folder / 'check.json'}"
+    )
+
+
+def _print_export(run_id: str, result: Export) -> None:
     from rich.table import Table
 
     table = Table("concept", "file", "scale α·β", title=f"exported run {run_id}")

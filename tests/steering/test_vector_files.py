@@ -11,6 +11,7 @@ from steering.vector_files import (
     UNIT_KEY,
     ModelKind,
     VectorFileError,
+    check_for_llama_cpp,
     read_control_vector,
     read_vectors,
     write_control_vector,
@@ -247,3 +248,50 @@ def test_the_kind_of_a_loaded_gemma_is_its_model_type_and_class(tiny_lm):
     assert kind.model_type == "gemma3_text"
     assert kind.matches("gemma3_text") and kind.matches("Gemma3ForCausalLM")
     assert not kind.matches("llama") and not kind.matches("Gemma3ForConditionalGeneration")
+
+
+def raw_control_vector(path, tensors: dict[str, np.ndarray]):
+    """A control vector with exactly ``tensors`` (what write_control_vector would refuse)."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "controlvector")
+    writer.add_uint32("controlvector.layer_count", len(tensors))
+    for name, value in tensors.items():
+        writer.add_tensor(name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_what_llama_cpp_accepts_is_read_back_whole(tmp_path):
+    vs = vectors()
+    path = write_control_vector(tmp_path / "ok.gguf", {1: vs["dog.n.01"], 17: vs["herb.n.01"]}, "m")
+    cv = check_for_llama_cpp(path, n_layer=18, n_embd=HIDDEN)
+    assert sorted(cv.directions) == [1, 17]
+    assert np.array_equal(cv.directions[17], vs["herb.n.01"])
+
+
+@pytest.mark.parametrize(
+    ("tensors", "n_layer", "n_embd", "message"),
+    [
+        ({"direction.0": np.ones(HIDDEN, np.float32)}, 18, HIDDEN, r"direction\.0.*N ≥ 1"),
+        (
+            {"direction.3": np.ones(HIDDEN, np.float32), "scale": np.ones(1, np.float32)},
+            18,
+            HIDDEN,
+            r"\['scale'\] are not direction\.<N>; llama\.cpp refuses",
+        ),
+        ({"direction.18": np.ones(HIDDEN, np.float32)}, 18, HIDDEN, r"beyond the model's 18"),
+        ({"direction.3": np.ones(HIDDEN, np.float32)}, 18, 640, r"8 wide.*n_embd is 640"),
+    ],
+    ids=["direction.0", "another tensor", "beyond the last block", "another width"],
+)
+def test_what_llama_cpp_refuses_is_refused_with_the_reason(
+    tmp_path, tensors, n_layer, n_embd, message
+):
+    path = raw_control_vector(tmp_path / "bad.gguf", tensors)
+    with pytest.raises(VectorFileError, match=message) as caught:
+        check_for_llama_cpp(path, n_layer, n_embd)
+    assert str(path) in str(caught.value)

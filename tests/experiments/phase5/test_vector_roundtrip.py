@@ -159,3 +159,93 @@ def test_a_vector_of_the_wrong_size_stops_the_run_before_generating(
     config = small_config(tmp, "steering.vector_source=file", f"steering.vector_file={folder}")
     with pytest.raises(VectorFileError, match="hidden size is 640"):
         run_phase5(config, lm=embedded_lm, embedder=embedder)
+
+
+@pytest.mark.judge
+def test_the_export_steers_llama_cpp_as_the_hook_steers_the_model(original):
+    tmp, result = original
+    out = tmp / "checked"
+    reply = CliRunner().invoke(
+        app,
+        [
+            *("export", result.run_id, "--out", str(out), "--results-dir", str(tmp / "results")),
+            *("--check", "--concepts", "1", "--json"),
+        ],
+    )
+    assert reply.exit_code == 0, reply.output
+    check = json.loads(reply.stdout)["check"]
+    assert json.loads((out / "check.json").read_text()) == check
+    (concept,) = check["concepts"]
+    assert concept in json.loads((out / "export.json").read_text())["gguf"]
+    # 3 on-concept texts and their 3 paired off-concept texts, at both signs
+    assert len(check["texts"][concept]) == 6 and check["n_shifts"] == 12
+    assert check["layer"] == 9 and check["gguf"].endswith("gemma-3-270m-q4_k_m.gguf")
+    # the quantised GGUF and the fp32 model move the NLL alike: same shifts, slope near 1
+    assert check["passed"] and check["r"] >= 0.95
+    assert 0.8 < check["slope"] < 1.25
+    for sign in ("+1", "-1"):
+        assert 0.8 < check["by_sign"][sign]["slope"] < 1.25
+    assert any(abs(s["hook"]) > 0.05 for s in check["shifts"])  # it did steer
+
+
+def test_a_file_llama_cpp_would_refuse_is_refused_before_any_model_loads(original, exported):
+    from experiments.phase5.export_check import check_export
+    from steering.assets import embedded_gguf_path
+    from steering.vector_files import VectorFileError, read_control_vector, write_control_vector
+
+    tmp, _ = original
+    folder = tmp / "layer0"
+    shutil.copytree(exported, folder)
+    concepts = sorted(json.loads((folder / "export.json").read_text())["gguf"])
+    concept = concepts[0]
+    (vector,) = read_control_vector(folder / f"{concept}.gguf").directions.values()
+    write_control_vector(folder / f"{concept}.gguf", {17: vector[:100]}, "gemma3_text")
+
+    def no_model():
+        raise AssertionError("the model was loaded for a file llama.cpp refuses")
+
+    with pytest.raises(VectorFileError, match=r"100 wide, but the model's n_embd is 640"):
+        check_export(
+            folder, no_model, embedded_gguf_path(), {c: ["A dog barked."] for c in concepts}
+        )
+
+
+def recipe() -> str:
+    """The Python recipe of docs/vectors.md, as the page shows it."""
+    page = (Path(__file__).parents[3] / "docs" / "vectors.md").read_text()
+    after = page.split("<!-- recipe: apply_control_vector", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.judge
+def test_the_documented_python_recipe_applies_an_export_as_the_check_does(original, exported):
+    from experiments.phase5.export_check import llama_nll, set_cvec
+    from judges.llama_runtime import check_decodes, open_llama
+    from steering.assets import embedded_gguf_path
+    from steering.vector_files import read_control_vector
+
+    code = recipe()
+    assert len(code.strip().splitlines()) <= 15
+    namespace: dict = {}
+    exec(compile(code, "docs/vectors.md", "exec"), namespace)
+    apply_control_vector = namespace["apply_control_vector"]
+    concept = sorted(json.loads((exported / "export.json").read_text())["gguf"])[0]
+    path = exported / f"{concept}.gguf"
+    gguf = embedded_gguf_path()
+    check_decodes(gguf)
+    llm = open_llama(gguf, n_ctx=64, logits_all=True, seed=0, verbose=False)
+    try:
+        ids = llm.tokenize(b"The bus stop on the corner was moved last year.", add_bos=True)
+        nll = {}
+        set_cvec(llm, None)
+        nll["none"] = llama_nll(llm, ids, 1)
+        for sign in (1.0, -1.0):
+            apply_control_vector(llm, str(path), sign)
+            nll[f"recipe {sign:+g}"] = llama_nll(llm, ids, 1)
+            set_cvec(llm, read_control_vector(path).directions, sign)
+            nll[f"check {sign:+g}"] = llama_nll(llm, ids, 1)
+    finally:
+        llm.close()
+    for sign in ("+1", "-1"):
+        assert nll[f"recipe {sign}"] == pytest.approx(nll[f"check {sign}"], abs=1e-6)
+        assert abs(nll[f"recipe {sign}"] - nll["none"]) > 1e-3  # it steers
