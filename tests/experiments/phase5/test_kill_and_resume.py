@@ -37,6 +37,7 @@ TAGS_VARY = (
     "mlflow.parentRunId",
     "steer_eval.run_dir",
     "steer_eval.phase4_run",
+    "steer_eval.load",  # the machine's load average when the run started
     # the checkout at logging time: a resume may run from an edited or newer checkout
     "git_dirty",
     "git_commit",
