@@ -213,6 +213,14 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="log more")]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="print the result as JSON on stdout instead of tables")
 ]
+# What `latest` means to a command that takes a Phase 5 run: the newest run of the
+# experiment given, else of the config's.
+LatestConfigOpt = Annotated[
+    Path, typer.Option("--config", "-c", help="config whose experiment `latest` searches")
+]
+LatestExperimentOpt = Annotated[
+    str | None, typer.Option(help="MLflow experiment `latest` searches (default: the config's)")
+]
 
 
 def print_json(data: Any) -> None:

@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from experiments.phase5.export_check import ExportCheck
     from experiments.rundir import RunDir
 
-from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
+from experiments.cli.common import (
+    DEFAULT_CONFIG,
+    JsonOpt,
+    LatestConfigOpt,
+    LatestExperimentOpt,
+    console,
+    friendly,
+    out,
+    print_json,
+)
 from experiments.cli.human import experiment_for
 
 DEFAULT_OUT = Path("exports")  # a run's export goes to exports/<run id> unless --out
@@ -82,13 +91,8 @@ def export(
     ] = None,
     old_run: Annotated[str | None, typer.Option("--run", hidden=True)] = None,
     results_dir: Annotated[Path | None, typer.Option(help="local results folder")] = None,
-    config: Annotated[
-        Path, typer.Option("--config", "-c", help="config whose experiment `latest` searches")
-    ] = DEFAULT_CONFIG,
-    experiment: Annotated[
-        str | None,
-        typer.Option(help="MLflow experiment `latest` searches (default: the config's)"),
-    ] = None,
+    config: LatestConfigOpt = DEFAULT_CONFIG,
+    experiment: LatestExperimentOpt = None,
     check: Annotated[
         bool,
         typer.Option(

@@ -16,6 +16,7 @@ from experiments.cli.common import (
     ConceptsOpt,
     ConfigOpt,
     JsonOpt,
+    LatestConfigOpt,
     LayerAutoOpt,
     LayerOpt,
     ModelOpt,
@@ -379,9 +380,7 @@ def rescore(
             "(metrics, gate, criteria, centroids, embedding)",
         ),
     ] = None,
-    config: Annotated[
-        Path, typer.Option("--config", "-c", help="config whose experiment `latest` searches")
-    ] = DEFAULT_CONFIG,
+    config: LatestConfigOpt = DEFAULT_CONFIG,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

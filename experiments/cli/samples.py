@@ -18,7 +18,16 @@ from typing import Annotated, Any
 
 import typer
 
-from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
+from experiments.cli.common import (
+    DEFAULT_CONFIG,
+    JsonOpt,
+    LatestConfigOpt,
+    LatestExperimentOpt,
+    console,
+    friendly,
+    out,
+    print_json,
+)
 from experiments.cli.human import latest_experiment
 
 
@@ -53,13 +62,8 @@ def samples(
     results_dir: Annotated[
         Path | None, typer.Option(help="the results folder (default: the run's own)")
     ] = None,
-    config: Annotated[
-        Path, typer.Option("--config", "-c", help="config whose experiment `latest` searches")
-    ] = DEFAULT_CONFIG,
-    experiment: Annotated[
-        str | None,
-        typer.Option(help="MLflow experiment `latest` searches (default: the config's)"),
-    ] = None,
+    config: LatestConfigOpt = DEFAULT_CONFIG,
+    experiment: LatestExperimentOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Print a run's steered texts, each beside its unsteered and random twins, with
