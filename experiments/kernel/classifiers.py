@@ -187,11 +187,10 @@ def views(record: ClassifierRecord, sets: dict[int, ProbeSet]) -> Views:
         )
         metrics["best_layer_by_auroc"] = float(best_layer(sets))
     metrics["train_seconds"] = record.seconds
-    summary = "\n".join(
-        [f"# Phase 4 classifiers ({record.model_id})", "", *answer_of(record).notes, ""]
-    )
+    answer = answer_of(record)
+    summary = "\n".join([f"# Phase 4 classifiers ({record.model_id})", "", *answer.notes, ""])
     return Views(
-        answer=answer_of(record),
+        answer=answer,
         summary=summary,
         figures=figures,
         metrics=metrics,

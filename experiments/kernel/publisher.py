@@ -18,8 +18,8 @@ order:
 
 A phase keeps only what is its own: its views (:class:`Views`) and its child runs
 (:class:`ChildRun`, or a :class:`ChildWriter` for Phase 5's incremental per-cell
-children). Parts B and C add to a finished run through :func:`append_child` and
-:func:`update_parent`, never by opening MLflow runs themselves.
+children). Parts B and C add their child to a finished run through
+:func:`append_child`, never by opening MLflow runs themselves.
 """
 
 from __future__ import annotations
@@ -46,14 +46,6 @@ FigureFactory = Callable[[], Any]
 
 class Target(Protocol):
     """Where a run publishes: its MLflow run and its folder (a ``RunSession`` is one)."""
-
-    run_id: str | None
-    run_dir: RunDir | None
-
-
-@dataclass(frozen=True)
-class Place:
-    """A publishing target without a session (Phase 5's stages hold the id and folder)."""
 
     run_id: str | None
     run_dir: RunDir | None

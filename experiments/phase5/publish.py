@@ -102,11 +102,6 @@ def parent_params(ctx: RunContext, n_concepts: int) -> dict:
     }
 
 
-def config_params(config) -> dict:
-    """Every config setting not already a headline parameter, as ``config.<dotted key>``."""
-    return {f"config.{k}": v for k, v in config.flat().items() if k not in HEADLINE_KEYS}
-
-
 def run_name(config, model_id: str, layer: int) -> str:
     """What tells two runs apart: model, layer, direction source, mode (when not the
     default additive) and β (``β heldout`` when chosen per concept)."""
@@ -115,17 +110,6 @@ def run_name(config, model_id: str, layer: int) -> str:
     beta = "β heldout" if config.selection.mode == "heldout" else f"β={config.steering.beta:g}"
     name = "" if config.name == "phase5" else f"{config.name} "
     return f"{name}{model} L{layer} {config.steering.vector_source}{mode} {beta}"
-
-
-def log_parent(ctx: RunContext, config_path) -> None:
-    """A new parent run's parameters and inputs, and the link to the Phase 4 run whose
-    classifiers it uses (the lifecycle opened the run and remembers its folder)."""
-    config = ctx.config
-    params = {**parent_params(ctx, len(ctx.graph.concepts)), **config_params(config)}
-    tracking.log_params(ctx.run_id, params)
-    if ctx.classifier_run_id:
-        tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
-    log_run_inputs(ctx.run_id, ctx, config_path)
 
 
 def prompt_frame(ctx: RunContext) -> pd.DataFrame:

@@ -32,10 +32,10 @@ from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunError, RunSession
 from experiments.kernel.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.kernel.probes import ProbeSet
-from experiments.kernel.publisher import Views
+from experiments.kernel.publisher import ChildWriter, Views
 from experiments.kernel.score import Scorer, build_scorer, score_all
 from experiments.kernel.selection import select_strengths
-from experiments.kernel.study import Finished, Opening, Resume, run_study
+from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
 from experiments.kernel.vectors import VectorSet, build_vectors
 from experiments.phase5.analyse import (
     CriteriaReport,
@@ -48,10 +48,10 @@ from experiments.phase5.likelihood import score_likelihood, texts_for
 from experiments.phase5.measurement import MeasurementReport, measure
 from experiments.phase5.per_concept import concept_intervals
 from experiments.phase5.publish import (
+    HEADLINE_KEYS,
     PHASE4_TAG,
     build_record,
     child_writer,
-    config_params,
     log_run_inputs,
     numeric_metrics,
     parent_params,
@@ -180,14 +180,23 @@ def score(
     return Finished(record, scored)
 
 
-def phase5_views(record: RunRecord, scored: Scored) -> Views:
-    """The record's views (``phase5/publish.views``), with the generation's speed
-    when this invocation generated."""
-    shown = views(scored.ctx, record, scored.seed_rows, scored.samples)
-    if scored.generation_seconds > 0:
-        shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
-        shown.metrics["generation/seconds"] = scored.generation_seconds
-    return shown
+class Phase5Shown:
+    """What every Phase 5 study (run, resume, rescore) shows of its scored record: the
+    views (``phase5/publish.views``, with the generation's speed when this invocation
+    generated) and the per-cell child runs (updated in place by a rescore)."""
+
+    phase: Phase = "phase5"
+    record_file: str = RunDir.RECORD
+
+    def views(self, record: RunRecord, scored: Scored) -> Views:
+        shown = views(scored.ctx, record, scored.seed_rows, scored.samples)
+        if scored.generation_seconds > 0:
+            shown.metrics["generation/tokens_per_second"] = record.tokens_per_second
+            shown.metrics["generation/seconds"] = scored.generation_seconds
+        return shown
+
+    def children(self, record: RunRecord, scored: Scored) -> ChildWriter:
+        return child_writer(scored.ctx, scored.seed_rows, scored.update_children)
 
 
 def phase5_result(record: RunRecord, run_dir: Path, scored: Scored) -> Phase5Result:
@@ -278,11 +287,8 @@ def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
     )
 
 
-class Phase5:
+class Phase5(Phase5Shown):
     """Phase 5 Part A, new or resumed (a :class:`~experiments.kernel.study.Study`)."""
-
-    phase: Phase = "phase5"
-    record_file: str = RunDir.RECORD
 
     def __init__(
         self,
@@ -310,7 +316,12 @@ class Phase5:
                 tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
             log_run_inputs(ctx.run_id, ctx, run_dir.file(RunDir.CONFIG))
         run_dir.write_json(RunDir.CENTROIDS, self.prep.scorer.texts())
-        return {**parent_params(ctx, len(ctx.graph.concepts)), **config_params(ctx.config)}
+        # every setting not already a headline parameter, as config.<dotted key>
+        headline = frozenset(HEADLINE_KEYS)
+        return {
+            **parent_params(ctx, len(ctx.graph.concepts)),
+            **config_params(ctx.config, headline),
+        }
 
     def stages(self, session: RunSession[Phase5Config]) -> Finished[RunRecord, Scored]:
         prep, ctx = self.prep, self.ctx
@@ -340,18 +351,9 @@ class Phase5:
         say("scoring, pairing and logging")
         return score(ctx, run_dir, prep.scorer, timer, totals.tokens_per_second, totals.seconds)
 
-    def views(self, record: RunRecord, scored: Scored) -> Views:
-        return phase5_views(record, scored)
 
-    def children(self, record: RunRecord, scored: Scored):
-        return child_writer(scored.ctx, scored.seed_rows, scored.update_children)
-
-
-class Phase5Rescore:
+class Phase5Rescore(Phase5Shown):
     """A finished Phase 5 run scored again from its saved texts, with no model."""
-
-    phase: Phase = "phase5"
-    record_file: str = RunDir.RECORD
 
     def __init__(self, overrides: list[str]) -> None:
         self.overrides = overrides
@@ -402,12 +404,6 @@ class Phase5Rescore:
             self.ctx, session.directory, self.scorer, session.timer, self.tokens_per_second,
             0.0, rescore=True,
         )  # fmt: skip
-
-    def views(self, record: RunRecord, scored: Scored) -> Views:
-        return phase5_views(record, scored)
-
-    def children(self, record: RunRecord, scored: Scored):
-        return child_writer(scored.ctx, scored.seed_rows, scored.update_children)
 
 
 def run_phase5(
