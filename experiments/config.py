@@ -516,6 +516,16 @@ class IdentifyConfig(_Strict):
         description="which graded nuisances (0: the discriminative residual ⟂ v*; 1, 2, …: "
         "covariance eigenvectors at ranks 1, 2, 4, 8, …) the iso-cos design uses",
     )
+    isocos_draw: Annotated[Literal["graded", "random"], OMIT_IF_DEFAULT] = Field(
+        "graded",
+        description="how the iso-cos nuisances are made: graded (v2: one deterministic set, "
+        "the same rule for every concept) or random (v3: per concept, a band of the "
+        "covariance spectrum, stratified, and random signs over its eigenvectors; "
+        "isocos_nuisances then numbers the draws)",
+    )
+    isocos_bands: Annotated[int, OMIT_IF_DEFAULT] = Field(
+        4, ge=1, description="random iso-cos nuisances: log-spaced bands of the spectrum"
+    )
     subset_concepts: Annotated[int, OMIT_IF_DEFAULT] = Field(
         0,
         ge=0,

@@ -338,12 +338,26 @@ class PrimaryResult(BaseModel):
 
     spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
     slope: ClusterEstimate
-    verdict: Literal["supported", "contradicted", "inconclusive", "not_evaluable"]
-    estimator: Literal["linear_cos", "flexible_cos"] = Field(
+    verdict: Literal[
+        "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
+    ]
+    estimator: Literal["linear_cos", "flexible_cos", "equal_geometry"] = Field(
         "linear_cos",
         description="linear_cos: v1 (concept fixed effects, one straight line in cos, concept "
-        "bootstrap); flexible_cos: v2 (identify/estimator.py)",
+        "bootstrap); flexible_cos: v2 (identify/estimator.py); equal_geometry: v3 (random "
+        "iso-cos nuisances, within (concept, angle, band), bare)",
     )
+
+
+class EstimandResult(BaseModel):
+    """One estimand of ``identify/estimands.py``: its question and its estimate."""
+
+    question: str
+    population: str
+    operating_point: str
+    status: Literal["estimated", "not_evaluable", "not_measured"]
+    reason: str | None = None
+    fit: ClusterEstimate | None = None
 
 
 class MatchedPairs(BaseModel):
@@ -535,6 +549,10 @@ class IdentifyRecord(_Record):
     pooled: PooledResult
     baseline: Baseline
     primary: PrimaryResult | None = None
+    estimands: dict[str, EstimandResult] = Field(
+        default_factory=dict,
+        description="every estimand by name, each a stated question (absent before v3)",
+    )
     identified: IdentifiedResult | None = Field(
         None, description="the v2 estimator (absent from runs before it)"
     )

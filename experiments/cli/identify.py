@@ -77,6 +77,15 @@ def identify(
     toys: Annotated[
         int, typer.Option(min=2, help="with --simulate: toys per confound class and arm")
     ] = 30,
+    components: Annotated[
+        Path | None,
+        typer.Option(
+            help="with --simulate: take the toys' noise (within-cell sd, the concepts' "
+            "slope spread, AUROC's spread in a cell) from this identify run folder or "
+            "directions.csv instead of the assumed values",
+            metavar="<folder>",
+        ),
+    ] = None,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -84,7 +93,7 @@ def identify(
     setup_logging(verbose)
     if simulate:
         cfg = resolve_config(config, list(set_ or []), model, None, None, "identify")
-        _simulate(cfg, toys, json_)
+        _simulate(cfg, toys, json_, components)
         return
     if compare is not None:
         from experiments.identify.compare import before_after, markdown, read_directions
@@ -174,37 +183,59 @@ def identify(
     show_run_address(result.run_id)
 
 
-def _simulate(cfg, toys: int, json_: bool) -> None:
+def _simulate(cfg, toys: int, json_: bool, run: Path | None = None) -> None:
     """``--simulate``: the design table (``identify/design.py``), printed and written."""
     from rich.table import Table
 
     from experiments.identify.design import run_design, write_design
+    from experiments.identify.variance import components, read_directions
 
+    measured = None
+    if run is not None:
+        try:
+            measured = components(read_directions(run))
+        except (FileNotFoundError, ValueError) as exc:
+            console.print(f"[bold red]error:[/] --components: {exc}", highlight=False)
+            raise typer.Exit(2) from None
     start = time.monotonic()
     with console.status("simulating") as status:
 
         def progress(what: str, done: int, total: int) -> None:
             status.update(f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s")
 
-        result = run_design(cfg, toys=toys, progress=progress)
+        result = run_design(cfg, toys=toys, progress=progress, measured=measured)
     paths = write_design(result, cfg.identify.results_dir)
     if json_:
         print_json({**result, "files": list(paths)})
         return
     table = Table(title=f"{cfg.name}: {toys} toys per class and arm, seed {result['seed']}")
-    for col in ("estimand", "class", "bias", "cover 0", "supported", "power", "width", "weights"):
+    columns = {
+        "truth": "truth", "bias": "bias", "coverage": "covers truth",
+        "supported_0": "supported", "no_practical_0": "no practical effect",
+        "power": "power", "width": "width",
+    }  # fmt: skip
+    for col in ("estimand", "class", *columns.values(), "weights"):
         table.add_column(col)
 
     def cell(r: dict, k: str) -> str:
-        return "—" if r[k] is None else f"{r[k]:+.3f}" if k == "bias" else f"{r[k]:.2f}"
+        value = r.get(k)
+        return (
+            "—" if value is None else f"{value:+.3f}" if k in ("bias", "truth") else f"{value:.2f}"
+        )
 
     for r in result["table"]:
         top = sorted(r["weights"].items(), key=lambda kv: -kv[1])[:3]
         table.add_row(
-            r["estimand"], r["class"],
-            *(cell(r, k) for k in ("bias", "coverage_0", "supported_0", "power", "width")),
+            r["estimand"], r["class"], *(cell(r, k) for k in columns),
             ", ".join(f"{m} {w:.2f}" for m, w in top),
         )  # fmt: skip
+    if measured is not None:
+        console.print(
+            f"noise measured on {run}: {measured.n_concepts} concepts, within-cell sd "
+            f"{measured.within_sd:.3f}, slope spread τ {measured.slope_sd:.3f}, AUROC sd in "
+            f"a cell {measured.auroc_within_sd:.3f}",
+            highlight=False,
+        )
     console.print(table)
     for failure in result["failures"]:
         console.print(f"[bold red]gate:[/] {failure}", highlight=False)

@@ -33,7 +33,9 @@ from experiments.identify import manipulations, stats
 from experiments.identify.cells import PREDICTORS, StudyTables
 from experiments.identify.directions import REFERENCE
 from experiments.identify.dose import minimum_effective, threshold_curve
+from experiments.identify.estimands import estimate_all
 from experiments.identify.estimator import (
+    equal_geometry,
     flexible_slope,
     identified_analysis,
     log_kl,
@@ -236,7 +238,11 @@ def primary_result(
     controls = [controls] if isinstance(controls, str) else list(controls or [])
     controls = [c for c in controls if c and c != "none"]
     fit: dict[str, Any]
-    if estimator == "flexible_cos":
+    if estimator == "equal_geometry":  # v3: iso-cos, random nuisances, bare
+        fit = cast(dict[str, Any], equal_geometry(
+            frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence
+        ).to_dict())  # fmt: skip
+    elif estimator == "flexible_cos":
         covariates = [c for c in controls if c != "cos_ref"]
         if "log_kl" in covariates:  # the dose: log next-token KL at the direction's β
             frame = frame.assign(log_kl=log_kl(frame["kl"]))
@@ -251,16 +257,25 @@ def primary_result(
                 confidence=confidence,
             )[predictor]
         )  # fmt: skip
-    sign = 1 if primary["hypothesis"] == "positive" else -1
-    if fit["estimate"] is None or fit["low"] is None or fit["high"] is None:
-        verdict = "not_evaluable"
-    elif sign * fit["low"] > 0:
-        verdict = "supported"
-    elif sign * fit["high"] < 0:
-        verdict = "contradicted"
-    else:
-        verdict = "inconclusive"
+    verdict = read_verdict(fit, primary["hypothesis"], primary.get("equivalence_margin"))
     return {"spec": primary, "slope": fit, "verdict": verdict, "estimator": estimator}
+
+
+def read_verdict(fit: dict[str, Any], hypothesis: str, margin: float | None = None) -> str:
+    """The pre-registered reading of one interval: ``no_practical_effect`` when a margin
+    is registered and the whole interval lies inside ±margin (two one-sided tests at the
+    interval's level: with a 95% interval, each at 2.5%, stricter than the usual 90%
+    TOST); else ``supported`` when it excludes 0 on the hypothesised side,
+    ``contradicted`` on the other, ``inconclusive`` otherwise."""
+    low, high = fit.get("low"), fit.get("high")
+    if fit.get("estimate") is None or low is None or high is None:
+        return "not_evaluable"
+    if margin is not None and -margin < low and high < margin:
+        return "no_practical_effect"
+    above, below = low > 0, high < 0
+    if above or below:
+        return "supported" if above == (hypothesis == "positive") else "contradicted"
+    return "inconclusive"
 
 
 def between_concepts(
@@ -341,5 +356,6 @@ def analyse(
             "per_concept": baseline,
         },
         "identified": identified_analysis(pooled, OUTCOME, n_boot=n_boot, seed=seed),
+        "estimands": estimate_all(pooled, n_boot, seed),
         "primary": primary_result(tables, primary, n_boot, seed) if primary else None,
     }

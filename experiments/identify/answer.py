@@ -18,9 +18,11 @@ from experiments.record import ClusterEstimate, Estimate, IdentifyRecord
 PRIMARY_STATUS = {
     "supported": "pass",
     "contradicted": "fail",
+    "no_practical_effect": "fail",  # the interval inside ±margin: the reason says so
     "inconclusive": "inconclusive",
     "not_evaluable": "not_evaluable",
 }
+ESTIMANDS_GROUP = "estimands (each its own question; exploratory unless primary)"
 
 
 def zero_status(e: Estimate) -> str:
@@ -50,7 +52,33 @@ def _row(key: str, label: str, group: str, e: Estimate, **extra) -> Verdict:
 ESTIMATOR_WORDS = {
     "linear_cos": "v1: concept fixed effects, a straight line in cos",
     "flexible_cos": "v2: (concept, manipulation) fixed effects, a spline in cos per manipulation",
+    "equal_geometry": "v3: random iso-cos nuisances, within (concept, angle, band), bare",
 }
+
+
+def estimand_rows(record: IdentifyRecord) -> list[Verdict]:
+    """One row per estimand (identify/estimands.py), named, with its question; an
+    estimand this run could not or did not measure says why."""
+    out = []
+    for name, e in record.estimands.items():
+        if e.fit is not None:
+            out.append(
+                _row(f"estimand/{name}", f"{name}: {e.question}", ESTIMANDS_GROUP, e.fit,
+                     symbol="slope ", description=f"{e.population}; {e.operating_point}")
+            )  # fmt: skip
+        else:
+            out.append(
+                Verdict(
+                    key=f"estimand/{name}", label=f"{name}: {e.question}",
+                    group=ESTIMANDS_GROUP, value=None, low=None, high=None, threshold=0.0,
+                    status="not_evaluable",
+                    reason=e.reason or e.status.replace("_", " "),
+                    description=f"{e.population}; {e.operating_point}",
+                )
+            )  # fmt: skip
+    return out
+
+
 V2_GROUP = "identified: v2 estimator (exploratory)"
 
 
@@ -151,7 +179,7 @@ CONTROL_WORDS = {"cos_ref": "cos(v, v*)", "log_kl": "log next-token KL (the dose
 
 def _controls(control: str | list[str] | None) -> str:
     names = [control] if isinstance(control, str) else list(control or [])
-    return " and ".join(CONTROL_WORDS.get(c, c) for c in names) or "nothing"
+    return " and ".join(CONTROL_WORDS.get(c, c) for c in names if c != "none") or "nothing"
 
 
 def verdicts(record: IdentifyRecord) -> list[Verdict]:
@@ -163,11 +191,15 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
         verdict = primary.verdict.replace("_", " ")
         positive = spec.get("hypothesis", "positive") == "positive"
         model = ESTIMATOR_WORDS.get(primary.estimator, primary.estimator)
+        estimand = spec.get("estimand")
+        margin = spec.get("equivalence_margin")
+        named = f"{estimand}: " if estimand else ""
+        bounds = f"; no practical effect inside ±{margin}" if margin else ""
         out.append(
             _row(
                 "primary",
-                f"slope of {spec.get('outcome')} on {spec.get('predictor')} beside "
-                f"{_controls(spec.get('control'))} (pre-registered; {model})",
+                f"{named}slope of {spec.get('outcome')} on {spec.get('predictor')} beside "
+                f"{_controls(spec.get('control'))} (pre-registered; {model}{bounds})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],
@@ -178,6 +210,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
                 description=f"hypothesis {spec.get('hypothesis')}; {record.label}",
             )
         )
+    out += estimand_rows(record)
     out += identified_rows(record)
     pooled = record.pooled
     out.append(

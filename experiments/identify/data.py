@@ -27,6 +27,7 @@ from experiments.identify.directions import (
     other_nuisance,
     pc_nuisance,
     principal_components,
+    random_nuisances,
     unit,
     within_class_covariance,
 )
@@ -162,7 +163,14 @@ def build_directions(
             sigma=within_class_covariance(d.train, data.neutral),
             delta=x_pn[labels_pn == 1].mean(axis=0) - x_pn[labels_pn == 0].mean(axis=0),
         )
-        if ident.isocos_nuisances:
+        if ident.isocos_nuisances and ident.isocos_draw == "random":
+            drawn = random_nuisances(
+                inputs.sigma, v_star, max(ident.isocos_nuisances) + 1, ident.isocos_bands,
+                seed, concept,
+            )  # fmt: skip
+            inputs.graded = [u for u, _ in drawn]
+            inputs.bands = [band for _, band in drawn]
+        elif ident.isocos_nuisances:
             inputs.graded = graded_nuisances(
                 inputs.sigma, v_star, inputs.delta, max(ident.isocos_nuisances) + 1
             )

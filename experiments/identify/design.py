@@ -40,6 +40,7 @@ from experiments.identify.directions import seeded_rng
 from experiments.identify.estimator import (
     _demean,
     design,
+    equal_geometry,
     flexible_slope,
     iso_cos,
     linear_cos_slope,
@@ -47,6 +48,7 @@ from experiments.identify.estimator import (
     matched_pairs,
 )
 from experiments.identify.simulate import CLASSES, TOY, grid_rows, toy_directions
+from experiments.identify.variance import Components, components, toy_overrides
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
@@ -79,6 +81,9 @@ def estimands(frame: pd.DataFrame, primary: dict, n_boot: int, seed: int) -> dic
         "matched_pairs": _fit(matched_pairs(pooled, y, x, n_boot=n_boot, seed=seed).get("fit")),
     }
     if (pooled["manipulation"] == "isocos").any():
+        out["equal_geometry"] = _fit(
+            equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()
+        )
         iso = iso_cos(pooled, y, x, n_boot=n_boot, seed=seed)
         if iso.get("evaluable"):
             out["isocos_pooled"] = _fit(iso["pooled"])
@@ -108,7 +113,7 @@ def family_weights(
     """Each manipulation family's share of the estimand's identifying AUROC variation (the
     module docstring), on the rows its estimator uses."""
     frame = frame.assign(log_kl=log_kl(frame["kl"])) if "kl" in frame else frame
-    if estimand.startswith("isocos"):
+    if estimand.startswith("isocos") or estimand == "equal_geometry":
         return {"isocos": 1.0}
     if estimand in ("primary", "flexible"):
         cov = list(covariates) if estimand == "primary" else []
@@ -142,28 +147,54 @@ def _mc_se(p: float | None, n: int) -> float | None:
     return None if p is None or n == 0 else float(np.sqrt(p * (1 - p) / n))
 
 
-def _summary(fits: list[dict], planted: list[dict], hypothesis: int) -> dict:
+# Estimands that hold the dose fixed (a log-KL covariate): AUROC acting through the dose
+# is not theirs to find. Every other estimand's truth, with nothing planted, is the
+# class's mediated effect (simulate.Confound.mediated).
+DOSE_HELD = ("primary_v2", "isocos_pooled")
+
+
+def truth(estimand: str, confound_name: str, primary: dict) -> float:
+    """What ``estimand`` estimates in a no-effect toy of the class: 0, or AUROC's effect
+    through the dose for an estimand that does not hold the dose fixed."""
+    held = estimand in DOSE_HELD or (
+        estimand == "primary" and "log_kl" in (primary.get("control") or [])
+    )
+    return 0.0 if held else CLASSES[confound_name].mediated()
+
+
+def _summary(
+    fits: list[dict], planted: list[dict], hypothesis: int, true: float = 0.0,
+    margin: float | None = None, sesoi: float = SESOI,
+) -> dict:  # fmt: skip
+    """Over the no-effect toys: bias against the estimand's truth, coverage of the truth
+    and of 0, how often 'supported' and 'no practical effect' are read; over the planted
+    toys (``sesoi`` beside the truth): power."""
     ok = [f for f in fits if None not in f.values()]
     hit = [f for f in planted if None not in f.values()]
     est = np.array([f["estimate"] for f in ok])
     lo, hi = np.array([f["low"] for f in ok]), np.array([f["high"] for f in ok])
-    supported = (hypothesis * lo > 0) if hypothesis > 0 else (hi < 0)
+    supported = (lo > 0) if hypothesis > 0 else (hi < 0)
 
     def share(mask) -> float | None:
         return float(np.mean(mask)) if len(ok) else None
 
     p_lo = np.array([f["low"] for f in hit])
     p_hi = np.array([f["high"] for f in hit])
+    covers = share((lo <= true) & (hi >= true))
     return {
         "n_null": len(ok),
         "not_evaluable": len(fits) - len(ok),
-        "bias": float(est.mean()) if len(ok) else None,
+        "truth": true,
+        "bias": float(est.mean() - true) if len(ok) else None,
         "sd": float(est.std(ddof=1)) if len(ok) > 1 else None,
+        "coverage": covers,
+        "coverage_mc_se": _mc_se(covers, len(ok)),
         "coverage_0": share((lo <= 0) & (hi >= 0)),
-        "coverage_0_mc_se": _mc_se(share((lo <= 0) & (hi >= 0)), len(ok)),
         "supported_0": share(supported),
+        "no_practical_0": share((lo > -margin) & (hi < margin)) if margin else None,
         "width": float((hi - lo).mean()) if len(ok) else None,
         "n_planted": len(hit),
+        "planted": true + hypothesis * sesoi,
         "power": float(np.mean(p_lo > 0 if hypothesis > 0 else p_hi < 0)) if hit else None,
         "mean_planted": float(np.mean([f["estimate"] for f in hit])) if hit else None,
     }
@@ -180,6 +211,7 @@ def simulate(
     n_concepts: int = 25,
     classes: Sequence[str] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    toy: dict[str, float] | None = None,
 ) -> list[dict]:
     """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
@@ -196,18 +228,21 @@ def simulate(
         for arm, effect in (("null", 0.0), ("planted", hypothesis * sesoi)):
             for i in range(toys):
                 rng = seeded_rng(seed, "design", name, arm, i)
-                toy = toy_directions(ident, CLASSES[name], rng, effect, n_concepts)
-                for est, fit in estimands(toy, primary, n_boot, i).items():
+                frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
+                for est, fit in estimands(frame, primary, n_boot, i).items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
-                        pooled = StudyTables(toy).pooled()
+                        pooled = StudyTables(frame).pooled()
                         weights.setdefault(est, []).append(family_weights(pooled, est, covariates))
                 if progress is not None:
                     step = ci * 2 * toys + (arm == "planted") * toys + i + 1
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)
         for est, arms in fits.items():
             mean_w = pd.DataFrame(weights.get(est, [])).fillna(0.0).mean().round(4)
-            summary = _summary(arms["null"], arms["planted"], hypothesis)
+            summary = _summary(
+                arms["null"], arms["planted"], hypothesis, truth(est, name, primary),
+                primary.get("equivalence_margin"), sesoi,
+            )  # fmt: skip
             rows.append({
                 "estimand": est, "class": name, **summary,
                 "weights": {k: float(v) for k, v in mean_w.items() if v > 0},
@@ -218,20 +253,23 @@ def simulate(
 def check_design(table: Sequence[dict], estimand: str = "primary",
                  bound: float = COVERAGE_BOUND) -> list[str]:  # fmt: skip
     """The gate: why a confirmatory grid is refused (empty: it passes). Its primary must
-    cover 0 in at least ``bound`` of the no-effect toys of every class."""
+    cover its truth (0, or AUROC's effect through the dose for a primary that does not
+    hold the dose fixed: :func:`truth`) in at least ``bound`` of the no-effect toys of
+    every class."""
     rows = [r for r in table if r["estimand"] == estimand]
     if not rows:
         return [f"the table has no {estimand!r} rows"]
     failures = []
     for r in rows:
-        cov = r.get("coverage_0")
+        cov = r.get("coverage", r.get("coverage_0"))
         if cov is None:
             failures.append(f"{r['class']}: the {estimand} was not evaluable on the toys")
         elif cov < bound:
             failures.append(
-                f"{r['class']}: the {estimand}'s interval covers 0 in {cov:.0%} of "
-                f"{r['n_null']} no-effect toys (< {bound:.0%}; Monte Carlo se "
-                f"{_mc_se(cov, r['n_null']):.2f}; 'supported' in {r['supported_0']:.0%})"
+                f"{r['class']}: the {estimand}'s interval covers its truth "
+                f"({r.get('truth', 0.0):+.2f}) in {cov:.0%} of {r['n_null']} no-effect toys "
+                f"(< {bound:.0%}; Monte Carlo se {_mc_se(cov, r['n_null']):.2f}; "
+                f"'supported' in {r['supported_0']:.0%})"
             )
     return failures
 
@@ -258,15 +296,36 @@ def heldout_count(config) -> int:
     return min(len(held), ident.limit) if ident.limit else len(held)
 
 
-def run_design(config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=None) -> dict:
+def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]:
+    """The toy's components from a run's (:mod:`variance`): the effect's within-cell sd,
+    the concepts' slope spread, and the random draws' signal sd scaled so that a toy's
+    AUROC spread inside equal-geometry cells matches the measured one (AUROC is nearly
+    linear in the signal over that small range)."""
+    toy = toy_overrides(measured)
+    if getattr(ident, "isocos_draw", "graded") != "random":
+        return toy
+    probe = toy_directions(ident, CLASSES["none"], seeded_rng(seed, "calibrate"), 0.0, 25)
+    spread = components(probe.assign(effect=probe["auroc"])).auroc_within_sd
+    if spread > 0:
+        toy["random_signal_sd"] = TOY["random_signal_sd"] * measured.auroc_within_sd / spread
+    return toy
+
+
+def run_design(
+    config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=None,
+    measured: Components | None = None,
+) -> dict:  # fmt: skip
     """``identify --simulate``: the table for the config's grid and pre-registered primary,
-    with the gate's verdict and what the toys assumed."""
+    with the gate's verdict and what the toys assumed (``measured``: a run's variance
+    components in place of the assumed ones)."""
     from experiments.identify.prereg import study_hash
 
     primary = primary_of(config)
     n = heldout_count(config)
+    sesoi = float(primary.get("sesoi") or SESOI)
+    toy = measured_toy(config.identify, measured, seed) if measured else None
     table = simulate(config.identify, primary, toys=toys, seed=seed, n_boot=n_boot,
-                     n_concepts=n, progress=progress)  # fmt: skip
+                     sesoi=sesoi, n_concepts=n, progress=progress, toy=toy)  # fmt: skip
     return {
         "config": config.name,
         "study_hash": study_hash(config),
@@ -276,8 +335,9 @@ def run_design(config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=
         "n_boot": n_boot,
         "n_concepts": n,
         "directions_per_concept": len(grid_rows(config.identify)),
-        "sesoi": SESOI,
-        "toy": TOY,
+        "sesoi": sesoi,
+        "toy": {**TOY, **(toy or {})},
+        "measured": measured.to_dict() if measured else None,
         "classes": {k: asdict(v) for k, v in CLASSES.items()},
         "table": table,
         "failures": check_design(table),

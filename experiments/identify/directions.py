@@ -20,13 +20,18 @@ axis while layer, α·β, prompts, seeds and the test split stay fixed:
 * **size**: diffmean at smaller training sizes (the Phase 6 curve, re-measured);
 * **iso-cos** (:func:`graded_nuisances`): at fixed angles to v*, one direction per
   nuisance of a set chosen to spread AUROC, and each nuisance alone (90°): AUROC varies
-  at fixed geometry, and what the nuisance itself does to the text is measured.
+  at fixed geometry, and what the nuisance itself does to the text is measured;
+  v3 (:func:`random_nuisances`) draws the nuisances at random per concept instead: a band
+  of the covariance spectrum (stratified) and random signs over its eigenvectors, so the
+  AUROC left at a fixed (concept, angle, band) is set by a coin, not by a rule shared by
+  every concept.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,6 +219,43 @@ def graded_nuisances(
         with contextlib.suppress(ValueError):  # the axis is v* itself: skip it
             out.append(orthogonal_part(descending[:, rank], v_star))
         rank = 2 * rank + 1 if rank else 1
+    return out
+
+
+def spectrum_bands(hidden: int, bands: int) -> list[tuple[int, int]]:
+    """``bands`` log-spaced slices [start, stop) of the descending eigen-ranks 0…hidden−1:
+    the top axes alone, then ever wider slices of the tail (640 dims, 4 bands: 0–4, 5–24,
+    25–126, 127–639)."""
+    if bands < 1 or hidden < bands:
+        raise ValueError(f"need 1 <= bands <= hidden, got bands={bands}, hidden={hidden}")
+    edges = np.unique(np.round(np.geomspace(1, hidden + 1, bands + 1)).astype(int) - 1)
+    if len(edges) != bands + 1:  # tiny widths: fall back to equal slices
+        edges = np.linspace(0, hidden, bands + 1).astype(int)
+    edges[-1] = hidden
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+
+
+def random_nuisances(
+    sigma: np.ndarray, v_star: np.ndarray, count: int, bands: int, seed: int, concept: str
+) -> list[tuple[np.ndarray, int]]:
+    """``count`` unit nuisances ⟂ v* drawn for one concept (identify v3), each with its
+    band: draw k takes band k mod ``bands`` of :func:`spectrum_bands` (so every concept
+    has the same number per band: the band is a stratum, held fixed by the estimator) and
+    a random ±1 sign on each of that band's covariance eigenvectors. Within a band, how
+    much the nuisance cancels or adds to the noise along v* (v*ᵀΣu, which sets the AUROC
+    at a fixed angle) depends on the signs only: a coin per concept and draw
+    (:func:`seeded_rng`), not one rule every concept shares as the graded set is."""
+    if count < 1:
+        return []
+    _, vectors = np.linalg.eigh(np.asarray(sigma, dtype=np.float64))
+    descending = vectors[:, ::-1]
+    slices = spectrum_bands(descending.shape[1], bands)
+    out = []
+    for k in range(count):
+        band = k % bands
+        start, stop = slices[band]
+        signs = seeded_rng(seed, "isocos-random", concept, k).choice([-1.0, 1.0], stop - start)
+        out.append((orthogonal_part(descending[:, start:stop] @ signs, v_star), band))
     return out
 
 

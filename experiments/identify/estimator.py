@@ -317,6 +317,36 @@ def iso_cos(
     return out
 
 
+def equal_geometry(
+    frame: pd.DataFrame,
+    y: str = "effect",
+    predictor: str = "auroc",
+    *,
+    manipulation: str = "isocos",
+    n_boot: int = 1999,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> ClusterFit:
+    """The equal-geometry estimand (identify v3's primary): among directions at one angle
+    to v* (cos(v, v*) = cos θ exactly) whose nuisances were drawn at random for the
+    concept, the slope of the outcome on AUROC within (concept, angle, spectrum band)
+    cells, bare (no covariate: the nuisance's own effect and the dose are consequences of
+    the draw, and adjusting for them changes the question, see docs/identify.md); the
+    90° rows (the nuisance alone) are left out; clustered by concept. Graded nuisances
+    (v2, no ``nuisance_band`` column) are stratified by (concept, angle) only."""
+    iso = frame[(frame["manipulation"] == manipulation) & (frame["level"] < 90)]
+    data = _rows(iso, ["concept", "level", y, predictor])
+    if data.empty:
+        return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
+    groups = data["concept"].astype(str) + "\x00" + data["level"].map("{:g}".format)
+    if "nuisance_band" in data and data["nuisance_band"].notna().all():
+        groups = groups + "\x00" + data["nuisance_band"].astype(int).astype(str)
+    x = _demean(data[[predictor]].to_numpy(dtype=np.float64), groups.to_numpy())
+    yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups.to_numpy())[:, 0]
+    concepts = data["concept"].astype(str).to_numpy()
+    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
+
+
 def identified_analysis(
     frame: pd.DataFrame,
     y: str = "effect",

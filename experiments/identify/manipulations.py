@@ -53,6 +53,7 @@ class ConceptInputs:
     sigma: np.ndarray
     delta: np.ndarray
     graded: list[np.ndarray] = field(default_factory=list)  # iso-cos nuisances, ⟂ v*
+    bands: list[int] = field(default_factory=list)  # random draws (v3): each one's band
 
 
 # A builder: the direction of ``spec`` for one concept and the facts worth a column
@@ -234,13 +235,15 @@ def _size(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]
 
 @manipulation("isocos", levels="isocos_degrees", reference=0.0, seeds="isocos_nuisances")
 def _iso_cos(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict] | None:
-    """cos θ·v* + sin θ·u_k for the k-th graded nuisance (its seed): at one angle, AUROC
+    """cos θ·v* + sin θ·u_k for the k-th iso-cos nuisance (its seed; graded, or a random
+    draw with its spectrum band, ``identify.isocos_draw``): at one angle, AUROC
     varies with the nuisance while cos(v, v*) = cos θ exactly; at 90° the nuisance alone,
     whose effect is the covariate of the nuisance's rows (estimator.iso_cos)."""
     k = int(spec.seed or 0)
     if k >= len(inputs.graded):
         return None
-    return rotate(inputs.v_star, inputs.graded[k], spec.level), {"nuisance_rank": k}
+    facts = {"nuisance_band": inputs.bands[k]} if inputs.bands else {"nuisance_rank": k}
+    return rotate(inputs.v_star, inputs.graded[k], spec.level), facts
 
 
 def _null_specs(m: Manipulation, ident: IdentifyConfig) -> list[DirectionSpec]:

@@ -36,7 +36,13 @@ PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "ru
 # What a held-out run is bound to: the study config's hash (``study_hash``) and the commit
 # whose code it was written for (the code paths below must be unchanged since).
 BINDING_KEYS = ("config_hash", "code_commit")
-ESTIMATORS = ("linear_cos", "flexible_cos")
+ESTIMATORS = ("linear_cos", "flexible_cos", "equal_geometry")
+# The estimand each estimator answers (docs/identify.md, "The estimands").
+ESTIMANDS = {
+    "linear_cos": "v1_linear_cos",
+    "flexible_cos": "equal_norm",
+    "equal_geometry": "equal_geometry",
+}
 # What flexible_cos may hold beside AUROC: cos(v, v*) (its spline per manipulation) and the
 # dose (log next-token KL of each direction at its β).
 FLEXIBLE_CONTROLS = ("cos_ref", "log_kl")
@@ -114,6 +120,15 @@ def parse_primary(text: str) -> dict:
                     f"estimator flexible_cos takes control cos_ref (its spline), optionally "
                     f"with log_kl; got {controls}"
                 )
+            if primary.get("estimator") == "equal_geometry" and set(controls) - {"none"}:
+                raise PreregistrationError(
+                    f"estimator equal_geometry is bare (control: none): the nuisance's own "
+                    f"effect and the dose follow from the draw; got {controls}"
+                )
+            for key in ("sesoi", "equivalence_margin"):
+                value = primary.get(key)
+                if value is not None and not (isinstance(value, int | float) and value > 0):
+                    raise PreregistrationError(f"primary {key} must be a positive number")
             if (
                 primary["predictor"] == "probit_auroc"
                 and primary.get("estimator") != "flexible_cos"
@@ -190,6 +205,41 @@ def check_binding(prereg: Preregistration, config) -> None:
             f"the primary is defined at strength {primary['strength']} but this run measures "
             f"the likelihood at {strengths} only: add {primary['strength']} to "
             "identify.strengths"
+        )
+    check_design_table(prereg, config)
+
+
+def check_design_table(prereg: Preregistration, config) -> None:
+    """The design gate on the confirmatory path: a pre-registration whose primary is v3's
+    (``estimator: equal_geometry``) or that names a ``design_table`` must name one (the
+    committed ``steer-eval identify --simulate --json`` output, a path from the repository
+    root) for this study's hash, whose gate passed (``failures`` empty)."""
+    primary = prereg.primary
+    table = primary.get("design_table")
+    if not table:
+        if primary.get("estimator") == "equal_geometry":
+            raise PreregistrationError(
+                f"{prereg.path} names no design_table: a v3 primary is run only on a grid "
+                "the simulation passed; run `steer-eval identify --simulate --json` on this "
+                "config, commit its output and name it as design_table in the primary block"
+            )
+        return
+    root = _git(prereg.path, "rev-parse", "--show-toplevel")
+    path = Path(root or ".") / str(table)
+    try:
+        design = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PreregistrationError(f"design_table {table} cannot be read: {exc}") from None
+    found = study_hash(config)
+    if design.get("study_hash") != found:
+        raise PreregistrationError(
+            f"design_table {table} simulated study {design.get('study_hash')}, not this one "
+            f"({found}): simulate this config again and commit the table"
+        )
+    if design.get("failures"):
+        raise PreregistrationError(
+            f"design_table {table}: the simulation's gate refused this grid "
+            f"({design['failures'][0]}; {len(design['failures'])} in all)"
         )
 
 

@@ -155,6 +155,17 @@ FAMILY = {  # the estimator paths move cos and AUROC apart
 }
 
 
+# Random iso-cos draws (v3): each band of the spectrum its own variance relative to v*'s
+# (the top axes most), and each draw's random signs its own share of the class
+# difference, N(0, random_signal_sd): what moves AUROC within a (concept, angle, band) cell.
+BAND_VARIANCE = (4.0, 1.5, 0.7, 0.3)
+
+
+def band_nuisance(band: int, signal: float) -> Nuisance:
+    """A random draw's nuisance: its band's variance (bands past the table: the last)."""
+    return Nuisance(signal, BAND_VARIANCE[min(band, len(BAND_VARIANCE) - 1)])
+
+
 def graded(k: int) -> Nuisance:
     """The k-th iso-cos nuisance: 0 the discriminative residual (raises AUROC), k ≥ 1 the
     covariance eigenvector at rank 2^(k−1) (lowers AUROC, most at rank 1)."""
@@ -181,6 +192,10 @@ TOY = {
     "dose_noise_sd": 0.3,
     "dose_effect": 0.25,  # class dose: nats per unit log KL, ≈ +0.5 per AUROC if ignored
     "push_sd": 0.1,  # class nuisance push: nats at sin θ = 1
+    # a random draw's share of the class difference (v3): sets the AUROC spread within a
+    # (concept, angle, band) cell, about 0.02-0.04 AUROC at 45°; an assumption to be
+    # checked against the development run's within-cell AUROC spread
+    "random_signal_sd": 0.1,
 }
 
 
@@ -194,6 +209,12 @@ class Confound:
     push_sd: float = 0.0
     push_auroc_r: float = 0.0  # a nuisance's push aligned with its typical AUROC
     auroc_measurement_sd: float | None = None
+
+    def mediated(self) -> float:
+        """AUROC's effect through the dose when the dose drives the effect (the toy makes
+        the dose rise with the direction's AUROC): what an estimand that does not hold
+        the dose fixed should find with nothing planted (0 for one that does)."""
+        return TOY["dose_effect"] * TOY["dose_auroc"] if self.dose_reliability else 0.0
 
 
 CLASSES: dict[str, Confound] = {
@@ -242,19 +263,40 @@ def _cos(spec, levels: dict[str, list[float]], rng: np.random.Generator) -> floa
     raise ValueError(f"no toy geometry for manipulation {m!r}: add it to design.py")
 
 
+def _random(ident) -> bool:
+    return getattr(ident, "isocos_draw", "graded") == "random"
+
+
+def _key(manipulation: str, seed: int | None, ident) -> tuple[str, int | None]:
+    """A direction's nuisance type: its family, the graded nuisance's rank, or the random
+    draw's band (v3: the push of a type is shared by the concepts' draws in that band)."""
+    if manipulation != "isocos":
+        return (manipulation, None)
+    if _random(ident):
+        return ("isocos", int(seed or 0) % ident.isocos_bands)
+    return ("isocos", seed)
+
+
 def grid_rows(ident) -> list:
     """The configured grid, controls (the null) left out: they are not pooled."""
     return [s for s in direction_grid(ident) if not is_control(s.manipulation)]
 
 
-def _types(specs) -> list[tuple[str, int | None]]:
-    """The nuisance types a push is drawn for: each rotation family, each graded nuisance,
-    each other family."""
+def _types(specs, ident) -> list[tuple[str, int | None]]:
+    """The nuisance types a push is drawn for: each rotation family, each graded nuisance
+    (each random draw's band), each other family."""
     seen: dict[tuple[str, int | None], None] = {}
     for s in specs:
         if s.manipulation != REFERENCE:
-            seen[(s.manipulation, s.seed if s.manipulation == "isocos" else None)] = None
+            seen[_key(s.manipulation, s.seed, ident)] = None
     return list(seen)
+
+
+def _type_nuisance(key: tuple[str, int | None], ident) -> Nuisance:
+    """The typical nuisance of a type (a random band's: no signal of its own)."""
+    if key[0] == "isocos" and _random(ident):
+        return band_nuisance(int(key[1] or 0), 0.0)
+    return _nuisance(*key)
 
 
 def _auroc(dprime, c, nuisance: Nuisance) -> np.ndarray:
@@ -266,20 +308,23 @@ def _auroc(dprime, c, nuisance: Nuisance) -> np.ndarray:
 
 
 def toy_directions(
-    ident, confound: Confound, rng: np.random.Generator, planted: float = 0.0, n_concepts: int = 25
-) -> pd.DataFrame:
+    ident, confound: Confound, rng: np.random.Generator, planted: float = 0.0,
+    n_concepts: int = 25, toy: dict[str, float] | None = None,
+) -> pd.DataFrame:  # fmt: skip
     """One toy study on the configured grid: the ``directions`` columns the analysis reads
     (concept, direction, manipulation, level, seed, cos_ref, auroc, kl, effect) and the
-    truth (auroc_true, log_kl_true)."""
-    t = TOY
+    truth (auroc_true, log_kl_true). ``toy``: components in place of :data:`TOY`'s."""
+    t = {**TOY, **(toy or {})}
     specs = grid_rows(ident)
     levels: dict[str, list[float]] = {}
     for s in specs:
         levels.setdefault(s.manipulation, []).append(s.level)
-    types = _types(specs)
+    types = _types(specs, ident)
     typical = np.array(
-        [_auroc(t["separability_mean"], np.cos(np.pi / 4), _nuisance(*k)) for k in types]
-    )
+        [_auroc(t["separability_mean"], np.cos(np.pi / 4), _type_nuisance(k, ident))
+         for k in types]
+    )  # fmt: skip
+    draws: dict[tuple[int, int], float] = {}  # (concept, draw) -> a random draw's signal
     z_type = (typical - typical.mean()) / (typical.std() or 1.0)
     r = confound.push_auroc_r
     draw = rng.standard_normal(len(types))
@@ -294,8 +339,18 @@ def toy_directions(
         for s in specs:
             c = _cos(s, levels, rng)
             true_c = float(np.clip(c + confound.cos_sd * rng.standard_normal(), -1, 1))
-            key = (s.manipulation, s.seed if s.manipulation == "isocos" else None)
-            nuisance = Nuisance(0.0, 1.0) if s.manipulation == REFERENCE else _nuisance(*key)
+            key = _key(s.manipulation, s.seed, ident)
+            band: int | None = None
+            if s.manipulation == REFERENCE:
+                nuisance = Nuisance(0.0, 1.0)
+            elif s.manipulation == "isocos" and _random(ident):
+                band = int(key[1] or 0)
+                which = (i, int(s.seed or 0))  # one draw, the same u at every angle
+                if which not in draws:
+                    draws[which] = t["random_signal_sd"] * float(rng.standard_normal())
+                nuisance = band_nuisance(band, draws[which])
+            else:
+                nuisance = _nuisance(*key)
             q = 0.0 if s.manipulation == REFERENCE else rng.standard_normal()
             auroc = float(_auroc(dprime, true_c, nuisance)) + t["auroc_spread_sd"] * q
             sin2 = 1 - true_c**2
@@ -309,6 +364,7 @@ def toy_directions(
                 "log_kl_true": dose, "steer": 1 + t["steerability_sd"] * z_steer[i],
                 "slope": slopes[i],
                 "push": push.get(key, 0.0) * np.sqrt(max(sin2, 0.0)),
+                "nuisance_band": np.nan if band is None else band,
             })  # fmt: skip
     f = pd.DataFrame(rows)
     sd = confound.auroc_measurement_sd or t["auroc_measurement_sd"]

@@ -343,6 +343,7 @@ def build_record(
         baseline={**plain(analysis["baseline"]), "interval": plain(interval)},
         primary=plain(analysis["primary"]),
         identified=plain(analysis["identified"]),
+        estimands=plain(analysis["estimands"]),
         between_concepts=plain(between),
         validation=plain(validation),
         phase6=plain(phase6),

@@ -28,6 +28,15 @@ def level_text(m: dict) -> str:
     return f"n/a ({m.get('note') or m.get('reason') or status})"
 
 
+def estimand_lines(estimands: dict) -> list[str]:
+    """Each estimand under its own name (identify/estimands.py), with its question."""
+    lines = []
+    for name, e in estimands.items():
+        shown = ci(e["fit"]) if e.get("fit") else f"not estimated ({e.get('reason')})"
+        lines.append(f"- **{name}** — {e['question']} {shown}.")
+    return lines
+
+
 def identified_lines(ident: dict | None) -> list[str]:
     """The v2 estimator (identify/estimator.py): flexible slopes, v1's model under the
     same inference, matched pairs, and the per-manipulation slopes' F test."""
@@ -174,10 +183,12 @@ def findings(analysis: dict) -> list[str]:
     if primary:
         spec = primary["spec"]
         lines.append(
-            f"- Primary analysis ({analysis.get('label')}): slope of {spec['outcome']} on "
+            f"- Primary analysis ({analysis.get('label')}; estimand "
+            f"{spec.get('estimand', 'not named')}): slope of {spec['outcome']} on "
             f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
             f"{ci(primary['slope'])} → **{primary['verdict']}**."
         )
+    lines += estimand_lines(analysis.get("estimands") or {})
     lines += identified_lines(analysis.get("identified"))
     lines.append(
         "- Everything in this summary except the primary analysis is exploratory (H2–H5 of "

@@ -26,7 +26,10 @@ from experiments.identify.manipulations import direction_grid, is_control
 
 V2 = load_config("configs/identify-v2.yaml", [], "identify", [])
 PRIMARY = primary_of(V2)
-ESTIMANDS = {"primary", "flexible", "linear_cos", "matched_pairs", "isocos_pooled"}
+V3 = load_config("configs/identify-v3.yaml", [], "identify", [])
+ESTIMANDS = {
+    "primary", "flexible", "linear_cos", "matched_pairs", "isocos_pooled", "equal_geometry"
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -114,6 +117,9 @@ def test_the_gate_flags_each_failing_class_and_passes_a_sound_table() -> None:
     failures = check_design([_row("none", 0.95), _row("push", 0.62), _row("dose", None)])
     assert len(failures) == 2
     assert failures[0].startswith("push:") and "62%" in failures[0]
+    # a primary that does not hold the dose fixed is held to its own truth
+    mediated = {**_row("dose", 0.93), "coverage": 0.93, "truth": 0.5, "coverage_0": 0.1}
+    assert check_design([mediated]) == []
     assert "not evaluable" in failures[1]
     assert check_design([_row("none", 0.95, "flexible")]) == ["the table has no 'primary' rows"]
 
@@ -174,10 +180,98 @@ def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
             "--set", f"identify.results_dir={tmp_path}"]  # fmt: skip
     out = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
-    assert "push: the primary's interval covers 0 in 60%" in out.output
+    assert "push: the primary's interval covers its truth (+0.00) in 60%" in out.output
     (written,) = tmp_path.glob("simulate-*.json")
     result = json.loads(written.read_text())
     assert result["study_hash"] == "f00e12abecb5" and result["toys_per_class_and_arm"] == 3
     assert result["failures"] and (tmp_path / written.name.replace(".json", ".csv")).exists()
     out = CliRunner().invoke(app, [*args, "--json"])
     assert json.loads(out.output)["table"] == rows
+
+
+# ---------------------------------------------------------------- v3: random nuisances
+
+
+def test_a_v3_toy_draws_nuisances_per_concept_in_balanced_bands() -> None:
+    toy = sim.toy_directions(V3.identify, sim.CLASSES["none"], seeded_rng(0, "v3"), 0.0, 4)
+    iso = toy[(toy["manipulation"] == "isocos") & (toy["level"] == 45)]
+    assert iso.groupby("concept")["seed"].nunique().eq(12).all()
+    assert iso.groupby(["concept", "nuisance_band"]).size().eq(3).all()  # 4 bands x 3
+    # inside a (concept, band) cell the draws still differ in AUROC: the coin's work
+    assert iso.groupby(["concept", "nuisance_band"])["auroc_true"].std().mean() > 0.005
+
+
+def test_v3s_primary_is_the_bare_equal_geometry_estimand() -> None:
+    primary = primary_of(V3)
+    assert primary["estimator"] == "equal_geometry" and primary["estimand"] == "equal_geometry"
+    assert primary["sesoi"] == 0.25 and primary["equivalence_margin"] == 0.25
+
+
+def test_low_noise_pushes_that_break_v2s_primary_leave_v3s_covering_0(low_noise) -> None:
+    """The design claim of v3: a push shared by a nuisance type and aligned with its
+    AUROC is absorbed by the band strata, because within a band the AUROC is set by the
+    random signs."""
+    kw = {"toys": 10, "n_boot": 99, "n_concepts": 10, "classes": ["push_aligned"]}
+    rows = {r["estimand"]: r for r in simulate(V3.identify, primary_of(V3), **kw)}
+    assert rows["primary"]["coverage"] >= 0.8
+    assert abs(rows["primary"]["bias"]) < 0.3
+
+
+def test_a_mediated_dose_is_the_truth_of_an_estimand_that_does_not_hold_it() -> None:
+    from experiments.identify.design import truth
+
+    assert truth("equal_geometry", "dose_rel_0.74", primary_of(V3)) == pytest.approx(0.5)
+    assert truth("primary", "dose_rel_0.74", PRIMARY) == 0.0  # v2 holds log KL
+    assert truth("equal_geometry", "none", primary_of(V3)) == 0.0
+
+
+def _prereg(tmp_path, **primary):
+    from experiments.identify.prereg import Preregistration
+
+    return Preregistration(tmp_path / "prereg.md", "0" * 64, primary, None)
+
+
+def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> None:
+    import json
+
+    from experiments.identify.prereg import (
+        PreregistrationError,
+        check_design_table,
+        study_hash,
+    )
+
+    with pytest.raises(PreregistrationError, match="names no design_table"):
+        check_design_table(_prereg(tmp_path, estimator="equal_geometry"), V3)
+    table = tmp_path / "design.json"
+    table.write_text(json.dumps({"study_hash": "other", "failures": []}))
+    with pytest.raises(PreregistrationError, match="not this one"):
+        check_design_table(_prereg(tmp_path, design_table=str(table)), V3)
+    table.write_text(json.dumps({"study_hash": study_hash(V3), "failures": ["push: 60%"]}))
+    with pytest.raises(PreregistrationError, match="gate refused"):
+        check_design_table(_prereg(tmp_path, design_table=str(table)), V3)
+    table.write_text(json.dumps({"study_hash": study_hash(V3), "failures": []}))
+    check_design_table(_prereg(tmp_path, design_table=str(table), estimator="equal_geometry"), V3)
+    check_design_table(_prereg(tmp_path, estimator="flexible_cos"), V2)  # v2: no table needed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    low=st.floats(-2, 2), width=st.floats(0, 2), margin=st.one_of(st.none(), st.floats(0.01, 1)),
+    hypothesis=st.sampled_from(["positive", "negative"]),
+)
+def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis) -> None:
+    from experiments.identify.analysis import read_verdict
+
+    high = low + width
+    verdict = read_verdict({"estimate": low + width / 2, "low": low, "high": high}, hypothesis,
+                           margin)  # fmt: skip
+    if margin is not None and -margin < low and high < margin:
+        assert verdict == "no_practical_effect"
+    elif low <= 0 <= high:
+        assert verdict == "inconclusive"
+    else:
+        above = low > 0
+        assert verdict == ("supported" if above == (hypothesis == "positive") else "contradicted")
+    assert read_verdict({"estimate": None, "low": None, "high": None}, hypothesis) == (
+        "not_evaluable"
+    )

@@ -238,3 +238,43 @@ def test_graded_nuisances_are_orthogonal_to_v_star_and_spread_detection():
     spread = [separation(v) for v in at_45]
     assert max(spread) - min(spread) > 0.3 * separation(v_star)
     assert spread[0] == max(spread)  # the discriminative residual keeps detection best
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), dim=st.integers(8, 80), bands=st.integers(1, 4))
+def test_random_nuisances_are_unit_orthogonal_stratified_and_seeded(seed, dim, bands):
+    """v3's draws: unit, ⟂ v*, draw k in band k mod bands, the same draw for the same
+    (seed, concept, k) and another concept's draw different."""
+    from experiments.identify.directions import random_nuisances, spectrum_bands
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((dim * 2, dim))
+    sigma = a.T @ a / len(a)
+    v_star = unit(rng.standard_normal(dim))
+    drawn = random_nuisances(sigma, v_star, 2 * bands, bands, seed, "dog.n.01")
+    slices = spectrum_bands(dim, bands)
+    assert [b for _, b in drawn] == [k % bands for k in range(2 * bands)]
+    assert slices[0][0] == 0 and slices[-1][1] == dim
+    assert all(lo < hi for lo, hi in slices)
+    for u, _ in drawn:
+        assert np.linalg.norm(u) == pytest.approx(1.0)
+        assert abs(u @ v_star) < 1e-9
+    again = random_nuisances(sigma, v_star, 2 * bands, bands, seed, "dog.n.01")
+    assert all(np.array_equal(x, y) for (x, _), (y, _) in zip(drawn, again, strict=True))
+    other = random_nuisances(sigma, v_star, 2 * bands, bands, seed, "cat.n.01")
+    wide = [k for k in range(2 * bands) if slices[k % bands][1] - slices[k % bands][0] > 3]
+    assert all(not np.allclose(drawn[k][0], other[k][0]) for k in wide)
+
+
+def test_random_signs_spread_the_noise_along_v_star_inside_a_band():
+    """What the draw is for: at one angle, v*ᵀΣu (which sets AUROC) differs between draws
+    of one band, so the estimator has AUROC variation that a coin set."""
+    from experiments.identify.directions import random_nuisances
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((400, 64)) * np.linspace(3, 0.2, 64)
+    sigma = a.T @ a / len(a)
+    v_star = unit(rng.standard_normal(64))
+    drawn = random_nuisances(sigma, v_star, 40, 4, 0, "x")
+    cross = [float(v_star @ sigma @ u) for u, b in drawn if b == 1]
+    assert np.std(cross) > 0.05 * np.sqrt(float(v_star @ sigma @ v_star))

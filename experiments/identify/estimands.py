@@ -1,0 +1,155 @@
+"""The estimands of identify, each a stated question (docs/identify.md, "The estimands").
+
+Every estimate the study reports answers one of these questions about one population of
+directions at one operating point, and is reported under its name everywhere (record,
+answer, summary, findings). Declared once here, like ``rows.Measure``: the question, the
+rows it uses and the estimator that answers it. One is pre-registered as the primary
+(``prereg.ESTIMANDS`` maps the primary's estimator to its name).
+
+All slopes are in nats/token of the likelihood outcome per unit of test AUROC, with a
+95% wild cluster bootstrap-t interval over concepts (the unit of replication).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from experiments.identify.estimator import (
+    equal_geometry,
+    flexible_slope,
+    iso_cos,
+    log_kl,
+)
+from metrics.cluster import ClusterFit
+
+Fit = Callable[[pd.DataFrame, int, int], ClusterFit | None]
+
+
+@dataclass(frozen=True)
+class Estimand:
+    """One question: its name, the question in words, the directions and operating point
+    it is about, and how it is estimated from the pooled directions table."""
+
+    name: str
+    question: str
+    population: str
+    operating_point: str
+    fit: Fit | None  # None: not measured by this study yet (said, not guessed)
+    why_not: str = ""
+
+
+def _equal_geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    if not (frame["manipulation"] == "isocos").any():
+        return None
+    return equal_geometry(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+
+
+def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    """iso-cos beside the nuisance alone (90°) and the dose: v2's pooled reading."""
+    if not (frame["manipulation"] == "isocos").any():
+        return None
+    iso = iso_cos(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+    if not iso.get("evaluable"):
+        return None
+    return ClusterFit(**iso["pooled"])
+
+
+def _equal_norm(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
+    return flexible_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+
+
+def _dose_adjusted(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    if "kl" not in frame or frame["kl"].isna().all():
+        return None
+    with_dose = frame.assign(log_kl=log_kl(frame["kl"]))
+    return flexible_slope(
+        with_dose, "effect", "auroc", covariates=["log_kl"], n_boot=n_boot, seed=seed
+    )
+
+
+ESTIMANDS: tuple[Estimand, ...] = (
+    Estimand(
+        "equal_geometry",
+        "At equal geometry, does a direction that detects better steer better?",
+        "v* mixed at one angle (30°, 45°, 60°) with nuisances drawn at random per concept "
+        "(identify.isocos_draw: random; graded nuisances in v2 runs)",
+        "one β per concept (v*'s held-out strength), compared within (concept, angle, "
+        "spectrum band): cos(v, v*) equal by construction; no covariate",
+        _equal_geometry,
+    ),
+    Estimand(
+        "equal_geometry_nonadditive",
+        "At equal geometry, does AUROC predict what the mixture does beyond the sum of v* "
+        "and the nuisance steered alone (at the same dose)?",
+        "the iso-cos directions, beside each nuisance steered alone (90°)",
+        "one β per concept; the nuisance's own effect and log next-token KL held fixed",
+        _nonadditive,
+    ),
+    Estimand(
+        "equal_norm",
+        "Among the directions the manipulations make around v*, at the same β and the "
+        "same cos(v, v*), does AUROC predict steering?",
+        "every manipulated direction (rotations, label noise, logistic C path, shrinkage, "
+        "training sizes, iso-cos), nulls excluded",
+        "one β per concept; (concept, manipulation) fixed effects and a spline in cos "
+        "per manipulation",
+        _equal_norm,
+    ),
+    Estimand(
+        "equal_norm_dose_adjusted",
+        "As equal_norm, holding the dose (log next-token KL) fixed by regression: v2's "
+        "primary. The KL measures part of the outcome (mass moved onto the concept's "
+        "tokens) and follows from the direction, so this mixes a direct effect with an "
+        "adjustment for a consequence; reported for comparison with v2 only.",
+        "as equal_norm",
+        "one β per concept; log KL after 4 neutral prompts as a covariate",
+        _dose_adjusted,
+    ),
+    Estimand(
+        "equal_dose",
+        "At equal dose set by design, does a direction that detects better steer better?",
+        "the stratified subset's directions, each at the β whose next-token KL matches v*'s",
+        "KL matched by design (identify.subset_concepts); reported in the subset section",
+        None,
+        "measured on the subset only (identify/subset.py); matching is verified on the "
+        "same prompts that set it (issue 53: verify on held-apart contexts)",
+    ),
+    Estimand(
+        "practitioner",
+        "Among directions people build (diffmean, logistic, whitened, several training "
+        "sizes), each at its own coherence-matched β, does AUROC rank their steering?",
+        "diffmean, logistic, shrinkage and size directions",
+        "each direction at its own coherence-matched β",
+        None,
+        "needs a strength sweep per direction; not built yet",
+    ),
+)
+
+BY_NAME = {e.name: e for e in ESTIMANDS}
+
+
+def estimate_all(frame: pd.DataFrame, n_boot: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Every estimand on the pooled directions table: its question, population, operating
+    point and fit (``status``: estimated, not_evaluable with the reason, or not_measured
+    with why)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in ESTIMANDS:
+        row: dict[str, Any] = {
+            "question": e.question,
+            "population": e.population,
+            "operating_point": e.operating_point,
+        }
+        fit = e.fit(frame, n_boot, seed) if e.fit is not None else None
+        if e.fit is None:
+            row.update(status="not_measured", reason=e.why_not, fit=None)
+        elif fit is None or not fit.evaluable:
+            reason = fit.reason if fit is not None else "the run has no rows for it"
+            row.update(status="not_evaluable", reason=reason, fit=None)
+        else:
+            row.update(status="estimated", reason=None, fit=fit.to_dict())
+        out[e.name] = row
+    return out

@@ -1,0 +1,118 @@
+"""The variance components the design simulation takes from data (identify v3).
+
+A run's ``directions.csv`` holds, per concept, directions that differ in AUROC within
+cells of fixed geometry (the equal-geometry cells: concept × angle × band, or for any
+other estimand the rows it compares). Fitting each concept's own slope of the outcome on
+AUROC inside its cells, and pooling the slopes as a random-effects meta-analysis
+(DerSimonian–Laird, ``statsmodels.stats.meta_analysis.combine_effects``), splits the
+error of the pooled slope into
+
+* **within-concept noise**: the residual sd of the outcome inside a cell once AUROC's
+  slope is taken out (what more directions per concept average away), and
+* **between-concept slope spread** τ: how much concepts' own AUROC slopes differ (what
+  only more concepts average away),
+
+beside the AUROC spread inside a cell (what the nuisances' draws give the estimator to
+work with). ``steer-eval identify --simulate --components RUN`` reads these into the toys
+(:func:`toy_overrides`) in place of the assumed ones, so power and the number of
+concepts a confirmatory run needs follow from measured noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+MIN_ROWS = 3  # a concept's slope needs this many rows with AUROC varying inside cells
+
+
+@dataclass(frozen=True)
+class Components:
+    """Measured on one run's equal-geometry rows (see the module docstring)."""
+
+    n_concepts: int
+    rows_per_concept: float
+    pooled_slope: float
+    pooled_se: float
+    slope_sd: float  # τ, between concepts (DerSimonian–Laird)
+    within_sd: float  # residual sd inside a cell
+    auroc_within_sd: float  # AUROC's sd inside a cell
+    i2: float  # share of the slopes' spread that is between concepts
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def cell_keys(frame: pd.DataFrame) -> pd.Series:
+    """The equal-geometry cell of each iso-cos row: concept × angle (× band if drawn)."""
+    keys = frame["concept"].astype(str) + "|" + frame["level"].map("{:g}".format)
+    if "nuisance_band" in frame and frame["nuisance_band"].notna().all():
+        keys = keys + "|" + frame["nuisance_band"].astype(int).astype(str)
+    return keys
+
+
+def equal_geometry_rows(frame: pd.DataFrame, y: str = "effect") -> pd.DataFrame:
+    """The rows the equal-geometry estimand compares, with their cell."""
+    iso = frame[(frame["manipulation"] == "isocos") & (frame["level"] < 90)]
+    iso = iso.dropna(subset=["concept", "level", y, "auroc"])
+    return iso.assign(cell=cell_keys(iso))
+
+
+def components(frame: pd.DataFrame, y: str = "effect") -> Components:
+    """Per-concept slopes inside cells, pooled by random effects (the module docstring).
+    Raises ValueError when fewer than 3 concepts have a slope."""
+    from statsmodels.stats.meta_analysis import combine_effects
+
+    rows = equal_geometry_rows(frame, y)
+    slopes, variances, residuals, spreads, counts = [], [], [], [], []
+    for _, g in rows.groupby("concept", sort=True):
+        x = g["auroc"] - g.groupby("cell")["auroc"].transform("mean")
+        v = g[y] - g.groupby("cell")[y].transform("mean")
+        dof = len(g) - g["cell"].nunique() - 1
+        sxx = float((x**2).sum())
+        if dof < 1 or len(g) < MIN_ROWS or sxx <= 0:
+            continue
+        b = float((x * v).sum() / sxx)
+        resid = v - b * x
+        s2 = float((resid**2).sum() / dof)
+        slopes.append(b)
+        variances.append(s2 / sxx)
+        residuals.append(s2)
+        spreads.append(float((x**2).sum() / max(len(g) - g["cell"].nunique(), 1)))
+        counts.append(len(g))
+    if len(slopes) < 3:
+        raise ValueError(
+            f"{len(slopes)} concepts have an equal-geometry slope (need 3): the run has no "
+            "iso-cos rows below 90 degrees with AUROC varying inside cells"
+        )
+    fit = combine_effects(np.array(slopes), np.array(variances), method_re="dl")
+    return Components(
+        n_concepts=len(slopes),
+        rows_per_concept=float(np.mean(counts)),
+        pooled_slope=float(fit.mean_effect_re),
+        pooled_se=float(fit.sd_eff_w_re),
+        slope_sd=float(np.sqrt(max(fit.tau2, 0.0))),
+        within_sd=float(np.sqrt(np.mean(residuals))),
+        auroc_within_sd=float(np.sqrt(np.mean(spreads))),
+        i2=float(fit.i2),
+    )
+
+
+def read_directions(run: str | Path) -> pd.DataFrame:
+    """A run folder's (or a file's) ``directions.csv``."""
+    path = Path(run)
+    path = path / "directions.csv" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"no directions.csv at {path}: give a finished identify run folder")
+    return pd.read_csv(path)
+
+
+def toy_overrides(measured: Components) -> dict[str, float]:
+    """The toy's assumed components (``simulate.TOY``) replaced by the measured ones."""
+    return {
+        "effect_sd": measured.within_sd,
+        "slope_sd": measured.slope_sd,
+    }

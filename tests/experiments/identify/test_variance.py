@@ -1,0 +1,48 @@
+"""The variance components the simulation takes from a run (identify/variance.py): a
+random-effects pool of each concept's within-cell slopes recovers the toy's noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.identify.variance import components, read_directions
+
+
+def _study(n_concepts: int, slope_sd: float, within_sd: float, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in range(n_concepts):
+        slope = 0.5 + slope_sd * rng.standard_normal()
+        for level in (30, 45, 60):
+            for band in range(4):
+                base = rng.standard_normal()  # a cell's own level: absorbed
+                for k in range(3):
+                    auroc = 0.8 + 0.05 * rng.standard_normal()
+                    rows.append({
+                        "concept": f"c{c}", "manipulation": "isocos", "level": level,
+                        "seed": band + 4 * k, "nuisance_band": band, "auroc": auroc,
+                        "effect": base + slope * auroc + within_sd * rng.standard_normal(),
+                    })  # fmt: skip
+        rows.append({"concept": f"c{c}", "manipulation": "reference", "level": 0,
+                     "auroc": 0.9, "effect": 9.0})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_components_recover_the_slope_spread_and_the_noise() -> None:
+    got = components(_study(60, slope_sd=1.0, within_sd=0.05, seed=0))
+    assert got.n_concepts == 60 and got.rows_per_concept == 36
+    assert got.within_sd == pytest.approx(0.05, rel=0.15)
+    assert got.slope_sd == pytest.approx(1.0, rel=0.25)
+    assert got.auroc_within_sd == pytest.approx(0.05, rel=0.2)
+    assert got.pooled_slope == pytest.approx(0.5, abs=4 * got.pooled_se)
+    none = components(_study(60, slope_sd=0.0, within_sd=0.05, seed=1))
+    assert none.slope_sd < 0.3 and none.i2 < 0.5
+
+
+def test_too_few_concepts_is_an_error_that_says_why(tmp_path) -> None:
+    with pytest.raises(ValueError, match="2 concepts have an equal-geometry slope"):
+        components(_study(2, 1.0, 0.05, 0))
+    with pytest.raises(FileNotFoundError, match="no directions.csv"):
+        read_directions(tmp_path)
