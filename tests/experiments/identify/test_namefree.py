@@ -17,6 +17,7 @@ from experiments.identify.namefree import (
     name_free_likelihood_texts,
     name_free_positives,
     name_halves,
+    taxonomic,
 )
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "concepts"
@@ -42,15 +43,19 @@ def test_positives_and_likelihood_texts_never_name_the_concept(graphs):
     graph = graphs[1]
     texts = name_free_likelihood_texts(graph, graph.synsets, 10, seed=0)
     covered = 0
+    uncovered = []
     for concept in graph.concepts:
         avoid = avoided_words(concept)
         positives = name_free_positives(concept, 20, seed=0)
         assert not [t for t in positives if mentions(t, avoid)], concept.synset
         on = texts.on.get(concept.synset, [])
         assert not [t for t in on if mentions(t, avoid)], concept.synset
+        if not on:
+            uncovered.append(concept)
         if on:
             covered += 1
-            assert len(positives) >= 10 and len(on) == 10
+            # a verb with three object-taking names has only so many distinct texts
+            assert len(positives) >= 5 and len(on) == 10
             related = {n for half in name_halves(concept, 0) for n in half}
             # the partner mentions neither the concept nor anything under it
             assert not [t for t in texts.off[concept.synset] if mentions(t, avoid | related)]
@@ -58,7 +63,10 @@ def test_positives_and_likelihood_texts_never_name_the_concept(graphs):
             # a noun's text is paired with a noun's (same frame pool), a verb's with a verb's
             pos = {graph.get(o).pos == "v" for o in texts.off_source[concept.synset]}
             assert pos == {concept.pos == "v"}, concept.synset
-    assert covered >= 45  # all but concepts with too few names under them
+    # all but concepts with too few names under them: since v3 the taxonomic ones, whose
+    # names are all Latin (genera, families, orders)
+    assert covered >= 42
+    assert all(taxonomic(c.name, c.synset) for c in uncovered), [c.synset for c in uncovered]
 
 
 def test_the_two_halves_of_names_are_disjoint_and_seeded(graphs):
