@@ -554,6 +554,13 @@ class IdentifyConfig(_Strict):
         "(AUROC), and the subset's likelihood outcome on name-free texts "
         "(identify/namefree.py): detection and outcome without the name channel",
     )
+    name_free_keep: Annotated[float, OMIT_IF_DEFAULT] = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="the fraction of each concept's name-free texts kept, those the "
+        "unsteered model reads best (lowest per-token NLL after identify.prefix); 1 keeps all",
+    )
     null_draws: int = Field(
         2,
         ge=0,

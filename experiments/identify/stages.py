@@ -14,6 +14,7 @@ from experiments.identify.subset import (
     choose_subset,
     generate_subset,
     name_free_detection,
+    nll_scorer,
     subset_likelihood,
 )
 from experiments.rundir import RunDir
@@ -88,7 +89,10 @@ def directions(session, config, say) -> Directions:
         }
         name_free = {}
         if config.identify.name_free:
-            name_free = name_free_detection(config, graph, concepts, directions, data, embed)
+            scorer = nll_scorer(lm, config.identify.prefix)
+            name_free = name_free_detection(
+                config, graph, concepts, directions, data, embed, scorer
+            )
     return Directions(layer, concepts, data, alpha, directions, detections, texts, name_free)
 
 

@@ -14,7 +14,7 @@ directions table. The study (``study.py``) calls them; the analysis of what they
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -67,6 +67,8 @@ def subset_likelihood(
             ident.texts_per_concept,
             config.seed,
             length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
+            scorer=nll_scorer(lm, ident.prefix),
+            keep=ident.name_free_keep,
         )
         run_dir.write_json(RunDir.NAME_FREE_TEXTS, free.to_dict())
         say(f"the likelihood outcome on name-free texts ({len(free.on)} concepts)")
@@ -101,14 +103,26 @@ def generate_subset(
     return every
 
 
-def name_free_detection(config, graph, concepts, directions, data, embed) -> dict:
-    """Every direction's AUROC on name-free test positives (one more pass over the model,
-    so the named texts' activations are those of a study without this)."""
-    from experiments.identify.detect import name_free_auroc
-    from experiments.identify.namefree import name_free_positives
+def nll_scorer(lm, prefix: str) -> Callable[[Sequence[str]], list[float]]:
+    """The unsteered model's per-token NLL of each text after ``prefix``: what
+    ``namefree.drop_worst`` ranks texts by."""
+    from steering.likelihood import text_loglik
 
-    n = config.classifier.eval_per_class
-    positives = {c: name_free_positives(graph.get(c), n, config.seed) for c in concepts}
+    return lambda texts: [-float(v) for v in text_loglik(lm, texts, prefix)]
+
+
+def name_free_detection(config, graph, concepts, directions, data, embed, scorer=None) -> dict:
+    """Every direction's AUROC on name-free test positives (one more pass over the model,
+    so the named texts' activations are those of a study without this); with a
+    ``scorer`` (:func:`nll_scorer`), each concept's worst ``1 - identify.name_free_keep``
+    of them dropped first."""
+    from experiments.identify.detect import name_free_auroc
+    from experiments.identify.namefree import drop_worst_each, name_free_positives
+
+    n, keep = config.classifier.eval_per_class, config.identify.name_free_keep
+    positives = {c: name_free_positives(graph.get(c), n, config.seed, keep) for c in concepts}
+    if scorer is not None:
+        positives = drop_worst_each(positives, scorer, keep, n)
     texts = sorted({t for ts in positives.values() for t in ts})
     features = np.asarray(embed(texts), dtype=np.float64) if texts else np.zeros((0, 0))
     row = {t: i for i, t in enumerate(texts)}
