@@ -553,6 +553,11 @@ class IdentifyRecord(_Record):
         default_factory=dict,
         description="every estimand by name, each a stated question (absent before v3)",
     )
+    outcome_reliability: dict[str, Estimate] = Field(
+        default_factory=dict,
+        description="split-half reliabilities of the outcome and AUROC where the estimands "
+        "compare directions (absent before v3)",
+    )
     identified: IdentifiedResult | None = Field(
         None, description="the v2 estimator (absent from runs before it)"
     )

@@ -41,6 +41,7 @@ from experiments.identify.estimator import (
     log_kl,
     with_probit,
 )
+from experiments.identify.stats import within_reliability
 from metrics.cluster import fisher_z_interval
 from metrics.intervals import hierarchical_mean
 
@@ -112,6 +113,48 @@ def mediation(frame: pd.DataFrame, n_boot: int, seed: int, confidence: float = 0
         },
         "n_concepts": len(concepts),
     }
+
+
+GOOD_COS = 0.7  # "good directions": cos(v, v*) at least this (the outcomes' validation rows)
+
+
+def _cell_halves(tables: StudyTables, measure: str, rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    """``measure``'s halves keyed by equal-geometry cell (concept|angle|band)."""
+    out: dict[str, np.ndarray] = {}
+    for cell, group in rows.groupby("cell", sort=True):
+        found = tables.halves_for(measure, group)
+        if found:
+            (halves,) = found.values()
+            out[str(cell)] = halves
+    return out
+
+
+def outcome_reliability(
+    tables: StudyTables, pooled: pd.DataFrame, n_boot: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """How reliably the likelihood outcome (and AUROC) tell directions apart where the
+    estimands compare them: split-half (texts; test texts for AUROC), Spearman–Brown,
+    within concepts among good directions (cos(v, v*) ≥ :data:`GOOD_COS`), and within the
+    equal-geometry cells (keyed and resampled by cell). A reliability near 0 means the
+    measure cannot rank those directions, whatever its slope says."""
+    from experiments.identify.variance import equal_geometry_rows
+
+    good = pooled[pooled["cos_ref"] >= GOOD_COS]
+    out = {
+        "effect_good_directions": within_reliability(
+            tables.halves_for(OUTCOME, good), n_boot=n_boot, seed=seed
+        ),
+        "auroc_good_directions": within_reliability(
+            tables.halves_for("auroc", good), n_boot=n_boot, seed=seed
+        ),
+    }
+    cells = equal_geometry_rows(pooled, OUTCOME)
+    if not cells.empty:
+        for measure in (OUTCOME, "auroc"):
+            out[f"{measure}_equal_geometry_cells"] = within_reliability(
+                _cell_halves(tables, measure, cells), n_boot=n_boot, seed=seed
+            )
+    return {k: v.to_dict() for k, v in out.items()}
 
 
 def predictor_table(tables: StudyTables, frame: pd.DataFrame, n_boot: int, seed: int) -> dict:
@@ -357,5 +400,6 @@ def analyse(
         },
         "identified": identified_analysis(pooled, OUTCOME, n_boot=n_boot, seed=seed),
         "estimands": estimate_all(pooled, n_boot, seed),
+        "outcome_reliability": outcome_reliability(tables, pooled, n_boot, seed),
         "primary": primary_result(tables, primary, n_boot, seed) if primary else None,
     }

@@ -37,7 +37,13 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.directions import REFERENCE
-from metrics.cluster import ClusterFit, cluster_covariance, wald_f, wild_cluster_t
+from metrics.cluster import (
+    ClusterFit,
+    cluster_covariance,
+    wald_f,
+    wild_cluster_restricted,
+    wild_cluster_t,
+)
 
 # AUROC is clipped to [1/(2·n_pairs), 1 − 1/(2·n_pairs)] before the probit, n_pairs the
 # positive × negative pairs of the test split (20 × 20): a perfect detector is then
@@ -332,8 +338,10 @@ def equal_geometry(
     concept, the slope of the outcome on AUROC within (concept, angle, spectrum band)
     cells, bare (no covariate: the nuisance's own effect and the dose are consequences of
     the draw, and adjusting for them changes the question, see docs/identify.md); the
-    90° rows (the nuisance alone) are left out; clustered by concept. Graded nuisances
-    (v2, no ``nuisance_band`` column) are stratified by (concept, angle) only."""
+    90° rows (the nuisance alone) are left out; clustered by concept, the interval by
+    inverting the restricted wild cluster bootstrap test (``wild_cluster_restricted``).
+    Graded nuisances (v2, no ``nuisance_band`` column) are stratified by (concept, angle)
+    only."""
     iso = frame[(frame["manipulation"] == manipulation) & (frame["level"] < 90)]
     data = _rows(iso, ["concept", "level", y, predictor])
     if data.empty:
@@ -344,7 +352,9 @@ def equal_geometry(
     x = _demean(data[[predictor]].to_numpy(dtype=np.float64), groups.to_numpy())
     yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups.to_numpy())[:, 0]
     concepts = data["concept"].astype(str).to_numpy()
-    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
+    return wild_cluster_restricted(
+        x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
+    )
 
 
 def identified_analysis(
@@ -444,7 +454,11 @@ def subset_outcomes(
             m: float(g["dose_multiplier"].median())
             for m, g in part.groupby("manipulation", sort=True)
         }
-    if "effect_name_free" in part and part["effect_name_free"].notna().any():
+    if (
+        "effect_name_free" in part
+        and part["effect_name_free"].notna().any()
+        and "auroc_name_free" in part  # no concept with name-free positives: no column
+    ):
         out["name_free"] = {  # the outcome without the name; detection with and without
             "auroc": flexible_slope(part, "effect_name_free", "auroc", **kw).to_dict(),
             "auroc_name_free": flexible_slope(

@@ -344,6 +344,7 @@ def build_record(
         primary=plain(analysis["primary"]),
         identified=plain(analysis["identified"]),
         estimands=plain(analysis["estimands"]),
+        outcome_reliability=plain(analysis["outcome_reliability"]),
         between_concepts=plain(between),
         validation=plain(validation),
         phase6=plain(phase6),

@@ -189,6 +189,14 @@ def findings(analysis: dict) -> list[str]:
             f"{ci(primary['slope'])} → **{primary['verdict']}**."
         )
     lines += estimand_lines(analysis.get("estimands") or {})
+    rel = analysis.get("outcome_reliability") or {}
+    if rel:
+        lines.append(
+            "- Split-half reliability where directions are compared (within concepts among "
+            "cos ≥ 0.7; within equal-geometry cells): "
+            + "; ".join(f"{k.replace('_', ' ')} {ci(v)}" for k, v in rel.items())
+            + "."
+        )
     lines += identified_lines(analysis.get("identified"))
     lines.append(
         "- Everything in this summary except the primary analysis is exploratory (H2–H5 of "

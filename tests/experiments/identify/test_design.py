@@ -256,7 +256,9 @@ def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> Non
 
 @settings(max_examples=200, deadline=None)
 @given(
-    low=st.floats(-2, 2), width=st.floats(0, 2), margin=st.one_of(st.none(), st.floats(0.01, 1)),
+    low=st.floats(-2, 2),
+    width=st.floats(0, 2),
+    margin=st.one_of(st.none(), st.floats(0.01, 1)),
     hypothesis=st.sampled_from(["positive", "negative"]),
 )
 def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis) -> None:

@@ -64,6 +64,9 @@ def config_for(tmp, prereg, *extra):
         [
             "layer=2",
             "identify.limit=3",
+            # development concepts with non-taxonomic names (person, change, shrub): the
+            # name-free texts drop Latin taxa, so genera get none
+            "identify.split_seed=4",
             "generation.max_new_tokens=4",
             "criteria.n_boot=100",
             f"identify.preregistration={prereg}",
@@ -165,6 +168,23 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     assert set(ident.by_strength) == {"1", "2"}
     keys = [v.key for v in answer_of(result.record).verdicts]
     assert "identified/flexible/auroc" in keys and keys[0] == "primary"
+    # every estimand under its own name, with its question; the unbuilt ones say why
+    estimands = result.record.estimands
+    assert set(estimands) == {
+        "equal_geometry", "equal_geometry_nonadditive", "equal_norm",
+        "equal_norm_dose_adjusted", "equal_dose", "practitioner",
+    }  # fmt: skip
+    assert estimands["equal_geometry"].status == "estimated"
+    assert estimands["equal_geometry"].fit is not None
+    assert estimands["equal_geometry"].fit.n_clusters == 3
+    assert estimands["practitioner"].status == "not_measured"
+    assert estimands["practitioner"].reason
+    assert {f"estimand/{n}" for n in estimands} <= set(keys)
+    rel = result.record.outcome_reliability
+    assert {"effect_good_directions", "auroc_good_directions"} <= set(rel)
+    assert "effect_equal_geometry_cells" in rel
+    for r in rel.values():
+        assert (r.estimate is None and r.reason) or (r.estimate is not None and r.estimate <= 1)
 
 
 def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):

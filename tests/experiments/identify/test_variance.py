@@ -44,5 +44,5 @@ def test_the_components_recover_the_slope_spread_and_the_noise() -> None:
 def test_too_few_concepts_is_an_error_that_says_why(tmp_path) -> None:
     with pytest.raises(ValueError, match="2 concepts have an equal-geometry slope"):
         components(_study(2, 1.0, 0.05, 0))
-    with pytest.raises(FileNotFoundError, match="no directions.csv"):
+    with pytest.raises(FileNotFoundError, match=r"no directions\.csv"):
         read_directions(tmp_path)
