@@ -178,6 +178,11 @@ def findings(analysis: dict) -> list[str]:
             f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
             f"{ci(primary['slope'])} → **{primary['verdict']}**."
         )
+        if primary.get("manipulations") is not None:
+            lines.append(
+                "  Its rows: " + ", ".join(primary["manipulations"]) + "; nulls left out: "
+                + (", ".join(primary.get("left_out") or []) or "none") + "."
+            )  # fmt: skip
     lines += identified_lines(analysis.get("identified"))
     lines.append(
         "- Everything in this summary except the primary analysis is exploratory (H2–H5 of "

@@ -134,6 +134,14 @@ def test_the_record_covers_every_manipulation_and_the_primary(study):
         "reference",
         "null",
     }
+    # the primary's rows: every manipulation and v*, no null (rotation:isotropic:90 is
+    # orthogonal to v*: it is the null's, not a point of the primary)
+    assert record.primary is not None
+    assert record.primary.manipulations == sorted({*record.manipulations, "reference"})
+    nulls = {d for d in result.directions["direction"] if d.startswith("null:")}
+    assert nulls and record.primary.left_out == sorted({*nulls, "rotation:isotropic:90"})
+    summary = RunDir(config.identify.results_dir, result.run_id).file(RunDir.SUMMARY)
+    assert "nulls left out: " + ", ".join(record.primary.left_out) in summary.read_text()
     for r in record.manipulations.values():
         assert r.curve and "auroc" in r.partial
         assert {m.fraction for m in r.minimum_effective} == {0.5, 1.0}
