@@ -18,7 +18,8 @@
   ``<results_dir>/heldout_ledger.jsonl``, whose intent-to-score entry is written before
   the first held-out cell is computed (a killed run leaves its trace). ``--force`` runs
   it anyway and records it as forced: its primary result is then not confirmatory;
-  ``--resume`` finishes the same scoring.
+  ``--resume`` finishes the same scoring. Each entry is mirrored to its MLflow run after
+  the local line is written (:func:`mirror_ledger`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from pathlib import Path
 import yaml
 
 LEDGER = "heldout_ledger.jsonl"
+# The ledger's mirror on each held-out run: tags ``steer_eval.ledger.<status>`` and an artefact.
+LEDGER_TAG = "steer_eval.ledger"
+LEDGER_ARTEFACT = "ledger.jsonl"
 PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "rule")
 # What a held-out run is bound to: the study config's hash (``study_hash``) and the commit
 # whose code it was written for (the code paths below must be unchanged since).
@@ -277,8 +281,47 @@ def ledger_entry(
 
 
 def record_heldout(results_dir: str | Path, entry: dict) -> None:
+    """Append ``entry`` to the local ledger (fsynced: the source of truth), then mirror
+    its run's entries to the run in MLflow (:func:`mirror_ledger`)."""
     from experiments.rundir import append_jsonl
 
     path = Path(results_dir) / LEDGER
     path.parent.mkdir(parents=True, exist_ok=True)
     append_jsonl(path, [entry])
+    if entry.get("run_id"):
+        mirror_ledger(str(entry["run_id"]), results_dir)
+
+
+def run_ledger(results_dir: str | Path, run_id: str) -> list[dict]:
+    """The local ledger's entries of one run, in the order they were written."""
+    from experiments.rundir import read_jsonl
+
+    return [e for e in read_jsonl(Path(results_dir) / LEDGER) if e.get("run_id") == run_id]
+
+
+def mirror_ledger(run_id: str, results_dir: str | Path) -> bool:
+    """The run's local ledger entries on its MLflow run (open or finished; it is not
+    reopened): a tag ``steer_eval.ledger.<status>`` per status (the latest entry of it, as
+    JSON) and the artefact ``ledger.jsonl`` (all of them, rewritten whole). The local file
+    is written first and stays the source of truth: a mirror that fails is warned about,
+    changes nothing there, and the run's next entry mirrors every entry again. Returns
+    whether it mirrored."""
+    import logging
+
+    from experiments import tracking
+
+    entries = run_ledger(results_dir, run_id)
+    try:
+        tracking.set_tags(
+            run_id, {f"{LEDGER_TAG}.{e['status']}": json.dumps(e, sort_keys=True) for e in entries}
+        )
+        text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries)
+        tracking.client().log_text(run_id, text, LEDGER_ARTEFACT)
+    except Exception as exc:  # MLflow unreachable, the run gone: the local ledger holds it
+        logging.getLogger(__name__).warning(
+            "the held-out ledger's entries of run %s are in %s but not on its MLflow run "
+            "(%s); the run's next ledger entry mirrors them again",
+            run_id, Path(results_dir) / LEDGER, exc,
+        )  # fmt: skip
+        return False
+    return True

@@ -186,3 +186,30 @@ def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown():
         parse_primary(flexible.replace("control: cos_ref", "control: [cos_ref, lens]"))
     with pytest.raises(PreregistrationError, match="takes control cos_ref"):
         parse_primary(flexible.replace("control: cos_ref", "control: log_kl"))
+
+
+def test_the_ledger_is_mirrored_to_its_run_and_written_locally_first(tmp_path, mlflow_store):
+    import json
+
+    from experiments import tracking
+    from experiments.identify.prereg import LEDGER, mirror_ledger, run_ledger
+
+    results = tmp_path / "res"
+    with tracking.tracked_run("phase6-identify-ledger", "held-out") as run_id:
+        record_heldout(results, {"run_id": run_id, "status": "started", "forced": False})
+    record_heldout(results, {"run_id": "other", "status": "started", "forced": True})
+    record_heldout(results, {"run_id": run_id, "status": "scored", "forced": False})  # finished
+    mine = run_ledger(results, run_id)
+    assert [e["status"] for e in mine] == ["started", "scored"]
+    tags = tracking.get_run(run_id).data.tags
+    assert json.loads(tags["steer_eval.ledger.started"]) == mine[0]
+    assert json.loads(tags["steer_eval.ledger.scored"]) == mine[1]
+    assert tracking.get_run(run_id).info.status == "FINISHED"  # tagged, not reopened
+    local = tmp_path / "ledger.jsonl"
+    tracking.client().download_artifacts(run_id, "ledger.jsonl", str(tmp_path))
+    assert [json.loads(line) for line in local.read_text().splitlines()] == mine
+
+    # MLflow fails (no such run): the local line is written all the same
+    record_heldout(results, {"run_id": "no-such-run", "status": "started", "forced": False})
+    assert run_ledger(results, "no-such-run") and (results / LEDGER).exists()
+    assert mirror_ledger("no-such-run", results) is False

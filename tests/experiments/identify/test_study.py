@@ -3,7 +3,9 @@ the run folder, MLflow parent and children, resume, and the held-out protocol.""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -309,3 +311,16 @@ def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, 
         ("scored", True),
     ]
     assert ledger[0]["run_id"] == ledger[1]["run_id"] == first.run_id
+    # each run's entries are on its MLflow run too: a tag per status, the artefact whole
+    for run_id, entries in ((first.run_id, ledger[:2]), (forced.run_id, ledger[2:])):
+        tags = tracking.get_run(run_id).data.tags
+        assert json.loads(tags["steer_eval.ledger.started"]) == entries[0]
+        assert json.loads(tags["steer_eval.ledger.scored"]) == entries[1]
+        assert mirrored_ledger(run_id, tmp_path / run_id) == entries
+
+
+def mirrored_ledger(run_id: str, into) -> list[dict]:
+    """The ``ledger.jsonl`` artefact of a run, read back."""
+    into.mkdir(parents=True, exist_ok=True)
+    path = tracking.client().download_artifacts(run_id, "ledger.jsonl", str(into))
+    return read_jsonl(Path(path))
