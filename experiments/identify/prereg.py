@@ -18,8 +18,9 @@
   ``<results_dir>/heldout_ledger.jsonl``, whose intent-to-score entry is written before
   the first held-out cell is computed (a killed run leaves its trace). ``--force`` runs
   it anyway and records it as forced: its primary result is then not confirmatory;
-  ``--resume`` finishes the same scoring. Each entry is mirrored to its MLflow run after
-  the local line is written (:func:`mirror_ledger`).
+  ``--resume`` finishes the same scoring once the pre-registration and the binding are
+  checked again as for a new run (:func:`check_resume`; a ``resumed`` entry). Each entry
+  is mirrored to its MLflow run after the local line is written (:func:`mirror_ledger`).
 """
 
 from __future__ import annotations
@@ -151,9 +152,13 @@ def load_preregistration(path: str | Path) -> Preregistration:
 def study_hash(config) -> str:
     """The hash of the study a pre-registration is written for: the config with the
     held-out concept set, so the development run's config gives the same hash as the
-    held-out run it pre-registers."""
+    held-out run it pre-registers. ``concepts.synsets`` and ``concepts.limit`` are left
+    out: a study takes its concepts from the split (``study.with_concepts``, which sets
+    them), so the config a run stores, and a resume reads back, has the hash of the
+    config it was started with."""
     ident = config.identify.model_copy(update={"concept_set": "heldout"})
-    return config.model_copy(update={"identify": ident}).config_hash()
+    concepts = config.concepts.model_copy(update={"synsets": None, "limit": None})
+    return config.model_copy(update={"identify": ident, "concepts": concepts}).config_hash()
 
 
 def check_binding(prereg: Preregistration, config) -> None:
@@ -195,6 +200,43 @@ def check_binding(prereg: Preregistration, config) -> None:
             f"the likelihood at {strengths} only: add {primary['strength']} to "
             "identify.strengths"
         )
+
+
+def binding(prereg: Preregistration, config) -> dict[str, str]:
+    """What a held-out run was checked against (its ledger entries carry it): this
+    config's study hash and the pre-registration's ``code_commit``."""
+    return {"config_hash": study_hash(config), "code_commit": str(prereg.primary["code_commit"])}
+
+
+def check_resume(
+    prereg: Preregistration, config, run_id: str, started_sha256: str | None
+) -> dict[str, str]:
+    """Refuse to resume held-out run ``run_id`` unless what a new run is checked against
+    still holds: the pre-registration is the one the run started under
+    (``started_sha256``) and committed unchanged, and its binding (:func:`check_binding`:
+    the config's hash, the code since ``code_commit``, the strength). Earlier scorings are
+    not counted again: a resume finishes the scoring its run started. Returns the binding
+    checked."""
+    where = f"cannot resume held-out run {run_id}"
+    if started_sha256 and prereg.sha256 != started_sha256:
+        raise PreregistrationError(
+            f"{where}: the pre-registration {prereg.path} changed since the run started "
+            f"(sha256 {started_sha256[:12]} then, {prereg.sha256[:12]} now): restore the "
+            "version it started under and resume, or score the held-out set under the new "
+            "pre-registration in a new run"
+        )
+    if prereg.commit is None:
+        raise PreregistrationError(
+            f"{where}: {prereg.path} is not committed unchanged: restore the committed "
+            f"version (git checkout -- {prereg.path.name}) and resume"
+        )
+    try:
+        check_binding(prereg, config)
+    except PreregistrationError as exc:
+        raise PreregistrationError(
+            f"{where}: {exc} (a resume is held to the binding a new run is)"
+        ) from None
+    return binding(prereg, config)
 
 
 def _code_paths(prereg_path: Path) -> list[str]:
@@ -267,7 +309,8 @@ def ledger_entry(
     run_id: str, prereg: Preregistration | None, forced: bool, status: str, **extra: object
 ) -> dict:
     """One line of the held-out ledger: ``started`` (the intent to score, written before
-    the first held-out cell) or ``scored``."""
+    the first held-out cell), ``resumed`` (the checks of a new run passed again) or
+    ``scored``."""
     import time
 
     return {
