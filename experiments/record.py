@@ -347,6 +347,17 @@ class PrimaryResult(BaseModel):
         "bootstrap); flexible_cos: v2 (identify/estimator.py); equal_geometry: v3 (random "
         "iso-cos nuisances, within (concept, angle, band), bare)",
     )
+    manipulations: list[str] | None = Field(
+        None,
+        description="the manipulations whose directions entered the primary's rows (v* as "
+        "'reference'); None in records written before the nulls were left out, whose rows "
+        "included rotation:isotropic:90",
+    )
+    left_out: list[str] | None = Field(
+        None,
+        description="the null directions left out of the primary's rows: the control draws "
+        "(null:*) and rotation:isotropic:90, orthogonal to v*",
+    )
 
 
 class EstimandResult(BaseModel):

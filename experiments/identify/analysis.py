@@ -18,7 +18,9 @@ Pooled over all manipulated directions: the same slopes, the **heterogeneity** o
 AUROC slope across manipulations (a Wald test with the bootstrap covariance), the
 **predictor ranking** (within-concept r, disattenuated r, and how often each predictor
 ranks first across concept draws), the between-concept correlation at v*, and the
-pre-registered **primary analysis**.
+pre-registered **primary analysis**, on the manipulated directions less every null
+(``rotation:isotropic:90``, orthogonal to v*, as well as the control draws; the record
+lists the manipulations that entered it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify import manipulations, stats
-from experiments.identify.cells import PREDICTORS, StudyTables
+from experiments.identify.cells import PREDICTORS, StudyTables, null_rows
 from experiments.identify.directions import REFERENCE
 from experiments.identify.dose import minimum_effective, threshold_curve
 from experiments.identify.estimands import estimate_all
@@ -273,8 +275,11 @@ def primary_result(
     the outcome on the predictor beside the control, concept-bootstrap interval;
     ``flexible_cos`` (v2, ``estimator.py``): (concept, manipulation) fixed effects and a
     spline in cos per manipulation, the control's other covariates beside, wild cluster
-    bootstrap-t interval."""
-    frame = with_probit(tables.pooled())
+    bootstrap-t interval. Its rows are :meth:`StudyTables.primary_rows` (every null left
+    out, ``rotation:isotropic:90`` included); the result names the manipulations that
+    entered (``manipulations``, v* as ``reference``) and the nulls left out (``left_out``)."""
+    rows = tables.primary_rows()
+    frame = with_probit(rows)
     predictor = primary["predictor"]
     estimator = primary.get("estimator", "linear_cos")
     controls = primary.get("control")
@@ -301,7 +306,24 @@ def primary_result(
             )[predictor]
         )  # fmt: skip
     verdict = read_verdict(fit, primary["hypothesis"], primary.get("equivalence_margin"))
-    return {"spec": primary, "slope": fit, "verdict": verdict, "estimator": estimator}
+    return {
+        "spec": primary,
+        "slope": fit,
+        "verdict": verdict,
+        "estimator": estimator,
+        "manipulations": ["isocos"]  # the equal-geometry cells only (below 90°)
+        if estimator == "equal_geometry"
+        else sorted(str(m) for m in rows["manipulation"].unique()),
+        "left_out": _left_out(tables.directions),
+    }
+
+
+def _left_out(directions: pd.DataFrame) -> list[str]:
+    """The null directions (ids; manipulations where a table has no ids) the primary
+    leaves out."""
+    null = directions[null_rows(directions)]
+    column = "direction" if "direction" in null else "manipulation"
+    return sorted(str(d) for d in null[column].unique())
 
 
 def read_verdict(fit: dict[str, Any], hypothesis: str, margin: float | None = None) -> str:

@@ -50,6 +50,17 @@ def is_null(direction: str) -> bool:
     return is_control(direction) or direction in NULL_IDS
 
 
+def null_rows(frame: pd.DataFrame) -> pd.Series:
+    """Which rows of a directions table are part of their concept's null: a control
+    family's (the isotropic draws ``null:*``) and the directions of ``NULL_IDS``
+    (``rotation:isotropic:90``: a random direction orthogonal to v*). A table without
+    direction ids (a toy) is read by its manipulation alone."""
+    null = frame["manipulation"].map(is_control).astype(bool)
+    if "direction" in frame:
+        null |= frame["direction"].map(is_null).astype(bool)
+    return null
+
+
 @dataclass
 class StudyTables:
     directions: pd.DataFrame
@@ -72,9 +83,17 @@ class StudyTables:
         return [m for m in names if m != REFERENCE and not is_control(m)]
 
     def pooled(self) -> pd.DataFrame:
-        """Every manipulated direction once (v* included, nulls left out)."""
+        """Every manipulated direction once (v* included, the control family's draws
+        left out; ``rotation:isotropic:90`` stays, as the end of its curve)."""
         d = self.directions
         return d[~d["manipulation"].map(is_control)].reset_index(drop=True)
+
+    def primary_rows(self) -> pd.DataFrame:
+        """The rows the pre-registered primary is estimated on: every manipulated
+        direction once (v* included), every null left out (:func:`null_rows`: the
+        control family's draws and ``rotation:isotropic:90``, which is orthogonal to v*)."""
+        d = self.directions
+        return d[~null_rows(d)].reset_index(drop=True)
 
     def halves_for(self, measure: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
         """The halves of ``measure`` for the (concept, direction) rows of ``frame``."""

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.analysis import primary_result
-from experiments.identify.cells import StudyTables
+from experiments.identify.cells import StudyTables, null_rows
 from experiments.identify.directions import seeded_rng
 from experiments.identify.estimator import (
     _demean,
@@ -117,7 +117,8 @@ def family_weights(
         return {"isocos": 1.0}
     if estimand in ("primary", "flexible"):
         cov = list(covariates) if estimand == "primary" else []
-        data = frame.dropna(subset=["concept", "manipulation", "cos_ref", "effect", "auroc", *cov])
+        rows = frame[~null_rows(frame)] if estimand == "primary" else frame  # nulls left out
+        data = rows.dropna(subset=["concept", "manipulation", "cos_ref", "effect", "auroc", *cov])
         x, _, _ = design(data, ["auroc"], covariates=cov)
         return _share(_residual(x), data["manipulation"].to_numpy())
     if estimand == "linear_cos":

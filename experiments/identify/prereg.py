@@ -18,7 +18,9 @@
   ``<results_dir>/heldout_ledger.jsonl``, whose intent-to-score entry is written before
   the first held-out cell is computed (a killed run leaves its trace). ``--force`` runs
   it anyway and records it as forced: its primary result is then not confirmatory;
-  ``--resume`` finishes the same scoring.
+  ``--resume`` finishes the same scoring once the pre-registration and the binding are
+  checked again as for a new run (:func:`check_resume`; a ``resumed`` entry). Each entry
+  is mirrored to its MLflow run after the local line is written (:func:`mirror_ledger`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from pathlib import Path
 import yaml
 
 LEDGER = "heldout_ledger.jsonl"
+# The ledger's mirror on each held-out run: tags ``steer_eval.ledger.<status>`` and an artefact.
+LEDGER_TAG = "steer_eval.ledger"
+LEDGER_ARTEFACT = "ledger.jsonl"
 PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "rule")
 # What a held-out run is bound to: the study config's hash (``study_hash``) and the commit
 # whose code it was written for (the code paths below must be unchanged since).
@@ -162,9 +167,13 @@ def load_preregistration(path: str | Path) -> Preregistration:
 def study_hash(config) -> str:
     """The hash of the study a pre-registration is written for: the config with the
     held-out concept set, so the development run's config gives the same hash as the
-    held-out run it pre-registers."""
+    held-out run it pre-registers. ``concepts.synsets`` and ``concepts.limit`` are left
+    out: a study takes its concepts from the split (``study.with_concepts``, which sets
+    them), so the config a run stores, and a resume reads back, has the hash of the
+    config it was started with."""
     ident = config.identify.model_copy(update={"concept_set": "heldout"})
-    return config.model_copy(update={"identify": ident}).config_hash()
+    concepts = config.concepts.model_copy(update={"synsets": None, "limit": None})
+    return config.model_copy(update={"identify": ident, "concepts": concepts}).config_hash()
 
 
 def check_binding(prereg: Preregistration, config) -> None:
@@ -243,6 +252,43 @@ def check_design_table(prereg: Preregistration, config) -> None:
         )
 
 
+def binding(prereg: Preregistration, config) -> dict[str, str]:
+    """What a held-out run was checked against (its ledger entries carry it): this
+    config's study hash and the pre-registration's ``code_commit``."""
+    return {"config_hash": study_hash(config), "code_commit": str(prereg.primary["code_commit"])}
+
+
+def check_resume(
+    prereg: Preregistration, config, run_id: str, started_sha256: str | None
+) -> dict[str, str]:
+    """Refuse to resume held-out run ``run_id`` unless what a new run is checked against
+    still holds: the pre-registration is the one the run started under
+    (``started_sha256``) and committed unchanged, and its binding (:func:`check_binding`:
+    the config's hash, the code since ``code_commit``, the strength). Earlier scorings are
+    not counted again: a resume finishes the scoring its run started. Returns the binding
+    checked."""
+    where = f"cannot resume held-out run {run_id}"
+    if started_sha256 and prereg.sha256 != started_sha256:
+        raise PreregistrationError(
+            f"{where}: the pre-registration {prereg.path} changed since the run started "
+            f"(sha256 {started_sha256[:12]} then, {prereg.sha256[:12]} now): restore the "
+            "version it started under and resume, or score the held-out set under the new "
+            "pre-registration in a new run"
+        )
+    if prereg.commit is None:
+        raise PreregistrationError(
+            f"{where}: {prereg.path} is not committed unchanged: restore the committed "
+            f"version (git checkout -- {prereg.path.name}) and resume"
+        )
+    try:
+        check_binding(prereg, config)
+    except PreregistrationError as exc:
+        raise PreregistrationError(
+            f"{where}: {exc} (a resume is held to the binding a new run is)"
+        ) from None
+    return binding(prereg, config)
+
+
 def _code_paths(prereg_path: Path) -> list[str]:
     root = _git(prereg_path, "rev-parse", "--show-toplevel")
     base = Path(root) if root else prereg_path.parent
@@ -313,7 +359,8 @@ def ledger_entry(
     run_id: str, prereg: Preregistration | None, forced: bool, status: str, **extra: object
 ) -> dict:
     """One line of the held-out ledger: ``started`` (the intent to score, written before
-    the first held-out cell) or ``scored``."""
+    the first held-out cell), ``resumed`` (the checks of a new run passed again) or
+    ``scored``."""
     import time
 
     return {
@@ -327,8 +374,47 @@ def ledger_entry(
 
 
 def record_heldout(results_dir: str | Path, entry: dict) -> None:
+    """Append ``entry`` to the local ledger (fsynced: the source of truth), then mirror
+    its run's entries to the run in MLflow (:func:`mirror_ledger`)."""
     from experiments.rundir import append_jsonl
 
     path = Path(results_dir) / LEDGER
     path.parent.mkdir(parents=True, exist_ok=True)
     append_jsonl(path, [entry])
+    if entry.get("run_id"):
+        mirror_ledger(str(entry["run_id"]), results_dir)
+
+
+def run_ledger(results_dir: str | Path, run_id: str) -> list[dict]:
+    """The local ledger's entries of one run, in the order they were written."""
+    from experiments.rundir import read_jsonl
+
+    return [e for e in read_jsonl(Path(results_dir) / LEDGER) if e.get("run_id") == run_id]
+
+
+def mirror_ledger(run_id: str, results_dir: str | Path) -> bool:
+    """The run's local ledger entries on its MLflow run (open or finished; it is not
+    reopened): a tag ``steer_eval.ledger.<status>`` per status (the latest entry of it, as
+    JSON) and the artefact ``ledger.jsonl`` (all of them, rewritten whole). The local file
+    is written first and stays the source of truth: a mirror that fails is warned about,
+    changes nothing there, and the run's next entry mirrors every entry again. Returns
+    whether it mirrored."""
+    import logging
+
+    from experiments import tracking
+
+    entries = run_ledger(results_dir, run_id)
+    try:
+        tracking.set_tags(
+            run_id, {f"{LEDGER_TAG}.{e['status']}": json.dumps(e, sort_keys=True) for e in entries}
+        )
+        text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries)
+        tracking.client().log_text(run_id, text, LEDGER_ARTEFACT)
+    except Exception as exc:  # MLflow unreachable, the run gone: the local ledger holds it
+        logging.getLogger(__name__).warning(
+            "the held-out ledger's entries of run %s are in %s but not on its MLflow run "
+            "(%s); the run's next ledger entry mirrors them again",
+            run_id, Path(results_dir) / LEDGER, exc,
+        )  # fmt: skip
+        return False
+    return True

@@ -34,11 +34,15 @@ from experiments import tracking
 from experiments.concepts import load_concepts
 from experiments.config import ConfigError, ExperimentConfig, IdentifyStudyConfig, Phase
 from experiments.identify.prereg import (
+    Preregistration,
     PreregistrationError,
+    binding,
     check_heldout,
+    check_resume,
     ledger_entry,
     load_preregistration,
     record_heldout,
+    run_ledger,
     split_concepts,
 )
 from experiments.identify.stages import directions
@@ -111,7 +115,8 @@ def run_identify(
     say = progress or (lambda _m: None)
     sets: dict[str, list[str]] = {}
     prereg = None
-    earlier: list[dict] = []
+    forced = False
+    bound: dict[str, str] | None = None  # the binding a held-out run was checked against
     if resume is None:
         as_given = config  # what the pre-registration binds (before the set's concepts)
         config, sets = with_concepts(config)
@@ -125,9 +130,13 @@ def run_identify(
             earlier = check_heldout(
                 prereg, config.experiment, config.results_dir, force, config=as_given
             )
+            forced, bound = bool(earlier), binding(prereg, as_given)
+    else:
+        config, prereg, forced, bound = resumed(resume)
+        sets = concept_sets(config)
     if not isinstance(config, IdentifyStudyConfig):
         raise ConfigError(f"identify takes an identify config, not {config.phase!r}")
-    study = Identify(sets, prereg, earlier, on_batch, started)
+    study = Identify(sets, prereg, forced, bound, on_batch, started)
     ran = run_study(
         study,
         config,
@@ -142,11 +151,41 @@ def run_identify(
         record_heldout(
             record.config.results_dir,
             ledger_entry(
-                ran.run_id, study.prereg, bool(earlier), "scored",
+                ran.run_id, study.prereg, forced, "scored",
                 primary=record.primary.verdict if record.primary else None,
             ),
         )  # fmt: skip
     return IdentifyResult(ran.run_id, ran.run_dir, record, ran.products.tables.directions)
+
+
+def resumed(
+    run_id: str,
+) -> tuple[ExperimentConfig, Preregistration | None, bool, dict[str, str] | None]:
+    """A run to resume, before anything is loaded: its stored config, its
+    pre-registration, whether it was a forced scoring, and for a held-out run the binding
+    checked again as for a new run (:func:`~experiments.identify.prereg.check_resume`:
+    the file it started under, committed unchanged; the config's hash, the code since
+    ``code_commit``, the strength), which refuses a resume on anything changed. Whether it
+    was forced, and the pre-registration it started under, come from its ``started``
+    entry in the local ledger (else from its tags)."""
+    from experiments.kernel.lifecycle import scoring_config
+
+    run = tracking.get_run(run_id)
+    stored = scoring_config(RunDir.locate(run), [], "resume", "identify")
+    if stored.identify.concept_set != "heldout":
+        try:
+            return stored, load_preregistration(stored.identify.preregistration), False, None
+        except PreregistrationError:
+            return stored, None, False, None
+    try:
+        prereg = load_preregistration(stored.identify.preregistration)
+    except PreregistrationError as exc:
+        raise PreregistrationError(f"cannot resume held-out run {run_id}: {exc}") from None
+    began = [e for e in run_ledger(stored.results_dir, run_id) if e.get("status") == "started"]
+    tags = run.data.tags
+    sha = began[0].get("prereg_sha256") if began else tags.get("identify.prereg_sha256")
+    forced = bool(began[0].get("forced")) if began else tags.get("identify.forced") == "true"
+    return stored, prereg, forced, check_resume(prereg, stored, run_id, sha)
 
 
 @dataclass(frozen=True)
@@ -167,24 +206,21 @@ class Identify:
     def __init__(
         self,
         sets: dict[str, list[str]],
-        prereg: Any,
-        earlier: list[dict],
+        prereg: Preregistration | None,
+        forced: bool,
+        bound: dict[str, str] | None,
         on_batch: Callable[[int, int], None] | None,
         started: float,
     ) -> None:
-        self.sets, self.prereg, self.earlier = sets, prereg, earlier
+        """``forced``: a held-out scoring after an earlier one (not confirmatory);
+        ``bound``: the binding a held-out run was checked against, new or resumed."""
+        self.sets, self.prereg, self.forced, self.bound = sets, prereg, forced, bound
         self.on_batch, self.started_at = on_batch, started
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
         """The parent run's name and its tags: what its inference is worth."""
         config, lm = session.config, session.lm
-        if session.existing is not None:
-            self.sets = concept_sets(config)
-            try:
-                self.prereg = load_preregistration(config.identify.preregistration)
-            except PreregistrationError:
-                self.prereg = None
-        ident, prereg, earlier = config.identify, self.prereg, self.earlier
+        ident, prereg, forced = config.identify, self.prereg, self.forced
         concepts = [c.synset for c in session.graph.concepts]
         heldout = ident.concept_set == "heldout"
         note = range_note(config, lm.probe_id, session.layer())
@@ -197,17 +233,18 @@ class Identify:
                 "phase": PHASE,
                 "identify.concept_set": ident.concept_set,
                 "identify.label": "confirmatory (primary analysis only)"
-                if heldout and not earlier
+                if heldout and not forced
                 else "exploratory",
                 **({"identify.prereg_sha256": prereg.sha256} if prereg else {}),
-                **({"identify.forced": "true"} if heldout and earlier else {}),
+                **({"identify.forced": "true"} if heldout and forced else {}),
                 **({BETA_TAG: note} if note else {}),
             },
         )
 
     def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
         """The concept split and the pre-registration in the folder; the held-out
-        ledger's intent to score, before the first held-out cell."""
+        ledger's intent to score, before the first held-out cell (``resumed`` on a
+        resume, whose checks passed again), mirrored to the run."""
         config, run_dir = session.config, session.directory
         ident, prereg = config.identify, self.prereg
         concepts = [c.synset for c in session.graph.concepts]
@@ -216,12 +253,15 @@ class Identify:
         )
         if prereg is not None:
             atomic_write_text(run_dir.file(RunDir.PREREGISTRATION), prereg.path.read_text())
-        if ident.concept_set == "heldout" and new:
+        if ident.concept_set == "heldout":
             assert session.run_id is not None
             record_heldout(
                 config.results_dir,
-                ledger_entry(session.run_id, prereg, bool(self.earlier), "started"),
-            )
+                ledger_entry(
+                    session.run_id, prereg, self.forced, "started" if new else "resumed",
+                    binding=self.bound,
+                ),
+            )  # fmt: skip
         return config_params(config)
 
     def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[IdentifyRecord, Shown]:
@@ -252,7 +292,7 @@ class Identify:
             between,
             validation,
             phase6,
-            label(heldout, bool(self.earlier)),
+            label(heldout, self.forced),
             self.prereg,
             {"wall_seconds": timings["total"], **peak_memory()},
             timings,

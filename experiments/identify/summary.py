@@ -188,6 +188,11 @@ def findings(analysis: dict) -> list[str]:
             f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
             f"{ci(primary['slope'])} → **{primary['verdict']}**."
         )
+        if primary.get("manipulations") is not None:
+            lines.append(
+                "  Its rows: " + ", ".join(primary["manipulations"]) + "; nulls left out: "
+                + (", ".join(primary.get("left_out") or []) or "none") + "."
+            )  # fmt: skip
     lines += estimand_lines(analysis.get("estimands") or {})
     rel = analysis.get("outcome_reliability") or {}
     if rel:

@@ -140,12 +140,19 @@ def test_family_weights_are_shares(seed: int, cls: str, estimand: str) -> None:
 
 
 def test_the_weights_reproduce_the_pooled_slope() -> None:
-    """The primary's slope is the weight-averaged family ratios Σ_m x̃·y / Σ_m x̃²: the
-    weights are what the estimator does, not a separate story."""
+    """The primary's slope is the weight-averaged family ratios Σ_m x̃·y / Σ_m x̃² over its
+    rows (the nulls left out): the weights are what the estimator does, not a separate
+    story."""
+    from experiments.identify.cells import null_rows
     from experiments.identify.design import _residual
     from experiments.identify.estimator import _demean, _groups, design, log_kl
 
-    toy = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(3, "r"), 0.5, 6)
+    whole = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(3, "r"), 0.5, 6)
+    assert (whole["direction"] == "rotation:isotropic:90").any()  # on the grid, not pooled
+    assert family_weights(whole, "primary", ["log_kl"]) == family_weights(
+        whole[~null_rows(whole)], "primary", ["log_kl"]
+    )
+    toy = whole[~null_rows(whole)].reset_index(drop=True)
     toy = toy.assign(log_kl=log_kl(toy["kl"]))
     x, _, _ = design(toy, ["auroc"], covariates=["log_kl"])
     xt = _residual(x)
@@ -155,8 +162,33 @@ def test_the_weights_reproduce_the_pooled_slope() -> None:
     ratios = {m: (xt[fam == m] @ y[fam == m]) / (xt[fam == m] @ xt[fam == m]) for m in weights
               if weights[m] > 0}  # fmt: skip
     pooled = sum(weights[m] * r for m, r in ratios.items())
-    fit = estimands(toy.drop(columns="log_kl"), PRIMARY, 19, 0)["primary"]
+    fit = estimands(whole, PRIMARY, 19, 0)["primary"]
     assert pooled == pytest.approx(fit["estimate"], rel=1e-6)
+
+
+def test_the_primary_leaves_the_null_out_and_names_its_rows() -> None:
+    """``rotation:isotropic:90`` is on the grid (its family's curve ends there) but is
+    orthogonal to v*, a null: the primary is the estimator on the rows without it, and
+    says which manipulations entered and which directions it left out."""
+    from experiments.identify.analysis import primary_result
+    from experiments.identify.cells import StudyTables
+    from experiments.identify.estimator import flexible_slope, log_kl
+
+    toy = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(4, "p"), 0.0, 4)
+    got = primary_result(StudyTables(toy), PRIMARY, n_boot=19, seed=0)
+    assert got["left_out"] == ["rotation:isotropic:90"]
+    assert got["manipulations"] == sorted(set(toy["manipulation"]))  # each family still in
+    rows = toy[toy["direction"] != "rotation:isotropic:90"]
+    want = flexible_slope(
+        rows.assign(log_kl=log_kl(rows["kl"])), "effect", "auroc", covariates=["log_kl"],
+        n_boot=19, seed=0,
+    ).to_dict()  # fmt: skip
+    assert got["slope"]["estimate"] == pytest.approx(want["estimate"], rel=1e-12)
+    whole = flexible_slope(
+        toy.assign(log_kl=log_kl(toy["kl"])), "effect", "auroc", covariates=["log_kl"],
+        n_boot=19, seed=0,
+    ).to_dict()  # fmt: skip
+    assert got["slope"]["estimate"] != pytest.approx(whole["estimate"], rel=1e-6)
 
 
 def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(

@@ -186,3 +186,71 @@ def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown():
         parse_primary(flexible.replace("control: cos_ref", "control: [cos_ref, lens]"))
     with pytest.raises(PreregistrationError, match="takes control cos_ref"):
         parse_primary(flexible.replace("control: cos_ref", "control: log_kl"))
+
+
+def test_the_study_hash_is_the_same_for_the_config_a_run_stores():
+    """A run stores its config with the set's concepts filled in (``with_concepts``); a
+    resume reads that config back, and it must bind as the config the run started with."""
+    from experiments.config import load_config
+    from experiments.identify.prereg import study_hash
+    from experiments.identify.study import with_concepts
+
+    config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
+    stored, _ = with_concepts(config)
+    assert stored.concepts.synsets and config.concepts.synsets is None
+    assert stored.config_hash() != config.config_hash()
+    assert study_hash(stored) == study_hash(config)
+
+
+def test_a_resume_is_held_to_the_binding_a_new_run_is(tmp_path, mlflow_store):
+    from experiments.config import load_config
+    from experiments.identify.prereg import check_resume, study_hash
+
+    config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
+    repo, path = _bound_repo(tmp_path, study_hash(config))
+    prereg = load_preregistration(path)
+    # unchanged: allowed, and the binding it was checked against comes back
+    checked = check_resume(prereg, config, "r1", prereg.sha256)
+    code_commit = prereg.primary["code_commit"]
+    assert checked == {"config_hash": study_hash(config), "code_commit": code_commit}
+
+    path.write_text(path.read_text() + "\nedited after the run started\n")
+    with pytest.raises(PreregistrationError, match=r"cannot resume held-out run r1: .* changed"):
+        check_resume(load_preregistration(path), config, "r1", prereg.sha256)
+    git(repo, "checkout", "--", "prereg.md")
+
+    moved = load_config("configs/identify.yaml", ["identify.concept_set=heldout", "seed=7"])
+    with pytest.raises(PreregistrationError, match=r"r1: this run's config .* not the one"):
+        check_resume(load_preregistration(path), moved, "r1", prereg.sha256)
+
+    (repo / "experiments" / "code.py").write_text("x = 2\n")  # the code moves on
+    git(repo, "commit", "-qam", "change")
+    with pytest.raises(PreregistrationError, match="r1: the code changed since code_commit"):
+        check_resume(load_preregistration(path), config, "r1", prereg.sha256)
+
+
+def test_the_ledger_is_mirrored_to_its_run_and_written_locally_first(tmp_path, mlflow_store):
+    import json
+
+    from experiments import tracking
+    from experiments.identify.prereg import LEDGER, mirror_ledger, run_ledger
+
+    results = tmp_path / "res"
+    with tracking.tracked_run("phase6-identify-ledger", "held-out") as run_id:
+        record_heldout(results, {"run_id": run_id, "status": "started", "forced": False})
+    record_heldout(results, {"run_id": "other", "status": "started", "forced": True})
+    record_heldout(results, {"run_id": run_id, "status": "scored", "forced": False})  # finished
+    mine = run_ledger(results, run_id)
+    assert [e["status"] for e in mine] == ["started", "scored"]
+    tags = tracking.get_run(run_id).data.tags
+    assert json.loads(tags["steer_eval.ledger.started"]) == mine[0]
+    assert json.loads(tags["steer_eval.ledger.scored"]) == mine[1]
+    assert tracking.get_run(run_id).info.status == "FINISHED"  # tagged, not reopened
+    local = tmp_path / "ledger.jsonl"
+    tracking.client().download_artifacts(run_id, "ledger.jsonl", str(tmp_path))
+    assert [json.loads(line) for line in local.read_text().splitlines()] == mine
+
+    # MLflow fails (no such run): the local line is written all the same
+    record_heldout(results, {"run_id": "no-such-run", "status": "started", "forced": False})
+    assert run_ledger(results, "no-such-run") and (results / LEDGER).exists()
+    assert mirror_ledger("no-such-run", results) is False

@@ -3,7 +3,9 @@ the run folder, MLflow parent and children, resume, and the held-out protocol.""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from experiments import tracking
 from experiments.config import load_config
 from experiments.identify import QUICK
 from experiments.identify.answer import PRIMARY_STATUS, answer_of
-from experiments.identify.prereg import PreregistrationError
+from experiments.identify.prereg import PreregistrationError, load_preregistration, study_hash
 from experiments.identify.study import run_identify
 from experiments.record import IdentifyRecord
 from experiments.rundir import RunDir, read_jsonl
@@ -30,32 +32,39 @@ primary:
 """
 
 
-@pytest.fixture(scope="module")
-def prereg(tmp_path_factory):
+def git(repo, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def bound_prereg(repo, tmp):
     """A committed pre-registration bound to the held-out test config (its study hash)
-    and to the commit of its own repository (which holds no code: nothing changes)."""
+    and to the commit of its own repository, whose code (``experiments/code.py``) stays
+    as it is unless a test changes it."""
     from experiments.identify.prereg import study_hash
 
-    repo = tmp_path_factory.mktemp("prereg")
-
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
-        return out.stdout.strip()
-
     for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
-        git(*args)
-    (repo / "README").write_text("code\n")
-    git("add", "README")
-    git("commit", "-q", "-m", "code")
+        git(repo, *args)
+    (repo / "experiments").mkdir()
+    (repo / "experiments" / "code.py").write_text("x = 1\n")
+    git(repo, "add", "experiments")
+    git(repo, "commit", "-q", "-m", "code")
     path = repo / "prereg.md"
-    binding = study_hash(config_for(tmp_path_factory.getbasetemp(), path))
+    binding = study_hash(config_for(tmp, path))
     bound = PRIMARY.replace(
-        "  rule:", f"  config_hash: '{binding}'\n  code_commit: {git('rev-parse', 'HEAD')}\n  rule:"
+        "  rule:",
+        f"  config_hash: '{binding}'\n  code_commit: {git(repo, 'rev-parse', 'HEAD')}\n  rule:",
     )
     path.write_text(bound)
-    git("add", "prereg.md")
-    git("commit", "-q", "-m", "p")
+    git(repo, "add", "prereg.md")
+    git(repo, "commit", "-q", "-m", "p")
     return path
+
+
+@pytest.fixture(scope="module")
+def prereg(tmp_path_factory):
+    """The pre-registration of the module's runs (see ``bound_prereg``)."""
+    return bound_prereg(tmp_path_factory.mktemp("prereg"), tmp_path_factory.getbasetemp())
 
 
 def config_for(tmp, prereg, *extra):
@@ -137,6 +146,14 @@ def test_the_record_covers_every_manipulation_and_the_primary(study):
         "reference",
         "null",
     }
+    # the primary's rows: every manipulation and v*, no null (rotation:isotropic:90 is
+    # orthogonal to v*: it is the null's, not a point of the primary)
+    assert record.primary is not None
+    assert record.primary.manipulations == sorted({*record.manipulations, "reference"})
+    nulls = {d for d in result.directions["direction"] if d.startswith("null:")}
+    assert nulls and record.primary.left_out == sorted({*nulls, "rotation:isotropic:90"})
+    summary = RunDir(config.identify.results_dir, result.run_id).file(RunDir.SUMMARY)
+    assert "nulls left out: " + ", ".join(record.primary.left_out) in summary.read_text()
     for r in record.manipulations.values():
         assert r.curve and "auroc" in r.partial
         assert {m.fraction for m in r.minimum_effective} == {0.5, 1.0}
@@ -321,3 +338,71 @@ def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, 
         ("scored", True),
     ]
     assert ledger[0]["run_id"] == ledger[1]["run_id"] == first.run_id
+    assert ledger[0]["binding"] == {
+        "config_hash": study_hash(config),
+        "code_commit": load_preregistration(prereg).primary["code_commit"],
+    }
+    # each run's entries are on its MLflow run too: a tag per status, the artefact whole
+    for run_id, entries in ((first.run_id, ledger[:2]), (forced.run_id, ledger[2:])):
+        tags = tracking.get_run(run_id).data.tags
+        assert json.loads(tags["steer_eval.ledger.started"]) == entries[0]
+        assert json.loads(tags["steer_eval.ledger.scored"]) == entries[1]
+        assert mirrored_ledger(run_id, tmp_path / run_id) == entries
+
+    # a resume of the forced scoring stays forced: its label, tags and ledger say so
+    again = run_identify(config, lm=tiny_lm, embedder=embedder, resume=forced.run_id)
+    assert "not confirmatory" in again.record.label
+    tags = tracking.get_run(forced.run_id).data.tags
+    assert tags["identify.label"] == "exploratory" and tags["identify.forced"] == "true"
+    resumed = read_jsonl(tmp_path / "res" / "heldout_ledger.jsonl")[4]
+    assert (resumed["status"], resumed["forced"], resumed["run_id"]) == (
+        "resumed", True, forced.run_id,
+    )  # fmt: skip
+
+
+def mirrored_ledger(run_id: str, into) -> list[dict]:
+    """The ``ledger.jsonl`` artefact of a run, read back."""
+    into.mkdir(parents=True, exist_ok=True)
+    path = tracking.client().download_artifacts(run_id, "ledger.jsonl", str(into))
+    return read_jsonl(Path(path))
+
+
+def test_a_heldout_resume_is_checked_again_and_refused_on_a_changed_binding(
+    study, tiny_lm, embedder, tmp_path
+):
+    """A resume of a held-out run passes the checks of a new run again: the
+    pre-registration it started under, committed unchanged, and the code and config it is
+    bound to. Unchanged, it proceeds (and says so in the ledger); changed, it is refused
+    before the run is reopened."""
+    import torch
+
+    torch.set_num_threads(1)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    path = bound_prereg(repo, tmp_path)
+    config = config_for(tmp_path, path, "identify.concept_set=heldout", "identify.limit=3")
+    ledger = tmp_path / "res" / "heldout_ledger.jsonl"
+    first = run_identify(config, lm=tiny_lm, embedder=embedder)
+
+    again = run_identify(config, lm=tiny_lm, embedder=embedder, resume=first.run_id)
+    assert again.record.label.startswith("confirmatory")
+    entries = read_jsonl(ledger)
+    assert [e["status"] for e in entries] == ["started", "scored", "resumed", "scored"]
+    bound = {"config_hash": study_hash(config), "code_commit": git(repo, "rev-parse", "HEAD~1")}
+    assert entries[2]["binding"] == bound and entries[2]["forced"] is False
+    tags = tracking.get_run(first.run_id).data.tags
+    assert json.loads(tags["steer_eval.ledger.resumed"]) == entries[2]
+    assert mirrored_ledger(first.run_id, tmp_path / "mirror") == entries
+
+    def refused(match: str) -> None:
+        with pytest.raises(PreregistrationError, match=match):
+            run_identify(config, lm=tiny_lm, embedder=embedder, resume=first.run_id)
+        assert len(read_jsonl(ledger)) == len(entries)  # no entry: nothing was resumed
+        assert tracking.get_run(first.run_id).info.status == "FINISHED"  # not reopened
+
+    path.write_text(path.read_text() + "\nH6: added after the run started\n")
+    refused(f"cannot resume held-out run {first.run_id}: the pre-registration .* changed since")
+    git(repo, "checkout", "--", "prereg.md")
+    (repo / "experiments" / "code.py").write_text("x = 2\n")  # the code moves on
+    git(repo, "commit", "-qam", "change")
+    refused(f"cannot resume held-out run {first.run_id}: the code changed since code_commit")
