@@ -43,6 +43,7 @@ from functools import cache
 from typing import Any
 
 from experiments.concepts import Concept, ConceptGraph, concept_words, mentions
+from experiments.identify.english import indefinite, plural
 from experiments.likelihood_texts import LikelihoodTexts, pick_off
 
 NAME_RELATIONS = ("hyponyms", "instance_hyponyms", "member_meronyms", "part_meronyms")
@@ -268,61 +269,6 @@ def name_info(name: str, synset_id: str, concept: Concept, avoid: set[str]) -> N
     obscure = not any(_count(lm) for s in senses for lm in s.lemmas() if lm.name() == word)
     gloss = _short_gloss(synset, avoid) if obscure or lexname in ABSTRACT_FILES else None
     return NameInfo(noun=noun, gloss=gloss)
-
-
-# ------------------------------------------------------------------ articles and number
-
-# Words spelled with a vowel that start with a consonant sound, and the reverse.
-CONSONANT_SOUND = re.compile(
-    r"^(uni|use|usu|ute|uti|eu|ewe|one|once|ubiq|uro|ura|u[bcfgklmnprst][aeiou])", re.I
-)
-VOWEL_SOUND = re.compile(r"^(hour|honest|honou?r|heir|herb)", re.I)
-
-
-def indefinite(phrase: str) -> str:
-    """ "a" or "an" before ``phrase`` by its first sound. Hand-written: no inflection
-    library (inflect, pattern) is among the project's dependencies, and the rule needs
-    only the common exceptions ("an hour", "a unit", "a one-off", "an X-ray")."""
-    first = phrase.split()[0] if phrase.split() else phrase
-    if re.match(r"^[FHLMNRSX]$|^[FHLMNRSX][A-Z\-]", first):  # an initialism read by letter
-        return f"an {phrase}"
-    vowel = bool(re.match(r"[aeiou]", first, re.I))
-    if (vowel and CONSONANT_SOUND.match(first)) or (not vowel and not VOWEL_SOUND.match(first)):
-        return f"a {phrase}"
-    return f"an {phrase}"
-
-
-def plural(phrase: str) -> str:
-    """The plural of a noun phrase: its head (the word before " of ", else the last)
-    inflected by WordNet's exception list (mouse → mice), else the regular rules.
-    Hand-written for the same reason as :func:`indefinite`."""
-    words = phrase.split(" ")
-    head = words.index("of") - 1 if "of" in words[1:] else len(words) - 1
-    words[head] = _plural_word(words[head])
-    return " ".join(words)
-
-
-@cache
-def _irregular_plurals() -> dict[str, str]:
-    exceptions = getattr(_wordnet(), "_exception_map", {}).get("n", {})
-    out: dict[str, str] = {}
-    for plural_form, singulars in sorted(exceptions.items()):
-        for singular in singulars:
-            out.setdefault(singular, plural_form)
-    return out
-
-
-def _plural_word(word: str) -> str:
-    lower = word.lower()
-    if lower in _irregular_plurals():
-        return _irregular_plurals()[lower]
-    if lower.endswith("man") and not lower.endswith(("human", "german")):
-        return word[:-3] + "men"
-    if re.search(r"(s|x|z|ch|sh)$", lower):
-        return word + "es"
-    if re.search(r"[^aeiou]y$", lower):
-        return word[:-1] + "ies"
-    return word + "s"
 
 
 def noun_forms(name: str, info: NameInfo, describe: bool = True) -> tuple[str, str]:
