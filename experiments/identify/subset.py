@@ -43,10 +43,11 @@ def choose_subset(
 
 def subset_likelihood(
     lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
-    say: Callable[[str], None],
+    say: Callable[[str], None], words: dict[str, list[str]] | None = None,
 ) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """The subset's likelihood records: (at fixed and KL-matched doses, on name-free texts);
-    each resumes per concept from its run-folder file."""
+    each resumes per concept from its run-folder file. ``words``: each concept's, whose
+    tokens a concept-free dose leaves out (``identify.dose_kl``)."""
     from experiments.identify.outcome import score_dose, score_likelihood
 
     ident = config.identify
@@ -54,7 +55,7 @@ def subset_likelihood(
     with timer.time("dose"):
         dose = score_dose(
             lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
-            say,
+            say, words,
         )  # fmt: skip
     name_free: list[dict] = []
     if subset and ident.name_free:
