@@ -6,6 +6,7 @@ half and verified on the other."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,3 +208,51 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
         {"dog": PROMPTS}, words={"dog": ["dog", "cat"]},
     )  # fmt: skip
     assert again == read_jsonl(run_dir.file(RunDir.DOSE)) and len(again) == len(rows)
+
+
+def _dose_rows(frame, subset, rng):
+    """Matched-dose records for the toy's subset: the matching KL on target, the
+    verifying KL off it by a known log gap for about half the directions."""
+    part = frame[frame["concept"].isin(subset)]
+    common = {"dose": "matched", "e": 0.1, "multiplier": 1.0, "kl": 0.2, "kl_target": 0.2}
+    return [
+        {
+            **common,
+            "concept": c,
+            "direction": d,
+            "kl_kind": "concept_free",
+            "kl_verify": 0.3 * np.exp(0.5 if rng.random() < 0.5 else 0.01),
+            "kl_verify_target": 0.3,
+        }
+        for c, d in zip(part["concept"], part["direction"], strict=True)
+    ]
+
+
+def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
+    from experiments.identify.estimator import subset_outcomes
+    from experiments.identify.simulate import toy_study
+    from experiments.identify.subset import subset_columns
+    from experiments.identify.summary import subset_lines
+
+    toy = toy_study(3, "convex")
+    toy["direction"] = toy.groupby("concept").cumcount().astype(str)
+    subset = ["c00", "c01", "c02", "c03"]
+    rows = _dose_rows(toy, subset, np.random.default_rng(0))
+    subset_columns(toy, rows, pd.DataFrame())
+    inside = toy["concept"].isin(subset)
+    assert toy.loc[inside, "dose_matched"].all()  # on the prompts it was bisected on
+    gaps = toy.loc[inside, "dose_verify_gap"].to_numpy()
+    assert set(np.round(gaps, 6)) == {0.01, 0.5}
+    held = toy.loc[inside, "dose_matched_verify"].astype(bool).to_numpy()
+    np.testing.assert_array_equal(held, gaps <= MATCH_TOLERANCE)
+    assert toy.loc[~inside, "dose_verify_gap"].isna().all()
+    out = subset_outcomes(toy, subset, n_boot=49)
+    assert out["matched_share"] == 1.0
+    assert out["matched_share_verify"] == pytest.approx(held.mean())
+    assert 0 < out["matched_share_verify"] < 1 and out["matched_on"] == "concept_free"
+    line = subset_lines(out)[0]
+    assert "100% within 10% on the prompts it was bisected on" in line
+    assert f"{held.mean():.0%} on held-apart prompts" in line and "tokens left out" in line
+    # a v2 record (no verification) reads as before
+    old = {k: v for k, v in out.items() if k not in ("matched_share_verify", "matched_on")}
+    assert subset_lines(old)[0].endswith("100% within 10%).")
