@@ -548,6 +548,20 @@ class IdentifyConfig(_Strict):
         "generation.prompts (the selection prompts, the KL readout and the validating "
         "directions keep generation.prompts)",
     )
+    dose_kl: Annotated[Literal["all", "concept_free"], OMIT_IF_DEFAULT] = Field(
+        "all",
+        description="the next-token KL the subset's dose is matched on: 'all' (the whole "
+        "vocabulary, v2) or 'concept_free' (the concept's own tokens, those the logit-lens "
+        "gain reads, left out of both distributions and each renormalised: the mass moved "
+        "onto them is part of the outcome, so matching on it matches partly on the outcome)",
+    )
+    dose_verify: Annotated[bool, OMIT_IF_DEFAULT] = Field(
+        False,
+        description="split the dose's prompts (seeded, identify/matched.py "
+        "matching_split): bisect on one half, then measure each direction's KL at its "
+        "matched dose on the other half against v*'s there (the share matched on "
+        "held-apart contexts); false: matched and checked on the same prompts (v2)",
+    )
     name_free: Annotated[bool, OMIT_IF_DEFAULT] = Field(
         False,
         description="identify v2: every direction also scored on name-free test positives "

@@ -10,7 +10,9 @@ output-side scores predict steering better than detection accuracy: Arad et al. 
   the steering layer, so it says what the direction *writes* toward the vocabulary.
 * :func:`next_token_kl`: the whole model, one step: the KL divergence of the steered
   from the unsteered next-token distribution after each prompt, steering at every
-  position with coefficient c (how far the direction moves the output at all).
+  position with coefficient c (how far the direction moves the output at all); with
+  ``exclude`` (a concept's own tokens), the KL of what it does to the rest of the
+  vocabulary (:func:`kl_without`), a dose that leaves the outcome's own tokens out.
 
 Both run on the model's device and dtype, in chunks that bound the [rows, vocabulary]
 logits they hold.
@@ -156,6 +158,28 @@ def _last_logprobs(
     return torch.log_softmax(out.float(), dim=-1)
 
 
+def kl_without(logp: torch.Tensor, ref: torch.Tensor, exclude: Sequence[int] = ()) -> torch.Tensor:
+    """Per row of log-probabilities [..., vocabulary]: KL(p ‖ q) of ``logp`` from ``ref``,
+    both restricted to the vocabulary without the token ids ``exclude`` and renormalised
+    there; with nothing excluded, the plain KL.
+
+    Why: a direction's next-token KL counts the mass it moves onto its concept's own
+    tokens, and that mass is part of the steering outcome (the likelihood of on-concept
+    text, the logit-lens gain). A dose matched on the plain KL is then partly matched on
+    the outcome; left out, the KL measures only how far the direction moves the rest of
+    the distribution. Raising only the excluded tokens' logits leaves it at 0, since the
+    ratios among the other tokens are unchanged."""
+    if len(exclude):
+        keep = torch.ones(logp.shape[-1], dtype=torch.bool, device=logp.device)
+        keep[torch.as_tensor(list(exclude), dtype=torch.long, device=logp.device)] = False
+        if not keep.any():
+            raise ValueError("the excluded tokens are the whole vocabulary")
+        logp, ref = logp[..., keep], ref[..., keep]
+        logp = logp - torch.logsumexp(logp, dim=-1, keepdim=True)
+        ref = ref - torch.logsumexp(ref, dim=-1, keepdim=True)
+    return (logp.exp() * (logp - ref)).sum(dim=-1)
+
+
 @torch.inference_mode()
 def next_token_kl(
     lm: LoadedModel,
@@ -165,9 +189,13 @@ def next_token_kl(
     coefficients: torch.Tensor,
     batch_size: int = 64,
     budget: int = LOGITS_BUDGET,
+    exclude: Sequence[int] = (),
 ) -> np.ndarray:
     """Per direction and prompt: KL(p_steered ‖ p_unsteered) of the next token after the
-    prompt, steering h + c·v at every position of ``layer`` (additive). [n, prompts]."""
+    prompt, steering h + c·v at every position of ``layer`` (additive). [n, prompts].
+    ``exclude``: token ids left out of both distributions, which are renormalised over
+    the rest before the KL (:func:`kl_without`; a concept's :func:`concept_token_ids`,
+    so the dose does not count the mass moved onto the concept's own tokens)."""
     ids, attn, pos = _left_padded(lm, prompts)
     base = _last_logprobs(lm, ids, attn, pos)  # [prompts, vocab]
     n, k = directions.shape[0], len(prompts)
@@ -182,6 +210,6 @@ def next_token_kl(
         with steer_rows(lm, layer, directions[d_index], coefficients[d_index], "additive"):
             logp = _last_logprobs(lm, ids[q_index], attn[q_index], pos[q_index])
         ref = base[q_index.to(base.device)]
-        kl = (logp.exp() * (logp - ref)).sum(dim=-1)
+        kl = kl_without(logp, ref, exclude)
         out[start : start + len(chunk)] = kl.double().cpu().numpy()
     return out.reshape(n, k)

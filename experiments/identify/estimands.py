@@ -115,8 +115,9 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "the stratified subset's directions, each at the β whose next-token KL matches v*'s",
         "KL matched by design (identify.subset_concepts); reported in the subset section",
         None,
-        "measured on the subset only (identify/subset.py); matching is verified on the "
-        "same prompts that set it (issue 53: verify on held-apart contexts)",
+        "measured on the subset only (identify/subset.py); matched on the KL without the "
+        "concept's tokens and verified on held-apart prompts where identify.dose_kl and "
+        "identify.dose_verify say so (v3), else checked on the prompts that set it (v2)",
     ),
     Estimand(
         "practitioner",

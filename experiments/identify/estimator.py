@@ -449,7 +449,14 @@ def subset_outcomes(
     }
     if "dose_matched" in part:
         ok = part["dose_matched"].astype(bool)
-        out["matched_share"] = float(ok.mean())
+        out["matched_share"] = float(ok.mean())  # on the prompts the dose was bisected on
+        if "dose_kl_kind" in part:  # the KL matched on (identify.dose_kl); v2: "all"
+            out["matched_on"] = str(part["dose_kl_kind"].dropna().iloc[0])
+        if "dose_matched_verify" in part and part["dose_matched_verify"].notna().any():
+            # on held-apart prompts, against v*'s KL there (identify.dose_verify)
+            held = part["dose_matched_verify"].dropna().astype(bool)
+            out["matched_share_verify"] = float(held.mean())
+            out["verify_gap_median"] = float(part["dose_verify_gap"].median())
         out["matched_multiplier"] = {
             m: float(g["dose_multiplier"].median())
             for m, g in part.groupby("manipulation", sort=True)

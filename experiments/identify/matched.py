@@ -12,12 +12,24 @@ distribution equally; the effects at 0.5× and 2× β show the dose-response its
 
 The subset: ``identify.subset_concepts`` concepts, stratified by v*'s test AUROC (known
 before any outcome), because the matched likelihood costs one more pass per dose.
+
+Two ways the match can flatter itself (issue 53), each with a setting that removes it:
+
+* the KL counts the mass a direction moves onto its concept's own tokens, which is part
+  of the outcome: ``identify.dose_kl: concept_free`` matches on the KL with those tokens
+  left out (``steering.readout.kl_without``);
+* a KL matched on the prompts that set the target is matched there nearly by
+  construction: ``identify.dose_verify`` bisects on a seeded half of the prompts
+  (:func:`matching_split`) and measures the KL at the matched dose on the other half,
+  against v*'s KL on that half (:func:`match_dose`), so the share matched there is a
+  check on contexts the bisection never saw.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,8 +86,82 @@ def first_guess(kl_at_one: np.ndarray, target: float, limit: float = 16.0) -> np
     return np.clip(np.sqrt(ratio), 1 / limit, limit)
 
 
+def log_gap(achieved: np.ndarray, target: float) -> np.ndarray:
+    """|log KL_achieved − log KL_target| per direction, both floored at 1e-12 nats."""
+    achieved = np.clip(np.asarray(achieved, dtype=np.float64), 1e-12, None)
+    gap: np.ndarray = np.abs(np.log(achieved) - np.log(max(float(target), 1e-12)))
+    return gap
+
+
 def matched(achieved: np.ndarray, target: float) -> np.ndarray:
     """Whether each achieved KL is within :data:`MATCH_TOLERANCE` of the target (log)."""
-    achieved = np.clip(np.asarray(achieved, dtype=np.float64), 1e-12, None)
-    matched: np.ndarray = np.abs(np.log(achieved) - np.log(target)) <= MATCH_TOLERANCE
+    matched: np.ndarray = log_gap(achieved, target) <= MATCH_TOLERANCE
     return matched
+
+
+def matching_split(n: int, seed: int) -> tuple[list[int], list[int]]:
+    """The dose's ``n`` prompts (indices) split in two, seeded: the half the bisection
+    matches on (the larger when ``n`` is odd) and the half that verifies it, each sorted,
+    disjoint, together every prompt. The indices are of the prompt templates, so every
+    concept is split alike."""
+    if n < 2:
+        raise ValueError(f"verifying the dose on other prompts needs at least 2, got {n}")
+    order = random.Random(f"dose-split:{seed}").sample(range(n), n)
+    half = (n + 1) // 2
+    return sorted(order[:half]), sorted(order[half:])
+
+
+@dataclass(frozen=True)
+class Dose:
+    """Each direction's KL-matched dose (:func:`match_dose`)."""
+
+    multiplier: np.ndarray  # k per direction (of v*'s β)
+    kl: np.ndarray  # the mean KL at k on the matching prompts
+    target: float  # v*'s mean KL at β (k = 1) on the matching prompts
+    verify_kl: np.ndarray | None = None  # the mean KL at k on the verifying prompts
+    verify_target: float | None = None  # v*'s mean KL at β on the verifying prompts
+
+    def verify_gap(self) -> np.ndarray | None:
+        """|log KL − log KL_target| on the verifying prompts, per direction."""
+        if self.verify_kl is None or self.verify_target is None:
+            return None
+        return log_gap(self.verify_kl, self.verify_target)
+
+
+def match_dose(
+    kl_at: Callable[[np.ndarray, Sequence[int]], np.ndarray],
+    n: int,
+    reference: int,
+    matching: Sequence[int],
+    verifying: Sequence[int] = (),
+    *,
+    at_one: np.ndarray | None = None,
+) -> Dose:
+    """Bisect each of ``n`` directions' multiplier k until its mean KL over the prompts
+    ``matching`` equals the ``reference`` direction's at k = 1 (:func:`bisect_dose`); then,
+    with ``verifying`` prompts, measure every direction's KL at its k there, and the
+    reference's at k = 1 there, the target it is checked against.
+
+    ``kl_at(k, prompts) -> [n, len(prompts)]``: each direction's KL at multiplier k on
+    those prompts (indices). ``at_one``: the directions' mean KL at k = 1 on ``matching``
+    when already measured (the readout's, for the v2 dose); else measured here, on the
+    verifying prompts too in the same call."""
+    matching, verifying = list(matching), list(verifying)
+    if set(matching) & set(verifying):
+        raise ValueError("the matching and verifying prompts overlap")
+    ones = np.ones(n)
+    verify_target: float | None = None
+    if at_one is None or verifying:
+        per = np.asarray(kl_at(ones, [*matching, *verifying]), dtype=np.float64)
+        if at_one is None:
+            at_one = per[:, : len(matching)].mean(axis=1)
+        if verifying:
+            verify_target = float(per[reference, len(matching) :].mean())
+    target = float(at_one[reference])
+    k, achieved = bisect_dose(
+        lambda m: np.asarray(kl_at(m, matching)).mean(axis=1), target, first_guess(at_one, target)
+    )
+    verify_kl = None
+    if verifying:
+        verify_kl = np.asarray(kl_at(k, verifying), dtype=np.float64).mean(axis=1)
+    return Dose(k, achieved, target, verify_kl, verify_target)

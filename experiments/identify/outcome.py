@@ -152,14 +152,24 @@ def score_dose(
     outputs: dict[tuple[str, str], dict[str, np.ndarray]],
     prompts: dict[str, list[str]],
     progress: Callable[[str], None] = lambda _m: None,
+    words: dict[str, list[str]] | None = None,
 ) -> list[dict]:
     """The subset's likelihood outcome (s = +1) at ``identify.subset_doses`` × β and at
     each direction's KL-matched dose (``matched.py``), with the next-token KL each dose
-    gives; concepts already in the run folder's file are not scored again."""
+    gives; concepts already in the run folder's file are not scored again.
+
+    ``identify.dose_kl: concept_free`` matches on the KL without the concept's tokens
+    (``words[concept]``'s, as the logit-lens gain reads them); ``identify.dose_verify``
+    bisects on a seeded half of the concept's prompts and records the matched dose's KL on
+    the other half (``kl_verify``) beside v*'s there (``kl_verify_target``). The v2 dose
+    (neither) takes its target and first guess from the readout's KL (``outputs``)."""
     from experiments.identify.directions import REFERENCE
-    from experiments.identify.matched import MATCHED, bisect_dose, first_guess
+    from experiments.identify.matched import MATCHED, match_dose, matching_split
 
     ident = config.identify
+    concept_free = ident.dose_kl == "concept_free"
+    if concept_free and words is None:
+        raise ValueError("identify.dose_kl: concept_free needs each concept's words")
     path = run_dir.file(RunDir.DOSE)
     records = read_jsonl(path)
     done = {r["concept"] for r in records}
@@ -171,18 +181,32 @@ def score_dose(
         progress(f"dose: concept {i + 1}/{len(subset)} ({len(ids)} directions, KL matched)")
         dirs = torch.as_tensor(np.stack([by_id[d] for d in ids]), dtype=torch.float32)
         scale = betas[concept] * alpha
+        exclude = concept_token_ids(lm, words[concept]) if concept_free and words else []
 
-        def kl_at(k: np.ndarray, at: list[str] = prompts[concept], d=dirs, c=scale) -> np.ndarray:
+        def kl_at(
+            k: np.ndarray, at: Sequence[int], on: list[str] = prompts[concept], d=dirs, c=scale,
+            out: list[int] = exclude,
+        ) -> np.ndarray:  # fmt: skip
             coefs = torch.as_tensor(np.asarray(k) * c, dtype=torch.float32)
-            return next_token_kl(lm, at, layer, d, coefs, ident.batch_size).mean(axis=1)
+            chosen = [on[q] for q in at]
+            return next_token_kl(lm, chosen, layer, d, coefs, ident.batch_size, exclude=out)
 
-        target = float(np.mean(outputs[(concept, REFERENCE)]["kl"]))
-        at_one = np.array([float(np.mean(outputs[(concept, d)]["kl"])) for d in ids])
-        k, achieved = bisect_dose(kl_at, target, first_guess(at_one, target))
-        doses: dict[str, tuple[np.ndarray, np.ndarray]] = {MATCHED: (k, achieved)}
+        n_prompts = len(prompts[concept])
+        matching, verifying = (
+            matching_split(n_prompts, config.seed)
+            if ident.dose_verify
+            else (list(range(n_prompts)), [])
+        )
+        at_one = None
+        if not concept_free and not ident.dose_verify:  # v2: the readout's KL at β
+            at_one = np.array([float(np.mean(outputs[(concept, d)]["kl"])) for d in ids])
+        dose = match_dose(kl_at, len(ids), ids.index(REFERENCE), matching, verifying, at_one=at_one)
+        target = dose.target
+        doses: dict[str, tuple[np.ndarray, np.ndarray]] = {MATCHED: (dose.multiplier, dose.kl)}
         for m in ident.subset_doses:
             fixed = np.full(len(ids), float(m))
-            doses[f"{m:g}x"] = (fixed, kl_at(fixed))
+            doses[f"{m:g}x"] = (fixed, kl_at(fixed, matching).mean(axis=1))
+        kind = {"kl_kind": ident.dose_kl} if concept_free else {}
         rows = []
         for label, (mult, kl) in doses.items():
             directions = [
@@ -202,6 +226,7 @@ def score_dose(
                 batch_size=ident.batch_size,
             )
             at = {d: j for j, d in enumerate(ids)}
+            verify = dose.verify_kl if label == MATCHED else None
             rows += [
                 {
                     **{k: v for k, v in r.items() if k != "arm"},
@@ -211,6 +236,12 @@ def score_dose(
                     "kl": float(kl[at[d]]),
                     "kl_target": target,
                     "beta": betas[concept],
+                    **kind,
+                    **(
+                        {"kl_verify": float(verify[at[d]]), "kl_verify_target": dose.verify_target}
+                        if verify is not None
+                        else {}
+                    ),
                 }
                 for r in scored
             ]

@@ -158,7 +158,7 @@ def outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outco
         subset = choose_subset(config, found.detections, concepts, run_dir)
         dose, name_free = subset_likelihood(
             lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs,
-            prompts, say,
+            prompts, say, words,
         )  # fmt: skip
     tags = []
     for d_id in ident.generated:

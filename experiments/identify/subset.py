@@ -43,10 +43,11 @@ def choose_subset(
 
 def subset_likelihood(
     lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
-    say: Callable[[str], None],
+    say: Callable[[str], None], words: dict[str, list[str]] | None = None,
 ) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """The subset's likelihood records: (at fixed and KL-matched doses, on name-free texts);
-    each resumes per concept from its run-folder file."""
+    each resumes per concept from its run-folder file. ``words``: each concept's, whose
+    tokens a concept-free dose leaves out (``identify.dose_kl``)."""
     from experiments.identify.outcome import score_dose, score_likelihood
 
     ident = config.identify
@@ -54,7 +55,7 @@ def subset_likelihood(
     with timer.time("dose"):
         dose = score_dose(
             lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
-            say,
+            say, words,
         )  # fmt: skip
     name_free: list[dict] = []
     if subset and ident.name_free:
@@ -162,8 +163,12 @@ def with_subset_prompts(config: IdentifyStudyConfig) -> IdentifyStudyConfig:
 def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFrame) -> None:
     """Add the subset's outcomes to the directions table, in place (NaN off the subset):
     ``dose_effect_<label>`` (mean over pairs), the matched dose's multiplier, KL and
-    whether it matched; ``gen_effect`` and ``gen_gate`` (s = +1, Δ gated)."""
-    from experiments.identify.matched import MATCHED, matched
+    whether it matched (``dose_kl_kind``: the KL it was matched on, when not the
+    whole vocabulary's); where the dose was verified on held-apart prompts
+    (``identify.dose_verify``), ``dose_verify_gap`` (|log KL − log v*'s KL| there) and
+    ``dose_matched_verify`` (that gap within ``MATCH_TOLERANCE``); ``gen_effect`` and
+    ``gen_gate`` (s = +1, Δ gated)."""
+    from experiments.identify.matched import MATCH_TOLERANCE, MATCHED, log_gap, matched
 
     key = list(zip(frame["concept"], frame["direction"], strict=True))
     if dose:
@@ -181,6 +186,19 @@ def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFram
             bool(matched(np.array([at_kl]), target[k])[0]) if k in target else np.nan
             for k, at_kl in zip(key, frame["dose_kl"], strict=True)
         ]
+        if "kl_kind" in facts:  # the KL the dose was matched on (identify.dose_kl)
+            kind = facts["kl_kind"].to_dict()
+            frame["dose_kl_kind"] = [kind.get(k) for k in key]
+        if "kl_verify" in facts:
+            held = facts.dropna(subset=["kl_verify", "kl_verify_target"])
+            gap = {
+                k: float(log_gap(np.array([r["kl_verify"]]), r["kl_verify_target"])[0])
+                for k, r in held.iterrows()
+            }
+            frame["dose_verify_gap"] = [gap.get(k, np.nan) for k in key]
+            frame["dose_matched_verify"] = [
+                bool(gap[k] <= MATCH_TOLERANCE) if k in gap else np.nan for k in key
+            ]
     if len(generated):
         up = generated[generated["sign"] == 1].set_index(["concept", "direction"])
         for column, source in (("gen_effect", "e_gen"), ("gen_gate", "gate")):

@@ -104,6 +104,25 @@ def identified_lines(ident: dict | None) -> list[str]:
     return lines
 
 
+def matched_text(sub: dict) -> str:
+    """How well the subset's doses matched: the share within 10% of v*'s KL on the prompts
+    the bisection ran on and, where verified (``identify.dose_verify``), on held-apart
+    prompts; the sentence's end."""
+    if "matched_share" not in sub:
+        return "."
+    kl = "next-token KL"
+    if sub.get("matched_on") == "concept_free":
+        kl += " with the concept's own tokens left out"
+    share = f"{sub['matched_share']:.0%}"
+    text = f" (matched: each direction's β bisected to v*'s {kl}, {share} within 10%"
+    if "matched_share_verify" in sub:
+        text += (
+            f" on the prompts it was bisected on, {sub['matched_share_verify']:.0%} on "
+            f"held-apart prompts, median |Δlog KL| {sub['verify_gap_median']:.2f}"
+        )
+    return text + ")."
+
+
 def subset_lines(sub: dict) -> list[str]:
     """The stratified subset: the dose held by design and the generated outcome."""
     if not sub.get("concepts"):
@@ -113,12 +132,7 @@ def subset_lines(sub: dict) -> list[str]:
     lines = [
         f"- Subset of {n} concepts (stratified by v*'s AUROC; exploratory): the AUROC slope "
         f"(flexible) at 1× β is {ci(sub.get('likelihood_1x'))}; at other doses {doses}"
-        + (
-            f" (matched: each direction's β bisected to v*'s next-token KL, "
-            f"{sub['matched_share']:.0%} within 10%)."
-            if "matched_share" in sub
-            else "."
-        )
+        + matched_text(sub)
     ]
     free = sub.get("name_free") or {}
     if free:

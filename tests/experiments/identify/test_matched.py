@@ -1,19 +1,26 @@
 """The dose held by design (identify/matched.py): the bisection finds each direction's
 KL-matched multiplier, flags a target it cannot reach, and the subset spreads over
-v*'s AUROC strata."""
+v*'s AUROC strata; the dose's prompts split (seeded, disjoint) so it is bisected on one
+half and verified on the other."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.identify.matched import (
+    MATCH_TOLERANCE,
     bisect_dose,
     first_guess,
+    match_dose,
     matched,
+    matching_split,
     stratified_subset,
 )
+from experiments.rundir import read_jsonl
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -60,3 +67,192 @@ def test_the_subset_takes_concepts_from_every_stratum_and_is_seeded():
     assert stratified_subset(values, 6, seed=0) == subset
     assert stratified_subset(values, 6, seed=1) != subset
     assert stratified_subset(values, 40, seed=0) == sorted(values)
+
+
+@settings(max_examples=50, deadline=None, derandomize=True)
+@given(n=st.integers(2, 40), seed=st.integers(0, 1000))
+def test_the_prompt_split_is_disjoint_covering_and_seeded(n, seed):
+    matching, verifying = matching_split(n, seed)
+    assert not set(matching) & set(verifying)
+    assert sorted([*matching, *verifying]) == list(range(n))
+    assert len(matching) == (n + 1) // 2 and verifying  # both halves used
+    assert matching_split(n, seed) == (matching, verifying)
+
+
+def test_other_seeds_split_otherwise_and_one_prompt_cannot_be_split():
+    splits = {tuple(matching_split(8, seed)[0]) for seed in range(10)}
+    assert len(splits) > 1
+    with pytest.raises(ValueError, match="at least 2"):
+        matching_split(1, 0)
+
+
+class PromptKL:
+    """A deterministic KL: direction d at multiplier k on prompt q gives a[d, q]·k², and
+    remembers the prompts of every call."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.calls: list[list[int]] = []
+
+    def __call__(self, k: np.ndarray, prompts) -> np.ndarray:
+        self.calls.append(list(prompts))
+        return self.a[:, list(prompts)] * np.asarray(k)[:, None] ** 2
+
+
+def test_the_dose_is_bisected_on_one_half_and_verified_on_the_other():
+    # 3 directions × 4 prompts; v* (row 0) is even; direction 1 moves prompts 0 and 2 twice
+    # as much as 1 and 3; direction 2 is even, four times v*
+    a = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 0.5, 1.0, 0.5], [4.0, 4.0, 4.0, 4.0]])
+    kl = PromptKL(a)
+    dose = match_dose(kl, 3, 0, [0, 2], [1, 3])
+    # the target and k = 1 on every prompt in one call, then the bisection on [0, 2] only,
+    # then the verification on [1, 3] only
+    assert kl.calls[0] == [0, 2, 1, 3]
+    assert all(c == [0, 2] for c in kl.calls[1:-1]) and kl.calls[-1] == [1, 3]
+    assert dose.target == pytest.approx(1.0)
+    np.testing.assert_allclose(dose.multiplier, [1.0, 1.0, 0.5], rtol=0.01)
+    assert matched(dose.kl, dose.target).all()  # on the half it was bisected on
+    # on the other half: a[d, 1 and 3]·k², against v*'s mean there at k = 1
+    np.testing.assert_allclose(dose.verify_kl, a[:, [1, 3]].mean(axis=1) * dose.multiplier**2)
+    assert dose.verify_target == pytest.approx(1.0)
+    gap = dose.verify_gap()
+    assert gap is not None
+    np.testing.assert_allclose(gap[1], np.log(2), rtol=0.03)  # half v*'s KL there
+    assert list(gap <= MATCH_TOLERANCE) == [True, False, True]
+
+
+def test_without_verifying_prompts_the_dose_is_the_v2_one():
+    a = np.array([[1.0, 2.0], [3.0, 1.0]])
+    kl = PromptKL(a)
+    at_one = a.mean(axis=1)
+    dose = match_dose(kl, 2, 0, [0, 1], at_one=at_one)  # the readout's KL: no extra call
+    assert all(c == [0, 1] for c in kl.calls) and len(kl.calls) == 9
+    assert dose.verify_kl is None and dose.verify_gap() is None
+    k, _ = bisect_dose(lambda m: kl(m, [0, 1]).mean(axis=1), 1.5, first_guess(at_one, 1.5))
+    np.testing.assert_array_equal(dose.multiplier, k)
+    with pytest.raises(ValueError, match="overlap"):
+        match_dose(kl, 2, 0, [0, 1], [1])
+
+
+PROMPTS = [
+    "tell me a story about the sea .",
+    "here is a small house",
+    "the king and the queen had a child",
+    "once a man had a good friend ,",
+]
+
+
+def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, tmp_path):
+    """``score_dose`` on the tiny Gemma: each direction bisected on one half of the
+    prompts with the concept's tokens left out, its KL at that dose read again on the
+    other half against v*'s there; every number recomputed here with the readout."""
+    import torch
+
+    from experiments.config import IdentifyStudyConfig
+    from experiments.identify.directions import REFERENCE
+    from experiments.identify.matched import MATCHED
+    from experiments.identify.outcome import score_dose
+    from experiments.likelihood_texts import LikelihoodTexts
+    from experiments.rundir import RunDir
+    from steering.readout import concept_token_ids, next_token_kl
+
+    lm, layer, alpha = tiny_lm, 2, 8.0
+    config = IdentifyStudyConfig(
+        identify={"dose_kl": "concept_free", "dose_verify": True, "subset_doses": [2.0]}
+    )
+    rng = np.random.default_rng(3)
+    raw = rng.standard_normal((3, lm.hidden_size))
+    unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    vectors = {"dog": {REFERENCE: unit[0], "a": unit[1], "b": unit[2]}}
+    texts = LikelihoodTexts(
+        on={"dog": ["the dog is a small animal .", "a dog and a cat ."]},
+        off={"dog": ["the sea is blue .", "a tree and a flower ."]},
+        off_source={"dog": ["sea", "tree"]},
+        seed=0,
+    )
+    run_dir = RunDir(tmp_path, "run").create()
+    rows = score_dose(
+        lm, config, run_dir, layer, alpha, {"dog": 1.0}, texts, vectors, ["dog"], {},
+        {"dog": PROMPTS}, words={"dog": ["dog", "cat"]},
+    )  # fmt: skip
+    matching, verifying = matching_split(len(PROMPTS), config.seed)
+    tokens = concept_token_ids(lm, ["dog", "cat"])
+    ids = list(vectors["dog"])
+    facts = {r["direction"]: r for r in rows if r["dose"] == MATCHED}
+    assert set(facts) == set(ids) and {r["dose"] for r in rows} == {MATCHED, "2x"}
+    dirs = torch.as_tensor(np.stack([vectors["dog"][d] for d in ids]), dtype=torch.float32)
+
+    def kl(k, at, exclude=tokens):
+        coefs = torch.as_tensor(np.asarray(k) * alpha, dtype=torch.float32)
+        return next_token_kl(lm, [PROMPTS[q] for q in at], layer, dirs, coefs, exclude=exclude)
+
+    k = np.array([facts[d]["multiplier"] for d in ids])
+    on_matching, on_verifying = kl(k, matching), kl(k, verifying)
+    at_beta = kl(np.ones(3), verifying)[0].mean()
+    for j, d in enumerate(ids):
+        r = facts[d]
+        assert r["kl_kind"] == "concept_free"
+        assert r["kl"] == pytest.approx(on_matching[j].mean(), rel=1e-4)
+        assert r["kl_verify"] == pytest.approx(on_verifying[j].mean(), rel=1e-4)
+        assert r["kl_verify_target"] == pytest.approx(at_beta, rel=1e-4)
+        assert r["kl_target"] == pytest.approx(kl(np.ones(3), matching)[0].mean(), rel=1e-4)
+    assert matched(np.array([facts[d]["kl"] for d in ids]), facts[REFERENCE]["kl_target"]).all()
+    # the halves differ, so the same numbers read on the matching half would not pass
+    assert not np.allclose(on_matching.mean(axis=1), on_verifying.mean(axis=1), rtol=0.05)
+    # the concept-free KL is not the plain one: the concept's tokens moved too
+    plain = kl(k, matching, exclude=())
+    assert not np.allclose(plain.mean(axis=1), on_matching.mean(axis=1), rtol=1e-3)
+    # a resume scores nothing again
+    again = score_dose(
+        lm, config, run_dir, layer, alpha, {"dog": 1.0}, texts, vectors, ["dog"], {},
+        {"dog": PROMPTS}, words={"dog": ["dog", "cat"]},
+    )  # fmt: skip
+    assert again == read_jsonl(run_dir.file(RunDir.DOSE)) and len(again) == len(rows)
+
+
+def _dose_rows(frame, subset, rng):
+    """Matched-dose records for the toy's subset: the matching KL on target, the
+    verifying KL off it by a known log gap for about half the directions."""
+    part = frame[frame["concept"].isin(subset)]
+    common = {"dose": "matched", "e": 0.1, "multiplier": 1.0, "kl": 0.2, "kl_target": 0.2}
+    return [
+        {
+            **common,
+            "concept": c,
+            "direction": d,
+            "kl_kind": "concept_free",
+            "kl_verify": 0.3 * np.exp(0.5 if rng.random() < 0.5 else 0.01),
+            "kl_verify_target": 0.3,
+        }
+        for c, d in zip(part["concept"], part["direction"], strict=True)
+    ]
+
+
+def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
+    from experiments.identify.estimator import subset_outcomes
+    from experiments.identify.simulate import toy_study
+    from experiments.identify.subset import subset_columns
+    from experiments.identify.summary import subset_lines
+
+    toy = toy_study(3, "convex")
+    toy["direction"] = toy.groupby("concept").cumcount().astype(str)
+    subset = ["c00", "c01", "c02", "c03"]
+    rows = _dose_rows(toy, subset, np.random.default_rng(0))
+    subset_columns(toy, rows, pd.DataFrame())
+    inside = toy["concept"].isin(subset)
+    assert toy.loc[inside, "dose_matched"].all()  # on the prompts it was bisected on
+    gaps = toy.loc[inside, "dose_verify_gap"].to_numpy()
+    assert set(np.round(gaps, 6)) == {0.01, 0.5}
+    held = toy.loc[inside, "dose_matched_verify"].astype(bool).to_numpy()
+    np.testing.assert_array_equal(held, gaps <= MATCH_TOLERANCE)
+    assert toy.loc[~inside, "dose_verify_gap"].isna().all()
+    out = subset_outcomes(toy, subset, n_boot=49)
+    assert out["matched_share"] == 1.0
+    assert out["matched_share_verify"] == pytest.approx(held.mean())
+    assert 0 < out["matched_share_verify"] < 1 and out["matched_on"] == "concept_free"
+    line = subset_lines(out)[0]
+    assert "100% within 10% on the prompts it was bisected on" in line
+    assert f"{held.mean():.0%} on held-apart prompts" in line and "tokens left out" in line
+    # a v2 record (no verification) reads as before
+    old = {k: v for k, v in out.items() if k not in ("matched_share_verify", "matched_on")}
+    assert subset_lines(old)[0].endswith("100% within 10%).")
