@@ -86,6 +86,14 @@ def identify(
             metavar="<folder>",
         ),
     ] = None,
+    power_at: Annotated[
+        str | None,
+        typer.Option(
+            help="with --simulate: also the primary's power at the smallest effect of "
+            "interest for these numbers of concepts (comma-separated, e.g. 25,50,100,200)",
+            metavar="<n,n,...>",
+        ),
+    ] = None,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -93,7 +101,16 @@ def identify(
     setup_logging(verbose)
     if simulate:
         cfg = resolve_config(config, list(set_ or []), model, None, None, "identify")
-        _simulate(cfg, toys, json_, components)
+        try:
+            sizes = [int(x) for x in (power_at or "").split(",") if x.strip()]
+        except ValueError:
+            console.print(
+                f"[bold red]error:[/] --power-at takes whole numbers of concepts separated "
+                f"by commas, e.g. 25,50,100; got {power_at!r}",
+                highlight=False,
+            )
+            raise typer.Exit(2) from None
+        _simulate(cfg, toys, json_, components, sizes)
         return
     if compare is not None:
         from experiments.identify.compare import before_after, markdown, read_directions
@@ -183,7 +200,9 @@ def identify(
     show_run_address(result.run_id)
 
 
-def _simulate(cfg, toys: int, json_: bool, run: Path | None = None) -> None:
+def _simulate(
+    cfg, toys: int, json_: bool, run: Path | None = None, sizes: list[int] | None = None
+) -> None:
     """``--simulate``: the design table (``identify/design.py``), printed and written."""
     from rich.table import Table
 
@@ -203,7 +222,7 @@ def _simulate(cfg, toys: int, json_: bool, run: Path | None = None) -> None:
         def progress(what: str, done: int, total: int) -> None:
             status.update(f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s")
 
-        result = run_design(cfg, toys=toys, progress=progress, measured=measured)
+        result = run_design(cfg, toys=toys, progress=progress, measured=measured, sizes=sizes or [])
     paths = write_design(result, cfg.identify.results_dir)
     if json_:
         print_json({**result, "files": list(paths)})
@@ -237,6 +256,13 @@ def _simulate(cfg, toys: int, json_: bool, run: Path | None = None) -> None:
             highlight=False,
         )
     console.print(table)
+    for row in result.get("power_curve") or []:
+        console.print(
+            f"{row['n_concepts']} concepts: power {row['power']:.2f} at the smallest effect "
+            f"of interest, 'no practical effect' with none {row['no_practical_0'] or 0:.2f}, "
+            f"interval width {row['width']:.2f}",
+            highlight=False,
+        )
     for failure in result["failures"]:
         console.print(f"[bold red]gate:[/] {failure}", highlight=False)
     console.print(f"written: {paths[0]}, {paths[1]} ({time.monotonic() - start:.0f} s)")

@@ -312,9 +312,28 @@ def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]
     return toy
 
 
+def power_curve(
+    ident, primary: dict, sizes: Sequence[int], *, toys: int, seed: int = 0, n_boot: int = 499,
+    toy: dict[str, float] | None = None, progress=None,
+) -> list[dict]:  # fmt: skip
+    """The primary's operating characteristics by number of concepts, in the no-confound
+    class: power at the smallest effect of interest, its mean interval width, and how
+    often 'no practical effect' is read when AUROC does nothing (the equivalence test's
+    power). What a confirmatory run's size is chosen from."""
+    out = []
+    for n in sizes:
+        rows = simulate(ident, primary, toys=toys, seed=seed, n_boot=n_boot,
+                        sesoi=float(primary.get("sesoi") or SESOI), n_concepts=n,
+                        classes=["none"], progress=progress, toy=toy)  # fmt: skip
+        (row,) = [r for r in rows if r["estimand"] == "primary"]
+        out.append({"n_concepts": n, **{k2: row[k2] for k2 in (
+            "power", "width", "coverage", "no_practical_0", "n_null", "n_planted")}})  # fmt: skip
+    return out
+
+
 def run_design(
     config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=None,
-    measured: Components | None = None,
+    measured: Components | None = None, sizes: Sequence[int] = (),
 ) -> dict:  # fmt: skip
     """``identify --simulate``: the table for the config's grid and pre-registered primary,
     with the gate's verdict and what the toys assumed (``measured``: a run's variance
@@ -327,9 +346,13 @@ def run_design(
     toy = measured_toy(config.identify, measured, seed) if measured else None
     table = simulate(config.identify, primary, toys=toys, seed=seed, n_boot=n_boot,
                      sesoi=sesoi, n_concepts=n, progress=progress, toy=toy)  # fmt: skip
+    curve = power_curve(
+        config.identify, primary, sizes, toys=toys, seed=seed, n_boot=n_boot, toy=toy
+    )
     return {
         "config": config.name,
         "study_hash": study_hash(config),
+        "power_curve": curve,
         "primary": {k: v for k, v in primary.items() if k != "rule"},
         "toys_per_class_and_arm": toys,
         "seed": seed,

@@ -309,3 +309,14 @@ def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis
     assert read_verdict({"estimate": None, "low": None, "high": None}, hypothesis) == (
         "not_evaluable"
     )
+
+
+def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise) -> None:
+    from experiments.identify.design import power_curve
+
+    primary = {**primary_of(V3), "sesoi": 1.0}
+    small, large = power_curve(V3.identify, primary, [4, 24], toys=6, n_boot=99)
+    assert (small["n_concepts"], large["n_concepts"]) == (4, 24)
+    assert large["width"] < small["width"]
+    assert large["power"] >= small["power"]
+    assert 0.0 <= large["no_practical_0"] <= 1.0
