@@ -181,11 +181,10 @@ def pool_heldout(config: ExperimentConfig, force: bool = False) -> dict[str, Any
     (``identify/shards.py``), after the checks of a held-out run."""
     from experiments.identify.shards import pool
 
-    config = config.model_copy(
-        update={"identify": config.identify.model_copy(update={"concept_set": "heldout"})}
-    )
+    ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
+    config = config.model_copy(update={"identify": ident})
     prereg = load_preregistration(config.identify.preregistration)
-    held = concept_sets(config)["heldout"]
+    held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
     return pool(config, held, prereg, binding(prereg, config), force)
 
 

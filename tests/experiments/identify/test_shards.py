@@ -112,9 +112,9 @@ def test_a_shard_is_bound_to_the_study_of_every_shard(bound, tmp_path):
     assert with_concepts(one)[0].concepts.synsets == held[SIZE:]
     bigger = config_for(tmp_path, config.identify.preregistration, "identify.shard_size=5")
     assert study_hash(bigger) != study_hash(config)  # the partition is part of the study
-    with pytest.raises(ConfigError, match="shard 2 is not one of 0..1"):
+    with pytest.raises(ConfigError, match=r"shard 2 is not one of 0\.\.1"):
         with_concepts(config_for(tmp_path, config.identify.preregistration, "identify.shard=2"))
-    with pytest.raises(ConfigError, match="identify.shard needs"):
+    with pytest.raises(ConfigError, match=r"identify\.shard needs"):
         load_config("configs/identify.yaml", ["identify.concept_set=heldout", "identify.shard=0"])
 
 
@@ -180,9 +180,7 @@ def test_pooling_refuses_missing_shards_and_shards_of_another_binding(
         pool(config, held, prereg, binding(prereg, config), False)
 
 
-def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(
-    bound, tmp_path, mlflow_store
-):
+def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(bound, tmp_path, mlflow_store):
     from experiments.identify.analysis import primary_result
     from experiments.identify.cells import StudyTables
     from experiments.identify.study import concept_sets
@@ -229,6 +227,7 @@ def test_the_committed_shard_ledger_counts_on_a_new_machine(bound, tmp_path, mlf
     ledgers = committed_ledgers(config)
     with pytest.raises(PreregistrationError, match="shard 0"):
         check_heldout(prereg, "none-such", config.results_dir, False, scope=0, ledgers=ledgers)
-    assert [] == check_heldout(
-        prereg, "none-such", config.results_dir, False, scope=1, ledgers=ledgers
+    assert (
+        check_heldout(prereg, "none-such", config.results_dir, False, scope=1, ledgers=ledgers)
+        == []
     )
