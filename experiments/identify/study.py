@@ -37,6 +37,7 @@ from experiments.identify.prereg import (
     Preregistration,
     PreregistrationError,
     binding,
+    check_binding,
     check_heldout,
     check_resume,
     ledger_entry,
@@ -183,7 +184,12 @@ def pool_heldout(config: ExperimentConfig, force: bool = False) -> dict[str, Any
 
     ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     config = config.model_copy(update={"identify": ident})
+    if ident.shard_size is None:
+        raise PreregistrationError(
+            f"{config.name} has no identify.shard_size: only a sharded held-out set is pooled"
+        )
     prereg = load_preregistration(config.identify.preregistration)
+    check_binding(prereg, config)  # names a missing binding before it is read
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
     return pool(config, held, prereg, binding(prereg, config), force)
 
