@@ -225,8 +225,8 @@ def identify(
 
 def _pool(cfg, force: bool, json_: bool) -> None:
     """``--pool``: the primary on the pooled held-out shards (``identify/shards.py``)."""
-    from experiments.identify.prereg import PreregistrationError
-    from experiments.identify.shards import POOLED, POOLED_ANSWER, pooled_markdown, shards_root
+    from experiments.identify.prereg import POOLED, PreregistrationError
+    from experiments.identify.shards import POOLED_ANSWER, pooled_markdown, shards_root
     from experiments.identify.study import pool_heldout
 
     try:

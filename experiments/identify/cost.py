@@ -15,7 +15,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from experiments.kernel.estimate import Plan
 
 BENCH = Path("bench/identify_stage_costs.json")
 # Stages an identify run pays once, whatever its concepts (loading, opening and closing
@@ -125,7 +128,7 @@ def read_bench(path: Path = BENCH) -> StageCosts | None:
     )
 
 
-def plan_costs(plan, bench: Path = BENCH) -> tuple[StageCosts | None, str]:
+def plan_costs(plan: Plan, bench: Path = BENCH) -> tuple[StageCosts | None, str]:
     """The costs for a dry run's plan: its reference run's (same model, device, vector
     source, machine), else the bench file's when it was measured on the same model and
     device; else (None, why)."""

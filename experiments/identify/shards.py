@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -42,6 +42,10 @@ from experiments.identify.prereg import (
     run_ledger,
 )
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
+
+if TYPE_CHECKING:
+    from experiments.config import IdentifyStudyConfig
+    from steering.models import LoadedModel
 
 SHARD_FILE = "shard.json"  # the shard's run id, concepts and devices
 POOLED_RECORD = "pooled.json"
@@ -67,28 +71,30 @@ def shard_concepts(held: list[str], size: int, k: int) -> list[str]:
     return held[k * size : (k + 1) * size]
 
 
-def shards_root(config) -> Path:
+def shards_root(config: IdentifyStudyConfig) -> Path:
     """``<identify.shards_dir>/<experiment>``: the committed copies of an experiment's shards."""
     return Path(config.identify.shards_dir) / config.experiment
 
 
-def shard_folder(config, k: int) -> Path:
+def shard_folder(config: IdentifyStudyConfig, k: int) -> Path:
     return shards_root(config) / f"shard-{k}"
 
 
-def committed_ledgers(config) -> tuple[Path, ...]:
+def committed_ledgers(config: IdentifyStudyConfig) -> tuple[Path, ...]:
     """The committed ledger lines of every shard and of the pooled scoring, which count
     as earlier scorings wherever the local ledger and the MLflow store are gone."""
     root = shards_root(config)
     return (*sorted(root.glob("shard-*/" + LEDGER)), root / POOLED / LEDGER)
 
 
-def device_of(lm) -> str:
+def device_of(lm: LoadedModel) -> str:
     """Where a loaded model computes: device type and dtype, e.g. ``cpu/float32``."""
     return f"{lm.device.type}/{str(lm.dtype).removeprefix('torch.')}"
 
 
-def keep_shard(config, run_id: str, run_dir: Path, k: int, concepts: list[str]) -> Path:
+def keep_shard(
+    config: IdentifyStudyConfig, run_id: str, run_dir: Path, k: int, concepts: list[str]
+) -> Path:
     """Copy a finished shard's ``directions.csv`` and its ledger lines (every run of this
     shard, kept across forced re-scorings) to its committed folder, with ``shard.json``
     (the run, its concepts, the devices its sessions ran on). Returns the folder."""
@@ -132,7 +138,7 @@ def _read_directions(path: Path) -> pd.DataFrame:
 
 
 def read_shards(
-    config, held: list[str], prereg: Preregistration, bound: dict[str, str]
+    config: IdentifyStudyConfig, held: list[str], prereg: Preregistration, bound: dict[str, str]
 ) -> list[ShardRun]:
     """Every shard of the held-out set ``held`` from its committed folder, or a
     PreregistrationError naming the shards not finished there and those run under another
@@ -207,7 +213,9 @@ def device_counts(frame: pd.DataFrame) -> dict[str, int]:
     return dict(sorted(Counter(str(d) for d in per_concept).items()))
 
 
-def score_pooled(frame: pd.DataFrame, primary: dict, config) -> dict[str, Any]:
+def score_pooled(
+    frame: pd.DataFrame, primary: dict[str, Any], config: IdentifyStudyConfig
+) -> dict[str, Any]:
     """The pre-registered primary on a pooled directions table, as a run scores it
     (``analysis.primary_result`` with the config's bootstrap settings)."""
     from experiments.identify.analysis import primary_result
@@ -224,7 +232,11 @@ def score_pooled(frame: pd.DataFrame, primary: dict, config) -> dict[str, Any]:
 
 
 def pool(
-    config, held: list[str], prereg: Preregistration, bound: dict[str, str], force: bool
+    config: IdentifyStudyConfig,
+    held: list[str],
+    prereg: Preregistration,
+    bound: dict[str, str],
+    force: bool,
 ) -> dict[str, Any]:
     """Score the primary once on the pooled shards: the same checks as a held-out run
     (committed pre-registration, binding), one pooled scoring per pre-registration unless
