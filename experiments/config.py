@@ -467,6 +467,24 @@ class IdentifyConfig(_Strict):
     heldout_fraction: float = Field(0.5, gt=0, lt=1, description="share of concepts held out")
     split_seed: Seed = Field(0, description="seeds the development / held-out split")
     limit: int | None = Field(None, ge=2, description="only the first N concepts of the set")
+    shard_size: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        description="a held-out set run in shards of this many concepts (in the split's "
+        "order; `steer-eval identify --heldout --shard K`, then `--pool`): part of what a "
+        "pre-registration binds, so every shard partitions the same set",
+    )
+    shard: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=0,
+        description="which shard this run scores (concepts K·shard_size onwards; set by "
+        "`--shard K`, not by hand); left out of the pre-registration's study hash",
+    )
+    shards_dir: Annotated[str, EXCLUDE] = Field(
+        "results-heldout",
+        description="the committed folder each finished shard's directions.csv and ledger "
+        "lines are copied to (<shards_dir>/<experiment>/shard-<K>/), which `--pool` reads",
+    )
     reference_size: str = Field(
         "16x16x16",
         description="v*: the diffmean direction at this training size (the largest the "
@@ -649,6 +667,15 @@ class IdentifyConfig(_Strict):
         if 0.0 in value or len(set(value)) != len(value):
             raise ValueError("non-zero, distinct strengths (0 is the reference), e.g. [1.0]")
         return value
+
+    @model_validator(mode="after")
+    def _sharded(self) -> IdentifyConfig:
+        if self.shard is not None and (self.shard_size is None or self.concept_set != "heldout"):
+            raise ValueError(
+                "identify.shard needs identify.shard_size and the held-out set "
+                "(`steer-eval identify --heldout --shard K` on a config with a shard_size)"
+            )
+        return self
 
 
 class TrackingConfig(_Strict):

@@ -48,6 +48,25 @@ def identify(
             help="with --heldout: score them again (recorded as forced, not confirmatory)"
         ),
     ] = False,
+    shard: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="with --heldout: run shard K of the held-out set (identify.shard_size "
+            "concepts from K·size, in the split's order), one complete run",
+        ),
+    ] = None,
+    pool: Annotated[
+        bool,
+        typer.Option(
+            help="score the primary once on every finished held-out shard (their committed "
+            "folders, identify.shards_dir), and stop",
+        ),
+    ] = False,
+    budget_minutes: Annotated[
+        float,
+        typer.Option(min=1, help="with --dry-run: the shard size that fits this many minutes"),
+    ] = 150.0,
     phase6_run: Annotated[
         str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
     ] = None,
@@ -131,6 +150,15 @@ def identify(
     from experiments.identify.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
 
+    if shard is not None and (not heldout or resume is not None or pool):
+        console.print(
+            "[bold red]error:[/] --shard K runs shard K of the held-out set: give it with "
+            "--heldout, not with --resume (a shard resumes by its run id) or --pool",
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    if pool:
+        heldout = True
     if heldout and resume is None:
         given = [
             flag
@@ -151,9 +179,14 @@ def identify(
         overrides.append(f"identify.limit={concepts}")
     if heldout:
         overrides.append("identify.concept_set=heldout")
+    if shard is not None:
+        overrides.append(f"identify.shard={shard}")
     if phase6_run is not None:
         overrides.append(f"identify.phase6_run={phase6_run}")
     cfg = resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else [])
+    if pool:
+        _pool(cfg, force, json_)
+        return
     if dry_run:
         from experiments.cli.plan import print_study_plan
         from experiments.identify.study import STAGES, range_note
@@ -162,7 +195,14 @@ def identify(
             note = range_note(cfg, plan.model.probe_id, plan.layer)
             return [note] if note else []
 
-        print_study_plan(cfg, PHASE, STAGES, json_, strength=strength)
+        def costs(plan) -> tuple[list[str], dict]:
+            from experiments.identify.cost import cost_lines, plan_costs
+
+            found, why = plan_costs(plan)
+            extra = found.to_dict(budget_minutes) if found else {"note": why}
+            return cost_lines(found, why, budget_minutes), {"stage_costs": extra}
+
+        print_study_plan(cfg, PHASE, STAGES, json_, strength=strength, costs=costs)
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
@@ -198,6 +238,28 @@ def identify(
         f"[bold]{result.run_id}[/]; {record.timings.get('total', 0) / 60:.1f} min"
     )
     show_run_address(result.run_id)
+
+
+def _pool(cfg, force: bool, json_: bool) -> None:
+    """``--pool``: the primary on the pooled held-out shards (``identify/shards.py``)."""
+    from experiments.identify.prereg import POOLED, PreregistrationError
+    from experiments.identify.shards import POOLED_ANSWER, pooled_markdown, shards_root
+    from experiments.identify.study import pool_heldout
+
+    try:
+        with console.status("pooling the held-out shards (wild cluster bootstrap)"):
+            record = pool_heldout(cfg, force)
+    except PreregistrationError as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    if json_:
+        print_json(record)
+        return
+    console.print(pooled_markdown(record), highlight=False, markup=False)
+    console.print(
+        f"written: {shards_root(cfg) / POOLED / POOLED_ANSWER} (commit the folder)",
+        highlight=False,
+    )
 
 
 def _simulate(

@@ -35,11 +35,12 @@ def print_plan(cfg, as_json: bool, explicit: frozenset[str] = frozenset()) -> No
 
 
 def print_study_plan(
-    cfg, phase: str, stages: list[str], as_json: bool, layers=None, strength=None
+    cfg, phase: str, stages: list[str], as_json: bool, layers=None, strength=None, costs=None
 ) -> None:
     """``calibrate --dry-run`` / ``identify --dry-run``: the model and every layer the
     study steers checked, its stages, where its β and grid would come from
-    (``strength(plan, layers)``: sentences), an estimate from an earlier study."""
+    (``strength(plan, layers)``: sentences), an estimate from an earlier study, and
+    ``costs(plan)``: (sentences, a JSON-able dict) such as identify's cost per concept."""
     from experiments.kernel.estimate import plan_study
 
     plan = plan_study(cfg, phase, stages)
@@ -47,12 +48,15 @@ def print_study_plan(
         plan.model.check_layer(layer)
     if strength is not None:
         plan.strength = strength(plan, list(layers or [plan.layer]))
+    lines, extra = costs(plan) if costs is not None else ([], {})
     if as_json:
-        print_json(_json(cfg, plan))
+        print_json({**_json(cfg, plan), **extra})
         return
     _print_setup(plan)
     out.print(f"into {cfg.results_dir}/<run id>; nothing was loaded or generated", highlight=False)
     _print_estimate(plan)
+    for line in lines:
+        out.print(line, highlight=False, markup=False)
 
 
 def _json(cfg, plan) -> dict:

@@ -21,6 +21,10 @@
   ``--resume`` finishes the same scoring once the pre-registration and the binding are
   checked again as for a new run (:func:`check_resume`; a ``resumed`` entry). Each entry
   is mirrored to its MLflow run after the local line is written (:func:`mirror_ledger`).
+* **Shards** (``identify.shard_size``, ``identify/shards.py``): a held-out set too large
+  for one session is scored in shards, each one complete run; the ledger then allows one
+  scoring per (pre-registration, shard) and one ``pooled`` scoring of the primary
+  (:func:`conflicts`: an unsharded scoring conflicts with every other).
 """
 
 from __future__ import annotations
@@ -170,8 +174,9 @@ def study_hash(config) -> str:
     held-out run it pre-registers. ``concepts.synsets`` and ``concepts.limit`` are left
     out: a study takes its concepts from the split (``study.with_concepts``, which sets
     them), so the config a run stores, and a resume reads back, has the hash of the
-    config it was started with."""
-    ident = config.identify.model_copy(update={"concept_set": "heldout"})
+    config it was started with. ``identify.shard`` is left out too: every shard of a
+    sharded held-out set is bound to the same study (``identify.shard_size`` is in it)."""
+    ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     concepts = config.concepts.model_copy(update={"synsets": None, "limit": None})
     return config.model_copy(update={"identify": ident, "concepts": concepts}).config_hash()
 
@@ -295,16 +300,57 @@ def _code_paths(prereg_path: Path) -> list[str]:
     return [str(base / p) for p in CODE_PATHS if (base / p).exists()]
 
 
-def heldout_scorings(sha256: str, experiment: str, results_dir: str | Path) -> list[dict]:
-    """Earlier held-out scorings of this pre-registration (MLflow and the local ledger)."""
+# What a scoring covers: the whole held-out set (None: an unsharded run), one shard (its
+# number), or the primary scored once on the pooled shards.
+Scope = int | str | None
+POOLED = "pooled"
+
+
+def scope_of(entry: dict) -> Scope:
+    """What a ledger entry (or an MLflow run's row) scored: ``pooled``, its shard, or None
+    (the whole held-out set; every entry written before shards existed)."""
+    if entry.get("status") == POOLED:
+        return POOLED
+    shard = entry.get("shard")
+    return None if shard is None or shard == "" else int(shard)
+
+
+def conflicts(earlier: Scope, new: Scope) -> bool:
+    """Whether an earlier scoring of ``earlier`` spends what a new one of ``new`` would
+    score: the same shard, the pooled primary twice, or any scoring beside one of the
+    whole set (which scored every concept and the primary)."""
+    return earlier is None or new is None or earlier == new
+
+
+def read_ledgers(paths: list[Path], sha256: str) -> list[dict]:
+    """The entries of this pre-registration in the ledger files that exist."""
     found = []
-    ledger = Path(results_dir) / LEDGER
-    if ledger.exists():
+    for ledger in paths:
+        if not ledger.is_file():
+            continue
         for line in ledger.read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)
                 if entry.get("prereg_sha256") == sha256:
                     found.append({**entry, "where": str(ledger)})
+    return found
+
+
+def heldout_scorings(
+    sha256: str,
+    experiment: str,
+    results_dir: str | Path,
+    scope: Scope = None,
+    ledgers: tuple[Path, ...] = (),
+) -> list[dict]:
+    """Earlier held-out scorings of this pre-registration (MLflow, the local ledger and
+    ``ledgers``: the committed copies of shards' ledger lines) that conflict with a new
+    scoring of ``scope`` (:func:`conflicts`)."""
+    found = [
+        e
+        for e in read_ledgers([Path(results_dir) / LEDGER, *ledgers], sha256)
+        if conflicts(scope_of(e), scope)
+    ]
     from experiments import tracking
 
     c = tracking.client()
@@ -318,25 +364,40 @@ def heldout_scorings(sha256: str, experiment: str, results_dir: str | Path) -> l
             ),
         )
         known = {f.get("run_id") for f in found}
-        found = [f for i, f in enumerate(found) if f.get("run_id") not in
-                 {g.get("run_id") for g in found[:i]}]  # fmt: skip
         found += [
             {
                 "run_id": r.info.run_id,
                 "where": "mlflow",
                 "forced": r.data.tags.get("identify.forced"),
+                "shard": r.data.tags.get("identify.shard"),
             }
             for r in runs
             if r.info.run_id not in known
+            and conflicts(scope_of({"shard": r.data.tags.get("identify.shard")}), scope)
         ]
-    return found
+    # one line per run (its first entry), and per pooled scoring
+    seen: set[object] = set()
+    unique = []
+    for f in found:
+        key = f.get("run_id") or (POOLED, f.get("at"))
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
 
 
 def check_heldout(
-    prereg: Preregistration, experiment: str, results_dir: str | Path, force: bool, config=None
+    prereg: Preregistration,
+    experiment: str,
+    results_dir: str | Path,
+    force: bool,
+    config=None,
+    scope: Scope = None,
+    ledgers: tuple[Path, ...] = (),
 ) -> list[dict]:
     """Refuse a held-out run that is not allowed (see the module docstring); return the
-    earlier scorings, started or finished (non-empty only when forced)."""
+    earlier scorings, started or finished (non-empty only when forced), of what this one
+    scores (``scope``: the whole set, shard K, or the pooled primary)."""
     if prereg.commit is None:
         raise PreregistrationError(
             f"{prereg.path} is not committed unchanged: commit the pre-registration before "
@@ -344,11 +405,19 @@ def check_heldout(
         )
     if config is not None:
         check_binding(prereg, config)
-    earlier = heldout_scorings(prereg.sha256, experiment, results_dir)
+    earlier = heldout_scorings(prereg.sha256, experiment, results_dir, scope, ledgers)
     if earlier and not force:
+        what = (
+            "the held-out concepts were"
+            if scope is None
+            else "the pooled primary was"
+            if scope == POOLED
+            else f"shard {scope} of the held-out concepts was"
+        )
+        names = ", ".join(str(e.get("run_id") or e.get("status")) for e in earlier)
         raise PreregistrationError(
-            f"the held-out concepts were already scored under this pre-registration "
-            f"({prereg.sha256[:12]}: {', '.join(e.get('run_id', '?') for e in earlier)}); "
+            f"{what} already scored under this pre-registration "
+            f"({prereg.sha256[:12]}: {names}); "
             "write a new pre-registration, or pass --force to score them again (recorded as "
             "forced, not confirmatory)"
         )
@@ -356,11 +425,15 @@ def check_heldout(
 
 
 def ledger_entry(
-    run_id: str, prereg: Preregistration | None, forced: bool, status: str, **extra: object
+    run_id: str | None,
+    prereg: Preregistration | None,
+    forced: bool,
+    status: str,
+    **extra: object,
 ) -> dict:
     """One line of the held-out ledger: ``started`` (the intent to score, written before
-    the first held-out cell), ``resumed`` (the checks of a new run passed again) or
-    ``scored``."""
+    the first held-out cell), ``resumed`` (the checks of a new run passed again),
+    ``scored``, or ``pooled`` (the primary on the pooled shards; no run of its own)."""
     import time
 
     return {

@@ -37,6 +37,7 @@ from experiments.identify.prereg import (
     Preregistration,
     PreregistrationError,
     binding,
+    check_binding,
     check_heldout,
     check_resume,
     ledger_entry,
@@ -45,6 +46,7 @@ from experiments.identify.prereg import (
     run_ledger,
     split_concepts,
 )
+from experiments.identify.shards import committed_ledgers, device_of, keep_shard, shard_concepts
 from experiments.identify.stages import directions
 from experiments.identify.stages import outcomes as stage_outcomes
 from experiments.identify.tabulate import analyse_study
@@ -82,11 +84,19 @@ def concept_sets(config: ExperimentConfig) -> dict[str, list[str]]:
 
 
 def with_concepts(config: ExperimentConfig) -> tuple[ExperimentConfig, dict[str, list[str]]]:
-    """The config restricted to its concept set (``identify.limit``: the first N)."""
+    """The config restricted to its concept set (``identify.limit``: the first N;
+    ``identify.shard``: that shard of the held-out set, ``identify/shards.py``)."""
     sets = concept_sets(config)
-    chosen = sets[config.identify.concept_set]
-    if config.identify.limit:
-        chosen = chosen[: config.identify.limit]
+    ident = config.identify
+    chosen = sets[ident.concept_set]
+    if ident.limit:
+        chosen = chosen[: ident.limit]
+    if ident.shard is not None:
+        assert ident.shard_size is not None  # IdentifyConfig checks it
+        try:
+            chosen = shard_concepts(chosen, ident.shard_size, ident.shard)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     concepts = config.concepts.model_copy(update={"synsets": chosen, "limit": None})
     return config.model_copy(update={"concepts": concepts}), sets
 
@@ -128,8 +138,9 @@ def run_identify(
         if config.identify.concept_set == "heldout":
             assert prereg is not None
             earlier = check_heldout(
-                prereg, config.experiment, config.results_dir, force, config=as_given
-            )
+                prereg, config.experiment, config.results_dir, force, config=as_given,
+                scope=config.identify.shard, ledgers=committed_ledgers(config),
+            )  # fmt: skip
             forced, bound = bool(earlier), binding(prereg, as_given)
     else:
         config, prereg, forced, bound = resumed(resume)
@@ -148,14 +159,39 @@ def run_identify(
     record = ran.record
     if record.concept_set == "heldout":  # the ledger: scored once, after publishing
         tracking.client().set_tag(ran.run_id, "identify.scored", "true")
+        shard = record.config.identify.shard
         record_heldout(
             record.config.results_dir,
             ledger_entry(
                 ran.run_id, study.prereg, forced, "scored",
                 primary=record.primary.verdict if record.primary else None,
+                shard=shard, device=study.device,
             ),
         )  # fmt: skip
+        if shard is not None:  # its table and ledger lines where the next window finds them
+            kept = keep_shard(
+                record.config, ran.run_id, ran.run_dir, shard,
+                list(record.config.concepts.synsets or []),
+            )  # fmt: skip
+            say(f"shard {shard} kept in {kept}: commit it")
     return IdentifyResult(ran.run_id, ran.run_dir, record, ran.products.tables.directions)
+
+
+def pool_heldout(config: ExperimentConfig, force: bool = False) -> dict[str, Any]:
+    """``identify --pool``: the primary scored once on the pooled held-out shards
+    (``identify/shards.py``), after the checks of a held-out run."""
+    from experiments.identify.shards import pool
+
+    ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
+    config = config.model_copy(update={"identify": ident})
+    if ident.shard_size is None:
+        raise PreregistrationError(
+            f"{config.name} has no identify.shard_size: only a sharded held-out set is pooled"
+        )
+    prereg = load_preregistration(config.identify.preregistration)
+    check_binding(prereg, config)  # names a missing binding before it is read
+    held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
+    return pool(config, held, prereg, binding(prereg, config), force)
 
 
 def resumed(
@@ -216,6 +252,7 @@ class Identify:
         ``bound``: the binding a held-out run was checked against, new or resumed."""
         self.sets, self.prereg, self.forced, self.bound = sets, prereg, forced, bound
         self.on_batch, self.started_at = on_batch, started
+        self.device: str | None = None  # where the model computes (``cpu/float32``), once begun
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
         """The parent run's name and its tags: what its inference is worth."""
@@ -223,6 +260,7 @@ class Identify:
         ident, prereg, forced = config.identify, self.prereg, self.forced
         concepts = [c.synset for c in session.graph.concepts]
         heldout = ident.concept_set == "heldout"
+        self.device = device_of(lm)
         note = range_note(config, lm.probe_id, session.layer())
         if note:
             session.say(note)
@@ -237,6 +275,7 @@ class Identify:
                 else "exploratory",
                 **({"identify.prereg_sha256": prereg.sha256} if prereg else {}),
                 **({"identify.forced": "true"} if heldout and forced else {}),
+                **({"identify.shard": str(ident.shard)} if ident.shard is not None else {}),
                 **({BETA_TAG: note} if note else {}),
             },
         )
@@ -259,7 +298,7 @@ class Identify:
                 config.results_dir,
                 ledger_entry(
                     session.run_id, prereg, self.forced, "started" if new else "resumed",
-                    binding=self.bound,
+                    binding=self.bound, shard=ident.shard, device=self.device,
                 ),
             )  # fmt: skip
         return config_params(config)

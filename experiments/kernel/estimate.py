@@ -234,7 +234,11 @@ def _record_of(run) -> tuple[dict[str, float], int, str | None] | None:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
                 return None
-            timings = {k: float(v) for k, v in (record.get("timings") or {}).items()}
+            timings = {
+                k: float(v)
+                for k, v in (record.get("timings") or {}).items()
+                if k != "total"  # a study's record also holds the sum of its stages
+            }
             config = record.get("config") or {}
             generation = config.get("generation") or {}
             tokens = _rows_generated(Path(folder)) * int(generation.get("max_new_tokens") or 0)

@@ -340,3 +340,40 @@ def test_a_repeng_file_of_another_model_and_many_layers_is_said_in_the_plan(mlfl
     assert said[1].endswith("took direction.9 (this run's layer) of the 17 layers each "
                             "holds; the other 16 were ignored")  # fmt: skip
     assert "controlvector.model_hint is 'llama', but the model is 'gemma3_text'" in said[2]
+
+
+def test_identify_gives_each_stages_cost_per_concept_and_the_shard_a_budget_holds(
+    mlflow_store, tmp_path
+):
+    """From an earlier identify run of this model on this device: its timings over its
+    concepts (model loading and MLflow paid once per run; the record's total no stage)."""
+    experiment = "dry-run-identify-costs"
+    folder = tmp_path / "identify-run"
+    folder.mkdir()
+    timings = {"model_load": 30.0, "directions": 200.0, "likelihood": 1000.0,
+               "mlflow_parent": 30.0, "total": 1260.0}  # fmt: skip
+    record = {
+        "timings": timings,
+        "model_id": EMBEDDED_ID,
+        "config": {
+            "concepts": {"synsets": [f"c{i}.n.01" for i in range(10)]},
+            "generation": {"max_new_tokens": 24},
+            "steering": {"vector_source": "diffmean"},
+        },
+    }
+    (folder / "analysis.json").write_text(json.dumps(record))
+    tags = {"phase": "6-identify", HOST_TAG: platform.node(), DEVICE_TAG: "cpu",
+            MODEL_TAG: EMBEDDED_ID, RUN_DIR_TAG: str(folder)}  # fmt: skip
+    tracking.end_run(tracking.start_run(experiment, "identify dev", tags=tags))
+    args = ["identify", "--quick", "--dry-run", "--set", f"identify.experiment={experiment}"]
+    out = runner.invoke(app, [*args, "--json", "--budget-minutes", "120"])
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["estimated_seconds"] == pytest.approx(1260.0)  # the total not counted twice
+    costs = plan["stage_costs"]
+    assert costs["per_concept_seconds"] == {"directions": 20.0, "likelihood": 100.0}
+    assert costs["fixed_seconds"] == {"model_load": 30.0, "mlflow_parent": 30.0}
+    assert costs["shard_size"] == 59  # (7200 - 60) / 120
+    text = _said(runner.invoke(app, args))
+    assert "cost per concept (from " in text and "likelihood 100.0 s, directions 20.0 s" in text
+    assert "shard size for a 150-minute budget: 74 concepts" in text

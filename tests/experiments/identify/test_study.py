@@ -37,10 +37,10 @@ def git(repo, *args: str) -> str:
     return out.stdout.strip()
 
 
-def bound_prereg(repo, tmp):
-    """A committed pre-registration bound to the held-out test config (its study hash)
-    and to the commit of its own repository, whose code (``experiments/code.py``) stays
-    as it is unless a test changes it."""
+def bound_prereg(repo, tmp, *extra: str):
+    """A committed pre-registration bound to the held-out test config (its study hash,
+    with ``extra`` overrides) and to the commit of its own repository, whose code
+    (``experiments/code.py``) stays as it is unless a test changes it."""
     from experiments.identify.prereg import study_hash
 
     for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
@@ -50,7 +50,7 @@ def bound_prereg(repo, tmp):
     git(repo, "add", "experiments")
     git(repo, "commit", "-q", "-m", "code")
     path = repo / "prereg.md"
-    binding = study_hash(config_for(tmp, path))
+    binding = study_hash(config_for(tmp, path, *extra))
     bound = PRIMARY.replace(
         "  rule:",
         f"  config_hash: '{binding}'\n  code_commit: {git(repo, 'rev-parse', 'HEAD')}\n  rule:",
@@ -406,3 +406,46 @@ def test_a_heldout_resume_is_checked_again_and_refused_on_a_changed_binding(
     (repo / "experiments" / "code.py").write_text("x = 2\n")  # the code moves on
     git(repo, "commit", "-qam", "change")
     refused(f"cannot resume held-out run {first.run_id}: the code changed since code_commit")
+
+
+def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
+    tiny_lm, embedder, tmp_path, mlflow_store
+):
+    """A shard is one complete held-out run with its own ledger entries (its number and
+    device), copied on finish to its committed folder; scored once; resumable; and the
+    pool of every shard scores the primary as the one run did."""
+    import torch
+
+    from experiments.identify.study import pool_heldout
+
+    torch.set_num_threads(1)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    sharded = ("identify.shard_size=3", f"identify.shards_dir={tmp_path / 'committed'}")
+    path = bound_prereg(repo, tmp_path, *sharded)
+    config = config_for(tmp_path, path, "identify.concept_set=heldout", *sharded)
+    shard = config_for(tmp_path, path, "identify.concept_set=heldout", "identify.shard=0", *sharded)
+    first = run_identify(shard, lm=tiny_lm, embedder=embedder)
+    assert first.record.label.startswith("confirmatory")
+    assert tracking.get_run(first.run_id).data.tags["identify.shard"] == "0"
+    folder = tmp_path / "committed" / config.experiment / "shard-0"
+    kept = read_jsonl(folder / "heldout_ledger.jsonl")
+    assert [(e["status"], e["shard"], e["device"]) for e in kept] == [
+        ("started", 0, "cpu/float32"),
+        ("scored", 0, "cpu/float32"),
+    ]
+    assert (folder / "directions.csv").read_text() == (first.run_dir / "directions.csv").read_text()
+    with pytest.raises(PreregistrationError, match="shard 0 of the held-out concepts was already"):
+        run_identify(shard, lm=tiny_lm, embedder=embedder)
+
+    again = run_identify(shard, lm=tiny_lm, embedder=embedder, resume=first.run_id)
+    assert again.record.config.identify.shard == 0
+    kept = read_jsonl(folder / "heldout_ledger.jsonl")
+    assert [e["status"] for e in kept] == ["started", "scored", "resumed", "scored"]
+
+    pooled = pool_heldout(config)  # 3 concepts in shards of 3: one shard, the whole set
+    assert pooled["devices"] == {"cpu/float32": 3}
+    assert pooled["primary"]["verdict"] == again.record.primary.verdict
+    assert pooled["primary"]["slope"]["estimate"] == pytest.approx(
+        again.record.primary.slope.estimate
+    )

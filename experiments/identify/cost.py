@@ -1,0 +1,171 @@
+"""What an identify concept costs, per stage, and the shard size a time budget holds.
+
+Measured, never assumed: from an earlier finished identify run of the same model on the
+same device (the dry run's reference, ``kernel/estimate.earlier_estimate``), its stage
+timings (the record's ``timings``, the same as its ``time/<stage>`` metrics) divided by
+the concepts it ran; else from ``bench/identify_stage_costs.json`` when that file was
+measured on the same model and device. Stages paid once per run whatever its concepts
+(:data:`FIXED`) are not divided. The shard size is the most concepts whose cost, with the
+fixed stages, fits the budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from experiments.kernel.estimate import Plan
+
+BENCH = Path("bench/identify_stage_costs.json")
+# Stages an identify run pays once, whatever its concepts (loading, opening and closing
+# the MLflow run, the figures and files; a child run per manipulation, not per concept).
+FIXED = frozenset({"model_load", "mlflow_open", "figures", "views", "mlflow_parent", "child_runs"})
+NOT_STAGES = frozenset({"total"})  # the record's sum of the others
+DEFAULT_BUDGET_MINUTES = 150.0
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Seconds per stage: per concept, and once per run."""
+
+    source: str  # where they were measured (a run, or the bench file)
+    n_concepts: int
+    per_concept: dict[str, float]
+    fixed: dict[str, float] = field(default_factory=dict)
+    model_id: str | None = None
+    device: str | None = None
+
+    @property
+    def concept_seconds(self) -> float:
+        return sum(self.per_concept.values())
+
+    @property
+    def fixed_seconds(self) -> float:
+        return sum(self.fixed.values())
+
+    def seconds(self, n_concepts: int) -> float:
+        """A run of ``n_concepts`` concepts."""
+        return self.fixed_seconds + n_concepts * self.concept_seconds
+
+    def shard_size(self, budget_minutes: float) -> int:
+        """The most concepts a run may hold to finish within ``budget_minutes`` (0: not
+        even one)."""
+        if self.concept_seconds <= 0:
+            raise ValueError(f"{self.source} measured no per-concept time")
+        room = budget_minutes * 60 - self.fixed_seconds
+        return max(0, math.floor(room / self.concept_seconds))
+
+    def to_dict(self, budget_minutes: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "source": self.source,
+            "model_id": self.model_id,
+            "device": self.device,
+            "n_concepts": self.n_concepts,
+            "per_concept_seconds": dict(self.per_concept),
+            "fixed_seconds": dict(self.fixed),
+            "concept_seconds": self.concept_seconds,
+        }
+        if budget_minutes is not None:
+            out["budget_minutes"] = budget_minutes
+            out["shard_size"] = self.shard_size(budget_minutes)
+        return out
+
+
+def costs_from_timings(
+    timings: dict[str, float],
+    n_concepts: int,
+    source: str,
+    model_id: str | None = None,
+    device: str | None = None,
+) -> StageCosts:
+    """A run's stage timings split into per-concept and fixed costs."""
+    if n_concepts < 1:
+        raise ValueError(f"{source}: a run of {n_concepts} concepts measures no concept")
+    stages = {k: float(v) for k, v in timings.items() if k not in NOT_STAGES}
+    return StageCosts(
+        source=source,
+        n_concepts=n_concepts,
+        per_concept={k: v / n_concepts for k, v in stages.items() if k not in FIXED},
+        fixed={k: v for k, v in stages.items() if k in FIXED},
+        model_id=model_id,
+        device=device,
+    )
+
+
+def costs_from_record(path: str | Path, device: str | None = None) -> StageCosts:
+    """The costs a finished identify run measured (its folder or its ``analysis.json``):
+    its timings over its concepts (the stored config's ``concepts.synsets``)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "analysis.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    concepts = ((record.get("config") or {}).get("concepts") or {}).get("synsets") or []
+    return costs_from_timings(
+        record.get("timings") or {}, len(concepts), str(path.parent), record.get("model_id"),
+        device,
+    )  # fmt: skip
+
+
+def read_bench(path: Path = BENCH) -> StageCosts | None:
+    """The committed costs (None: the file is missing or not measured yet)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not data.get("per_concept_seconds") or not data.get("n_concepts"):
+        return None
+    return StageCosts(
+        source=f"{path} ({data.get('source', '?')})",
+        n_concepts=int(data["n_concepts"]),
+        per_concept={k: float(v) for k, v in data["per_concept_seconds"].items()},
+        fixed={k: float(v) for k, v in (data.get("fixed_seconds") or {}).items()},
+        model_id=data.get("model_id"),
+        device=data.get("device"),
+    )
+
+
+def plan_costs(plan: Plan, bench: Path = BENCH) -> tuple[StageCosts | None, str]:
+    """The costs for a dry run's plan: its reference run's (same model, device, vector
+    source, machine), else the bench file's when it was measured on the same model and
+    device; else (None, why)."""
+    from experiments import tracking
+    from experiments.rundir import RUN_DIR_TAG
+
+    device = f"{plan.model.device.type}/{plan.model.dtype_name}"
+    if plan.estimate is not None:
+        try:
+            folder = tracking.get_run(plan.estimate.run_id).data.tags.get(RUN_DIR_TAG)
+            if folder:
+                return costs_from_record(folder, device), ""
+        except (OSError, ValueError, KeyError):
+            pass
+    found = read_bench(bench)
+    if found is None:
+        return None, f"no earlier run to measure from, and {bench} is not measured yet"
+    if found.model_id != plan.model.model_id or found.device != device:
+        return None, (
+            f"no earlier run to measure from; {bench} was measured on {found.model_id} "
+            f"({found.device}), not {plan.model.model_id} ({device})"
+        )
+    return found, ""
+
+
+def cost_lines(costs: StageCosts | None, why: str, budget_minutes: float) -> list[str]:
+    """The dry run's lines: each stage's seconds per concept, and the shard size."""
+    if costs is None:
+        return [f"no stage costs: {why}"]
+    stages = ", ".join(
+        f"{k} {v:.1f} s" for k, v in sorted(costs.per_concept.items(), key=lambda kv: -kv[1])
+    )
+    size = costs.shard_size(budget_minutes)
+    return [
+        f"cost per concept (from {costs.source}, {costs.n_concepts} concepts, "
+        f"{costs.device}): {costs.concept_seconds / 60:.1f} min: {stages}; once per run "
+        f"{costs.fixed_seconds / 60:.1f} min",
+        f"shard size for a {budget_minutes:g}-minute budget: {size} concepts "
+        f"(identify.shard_size; about {costs.seconds(size) / 60:.0f} min)",
+    ]

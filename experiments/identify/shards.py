@@ -1,0 +1,332 @@
+"""A held-out set in shards: each shard one complete identify run, the primary scored once
+on the pooled table.
+
+A confirmatory set larger than one working session (``identify.shard_size``) is cut, in
+the held-out split's order, into shards of that many concepts (:func:`shard_concepts`).
+``steer-eval identify --heldout --shard K`` runs shard K on the bound code and config
+(the pre-registration's study hash leaves ``identify.shard`` out, so every shard has the
+same binding), with its own ledger entries: one scoring per (pre-registration, shard).
+On finish the shard's ``directions.csv`` and its ledger lines are copied to
+``<identify.shards_dir>/<experiment>/shard-<K>/`` (:func:`keep_shard`), a folder that is
+committed: ``results/`` and the MLflow store stay on the machine that ran the shard, and
+the next working window (perhaps on another machine) must find every finished shard.
+
+``steer-eval identify --pool`` reads those folders (:func:`read_shards`), refuses while a
+shard is missing or was run under another pre-registration or binding, and scores the
+primary once (:func:`pool`: ``analysis.primary_result`` on the concatenated directions,
+in shard order, which is the held-out order an unsharded run tabulates), with the device
+each concept was measured on as a concept-level factor (counts beside the estimate), and
+a ``pooled`` ledger entry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from experiments.answer import interval_dict_text
+from experiments.identify.prereg import (
+    LEDGER,
+    POOLED,
+    Preregistration,
+    PreregistrationError,
+    check_heldout,
+    ledger_entry,
+    record_heldout,
+    run_ledger,
+)
+from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
+
+if TYPE_CHECKING:
+    from experiments.config import IdentifyStudyConfig
+    from steering.models import LoadedModel
+
+SHARD_FILE = "shard.json"  # the shard's run id, concepts and devices
+POOLED_RECORD = "pooled.json"
+POOLED_ANSWER = "answer.md"
+POOLED_FORMAT = "steer-eval/identify-pooled"
+
+
+def n_shards(n_concepts: int, size: int) -> int:
+    """How many shards of ``size`` the held-out set makes (the last may be smaller)."""
+    if size < 1:
+        raise ValueError(f"a shard holds at least one concept, not {size}")
+    return math.ceil(n_concepts / size)
+
+
+def shard_concepts(held: list[str], size: int, k: int) -> list[str]:
+    """Shard ``k``: the held-out concepts ``k·size`` to ``(k+1)·size``, in the split's order."""
+    n = n_shards(len(held), size)
+    if not 0 <= k < n:
+        raise ValueError(
+            f"shard {k} is not one of 0..{n - 1} ({len(held)} held-out concepts in shards "
+            f"of {size})"
+        )
+    return held[k * size : (k + 1) * size]
+
+
+def shards_root(config: IdentifyStudyConfig) -> Path:
+    """``<identify.shards_dir>/<experiment>``: the committed copies of an experiment's shards."""
+    return Path(config.identify.shards_dir) / config.experiment
+
+
+def shard_folder(config: IdentifyStudyConfig, k: int) -> Path:
+    return shards_root(config) / f"shard-{k}"
+
+
+def committed_ledgers(config: IdentifyStudyConfig) -> tuple[Path, ...]:
+    """The committed ledger lines of every shard and of the pooled scoring, which count
+    as earlier scorings wherever the local ledger and the MLflow store are gone."""
+    root = shards_root(config)
+    return (*sorted(root.glob("shard-*/" + LEDGER)), root / POOLED / LEDGER)
+
+
+def device_of(lm: LoadedModel) -> str:
+    """Where a loaded model computes: device type and dtype, e.g. ``cpu/float32``."""
+    return f"{lm.device.type}/{str(lm.dtype).removeprefix('torch.')}"
+
+
+def keep_shard(
+    config: IdentifyStudyConfig, run_id: str, run_dir: Path, k: int, concepts: list[str]
+) -> Path:
+    """Copy a finished shard's ``directions.csv`` and its ledger lines (every run of this
+    shard, kept across forced re-scorings) to its committed folder, with ``shard.json``
+    (the run, its concepts, the devices its sessions ran on). Returns the folder."""
+    folder = shard_folder(config, k)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = Path(run_dir) / RunDir.DIRECTIONS
+    atomic_write_text(folder / RunDir.DIRECTIONS, source.read_text(encoding="utf-8"))
+    entries = run_ledger(config.results_dir, run_id)
+    kept = read_jsonl(folder / LEDGER)
+    lines = [json.dumps(e, sort_keys=True) for e in kept]
+    lines += [json.dumps(e, sort_keys=True) for e in entries]
+    unique = list(dict.fromkeys(lines))
+    atomic_write_text(folder / LEDGER, "".join(line + "\n" for line in unique))
+    devices = sorted({str(e["device"]) for e in entries if e.get("device")})
+    info = {
+        "shard": k,
+        "shard_size": config.identify.shard_size,
+        "run_id": run_id,
+        "experiment": config.experiment,
+        "concepts": concepts,
+        "devices": devices,
+    }
+    atomic_write_text(folder / SHARD_FILE, json.dumps(info, indent=1) + "\n")
+    return folder
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    """One finished shard as its committed folder holds it."""
+
+    shard: int
+    run_id: str
+    directions: pd.DataFrame
+    device: str  # the devices its sessions ran on, joined by "+" when more than one
+    forced: bool  # a forced (re-)scoring: the pooled result is then not confirmatory
+
+
+def _read_directions(path: Path) -> pd.DataFrame:
+    # "null" is a manipulation, not a missing value (as identify.compare reads it)
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def read_shards(
+    config: IdentifyStudyConfig, held: list[str], prereg: Preregistration, bound: dict[str, str]
+) -> list[ShardRun]:
+    """Every shard of the held-out set ``held`` from its committed folder, or a
+    PreregistrationError naming the shards not finished there and those run under another
+    pre-registration, binding or partition."""
+    size = config.identify.shard_size
+    if size is None:
+        raise PreregistrationError(
+            f"{config.name} has no identify.shard_size: only a sharded held-out set is pooled"
+        )
+    n = n_shards(len(held), size)
+    missing: list[int] = []
+    other: list[str] = []
+    found: list[ShardRun] = []
+    for k in range(n):
+        folder = shard_folder(config, k)
+        files = [folder / SHARD_FILE, folder / RunDir.DIRECTIONS, folder / LEDGER]
+        if not all(f.is_file() for f in files):
+            missing.append(k)
+            continue
+        info = json.loads(files[0].read_text(encoding="utf-8"))
+        run_id = str(info["run_id"])
+        mine = [e for e in read_jsonl(files[2]) if e.get("run_id") == run_id]
+        if not any(e.get("status") == "scored" for e in mine):
+            missing.append(k)
+            continue
+        checked = [e for e in mine if e.get("status") in ("started", "resumed")]
+        why = ""
+        if not checked:
+            why = "no started entry"
+        elif any(e.get("prereg_sha256") != prereg.sha256 for e in checked):
+            why = "another pre-registration"
+        elif any(e.get("binding") != bound for e in checked):
+            seen = next(e.get("binding") for e in checked if e.get("binding") != bound)
+            why = f"binding {seen}, not {bound}"
+        frame = _read_directions(files[1])
+        if not why and list(dict.fromkeys(frame["concept"])) != shard_concepts(held, size, k):
+            why = f"its concepts are not shard {k}'s of {len(held)} in shards of {size}"
+        if why:
+            other.append(f"shard {k} (run {run_id}: {why})")
+            continue
+        devices = sorted({str(e["device"]) for e in mine if e.get("device")}) or ["unknown"]
+        forced = any(bool(e.get("forced")) for e in read_jsonl(files[2]))
+        found.append(ShardRun(k, run_id, frame, "+".join(devices), forced))
+    problems = []
+    if missing:
+        problems.append(
+            f"shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of 0..{n - 1} "
+            f"not finished in {shards_root(config)} (run `steer-eval identify --heldout "
+            f"--shard K` for each, and commit its folder)"
+        )
+    if other:
+        problems.append(
+            f"{'; '.join(other)} ran on another pre-registration, config or code than this "
+            f"one ({prereg.sha256[:12]}, {bound}): run those shards again on the bound code "
+            "and config (--force)"
+        )
+    if problems:
+        raise PreregistrationError("cannot pool the held-out shards: " + "; ".join(problems))
+    return found
+
+
+def pooled_directions(shards: list[ShardRun]) -> pd.DataFrame:
+    """The shards' directions tables, concatenated in shard order, with each row's
+    ``shard`` and ``device`` (a concept-level factor: a concept is measured in one shard)."""
+    frames = [s.directions.assign(shard=s.shard, device=s.device) for s in shards]
+    return pd.concat(frames, ignore_index=True)
+
+
+def device_counts(frame: pd.DataFrame) -> dict[str, int]:
+    """Concepts per device."""
+    per_concept = frame.drop_duplicates("concept")["device"]
+    return dict(sorted(Counter(str(d) for d in per_concept).items()))
+
+
+def score_pooled(
+    frame: pd.DataFrame, primary: dict[str, Any], config: IdentifyStudyConfig
+) -> dict[str, Any]:
+    """The pre-registered primary on a pooled directions table, as a run scores it
+    (``analysis.primary_result`` with the config's bootstrap settings)."""
+    from experiments.identify.analysis import primary_result
+    from experiments.identify.cells import StudyTables
+
+    criteria = config.criteria
+    return primary_result(
+        StudyTables(directions=frame),
+        primary,
+        criteria.n_boot,
+        config.seed,
+        confidence=criteria.confidence,
+    )
+
+
+def pool(
+    config: IdentifyStudyConfig,
+    held: list[str],
+    prereg: Preregistration,
+    bound: dict[str, str],
+    force: bool,
+) -> dict[str, Any]:
+    """Score the primary once on the pooled shards: the same checks as a held-out run
+    (committed pre-registration, binding), one pooled scoring per pre-registration unless
+    ``force``; writes ``pooled/pooled.json`` and ``answer.md`` beside the shards and a
+    ``pooled`` ledger entry (local ledger and the committed folder). Returns the record."""
+    earlier = check_heldout(
+        prereg,
+        config.experiment,
+        config.results_dir,
+        force,
+        config=config,
+        scope=POOLED,
+        ledgers=committed_ledgers(config),
+    )
+    shards = read_shards(config, held, prereg, bound)
+    frame = pooled_directions(shards)
+    primary = score_pooled(frame, prereg.primary, config)
+    forced = bool(earlier) or any(s.forced for s in shards)
+    devices = device_counts(frame)
+    firsts = frame.drop_duplicates("concept")
+    record = {
+        "format": POOLED_FORMAT,
+        "version": 1,
+        "experiment": config.experiment,
+        "label": "forced re-scoring: not confirmatory"
+        if forced
+        else "confirmatory: the primary analysis on the pooled held-out shards, first scoring",
+        "forced": forced,
+        "preregistration": prereg.to_dict(),
+        "binding": bound,
+        "shard_size": config.identify.shard_size,
+        "shards": [
+            {
+                "shard": s.shard,
+                "run_id": s.run_id,
+                "device": s.device,
+                "forced": s.forced,
+                "n_concepts": int(s.directions["concept"].nunique()),
+            }
+            for s in shards
+        ],
+        "n_concepts": int(frame["concept"].nunique()),
+        "devices": devices,
+        "concept_device": {
+            str(c): str(d) for c, d in zip(firsts["concept"], firsts["device"], strict=True)
+        },
+        "primary": primary,
+    }
+    folder = shards_root(config) / POOLED
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / POOLED_RECORD, json.dumps(record, indent=1, default=str) + "\n")
+    atomic_write_text(folder / POOLED_ANSWER, pooled_markdown(record))
+    entry = ledger_entry(
+        None,  # no MLflow run: the pooled scoring is files only
+        prereg,
+        forced,
+        POOLED,
+        binding=bound,
+        shards={str(s.shard): s.run_id for s in shards},
+        primary=primary["verdict"],
+        devices=devices,
+    )
+    record_heldout(config.results_dir, entry)
+    append_jsonl(folder / LEDGER, [entry])
+    return record
+
+
+def pooled_markdown(record: dict[str, Any]) -> str:
+    """The pooled answer: the verdict, its interval, the concepts per device, the shards."""
+    primary = record["primary"]
+    spec = primary["spec"]
+    devices = ", ".join(f"{d}: {n}" for d, n in record["devices"].items())
+    lines = [
+        f"# identify held-out, pooled: {record['experiment']}",
+        "",
+        f"**{record['label']}**",
+        "",
+        f"Primary ({primary['estimator']}: {spec['predictor']} → {spec['outcome']} at "
+        f"strength {spec['strength']}, hypothesis {spec['hypothesis']}): "
+        f"{interval_dict_text(primary['slope'])} — **{primary['verdict']}**",
+        "",
+        f"{record['n_concepts']} concepts from {len(record['shards'])} shards of "
+        f"{record['shard_size']}; concepts per device (a concept-level factor): {devices}",
+        "",
+        "| shard | run | concepts | device | forced |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {s['shard']} | {s['run_id']} | {s['n_concepts']} | {s['device']} | "
+            f"{'yes' if s['forced'] else 'no'} |"
+            for s in record["shards"]
+        ),
+    ]
+    return "\n".join(lines) + "\n"

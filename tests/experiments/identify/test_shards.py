@@ -1,0 +1,233 @@
+"""A held-out set in shards: the partition, the ledger per shard, pooling and its refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from experiments.config import ConfigError, load_config
+from experiments.identify.prereg import (
+    PreregistrationError,
+    binding,
+    check_heldout,
+    ledger_entry,
+    load_preregistration,
+    record_heldout,
+    study_hash,
+)
+from experiments.identify.shards import (
+    committed_ledgers,
+    keep_shard,
+    n_shards,
+    pool,
+    score_pooled,
+    shard_concepts,
+)
+
+PRIMARY = """# Pre-registration
+```yaml
+primary:
+  predictor: auroc
+  outcome: likelihood
+  strength: 1.0
+  control: cos_ref
+  hypothesis: positive
+  rule: interval excludes 0
+```
+"""
+SIZE = 13  # the shipped 50 concepts hold out 25: shards of 13 and 12
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=60),
+    st.integers(min_value=1, max_value=20),
+)
+def test_shards_partition_the_heldout_set_in_its_order(held, size):
+    n = n_shards(len(held), size)
+    shards = [shard_concepts(held, size, k) for k in range(n)]
+    # every concept in exactly one shard, the split's order kept
+    assert [c for s in shards for c in s] == held
+    assert all(1 <= len(s) <= size for s in shards)
+    for k in (-1, n):
+        with pytest.raises(ValueError, match=f"shard {k} is not one of"):
+            shard_concepts(held, size, k)
+
+
+def git(repo, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def config_for(tmp, prereg, *extra):
+    return load_config(
+        "configs/identify.yaml",
+        [
+            "identify.concept_set=heldout",
+            f"identify.shard_size={SIZE}",
+            "criteria.n_boot=200",
+            f"identify.preregistration={prereg}",
+            f"identify.results_dir={tmp / 'res'}",
+            f"identify.shards_dir={tmp / 'committed'}",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture
+def bound(tmp_path):
+    """A committed pre-registration bound to the sharded held-out config and to its own
+    repository's code commit; (config, pre-registration)."""
+    repo = tmp_path / "repo"
+    (repo / "experiments").mkdir(parents=True)
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        git(repo, *args)
+    (repo / "experiments" / "code.py").write_text("x = 1\n")
+    git(repo, "add", "experiments")
+    git(repo, "commit", "-q", "-m", "code")
+    path = repo / "prereg.md"
+    config = config_for(tmp_path, path)
+    path.write_text(
+        PRIMARY.replace(
+            "  rule:",
+            f"  config_hash: '{study_hash(config)}'\n"
+            f"  code_commit: {git(repo, 'rev-parse', 'HEAD')}\n  rule:",
+        )
+    )
+    git(repo, "add", "prereg.md")
+    git(repo, "commit", "-q", "-m", "p")
+    return config, load_preregistration(path)
+
+
+def test_a_shard_is_bound_to_the_study_of_every_shard(bound, tmp_path):
+    from experiments.identify.study import concept_sets, with_concepts
+
+    config, _prereg = bound
+    held = concept_sets(config)["heldout"]
+    one = config_for(tmp_path, config.identify.preregistration, "identify.shard=1")
+    assert study_hash(one) == study_hash(config)  # every shard: one binding
+    assert with_concepts(one)[0].concepts.synsets == held[SIZE:]
+    bigger = config_for(tmp_path, config.identify.preregistration, "identify.shard_size=5")
+    assert study_hash(bigger) != study_hash(config)  # the partition is part of the study
+    with pytest.raises(ConfigError, match=r"shard 2 is not one of 0\.\.1"):
+        with_concepts(config_for(tmp_path, config.identify.preregistration, "identify.shard=2"))
+    with pytest.raises(ConfigError, match=r"identify\.shard needs"):
+        load_config("configs/identify.yaml", ["identify.concept_set=heldout", "identify.shard=0"])
+
+
+def test_the_ledger_allows_each_shard_once_unless_forced(bound, mlflow_store):
+    config, prereg = bound
+    res, exp = config.results_dir, "phase6-identify-shards"
+    assert check_heldout(prereg, exp, res, False, config=config, scope=0) == []
+    record_heldout(res, ledger_entry("s0", prereg, False, "started", shard=0))
+    with pytest.raises(PreregistrationError, match="shard 0 of the held-out concepts was already"):
+        check_heldout(prereg, exp, res, False, scope=0)
+    assert check_heldout(prereg, exp, res, False, scope=1) == []  # another shard: allowed
+    with pytest.raises(PreregistrationError, match="the held-out concepts were already"):
+        check_heldout(prereg, exp, res, False, scope=None)  # the whole set: spent in part
+    earlier = check_heldout(prereg, exp, res, True, scope=0)  # --force: allowed, recorded
+    assert [e["run_id"] for e in earlier] == ["s0"]
+    # an unsharded scoring spends every shard
+    record_heldout(res, ledger_entry("all", prereg, False, "started"))
+    with pytest.raises(PreregistrationError, match="all"):
+        check_heldout(prereg, exp, res, False, scope=1)
+
+
+def toy_shards(config, held):
+    """A toy study's directions on the held-out concepts, cut into the config's shards."""
+    from experiments.identify import simulate as sim
+    from experiments.identify.directions import seeded_rng
+
+    toy = sim.toy_directions(config.identify, sim.CLASSES["none"], seeded_rng(0, "s"), 0.3, 25)
+    names = dict(zip(toy["concept"].unique(), held, strict=True))
+    toy = toy.assign(concept=toy["concept"].map(names))
+    size = config.identify.shard_size
+    return toy, [
+        toy[toy["concept"].isin(shard_concepts(held, size, k))].reset_index(drop=True)
+        for k in range(n_shards(len(held), size))
+    ]
+
+
+def finish_shard(config, prereg, k, frame, tmp, device="cpu/float32", bound_to=None):
+    """A shard run's folder and ledger lines as a finished run leaves them, kept."""
+    run_dir = tmp / "runs" / f"s{k}"
+    run_dir.mkdir(parents=True)
+    frame.to_csv(run_dir / "directions.csv", index=False)
+    checked = bound_to or binding(prereg, config)
+    for status, extra in (("started", {"binding": checked}), ("scored", {"primary": "x"})):
+        entry = ledger_entry(f"s{k}", prereg, False, status, shard=k, device=device, **extra)
+        record_heldout(config.results_dir, entry)
+    return keep_shard(config, f"s{k}", run_dir, k, list(frame["concept"].unique()))
+
+
+def test_pooling_refuses_missing_shards_and_shards_of_another_binding(
+    bound, tmp_path, mlflow_store
+):
+    from experiments.identify.study import concept_sets
+
+    config, prereg = bound
+    held = concept_sets(config)["heldout"]
+    _toy, shards = toy_shards(config, held)
+    finish_shard(config, prereg, 0, shards[0], tmp_path)
+    with pytest.raises(PreregistrationError, match=r"shard 1 of 0\.\.1 not finished"):
+        pool(config, held, prereg, binding(prereg, config), False)
+    other = {**binding(prereg, config), "code_commit": "0" * 40}
+    finish_shard(config, prereg, 1, shards[1], tmp_path, bound_to=other)
+    with pytest.raises(PreregistrationError, match=r"shard 1 \(run s1: binding .*another"):
+        pool(config, held, prereg, binding(prereg, config), False)
+
+
+def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(bound, tmp_path, mlflow_store):
+    from experiments.identify.analysis import primary_result
+    from experiments.identify.cells import StudyTables
+    from experiments.identify.study import concept_sets
+
+    config, prereg = bound
+    held = concept_sets(config)["heldout"]
+    toy, shards = toy_shards(config, held)
+    finish_shard(config, prereg, 0, shards[0], tmp_path, device="cpu/float32")
+    folder = finish_shard(config, prereg, 1, shards[1], tmp_path, device="cuda/bfloat16")
+    assert {p.name for p in folder.iterdir()} == {"directions.csv", "heldout_ledger.jsonl",
+                                                   "shard.json"}  # fmt: skip
+    record = pool(config, held, prereg, binding(prereg, config), False)
+
+    whole = primary_result(StudyTables(directions=toy), prereg.primary, 200, config.seed)
+    assert record["primary"]["slope"] == pytest.approx(whole["slope"])
+    assert record["primary"]["verdict"] == whole["verdict"]
+    assert record["primary"] == score_pooled(toy.assign(device="x"), prereg.primary, config)
+    assert record["devices"] == {"cpu/float32": SIZE, "cuda/bfloat16": 25 - SIZE}
+    assert record["label"].startswith("confirmatory") and not record["forced"]
+
+    # the pooled scoring is in the ledger (local and committed): once, unless forced
+    pooled = [json.loads(line) for line in committed_ledgers(config)[-1].read_text().splitlines()]
+    assert [e["status"] for e in pooled] == ["pooled"] and pooled[0]["shards"] == {
+        "0": "s0",
+        "1": "s1",
+    }
+    with pytest.raises(PreregistrationError, match="the pooled primary was already scored"):
+        pool(config, held, prereg, binding(prereg, config), False)
+    again = pool(config, held, prereg, binding(prereg, config), True)
+    assert again["forced"] and "not confirmatory" in again["label"]
+
+
+def test_the_committed_shard_ledger_counts_on_a_new_machine(bound, tmp_path, mlflow_store):
+    """The local ledger and MLflow gone, the committed copy still spends the shard."""
+    import shutil
+
+    from experiments.identify.study import concept_sets
+
+    config, prereg = bound
+    held = concept_sets(config)["heldout"]
+    _toy, shards = toy_shards(config, held)
+    finish_shard(config, prereg, 0, shards[0], tmp_path)
+    shutil.rmtree(config.results_dir)
+    ledgers = committed_ledgers(config)
+    with pytest.raises(PreregistrationError, match="shard 0"):
+        check_heldout(prereg, "none-such", config.results_dir, False, scope=0, ledgers=ledgers)
+    assert (
+        check_heldout(prereg, "none-such", config.results_dir, False, scope=1, ledgers=ledgers)
+        == []
+    )
