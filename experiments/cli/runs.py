@@ -1,7 +1,12 @@
-"""``steer-eval runs``: every phase's runs with their verdicts per sign, without the UI.
+"""``steer-eval runs``: every kind of run with its verdicts per sign, without the UI.
 
 A run id is what ``rescore``, ``--resume``, ``human`` and ``panel`` take; this lists
-them with what each run answered (its ``criteria.csv``), newest first per experiment.
+them with what each run answered (its ``criteria.csv``), newest first per experiment:
+Phase 4, Phase 5 and the study, Phase 6, identify and the strength sweeps. Each cell
+leads with the verdict's status, then its observed value and interval to three
+significant digits (``+0.412 [+0.210, +0.600]``); a correlation corrected for
+unreliability follows the observed one; a run without verdicts (a strength sweep) shows
+what it answered in a line.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from rich.markup import escape
 if TYPE_CHECKING:
     from experiments.tracking.listing import ListedVerdict
 
-from experiments.answer import JUDGED, status_colour, status_word
+from experiments.answer import JUDGED, status_colour, status_word, value_interval
 from experiments.cli.common import JsonOpt, friendly, out, print_json
 
 
@@ -56,10 +61,10 @@ def runs(
         groups = list(dict.fromkeys(v.group for vs in shown.values() for v in vs))
         table = Table(title=f"{name} (newest first)", title_justify="left")
         table.add_column("run id · started (UTC) · status", no_wrap=True)
-        table.add_column("name")
-        table.add_column("criterion")
-        for group in groups:
-            table.add_column(group, no_wrap=True)
+        table.add_column("name", overflow="fold")  # folded, never cut to "tiny-rand…"
+        table.add_column("criterion", overflow="fold")
+        for group in groups:  # folded, never cut: a cell is a status and an interval
+            table.add_column(group, overflow="fold", min_width=len("+0.000 [+0.000,"))
         why = []  # a verdict that was not judged: its reason, under the table
         for r in rows:
             head = [f"{r.run_id}\n{r.started} · {r.status.lower()}", escape(r.name)]
@@ -86,16 +91,21 @@ def unjudged(run_id: str, verdicts: Iterable[ListedVerdict]) -> list[str]:
     return [
         f"{run_id[:8]} · {v.label} · {v.group}: {v.reason}"
         for v in verdicts
-        if v.status not in JUDGED and v.reason
+        if v.status not in (*JUDGED, "corrected") and v.reason
     ]
 
 
 def _status(verdict: ListedVerdict | None) -> str:
-    """A verdict's cell: its status in the answer's word and colour (a verdict that was
-    not judged has its reason under the table, as the answer says it)."""
+    """A verdict's cell: its status in the answer's word and colour, then its observed
+    value and interval (a verdict that was not judged has its reason under the table, as
+    the answer says it; a corrected correlation has a value, no status)."""
     if verdict is None:
         return ""
-    return f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"
+    shown = escape(value_interval(verdict.value, verdict.low, verdict.high))
+    if verdict.status == "corrected":
+        return shown
+    word = f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"
+    return f"{word}\n{shown}" if shown else word
 
 
 def _seed_criterion(key: str) -> bool:
