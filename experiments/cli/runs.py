@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from experiments.tracking.listing import ListedVerdict
+    from experiments.tracking.listing import ListedRun, ListedVerdict
 
 from experiments.answer import JUDGED, status_colour, status_word, value_interval
 from experiments.cli.common import JsonOpt, friendly, out, print_json
@@ -41,8 +41,6 @@ def runs(
     json_: JsonOpt = False,
 ) -> None:
     """List each phase's runs with their verdicts per sign (the v2 criteria)."""
-    from rich.table import Table
-
     from experiments import tracking
     from experiments.tracking.listing import list_runs
 
@@ -54,35 +52,34 @@ def runs(
         out.print(f"no runs in {tracking.tracking_uri()}; `make run` makes one", highlight=False)
         return
     for name in dict.fromkeys(r.experiment for r in listed):
-        rows = [r for r in listed if r.experiment == name]
-        shown = {
-            r.run_id: [v for v in r.verdicts if seed or not _seed_criterion(v.key)] for r in rows
-        }
-        groups = list(dict.fromkeys(v.group for vs in shown.values() for v in vs))
-        table = Table(title=f"{name} (newest first)", title_justify="left")
-        table.add_column("run id · started (UTC) · status", no_wrap=True)
-        table.add_column("name", overflow="fold")  # folded, never cut to "tiny-rand…"
-        table.add_column("criterion", overflow="fold")
-        for group in groups:  # folded, never cut: a cell is a status and an interval
-            table.add_column(group, overflow="fold", min_width=len("+0.000 [+0.000,"))
-        why = []  # a verdict that was not judged: its reason, under the table
-        for r in rows:
-            head = [f"{r.run_id}\n{r.started} · {r.status.lower()}", escape(r.name)]
-            labels = list(dict.fromkeys(v.label for v in shown[r.run_id]))
-            if not labels:
-                table.add_row(*head, f"[dim]{escape(r.note)}[/]", *[""] * len(groups))
-            for k, label in enumerate(labels):
-                status = {v.group: v for v in shown[r.run_id] if v.label == label}
-                why += unjudged(r.run_id, status.values())
-                table.add_row(
-                    *(head if k == 0 else ["", ""]),
-                    escape(label),
-                    *(_status(status.get(group)) for group in groups),
-                    end_section=k == len(labels) - 1,
-                )
-        out.print(table)
-        for line in dict.fromkeys(why):
-            out.print(f"[dim]{escape(line)}[/]", highlight=False)
+        out.print(f"[bold]{escape(name)}[/] (newest first)", highlight=False)
+        for r in (r for r in listed if r.experiment == name):
+            print_run(r, [v for v in r.verdicts if seed or not _seed_criterion(v.key)])
+
+
+def print_run(r: ListedRun, verdicts: list[ListedVerdict]) -> None:
+    """One run: its id, start, status and name on a line of their own (whole, to copy),
+    then its verdicts, a row per criterion and a column per group (a sign), each cell
+    folded, never cut; a run without verdicts: what it answered, in a line."""
+    from rich.table import Table
+
+    head = f"{r.run_id} · {r.started} (UTC) · {r.status.lower()} · {escape(r.name)}"
+    if not verdicts:
+        out.print(f"  {head}\n    [dim]{escape(r.note)}[/]", highlight=False)
+        return
+    groups = list(dict.fromkeys(v.group for v in verdicts))
+    table = Table(title=head, title_justify="left", title_style="", highlight=False)
+    table.add_column("criterion", overflow="fold")
+    for group in groups:  # a cell is a status and an interval: folded at its spaces
+        table.add_column(group, overflow="fold")
+    why = []  # a verdict that was not judged: its reason, under the table
+    for label in dict.fromkeys(v.label for v in verdicts):
+        status = {v.group: v for v in verdicts if v.label == label}
+        why += unjudged(r.run_id, status.values())
+        table.add_row(escape(label), *(_status(status.get(group)) for group in groups))
+    out.print(table)
+    for line in dict.fromkeys(why):
+        out.print(f"[dim]{escape(line)}[/]", highlight=False)
 
 
 def unjudged(run_id: str, verdicts: Iterable[ListedVerdict]) -> list[str]:
