@@ -143,6 +143,57 @@ def estimate_text(
     return f"{number(estimate, spec)} [{number(low, spec)}, {number(high, spec)}]"
 
 
+def significant(value: object, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, signed, trailing zeros kept (``+0.412``,
+    ``-12.0``, ``+1.20e-05``): the tables that compare runs (``steer-eval runs``, the
+    MLflow runs table's verdict columns); ``n/a`` as :func:`number` says it."""
+    return number(value, f"+#.{digits}g").replace("e-0", "e-").replace("e+0", "e+")
+
+
+def value_interval(value: object, low: object = None, high: object = None) -> str:
+    """``+0.412 [+0.210, +0.600]`` in :func:`significant` digits; the value alone
+    without an interval; "" without a value."""
+    if value is None:
+        return ""
+    if low is None or high is None:
+        return significant(value)
+    return f"{significant(value)} [{significant(low)}, {significant(high)}]"
+
+
+def verdict_cell(status: str, value: object, low: object = None, high: object = None) -> str:
+    """A verdict as one cell of a table that compares runs: its status's word, then its
+    observed value and interval (``pass +0.412 [+0.210, +0.600]``)."""
+    shown = value_interval(value, low, high)
+    return f"{status_word(status)} {shown}".strip()
+
+
+# The MLflow runs table shows a tag's key as its column header, cut to the column's
+# width: so a verdict's tag leads with its sign and what it judges, no common prefix.
+VERDICT_TAG_PREFIX = "v2_"
+
+
+def verdict_tag_key(v: Verdict) -> str:
+    """The tag (and runs-table column) holding a verdict's cell: its sign first, then its
+    key without the ``v2_`` every Phase 5 criterion starts with, in words (``pos effect
+    above null``); characters MLflow refuses in a key become ``_``."""
+    name = v.key.removeprefix(VERDICT_TAG_PREFIX)
+    if v.sign in ("pos", "neg"):
+        for sep in ("_", "/"):
+            if name.endswith(sep + v.sign):
+                name = f"{v.sign} {name.removesuffix(sep + v.sign)}"
+                break
+    name = name.replace("_", " ")
+    return "".join(c if c.isalnum() or c in "/.- " else "_" for c in name)
+
+
+def verdict_tags(answer: Answer) -> dict[str, str]:
+    """One tag per headline verdict (:func:`verdict_tag_key` → :func:`verdict_cell`), so
+    the runs table reads each run's status, value and interval in one column."""
+    return {
+        verdict_tag_key(v): verdict_cell(v.status, v.value, v.low, v.high) for v in answer.verdicts
+    }
+
+
 def interval_dict_text(d: Mapping[str, Any] | None, spec: str = "+.3f") -> str:
     """:func:`estimate_text` of a stored interval (``estimate``, ``low``, ``high``,
     ``reason``: ``metrics.intervals.Interval.to_dict``)."""

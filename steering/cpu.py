@@ -3,12 +3,16 @@
 bf16 on a CPU without bf16 instructions (``avx512_bf16`` or ``amx_bf16``) is emulated
 through fp32 conversions and runs slower than fp32, so the loader warns, naming what is
 missing. The bench uses the same facts for the machine's peak floating-point rate.
+
+Also how many of this process's CPUs others keep busy right now (:func:`cpu_load`), from
+which the CPU platform picks torch's thread count when a run starts.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,3 +161,89 @@ def bf16_warning(features: CpuFeatures | None = None) -> str | None:
         f"{' and '.join(features.missing_bf16())}, so bf16 matmuls convert through fp32 and "
         "run slower than float32. Use --set dtype=float32 (the CPU default)."
     )
+
+
+# --- the cores free when a run starts (issue 55, item 8) ------------------------------
+
+PROC_STAT = Path("/proc/stat")
+LOAD_WINDOW_SECONDS = 0.3
+# /proc/stat's per-CPU columns: user nice system idle iowait irq softirq steal (guest
+# time is already inside user and nice). Busy: all but idle and iowait; steal counts as
+# busy, since a core the hypervisor lends elsewhere is no core of ours.
+_IDLE_COLUMNS = (3, 4)
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """How many CPUs this process may use and how many of them others keep busy."""
+
+    cpus: int  # the CPUs this process may run on (its affinity mask)
+    busy: float | None  # cores busy with other processes over the window; None: unknown
+    read: str  # what ``busy`` was read from, for the run's tags
+
+    @property
+    def free(self) -> int:
+        """The CPUs left once each core that others keep at least half busy is taken out;
+        at least one, and all of them when the load is unknown."""
+        if self.busy is None:
+            return self.cpus
+        return max(1, self.cpus - int(self.busy + 0.5))
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a container's
+    cpuset), not the machine's count; every CPU where the platform has no mask."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
+        return set(range(os.cpu_count() or 1))
+
+
+def _stat_times(text: str, cpus: set[int]) -> tuple[int, int]:
+    """(busy, total) jiffies summed over ``cpus`` from the text of ``/proc/stat``."""
+    busy = total = 0
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+            continue
+        values = [int(v) for v in rest.split()[:8]]
+        total += sum(values)
+        busy += sum(v for i, v in enumerate(values) if i not in _IDLE_COLUMNS)
+    return busy, total
+
+
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def cpu_load(window: float = LOAD_WINDOW_SECONDS) -> CpuLoad:
+    """The cores other processes keep busy now, measured over ``window`` seconds.
+
+    Reads ``/proc/stat`` (every CPU's busy and idle time) before and after the window on
+    the CPUs of this process's affinity mask, and takes out this process's own CPU time
+    over it (``os.times``: a thread of ours still spinning from the model load is not
+    someone else's load). Not the load average: ``/proc/loadavg``'s 1-minute figure is an
+    exponential mean that trails a process started seconds ago by a minute and counts
+    this process's own model load, so it neither sees a fresh competitor nor leaves out
+    ourselves. Without ``/proc/stat`` (macOS, Windows) the load is unknown and every
+    usable CPU counts as free. A cgroup CPU quota (``cpu.max``) is not read.
+    """
+    cpus = usable_cpus()
+    try:
+        first = PROC_STAT.read_text()
+    except OSError:
+        return CpuLoad(len(cpus), None, "unknown (no /proc/stat)")
+    own = _own_cpu_seconds()
+    time.sleep(window)
+    second = PROC_STAT.read_text()
+    own = _own_cpu_seconds() - own
+    busy0, total0 = _stat_times(first, cpus)
+    busy1, total1 = _stat_times(second, cpus)
+    if total1 <= total0:
+        return CpuLoad(len(cpus), None, "unknown (/proc/stat did not move)")
+    # jiffies to seconds: the window's total jiffies are len(cpus) × its length
+    seconds_per_jiffy = window * len(cpus) / (total1 - total0)
+    others = (busy1 - busy0) * seconds_per_jiffy - own
+    busy = max(0.0, others / window)
+    return CpuLoad(len(cpus), round(busy, 2), f"/proc/stat over {window:g} s")

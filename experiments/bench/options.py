@@ -22,6 +22,7 @@ SECTIONS = (
     "head",
     "tuning",
     "scaling",
+    "load",
     "e2e",
     "gpu",
 )
@@ -54,6 +55,11 @@ TARGETS = {
     "measurement_seconds": ("make run's measurement stage (s)", "<=", 5.0),
     "tracking_seconds": ("make run's MLflow writes, figures included (s)", "<=", 15.0),
     "peak_memory_gb": ("peak resident memory of make run (GB)", "<", 3.0),
+    "load_busy_vs_quiet": (
+        "generation beside a busy process / quiet, threads from the free cores",
+        "<=",
+        1.5,
+    ),
 }
 
 # The gpu section's targets (issue 32), on one card in one run: key -> (label, op, threshold).
@@ -97,6 +103,7 @@ class BenchOptions:
     tuning_tokens: int = 10
     tuning_threads: tuple[int, ...] = ()  # () = 1, torch's current count and every core
     tuning_batch_sizes: tuple[int, ...] = (16, 32)
+    load_concepts: int = 4  # section load: the grid's first 4 concepts (60 rows by default)
     agreement_prompts: int = 6
     agreement_tokens: int = 8
     peer_agreement_rows: int = 6  # greedy check that the HF batched peer matches ours
@@ -122,6 +129,7 @@ class BenchOptions:
             "scaling_tokens": (4, 8, 16),
             "tuning_tokens": 4,
             "tuning_batch_sizes": (2,),
+            "load_concepts": 1,
             "agreement_prompts": 2,
             "agreement_tokens": 4,
             "peer_agreement_rows": 3,

@@ -69,6 +69,7 @@ def evaluate_targets(sections: dict) -> list[dict]:
         "measurement_seconds": get("e2e", "stage_groups_seconds", "measurement"),
         "tracking_seconds": get("e2e", "stage_groups_seconds", "tracking"),
         "peak_memory_gb": get("e2e", "peak_rss_gb"),
+        "load_busy_vs_quiet": get("load", "ratio_busy_vs_quiet_after"),
     }
     out = []
     for key, (label, op, threshold) in TARGETS.items():

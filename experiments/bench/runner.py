@@ -43,6 +43,7 @@ from experiments.bench.llama_batch import (
     open_multi_sequence,
     run_llama_batched,
 )
+from experiments.bench.load import section_load
 from experiments.bench.measure import (
     Measurement,
     Run,
@@ -212,6 +213,9 @@ def run_bench(
             load = contention()
             base = measured.get(bench.ours)
             bench.checkpoint("scaling", section_scaling(lm, wl, opts, base, say), load)
+        if "load" in sections:
+            load = contention()
+            bench.checkpoint("load", section_load(lm, wl, opts, say), load)
         if "e2e" in sections:
             if wl.plan is None:
                 sec["e2e"] = {"skipped": "no Phase 5 config workload (synthetic rows)"}

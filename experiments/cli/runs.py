@@ -1,7 +1,12 @@
-"""``steer-eval runs``: every phase's runs with their verdicts per sign, without the UI.
+"""``steer-eval runs``: every kind of run with its verdicts per sign, without the UI.
 
 A run id is what ``rescore``, ``--resume``, ``human`` and ``panel`` take; this lists
-them with what each run answered (its ``criteria.csv``), newest first per experiment.
+them with what each run answered (its ``criteria.csv``), newest first per experiment:
+Phase 4, Phase 5 and the study, Phase 6, identify and the strength sweeps. Each cell
+leads with the verdict's status, then its observed value and interval to three
+significant digits (``+0.412 [+0.210, +0.600]``); a correlation corrected for
+unreliability follows the observed one; a run without verdicts (a strength sweep) shows
+what it answered in a line.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from experiments.tracking.listing import ListedVerdict
+    from experiments.tracking.listing import ListedRun, ListedVerdict
 
-from experiments.answer import JUDGED, status_colour, status_word
+from experiments.answer import JUDGED, status_colour, status_word, value_interval
 from experiments.cli.common import JsonOpt, friendly, out, print_json
 
 
@@ -36,8 +41,6 @@ def runs(
     json_: JsonOpt = False,
 ) -> None:
     """List each phase's runs with their verdicts per sign (the v2 criteria)."""
-    from rich.table import Table
-
     from experiments import tracking
     from experiments.tracking.listing import list_runs
 
@@ -49,35 +52,34 @@ def runs(
         out.print(f"no runs in {tracking.tracking_uri()}; `make run` makes one", highlight=False)
         return
     for name in dict.fromkeys(r.experiment for r in listed):
-        rows = [r for r in listed if r.experiment == name]
-        shown = {
-            r.run_id: [v for v in r.verdicts if seed or not _seed_criterion(v.key)] for r in rows
-        }
-        groups = list(dict.fromkeys(v.group for vs in shown.values() for v in vs))
-        table = Table(title=f"{name} (newest first)", title_justify="left")
-        table.add_column("run id · started (UTC) · status", no_wrap=True)
-        table.add_column("name")
-        table.add_column("criterion")
-        for group in groups:
-            table.add_column(group, no_wrap=True)
-        why = []  # a verdict that was not judged: its reason, under the table
-        for r in rows:
-            head = [f"{r.run_id}\n{r.started} · {r.status.lower()}", escape(r.name)]
-            labels = list(dict.fromkeys(v.label for v in shown[r.run_id]))
-            if not labels:
-                table.add_row(*head, f"[dim]{escape(r.note)}[/]", *[""] * len(groups))
-            for k, label in enumerate(labels):
-                status = {v.group: v for v in shown[r.run_id] if v.label == label}
-                why += unjudged(r.run_id, status.values())
-                table.add_row(
-                    *(head if k == 0 else ["", ""]),
-                    escape(label),
-                    *(_status(status.get(group)) for group in groups),
-                    end_section=k == len(labels) - 1,
-                )
-        out.print(table)
-        for line in dict.fromkeys(why):
-            out.print(f"[dim]{escape(line)}[/]", highlight=False)
+        out.print(f"[bold]{escape(name)}[/] (newest first)", highlight=False)
+        for r in (r for r in listed if r.experiment == name):
+            print_run(r, [v for v in r.verdicts if seed or not _seed_criterion(v.key)])
+
+
+def print_run(r: ListedRun, verdicts: list[ListedVerdict]) -> None:
+    """One run: its id, start, status and name on a line of their own (whole, to copy),
+    then its verdicts, a row per criterion and a column per group (a sign), each cell
+    folded, never cut; a run without verdicts: what it answered, in a line."""
+    from rich.table import Table
+
+    head = f"{r.run_id} · {r.started} (UTC) · {r.status.lower()} · {escape(r.name)}"
+    if not verdicts:
+        out.print(f"  {head}\n    [dim]{escape(r.note)}[/]", highlight=False)
+        return
+    groups = list(dict.fromkeys(v.group for v in verdicts))
+    table = Table(title=head, title_justify="left", title_style="", highlight=False)
+    table.add_column("criterion", overflow="fold")
+    for group in groups:  # a cell is a status and an interval: folded at its spaces
+        table.add_column(group, overflow="fold")
+    why = []  # a verdict that was not judged: its reason, under the table
+    for label in dict.fromkeys(v.label for v in verdicts):
+        status = {v.group: v for v in verdicts if v.label == label}
+        why += unjudged(r.run_id, status.values())
+        table.add_row(escape(label), *(_status(status.get(group)) for group in groups))
+    out.print(table)
+    for line in dict.fromkeys(why):
+        out.print(f"[dim]{escape(line)}[/]", highlight=False)
 
 
 def unjudged(run_id: str, verdicts: Iterable[ListedVerdict]) -> list[str]:
@@ -86,16 +88,21 @@ def unjudged(run_id: str, verdicts: Iterable[ListedVerdict]) -> list[str]:
     return [
         f"{run_id[:8]} · {v.label} · {v.group}: {v.reason}"
         for v in verdicts
-        if v.status not in JUDGED and v.reason
+        if v.status not in (*JUDGED, "corrected") and v.reason
     ]
 
 
 def _status(verdict: ListedVerdict | None) -> str:
-    """A verdict's cell: its status in the answer's word and colour (a verdict that was
-    not judged has its reason under the table, as the answer says it)."""
+    """A verdict's cell: its status in the answer's word and colour, then its observed
+    value and interval (a verdict that was not judged has its reason under the table, as
+    the answer says it; a corrected correlation has a value, no status)."""
     if verdict is None:
         return ""
-    return f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"
+    shown = escape(value_interval(verdict.value, verdict.low, verdict.high))
+    if verdict.status == "corrected":
+        return shown
+    word = f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"
+    return f"{word}\n{shown}" if shown else word
 
 
 def _seed_criterion(key: str) -> bool:

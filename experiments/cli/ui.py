@@ -4,8 +4,9 @@ MLflow 3.17's UI opens an experiment on its GenAI overview unless the address as
 the Model training view (``workflowType=machine_learning``); the experiment-kind tag the
 suite sets is not enough for this version. A run's overview shows its description only
 below its tags, parameters and registered models, so a run's address opens its
-Artifacts tab on ``answer.md``, which the UI renders. The command prints each phase's
-newest run on its answer and each experiment's runs (the description leads with the
+Artifacts tab on ``answer.md``, which the UI renders. The command prints, for every
+experiment holding the suite's runs (every kind: Phase 4, 5, the study, 6, identify,
+strength sweeps), its newest run on its answer and its runs (the description leads with the
 latest answer, the runs table opens on the verdicts' columns), and serves until Ctrl-C,
 light: one worker, no job execution (the suite never submits MLflow jobs).
 """
@@ -29,35 +30,41 @@ def register(app: typer.Typer) -> None:
     app.command("ui")(friendly(ui))
 
 
-def addresses() -> list[tuple[str, str]]:
-    """(what, address) for the suite's experiments in the store: each phase's newest
-    parent run, opened on its answer, then the experiment's runs (whose description
-    leads with the latest answer and links it)."""
-    from experiments import tracking
-    from experiments.config import CalibrationStudyConfig, Phase5Config
+# How the listing names a run by its ``phase`` tag (another tag: as it is).
+PHASE_NAMES = {
+    "4": "Phase 4 (classifiers)",
+    "5": "Phase 5",
+    "6": "Phase 6",
+    "6-identify": "identify",
+    "strength": "strength sweep (calibrate-strength)",
+}
 
-    defaults = Phase5Config()
+
+def addresses() -> list[tuple[str, str]]:
+    """(what, address) for every experiment of the suite's in the store (those with runs
+    of the suite's, whatever their kind: Phase 4, 5, the study, 6, identify, strength
+    sweeps): its newest finished parent run, opened on its answer, then the experiment's
+    runs (whose description leads with the latest answer and links it)."""
+    from experiments import tracking
+
     c = tracking.client()
     found = []
-    for name, phase in (
-        (defaults.experiment, "5"),
-        (CalibrationStudyConfig().experiment, "6"),
-        (defaults.tracking.classifier_experiment, None),
-    ):
-        exp = c.get_experiment_by_name(name)
-        if exp is None:
-            continue
-        tracking.experiment_id(name)  # sets the experiment-kind tag on older stores
-        if phase is not None:
-            try:
-                run_id = tracking.latest_parent_run(name, phase)
-            except LookupError:
-                pass
-            else:
-                found.append(
-                    (f"newest Phase {phase} run, on its answer", tracking.run_ui_url(run_id))
-                )
-        found.append((f"{name} runs", tracking.ui_url(exp.experiment_id)))
+    for exp in sorted(c.search_experiments(), key=lambda e: e.name):
+        runs = c.search_runs(
+            [exp.experiment_id],
+            filter_string="tags.mlflow.parentRunId IS NULL and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+            max_results=20,
+        )
+        newest = next((r for r in runs if r.data.tags.get("phase")), None)
+        if newest is None:
+            continue  # not the suite's (an evaluation's, a stray run's)
+        tracking.experiment_id(exp.name)  # sets the experiment-kind tag on older stores
+        phase = newest.data.tags["phase"]
+        kind = PHASE_NAMES.get(phase, phase)
+        what = f"newest {kind} run ({exp.name}), on its answer"
+        found.append((what, tracking.run_ui_url(newest.info.run_id)))
+        found.append((f"{exp.name} runs", tracking.ui_url(exp.experiment_id)))
     return found
 
 

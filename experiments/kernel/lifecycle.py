@@ -34,7 +34,15 @@ from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, P
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
-from experiments.tracking.context import DECODE_TAG, DEVICE_TAG, MODEL_TAG, load_tags
+from experiments.tracking.context import (
+    DECODE_TAG,
+    DEVICE_TAG,
+    MODEL_TAG,
+    THREADS_FROM_TAG,
+    THREADS_TAG,
+    WAIT_POLICY_TAG,
+    load_tags,
+)
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -108,6 +116,8 @@ class RunSession(Generic[C]):
     run_dir: RunDir | None = None
     run_id: str | None = None
     say: Callable[[str], None] = field(default=lambda _msg: None)
+    # torch's thread count and why (steering.platform.ThreadChoice); None: no model
+    threads: Any = None
     _stack: ExitStack = field(default_factory=ExitStack)
     _executor: Executor | None = None
 
@@ -137,6 +147,7 @@ class RunSession(Generic[C]):
                 MODEL_TAG: self.lm.model_id,
                 DECODE_TAG: decode_description(self.lm),
                 **load_tags(),  # a dry run says when its reference ran under load
+                **thread_tags(self.threads),
             }
         run_id = self._stack.enter_context(
             tracking.tracked_run(experiment, name, tags=tags, run_id=self.existing)
@@ -170,6 +181,26 @@ class RunSession(Generic[C]):
             self._executor.close()
 
 
+def thread_tags(choice: Any) -> dict[str, str]:
+    """The run's tags for its torch threads (a ``steering.platform.ThreadChoice``; None:
+    the model was handed in, threaded by the caller: torch's count now)."""
+    if choice is None:
+        from steering.platform import ThreadChoice
+
+        choice = ThreadChoice(ThreadChoice.unchanged().threads, "the caller's (model handed in)")
+    return {
+        THREADS_TAG: str(choice.threads),
+        THREADS_FROM_TAG: choice.describe(),
+        WAIT_POLICY_TAG: choice.wait_policy,
+    }
+
+
+def recorded_threads(run: Any) -> int | None:
+    """The torch thread count an existing MLflow run started with (its tag), if any."""
+    text = run.data.tags.get(THREADS_TAG, "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def embedder_device(config: ExperimentConfig, lm: Any) -> str:
     """Where the embedder runs: the model's platform decides (``--device cpu`` on a GPU
     host keeps it on the CPU too); without a model (a rescore), the config's device."""
@@ -201,8 +232,11 @@ def open_run(
     timer = Timer()
     run_dir = None
     existing = resume.run_id if resume else None
+    recorded = None
     if resume is not None:
-        run_dir = RunDir.locate(tracking.get_run(resume.run_id), results_dir)
+        stored = tracking.get_run(resume.run_id)
+        recorded = recorded_threads(stored)
+        run_dir = RunDir.locate(stored, results_dir)
         overrides = list(resume.overrides)
         # the stored config is read as ``phase``'s model: the C of this session
         config = cast(C, scoring_config(run_dir, overrides, resume.action, phase))
@@ -215,10 +249,15 @@ def open_run(
         except ValueError as exc:  # pydantic's ValidationError
             raise RunError(f"invalid execution settings {execution}: {exc}") from None
         config = config.model_copy(update={"execution": chosen})
+    threads = None
     with timer.time("model_load"):
         if lm is None and (resume is None or resume.action != "rescore"):  # a rescore reads texts
             say(f"loading model {config.model}")
             lm = config.model_spec.load()
+            # torch's threads from the cores free now (or the user's, or the resumed
+            # run's first count); a model handed in keeps its caller's threads
+            threads = lm.platform.choose_threads(recorded)
+            say(f"torch threads: {threads.threads} ({threads.describe()})")
         if embedder is None and need_embedder:
             from metrics.embedder import load_embedder
 
@@ -233,6 +272,7 @@ def open_run(
         run_dir,
         existing,
         say,
+        threads,
     )
     with session._stack:
         yield session

@@ -34,9 +34,11 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel
 
 from experiments import tracking
-from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv
+from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv, verdict_tags
 from experiments.rundir import RunDir, atomic_write_text
 from experiments.timer import Timer
+from experiments.tracking.context import MAX_TAG_LEN
+from experiments.tracking.listing import ANSWER_NOTE_TAG
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -194,7 +196,12 @@ def mirror(run_id: str, run_dir: RunDir, views: Views) -> None:
     c = tracking.client()
     if views.params:
         tracking.log_new_params(run_id, views.params)
-    tracking.set_tags(run_id, views.tags)
+    # each verdict as a formatted cell (status, value [low, high]) first: the runs
+    # table's columns read them; the answer's first note (what a run without verdicts,
+    # a strength sweep, answered: `steer-eval runs` shows it); the phase's own tags after
+    notes = views.answer.notes
+    note = {ANSWER_NOTE_TAG: notes[0][:MAX_TAG_LEN]} if notes else {}
+    tracking.set_tags(run_id, {**verdict_tags(views.answer), **note, **views.tags})
     shown = log_answer(run_id, views.answer)
     tracking.set_note(
         run_id, shown + "\n" + views.note_header + views.summary, whole=views.note_whole

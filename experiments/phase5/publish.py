@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import tracking
+from experiments.answer import value_interval
 from experiments.kernel.diagnostics import log_diagnostics
 from experiments.kernel.effect import SIGNS, EffectReport, specificity_margin
 from experiments.kernel.publisher import ChildWriter, Views, child_run
@@ -420,6 +421,7 @@ def views(
             "criteria": ", ".join(f"{k}={v.status}" for k, v in record.criteria.items()),
             **{f"criterion.{k}": v.status for k, v in record.criteria.items()},
             **reason_tags(record),
+            **corrected_tags(record),
         },
         params=threshold_params(record),
         files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
@@ -435,6 +437,30 @@ def views(
         experiment=record.experiment,
         also_note=(record.config.tracking.classifier_experiment,),
     )
+
+
+CORRECTED_PAIRS = ("predictor_vs_effect",)
+
+
+def corrected_tag_key(pair: str, sign: str) -> str:
+    """The tag (runs-table column) of a correlation corrected for unreliability, sign
+    first as the verdicts' (``pos corrected predictor vs effect``)."""
+    return f"{sign} corrected {pair.replace('_', ' ')}"
+
+
+def corrected_tags(record: RunRecord) -> dict[str, str]:
+    """Each headline correlation corrected for unreliability as a formatted cell
+    (``+0.512 [+0.100, +0.800]``; its reason when it could not be corrected), beside the
+    observed verdict's in the runs table."""
+    corrected = record.statistics.get("measurement", {}).get("corrected_correlations", {})
+    out = {}
+    for pair in CORRECTED_PAIRS:
+        for sign in ("pos", "neg"):
+            d = (corrected.get(f"{pair}_{sign}") or {}).get("corrected") or {}
+            shown = value_interval(d.get("estimate"), d.get("low"), d.get("high"))
+            if shown or d.get("reason"):
+                out[corrected_tag_key(pair, sign)] = (shown or f"n/a ({d['reason']})")[:MAX_TAG_LEN]
+    return out
 
 
 def reason_tags(record: RunRecord) -> dict[str, str]:

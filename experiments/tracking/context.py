@@ -49,6 +49,12 @@ DECODE_TAG = "steer_eval.decode"
 # run says when the run it estimates from ran under load
 LOAD_TAG = "steer_eval.load"
 CPUS_TAG = "steer_eval.cpus"
+# Torch's thread count for the run (a CPU row's last bits depend on it), where it came
+# from (the free cores and the load they were read from, the user's environment, a
+# resumed run's first start: steering/platform.ThreadChoice) and OpenMP's wait policy
+THREADS_TAG = "steer_eval.threads"
+THREADS_FROM_TAG = "steer_eval.threads_from"
+WAIT_POLICY_TAG = "steer_eval.omp_wait_policy"
 GIT_COMMIT = "mlflow.source.git.commit"
 GIT_BRANCH = "mlflow.source.git.branch"
 GIT_REPO_URL = "mlflow.source.git.repoURL"

@@ -4,7 +4,11 @@ A run's verdicts are read from its ``criteria.csv`` (every phase writes it from 
 answer: ``experiments/answer.py``), from the run folder when it is on this machine, else
 from the run's MLflow artefact, so a listing says exactly what each run's answer says
 and works against a remote store too. Only top-level runs are listed (children are cells
-of their parent).
+of their parent), of every kind: Phase 4's classifiers, Phase 5, the study, Phase 6,
+identify and the strength sweeps (``calibrate-strength``), each under its experiment. A
+run whose answer has no verdicts (a strength sweep: the range it found) shows its answer's
+first note (:data:`ANSWER_NOTE_TAG`); a Phase 5 run's correlation corrected for
+unreliability follows the observed verdict it corrects (from the run's metrics).
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 CRITERIA_FILE = RunDir.CRITERIA
+# The answer's first note, on every parent run the publisher mirrors (what a run without
+# verdicts, a strength sweep, answered).
+ANSWER_NOTE_TAG = "steer_eval.answer_note"
+# Phase 5's correlations corrected for unreliability: (the verdict key they follow, its
+# metric without the sign) per sign.
+CORRECTED = (("v2_predictor_vs_effect", "correlation/predictor_vs_effect_{sign}/corrected"),)
+SIGN_GROUPS = {"pos": "s > 0", "neg": "s < 0"}  # experiments.answer.SIGN_LABELS
 # What ``--json`` shows of each verdict.
 VERDICT_FIELDS = ("label", "status", "value", "low", "high", "reason", "reading")
 
@@ -144,12 +155,39 @@ def list_runs(experiments: list[str] | None = None, limit: int = 20) -> list[Lis
                 ),
             )
             text = _criteria_text(run)
-            if text is None:
-                listed.note = {
+            if text is not None:
+                listed.verdicts = with_corrected(parse_criteria(text), run.data.metrics)
+            if not listed.verdicts:
+                listed.note = run.data.tags.get(ANSWER_NOTE_TAG) or {
                     "RUNNING": "no answer yet (still running)",
                     "FINISHED": "no answer (this kind of run writes none)",
                 }.get(run.info.status, f"no answer ({run.info.status.lower()} before one)")
-            else:
-                listed.verdicts = parse_criteria(text)
             out.append(listed)
+    return out
+
+
+def with_corrected(verdicts: list[ListedVerdict], metrics: dict[str, float]) -> list[ListedVerdict]:
+    """``verdicts`` with each corrected correlation the run logged right after the
+    observed verdict it corrects (status ``corrected``: a value, not a verdict)."""
+    out = []
+    for v in verdicts:
+        out.append(v)
+        for key, metric in CORRECTED:
+            for sign, group in SIGN_GROUPS.items():
+                if v.key != f"{key}_{sign}":
+                    continue
+                name = metric.format(sign=sign)
+                if name not in metrics:
+                    continue
+                out.append(
+                    ListedVerdict(
+                        key=f"{key}_{sign}_corrected",
+                        group=group,
+                        label=f"{v.label}, corrected for unreliability",
+                        status="corrected",
+                        value=metrics[name],
+                        low=metrics.get(f"{name}/low"),
+                        high=metrics.get(f"{name}/high"),
+                    )
+                )
     return out

@@ -22,7 +22,7 @@ def test_results_file_has_the_schema(quick_results):
     assert on_disk["load_average"]["start"] is not None and on_disk["load_average"]["end"]
     assert on_disk["machine"]["cpu_count"] >= 1 and on_disk["machine"]["device"] == "cpu"
     sections = on_disk["sections"]
-    measured = ("batched", "dtype", "peers", "roofline", "profile", "tuning", "scaling")
+    measured = ("batched", "dtype", "peers", "roofline", "profile", "tuning", "scaling", "load")
     assert set(measured) <= set(sections)
     # sections that need the real model are skipped with a reason, not crashed
     assert "skipped" in sections["llama"] and "skipped" in sections["e2e"]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from experiments import tracking
-from experiments.answer import answer_markdown
+from experiments.answer import answer_markdown, significant, status_word
 from experiments.cli import app
 from experiments.config import load_config
 from experiments.phase5.answer import answer_of
@@ -129,10 +129,9 @@ def test_every_printed_address_opens_on_the_answer(tiny_run):
     experiment = tracking.experiment_id(config.tracking.experiment)
     latest = tracking.latest_parent_run(config.tracking.experiment, "5")
     found = dict(addresses())
-    assert found["newest Phase 5 run, on its answer"] == tracking.ui_url(
-        experiment, latest, artifact=RunDir.ANSWER
-    )
-    assert found["newest Phase 5 run, on its answer"].endswith(
+    newest = f"newest Phase 5 run ({config.tracking.experiment}), on its answer"
+    assert found[newest] == tracking.ui_url(experiment, latest, artifact=RunDir.ANSWER)
+    assert found[newest].endswith(
         f"/runs/{latest}/artifacts/answer.md?workflowType=machine_learning"
     )
     assert tracking.run_ui_url(result.run_id).endswith(
@@ -511,13 +510,24 @@ def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
     assert view["name"] and isinstance(view["createdAt"], int)
     columns = json.loads(view["state"])["selectedColumns"]
     run = tracking.get_run(result.run_id)
+    tags = [c[len("tags.`") : -1] for c in columns if c.startswith("tags.")]
     metrics = [c[len("metrics.`") : -1] for c in columns if c.startswith("metrics.")]
     params = [c[len("params.`") : -1] for c in columns if c.startswith("params.")]
-    # Every column is a metric the run logs (a corrected r that is not evaluable is
-    # logged as nothing, so its column is empty for that run).
+    # The verdicts lead, each a tag the run has: status, observed value [low, high]; the
+    # corrected correlations after the observed ones (a corrected r that could not be
+    # computed is a tag with its reason, or none, so its column may be empty).
+    assert columns[: len(tags)] == [f"tags.`{t}`" for t in tags]
+    observed = [t for t in tags if "corrected" not in t]
+    assert observed and set(observed) <= set(run.data.tags)
+    assert max(map(tags.index, observed)) < min(t for t, n in enumerate(tags) if "corrected" in n)
+    cell = run.data.tags["pos effect above null"]
+    criterion = result.record.criteria["v2_effect_above_null_pos"]
+    assert cell.startswith(status_word(criterion.status))
+    if criterion.value is not None:
+        assert significant(criterion.value) in cell
     assert metrics and set(metrics) <= set(record_metrics(result.record))
-    assert "v2/criterion/v2_effect_above_null_pos/value" in run.data.metrics
     assert params and set(params) <= set(run.data.params)
+    assert columns[-1].startswith("attributes.")  # the UI's own columns last
     assert tracking.ui_url(exp.experiment_id).endswith(
         f"#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
         f"&viewStateShareKey={VIEW_KEY}"
