@@ -20,7 +20,7 @@ from experiments import tracking
 from experiments.answer import value_interval
 from experiments.kernel.diagnostics import log_diagnostics
 from experiments.kernel.effect import SIGNS, EffectReport, specificity_margin
-from experiments.kernel.publisher import ChildWriter, Views, child_run
+from experiments.kernel.publisher import ChildWriter, Views, child_run, close_child
 from experiments.phase5.analyse import (
     CriteriaReport,
     cell_metrics,
@@ -216,7 +216,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
             tracking.log_metrics(child, metrics)
             tracking.overwrite_table(child, table, "generations.json")
             if unfinished:
-                tracking.end_run(child)
+                close_child(child)
                 logged += 1
             continue
         with child_run(ctx.run_id, experiment, run_name, {"cell": cell_key, "phase": "5"}) as child:
