@@ -16,7 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from experiments.config import CalibrationStudyConfig, IdentifyStudyConfig, Phase5Config
 from metrics.criteria import CriterionResult
@@ -25,7 +32,7 @@ RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
 # f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics; 4: concept-level
 # intervals, the specificity criteria, reliabilities and corrected correlations, the
-# likelihood outcome and Δ's reference gap (statistics["measurement"]), the probes' test
+# likelihood outcome and Δ's reference gap (statistics.measurement), the probes' test
 # decisions (detection).
 RECORD_VERSION = 4
 MIGRATABLE = (2, 3)  # versions a rescore can read and rewrite at RECORD_VERSION
@@ -55,6 +62,65 @@ class CriterionRecord(BaseModel):
         return CriterionResult(**self.model_dump())
 
 
+# A leaf of a statistics block as written: a flag, a number (an int stays an int, a
+# float a float, so a record reads and writes back byte for byte), a reason, or none.
+Figure = bool | int | float | str | None
+
+
+def figure_number(value: Figure) -> float | None:
+    """A number of a statistics block as it is (an int or a float), else None (a
+    missing or not evaluable one, or a leaf that is no number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+class RunStatistics(BaseModel):
+    """The figures behind the criteria (``RunRecord.statistics``), the keys
+    ``phase5/publish.build_record`` writes. An older record (version 2 has only
+    ``f1_vs_magnitude``) reads with the others empty; ``measurement`` is left out of the
+    JSON when the run measured none, as the untyped record left it out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    f1_vs_magnitude: dict[str, Figure] = Field(
+        default_factory=dict,
+        description="the seed design's criterion 3: the correlation over concepts of the "
+        "classifier's F1 with the steering magnitude (metrics.criteria.CorrelationResult "
+        "as a dict: evaluable, method, r, p_value, ci_low, ci_high, n, reason, ...)",
+    )
+    effect: dict[str, dict[str, Figure]] = Field(
+        default_factory=dict,
+        description="per arm and sign ('concept/pos', 'random/neg', 'prompt/pos', "
+        "'above_null/pos', 'above_null_other_concepts/neg', ...): the signed effect's "
+        "means and intervals, n, gate and direction fractions (kernel/effect.py)",
+    )
+    intervals: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per v2 criterion key: its concept-level interval "
+        "(metrics.intervals.Interval as a dict: estimate, low, high, n, n_clusters, "
+        "method, reason; a correlation's also its Spearman interval, a dict)",
+    )
+    slopes: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="per concept: the OLS slope of Δ on strength (concept arm), when more "
+        "than 3 strengths ran (kernel/effect.slopes)",
+    )
+    measurement: dict[str, Any] | None = Field(
+        default=None,
+        description="phase5/measurement.MeasurementReport.statistics: reliability, "
+        "corrected_correlations and, when measured, likelihood, "
+        "likelihood_vs_effect_by_direction, reference_gap",
+    )
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.measurement is None:
+            data.pop("measurement", None)
+        return data
+
+
 class RunRecord(BaseModel):
     """What a finished run measured, with the config that produced it."""
 
@@ -81,8 +147,9 @@ class RunRecord(BaseModel):
     per_strength: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     per_concept: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     criteria: dict[str, CriterionRecord] = Field(default_factory=dict)
-    statistics: dict[str, dict[Any, Any]] = Field(
-        default_factory=dict, description="correlations and other figures behind criteria"
+    statistics: RunStatistics = Field(
+        default_factory=RunStatistics,
+        description="correlations and other figures behind criteria",
     )
     diagnostics: dict[str, object] = Field(
         default_factory=dict,

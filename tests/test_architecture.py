@@ -281,3 +281,63 @@ def test_every_declared_dependency_is_imported_or_says_why():
 def test_one_progress_library():
     """Progress is drawn by the command line (rich); the library code only reports it."""
     assert "tqdm" not in top_level_imports()
+
+
+# Calls that open or close an MLflow run (the tracking wrappers, MLflow's own client and
+# fluent API). Runs are opened and closed only by the kernel (its runner, the session and
+# the publisher) over the wrappers of experiments/tracking/__init__.py; the tracking
+# package's other modules (traces, evaluation, ...) write into runs they are handed.
+RUN_LIFECYCLE = {"start_run", "tracked_run", "create_run", "end_run", "set_terminated"}
+
+
+def opens_runs(module: str) -> bool:
+    return module == "experiments.tracking" or module.startswith("experiments.kernel")
+
+
+def run_lifecycle_calls(source: str) -> list[str]:
+    """Each call in ``source`` to one of ``RUN_LIFECYCLE`` (``tracking.start_run(...)``,
+    ``client.set_terminated(...)``, ``mlflow.start_run()``, a bare imported name), and
+    each such name imported, as ``line: name``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        name = None
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        elif isinstance(node, ast.ImportFrom):
+            name = next((a.name for a in node.names if a.name in RUN_LIFECYCLE), None)
+        if name in RUN_LIFECYCLE:
+            found.append((node.lineno, name))
+    return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def test_the_run_lifecycle_finder_finds_planted_calls():
+    planted = (
+        "import mlflow\n"
+        "from experiments import tracking\n"
+        "from experiments.tracking import tracked_run\n"
+        "run = tracking.start_run('e', 'n')\n"
+        "tracking.client().set_terminated(run, status='FINISHED')\n"
+        "with mlflow.start_run():\n"
+        "    pass\n"
+        "tracking.log_metrics(run, {})\n"
+    )
+    assert run_lifecycle_calls(planted) == [
+        "3: tracked_run",
+        "4: start_run",
+        "5: set_terminated",
+        "6: start_run",
+    ]
+
+
+def test_only_the_kernel_opens_or_closes_mlflow_runs():
+    """ARCHITECTURE.md: runs are opened only by the kernel's runner and publisher; a
+    phase's child runs go through ``kernel/publisher`` (``child_run``, ``append_child``,
+    ``open_child`` / ``close_child``)."""
+    offenders = [
+        f"{name}:{call}"
+        for name, path in our_modules().items()
+        if not opens_runs(name)
+        for call in run_lifecycle_calls(path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, f"MLflow runs opened or closed outside the kernel: {offenders}"

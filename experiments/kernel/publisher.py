@@ -19,7 +19,10 @@ order:
 A phase keeps only what is its own: its views (:class:`Views`) and its child runs
 (:class:`ChildRun`, or a :class:`ChildWriter` for Phase 5's incremental per-cell
 children). Parts B and C add their child to a finished run through
-:func:`append_child`, never by opening MLflow runs themselves.
+:func:`append_child`, never by opening MLflow runs themselves; Phase 5's GenAI
+evaluation run, named by one stage and closed by a later one, is opened by
+:func:`open_child` and closed by :func:`close_child`. Outside ``experiments/kernel/``
+(and the wrappers in ``experiments/tracking/``) no module opens or closes a run.
 """
 
 from __future__ import annotations
@@ -325,3 +328,24 @@ def append_child(
         if count_tag is not None:
             tracking.client().set_tag(child, count_tag, str(count))
         yield child, count
+
+
+def open_child(
+    parent_run_id: str, experiment: str, name: str, tags: dict[str, str], key_tag: str
+) -> str:
+    """A child of ``parent_run_id`` left open across stages, until :func:`close_child`:
+    the one already under the parent whose ``key_tag`` has this child's value (a resume
+    finds it, left as it was), else made (RUNNING, named ``name``, tagged ``tags``).
+    Phase 5's GenAI evaluation run: its traces' feedback names it in one stage, a later
+    stage links them to it and closes it."""
+    for run in tracking.child_runs(parent_run_id, experiment):
+        if run.data.tags.get(key_tag) == tags[key_tag]:
+            found: str = run.info.run_id
+            return found
+    return tracking.start_run(experiment, name, tags=tags, parent_run_id=parent_run_id)
+
+
+def close_child(run_id: str, status: str = "FINISHED") -> None:
+    """End a child run left open (:func:`open_child`, or one a killed run left
+    unfinished): ``status`` FINISHED, FAILED or KILLED."""
+    tracking.end_run(run_id, status)

@@ -7,7 +7,7 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 - the research question, with the run's predictor, model and concept count;
 - every v2 verdict (each criterion key starting ``v2_``, so criteria added later appear
   without a change here), grouped per sign, with value, interval
-  (``record.statistics["intervals"]``), threshold and status; the question's two verdicts
+  (``record.statistics.intervals``), threshold and status; the question's two verdicts
   per sign make the headline;
 - the prompting baseline's gated effect per sign, when the run had that arm;
 - below them, the seed design's four criteria, labelled as the original design's.
@@ -24,7 +24,7 @@ from experiments.answer import (
     Verdict,
     direction_origin,
 )
-from experiments.record import RunRecord
+from experiments.record import RunRecord, figure_number
 from metrics.intervals import Interval, interval_verdict
 
 V2_PREFIX = "v2_"
@@ -87,7 +87,7 @@ def question(record: RunRecord) -> str:
 
 def verdicts(record: RunRecord) -> list[Verdict]:
     """Every v2 criterion of the record with its interval, per sign, the question first."""
-    intervals = record.statistics.get("intervals", {})
+    intervals = record.statistics.intervals
     keys = sorted((k for k in record.criteria if k.startswith(V2_PREFIX)), key=_rank)
     out = []
     for key in keys:
@@ -132,7 +132,7 @@ def resampled(interval: dict[str, Any]) -> tuple[int | None, str]:
 def baseline_verdicts(record: RunRecord) -> list[Verdict]:
     """The prompting baseline's gated effect per sign (a reference row: steering by
     instruction instead of a vector), against the effect threshold, when it ran."""
-    effect = record.statistics.get("effect", {})
+    effect = record.statistics.effect
     threshold = record.config.criteria.effect_min
     out = []
     for sign in ("pos", "neg"):
@@ -140,7 +140,8 @@ def baseline_verdicts(record: RunRecord) -> list[Verdict]:
         if not row:
             continue
         interval = Interval(
-            row.get("e_gated_mean"), row.get("e_gated_low"), row.get("e_gated_high"),
+            figure_number(row.get("e_gated_mean")), figure_number(row.get("e_gated_low")),
+            figure_number(row.get("e_gated_high")),
             int(row.get("n") or 0), 0, "pairs",
         )  # fmt: skip
         out.append(
@@ -158,7 +159,7 @@ def baseline_verdicts(record: RunRecord) -> list[Verdict]:
                 units="pairs",
                 description="the effect of asking for the concept in the prompt instead of "
                 "steering (controls.prompt_baseline)",
-                reason=row.get("gated_reason") or "",
+                reason=str(row.get("gated_reason") or ""),
                 sign=sign,
             )
         )

@@ -3,7 +3,8 @@
 Each report-split generation steered along its concept's direction is scored by MLflow
 code scorers that read what this run already computed (no model call, no new number;
 the feedback is written with the generation's trace, and this stage links the traces
-to the evaluation run and logs its means: experiments/tracking/evaluation.py):
+to the evaluation run and logs its means: experiments/tracking/evaluation.py; the run
+is opened and closed by the kernel's publisher, ``open_child`` / ``close_child``):
 whether it passed the coherence gate, whether it moved the way
 the strength points (gated effect > 0, the unit of ``v2_direction_*``) and its effect
 above the random-direction null on the same unit (the unit of
@@ -27,9 +28,15 @@ import pandas as pd
 from experiments import tracking
 from experiments.kernel.effect import UNIT, above_null, paired_effects
 from experiments.kernel.plan import CONCEPT_ARM
+from experiments.kernel.publisher import close_child, open_child
 from experiments.phase5.context import RunContext
 from experiments.rundir import RunDir
-from experiments.tracking.evaluation import finish_evaluation, open_evaluation, scorer_feedback
+from experiments.tracking.evaluation import (
+    EVALUATION_TAG,
+    RUN_NAME,
+    link_evaluation,
+    scorer_feedback,
+)
 from experiments.tracking.traces import Feedback, trace_map
 
 MEASURES = {
@@ -47,6 +54,13 @@ SCORERS = {
     for name, text in MEASURES.items()
     for label, where in SIGN_LABELS.values()
 }
+
+
+def evaluation_run(ctx: RunContext) -> str:
+    """The parent's evaluation child run, made on first use and left open until
+    :func:`log_evaluation` closes it (a resume finds it by its tag)."""
+    tags = {EVALUATION_TAG: "genai", "phase": "5"}
+    return open_child(ctx.run_id, ctx.config.experiment, RUN_NAME, tags, key_tag=EVALUATION_TAG)
 
 
 def evaluation_values(records: pd.DataFrame, ctx: RunContext) -> dict[str, dict[str, object]]:
@@ -94,7 +108,7 @@ def scorer_items(ctx: RunContext, records: pd.DataFrame) -> dict[str, list[Feedb
     values, descriptions = _plan(records, ctx)
     if not values:
         return {}
-    child = open_evaluation(ctx.config.experiment, ctx.run_id)
+    child = evaluation_run(ctx)
     return scorer_feedback(child, values, descriptions)
 
 
@@ -107,7 +121,8 @@ def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> d
         return {}
     experiment_id = tracking.get_run(ctx.run_id).info.experiment_id
     ids = trace_map(experiment_id, ctx.run_id, run_dir.file(RunDir.TRACES))
-    child = open_evaluation(ctx.config.experiment, ctx.run_id)
-    metrics = finish_evaluation(child, ids, values, descriptions)
+    child = evaluation_run(ctx)
+    metrics = link_evaluation(child, ids, values, descriptions)
+    close_child(child)
     tracking.log_metrics(ctx.run_id, {f"evaluation/{k}": v for k, v in metrics.items()})
     return metrics

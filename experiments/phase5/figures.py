@@ -125,7 +125,7 @@ def _verdict_title(record: RunRecord, key: str, what: str) -> str:
         return f"{what}: {status_word('not_evaluable')}"
     if c.value is None:
         return f"{what}: {status_word(c.status)}" + (f" ({c.reason})" if c.reason else "")
-    interval = record.statistics.get("intervals", {}).get(key, {})
+    interval = record.statistics.intervals.get(key, {})
     low, high = interval.get("low"), interval.get("high")
     span = f" [{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
     return f"{what} = {c.value:+.2f}{span}, {status_word(c.status)}"
@@ -380,7 +380,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     concepts = sorted(record.per_concept, key=lambda k: names.get(k, k), reverse=True)
     fig, ax = plt.subplots(figsize=(10, 2.0 + 0.42 * (len(concepts) + 1)))
     offsets = {label: (0.15 if label == "pos" else -0.15) for label in signs}
-    intervals = record.statistics.get("intervals", {})
+    intervals = record.statistics.intervals
     any_hollow = False
     for label in signs:
         for i, synset in enumerate(concepts, start=1):

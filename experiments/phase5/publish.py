@@ -20,7 +20,7 @@ from experiments import tracking
 from experiments.answer import value_interval
 from experiments.kernel.diagnostics import log_diagnostics
 from experiments.kernel.effect import SIGNS, EffectReport, specificity_margin
-from experiments.kernel.publisher import ChildWriter, Views, child_run
+from experiments.kernel.publisher import ChildWriter, Views, child_run, close_child
 from experiments.phase5.analyse import (
     CriteriaReport,
     cell_metrics,
@@ -41,7 +41,7 @@ from experiments.phase5.report import (
     summary_text,
 )
 from experiments.phase5.samples import samples_csv
-from experiments.record import CriterionRecord, RunRecord
+from experiments.record import CriterionRecord, RunRecord, RunStatistics, figure_number
 from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
 from experiments.tracking.context import MAX_TAG_LEN
@@ -216,7 +216,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
             tracking.log_metrics(child, metrics)
             tracking.overwrite_table(child, table, "generations.json")
             if unfinished:
-                tracking.end_run(child)
+                close_child(child)
                 logged += 1
             continue
         with child_run(ctx.run_id, experiment, run_name, {"cell": cell_key, "phase": "5"}) as child:
@@ -248,11 +248,11 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     """The parent run's MLflow metrics, every one read from the record."""
     metrics = strength_metrics({float(k): v for k, v in record.per_strength.items()})
     metrics.update(_seed_prefixed(criteria_metrics(criteria_of(record, v2=False))))
-    for name, values in record.statistics.get("effect", {}).items():
-        for k, v in values.items():
+    for name, summary in record.statistics.effect.items():
+        for k, v in summary.items():
             if isinstance(v, int | float) or v is None:
                 metrics[f"effect/{name}/{k}"] = v
-    intervals = record.statistics.get("intervals", {})
+    intervals = record.statistics.intervals
     for key, result in criteria_of(record, v2=True).items():
         metrics[f"v2/criterion/{key}"] = result.metric_value()
         metrics[f"v2/criterion/{key}/value"] = result.value
@@ -260,15 +260,15 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
         metrics[f"v2/criterion/{key}/high"] = intervals.get(key, {}).get("high")
     for label, matrix in specificity_matrices(record).items():
         metrics[f"specificity/{label}/margin"] = specificity_margin(matrix)
-    f1c = record.statistics.get("f1_vs_magnitude", {})
+    f1c = record.statistics.f1_vs_magnitude
     if f1c.get("evaluable"):
         for key in ("r", "p_value", "ci_low", "ci_high"):
-            metrics[f"seed/f1_vs_magnitude/{key}"] = f1c.get(key)
+            metrics[f"seed/f1_vs_magnitude/{key}"] = figure_number(f1c.get(key))
     predictor = record.predictor()
     if predictor:
         name = record.config.criteria.predictor
         metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
-    metrics.update(measurement_metrics(record.statistics.get("measurement", {})))
+    metrics.update(measurement_metrics(record.statistics.measurement or {}))
     metrics["n_generations"] = float(record.n_generations)
     metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
     metrics["beta"] = record.beta
@@ -380,13 +380,13 @@ def build_record(
         per_strength={str(k): v for k, v in agg.items()},
         per_concept=per_concept,
         criteria=criteria,
-        statistics={
-            "f1_vs_magnitude": report.f1_correlation.to_dict(),
-            "effect": effect.summary,
-            "intervals": effect.intervals,
-            "slopes": effect.slopes,
-            **({"measurement": measurement.statistics} if measurement else {}),
-        },
+        statistics=RunStatistics(
+            f1_vs_magnitude=report.f1_correlation.to_dict(),
+            effect=effect.summary,
+            intervals=effect.intervals,
+            slopes=effect.slopes,
+            measurement=measurement.statistics if measurement else None,
+        ),
         diagnostics={
             **ctx.diagnostics,  # "directions": the steering directions' cosines
             **{
@@ -452,7 +452,7 @@ def corrected_tags(record: RunRecord) -> dict[str, str]:
     """Each headline correlation corrected for unreliability as a formatted cell
     (``+0.512 [+0.100, +0.800]``; its reason when it could not be corrected), beside the
     observed verdict's in the runs table."""
-    corrected = record.statistics.get("measurement", {}).get("corrected_correlations", {})
+    corrected = (record.statistics.measurement or {}).get("corrected_correlations", {})
     out = {}
     for pair in CORRECTED_PAIRS:
         for sign in ("pos", "neg"):

@@ -35,7 +35,7 @@ def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
 
 def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
     """The signed effect per arm and sign with intervals (``summary``: the record's
-    ``statistics["effect"]``), and the v2 criteria."""
+    ``statistics.effect``), and the v2 criteria."""
 
     lines = [
         "",
@@ -144,9 +144,9 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
     text = summary_markdown(
         record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
     )
-    effect = record.statistics.get("effect", {})
+    effect = record.statistics.effect
     text += "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
-    measurement = record.statistics.get("measurement")
+    measurement = record.statistics.measurement
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
 
 

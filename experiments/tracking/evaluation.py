@@ -12,10 +12,15 @@ ran them in a thread pool and stored each assessment in its own transaction (7.6
 for 60 generations on 2 cores). Here the same writes are a projection: each scorer's
 feedback (name, source, value, the scorer's definition digest and the evaluation run,
 as MLflow's harness writes them) rides in its trace's single write
-(:func:`scorer_feedback`, used by the traces stage), and :func:`finish_evaluation`
+(:func:`scorer_feedback`, used by the traces stage), and :func:`link_evaluation`
 links the traces to the run, tags it and logs the means (``np.mean`` over the values in
 trace order, MLflow's ``mean`` aggregation). A rescore replaces the scorers' earlier
 assessments on those traces, so each trace holds one value per scorer.
+
+The run itself (``RUN_NAME``, tagged ``EVALUATION_TAG``) is opened and closed by the
+kernel's publisher (``open_child`` / ``close_child``), where every run is opened:
+``experiments/phase5/evaluation.py`` names it in the traces stage and closes it once
+:func:`link_evaluation` has written it.
 """
 
 from __future__ import annotations
@@ -44,27 +49,6 @@ RUN_TYPE_TAG = "mlflow.runType"
 RUN_TYPE = "genai_evaluate"
 SCORERS_DIGEST_TAG = "mlflow.genaiEvaluate.scorersDigest"
 LINK_BATCH = 100  # MLflow links at most 100 traces to a run per call
-
-
-def evaluation_child(parent_run_id: str, experiment: str) -> str | None:
-    for run in tracking.child_runs(parent_run_id, experiment):
-        if run.data.tags.get(EVALUATION_TAG):
-            run_id: str = run.info.run_id
-            return run_id
-    return None
-
-
-def open_evaluation(experiment: str, parent_run_id: str) -> str:
-    """The parent's evaluation child run, created on first use (a resume finds it)."""
-    child = evaluation_child(parent_run_id, experiment)
-    if child is None:
-        child = tracking.start_run(
-            experiment,
-            RUN_NAME,
-            tags={EVALUATION_TAG: "genai", "phase": "5"},
-            parent_run_id=parent_run_id,
-        )
-    return child
 
 
 def code_scorer(name: str, values: Mapping[str, Mapping[str, object]], description: str) -> Scorer:
@@ -126,15 +110,15 @@ def evaluation_metrics(
     return out
 
 
-def finish_evaluation(
+def link_evaluation(
     child: str,
     trace_ids: Mapping[str, str],
     values: Mapping[str, Mapping[str, object]],
     descriptions: Mapping[str, str],
 ) -> dict[str, float]:
     """Link the evaluated traces to the evaluation run, tag it as MLflow's evaluation
-    tags its runs, log the scorers' means and close it; returns the means."""
-    from mlflow.entities import RunStatus
+    tags its runs and log the scorers' means; returns the means (the caller closes the
+    run: ``kernel.publisher.close_child``)."""
     from mlflow.genai.evaluation.lineage import get_scorers_digest
 
     keys = [k for k in values if k in trace_ids]
@@ -148,5 +132,4 @@ def finish_evaluation(
     tracking.set_tags(child, tags)
     metrics = evaluation_metrics(keys, values, list(descriptions))
     tracking.log_metrics(child, metrics)
-    client.set_terminated(child, status=RunStatus.to_string(RunStatus.FINISHED))
     return metrics

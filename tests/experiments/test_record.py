@@ -1,11 +1,19 @@
-"""experiments.record: which classifier quality a run record hands to criterion 3."""
+"""experiments.record: which classifier quality a run record hands to criterion 3, and
+the typed statistics reading and writing back what the untyped record wrote."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from experiments.config import load_config
-from experiments.record import RunRecord, predictor_values
+from experiments.record import RunRecord, RunStatistics, predictor_values
+
+# A Phase 5 record (a tiny run with the likelihood outcome) written by
+# phase5/publish.build_record while its statistics were an untyped dict.
+UNTYPED = Path(__file__).with_name("record_v4_untyped_statistics.json")
 
 
 def record(predictors: dict, *overrides: str) -> RunRecord:
@@ -45,3 +53,52 @@ def test_a_record_round_trips_with_diagnostics():
     again = RunRecord.parse(rec.model_dump_json())
     assert again.diagnostics == rec.diagnostics
     assert again.predictor() == pytest.approx(rec.predictor())
+
+
+def _exactly(value: object) -> object:
+    """Parsed JSON with its keys' order and each leaf's type kept, for ==
+    (where 1 == 1.0 == True and {"a", "b"} == {"b", "a"})."""
+    if isinstance(value, dict):
+        return [(k, _exactly(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_exactly(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def test_a_record_with_untyped_statistics_reads_typed_and_writes_back_the_same_json():
+    text = UNTYPED.read_text()
+    stored = json.loads(text)["statistics"]
+    rec = RunRecord.parse(text)
+    assert isinstance(rec.statistics, RunStatistics)
+    # the model's fields are the keys the writer wrote, in its order
+    assert list(stored) == list(RunStatistics.model_fields)
+    assert rec.statistics.intervals["v2_direction_pos"] == stored["intervals"]["v2_direction_pos"]
+    assert rec.statistics.effect["concept/pos"]["n"] == stored["effect"]["concept/pos"]["n"]
+    assert rec.statistics.f1_vs_magnitude["evaluable"] is True
+    assert rec.statistics.measurement is not None
+    assert rec.statistics.measurement["likelihood"] == stored["measurement"]["likelihood"]
+    # written back: the same keys in the same order, ints as ints, flags as flags
+    written = json.loads(rec.model_dump_json(indent=1))["statistics"]
+    assert _exactly(written) == _exactly(stored)
+
+
+def test_statistics_without_a_measurement_leave_it_out_and_older_records_read():
+    rec = record(PREDICTORS)
+    rec.statistics = RunStatistics(
+        f1_vs_magnitude={"evaluable": False, "n": 2, "r": None, "reason": "2 concepts"},
+        effect={"concept/pos": {"n": 4.0, "e_mean": 0.5, "gated_reason": "all gated"}},
+        slopes={"a.n.01": 0.25},
+    )
+    written = json.loads(rec.model_dump_json())["statistics"]
+    assert list(written) == ["f1_vs_magnitude", "effect", "intervals", "slopes"]
+    assert _exactly(written["f1_vs_magnitude"]) == _exactly(
+        {"evaluable": False, "n": 2, "r": None, "reason": "2 concepts"}
+    )
+    assert RunRecord.parse(rec.model_dump_json()).statistics == rec.statistics
+    # version 2 wrote only f1_vs_magnitude: a rescore reads it with the rest empty
+    old = {**json.loads(rec.model_dump_json()), "version": 2}
+    old["statistics"] = {"f1_vs_magnitude": {"evaluable": False}}
+    migrated = RunRecord.parse(json.dumps(old), migrate=True)
+    assert migrated.statistics.effect == {} and migrated.statistics.measurement is None
+    with pytest.raises(ValueError, match="statistics"):
+        RunRecord.parse(json.dumps({**old, "version": 4, "statistics": {"typo": {}}}))

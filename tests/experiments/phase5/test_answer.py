@@ -117,7 +117,7 @@ def test_headlines_say_the_verdict_with_value_and_interval_per_sign_in_the_table
 def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_threshold():
     extra = {"v2_effect_above_null_pos": criterion("v2_effect_above_null_pos", "fail", 0.066, 0.15)}
     r = record(extra)
-    r.statistics["intervals"]["v2_effect_above_null_pos"] = {
+    r.statistics.intervals["v2_effect_above_null_pos"] = {
         "low": 0.004,
         "high": 0.14,
         "n": 27,
@@ -133,7 +133,7 @@ def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_thresh
 def test_the_prompting_baseline_is_a_row_when_it_ran():
     r = record()
     assert not [v for v in answer_of(r).verdicts if v.key.startswith("prompt_baseline")]
-    r.statistics["effect"] = {
+    r.statistics.effect = {
         "prompt/pos": {"e_gated_mean": 0.4, "e_gated_low": 0.3, "e_gated_high": 0.5, "n": 30.0}
     }
     row = next(v for v in answer_of(r).verdicts if v.key == "prompt_baseline_pos")

@@ -138,7 +138,7 @@ def test_the_run_measures_every_direction_family_and_its_reliability(measured_ru
     assert {"concept", "random", "null:neutral", "null:other"} <= families
     assert {r["strength"] for r in records} == {-1.0, 1.0}
     assert len({(r["concept"], r["pair"]) for r in records}) == 4 * 4
-    m = result.record.statistics["measurement"]
+    m = result.record.statistics.measurement
     rel = m["reliability"]
     assert {
         "effect_above_null_pos",
@@ -168,5 +168,5 @@ def test_a_rescore_reproduces_the_measurement_without_the_model(
     # between thread counts on some CPUs (1.3e-7 on an AMX Xeon), and so would the numbers.
     with single_threaded():
         again = rescore(result.run_id, embedder=embedder)
-    assert again.record.statistics["measurement"] == result.record.statistics["measurement"]
+    assert again.record.statistics.measurement == result.record.statistics.measurement
     assert again.record.criteria == result.record.criteria

@@ -55,7 +55,7 @@ def test_the_run_description_starts_with_the_answer_and_the_metrics_have_bounds(
     note = run.data.tags[tracking.NOTE_TAG]
     assert note.startswith(f"## The answer (run `{result.run_id}`)")
     assert note.index("## The answer") < note.index("# Phase 5 run")
-    intervals = result.record.statistics["intervals"]
+    intervals = result.record.statistics.intervals
     for key in ("v2_effect_above_null_pos", "v2_predictor_vs_effect_neg"):
         for bound in ("low", "high"):
             assert run.data.metrics[f"v2/criterion/{key}/{bound}"] == pytest.approx(
@@ -76,7 +76,7 @@ def test_rescore_json_carries_the_answer_as_fields(tiny_run, single_threaded):
     data = json.loads(out.stdout)
     assert data["phase"] == "phase5" and data["run_id"] == result.run_id
     crit = data["answer"]["criteria"]["v2_effect_above_null_pos"]
-    stored = result.record.statistics["intervals"]["v2_effect_above_null_pos"]
+    stored = result.record.statistics.intervals["v2_effect_above_null_pos"]
     assert crit["low"] == pytest.approx(stored["low"]) and crit["high"] == pytest.approx(
         stored["high"]
     )
@@ -170,7 +170,7 @@ def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
     assert len(evaluations) == 1
     run = evaluations[0]
     assert run.data.tags["mlflow.runType"] == "genai_evaluate" and run.info.status == "FINISHED"
-    intervals = result.record.statistics["intervals"]
+    intervals = result.record.statistics.intervals
     for sign in ("pos", "neg"):
         direction = intervals[f"v2_direction_{sign}"]["estimate"]
         assert run.data.metrics[f"moved_as_steered_{sign}/mean"] == pytest.approx(direction)
@@ -486,7 +486,7 @@ def test_runs_lists_the_run_with_the_verdicts_of_its_answer(tiny_run):
 def test_reliabilities_and_corrected_correlations_are_metrics(tiny_run):
     _config, result = tiny_run
     metrics = tracking.get_run(result.run_id).data.metrics
-    measurement = result.record.statistics["measurement"]
+    measurement = result.record.statistics.measurement
     rel = measurement["reliability"]["specificity_pos"]["estimate"]
     assert metrics["reliability/specificity_pos"] == pytest.approx(rel)
     pair = measurement["corrected_correlations"]["predictor_vs_effect_neg"]
