@@ -248,6 +248,7 @@ def effect_layer(
             records = pd.DataFrame(join_scores(rows, score_all(scorer, rows)))
             row = layer_effect(records, cfg)
             table[layer] = row.model_copy(update={"auroc": mean_auroc(probes), "beta": beta})
+            say(f"layer auto-effect: {_cell(layer, table[layer])}")
     best = best_by_effect(table)
     choice = LayerChoice(
         rule="auto-effect",
@@ -265,13 +266,17 @@ def table_line(choice: LayerChoice) -> str:
     if choice.rule == "auto":
         cells = [f"L{la} {_num(r.auroc)}" for la, r in choice.layers.items()]
         return "mean test AUROC by layer: " + ", ".join(cells)
-    cells = [
-        f"L{la} {_num(r.effect)} [{_num(r.low)}, {_num(r.high)}] (AUROC {_num(r.auroc)})"
-        if r.low is not None
-        else f"L{la} not evaluable: {r.reason}"
-        for la, r in choice.layers.items()
-    ]
+    cells = [_cell(int(la), r) for la, r in choice.layers.items()]
     return "effect above null by layer, with its interval over concepts: " + "; ".join(cells)
+
+
+def _cell(layer: int, row: LayerRow) -> str:
+    """One layer of the auto-effect table: effect [interval] (AUROC), or why not."""
+    if row.low is None:
+        return f"L{layer} not evaluable: {row.reason}"
+    return (
+        f"L{layer} {_num(row.effect)} [{_num(row.low)}, {_num(row.high)}] (AUROC {_num(row.auroc)})"
+    )
 
 
 def _num(value: float | None) -> str:

@@ -130,6 +130,7 @@ def test_auto_effect_on_the_tiny_model_picks_its_best_lower_bound_and_records_it
     assert lows and len(set(lows.values())) > 1  # the layers differ
     assert choice.layer == max(lows, key=lambda la: lows[la]) == best_by_effect(table)
     assert said[-1].startswith(f"layer auto-effect: {choice.layer} (effect above null")
+    assert all(any(s.startswith(f"layer auto-effect: L{la} ") for s in said) for la in (1, 2, 3))
 
     # the run steers the chosen layer; its record, folder and tags carry rule and table
     run_config = config.model_copy(update={"layer": choice.layer})
