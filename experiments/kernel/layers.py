@@ -110,7 +110,7 @@ def probe_sets(
     if missing:
         say(f"layer {rule}: training probes at layers {missing} (one model pass)")
         sets.update(train_layers(config, lm, graph, missing, concept_file=config.concepts.file))
-    return sets
+    return {la: sets[la] for la in wanted}  # in layer order, loaded or trained
 
 
 def mean_auroc(probes: ProbeSet) -> float | None:
