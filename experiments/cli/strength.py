@@ -75,9 +75,11 @@ def with_layer(
         return cfg, None, None, None
     import time
 
-    from experiments.kernel.layers import auroc_choice, effect_layer, pick_layer
+    from experiments.kernel.layers import auroc_choice, effect_layer, pick_layer, selection_config
     from experiments.kernel.lifecycle import embedder_device, load_graph
 
+    if layer == "auto-effect":
+        selection_config(cfg)  # what it cannot measure is said before anything loads
     say(f"loading {cfg.model}")
     lm = cfg.model_spec.load()
     graph = load_graph(cfg)

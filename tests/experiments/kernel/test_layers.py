@@ -170,6 +170,9 @@ def test_the_dry_run_previews_auto_effect_and_loads_no_weights(monkeypatch, mlfl
     # a run that would score its selection prompts is refused before anything loads
     out = runner.invoke(app, ["run", "--dry-run", "--layer", "auto-effect", "--concepts", "2"])
     assert out.exit_code != 0 and "add --selection heldout" in _said(out)
+    out = runner.invoke(app, ["run", "--layer", "auto-effect", "--concepts", "2"])  # a real run
+    assert out.exit_code != 0 and "add --selection heldout" in _said(out)
+    assert "loaded weights" not in _said(out)
 
 
 def test_a_bad_layer_names_the_choices(mlflow_store):
