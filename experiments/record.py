@@ -121,6 +121,45 @@ class RunStatistics(BaseModel):
         return data
 
 
+class LayerRow(BaseModel):
+    """One candidate layer of a ``--layer`` rule: what the rule read there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    auroc: float | None = Field(
+        None, description="the probes' mean test AUROC at the layer (what `auto` ranks by)"
+    )
+    beta: float | None = Field(
+        None, description="auto-effect: the β steered with there (the run's own choose_beta)"
+    )
+    effect: float | None = Field(
+        None,
+        description="auto-effect: the gated effect above random directions on the selection "
+        "prompts, both signs pooled (what `auto-effect` ranks by, with low and high)",
+    )
+    low: float | None = Field(None, description="the effect's interval over concepts: low")
+    high: float | None = Field(None, description="the effect's interval over concepts: high")
+    effect_pos: float | None = Field(None, description="the effect at s > 0 alone")
+    effect_neg: float | None = Field(None, description="the effect at s < 0 alone")
+    texts: int | None = Field(None, description="auto-effect: the texts generated there")
+    gate_pass: float | None = Field(
+        None, description="auto-effect: the share of the concept arm's steered texts passing"
+    )
+    reason: str = Field("", description="why the effect is not evaluable there ('' if it is)")
+
+
+class LayerChoice(BaseModel):
+    """How ``--layer auto`` or ``--layer auto-effect`` chose the run's layer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: Literal["auto", "auto-effect"]
+    optimises: str = Field(description="what the rule maximises, in words")
+    layer: int = Field(description="the layer it chose")
+    layers: dict[str, LayerRow] = Field(description="per candidate layer (as text)")
+    seconds: float = Field(0.0, description="what choosing took: probes, texts, scoring")
+
+
 class RunRecord(BaseModel):
     """What a finished run measured, with the config that produced it."""
 
@@ -166,6 +205,11 @@ class RunRecord(BaseModel):
     n_generations: int = 0
     timings: dict[str, float] = Field(default_factory=dict)
     tokens_per_second: float = 0.0
+    layer_choice: LayerChoice | None = Field(
+        None,
+        description="the rule that chose the layer (`--layer auto`: probe AUROC, "
+        "`auto-effect`: measured effect) and its per-layer table; None: the layer was given",
+    )
 
     @classmethod
     def parse(cls, text: str, source: str = "run record", migrate: bool = False) -> RunRecord:

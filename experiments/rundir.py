@@ -186,6 +186,7 @@ class RunDir:
     CRITERION4 = "criterion4.json"
     TRACES = "traces.json"  # generation key -> MLflow trace id
     SELECTION = "selection.json"  # held-out β per concept (Phase 6: per probe set)
+    LAYER_CHOICE = "layer_choice.json"  # --layer auto / auto-effect: the rule and its table
     LIKELIHOOD = "likelihood.jsonl"  # the likelihood outcome per direction × strength × pair
     LIKELIHOOD_TEXTS = "likelihood_texts.json"  # its texts, also Δ's reference texts
     HUMAN = "human"

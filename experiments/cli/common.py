@@ -184,20 +184,28 @@ LayerAutoOpt = Annotated[
     str | None,
     typer.Option(
         "--layer",
-        help="decoder layer (default: the middle one), or auto: the best of a probe sweep "
-        "over the middle half of the layers by mean test AUROC",
+        help="decoder layer (default: the middle one); or a rule over the middle half of "
+        "the layers: auto, the best probe AUROC (cheap, one model pass), or auto-effect, "
+        "the best measured steering effect above random directions on the selection "
+        "prompts (generates texts at each layer)",
     ),
 ]
+# --layer's rules (experiments/kernel/layers.py RULES, not imported here: it loads torch)
+LAYER_RULES = ("auto", "auto-effect")
 
 
 def parse_layer(text: str | None) -> int | str | None:
-    """``--layer``: a number, ``auto`` or nothing; a clear error for anything else."""
-    if text is None or text == "auto":
+    """``--layer``: a number, a rule (:data:`LAYER_RULES`) or nothing; a clear error
+    naming the choices for anything else."""
+    if text is None or text in LAYER_RULES:
         return text
     try:
         return int(text)
     except ValueError:
-        raise typer.BadParameter(f"--layer {text!r}: give a layer number or auto") from None
+        raise typer.BadParameter(
+            f"--layer {text!r}: give a layer number, auto (the best probe AUROC) or "
+            "auto-effect (the best measured steering effect)"
+        ) from None
 
 
 ConceptsOpt = Annotated[int | None, typer.Option("--concepts", help="use the first N concepts")]

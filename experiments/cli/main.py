@@ -316,21 +316,22 @@ def run(
     wanted = parse_layer(layer)
     fixed = wanted if isinstance(wanted, int) else None
     cfg = None if resume else resolve_config(config, overrides, model, fixed, concepts, "phase5")
-    if wanted == "auto" and (dry_run or resume):
-        raise typer.BadParameter(
-            "--layer auto trains probes over layers: not with --dry-run or --resume"
-        )
+    rule = wanted if isinstance(wanted, str) else None
+    if rule is not None and resume:
+        raise typer.BadParameter(f"--layer {rule} chooses a new run's layer: not with --resume")
     if dry_run:
         if cfg is None:
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
         from experiments.cli.strength import kept_keys
 
-        print_plan(cfg, json_, kept_keys(set_, cfg, config))
+        print_plan(cfg, json_, kept_keys(set_, cfg, config), layer_rule=rule)
         return
     from experiments.cli.strength import kept_keys, with_layer
 
-    cfg, lm = with_layer(cfg, wanted, lambda msg: console.print(f"[dim]{msg}"))
     explicit = kept_keys(set_, cfg, config)
+    cfg, lm, embedder, layer_choice = with_layer(
+        cfg, wanted, lambda msg: console.print(f"[dim]{msg}"), explicit
+    )
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.
@@ -361,7 +362,9 @@ def run(
             execution=execution or None,
             overrides=overrides if resume else None,
             lm=lm,
+            embedder=embedder,
             explicit=explicit,
+            layer_choice=layer_choice,
         )
     _print_result(result, json_)
 

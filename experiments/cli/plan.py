@@ -8,17 +8,29 @@ from rich.table import Table
 from experiments.cli.common import out, print_json
 
 
-def print_plan(cfg, as_json: bool, explicit: frozenset[str] = frozenset()) -> None:
+def print_plan(
+    cfg, as_json: bool, explicit: frozenset[str] = frozenset(), layer_rule: str | None = None
+) -> None:
     """``run --dry-run``: the model checked, what the run would generate, its stages, the
     β it would take (``explicit``: the keys a recorded range never replaces) and an
-    estimate from an earlier run of the same model on this device."""
+    estimate from an earlier run of the same model on this device. ``layer_rule``
+    (``--layer auto`` or ``auto-effect``): first what the rule would compare, measure and
+    cost (``kernel/layers.preview``)."""
     from experiments.kernel.estimate import plan_run
     from experiments.kernel.lifecycle import load_graph
 
-    plan = plan_run(cfg, load_graph(cfg), explicit)
+    graph = load_graph(cfg)
+    shown = None
+    if layer_rule is not None:
+        from experiments.kernel.layers import preview
+
+        shown = preview(cfg, graph, layer_rule, explicit)
+    plan = plan_run(cfg, graph, explicit)
     if as_json:
-        print_json(_json(cfg, plan))
+        print_json({**_json(cfg, plan), **({"layer_rule": shown.to_dict()} if shown else {})})
         return
+    for line in shown.lines() if shown else []:
+        out.print(line, highlight=False, markup=False)
     _print_setup(plan)
     table = Table("split: rows", "rows", title=f"plan: {plan.n_concepts} concepts, {cfg.model}")
     for what, n in plan.rows.items():

@@ -63,18 +63,37 @@ def kept_keys(
     return explicit | {"steering.beta"} if same else explicit
 
 
-def with_layer(cfg: Any, layer: int | str | None, say) -> tuple[Any, Any]:
-    """(the config with its layer, the loaded model or None): ``auto`` loads the model and
-    picks the layer from the probe sweep (``kernel/layers.py``)."""
-    if layer != "auto":
-        return cfg, None
-    from experiments.kernel.layers import pick_layer
-    from experiments.kernel.lifecycle import load_graph
+def with_layer(
+    cfg: Any, layer: int | str | None, say, explicit: frozenset[str] = frozenset()
+) -> tuple[Any, Any, Any, Any]:
+    """(the config with its layer, the loaded model, the embedder, the
+    ``record.LayerChoice``; None for what was not needed): a rule loads the model and
+    picks the layer (``kernel/layers.py``): ``auto`` from the probe sweep,
+    ``auto-effect`` from steering measured on the selection prompts (which also needs
+    the embedder; ``explicit``: the keys whose β the command line set)."""
+    if layer not in ("auto", "auto-effect"):
+        return cfg, None, None, None
+    import time
 
+    from experiments.kernel.layers import auroc_choice, effect_layer, pick_layer, selection_config
+    from experiments.kernel.lifecycle import embedder_device, load_graph
+
+    if layer == "auto-effect":
+        selection_config(cfg)  # what it cannot measure is said before anything loads
     say(f"loading {cfg.model}")
     lm = cfg.model_spec.load()
-    chosen, _sets = pick_layer(cfg, lm, load_graph(cfg), say=say)
-    return cfg.model_copy(update={"layer": chosen}), lm
+    graph = load_graph(cfg)
+    embedder = None
+    started = time.perf_counter()
+    if layer == "auto":
+        chosen, sets = pick_layer(cfg, lm, graph, say=say)
+        choice = auroc_choice(chosen, sets, time.perf_counter() - started)
+    else:
+        from metrics.embedder import load_embedder
+
+        embedder = load_embedder(cfg.embedding.model, embedder_device(cfg, lm))
+        choice = effect_layer(cfg, lm, graph, embedder, explicit=explicit, say=say)
+    return cfg.model_copy(update={"layer": choice.layer}), lm, embedder, choice
 
 
 def calibrate_strength(
@@ -125,10 +144,15 @@ def calibrate_strength(
         betas = parse_grid(grid)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if wanted == "auto-effect":
+        raise typer.BadParameter(
+            "--layer auto-effect steers each layer at the β its recorded range gives: "
+            "calibrate a layer by number, or the one auto picks"
+        )
     fixed = wanted if isinstance(wanted, int) else None
     cfg = resolve_config(config, set_, model, fixed, concepts, "phase5")
     say = console.print
-    cfg, lm = with_layer(cfg, wanted, lambda msg: say(f"[dim]{msg}"))
+    cfg, lm, _embedder, _choice = with_layer(cfg, wanted, lambda msg: say(f"[dim]{msg}"))
     if lm is None:
         with console.status(f"loading {cfg.model}"):
             lm = cfg.model_spec.load()
@@ -206,8 +230,8 @@ def list_or_clear(
     from experiments.config import ConfigError, parse_override
     from experiments.strength import range as ranges
 
-    if layer == "auto":
-        raise typer.BadParameter("--layer auto sweeps layers: give a layer number, or none")
+    if isinstance(layer, str):
+        raise typer.BadParameter(f"--layer {layer} sweeps layers: give a layer number, or none")
     if clear and json_ and not yes:
         raise typer.BadParameter("--clear --json needs --yes (a question would break the JSON)")
     fixed = layer if isinstance(layer, int) else None

@@ -142,11 +142,15 @@ def planned_rows(
     split: str = "report",
     betas: Mapping[str, float] | None = None,
     vectors: str | None = None,
+    null_arms: bool = False,
 ) -> Iterator[tuple[str, dict]]:
     """(key, meta) for every row of one split, in plan order; no model needed.
 
     ``betas`` gives the report split's β per concept (from held-out selection); without
-    it every concept uses ``steering.beta``. The selection split covers the β grid.
+    it every concept uses ``steering.beta``. The selection split covers the β grid;
+    with ``null_arms`` it is generated instead at one β (``betas``, else
+    ``steering.beta``) with the concept arm and the random directions, the null
+    (``--layer auto-effect``, ``kernel/layers.py``: no prompt arm, which no layer moves).
     ``vectors`` tags the concept arm's rows with a probe-set name (see :func:`row_key`).
     """
     heldout = config.selection.mode == "heldout"
@@ -154,7 +158,7 @@ def planned_rows(
     for concept in graph.concepts:
         for unit in _units(config, concept, split):
             sign = signs[unit["prompt_index"]]
-            if split == "selection":
+            if split == "selection" and not null_arms:
                 cells = [
                     (CONCEPT_ARM, s, b)
                     for b in config.selection.beta_grid
@@ -163,7 +167,8 @@ def planned_rows(
             else:
                 # a run resolves steering.beta auto first (strength_range.choose_beta)
                 beta = cast(float, (betas or {}).get(concept.synset, config.steering.beta))
-                cells = [(arm, s, beta) for arm in _arms(config) for s in config.steering.strengths]
+                arms = [a for a in _arms(config) if split == "report" or a != PROMPT_ARM]
+                cells = [(arm, s, beta) for arm in arms for s in config.steering.strengths]
             seen: set[str] = set()
             for arm, strength, beta in cells:
                 if sign and strength * sign < 0:  # a neutral prompt at s < 0, or the reverse
@@ -209,8 +214,10 @@ def build_plan(
     split: str = "report",
     betas: Mapping[str, float] | None = None,
     vectors_tag: str | None = None,
+    null_arms: bool = False,
 ) -> GenerationPlan:
-    """Rows with their direction index, coefficient and (for the prompt arm) prompt."""
+    """Rows with their direction index, coefficient and (for the prompt arm) prompt;
+    ``null_arms``: the selection split at one β with the null (:func:`planned_rows`)."""
     directions = [c.synset for c in graph.concepts]
     for c in graph.concepts:
         directions += [
@@ -218,7 +225,7 @@ def build_plan(
         ]
     index = {name: i for i, name in enumerate(directions)}
     rows, meta = [], {}
-    for key, m in planned_rows(config, graph, split, betas, vectors_tag):
+    for key, m in planned_rows(config, graph, split, betas, vectors_tag, null_arms):
         synset, arm, strength = m["concept"], m["arm"], m["strength"]
         prompt = m["prompt"]
         if arm == PROMPT_ARM:

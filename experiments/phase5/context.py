@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
-from experiments.record import predictor_values
+from experiments.record import LayerChoice, predictor_values
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class RunContext:
     # Per concept: the probe's test-split decisions (test_scores, test_labels) and its
     # calibrated threshold, from which a predictor's reliability is measured.
     detection: dict = field(default_factory=dict)  # RunRecord.detection
+    layer_choice: LayerChoice | None = None  # --layer auto / auto-effect (kernel/layers.py)
 
     @property
     def predictor_name(self) -> str:

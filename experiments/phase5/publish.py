@@ -398,6 +398,7 @@ def build_record(
         n_generations=len(records),
         timings=dict(timings),
         tokens_per_second=tokens_per_second,
+        layer_choice=ctx.layer_choice,
     )
 
 

@@ -29,6 +29,7 @@ from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.diagnostics import steering_diagnostics
 from experiments.kernel.effect import EffectReport, evaluate_effect
 from experiments.kernel.generate import generate
+from experiments.kernel.layers import choice_tags
 from experiments.kernel.lifecycle import RunError, RunSession
 from experiments.kernel.plan import CONCEPT_ARM, build_plan, planned_rows
 from experiments.kernel.probes import ProbeSet
@@ -61,7 +62,7 @@ from experiments.phase5.publish import (
 )
 from experiments.phase5.reference_gap import reference_gaps
 from experiments.phase5.samples import sample_table
-from experiments.record import RunRecord
+from experiments.record import LayerChoice, RunRecord
 from experiments.rundir import RunDir, join_scores, plan_order
 from experiments.strength.range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
@@ -252,8 +253,12 @@ def prepare(session: RunSession, explicit: frozenset[str] = frozenset()) -> Prep
     return Prepared(layer, probes, vectors, scorer, note)
 
 
-def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
-    """The run's context, made once its parent run is open and its id known."""
+def run_context(
+    session: RunSession, prep: Prepared, run_id: str, layer_choice: LayerChoice | None = None
+) -> RunContext:
+    """The run's context, made once its parent run is open and its id known;
+    ``layer_choice``: how ``--layer auto``/``auto-effect`` chose the layer (a resumed run
+    reads it back from its folder)."""
     config, probes, vectors = session.config, prep.probes, prep.vectors
     return RunContext(
         run_id=run_id,
@@ -284,6 +289,7 @@ def run_context(session: RunSession, prep: Prepared, run_id: str) -> RunContext:
             ),
             **vectors.import_diagnostics(),
         },
+        layer_choice=layer_choice,
     )
 
 
@@ -295,8 +301,10 @@ class Phase5(Phase5Shown):
         explicit: frozenset[str] = frozenset(),
         on_batch: Progress | None = None,
         on_step: Progress | None = None,
+        layer_choice: LayerChoice | None = None,
     ) -> None:
         self.explicit = explicit  # the config keys the command line set (a β of one's own)
+        self.layer_choice = layer_choice  # the rule that chose the layer, and its table
         self.on_batch, self.on_step = on_batch, on_step
         self.prep: Prepared | None = None
         self.ctx: RunContext | None = None
@@ -305,12 +313,19 @@ class Phase5(Phase5Shown):
         prep = self.prep = prepare(session, self.explicit)
         name = run_name(session.config, session.lm.model_id, prep.layer)
         tags = {"phase": "5", **({BETA_TAG: prep.beta_note} if prep.beta_note else {})}
+        if self.layer_choice is not None:
+            tags |= choice_tags(self.layer_choice)
         return Opening(name, tags)
 
     def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
         assert self.prep is not None and session.run_id is not None
-        ctx = self.ctx = run_context(session, self.prep, session.run_id)
         run_dir = session.directory
+        kept = run_dir.file(RunDir.LAYER_CHOICE)
+        if new and self.layer_choice is not None:
+            run_dir.write_json(RunDir.LAYER_CHOICE, self.layer_choice.model_dump(mode="json"))
+        elif not new and kept.exists():  # resumed: the choice its first invocation made
+            self.layer_choice = LayerChoice.model_validate_json(kept.read_text())
+        ctx = self.ctx = run_context(session, self.prep, session.run_id, self.layer_choice)
         if new:  # its inputs, and the Phase 4 run whose classifiers it uses
             if ctx.classifier_run_id:
                 tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
@@ -387,6 +402,7 @@ class Phase5Rescore(Phase5Shown):
             classifier_dir=previous.classifier_dir,
             diagnostics=dict(previous.diagnostics),
             detection=dict(previous.detection),
+            layer_choice=previous.layer_choice,
         )
         self.tokens_per_second = previous.tokens_per_second
         return Opening("", {})  # reopened: its name and tags are kept
@@ -418,19 +434,22 @@ def run_phase5(
     execution: dict | None = None,
     overrides: list[str] | None = None,
     explicit: frozenset[str] = frozenset(),
+    layer_choice: LayerChoice | None = None,
 ) -> Phase5Result:
     """Run (or resume) the whole Part A grid and log it; returns the parent run's results.
 
     ``execution`` overrides ``config.execution`` fields (``{"executor": "ray"}``), also on
     a resume: where the rows are generated does not change them. ``overrides``
     (``--set`` on a resume) may change scoring only (``lifecycle.scoring_config``).
-    ``explicit``: the config keys the command line set (a β of one's own is kept)."""
+    ``explicit``: the config keys the command line set (a β of one's own is kept).
+    ``layer_choice``: how ``--layer auto``/``auto-effect`` chose ``config.layer``
+    (``kernel/layers.py``), kept in the record and the tags."""
     if overrides and not resume:
         raise RunError("overrides apply to a resume; give a new run its config with them")
     if config is not None and not isinstance(config, Phase5Config):
         raise ConfigError(f"run takes a Phase 5 config (phase: phase5), not {config.phase!r}")
     ran = run_study(
-        Phase5(explicit, on_batch, on_step),
+        Phase5(explicit, on_batch, on_step, layer_choice),
         config,
         resume=Resume(resume, "resume", tuple(overrides or ())) if resume else None,
         results_dir=results_dir,

@@ -534,11 +534,14 @@ def test_the_command_line_refuses_a_bad_layer_or_grid_by_name():
 
     runner = CliRunner()
     bad_layer = runner.invoke(app, ["calibrate-strength", "--layer", "middle"])
-    assert bad_layer.exit_code == 2 and "give a layer number or auto" in bad_layer.output
+    said = " ".join(bad_layer.output.split())
+    assert bad_layer.exit_code == 2 and "give a layer number, auto (the best probe AUROC)" in said
     bad_grid = runner.invoke(app, ["calibrate-strength", "--grid", "0.1,big"])
     assert bad_grid.exit_code == 2 and "--grid" in bad_grid.output
-    dry = runner.invoke(app, ["run", "--layer", "auto", "--dry-run"])
-    assert dry.exit_code == 2 and "not with --dry-run" in dry.output
+    dry = runner.invoke(app, ["run", "--layer", "auto", "--resume", "latest"])
+    assert dry.exit_code == 2 and "not with --resume" in dry.output
+    effect = runner.invoke(app, ["calibrate-strength", "--layer", "auto-effect"])
+    assert effect.exit_code == 2 and "calibrate a layer by number" in effect.output
     assert "Traceback" not in bad_layer.output + bad_grid.output + dry.output
 
 
@@ -553,6 +556,7 @@ def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
 
     from experiments.cli import app
     from experiments.kernel.layers import sweep_layers
+    from experiments.record import RunRecord
     from steering.models import load_model
 
     args = [
@@ -582,6 +586,14 @@ def test_run_layer_auto_from_the_command_line_steers_at_the_layer_it_names(
     assert [int(x) for x in re.findall(r"L(\d+)\s", said.group(2))] == swept
     (stored,) = (tmp_path / "res").glob("**/config.yaml")
     assert load_config(stored).layer == chosen
+    # the record says which rule chose the layer, and what it read at each candidate
+    record = RunRecord.parse((stored.parent / "steering_results.json").read_text())
+    assert record.layer_choice is not None and record.layer_choice.rule == "auto"
+    assert (
+        record.layer_choice.layer == chosen
+        and [int(k) for k in record.layer_choice.layers] == swept
+    )
+    assert all(row.auroc is not None for row in record.layer_choice.layers.values())
     # every swept layer's classifiers were trained once and kept for the next run
     kept = {
         int(m.group(1))
