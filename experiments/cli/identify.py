@@ -113,6 +113,13 @@ def identify(
             metavar="<n,n,...>",
         ),
     ] = None,
+    primary_only: Annotated[
+        bool,
+        typer.Option(
+            help="with --simulate: score the pre-registered primary alone (what the gate "
+            "reads), for a large confirmatory grid"
+        ),
+    ] = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -129,7 +136,7 @@ def identify(
                 highlight=False,
             )
             raise typer.Exit(2) from None
-        _simulate(cfg, toys, json_, components, sizes)
+        _simulate(cfg, toys, json_, components, sizes, primary_only)
         return
     if compare is not None:
         from experiments.identify.compare import before_after, markdown, read_directions
@@ -263,13 +270,15 @@ def _pool(cfg, force: bool, json_: bool) -> None:
 
 
 def _simulate(
-    cfg, toys: int, json_: bool, run: Path | None = None, sizes: list[int] | None = None
-) -> None:
+    cfg, toys: int, json_: bool, run: Path | None = None, sizes: list[int] | None = None,
+    primary_only: bool = False,
+) -> None:  # fmt: skip
     """``--simulate``: the design table (``identify/design.py``), printed and written."""
     from rich.table import Table
 
+    from experiments.identify.compare import read_directions
     from experiments.identify.design import run_design, write_design
-    from experiments.identify.variance import components, read_directions
+    from experiments.identify.variance import components
 
     measured = None
     if run is not None:

@@ -48,7 +48,7 @@ from experiments.identify.estimator import (
     matched_pairs,
 )
 from experiments.identify.simulate import CLASSES, TOY, grid_rows, toy_directions
-from experiments.identify.variance import Components, components, toy_overrides
+from experiments.identify.variance import Components, auroc_within_sd, toy_overrides
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
@@ -68,10 +68,15 @@ def _fit(d: dict | None) -> dict:
     return {k: d.get(k) for k in ("estimate", "low", "high")}
 
 
-def estimands(frame: pd.DataFrame, primary: dict, n_boot: int, seed: int) -> dict[str, dict]:
+def estimands(
+    frame: pd.DataFrame, primary: dict, n_boot: int, seed: int, primary_only: bool = False
+) -> dict[str, dict]:
     """Every estimand's (estimate, low, high) on one directions table, each from the
-    project's own estimator."""
+    project's own estimator (``primary_only``: the pre-registered one alone, what the gate
+    reads, for a large confirmatory grid)."""
     tables = StudyTables(frame)
+    if primary_only:
+        return {"primary": _fit(primary_result(tables, primary, n_boot, seed)["slope"])}
     pooled = tables.pooled()
     y, x = "effect", "auroc"
     out = {
@@ -213,6 +218,7 @@ def simulate(
     classes: Sequence[str] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     toy: dict[str, float] | None = None,
+    primary_only: bool = False,
 ) -> list[dict]:
     """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
@@ -230,7 +236,7 @@ def simulate(
             for i in range(toys):
                 rng = seeded_rng(seed, "design", name, arm, i)
                 frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
-                for est, fit in estimands(frame, primary, n_boot, i).items():
+                for est, fit in estimands(frame, primary, n_boot, i, primary_only).items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
                         pooled = StudyTables(frame).pooled()
@@ -306,7 +312,7 @@ def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]
     if getattr(ident, "isocos_draw", "graded") != "random":
         return toy
     probe = toy_directions(ident, CLASSES["none"], seeded_rng(seed, "calibrate"), 0.0, 25)
-    spread = components(probe.assign(effect=probe["auroc"])).auroc_within_sd
+    spread = auroc_within_sd(probe)
     if spread > 0:
         toy["random_signal_sd"] = TOY["random_signal_sd"] * measured.auroc_within_sd / spread
     return toy
@@ -333,7 +339,7 @@ def power_curve(
 
 def run_design(
     config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=None,
-    measured: Components | None = None, sizes: Sequence[int] = (),
+    measured: Components | None = None, sizes: Sequence[int] = (), primary_only: bool = False,
 ) -> dict:  # fmt: skip
     """``identify --simulate``: the table for the config's grid and pre-registered primary,
     with the gate's verdict and what the toys assumed (``measured``: a run's variance
@@ -345,7 +351,8 @@ def run_design(
     sesoi = float(primary.get("sesoi") or SESOI)
     toy = measured_toy(config.identify, measured, seed) if measured else None
     table = simulate(config.identify, primary, toys=toys, seed=seed, n_boot=n_boot,
-                     sesoi=sesoi, n_concepts=n, progress=progress, toy=toy)  # fmt: skip
+                     sesoi=sesoi, n_concepts=n, progress=progress, toy=toy,
+                     primary_only=primary_only)  # fmt: skip
     curve = power_curve(
         config.identify, primary, sizes, toys=toys, seed=seed, n_boot=n_boot, toy=toy
     )

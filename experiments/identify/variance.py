@@ -13,15 +13,15 @@ error of the pooled slope into
   only more concepts average away),
 
 beside the AUROC spread inside a cell (what the nuisances' draws give the estimator to
-work with). ``steer-eval identify --simulate --components RUN`` reads these into the toys
-(:func:`toy_overrides`) in place of the assumed ones, so power and the number of
-concepts a confirmatory run needs follow from measured noise.
+work with). ``steer-eval identify --simulate --components RUN`` reads these from a run
+folder (``compare.read_directions``) into the toys (:func:`toy_overrides`) in place of
+the assumed ones, so power and the number of concepts a confirmatory run needs follow
+from measured noise.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -59,6 +59,15 @@ def equal_geometry_rows(frame: pd.DataFrame, y: str = "effect") -> pd.DataFrame:
     iso = frame[(frame["manipulation"] == "isocos") & (frame["level"] < 90)]
     iso = iso.dropna(subset=["concept", "level", y, "auroc"])
     return iso.assign(cell=cell_keys(iso))
+
+
+def auroc_within_sd(frame: pd.DataFrame) -> float:
+    """AUROC's sd inside the equal-geometry cells (pooled over cells): what the draws give
+    the estimator to work with."""
+    rows = equal_geometry_rows(frame.assign(effect=0.0))
+    x = rows["auroc"] - rows.groupby("cell")["auroc"].transform("mean")
+    dof = len(rows) - rows["cell"].nunique()
+    return float(np.sqrt((x**2).sum() / dof)) if dof > 0 else 0.0
 
 
 def components(frame: pd.DataFrame, y: str = "effect") -> Components:
@@ -99,15 +108,6 @@ def components(frame: pd.DataFrame, y: str = "effect") -> Components:
         auroc_within_sd=float(np.sqrt(np.mean(spreads))),
         i2=float(fit.i2),
     )
-
-
-def read_directions(run: str | Path) -> pd.DataFrame:
-    """A run folder's (or a file's) ``directions.csv``."""
-    path = Path(run)
-    path = path / "directions.csv" if path.is_dir() else path
-    if not path.is_file():
-        raise FileNotFoundError(f"no directions.csv at {path}: give a finished identify run folder")
-    return pd.read_csv(path)
 
 
 def toy_overrides(measured: Components) -> dict[str, float]:

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.identify.variance import components, read_directions
+from experiments.identify.compare import read_directions
+from experiments.identify.variance import components
 
 
 def _study(n_concepts: int, slope_sd: float, within_sd: float, seed: int) -> pd.DataFrame:
@@ -44,5 +45,5 @@ def test_the_components_recover_the_slope_spread_and_the_noise() -> None:
 def test_too_few_concepts_is_an_error_that_says_why(tmp_path) -> None:
     with pytest.raises(ValueError, match="2 concepts have an equal-geometry slope"):
         components(_study(2, 1.0, 0.05, 0))
-    with pytest.raises(FileNotFoundError, match=r"no directions\.csv"):
+    with pytest.raises(FileNotFoundError, match=r"no directions\.csv at"):
         read_directions(tmp_path)
