@@ -240,7 +240,14 @@ def simulate(
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
                         pooled = StudyTables(frame).pooled()
-                        weights.setdefault(est, []).append(family_weights(pooled, est, covariates))
+                        which = (
+                            "equal_geometry"
+                            if est == "primary" and primary.get("estimator") == "equal_geometry"
+                            else est
+                        )
+                        weights.setdefault(est, []).append(
+                            family_weights(pooled, which, covariates)
+                        )
                 if progress is not None:
                     step = ci * 2 * toys + (arm == "planted") * toys + i + 1
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)

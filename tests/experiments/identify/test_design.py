@@ -320,3 +320,10 @@ def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise)
     assert large["width"] < small["width"]
     assert large["power"] >= small["power"]
     assert 0.0 <= large["no_practical_0"] <= 1.0
+
+
+def test_v3s_primary_draws_all_its_weight_from_the_equal_geometry_cells() -> None:
+    rows = simulate(V3.identify, primary_of(V3), toys=2, n_boot=19, n_concepts=4,
+                    classes=["none"])  # fmt: skip
+    (primary,) = [r for r in rows if r["estimand"] == "primary"]
+    assert primary["weights"] == {"isocos": 1.0}
