@@ -342,15 +342,14 @@ def equal_geometry(
     inverting the restricted wild cluster bootstrap test (``wild_cluster_restricted``).
     Graded nuisances (v2, no ``nuisance_band`` column) are stratified by (concept, angle)
     only."""
-    iso = frame[(frame["manipulation"] == manipulation) & (frame["level"] < 90)]
-    data = _rows(iso, ["concept", "level", y, predictor])
+    from experiments.identify.variance import equal_geometry_rows
+
+    data = equal_geometry_rows(frame, y, predictor, manipulation)
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
-    groups = data["concept"].astype(str) + "\x00" + data["level"].map("{:g}".format)
-    if "nuisance_band" in data and data["nuisance_band"].notna().all():
-        groups = groups + "\x00" + data["nuisance_band"].astype(int).astype(str)
-    x = _demean(data[[predictor]].to_numpy(dtype=np.float64), groups.to_numpy())
-    yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups.to_numpy())[:, 0]
+    groups = data["cell"].to_numpy()
+    x = _demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
+    yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
     concepts = data["concept"].astype(str).to_numpy()
     return wild_cluster_restricted(
         x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence

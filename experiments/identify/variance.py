@@ -54,10 +54,14 @@ def cell_keys(frame: pd.DataFrame) -> pd.Series:
     return keys
 
 
-def equal_geometry_rows(frame: pd.DataFrame, y: str = "effect") -> pd.DataFrame:
-    """The rows the equal-geometry estimand compares, with their cell."""
-    iso = frame[(frame["manipulation"] == "isocos") & (frame["level"] < 90)]
-    iso = iso.dropna(subset=["concept", "level", y, "auroc"])
+def equal_geometry_rows(
+    frame: pd.DataFrame, y: str = "effect", predictor: str = "auroc",
+    manipulation: str = "isocos",
+) -> pd.DataFrame:  # fmt: skip
+    """The rows the equal-geometry estimand compares (``estimator.equal_geometry``, the
+    reliabilities, the components), with their cell."""
+    iso = frame[(frame["manipulation"] == manipulation) & (frame["level"] < 90)]
+    iso = iso.dropna(subset=["concept", "level", y, predictor])
     return iso.assign(cell=cell_keys(iso))
 
 
