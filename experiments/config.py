@@ -544,6 +544,14 @@ class IdentifyConfig(_Strict):
     isocos_bands: Annotated[int, OMIT_IF_DEFAULT] = Field(
         4, ge=1, description="random iso-cos nuisances: log-spaced bands of the spectrum"
     )
+    reference_halves: Annotated[bool, OMIT_IF_DEFAULT] = Field(
+        False,
+        description="v3: v* from one half of the training templates and a second diffmean "
+        "from the other half; every direction's cosine to the second is the column "
+        "cos_half, an independent measure of its geometry that the equal-geometry estimand "
+        "corrects with (errors in variables, estimator.equal_geometry); false: v* from "
+        "every training text (v2)",
+    )
     subset_concepts: Annotated[int, OMIT_IF_DEFAULT] = Field(
         0,
         ge=0,

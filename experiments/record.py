@@ -449,6 +449,7 @@ class PrimaryResult(BaseModel):
 
     spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
     slope: ClusterEstimate
+    correction: Correction | None = None  # a corrected equal-geometry slope's (v3)
     verdict: Literal[
         "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
     ]
@@ -471,6 +472,15 @@ class PrimaryResult(BaseModel):
     )
 
 
+class Correction(BaseModel):
+    """What the errors-in-variables equal-geometry slope corrected for
+    (``identify/estimator.equal_geometry_corrected``)."""
+
+    auroc_reliability: float | None = None  # AUROC's inside the cells (split halves)
+    cos_reliability: float | None = None  # cos to the other half's diffmean: 1/2 by design
+    uncorrected: float | None = None  # the bare within-cell slope on measured AUROC
+
+
 class EstimandResult(BaseModel):
     """One estimand of ``identify/estimands.py``: its question and its estimate."""
 
@@ -480,6 +490,7 @@ class EstimandResult(BaseModel):
     status: Literal["estimated", "not_evaluable", "not_measured"]
     reason: str | None = None
     fit: ClusterEstimate | None = None
+    correction: Correction | None = None  # the corrected equal-geometry slope's
 
 
 class MatchedPairs(BaseModel):

@@ -101,7 +101,8 @@ def identify(
         typer.Option(
             help="with --simulate: take the toys' noise (within-cell sd, the concepts' "
             "slope spread, AUROC's spread in a cell) from this identify run folder or "
-            "directions.csv instead of the assumed values",
+            "directions.csv, or the 'measured' block of a design or power JSON written "
+            "earlier (bench/identify_power_v3.json), instead of the assumed values",
             metavar="<folder>",
         ),
     ] = None,
@@ -278,12 +279,16 @@ def _simulate(
 
     from experiments.identify.compare import read_directions
     from experiments.identify.design import run_design, write_design
-    from experiments.identify.variance import components
+    from experiments.identify.variance import components, components_from_json
 
     measured = None
     if run is not None:
         try:
-            measured = components(read_directions(run))
+            measured = (
+                components_from_json(run)
+                if run.suffix == ".json"
+                else components(read_directions(run))
+            )
         except (FileNotFoundError, ValueError) as exc:
             console.print(f"[bold red]error:[/] --components: {exc}", highlight=False)
             raise typer.Exit(2) from None
@@ -293,7 +298,10 @@ def _simulate(
         def progress(what: str, done: int, total: int) -> None:
             status.update(f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s")
 
-        result = run_design(cfg, toys=toys, progress=progress, measured=measured, sizes=sizes or [])
+        result = run_design(
+            cfg, toys=toys, progress=progress, measured=measured, sizes=sizes or [],
+            primary_only=primary_only,
+        )  # fmt: skip
     paths = write_design(result, cfg.identify.results_dir)
     if json_:
         print_json({**result, "files": list(paths)})

@@ -305,10 +305,12 @@ def primary_result(
                 confidence=confidence,
             )[predictor]
         )  # fmt: skip
+    correction = fit.pop("correction", None)
     verdict = read_verdict(fit, primary["hypothesis"], primary.get("equivalence_margin"))
     return {
         "spec": primary,
         "slope": fit,
+        **({"correction": correction} if correction else {}),
         "verdict": verdict,
         "estimator": estimator,
         "manipulations": ["isocos"]  # the equal-geometry cells only (below 90°)

@@ -115,6 +115,29 @@ def _halves_of_units(units: np.ndarray, orders: np.ndarray) -> np.ndarray:
     return np.stack([a, b], axis=-1)
 
 
+def _error_within_cells(
+    frame: pd.DataFrame, halves: dict[str, np.ndarray], order: dict[str, list[str]]
+) -> np.ndarray:
+    """Per equal-geometry row, its share of the AUROC's measurement-error variance inside
+    its cell (NaN elsewhere): with δ = (AUROC on half A − on half B)/2 per split of the
+    test texts (its variance that of the whole test split's error), δ less its cell's mean
+    in the same split, squared and averaged over splits. The cell's directions share the
+    test texts, so their errors are correlated; taking the deviation within the split
+    keeps only the part that varies inside the cell (what ``estimator.equal_geometry``
+    corrects for)."""
+    from experiments.identify.variance import equal_geometry_rows
+
+    out = np.full(len(frame), np.nan)
+    rows = equal_geometry_rows(frame.assign(_y=0.0), "_y")
+    for (concept, _cell), group in rows.groupby(["concept", "cell"], sort=False):
+        index = {d: i for i, d in enumerate(order[str(concept)])}
+        h = halves[str(concept)][[index[d] for d in group["direction"]]]  # [rows, splits, 2]
+        delta = (h[..., 0] - h[..., 1]) / 2
+        deviation = delta - delta.mean(axis=0, keepdims=True)
+        out[group.index.to_numpy()] = (deviation**2).mean(axis=1)
+    return out
+
+
 def build_tables(
     specs: list[DirectionSpec],
     vectors: dict[str, dict[str, np.ndarray]],
@@ -125,9 +148,12 @@ def build_tables(
     details: dict[str, dict[str, dict[str, Any]]],
     identify: IdentifyConfig,
     seed: int = 0,
+    second_half: dict[str, np.ndarray] | None = None,
 ) -> StudyTables:
     """Assemble the tables; ``effects[(concept, id)]`` is the per-pair likelihood effect
-    (mean over the configured strengths); ``identify`` places v* on each curve."""
+    (mean over the configured strengths); ``identify`` places v* on each curve;
+    ``second_half`` (identify.reference_halves): each concept's diffmean from the other
+    half of its training templates, whose cosine with every direction is ``cos_half``."""
     by_id = {s.id: s for s in specs}
     rows = []
     order: dict[str, list[str]] = {}
@@ -149,6 +175,11 @@ def build_tables(
                     "seed": spec.seed,
                     **det.metrics(),
                     "cos_ref": float(mine[d_id] @ v_star),
+                    **(
+                        {"cos_half": float(mine[d_id] @ second_half[concept])}
+                        if second_half
+                        else {}
+                    ),
                     **{
                         p: float(np.mean(out[p])) if p in out else np.nan for p in OUTPUT_PREDICTORS
                     },
@@ -174,6 +205,8 @@ def build_tables(
                     orders = split_orders(units.shape[1], N_SPLITS, rng=rng)
                     halves[measure][concept] = _halves_of_units(units, orders)
     frame = pd.DataFrame(rows)
+    if second_half:
+        frame["auroc_error_within"] = _error_within_cells(frame, halves["auroc"], order)
     null = frame[frame["direction"].map(is_null)].groupby("concept")["effect"].mean()
     frame["effect_null"] = frame["concept"].map(null)
     frame["effect_above_null"] = frame["effect"] - frame["effect_null"]

@@ -119,6 +119,8 @@ class DirectionSet:
     specs: list[DirectionSpec]
     vectors: dict[str, dict[str, np.ndarray]]  # concept -> id -> unit direction
     details: dict[str, dict[str, dict]]  # concept -> id -> facts (e.g. actual ρ, other)
+    # identify.reference_halves: concept -> the other half's diffmean (v* is the first's)
+    second_half: dict[str, np.ndarray] = field(default_factory=dict)
 
     def reference(self, concept: str) -> np.ndarray:
         return self.vectors[concept][REFERENCE]
@@ -133,7 +135,12 @@ def build_directions(
     ident = config.identify
     seed = config.seed
     specs = direction_grid(ident)
-    references = {c: concept_diffmean(d.train) for c, d in data.concepts.items()}
+    if ident.reference_halves:  # v* from one half of the templates, a check from the other
+        references = {c: concept_diffmean(d.train.half(0)) for c, d in data.concepts.items()}
+        second = {c: unit(concept_diffmean(d.train.half(1))) for c, d in data.concepts.items()}
+    else:
+        references = {c: concept_diffmean(d.train) for c, d in data.concepts.items()}
+        second = {}
     components = principal_components(data.neutral, ident.pc_components)
     vectors: dict[str, dict[str, np.ndarray]] = {}
     details: dict[str, dict[str, dict]] = {}
@@ -186,4 +193,4 @@ def build_directions(
         vectors[concept] = {k: unit(v) for k, v in mine.items()}
         details[concept] = facts
     present = {i for v in vectors.values() for i in v}
-    return DirectionSet([s for s in specs if s.id in present], vectors, details)
+    return DirectionSet([s for s in specs if s.id in present], vectors, details, second)

@@ -42,6 +42,7 @@ from experiments.identify.estimator import (
     design,
     equal_geometry,
     flexible_slope,
+    has_second_half,
     iso_cos,
     linear_cos_slope,
     log_kl,
@@ -89,6 +90,10 @@ def estimands(
         out["equal_geometry"] = _fit(
             equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()
         )
+        if has_second_half(pooled):
+            out["equal_geometry_uncorrected"] = _fit(
+                equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed, corrected=False).to_dict()
+            )
         iso = iso_cos(pooled, y, x, n_boot=n_boot, seed=seed)
         if iso.get("evaluable"):
             out["isocos_pooled"] = _fit(iso["pooled"])
@@ -118,7 +123,7 @@ def family_weights(
     """Each manipulation family's share of the estimand's identifying AUROC variation (the
     module docstring), on the rows its estimator uses."""
     frame = frame.assign(log_kl=log_kl(frame["kl"])) if "kl" in frame else frame
-    if estimand.startswith("isocos") or estimand == "equal_geometry":
+    if estimand.startswith(("isocos", "equal_geometry")):
         return {"isocos": 1.0}
     if estimand in ("primary", "flexible"):
         cov = list(covariates) if estimand == "primary" else []
@@ -327,7 +332,7 @@ def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]
 
 def power_curve(
     ident, primary: dict, sizes: Sequence[int], *, toys: int, seed: int = 0, n_boot: int = 499,
-    toy: dict[str, float] | None = None, progress=None,
+    toy: dict[str, float] | None = None, progress=None, primary_only: bool = False,
 ) -> list[dict]:  # fmt: skip
     """The primary's operating characteristics by number of concepts, in the no-confound
     class: power at the smallest effect of interest, its mean interval width, and how
@@ -337,7 +342,8 @@ def power_curve(
     for n in sizes:
         rows = simulate(ident, primary, toys=toys, seed=seed, n_boot=n_boot,
                         sesoi=float(primary.get("sesoi") or SESOI), n_concepts=n,
-                        classes=["none"], progress=progress, toy=toy)  # fmt: skip
+                        classes=["none"], progress=progress, toy=toy,
+                        primary_only=primary_only)  # fmt: skip
         (row,) = [r for r in rows if r["estimand"] == "primary"]
         out.append({"n_concepts": n, **{k2: row[k2] for k2 in (
             "power", "width", "coverage", "no_practical_0", "n_null", "n_planted")}})  # fmt: skip
@@ -361,8 +367,9 @@ def run_design(
                      sesoi=sesoi, n_concepts=n, progress=progress, toy=toy,
                      primary_only=primary_only)  # fmt: skip
     curve = power_curve(
-        config.identify, primary, sizes, toys=toys, seed=seed, n_boot=n_boot, toy=toy
-    )
+        config.identify, primary, sizes, toys=toys, seed=seed, n_boot=n_boot, toy=toy,
+        primary_only=primary_only,
+    )  # fmt: skip
     return {
         "config": config.name,
         "study_hash": study_hash(config),

@@ -122,6 +122,21 @@ class TrainingSet:
     templates: list[str]  # the template id of each text (format-matching key)
     order: list[int] = field(default_factory=list)  # position within its kind
 
+    def subset(self, keep: np.ndarray) -> TrainingSet:
+        """The texts where ``keep`` is true, in their order."""
+        index = np.flatnonzero(keep)
+        return TrainingSet(
+            self.features[index],
+            self.labels[index],
+            [self.kinds[i] for i in index],
+            [self.templates[i] for i in index],
+            [self.order[i] for i in index] if self.order else [],
+        )
+
+    def half(self, which: int) -> TrainingSet:
+        """One of two template-disjoint halves (:func:`template_halves`)."""
+        return self.subset(template_halves(self) == which)
+
     def prefix(self, n_pos: int, n_neg: int, n_neutral: int) -> TrainingSet:
         """The training set of a smaller size: the first texts of each kind (smaller sizes
         are prefixes of the larger one in experiments.prompts)."""
@@ -136,6 +151,29 @@ class TrainingSet:
             [self.templates[i] for i in keep],
             [self.order[i] for i in keep],
         )
+
+
+def template_halves(data: TrainingSet) -> np.ndarray:
+    """Each text's half (0 or 1) of the training set, whole templates to a half (a
+    positive and the negative-concept text of its template share their template's
+    format, so they go together and the halves' errors stay independent), each kind
+    split as evenly as its templates allow: texts are taken kind by kind in order, a
+    template new to the split goes to the half holding fewer texts of that kind."""
+    half_of: dict[str, int] = {}
+    out = np.zeros(len(data.kinds), dtype=int)
+    for kind in ("positive", "negative", "neutral"):
+        index = sorted(
+            (i for i, k in enumerate(data.kinds) if k == kind),
+            key=lambda i: data.order[i] if data.order else i,
+        )
+        counts = [0, 0]
+        for i in index:
+            template = data.templates[i]
+            if template not in half_of:
+                half_of[template] = int(counts[1] < counts[0])
+            out[i] = half_of[template]
+            counts[out[i]] += 1
+    return out
 
 
 def concept_diffmean(data: TrainingSet, labels: np.ndarray | None = None) -> np.ndarray:

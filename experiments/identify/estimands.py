@@ -7,7 +7,8 @@ rows it uses and the estimator that answers it. One is pre-registered as the pri
 (``prereg.ESTIMANDS`` maps the primary's estimator to its name).
 
 All slopes are in nats/token of the likelihood outcome per unit of test AUROC, with a
-95% wild cluster bootstrap-t interval over concepts (the unit of replication).
+95% interval over concepts (the unit of replication): the wild cluster bootstrap, or
+for the corrected equal-geometry slope a concept bootstrap (``estimator.CORRECTED``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def _equal_geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit |
     return equal_geometry(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
 
 
+def _equal_geometry_uncorrected(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    if not (frame["manipulation"] == "isocos").any():
+        return None
+    return equal_geometry(frame, "effect", "auroc", n_boot=n_boot, seed=seed, corrected=False)
+
+
 def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     """iso-cos beside the nuisance alone (90°) and the dose: v2's pooled reading."""
     if not (frame["manipulation"] == "isocos").any():
@@ -78,8 +85,21 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "v* mixed at one angle (30°, 45°, 60°) with nuisances drawn at random per concept "
         "(identify.isocos_draw: random; graded nuisances in v2 runs)",
         "one β per concept (v*'s held-out strength), compared within (concept, angle, "
-        "spectrum band): cos(v, v*) equal by construction; no covariate",
+        "spectrum band): cos(v, v*) equal by construction; no covariate beyond, where v* "
+        "comes from half the training templates (identify.reference_halves), the cosine "
+        "to the other half's diffmean, both it and AUROC corrected for measurement error",
         _equal_geometry,
+    ),
+    Estimand(
+        "equal_geometry_uncorrected",
+        "As equal_geometry, with AUROC and the geometry taken as measured: the same question "
+        "answered without the errors-in-variables correction (AUROC's measurement error "
+        "pulls it toward 0; the reference's own error can push it either way). Shown "
+        "beside the corrected slope; the same number in a run without the reference's "
+        "second half (identify.reference_halves), where no correction is possible.",
+        "as equal_geometry",
+        "as equal_geometry; cos(v, v*) equal by construction, AUROC as measured",
+        _equal_geometry_uncorrected,
     ),
     Estimand(
         "equal_geometry_nonadditive",
@@ -145,12 +165,15 @@ def estimate_all(frame: pd.DataFrame, n_boot: int, seed: int) -> dict[str, dict[
             "operating_point": e.operating_point,
         }
         fit = e.fit(frame, n_boot, seed) if e.fit is not None else None
+        fitted = fit.to_dict() if fit is not None else {}
+        if "correction" in fitted:  # the corrected slope's reliabilities, even when refused
+            row["correction"] = fitted.pop("correction")
         if e.fit is None:
             row.update(status="not_measured", reason=e.why_not, fit=None)
         elif fit is None or not fit.evaluable:
             reason = fit.reason if fit is not None else "the run has no rows for it"
             row.update(status="not_evaluable", reason=reason, fit=None)
         else:
-            row.update(status="estimated", reason=None, fit=fit.to_dict())
+            row.update(status="estimated", reason=None, fit=fitted)
         out[e.name] = row
     return out

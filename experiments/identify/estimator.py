@@ -31,6 +31,7 @@ tests keep that failure on record). Here:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypedDict, cast
 
 import numpy as np
@@ -323,6 +324,137 @@ def iso_cos(
     return out
 
 
+CORRECTED = (
+    "errors in variables within (concept, angle, band) cells: AUROC's within-cell "
+    "measurement-error variance from split halves of the test texts removed, cos to the "
+    "other half's diffmean as the geometry covariate at reliability 1/2 by design; "
+    "concept bootstrap (percentile), clusters = concepts"
+)
+# The correction is refused when AUROC's within-cell reliability is below this: the
+# corrected slope divides by the reliable share of AUROC's spread, unstable near 0.
+MIN_AUROC_RELIABILITY = 0.1
+
+
+@dataclass(frozen=True)
+class CorrectedFit(ClusterFit):
+    """The equal-geometry slope corrected for measurement error (:func:`equal_geometry`),
+    with the reliabilities it used and the uncorrected slope beside it."""
+
+    auroc_reliability: float | None = None  # of AUROC inside cells (1 − error / spread)
+    cos_reliability: float | None = None  # of cos_half inside cells: 1/2 by design
+    uncorrected: float | None = None  # the bare OLS slope on measured AUROC
+
+    def to_dict(self) -> dict[str, object]:
+        """The fit's fields, the correction's three under ``correction`` (the record's
+        ``Correction``, beside the estimate rather than inside the generic estimate)."""
+        out = super().to_dict()
+        out["correction"] = {
+            k: out.pop(k) for k in ("auroc_reliability", "cos_reliability", "uncorrected")
+        }
+        return out
+
+
+def _cell_moments(data: pd.DataFrame, y: str, predictor: str) -> tuple[np.ndarray, list[str]]:
+    """Per concept, the within-cell cross-products [S_aa, S_am, S_mm, S_ay, S_my, D_a]:
+    a the predictor, m cos to the other half's diffmean, y the outcome, each less its
+    cell's mean; D_a the summed within-cell AUROC error variances."""
+    groups = data["cell"].to_numpy()
+    cols = _demean(data[[predictor, "cos_half", y]].to_numpy(dtype=np.float64), groups)
+    a, m, yy = cols[:, 0], cols[:, 1], cols[:, 2]
+    parts = np.stack(
+        [a * a, a * m, m * m, a * yy, m * yy, data["auroc_error_within"].to_numpy(np.float64)],
+        axis=1,
+    )
+    concepts = data["concept"].astype(str).to_numpy()
+    names = sorted(set(concepts))
+    index = np.searchsorted(names, concepts)
+    out = np.zeros((len(names), parts.shape[1]))
+    np.add.at(out, index, parts)
+    return out, names
+
+
+def _corrected_slope(s: np.ndarray, with_cos: bool) -> np.ndarray:
+    """The moment estimator on summed cross-products (rows: replicates): AUROC's
+    coefficient of y on (a, m) with the error variances taken off the diagonal
+    (S_aa − D_a; S_mm/2: m's error is as large as its true spread, two equal halves)."""
+    saa, sam, smm, say, smy, da = (s[:, k] for k in range(6))
+    a_true = saa - da
+    if not with_cos:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(a_true > 0, say / a_true, np.nan)
+    m_true = smm / 2
+    det = a_true * m_true - sam**2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((a_true > 0) & (det > 0), (m_true * say - sam * smy) / det, np.nan)
+
+
+def equal_geometry_corrected(
+    data: pd.DataFrame, y: str, predictor: str, *, n_boot: int, seed: int, confidence: float
+) -> CorrectedFit:
+    """The equal-geometry slope on error-free AUROC at equal *true* geometry
+    (identify.reference_halves; the rows of :func:`equal_geometry`).
+
+    Why: a cell's directions share cos(v, v*) exactly, but v* is an estimate; its error
+    along each nuisance moves the direction's true angle to the concept, which moves both
+    its AUROC and its effect (the simulation's noisy-reference class reads 'supported'
+    with nothing planted). v* is therefore built from one half of the training templates
+    and each direction's cosine to the other half's diffmean (``cos_half``) measures its
+    true angle with an independent error of the same size as the deviation it measures
+    (the halves are exchangeable), so that covariate's within-cell reliability is 1/2 by
+    design. AUROC is measured on 40 test texts, its within-cell error variance estimated
+    from split halves (``auroc_error_within``). The slope is the method-of-moments
+    errors-in-variables estimator with those error variances taken off the cross-product
+    matrix (Fuller 1987, §2.2), written here because statsmodels has no EIV regression;
+    its interval resamples concepts (percentile), the p-value from the same replicates."""
+    moments, names = _cell_moments(data, y, predictor)
+    total = moments.sum(axis=0)
+    with_cos = bool(total[2] > 1e-12)
+    n, g = len(data), len(names)
+    reliability = float(1 - total[5] / total[0]) if total[0] > 0 else None
+    uncorrected = float(total[3] / total[0]) if total[0] > 0 else None
+    facts = {
+        "auroc_reliability": reliability,
+        "cos_reliability": 0.5 if with_cos else None,
+        "uncorrected": uncorrected,
+    }
+
+    def refused(reason: str) -> CorrectedFit:
+        return CorrectedFit(None, None, None, None, None, None, None, n, g, CORRECTED,
+                            reason, **facts)  # fmt: skip
+
+    if g < 3:
+        return refused(f"{g} concepts have equal-geometry rows (need 3)")
+    if reliability is None or reliability < MIN_AUROC_RELIABILITY:
+        return refused(
+            f"AUROC's reliability inside cells is {reliability} (< {MIN_AUROC_RELIABILITY}): "
+            "its measurement error swamps its spread, the correction is unstable"
+        )
+    estimate = float(_corrected_slope(total[None, :], with_cos)[0])
+    draws = np.random.default_rng(seed).integers(0, g, size=(n_boot, g))
+    reps = _corrected_slope(moments[draws].sum(axis=1), with_cos)
+    finite = reps[np.isfinite(reps)]
+    if not np.isfinite(estimate) or len(finite) < 0.975 * n_boot:
+        return refused(
+            f"the corrected moment matrix is not positive definite in "
+            f"{1 - len(finite) / n_boot:.0%} of concept draws: too little reliable AUROC "
+            "spread inside cells"
+        )
+    from scipy.stats import t as student_t
+
+    alpha = (1 - confidence) / 2
+    low, high = (float(v) for v in np.quantile(finite, [alpha, 1 - alpha]))
+    se = float(finite.std(ddof=1))
+    crit = float(student_t.ppf(1 - alpha, g - 1))
+    p = float(min(1.0, 2 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
+    return CorrectedFit(estimate, low, high, se, estimate - crit * se, estimate + crit * se,
+                        p, n, g, CORRECTED, "", **facts)  # fmt: skip
+
+
+def has_second_half(frame: pd.DataFrame) -> bool:
+    """Whether a directions table carries what the corrected equal-geometry slope needs."""
+    return all(c in frame and frame[c].notna().any() for c in ("cos_half", "auroc_error_within"))
+
+
 def equal_geometry(
     frame: pd.DataFrame,
     y: str = "effect",
@@ -332,6 +464,7 @@ def equal_geometry(
     n_boot: int = 1999,
     seed: int = 0,
     confidence: float = 0.95,
+    corrected: bool = True,
 ) -> ClusterFit:
     """The equal-geometry estimand (identify v3's primary): among directions at one angle
     to v* (cos(v, v*) = cos θ exactly) whose nuisances were drawn at random for the
@@ -341,12 +474,18 @@ def equal_geometry(
     90° rows (the nuisance alone) are left out; clustered by concept, the interval by
     inverting the restricted wild cluster bootstrap test (``wild_cluster_restricted``).
     Graded nuisances (v2, no ``nuisance_band`` column) are stratified by (concept, angle)
-    only."""
+    only. A run with the reference's second half (``identify.reference_halves``) gets the
+    slope corrected for AUROC's and the reference's measurement error
+    (:func:`equal_geometry_corrected`) unless ``corrected`` is False."""
     from experiments.identify.variance import equal_geometry_rows
 
     data = equal_geometry_rows(frame, y, predictor, manipulation)
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
+    if corrected and has_second_half(data):
+        return equal_geometry_corrected(
+            data, y, predictor, n_boot=n_boot, seed=seed, confidence=confidence
+        )
     groups = data["cell"].to_numpy()
     x = _demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
     yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]

@@ -384,4 +384,22 @@ def toy_directions(
     f["effect"] = (
         f["steer"] * geometry + f["push"] + dose_term + f["slope"] * f["auroc_true"] + noise
     )
+    if getattr(ident, "reference_halves", False):
+        _second_half(f, confound.cos_sd, sd, rng)
     return f
+
+
+def _second_half(f: pd.DataFrame, cos_sd: float, auroc_sd: float, rng) -> None:
+    """What ``identify.reference_halves`` adds to a toy (drawn after everything else, so
+    the other columns stay as without it): ``cos_half``, the true cosine measured again
+    with an independent error as large as the reference's own (the halves are
+    exchangeable), and ``auroc_error_within``, one split's estimate of each row's AUROC
+    error variance inside its equal-geometry cell (cells.build_tables takes 50 splits)."""
+    from experiments.identify.variance import equal_geometry_rows
+
+    f["cos_half"] = f["true_cos"] + cos_sd * rng.standard_normal(len(f))
+    delta = pd.Series(auroc_sd * rng.standard_normal(len(f)), index=f.index)
+    rows = equal_geometry_rows(f)
+    deviation = delta[rows.index] - delta[rows.index].groupby(rows["cell"]).transform("mean")
+    f["auroc_error_within"] = np.nan
+    f.loc[rows.index, "auroc_error_within"] = deviation**2

@@ -33,6 +33,15 @@ def estimand_lines(estimands: dict) -> list[str]:
     lines = []
     for name, e in estimands.items():
         shown = ci(e["fit"]) if e.get("fit") else f"not estimated ({e.get('reason')})"
+        fix = e.get("correction") or {}
+        if fix:
+            rel, bare = fix.get("auroc_reliability"), fix.get("uncorrected")
+            shown += (
+                " (corrected for measurement error: AUROC's reliability inside the cells "
+                f"{'n/a' if rel is None else f'{rel:.2f}'}, the cosine to the second half's "
+                f"diffmean at reliability {fix.get('cos_reliability') or 'n/a'}; uncorrected "
+                f"{'n/a' if bare is None else f'{bare:+.2f}'})"
+            )
         lines.append(f"- **{name}** — {e['question']} {shown}.")
     return lines
 

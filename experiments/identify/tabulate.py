@@ -55,6 +55,7 @@ def analyse_study(session, config, found, outcomes, prereg, say):
         found.directions.details,
         ident,
         config.seed,
+        found.directions.second_half,
     )
     if len(strengths) > 1:
         frame = tables.directions

@@ -114,6 +114,22 @@ def components(frame: pd.DataFrame, y: str = "effect") -> Components:
     )
 
 
+def components_from_json(path) -> Components:
+    """The components a design or power JSON recorded (its ``measured`` block): a run's
+    noise kept after the run folder is gone. Raises ValueError when it has none."""
+    import json
+    from pathlib import Path
+
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    block = data.get("measured") if isinstance(data, dict) else None
+    if not isinstance(block, dict):
+        raise ValueError(f"{path} has no 'measured' block (write one with --components RUN)")
+    try:
+        return Components(**block)
+    except TypeError as exc:
+        raise ValueError(f"{path}: the 'measured' block does not match Components: {exc}") from None
+
+
 def toy_overrides(measured: Components) -> dict[str, float]:
     """The toy's assumed components (``simulate.TOY``) replaced by the measured ones."""
     return {

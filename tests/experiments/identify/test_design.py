@@ -249,6 +249,33 @@ def test_low_noise_pushes_that_break_v2s_primary_leave_v3s_covering_0(low_noise)
     assert abs(rows["primary"]["bias"]) < 0.3
 
 
+def test_a_v3_toy_measures_its_geometry_again_on_the_second_half() -> None:
+    toy = sim.toy_directions(V3.identify, sim.CLASSES["cos_error"], seeded_rng(0, "h"), 0.0, 4)
+    cells = (toy["manipulation"] == "isocos") & (toy["level"] < 90)
+    assert toy.loc[cells, "auroc_error_within"].notna().all()
+    assert toy.loc[~cells, "auroc_error_within"].isna().all()
+    # cos_half = true cos + an error as large as the reference's own (sd 0.05 each)
+    error = toy["cos_half"] - toy["true_cos"]
+    assert 0.03 < error.std() < 0.07
+    assert 0.03 < (toy["true_cos"] - toy["cos_ref"]).std() < 0.07
+
+
+def test_the_noisy_reference_biases_the_bare_slope_and_the_correction_removes_it(
+    low_noise,
+) -> None:
+    """The class that kept v3 from binding: with no AUROC effect, the reference's error
+    moves a direction's true angle, its AUROC and its effect together, so the bare
+    within-cell slope reads a positive effect; the errors-in-variables slope (cos to the
+    other half's diffmean, AUROC's error variance from split halves) does not."""
+    kw = {"toys": 8, "n_boot": 99, "n_concepts": 40, "classes": ["cos_error"]}
+    rows = {r["estimand"]: r for r in simulate(V3.identify, primary_of(V3), **kw)}
+    assert rows["equal_geometry_uncorrected"]["bias"] > 0.2
+    assert rows["equal_geometry_uncorrected"]["coverage"] <= 0.5
+    assert abs(rows["equal_geometry"]["bias"]) < 0.15
+    assert rows["equal_geometry"]["coverage"] >= 0.75
+    assert rows["primary"]["bias"] == rows["equal_geometry"]["bias"]
+
+
 def test_a_mediated_dose_is_the_truth_of_an_estimand_that_does_not_hold_it() -> None:
     from experiments.identify.design import truth
 

@@ -21,6 +21,7 @@ from experiments.identify.directions import (
     rotate,
     shrinkage_direction,
     swap_labels,
+    template_halves,
     unit,
     within_class_covariance,
 )
@@ -177,6 +178,38 @@ def test_smaller_sizes_are_prefixes_of_the_reference_training_set():
     )
     part = data.prefix(2, 2, 2)
     assert [big[int(i)].text for i in part.features[:, 0]] == [e.text for e in small]
+
+
+def test_the_reference_halves_split_whole_templates_and_each_kind_evenly():
+    """v3's split-half reference: no template in both halves (a positive and its
+    template's negative text share the format), each kind 8 and 8 of the real 16x16x16
+    training set, and every text in exactly one half."""
+    concept = GRAPH.concepts[0]
+    big = probe_training_set(concept, GRAPH, 16, 16, 16, 0)
+    data = TrainingSet(
+        np.arange(len(big), dtype=float)[:, None],
+        np.array([e.label for e in big]),
+        [e.kind for e in big],
+        [e.source.split(":")[3] for e in big],
+        [i % 16 for i in range(len(big))],
+    )
+    halves = template_halves(data)
+    a, b = data.half(0), data.half(1)
+    assert set(a.templates).isdisjoint(b.templates)
+    for kind in ("positive", "negative", "neutral"):
+        assert a.kinds.count(kind) == b.kinds.count(kind) == 8
+    assert sorted([*a.features[:, 0], *b.features[:, 0]]) == list(range(len(big)))
+    assert (halves == 0).sum() == len(a.kinds)
+
+
+def test_a_template_shared_by_kinds_stays_in_one_half():
+    data = training_set()
+    halves = template_halves(data)
+    by_template: dict[str, set[int]] = {}
+    for t, h in zip(data.templates, halves, strict=True):
+        by_template.setdefault(t, set()).add(int(h))
+    assert all(len(v) == 1 for v in by_template.values())
+    assert int(halves.sum()) == len(halves) // 2
 
 
 def test_the_grid_lists_the_reference_once_and_every_manipulation():

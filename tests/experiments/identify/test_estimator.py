@@ -174,3 +174,63 @@ def test_the_primary_with_the_dose_held_is_the_estimators_given_dose_fit():
     want = identified_analysis(frame, n_boot=199, seed=0)["given_dose"]["auroc"]
     assert got["slope"]["estimate"] == pytest.approx(want["estimate"], rel=1e-12)
     assert got["slope"]["low"] == pytest.approx(want["low"], rel=1e-12)
+
+
+def _cells(rng: np.random.Generator, n_concepts: int = 6, slope: float = 0.8) -> pd.DataFrame:
+    """Equal-geometry rows: per concept two angles x two bands x three draws."""
+    rows = []
+    for c in range(n_concepts):
+        for level in (30.0, 60.0):
+            for band in (0, 1):
+                for k in range(3):
+                    auroc = 0.8 + 0.05 * rng.standard_normal()
+                    rows.append({
+                        "concept": f"c{c}", "manipulation": "isocos", "level": level,
+                        "nuisance_band": band, "seed": 2 * k + band, "auroc": auroc,
+                        "effect": slope * auroc + 0.01 * rng.standard_normal(),
+                        "cos_half": np.cos(np.deg2rad(level)), "auroc_error_within": 0.0,
+                    })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_without_measurement_error_the_corrected_slope_is_the_bare_one() -> None:
+    from experiments.identify.estimator import CORRECTED, CorrectedFit, equal_geometry
+
+    frame = _cells(np.random.default_rng(0))
+    fit = equal_geometry(frame, n_boot=199, seed=0)
+    bare = equal_geometry(frame, n_boot=199, seed=0, corrected=False)
+    assert isinstance(fit, CorrectedFit) and fit.method == CORRECTED
+    assert fit.estimate == pytest.approx(bare.estimate, rel=1e-12)
+    assert fit.uncorrected == pytest.approx(bare.estimate, rel=1e-12)
+    assert fit.auroc_reliability == 1.0 and fit.cos_reliability is None  # cos_half constant
+    assert fit.low < 0.8 < fit.high
+
+
+def test_the_correction_undoes_attenuation_by_a_known_auroc_error() -> None:
+    """AUROC measured with error of known variance: the bare slope shrinks by the
+    reliability, the corrected one does not (many concepts, so the check is tight)."""
+    from experiments.identify.estimator import equal_geometry
+    from experiments.identify.variance import equal_geometry_rows
+
+    rng = np.random.default_rng(1)
+    frame = _cells(rng, n_concepts=400, slope=1.0)
+    error = 0.05 * rng.standard_normal(len(frame))  # as large as the true spread
+    frame["auroc"] = frame["auroc"] + error
+    rows = equal_geometry_rows(frame)
+    deviation = pd.Series(error, index=frame.index)  # the error itself: variance known
+    within = deviation - deviation.groupby(rows["cell"]).transform("mean")
+    frame["auroc_error_within"] = (0.05**2) * (1 - 1 / 3)  # E[(e − ē)²] in cells of 3
+    fit = equal_geometry(frame, n_boot=199, seed=0)
+    assert fit.uncorrected == pytest.approx(0.5, abs=0.08)  # reliability 1/2
+    assert fit.estimate == pytest.approx(1.0, abs=0.15)
+    assert fit.auroc_reliability == pytest.approx(0.5, abs=0.08)
+    assert float((within**2).mean()) == pytest.approx(0.05**2 * 2 / 3, rel=0.15)
+
+
+def test_an_auroc_too_noisy_to_correct_is_refused_with_its_reliability() -> None:
+    from experiments.identify.estimator import equal_geometry
+
+    frame = _cells(np.random.default_rng(2)).assign(auroc_error_within=1.0)
+    fit = equal_geometry(frame, n_boot=99, seed=0)
+    assert not fit.evaluable
+    assert "reliability inside cells" in fit.reason
