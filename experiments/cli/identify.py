@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -295,8 +296,15 @@ def _simulate(
     start = time.monotonic()
     with console.status("simulating") as status:
 
+        step = {"shown": -1}
+
         def progress(what: str, done: int, total: int) -> None:
-            status.update(f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s")
+            line = f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s"
+            status.update(line)
+            tenth = 10 * done // max(total, 1)  # no terminal (a log): a line per 10%
+            if not console.is_terminal and tenth > step["shown"]:
+                step["shown"] = tenth
+                print(line, file=sys.stderr, flush=True)
 
         result = run_design(
             cfg, toys=toys, progress=progress, measured=measured, sizes=sizes or [],

@@ -45,7 +45,7 @@ from experiments.identify.estimator import (
 )
 from experiments.identify.stats import within_reliability
 from metrics.cluster import fisher_z_interval
-from metrics.intervals import hierarchical_mean
+from metrics.intervals import Interval, hierarchical_mean
 
 OUTCOME = "effect"
 
@@ -138,7 +138,10 @@ def outcome_reliability(
     estimands compare them: split-half (texts; test texts for AUROC), Spearman–Brown,
     within concepts among good directions (cos(v, v*) ≥ :data:`GOOD_COS`), and within the
     equal-geometry cells (keyed and resampled by cell). A reliability near 0 means the
-    measure cannot rank those directions, whatever its slope says."""
+    measure cannot rank those directions, whatever its slope says. With the likelihood
+    measured at both signs (``identify.strengths`` holding 1 and −1): each sign's
+    reliability and their within-concept r, observed and disattenuated (a direction that
+    pulls toward the concept harder should push away harder: r near −1)."""
     from experiments.identify.variance import equal_geometry_rows
 
     good = pooled[pooled["cos_ref"] >= GOOD_COS]
@@ -150,6 +153,20 @@ def outcome_reliability(
             tables.halves_for("auroc", good), n_boot=n_boot, seed=seed
         ),
     }
+    signs = [c for c in ("effect_at_1", "effect_at_-1") if c in good and tables.halves.get(c)]
+    for column in signs:  # the likelihood at each sign of the strength
+        out[f"{column}_good_directions"] = within_reliability(
+            tables.halves_for(column, good), n_boot=n_boot, seed=seed
+        )
+    if len(signs) == 2:  # toward and away from the concept: do they rank directions alike?
+        both = good.dropna(subset=signs)
+        agree = stats.disattenuated_within(
+            both, "effect_at_1", "effect_at_-1",
+            tables.halves_for("effect_at_1", both), tables.halves_for("effect_at_-1", both),
+            n_boot=n_boot, seed=seed,
+        )  # fmt: skip
+        out["sign_agreement_r_good_directions"] = Interval(**agree["observed"])
+        out["sign_agreement_r_disattenuated_good_directions"] = Interval(**agree["corrected"])
     cells = equal_geometry_rows(pooled, OUTCOME)
     if not cells.empty:
         for measure in (OUTCOME, "auroc"):

@@ -115,6 +115,23 @@ def _halves_of_units(units: np.ndarray, orders: np.ndarray) -> np.ndarray:
     return np.stack([a, b], axis=-1)
 
 
+def measure_halves(
+    per_pair: dict[tuple[str, str], np.ndarray], order: dict[str, list[str]], seed: int,
+    name: str,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Split halves of one more per-pair measure (e.g. the likelihood effect at one
+    strength, ``effect_at_-1``): per concept [directions, splits, 2], its own seeded
+    splits of the pairs; a concept missing any direction's pairs is left out."""
+    out = {}
+    for concept, ids in order.items():
+        if not all((concept, d) in per_pair for d in ids):
+            continue
+        units = np.stack([per_pair[(concept, d)] for d in ids])
+        rng = seeded_rng(seed, "halves", concept, name)
+        out[concept] = _halves_of_units(units, split_orders(units.shape[1], N_SPLITS, rng=rng))
+    return out
+
+
 def _error_within_cells(
     frame: pd.DataFrame, halves: dict[str, np.ndarray], order: dict[str, list[str]]
 ) -> np.ndarray:

@@ -32,7 +32,7 @@ def analyse_study(session, config, found, outcomes, prereg, say):
     """Stage 8: the tables, the analysis, the between-concept view, the generation check,
     and the Phase 6 re-analysis when one is named."""
     from experiments.identify import analysis as analysis_mod
-    from experiments.identify.cells import build_tables
+    from experiments.identify.cells import build_tables, measure_halves
     from experiments.identify.crosscheck import canonical, crosscheck
     from experiments.identify.estimator import subset_outcomes
     from experiments.kernel.plan import PROMPT_ARM
@@ -60,11 +60,11 @@ def analyse_study(session, config, found, outcomes, prereg, say):
     if len(strengths) > 1:
         frame = tables.directions
         for strength in strengths:
-            at = {
-                k: float(np.mean(v))
-                for k, v in effects_by_direction(outcomes.likelihood, [strength]).items()
-            }
-            frame[f"effect_at_{strength:g}"] = [
+            per_pair = effects_by_direction(outcomes.likelihood, [strength])
+            at = {k: float(np.mean(v)) for k, v in per_pair.items()}
+            name = f"effect_at_{strength:g}"
+            tables.halves[name] = measure_halves(per_pair, tables.order, config.seed, name)
+            frame[name] = [
                 at.get((c, d), np.nan)
                 for c, d in zip(frame["concept"], frame["direction"], strict=True)
             ]

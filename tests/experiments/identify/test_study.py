@@ -484,14 +484,15 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
     each direction's cosine to the other half's diffmean in ``cos_half`` (an iso-cos
     direction's differs from its nominal cos θ: the second half sees the reference's
     error), AUROC's within-cell error variance on the equal-geometry rows only, and the
-    equal-geometry estimand corrected, the uncorrected slope beside it."""
+    equal-geometry estimand corrected, the uncorrected slope beside it; the likelihood at
+    both signs with each sign's reliability and their agreement."""
     from experiments.identify.estimator import CORRECTED
 
     config = config_for(
         tmp_path, prereg,
         "identify.isocos_draw=random", "identify.isocos_nuisances=[0, 1, 2, 3]",
         "identify.isocos_bands=2", "identify.subset_concepts=0", "identify.name_free=false",
-        "identify.reference_halves=true",
+        "identify.reference_halves=true", "identify.strengths=[-1.0, 1.0]",
     )  # fmt: skip
     with single_threaded():
         result = run_identify(config, lm=tiny_lm, embedder=embedder)
@@ -511,3 +512,9 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
         assert equal.fit.method == CORRECTED
     else:
         assert "reliability" in (equal.reason or "") or "positive definite" in (equal.reason or "")
+    # the likelihood at both signs: each sign's reliability and their agreement
+    rel = result.record.outcome_reliability
+    assert {"effect_at_1_good_directions", "effect_at_-1_good_directions",
+            "sign_agreement_r_good_directions"} <= set(rel)  # fmt: skip
+    r = rel["sign_agreement_r_good_directions"].estimate
+    assert r is None or -1.0 <= r <= 1.0
