@@ -203,6 +203,7 @@ def check_binding(prereg: Preregistration, config) -> None:
             "--set, --concepts, --quick or --model"
         )
     commit = str(primary["code_commit"])
+    _check_imported_code(prereg.path)
     changed = _git(prereg.path, "diff", "--name-only", commit, "--", *_code_paths(prereg.path))
     if changed is None:
         raise PreregistrationError(f"code_commit {commit} is not a commit of this repository")
@@ -292,6 +293,27 @@ def check_resume(
             f"{where}: {exc} (a resume is held to the binding a new run is)"
         ) from None
     return binding(prereg, config)
+
+
+def _check_imported_code(prereg_path: Path) -> None:
+    """The code this process runs must be the checkout that holds the pre-registration:
+    the binding compares that checkout's files with ``code_commit``, so a run from a
+    checkout of the bound commit that imports another (an editable install of the main
+    checkout, say) would pass the check while running other code. A repository without
+    the package (a test's scratch repository) has nothing to compare."""
+    import experiments
+
+    root = _git(prereg_path, "rev-parse", "--show-toplevel")
+    if not root or not (Path(root) / "experiments" / "__init__.py").is_file():
+        return
+    running = Path(experiments.__file__).resolve().parent.parent
+    if running != Path(root).resolve():
+        raise PreregistrationError(
+            f"this process runs the code in {running}, but the pre-registration's checkout "
+            f"is {root}: run the held-out study from that checkout's code (cd there and set "
+            f"PYTHONPATH={root}, or install it there), so that the code the binding checks is "
+            "the code that runs"
+        )
 
 
 def _code_paths(prereg_path: Path) -> list[str]:
