@@ -218,8 +218,8 @@ def on_concept_texts(
 
 def pick_off(
     concept: Concept,
-    on: list[tuple],
-    pool: dict[str, list[tuple]],
+    on: list[tuple[str, str]],
+    pool: dict[str, list[tuple[str, str]]],
     length: Callable[[str], int],
     rng: random.Random,
     avoid: set[str] | None = None,

@@ -46,7 +46,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
-from experiments.concepts import Concept, ConceptGraph, NegativeConcept, concept_words, mentions
+from experiments.concepts import (
+    Concept,
+    ConceptGraph,
+    NegativeConcept,
+    NeutralItem,
+    concept_words,
+    mentions,
+)
 
 Kind = Literal["positive", "negative", "neutral"]
 Split = Literal["train", "validation", "test"]
@@ -470,14 +477,16 @@ def split_negatives(concept: Concept) -> NegativeSplit:
     return split
 
 
-def _neutral_halves(graph: ConceptGraph | None) -> tuple[list, list]:
+def _neutral_halves(
+    graph: ConceptGraph | None,
+) -> tuple[list[NeutralItem], list[NeutralItem]]:
     """(train, eval) halves of the graph's neutral pool: the first half is for training."""
     pool = list(graph.neutral_pool) if graph is not None else []
     half = len(pool) // 2
     return pool[:half], pool[half:]
 
 
-def _neutral_pool(graph: ConceptGraph | None, split: str) -> list:
+def _neutral_pool(graph: ConceptGraph | None, split: str) -> list[NeutralItem]:
     """The neutral subjects of a split: the training half, or a half of the evaluation half."""
     train, held = _neutral_halves(graph)
     if split == "train":

@@ -35,7 +35,7 @@ from experiments.concepts import (
 Progress = Callable[[str, int, int], None]
 
 
-def _wordnet():
+def _wordnet() -> Any:  # nltk has no type information
     """NLTK's WordNet reader, made to find the cached copy first (steering.assets)."""
     from steering.assets import use_wordnet
 

@@ -27,6 +27,7 @@ Verdict = Literal["pass", "fail", "inconclusive", "not_evaluable"]
 DEFAULT_BOOT = 2000
 # A concept's key (a synset id, a name): the mappings keyed by concept are generic in it.
 K = TypeVar("K", bound=Hashable)
+U = TypeVar("U")  # a resampled unit (bootstrap_statistic)
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,8 @@ def clustered_bootstrap_mean(
 
 
 def bootstrap_statistic(
-    units: Sequence[object],
-    statistic: Callable[[list[object]], float | None],
+    units: Sequence[U],
+    statistic: Callable[[list[U]], float | None],
     *,
     confidence: float = 0.95,
     n_boot: int = DEFAULT_BOOT,

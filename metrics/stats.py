@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import ClassVar, Literal, TypeAlias, cast
+from typing import ClassVar, Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -138,8 +138,8 @@ def clustered_pearson(
         method = f"fisher_z (only {len(units)} clusters; a cluster bootstrap needs {MIN_CLUSTERS})"
         return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
 
-    def r_of(sample: list[object]) -> float | None:
-        rows = np.concatenate(cast("list[np.ndarray]", sample))  # each unit's row indices
+    def r_of(sample: list[np.ndarray]) -> float | None:
+        rows = np.concatenate(sample)  # each unit's row indices
         xs, ys = xa[rows], ya[rows]
         if np.all(xs == xs[0]) or np.all(ys == ys[0]):
             return None

@@ -1,8 +1,9 @@
 """The type check: mypy over the packages pyproject.toml's ``[tool.mypy]`` names, as
 ``make lint`` runs it, so that CI (``make test``, which does not lint) enforces it too.
 
-Strict on steering/, metrics/ and judges/ and on the typed-through experiments modules;
-mypy's default checks on the rest of experiments/ (pyproject.toml says which and why).
+Strict on steering/, metrics/, judges/ and experiments/, but for the few experiments
+modules another change is editing now: mypy's default checks there (pyproject.toml says
+which and why).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -75,11 +75,11 @@ def run_batched(
     return m
 
 
-def hf_sampling_kwargs(lm: LoadedModel, wl: Workload) -> dict:
+def hf_sampling_kwargs(lm: LoadedModel, wl: Workload) -> dict[str, Any]:
     """``model.generate`` settings equal to ours: the token count, greedy or top-p sampling
     with HF's default top_k=50 turned off, and the tokens our sampler never emits."""
     s = wl.sampling
-    kwargs: dict = {
+    kwargs: dict[str, Any] = {
         "max_new_tokens": s.max_new_tokens,
         "pad_token_id": lm.tokenizer.pad_token_id,
         "suppress_tokens": suppressed_ids(lm),
@@ -139,7 +139,7 @@ def section_batched(
     ours: str,
     subset: Sequence[GenerationRow],
     other_dtypes: Sequence[str] = (),
-) -> dict:
+) -> dict[str, Any]:
     """(a): batched (and the other dtype) against the per-sample HF loop, same rows."""
     batched = measured[ours]
     per_sample = measured["per_sample"]

@@ -54,9 +54,11 @@ def _zero_key(key: str) -> str:
     return f"{head}|s{0.0:+.3f}"
 
 
-def compare_deltas(base: dict, other: dict) -> dict:
+def compare_deltas(
+    base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """Per strength: mean Δ under each dtype and their paired difference with its SE."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     strengths = sorted({v["strength"] for v in base.values()})
     zero = {k: v["delta"] for k, v in base.items() if v["strength"] == 0.0}
     zero_other = {k: v["delta"] for k, v in other.items() if v["strength"] == 0.0}
@@ -100,10 +102,10 @@ def section_dtype(
     wl: Workload,
     measured: dict[str, Measurement],
     embedder: Any,
-) -> dict:
+) -> dict[str, Any]:
     base, alt = dtype_name(base_lm.dtype), dtype_name(other.dtype)
     m_base, m_alt = measured[base], measured[alt]
-    result: dict = {
+    result: dict[str, Any] = {
         "base": base,
         "other": alt,
         "how": "the same rows and seeds, timed interleaved with the batched run; the other "

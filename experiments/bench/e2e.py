@@ -74,7 +74,7 @@ class PeakMemory:
         return max(self.peaks.values(), default=0), dict(self.peaks)
 
 
-def run_e2e_child(spec: dict) -> dict:
+def run_e2e_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Inside the subprocess: the default ``make run`` workload, in-process, timed."""
     memory = PeakMemory()
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def run_e2e_child(spec: dict) -> dict:
 BF16_ARM = "bfloat16"
 
 
-def _child(spec: dict, store: Path) -> dict:
+def _child(spec: dict[str, Any], store: Path) -> dict[str, Any]:
     """One ``make run`` workload in a fresh process; its report, with the wall time."""
     env = {
         **os.environ,
@@ -146,13 +146,13 @@ def _child(spec: dict, store: Path) -> dict:
     if proc.returncode != 0 or not lines:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
         raise RuntimeError(f"the end-to-end run failed (exit {proc.returncode}):\n{tail}")
-    child = json.loads(lines[-1][len(E2E_MARKER) :])
+    child: dict[str, Any] = json.loads(lines[-1][len(E2E_MARKER) :])
     child["process_wall_seconds"] = wall
     child["load_average_before"] = load
     return child
 
 
-def _summary(runs: list[dict]) -> dict:
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     walls = [r["process_wall_seconds"] for r in runs]
     pick = runs[walls.index(sorted(walls)[(len(walls) - 1) // 2])]  # the median run
     stages = {k: round(v, 3) for k, v in pick["timings"].items()}
@@ -197,7 +197,7 @@ def section_e2e(
     store: Path,
     say: Callable[[str], None],
     bf16_arm: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """(c) wall time by stage and (d) peak memory of ``make run``, in a fresh subprocess.
 
     With ``bf16_arm`` (an fp32 run on a CPU with bf16 instructions) the same workload also
@@ -213,8 +213,8 @@ def section_e2e(
     if bf16_arm:
         say("end to end: one untimed bf16 run (its classifiers, warm caches)")
         _child(bf16_spec, store)
-    runs: list[dict] = []
-    bf16_runs: list[dict] = []
+    runs: list[dict[str, Any]] = []
+    bf16_runs: list[dict[str, Any]] = []
     for i in range(opts.e2e_repeats):
         say(f"end to end: make run's workload in a subprocess ({i + 1}/{opts.e2e_repeats})")
         runs.append(_child(spec, store))

@@ -13,6 +13,7 @@ and this module only copies the metadata across (as its ``gguf_new_metadata`` sc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 F32_SUFFIX = "-dequantized-f32.gguf"
@@ -22,7 +23,7 @@ def f32_path(src: Path) -> Path:
     return src.with_name(src.stem + F32_SUFFIX)
 
 
-def f32_gguf(src: Path, say=lambda _m: None) -> Path:
+def f32_gguf(src: Path, say: Callable[[str], None] = lambda _m: None) -> Path:
     """The fp32 copy of ``src`` next to it, made once (atomically) and reused."""
     dst = f32_path(src)
     if dst.is_file() and dst.stat().st_mtime >= src.stat().st_mtime:

@@ -79,7 +79,7 @@ def flop_per_token(lm: LoadedModel) -> float:
     head (the embedding lookup is free; attention over a short context is under 0.1%).
     About 7.8 GFLOP for Gemma 3 4B."""
     layer_weights = sum(p.numel() for p in lm.layers.parameters())
-    head = lm.model.get_output_embeddings().weight.numel()
+    head: int = lm.model.get_output_embeddings().weight.numel()
     return 2.0 * (layer_weights + head)
 
 
@@ -168,7 +168,7 @@ def time_arm(call: Callable[[], int], device: torch.device, repeats: int) -> dic
     }
 
 
-def add_ratios(arms: dict[str, dict]) -> None:
+def add_ratios(arms: dict[str, dict[str, Any]]) -> None:
     """Ours over each peer, from the arms' tokens/s."""
     ours = arms.get(GPU_OURS, {}).get("tokens_per_second")
     for name, arm in arms.items():
@@ -177,7 +177,7 @@ def add_ratios(arms: dict[str, dict]) -> None:
             arm["ours_over_this"] = rounded(ours / rate, 3)
 
 
-def add_rates(arms: dict[str, dict], flop: float, matrix_rate: float) -> None:
+def add_rates(arms: dict[str, dict[str, Any]], flop: float, matrix_rate: float) -> None:
     """Each arm's fraction of the matrix rate, and ours over each peer."""
     for arm in arms.values():
         rate = arm.get("tokens_per_second")
@@ -208,9 +208,9 @@ def time_sizes(
     flop: float,
     matrix_rate: float,
     say: Callable[[str], None],
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """Every arm at every batch size of ``opts.gpu_rows``, keyed by the size."""
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for rows in opts.gpu_rows:
         wl = gpu_workload(lm, rows, opts.gpu_tokens)
         arms: dict[str, Callable[[], int]] = {
@@ -219,7 +219,7 @@ def time_sizes(
         }
         if opts.gpu_compiled:
             arms[GPU_HF_COMPILED] = partial(run_hf, lm, wl, static=True)
-        measured: dict[str, dict] = {}
+        measured: dict[str, dict[str, Any]] = {}
         for name, call in arms.items():
             say(f"gpu: {rows} rows x {opts.gpu_tokens} tokens, {name}")
             measured[name] = time_arm(call, device, opts.gpu_repeats)
@@ -231,7 +231,7 @@ def time_sizes(
 
 def section_gpu(
     opts: BenchOptions, device: torch.device | None, say: Callable[[str], None]
-) -> dict:
+) -> dict[str, Any]:
     """Load the dummy model on the card, measure its matrix rate, time every arm at every
     batch size. Refuses (ModelSpecError) without a CUDA device."""
     device = device or pick_device("cuda")

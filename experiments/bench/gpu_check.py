@@ -36,6 +36,7 @@ import sys
 import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_PACKAGES = Path(__file__).with_name("gpu_image_packages.txt")
@@ -199,14 +200,14 @@ def machine(out: Path, device: str) -> None:
     print(json.dumps(info, indent=2))
 
 
-def _json(path: Path) -> dict | None:
+def _json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        return cast("dict[str, Any]", json.loads(path.read_text()))
     except (OSError, ValueError):
         return None
 
 
-def pytest_summary(xml: Path) -> dict | None:
+def pytest_summary(xml: Path) -> dict[str, Any] | None:
     """Counts and each test's outcome from pytest's junit XML."""
     if not xml.is_file():
         return None
@@ -228,7 +229,7 @@ def pytest_summary(xml: Path) -> dict | None:
     }
 
 
-def smoke_summary(folder: Path, log: Path) -> dict | None:
+def smoke_summary(folder: Path, log: Path) -> dict[str, Any] | None:
     """The smoke run's stage times, rows, tokens/s and the card's peak memory (from its log)."""
     runs = sorted(folder.glob("*/steering_results.json"))
     if not runs:
@@ -251,13 +252,13 @@ def smoke_summary(folder: Path, log: Path) -> dict | None:
     }  # fmt: skip
 
 
-def arms_from_log(log: Path) -> dict | None:
+def arms_from_log(log: Path) -> dict[str, Any] | None:
     """The bench's per-arm lines, for a bench stopped before it wrote its JSON."""
     from experiments.bench.gpu import ARM_LINE, add_ratios
 
     if not log.is_file():
         return None
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for m in ARM_LINE.finditer(log.read_text()):
         runs.setdefault(m["rows"], {})[m["arm"]] = {
             "tokens_per_second": float(m["tps"]),

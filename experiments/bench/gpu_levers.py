@@ -25,6 +25,7 @@ import dataclasses
 import gc
 import json
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -62,7 +63,7 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 
-def time_variant(lm: LoadedModel, wl: Workload, variant: Variant, repeats: int) -> dict:
+def time_variant(lm: LoadedModel, wl: Workload, variant: Variant, repeats: int) -> dict[str, Any]:
     """Our decode of ``wl`` under ``variant`` with a policy of its own (its own capture)."""
     if variant.greedy:
         wl = dataclasses.replace(wl, sampling=dataclasses.replace(wl.sampling, greedy=True))
@@ -92,12 +93,12 @@ def measure_levers(
     repeats: int,
     variants: tuple[Variant, ...] = VARIANTS,
     say: Callable[[str], None] = print,
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """Every variant at every batch size, with its speed over ``native``; keyed by size."""
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for n in rows:
         wl = gpu_workload(lm, n, tokens)
-        arms: dict[str, dict] = {}
+        arms: dict[str, dict[str, Any]] = {}
         for variant in variants:
             try:
                 arms[variant.name] = time_variant(lm, wl, variant, repeats)
@@ -119,7 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     lm, rows = script_model(args)
     device = lm.device
-    result: dict = {"model": f"dummy:{args.model}", "dtype": args.dtype, "tokens": args.tokens}
+    result: dict[str, Any] = {
+        "model": f"dummy:{args.model}",
+        "dtype": args.dtype,
+        "tokens": args.tokens,
+    }
     if device.type == "cuda":
         result["bf16_matrix_tflops"] = rounded(matmul_rate(device) / 1e12, 1)
         result["gflop_per_token"] = rounded(flop_per_token(lm) / 1e9, 3)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -79,13 +79,13 @@ def _self_device_us(event: Any) -> float:
 
 def profile_rows(
     lm: LoadedModel, rows: int, tokens: int, kernels: DecodeKernels | None = None
-) -> dict:
+) -> dict[str, Any]:
     """The mean decode step of ``rows`` rows: kernel time by kind and the top kernels.
     ``kernels``: the step's (default: the CUDA policy's for the device)."""
     wl = gpu_workload(lm, rows, tokens)
     policy = CudaPolicy(graphs=False, kernels=kernels)
 
-    def run(on_step=None) -> None:
+    def run(on_step: Callable[[int, int], None] | None = None) -> None:
         generate_batch(
             lm, wl.rows, wl.directions, wl.layer, wl.mode, wl.sampling, on_step, policy=policy
         )

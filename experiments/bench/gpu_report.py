@@ -6,6 +6,8 @@ No torch here (the report's rule): the section's numbers come from
 
 from __future__ import annotations
 
+from typing import Any
+
 from experiments.bench.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS, GPU_TARGETS
 from experiments.bench.report import NOT_MEASURED, Table, fmt, rate, verdict
 
@@ -16,11 +18,11 @@ GPU_ARM_LABELS = {
 }
 
 
-def gpu_targets(gpu: dict) -> list[dict]:
+def gpu_targets(gpu: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's GPU targets from a gpu section (None where a value was not measured)."""
-    runs = gpu.get("runs", {})
+    runs: dict[str, dict[str, dict[str, Any]]] = gpu.get("runs", {})
 
-    def arm(rows: int, name: str) -> dict:
+    def arm(rows: int, name: str) -> dict[str, Any]:
         return runs.get(str(rows), {}).get(name, {})
 
     firsts = [
@@ -44,7 +46,7 @@ def gpu_targets(gpu: dict) -> list[dict]:
     return out
 
 
-def gpu_table(gpu: dict) -> Table:
+def gpu_table(gpu: dict[str, Any]) -> Table:
     """Section gpu: every arm at every batch size, then the targets."""
     table = Table(
         f"gpu: {gpu['model']} ({gpu['dtype']}) on {gpu['gpu']}, {gpu['tokens']} new tokens; "
@@ -70,14 +72,14 @@ def gpu_table(gpu: dict) -> Table:
     return table
 
 
-def gpu_targets_table(gpu: dict) -> Table:
+def gpu_targets_table(gpu: dict[str, Any]) -> Table:
     table = Table("gpu: targets (issue 32)", ["target", "value", "wanted", "met"], verdict_column=3)
     for t in gpu_targets(gpu):
         table.rows.append([t["label"], fmt(t["value"], 2), t["target"], verdict(t["met"])])
     return table
 
 
-def gpu_tables(results: dict) -> list[Table]:
+def gpu_tables(results: dict[str, Any]) -> list[Table]:
     """The gpu section's tables, when it ran."""
     gpu = results.get("sections", {}).get("gpu")
     if not gpu or "skipped" in gpu:

@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -37,7 +38,9 @@ def head_block(lm: LoadedModel, block: int) -> Iterator[None]:
 
 
 @torch.inference_mode()
-def time_products(lm: LoadedModel, rows: int, repeats: int, blocks: tuple[int, ...]) -> dict:
+def time_products(
+    lm: LoadedModel, rows: int, repeats: int, blocks: tuple[int, ...]
+) -> dict[str, Any]:
     """Median milliseconds and GFLOP/s of the head alone per block size; bit-equality."""
     head = lm.model.get_output_embeddings()
     gen = torch.Generator().manual_seed(0)
@@ -68,7 +71,7 @@ def time_products(lm: LoadedModel, rows: int, repeats: int, blocks: tuple[int, .
 
 def section_head(
     lm: LoadedModel, wl: Workload, opts: BenchOptions, say: Callable[[str], None]
-) -> dict:
+) -> dict[str, Any]:
     """The head product per block size, then the whole grid: single product vs default."""
     if not isinstance(lm.model.get_output_embeddings(), BlockedHead):
         return {"skipped": "the model has no blocked head (it is not a linear head on a CPU)"}
@@ -78,7 +81,7 @@ def section_head(
     products = time_products(lm, rows, max(3, opts.repeats), blocks)
     block = opts.head_block or HEAD_BLOCK
 
-    def with_block(b: int):
+    def with_block(b: int) -> Callable[[Measurement | None], Measurement]:
         def run(m: Measurement | None) -> Measurement:
             with head_block(lm, b):
                 return run_batched(lm, wl, m=m)

@@ -122,7 +122,7 @@ def run_llama(llm: Any, wl: Workload, rows: Sequence[GenerationRow], n_layers: i
 @torch.inference_mode()
 def steering_agreement(
     lm: LoadedModel, llm: Any, wl: Workload, n_prompts: int, n_tokens: int, n_layers: int
-) -> dict:
+) -> dict[str, Any]:
     """Greedy top-1 agreement between our hook and llama.cpp's control vector.
 
     For each prompt (one per concept and generation prompt) and strength, our greedy
@@ -145,7 +145,7 @@ def steering_agreement(
     strengths = sorted(set(wl.strengths.values()))
     moderate = min((s for s in strengths if s != 0.0), key=abs, default=None)
     layer_options = [il] + [x for x in (il - 1, il + 1) if 1 <= x < n_layers]
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     for s in strengths:
         for cand in layer_options if s == moderate else [il]:
             first, pos_agree, pos_total = 0, 0, 0
@@ -255,7 +255,7 @@ def section_llama(
     gpu: bool,
     say: Callable[[str], None] = lambda _m: None,
     other_dtypes: Sequence[str] = (),
-) -> dict:
+) -> dict[str, Any]:
     """(b): our batched tokens/s against llama.cpp's single stream, and steering agreement."""
     import llama_cpp
 

@@ -79,7 +79,7 @@ def section_load(
         ("quiet/before", "quiet/after", "busy/before", "busy/after")
     )
     choices: dict[str, list[dict[str, Any]]] = {"quiet": [], "busy": []}
-    loads: dict[str, list[dict]] = {"quiet": [], "busy": []}
+    loads: dict[str, list[dict[str, Any]]] = {"quiet": [], "busy": []}
     tokens: dict[str, list[list[int]]] = {}
 
     def run(name: str, threads: int) -> None:

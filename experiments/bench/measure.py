@@ -45,7 +45,7 @@ class Measurement:
     seconds: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     rows: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     generations: list[Generation] | None = None  # the last repeat's (not serialised)
 
     def add(self, seconds: float, tokens: int) -> None:
@@ -61,7 +61,7 @@ class Measurement:
         """The median of the per-repeat rates (not total tokens over total time)."""
         return median([t / s for t, s in zip(self.tokens, self.seconds, strict=True) if s > 0])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "rows": self.rows,
             "repeats": len(self.seconds),
@@ -83,7 +83,7 @@ def sync(device: torch.device | str) -> None:
 
 
 @contextlib.contextmanager
-def gpu_peak(device: torch.device, extra: dict) -> Iterator[None]:
+def gpu_peak(device: torch.device, extra: dict[str, Any]) -> Iterator[None]:
     """Peak GPU memory allocated inside the block (CUDA only) into ``extra``."""
     on_cuda = device.type == "cuda"
     if on_cuda:
@@ -124,7 +124,7 @@ def cpu_pressure() -> float | None:
         return None
 
 
-def contention() -> dict:
+def contention() -> dict[str, Any]:
     return {"load_average": load_average(), "cpu_pressure_avg60": cpu_pressure()}
 
 

@@ -115,7 +115,7 @@ def run_hf_batched(
     return m
 
 
-def greedy_agreement(lm: LoadedModel, wl: Workload, n_rows: int, n_tokens: int) -> dict:
+def greedy_agreement(lm: LoadedModel, wl: Workload, n_rows: int, n_tokens: int) -> dict[str, Any]:
     """Ours and the HF peer on the same rows under greedy decoding: the token ids must be
     the same, which shows the peer does the same work (steering included)."""
     rows = wl.rows[:n_rows]
@@ -126,7 +126,7 @@ def greedy_agreement(lm: LoadedModel, wl: Workload, n_rows: int, n_tokens: int) 
     return {"rows": len(rows), "tokens": n_tokens, "identical": f"{same}/{len(rows)}"}
 
 
-def _peer(m: Measurement | None, ours_rate: float | None, how: str, **extra: Any) -> dict:
+def _peer(m: Measurement | None, ours_rate: float | None, how: str, **extra: Any) -> dict[str, Any]:
     if m is None:
         return {"skipped": how}
     return {
@@ -141,9 +141,9 @@ def section_peers(
     wl: Workload,
     measured: dict[str, Measurement],
     ours: str,
-    agreement: dict | None,
+    agreement: dict[str, Any] | None,
     llama: dict[str, Any],
-) -> dict:
+) -> dict[str, Any]:
     """Tokens/s of every peer on the same rows, seeds, strengths and token counts, and our
     batched run over each. ``llama`` holds the single-stream and multi-sequence entries
     (or why they were skipped)."""

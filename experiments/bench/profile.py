@@ -10,7 +10,7 @@ are of the mean decode step (the prefill, step 0, is reported apart).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
@@ -54,14 +54,14 @@ def marked(lm: LoadedModel, steered_layer: int) -> Iterator[None]:
     ranges = _Ranges()
     handles = []
 
-    def pre(name: str):
+    def pre(name: str) -> Callable[..., None]:
         def hook(*_args: Any) -> None:
             ranges.stop(HOOK)
             ranges.start(name)
 
         return hook
 
-    def post(name: str, then: str | None = None):
+    def post(name: str, then: str | None = None) -> Callable[..., None]:
         def hook(*_args: Any) -> None:
             ranges.stop(name)
             if then:
@@ -115,7 +115,7 @@ def step_breakdown(events: list[tuple[str, float, float]]) -> list[dict[str, flo
     return steps
 
 
-def profile_decode(lm: LoadedModel, wl: Workload, tokens: int) -> dict:
+def profile_decode(lm: LoadedModel, wl: Workload, tokens: int) -> dict[str, Any]:
     """Profile ``generate_batch`` over the first batch of the grid for ``tokens`` steps."""
     batch = batches_of(lm, wl.rows, wl.batch_size)[0]
     sampling = replace(wl.sampling, max_new_tokens=tokens)
@@ -143,7 +143,7 @@ def profile_decode(lm: LoadedModel, wl: Workload, tokens: int) -> dict:
     }
 
 
-def section_profile(lm: LoadedModel, wl: Workload, tokens: int) -> dict:
+def section_profile(lm: LoadedModel, wl: Workload, tokens: int) -> dict[str, Any]:
     """The share of one decode step spent in the layers, the output head, sampling, the hook."""
     out = profile_decode(lm, wl, tokens)
     out["how"] = (

@@ -48,7 +48,7 @@ class Comparison:
     met: str = ""
 
 
-def evaluate_targets(sections: dict) -> list[dict]:
+def evaluate_targets(sections: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of :data:`TARGETS` with its measured value and whether it is met."""
 
     def get(*path: str) -> Any:
@@ -104,7 +104,12 @@ def rate(value: Any) -> str:
 
 
 def _variants(
-    section: dict, prefix: str, main_key: str, label: str, rates: dict, baseline: str
+    section: dict[str, Any],
+    prefix: str,
+    main_key: str,
+    label: str,
+    rates: dict[str, Any],
+    baseline: str,
 ) -> Iterator[Comparison]:
     """The other-dtype rows of a comparison: keys ``{prefix}{name}_vs_...`` beside the main."""
     for key, value in section.items():
@@ -118,7 +123,7 @@ def _variants(
             )
 
 
-def comparisons(results: dict) -> Iterator[Comparison]:
+def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
     """The main table's rows, section by section, each with its target when it has one."""
     sec = results.get("sections", {})
     targets = {t["key"]: t for t in results.get("targets", [])}
@@ -271,12 +276,12 @@ def comparisons(results: dict) -> Iterator[Comparison]:
         )
 
 
-def _status(e2e: dict, criterion: str) -> str:
+def _status(e2e: dict[str, Any], criterion: str) -> str:
     """A criterion's verdict in an e2e summary ('?' for a record without criteria)."""
     return str(((e2e.get("criteria") or {}).get(criterion) or {}).get("status", "?"))
 
 
-def main_table(results: dict) -> Table:
+def main_table(results: dict[str, Any]) -> Table:
     m = results.get("machine", {})
     load = results.get("load_average", {})
     title = (
@@ -291,7 +296,7 @@ def main_table(results: dict) -> Table:
     return table
 
 
-def report_tables(results: dict) -> list[Table]:
+def report_tables(results: dict[str, Any]) -> list[Table]:
     """The comparisons against their targets: the table bench/README.md shows. Each
     section's details (agreement, stages, Δ per dtype, peers, roofline, profile, head,
     scaling, tuning) stay in results.json, which the README's notes read from."""

@@ -102,7 +102,9 @@ class ModelShape:
         return 2 * self.hidden * self.vocab
 
 
-def forward_flops(shape: ModelShape, positions: int, cached: int, head_positions: int) -> dict:
+def forward_flops(
+    shape: ModelShape, positions: int, cached: int, head_positions: int
+) -> dict[str, int]:
     """One row's forward pass over ``positions`` new tokens after ``cached`` ones."""
     return {
         "layers": positions * shape.layer_flops,
@@ -111,12 +113,12 @@ def forward_flops(shape: ModelShape, positions: int, cached: int, head_positions
     }
 
 
-def _add(total: dict, part: dict) -> None:
+def _add(total: dict[str, int], part: dict[str, int]) -> None:
     for k, v in part.items():
         total[k] = total.get(k, 0) + v
 
 
-def generation_flops(shape: ModelShape, gens: Sequence[Generation]) -> dict[str, dict]:
+def generation_flops(shape: ModelShape, gens: Sequence[Generation]) -> dict[str, dict[str, int]]:
     """The work behind ``gens``, as our decode loop does it: a prefill over the prompt with
     the head at its last position, then one single-token step per further forward pass.
     A row that stopped at EOS ran one forward pass more than it kept tokens."""
@@ -133,7 +135,7 @@ def generation_flops(shape: ModelShape, gens: Sequence[Generation]) -> dict[str,
     return {"prefill": prefill, "decode": decode, "total": total}
 
 
-def per_token(shape: ModelShape, context: int) -> dict:
+def per_token(shape: ModelShape, context: int) -> dict[str, Any]:
     """FLOPs of one decode step of one row at ``context``, by part, with each part's share."""
     parts = forward_flops(shape, 1, context - 1, 1)
     total = sum(parts.values())
@@ -145,7 +147,7 @@ def per_token(shape: ModelShape, context: int) -> dict:
     }
 
 
-def machine_peak(dtype: str) -> dict:
+def machine_peak(dtype: str) -> dict[str, Any]:
     """The CPU's flags, cores and clock, and its peak GFLOP/s for ``dtype``."""
     f = cpu_features()
     peak, how = f.peak_gflops(dtype)
@@ -168,7 +170,9 @@ CEILING_SHAPES = ((2048, 2048, 2048), (512, 640, 2048), (512, 2048, 640))
 
 
 @torch.inference_mode()
-def matmul_ceiling(dtype: torch.dtype = torch.float32, seconds_per_shape: float = 0.5) -> dict:
+def matmul_ceiling(
+    dtype: torch.dtype = torch.float32, seconds_per_shape: float = 0.5
+) -> dict[str, Any]:
     """Best GFLOP/s of ``torch.mm`` over :data:`CEILING_SHAPES`, measured now on the CPU."""
     gen = torch.Generator().manual_seed(0)
     best: dict[str, float] = {}
@@ -348,7 +352,7 @@ def achieved(
 
 def section_roofline(
     lm: LoadedModel, measured: dict[str, Measurement], dtypes: Sequence[str]
-) -> dict:
+) -> dict[str, Any]:
     """Achieved GFLOP/s of our batched run (and the other dtype's) against the CPU's peak,
     against the sustained matmul rate when ``measured`` has :data:`SUSTAINED` rounds, and
     against the bound its matrix products alone set when it has :data:`PRODUCTS` rounds

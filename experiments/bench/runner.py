@@ -56,9 +56,14 @@ from experiments.bench.measure import (
     measure_side_by_side,
     torch_threads,
 )
-from experiments.bench.options import SCHEMA_VERSION, SECTIONS, SIDE_BY_SIDE, BenchOptions
-from experiments.bench.peers import (
+from experiments.bench.options import (
     HF_BATCHED,
+    SCHEMA_VERSION,
+    SECTIONS,
+    SIDE_BY_SIDE,
+    BenchOptions,
+)
+from experiments.bench.peers import (
     greedy_agreement,
     run_hf_batched,
     section_peers,
@@ -96,7 +101,7 @@ def isolated_store(root: Path) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def write_results(results: dict, out: Path | None) -> None:
+def write_results(results: dict[str, Any], out: Path | None) -> None:
     """Atomically replace ``out`` with the results so far (None: keep them in memory)."""
     if out is None:
         return
@@ -112,9 +117,9 @@ def default_work_dir() -> Path:
     return cache_dir() / "bench"
 
 
-def new_results(opts: BenchOptions) -> dict:
+def new_results(opts: BenchOptions) -> dict[str, Any]:
     """The results skeleton: provenance first, sections filled in as they finish."""
-    results: dict = {
+    results: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "complete": False,
@@ -142,7 +147,7 @@ def run_bench(
     workload: Workload | None = None,
     embedder: Any = None,
     say: Callable[[str], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run the chosen sections and return (and write) the results.
 
     With ``workload`` given (tests: a synthetic grid on a tiny model) the Phase 5 plan is not
@@ -231,7 +236,7 @@ def run_bench(
         return finish(results, opts, started)
 
 
-def finish(results: dict, opts: BenchOptions, started: float) -> dict:
+def finish(results: dict[str, Any], opts: BenchOptions, started: float) -> dict[str, Any]:
     """The closing figures (load, total time, targets); the file marked complete."""
     results["load_average"]["end"] = load_average()
     results["cpu_pressure_avg60"]["end"] = cpu_pressure()
@@ -246,7 +251,7 @@ def gpu_section(
     opts: BenchOptions,
     device: Any,
     sections: list[str],
-    results: dict,
+    results: dict[str, Any],
     say: Callable[[str], None],
 ) -> None:
     """Section gpu (its own dummy model) on a CUDA device; elsewhere skipped with the way
@@ -278,14 +283,16 @@ class Bench:
     config: Any
     sections: list[str]
     embedder: Any
-    results: dict
+    results: dict[str, Any]
     say: Callable[[str], None]
 
     @property
     def ours(self) -> str:
         return dtype_name(self.lm.dtype)
 
-    def checkpoint(self, name: str, value: dict, load_before: dict | None) -> None:
+    def checkpoint(
+        self, name: str, value: dict[str, Any], load_before: dict[str, Any] | None
+    ) -> None:
         """Keep a finished section, with the load around it, on disk at once."""
         value["load_average"] = {"before": load_before, "after": contention()}
         self.results["sections"][name] = value
@@ -386,7 +393,9 @@ class Bench:
             self.peers(measured, reason, load)
         return measured
 
-    def peers(self, measured: dict[str, Measurement], reason: str | None, load: dict) -> None:
+    def peers(
+        self, measured: dict[str, Measurement], reason: str | None, load: dict[str, Any]
+    ) -> None:
         """Section peers from the side-by-side measurement, plus the greedy check."""
         self.say("peers: greedy check that HF batched generate matches ours")
         n = min(self.opts.peer_agreement_rows, len(self.wl.rows))
@@ -437,7 +446,7 @@ class Bench:
 
 def _best_threads(
     measured: dict[str, Measurement], prefix: str, how: str, reason: str | None
-) -> dict:
+) -> dict[str, Any]:
     """The fastest of the runs named ``prefix<threads>``, or why none ran."""
     runs = runs_by_threads(measured, prefix)
     if not runs:

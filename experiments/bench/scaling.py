@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from experiments.bench.batched import run_batched
 from experiments.bench.measure import Measurement, rounded
@@ -17,7 +18,7 @@ def section_scaling(
     opts: BenchOptions,
     base: Measurement | None,
     say: Callable[[str], None],
-) -> dict:
+) -> dict[str, Any]:
     """Generation time only, against concepts and max_new_tokens (1 repeat past the default)."""
     default_work = len(wl.rows) * wl.sampling.max_new_tokens
 
@@ -55,7 +56,7 @@ def section_scaling(
     }
 
 
-def _entry(m: Measurement, w: Workload) -> dict:
+def _entry(m: Measurement, w: Workload) -> dict[str, Any]:
     secs = m.median_seconds or 0.0
     return {
         "rows": len(w.rows),

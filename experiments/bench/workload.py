@@ -45,7 +45,7 @@ class Workload:
     def with_tokens(self, max_new_tokens: int) -> Workload:
         return replace(self, sampling=replace(self.sampling, max_new_tokens=max_new_tokens))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "rows": len(self.rows),
             "concepts": self.n_concepts,
@@ -71,7 +71,7 @@ class BenchPlan:
     alpha: float
     vectors: dict[str, SteeringVector]
     rows: list[GenerationRow]
-    row_meta: dict[str, dict]
+    row_meta: dict[str, dict[str, Any]]
     scorer: Any
 
 

@@ -20,7 +20,7 @@ can behave very differently, and averaging can hide an effective sign.
 from __future__ import annotations
 
 import warnings
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ EFFECT = "effect_above_null"
 EFFECTS = {"both": EFFECT, "pos": "effect_above_null_pos", "neg": "effect_above_null_neg"}
 
 
-def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> dict:
+def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> dict[str, Any]:
     """Slope of the effect on the predictor with a random intercept per concept."""
     data = frame[[predictor, effect, "concept"]].dropna()
     if len(data) < 6 or data["concept"].nunique() < 2 or data[predictor].nunique() < 2:
@@ -68,7 +68,7 @@ def _concept_means(frame: pd.DataFrame, column: str) -> list[float]:
 
 def levels(
     frame: pd.DataFrame, predictor: str, config: CalibrationStudyConfig, effect: str = EFFECT
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Per training size: predictor level and effect above null, each with an interval
     from a bootstrap over concepts (seeds averaged within a concept first)."""
     out = []
@@ -79,7 +79,7 @@ def levels(
         if not effect_units or not level_units:
             continue
 
-        def mean(units: list) -> float | None:
+        def mean(units: list[float]) -> float | None:
             return float(np.mean(units)) if units else None
 
         effect_ci = bootstrap_statistic(
@@ -104,7 +104,7 @@ def levels(
     return out
 
 
-def minimum_effective(rows: list[dict]) -> dict:
+def minimum_effective(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The lowest predictor level whose size is effective, or not reached."""
     effective = [r for r in rows if r["verdict"] == "pass" and r["level"] is not None]
     if not effective:
@@ -119,10 +119,10 @@ def minimum_effective(rows: list[dict]) -> dict:
     }
 
 
-def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> dict:
+def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> dict[str, Any]:
     """Mixed-model slopes and minimum effective levels per (sign, layer, source,
     predictor); the both-signs results come first."""
-    out: dict = {"threshold": config.calibration.effect_threshold, "results": []}
+    out: dict[str, Any] = {"threshold": config.calibration.effect_threshold, "results": []}
     for sign, effect in EFFECTS.items():
         if effect not in curve.columns or curve[effect].isna().all():
             continue

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,11 @@ from experiments.record import CalibrationRecord, plain
 from experiments.rundir import RunDir, join_scores
 from experiments.strength.range import BETA_TAG, choose_beta, shared_range
 from experiments.tracking.context import MAX_TAG_LEN
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from steering.models import LoadedModel
 
 log = logging.getLogger(__name__)
 PHASE = "6"
@@ -101,7 +107,7 @@ def strength_choices(
     model_id: str,
     layers: list[int],
     explicit: frozenset[str] = frozenset(),
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """Per layer and direction source (``L6-classifier``), the β and held-out grid the
     study steers with and where they came from: the range recorded for ``model_id`` (a
     probe id) at that layer in any classifier set under ``classifier.dir``, by Phase 5's
@@ -124,7 +130,7 @@ def strength_choices(
 
 
 def _spec_config(
-    config: ExperimentConfig, spec: ProbeSetSpec, choices: dict[str, dict]
+    config: ExperimentConfig, spec: ProbeSetSpec, choices: dict[str, dict[str, Any]]
 ) -> ExperimentConfig:
     """The config one probe set steers with: its source, and the β and grid chosen for
     its layer and source (the config's own where no choice was stored: a study begun
@@ -138,7 +144,7 @@ def _spec_config(
     return steered.model_copy(update={"steering": steering, "selection": selection})
 
 
-def _beta_tag(choices: dict[str, dict]) -> str:
+def _beta_tag(choices: dict[str, dict[str, Any]]) -> str:
     """The parent run's BETA_TAG: each layer and source's sentence, cut to the suite's tag
     length (``MAX_TAG_LEN``; the run folder's strength.json keeps them all)."""
     text = "; ".join(f"{key}: {c['message']}" for key, c in choices.items())
@@ -216,7 +222,7 @@ class Calibration:
         self.on_batch = on_batch
         self.explicit = explicit  # keys set on the command line: a range never replaces them
         self.layers: list[int] = []
-        self.choices: dict[str, dict] = {}
+        self.choices: dict[str, dict[str, Any]] = {}
 
     def begin(self, session: RunSession[CalibrationStudyConfig]) -> Opening:
         config, lm = session.config, session.lm
@@ -254,8 +260,8 @@ class Calibration:
         cal, layers, run_dir = config.calibration, self.layers, session.directory
         with timer.time("centroids"):
             scorer = build_scorer(config, graph, session.embedder)
-        selections: dict[str, dict] = {}
-        predictors: dict[str, dict] = {}
+        selections: dict[str, dict[str, Any]] = {}
+        predictors: dict[str, dict[str, Any]] = {}
         alphas: dict[int, float] = {}
         for i, spec in enumerate(specs(config, layers)):
             say(f"probe set {i + 1}: {spec.tag}")
@@ -306,8 +312,8 @@ class Calibration:
 
 def run_calibration(
     config: ExperimentConfig,
-    lm=None,
-    embedder=None,
+    lm: LoadedModel | None = None,
+    embedder: SentenceTransformer | None = None,
     resume: str | None = None,
     progress: Callable[[str], None] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
@@ -337,8 +343,8 @@ def build_record(
     config: ExperimentConfig,
     model_id: str,
     layers: list[int],
-    predictors: dict[str, dict],
-    analysis: dict,
+    predictors: dict[str, dict[str, Any]],
+    analysis: dict[str, Any],
 ) -> CalibrationRecord:
     """The study's record, from the stage outputs (a pure function)."""
     measured = {r["predictor"] for r in analysis["results"]}
@@ -358,8 +364,8 @@ def build_record(
 def build_curve(
     records: pd.DataFrame,
     all_specs: list[ProbeSetSpec],
-    predictors: dict[str, dict],
-    selections: dict[str, dict],
+    predictors: dict[str, dict[str, Any]],
+    selections: dict[str, dict[str, Any]],
     config: ExperimentConfig,
 ) -> pd.DataFrame:
     """One row per (probe set, concept): predictors, chosen β and the effect above null."""

@@ -4,12 +4,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.table import Table
 
 from experiments.cli.common import out
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def print_answer(answer) -> None:
+    from experiments.answer import Answer
+
+
+def print_answer(answer: Answer) -> None:
     """Any phase's answer block (experiments.answer.Answer) as terminal tables."""
     from experiments.answer import interval_text, number, reading, status_colour, status_word
 
@@ -50,7 +57,9 @@ def print_answer(answer) -> None:
         out.print(seed)
 
 
-def result_json(answer, run_dir, results: object, timings: dict[str, float]) -> dict:
+def result_json(
+    answer: Answer, run_dir: Path, results: object, timings: dict[str, float]
+) -> dict[str, Any]:
     """``--json``'s one shape for every phase: where the run is, its answer (plain text,
     per criterion value, low, high, status, threshold), the phase's results, timings."""
     from experiments import tracking

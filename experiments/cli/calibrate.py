@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
@@ -28,6 +28,10 @@ from experiments.cli.common import (
 )
 from experiments.cli.plan import print_study_plan
 from experiments.cli.strength import kept_keys
+
+if TYPE_CHECKING:
+    from experiments.config import CalibrationStudyConfig
+    from experiments.kernel.estimate import Plan
 
 
 def register(app: typer.Typer) -> None:
@@ -55,13 +59,16 @@ def calibrate(
     from experiments.calibration.study import PHASE, run_calibration
 
     overlays = [QUICK] if quick else []
-    cfg = resolve_config(config, set_, model, None, concepts, "calibration", overlays)
+    cfg = cast(  # load_config refuses a config of another phase
+        "CalibrationStudyConfig",
+        resolve_config(config, set_, model, None, concepts, "calibration", overlays),
+    )
     if dry_run:
         from experiments.calibration.study import STAGES, strength_choices
 
         explicit = kept_keys(set_, cfg, config, overlays)
 
-        def strength(plan, layers: list[int]) -> list[str]:
+        def strength(plan: Plan, layers: list[int]) -> list[str]:
             chosen = strength_choices(cfg, plan.model.probe_id, layers, explicit)
             return [f"{key}: {c['message']}" for key, c in chosen.items()]
 

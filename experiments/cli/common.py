@@ -13,14 +13,17 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from experiments.config import Phase
+    from rich.progress import Progress
+    from rich.status import Status
+
+    from experiments.config import Phase, RunConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -125,7 +128,7 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def progress_display(transient: bool):
+def progress_display(transient: bool) -> Progress:
     """A rich progress display on stderr: description, bar, done/total, time."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -281,7 +284,7 @@ def ui_running(base: str, timeout: float = 0.5) -> bool:
 
     try:
         with urllib.request.urlopen(f"{base}/health", timeout=timeout) as reply:
-            return reply.status == 200
+            return cast(int, reply.status) == 200  # urlopen's reply is untyped
     except (OSError, ValueError):
         return False
 
@@ -300,7 +303,7 @@ def resolve_config(
     concepts: int | None = None,
     phase: Phase | None = None,
     overlays: list[Path] | None = None,
-):
+) -> RunConfig:
     """The ``--config`` file (of ``phase``, the command's; any when None) with
     ``overlays`` (``--quick``) and the options as overrides."""
     from experiments.config import load_config
@@ -315,7 +318,7 @@ def resolve_config(
     return load_config(config, extra, phase, overlays or [])
 
 
-def say_stage(status, message: str, start: float) -> None:
+def say_stage(status: Status, message: str, start: float) -> None:
     """A long study's stage as a line with its elapsed time (it stays in a log, and a
     line such as where β came from stays on screen: a spinner alone keeps neither) and on
     the spinner (``status``: rich's ``console.status``)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.table import Table
@@ -35,6 +35,10 @@ from experiments.cli.common import (
     show_run_address,
 )
 from experiments.cli.plan import print_plan
+
+if TYPE_CHECKING:
+    from experiments.kernel.probes import ProbeSet
+    from experiments.phase5.run import Phase5Result
 
 
 class Mode(StrEnum):
@@ -179,7 +183,7 @@ def classifiers(
     show_run_address(cast(str, first.run_id))  # train_layers logs every set it trains
 
 
-def _print_probe_set(layer: int, result) -> None:
+def _print_probe_set(layer: int, result: ProbeSet) -> None:
 
     table = Table(
         "concept",
@@ -233,7 +237,7 @@ def _print_probe_set(layer: int, result) -> None:
     )
 
 
-def _print_layers(sets: dict, best: int, default: int) -> None:
+def _print_layers(sets: dict[int, ProbeSet], best: int, default: int) -> None:
     table = Table("layer", "mean AUROC", "mean AP", "mean F1 cal.", "mean cos", title="by layer")
     for la, result in sets.items():
         m = result.means()
@@ -401,7 +405,7 @@ def rescore(
     _print_result(result, json_, rescored=seconds)
 
 
-def result_dict(result) -> dict:
+def result_dict(result: Phase5Result) -> dict[str, Any]:
     """A Phase 5 result for --json (cli/answer.py's one shape): its results are the
     numbers per strength and the generation speed."""
     from experiments.phase5.answer import answer_of
@@ -413,7 +417,9 @@ def result_dict(result) -> dict:
     return result_json(answer_of(result.record), result.results_dir, results, result.timings)
 
 
-def _print_result(result, as_json: bool = False, rescored: float | None = None) -> None:
+def _print_result(
+    result: Phase5Result, as_json: bool = False, rescored: float | None = None
+) -> None:
     """The per-strength table, the answer, then what was done (``rescored``: the seconds
     a rescore took; it generated nothing, so no generation speed is shown)."""
     if as_json:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,11 @@ from experiments.cli.common import (
 )
 from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
 from experiments.validation.panel import DEFAULT_JUDGES, When
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from judges.panel import PanelResult
 
 
 class Rubric(StrEnum):
@@ -167,11 +172,13 @@ def panel(
     show_run_address(phase5_parent(run, experiment, results_dir).run_id)
 
 
-def _two(value) -> str:
+def _two(value: float | None) -> str:
     return "n/a" if value is None or value != value else f"{value:.2f}"
 
 
-def _print_axbench(result, table, skipped: dict[str, str], as_json: bool) -> None:
+def _print_axbench(
+    result: PanelResult, table: pd.DataFrame, skipped: dict[str, str], as_json: bool
+) -> None:
     """The axbench scores per concept and sign, beside Δ, the likelihood outcome and the
     unsteered twins' scores; then how the judges agree."""
     from experiments.validation.axbench import agreement
@@ -191,7 +198,7 @@ def _print_axbench(result, table, skipped: dict[str, str], as_json: bool) -> Non
         return
     from rich.table import Table
 
-    def num(value) -> str:
+    def num(value: float | None) -> str:
         return "n/a" if value is None or value != value else f"{value:+.3f}"
 
     for name, reason in skipped.items():

@@ -3,13 +3,23 @@ terminal (experiments.kernel.estimate)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from rich.table import Table
 
 from experiments.cli.common import out, print_json
 
+if TYPE_CHECKING:
+    from experiments.config import ExperimentConfig
+    from experiments.kernel.estimate import Plan
+
 
 def print_plan(
-    cfg, as_json: bool, explicit: frozenset[str] = frozenset(), layer_rule: str | None = None
+    cfg: ExperimentConfig,
+    as_json: bool,
+    explicit: frozenset[str] = frozenset(),
+    layer_rule: str | None = None,
 ) -> None:
     """``run --dry-run``: the model checked, what the run would generate, its stages, the
     β it would take (``explicit``: the keys a recorded range never replaces) and an
@@ -47,7 +57,13 @@ def print_plan(
 
 
 def print_study_plan(
-    cfg, phase: str, stages: list[str], as_json: bool, layers=None, strength=None, costs=None
+    cfg: ExperimentConfig,
+    phase: str,
+    stages: list[str],
+    as_json: bool,
+    layers: list[int] | None = None,
+    strength: Callable[[Plan, list[int]], list[str]] | None = None,
+    costs: Callable[[Plan], tuple[list[str], dict[str, Any]]] | None = None,
 ) -> None:
     """``calibrate --dry-run`` / ``identify --dry-run``: the model and every layer the
     study steers checked, its stages, where its β and grid would come from
@@ -71,7 +87,7 @@ def print_study_plan(
         out.print(line, highlight=False, markup=False)
 
 
-def _json(cfg, plan) -> dict:
+def _json(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
     return {
         "dry_run": True,
         "config_hash": cfg.config_hash(),
@@ -80,7 +96,7 @@ def _json(cfg, plan) -> dict:
     }
 
 
-def _print_setup(plan) -> None:
+def _print_setup(plan: Plan) -> None:
     m = plan.model
     out.print(
         f"model {m.model_id} ({m.architecture}, {m.n_layers} layers, hidden {m.hidden_size}; "
@@ -95,7 +111,7 @@ def _print_setup(plan) -> None:
         out.print(line, highlight=False, markup=False)
 
 
-def _print_estimate(plan) -> None:
+def _print_estimate(plan: Plan) -> None:
     e = plan.estimate
     if e is None:
         out.print(f"no estimate: {plan.no_estimate}", highlight=False, markup=False)

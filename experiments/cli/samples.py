@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,6 +29,9 @@ from experiments.cli.common import (
     print_json,
 )
 from experiments.cli.human import latest_experiment
+
+if TYPE_CHECKING:
+    from rich.panel import Panel
 
 
 class Sign(StrEnum):
@@ -114,7 +117,7 @@ def _gate(gate: Any, reason: Any) -> str:
     return f"gate {gate}" + (f" ({reason})" if reason else "")
 
 
-def _sample(r: dict[str, Any]):
+def _sample(r: dict[str, Any]) -> Panel:
     """One sample as a rich block: the steered text first, wrapped, then what was
     measured on it; its twins' texts below, each with its own numbers. Texts are the
     model's: shown as text, never as markup."""
@@ -122,7 +125,7 @@ def _sample(r: dict[str, Any]):
     from rich.panel import Panel
     from rich.text import Text
 
-    def twin(label: str, text: Any, numbers: str) -> list:
+    def twin(label: str, text: Any, numbers: str) -> list[Text]:
         if text is None and numbers == "":
             return []
         return [

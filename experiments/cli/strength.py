@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -28,6 +29,9 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
+
+if TYPE_CHECKING:
+    from experiments.strength.range import StrengthRange
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +68,10 @@ def kept_keys(
 
 
 def with_layer(
-    cfg: Any, layer: int | str | None, say, explicit: frozenset[str] = frozenset()
+    cfg: Any,
+    layer: int | str | None,
+    say: Callable[[str], None],
+    explicit: frozenset[str] = frozenset(),
 ) -> tuple[Any, Any, Any, Any]:
     """(the config with its layer, the loaded model, the embedder, the
     ``record.LayerChoice``; None for what was not needed): a rule loads the model and
@@ -176,7 +183,7 @@ def calibrate_strength(
         show_run_address(record.run_id)
 
 
-def _print_range(record, path: Path) -> None:
+def _print_range(record: StrengthRange, path: Path) -> None:
     from experiments.strength.range import thin_note
 
     table = Table(
@@ -277,7 +284,7 @@ def list_or_clear(
     _print_ranges(rows, f"recorded under {root}")
 
 
-def _range_row(where: Path, record) -> dict[str, Any]:
+def _range_row(where: Path, record: StrengthRange) -> dict[str, Any]:
     import datetime
 
     from experiments.strength.range import RANGE_FILE

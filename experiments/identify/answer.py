@@ -32,7 +32,7 @@ def zero_status(e: Estimate) -> str:
     return "pass" if e.low > 0 else "fail" if e.high < 0 else "inconclusive"
 
 
-def _row(key: str, label: str, group: str, e: Estimate, **extra) -> Verdict:
+def _row(key: str, label: str, group: str, e: Estimate, **extra: Any) -> Verdict:
     return Verdict(
         key=key,
         label=label,

@@ -27,6 +27,8 @@ decreasing relation (detection up, steering down) shows as a flat fit: no level.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
@@ -97,7 +99,7 @@ def minimum_effective(
     n_boot: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
-) -> dict:
+) -> dict[str, Any]:
     """The minimum effective ``x`` for ``fraction`` × the mean baseline effect (concept
     term), with its censoring-aware bootstrap over concepts and the shares of each
     replicate status."""
@@ -115,7 +117,7 @@ def minimum_effective(
     status, level = crossing(
         data[x].to_numpy(), data[y].to_numpy(), target, data["concept"].to_numpy()
     )
-    out: dict = {
+    out: dict[str, Any] = {
         "method": "isotonic fit with a concept term; censoring-aware concept-bootstrap "
         "percentile interval",
         "fraction": fraction,
@@ -143,7 +145,7 @@ def minimum_effective(
     return out
 
 
-def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]) -> dict:
+def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]) -> dict[str, Any]:
     """The percentile interval over every replicate, censored ones at ±∞ (see the module
     docstring): an open end is reported as the tested edge with ``low_open`` /
     ``high_open`` set, never as a number the design did not measure."""
@@ -171,7 +173,7 @@ def threshold_curve(
     *,
     x: str = "auroc",
     y: str = "effect_above_null",
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The point answer (status, level) for a grid of target fractions (no bootstrap),
     with the concept term."""
     fractions = np.round(np.linspace(0.1, 1.5, 15), 2) if fractions is None else fractions

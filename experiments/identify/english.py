@@ -45,7 +45,7 @@ def plural(phrase: str) -> str:
 def _irregular_plurals() -> dict[str, str]:
     from experiments.wordnet import _wordnet
 
-    reader = _wordnet()  # type: ignore[no-untyped-call]
+    reader = _wordnet()
     exceptions = getattr(reader, "_exception_map", {}).get("n", {})
     out: dict[str, str] = {}
     for plural_form, singulars in sorted(exceptions.items()):

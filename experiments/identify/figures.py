@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.cells import StudyTables
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def _plt():
+
+def _plt() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +30,7 @@ def _colours(names: list[str]) -> dict[str, object]:
     return {m: cmap(i % 10) for i, m in enumerate(names)}
 
 
-def trajectories(tables: StudyTables):
+def trajectories(tables: StudyTables) -> Figure:
     """Per concept: AUROC against the effect along every manipulation, one colour each."""
     plt = _plt()
     names = tables.manipulations()
@@ -33,6 +38,7 @@ def trajectories(tables: StudyTables):
     concepts = sorted(tables.directions["concept"].unique())
     cols = min(5, len(concepts))
     rows = math.ceil(len(concepts) / cols)
+    fig: Figure
     fig, axes = plt.subplots(
         rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=False
     )
@@ -57,7 +63,7 @@ def trajectories(tables: StudyTables):
     return fig
 
 
-def slopes_figure(analysis: dict):
+def slopes_figure(analysis: dict[str, Any]) -> Figure:
     plt = _plt()
     rows = []
     for m, r in analysis["manipulations"].items():
@@ -65,6 +71,7 @@ def slopes_figure(analysis: dict):
         rows.append((m, "AUROC | cos(v, v*)", r["partial"].get("auroc", {})))
     rows.append(("pooled", "AUROC alone", analysis["pooled"]["slope_auroc"]))
     rows.append(("pooled", "AUROC | cos(v, v*)", analysis["pooled"]["partial"].get("auroc", {})))
+    fig: Figure
     fig, ax = plt.subplots(figsize=(7, 0.45 + 0.32 * len(rows)))
     for i, (_m, kind, iv) in enumerate(rows):
         est, low, high = iv.get("estimate"), iv.get("low"), iv.get("high")
@@ -81,10 +88,11 @@ def slopes_figure(analysis: dict):
     return fig
 
 
-def dose_figure(tables: StudyTables, analysis: dict):
+def dose_figure(tables: StudyTables, analysis: dict[str, Any]) -> Figure:
     plt = _plt()
     names = list(analysis["manipulations"])
     colours = _colours(names)
+    fig: Figure
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     mean = analysis["baseline"]["mean"]
     for m in names:
@@ -110,10 +118,11 @@ def dose_figure(tables: StudyTables, analysis: dict):
     return fig
 
 
-def predictors_figure(analysis: dict):
+def predictors_figure(analysis: dict[str, Any]) -> Figure:
     plt = _plt()
     table = analysis["pooled"]["predictors"]
     names = list(table)
+    fig: Figure
     fig, ax = plt.subplots(figsize=(6, 0.6 + 0.4 * len(names)))
     for i, p in enumerate(names):
         for offset, key, colour in ((-0.12, "observed", "C0"), (0.12, "corrected", "C3")):
@@ -133,7 +142,7 @@ def predictors_figure(analysis: dict):
     return fig
 
 
-def validation_figure(tables: StudyTables, cells: pd.DataFrame):
+def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
     plt = _plt()
     from experiments.identify.crosscheck import canonical
 
@@ -142,6 +151,7 @@ def validation_figure(tables: StudyTables, cells: pd.DataFrame):
         lambda d: d if d in ("null", "prompt") else canonical(d)
     )
     frame = gen.merge(tables.directions, on=["concept", "direction"], how="inner")
+    fig: Figure
     fig, ax = plt.subplots(figsize=(5, 4))
     for d, g in frame.groupby("direction"):
         ax.scatter(g["effect"], g["e_gen"], s=10, label=d)
@@ -151,10 +161,11 @@ def validation_figure(tables: StudyTables, cells: pd.DataFrame):
     return fig
 
 
-def manipulation_figure(m: str, frame: pd.DataFrame, result: dict):
+def manipulation_figure(m: str, frame: pd.DataFrame, result: dict[str, Any]) -> Figure:
     """One manipulation's curve: AUROC and the effect against its level (means, CIs)."""
     plt = _plt()
     curve = pd.DataFrame(result["curve"])
+    fig: Figure
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, column in ((a, "auroc"), (b, "effect")):
         for _, group in frame.groupby("concept"):
@@ -175,8 +186,8 @@ def manipulation_figure(m: str, frame: pd.DataFrame, result: dict):
 
 
 def figures(
-    tables: StudyTables, analysis: dict, validation_cells: pd.DataFrame
-) -> dict[str, object]:
+    tables: StudyTables, analysis: dict[str, Any], validation_cells: pd.DataFrame
+) -> dict[str, Figure]:
     out = {
         "trajectories.png": trajectories(tables),
         "slopes.png": slopes_figure(analysis),

@@ -19,6 +19,7 @@ Both use the Phase 5 stages unchanged (``kernel/plan``, ``generate``, ``score``,
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,7 @@ def vector_set(
     """A VectorSet steering each concept along ``directions[concept]``, with the run's
     isotropic random nulls (the pipeline's seeded draws) beside it."""
 
-    def vector(d, source: str) -> SteeringVector:
+    def vector(d: np.ndarray | torch.Tensor, source: str) -> SteeringVector:
         return SteeringVector.from_direction(
             torch.as_tensor(d, dtype=torch.float32),
             layer,
@@ -73,12 +74,12 @@ def vector_set(
 
 
 def select_reference_betas(
-    session: RunSession,
+    session: RunSession[Any],
     config: ExperimentConfig,
     vectors: VectorSet,
     scorer: Scorer,
     on_batch: Callable[[int, int], None] | None = None,
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """β per concept for v*, chosen on the selection prompts (Phase 5's rule)."""
     if config.selection.mode != "heldout":
         return {c: {"beta": config.steering.beta, "effects": {}} for c in vectors.vectors}
@@ -89,7 +90,7 @@ def select_reference_betas(
 
 
 def generate_validation(
-    session: RunSession,
+    session: RunSession[Any],
     config: ExperimentConfig,
     sets: dict[str, VectorSet],
     betas: dict[str, float],
@@ -105,7 +106,7 @@ def generate_validation(
 
 
 def validation_effects(
-    session: RunSession, config: ExperimentConfig, scorer: Scorer, tags: list[str]
+    session: RunSession[Any], config: ExperimentConfig, scorer: Scorer, tags: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score every generation of the run folder; return (cells, units).
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class ConceptInputs:
 
 # A builder: the direction of ``spec`` for one concept and the facts worth a column
 # (e.g. the actual ρ), or None when the concept cannot have it.
-Builder = Callable[[DirectionSpec, ConceptInputs], tuple[np.ndarray, dict] | None]
+Builder = Callable[[DirectionSpec, ConceptInputs], tuple[np.ndarray, dict[str, Any]] | None]
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def manipulation(
 
 def family(manipulation_or_id: str) -> Manipulation | None:
     """The family of a table's manipulation (``rotation:pc``) or of a direction id."""
-    return MANIPULATIONS.get(manipulation_or_id.split(":", 1)[0])
+    return cast("Manipulation | None", MANIPULATIONS.get(manipulation_or_id.split(":", 1)[0]))
 
 
 def is_control(manipulation_or_id: str) -> bool:
@@ -172,7 +172,9 @@ def direction_grid(ident: IdentifyConfig) -> list[DirectionSpec]:
     return out
 
 
-def build_direction(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict] | None:
+def build_direction(
+    spec: DirectionSpec, inputs: ConceptInputs
+) -> tuple[np.ndarray, dict[str, Any]] | None:
     if spec.manipulation == REFERENCE:
         return inputs.v_star, {}
     m = family(spec.manipulation)
@@ -186,7 +188,9 @@ def n_train(size: str) -> int:
 
 
 @manipulation("rotation", levels="theta_degrees", reference=0.0, within="nuisances")
-def _rotation(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict] | None:
+def _rotation(
+    spec: DirectionSpec, inputs: ConceptInputs
+) -> tuple[np.ndarray, dict[str, Any]] | None:
     """v_θ = cos θ·v* + sin θ·u, u from the nuisance family (``other``: needs 2 concepts)."""
     name = spec.manipulation.split(":", 1)[1]
     if name not in inputs.nuisance:
@@ -196,7 +200,7 @@ def _rotation(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, d
 
 
 @manipulation("noise", levels="label_noise", reference=0.0, seeds="noise_seeds")
-def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]:
+def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
     """The diffmean with a fraction ρ of the positives' labels swapped within templates."""
     train = inputs.train
     labels, swapped = swap_labels(train, spec.level, int(spec.seed or 0), inputs.concept)
@@ -205,7 +209,7 @@ def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray
 
 
 @manipulation("logistic", levels="logistic_c", level=np.log10)
-def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]:
+def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
     """The logistic probe at regularisation C (its level is log10 C), refitted on v*'s
     contrast: positives against the negative-concept texts, neutral texts left out (the
     suite's own probes also see neutrals as negatives; here that would change the contrast
@@ -219,7 +223,7 @@ def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, d
 
 
 @manipulation("shrinkage", levels="shrinkage", reference=1.0)
-def _shrinkage(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]:
+def _shrinkage(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
     """(λ·σ̄²·I + (1−λ)·Σ)⁻¹·Δμ: diffmean at λ = 1, the whitened direction toward 0."""
     return shrinkage_direction(inputs.delta, inputs.sigma, spec.level), {}
 
@@ -227,14 +231,16 @@ def _shrinkage(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, 
 @manipulation(
     "size", levels="sizes", reference="reference_size", level=n_train, log_level_covariate=True
 )
-def _size(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]:
+def _size(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
     """The diffmean of a smaller training set (its level is the number of texts)."""
     size = TrainSpec.parse(spec.detail)
     return concept_diffmean(inputs.train.prefix(size.n_pos, size.n_neg, size.n_neutral)), {}
 
 
 @manipulation("isocos", levels="isocos_degrees", reference=0.0, seeds="isocos_nuisances")
-def _iso_cos(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict] | None:
+def _iso_cos(
+    spec: DirectionSpec, inputs: ConceptInputs
+) -> tuple[np.ndarray, dict[str, Any]] | None:
     """cos θ·v* + sin θ·u_k for the k-th iso-cos nuisance (its seed; graded, or a random
     draw with its spectrum band, ``identify.isocos_draw``): at one angle, AUROC
     varies with the nuisance while cos(v, v*) = cos θ exactly; at 90° the nuisance alone,
@@ -251,7 +257,7 @@ def _null_specs(m: Manipulation, ident: IdentifyConfig) -> list[DirectionSpec]:
 
 
 @manipulation("null", levels="null_draws", specs=_null_specs, control=True)
-def _null(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict]:
+def _null(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
     """An isotropic random direction: the concept's null (with ``rotation:isotropic:90``)."""
     hidden = len(inputs.v_star)
     draw = 1 + int(spec.seed or 0)

@@ -160,7 +160,7 @@ class NameInfo:
 def _wordnet() -> Any:
     from experiments.wordnet import _wordnet as reader
 
-    return reader()  # type: ignore[no-untyped-call]
+    return reader()
 
 
 @cache

@@ -18,6 +18,7 @@ generation study's prompt arm does: e = s·((L_p − L_0)(on) − (L_p − L_0)(
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ def score_likelihood(
     vectors: dict[str, dict[str, np.ndarray]],
     progress: Callable[[str], None] = lambda _m: None,
     file: str = RunDir.LIKELIHOOD,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Likelihood records for every (concept, direction, strength, pair) of the concepts
     in ``vectors``; concepts already in the run folder's ``file`` are not scored again."""
     ident = config.identify
@@ -91,7 +92,7 @@ def prompt_baseline(
     texts: LikelihoodTexts,
     concepts: Sequence[str],
     names: dict[str, str],
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Per concept, strength and pair: the prompting baseline's likelihood effect."""
     ident = config.identify
     out = []
@@ -153,7 +154,7 @@ def score_dose(
     prompts: dict[str, list[str]],
     progress: Callable[[str], None] = lambda _m: None,
     words: dict[str, list[str]] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The subset's likelihood outcome (s = +1) at ``identify.subset_doses`` × β and at
     each direction's KL-matched dose (``matched.py``), with the next-token KL each dose
     gives; concepts already in the run folder's file are not scored again.
@@ -184,8 +185,8 @@ def score_dose(
         exclude = concept_token_ids(lm, words[concept]) if concept_free and words else []
 
         def kl_at(
-            k: np.ndarray, at: Sequence[int], on: list[str] = prompts[concept], d=dirs, c=scale,
-            out: list[int] = exclude,
+            k: np.ndarray, at: Sequence[int], on: list[str] = prompts[concept],
+            d: torch.Tensor = dirs, c: float = scale, out: list[int] = exclude,
         ) -> np.ndarray:  # fmt: skip
             coefs = torch.as_tensor(np.asarray(k) * c, dtype=torch.float32)
             chosen = [on[q] for q in at]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ from experiments.kernel.probes import build_probe_texts, load_classifiers
 from experiments.rundir import RunDir
 from steering.activations import pooled_activations
 from steering.directions import DirectionContext, get_direction_source
+
+if TYPE_CHECKING:
+    from steering.models import LoadedModel
 
 PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref")
 
@@ -57,7 +60,7 @@ def parse_tag(tag: str) -> ProbeSetSpec:
 
 
 def rescore_curve(
-    run_dir: RunDir, lm, progress: Callable[[str], None] = lambda _m: None
+    run_dir: RunDir, lm: LoadedModel, progress: Callable[[str], None] = lambda _m: None
 ) -> pd.DataFrame:
     """The run's curve rows with every direction re-scored as its own detector."""
     config = run_dir.load_config("calibration")
@@ -68,8 +71,8 @@ def rescore_curve(
     records = pd.DataFrame(run_dir.read_scored(in_plan_order=True))
     curve = build_curve(records, specs, predictors, selections, config)
     texts = build_probe_texts(config, graph)  # the run's seed: one fixed split
-    scored: dict[tuple[str, str], dict] = {}
-    features: dict[int, tuple[dict, np.ndarray]] = {}
+    scored: dict[tuple[str, str], dict[str, Any]] = {}
+    features: dict[int, tuple[dict[str, int], np.ndarray]] = {}
     largest = max({s.size for s in specs}, key=lambda s: sum(int(x) for x in s.split("x")))
     references: dict[int, dict[str, np.ndarray]] = {}
     for spec in specs:
@@ -94,7 +97,12 @@ def rescore_curve(
             direction = np.asarray(source(probe, context), dtype=np.float64)
             direction = direction / np.linalg.norm(direction)
 
-            def split(name: str, concept: str = concept, acts=acts, row=row):
+            def split(
+                name: str,
+                concept: str = concept,
+                acts: np.ndarray = acts,
+                row: dict[str, int] = row,
+            ) -> tuple[np.ndarray, np.ndarray]:
                 examples = getattr(texts, name)[concept]
                 return acts[[row[e.text] for e in examples]], np.array([e.label for e in examples])
 
@@ -124,7 +132,7 @@ def rescore_curve(
     return pd.DataFrame(rows)
 
 
-def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any]]:
     """The within/between mixed model per (source, predictor, sign)."""
     out = []
     for (layer, source), part in frame.groupby(["layer", "source"], sort=True):
@@ -161,8 +169,12 @@ def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
 
 
 def reanalyse(
-    source: str, lm, n_boot: int, seed: int, progress: Callable[[str], None] = lambda _m: None
-) -> tuple[pd.DataFrame, dict]:
+    source: str,
+    lm: LoadedModel,
+    n_boot: int,
+    seed: int,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     run_dir = locate(source)
     frame = rescore_curve(run_dir, lm, progress)
     return frame, {

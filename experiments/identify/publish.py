@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ def slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-./" else "_" for ch in text)
 
 
-def _put(metrics: dict, name: str, interval: dict | None) -> None:
+def _put(metrics: dict[str, Any], name: str, interval: dict[str, Any] | None) -> None:
     if not interval:
         return
     for key, suffix in (("estimate", ""), ("low", "/low"), ("high", "/high")):
@@ -39,7 +40,7 @@ def _put(metrics: dict, name: str, interval: dict | None) -> None:
             metrics[f"{name}{suffix}"] = float(value)
 
 
-def manipulation_metrics(result: dict) -> tuple[dict[str, float | None], dict[str, str]]:
+def manipulation_metrics(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
     """Metrics and status tags of one manipulation (names without the manipulation)."""
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
@@ -70,7 +71,7 @@ def manipulation_metrics(result: dict) -> tuple[dict[str, float | None], dict[st
     return metrics, tags
 
 
-def parent_metrics(analysis: dict) -> tuple[dict[str, float | None], dict[str, str]]:
+def parent_metrics(analysis: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
     for m, result in analysis["manipulations"].items():

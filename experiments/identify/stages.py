@@ -4,8 +4,9 @@ The study (``identify/study.py``) runs them, analyses and publishes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
@@ -19,6 +20,16 @@ from experiments.identify.subset import (
 )
 from experiments.rundir import RunDir
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from experiments.config import IdentifyStudyConfig
+    from experiments.identify.data import DirectionSet, StudyData
+    from experiments.identify.detect import Detection
+    from experiments.kernel.lifecycle import RunSession
+    from experiments.kernel.score import Scorer
+    from experiments.likelihood_texts import LikelihoodTexts
+
 
 @dataclass
 class Directions:
@@ -26,12 +37,14 @@ class Directions:
 
     layer: int
     concepts: list[str]
-    data: Any  # identify.data.StudyData: activations of the probe, test and neutral texts
+    data: StudyData  # activations of the probe, test and neutral texts
     alpha: float  # the median residual norm at the layer
-    directions: Any  # identify.data.Directions: v* and every manipulated direction
-    detections: dict  # (concept, direction id) -> the direction scored as a detector
-    texts: Any  # likelihood_texts.LikelihoodTexts: the likelihood outcome's text pairs
-    name_free_auroc: dict  # (concept, direction id) -> AUROC on name-free positives
+    directions: DirectionSet  # v* and every manipulated direction
+    # (concept, direction id) -> the direction scored as a detector
+    detections: dict[tuple[str, str], Detection]
+    texts: LikelihoodTexts  # the likelihood outcome's text pairs
+    # (concept, direction id) -> AUROC on name-free positives
+    name_free_auroc: dict[tuple[str, str], float]
 
 
 @dataclass
@@ -39,17 +52,22 @@ class Outcomes:
     """How every direction steers (stages 4-7)."""
 
     betas: dict[str, float]  # v*'s held-out β per concept
-    likelihood: list[dict]  # the likelihood outcome per direction × strength × pair
-    baseline_rows: list[dict]  # the prompting baseline on the same texts
-    outputs: Any  # logit-lens gain and next-token KL per direction
+    likelihood: list[dict[str, Any]]  # the likelihood outcome per direction × strength × pair
+    baseline_rows: list[dict[str, Any]]  # the prompting baseline on the same texts
+    # logit-lens gain and next-token KL per (concept, direction id)
+    outputs: dict[tuple[str, str], dict[str, np.ndarray]]
     generated: pd.DataFrame  # generated cells (Δ, gated): validating tags and the subset
-    generated_units: Any
+    generated_units: pd.DataFrame
     subset: list[str]  # the stratified subset: doses and every direction generated
-    dose: list[dict]  # the subset's likelihood outcome at fixed and KL-matched doses
-    name_free: list[dict]  # the subset's likelihood outcome on name-free texts
+    dose: list[dict[str, Any]]  # the subset's likelihood outcome at fixed and KL-matched doses
+    name_free: list[dict[str, Any]]  # the subset's likelihood outcome on name-free texts
 
 
-def directions(session, config, say) -> Directions:
+def directions(
+    session: RunSession[IdentifyStudyConfig],
+    config: IdentifyStudyConfig,
+    say: Callable[[str], None],
+) -> Directions:
     """Stages 1-3: activations, every direction, each scored as its own detector."""
     from experiments.identify.data import build_directions, collect
     from experiments.identify.detect import score_direction
@@ -65,7 +83,7 @@ def directions(session, config, say) -> Directions:
     say(f"activations of every probe, test and neutral text at layer {layer}")
     with timer.time("activations"):
 
-        def embed(texts):
+        def embed(texts: list[str]) -> np.ndarray:
             return pooled_activations(lm, texts, layer, batch_size=activation_texts(lm, 64)).numpy()
 
         data = collect(config, graph, concepts, embed)
@@ -87,7 +105,7 @@ def directions(session, config, say) -> Directions:
             for c, by_id in directions.vectors.items()
             for d_id, v in by_id.items()
         }
-        name_free = {}
+        name_free: dict[tuple[str, str], float] = {}
         if config.identify.name_free:
             scorer = nll_scorer(lm, config.identify.prefix)
             name_free = name_free_detection(
@@ -96,7 +114,14 @@ def directions(session, config, say) -> Directions:
     return Directions(layer, concepts, data, alpha, directions, detections, texts, name_free)
 
 
-def outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outcomes:
+def outcomes(
+    session: RunSession[IdentifyStudyConfig],
+    config: IdentifyStudyConfig,
+    found: Directions,
+    scorer: Scorer,
+    on_batch: Callable[[int, int], None] | None,
+    say: Callable[[str], None],
+) -> Outcomes:
     """Stages 4-7: v*'s held-out β, the likelihood outcome of every direction and the
     prompting baseline, the output-side readouts, generations for the validating subset."""
     from experiments.identify.crosscheck import canonical
@@ -115,7 +140,8 @@ def outcomes(session, config, found: Directions, scorer, on_batch, say) -> Outco
     from experiments.rundir import append_jsonl
 
     ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
-    run_dir, layer, alpha, concepts = session.run_dir, found.layer, found.alpha, found.concepts
+    run_dir = cast(RunDir, session.run_dir)  # the study's stages run in a started session
+    layer, alpha, concepts = found.layer, found.alpha, found.concepts
     vectors = found.directions.vectors
     say("held-out strength of the reference direction (generation)")
     references = vector_set(

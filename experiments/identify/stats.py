@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -110,7 +111,7 @@ def fe_coefficients(
 
 def _r_from(s: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
-        return s[..., 0, 1] / np.sqrt(s[..., 0, 0] * s[..., 1, 1])
+        return cast(np.ndarray, s[..., 0, 1] / np.sqrt(s[..., 0, 0] * s[..., 1, 1]))
 
 
 def within_correlation(
@@ -145,7 +146,7 @@ def replicate_coefficients(
     return _solve(stack[draws].sum(axis=1), k)
 
 
-def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> dict:
+def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> dict[str, Any]:
     """Are m slopes equal? Wald statistic of the m − 1 contrasts to the first slope with
     their bootstrap covariance, referred to χ² with the covariance's rank as its degrees of
     freedom (directions in which the replicates do not vary are left out, not inverted)."""
@@ -234,7 +235,7 @@ def disattenuated_within(
     n_boot: int,
     seed: int,
     confidence: float = 0.95,
-) -> dict:
+) -> dict[str, Any]:
     """The within-concept r of x and y, both reliabilities and r / sqrt(rel_x·rel_y), each
     with a concept-level interval from the same draws. ``x_halves`` None: x is exact
     (reliability 1, e.g. a cosine computed without sampling)."""
@@ -289,7 +290,7 @@ def disattenuated_within(
 
 def mixed_model(
     frame: pd.DataFrame, formula: str, re_formula: str | None, terms: Sequence[str]
-) -> dict:
+) -> dict[str, Any]:
     """statsmodels MixedLM with a random intercept (and ``re_formula`` slopes) per concept;
     the listed fixed terms with their model-based 95% intervals. A fit with random slopes
     that fails or does not converge falls back to random intercepts, and says so."""
@@ -367,7 +368,7 @@ def pooled_correlation(
         n, sa, sb, saa, sbb, sab = np.moveaxis(g["s"].sum(axis=1), -1, 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             cov = sab - sa * sb / n
-            return cov / np.sqrt((saa - sa**2 / n) * (sbb - sb**2 / n))
+            return cast(np.ndarray, cov / np.sqrt((saa - sa**2 / n) * (sbb - sb**2 / n)))
 
     return hierarchical_bootstrap(
         {c: {"s": _one_unit(s)} for c, s in sums.items()},

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -56,6 +56,11 @@ from experiments.kernel.study import Finished, Opening, Resume, config_params, r
 from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
 from experiments.strength.range import BETA_TAG, range_warning, shared_range
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from steering.models import LoadedModel
 
 PHASE = "6-identify"
 # The stages a study times, in order (its record's timings; `identify --dry-run` lists them).
@@ -113,8 +118,8 @@ def peak_memory() -> dict[str, float]:
 
 def run_identify(
     config: ExperimentConfig,
-    lm=None,
-    embedder=None,
+    lm: LoadedModel | None = None,
+    embedder: SentenceTransformer | None = None,
     resume: str | None = None,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -379,12 +384,12 @@ def build_record(
     layer: int,
     alpha: float,
     betas: dict[str, float],
-    analysis: dict,
-    between: dict,
-    validation: dict,
-    phase6: dict | None,
+    analysis: dict[str, Any],
+    between: dict[str, Any],
+    validation: dict[str, Any],
+    phase6: dict[str, Any] | None,
     label: str,
-    prereg,
+    prereg: Preregistration | None,
     resources: dict[str, float],
     timings: dict[str, float],
 ) -> IdentifyRecord:

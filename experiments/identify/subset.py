@@ -15,6 +15,7 @@ directions table. The study (``study.py``) calls them; the analysis of what they
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,9 +24,21 @@ from experiments.concepts import load_concepts
 from experiments.config import IdentifyStudyConfig
 from experiments.rundir import RunDir
 
+if TYPE_CHECKING:
+    from experiments.concepts import ConceptGraph
+    from experiments.identify.data import DirectionSet, StudyData
+    from experiments.identify.detect import Detection
+    from experiments.kernel.lifecycle import RunSession
+    from experiments.likelihood_texts import LikelihoodTexts
+    from experiments.timer import Timer
+    from steering.models import LoadedModel
+
 
 def choose_subset(
-    config: IdentifyStudyConfig, detections: dict, concepts: list[str], run_dir: RunDir
+    config: IdentifyStudyConfig,
+    detections: dict[tuple[str, str], Detection],
+    concepts: list[str],
+    run_dir: RunDir,
 ) -> list[str]:
     """``identify.subset_concepts`` concepts stratified by v*'s test AUROC (known before
     any outcome), written to the run folder."""
@@ -42,9 +55,12 @@ def choose_subset(
 
 
 def subset_likelihood(
-    lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
+    lm: LoadedModel, config: IdentifyStudyConfig, run_dir: RunDir, timer: Timer, layer: int,
+    alpha: float, betas: dict[str, float], texts: LikelihoodTexts,
+    vectors: dict[str, dict[str, np.ndarray]], subset: list[str],
+    outputs: dict[tuple[str, str], dict[str, np.ndarray]], prompts: dict[str, list[str]],
     say: Callable[[str], None], words: dict[str, list[str]] | None = None,
-) -> tuple[list[dict], list[dict]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
     """The subset's likelihood records: (at fixed and KL-matched doses, on name-free texts);
     each resumes per concept from its run-folder file. ``words``: each concept's, whose
     tokens a concept-free dose leaves out (``identify.dose_kl``)."""
@@ -57,7 +73,7 @@ def subset_likelihood(
             lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
             say, words,
         )  # fmt: skip
-    name_free: list[dict] = []
+    name_free: list[dict[str, Any]] = []
     if subset and ident.name_free:
         from experiments.identify.namefree import name_free_likelihood_texts
         from steering.likelihood import encode_texts
@@ -82,7 +98,16 @@ def subset_likelihood(
 
 
 def generate_subset(
-    session, config, layer, alpha, betas, vectors, subset, tags, on_batch, say
+    session: RunSession[IdentifyStudyConfig],
+    config: IdentifyStudyConfig,
+    layer: int,
+    alpha: float,
+    betas: dict[str, float],
+    vectors: dict[str, dict[str, np.ndarray]],
+    subset: list[str],
+    tags: list[str],
+    on_batch: Callable[[int, int], None] | None,
+    say: Callable[[str], None],
 ) -> list[str]:
     """Generate from every direction of the subset not among ``tags`` (generated for every
     concept already); returns those directions' ids."""
@@ -104,7 +129,7 @@ def generate_subset(
     return every
 
 
-def nll_scorer(lm, prefix: str) -> Callable[[Sequence[str]], list[float]]:
+def nll_scorer(lm: LoadedModel, prefix: str) -> Callable[[Sequence[str]], list[float]]:
     """The unsteered model's per-token NLL of each text after ``prefix``: what
     ``namefree.drop_worst`` ranks texts by."""
     from steering.likelihood import text_loglik
@@ -112,7 +137,15 @@ def nll_scorer(lm, prefix: str) -> Callable[[Sequence[str]], list[float]]:
     return lambda texts: [-float(v) for v in text_loglik(lm, texts, prefix)]
 
 
-def name_free_detection(config, graph, concepts, directions, data, embed, scorer=None) -> dict:
+def name_free_detection(
+    config: IdentifyStudyConfig,
+    graph: ConceptGraph,
+    concepts: list[str],
+    directions: DirectionSet,
+    data: StudyData,
+    embed: Callable[[list[str]], np.ndarray],
+    scorer: Callable[[Sequence[str]], list[float]] | None = None,
+) -> dict[tuple[str, str], float]:
     """Every direction's AUROC on name-free test positives (one more pass over the model,
     so the named texts' activations are those of a study without this); with a
     ``scorer`` (:func:`nll_scorer`), each concept's worst ``1 - identify.name_free_keep``
@@ -160,7 +193,9 @@ def with_subset_prompts(config: IdentifyStudyConfig) -> IdentifyStudyConfig:
     return config.model_copy(update={"generation": generation, "selection": selection})
 
 
-def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFrame) -> None:
+def subset_columns(
+    frame: pd.DataFrame, dose: list[dict[str, Any]], generated: pd.DataFrame
+) -> None:
     """Add the subset's outcomes to the directions table, in place (NaN off the subset):
     ``dose_effect_<label>`` (mean over pairs), the matched dose's multiplier, KL and
     whether it matched (``dose_kl_kind``: the KL it was matched on, when not the
@@ -206,7 +241,9 @@ def subset_columns(frame: pd.DataFrame, dose: list[dict], generated: pd.DataFram
             frame[column] = [at.get(k, np.nan) for k in key]
 
 
-def name_free_columns(frame: pd.DataFrame, auroc: dict, likelihood: list[dict]) -> None:
+def name_free_columns(
+    frame: pd.DataFrame, auroc: dict[tuple[str, str], float], likelihood: list[dict[str, Any]]
+) -> None:
     """``auroc_name_free`` (every concept with name-free positives) and
     ``effect_name_free`` (the subset, mean over pairs at s = +1), in place."""
     key = list(zip(frame["concept"], frame["direction"], strict=True))

@@ -20,11 +20,15 @@ no format component at all would show.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from steering.directions import DirectionContext, get_direction_source
 from steering.probes import LinearProbe
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FORMAT_AXIS_FORMAT = "steer-eval/format-axis/v1"
 # The direction sources Phase 4 diagnoses for every classifier set.
@@ -68,7 +72,7 @@ def format_axis_floor(
 def cosine_matrix(directions: Mapping[str, np.ndarray]) -> np.ndarray:
     """Pairwise cosines of the directions, in their mapping order."""
     stacked = np.stack([unit(v) for v in directions.values()])
-    return stacked @ stacked.T
+    return cast(np.ndarray, stacked @ stacked.T)
 
 
 def off_diagonal(matrix: np.ndarray) -> np.ndarray:
@@ -77,12 +81,12 @@ def off_diagonal(matrix: np.ndarray) -> np.ndarray:
 
 def direction_diagnostics(
     directions: Mapping[str, np.ndarray], axis: np.ndarray | None = None
-) -> dict:
+) -> dict[str, Any]:
     """Cosine matrix, mean/max off-diagonal cosine and cosines with the format axis."""
     names = list(directions)
     matrix = cosine_matrix(directions)
     pairs = off_diagonal(matrix)
-    out: dict = {
+    out: dict[str, Any] = {
         "concepts": names,
         "cosine_matrix": [[float(x) for x in row] for row in matrix],
         "mean_pairwise_cosine": float(pairs.mean()) if len(pairs) else None,
@@ -118,7 +122,7 @@ def source_directions(
 
 def classifier_set_diagnostics(
     probes: Mapping[str, LinearProbe], axis: np.ndarray | None, floor: float | None = None
-) -> dict:
+) -> dict[str, Any]:
     """Phase 4: diagnostics of every direction source a classifier set offers."""
     sources = [s for s in PHASE4_SOURCES if s != "classifier_deformat" or axis is not None]
     if any(p.diffmean is None for p in probes.values()):
@@ -140,7 +144,7 @@ def steering_diagnostics(
     axis: np.ndarray | None,
     source: str,
     floor: float | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Phase 5: diagnostics of the directions a run steers with (from ``source``)."""
     cos_dm = probe_diffmean_cosines(probes)
     return {
@@ -152,7 +156,7 @@ def steering_diagnostics(
     }
 
 
-def diagnostics_metrics(diag: Mapping, prefix: str) -> dict[str, float | None]:
+def diagnostics_metrics(diag: Mapping[str, Any], prefix: str) -> dict[str, float | None]:
     """Flat MLflow metrics of one :func:`direction_diagnostics`-shaped dict."""
     out: dict[str, float | None] = {
         f"{prefix}/mean_pairwise_cosine": diag.get("mean_pairwise_cosine"),
@@ -170,7 +174,7 @@ def diagnostics_metrics(diag: Mapping, prefix: str) -> dict[str, float | None]:
     return out
 
 
-def cosine_heatmap(panels: Mapping[str, Mapping], title: str):
+def cosine_heatmap(panels: Mapping[str, Mapping[str, Any]], title: str) -> Figure:
     """One heatmap per named diagnostics dict (``concepts`` + ``cosine_matrix``)."""
     import matplotlib
 
@@ -200,7 +204,9 @@ def cosine_heatmap(panels: Mapping[str, Mapping], title: str):
     return fig
 
 
-def layer_heatmap(aurocs: Mapping[int, Mapping[str, float | None]], metric: str = "AUROC"):
+def layer_heatmap(
+    aurocs: Mapping[int, Mapping[str, float | None]], metric: str = "AUROC"
+) -> Figure:
     """Layer × concept heatmap of a held-out metric (rows: layers)."""
     import matplotlib
 
@@ -224,7 +230,7 @@ def layer_heatmap(aurocs: Mapping[int, Mapping[str, float | None]], metric: str 
     return fig
 
 
-def log_diagnostics(run_id: str, diag: Mapping, prefix: str = "diagnostics") -> None:
+def log_diagnostics(run_id: str, diag: Mapping[str, Any], prefix: str = "diagnostics") -> None:
     """Log a steering-diagnostics dict to an MLflow run: metrics, heatmap and JSON."""
     import matplotlib.pyplot as plt
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -268,10 +268,10 @@ def _correlation_interval(
 class EffectReport:
     """The steering effect per arm and sign, the null, the specificity and criteria v2."""
 
-    summary: dict[str, dict] = field(default_factory=dict)
+    summary: dict[str, dict[str, Any]] = field(default_factory=dict)
     per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
     criteria: dict[str, CriterionResult] = field(default_factory=dict)
-    intervals: dict[str, dict] = field(default_factory=dict)
+    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
     specificity: dict[int, pd.DataFrame] = field(default_factory=dict)
     slopes: dict[str, float] = field(default_factory=dict)
     # Per unit (concept, prompt, sample) and sign: the gated effect above the isotropic
@@ -297,7 +297,7 @@ def all_gated(frame: pd.DataFrame, what: str) -> str | None:
     return f"every steered text at {what} was gated ({n}/{n})"
 
 
-def _summarise(frame: pd.DataFrame, config: ExperimentConfig, what: str) -> dict:
+def _summarise(frame: pd.DataFrame, config: ExperimentConfig, what: str) -> dict[str, Any]:
     out: dict[str, float | str | None] = {"n": float(len(frame))}
     gated = all_gated(frame, what)
     for column in ("e", "e_gated", "combined"):
@@ -328,7 +328,7 @@ def evaluate_effect(
     ):
         for sign, rows in arm_rows.groupby("sign"):
             what = sign_label(int(cast(int, sign))) + (
-                "" if arm_name == CONCEPT_ARM else f" ({arm_name})"
+                "" if cast(str, arm_name) == CONCEPT_ARM else f" ({arm_name})"
             )
             out.summary[f"{arm_name}/{SIGNS[int(cast(int, sign))]}"] = _summarise(
                 rows, config, what
@@ -443,14 +443,14 @@ def evaluate_effect(
     return out
 
 
-def select_betas(records: pd.DataFrame, config: ExperimentConfig) -> dict[str, dict]:
+def select_betas(records: pd.DataFrame, config: ExperimentConfig) -> dict[str, dict[str, Any]]:
     """Held-out strength selection: per concept, the β of the grid whose gated effect
     (concept arm, both signs pooled) is largest on the *selection* prompts; ties go to
     the smaller β. Returns {synset: {"beta": β, "effects": {β: mean gated e}}}."""
     rows = records[_col(records, "split", "report") == "selection"]
     effects = paired_effects(rows, config)
     effects = effects[effects["arm"] == CONCEPT_ARM]
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for synset, group in effects.groupby("concept"):
         means = {
             float(cast(float, b)): float(g["e_gated"].mean()) for b, g in group.groupby("beta")

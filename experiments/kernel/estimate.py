@@ -24,6 +24,7 @@ import platform
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
@@ -32,6 +33,9 @@ from experiments.kernel.plan import CONCEPT_ARM, planned_rows
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.tracking.context import CPUS_TAG, DEVICE_TAG, HOST_TAG, LOAD_TAG, MODEL_TAG
 from steering.preflight import ModelFacts, read_model
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 # Stages whose time does not grow with the rows generated (a model loads once whatever
 # the plan); every other stage of an earlier run is scaled to this plan's rows × tokens.
@@ -66,7 +70,7 @@ class Estimate:
         """Whether that run started with the machine busy (over BUSY_PER_CORE per core)."""
         return self.load is not None and self.load > BUSY_PER_CORE * (self.cpus or 1)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "run_name": self.run_name,
@@ -105,7 +109,7 @@ class Plan:
     def max_tokens(self) -> int:
         return self.n_rows * self.max_new_tokens
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         m = self.model
         return {
             "phase": self.phase,
@@ -137,7 +141,7 @@ class Plan:
         }
 
 
-def _kind(meta: dict) -> str:
+def _kind(meta: dict[str, Any]) -> str:
     if meta["strength"] == 0:
         return "unsteered"
     if meta["arm"] == CONCEPT_ARM:
@@ -181,7 +185,7 @@ def batch_size(config: ExperimentConfig, model: ModelFacts) -> str:
     return f"{CPU_BATCH_ROWS} (auto on {model.device.type})"
 
 
-def _device_of(run) -> str | None:
+def _device_of(run: Run) -> str | None:
     """The device type an earlier run's model ran on: its tag, else (older runs) its
     config's ``device`` as it resolves on this machine now."""
     tagged = run.data.tags.get(DEVICE_TAG)
@@ -198,7 +202,7 @@ def _device_of(run) -> str | None:
         return None
 
 
-def _model_of(run) -> str | None:
+def _model_of(run: Run) -> str | None:
     return run.data.tags.get(MODEL_TAG) or run.data.params.get("model")
 
 
@@ -211,7 +215,7 @@ def _rows_generated(folder: Path) -> int:
         return sum(1 for line in lines if line.strip())
 
 
-def _load_of(run) -> tuple[float | None, int | None]:
+def _load_of(run: Run) -> tuple[float | None, int | None]:
     """The load average and CPU count a run started with (its tags), or None each."""
     try:
         load = float(run.data.tags[LOAD_TAG])
@@ -221,7 +225,7 @@ def _load_of(run) -> tuple[float | None, int | None]:
     return load, cpus
 
 
-def _record_of(run) -> tuple[dict[str, float], int, str | None] | None:
+def _record_of(run: Run) -> tuple[dict[str, float], int, str | None] | None:
     """An earlier run's stage timings, rows × tokens and vector source, from its record
     (any phase; the source from its params where the record's config has none)."""
     folder = run.data.tags.get(RUN_DIR_TAG)

@@ -13,7 +13,7 @@ batch as it comes back, so an interrupted run of either kind resumes the same wa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from experiments.config import CPU_BATCH_ROWS, ExperimentConfig
 from experiments.execution import ExecutionError, Executor, LocalExecutor, PlanSpec
@@ -51,13 +51,13 @@ def batches(rows: list[GenerationRow], lm: LoadedModel, size: int) -> list[list[
 
 
 def generation_record(
-    meta: dict,
+    meta: dict[str, Any],
     gen: Generation,
     nll: float | None,
     tps: float,
     started_ns: int | None = None,
     ended_ns: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """One line of ``generations.jsonl`` (:class:`~experiments.rows.GenerationRecord`)."""
     times = {} if started_ns is None else {"started_ns": started_ns, "ended_ns": ended_ns}
     return GenerationRecord(
@@ -74,7 +74,7 @@ def generation_record(
 
 
 def generate(
-    session: RunSession,
+    session: RunSession[Any],
     plan: GenerationPlan,
     vectors: VectorSet,
     on_batch: Callable[[int, int], None] | None = None,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph, load_concepts
@@ -43,6 +43,9 @@ from experiments.tracking.context import (
     WAIT_POLICY_TAG,
     load_tags,
 )
+
+if TYPE_CHECKING:
+    from steering.models import LoadedModel
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -76,7 +79,7 @@ class RunError(RuntimeError):
 
 def scoring_config(
     run_dir: RunDir, overrides: list[str], action: Action = "rescore", phase: Phase | None = None
-):
+) -> RunConfig:
     """The run's stored config with ``overrides`` applied, refusing any that would change
     what was (or is still to be) generated: a rescore or a resume may only change how
     saved texts are scored and judged. ``phase``: the phase of the command, how a stored
@@ -123,7 +126,7 @@ class RunSession(Generic[C]):
 
     def layer(self) -> int:
         """The decoder layer the run probes and steers (``layer`` or the middle one)."""
-        lm = self.lm
+        lm: LoadedModel = self.lm  # a model is loaded whenever a layer is asked for
         return lm.check_layer(
             self.config.layer if self.config.layer is not None else lm.default_layer
         )
@@ -215,7 +218,7 @@ def open_run(
     *,
     resume: Resume | None = None,
     results_dir: str | Path | None = None,
-    execution: dict | None = None,
+    execution: dict[str, Any] | None = None,
     lm: Any = None,
     embedder: Any = None,
     need_embedder: bool = True,

@@ -25,7 +25,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from experiments.concepts import Concept, ConceptGraph
 from experiments.config import ExperimentConfig
@@ -86,7 +86,7 @@ class GenerationPlan:
 
     directions: list[str]  # direction index -> "synset" or "synset|random:j"
     rows: list[GenerationRow]
-    meta: dict[str, dict]
+    meta: dict[str, dict[str, Any]]
 
     def pending(self, done: set[str]) -> list[GenerationRow]:
         return [r for r in self.rows if r.key not in done]
@@ -102,7 +102,7 @@ def prompt_signs(config: ExperimentConfig) -> list[int]:
     return [1] * len(g.prompts) + [-1] * len(g.suppression_prompts)
 
 
-def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[dict]:
+def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[dict[str, Any]]:
     """One dict per (prompt, sample) of ``split`` with the fields every row of it shares.
 
     With suppression prompts, the neutral and the concept-naming prompts are split into
@@ -143,7 +143,7 @@ def planned_rows(
     betas: Mapping[str, float] | None = None,
     vectors: str | None = None,
     null_arms: bool = False,
-) -> Iterator[tuple[str, dict]]:
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, meta) for every row of one split, in plan order; no model needed.
 
     ``betas`` gives the report split's β per concept (from held-out selection); without

@@ -8,11 +8,15 @@ of the stage itself: it imports this module.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from experiments.kernel.diagnostics import diagnostics_metrics
 from steering.probes import LinearProbe
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PER_CONCEPT_KEYS = (
     "auroc",
@@ -30,7 +34,7 @@ PER_CONCEPT_KEYS = (
 def set_metrics(
     probes: Mapping[str, LinearProbe],
     means: Mapping[str, float],
-    diagnostics: Mapping,
+    diagnostics: Mapping[str, Any],
     layer_tag: str = "",
 ) -> dict[str, float | None]:
     """MLflow metrics of one probe set: ``{key}{layer_tag}/{synset}``, ``mean_{key}{layer_tag}``
@@ -48,7 +52,7 @@ def set_metrics(
     return out
 
 
-def metrics_rows(probes: Mapping[str, LinearProbe]) -> list[dict]:
+def metrics_rows(probes: Mapping[str, LinearProbe]) -> list[dict[str, Any]]:
     """One row per concept for the ``classifier_metrics.json`` table."""
     rows = []
     for synset, probe in probes.items():
@@ -62,7 +66,7 @@ def metrics_rows(probes: Mapping[str, LinearProbe]) -> list[dict]:
     return rows
 
 
-def confusion_figure(probes: Mapping[str, LinearProbe]):
+def confusion_figure(probes: Mapping[str, LinearProbe]) -> Figure:
     """Held-out confusion matrices at the calibrated threshold (raw F1 in the title)."""
     import matplotlib
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class ProbeSet:
     run_id: str | None = None
     seconds: float = 0.0
     format_axis: np.ndarray | None = None
-    diagnostics: dict = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
     def predictor(self, name: str = "f1_calibrated") -> dict[str, float]:
         """Per-concept values of a held-out predictor (concepts without one are left out)."""

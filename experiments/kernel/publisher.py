@@ -106,7 +106,7 @@ class Views:
     also_note: Sequence[str] = ()  # other experiments that lead with it, when they exist
 
 
-def save_figure(path: os.PathLike | str, fig: Any) -> None:
+def save_figure(path: os.PathLike[str] | str, fig: Any) -> None:
     """A figure written atomically (a reader or a crash never sees half a PNG)."""
     import matplotlib.pyplot as plt
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from experiments.concepts import Concept, ConceptGraph
 from experiments.config import CPU_BATCH_ROWS, ExperimentConfig, MetricsConfig
@@ -79,7 +79,7 @@ class ScoredText:
         return coherence_report(self.text, self.prompt)
 
 
-def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
+def score_chunk(scorer: Scorer, generations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Score records (keyed by ``key``) for one chunk of generation records.
 
     Besides Δ against the row's own concept, every text gets Δ against every concept of
@@ -110,7 +110,7 @@ def score_chunk(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
     return out
 
 
-def score_all(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
+def score_all(scorer: Scorer, generations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Score every generation, embedding in the chunks the generation stage produced.
 
     Chunks follow the generation batches (split, prompt length, key; ``batch_size`` rows),
@@ -122,7 +122,7 @@ def score_all(scorer: Scorer, generations: Sequence[dict]) -> list[dict]:
     size = scorer.config.generation.batch_size
     if not isinstance(size, int):  # auto: fixed chunks, so a rescore anywhere matches
         size = CPU_BATCH_ROWS
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for split in ("selection", "report"):  # each split as its generation stage batched it
         ordered = sorted(
             (g for g in generations if g.get("split", "report") == split),

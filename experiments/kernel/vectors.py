@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
@@ -20,6 +20,10 @@ from steering.directions import DirectionContext, get_direction_source
 from steering.models import LoadedModel
 from steering.vector import SteeringVector
 from steering.vector_files import ModelKind
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 @dataclass
@@ -45,18 +49,18 @@ class VectorSet:
             return self.vectors[synset]
         return self.random[synset][int(arm.split(":")[1])]
 
-    def numpy_directions(self) -> dict:
+    def numpy_directions(self) -> dict[str, np.ndarray]:
         """The unit directions as float64 numpy arrays, by concept."""
         return {k: v.direction.double().cpu().numpy() for k, v in self.vectors.items()}
 
-    def stacked(self, order: list[str]):
+    def stacked(self, order: list[str]) -> torch.Tensor:
         """The unit directions as a ``[directions, hidden]`` tensor in ``order``."""
         import torch
 
         return torch.stack([self.get(k).direction for k in order])
 
 
-def random_directions(seed: int, synset: str, k: int, hidden: int):
+def random_directions(seed: int, synset: str, k: int, hidden: int) -> list[torch.Tensor]:
     """``k`` seeded random unit directions for a concept: the null control.
 
     Uniform on the sphere (normalised Gaussians), seeded by (seed, concept, j) so that
@@ -85,7 +89,7 @@ def imported_vectors(
     layer: int,
     kind: ModelKind | None = None,
     notes: list[str] | None = None,
-) -> dict | None:
+) -> dict[str, np.ndarray] | None:
     """The vectors of ``steering.vector_file`` (validated by ``read_vectors``, the one
     validator: the run's and the dry run's), or None for other sources. ``kind``: the
     model a GGUF's ``model_hint`` is checked against; ``notes`` gets what was said."""
@@ -105,7 +109,9 @@ def imported_vectors(
     )
 
 
-def concept_vector(direction, layer: int, alpha: float, config: ExperimentConfig):
+def concept_vector(
+    direction: np.ndarray, layer: int, alpha: float, config: ExperimentConfig
+) -> SteeringVector:
     """A concept's :class:`SteeringVector`. An imported float32 vector that is already
     unit-norm to float32 precision is kept bit for bit (normalising it again moves the last
     bit of about one vector in thirteen), so an exported run re-imports exactly."""

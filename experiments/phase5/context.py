@@ -8,6 +8,7 @@ filled in later: it is frozen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from experiments.concepts import ConceptGraph
 from experiments.config import ExperimentConfig
@@ -27,10 +28,10 @@ class RunContext:
     predictors: dict[str, dict[str, float | None]]
     classifier_run_id: str | None = None
     classifier_dir: str | None = None
-    diagnostics: dict = field(default_factory=dict)  # RunRecord.diagnostics
+    diagnostics: dict[str, Any] = field(default_factory=dict)  # RunRecord.diagnostics
     # Per concept: the probe's test-split decisions (test_scores, test_labels) and its
     # calibrated threshold, from which a predictor's reliability is measured.
-    detection: dict = field(default_factory=dict)  # RunRecord.detection
+    detection: dict[str, Any] = field(default_factory=dict)  # RunRecord.detection
     layer_choice: LayerChoice | None = None  # --layer auto / auto-effect (kernel/layers.py)
 
     @property

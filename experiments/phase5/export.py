@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from experiments.concepts import ConceptGraph
 from experiments.kernel.lifecycle import load_graph
@@ -28,6 +29,9 @@ from experiments.kernel.vectors import concept_vectors
 from experiments.rundir import RunDir
 from steering.probes import LinearProbe
 from steering.vector_files import UNIT_KEY, write_control_vector, write_mapping
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentConfig
 
 EXPORT_FORMAT = "steer-eval/vector-export"
 MANIFEST = "export.json"
@@ -49,7 +53,7 @@ class Export:
     scales: dict[str, float]  # α·β per concept
     files: dict[str, str]  # concept -> GGUF file name
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "format": EXPORT_FORMAT,
             "model_id": self.model_id,
@@ -63,7 +67,7 @@ class Export:
         }
 
 
-def _model_hint(config, model_id: str) -> str:
+def _model_hint(config: ExperimentConfig, model_id: str) -> str:
     """``controlvector.model_hint``: the model's ``config.model_type`` (``gemma3_text``),
     as repeng writes it (a hint only: llama.cpp never reads it; repeng and our import
     warn when it is not the loaded model's), or the model id when the config cannot be

@@ -5,7 +5,7 @@ intervals, and the per-concept forest plot)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,13 @@ from experiments.kernel.effect import SIGNS
 from experiments.record import RunRecord
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
+    from matplotlib.transforms import Bbox, BboxBase
+
+    from experiments.config import ExperimentConfig
     from experiments.phase5.context import RunContext
 
 
@@ -82,7 +89,7 @@ def plots(
     return figs
 
 
-def specificity_figure(matrix: pd.DataFrame, title: str):
+def specificity_figure(matrix: pd.DataFrame, title: str) -> Figure:
     """Heatmap of M[steered concept, scored concept]: a bright diagonal is specificity."""
     import matplotlib
 
@@ -114,7 +121,7 @@ def _signs_with_effects(record: RunRecord) -> list[str]:
     ]
 
 
-def _bounds(values: dict, key: str) -> tuple[float | None, float | None]:
+def _bounds(values: dict[str, Any], key: str) -> tuple[float | None, float | None]:
     return values.get(f"{key}_low"), values.get(f"{key}_high")
 
 
@@ -145,16 +152,18 @@ LABEL_OFFSETS = [
 ]
 
 
-def place_labels(ax, points: list[tuple[float, float]], labels: list[str], fontsize: float = 7):
+def place_labels(
+    ax: Axes, points: list[tuple[float, float]], labels: list[str], fontsize: float = 7
+) -> list[Annotation]:
     """Annotate each point with its label where it overlaps no other label, no point
     and stays inside the axes: offsets are tried nearest first (matplotlib alone; no
     adjustText in the environment). A label moved far from its point gets a thin line
     to it. Returns the annotations (a test checks their boxes do not overlap)."""
     fig = ax.figure
-    renderer = fig.canvas.get_renderer()
+    renderer = cast("FigureCanvasAgg", fig.canvas).get_renderer()  # the figures draw on Agg
     inside = ax.get_window_extent(renderer)
     marks = [ax.transData.transform(p) for p in points]
-    placed: list = []
+    placed: list[Bbox] = []
     out = []
     for (x, y), text in zip(points, labels, strict=True):
         best, best_cost = None, None
@@ -194,28 +203,28 @@ def place_labels(ax, points: list[tuple[float, float]], labels: list[str], fonts
     return out
 
 
-def _overlap(a, b) -> float:
+def _overlap(a: BboxBase, b: BboxBase) -> float:
     w = min(a.x1, b.x1) - max(a.x0, b.x0)
     h = min(a.y1, b.y1) - max(a.y0, b.y0)
     return w * h if w > 0 and h > 0 else 0.0
 
 
-def _within(box, outer) -> bool:
+def _within(box: BboxBase, outer: BboxBase) -> bool:
     return box.x0 >= outer.x0 and box.x1 <= outer.x1 and box.y0 >= outer.y0 and box.y1 <= outer.y1
 
 
-def _gated(values: dict, label: str) -> tuple[int, int]:
+def _gated(values: dict[str, Any], label: str) -> tuple[int, int]:
     """(k, n): how many of a concept's steered texts at this sign the gate failed."""
     return int(values.get(f"gated_out_{label}") or 0), int(values.get(f"steered_{label}") or 0)
 
 
-def _detector(config) -> str:
+def _detector(config: ExperimentConfig) -> str:
     """What the run's predictor scores, in a word (the answer's: probe, imported vector)."""
     return direction_origin(config.steering.vector_source, config.criteria.predictor).detector
 
 
 def _concept_label(
-    name: str, values: dict, label: str, flag: str | None, detector: str = "probe"
+    name: str, values: dict[str, Any], label: str, flag: str | None, detector: str = "probe"
 ) -> str:
     """A concept's label: its name, n of its interval, k/n gated, and a degenerate flag."""
     parts = [name]
@@ -237,7 +246,7 @@ HOLLOW_NOTE = (
 HOLLOW_LEGEND = "every text gated out: not measured (at 0)"
 
 
-def _hollow(values: dict, label: str) -> bool:
+def _hollow(values: dict[str, Any], label: str) -> bool:
     """Every steered text of the concept at this sign was gated out: not measured."""
     k, n = _gated(values, label)
     return n > 0 and k == n
@@ -250,7 +259,7 @@ def _gated_count(record: RunRecord, concepts: list[str], label: str) -> str:
     return f"{n} concepts, {k}/{n} all gated out"
 
 
-def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
+def predictor_effect_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
     """The v2 question per sign: each concept's predictor (x, with its interval over the
     probe's test texts where the record allows) against its effect above null (y, with
     its interval over the concept's prompts); the threshold and the correlation's verdict
@@ -360,7 +369,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]):
     return fig
 
 
-def forest_figure(record: RunRecord, names: dict[str, str]):
+def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
     """Per concept, the effect above null with its interval, per sign; the pooled
     estimate (the v2 criterion) at the bottom. Each row names how many units its
     intervals rest on and how many texts the gate failed; a concept whose texts were all
@@ -474,7 +483,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]):
     return fig
 
 
-def reviewer_figures(record: RunRecord, names: dict[str, str]) -> dict[str, object]:
+def reviewer_figures(record: RunRecord, names: dict[str, str]) -> dict[str, Figure]:
     """The figures a reviewer asks for first, from the record alone."""
     out = {}
     for file_name, make in (

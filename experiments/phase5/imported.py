@@ -10,7 +10,9 @@ own, so the run's predictors, criteria, reliabilities and record read them uncha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,13 +25,16 @@ from steering.memory import activation_texts
 from steering.models import LoadedModel
 from steering.probes import LinearProbe, evaluate_probe
 
+if TYPE_CHECKING:
+    from experiments.prompts import ProbeExample
+
 
 def direction_metrics(
     direction: np.ndarray,
     probe: LinearProbe,
     test: tuple[np.ndarray, np.ndarray],
     validation: tuple[np.ndarray, np.ndarray],
-) -> dict:
+) -> dict[str, Any]:
     """Phase 4's held-out metrics of the projection onto ``direction`` (bias 0)."""
     detector = replace(probe, weight=np.asarray(direction, dtype=np.float64), bias=0.0, metrics={})
     metrics = evaluate_probe(detector, test[0], test[1], validation=validation)
@@ -56,7 +61,7 @@ def imported_detection(
     row = {t: i for i, t in enumerate(wanted)}
     features = pooled_activations(lm, wanted, layer, batch_size=activation_texts(lm, 64)).numpy()
 
-    def split(examples) -> tuple[np.ndarray, np.ndarray]:
+    def split(examples: Sequence[ProbeExample]) -> tuple[np.ndarray, np.ndarray]:
         return features[[row[e.text] for e in examples]], np.array([e.label for e in examples])
 
     directions = vectors.numpy_directions()

@@ -18,6 +18,7 @@ is off: they are Δ's reference texts). ``steer-eval rescore`` reads both, never
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import cast
 
 from experiments.concepts import ConceptGraph
@@ -49,7 +50,7 @@ def score_likelihood(
     vectors: VectorSet,
     run_dir: RunDir,
     betas: dict[str, float] | None = None,
-    say=lambda _msg: None,
+    say: Callable[[str], None] = lambda _msg: None,
 ) -> int:
     """Score every concept not yet in ``likelihood.jsonl``; returns the concepts scored."""
     texts = texts_for(run_dir, config, graph)

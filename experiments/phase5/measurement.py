@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -57,7 +57,9 @@ def _auroc(units: np.ndarray) -> np.ndarray:
     return np.where((n_pos > 0) & (n_neg > 0), auc, np.nan)
 
 
-def _per_resample(metric: Callable[[np.ndarray, np.ndarray, float], float]):
+def _per_resample(
+    metric: Callable[[np.ndarray, np.ndarray, float], float],
+) -> Callable[[np.ndarray], np.ndarray]:
     def aggregate(units: np.ndarray) -> np.ndarray:
         flat = units.reshape(-1, *units.shape[-2:])
         out = [metric(u[:, 0], u[:, 1], float(u[0, 2])) for u in flat]
@@ -136,11 +138,12 @@ class _SplitOptions(TypedDict):
 class MeasurementReport:
     """Reliabilities, corrected correlations, the likelihood outcome and Δ's scale."""
 
-    statistics: dict[str, dict | list] = field(default_factory=dict)  # likelihood: a list
+    # likelihood: a list of rows
+    statistics: dict[str, dict[str, Any] | list[dict[str, Any]]] = field(default_factory=dict)
     per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
-def _units(frame: pd.DataFrame, column: str) -> tuple[dict, dict]:
+def _units(frame: pd.DataFrame, column: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per concept: the column's unit values and their prompts (the split strata)."""
     units, strata = {}, {}
     for concept, group in frame.groupby("concept", sort=True):
@@ -152,7 +155,9 @@ def _units(frame: pd.DataFrame, column: str) -> tuple[dict, dict]:
     return units, strata
 
 
-def _likelihood_units(records: Sequence[dict], family: str, strength: float) -> dict:
+def _likelihood_units(
+    records: Sequence[dict[str, Any]], family: str, strength: float
+) -> dict[str, Any]:
     """Per concept, the per-pair outcome of a family (its draws averaged pair by pair)."""
     by: dict[str, dict[int, list[float]]] = {}
     for r in records:
@@ -167,13 +172,15 @@ def _of_sign(frame: pd.DataFrame, sign: int) -> pd.DataFrame:
     return frame[frame["sign"] == sign] if len(frame) else frame
 
 
-def _sign_units(frame: pd.DataFrame, sign: int, column: str) -> tuple[dict, dict]:
+def _sign_units(
+    frame: pd.DataFrame, sign: int, column: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per concept of one sign: the column's units and their prompts."""
     part = _of_sign(frame, sign)
     return _units(part, column) if len(part) else ({}, {})
 
 
-def _shared(*maps: Mapping) -> list:
+def _shared(*maps: Mapping[str, Any]) -> list[str]:
     keys = set(maps[0])
     for m in maps[1:]:
         keys &= set(m)
@@ -184,7 +191,7 @@ def measure(
     effect: EffectReport,
     config: ExperimentConfig,
     detection: Mapping[str, Mapping[str, object]],
-    likelihood: Sequence[dict] = (),
+    likelihood: Sequence[dict[str, Any]] = (),
     gaps: Mapping[str, ReferenceGap] | None = None,
 ) -> MeasurementReport:
     """Every reliability and corrected correlation of a scored run (see the module)."""
@@ -192,7 +199,7 @@ def measure(
     opts = _SplitOptions(n_splits=c.reliability_splits, seed=config.seed)
     boot = dict(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
     out = MeasurementReport()
-    rel: dict[str, dict] = {}
+    rel: dict[str, dict[str, Any]] = {}
     name = c.predictor
     x_units = detection_units(detection)
     x_strata = {k: list(v[:, 1]) for k, v in x_units.items()}
@@ -209,7 +216,7 @@ def measure(
             if not x_units
             else f"{len(x_units)} concepts",
         }
-    corrected: dict[str, dict] = {}
+    corrected: dict[str, dict[str, Any]] = {}
     lk_units = {s: _likelihood_units(likelihood, "concept", s) for s in (1.0, -1.0)}
     for sign, label in SIGNS.items():
         rows = (
@@ -276,7 +283,9 @@ def measure(
     return out
 
 
-def _likelihood_summary(records: Sequence[dict], out: MeasurementReport, boot: dict) -> list:
+def _likelihood_summary(
+    records: Sequence[dict[str, Any]], out: MeasurementReport, boot: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Per sign and family: the mean outcome over concepts, and the concept arm above it."""
     rows = []
     for s in sorted({r["strength"] for r in records}, reverse=True):
@@ -319,7 +328,7 @@ def _likelihood_summary(records: Sequence[dict], out: MeasurementReport, boot: d
     return rows
 
 
-def _by_direction(records: Sequence[dict], effect: EffectReport) -> dict:
+def _by_direction(records: Sequence[dict[str, Any]], effect: EffectReport) -> dict[str, Any]:
     """Across directions (each concept's own and its random ones, both measured by both
     outcomes): the likelihood outcome against the generation effect (ungated e), with a
     bootstrap over concepts (a concept's directions share its texts and prompts)."""
@@ -355,9 +364,9 @@ def _reference_gap(
     gaps: Mapping[str, ReferenceGap],
     effect: EffectReport,
     out: MeasurementReport,
-    boot: dict,
+    boot: dict[str, Any],
     opts: _SplitOptions,
-) -> dict:
+) -> dict[str, Any]:
     """Δ's scale: per concept, Δ(on-concept texts) − Δ(off-concept texts); and the effect
     above the null as a fraction of it (per concept, then over concepts)."""
     units = {k: g.pair_gaps for k, g in gaps.items()}

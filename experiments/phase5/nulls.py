@@ -10,12 +10,18 @@ direction at the vector set's α and β. Arm names: ``null:neutral:j`` and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from experiments.concepts import ConceptGraph
 from experiments.kernel.vectors import VectorSet, neutral_texts
 from steering.activations import pooled_activations
 from steering.models import LoadedModel
 from steering.nulls import neutral_split_directions, other_concept_directions
 from steering.vector import SteeringVector
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 NEUTRAL_ARM = "null:neutral"
 OTHER_ARM = "null:other"
@@ -46,7 +52,7 @@ def build_model_nulls(
         acts = pooled_activations(lm, texts, vectors.layer).double().numpy()
     directions = vectors.numpy_directions()
 
-    def vector(direction, source: str) -> SteeringVector:
+    def vector(direction: np.ndarray | torch.Tensor, source: str) -> SteeringVector:
         return SteeringVector.from_direction(
             torch.as_tensor(direction),
             vectors.layer,

@@ -12,6 +12,7 @@ study (``phase5/run.py``) calls it.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,11 @@ from experiments.rows import View, aggregates, columns
 from experiments.rundir import RunDir
 from experiments.tracking.context import MAX_TAG_LEN
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from experiments.config import ExperimentConfig
+
 log = logging.getLogger(__name__)
 
 # The parent run's per-text table (the run folder's samples.csv, as an MLflow table).
@@ -54,7 +60,7 @@ SAMPLES_TABLE = "samples.json"
 CHILD_TABLE_COLUMNS = columns(View.CHILD_TABLE)
 
 
-def numeric_metrics(metrics: dict) -> dict[str, float | None]:
+def numeric_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
     """A probe's metrics without the nested confusion matrix."""
     return {
         k: (None if v is None else float(v))
@@ -83,7 +89,7 @@ HEADLINE_KEYS = {
 PHASE4_TAG = "steer_eval.phase4_run"
 
 
-def parent_params(ctx: RunContext, n_concepts: int) -> dict:
+def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, Any]:
     config = ctx.config
     return {
         "model": ctx.model_id,
@@ -103,7 +109,7 @@ def parent_params(ctx: RunContext, n_concepts: int) -> dict:
     }
 
 
-def run_name(config, model_id: str, layer: int) -> str:
+def run_name(config: ExperimentConfig, model_id: str, layer: int) -> str:
     """What tells two runs apart: model, layer, direction source, mode (when not the
     default additive) and β (``β heldout`` when chosen per concept)."""
     model = model_id.split(":")[-1].rstrip("/").split("/")[-1]
@@ -134,7 +140,7 @@ def prompt_frame(ctx: RunContext) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def log_run_inputs(run_id: str, ctx: RunContext, config_path) -> None:
+def log_run_inputs(run_id: str, ctx: RunContext, config_path: str | Path) -> None:
     """The concept graph and the prompt set as MLflow datasets of the run."""
     from experiments.tracking.datasets import concept_frame, log_dataset
 
@@ -159,7 +165,7 @@ def cell_table(ctx: RunContext, records: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _child_params(ctx: RunContext, synset: str) -> dict:
+def _child_params(ctx: RunContext, synset: str) -> dict[str, Any]:
     c = ctx.config
     return {
         "concept": synset,
@@ -226,7 +232,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
     return logged
 
 
-def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
+def strength_metrics(agg: dict[float, dict[str, Any]]) -> dict[str, float | None]:
     """The per-strength aggregates declared for MLflow (``<name>/s_<strength>``); the
     seed design's own measures go under ``seed/`` (docs/mlflow.md)."""
     out: dict[str, float | None] = {}
@@ -238,7 +244,7 @@ def strength_metrics(agg: dict[float, dict]) -> dict[str, float | None]:
     return out
 
 
-def _seed_prefixed(values: dict) -> dict:
+def _seed_prefixed(values: dict[str, Any]) -> dict[str, Any]:
     """Under ``seed/...``, except criterion 4 (human or panel), which is shared by both
     criteria sets and stays under ``criterion/...``."""
     return {key if "c4_" in key else f"seed/{key}": value for key, value in values.items()}
@@ -278,7 +284,7 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     return metrics
 
 
-def _interval_metrics(prefix: str, interval: dict | None) -> dict[str, float | None]:
+def _interval_metrics(prefix: str, interval: dict[str, Any] | None) -> dict[str, float | None]:
     """``prefix`` (the estimate) and ``prefix/low``, ``prefix/high`` of an interval dict."""
     if not isinstance(interval, dict):
         return {}
@@ -289,7 +295,7 @@ def _interval_metrics(prefix: str, interval: dict | None) -> dict[str, float | N
     }
 
 
-def measurement_metrics(measurement: dict) -> dict[str, float | None]:
+def measurement_metrics(measurement: dict[str, Any]) -> dict[str, float | None]:
     """Each measure's reliability (``reliability/<measure>``, with its interval where
     one was computed) and each correlation observed and corrected for unreliability
     (``correlation/<pair>/observed|corrected``, with ``/low`` and ``/high``), so runs can

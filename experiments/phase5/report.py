@@ -33,7 +33,7 @@ def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
     return {k: c.result() for k, c in record.criteria.items() if k.startswith("v2_") is v2}
 
 
-def effect_markdown(summary: dict[str, dict], criteria: dict) -> list[str]:
+def effect_markdown(summary: dict[str, dict[str, Any]], criteria: dict[str, Any]) -> list[str]:
     """The signed effect per arm and sign with intervals (``summary``: the record's
     ``statistics.effect``), and the v2 criteria."""
 
@@ -91,7 +91,12 @@ def generation_speed(tps: float) -> str:
 
 
 def summary_markdown(
-    run_id: str, ctx: RunContext, agg: dict, criteria: dict, tps: float, seconds: float
+    run_id: str,
+    ctx: RunContext,
+    agg: dict[float, dict[str, float | None]],
+    criteria: dict[str, Any],
+    tps: float,
+    seconds: float,
 ) -> str:
     """The run at a glance: settings, per-strength table, the seed's criteria."""
     lines = [
@@ -150,12 +155,12 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
 
 
-def _ci(d: dict, spec: str = "+.3f") -> str:
+def _ci(d: dict[str, Any], spec: str = "+.3f") -> str:
     """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
     return interval_dict_text({"reason": status_word("not_evaluable"), **d}, spec)
 
 
-def measurement_markdown(stats: dict) -> list[str]:
+def measurement_markdown(stats: dict[str, Any]) -> list[str]:
     """Reliabilities, observed and corrected correlations, the likelihood outcome per
     null family, and Δ's scale."""
     lines = [
@@ -240,7 +245,7 @@ def measurement_markdown(stats: dict) -> list[str]:
     return lines
 
 
-def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict:
+def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict[str, object]:
     """The run's figures by file name, drawn from the rows and the record."""
     magnitudes = {
         k: cast(float, v["magnitude"])

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -68,6 +69,11 @@ from experiments.strength.range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
 from steering.generation import BatchStats
 
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from steering.models import LoadedModel
+
 Progress = Callable[[int, int], None]
 
 
@@ -76,8 +82,8 @@ class Phase5Result:
     run_id: str
     results_dir: Path
     records: pd.DataFrame
-    criteria: dict
-    per_strength: dict
+    criteria: dict[str, Any]
+    per_strength: dict[float, dict[str, float | None]]
     timings: dict[str, float]
     tokens_per_second: float
     record: RunRecord
@@ -225,7 +231,7 @@ class Prepared:
     beta_note: str | None = None  # where a new run's β came from (strength/range.py)
 
 
-def prepare(session: RunSession, explicit: frozenset[str] = frozenset()) -> Prepared:
+def prepare(session: RunSession[Any], explicit: frozenset[str] = frozenset()) -> Prepared:
     """Classifiers (trained when missing), β (a new run's, from the model's recorded
     strength range where one is: ``choose_beta``; ``explicit`` the keys given on the
     command line), steering vectors and centroids."""
@@ -254,7 +260,7 @@ def prepare(session: RunSession, explicit: frozenset[str] = frozenset()) -> Prep
 
 
 def run_context(
-    session: RunSession, prep: Prepared, run_id: str, layer_choice: LayerChoice | None = None
+    session: RunSession[Any], prep: Prepared, run_id: str, layer_choice: LayerChoice | None = None
 ) -> RunContext:
     """The run's context, made once its parent run is open and its id known;
     ``layer_choice``: how ``--layer auto``/``auto-effect`` chose the layer (a resumed run
@@ -425,13 +431,13 @@ class Phase5Rescore(Phase5Shown):
 def run_phase5(
     config: ExperimentConfig | None = None,
     resume: str | None = None,
-    lm=None,
-    embedder=None,
+    lm: LoadedModel | None = None,
+    embedder: SentenceTransformer | None = None,
     progress: Callable[[str], None] | None = None,
     on_batch: Progress | None = None,
     on_step: Progress | None = None,
     results_dir: str | Path | None = None,
-    execution: dict | None = None,
+    execution: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
     explicit: frozenset[str] = frozenset(),
     layer_choice: LayerChoice | None = None,
@@ -464,7 +470,7 @@ def run_phase5(
 def rescore(
     run_id: str,
     results_dir: str | Path | None = None,
-    embedder=None,
+    embedder: SentenceTransformer | None = None,
     overrides: list[str] | None = None,
 ) -> Phase5Result:
     """Recompute every score, criterion, figure and log of a finished run from its saved

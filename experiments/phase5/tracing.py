@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 import pandas as pd
 
@@ -51,7 +52,7 @@ DELTA_DETAIL = columns(View.TRACE_DELTA)
 COHERENCE_DETAIL = columns(View.TRACE_COHERENCE)
 
 
-def _get(row: pd.Series, name: str, default=None):
+def _get(row: pd.Series, name: str, default: Any = None) -> Any:
     value = row.get(name, default)
     return None if isinstance(value, float) and pd.isna(value) else value
 
@@ -146,7 +147,7 @@ def code_feedback(row: pd.Series, scores: pd.Series | None) -> list[Feedback]:
     return out
 
 
-def _twin_texts(records: pd.DataFrame) -> dict[tuple, str]:
+def _twin_texts(records: pd.DataFrame) -> dict[tuple[str, str, int, int], str]:
     """The unsteered twin's text per unit (split, concept, prompt, sample): the strength-0
     row every steered row of that unit is paired with."""
     split = records.get("split", pd.Series("report", index=records.index))

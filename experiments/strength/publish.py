@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -22,6 +22,9 @@ from experiments.answer import Answer
 from experiments.config import ExperimentConfig
 from experiments.kernel.publisher import Views
 from experiments.strength.range import RANGE_FILE, StrengthLimits, StrengthRange, thin_note
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STRENGTH_EXPERIMENT = "strength-sweeps"
 PHASE = "strength"
@@ -90,7 +93,7 @@ def per_beta_metrics(record: StrengthRange) -> list[tuple[int, dict[str, float |
     return out
 
 
-def sweep_figure(record: StrengthRange):
+def sweep_figure(record: StrengthRange) -> Figure:
     """The three measures against β (log scale), one line per arm and sign, the limits
     dashed and the coherent range shaded."""
     import matplotlib

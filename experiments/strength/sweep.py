@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.generate import batch_rows, batches
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.plan import CONCEPT_ARM, random_arm, row_key, row_seed
-from experiments.kernel.publisher import Views
+from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.study import Finished, Opening, Resume, run_study
 from experiments.kernel.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
@@ -142,7 +143,7 @@ def _step(
     sign: int,
     arm: str,
     texts: Sequence[SweepText],
-    base: dict,
+    base: dict[str, Any],
     limits: StrengthLimits,
 ) -> StrengthStep:
     ppl = [math.exp(t.nll) for t in texts if t.nll is not None]
@@ -382,7 +383,7 @@ class StrengthSweep:
         kept = self.plan.directory / RANGE_FILE
         return publish.views(record, [asdict(t) for t in products], kept)
 
-    def children(self, record: StrengthRange, products: list[SweepText]) -> list:
+    def children(self, record: StrengthRange, products: list[SweepText]) -> list[ChildRun]:
         return []
 
 
@@ -418,7 +419,9 @@ def calibrate_strength(
     return ran.record, path
 
 
-def sweep_identity(model_id: str, layer: int, sampling: SamplingConfig, rows) -> str:
+def sweep_identity(
+    model_id: str, layer: int, sampling: SamplingConfig, rows: Sequence[GenerationRow]
+) -> str:
     """What a sweep's texts depend on: the model, layer, sampling and every row (key,
     prompt, seed, direction, coefficient; the coefficients carry β·α)."""
     data = {

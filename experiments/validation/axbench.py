@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,7 @@ def _sign(strength: float) -> str:
 
 
 def axbench_table(
-    samples: pd.DataFrame, result: PanelResult, per_concept: dict[str, dict]
+    samples: pd.DataFrame, result: PanelResult, per_concept: dict[str, dict[str, Any]]
 ) -> pd.DataFrame:
     """One row per concept × sign: the steered texts of the concept arm against their
     unsteered twins, scored by every judge (``hm`` = AxBench's harmonic mean)."""

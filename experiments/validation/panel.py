@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from experiments import tracking
 from experiments.kernel.publisher import append_child
@@ -299,8 +299,8 @@ class PanelOutcome(NamedTuple):
 
 def _judge_options(
     judges: list[str], openai_base_url: str | None, cache_dir: str | Path | None
-) -> dict[str, dict]:
-    options: dict[str, dict] = {j: {} for j in judges}
+) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = {j: {} for j in judges}
     for name in judges:
         if openai_base_url and name.startswith("openai/"):
             options[name]["base_url"] = openai_base_url

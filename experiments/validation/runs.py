@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from experiments import rundir, tracking
 from experiments.rundir import RunDir, parse_jsonl
@@ -62,7 +62,9 @@ def artifact_bytes(run_id: str, artifact_path: str) -> bytes | None:
         return None
 
 
-def join_scores(generations: list[dict], scores: list[dict] | None) -> list[dict]:
+def join_scores(
+    generations: list[dict[str, Any]], scores: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
     """Generations joined with their scores by ``key`` (as :meth:`RunDir.read_scored`);
     without a scores file the generations are returned as they are (old-style runs whose
     generations.jsonl already holds Δ)."""
@@ -80,7 +82,7 @@ class Phase5Run:
 
     @property
     def run_id(self) -> str:
-        return self.run.info.run_id
+        return cast(str, self.run.info.run_id)  # mlflow leaves RunInfo untyped
 
     @property
     def tags(self) -> dict[str, str]:
@@ -105,7 +107,7 @@ class Phase5Run:
 
     # ------------------------------------------------------------------ generations
 
-    def scored_generations(self) -> list[dict]:
+    def scored_generations(self) -> list[dict[str, Any]]:
         """Every scored generation of the seed's grid, one per key, sorted by key: the
         concept arm on the report prompts (null-control, prompting-baseline and
         strength-selection rows are the run's own controls, not texts to rate).
@@ -131,7 +133,7 @@ class Phase5Run:
                 if scores is not None
                 else None,
             )
-        by_key: dict[str, dict] = {}
+        by_key: dict[str, dict[str, Any]] = {}
         for record in records:
             if record.get("arm", "concept") != "concept" or record.get("split") == "selection":
                 continue
@@ -143,7 +145,7 @@ class Phase5Run:
 
     # ------------------------------------------------------------------ child runs
 
-    def children(self, extra_filter: str = "") -> list:
+    def children(self, extra_filter: str = "") -> list[Run]:
         """Child runs of this parent (``extra_filter``: `` and ...`` search clauses)."""
         flt = f"tags.mlflow.parentRunId = '{self.run_id}'" + extra_filter
         return tracking.client().search_runs(

@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.csvio import CSV_NAME, text_digest
@@ -23,7 +24,7 @@ KEY_FORMAT = "steer-eval/human-answer-key"
 KEY_FORMAT_VERSION = 1
 
 
-def key_body_hash(key: dict) -> str:
+def key_body_hash(key: dict[str, Any]) -> str:
     """The hash over everything but ``key_hash`` itself."""
     body = {k: v for k, v in key.items() if k != "key_hash"}
     canonical = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
@@ -32,12 +33,12 @@ def key_body_hash(key: dict) -> str:
 
 def build_answer_key(
     run_id: str,
-    samples: Sequence[dict],
+    samples: Sequence[dict[str, Any]],
     children: dict[str, str],
     lemmas: dict[str, list[str]],
     seed: int,
     n_requested: int,
-) -> dict:
+) -> dict[str, Any]:
     """The answer key for ``samples`` (in CSV order), sealed by ``key_hash``.
 
     ``children`` maps cell tags to child run ids, ``lemmas`` gives each concept's lemmas
@@ -89,7 +90,7 @@ def build_answer_key(
     return key
 
 
-def load_answer_key(path: Path, run_id: str | None = None) -> dict:
+def load_answer_key(path: Path, run_id: str | None = None) -> dict[str, Any]:
     """Read and verify an answer key file (format, hash, and the run it belongs to)."""
     path = Path(path)
     if not path.is_file():
@@ -97,7 +98,7 @@ def load_answer_key(path: Path, run_id: str | None = None) -> dict:
     return parse_answer_key(path.read_bytes(), str(path), run_id)
 
 
-def parse_answer_key(data: bytes, source: str, run_id: str | None = None) -> dict:
+def parse_answer_key(data: bytes, source: str, run_id: str | None = None) -> dict[str, Any]:
     """Verify an answer key's format, its hash, and (when given) the run it belongs to."""
     try:
         key = json.loads(data.decode("utf-8"))
@@ -122,6 +123,6 @@ def parse_answer_key(data: bytes, source: str, run_id: str | None = None) -> dic
     return key
 
 
-def key_samples(key: dict) -> dict[str, dict]:
+def key_samples(key: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """sample id -> the key's entry for it."""
     return {s["sample_id"]: s for s in key["samples"]}

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from experiments import tracking
 from experiments.rundir import RunDir, atomic_write_text
@@ -135,7 +136,9 @@ def fetch_export(parent: Phase5Run) -> Path:
     return folder
 
 
-def answer_key_for(parent: Phase5Run, csv_path: Path, key_path: Path | None = None) -> dict:
+def answer_key_for(
+    parent: Phase5Run, csv_path: Path, key_path: Path | None = None
+) -> dict[str, Any]:
     """The verified key: explicit, else beside the CSV, else the local export, else MLflow."""
     run_id = parent.run_id
     if key_path is not None:

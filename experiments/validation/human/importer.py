@@ -168,7 +168,7 @@ def import_ratings(
     )
 
 
-def rating_table(rated: list[RatedSample], key: dict) -> pd.DataFrame:
+def rating_table(rated: list[RatedSample], key: dict[str, Any]) -> pd.DataFrame:
     """One row per rated sample, joined with the answer key (concept, strength, Δ)."""
     import pandas as pd
 
@@ -202,7 +202,7 @@ def rating_table(rated: list[RatedSample], key: dict) -> pd.DataFrame:
 def _log_import(
     parent: Phase5Run,
     csv_path: Path,
-    key: dict,
+    key: dict[str, Any],
     min_rated: int,
     table: pd.DataFrame,
     correlations: tuple[Correlation | NotEvaluable, Correlation | NotEvaluable],
@@ -316,7 +316,7 @@ def attach_human_feedback(
 def import_note(summary: dict[str, Any], crit: CriterionResult) -> str:
     """The child run's description: the correlation and the verdict in a few lines."""
 
-    def stat(name: str, d: dict) -> str:
+    def stat(name: str, d: dict[str, Any]) -> str:
         if d.get("r") is None:
             return f"{name}: not evaluable ({d.get('reason', '')})"
         return f"{name} = {d['r']:.3f}, 95% CI [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"

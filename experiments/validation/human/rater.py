@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from experiments.rundir import restore
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.answer_key import key_samples
 from experiments.validation.human.csvio import (
@@ -28,7 +29,6 @@ from experiments.validation.human.csvio import (
     RATINGS_NAME,
     REDACTED,
     read_csv,
-    restore,
     write_csv,
 )
 from experiments.validation.human.ratings import (
@@ -75,7 +75,7 @@ class RateSummary:
     quit: bool = False
 
 
-def load_items(path: Path, key: dict) -> list[Item]:
+def load_items(path: Path, key: dict[str, Any]) -> list[Item]:
     """The working copy's samples in file order, checked against the answer key."""
     parsed = parse_ratings(path, key)
     if parsed.problems:
@@ -98,7 +98,7 @@ def save_items(path: Path, items: list[Item]) -> None:
     write_csv(path, RATING_COLUMNS, (item.row() for item in items))
 
 
-def prepare_ratings_file(csv_path: Path, key: dict, ratings: Path | None = None) -> Path:
+def prepare_ratings_file(csv_path: Path, key: dict[str, Any], ratings: Path | None = None) -> Path:
     """The working copy to rate into: reused when present, else made from the export."""
     csv_path = Path(csv_path)
     path = Path(ratings) if ratings is not None else csv_path.parent / RATINGS_NAME
@@ -140,7 +140,7 @@ class RaterUI(Protocol):
 
 def rate(
     path: Path,
-    key: dict,
+    key: dict[str, Any],
     guess: bool,
     ui: RaterUI,
     on_save: Callable[[list[Item]], None] | None = None,

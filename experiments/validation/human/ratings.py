@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from experiments.rundir import restore
 from experiments.validation.human.answer_key import key_samples
 from experiments.validation.human.csvio import (
     RATING_COLUMNS,
     canonical_text,
     read_csv,
-    restore,
     text_digest,
 )
 
@@ -55,7 +56,7 @@ def parse_rating(raw: str) -> tuple[int | None, str | None]:
     return number, None
 
 
-def normalise_sample_id(raw: str, known: dict[str, dict]) -> str:
+def normalise_sample_id(raw: str, known: dict[str, dict[str, Any]]) -> str:
     """Spreadsheets drop leading zeros ("007" -> "7"); map those back to the key's id."""
     value = restore(raw).strip()
     if value in known:
@@ -85,7 +86,7 @@ class ParsedRatings:
     warnings: list[str]  # shown, but the file is usable
 
 
-def parse_ratings(path: Path, key: dict) -> ParsedRatings:
+def parse_ratings(path: Path, key: dict[str, Any]) -> ParsedRatings:
     """Validate a ratings CSV against the answer key; collect every problem by row."""
     header, rows = read_csv(path)
     known = key_samples(key)

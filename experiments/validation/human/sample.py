@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def stratified_sample(records: Sequence[dict], n: int, seed: int) -> list[dict]:
+def stratified_sample(records: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` records spread over concept × strength cells as evenly as possible.
 
     Cell counts differ by at most one (until a cell runs out); among equally filled
@@ -21,12 +21,12 @@ def stratified_sample(records: Sequence[dict], n: int, seed: int) -> list[dict]:
     so both margins stay balanced too. Within a cell, prompts are cycled. Seeded.
     """
     rng = random.Random(seed)
-    cells: dict[tuple[str, float], list[dict]] = defaultdict(list)
+    cells: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
     for record in sorted(records, key=lambda r: r["key"]):
         cells[(record["concept"], float(record["strength"]))].append(record)
-    queues: dict[tuple[str, float], list[dict]] = {}
+    queues: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for cell in sorted(cells):
-        by_prompt: dict[Any, list[dict]] = defaultdict(list)
+        by_prompt: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for record in cells[cell]:
             by_prompt[record.get("prompt_index")].append(record)
         groups = [by_prompt[k] for k in sorted(by_prompt, key=str)]
@@ -39,7 +39,7 @@ def stratified_sample(records: Sequence[dict], n: int, seed: int) -> list[dict]:
     taken: dict[tuple[str, float], int] = dict.fromkeys(queues, 0)
     per_concept: dict[str, int] = defaultdict(int)
     per_strength: dict[float, int] = defaultdict(int)
-    chosen: list[dict] = []
+    chosen: list[dict[str, Any]] = []
     while len(chosen) < n:
         open_cells = [c for c in sorted(queues) if taken[c] < len(queues[c])]
         cell = min(
