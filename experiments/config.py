@@ -544,6 +544,13 @@ class IdentifyConfig(_Strict):
     isocos_bands: Annotated[int, OMIT_IF_DEFAULT] = Field(
         4, ge=1, description="random iso-cos nuisances: log-spaced bands of the spectrum"
     )
+    auroc_texts: Annotated[Literal["test", "held_out"], OMIT_IF_DEFAULT] = Field(
+        "test",
+        description="the texts a direction's AUROC and AP rank: the test split (v1, v2), or "
+        "every held-out text, validation and test together (v3: AUROC needs no threshold, "
+        "so the validation split's texts halve its measurement error; calibrated F1 stays "
+        "on the test split with the validation threshold)",
+    )
     reference_halves: Annotated[bool, OMIT_IF_DEFAULT] = Field(
         False,
         description="v3: v* from one half of the training templates and a second diffmean "

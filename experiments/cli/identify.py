@@ -295,7 +295,6 @@ def _simulate(
             raise typer.Exit(2) from None
     start = time.monotonic()
     with console.status("simulating") as status:
-
         step = {"shown": -1}
 
         def progress(what: str, done: int, total: int) -> None:

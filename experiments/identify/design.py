@@ -319,14 +319,27 @@ def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]
     """The toy's components from a run's (:mod:`variance`): the effect's within-cell sd,
     the concepts' slope spread, and the random draws' signal sd scaled so that a toy's
     AUROC spread inside equal-geometry cells matches the measured one (AUROC is nearly
-    linear in the signal over that small range)."""
+    linear in the signal over that small range); with AUROC's measured reliability inside
+    the cells, its measurement error and true spread each matched to it."""
     toy = toy_overrides(measured)
     if getattr(ident, "isocos_draw", "graded") != "random":
         return toy
     probe = toy_directions(ident, CLASSES["none"], seeded_rng(seed, "calibrate"), 0.0, 25)
-    spread = auroc_within_sd(probe)
-    if spread > 0:
-        toy["random_signal_sd"] = TOY["random_signal_sd"] * measured.auroc_within_sd / spread
+    rel = measured.auroc_reliability
+    if rel is None or not 0 < rel < 1:
+        spread = auroc_within_sd(probe)
+        if spread > 0:
+            toy["random_signal_sd"] = TOY["random_signal_sd"] * measured.auroc_within_sd / spread
+        return toy
+    # a measured reliability splits the measured spread into true spread and error: the
+    # error sd is set directly, the true spread by scaling what makes it (the draws'
+    # signal and the direction-level spread) together
+    toy["auroc_measurement_sd"] = float(np.sqrt(1 - rel) * measured.auroc_within_sd)
+    true_spread = auroc_within_sd(probe.assign(auroc=probe["auroc_true"]))
+    if true_spread > 0:
+        k = float(np.sqrt(rel) * measured.auroc_within_sd / true_spread)
+        toy["random_signal_sd"] = TOY["random_signal_sd"] * k
+        toy["auroc_spread_sd"] = TOY["auroc_spread_sd"] * k
     return toy
 
 

@@ -33,7 +33,8 @@ class Detection:
     ap: float
     f1_calibrated: float
     threshold: float
-    scores: np.ndarray  # projections of the test texts
+    scores: np.ndarray  # projections of the texts AUROC ranks (the test split by default)
+    labels: np.ndarray | None = None  # their labels when not the test split's (held_out)
 
     def metrics(self) -> dict[str, float]:
         return {m: getattr(self, m) for m in METRICS}
@@ -43,20 +44,34 @@ def score_direction(
     direction: np.ndarray,
     test: tuple[np.ndarray, np.ndarray],
     validation: tuple[np.ndarray, np.ndarray],
+    held_out: bool = False,
 ) -> Detection:
-    """Detection metrics of the projection onto ``direction`` (features, labels splits)."""
+    """Detection metrics of the projection onto ``direction`` (features, labels splits).
+    ``held_out`` (``identify.auroc_texts: held_out``): AUROC and AP rank the test and the
+    validation texts together (neither needs a threshold; twice the texts, half the
+    measurement error), calibrated F1 stays on the test split at the threshold the
+    validation split chose. ``scores`` and ``labels`` are then the texts AUROC ranked,
+    test first (their split halves include the validation texts, F1's too)."""
     d = np.asarray(direction, dtype=np.float64)
     x_test, y_test = test
     x_val, y_val = validation
     y_test = np.asarray(y_test, dtype=int)
     scores = np.asarray(x_test, dtype=np.float64) @ d
-    threshold = choose_threshold(np.asarray(x_val, dtype=np.float64) @ d, np.asarray(y_val))
+    val_scores = np.asarray(x_val, dtype=np.float64) @ d
+    threshold = choose_threshold(val_scores, np.asarray(y_val))
+    f1 = float(f1_score(y_test, (scores > threshold).astype(int), zero_division=0))
+    ranked, labels = scores, None
+    if held_out:
+        ranked = np.concatenate([scores, val_scores])
+        labels = np.concatenate([y_test, np.asarray(y_val, dtype=int)])
+    y_ranked = y_test if labels is None else labels
     return Detection(
-        auroc=float(roc_auc_score(y_test, scores)),
-        ap=float(average_precision_score(y_test, scores)),
-        f1_calibrated=float(f1_score(y_test, (scores > threshold).astype(int), zero_division=0)),
+        auroc=float(roc_auc_score(y_ranked, ranked)),
+        ap=float(average_precision_score(y_ranked, ranked)),
+        f1_calibrated=f1,
         threshold=float(threshold),
-        scores=scores,
+        scores=ranked,
+        labels=labels,
     )
 
 

@@ -99,9 +99,12 @@ def directions(
         avoid = {c: set(texts.off_source.get(c, [])) for c in concepts}
         directions = build_directions(config, data, avoid)
     say(f"{len(directions.specs)} directions per concept; scoring each as a detector")
+    held_out = config.identify.auroc_texts == "held_out"
     with timer.time("detection"):
         detections = {
-            (c, d_id): score_direction(v, data.concepts[c].test, data.concepts[c].validation)
+            (c, d_id): score_direction(
+                v, data.concepts[c].test, data.concepts[c].validation, held_out=held_out
+            )
             for c, by_id in directions.vectors.items()
             for d_id, v in by_id.items()
         }

@@ -8,7 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from experiments.identify.directions import REFERENCE
+from experiments.identify.stages import Directions
 from experiments.identify.subset import name_free_columns, subset_columns
+
+
+def ranked_labels(found: Directions, concept: str) -> np.ndarray:
+    """The labels of the texts a concept's directions were ranked on: the test split's,
+    or test and validation together (``identify.auroc_texts: held_out``)."""
+    labels = found.detections[(concept, REFERENCE)].labels
+    return found.data.concepts[concept].test[1] if labels is None else labels
 
 
 def effects_by_direction(
@@ -44,7 +53,8 @@ def analyse_study(session, config, found, outcomes, prereg, say):
     # the strengths; every strength also gets its own column (the dose: 0.5x, 1x, 2x β)
     main = [primary_strength] if primary_strength in strengths else strengths
     effects = effects_by_direction(outcomes.likelihood, main)
-    test_labels = {c: found.data.concepts[c].test[1] for c in concepts}
+    # the labels of the texts each concept's AUROC ranked (identify.auroc_texts)
+    test_labels = {c: ranked_labels(found, c) for c in concepts}
     tables = build_tables(
         found.directions.specs,
         found.directions.vectors,

@@ -41,6 +41,9 @@ class Components:
     within_sd: float  # residual sd inside a cell
     auroc_within_sd: float  # AUROC's sd inside a cell
     i2: float  # share of the slopes' spread that is between concepts
+    # AUROC's reliability inside the cells (1 − its error variance over its spread), from
+    # a run with split-half errors (``auroc_error_within``, identify.reference_halves)
+    auroc_reliability: float | None = None
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -102,6 +105,10 @@ def components(frame: pd.DataFrame, y: str = "effect") -> Components:
             "iso-cos rows below 90 degrees with AUROC varying inside cells"
         )
     fit = combine_effects(np.array(slopes), np.array(variances), method_re="dl")
+    reliability = None
+    if "auroc_error_within" in rows and rows["auroc_error_within"].notna().all():
+        spread = rows["auroc"] - rows.groupby("cell")["auroc"].transform("mean")
+        reliability = float(1 - rows["auroc_error_within"].sum() / (spread**2).sum())
     return Components(
         n_concepts=len(slopes),
         rows_per_concept=float(np.mean(counts)),
@@ -111,6 +118,7 @@ def components(frame: pd.DataFrame, y: str = "effect") -> Components:
         within_sd=float(np.sqrt(np.mean(residuals))),
         auroc_within_sd=float(np.sqrt(np.mean(spreads))),
         i2=float(fit.i2),
+        auroc_reliability=reliability,
     )
 
 

@@ -41,6 +41,23 @@ def test_the_threshold_comes_from_validation_never_from_test():
     assert got.f1_calibrated == pytest.approx(f1_score(test[1], predicted))
 
 
+def test_held_out_auroc_ranks_validation_and_test_texts_and_keeps_f1_on_test():
+    """identify.auroc_texts: held_out: AUROC and AP over both held-out splits (twice the
+    texts), calibrated F1 as before (test split, validation threshold)."""
+    test, validation = splits(2)
+    d = np.linspace(1.0, -0.3, 6) / np.linalg.norm(np.linspace(1.0, -0.3, 6))
+    alone = score_direction(d, test, validation)
+    both = score_direction(d, test, validation, held_out=True)
+    x = np.concatenate([test[0], validation[0]]) @ d
+    y = np.concatenate([test[1], validation[1]])
+    assert both.auroc == pytest.approx(roc_auc_score(y, x))
+    assert both.ap == pytest.approx(average_precision_score(y, x))
+    assert both.auroc != alone.auroc
+    assert both.f1_calibrated == alone.f1_calibrated and both.threshold == alone.threshold
+    assert both.labels is not None and len(both.scores) == len(both.labels) == 4 * 20
+    assert alone.labels is None and len(alone.scores) == 2 * 20
+
+
 @settings(max_examples=50, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(3, 15))
 def test_vectorised_metrics_equal_sklearn(seed, n):

@@ -485,7 +485,8 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
     direction's differs from its nominal cos θ: the second half sees the reference's
     error), AUROC's within-cell error variance on the equal-geometry rows only, and the
     equal-geometry estimand corrected, the uncorrected slope beside it; the likelihood at
-    both signs with each sign's reliability and their agreement."""
+    both signs with each sign's reliability and their agreement; AUROC ranked on the
+    validation and test texts together (its halves then split both)."""
     from experiments.identify.estimator import CORRECTED
 
     config = config_for(
@@ -493,6 +494,7 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
         "identify.isocos_draw=random", "identify.isocos_nuisances=[0, 1, 2, 3]",
         "identify.isocos_bands=2", "identify.subset_concepts=0", "identify.name_free=false",
         "identify.reference_halves=true", "identify.strengths=[-1.0, 1.0]",
+        "identify.auroc_texts=held_out",
     )  # fmt: skip
     with single_threaded():
         result = run_identify(config, lm=tiny_lm, embedder=embedder)
