@@ -348,6 +348,38 @@ def mlflow_store(tmp_path_factory):
             os.environ[key] = value
 
 
+# The tiny Phase 5 run the runs table, the views and the own-concepts tests read: 6 new
+# tokens in batches of 16 at layer 2, one random arm, 200 bootstrap resamples.
+TINY_PHASE5 = (
+    "generation.max_new_tokens=6",
+    "generation.batch_size=16",
+    "layer=2",
+    "controls.random_directions=1",
+    "criteria.n_boot=200",
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_phase5_config():
+    """``tiny_phase5_config(tmp, concepts="concepts.limit=3")``: ``configs/phase5.yaml``
+    made tiny (``TINY_PHASE5``), its classifiers and results under ``tmp``; ``concepts``:
+    the override that says which concepts."""
+    from experiments.config import load_config
+
+    def config(tmp: Path, concepts: str = "concepts.limit=3"):
+        return load_config(
+            "configs/phase5.yaml",
+            [
+                concepts,
+                *TINY_PHASE5,
+                f"classifier.dir={tmp / 'cls'}",
+                f"tracking.results_dir={tmp / 'res'}",
+            ],
+        )
+
+    return config
+
+
 @pytest.fixture(scope="session")
 def interrupted_run(mlflow_store):
     """``interrupted_run(start, experiment)``: call ``start(on_batch)`` with an

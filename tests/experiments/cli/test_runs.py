@@ -14,7 +14,6 @@ from experiments import tracking
 from experiments.answer import status_word, value_interval
 from experiments.cli import app
 from experiments.concepts import load_concepts
-from experiments.config import load_config
 from experiments.phase5.run import run_phase5
 from experiments.strength.publish import STRENGTH_EXPERIMENT
 from experiments.strength.sweep import calibrate_strength
@@ -22,22 +21,10 @@ from experiments.tracking.listing import ListedVerdict, with_corrected
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded):
+def store(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded, tiny_phase5_config):
     """A tiny Phase 5 run and a tiny strength sweep, in the session's tmp store."""
     tmp = tmp_path_factory.mktemp("runs")
-    config = load_config(
-        "configs/phase5.yaml",
-        [
-            "concepts.limit=3",
-            "generation.max_new_tokens=6",
-            "generation.batch_size=16",
-            "layer=2",
-            "controls.random_directions=1",
-            "criteria.n_boot=200",
-            f"classifier.dir={tmp / 'cls'}",
-            f"tracking.results_dir={tmp / 'res'}",
-        ],
-    )
+    config = tiny_phase5_config(tmp)
     with single_threaded():
         result = run_phase5(config, lm=tiny_lm, embedder=embedder)
         graph = load_concepts(config.concepts.file, limit=2)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from experiments.concepts import load_concepts
@@ -15,18 +13,6 @@ from experiments.identify.prereg import (
     record_heldout,
     split_concepts,
 )
-
-PRIMARY = """# Pre-registration
-```yaml
-primary:
-  predictor: auroc
-  outcome: likelihood
-  strength: 1.0
-  control: cos_ref
-  hypothesis: positive
-  rule: interval excludes 0
-```
-"""
 
 
 def test_the_split_is_deterministic_disjoint_and_complete():
@@ -40,38 +26,30 @@ def test_the_split_is_deterministic_disjoint_and_complete():
     assert set(split_concepts(sorted(synsets), 0.5, 0)[1]) == set(held)
 
 
-def test_the_primary_analysis_is_parsed_and_checked():
-    assert parse_primary(PRIMARY)["predictor"] == "auroc"
+def test_the_primary_analysis_is_parsed_and_checked(primary):
+    assert parse_primary(primary)["predictor"] == "auroc"
     with pytest.raises(PreregistrationError, match="lacks"):
-        parse_primary(PRIMARY.replace("  rule: interval excludes 0\n", ""))
+        parse_primary(primary.replace("  rule: interval excludes 0\n", ""))
     with pytest.raises(PreregistrationError, match="not one of"):
-        parse_primary(PRIMARY.replace("predictor: auroc", "predictor: vibes"))
+        parse_primary(primary.replace("predictor: auroc", "predictor: vibes"))
     with pytest.raises(PreregistrationError, match="no ```yaml"):
         parse_primary("# nothing here\n")
 
 
-def git(repo, *args):
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-
-
 @pytest.fixture
-def committed(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "t@t")
-    git(repo, "config", "user.name", "t")
+def committed(tmp_path, git, git_repo, primary):
+    repo = git_repo(tmp_path / "repo")
     path = repo / "prereg.md"
-    path.write_text(PRIMARY)
+    path.write_text(primary)
     git(repo, "add", "prereg.md")
     git(repo, "commit", "-q", "-m", "prereg")
     return path
 
 
 def test_an_uncommitted_preregistration_cannot_open_the_heldout_set(
-    committed, tmp_path, mlflow_store
+    committed, tmp_path, mlflow_store, primary
 ):
-    committed.write_text(PRIMARY + "\nedited after the commit\n")
+    committed.write_text(primary + "\nedited after the commit\n")
     prereg = load_preregistration(committed)
     assert prereg.commit is None
     with pytest.raises(PreregistrationError, match="not committed"):
@@ -98,36 +76,15 @@ def test_the_committed_preregistration_names_one_primary_analysis():
     assert primary["predictor"] == "auroc" and primary["hypothesis"] in ("positive", "negative")
 
 
-def _bound_repo(tmp_path, config_hash: str):
-    """A repository with code, a commit, and a pre-registration bound to both."""
-    repo = tmp_path / "bound"
-    (repo / "experiments").mkdir(parents=True)
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "t@t")
-    git(repo, "config", "user.name", "t")
-    (repo / "experiments" / "code.py").write_text("x = 1\n")
-    git(repo, "add", "experiments")
-    git(repo, "commit", "-q", "-m", "code")
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout.strip()
-    path = repo / "prereg.md"
-    path.write_text(
-        PRIMARY.replace(
-            "  rule:", f"  config_hash: '{config_hash}'\n  code_commit: {commit}\n  rule:"
-        )
-    )
-    git(repo, "add", "prereg.md")
-    git(repo, "commit", "-q", "-m", "prereg")
-    return repo, path
-
-
-def test_a_heldout_run_is_bound_to_its_config_code_and_strength(tmp_path, mlflow_store):
+def test_a_heldout_run_is_bound_to_its_config_code_and_strength(
+    tmp_path, mlflow_store, git, bound_preregistration
+):
     from experiments.config import load_config
     from experiments.identify.prereg import check_binding, study_hash
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
-    repo, path = _bound_repo(tmp_path, study_hash(config))
+    repo = tmp_path / "bound"  # code and a pre-registration bound to it and to the config
+    path = bound_preregistration(repo, lambda _path: study_hash(config))
     # the development config pre-registers the same study
     dev = load_config("configs/identify.yaml")
     assert study_hash(dev) == study_hash(config)
@@ -180,21 +137,21 @@ def test_an_unbound_preregistration_cannot_open_the_heldout_set(committed, tmp_p
         check_heldout(load_preregistration(committed), "x", tmp_path / "r", False, config=config)
 
 
-def test_every_key_of_the_primary_is_checked():
+def test_every_key_of_the_primary_is_checked(primary):
     with pytest.raises(PreregistrationError, match="outcome"):
-        parse_primary(PRIMARY.replace("outcome: likelihood", "outcome: vibes"))
+        parse_primary(primary.replace("outcome: likelihood", "outcome: vibes"))
     with pytest.raises(PreregistrationError, match="estimator"):
-        parse_primary(PRIMARY.replace("  rule:", "  estimator: magic\n  rule:"))
+        parse_primary(primary.replace("  rule:", "  estimator: magic\n  rule:"))
     with pytest.raises(PreregistrationError, match="flexible_cos"):
-        parse_primary(PRIMARY.replace("predictor: auroc", "predictor: probit_auroc"))
-    flexible = PRIMARY.replace("predictor: auroc", "predictor: probit_auroc").replace(
+        parse_primary(primary.replace("predictor: auroc", "predictor: probit_auroc"))
+    flexible = primary.replace("predictor: auroc", "predictor: probit_auroc").replace(
         "  rule:", "  estimator: flexible_cos\n  rule:"
     )
     assert parse_primary(flexible)["estimator"] == "flexible_cos"
 
 
-def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown():
-    flexible = PRIMARY.replace("  rule:", "  estimator: flexible_cos\n  rule:")
+def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown(primary):
+    flexible = primary.replace("  rule:", "  estimator: flexible_cos\n  rule:")
     dosed = flexible.replace("control: cos_ref", "control: [cos_ref, log_kl]")
     assert parse_primary(dosed)["control"] == ["cos_ref", "log_kl"]
     with pytest.raises(PreregistrationError, match="log_kl; got"):
@@ -217,12 +174,15 @@ def test_the_study_hash_is_the_same_for_the_config_a_run_stores():
     assert study_hash(stored) == study_hash(config)
 
 
-def test_a_resume_is_held_to_the_binding_a_new_run_is(tmp_path, mlflow_store):
+def test_a_resume_is_held_to_the_binding_a_new_run_is(
+    tmp_path, mlflow_store, git, bound_preregistration
+):
     from experiments.config import load_config
     from experiments.identify.prereg import check_resume, study_hash
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
-    repo, path = _bound_repo(tmp_path, study_hash(config))
+    repo = tmp_path / "bound"  # code and a pre-registration bound to it and to the config
+    path = bound_preregistration(repo, lambda _path: study_hash(config))
     prereg = load_preregistration(path)
     # unchanged: allowed, and the binding it was checked against comes back
     checked = check_resume(prereg, config, "r1", prereg.sha256)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from hypothesis import given
@@ -28,17 +27,6 @@ from experiments.identify.shards import (
     shard_concepts,
 )
 
-PRIMARY = """# Pre-registration
-```yaml
-primary:
-  predictor: auroc
-  outcome: likelihood
-  strength: 1.0
-  control: cos_ref
-  hypothesis: positive
-  rule: interval excludes 0
-```
-"""
 SIZE = 13  # the shipped 50 concepts hold out 25: shards of 13 and 12
 
 
@@ -57,11 +45,6 @@ def test_shards_partition_the_heldout_set_in_its_order(held, size):
             shard_concepts(held, size, k)
 
 
-def git(repo, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
 def config_for(tmp, prereg, *extra):
     return load_config(
         "configs/identify.yaml",
@@ -78,28 +61,13 @@ def config_for(tmp, prereg, *extra):
 
 
 @pytest.fixture
-def bound(tmp_path):
+def bound(tmp_path, bound_preregistration):
     """A committed pre-registration bound to the sharded held-out config and to its own
     repository's code commit; (config, pre-registration)."""
-    repo = tmp_path / "repo"
-    (repo / "experiments").mkdir(parents=True)
-    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
-        git(repo, *args)
-    (repo / "experiments" / "code.py").write_text("x = 1\n")
-    git(repo, "add", "experiments")
-    git(repo, "commit", "-q", "-m", "code")
-    path = repo / "prereg.md"
-    config = config_for(tmp_path, path)
-    path.write_text(
-        PRIMARY.replace(
-            "  rule:",
-            f"  config_hash: '{study_hash(config)}'\n"
-            f"  code_commit: {git(repo, 'rev-parse', 'HEAD')}\n  rule:",
-        )
+    path = bound_preregistration(
+        tmp_path / "repo", lambda path: study_hash(config_for(tmp_path, path))
     )
-    git(repo, "add", "prereg.md")
-    git(repo, "commit", "-q", "-m", "p")
-    return config, load_preregistration(path)
+    return config_for(tmp_path, path), load_preregistration(path)
 
 
 def test_a_shard_is_bound_to_the_study_of_every_shard(bound, tmp_path):

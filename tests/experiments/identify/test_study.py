@@ -4,7 +4,6 @@ the run folder, MLflow parent and children, resume, and the held-out protocol.""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,52 +18,21 @@ from experiments.identify.study import run_identify
 from experiments.record import IdentifyRecord
 from experiments.rundir import RunDir, read_jsonl
 
-PRIMARY = """# Pre-registration (test)
-```yaml
-primary:
-  predictor: auroc
-  outcome: likelihood
-  strength: 1.0
-  control: cos_ref
-  hypothesis: positive
-  rule: the 95% concept-bootstrap interval excludes 0
-```
-"""
 
-
-def git(repo, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
-def bound_prereg(repo, tmp, *extra: str):
-    """A committed pre-registration bound to the held-out test config (its study hash,
-    with ``extra`` overrides) and to the commit of its own repository, whose code
-    (``experiments/code.py``) stays as it is unless a test changes it."""
-    from experiments.identify.prereg import study_hash
-
-    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
-        git(repo, *args)
-    (repo / "experiments").mkdir()
-    (repo / "experiments" / "code.py").write_text("x = 1\n")
-    git(repo, "add", "experiments")
-    git(repo, "commit", "-q", "-m", "code")
-    path = repo / "prereg.md"
-    binding = study_hash(config_for(tmp, path, *extra))
-    bound = PRIMARY.replace(
-        "  rule:",
-        f"  config_hash: '{binding}'\n  code_commit: {git(repo, 'rev-parse', 'HEAD')}\n  rule:",
-    )
-    path.write_text(bound)
-    git(repo, "add", "prereg.md")
-    git(repo, "commit", "-q", "-m", "p")
-    return path
+def binding(tmp, *extra: str):
+    """The study hash the module's pre-registrations bind: the held-out test config's
+    (``config_for``, with ``extra`` overrides), as a function of the pre-registration's
+    path (for ``bound_preregistration``, whose repository's code, ``experiments/code.py``,
+    stays as it is unless a test changes it)."""
+    return lambda path: study_hash(config_for(tmp, path, *extra))
 
 
 @pytest.fixture(scope="module")
-def prereg(tmp_path_factory):
-    """The pre-registration of the module's runs (see ``bound_prereg``)."""
-    return bound_prereg(tmp_path_factory.mktemp("prereg"), tmp_path_factory.getbasetemp())
+def prereg(tmp_path_factory, bound_preregistration):
+    """The pre-registration of the module's runs (see ``binding``)."""
+    return bound_preregistration(
+        tmp_path_factory.mktemp("prereg"), binding(tmp_path_factory.getbasetemp())
+    )
 
 
 def config_for(tmp, prereg, *extra):
@@ -368,7 +336,7 @@ def mirrored_ledger(run_id: str, into) -> list[dict]:
 
 
 def test_a_heldout_resume_is_checked_again_and_refused_on_a_changed_binding(
-    study, tiny_lm, embedder, tmp_path
+    study, tiny_lm, embedder, tmp_path, git, bound_preregistration
 ):
     """A resume of a held-out run passes the checks of a new run again: the
     pre-registration it started under, committed unchanged, and the code and config it is
@@ -378,8 +346,7 @@ def test_a_heldout_resume_is_checked_again_and_refused_on_a_changed_binding(
 
     torch.set_num_threads(1)
     repo = tmp_path / "repo"
-    repo.mkdir()
-    path = bound_prereg(repo, tmp_path)
+    path = bound_preregistration(repo, binding(tmp_path))
     config = config_for(tmp_path, path, "identify.concept_set=heldout", "identify.limit=3")
     ledger = tmp_path / "res" / "heldout_ledger.jsonl"
     first = run_identify(config, lm=tiny_lm, embedder=embedder)
@@ -409,7 +376,7 @@ def test_a_heldout_resume_is_checked_again_and_refused_on_a_changed_binding(
 
 
 def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
-    tiny_lm, embedder, tmp_path, mlflow_store
+    tiny_lm, embedder, tmp_path, mlflow_store, bound_preregistration
 ):
     """A shard is one complete held-out run with its own ledger entries (its number and
     device), copied on finish to its committed folder; scored once; resumable; and the
@@ -420,9 +387,8 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
 
     torch.set_num_threads(1)
     repo = tmp_path / "repo"
-    repo.mkdir()
     sharded = ("identify.shard_size=3", f"identify.shards_dir={tmp_path / 'committed'}")
-    path = bound_prereg(repo, tmp_path, *sharded)
+    path = bound_preregistration(repo, binding(tmp_path, *sharded))
     config = config_for(tmp_path, path, "identify.concept_set=heldout", *sharded)
     shard = config_for(tmp_path, path, "identify.concept_set=heldout", "identify.shard=0", *sharded)
     first = run_identify(shard, lm=tiny_lm, embedder=embedder)

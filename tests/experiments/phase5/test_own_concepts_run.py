@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from experiments.concepts import load_concepts
-from experiments.config import load_config
 from experiments.kernel.probes import graph_key
 from experiments.phase5.run import run_phase5
 from experiments.rundir import RunDir
@@ -28,21 +27,9 @@ def example_words() -> set[str]:
 
 
 @pytest.fixture
-def own_run(tmp_path, mlflow_store, tiny_lm_knowing, embedder, single_threaded):
+def own_run(tmp_path, mlflow_store, tiny_lm_knowing, embedder, single_threaded, tiny_phase5_config):
     tmp = tmp_path
-    config = load_config(
-        "configs/phase5.yaml",
-        [
-            "concepts.file=data/concepts/own_example.json",
-            "generation.max_new_tokens=6",
-            "generation.batch_size=16",
-            "layer=2",
-            "controls.random_directions=1",
-            "criteria.n_boot=200",
-            f"classifier.dir={tmp / 'cls'}",
-            f"tracking.results_dir={tmp / 'res'}",
-        ],
-    )
+    config = tiny_phase5_config(tmp, "concepts.file=data/concepts/own_example.json")
     with single_threaded():
         return config, run_phase5(config, lm=tiny_lm_knowing(example_words()), embedder=embedder)
 

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from experiments import tracking
 from experiments.answer import answer_markdown, significant, status_word
 from experiments.cli import app
-from experiments.config import load_config
 from experiments.phase5.answer import answer_of
 from experiments.phase5.report import sample_links
 from experiments.phase5.run import run_phase5
@@ -20,21 +19,11 @@ from experiments.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded):
+def tiny_run(
+    tmp_path_factory, mlflow_store, tiny_lm, embedder, single_threaded, tiny_phase5_config
+):
     tmp = tmp_path_factory.mktemp("views")
-    config = load_config(
-        "configs/phase5.yaml",
-        [
-            "concepts.limit=3",
-            "generation.max_new_tokens=6",
-            "generation.batch_size=16",
-            "layer=2",
-            "controls.random_directions=1",
-            "criteria.n_boot=200",
-            f"classifier.dir={tmp / 'cls'}",
-            f"tracking.results_dir={tmp / 'res'}",
-        ],
-    )
+    config = tiny_phase5_config(tmp)
     with single_threaded():
         return config, run_phase5(config, lm=tiny_lm, embedder=embedder)
 
