@@ -19,10 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
 
 import yaml
 from pydantic import (
@@ -40,6 +40,11 @@ from pydantic_core import to_jsonable_python
 from steering.directions import get_direction_source
 from steering.probes import TrainSpec
 from steering.registry import Registry
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from steering.models import ModelSpec
 
 # Per-concept detection quality that criterion 3 correlates with steering magnitude.
 # (the same names as steering.probes.PREDICTORS; a test keeps the two in step).
@@ -915,7 +920,7 @@ class RunConfig(_Strict):
         return self
 
     @property
-    def model_spec(self):
+    def model_spec(self) -> ModelSpec:
         """The model section (``model``, ``device``, ``dtype``, ``model_load_format``) as
         one ``steering.models.ModelSpec``, passed whole to whatever loads the model."""
         from steering.models import ModelSpec  # torch: only when a model is wanted
@@ -925,12 +930,12 @@ class RunConfig(_Strict):
     @property
     def experiment(self) -> str:
         """This phase's MLflow experiment (from its own section)."""
-        return getattr(self, self.OWN_SECTION).experiment
+        return cast(str, getattr(self, self.OWN_SECTION).experiment)
 
     @property
     def results_dir(self) -> str:
         """Where this phase's run folders are written (from its own section)."""
-        return getattr(self, self.OWN_SECTION).results_dir
+        return cast(str, getattr(self, self.OWN_SECTION).results_dir)
 
     def config_hash(self) -> str:
         """A short hash of the resolved config, to tell runs' settings apart at a glance.
@@ -1000,7 +1005,7 @@ PHASE_MODELS.register("calibration", CalibrationStudyConfig)
 PHASE_MODELS.register("identify", IdentifyStudyConfig)
 
 
-def _other_phase(loc: tuple, phase: str) -> str | None:
+def _other_phase(loc: tuple[int | str, ...], phase: str) -> str | None:
     """The phase whose model declares the key at ``loc`` (``calibration``, ...), if not ours."""
     for name, cls in PHASE_MODELS.items():
         node: type[BaseModel] | None = cls
@@ -1017,7 +1022,7 @@ def _other_phase(loc: tuple, phase: str) -> str | None:
     return None
 
 
-def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
+def _fields_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """The field names of the section at ``loc`` (its parent's, for a leaf)."""
     node: type[BaseModel] | None = cls
     for part in loc:
@@ -1029,7 +1034,7 @@ def _fields_at(cls: type[BaseModel], loc: tuple) -> list[str]:
     return list(node.model_fields) if node is not None else []
 
 
-def did_you_mean(cls: type[BaseModel], loc: tuple) -> str:
+def did_you_mean(cls: type[BaseModel], loc: tuple[int | str, ...]) -> str:
     """`` (did you mean steering.strengths?)`` for a misspelt key, else ``""``."""
     import difflib
 
@@ -1039,7 +1044,7 @@ def did_you_mean(cls: type[BaseModel], loc: tuple) -> str:
 
 
 # pydantic's wording of a bound or length, rewritten as what to give (one line each).
-def _plain(err: Mapping[str, Any]) -> str:
+def _plain(err: ErrorDetails) -> str:
     ctx, kind = err.get("ctx") or {}, err["type"]
     got = f" (got {err.get('input')!r})"
     bounds = {
@@ -1064,7 +1069,10 @@ def _plain(err: Mapping[str, Any]) -> str:
 
 
 def _format_errors(
-    exc: ValidationError, source: str, phase: str = "phase5", overridden: dict | None = None
+    exc: ValidationError,
+    source: str,
+    phase: str = "phase5",
+    overridden: dict[str, str] | None = None,
 ) -> str:
     """One line per bad field: its dotted name, what is wrong, and the fix; a field set
     with ``--set`` is named as such (not blamed on the YAML file)."""
@@ -1110,7 +1118,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, value
 
 
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
         path, value = parse_override(text)
         node = data
@@ -1123,7 +1131,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _read_yaml(path: str | Path, what: str = "config") -> dict:
+def _read_yaml(path: str | Path, what: str = "config") -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -1137,7 +1145,7 @@ def _read_yaml(path: str | Path, what: str = "config") -> dict:
     return data
 
 
-def merge_overlay(data: dict, overlay: dict) -> dict:
+def merge_overlay(data: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     """``overlay`` over ``data``: sections merge key by key, any other value replaces."""
     out = dict(data)
     for key, value in overlay.items():
@@ -1177,7 +1185,7 @@ def load_config(
     run folder, a user's file) is read as that phase, or as phase5 when ``phase`` is None.
     """
     source = str(path) if path else "(defaults)"
-    data: dict = _read_yaml(path) if path is not None else {}
+    data: dict[str, Any] = _read_yaml(path) if path is not None else {}
     _check_phase(data.get("phase"), source, phase)
     chosen = data.get("phase") or phase or "phase5"
     if path is None:

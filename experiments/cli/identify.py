@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -26,6 +26,10 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
+
+if TYPE_CHECKING:
+    from experiments.config import IdentifyStudyConfig
+    from experiments.kernel.estimate import Plan
 
 
 def register(app: typer.Typer) -> None:
@@ -128,7 +132,10 @@ def identify(
     """Phase 6 that identifies: vary detection quality on its own; what does it do to steering?"""
     setup_logging(verbose)
     if simulate:
-        cfg = resolve_config(config, list(set_ or []), model, None, None, "identify")
+        cfg = cast(  # load_config refuses a config of another phase
+            "IdentifyStudyConfig",
+            resolve_config(config, list(set_ or []), model, None, None, "identify"),
+        )
         try:
             sizes = [int(x) for x in (power_at or "").split(",") if x.strip()]
         except ValueError:
@@ -192,7 +199,10 @@ def identify(
         overrides.append(f"identify.shard={shard}")
     if phase6_run is not None:
         overrides.append(f"identify.phase6_run={phase6_run}")
-    cfg = resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else [])
+    cfg = cast(  # load_config refuses a config of another phase
+        "IdentifyStudyConfig",
+        resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else []),
+    )
     if pool:
         _pool(cfg, force, json_)
         return
@@ -200,11 +210,11 @@ def identify(
         from experiments.cli.plan import print_study_plan
         from experiments.identify.study import STAGES, range_note
 
-        def strength(plan, _layers: list[int]) -> list[str]:
+        def strength(plan: Plan, _layers: list[int]) -> list[str]:
             note = range_note(cfg, plan.model.probe_id, plan.layer)
             return [note] if note else []
 
-        def costs(plan) -> tuple[list[str], dict]:
+        def costs(plan: Plan) -> tuple[list[str], dict[str, Any]]:
             from experiments.identify.cost import cost_lines, plan_costs
 
             found, why = plan_costs(plan)
@@ -249,7 +259,7 @@ def identify(
     show_run_address(result.run_id)
 
 
-def _pool(cfg, force: bool, json_: bool) -> None:
+def _pool(cfg: IdentifyStudyConfig, force: bool, json_: bool) -> None:
     """``--pool``: the primary on the pooled held-out shards (``identify/shards.py``)."""
     from experiments.identify.prereg import POOLED, PreregistrationError
     from experiments.identify.shards import POOLED_ANSWER, pooled_markdown, shards_root
@@ -272,8 +282,8 @@ def _pool(cfg, force: bool, json_: bool) -> None:
 
 
 def _simulate(
-    cfg, toys: int, json_: bool, run: Path | None = None, sizes: list[int] | None = None,
-    primary_only: bool = False,
+    cfg: IdentifyStudyConfig, toys: int, json_: bool, run: Path | None = None,
+    sizes: list[int] | None = None, primary_only: bool = False,
 ) -> None:  # fmt: skip
     """``--simulate``: the design table (``identify/design.py``), printed and written."""
     from rich.table import Table
@@ -322,7 +332,7 @@ def _simulate(
     for col in ("estimand", "class", *columns.values(), "weights"):
         table.add_column(col)
 
-    def cell(r: dict, k: str) -> str:
+    def cell(r: dict[str, Any], k: str) -> str:
         value = r.get(k)
         return (
             "—" if value is None else f"{value:+.3f}" if k in ("bias", "truth") else f"{value:.2f}"

@@ -26,7 +26,7 @@ lists the manipulations that entered it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -47,6 +47,9 @@ from experiments.identify.stats import within_reliability
 from metrics.cluster import fisher_z_interval
 from metrics.intervals import Interval, hierarchical_mean
 
+if TYPE_CHECKING:
+    from experiments.identify.detect import Detection
+
 OUTCOME = "effect"
 
 
@@ -56,12 +59,12 @@ def _iv(interval: object) -> dict[str, Any]:
     return dict(cast(Mapping[str, Any], interval))
 
 
-def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, float | None]]:
     """Per level: means over concepts of every predictor and of the effect (with a
     concept-level interval for AUROC and the effect)."""
     out = []
     for level, group in frame.groupby("level", sort=True):
-        row: dict = {
+        row: dict[str, float | None] = {
             "level": float(cast(float, level)),
             "n_concepts": int(group["concept"].nunique()),
         }
@@ -77,7 +80,9 @@ def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
     return out
 
 
-def mediation(frame: pd.DataFrame, n_boot: int, seed: int, confidence: float = 0.95) -> dict:
+def mediation(
+    frame: pd.DataFrame, n_boot: int, seed: int, confidence: float = 0.95
+) -> dict[str, Any]:
     """Total AUROC slope, direct slope beside cos(v, v*), cos's slope, and the share of
     the total carried by cos, from one set of concept draws."""
     total_p = stats.cross_products(frame, ["auroc", OUTCOME])
@@ -176,7 +181,9 @@ def outcome_reliability(
     return {k: v.to_dict() for k, v in out.items()}
 
 
-def predictor_table(tables: StudyTables, frame: pd.DataFrame, n_boot: int, seed: int) -> dict:
+def predictor_table(
+    tables: StudyTables, frame: pd.DataFrame, n_boot: int, seed: int
+) -> dict[str, dict[str, Any]]:
     """Per predictor: within-concept r with the effect, reliabilities, disattenuated r."""
     y_halves = tables.halves_for(OUTCOME, frame)
     out = {}
@@ -192,7 +199,7 @@ def predictor_table(tables: StudyTables, frame: pd.DataFrame, n_boot: int, seed:
     return out
 
 
-def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
+def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any]]:
     """Predictors ordered by |within-concept r| with the effect; ``p_first`` is the share
     of concept draws in which each has the largest |r|."""
     present = [p for p in PREDICTORS if frame[p].notna().any()]
@@ -215,7 +222,7 @@ def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
     return sorted(rows, key=lambda r: -abs(r["within_r"]))
 
 
-def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) -> dict:
+def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) -> dict[str, Any]:
     """Per-manipulation FE slopes of the effect on AUROC (beside ``xs[1:]``) from shared
     concept draws, and the Wald test that they are all equal."""
     curves = {m: tables.curve(m) for m in tables.manipulations()}
@@ -247,7 +254,7 @@ def analyse_manipulation(
     targets: list[float],
     n_boot: int,
     seed: int,
-) -> dict:
+) -> dict[str, Any]:
     frame = tables.curve(m)
     fe = stats.fe_coefficients(frame, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
     partial = stats.fe_coefficients(frame, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
@@ -285,8 +292,8 @@ def analyse_manipulation(
 
 
 def primary_result(
-    tables: StudyTables, primary: dict, n_boot: int, seed: int, confidence: float = 0.95
-) -> dict:
+    tables: StudyTables, primary: dict[str, Any], n_boot: int, seed: int, confidence: float = 0.95
+) -> dict[str, Any]:
     """The pre-registered analysis and its verdict. ``estimator: linear_cos`` (v1, the
     default of a pre-registration that names none): the pooled within-concept slope of
     the outcome on the predictor beside the control, concept-bootstrap interval;
@@ -365,11 +372,11 @@ def read_verdict(fit: dict[str, Any], hypothesis: str, margin: float | None = No
 def between_concepts(
     tables: StudyTables,
     test_labels: dict[str, np.ndarray],
-    detections,
-    effects,
+    detections: dict[tuple[str, str], Detection],
+    effects: dict[tuple[str, str], np.ndarray],
     n_boot: int,
     seed: int,
-) -> dict:
+) -> dict[str, Any]:
     """Across concepts, at v*: AUROC (units: test texts) against the effect (units:
     pairs), observed and disattenuated (metrics.reliability)."""
     from experiments.identify.detect import auroc_rows
@@ -411,10 +418,10 @@ def analyse(
     tables: StudyTables,
     baseline: dict[str, float],
     targets: list[float],
-    primary: dict | None,
+    primary: dict[str, Any] | None,
     n_boot: int,
     seed: int,
-) -> dict:
+) -> dict[str, Any]:
     """Everything above, as one JSON-able dict."""
     pooled = tables.pooled()
     fe = stats.fe_coefficients(pooled, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from experiments.prompts import (
     scale_neutral_texts,
 )
 from steering.probes import TrainSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 @dataclass
@@ -73,7 +77,7 @@ def collect(
     config: IdentifyStudyConfig,
     graph: ConceptGraph,
     concepts: Sequence[str],
-    embed,
+    embed: Callable[[list[str]], np.ndarray],
 ) -> StudyData:
     """Texts per concept and their pooled activations; ``embed(texts) -> [n, hidden]``
     (one call, so one pass over the model)."""
@@ -118,7 +122,7 @@ class DirectionSet:
 
     specs: list[DirectionSpec]
     vectors: dict[str, dict[str, np.ndarray]]  # concept -> id -> unit direction
-    details: dict[str, dict[str, dict]]  # concept -> id -> facts (e.g. actual ρ, other)
+    details: dict[str, dict[str, dict[str, Any]]]  # concept -> id -> facts (e.g. actual ρ, other)
     # identify.reference_halves: concept -> the other half's diffmean (v* is the first's)
     second_half: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -143,7 +147,7 @@ def build_directions(
         second = {}
     components = principal_components(data.neutral, ident.pc_components)
     vectors: dict[str, dict[str, np.ndarray]] = {}
-    details: dict[str, dict[str, dict]] = {}
+    details: dict[str, dict[str, dict[str, Any]]] = {}
     for concept, d in data.concepts.items():
         v_star = references[concept]
         other_name, other = (
@@ -182,7 +186,7 @@ def build_directions(
                 inputs.sigma, v_star, inputs.delta, max(ident.isocos_nuisances) + 1
             )
         mine: dict[str, np.ndarray] = {}
-        facts: dict[str, dict] = {}
+        facts: dict[str, dict[str, Any]] = {}
         for spec in specs:
             built = build_direction(spec, inputs)
             if built is None:

@@ -30,6 +30,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,11 @@ from experiments.identify.estimator import (
 from experiments.identify.simulate import CLASSES, TOY, grid_rows, toy_directions
 from experiments.identify.variance import Components, auroc_within_sd, toy_overrides
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from experiments.config import IdentifyConfig, IdentifyStudyConfig
+
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
 DEFAULT_PRIMARY = {  # v2's, when the config names no readable pre-registration
@@ -64,14 +70,14 @@ DEFAULT_PRIMARY = {  # v2's, when the config names no readable pre-registration
 # ---------------------------------------------------------------- estimands on one toy
 
 
-def _fit(d: dict | None) -> dict:
+def _fit(d: dict[str, Any] | None) -> dict[str, float | None]:
     d = d or {}
     return {k: d.get(k) for k in ("estimate", "low", "high")}
 
 
 def estimands(
-    frame: pd.DataFrame, primary: dict, n_boot: int, seed: int, primary_only: bool = False
-) -> dict[str, dict]:
+    frame: pd.DataFrame, primary: dict[str, Any], n_boot: int, seed: int, primary_only: bool = False
+) -> dict[str, dict[str, float | None]]:
     """Every estimand's (estimate, low, high) on one directions table, each from the
     project's own estimator (``primary_only``: the pre-registered one alone, what the gate
     reads, for a large confirmatory grid)."""
@@ -114,7 +120,7 @@ def _residual(x: np.ndarray) -> np.ndarray:
     if x.shape[1] == 1:
         return x[:, 0]
     coef, *_ = np.linalg.lstsq(x[:, 1:], x[:, 0], rcond=None)
-    return x[:, 0] - x[:, 1:] @ coef
+    return cast(np.ndarray, x[:, 0] - x[:, 1:] @ coef)
 
 
 def family_weights(
@@ -164,7 +170,7 @@ def _mc_se(p: float | None, n: int) -> float | None:
 DOSE_HELD = ("primary_v2", "isocos_pooled")
 
 
-def truth(estimand: str, confound_name: str, primary: dict) -> float:
+def truth(estimand: str, confound_name: str, primary: dict[str, Any]) -> float:
     """What ``estimand`` estimates in a no-effect toy of the class: 0, or AUROC's effect
     through the dose for an estimand that does not hold the dose fixed."""
     held = estimand in DOSE_HELD or (
@@ -174,9 +180,9 @@ def truth(estimand: str, confound_name: str, primary: dict) -> float:
 
 
 def _summary(
-    fits: list[dict], planted: list[dict], hypothesis: int, true: float = 0.0,
-    margin: float | None = None, sesoi: float = SESOI,
-) -> dict:  # fmt: skip
+    fits: list[dict[str, float | None]], planted: list[dict[str, float | None]],
+    hypothesis: int, true: float = 0.0, margin: float | None = None, sesoi: float = SESOI,
+) -> dict[str, Any]:  # fmt: skip
     """Over the no-effect toys: bias against the estimand's truth, coverage of the truth
     and of 0, how often 'supported' and 'no practical effect' are read; over the planted
     toys (``sesoi`` beside the truth): power."""
@@ -186,7 +192,7 @@ def _summary(
     lo, hi = np.array([f["low"] for f in ok]), np.array([f["high"] for f in ok])
     supported = (lo > 0) if hypothesis > 0 else (hi < 0)
 
-    def share(mask) -> float | None:
+    def share(mask: np.ndarray) -> float | None:
         return float(np.mean(mask)) if len(ok) else None
 
     p_lo = np.array([f["low"] for f in hit])
@@ -212,8 +218,8 @@ def _summary(
 
 
 def simulate(
-    ident,
-    primary: dict,
+    ident: IdentifyConfig,
+    primary: dict[str, Any],
     *,
     toys: int = 50,
     seed: int = 0,
@@ -224,7 +230,7 @@ def simulate(
     progress: Callable[[str, int, int], None] | None = None,
     toy: dict[str, float] | None = None,
     primary_only: bool = False,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
     no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs."""
@@ -235,7 +241,7 @@ def simulate(
     names = list(classes or CLASSES)
     rows = []
     for ci, name in enumerate(names):
-        fits: dict[str, dict[str, list[dict]]] = {}
+        fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
         weights: dict[str, list[dict[str, float]]] = {}
         for arm, effect in (("null", 0.0), ("planted", hypothesis * sesoi)):
             for i in range(toys):
@@ -269,7 +275,7 @@ def simulate(
     return rows
 
 
-def check_design(table: Sequence[dict], estimand: str = "primary",
+def check_design(table: Sequence[dict[str, Any]], estimand: str = "primary",
                  bound: float = COVERAGE_BOUND) -> list[str]:  # fmt: skip
     """The gate: why a confirmatory grid is refused (empty: it passes). Its primary must
     cover its truth (0, or AUROC's effect through the dose for a primary that does not
@@ -293,7 +299,7 @@ def check_design(table: Sequence[dict], estimand: str = "primary",
     return failures
 
 
-def primary_of(config) -> dict:
+def primary_of(config: IdentifyStudyConfig) -> dict[str, Any]:
     """The pre-registered primary the config names, or v2's default when none is readable."""
     from experiments.identify.prereg import PreregistrationError, load_preregistration
 
@@ -304,7 +310,7 @@ def primary_of(config) -> dict:
         return dict(DEFAULT_PRIMARY)
 
 
-def heldout_count(config) -> int:
+def heldout_count(config: IdentifyStudyConfig) -> int:
     """How many concepts the confirmatory (held-out) run scores."""
     from experiments.concepts import load_concepts
     from experiments.identify.prereg import split_concepts
@@ -315,7 +321,7 @@ def heldout_count(config) -> int:
     return min(len(held), ident.limit) if ident.limit else len(held)
 
 
-def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]:
+def measured_toy(ident: IdentifyConfig, measured: Components, seed: int = 0) -> dict[str, float]:
     """The toy's components from a run's (:mod:`variance`): the effect's within-cell sd,
     the concepts' slope spread, and the random draws' signal sd scaled so that a toy's
     AUROC spread inside equal-geometry cells matches the measured one (AUROC is nearly
@@ -344,9 +350,10 @@ def measured_toy(ident, measured: Components, seed: int = 0) -> dict[str, float]
 
 
 def power_curve(
-    ident, primary: dict, sizes: Sequence[int], *, toys: int, seed: int = 0, n_boot: int = 499,
-    toy: dict[str, float] | None = None, progress=None, primary_only: bool = False,
-) -> list[dict]:  # fmt: skip
+    ident: IdentifyConfig, primary: dict[str, Any], sizes: Sequence[int], *, toys: int,
+    seed: int = 0, n_boot: int = 499, toy: dict[str, float] | None = None,
+    progress: Callable[[str, int, int], None] | None = None, primary_only: bool = False,
+) -> list[dict[str, Any]]:  # fmt: skip
     """The primary's operating characteristics by number of concepts, in the no-confound
     class: power at the smallest effect of interest, its mean interval width, and how
     often 'no practical effect' is read when AUROC does nothing (the equivalence test's
@@ -364,9 +371,10 @@ def power_curve(
 
 
 def run_design(
-    config, *, toys: int, seed: int = 0, n_boot: int = 499, progress=None,
-    measured: Components | None = None, sizes: Sequence[int] = (), primary_only: bool = False,
-) -> dict:  # fmt: skip
+    config: IdentifyStudyConfig, *, toys: int, seed: int = 0, n_boot: int = 499,
+    progress: Callable[[str, int, int], None] | None = None, measured: Components | None = None,
+    sizes: Sequence[int] = (), primary_only: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """``identify --simulate``: the table for the config's grid and pre-registered primary,
     with the gate's verdict and what the toys assumed (``measured``: a run's variance
     components in place of the assumed ones)."""
@@ -402,7 +410,7 @@ def run_design(
     }
 
 
-def write_design(result: dict, folder) -> tuple[str, str]:
+def write_design(result: dict[str, Any], folder: str | Path) -> tuple[str, str]:
     """``simulate-<hash>.json`` and ``.csv`` in ``folder`` (the hash: the study's, the
     number of toys and the seed); their paths."""
     from pathlib import Path

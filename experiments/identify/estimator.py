@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -68,7 +68,7 @@ def probit_auroc(auroc: pd.Series | np.ndarray, n_pairs: int = TEST_PAIRS) -> np
     from scipy.stats import norm
 
     eps = 1 / (2 * n_pairs)
-    return norm.ppf(np.clip(np.asarray(auroc, dtype=np.float64), eps, 1 - eps))
+    return cast(np.ndarray, norm.ppf(np.clip(np.asarray(auroc, dtype=np.float64), eps, 1 - eps)))
 
 
 def log_kl(kl: pd.Series) -> np.ndarray:
@@ -90,7 +90,10 @@ def spline_basis(values: np.ndarray, df: int = SPLINE_DF) -> np.ndarray:
     if np.ptp(values) == 0:
         return np.ones((len(values), 1))
     n_knots = max(df - 1, 2)  # degree 3: n_knots + 2 columns
-    return SplineTransformer(n_knots=n_knots, degree=3, knots="uniform").fit_transform(values)
+    return cast(
+        np.ndarray,
+        SplineTransformer(n_knots=n_knots, degree=3, knots="uniform").fit_transform(values),
+    )
 
 
 def _demean(block: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -172,7 +175,10 @@ def flexible_slope(
 
 
 def _groups(frame: pd.DataFrame, family: str) -> np.ndarray:
-    return frame["concept"].astype(str).to_numpy() + "\x00" + frame[family].astype(str).to_numpy()
+    return cast(
+        np.ndarray,
+        frame["concept"].astype(str).to_numpy() + "\x00" + frame[family].astype(str).to_numpy(),
+    )
 
 
 def linear_cos_slope(
@@ -202,7 +208,7 @@ def per_family_slopes(
     spline_df: int = SPLINE_DF,
     n_boot: int = 1999,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """Each family's own slope on ``predictor`` in one flexible model, and the
     F-corrected Wald test that the identified ones are equal (``heterogeneity_given_cos``)."""
     data = _rows(frame, ["concept", family, "cos_ref", y, predictor])
@@ -212,7 +218,7 @@ def per_family_slopes(
         data, [predictor], family=family, spline_df=spline_df, by_family=[predictor]
     )
     yd = _demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
-    slopes: dict[str, dict] = {}
+    slopes: dict[str, dict[str, object]] = {}
     ids: list[int] = []
     for j, name in enumerate(names):
         if not name.startswith(f"{predictor}|"):
@@ -223,7 +229,7 @@ def per_family_slopes(
         if fit.evaluable:
             ids.append(j)
     not_identified = sorted(m for m, f in slopes.items() if f["estimate"] is None)
-    out: dict = {
+    out: dict[str, Any] = {
         "slopes": slopes,
         "not_identified": not_identified,
         "n_concepts": int(data["concept"].nunique()),
@@ -247,7 +253,7 @@ def matched_pairs(
     n_boot: int = 1999,
     seed: int = 0,
     confidence: float = 0.95,
-) -> dict:
+) -> dict[str, Any]:
     """Pairs of one concept's directions from different families with |Δcos| ≤ tolerance:
     the slope of Δy on Δpredictor through the origin (invariant to how a pair is
     ordered), clustered by concept (a direction may sit in several pairs)."""
@@ -291,7 +297,7 @@ def iso_cos(
     manipulation: str = "isocos",
     n_boot: int = 1999,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """The iso-cos design: at each angle, the directions of one concept share cos(v, v*)
     exactly and differ only in their nuisance. The slope of the effect on AUROC within
     (concept, angle), beside the nuisance's own effect (the same nuisance steered alone, at
@@ -309,7 +315,11 @@ def iso_cos(
         rows["log_kl"] = log_kl(rows["kl"])
         covariates.append("log_kl")
     rows = _rows(rows, ["concept", "level", y, predictor, *covariates])
-    out: dict = {"covariates": covariates, "angles": {}, "n_concepts": rows["concept"].nunique()}
+    out: dict[str, Any] = {
+        "covariates": covariates,
+        "angles": {},
+        "n_concepts": rows["concept"].nunique(),
+    }
     for angle, g in rows.groupby("level", sort=True):
         groups = g["concept"].astype(str).to_numpy()
         fit = _fe_slope(g, y, predictor, covariates, groups, n_boot, seed)
@@ -502,7 +512,7 @@ def identified_analysis(
     n_boot: int = 1999,
     seed: int = 0,
     spline_df: int = SPLINE_DF,
-) -> dict:
+) -> dict[str, Any]:
     """Everything v2 reports on the pooled directions: the flexible slopes of AUROC and
     probit(AUROC), the v1 model under the same inference, matched pairs, per-family
     slopes and their F test."""
@@ -561,7 +571,7 @@ def subset_outcomes(
     n_boot: int = 1999,
     seed: int = 0,
     spline_df: int = SPLINE_DF,
-) -> dict:
+) -> dict[str, Any]:
     """The stratified subset (exploratory): the flexible AUROC slope on the likelihood
     outcome at 1× β, at each fixed dose (``dose_effect_<k>x``), at the KL-matched dose
     (``dose_effect_matched``) and on the generated outcome (``gen_effect``, Δ gated), the
@@ -577,7 +587,7 @@ def subset_outcomes(
         part = part.assign(log_kl=log_kl(part["kl"]))
     kw = _BootSpline(n_boot=n_boot, seed=seed, spline_df=spline_df)
     doses = [c for c in part.columns if c.startswith("dose_effect_")]
-    out: dict = {
+    out: dict[str, Any] = {
         "concepts": sorted(subset),
         "likelihood_1x": flexible_slope(part, "effect", "auroc", **kw).to_dict(),
         "dose": {

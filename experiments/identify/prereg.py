@@ -34,8 +34,12 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from experiments.config import IdentifyStudyConfig
 
 LEDGER = "heldout_ledger.jsonl"
 # The ledger's mirror on each held-out run: tags ``steer_eval.ledger.<status>`` and an artefact.
@@ -78,10 +82,10 @@ def split_concepts(synsets: list[str], fraction: float, seed: int) -> tuple[list
 class Preregistration:
     path: Path
     sha256: str
-    primary: dict
+    primary: dict[str, Any]
     commit: str | None  # the last commit that touched the file, when it is committed clean
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
             "sha256": self.sha256,
@@ -90,7 +94,7 @@ class Preregistration:
         }
 
 
-def parse_primary(text: str) -> dict:
+def parse_primary(text: str) -> dict[str, Any]:
     """The ``primary:`` mapping of the first fenced yaml block that has one."""
     blocks = text.split("```yaml")[1:]
     for block in blocks:
@@ -168,7 +172,7 @@ def load_preregistration(path: str | Path) -> Preregistration:
     return Preregistration(path, hashlib.sha256(data).hexdigest(), primary, commit or None)
 
 
-def study_hash(config) -> str:
+def study_hash(config: IdentifyStudyConfig) -> str:
     """The hash of the study a pre-registration is written for: the config with the
     held-out concept set, so the development run's config gives the same hash as the
     held-out run it pre-registers. ``concepts.synsets`` and ``concepts.limit`` are left
@@ -181,7 +185,7 @@ def study_hash(config) -> str:
     return config.model_copy(update={"identify": ident, "concepts": concepts}).config_hash()
 
 
-def check_binding(prereg: Preregistration, config) -> None:
+def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
     """Refuse a held-out run that differs from what the pre-registration was written for:
     its config (any --set, --concepts, --quick, --model or split change moves the hash),
     its code (changed since ``code_commit``), or an outcome or strength it does not
@@ -224,7 +228,7 @@ def check_binding(prereg: Preregistration, config) -> None:
     check_design_table(prereg, config)
 
 
-def check_design_table(prereg: Preregistration, config) -> None:
+def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
     """The design gate on the confirmatory path: a pre-registration whose primary is v3's
     (``estimator: equal_geometry``) or that names a ``design_table`` must name one (the
     committed ``steer-eval identify --simulate --json`` output, a path from the repository
@@ -258,14 +262,14 @@ def check_design_table(prereg: Preregistration, config) -> None:
         )
 
 
-def binding(prereg: Preregistration, config) -> dict[str, str]:
+def binding(prereg: Preregistration, config: IdentifyStudyConfig) -> dict[str, str]:
     """What a held-out run was checked against (its ledger entries carry it): this
     config's study hash and the pre-registration's ``code_commit``."""
     return {"config_hash": study_hash(config), "code_commit": str(prereg.primary["code_commit"])}
 
 
 def check_resume(
-    prereg: Preregistration, config, run_id: str, started_sha256: str | None
+    prereg: Preregistration, config: IdentifyStudyConfig, run_id: str, started_sha256: str | None
 ) -> dict[str, str]:
     """Refuse to resume held-out run ``run_id`` unless what a new run is checked against
     still holds: the pre-registration is the one the run started under
@@ -328,7 +332,7 @@ Scope = int | str | None
 POOLED = "pooled"
 
 
-def scope_of(entry: dict) -> Scope:
+def scope_of(entry: dict[str, Any]) -> Scope:
     """What a ledger entry (or an MLflow run's row) scored: ``pooled``, its shard, or None
     (the whole held-out set; every entry written before shards existed)."""
     if entry.get("status") == POOLED:
@@ -344,7 +348,7 @@ def conflicts(earlier: Scope, new: Scope) -> bool:
     return earlier is None or new is None or earlier == new
 
 
-def read_ledgers(paths: list[Path], sha256: str) -> list[dict]:
+def read_ledgers(paths: list[Path], sha256: str) -> list[dict[str, Any]]:
     """The entries of this pre-registration in the ledger files that exist."""
     found = []
     for ledger in paths:
@@ -364,7 +368,7 @@ def heldout_scorings(
     results_dir: str | Path,
     scope: Scope = None,
     ledgers: tuple[Path, ...] = (),
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Earlier held-out scorings of this pre-registration (MLflow, the local ledger and
     ``ledgers``: the committed copies of shards' ledger lines) that conflict with a new
     scoring of ``scope`` (:func:`conflicts`)."""
@@ -413,10 +417,10 @@ def check_heldout(
     experiment: str,
     results_dir: str | Path,
     force: bool,
-    config=None,
+    config: IdentifyStudyConfig | None = None,
     scope: Scope = None,
     ledgers: tuple[Path, ...] = (),
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Refuse a held-out run that is not allowed (see the module docstring); return the
     earlier scorings, started or finished (non-empty only when forced), of what this one
     scores (``scope``: the whole set, shard K, or the pooled primary)."""
@@ -452,7 +456,7 @@ def ledger_entry(
     forced: bool,
     status: str,
     **extra: object,
-) -> dict:
+) -> dict[str, Any]:
     """One line of the held-out ledger: ``started`` (the intent to score, written before
     the first held-out cell), ``resumed`` (the checks of a new run passed again),
     ``scored``, or ``pooled`` (the primary on the pooled shards; no run of its own)."""
@@ -468,7 +472,7 @@ def ledger_entry(
     }
 
 
-def record_heldout(results_dir: str | Path, entry: dict) -> None:
+def record_heldout(results_dir: str | Path, entry: dict[str, Any]) -> None:
     """Append ``entry`` to the local ledger (fsynced: the source of truth), then mirror
     its run's entries to the run in MLflow (:func:`mirror_ledger`)."""
     from experiments.rundir import append_jsonl
@@ -480,7 +484,7 @@ def record_heldout(results_dir: str | Path, entry: dict) -> None:
         mirror_ledger(str(entry["run_id"]), results_dir)
 
 
-def run_ledger(results_dir: str | Path, run_id: str) -> list[dict]:
+def run_ledger(results_dir: str | Path, run_id: str) -> list[dict[str, Any]]:
     """The local ledger's entries of one run, in the order they were written."""
     from experiments.rundir import read_jsonl
 

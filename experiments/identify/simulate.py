@@ -38,12 +38,17 @@ not estimates from the v2 runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.directions import REFERENCE
 from experiments.identify.manipulations import direction_grid, is_control
+
+if TYPE_CHECKING:
+    from experiments.config import IdentifyConfig
+    from experiments.identify.directions import DirectionSpec
 
 SHAPES = ("linear", "convex", "concave", "nuisance")
 
@@ -75,16 +80,16 @@ def _directions(rng: np.random.Generator) -> list[tuple[str, float, float]]:
 
 
 def _geometry(shape: str, cos: np.ndarray, family: np.ndarray) -> np.ndarray:
-    c = np.clip(cos, 0.0, 1.0)
+    c: np.ndarray = np.clip(cos, 0.0, 1.0)
     if shape == "linear":
         return c
     if shape == "convex":
         return c**2
     if shape == "concave":
-        return np.sqrt(c)
+        return cast(np.ndarray, np.sqrt(c))
     if shape == "nuisance":
         push = np.array([_PUSH.get(f, 0.0) for f in family])
-        return c + push * np.sqrt(1 - c**2)
+        return cast(np.ndarray, c + push * np.sqrt(1 - c**2))
     raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
 
 
@@ -245,7 +250,7 @@ def _nuisance(manipulation: str, seed: int | None) -> Nuisance:
     raise ValueError(f"no toy geometry for manipulation {manipulation!r}: add it to design.py")
 
 
-def _cos(spec, levels: dict[str, list[float]], rng: np.random.Generator) -> float:
+def _cos(spec: DirectionSpec, levels: dict[str, list[float]], rng: np.random.Generator) -> float:
     m, level = spec.manipulation, spec.level
     if m == REFERENCE:
         return 1.0
@@ -263,11 +268,11 @@ def _cos(spec, levels: dict[str, list[float]], rng: np.random.Generator) -> floa
     raise ValueError(f"no toy geometry for manipulation {m!r}: add it to design.py")
 
 
-def _random(ident) -> bool:
+def _random(ident: IdentifyConfig) -> bool:
     return getattr(ident, "isocos_draw", "graded") == "random"
 
 
-def _key(manipulation: str, seed: int | None, ident) -> tuple[str, int | None]:
+def _key(manipulation: str, seed: int | None, ident: IdentifyConfig) -> tuple[str, int | None]:
     """A direction's nuisance type: its family, the graded nuisance's rank, or the random
     draw's band (v3: the push of a type is shared by the concepts' draws in that band)."""
     if manipulation != "isocos":
@@ -277,12 +282,12 @@ def _key(manipulation: str, seed: int | None, ident) -> tuple[str, int | None]:
     return ("isocos", seed)
 
 
-def grid_rows(ident) -> list:
+def grid_rows(ident: IdentifyConfig) -> list[DirectionSpec]:
     """The configured grid, controls (the null) left out: they are not pooled."""
     return [s for s in direction_grid(ident) if not is_control(s.manipulation)]
 
 
-def _types(specs, ident) -> list[tuple[str, int | None]]:
+def _types(specs: list[DirectionSpec], ident: IdentifyConfig) -> list[tuple[str, int | None]]:
     """The nuisance types a push is drawn for: each rotation family, each graded nuisance
     (each random draw's band), each other family."""
     seen: dict[tuple[str, int | None], None] = {}
@@ -292,14 +297,17 @@ def _types(specs, ident) -> list[tuple[str, int | None]]:
     return list(seen)
 
 
-def _type_nuisance(key: tuple[str, int | None], ident) -> Nuisance:
+def _type_nuisance(key: tuple[str, int | None], ident: IdentifyConfig) -> Nuisance:
     """The typical nuisance of a type (a random band's: no signal of its own)."""
     if key[0] == "isocos" and _random(ident):
         return band_nuisance(int(key[1] or 0), 0.0)
     return _nuisance(*key)
 
 
-def _auroc(dprime, c, nuisance: Nuisance, c2=None) -> np.ndarray:
+def _auroc(
+    dprime: float | np.ndarray, c: float | np.ndarray, nuisance: Nuisance,
+    c2: float | np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
     """``c2``: c² as :func:`_square` computes it (the vectorised toy: s² then too)."""
     from scipy.stats import norm
 
@@ -307,7 +315,7 @@ def _auroc(dprime, c, nuisance: Nuisance, c2=None) -> np.ndarray:
     s = np.sqrt(np.clip(1 - c2, 0, None))
     s2 = s**2 if np.ndim(s) == 0 else _square(s)
     d = dprime * (c + s * nuisance.signal) / np.sqrt(c2 + s2 * nuisance.variance)
-    return norm.cdf(d / np.sqrt(2))
+    return cast(np.ndarray, norm.cdf(d / np.sqrt(2)))
 
 
 def _square(x: np.ndarray) -> np.ndarray:
@@ -321,8 +329,9 @@ _COS_DRAW = ("noise", "logistic", "size")  # families whose toy cos takes a draw
 
 
 def _rows(
-    ident, specs, levels, push, confound: Confound, t: dict[str, float], z_sep, z_steer,
-    slopes, rng: np.random.Generator,
+    ident: IdentifyConfig, specs: list[DirectionSpec], levels: dict[str, list[float]],
+    push: dict[tuple[str, int | None], float], confound: Confound, t: dict[str, float],
+    z_sep: np.ndarray, z_steer: np.ndarray, slopes: np.ndarray, rng: np.random.Generator,
 ) -> pd.DataFrame:  # fmt: skip
     """Every (concept, direction) row of a toy, vectorised over concepts (written out row
     by row a 297-concept toy took 14 s). The draws are taken in one block laid out as the
@@ -409,7 +418,7 @@ def _rows(
 
 
 def toy_directions(
-    ident, confound: Confound, rng: np.random.Generator, planted: float = 0.0,
+    ident: IdentifyConfig, confound: Confound, rng: np.random.Generator, planted: float = 0.0,
     n_concepts: int = 25, toy: dict[str, float] | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """One toy study on the configured grid: the ``directions`` columns the analysis reads
@@ -456,7 +465,7 @@ def toy_directions(
     return f
 
 
-def _second_half(f: pd.DataFrame, cos_sd: float, auroc_sd: float, rng) -> None:
+def _second_half(f: pd.DataFrame, cos_sd: float, auroc_sd: float, rng: np.random.Generator) -> None:
     """What ``identify.reference_halves`` adds to a toy (drawn after everything else, so
     the other columns stay as without it): ``cos_half``, the true cosine measured again
     with an independent error as large as the reference's own (the halves are

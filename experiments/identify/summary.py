@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # The one formatter of every answer and summary (experiments/answer.py), short names here.
 from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
 from experiments.identify.manipulations import family
 
 
-def excludes_zero(iv: dict | None) -> bool:
+def excludes_zero(iv: dict[str, Any] | None) -> bool:
     return bool(iv and iv.get("low") is not None and (iv["low"] > 0 or iv["high"] < 0))
 
 
-def level_text(m: dict) -> str:
+def level_text(m: dict[str, Any]) -> str:
     status = m["status"]
     if status == "reached":
         low, high = m.get("low"), m.get("high")
@@ -28,7 +30,7 @@ def level_text(m: dict) -> str:
     return f"n/a ({m.get('note') or m.get('reason') or status})"
 
 
-def estimand_lines(estimands: dict) -> list[str]:
+def estimand_lines(estimands: dict[str, Any]) -> list[str]:
     """Each estimand under its own name (identify/estimands.py), with its question."""
     lines = []
     for name, e in estimands.items():
@@ -46,7 +48,7 @@ def estimand_lines(estimands: dict) -> list[str]:
     return lines
 
 
-def identified_lines(ident: dict | None) -> list[str]:
+def identified_lines(ident: dict[str, Any] | None) -> list[str]:
     """The v2 estimator (identify/estimator.py): flexible slopes, v1's model under the
     same inference, matched pairs, and the per-manipulation slopes' F test."""
     if not ident:
@@ -113,7 +115,7 @@ def identified_lines(ident: dict | None) -> list[str]:
     return lines
 
 
-def matched_text(sub: dict) -> str:
+def matched_text(sub: dict[str, Any]) -> str:
     """How well the subset's doses matched: the share within 10% of v*'s KL on the prompts
     the bisection ran on and, where verified (``identify.dose_verify``), on held-apart
     prompts; the sentence's end."""
@@ -132,7 +134,7 @@ def matched_text(sub: dict) -> str:
     return text + ")."
 
 
-def subset_lines(sub: dict) -> list[str]:
+def subset_lines(sub: dict[str, Any]) -> list[str]:
     """The stratified subset: the dose held by design and the generated outcome."""
     if not sub.get("concepts"):
         return []
@@ -162,7 +164,7 @@ def subset_lines(sub: dict) -> list[str]:
     return lines
 
 
-def findings(analysis: dict) -> list[str]:
+def findings(analysis: dict[str, Any]) -> list[str]:
     pooled = analysis["pooled"]
     partial = pooled["partial"].get("auroc")
     alone = pooled["slope_auroc"]
@@ -248,7 +250,7 @@ def findings(analysis: dict) -> list[str]:
     return lines
 
 
-def summary_markdown(run_id: str, analysis: dict, timings: dict[str, float]) -> str:
+def summary_markdown(run_id: str, analysis: dict[str, Any], timings: dict[str, float]) -> str:
     lines = findings(analysis)
     lines += [
         "",

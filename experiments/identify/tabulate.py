@@ -5,12 +5,23 @@ stages; ``analysis.py`` and ``estimator.py`` hold the statistics)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 import numpy as np
 import pandas as pd
 
 from experiments.identify.directions import REFERENCE
 from experiments.identify.stages import Directions
 from experiments.identify.subset import name_free_columns, subset_columns
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from experiments.config import IdentifyStudyConfig
+    from experiments.identify.cells import StudyTables
+    from experiments.identify.prereg import Preregistration
+    from experiments.identify.stages import Outcomes
+    from experiments.kernel.lifecycle import RunSession
 
 
 def ranked_labels(found: Directions, concept: str) -> np.ndarray:
@@ -21,7 +32,7 @@ def ranked_labels(found: Directions, concept: str) -> np.ndarray:
 
 
 def effects_by_direction(
-    records: list[dict], strengths: list[float]
+    records: list[dict[str, Any]], strengths: list[float]
 ) -> dict[tuple[str, str], np.ndarray]:
     """Per (concept, direction): the per-pair effect, averaged over the strengths."""
     by: dict[tuple[str, str], dict[float, dict[int, float]]] = {}
@@ -29,7 +40,7 @@ def effects_by_direction(
         by.setdefault((r["concept"], r["direction"]), {}).setdefault(r["strength"], {})[
             r["pair"]
         ] = r["e"]
-    out = {}
+    out: dict[tuple[str, str], np.ndarray] = {}
     for key, per_s in by.items():
         if all(s in per_s for s in strengths):
             pairs = sorted(per_s[strengths[0]])
@@ -37,7 +48,21 @@ def effects_by_direction(
     return out
 
 
-def analyse_study(session, config, found, outcomes, prereg, say):
+def analyse_study(
+    session: RunSession[IdentifyStudyConfig],
+    config: IdentifyStudyConfig,
+    found: Directions,
+    outcomes: Outcomes,
+    prereg: Preregistration | None,
+    say: Callable[[str], None],
+) -> tuple[
+    StudyTables,
+    dict[str, Any],
+    dict[str, Any],
+    dict[str, Any],
+    pd.DataFrame | None,
+    dict[str, Any] | None,
+]:
     """Stage 8: the tables, the analysis, the between-concept view, the generation check,
     and the Phase 6 re-analysis when one is named."""
     from experiments.identify import analysis as analysis_mod
@@ -82,7 +107,9 @@ def analyse_study(session, config, found, outcomes, prereg, say):
         subset_columns(tables.directions, outcomes.dose, outcomes.generated)
     name_free_columns(tables.directions, found.name_free_auroc, outcomes.name_free)
     base = pd.DataFrame(outcomes.baseline_rows)
-    baseline = base.groupby("concept")["e"].mean().to_dict() if len(base) else {}
+    baseline = (  # concept -> its mean prompting-baseline effect
+        cast(dict[str, float], base.groupby("concept")["e"].mean().to_dict()) if len(base) else {}
+    )
     n_boot, seed = config.criteria.n_boot, config.seed
     analysis = analysis_mod.analyse(
         tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed

@@ -22,9 +22,13 @@ from measured noise.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MIN_ROWS = 3  # a concept's slope needs this many rows with AUROC varying inside cells
 
@@ -122,7 +126,7 @@ def components(frame: pd.DataFrame, y: str = "effect") -> Components:
     )
 
 
-def components_from_json(path) -> Components:
+def components_from_json(path: str | Path) -> Components:
     """The components a design or power JSON recorded (its ``measured`` block): a run's
     noise kept after the run folder is gone. Raises ValueError when it has none."""
     import json
