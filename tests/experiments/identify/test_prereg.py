@@ -114,18 +114,21 @@ def test_a_heldout_run_is_bound_to_its_config_code_and_strength(
         check_binding(load_preregistration(path), config)
 
 
-def test_a_heldout_run_must_run_the_code_of_the_preregistrations_checkout(tmp_path):
+def test_a_heldout_run_must_run_the_code_of_the_preregistrations_checkout(
+    tmp_path, git, bound_preregistration
+):
     """A checkout of the bound commit that imports another checkout's package (an editable
     install elsewhere) would pass the file comparison while running other code."""
     from experiments.config import load_config
     from experiments.identify.prereg import check_binding, study_hash
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
-    repo, path = _bound_repo(tmp_path, study_hash(config))
+    repo = tmp_path / "bound"
+    path = bound_preregistration(repo, lambda _path: study_hash(config))
     (repo / "experiments" / "__init__.py").write_text("")  # a package of its own
     git(repo, "add", "experiments")
     git(repo, "commit", "-qm", "package")
-    with pytest.raises(PreregistrationError, match="runs the code in .*PYTHONPATH"):
+    with pytest.raises(PreregistrationError, match=r"runs the code in .*PYTHONPATH"):
         check_binding(load_preregistration(path), config)
 
 
