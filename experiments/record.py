@@ -479,6 +479,9 @@ class Correction(BaseModel):
     auroc_reliability: float | None = None  # AUROC's inside the cells (split halves)
     cos_reliability: float | None = None  # cos to the other half's diffmean: 1/2 by design
     uncorrected: float | None = None  # the bare within-cell slope on measured AUROC
+    # the share of AUROC's observed within-cell variance that is reliable and beyond the
+    # true geometry (estimator.beyond_geometry): near 0, the slope has nothing to use
+    beyond_geometry: float | None = None
 
 
 class EstimandResult(BaseModel):

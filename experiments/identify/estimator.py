@@ -353,13 +353,15 @@ class CorrectedFit(ClusterFit):
     auroc_reliability: float | None = None  # of AUROC inside cells (1 − error / spread)
     cos_reliability: float | None = None  # of cos_half inside cells: 1/2 by design
     uncorrected: float | None = None  # the bare OLS slope on measured AUROC
+    beyond_geometry: float | None = None  # AUROC's reliable within-cell share beyond it
 
     def to_dict(self) -> dict[str, object]:
         """The fit's fields, the correction's three under ``correction`` (the record's
         ``Correction``, beside the estimate rather than inside the generic estimate)."""
         out = super().to_dict()
         out["correction"] = {
-            k: out.pop(k) for k in ("auroc_reliability", "cos_reliability", "uncorrected")
+            k: out.pop(k)
+            for k in ("auroc_reliability", "cos_reliability", "uncorrected", "beyond_geometry")
         }
         return out
 
@@ -398,6 +400,18 @@ def _corrected_slope(s: np.ndarray, with_cos: bool) -> np.ndarray:
         return np.where((a_true > 0) & (det > 0), (m_true * say - sam * smy) / det, np.nan)
 
 
+def beyond_geometry(total: np.ndarray) -> float | None:
+    """The share of AUROC's observed within-cell variance that is reliable and not
+    explained by the direction's true geometry (summed cross-products of
+    :func:`_cell_moments`): (S_aa − D_a − S_am²/(S_mm/2)) / S_aa. What the corrected
+    slope has to work with; near 0 or below, the cells' AUROC differences are geometry
+    (v*'s own error) and measurement error, and the slope is not identified."""
+    saa, sam, smm, _, _, da = (float(v) for v in total)
+    if saa <= 0 or smm <= 0:
+        return None
+    return (saa - da - sam**2 / (smm / 2)) / saa
+
+
 def equal_geometry_corrected(
     data: pd.DataFrame, y: str, predictor: str, *, n_boot: int, seed: int, confidence: float
 ) -> CorrectedFit:
@@ -426,6 +440,7 @@ def equal_geometry_corrected(
         "auroc_reliability": reliability,
         "cos_reliability": 0.5 if with_cos else None,
         "uncorrected": uncorrected,
+        "beyond_geometry": beyond_geometry(total) if with_cos else None,
     }
 
     def refused(reason: str) -> CorrectedFit:

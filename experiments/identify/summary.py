@@ -38,11 +38,14 @@ def estimand_lines(estimands: dict[str, Any]) -> list[str]:
         fix = e.get("correction") or {}
         if fix:
             rel, bare = fix.get("auroc_reliability"), fix.get("uncorrected")
+            left = fix.get("beyond_geometry")
             shown += (
                 " (corrected for measurement error: AUROC's reliability inside the cells "
                 f"{'n/a' if rel is None else f'{rel:.2f}'}, the cosine to the second half's "
                 f"diffmean at reliability {fix.get('cos_reliability') or 'n/a'}; uncorrected "
-                f"{'n/a' if bare is None else f'{bare:+.2f}'})"
+                f"{'n/a' if bare is None else f'{bare:+.2f}'}; AUROC's within-cell variance "
+                "reliable and beyond the true geometry: "
+                f"{'n/a' if left is None else f'{left:+.2f}'} of the observed)"
             )
         lines.append(f"- **{name}** — {e['question']} {shown}.")
     return lines

@@ -234,3 +234,20 @@ def test_an_auroc_too_noisy_to_correct_is_refused_with_its_reliability() -> None
     fit = equal_geometry(frame, n_boot=99, seed=0)
     assert not fit.evaluable
     assert "reliability inside cells" in fit.reason
+
+
+def test_beyond_geometry_is_the_reliable_auroc_spread_the_true_angle_does_not_explain() -> None:
+    """AUROC that is only the true angle leaves ~0 beyond geometry (the slope has nothing
+    to use); AUROC independent of the angle leaves all of its reliable spread."""
+    from experiments.identify.estimator import _cell_moments, beyond_geometry
+    from experiments.identify.variance import equal_geometry_rows
+
+    rng = np.random.default_rng(3)
+    frame = _cells(rng, n_concepts=300)
+    true_angle = 0.04 * rng.standard_normal(len(frame))
+    frame["cos_half"] = true_angle + 0.04 * rng.standard_normal(len(frame))  # reliability 1/2
+    geometric = frame.assign(auroc=0.8 + true_angle)
+    independent = frame.assign(auroc=0.8 + 0.04 * rng.standard_normal(len(frame)))
+    for data, expected in ((geometric, 0.0), (independent, 1.0)):
+        moments, _ = _cell_moments(equal_geometry_rows(data), "effect", "auroc")
+        assert beyond_geometry(moments.sum(axis=0)) == pytest.approx(expected, abs=0.1)
