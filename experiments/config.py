@@ -38,7 +38,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
 from steering.directions import get_direction_source
-from steering.probes import TrainSpec
+from steering.probes import Predictor, TrainSpec
 from steering.registry import Registry
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 # Per-concept detection quality that criterion 3 correlates with steering magnitude.
 # (the same names as steering.probes.PREDICTORS; a test keeps the two in step).
-Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
 
 
 # The seeds of torch.Generator and numpy: non-negative integers (a negative one passed

@@ -474,13 +474,13 @@ class PrimaryResult(BaseModel):
 
 class Correction(BaseModel):
     """What the errors-in-variables equal-geometry slope corrected for
-    (``identify/estimator.equal_geometry_corrected``)."""
+    (``identify/corrected.equal_geometry_corrected``)."""
 
     auroc_reliability: float | None = None  # AUROC's inside the cells (split halves)
     cos_reliability: float | None = None  # cos to the other half's diffmean: 1/2 by design
     uncorrected: float | None = None  # the bare within-cell slope on measured AUROC
     # the share of AUROC's observed within-cell variance that is reliable and beyond the
-    # true geometry (estimator.beyond_geometry): near 0, the slope has nothing to use
+    # true geometry (corrected.beyond_geometry): near 0, the slope has nothing to use
     beyond_geometry: float | None = None
 
 
@@ -525,7 +525,7 @@ class IdentifiedResult(BaseModel):
     iso_cos: dict[str, object] = Field(default_factory=dict)  # per angle and pooled
     by_strength: dict[str, ClusterEstimate] = Field(default_factory=dict)  # strength -> slope
     # the stratified subset (exploratory): fixed and KL-matched doses, the generated
-    # outcome, the outcomes' agreement (estimator.subset_outcomes); empty when off
+    # outcome, the outcomes' agreement (subset_analysis.subset_outcomes); empty when off
     subset: dict[str, object] = Field(default_factory=dict)
     # the slope on AUROC over name-free test positives, and its r with the named AUROC
     name_free: dict[str, object] = Field(default_factory=dict)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -37,7 +37,8 @@ from sklearn.metrics import (
 PROBE_FORMAT = "steer-eval/linear-probe/v1"
 # Per-concept detection quality that criterion 3 may correlate with steering
 # (``criteria.predictor``); each is a key of LinearProbe.metrics.
-PREDICTORS: tuple[str, ...] = ("f1_calibrated", "f1_raw", "auroc", "ap")
+Predictor = Literal["f1_calibrated", "f1_raw", "auroc", "ap"]
+PREDICTORS: tuple[str, ...] = get_args(Predictor)  # the one list (config's type is this)
 
 
 class ProbeError(ValueError):

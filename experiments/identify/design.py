@@ -39,7 +39,6 @@ from experiments.identify.analysis import primary_result
 from experiments.identify.cells import StudyTables, null_rows
 from experiments.identify.directions import seeded_rng
 from experiments.identify.estimator import (
-    _demean,
     design,
     equal_geometry,
     flexible_slope,
@@ -50,7 +49,7 @@ from experiments.identify.estimator import (
     matched_pairs,
 )
 from experiments.identify.simulate import CLASSES, TOY, grid_rows, toy_directions
-from experiments.identify.variance import Components, auroc_within_sd, toy_overrides
+from experiments.identify.variance import Components, auroc_within_sd, demean, toy_overrides
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -138,7 +137,7 @@ def family_weights(
         x, _, _ = design(data, ["auroc"], covariates=cov)
         return _share(_residual(x), data["manipulation"].to_numpy())
     if estimand == "linear_cos":
-        x = _demean(frame[["auroc", "cos_ref"]].to_numpy(np.float64), frame["concept"].to_numpy())
+        x = demean(frame[["auroc", "cos_ref"]].to_numpy(np.float64), frame["concept"].to_numpy())
         return _share(_residual(x), frame["manipulation"].to_numpy())
     if estimand == "matched_pairs":
         sums: dict[str, float] = {}

@@ -8,7 +8,7 @@ rows it uses and the estimator that answers it. One is pre-registered as the pri
 
 All slopes are in nats/token of the likelihood outcome per unit of test AUROC, with a
 95% interval over concepts (the unit of replication): the wild cluster bootstrap, or
-for the corrected equal-geometry slope a concept bootstrap (``estimator.CORRECTED``).
+for the corrected equal-geometry slope a concept bootstrap (``corrected.CORRECTED``).
 """
 
 from __future__ import annotations

@@ -31,13 +31,13 @@ tests keep that failure on record). Here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.directions import REFERENCE
+from experiments.identify.variance import demean
 from metrics.cluster import (
     ClusterFit,
     cluster_covariance,
@@ -96,14 +96,6 @@ def spline_basis(values: np.ndarray, df: int = SPLINE_DF) -> np.ndarray:
     )
 
 
-def _demean(block: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    _, index = np.unique(groups, return_inverse=True)
-    sums = np.zeros((index.max() + 1, block.shape[1]))
-    np.add.at(sums, index, block)
-    counts = np.bincount(index)[:, None]
-    return block - (sums / counts)[index]
-
-
 def design(
     frame: pd.DataFrame,
     predictors: Sequence[str],
@@ -143,7 +135,7 @@ def design(
             columns.append(col)
             names.append(f"spline[{m}]{k}")
     x = np.column_stack(columns)
-    return _demean(x, _groups(frame, family)), names, frame["concept"].astype(str).to_numpy()
+    return demean(x, _groups(frame, family)), names, frame["concept"].astype(str).to_numpy()
 
 
 def _rows(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -170,7 +162,7 @@ def flexible_slope(
     x, _, concepts = design(
         data, [predictor], family=family, covariates=covariates, spline_df=spline_df
     )
-    yd = _demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
     return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
 
 
@@ -194,8 +186,8 @@ def linear_cos_slope(
     same clustered inference: what changes between v1 and v2 is then the model only."""
     data = _rows(frame, ["concept", "cos_ref", y, predictor])
     concepts = data["concept"].astype(str).to_numpy()
-    x = _demean(data[[predictor, "cos_ref"]].to_numpy(dtype=np.float64), concepts)
-    yd = _demean(data[[y]].to_numpy(dtype=np.float64), concepts)[:, 0]
+    x = demean(data[[predictor, "cos_ref"]].to_numpy(dtype=np.float64), concepts)
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), concepts)[:, 0]
     return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
 
 
@@ -217,7 +209,7 @@ def per_family_slopes(
     x, names, concepts = design(
         data, [predictor], family=family, spline_df=spline_df, by_family=[predictor]
     )
-    yd = _demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
     slopes: dict[str, dict[str, object]] = {}
     ids: list[int] = []
     for j, name in enumerate(names):
@@ -283,8 +275,8 @@ def _fe_slope(
     data: pd.DataFrame, y: str, predictor: str, covariates: Sequence[str], groups: np.ndarray,
     n_boot: int, seed: int,
 ) -> ClusterFit:  # fmt: skip
-    x = _demean(data[[predictor, *covariates]].to_numpy(dtype=np.float64), groups)
-    yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
+    x = demean(data[[predictor, *covariates]].to_numpy(dtype=np.float64), groups)
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
     concepts = data["concept"].astype(str).to_numpy()
     return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed)
 
@@ -334,147 +326,6 @@ def iso_cos(
     return out
 
 
-CORRECTED = (
-    "errors in variables within (concept, angle, band) cells: AUROC's within-cell "
-    "measurement-error variance from split halves of the test texts removed, cos to the "
-    "other half's diffmean as the geometry covariate at reliability 1/2 by design; "
-    "concept bootstrap (percentile), clusters = concepts"
-)
-# The correction is refused when AUROC's within-cell reliability is below this: the
-# corrected slope divides by the reliable share of AUROC's spread, unstable near 0.
-MIN_AUROC_RELIABILITY = 0.1
-
-
-@dataclass(frozen=True)
-class CorrectedFit(ClusterFit):
-    """The equal-geometry slope corrected for measurement error (:func:`equal_geometry`),
-    with the reliabilities it used and the uncorrected slope beside it."""
-
-    auroc_reliability: float | None = None  # of AUROC inside cells (1 − error / spread)
-    cos_reliability: float | None = None  # of cos_half inside cells: 1/2 by design
-    uncorrected: float | None = None  # the bare OLS slope on measured AUROC
-    beyond_geometry: float | None = None  # AUROC's reliable within-cell share beyond it
-
-    def to_dict(self) -> dict[str, object]:
-        """The fit's fields, the correction's three under ``correction`` (the record's
-        ``Correction``, beside the estimate rather than inside the generic estimate)."""
-        out = super().to_dict()
-        out["correction"] = {
-            k: out.pop(k)
-            for k in ("auroc_reliability", "cos_reliability", "uncorrected", "beyond_geometry")
-        }
-        return out
-
-
-def _cell_moments(data: pd.DataFrame, y: str, predictor: str) -> tuple[np.ndarray, list[str]]:
-    """Per concept, the within-cell cross-products [S_aa, S_am, S_mm, S_ay, S_my, D_a]:
-    a the predictor, m cos to the other half's diffmean, y the outcome, each less its
-    cell's mean; D_a the summed within-cell AUROC error variances."""
-    groups = data["cell"].to_numpy()
-    cols = _demean(data[[predictor, "cos_half", y]].to_numpy(dtype=np.float64), groups)
-    a, m, yy = cols[:, 0], cols[:, 1], cols[:, 2]
-    parts = np.stack(
-        [a * a, a * m, m * m, a * yy, m * yy, data["auroc_error_within"].to_numpy(np.float64)],
-        axis=1,
-    )
-    concepts = data["concept"].astype(str).to_numpy()
-    names = sorted(set(concepts))
-    index = np.searchsorted(names, concepts)
-    out = np.zeros((len(names), parts.shape[1]))
-    np.add.at(out, index, parts)
-    return out, names
-
-
-def _corrected_slope(s: np.ndarray, with_cos: bool) -> np.ndarray:
-    """The moment estimator on summed cross-products (rows: replicates): AUROC's
-    coefficient of y on (a, m) with the error variances taken off the diagonal
-    (S_aa − D_a; S_mm/2: m's error is as large as its true spread, two equal halves)."""
-    saa, sam, smm, say, smy, da = (s[:, k] for k in range(6))
-    a_true = saa - da
-    if not with_cos:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(a_true > 0, say / a_true, np.nan)
-    m_true = smm / 2
-    det = a_true * m_true - sam**2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where((a_true > 0) & (det > 0), (m_true * say - sam * smy) / det, np.nan)
-
-
-def beyond_geometry(total: np.ndarray) -> float | None:
-    """The share of AUROC's observed within-cell variance that is reliable and not
-    explained by the direction's true geometry (summed cross-products of
-    :func:`_cell_moments`): (S_aa − D_a − S_am²/(S_mm/2)) / S_aa. What the corrected
-    slope has to work with; near 0 or below, the cells' AUROC differences are geometry
-    (v*'s own error) and measurement error, and the slope is not identified."""
-    saa, sam, smm, _, _, da = (float(v) for v in total)
-    if saa <= 0 or smm <= 0:
-        return None
-    return (saa - da - sam**2 / (smm / 2)) / saa
-
-
-def equal_geometry_corrected(
-    data: pd.DataFrame, y: str, predictor: str, *, n_boot: int, seed: int, confidence: float
-) -> CorrectedFit:
-    """The equal-geometry slope on error-free AUROC at equal *true* geometry
-    (identify.reference_halves; the rows of :func:`equal_geometry`).
-
-    Why: a cell's directions share cos(v, v*) exactly, but v* is an estimate; its error
-    along each nuisance moves the direction's true angle to the concept, which moves both
-    its AUROC and its effect (the simulation's noisy-reference class reads 'supported'
-    with nothing planted). v* is therefore built from one half of the training templates
-    and each direction's cosine to the other half's diffmean (``cos_half``) measures its
-    true angle with an independent error of the same size as the deviation it measures
-    (the halves are exchangeable), so that covariate's within-cell reliability is 1/2 by
-    design. AUROC is measured on 40 test texts, its within-cell error variance estimated
-    from split halves (``auroc_error_within``). The slope is the method-of-moments
-    errors-in-variables estimator with those error variances taken off the cross-product
-    matrix (Fuller 1987, §2.2), written here because statsmodels has no EIV regression;
-    its interval resamples concepts (percentile), the p-value from the same replicates."""
-    moments, names = _cell_moments(data, y, predictor)
-    total = moments.sum(axis=0)
-    with_cos = bool(total[2] > 1e-12)
-    n, g = len(data), len(names)
-    reliability = float(1 - total[5] / total[0]) if total[0] > 0 else None
-    uncorrected = float(total[3] / total[0]) if total[0] > 0 else None
-    facts = {
-        "auroc_reliability": reliability,
-        "cos_reliability": 0.5 if with_cos else None,
-        "uncorrected": uncorrected,
-        "beyond_geometry": beyond_geometry(total) if with_cos else None,
-    }
-
-    def refused(reason: str) -> CorrectedFit:
-        return CorrectedFit(None, None, None, None, None, None, None, n, g, CORRECTED,
-                            reason, **facts)  # fmt: skip
-
-    if g < 3:
-        return refused(f"{g} concepts have equal-geometry rows (need 3)")
-    if reliability is None or reliability < MIN_AUROC_RELIABILITY:
-        return refused(
-            f"AUROC's reliability inside cells is {reliability} (< {MIN_AUROC_RELIABILITY}): "
-            "its measurement error swamps its spread, the correction is unstable"
-        )
-    estimate = float(_corrected_slope(total[None, :], with_cos)[0])
-    draws = np.random.default_rng(seed).integers(0, g, size=(n_boot, g))
-    reps = _corrected_slope(moments[draws].sum(axis=1), with_cos)
-    finite = reps[np.isfinite(reps)]
-    if not np.isfinite(estimate) or len(finite) < 0.975 * n_boot:
-        return refused(
-            f"the corrected moment matrix is not positive definite in "
-            f"{1 - len(finite) / n_boot:.0%} of concept draws: too little reliable AUROC "
-            "spread inside cells"
-        )
-    from scipy.stats import t as student_t
-
-    alpha = (1 - confidence) / 2
-    low, high = (float(v) for v in np.quantile(finite, [alpha, 1 - alpha]))
-    se = float(finite.std(ddof=1))
-    crit = float(student_t.ppf(1 - alpha, g - 1))
-    p = float(min(1.0, 2 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
-    return CorrectedFit(estimate, low, high, se, estimate - crit * se, estimate + crit * se,
-                        p, n, g, CORRECTED, "", **facts)  # fmt: skip
-
-
 def has_second_half(frame: pd.DataFrame) -> bool:
     """Whether a directions table carries what the corrected equal-geometry slope needs."""
     return all(c in frame and frame[c].notna().any() for c in ("cos_half", "auroc_error_within"))
@@ -508,12 +359,14 @@ def equal_geometry(
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
     if corrected and has_second_half(data):
+        from experiments.identify.corrected import equal_geometry_corrected
+
         return equal_geometry_corrected(
             data, y, predictor, n_boot=n_boot, seed=seed, confidence=confidence
         )
     groups = data["cell"].to_numpy()
-    x = _demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
-    yd = _demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
+    x = demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
     concepts = data["concept"].astype(str).to_numpy()
     return wild_cluster_restricted(
         x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
@@ -574,79 +427,3 @@ def identified_analysis(
             if c.startswith("effect_at_")
         },
     }
-
-
-GOOD_COS = 0.7  # "good" directions for the outcomes' agreement: cos(v, v*) at least this
-
-
-def subset_outcomes(
-    frame: pd.DataFrame,
-    subset: Sequence[str],
-    *,
-    n_boot: int = 1999,
-    seed: int = 0,
-    spline_df: int = SPLINE_DF,
-) -> dict[str, Any]:
-    """The stratified subset (exploratory): the flexible AUROC slope on the likelihood
-    outcome at 1× β, at each fixed dose (``dose_effect_<k>x``), at the KL-matched dose
-    (``dose_effect_matched``) and on the generated outcome (``gen_effect``, Δ gated), the
-    last also beside log KL; and how well the two outcomes agree within concepts, over
-    every direction and over good ones only (cos ≥ :data:`GOOD_COS`), where agreement
-    is not carried by the contrast between v* and far rotations."""
-    from experiments.identify.stats import within_correlation
-
-    part = frame[frame["concept"].isin(list(subset))].copy()
-    if part.empty:
-        return {"evaluable": False, "reason": "no subset"}
-    if "kl" in part:
-        part = part.assign(log_kl=log_kl(part["kl"]))
-    kw = _BootSpline(n_boot=n_boot, seed=seed, spline_df=spline_df)
-    doses = [c for c in part.columns if c.startswith("dose_effect_")]
-    out: dict[str, Any] = {
-        "concepts": sorted(subset),
-        "likelihood_1x": flexible_slope(part, "effect", "auroc", **kw).to_dict(),
-        "dose": {
-            c.removeprefix("dose_effect_"): flexible_slope(part, c, "auroc", **kw).to_dict()
-            for c in doses
-        },
-    }
-    if "dose_matched" in part:
-        ok = part["dose_matched"].astype(bool)
-        out["matched_share"] = float(ok.mean())  # on the prompts the dose was bisected on
-        if "dose_kl_kind" in part:  # the KL matched on (identify.dose_kl); v2: "all"
-            out["matched_on"] = str(part["dose_kl_kind"].dropna().iloc[0])
-        if "dose_matched_verify" in part and part["dose_matched_verify"].notna().any():
-            # on held-apart prompts, against v*'s KL there (identify.dose_verify)
-            held = part["dose_matched_verify"].dropna().astype(bool)
-            out["matched_share_verify"] = float(held.mean())
-            out["verify_gap_median"] = float(part["dose_verify_gap"].median())
-        out["matched_multiplier"] = {
-            m: float(g["dose_multiplier"].median())
-            for m, g in part.groupby("manipulation", sort=True)
-        }
-    if (
-        "effect_name_free" in part
-        and part["effect_name_free"].notna().any()
-        and "auroc_name_free" in part  # no concept with name-free positives: no column
-    ):
-        out["name_free"] = {  # the outcome without the name; detection with and without
-            "auroc": flexible_slope(part, "effect_name_free", "auroc", **kw).to_dict(),
-            "auroc_name_free": flexible_slope(
-                part, "effect_name_free", "auroc_name_free", **kw
-            ).to_dict(),
-        }
-    if "gen_effect" in part and part["gen_effect"].notna().any():
-        out["generated"] = flexible_slope(part, "gen_effect", "auroc", **kw).to_dict()
-        if "log_kl" in part:
-            out["generated_given_dose"] = flexible_slope(
-                part, "gen_effect", "auroc", covariates=["log_kl"], **kw
-            ).to_dict()
-        both = part.dropna(subset=["gen_effect", "effect"])
-        good = both[both["cos_ref"] >= GOOD_COS]
-        corr = {"n_boot": n_boot, "seed": seed}
-        out["agreement"] = {
-            "all": within_correlation(both, "gen_effect", "effect", **corr).to_dict(),
-            "good": within_correlation(good, "gen_effect", "effect", **corr).to_dict(),
-            "good_n": len(good),
-        }
-    return out

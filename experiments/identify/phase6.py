@@ -32,6 +32,7 @@ from experiments import tracking
 from experiments.calibration.analysis import EFFECTS
 from experiments.calibration.study import ProbeSetSpec, build_curve
 from experiments.identify import stats
+from experiments.identify.cells import INPUT_PREDICTORS
 from experiments.identify.detect import score_direction
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import build_probe_texts, load_classifiers
@@ -42,7 +43,7 @@ from steering.directions import DirectionContext, get_direction_source
 if TYPE_CHECKING:
     from steering.models import LoadedModel
 
-PREDICTORS = ("auroc", "ap", "f1_calibrated", "cos_ref")
+PREDICTORS = INPUT_PREDICTORS  # the identify tables' own list (cells.py)
 
 
 def locate(source: str, results_dir: str | None = None) -> RunDir:

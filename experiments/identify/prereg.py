@@ -25,6 +25,10 @@
   for one session is scored in shards, each one complete run; the ledger then allows one
   scoring per (pre-registration, shard) and one ``pooled`` scoring of the primary
   (:func:`conflicts`: an unsharded scoring conflicts with every other).
+
+Longer than 500 lines: the whole confirmatory contract (split, parse, binding to config,
+code, checkout and design table, ledger) in one module, read as one by whoever audits a
+held-out result.
 """
 
 from __future__ import annotations

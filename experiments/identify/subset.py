@@ -1,7 +1,7 @@
 """identify v2's stratified subset and name-free measures: the stages that cost a pass
 per direction (so only a few concepts get them), and the columns they add to the
 directions table. The study (``study.py``) calls them; the analysis of what they add is
-``estimator.subset_outcomes`` and ``identified_analysis``'s name-free block.
+``subset_analysis.subset_outcomes`` and ``identified_analysis``'s name-free block.
 
 * :func:`choose_subset`: concepts stratified by v*'s test AUROC (``matched.py``);
 * :func:`subset_likelihood`: the likelihood outcome at fixed and KL-matched doses

@@ -68,7 +68,7 @@ def analyse_study(
     from experiments.identify import analysis as analysis_mod
     from experiments.identify.cells import build_tables, measure_halves
     from experiments.identify.crosscheck import canonical, crosscheck
-    from experiments.identify.estimator import subset_outcomes
+    from experiments.identify.subset_analysis import subset_outcomes
     from experiments.kernel.plan import PROMPT_ARM
 
     ident, concepts = config.identify, found.concepts

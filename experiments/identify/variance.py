@@ -33,6 +33,16 @@ if TYPE_CHECKING:
 MIN_ROWS = 3  # a concept's slope needs this many rows with AUROC varying inside cells
 
 
+def demean(block: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each column of ``block`` less its mean within its group (the cells, the concepts)."""
+    _, index = np.unique(groups, return_inverse=True)
+    sums = np.zeros((index.max() + 1, block.shape[1]))
+    np.add.at(sums, index, block)
+    counts = np.bincount(index)[:, None]
+    out: np.ndarray = block - (sums / counts)[index]
+    return out
+
+
 @dataclass(frozen=True)
 class Components:
     """Measured on one run's equal-geometry rows (see the module docstring)."""

@@ -6,7 +6,9 @@ metrics, tags and artefacts plus one child run per concept × strength. Publishi
 again (after a resume or a rescore) updates what is there instead of duplicating it.
 
 The runner (``kernel/study.run_study``) publishes what this module projects; Phase 5's
-study (``phase5/run.py``) calls it.
+study (``phase5/run.py``) calls it. Longer than 500 lines: the record and every
+projection of it (folder, metrics, tags, child runs) stay in one module, so a new run, a
+resume and a rescore publish through the same code.
 """
 
 from __future__ import annotations

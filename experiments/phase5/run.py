@@ -9,7 +9,9 @@ or FAILED, and one child run per concept × strength. Each generation batch is a
 to the run folder as soon as it finishes, so ``steer-eval run --resume <run id>``
 finishes an interrupted run without redoing or losing anything (row seeds do not depend
 on batching); ``steer-eval rescore <run id>`` (:class:`Phase5Rescore`) recomputes every
-score, criterion and log from the saved texts without the model.
+score, criterion and log from the saved texts without the model. Longer than 500 lines:
+the new, resumed and rescored runs share one prepared context and one sequence of stage
+calls, kept in one module rather than copied per entry point.
 """
 
 from __future__ import annotations

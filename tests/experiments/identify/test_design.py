@@ -145,7 +145,8 @@ def test_the_weights_reproduce_the_pooled_slope() -> None:
     story."""
     from experiments.identify.cells import null_rows
     from experiments.identify.design import _residual
-    from experiments.identify.estimator import _demean, _groups, design, log_kl
+    from experiments.identify.estimator import _groups, design, log_kl
+    from experiments.identify.variance import demean as _demean
 
     whole = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(3, "r"), 0.5, 6)
     assert (whole["direction"] == "rotation:isotropic:90").any()  # on the grid, not pooled

@@ -194,7 +194,8 @@ def _cells(rng: np.random.Generator, n_concepts: int = 6, slope: float = 0.8) ->
 
 
 def test_without_measurement_error_the_corrected_slope_is_the_bare_one() -> None:
-    from experiments.identify.estimator import CORRECTED, CorrectedFit, equal_geometry
+    from experiments.identify.corrected import CORRECTED, CorrectedFit
+    from experiments.identify.estimator import equal_geometry
 
     frame = _cells(np.random.default_rng(0))
     fit = equal_geometry(frame, n_boot=199, seed=0)
@@ -239,7 +240,7 @@ def test_an_auroc_too_noisy_to_correct_is_refused_with_its_reliability() -> None
 def test_beyond_geometry_is_the_reliable_auroc_spread_the_true_angle_does_not_explain() -> None:
     """AUROC that is only the true angle leaves ~0 beyond geometry (the slope has nothing
     to use); AUROC independent of the angle leaves all of its reliable spread."""
-    from experiments.identify.estimator import _cell_moments, beyond_geometry
+    from experiments.identify.corrected import _cell_moments, beyond_geometry
     from experiments.identify.variance import equal_geometry_rows
 
     rng = np.random.default_rng(3)

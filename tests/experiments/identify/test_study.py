@@ -454,7 +454,7 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
     equal-geometry estimand corrected, the uncorrected slope beside it; the likelihood at
     both signs with each sign's reliability and their agreement; AUROC ranked on the
     validation and test texts together (its halves then split both)."""
-    from experiments.identify.estimator import CORRECTED
+    from experiments.identify.corrected import CORRECTED
 
     config = config_for(
         tmp_path, prereg,
