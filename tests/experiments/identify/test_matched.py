@@ -229,9 +229,9 @@ def _dose_rows(frame, subset, rng):
 
 
 def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
-    from experiments.identify.estimator import subset_outcomes
     from experiments.identify.simulate import toy_study
     from experiments.identify.subset import subset_columns
+    from experiments.identify.subset_analysis import subset_outcomes
     from experiments.identify.summary import subset_lines
 
     toy = toy_study(3, "convex")
