@@ -47,3 +47,35 @@ def test_too_few_concepts_is_an_error_that_says_why(tmp_path) -> None:
         components(_study(2, 1.0, 0.05, 0))
     with pytest.raises(FileNotFoundError, match=r"no directions\.csv at"):
         read_directions(tmp_path)
+
+
+def test_a_run_with_split_half_errors_gives_aurocs_reliability_and_the_toy_takes_it(
+    tmp_path,
+) -> None:
+    """AUROC's within-cell reliability from ``auroc_error_within`` (1 − error / spread),
+    kept through a saved 'measured' block, and the toy then measures AUROC with the
+    error that reliability leaves (sd √(1 − rel) of the measured spread)."""
+    import json
+    from dataclasses import replace
+
+    from experiments.config import load_config
+    from experiments.identify.design import measured_toy
+    from experiments.identify.variance import components_from_json
+
+    frame = _study(40, slope_sd=0.5, within_sd=0.05, seed=2)
+    cells = frame["manipulation"] == "isocos"
+    # a quarter of the within-cell variance (0.05² (1 − 1/3) per row) is error
+    frame.loc[cells, "auroc_error_within"] = 0.25 * 0.05**2 * (1 - 1 / 3)
+    got = components(frame)
+    assert got.auroc_reliability == pytest.approx(0.75, abs=0.05)
+    saved = tmp_path / "power.json"
+    saved.write_text(json.dumps({"measured": got.to_dict()}))
+    assert components_from_json(saved) == got
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="no 'measured' block"):
+        components_from_json(tmp_path / "bad.json")
+    v3 = load_config("configs/identify-v3.yaml", [], "identify", []).identify
+    toy = measured_toy(v3, replace(got, auroc_reliability=0.36))
+    assert toy["auroc_measurement_sd"] == pytest.approx(0.8 * got.auroc_within_sd)
+    assert toy["random_signal_sd"] > 0 and toy["auroc_spread_sd"] > 0
+    assert "auroc_measurement_sd" not in measured_toy(v3, replace(got, auroc_reliability=None))
