@@ -305,14 +305,15 @@ def _simulate(
             raise typer.Exit(2) from None
     start = time.monotonic()
     with console.status("simulating") as status:
-        step = {"shown": -1}
+        shown = -1  # the last tenth printed
 
         def progress(what: str, done: int, total: int) -> None:
+            nonlocal shown
             line = f"toy {done}/{total}: {what}, {time.monotonic() - start:.0f} s"
             status.update(line)
             tenth = 10 * done // max(total, 1)  # no terminal (a log): a line per 10%
-            if not console.is_terminal and tenth > step["shown"]:
-                step["shown"] = tenth
+            if not console.is_terminal and tenth > shown:
+                shown = tenth
                 print(line, file=sys.stderr, flush=True)
 
         result = run_design(

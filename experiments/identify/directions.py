@@ -141,16 +141,8 @@ class TrainingSet:
         """The training set of a smaller size: the first texts of each kind (smaller sizes
         are prefixes of the larger one in experiments.prompts)."""
         limit = {"positive": n_pos, "negative": n_neg, "neutral": n_neutral}
-        keep = [
-            i for i, (k, o) in enumerate(zip(self.kinds, self.order, strict=True)) if o < limit[k]
-        ]
-        return TrainingSet(
-            self.features[keep],
-            self.labels[keep],
-            [self.kinds[i] for i in keep],
-            [self.templates[i] for i in keep],
-            [self.order[i] for i in keep],
-        )
+        keep = [o < limit[k] for k, o in zip(self.kinds, self.order, strict=True)]
+        return self.subset(np.array(keep, dtype=bool))
 
 
 def template_halves(data: TrainingSet) -> np.ndarray:

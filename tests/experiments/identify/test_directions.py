@@ -26,7 +26,7 @@ from experiments.identify.directions import (
     within_class_covariance,
 )
 from experiments.identify.manipulations import MANIPULATIONS, direction_grid, reference_level
-from experiments.prompts import probe_training_set
+from experiments.prompts import ProbeExample, probe_training_set
 
 GRAPH = load_concepts("data/concepts/wordnet_top50.json", limit=3)
 
@@ -165,10 +165,10 @@ def test_the_logistic_path_is_fitted_on_the_reference_contrast():
     assert abs(unit(with_neutrals) @ unit(alone)) < 0.999
 
 
-def test_smaller_sizes_are_prefixes_of_the_reference_training_set():
-    concept = GRAPH.concepts[0]
-    big = probe_training_set(concept, GRAPH, 16, 16, 16, 0)
-    small = probe_training_set(concept, GRAPH, 2, 2, 2, 0)
+def reference_training_set() -> tuple[list[ProbeExample], TrainingSet]:
+    """A concept's real 16x16x16 training texts, and a TrainingSet whose one feature is
+    each text's index (so a smaller set names the texts it kept)."""
+    big = probe_training_set(GRAPH.concepts[0], GRAPH, 16, 16, 16, 0)
     data = TrainingSet(
         np.arange(len(big), dtype=float)[:, None],
         np.array([e.label for e in big]),
@@ -176,6 +176,12 @@ def test_smaller_sizes_are_prefixes_of_the_reference_training_set():
         [e.source.split(":")[3] for e in big],
         [i % 16 for i in range(len(big))],
     )
+    return big, data
+
+
+def test_smaller_sizes_are_prefixes_of_the_reference_training_set():
+    big, data = reference_training_set()
+    small = probe_training_set(GRAPH.concepts[0], GRAPH, 2, 2, 2, 0)
     part = data.prefix(2, 2, 2)
     assert [big[int(i)].text for i in part.features[:, 0]] == [e.text for e in small]
 
@@ -184,15 +190,7 @@ def test_the_reference_halves_split_whole_templates_and_each_kind_evenly():
     """v3's split-half reference: no template in both halves (a positive and its
     template's negative text share the format), each kind 8 and 8 of the real 16x16x16
     training set, and every text in exactly one half."""
-    concept = GRAPH.concepts[0]
-    big = probe_training_set(concept, GRAPH, 16, 16, 16, 0)
-    data = TrainingSet(
-        np.arange(len(big), dtype=float)[:, None],
-        np.array([e.label for e in big]),
-        [e.kind for e in big],
-        [e.source.split(":")[3] for e in big],
-        [i % 16 for i in range(len(big))],
-    )
+    big, data = reference_training_set()
     halves = template_halves(data)
     a, b = data.half(0), data.half(1)
     assert set(a.templates).isdisjoint(b.templates)
