@@ -289,7 +289,7 @@ def _simulate(
     from rich.table import Table
 
     from experiments.identify.compare import read_directions
-    from experiments.identify.design import run_design, write_design
+    from experiments.identify.design import population_of, primary_of, run_design, write_design
     from experiments.identify.variance import components, components_from_json
 
     measured = None
@@ -298,7 +298,7 @@ def _simulate(
             measured = (
                 components_from_json(run)
                 if run.suffix == ".json"
-                else components(read_directions(run))
+                else components(read_directions(run), population=population_of(primary_of(cfg)))
             )
         except (FileNotFoundError, ValueError) as exc:
             console.print(f"[bold red]error:[/] --components: {exc}", highlight=False)

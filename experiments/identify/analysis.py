@@ -41,6 +41,7 @@ from experiments.identify.estimator import (
     flexible_slope,
     identified_analysis,
     log_kl,
+    practitioner_slope,
     with_probit,
 )
 from experiments.identify.stats import within_reliability
@@ -141,13 +142,14 @@ def outcome_reliability(
 ) -> dict[str, dict[str, Any]]:
     """How reliably the likelihood outcome (and AUROC) tell directions apart where the
     estimands compare them: split-half (texts; test texts for AUROC), Spearman–Brown,
-    within concepts among good directions (cos(v, v*) ≥ :data:`GOOD_COS`), and within the
-    equal-geometry cells (keyed and resampled by cell). A reliability near 0 means the
+    within concepts among good directions (cos(v, v*) ≥ :data:`GOOD_COS`), among the
+    directions people build (the primary's rows), and within the equal-geometry cells
+    (keyed and resampled by cell). A reliability near 0 means the
     measure cannot rank those directions, whatever its slope says. With the likelihood
     measured at both signs (``identify.strengths`` holding 1 and −1): each sign's
     reliability and their within-concept r, observed and disattenuated (a direction that
     pulls toward the concept harder should push away harder: r near −1)."""
-    from experiments.identify.variance import equal_geometry_rows
+    from experiments.identify.variance import equal_geometry_rows, practitioner_rows
 
     good = pooled[pooled["cos_ref"] >= GOOD_COS]
     out = {
@@ -172,6 +174,12 @@ def outcome_reliability(
         )  # fmt: skip
         out["sign_agreement_r_good_directions"] = Interval(**agree["observed"])
         out["sign_agreement_r_disattenuated_good_directions"] = Interval(**agree["corrected"])
+    built = practitioner_rows(pooled, OUTCOME)
+    if built["manipulation"].nunique() > 1:  # where the practitioner's estimand compares
+        for measure in (OUTCOME, "auroc"):
+            out[f"{measure}_practitioner_directions"] = within_reliability(
+                tables.halves_for(measure, built), n_boot=n_boot, seed=seed
+            )
     cells = equal_geometry_rows(pooled, OUTCOME)
     if not cells.empty:
         for measure in (OUTCOME, "auroc"):
@@ -299,7 +307,8 @@ def primary_result(
     the outcome on the predictor beside the control, concept-bootstrap interval;
     ``flexible_cos`` (v2, ``estimator.py``): (concept, manipulation) fixed effects and a
     spline in cos per manipulation, the control's other covariates beside, wild cluster
-    bootstrap-t interval. Its rows are :meth:`StudyTables.primary_rows` (every null left
+    bootstrap-t interval; ``equal_geometry`` and ``practitioner`` (v3, the estimands of
+    the same names). Its rows are :meth:`StudyTables.primary_rows` (every null left
     out, ``rotation:isotropic:90`` included); the result names the manipulations that
     entered (``manipulations``, v* as ``reference``) and the nulls left out (``left_out``)."""
     rows = tables.primary_rows()
@@ -312,6 +321,10 @@ def primary_result(
     fit: dict[str, Any]
     if estimator == "equal_geometry":  # v3: iso-cos, random nuisances, bare
         fit = cast(dict[str, Any], equal_geometry(
+            frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence
+        ).to_dict())  # fmt: skip
+    elif estimator == "practitioner":  # v3: the directions people build, one β, bare
+        fit = cast(dict[str, Any], practitioner_slope(
             frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence
         ).to_dict())  # fmt: skip
     elif estimator == "flexible_cos":
@@ -337,11 +350,21 @@ def primary_result(
         **({"correction": correction} if correction else {}),
         "verdict": verdict,
         "estimator": estimator,
-        "manipulations": ["isocos"]  # the equal-geometry cells only (below 90°)
-        if estimator == "equal_geometry"
-        else sorted(str(m) for m in rows["manipulation"].unique()),
+        "manipulations": _entered(estimator, rows),
         "left_out": _left_out(tables.directions),
     }
+
+
+def _entered(estimator: str, rows: pd.DataFrame) -> list[str]:
+    """The manipulations the primary's estimator compares."""
+    from experiments.identify.variance import PRACTITIONER
+
+    present = sorted(str(m) for m in rows["manipulation"].unique())
+    if estimator == "equal_geometry":  # the equal-geometry cells only (below 90°)
+        return ["isocos"]
+    if estimator == "practitioner":
+        return [m for m in present if m in PRACTITIONER]
+    return present
 
 
 def _left_out(directions: pd.DataFrame) -> list[str]:

@@ -53,6 +53,7 @@ ESTIMATOR_WORDS = {
     "linear_cos": "v1: concept fixed effects, a straight line in cos",
     "flexible_cos": "v2: (concept, manipulation) fixed effects, a spline in cos per manipulation",
     "equal_geometry": "v3: random iso-cos nuisances, within (concept, angle, band), bare",
+    "practitioner": "v3: the directions people build, one β, within concept, bare",
 }
 
 

@@ -18,10 +18,15 @@ column left after the fixed effects, the splines and the covariates (Frisch–Wa
 the slope is Σ x̃·y / Σ x̃²). A family's weight is its rows' share of Σ x̃², so the pooled
 slope is the weight-averaged family ratios Σ_m x̃·y / Σ_m x̃². For v1's model x̃ is AUROC
 less its fit on cos within concepts; for matched pairs each pair's ΔAUROC², split equally
-between its two families; iso-cos estimands use iso-cos rows only (weight 1).
+between its two families; iso-cos estimands use iso-cos rows only (weight 1); the
+practitioner's estimand AUROC less its concept mean over the directions people build.
 
 **The gate** (:func:`check_design`): a confirmatory grid is refused when its primary's
-interval covers 0 in fewer than 90% of the no-effect toys of any class.
+interval covers its truth in fewer than 90% of the no-effect toys of any class: 0, AUROC's
+path through the dose for a primary that does not hold the dose fixed, or, for a
+predictive primary that does not hold geometry fixed (the practitioner's), what
+detection predicts in that toy (``variance.practitioner_truth``); its power is then read where
+that truth is 0 (the ``flat`` class).
 """
 
 from __future__ import annotations
@@ -47,9 +52,22 @@ from experiments.identify.estimator import (
     linear_cos_slope,
     log_kl,
     matched_pairs,
+    partial_out,
 )
-from experiments.identify.simulate import CLASSES, TOY, grid_rows, toy_directions
-from experiments.identify.variance import Components, auroc_within_sd, demean, toy_overrides
+from experiments.identify.simulate import (
+    CLASSES,
+    TOY,
+    grid_rows,
+    toy_directions,
+)
+from experiments.identify.variance import (
+    Components,
+    auroc_within_sd,
+    demean,
+    practitioner_rows,
+    practitioner_truth,
+    toy_overrides,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,6 +107,9 @@ def estimands(
         "primary": _fit(primary_result(tables, primary, n_boot, seed)["slope"]),
         "flexible": _fit(flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()),
         "linear_cos": _fit(linear_cos_slope(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()),
+        "equal_norm_cos_per_concept": _fit(
+            flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed, cos_per_group=True).to_dict()
+        ),
         "matched_pairs": _fit(matched_pairs(pooled, y, x, n_boot=n_boot, seed=seed).get("fit")),
     }
     if (pooled["manipulation"] == "isocos").any():
@@ -130,6 +151,17 @@ def family_weights(
     frame = frame.assign(log_kl=log_kl(frame["kl"])) if "kl" in frame else frame
     if estimand.startswith(("isocos", "equal_geometry")):
         return {"isocos": 1.0}
+    if estimand == "practitioner":
+        rows = practitioner_rows(frame)
+        x = demean(rows[["auroc"]].to_numpy(np.float64), rows["cell"].to_numpy())[:, 0]
+        return _share(x, rows["manipulation"].to_numpy())
+    if estimand == "equal_norm_cos_per_concept":  # its design, each group's cos line out
+        data = frame.dropna(subset=["concept", "manipulation", "cos_ref", "effect", "auroc"])
+        x, _, _ = design(data, ["auroc"])
+        groups = data["concept"].astype(str) + "|" + data["manipulation"].astype(str)
+        cos = demean(data[["cos_ref"]].to_numpy(np.float64), groups.to_numpy())[:, 0]
+        x = partial_out(x, cos, groups.to_numpy())
+        return _share(_residual(x), data["manipulation"].to_numpy())
     if estimand in ("primary", "flexible"):
         cov = list(covariates) if estimand == "primary" else []
         rows = frame[~null_rows(frame)] if estimand == "primary" else frame  # nulls left out
@@ -169,6 +201,24 @@ def _mc_se(p: float | None, n: int) -> float | None:
 DOSE_HELD = ("primary_v2", "isocos_pooled")
 
 
+# Primaries whose truth is not a causal 0: they do not hold geometry fixed, so in a toy
+# their truth is what detection predicts there, computed per toy (practitioner_truth).
+PREDICTIVE = ("practitioner",)
+WEIGHED = ("equal_geometry", "practitioner")  # primaries weighed on their own rows
+
+
+def power_class(primary: dict[str, Any]) -> str:
+    """The class power is read in: one where the primary's truth is 0 with nothing
+    planted (``flat`` for a predictive primary, else ``none``)."""
+    return "flat" if primary.get("estimator") in PREDICTIVE else "none"
+
+
+def population_of(primary: dict[str, Any]) -> str:
+    """The rows a run's variance components are measured on for this primary
+    (``variance.components``): its own estimand's."""
+    return "practitioner" if primary.get("estimator") == "practitioner" else "equal_geometry"
+
+
 def truth(estimand: str, confound_name: str, primary: dict[str, Any]) -> float:
     """What ``estimand`` estimates in a no-effect toy of the class: 0, or AUROC's effect
     through the dose for an estimand that does not hold the dose fixed."""
@@ -180,13 +230,18 @@ def truth(estimand: str, confound_name: str, primary: dict[str, Any]) -> float:
 
 def _summary(
     fits: list[dict[str, float | None]], planted: list[dict[str, float | None]],
-    hypothesis: int, true: float = 0.0, margin: float | None = None, sesoi: float = SESOI,
+    hypothesis: int, true: float | Sequence[float] = 0.0, margin: float | None = None,
+    sesoi: float = SESOI,
 ) -> dict[str, Any]:  # fmt: skip
-    """Over the no-effect toys: bias against the estimand's truth, coverage of the truth
-    and of 0, how often 'supported' and 'no practical effect' are read; over the planted
-    toys (``sesoi`` beside the truth): power."""
-    ok = [f for f in fits if None not in f.values()]
+    """Over the no-effect toys: bias against the estimand's truth (one number, or one per
+    toy for a predictive primary), coverage of the truth and of 0, how often 'supported'
+    and 'no practical effect' are read; over the planted toys (``sesoi`` beside the
+    truth): power."""
+    keep = [None not in f.values() for f in fits]
+    ok = [f for f, k in zip(fits, keep, strict=True) if k]
     hit = [f for f in planted if None not in f.values()]
+    per_toy = np.broadcast_to(np.asarray(true, dtype=np.float64), (len(fits),))[keep]
+    true = float(per_toy.mean()) if len(per_toy) else float(np.mean(true))
     est = np.array([f["estimate"] for f in ok])
     lo, hi = np.array([f["low"] for f in ok]), np.array([f["high"] for f in ok])
     supported = (lo > 0) if hypothesis > 0 else (hi < 0)
@@ -196,12 +251,12 @@ def _summary(
 
     p_lo = np.array([f["low"] for f in hit])
     p_hi = np.array([f["high"] for f in hit])
-    covers = share((lo <= true) & (hi >= true))
+    covers = share((lo <= per_toy) & (hi >= per_toy))
     return {
         "n_null": len(ok),
         "not_evaluable": len(fits) - len(ok),
         "truth": true,
-        "bias": float(est.mean() - true) if len(ok) else None,
+        "bias": float((est - per_toy).mean()) if len(ok) else None,
         "sd": float(est.std(ddof=1)) if len(ok) > 1 else None,
         "coverage": covers,
         "coverage_mc_se": _mc_se(covers, len(ok)),
@@ -237,24 +292,25 @@ def simulate(
     controls = primary.get("control") or []
     controls = [controls] if isinstance(controls, str) else list(controls)
     covariates = [c for c in controls if c not in ("cos_ref", "none")]
+    predictive = primary.get("estimator") in PREDICTIVE
     names = list(classes or CLASSES)
     rows = []
     for ci, name in enumerate(names):
         fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
         weights: dict[str, list[dict[str, float]]] = {}
+        truths: list[float] = []  # a predictive primary's, per no-effect toy
         for arm, effect in (("null", 0.0), ("planted", hypothesis * sesoi)):
             for i in range(toys):
                 rng = seeded_rng(seed, "design", name, arm, i)
                 frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
+                if arm == "null" and predictive:
+                    truths.append(practitioner_truth(frame))
                 for est, fit in estimands(frame, primary, n_boot, i, primary_only).items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
                         pooled = StudyTables(frame).pooled()
-                        which = (
-                            "equal_geometry"
-                            if est == "primary" and primary.get("estimator") == "equal_geometry"
-                            else est
-                        )
+                        own = primary.get("estimator")
+                        which = own if est == "primary" and own in WEIGHED else est
                         weights.setdefault(est, []).append(
                             family_weights(pooled, which, covariates)
                         )
@@ -263,8 +319,9 @@ def simulate(
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)
         for est, arms in fits.items():
             mean_w = pd.DataFrame(weights.get(est, [])).fillna(0.0).mean().round(4)
+            true = truths if est == "primary" and predictive else truth(est, name, primary)
             summary = _summary(
-                arms["null"], arms["planted"], hypothesis, truth(est, name, primary),
+                arms["null"], arms["planted"], hypothesis, true,
                 primary.get("equivalence_margin"), sesoi,
             )  # fmt: skip
             rows.append({
@@ -320,14 +377,19 @@ def heldout_count(config: IdentifyStudyConfig) -> int:
     return min(len(held), ident.limit) if ident.limit else len(held)
 
 
-def measured_toy(ident: IdentifyConfig, measured: Components, seed: int = 0) -> dict[str, float]:
+def measured_toy(
+    ident: IdentifyConfig, measured: Components, seed: int = 0,
+    population: str = "equal_geometry",
+) -> dict[str, float]:  # fmt: skip
     """The toy's components from a run's (:mod:`variance`): the effect's within-cell sd,
     the concepts' slope spread, and the random draws' signal sd scaled so that a toy's
     AUROC spread inside equal-geometry cells matches the measured one (AUROC is nearly
     linear in the signal over that small range); with AUROC's measured reliability inside
-    the cells, its measurement error and true spread each matched to it."""
+    the cells, its measurement error and true spread each matched to it. Components
+    measured on the practitioner's directions set the effect's noise and the slope spread
+    only (their AUROC spread is the families' geometry, not the draws')."""
     toy = toy_overrides(measured)
-    if getattr(ident, "isocos_draw", "graded") != "random":
+    if getattr(ident, "isocos_draw", "graded") != "random" or population == "practitioner":
         return toy
     probe = toy_directions(ident, CLASSES["none"], seeded_rng(seed, "calibrate"), 0.0, 25)
     rel = measured.auroc_reliability
@@ -353,15 +415,16 @@ def power_curve(
     seed: int = 0, n_boot: int = 499, toy: dict[str, float] | None = None,
     progress: Callable[[str, int, int], None] | None = None, primary_only: bool = False,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """The primary's operating characteristics by number of concepts, in the no-confound
-    class: power at the smallest effect of interest, its mean interval width, and how
-    often 'no practical effect' is read when AUROC does nothing (the equivalence test's
-    power). What a confirmatory run's size is chosen from."""
+    """The primary's operating characteristics by number of concepts, in the class where
+    its truth is 0 with nothing planted (:func:`power_class`): power at the smallest
+    effect of interest, its mean interval width, and how often 'no practical effect' is
+    read when AUROC does nothing (the equivalence test's power). What a confirmatory
+    run's size is chosen from."""
     out = []
     for n in sizes:
         rows = simulate(ident, primary, toys=toys, seed=seed, n_boot=n_boot,
                         sesoi=float(primary.get("sesoi") or SESOI), n_concepts=n,
-                        classes=["none"], progress=progress, toy=toy,
+                        classes=[power_class(primary)], progress=progress, toy=toy,
                         primary_only=primary_only)  # fmt: skip
         (row,) = [r for r in rows if r["estimand"] == "primary"]
         out.append({"n_concepts": n, **{k2: row[k2] for k2 in (
@@ -382,7 +445,8 @@ def run_design(
     primary = primary_of(config)
     n = heldout_count(config)
     sesoi = float(primary.get("sesoi") or SESOI)
-    toy = measured_toy(config.identify, measured, seed) if measured else None
+    population = population_of(primary)
+    toy = measured_toy(config.identify, measured, seed, population) if measured else None
     table = simulate(config.identify, primary, toys=toys, seed=seed, n_boot=n_boot,
                      sesoi=sesoi, n_concepts=n, progress=progress, toy=toy,
                      primary_only=primary_only)  # fmt: skip
@@ -403,6 +467,7 @@ def run_design(
         "sesoi": sesoi,
         "toy": {**TOY, **(toy or {})},
         "measured": measured.to_dict() if measured else None,
+        "measured_on": population if measured else None,
         "classes": {k: asdict(v) for k, v in CLASSES.items()},
         "table": table,
         "failures": check_design(table),

@@ -24,6 +24,7 @@ from experiments.identify.estimator import (
     flexible_slope,
     iso_cos,
     log_kl,
+    practitioner_slope,
 )
 from metrics.cluster import ClusterFit
 
@@ -41,6 +42,14 @@ class Estimand:
     operating_point: str
     fit: Fit | None  # None: not measured by this study yet (said, not guessed)
     why_not: str = ""
+
+
+def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    from experiments.identify.variance import PRACTITIONER
+
+    if not frame["manipulation"].isin(PRACTITIONER[1:]).any():
+        return None  # v* alone: no spread in AUROC to rank
+    return practitioner_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
 
 
 def _equal_geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
@@ -69,6 +78,10 @@ def _equal_norm(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
     return flexible_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
 
 
+def _equal_norm_cos_per_concept(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
+    return flexible_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed, cos_per_group=True)
+
+
 def _dose_adjusted(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if "kl" not in frame or frame["kl"].isna().all():
         return None
@@ -79,6 +92,17 @@ def _dose_adjusted(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | 
 
 
 ESTIMANDS: tuple[Estimand, ...] = (
+    Estimand(
+        "practitioner_equal_norm",
+        "Among the directions people build for a concept, all at one β, do the ones that "
+        "detect better (AUROC on held-out texts) steer the concept better?",
+        "v* (the diffmean), the logistic C path, the shrinkage (whitened) path and the "
+        "diffmean from fewer training texts (variance.PRACTITIONER)",
+        "one β per concept (v*'s held-out strength), compared within concept; geometry "
+        "not held fixed: how far a built direction lies from v* is part of why it "
+        "detects as it does",
+        _practitioner,
+    ),
     Estimand(
         "equal_geometry",
         "At equal geometry, does a direction that detects better steer better?",
@@ -118,6 +142,14 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "one β per concept; (concept, manipulation) fixed effects and a spline in cos "
         "per manipulation",
         _equal_norm,
+    ),
+    Estimand(
+        "equal_norm_cos_per_concept",
+        "As equal_norm, robust to concepts whose steering rises with cos at their own rate "
+        "(steerability tied to separability): a robustness row for equal_norm.",
+        "as equal_norm",
+        "as equal_norm, and each (concept, manipulation) its own straight line in cos",
+        _equal_norm_cos_per_concept,
     ),
     Estimand(
         "equal_norm_dose_adjusted",

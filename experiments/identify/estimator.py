@@ -153,17 +153,38 @@ def flexible_slope(
     n_boot: int = 1999,
     seed: int = 0,
     confidence: float = 0.95,
+    cos_per_group: bool = False,
 ) -> ClusterFit:
     """The slope of ``y`` on ``predictor`` with (concept, family) fixed effects and a
-    spline in cos per family; clustered by concept."""
+    spline in cos per family; clustered by concept. ``cos_per_group``: besides, each
+    (concept, family) its own straight line in cos, so a concept whose steering rises
+    faster with cos (steerability tied to separability) does not lend that to AUROC."""
     data = _rows(frame, ["concept", family, "cos_ref", y, predictor, *covariates])
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
     x, _, concepts = design(
         data, [predictor], family=family, covariates=covariates, spline_df=spline_df
     )
-    yd = demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
+    groups = _groups(data, family)
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
+    if cos_per_group:
+        cos = demean(data[["cos_ref"]].to_numpy(dtype=np.float64), groups)[:, 0]
+        x, yd = partial_out(x, cos, groups), partial_out(yd[:, None], cos, groups)[:, 0]
     return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
+
+
+def partial_out(block: np.ndarray, cos: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each column less its own least-squares line in the group-demeaned ``cos`` within
+    each group (Frisch–Waugh–Lovell: the same slope as one cos column per group, without
+    a column per concept × family). A group whose cos does not vary is left as it is."""
+    _, index = np.unique(groups, return_inverse=True)
+    scale = np.bincount(index, cos * cos)
+    safe = np.where(scale > 1e-12, scale, np.inf)
+    out = block.copy()
+    for j in range(block.shape[1]):
+        slope = np.bincount(index, cos * block[:, j]) / safe
+        out[:, j] -= slope[index] * cos
+    return out
 
 
 def _groups(frame: pd.DataFrame, family: str) -> np.ndarray:
@@ -370,6 +391,35 @@ def equal_geometry(
     concepts = data["concept"].astype(str).to_numpy()
     return wild_cluster_restricted(
         x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
+    )
+
+
+def practitioner_slope(
+    frame: pd.DataFrame,
+    y: str = "effect",
+    predictor: str = "auroc",
+    *,
+    n_boot: int = 1999,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> ClusterFit:
+    """The practitioner's estimand at equal norm (identify v3's primary): among the
+    directions people build for a concept (``variance.PRACTITIONER``: v*, the logistic C
+    path, the shrinkage path, the diffmean from fewer texts), all at the concept's one β,
+    the slope of the outcome on AUROC within concept, bare: geometry is not held fixed,
+    because how far a built direction lies from v* is part of why it detects as it does,
+    and the question is whether detection predicts steering, not why. Clustered by
+    concept; the interval by inverting the restricted wild cluster bootstrap test."""
+    from experiments.identify.variance import practitioner_rows
+
+    data = practitioner_rows(frame, y, predictor)
+    if data.empty:
+        return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
+    groups = data["cell"].to_numpy()
+    x = demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
+    yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
+    return wild_cluster_restricted(
+        x, yd, groups, 0, n_boot=n_boot, seed=seed, confidence=confidence
     )
 
 

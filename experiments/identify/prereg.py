@@ -53,12 +53,15 @@ PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "ru
 # What a held-out run is bound to: the study config's hash (``study_hash``) and the commit
 # whose code it was written for (the code paths below must be unchanged since).
 BINDING_KEYS = ("config_hash", "code_commit")
-ESTIMATORS = ("linear_cos", "flexible_cos", "equal_geometry")
+ESTIMATORS = ("linear_cos", "flexible_cos", "equal_geometry", "practitioner")
+# v3's estimators: run only on a grid the design simulation passed (a design_table).
+GATED = ("equal_geometry", "practitioner")
 # The estimand each estimator answers (docs/identify.md, "The estimands").
 ESTIMANDS = {
     "linear_cos": "v1_linear_cos",
     "flexible_cos": "equal_norm",
     "equal_geometry": "equal_geometry",
+    "practitioner": "practitioner_equal_norm",
 }
 # What flexible_cos may hold beside AUROC: cos(v, v*) (its spline per manipulation) and the
 # dose (log next-token KL of each direction at its β).
@@ -137,10 +140,10 @@ def parse_primary(text: str) -> dict[str, Any]:
                     f"estimator flexible_cos takes control cos_ref (its spline), optionally "
                     f"with log_kl; got {controls}"
                 )
-            if primary.get("estimator") == "equal_geometry" and set(controls) - {"none"}:
+            if primary.get("estimator") in GATED and set(controls) - {"none"}:
                 raise PreregistrationError(
-                    f"estimator equal_geometry is bare (control: none): the nuisance's own "
-                    f"effect and the dose follow from the draw; got {controls}"
+                    f"estimator {primary['estimator']} is bare (control: none): what it "
+                    f"would hold fixed follows from the direction; got {controls}"
                 )
             for key in ("sesoi", "equivalence_margin"):
                 value = primary.get(key)
@@ -234,13 +237,13 @@ def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
 
 def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
     """The design gate on the confirmatory path: a pre-registration whose primary is v3's
-    (``estimator: equal_geometry``) or that names a ``design_table`` must name one (the
+    (``estimator``: one of :data:`GATED`) or that names a ``design_table`` must name one (the
     committed ``steer-eval identify --simulate --json`` output, a path from the repository
     root) for this study's hash, whose gate passed (``failures`` empty)."""
     primary = prereg.primary
     table = primary.get("design_table")
     if not table:
-        if primary.get("estimator") == "equal_geometry":
+        if primary.get("estimator") in GATED:
             raise PreregistrationError(
                 f"{prereg.path} names no design_table: a v3 primary is run only on a grid "
                 "the simulation passed; run `steer-eval identify --simulate --json` on this "

@@ -30,7 +30,9 @@ measured with error (reliability 0.74, 0.41: of its within-(concept, manipulatio
 variance) and used as a covariate; cos to the true concept direction measured with error
 (a noisy reference, sd 0.05); steerability correlated with separability across concepts
 (r = 0.7); each nuisance type its own push on the effect (independent of its AUROC, and
-aligned with it, r = 0.7); AUROC measured with more error.
+aligned with it, r = 0.7); AUROC measured with more error; and ``flat``, the effect the
+same for every direction of a concept, where an estimand that does not hold geometry
+fixed (the practitioner's) has truth 0 and its power is read.
 The variance components (:data:`TOY`) are assumptions of the study's order of magnitude,
 not estimates from the v2 runs.
 """
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
     from experiments.config import IdentifyConfig
     from experiments.identify.directions import DirectionSpec
 
-SHAPES = ("linear", "convex", "concave", "nuisance")
+SHAPES = ("linear", "convex", "concave", "nuisance")  # toy_study's; toy_directions adds "flat"
 
 # family -> the AUROC it gives at cos c (before direction-level variation): rotation
 # families fall with the angle, each at its own rate; the estimator paths move AUROC and
@@ -224,6 +226,9 @@ class Confound:
 
 CLASSES: dict[str, Confound] = {
     "none": Confound("no confound: the effect linear in cos"),
+    # nothing about a direction steers beyond noise: every estimand's truth 0, also the
+    # practitioner's (which does not hold geometry fixed); where its power is read
+    "flat": Confound("the effect the same for every direction of a concept", shape="flat"),
     "convex": Confound("the effect convex in cos (cos²)", shape="convex"),
     "concave": Confound("the effect concave in cos (√cos)", shape="concave"),
     "dose_rel_0.74": Confound("the dose drives the effect; log KL reliability 0.74", 0.74),
@@ -454,9 +459,13 @@ def toy_directions(
         measured = measured + np.sqrt(error_var) * rng.standard_normal(len(f))
     f["kl"] = np.exp(measured)
     geometry = {"linear": f["true_cos"], "convex": f["true_cos"].clip(0) ** 2,
-                "concave": np.sqrt(f["true_cos"].clip(0))}[confound.shape]  # fmt: skip
+                "concave": np.sqrt(f["true_cos"].clip(0)),
+                "flat": pd.Series(1.0, index=f.index)}[confound.shape]  # fmt: skip
     dose_term = TOY["dose_effect"] * (f["log_kl_true"] + 3) if confound.dose_reliability else 0.0
     noise = t["effect_sd"] * rng.standard_normal(len(f))
+    # the effect's mean given the direction (concepts' slopes at their mean, no noise):
+    # what a predictive estimand's truth is computed from (variance.practitioner_truth)
+    f["effect_mean"] = f["steer"] * geometry + f["push"] + dose_term + planted * f["auroc_true"]
     f["effect"] = (
         f["steer"] * geometry + f["push"] + dose_term + f["slope"] * f["auroc_true"] + noise
     )

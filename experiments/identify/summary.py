@@ -226,7 +226,7 @@ def findings(analysis: dict[str, Any]) -> list[str]:
     if rel:
         lines.append(
             "- Split-half reliability where directions are compared (within concepts among "
-            "cos ≥ 0.7; within equal-geometry cells): "
+            "cos ≥ 0.7, among the directions people build; within equal-geometry cells): "
             + "; ".join(f"{k.replace('_', ' ')} {ci(v)}" for k, v in rel.items())
             + "."
         )

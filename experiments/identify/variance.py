@@ -82,6 +82,38 @@ def equal_geometry_rows(
     return iso.assign(cell=cell_keys(iso))
 
 
+# The directions practitioners build for a concept (issue 53's practitioner estimand): the
+# diffmean v*, the logistic C path, the shrinkage (whitened) path and the diffmean from
+# fewer training texts. Label noise (a degraded v*), the rotations and iso-cos nuisances
+# (made to move geometry) and the nulls are not among them.
+PRACTITIONER = ("reference", "logistic", "shrinkage", "size")
+
+
+def practitioner_rows(
+    frame: pd.DataFrame, y: str = "effect", predictor: str = "auroc"
+) -> pd.DataFrame:
+    """The rows the practitioner estimands compare, each concept its own cell."""
+    rows = frame[frame["manipulation"].isin(PRACTITIONER)]
+    rows = rows.dropna(subset=["concept", y, predictor])
+    return rows.assign(cell=rows["concept"].astype(str))
+
+
+WORDS = {"equal_geometry": "an equal-geometry", "practitioner": "a practitioner's"}
+POPULATIONS = tuple(WORDS)  # the rows components() can measure
+
+
+def practitioner_truth(frame: pd.DataFrame) -> float:
+    """The practitioner's estimand in one toy, without noise: the pooled within-concept
+    slope of the effect's mean (``effect_mean``: the concepts' slopes at their mean) on
+    AUROC as measured, over the practitioner's directions. AUROC's measurement error is
+    part of the estimand (the question is about AUROC as a practitioner measures it)."""
+    rows = practitioner_rows(frame, "effect_mean")
+    groups = rows["cell"].to_numpy()
+    x = demean(rows[["auroc"]].to_numpy(np.float64), groups)[:, 0]
+    y = demean(rows[["effect_mean"]].to_numpy(np.float64), groups)[:, 0]
+    return float(x @ y / (x @ x))
+
+
 def auroc_within_sd(frame: pd.DataFrame) -> float:
     """AUROC's sd inside the equal-geometry cells (pooled over cells): what the draws give
     the estimator to work with."""
@@ -91,12 +123,21 @@ def auroc_within_sd(frame: pd.DataFrame) -> float:
     return float(np.sqrt((x**2).sum() / dof)) if dof > 0 else 0.0
 
 
-def components(frame: pd.DataFrame, y: str = "effect") -> Components:
-    """Per-concept slopes inside cells, pooled by random effects (the module docstring).
-    Raises ValueError when fewer than 3 concepts have a slope."""
+def components(
+    frame: pd.DataFrame, y: str = "effect", population: str = "equal_geometry"
+) -> Components:
+    """Per-concept slopes inside cells, pooled by random effects (the module docstring);
+    ``population``: the equal-geometry cells, or the practitioner's directions (a concept
+    one cell). Raises ValueError when fewer than 3 concepts have a slope."""
     from statsmodels.stats.meta_analysis import combine_effects
 
-    rows = equal_geometry_rows(frame, y)
+    if population not in POPULATIONS:
+        raise ValueError(f"population {population!r} is not one of {sorted(POPULATIONS)}")
+    rows = (
+        practitioner_rows(frame, y)
+        if population == "practitioner"
+        else equal_geometry_rows(frame, y)
+    )
     slopes, variances, residuals, spreads, counts = [], [], [], [], []
     for _, g in rows.groupby("concept", sort=True):
         x = g["auroc"] - g.groupby("cell")["auroc"].transform("mean")
@@ -115,8 +156,8 @@ def components(frame: pd.DataFrame, y: str = "effect") -> Components:
         counts.append(len(g))
     if len(slopes) < 3:
         raise ValueError(
-            f"{len(slopes)} concepts have an equal-geometry slope (need 3): the run has no "
-            "iso-cos rows below 90 degrees with AUROC varying inside cells"
+            f"{len(slopes)} concepts have {WORDS[population]} slope (need 3): the run has "
+            f"too few of its rows with AUROC varying inside cells"
         )
     fit = combine_effects(np.array(slopes), np.array(variances), method_re="dl")
     reliability = None

@@ -27,8 +27,11 @@ from experiments.identify.manipulations import direction_grid, is_control
 V2 = load_config("configs/identify-v2.yaml", [], "identify", [])
 PRIMARY = primary_of(V2)
 V3 = load_config("configs/identify-v3.yaml", [], "identify", [])
+# v3's equal-geometry estimand as a primary: what the v3 design was first checked for
+EQUAL_GEOMETRY = {**primary_of(V3), "estimator": "equal_geometry", "estimand": "equal_geometry"}
 ESTIMANDS = {
-    "primary", "flexible", "linear_cos", "matched_pairs", "isocos_pooled", "equal_geometry"
+    "primary", "flexible", "linear_cos", "matched_pairs", "isocos_pooled", "equal_geometry",
+    "equal_norm_cos_per_concept",
 }  # fmt: skip
 
 
@@ -234,9 +237,11 @@ def test_a_v3_toy_draws_nuisances_per_concept_in_balanced_bands() -> None:
     assert iso.groupby(["concept", "nuisance_band"])["auroc_true"].std().mean() > 0.005
 
 
-def test_v3s_primary_is_the_bare_equal_geometry_estimand() -> None:
+def test_v3s_primary_is_the_practitioners_estimand() -> None:
     primary = primary_of(V3)
-    assert primary["estimator"] == "equal_geometry" and primary["estimand"] == "equal_geometry"
+    assert primary["estimator"] == "practitioner"
+    assert primary["estimand"] == "practitioner_equal_norm"
+    assert primary["control"] == "none"
     assert primary["sesoi"] == 0.25 and primary["equivalence_margin"] == 0.25
 
 
@@ -245,7 +250,7 @@ def test_low_noise_pushes_that_break_v2s_primary_leave_v3s_covering_0(low_noise)
     AUROC is absorbed by the band strata, because within a band the AUROC is set by the
     random signs."""
     kw = {"toys": 10, "n_boot": 99, "n_concepts": 10, "classes": ["push_aligned"]}
-    rows = {r["estimand"]: r for r in simulate(V3.identify, primary_of(V3), **kw)}
+    rows = {r["estimand"]: r for r in simulate(V3.identify, EQUAL_GEOMETRY, **kw)}
     assert rows["primary"]["coverage"] >= 0.8
     assert abs(rows["primary"]["bias"]) < 0.3
 
@@ -269,7 +274,7 @@ def test_the_noisy_reference_biases_the_bare_slope_and_the_correction_removes_it
     within-cell slope reads a positive effect; the errors-in-variables slope (cos to the
     other half's diffmean, AUROC's error variance from split halves) does not."""
     kw = {"toys": 8, "n_boot": 99, "n_concepts": 40, "classes": ["cos_error"]}
-    rows = {r["estimand"]: r for r in simulate(V3.identify, primary_of(V3), **kw)}
+    rows = {r["estimand"]: r for r in simulate(V3.identify, EQUAL_GEOMETRY, **kw)}
     assert rows["equal_geometry_uncorrected"]["bias"] > 0.2
     assert rows["equal_geometry_uncorrected"]["coverage"] <= 0.5
     assert abs(rows["equal_geometry"]["bias"]) < 0.15
@@ -280,9 +285,9 @@ def test_the_noisy_reference_biases_the_bare_slope_and_the_correction_removes_it
 def test_a_mediated_dose_is_the_truth_of_an_estimand_that_does_not_hold_it() -> None:
     from experiments.identify.design import truth
 
-    assert truth("equal_geometry", "dose_rel_0.74", primary_of(V3)) == pytest.approx(0.5)
+    assert truth("equal_geometry", "dose_rel_0.74", EQUAL_GEOMETRY) == pytest.approx(0.5)
     assert truth("primary", "dose_rel_0.74", PRIMARY) == 0.0  # v2 holds log KL
-    assert truth("equal_geometry", "none", primary_of(V3)) == 0.0
+    assert truth("equal_geometry", "none", EQUAL_GEOMETRY) == 0.0
 
 
 def _prereg(tmp_path, **primary):
@@ -300,8 +305,9 @@ def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> Non
         study_hash,
     )
 
-    with pytest.raises(PreregistrationError, match="names no design_table"):
-        check_design_table(_prereg(tmp_path, estimator="equal_geometry"), V3)
+    for estimator in ("equal_geometry", "practitioner"):
+        with pytest.raises(PreregistrationError, match="names no design_table"):
+            check_design_table(_prereg(tmp_path, estimator=estimator), V3)
     table = tmp_path / "design.json"
     table.write_text(json.dumps({"study_hash": "other", "failures": []}))
     with pytest.raises(PreregistrationError, match="not this one"):
@@ -342,7 +348,7 @@ def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis
 def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise) -> None:
     from experiments.identify.design import power_curve
 
-    primary = {**primary_of(V3), "sesoi": 1.0}
+    primary = {**EQUAL_GEOMETRY, "sesoi": 1.0}
     small, large = power_curve(V3.identify, primary, [4, 24], toys=6, n_boot=99)
     assert (small["n_concepts"], large["n_concepts"]) == (4, 24)
     assert large["width"] < small["width"]
@@ -350,8 +356,70 @@ def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise)
     assert 0.0 <= large["no_practical_0"] <= 1.0
 
 
-def test_v3s_primary_draws_all_its_weight_from_the_equal_geometry_cells() -> None:
-    rows = simulate(V3.identify, primary_of(V3), toys=2, n_boot=19, n_concepts=4,
+def test_the_equal_geometry_primary_draws_all_its_weight_from_the_equal_geometry_cells() -> None:
+    rows = simulate(V3.identify, EQUAL_GEOMETRY, toys=2, n_boot=19, n_concepts=4,
                     classes=["none"])  # fmt: skip
     (primary,) = [r for r in rows if r["estimand"] == "primary"]
     assert primary["weights"] == {"isocos": 1.0}
+
+
+def test_the_practitioner_primary_weighs_only_the_directions_people_build() -> None:
+    from experiments.identify.variance import PRACTITIONER
+
+    rows = simulate(V3.identify, primary_of(V3), toys=2, n_boot=19, n_concepts=4,
+                    classes=["none"], primary_only=True)  # fmt: skip
+    (primary,) = rows
+    assert set(primary["weights"]) <= set(PRACTITIONER)
+    assert {"shrinkage", "logistic", "size"} <= set(primary["weights"])
+    assert sum(primary["weights"].values()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_practitioners_truth_is_0_when_no_direction_steers_differently() -> None:
+    """In the flat class every direction of a concept steers alike: what detection
+    predicts there is exactly 0, and with a slope planted it is that slope, attenuated
+    only by AUROC's measurement error."""
+    from experiments.identify.variance import practitioner_truth
+
+    flat = sim.CLASSES["flat"]
+    toy = sim.toy_directions(V3.identify, flat, seeded_rng(0, "flat"), 0.0, 200)
+    assert practitioner_truth(toy) == pytest.approx(0.0, abs=1e-12)
+    planted = sim.toy_directions(V3.identify, flat, seeded_rng(0, "flat"), 0.5, 200)
+    assert 0.4 < practitioner_truth(planted) <= 0.5
+    linear = sim.toy_directions(V3.identify, sim.CLASSES["none"], seeded_rng(0, "n"), 0.0, 200)
+    assert abs(practitioner_truth(linear)) > 0.1  # geometry is part of what it predicts
+
+
+def test_the_power_of_a_predictive_primary_is_read_where_its_truth_is_0() -> None:
+    from experiments.identify.design import population_of, power_class
+
+    assert power_class(primary_of(V3)) == "flat"
+    assert power_class(EQUAL_GEOMETRY) == "none"
+    assert population_of(primary_of(V3)) == "practitioner"
+    assert population_of(EQUAL_GEOMETRY) == "equal_geometry"
+
+
+def test_the_practitioner_primary_covers_its_truth_in_every_kind_of_toy(low_noise) -> None:
+    """The gate for a predictive primary: its truth in a toy is what detection predicts
+    there (not 0 where geometry steers), and its interval covers that truth; in the flat
+    class it reads 'no practical effect'."""
+    kw = {"toys": 6, "n_boot": 99, "n_concepts": 40, "primary_only": True,
+          "classes": ["none", "concave", "flat", "push_aligned"]}  # fmt: skip
+    rows = {r["class"]: r for r in simulate(V3.identify, primary_of(V3), **kw)}
+    assert rows["flat"]["truth"] == pytest.approx(0.0, abs=1e-9)
+    assert abs(rows["none"]["truth"]) > 0.1
+    for row in rows.values():
+        assert row["coverage"] >= 4 / 6, row
+        assert abs(row["bias"]) < 0.1, row
+    assert rows["flat"]["no_practical_0"] >= 4 / 6
+    assert rows["flat"]["power"] >= 4 / 6  # the planted 0.25 found at low noise
+
+
+def test_a_cos_line_per_concept_removes_steerability_tied_to_separability(low_noise) -> None:
+    """v2's heterogeneity class: concepts that separate better also steer faster with cos,
+    and the equal-norm slope lends that to AUROC; each (concept, manipulation)'s own line
+    in cos (the robustness row) takes it back."""
+    kw = {"toys": 6, "n_boot": 99, "n_concepts": 25, "classes": ["steer_sep_r0.7"]}
+    rows = {r["estimand"]: r for r in simulate(V2.identify, PRIMARY, **kw)}
+    assert rows["flexible"]["bias"] > 0.05 and rows["flexible"]["coverage"] <= 0.5
+    assert abs(rows["equal_norm_cos_per_concept"]["bias"]) < 0.02
+    assert rows["equal_norm_cos_per_concept"]["coverage"] >= 5 / 6

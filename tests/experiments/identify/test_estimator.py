@@ -193,6 +193,64 @@ def _cells(rng: np.random.Generator, n_concepts: int = 6, slope: float = 0.8) ->
     return pd.DataFrame(rows)
 
 
+def test_the_practitioner_slope_compares_the_directions_people_build_within_concept() -> None:
+    """A planted within-concept slope is recovered whatever each concept's own level;
+    rows that are not built directions (iso-cos, label noise, nulls) do not enter."""
+    from experiments.identify.estimator import practitioner_slope
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for c in range(30):
+        level = 3 * rng.standard_normal()
+        for m in ("reference", "logistic", "logistic", "shrinkage", "shrinkage", "size"):
+            auroc = 0.8 + 0.1 * rng.standard_normal()
+            rows.append({"concept": f"c{c}", "manipulation": m, "auroc": auroc,
+                         "effect": level + 0.6 * auroc + 0.02 * rng.standard_normal()})  # fmt: skip
+        for m in ("isocos", "noise", "control"):
+            rows.append({"concept": f"c{c}", "manipulation": m, "auroc": 0.5 + rng.random(),
+                         "effect": 10 * rng.standard_normal()})  # fmt: skip
+    fit = practitioner_slope(pd.DataFrame(rows), n_boot=199, seed=0)
+    assert fit.n == 180 and fit.n_clusters == 30
+    assert fit.low < 0.6 < fit.high and fit.estimate == pytest.approx(0.6, abs=0.05)
+    assert "restricted" in fit.method
+    empty = practitioner_slope(pd.DataFrame(rows).query("manipulation == 'isocos'"))
+    assert not empty.evaluable
+
+
+def test_a_cos_line_per_concept_and_family_is_the_slope_with_one_cos_column_per_group() -> None:
+    """equal_norm_cos_per_concept partials each (concept, manipulation)'s own cos line out
+    (Frisch–Waugh–Lovell) instead of adding a column per group: the same slope as the
+    explicit design."""
+    from experiments.identify.estimator import design
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for c in range(5):
+        steer = 1 + rng.standard_normal()
+        for m in ("noise", "logistic", "shrinkage"):
+            for _ in range(9):
+                cos = rng.uniform(0.3, 1.0)
+                auroc = 0.6 + 0.3 * cos + 0.05 * rng.standard_normal()
+                rows.append({"concept": f"c{c}", "manipulation": m, "cos_ref": cos,
+                             "auroc": auroc, "effect": steer * cos + 0.2 * auroc
+                             + 0.05 * rng.standard_normal()})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    fit = flexible_slope(frame, "effect", "auroc", n_boot=99, cos_per_group=True)
+    x, _, _ = design(frame, ["auroc"])
+    groups = (frame["concept"] + "|" + frame["manipulation"]).to_numpy()
+    extra = np.column_stack(
+        [np.where(groups == g, frame["cos_ref"], 0.0) for g in sorted(set(groups))]
+    )
+    from experiments.identify.variance import demean
+
+    full = np.column_stack([x, demean(extra, groups)])
+    y = demean(frame[["effect"]].to_numpy(), groups)[:, 0]
+    coef, *_ = np.linalg.lstsq(full, y, rcond=None)
+    assert fit.estimate == pytest.approx(coef[0], abs=1e-9)
+    plain = flexible_slope(frame, "effect", "auroc", n_boot=99)
+    assert abs(fit.estimate - 0.2) < abs(plain.estimate - 0.2) + 0.05
+
+
 def test_without_measurement_error_the_corrected_slope_is_the_bare_one() -> None:
     from experiments.identify.corrected import CORRECTED, CorrectedFit
     from experiments.identify.estimator import equal_geometry

@@ -153,6 +153,23 @@ def test_every_key_of_the_primary_is_checked(primary):
     assert parse_primary(flexible)["estimator"] == "flexible_cos"
 
 
+def test_the_record_takes_every_estimator_a_preregistration_may_name():
+    from typing import get_args
+
+    from experiments.identify.prereg import ESTIMATORS
+    from experiments.record import PrimaryResult
+
+    assert get_args(PrimaryResult.model_fields["estimator"].annotation) == ESTIMATORS
+
+
+def test_the_practitioner_estimator_is_bare(primary):
+    practitioner = primary.replace("  rule:", "  estimator: practitioner\n  rule:")
+    with pytest.raises(PreregistrationError, match="practitioner is bare"):
+        parse_primary(practitioner)  # the fixture's primary holds cos_ref
+    bare = practitioner.replace("control: cos_ref", "control: none")
+    assert parse_primary(bare)["estimator"] == "practitioner"
+
+
 def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown(primary):
     flexible = primary.replace("  rule:", "  estimator: flexible_cos\n  rule:")
     dosed = flexible.replace("control: cos_ref", "control: [cos_ref, log_kl]")

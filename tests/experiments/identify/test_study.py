@@ -156,8 +156,8 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     # every estimand under its own name, with its question; the unbuilt ones say why
     estimands = result.record.estimands
     assert set(estimands) == {
-        "equal_geometry", "equal_geometry_uncorrected", "equal_geometry_nonadditive",
-        "equal_norm",
+        "practitioner_equal_norm", "equal_geometry", "equal_geometry_uncorrected",
+        "equal_geometry_nonadditive", "equal_norm", "equal_norm_cos_per_concept",
         "equal_norm_dose_adjusted", "equal_dose", "practitioner",
     }  # fmt: skip
     assert estimands["equal_geometry"].status == "estimated"
@@ -169,6 +169,10 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     rel = result.record.outcome_reliability
     assert {"effect_good_directions", "auroc_good_directions"} <= set(rel)
     assert "effect_equal_geometry_cells" in rel
+    assert {"effect_practitioner_directions", "auroc_practitioner_directions"} <= set(rel)
+    built = estimands["practitioner_equal_norm"]  # v*, the logistic and shrinkage paths
+    assert built.status == "estimated" and built.fit is not None
+    assert built.fit.n_clusters == 3 and "restricted" in built.fit.method
     for r in rel.values():
         assert (r.estimate is None and r.reason) or (r.estimate is not None and r.estimate <= 1)
 

@@ -42,6 +42,37 @@ def test_the_components_recover_the_slope_spread_and_the_noise() -> None:
     assert none.slope_sd < 0.3 and none.i2 < 0.5
 
 
+def _built(n_concepts: int, slope_sd: float, within_sd: float, seed: int) -> pd.DataFrame:
+    """The directions people build, per concept, beside iso-cos rows they must ignore."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in range(n_concepts):
+        slope = 0.5 + slope_sd * rng.standard_normal()
+        base = rng.standard_normal()  # the concept's own level: absorbed
+        for m, n in (("reference", 1), ("logistic", 4), ("shrinkage", 5), ("size", 3)):
+            for k in range(n):
+                auroc = 0.8 + 0.1 * rng.standard_normal()
+                rows.append({
+                    "concept": f"c{c}", "manipulation": m, "level": float(k), "auroc": auroc,
+                    "effect": base + slope * auroc + within_sd * rng.standard_normal(),
+                })  # fmt: skip
+        rows.append({"concept": f"c{c}", "manipulation": "isocos", "level": 45.0,
+                     "auroc": 0.1, "effect": -9.0})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_practitioners_components_come_from_the_directions_people_build() -> None:
+    got = components(_built(80, slope_sd=1.0, within_sd=0.05, seed=0), population="practitioner")
+    assert got.n_concepts == 80 and got.rows_per_concept == 13  # the iso-cos row left out
+    assert got.within_sd == pytest.approx(0.05, rel=0.15)
+    assert got.slope_sd == pytest.approx(1.0, rel=0.25)
+    assert got.auroc_within_sd == pytest.approx(0.1, rel=0.2)
+    with pytest.raises(ValueError, match="population 'iso' is not one of"):
+        components(_built(3, 1.0, 0.05, 0), population="iso")
+    with pytest.raises(ValueError, match="2 concepts have a practitioner's slope"):
+        components(_built(2, 1.0, 0.05, 0), population="practitioner")
+
+
 def test_too_few_concepts_is_an_error_that_says_why(tmp_path) -> None:
     with pytest.raises(ValueError, match="2 concepts have an equal-geometry slope"):
         components(_study(2, 1.0, 0.05, 0))
