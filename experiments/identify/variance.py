@@ -64,7 +64,10 @@ class Components:
 
 
 def cell_keys(frame: pd.DataFrame) -> pd.Series:
-    """The equal-geometry cell of each iso-cos row: concept × angle (× band if drawn)."""
+    """The equal-geometry cell of each iso-cos row: concept × angle (× band if drawn).
+    A grid without iso-cos rows (v3's confirmatory one) has no cells."""
+    if frame.empty:
+        return pd.Series([], index=frame.index, dtype=object)
     keys = frame["concept"].astype(str) + "|" + frame["level"].map("{:g}".format)
     if "nuisance_band" in frame and frame["nuisance_band"].notna().all():
         keys = keys + "|" + frame["nuisance_band"].astype(int).astype(str)

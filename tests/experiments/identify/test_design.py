@@ -27,6 +27,10 @@ from experiments.identify.manipulations import direction_grid, is_control
 V2 = load_config("configs/identify-v2.yaml", [], "identify", [])
 PRIMARY = primary_of(V2)
 V3 = load_config("configs/identify-v3.yaml", [], "identify", [])
+# the v3 development grid: the confirmatory one with the random iso-cos draws
+V3_DEV = load_config(
+    "configs/identify-v3.yaml", ["identify.isocos_degrees=[30, 45, 60, 90]"], "identify", []
+)
 # v3's equal-geometry estimand as a primary: what the v3 design was first checked for
 EQUAL_GEOMETRY = {**primary_of(V3), "estimator": "equal_geometry", "estimand": "equal_geometry"}
 ESTIMANDS = {
@@ -229,7 +233,7 @@ def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
 
 
 def test_a_v3_toy_draws_nuisances_per_concept_in_balanced_bands() -> None:
-    toy = sim.toy_directions(V3.identify, sim.CLASSES["none"], seeded_rng(0, "v3"), 0.0, 4)
+    toy = sim.toy_directions(V3_DEV.identify, sim.CLASSES["none"], seeded_rng(0, "v3"), 0.0, 4)
     iso = toy[(toy["manipulation"] == "isocos") & (toy["level"] == 45)]
     assert iso.groupby("concept")["seed"].nunique().eq(12).all()
     assert iso.groupby(["concept", "nuisance_band"]).size().eq(3).all()  # 4 bands x 3
@@ -250,13 +254,13 @@ def test_low_noise_pushes_that_break_v2s_primary_leave_v3s_covering_0(low_noise)
     AUROC is absorbed by the band strata, because within a band the AUROC is set by the
     random signs."""
     kw = {"toys": 10, "n_boot": 99, "n_concepts": 10, "classes": ["push_aligned"]}
-    rows = {r["estimand"]: r for r in simulate(V3.identify, EQUAL_GEOMETRY, **kw)}
+    rows = {r["estimand"]: r for r in simulate(V3_DEV.identify, EQUAL_GEOMETRY, **kw)}
     assert rows["primary"]["coverage"] >= 0.8
     assert abs(rows["primary"]["bias"]) < 0.3
 
 
 def test_a_v3_toy_measures_its_geometry_again_on_the_second_half() -> None:
-    toy = sim.toy_directions(V3.identify, sim.CLASSES["cos_error"], seeded_rng(0, "h"), 0.0, 4)
+    toy = sim.toy_directions(V3_DEV.identify, sim.CLASSES["cos_error"], seeded_rng(0, "h"), 0.0, 4)
     cells = (toy["manipulation"] == "isocos") & (toy["level"] < 90)
     assert toy.loc[cells, "auroc_error_within"].notna().all()
     assert toy.loc[~cells, "auroc_error_within"].isna().all()
@@ -274,7 +278,7 @@ def test_the_noisy_reference_biases_the_bare_slope_and_the_correction_removes_it
     within-cell slope reads a positive effect; the errors-in-variables slope (cos to the
     other half's diffmean, AUROC's error variance from split halves) does not."""
     kw = {"toys": 8, "n_boot": 99, "n_concepts": 40, "classes": ["cos_error"]}
-    rows = {r["estimand"]: r for r in simulate(V3.identify, EQUAL_GEOMETRY, **kw)}
+    rows = {r["estimand"]: r for r in simulate(V3_DEV.identify, EQUAL_GEOMETRY, **kw)}
     assert rows["equal_geometry_uncorrected"]["bias"] > 0.2
     assert rows["equal_geometry_uncorrected"]["coverage"] <= 0.5
     assert abs(rows["equal_geometry"]["bias"]) < 0.15
@@ -349,7 +353,7 @@ def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise)
     from experiments.identify.design import power_curve
 
     primary = {**EQUAL_GEOMETRY, "sesoi": 1.0}
-    small, large = power_curve(V3.identify, primary, [4, 24], toys=6, n_boot=99)
+    small, large = power_curve(V3_DEV.identify, primary, [4, 24], toys=6, n_boot=99)
     assert (small["n_concepts"], large["n_concepts"]) == (4, 24)
     assert large["width"] < small["width"]
     assert large["power"] >= small["power"]
@@ -357,7 +361,7 @@ def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise)
 
 
 def test_the_equal_geometry_primary_draws_all_its_weight_from_the_equal_geometry_cells() -> None:
-    rows = simulate(V3.identify, EQUAL_GEOMETRY, toys=2, n_boot=19, n_concepts=4,
+    rows = simulate(V3_DEV.identify, EQUAL_GEOMETRY, toys=2, n_boot=19, n_concepts=4,
                     classes=["none"])  # fmt: skip
     (primary,) = [r for r in rows if r["estimand"] == "primary"]
     assert primary["weights"] == {"isocos": 1.0}

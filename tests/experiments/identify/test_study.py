@@ -491,3 +491,28 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
             "sign_agreement_r_good_directions"} <= set(rel)  # fmt: skip
     r = rel["sign_agreement_r_good_directions"].estimate
     assert r is None or -1.0 <= r <= 1.0
+
+
+def test_v3s_confirmatory_grid_runs_without_iso_cos_directions(
+    tmp_path, mlflow_store, tiny_lm, embedder, prereg, single_threaded
+):
+    """The confirmatory v3 grid has the reference's second half but no iso-cos rows: the
+    study finishes (no equal-geometry cells to take AUROC's error in), the primary's
+    estimand is estimated on the built directions, and the equal-geometry estimands say
+    they had no rows rather than failing."""
+    config = config_for(
+        tmp_path, prereg,
+        "identify.isocos_degrees=[]", "identify.subset_concepts=0",
+        "identify.name_free=false", "identify.reference_halves=true",
+        "identify.auroc_texts=held_out",
+    )  # fmt: skip
+    with single_threaded():
+        result = run_identify(config, lm=tiny_lm, embedder=embedder)
+    frame = result.directions
+    assert not (frame["manipulation"] == "isocos").any()
+    assert frame["auroc_error_within"].isna().all() and frame["cos_half"].notna().all()
+    estimands = result.record.estimands
+    built = estimands["practitioner_equal_norm"]
+    assert built.status == "estimated" and built.fit is not None
+    for name in ("equal_geometry", "equal_geometry_uncorrected", "equal_geometry_nonadditive"):
+        assert estimands[name].status == "not_evaluable" and estimands[name].reason, name

@@ -105,7 +105,9 @@ def test_a_run_with_split_half_errors_gives_aurocs_reliability_and_the_toy_takes
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="no 'measured' block"):
         components_from_json(tmp_path / "bad.json")
-    v3 = load_config("configs/identify-v3.yaml", [], "identify", []).identify
+    v3 = load_config(  # the development grid: the random iso-cos draws
+        "configs/identify-v3.yaml", ["identify.isocos_degrees=[30, 45, 60, 90]"], "identify", []
+    ).identify
     toy = measured_toy(v3, replace(got, auroc_reliability=0.36))
     assert toy["auroc_measurement_sd"] == pytest.approx(0.8 * got.auroc_within_sd)
     assert toy["random_signal_sd"] > 0 and toy["auroc_spread_sd"] > 0
