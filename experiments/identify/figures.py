@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -13,6 +13,8 @@ from experiments.identify.cells import StudyTables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from experiments.record import Estimate, IdentifyRecord, ManipulationResult
 
 
 def _plt() -> ModuleType:
@@ -63,24 +65,23 @@ def trajectories(tables: StudyTables) -> Figure:
     return fig
 
 
-def slopes_figure(analysis: dict[str, Any]) -> Figure:
+def slopes_figure(record: IdentifyRecord) -> Figure:
     plt = _plt()
-    rows = []
-    for m, r in analysis["manipulations"].items():
-        rows.append((m, "AUROC alone", r["slope_auroc"]))
-        rows.append((m, "AUROC | cos(v, v*)", r["partial"].get("auroc", {})))
-    rows.append(("pooled", "AUROC alone", analysis["pooled"]["slope_auroc"]))
-    rows.append(("pooled", "AUROC | cos(v, v*)", analysis["pooled"]["partial"].get("auroc", {})))
+    rows: list[tuple[str, str, Estimate | None]] = []
+    for m, r in record.manipulations.items():
+        rows.append((m, "AUROC alone", r.slope_auroc))
+        rows.append((m, "AUROC | cos(v, v*)", r.partial.get("auroc")))
+    rows.append(("pooled", "AUROC alone", record.pooled.slope_auroc))
+    rows.append(("pooled", "AUROC | cos(v, v*)", record.pooled.partial.get("auroc")))
     fig: Figure
     fig, ax = plt.subplots(figsize=(7, 0.45 + 0.32 * len(rows)))
     for i, (_m, kind, iv) in enumerate(rows):
-        est, low, high = iv.get("estimate"), iv.get("low"), iv.get("high")
-        if est is None:
+        if iv is None or iv.estimate is None:
             continue
         colour = "C0" if kind == "AUROC alone" else "C3"
-        if low is not None and high is not None:
-            ax.plot([low, high], [i, i], color=colour, lw=1.5)
-        ax.plot([est], [i], "o", color=colour)
+        if iv.low is not None and iv.high is not None:
+            ax.plot([iv.low, iv.high], [i, i], color=colour, lw=1.5)
+        ax.plot([iv.estimate], [i], "o", color=colour)
     ax.set_yticks(range(len(rows)), [f"{m} · {k}" for m, k, _ in rows], fontsize=7)
     ax.axvline(0, color="black", lw=0.5)
     ax.set_xlabel("within-concept slope of the effect on AUROC (95% concept-bootstrap CI)")
@@ -88,21 +89,55 @@ def slopes_figure(analysis: dict[str, Any]) -> Figure:
     return fig
 
 
-def dose_figure(tables: StudyTables, analysis: dict[str, Any]) -> Figure:
+def estimands_figure(record: IdentifyRecord) -> Figure:
+    """Every estimand's slope with its interval, one row each (the primary's estimand
+    first and marked), the smallest effect of interest shaded where one is registered;
+    an estimand without an estimate is listed with why, not drawn at 0."""
     plt = _plt()
-    names = list(analysis["manipulations"])
+    primary = record.primary.spec.get("estimand") if record.primary is not None else None
+    names = sorted(record.estimands, key=lambda n: n != primary)
+    fig: Figure
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.4 * len(names)))
+    margin = record.primary.spec.get("equivalence_margin") if record.primary else None
+    if isinstance(margin, int | float):
+        ax.axvspan(-margin, margin, color="grey", alpha=0.15, label=f"±{margin:g} (margin)")
+    labels = []
+    for i, name in enumerate(names):
+        e = record.estimands[name]
+        fit = e.fit
+        if fit is None or fit.estimate is None:
+            labels.append(f"{name}: {e.status.replace('_', ' ')}")
+            continue
+        colour = "C3" if name == primary else "C0"
+        if fit.low is not None and fit.high is not None:
+            ax.plot([fit.low, fit.high], [i, i], color=colour, lw=1.8)
+        ax.plot([fit.estimate], [i], "o", color=colour)
+        labels.append(f"{name} (primary)" if name == primary else name)
+    ax.set_yticks(range(len(names)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.5)
+    ax.set_xlabel("slope of the likelihood effect on AUROC (nats/token per unit AUROC, 95% CI)")
+    if isinstance(margin, int | float):
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def dose_figure(tables: StudyTables, record: IdentifyRecord) -> Figure:
+    plt = _plt()
+    names = list(record.manipulations)
     colours = _colours(names)
     fig: Figure
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    mean = analysis["baseline"]["mean"]
+    mean = record.baseline.mean
     for m in names:
         frame = tables.curve(m)
         left.scatter(
             frame["auroc"], frame["effect_above_null"], s=5, alpha=0.4, color=colours[m], label=m
         )
-        curve = analysis["manipulations"][m]["threshold_curve"]
-        xs = [r["fraction"] for r in curve if r["level"] is not None]
-        ys = [r["level"] for r in curve if r["level"] is not None]
+        curve = record.manipulations[m].threshold_curve or []  # an open block of rows
+        xs = [r["fraction"] for r in curve if r.get("level") is not None]
+        ys = [r["level"] for r in curve if r.get("level") is not None]
         right.plot(xs, ys, marker="o", ms=3, color=colours[m], label=m)
     if mean is not None:
         for f in (0.5, 1.0):
@@ -118,22 +153,22 @@ def dose_figure(tables: StudyTables, analysis: dict[str, Any]) -> Figure:
     return fig
 
 
-def predictors_figure(analysis: dict[str, Any]) -> Figure:
+def predictors_figure(record: IdentifyRecord) -> Figure:
     plt = _plt()
-    table = analysis["pooled"]["predictors"]
+    table = record.pooled.predictors
     names = list(table)
     fig: Figure
     fig, ax = plt.subplots(figsize=(6, 0.6 + 0.4 * len(names)))
     for i, p in enumerate(names):
-        for offset, key, colour in ((-0.12, "observed", "C0"), (0.12, "corrected", "C3")):
-            iv = table[p][key]
-            if iv.get("estimate") is None:
+        for offset, iv, colour, key in (
+            (-0.12, table[p].observed, "C0", "observed"),
+            (0.12, table[p].corrected, "C3", "corrected"),
+        ):
+            if iv.estimate is None:
                 continue
-            if iv.get("low") is not None:
-                ax.plot([iv["low"], iv["high"]], [i + offset] * 2, color=colour)
-            ax.plot(
-                [iv["estimate"]], [i + offset], "o", color=colour, label=key if i == 0 else None
-            )
+            if iv.low is not None and iv.high is not None:
+                ax.plot([iv.low, iv.high], [i + offset] * 2, color=colour)
+            ax.plot([iv.estimate], [i + offset], "o", color=colour, label=key if i == 0 else None)
     ax.set_yticks(range(len(names)), names)
     ax.axvline(0, color="black", lw=0.5)
     ax.set_xlabel("within-concept r with the effect (observed, disattenuated; 95% CI)")
@@ -161,10 +196,10 @@ def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
     return fig
 
 
-def manipulation_figure(m: str, frame: pd.DataFrame, result: dict[str, Any]) -> Figure:
+def manipulation_figure(m: str, frame: pd.DataFrame, result: ManipulationResult) -> Figure:
     """One manipulation's curve: AUROC and the effect against its level (means, CIs)."""
     plt = _plt()
-    curve = pd.DataFrame(result["curve"])
+    curve = pd.DataFrame([row.model_dump() for row in result.curve])
     fig: Figure
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, column in ((a, "auroc"), (b, "effect")):
@@ -186,14 +221,17 @@ def manipulation_figure(m: str, frame: pd.DataFrame, result: dict[str, Any]) -> 
 
 
 def figures(
-    tables: StudyTables, analysis: dict[str, Any], validation_cells: pd.DataFrame
+    tables: StudyTables, record: IdentifyRecord, validation_cells: pd.DataFrame
 ) -> dict[str, Figure]:
+    """The parent run's figures, drawn from the typed record and the tables."""
     out = {
         "trajectories.png": trajectories(tables),
-        "slopes.png": slopes_figure(analysis),
-        "dose_response.png": dose_figure(tables, analysis),
-        "predictors.png": predictors_figure(analysis),
+        "slopes.png": slopes_figure(record),
+        "dose_response.png": dose_figure(tables, record),
+        "predictors.png": predictors_figure(record),
     }
+    if record.estimands:
+        out["estimands.png"] = estimands_figure(record)
     if len(validation_cells) and np.any(validation_cells["sign"] == 1):
         out["validation.png"] = validation_figure(tables, validation_cells)
     return out

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +22,12 @@ from experiments.identify.cells import StudyTables
 from experiments.identify.figures import figures, manipulation_figure
 from experiments.identify.summary import summary_markdown
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.record import IdentifyRecord
+from experiments.record import (
+    Estimate,
+    IdentifyRecord,
+    ManipulationResult,
+    MediationTerm,
+)
 from experiments.rundir import RunDir
 
 
@@ -31,81 +35,106 @@ def slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-./" else "_" for ch in text)
 
 
-def _put(metrics: dict[str, Any], name: str, interval: dict[str, Any] | None) -> None:
-    if not interval:
-        return
-    for key, suffix in (("estimate", ""), ("low", "/low"), ("high", "/high")):
-        value = interval.get(key)
+def _put(
+    metrics: dict[str, float | None], name: str, estimate: float | None,
+    low: float | None = None, high: float | None = None,
+) -> None:  # fmt: skip
+    """``name``, ``name/low``, ``name/high``: each where it is a finite number."""
+    for value, suffix in ((estimate, ""), (low, "/low"), (high, "/high")):
         if value is not None and np.isfinite(value):
             metrics[f"{name}{suffix}"] = float(value)
 
 
-def manipulation_metrics(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
+def _put_fit(metrics: dict[str, float | None], name: str, fit: Estimate | None) -> None:
+    if fit is not None:
+        _put(metrics, name, fit.estimate, fit.low, fit.high)
+
+
+def _put_term(metrics: dict[str, float | None], name: str, term: MediationTerm | None) -> None:
+    if term is not None:
+        low, high = [*term.interval, None, None][:2]
+        _put(metrics, name, term.estimate, low, high)
+
+
+def _put_open(metrics: dict[str, float | None], name: str, value: object) -> None:
+    """An interval kept in an open block of the record (``validation``,
+    ``between_concepts``), read as the :class:`Estimate` it was written from."""
+    if isinstance(value, dict):
+        _put_fit(metrics, name, Estimate.model_validate(value))
+
+
+def manipulation_metrics(
+    result: ManipulationResult,
+) -> tuple[dict[str, float | None], dict[str, str]]:
     """Metrics and status tags of one manipulation (names without the manipulation)."""
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
-    _put(metrics, "slope_auroc", result["slope_auroc"])
-    for key, interval in result["partial"].items():
-        _put(metrics, f"partial/{key}", interval)
-    med = result["mediation"]
-    if med.get("evaluable"):
+    _put_fit(metrics, "slope_auroc", result.slope_auroc)
+    for key, interval in result.partial.items():
+        _put_fit(metrics, f"partial/{key}", interval)
+    med = result.mediation
+    if med.evaluable:
         for key in ("total_auroc", "direct_auroc", "cos_ref", "share_via_cos"):
-            est, (low, high) = med[key]["estimate"], med[key]["interval"]
-            _put(metrics, f"mediation/{key}", {"estimate": est, "low": low, "high": high})
-    for m in result["minimum_effective"]:
-        name = f"min_auroc/f{m['fraction']:g}"
-        tags[name.replace("/", ".")] = m["status"]
-        if m.get("level") is not None:
-            _put(
-                metrics, name, {"estimate": m["level"], "low": m.get("low"), "high": m.get("high")}
-            )
-    for p, d in result["predictors"].items():
-        _put(metrics, f"within_r/{p}", d["observed"])
-        _put(metrics, f"within_r_disattenuated/{p}", d["corrected"])
-        _put(metrics, f"reliability/{p}", d["reliability_x"])
-        _put(metrics, "reliability/effect", d["reliability_y"])
-    mixed = result["mixed"]
-    if mixed.get("evaluable"):
-        for term, fit in mixed["terms"].items():
-            _put(metrics, f"mixed/{term}", fit)
+            _put_term(metrics, f"mediation/{key}", getattr(med, key))
+    for m in result.minimum_effective:
+        name = f"min_auroc/f{m.fraction:g}"
+        tags[name.replace("/", ".")] = m.status
+        if m.level is not None:
+            _put(metrics, name, m.level, m.low, m.high)
+    for p, d in result.predictors.items():
+        _put_fit(metrics, f"within_r/{p}", d.observed)
+        _put_fit(metrics, f"within_r_disattenuated/{p}", d.corrected)
+        _put_fit(metrics, f"reliability/{p}", d.reliability_x)
+        _put_fit(metrics, "reliability/effect", d.reliability_y)
+    if result.mixed.evaluable:
+        for term, fit in result.mixed.terms.items():
+            _put(metrics, f"mixed/{term}", fit.get("estimate"), fit.get("low"), fit.get("high"))
     return metrics, tags
 
 
-def parent_metrics(analysis: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
+def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dict[str, str]]:
+    """The parent run's metrics and tags, read from the typed record: every
+    manipulation's (prefixed), the pooled slopes and tests, the primary, each estimand
+    (``estimand/<name>``) and each outcome reliability (``outcome_reliability/<key>``)."""
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
-    for m, result in analysis["manipulations"].items():
+    for m, result in record.manipulations.items():
         mm, mt = manipulation_metrics(result)
         metrics.update({f"{slug(m)}/{k}": v for k, v in mm.items()})
         tags.update({f"{slug(m).replace('/', '.')}.{k}": v for k, v in mt.items()})
-    pooled = analysis["pooled"]
-    _put(metrics, "pooled/slope_auroc", pooled["slope_auroc"])
-    for key, interval in pooled["partial"].items():
-        _put(metrics, f"pooled/partial/{key}", interval)
-    for name in ("heterogeneity", "heterogeneity_given_cos"):
-        h = pooled[name]
-        if h.get("evaluable"):
-            metrics[f"pooled/{name}/wald"] = h["wald"]
-            metrics[f"pooled/{name}/p_value"] = h["p_value"]
-    for row in pooled["ranking"]:
-        metrics[f"pooled/rank/{row['predictor']}/within_r"] = row["within_r"]
-        metrics[f"pooled/rank/{row['predictor']}/p_first"] = row["p_first"]
-    for p, d in pooled["predictors"].items():
-        _put(metrics, f"pooled/within_r_disattenuated/{p}", d["corrected"])
-    primary = analysis.get("primary")
-    if primary:
-        _put(metrics, "primary/slope", primary["slope"])
-        tags["identify.primary_verdict"] = primary["verdict"]
-    validation = analysis.get("validation") or {}
+    pooled = record.pooled
+    _put_fit(metrics, "pooled/slope_auroc", pooled.slope_auroc)
+    for key, interval in pooled.partial.items():
+        _put_fit(metrics, f"pooled/partial/{key}", interval)
+    for name, h in (("heterogeneity", pooled.heterogeneity),
+                    ("heterogeneity_given_cos", pooled.heterogeneity_given_cos)):  # fmt: skip
+        if h.evaluable:
+            metrics[f"pooled/{name}/wald"] = h.wald
+            metrics[f"pooled/{name}/p_value"] = h.p_value
+    for row in pooled.ranking:
+        metrics[f"pooled/rank/{row.predictor}/within_r"] = row.within_r
+        metrics[f"pooled/rank/{row.predictor}/p_first"] = row.p_first
+    for p, d in pooled.predictors.items():
+        _put_fit(metrics, f"pooled/within_r_disattenuated/{p}", d.corrected)
+    if record.primary is not None:
+        _put_fit(metrics, "primary/slope", record.primary.slope)
+        tags["identify.primary_verdict"] = record.primary.verdict
+    for name, e in record.estimands.items():
+        _put_fit(metrics, f"estimand/{name}", e.fit)
+    for key, r in record.outcome_reliability.items():
+        _put_fit(metrics, f"outcome_reliability/{key}", r)
+    validation = record.validation
     if validation.get("evaluable"):
-        _put(metrics, "validation/pooled_r", validation["pooled_r"])
-        _put(metrics, "validation/within_r", validation["within"]["observed"])
-        _put(metrics, "validation/within_r_disattenuated", validation["within"]["corrected"])
-    between = analysis.get("between_concepts") or {}
+        within = validation.get("within")
+        _put_open(metrics, "validation/pooled_r", validation.get("pooled_r"))
+        if isinstance(within, dict):
+            _put_open(metrics, "validation/within_r", within.get("observed"))
+            _put_open(metrics, "validation/within_r_disattenuated", within.get("corrected"))
+    between = record.between_concepts
     if between.get("evaluable"):
-        _put(metrics, "between/auroc_vs_effect_r", between["observed"])
-        _put(metrics, "between/auroc_vs_effect_r_disattenuated", between["corrected"])
-    for key, value in (analysis.get("resources") or {}).items():
+        _put_open(metrics, "between/auroc_vs_effect_r", between.get("observed"))
+        _put_open(metrics, "between/auroc_vs_effect_r_disattenuated", between.get("corrected"))
+    for key, value in record.resources.items():
         metrics[f"resources/{key}"] = float(value)
     return metrics, tags
 
@@ -118,8 +147,8 @@ def views(
 ) -> Views:
     """What the identification study shows of its record."""
     analysis = record.model_dump(mode="json")
-    drawn = figures(tables, analysis, validation_cells)
-    metrics, tags = parent_metrics(analysis)
+    drawn = figures(tables, record, validation_cells)
+    metrics, tags = parent_metrics(record)
     files = {RunDir.DIRECTIONS: tables.directions.to_csv(index=False)}
     if len(validation_cells):
         files[RunDir.VALIDATION_CELLS] = validation_cells.to_csv(index=False)
@@ -151,7 +180,7 @@ def children(record: IdentifyRecord, tables: StudyTables) -> list[ChildRun]:
     out = []
     for m, typed in record.manipulations.items():
         result = typed.model_dump(mode="json")
-        metrics, tags = manipulation_metrics(result)
+        metrics, tags = manipulation_metrics(typed)
         frame = tables.curve(m)
         out.append(
             ChildRun(
@@ -166,7 +195,7 @@ def children(record: IdentifyRecord, tables: StudyTables) -> list[ChildRun]:
                 texts={"analysis.json": json.dumps(result, indent=1, default=str)},
                 figures={
                     f"plots/{slug(m).replace('/', '_')}.png": partial(
-                        manipulation_figure, m, frame, result
+                        manipulation_figure, m, frame, typed
                     )
                 },
             )
