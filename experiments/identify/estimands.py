@@ -44,12 +44,25 @@ class Estimand:
     why_not: str = ""
 
 
-def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+def _has_built(frame: pd.DataFrame) -> bool:
+    """Whether a run has directions people build beside v* (else no AUROC spread to rank)."""
     from experiments.identify.variance import PRACTITIONER
 
-    if not frame["manipulation"].isin(PRACTITIONER[1:]).any():
-        return None  # v* alone: no spread in AUROC to rank
+    return bool(frame["manipulation"].isin(PRACTITIONER[1:]).any())
+
+
+def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    if not _has_built(frame):
+        return None
     return practitioner_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+
+
+def _practitioner_within_family(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    if not _has_built(frame):
+        return None
+    return practitioner_slope(
+        frame, "effect", "auroc", n_boot=n_boot, seed=seed, within_family=True
+    )
 
 
 def _equal_geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
@@ -102,6 +115,15 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "not held fixed: how far a built direction lies from v* is part of why it "
         "detects as it does",
         _practitioner,
+    ),
+    Estimand(
+        "practitioner_within_family",
+        "Within one way of building a direction (the logistic C path, the shrinkage path, "
+        "the diffmean from fewer texts), all at one β, do the variants that detect better "
+        "steer the concept better? The primary without the contrasts between families.",
+        "as practitioner_equal_norm",
+        "one β per concept; compared within (concept, family)",
+        _practitioner_within_family,
     ),
     Estimand(
         "equal_geometry",

@@ -402,6 +402,7 @@ def practitioner_slope(
     n_boot: int = 1999,
     seed: int = 0,
     confidence: float = 0.95,
+    within_family: bool = False,
 ) -> ClusterFit:
     """The practitioner's estimand at equal norm (identify v3's primary): among the
     directions people build for a concept (``variance.PRACTITIONER``: v*, the logistic C
@@ -409,17 +410,20 @@ def practitioner_slope(
     the slope of the outcome on AUROC within concept, bare: geometry is not held fixed,
     because how far a built direction lies from v* is part of why it detects as it does,
     and the question is whether detection predicts steering, not why. Clustered by
-    concept; the interval by inverting the restricted wild cluster bootstrap test."""
+    concept; the interval by inverting the restricted wild cluster bootstrap test.
+    ``within_family``: compared within (concept, family) instead, so that no contrast
+    between ways of building a direction (whitening against the diffmean) enters."""
     from experiments.identify.variance import practitioner_rows
 
     data = practitioner_rows(frame, y, predictor)
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
-    groups = data["cell"].to_numpy()
+    groups = _groups(data, "manipulation") if within_family else data["cell"].to_numpy()
+    concepts = data["cell"].to_numpy()
     x = demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
     yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
     return wild_cluster_restricted(
-        x, yd, groups, 0, n_boot=n_boot, seed=seed, confidence=confidence
+        x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
     )
 
 

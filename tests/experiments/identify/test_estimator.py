@@ -217,6 +217,31 @@ def test_the_practitioner_slope_compares_the_directions_people_build_within_conc
     assert not empty.evaluable
 
 
+def test_within_family_the_practitioner_slope_leaves_the_contrast_between_families_out() -> None:
+    """Whitened directions detect better but, here, steer less as a family: the pooled
+    slope mixes that contrast in, the within-family one recovers the slope inside each
+    family."""
+    from experiments.identify.estimator import practitioner_slope
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for c in range(30):
+        for m, shift, offset in (("logistic", 0.0, 0.0), ("shrinkage", 0.15, -0.5),
+                                 ("size", -0.1, 0.0)):  # fmt: skip
+            for _ in range(4):
+                auroc = 0.8 + shift + 0.05 * rng.standard_normal()
+                effect = offset + 0.6 * auroc + 0.01 * rng.standard_normal()
+                rows.append(
+                    {"concept": f"c{c}", "manipulation": m, "auroc": auroc, "effect": effect}
+                )
+    frame = pd.DataFrame(rows)
+    within = practitioner_slope(frame, n_boot=199, within_family=True)
+    pooled = practitioner_slope(frame, n_boot=199)
+    assert within.estimate == pytest.approx(0.6, abs=0.03) and within.low < 0.6 < within.high
+    assert pooled.estimate < 0.0  # the families' contrast dominates the pooled slope
+    assert within.n_clusters == pooled.n_clusters == 30
+
+
 def test_a_cos_line_per_concept_and_family_is_the_slope_with_one_cos_column_per_group() -> None:
     """equal_norm_cos_per_concept partials each (concept, manipulation)'s own cos line out
     (Frisch–Waugh–Lovell) instead of adding a column per group: the same slope as the
