@@ -449,6 +449,18 @@ def test_the_v3_design_runs_end_to_end_with_random_nuisances(
     assert "restricted" in equal.fit.method
 
 
+def _halves_run(tmp_path, prereg, tiny_lm, embedder, single_threaded, *sets: str):
+    """A tiny identify run as v3 measures: v* from half the training templates, AUROC on
+    the held-out texts, no subset, no name-free texts; ``sets`` beside."""
+    config = config_for(
+        tmp_path, prereg,
+        "identify.subset_concepts=0", "identify.name_free=false",
+        "identify.reference_halves=true", "identify.auroc_texts=held_out", *sets,
+    )  # fmt: skip
+    with single_threaded():
+        return run_identify(config, lm=tiny_lm, embedder=embedder)
+
+
 def test_v3_with_the_reference_halves_measures_every_direction_against_the_second_half(
     tmp_path, mlflow_store, tiny_lm, embedder, prereg, single_threaded
 ):
@@ -461,15 +473,11 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
     validation and test texts together (its halves then split both)."""
     from experiments.identify.corrected import CORRECTED
 
-    config = config_for(
-        tmp_path, prereg,
+    result = _halves_run(
+        tmp_path, prereg, tiny_lm, embedder, single_threaded,
         "identify.isocos_draw=random", "identify.isocos_nuisances=[0, 1, 2, 3]",
-        "identify.isocos_bands=2", "identify.subset_concepts=0", "identify.name_free=false",
-        "identify.reference_halves=true", "identify.strengths=[-1.0, 1.0]",
-        "identify.auroc_texts=held_out",
+        "identify.isocos_bands=2", "identify.strengths=[-1.0, 1.0]",
     )  # fmt: skip
-    with single_threaded():
-        result = run_identify(config, lm=tiny_lm, embedder=embedder)
     frame = result.directions
     ref = frame[frame["direction"] == "reference"]
     assert np.allclose(ref["cos_ref"], 1.0) and (ref["cos_half"] < 0.9999).all()
@@ -501,14 +509,9 @@ def test_v3s_confirmatory_grid_runs_without_iso_cos_directions(
     study finishes (no equal-geometry cells to take AUROC's error in), the primary's
     estimand is estimated on the built directions, and the equal-geometry estimands say
     they had no rows rather than failing."""
-    config = config_for(
-        tmp_path, prereg,
-        "identify.isocos_degrees=[]", "identify.subset_concepts=0",
-        "identify.name_free=false", "identify.reference_halves=true",
-        "identify.auroc_texts=held_out",
-    )  # fmt: skip
-    with single_threaded():
-        result = run_identify(config, lm=tiny_lm, embedder=embedder)
+    result = _halves_run(
+        tmp_path, prereg, tiny_lm, embedder, single_threaded, "identify.isocos_degrees=[]"
+    )
     frame = result.directions
     assert not (frame["manipulation"] == "isocos").any()
     assert frame["auroc_error_within"].isna().all() and frame["cos_half"].notna().all()
