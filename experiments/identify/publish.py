@@ -146,7 +146,6 @@ def views(
     phase6_frame: pd.DataFrame | None,
 ) -> Views:
     """What the identification study shows of its record."""
-    analysis = record.model_dump(mode="json")
     drawn = figures(tables, record, validation_cells)
     metrics, tags = parent_metrics(record)
     files = {RunDir.DIRECTIONS: tables.directions.to_csv(index=False)}
@@ -156,7 +155,7 @@ def views(
         files[RunDir.PHASE6_CURVE] = phase6_frame.to_csv(index=False)
     return Views(
         answer=answer_of(record, tuple(drawn)),
-        summary=summary_markdown(record.run_id, analysis, record.timings),
+        summary=summary_markdown(record),
         files=files,
         figures=drawn,
         metrics=metrics,

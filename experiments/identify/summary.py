@@ -1,75 +1,107 @@
-"""The identification run's answer and summary, as markdown (the MLflow description)."""
+"""The identification run's findings and summary, as markdown (the MLflow description),
+read from the typed record (``IdentifyRecord``). Blocks the record keeps open (the iso-cos
+design, the subset, the name-free outcome, the per-manipulation F test, the validation
+against generated texts, the between-concept correlation and a re-analysed Phase 6 run)
+are read as the dicts they are stored as."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 # The one formatter of every answer and summary (experiments/answer.py), short names here.
+from experiments.answer import estimate_text
 from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
 from experiments.identify.manipulations import family
 
-
-def excludes_zero(iv: dict[str, Any] | None) -> bool:
-    return bool(iv and iv.get("low") is not None and (iv["low"] > 0 or iv["high"] < 0))
-
-
-def level_text(m: dict[str, Any]) -> str:
-    status = m["status"]
-    if status == "reached":
-        low, high = m.get("low"), m.get("high")
-        if low is None or high is None:
-            return f"{m['level']:.3f} [interval: censored on one side in most replicates]"
-        left = f"≤ {low:.3f}" if m.get("low_open") else f"{low:.3f}"
-        right = f"> {high:.3f}" if m.get("high_open") else f"{high:.3f}"
-        return f"{m['level']:.3f} [{left}, {right}]"
-    if status == "censored_below":
-        return f"censored (≤ {m['level']:.3f}, the lowest AUROC tested)"
-    if status == "not_reached":
-        return f"censored (not reached by {m['tested'][1]:.3f}, the highest tested)"
-    return f"n/a ({m.get('note') or m.get('reason') or status})"
+if TYPE_CHECKING:
+    from experiments.record import (
+        EstimandResult,
+        Estimate,
+        IdentifiedResult,
+        IdentifyRecord,
+        ManipulationResult,
+        MinimumLevel,
+    )
 
 
-def estimand_lines(estimands: dict[str, Any]) -> list[str]:
+def _finite(value: float | None) -> float | None:
+    """A stored number as its JSON form reads (NaN and infinities: none)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def est(e: Estimate | None, spec: str = "+.3f") -> str:
+    """:func:`~experiments.answer.estimate_text` of a typed interval (what
+    ``interval_dict_text`` gives for its stored form)."""
+    if e is None:
+        return ci(None, spec)
+    return estimate_text(_finite(e.estimate), _finite(e.low), _finite(e.high), spec, e.reason)
+
+
+def excludes_zero(iv: Estimate | None) -> bool:
+    if iv is None:
+        return False
+    low, high = _finite(iv.low), _finite(iv.high)
+    return low is not None and high is not None and (low > 0 or high < 0)
+
+
+def level_text(m: MinimumLevel) -> str:
+    status = m.status
+    if status == "reached" and m.level is not None:
+        if m.low is None or m.high is None:
+            return f"{m.level:.3f} [interval: censored on one side in most replicates]"
+        left = f"≤ {m.low:.3f}" if m.low_open else f"{m.low:.3f}"
+        right = f"> {m.high:.3f}" if m.high_open else f"{m.high:.3f}"
+        return f"{m.level:.3f} [{left}, {right}]"
+    if status == "censored_below" and m.level is not None:
+        return f"censored (≤ {m.level:.3f}, the lowest AUROC tested)"
+    if status == "not_reached" and m.tested:
+        return f"censored (not reached by {m.tested[1]:.3f}, the highest tested)"
+    extra = m.model_extra or {}
+    return f"n/a ({extra.get('note') or extra.get('reason') or status})"
+
+
+def estimand_lines(estimands: dict[str, EstimandResult]) -> list[str]:
     """Each estimand under its own name (identify/estimands.py), with its question."""
     lines = []
     for name, e in estimands.items():
-        shown = ci(e["fit"]) if e.get("fit") else f"not estimated ({e.get('reason')})"
-        fix = e.get("correction") or {}
-        if fix:
-            rel, bare = fix.get("auroc_reliability"), fix.get("uncorrected")
-            left = fix.get("beyond_geometry")
+        shown = est(e.fit) if e.fit is not None else f"not estimated ({e.reason})"
+        fix = e.correction
+        if fix is not None:
+            rel, bare = fix.auroc_reliability, fix.uncorrected
+            left = fix.beyond_geometry
             shown += (
                 " (corrected for measurement error: AUROC's reliability inside the cells "
                 f"{'n/a' if rel is None else f'{rel:.2f}'}, the cosine to the second half's "
-                f"diffmean at reliability {fix.get('cos_reliability') or 'n/a'}; uncorrected "
+                f"diffmean at reliability {fix.cos_reliability or 'n/a'}; uncorrected "
                 f"{'n/a' if bare is None else f'{bare:+.2f}'}; AUROC's within-cell variance "
                 "reliable and beyond the true geometry: "
                 f"{'n/a' if left is None else f'{left:+.2f}'} of the observed)"
             )
-        lines.append(f"- **{name}** — {e['question']} {shown}.")
+        lines.append(f"- **{name}** — {e.question} {shown}.")
     return lines
 
 
-def identified_lines(ident: dict[str, Any] | None) -> list[str]:
+def identified_lines(ident: IdentifiedResult | None) -> list[str]:
     """The v2 estimator (identify/estimator.py): flexible slopes, v1's model under the
     same inference, matched pairs, and the per-manipulation slopes' F test."""
-    if not ident:
+    if ident is None:
         return []
-    flex = ident["flexible"]
+    flex = ident.flexible
     lines = [
-        f"- Identified (v2: {ident['model']}; wild cluster bootstrap-t): the AUROC slope is "
-        f"{ci(flex.get('auroc'))}, the probit(AUROC) slope {ci(flex.get('probit_auroc'))}; "
+        f"- Identified (v2: {ident.model}; wild cluster bootstrap-t): the AUROC slope is "
+        f"{est(flex.get('auroc'))}, the probit(AUROC) slope {est(flex.get('probit_auroc'))}; "
         f"v1's straight line in cos under the same inference gives "
-        f"{ci(ident['linear_cos'].get('auroc'))}."
+        f"{est(ident.linear_cos.get('auroc'))}."
     ]
-    dosed = (ident.get("given_dose") or {}).get("auroc")
+    dosed = ident.given_dose.get("auroc")
     if dosed:
         lines.append(
             f"- With the dose held as a covariate (log next-token KL of each direction at its "
-            f"β): the AUROC slope is {ci(dosed)}."
+            f"β): the AUROC slope is {est(dosed)}."
         )
-    iso = ident.get("iso_cos") or {}
+    iso: dict[str, Any] = ident.iso_cos
     if iso.get("evaluable"):
         angles = "; ".join(
             f"{a}°: {ci(r['slope'])} (without covariates {ci(r['without_covariates'])}, "
@@ -80,29 +112,29 @@ def identified_lines(ident: dict[str, Any] | None) -> list[str]:
             f"- Iso-cos (AUROC varied at fixed cos(v, v*), within (concept, angle), beside "
             f"{', '.join(iso['covariates'])}): pooled {ci(iso['pooled'])}; {angles}."
         )
-    dose = ident.get("by_strength") or {}
+    dose = ident.by_strength
     if dose:
         lines.append(
             "- The AUROC slope (flexible) at each strength × β: "
-            + "; ".join(f"{s}×: {ci(f)}" for s, f in dose.items())
+            + "; ".join(f"{s}×: {est(f)}" for s, f in dose.items())
             + "."
         )
-    free = ident.get("name_free") or {}
+    free: dict[str, Any] = ident.name_free
     if free:
         lines.append(
             f"- Detection without the name (AUROC on name-free test positives: texts naming only "
             f"what falls under the concept; r = {free['r_auroc']:+.2f} with the named AUROC): "
             f"the flexible slope is {ci(free['auroc_name_free'])}."
         )
-    lines += subset_lines(ident.get("subset") or {})
-    pairs = ident["matched_pairs"].get("auroc") or {}
-    if pairs.get("evaluable"):
+    lines += subset_lines(ident.subset)
+    pairs = ident.matched_pairs.get("auroc")
+    if pairs is not None and pairs.evaluable:
         lines.append(
             f"- Matched pairs (directions of one concept from different manipulations, "
-            f"|Δcos| ≤ {pairs['tolerance']:g}; {pairs['n_pairs']} pairs, "
-            f"{pairs['n_concepts']} concepts): Δeffect on ΔAUROC {ci(pairs['fit'])}."
+            f"|Δcos| ≤ {pairs.tolerance:g}; {pairs.n_pairs} pairs, "
+            f"{pairs.n_concepts} concepts): Δeffect on ΔAUROC {est(pairs.fit)}."
         )
-    het = ident["heterogeneity_given_cos"]
+    het: dict[str, Any] = ident.heterogeneity_given_cos
     slopes = ", ".join(
         f"{m} {ci(f)}" if f.get("estimate") is not None else f"{m} not identified"
         for m, f in (het.get("slopes") or {}).items()
@@ -167,82 +199,81 @@ def subset_lines(sub: dict[str, Any]) -> list[str]:
     return lines
 
 
-def findings(analysis: dict[str, Any]) -> list[str]:
-    pooled = analysis["pooled"]
-    partial = pooled["partial"].get("auroc")
-    alone = pooled["slope_auroc"]
-    het = pooled["heterogeneity"]
+def findings(record: IdentifyRecord) -> list[str]:
+    pooled = record.pooled
+    partial = pooled.partial.get("auroc")
+    alone = pooled.slope_auroc
+    het = pooled.heterogeneity
     lines = ["## Findings", ""]
     lines.append(
         f"- Within concepts, over every manipulated direction, the effect rises by "
-        f"{ci(alone)} nats/token per unit AUROC; with cos(direction, v*) held fixed the AUROC "
-        f"slope is {ci(partial)} — detection "
+        f"{est(alone)} nats/token per unit AUROC; with cos(direction, v*) held fixed the AUROC "
+        f"slope is {est(partial)} — detection "
         + (
             "still adds to cos(direction, v*)."
-            if excludes_zero(partial) and partial["estimate"] > 0
+            if excludes_zero(partial) and partial is not None and (partial.estimate or 0) > 0
             else "adds nothing detectable once cos(direction, v*) is known."
             if not excludes_zero(partial)
             else "goes against steering once cos(direction, v*) is known."
         )
     )
-    if het.get("evaluable"):
+    if het.evaluable and het.p_value is not None and het.wald is not None:
         verdict = (
             "differs between manipulations"
-            if het["p_value"] < 0.05
+            if het.p_value < 0.05
             else "shows no detectable difference between manipulations"
         )
         lines.append(
-            f"- v1: the AUROC slope {verdict} (Wald χ²({het['df']}) = {het['wald']:.1f}, "
-            f"p = {het['p_value']:.3g}; slopes: "
-            + ", ".join(f"{m} {v:+.2f}" for m, v in het["slopes"].items())
+            f"- v1: the AUROC slope {verdict} (Wald χ²({het.df}) = {het.wald:.1f}, "
+            f"p = {het.p_value:.3g}; slopes: "
+            + ", ".join(f"{m} {v:+.2f}" for m, v in het.slopes.items())
             + ")."
         )
-    ranking = pooled["ranking"]
-    if ranking:
+    if pooled.ranking:
         lines.append(
             "- Predictors by within-concept |r| with the effect: "
             + ", ".join(
-                f"{r['predictor']} {r['within_r']:+.2f} (first in {r['p_first']:.0%})"
-                for r in ranking
+                f"{r.predictor} {r.within_r:+.2f} (first in {r.p_first:.0%})"
+                for r in pooled.ranking
             )
             + "."
         )
-    primary = analysis.get("primary")
-    if primary:
-        spec = primary["spec"]
+    primary = record.primary
+    if primary is not None:
+        spec = primary.spec
         lines.append(
-            f"- Primary analysis ({analysis.get('label')}; estimand "
+            f"- Primary analysis ({record.label}; estimand "
             f"{spec.get('estimand', 'not named')}): slope of {spec['outcome']} on "
             f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
-            f"{ci(primary['slope'])} → **{primary['verdict']}**."
+            f"{est(primary.slope)} → **{primary.verdict}**."
         )
-        if primary.get("manipulations") is not None:
+        if primary.manipulations is not None:
             lines.append(
-                "  Its rows: " + ", ".join(primary["manipulations"]) + "; nulls left out: "
-                + (", ".join(primary.get("left_out") or []) or "none") + "."
+                "  Its rows: " + ", ".join(primary.manipulations) + "; nulls left out: "
+                + (", ".join(primary.left_out or []) or "none") + "."
             )  # fmt: skip
-    lines += estimand_lines(analysis.get("estimands") or {})
-    rel = analysis.get("outcome_reliability") or {}
+    lines += estimand_lines(record.estimands)
+    rel = record.outcome_reliability
     if rel:
         lines.append(
             "- Split-half reliability where directions are compared (within concepts among "
             "cos ≥ 0.7, among the directions people build; within equal-geometry cells): "
-            + "; ".join(f"{k.replace('_', ' ')} {ci(v)}" for k, v in rel.items())
+            + "; ".join(f"{k.replace('_', ' ')} {est(v)}" for k, v in rel.items())
             + "."
         )
-    lines += identified_lines(analysis.get("identified"))
+    lines += identified_lines(record.identified)
     lines.append(
         "- Everything in this summary except the primary analysis is exploratory (H2–H5 of "
         "the pre-registration included)."
     )
-    validation = analysis.get("validation") or {}
+    validation: dict[str, Any] = record.validation
     if validation.get("evaluable"):
         lines.append(
             f"- Likelihood outcome against generated texts (Δ, gated): r over cells "
             f"{ci(validation['pooled_r'])}, within concepts {ci(validation['within']['observed'])} "
             f"(disattenuated {ci(validation['within']['corrected'])})."
         )
-    res = analysis.get("resources") or {}
+    res = record.resources
     if res:
         lines.append(
             f"- Wall time {res.get('wall_seconds', 0) / 60:.1f} min; peak memory "
@@ -253,57 +284,64 @@ def findings(analysis: dict[str, Any]) -> list[str]:
     return lines
 
 
-def summary_markdown(run_id: str, analysis: dict[str, Any], timings: dict[str, float]) -> str:
-    lines = findings(analysis)
+def _manipulation_row(m: str, r: ManipulationResult) -> str:
+    """One manipulation's row of the summary's table."""
+    med = r.mediation
+    share = "n/a"
+    if med.evaluable:
+        share = fmt(med.share_via_cos.estimate if med.share_via_cos else None, ".2f")
+        if not excludes_zero(r.slope_auroc):
+            share = "n/a (no total slope)"  # a share of a slope indistinguishable from 0
+    mixed = r.mixed
+    covariate = (found := family(m)) is not None and found.log_level_covariate
+    term = "x_within" if covariate else "auroc"
+    mixed_text = (
+        ci(mixed.terms.get(term)) + ("" if mixed.converged else " (not converged)")
+        if mixed.evaluable and term in mixed.terms
+        else "n/a"
+    )
+    levels = {f"{x.fraction:g}": level_text(x) for x in r.minimum_effective}
+    aurocs = [row.auroc for row in r.curve if row.auroc is not None]
+    tested = f"levels {min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
+    cells = next((x.tested for x in r.minimum_effective if x.tested), None)
+    if cells:  # the minimum effective levels are read on the cells' range, not the levels'
+        tested = f"cells {cells[0]:.2f}–{cells[1]:.2f}; {tested}"
+    return (
+        f"| {m} | {tested} | {est(r.slope_auroc)} | {est(r.partial.get('auroc'))} | "
+        f"{est(r.partial.get('cos_ref'))} | {share} | {mixed_text} | "
+        f"{levels.get('0.5', 'n/a')} | {levels.get('1', 'n/a')} |"
+    )
+
+
+def summary_markdown(record: IdentifyRecord) -> str:
+    """The run's summary: the findings, one row per manipulation, the predictors, the
+    between-concept correlation, a re-analysed Phase 6 run and the stage times."""
+    lines = findings(record)
     lines += [
         "",
-        f"# Phase 6 identification {run_id} ({analysis.get('label')})",
+        f"# Phase 6 identification {record.run_id} ({record.label})",
         "",
-        f"Outcome: {analysis['outcome']}; layer {analysis.get('layer')}, "
-        f"α {fmt(analysis.get('alpha'), '.0f')}, β per concept from v*'s held-out "
+        f"Outcome: {record.outcome}; layer {record.layer}, "
+        f"α {fmt(record.alpha, '.0f')}, β per concept from v*'s held-out "
         "selection. Intervals: 95%, concepts resampled.",
-        "Prompting baseline (likelihood, mean over concepts): "
-        f"{fmt(analysis['baseline']['mean'])}.",
+        f"Prompting baseline (likelihood, mean over concepts): {fmt(record.baseline.mean)}.",
         "",
         "| manipulation | AUROC tested | slope on AUROC | AUROC slope beside cos | cos slope "
         "| share via cos | MixedLM | min AUROC 50% | min AUROC 100% |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for m, r in analysis["manipulations"].items():
-        med = r["mediation"]
-        share = f"{fmt(med['share_via_cos']['estimate'], '.2f')}" if med.get("evaluable") else "n/a"
-        if med.get("evaluable") and not excludes_zero(r["slope_auroc"]):
-            share = "n/a (no total slope)"  # a share of a slope indistinguishable from 0
-        mixed = r["mixed"]
-        covariate = (found := family(m)) is not None and found.log_level_covariate
-        term = "x_within" if covariate else "auroc"
-        mixed_text = (
-            ci(mixed["terms"].get(term)) + ("" if mixed.get("converged") else " (not converged)")
-            if mixed.get("evaluable") and term in mixed["terms"]
-            else "n/a"
-        )
-        levels = {f"{x['fraction']:g}": level_text(x) for x in r["minimum_effective"]}
-        aurocs = [row["auroc"] for row in r["curve"] if row.get("auroc") is not None]
-        tested = f"levels {min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
-        cells = next((x["tested"] for x in r["minimum_effective"] if x.get("tested")), None)
-        if cells:  # the minimum effective levels are read on the cells' range, not the levels'
-            tested = f"cells {cells[0]:.2f}–{cells[1]:.2f}; {tested}"
-        lines.append(
-            f"| {m} | {tested} | {ci(r['slope_auroc'])} | {ci(r['partial'].get('auroc'))} | "
-            f"{ci(r['partial'].get('cos_ref'))} | {share} | {mixed_text} | "
-            f"{levels.get('0.5', 'n/a')} | {levels.get('1', 'n/a')} |"
-        )
+    lines += [_manipulation_row(m, r) for m, r in record.manipulations.items()]
     lines += ["", "## Predictors (pooled, within concepts)", ""]
     lines += [
         "| predictor | r | reliability | effect reliability | disattenuated r |",
         "|---|---|---|---|---|",
     ]
-    for p, d in analysis["pooled"]["predictors"].items():
+    for p, d in record.pooled.predictors.items():
         lines.append(
-            f"| {p} | {ci(d['observed'])} | {ci(d['reliability_x'], '.2f')} | "
-            f"{ci(d['reliability_y'], '.2f')} | {ci(d['corrected'])} |"
+            f"| {p} | {est(d.observed)} | {est(d.reliability_x, '.2f')} | "
+            f"{est(d.reliability_y, '.2f')} | {est(d.corrected)} |"
         )
-    between = analysis.get("between_concepts") or {}
+    between: dict[str, Any] = record.between_concepts
     if between.get("evaluable"):
         lines += [
             "",
@@ -317,7 +355,7 @@ def summary_markdown(run_id: str, analysis: dict[str, Any], timings: dict[str, f
                 else "."
             ),
         ]
-    phase6 = analysis.get("phase6")
+    phase6: dict[str, Any] | None = record.phase6
     if phase6:
         lines += ["", f"## Phase 6 run {phase6['run']} re-analysed", ""]
         lines += [
@@ -332,5 +370,6 @@ def summary_markdown(run_id: str, analysis: dict[str, Any], timings: dict[str, f
                 f"{ci(terms.get('x_between'))} | {ci(terms.get('log_n'))} | "
                 f"{ci(f['within_slope_given_log_n'])} |"
             )
+    timings = record.timings
     lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items())]
     return "\n".join(lines) + "\n"

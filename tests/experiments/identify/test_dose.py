@@ -110,6 +110,7 @@ def test_the_interval_counts_censored_replicates_and_says_where_it_is_open():
     never = censored_interval(np.r_[np.full(99, np.inf), [0.7]], 0.95, tested)
     assert never["low"] is None and never["high"] is None
     from experiments.identify.summary import level_text
+    from experiments.record import MinimumLevel
 
-    text = level_text(out)
+    text = level_text(MinimumLevel.model_validate(out))
     assert ("> " in text) == bool(out.get("high_open"))

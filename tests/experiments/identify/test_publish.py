@@ -81,3 +81,16 @@ def test_every_parent_figure_is_drawn_from_the_typed_record(record) -> None:
     for fig in drawn.values():
         assert fig.axes
         plt.close(fig)
+
+
+def test_the_summary_from_the_typed_record_is_the_one_the_run_wrote(record) -> None:
+    """summary.md of the development run was written from the record's dump; read from
+    the typed record it is the same text (the stage times aside: the run wrote it before
+    its last stages were timed)."""
+    from experiments.identify.summary import summary_markdown
+
+    written = (DEV.parent / "summary.md").read_text(encoding="utf-8").splitlines()
+    drawn = summary_markdown(record).splitlines()
+    assert drawn[:-1] == written[:-1]
+    assert drawn[-1].startswith(written[-1])  # the later stages' times appended
+    assert any("**practitioner_equal_norm**" in line for line in drawn)
