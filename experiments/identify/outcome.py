@@ -17,7 +17,8 @@ generation study's prompt arm does: e = s·((L_p − L_0)(on) − (L_p − L_0)(
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,20 +43,36 @@ from steering.readout import (
 )
 
 
+@dataclass(frozen=True)
+class Steering:
+    """What every steered stage of identify shares: the model, the study's config and
+    run folder, the layer, α (the median residual norm there), each concept's β and its
+    directions by id. One value in place of the same seven arguments to every stage."""
+
+    lm: LoadedModel
+    config: IdentifyStudyConfig
+    run_dir: RunDir
+    layer: int
+    alpha: float
+    betas: dict[str, float]
+    vectors: dict[str, dict[str, np.ndarray]]
+
+    def only(self, concepts: Iterable[str]) -> Steering:
+        """The same, with the directions of ``concepts`` alone."""
+        return replace(self, vectors={c: self.vectors[c] for c in concepts})
+
+
 def score_likelihood(
-    lm: LoadedModel,
-    config: IdentifyStudyConfig,
-    run_dir: RunDir,
-    layer: int,
-    alpha: float,
-    betas: dict[str, float],
+    steering: Steering,
     texts: LikelihoodTexts,
-    vectors: dict[str, dict[str, np.ndarray]],
     progress: Callable[[str], None] = lambda _m: None,
     file: str = RunDir.LIKELIHOOD,
 ) -> list[dict[str, Any]]:
     """Likelihood records for every (concept, direction, strength, pair) of the concepts
-    in ``vectors``; concepts already in the run folder's ``file`` are not scored again."""
+    in ``steering.vectors``; concepts already in the run folder's ``file`` are not scored
+    again."""
+    lm, config, run_dir = steering.lm, steering.config, steering.run_dir
+    layer, alpha, betas, vectors = steering.layer, steering.alpha, steering.betas, steering.vectors
     ident = config.identify
     path = run_dir.file(file)
     records = read_jsonl(path)
@@ -114,18 +131,15 @@ def prompt_baseline(
 
 
 def output_predictors(
-    lm: LoadedModel,
-    config: IdentifyStudyConfig,
-    layer: int,
-    alpha: float,
-    betas: dict[str, float],
-    vectors: dict[str, dict[str, np.ndarray]],
+    steering: Steering,
     lens_texts: Sequence[str],
     words: dict[str, list[str]],
     prompts: dict[str, list[str]],
 ) -> dict[tuple[str, str], dict[str, np.ndarray]]:
     """Per (concept, direction): the logit-lens gain per position and the next-token KL
     per prompt, at s = +1 and the concept's β (the units their reliabilities split)."""
+    lm, config, layer, alpha = steering.lm, steering.config, steering.layer, steering.alpha
+    betas, vectors = steering.betas, steering.vectors
     residuals = last_token_residuals(lm, lens_texts, layer)
     out: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     for concept, by_id in vectors.items():
@@ -141,14 +155,8 @@ def output_predictors(
 
 
 def score_dose(
-    lm: LoadedModel,
-    config: IdentifyStudyConfig,
-    run_dir: RunDir,
-    layer: int,
-    alpha: float,
-    betas: dict[str, float],
+    steering: Steering,
     texts: LikelihoodTexts,
-    vectors: dict[str, dict[str, np.ndarray]],
     subset: Sequence[str],
     outputs: dict[tuple[str, str], dict[str, np.ndarray]],
     prompts: dict[str, list[str]],
@@ -167,6 +175,8 @@ def score_dose(
     from experiments.identify.directions import REFERENCE
     from experiments.identify.matched import MATCHED, match_dose, matching_split
 
+    lm, config, run_dir = steering.lm, steering.config, steering.run_dir
+    layer, alpha, betas, vectors = steering.layer, steering.alpha, steering.betas, steering.vectors
     ident = config.identify
     concept_free = ident.dose_kl == "concept_free"
     if concept_free and words is None:

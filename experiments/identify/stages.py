@@ -135,6 +135,7 @@ def outcomes(
         vector_set,
     )
     from experiments.identify.outcome import (
+        Steering,
         output_predictors,
         prompt_baseline,
         score_likelihood,
@@ -155,8 +156,9 @@ def outcomes(
     run_dir.write_json(RunDir.SELECTION, chosen)
 
     texts = found.texts
+    steering = Steering(lm, config, run_dir, layer, alpha, betas, vectors)
     with timer.time("likelihood"):
-        likelihood = score_likelihood(lm, config, run_dir, layer, alpha, betas, texts, vectors, say)
+        likelihood = score_likelihood(steering, texts, say)
         baseline_rows = prompt_baseline(
             lm, config, texts, concepts, {c.synset: c.name for c in graph.concepts}
         )
@@ -170,15 +172,7 @@ def outcomes(
         }
         words = {c.synset: list(c.lemmas) or [c.name] for c in graph.concepts}
         outputs = output_predictors(
-            lm,
-            config,
-            layer,
-            alpha,
-            betas,
-            vectors,
-            found.data.neutral_texts[: ident.lens_positions],
-            words,
-            prompts,
+            steering, found.data.neutral_texts[: ident.lens_positions], words, prompts
         )
     subset: list[str] = []
     dose: list[dict[str, Any]] = []
@@ -186,9 +180,8 @@ def outcomes(
     if ident.subset_concepts:
         subset = choose_subset(config, found.detections, concepts, run_dir)
         dose, name_free = subset_likelihood(
-            lm, config, run_dir, timer, layer, alpha, betas, texts, vectors, subset, outputs,
-            prompts, say, words,
-        )  # fmt: skip
+            steering, timer, texts, subset, outputs, prompts, say, words
+        )
     tags = []
     for d_id in ident.generated:
         name = canonical(d_id)
@@ -199,9 +192,7 @@ def outcomes(
         t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in concepts}) for t in tags
     }
     generate_validation(session, config, sets_v, betas, on_batch)
-    every = generate_subset(
-        session, config, layer, alpha, betas, vectors, subset, tags, on_batch, say
-    )
+    every = generate_subset(session, steering, subset, tags, on_batch, say)
     session.close_executor()
     gen_cells, gen_units = validation_effects(session, config, scorer, [*tags, *every])
     return Outcomes(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from experiments.concepts import ConceptGraph
     from experiments.identify.data import DirectionSet, StudyData
     from experiments.identify.detect import Detection
+    from experiments.identify.outcome import Steering
     from experiments.kernel.lifecycle import RunSession
     from experiments.likelihood_texts import LikelihoodTexts
     from experiments.timer import Timer
@@ -55,9 +56,7 @@ def choose_subset(
 
 
 def subset_likelihood(
-    lm: LoadedModel, config: IdentifyStudyConfig, run_dir: RunDir, timer: Timer, layer: int,
-    alpha: float, betas: dict[str, float], texts: LikelihoodTexts,
-    vectors: dict[str, dict[str, np.ndarray]], subset: list[str],
+    steering: Steering, timer: Timer, texts: LikelihoodTexts, subset: list[str],
     outputs: dict[tuple[str, str], dict[str, np.ndarray]], prompts: dict[str, list[str]],
     say: Callable[[str], None], words: dict[str, list[str]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
@@ -66,13 +65,11 @@ def subset_likelihood(
     tokens a concept-free dose leaves out (``identify.dose_kl``)."""
     from experiments.identify.outcome import score_dose, score_likelihood
 
+    lm, config, run_dir = steering.lm, steering.config, steering.run_dir
     ident = config.identify
     say(f"dose: the stratified subset {', '.join(subset)}, fixed and KL-matched doses")
     with timer.time("dose"):
-        dose = score_dose(
-            lm, config, run_dir, layer, alpha, betas, texts, vectors, subset, outputs, prompts,
-            say, words,
-        )  # fmt: skip
+        dose = score_dose(steering, texts, subset, outputs, prompts, say, words)
     name_free: list[dict[str, Any]] = []
     if subset and ident.name_free:
         from experiments.identify.namefree import name_free_likelihood_texts
@@ -91,19 +88,15 @@ def subset_likelihood(
         say(f"the likelihood outcome on name-free texts ({len(free.on)} concepts)")
         with timer.time("name_free"):
             name_free = score_likelihood(
-                lm, config, run_dir, layer, alpha, betas, free,
-                {c: vectors[c] for c in subset if c in free.on}, say, file=RunDir.NAME_FREE,
+                steering.only(c for c in subset if c in free.on), free, say,
+                file=RunDir.NAME_FREE,
             )  # fmt: skip
     return dose, name_free
 
 
 def generate_subset(
     session: RunSession[IdentifyStudyConfig],
-    config: IdentifyStudyConfig,
-    layer: int,
-    alpha: float,
-    betas: dict[str, float],
-    vectors: dict[str, dict[str, np.ndarray]],
+    steering: Steering,
     subset: list[str],
     tags: list[str],
     on_batch: Callable[[int, int], None] | None,
@@ -112,6 +105,9 @@ def generate_subset(
     """Generate from every direction of the subset not among ``tags`` (generated for every
     concept already); returns those directions' ids."""
     from experiments.identify.generation import generate_validation, vector_set
+
+    config, layer, alpha = steering.config, steering.layer, steering.alpha
+    betas, vectors = steering.betas, steering.vectors
 
     every = [t for t in dict.fromkeys(d for c in subset for d in vectors[c]) if t not in tags]
     if subset and config.identify.subset_generate:

@@ -151,7 +151,7 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
     from experiments.config import IdentifyStudyConfig
     from experiments.identify.directions import REFERENCE
     from experiments.identify.matched import MATCHED
-    from experiments.identify.outcome import score_dose
+    from experiments.identify.outcome import Steering, score_dose
     from experiments.likelihood_texts import LikelihoodTexts
     from experiments.rundir import RunDir
     from steering.readout import concept_token_ids, next_token_kl
@@ -171,10 +171,9 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
         seed=0,
     )
     run_dir = RunDir(tmp_path, "run").create()
-    rows = score_dose(
-        lm, config, run_dir, layer, alpha, {"dog": 1.0}, texts, vectors, ["dog"], {},
-        {"dog": PROMPTS}, words={"dog": ["dog", "cat"]},
-    )  # fmt: skip
+    steering = Steering(lm, config, run_dir, layer, alpha, {"dog": 1.0}, vectors)
+    words = {"dog": ["dog", "cat"]}
+    rows = score_dose(steering, texts, ["dog"], {}, {"dog": PROMPTS}, words=words)
     matching, verifying = matching_split(len(PROMPTS), config.seed)
     tokens = concept_token_ids(lm, ["dog", "cat"])
     ids = list(vectors["dog"])
@@ -203,10 +202,7 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
     plain = kl(k, matching, exclude=())
     assert not np.allclose(plain.mean(axis=1), on_matching.mean(axis=1), rtol=1e-3)
     # a resume scores nothing again
-    again = score_dose(
-        lm, config, run_dir, layer, alpha, {"dog": 1.0}, texts, vectors, ["dog"], {},
-        {"dog": PROMPTS}, words={"dog": ["dog", "cat"]},
-    )  # fmt: skip
+    again = score_dose(steering, texts, ["dog"], {}, {"dog": PROMPTS}, words=words)
     assert again == read_jsonl(run_dir.file(RunDir.DOSE)) and len(again) == len(rows)
 
 
