@@ -363,7 +363,7 @@ def equal_geometry(
     confidence: float = 0.95,
     corrected: bool = True,
 ) -> ClusterFit:
-    """The equal-geometry estimand (identify v3's primary): among directions at one angle
+    """The equal-geometry estimand (exploratory in v3): among directions at one angle
     to v* (cos(v, v*) = cos θ exactly) whose nuisances were drawn at random for the
     concept, the slope of the outcome on AUROC within (concept, angle, spectrum band)
     cells, bare (no covariate: the nuisance's own effect and the dose are consequences of
@@ -385,13 +385,7 @@ def equal_geometry(
         return equal_geometry_corrected(
             data, y, predictor, n_boot=n_boot, seed=seed, confidence=confidence
         )
-    groups = data["cell"].to_numpy()
-    x = demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
-    yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
-    concepts = data["concept"].astype(str).to_numpy()
-    return wild_cluster_restricted(
-        x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
-    )
+    return _restricted_slope(data, y, predictor, data["cell"].to_numpy(), n_boot, seed, confidence)
 
 
 def practitioner_slope(
@@ -419,9 +413,19 @@ def practitioner_slope(
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
     groups = _groups(data, "manipulation") if within_family else data["cell"].to_numpy()
-    concepts = data["cell"].to_numpy()
+    return _restricted_slope(data, y, predictor, groups, n_boot, seed, confidence)
+
+
+def _restricted_slope(
+    data: pd.DataFrame, y: str, predictor: str, groups: np.ndarray,
+    n_boot: int, seed: int, confidence: float,
+) -> ClusterFit:  # fmt: skip
+    """The slope of ``y`` on ``predictor`` within ``groups``, bare, clustered by concept,
+    its interval by inverting the restricted wild cluster bootstrap test (the
+    equal-geometry and practitioner estimands' shared fit)."""
     x = demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
     yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
+    concepts = data["concept"].astype(str).to_numpy()
     return wild_cluster_restricted(
         x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
     )
