@@ -182,6 +182,7 @@ class RunDir:
     CRITERIA = "criteria.csv"
     SAMPLES = "samples.csv"  # each steered text beside its twins (phase5/samples.py)
     AXBENCH = "axbench_scores.csv"  # panel --rubric axbench per concept × sign
+    AXBENCH_IDENTIFY = "axbench_identify.json"  # ... on an identify run: rubric reliability
     CENTROIDS = "centroid_texts.json"
     CRITERION4 = "criterion4.json"
     TRACES = "traces.json"  # generation key -> MLflow trace id

@@ -26,9 +26,7 @@ from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
 from experiments.validation.panel import DEFAULT_JUDGES, When
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from judges.panel import PanelResult
+    from experiments.validation.axbench import AxbenchOutcome
 
 
 class Rubric(StrEnum):
@@ -102,7 +100,7 @@ def panel(
         from experiments.validation.axbench import run_axbench_for
 
         with progress_bars() as report:
-            ax_result, ax_table, ax_skipped = run_axbench_for(
+            outcome = run_axbench_for(
                 run,
                 judges,
                 budget,
@@ -112,7 +110,7 @@ def panel(
                 experiment=experiment,
                 limit=limit,
             )
-        _print_axbench(ax_result, ax_table, ax_skipped, json_)
+        _print_axbench(outcome, json_)
         return
     with progress_bars() as report:
         decision, result, combined, skipped = run_panel_for(
@@ -176,13 +174,13 @@ def _two(value: float | None) -> str:
     return "n/a" if value is None or value != value else f"{value:.2f}"
 
 
-def _print_axbench(
-    result: PanelResult, table: pd.DataFrame, skipped: dict[str, str], as_json: bool
-) -> None:
+def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
     """The axbench scores per concept and sign, beside Δ, the likelihood outcome and the
-    unsteered twins' scores; then how the judges agree."""
+    unsteered twins' scores; then how the judges agree; for an identify run, the rubric's
+    reliability among good directions and its agreement with the other outcomes."""
     from experiments.validation.axbench import agreement
 
+    result, table, skipped, validity = outcome
     if as_json:
         print_json(
             {
@@ -193,6 +191,7 @@ def _print_axbench(
                 "per_concept": table.to_dict("records"),
                 "agreement": agreement(result),
                 "totals": result.totals,
+                "identify_validity": validity,
             }
         )
         return
@@ -223,6 +222,11 @@ def _print_axbench(
         + "; ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in agree.items())
         + f"; cost ${result.totals.get('cost_usd', 0):.4f}; {result.wall_time_s:.1f} s"
     )
+    if validity is not None:
+        from experiments.identify.rubric import validity_lines
+
+        for line in validity_lines(validity):
+            out.print(line, markup=False, highlight=False)
 
 
 def _dry_run(

@@ -32,18 +32,25 @@ def canonical(direction: str) -> str:
     return direction
 
 
-def _gen_halves(units: pd.DataFrame, frame: pd.DataFrame, seed: int) -> dict[str, np.ndarray]:
+def unit_halves(
+    units: pd.DataFrame, frame: pd.DataFrame, column: str, seed: int, name: str = "gen-halves"
+) -> dict[str, np.ndarray]:
+    """Per concept, [directions, splits, 2]: the mean of ``column`` over each half of a
+    direction's generations (``units``: one row per text, keyed by prompt and sample), for
+    the (concept, direction) rows of ``frame``, the same seeded splits for every direction
+    of a concept (they share prompts and samples). A concept whose directions hold unequal
+    numbers of texts, or fewer than 2, is left out."""
     out = {}
     for concept, group in frame.groupby("concept", sort=True):
         rows = []
         for direction in group["direction"]:
             u = units[(units["concept"] == concept) & (units["direction"] == direction)]
-            rows.append(u.sort_values(["prompt_index", "sample"])["e_gated"].to_numpy(float))
+            rows.append(u.sort_values(["prompt_index", "sample"])[column].to_numpy(float))
         sizes = {len(r) for r in rows}
         if len(sizes) != 1 or min(sizes) < 2:
             continue
         values = np.stack(rows)
-        orders = split_orders(values.shape[1], 50, rng=seeded_rng(seed, "gen-halves", concept))
+        orders = split_orders(values.shape[1], 50, rng=seeded_rng(seed, name, concept))
         a = values[:, orders[:, 0::2]].mean(axis=-1)
         b = values[:, orders[:, 1::2]].mean(axis=-1)
         out[str(concept)] = np.stack([a, b], axis=-1)
@@ -80,7 +87,7 @@ def crosscheck(
         frame,
         GEN,
         "effect",
-        _gen_halves(units, frame, seed),
+        unit_halves(units, frame, "e_gated", seed),
         tables.halves_for("effect", frame),
         n_boot=n_boot,
         seed=seed,

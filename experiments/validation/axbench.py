@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +27,15 @@ CHILD_RUN_NAME = "judge-panel-axbench"
 CHILD_PHASE = "5C-axbench"
 AXES = {"concept_score": "concept", "instruction": "instruction", "fluency": "fluency"}
 TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
+
+
+class AxbenchOutcome(NamedTuple):
+    """What ``panel --rubric axbench`` did for one run."""
+
+    result: PanelResult
+    table: pd.DataFrame  # one row per concept × sign
+    skipped: dict[str, str]  # judges that could not run here, and why
+    validity: dict[str, Any] | None  # an identify run's: identify.rubric.rubric_validity
 
 
 def _sign(strength: float) -> str:
@@ -113,9 +122,12 @@ def log_axbench(
     table: pd.DataFrame,
     skipped: dict[str, str],
     budget: float | None,
+    validity: dict[str, Any] | None = None,
 ) -> str:
     """The table in the run folder (``axbench_scores.csv``) and one ``judge-panel-axbench``
-    child run (a rerun updates it): scores, agreement, the rubric in the prompt registry."""
+    child run (a rerun updates it): scores, agreement, the rubric in the prompt registry;
+    for an identify run its ``validity`` too (metrics ``rubric/<key>``, the JSON and a
+    note)."""
     import json
 
     from experiments import tracking
@@ -153,6 +165,17 @@ def log_axbench(
         tracking.overwrite_table(child, result.scores, "judge_scores.json")
         tracking.overwrite_table(child, table, "axbench_per_concept.json")
         c.log_text(child, csv_text, RunDir.AXBENCH)
+        if validity is not None:
+            from experiments.identify.rubric import validity_lines, validity_metrics
+
+            tracking.log_metrics(child, validity_metrics(validity))
+            c.log_text(child, json.dumps(validity, indent=1), RunDir.AXBENCH_IDENTIFY)
+            tracking.set_note(
+                child,
+                "# AxBench rubric on identify\n\n"
+                + "\n".join(f"- {line.strip()}" for line in validity_lines(validity))
+                + "\n",
+            )
     return child
 
 
@@ -166,20 +189,67 @@ def run_axbench_for(
     cache_dir: str | Path | None = None,
     experiment: str | None = None,
     limit: int | None = None,
-) -> tuple[PanelResult, pd.DataFrame, dict[str, str]]:
+) -> AxbenchOutcome:
     """``steer-eval panel --rubric axbench`` for one run: rate, tabulate, log. Criterion 4
     (defined on the relatedness rubric) is left as it was; the seed's trigger does not
-    apply (AxBench scores are wanted whatever the human correlation)."""
+    apply (AxBench scores are wanted whatever the human correlation). A Phase 5 or an
+    identify run; for identify, also the rubric's validity as an outcome of the direction
+    (:func:`identify_validity`)."""
     from experiments.rundir import RunDir
     from experiments.validation.panel import rate_run
-    from experiments.validation.runs import phase5_parent
+    from experiments.validation.runs import IDENTIFY_PHASE, PHASE, phase5_parent
 
-    parent = phase5_parent(run_id, experiment, results_dir)
+    parent = phase5_parent(run_id, experiment, results_dir, phases=(PHASE, IDENTIFY_PHASE))
     samples, result, skipped = rate_run(
         parent, judges, budget, openai_base_url, progress, cache_dir, limit, "axbench"
     )
     record = parent.folder.file(RunDir.RECORD)
     per_concept = parent.folder.read_record(migrate=True).per_concept if record.exists() else {}
     table = axbench_table(samples, result, per_concept)
-    log_axbench(parent, result, table, skipped, budget)
-    return result, table, skipped
+    validity = identify_validity(parent, samples, result) if parent.is_identify else None
+    log_axbench(parent, result, table, skipped, budget, validity)
+    return AxbenchOutcome(result, table, skipped, validity)
+
+
+def identify_validity(
+    parent: Phase5Run, samples: pd.DataFrame, result: PanelResult, n_boot: int = 2000
+) -> dict[str, Any]:
+    """For an identify run: the rubric as an outcome of the direction among good
+    directions (``identify.rubric.rubric_validity``: its split-half reliability and its
+    disattenuated agreement with the likelihood and the gated Δ), written to the run
+    folder (``RunDir.AXBENCH_IDENTIFY``). Read from the run folder, which must be here."""
+    import pandas as pd
+
+    from experiments.identify.rubric import (
+        GENERATED,
+        likelihood_pairs,
+        rubric_units,
+        rubric_validity,
+    )
+    from experiments.kernel.effect import paired_effects
+    from experiments.rundir import RunDir
+    from experiments.validation.errors import ValidationInputError
+
+    folder = parent.folder
+    needed = (RunDir.DIRECTIONS, RunDir.LIKELIHOOD)
+    missing = [n for n in needed if not folder.file(n).exists()]
+    if missing:
+        raise ValidationInputError(
+            f"identify run {parent.run_id}: its folder {folder.path} lacks {', '.join(missing)}; "
+            "the rubric's reliability is read from the folder of the machine that ran it "
+            "(--results-dir names another results folder)"
+        )
+    units = rubric_units(samples, result.scores)
+    records = pd.DataFrame(parent.scored_generations())
+    gated = paired_effects(records, parent.config).set_index("key")[GENERATED]
+    units[GENERATED] = units["sample_id"].map(gated)
+    validity = rubric_validity(
+        units,
+        pd.read_csv(folder.file(RunDir.DIRECTIONS)),
+        likelihood_pairs(folder.read_likelihood()),
+        n_boot=n_boot,
+        seed=parent.config.seed,
+    )
+    validity["judges"] = list(result.judges)
+    folder.write_json(RunDir.AXBENCH_IDENTIFY, validity)
+    return validity

@@ -111,6 +111,8 @@ def panel_samples(parent: Phase5Run) -> pd.DataFrame:
             "prompt_index": [r.get("prompt_index", 0) for r in records],
             "sample": [r.get("sample", 0) for r in records],
             "split": [r.get("split", "report") for r in records],
+            # the direction a text was steered along (identify runs; "" otherwise)
+            "vectors": [r.get("vectors") or "" for r in records],
         }
     )
     human = _human_ratings(parent)
@@ -394,9 +396,11 @@ def estimate_panel_for(
 ) -> tuple[Decision, PanelEstimate | None]:
     """A dry run of :func:`run_panel_for`: the calls each judge would make (cache hits
     left out) and the worst-case cost from the price table. Nothing is sent or logged."""
+    from experiments.validation.runs import IDENTIFY_PHASE, PHASE
     from judges import RUBRICS, estimate_panel
 
-    parent = phase5_parent(run_id, experiment, results_dir)
+    phases = (PHASE, IDENTIFY_PHASE) if rubric == "axbench" else (PHASE,)
+    parent = phase5_parent(run_id, experiment, results_dir, phases)
     decision = decide(parent.run, when, parent.criteria.human_r_panel)
     if not decision.run:
         return decision, None

@@ -88,6 +88,12 @@ class Phase5Run:
     def tags(self) -> dict[str, str]:
         return self.run.data.tags
 
+    @property
+    def is_identify(self) -> bool:
+        """An identify run (its generations: the validating directions', each text's
+        direction in ``vectors``), not a Phase 5 one."""
+        return self.tags.get("phase") == IDENTIFY_PHASE
+
     @cached_property
     def experiment(self) -> str:
         """The name of the run's own experiment: Part B and C children go beside it."""
@@ -181,11 +187,20 @@ class Phase5Run:
         return {c.synset: list(c.lemmas) for c in graph.concepts}
 
 
+IDENTIFY_PHASE = "6-identify"  # identify's parent runs (identify.study.PHASE)
+RESUME = {PHASE: "steer-eval run --resume", IDENTIFY_PHASE: "steer-eval identify --resume"}
+
+
 def phase5_parent(
-    run_id: str, experiment: str | None = None, results_dir: str | Path | None = None
+    run_id: str,
+    experiment: str | None = None,
+    results_dir: str | Path | None = None,
+    phases: tuple[str, ...] = (PHASE,),
 ) -> Phase5Run:
-    """A finished Phase 5 parent run (``latest``: the newest one in ``experiment``, by
-    default the config's), or a clear error."""
+    """A finished parent run of one of ``phases`` (``latest``: the newest Phase 5 one in
+    ``experiment``, by default the config's), or a clear error. Parts B and C read Phase 5
+    runs; ``panel --rubric axbench`` also an identify run (``IDENTIFY_PHASE``), whose
+    generations are its validating directions'."""
     try:
         if run_id == "latest":
             run_id = tracking.latest_parent_run(experiment or default_experiment(), PHASE)
@@ -193,16 +208,17 @@ def phase5_parent(
     except LookupError as exc:
         raise ValidationInputError(str(exc)) from None
     tags = run.data.tags
-    if tags.get("phase") != PHASE or "mlflow.parentRunId" in tags:
+    if tags.get("phase") not in phases or "mlflow.parentRunId" in tags:
         parent = tags.get("mlflow.parentRunId")
         hint = f"; its parent is {parent}" if parent else ""
+        kinds = " or ".join("identify" if p == IDENTIFY_PHASE else f"Phase {p}" for p in phases)
         raise ValidationInputError(
-            f"run {run_id} is not a Phase 5 parent run (phase tag {tags.get('phase')!r}{hint})"
+            f"run {run_id} is not a {kinds} parent run (phase tag {tags.get('phase')!r}{hint})"
         )
     if run.info.status != "FINISHED":
+        resume = RESUME.get(tags.get("phase", PHASE), RESUME[PHASE])
         raise ValidationInputError(
-            f"run {run_id} is {run.info.status}, not FINISHED; finish it with "
-            f"`steer-eval run --resume {run_id}`"
+            f"run {run_id} is {run.info.status}, not FINISHED; finish it with `{resume} {run_id}`"
         )
     return Phase5Run(run, RunDir.locate(run, results_dir))
 

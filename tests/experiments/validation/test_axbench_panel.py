@@ -34,12 +34,15 @@ def test_axbench_scores_per_concept_and_sign_beside_delta(mlflow_store, tmp_path
     lb = kit.loopback()
     with lb.LoopbackServer(default=lb.ok(answer=scripted(lb))) as server:
         kwargs = dict(openai_base_url=server.openai_url, cache_dir=tmp_path / "jc")
-        result, table, _skipped = run_axbench_for(run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs)
+        result, table, _skipped, validity = run_axbench_for(
+            run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs
+        )
         sent = server.n_requests
         run_axbench_for(run_id, ["openai/gpt-4o-mini"], 1.0, **kwargs)
         assert server.n_requests == sent  # a rerun is served from the cache
         body = server.requests[0].body
     assert sent == len(records)  # one request per text
+    assert validity is None  # a Phase 5 run: no direction to read the rubric as an outcome of
     assert "<prompt>\n" in lb.user_text(body) and "DATA" in lb.system_text(body)
     assert set(result.scores["concept_score"]) == {1.0, 2.0}
     # 4 concepts × 2 signs, each with its 6 steered texts and their twins' scores
@@ -114,7 +117,7 @@ def test_two_judges_give_an_agreement_and_each_their_own_columns(
     judges = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
     with lb.LoopbackServer(default=lb.ok(answer=answer)) as server:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_url)
-        result, table, skipped = run_axbench_for(
+        result, table, skipped, _ = run_axbench_for(
             run_id, judges, 1.0, openai_base_url=server.openai_url, cache_dir=tmp_path / "jc"
         )
         assert server.n_requests == 2 * len(records)  # one request per text and judge

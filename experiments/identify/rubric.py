@@ -1,0 +1,211 @@
+"""The AxBench rubric as an outcome of identify: how reliably a judge ranks directions.
+
+``steer-eval panel --rubric axbench --run <identify run>`` has every generation of the
+validating directions rated on AxBench's concept, instruction and fluency axes (0-2
+each, combined by harmonic mean, ``hm``). This module reads those ratings as an outcome
+of the direction, the way ``crosscheck.py`` reads the gated Δ:
+
+* one unit per steered report text (s = +1): the panel's mean ``hm`` over the judges
+  that rated it, less its unsteered twin's (same concept, prompt and sample), so a
+  direction's value is its paired rubric effect;
+* among good directions (cos(v, v*) ≥ ``analysis.GOOD_COS``), its within-concept
+  split-half reliability (Spearman–Brown over halves of each direction's texts, the
+  same seeded splits for every direction of a concept) beside the likelihood's on the
+  same rows (halves of the likelihood's text pairs at s = +1, ``likelihood.jsonl``);
+* its disattenuated within-concept agreement with the likelihood outcome and with the
+  generated Δ (gated), each corrected by both measures' reliabilities.
+
+A reliability near 0 says the judge cannot tell these directions apart, whatever the
+agreement reads. Exploratory: the pre-registered primary's outcome is chosen by the rule
+in ``docs/identify.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify import stats
+from experiments.identify.analysis import GOOD_COS
+from experiments.identify.cells import measure_halves
+from experiments.identify.crosscheck import canonical, unit_halves
+
+TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
+RUBRIC = "hm_effect"  # the rubric outcome of one text: its hm less its twin's
+LIKELIHOOD = "effect_at_1"  # the likelihood outcome at s = +1 (directions.csv)
+GENERATED = "e_gated"  # the generated Δ, gated (kernel.effect.paired_effects)
+
+
+def rubric_units(samples: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
+    """One row per steered report text of a direction (s > 0): concept, direction (the
+    tables' id), prompt_index, sample, sample_id, ``hm`` (the mean over the judges that
+    scored it; abstentions left out), ``hm_twin`` and ``hm_effect``.
+
+    ``samples``: ``panel.panel_samples`` (with ``vectors``, the direction a text was
+    steered along); ``scores``: ``PanelResult.scores`` (``sample_id``, ``judge``,
+    ``score`` = hm)."""
+    hm = scores.groupby("sample_id")["score"].mean()
+    rated = samples.assign(hm=samples["sample_id"].map(hm))
+    twins = rated[rated["strength"] == 0.0].drop_duplicates(list(TWIN_KEYS))
+    twins = twins[[*TWIN_KEYS, "hm"]].rename(columns={"hm": "hm_twin"})
+    vectors = rated["vectors"].fillna("").astype(str)
+    steered = rated[(rated["strength"] > 0) & (rated["split"] == "report") & (vectors != "")]
+    steered = steered.merge(twins, on=list(TWIN_KEYS), how="inner")
+    return pd.DataFrame(
+        {
+            "concept": steered["synset"].to_numpy(),
+            "direction": steered["vectors"].map(canonical).to_numpy(),
+            "prompt_index": steered["prompt_index"].to_numpy(),
+            "sample": steered["sample"].to_numpy(),
+            "sample_id": steered["sample_id"].to_numpy(),
+            "hm": steered["hm"].to_numpy(float),
+            "hm_twin": steered["hm_twin"].to_numpy(float),
+            RUBRIC: (steered["hm"] - steered["hm_twin"]).to_numpy(float),
+        }
+    )
+
+
+def likelihood_pairs(
+    records: Iterable[Mapping[str, Any]], strength: float = 1.0
+) -> dict[tuple[str, str], np.ndarray]:
+    """Per (concept, direction): the likelihood effect of each text pair at ``strength``,
+    in pair order (``likelihood.jsonl``'s records)."""
+    by: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in records:
+        if float(r["strength"]) == strength:
+            key = (str(r["concept"]), str(r["direction"]))
+            by.setdefault(key, []).append((int(r["pair"]), float(r["e"])))
+    return {k: np.array([e for _, e in sorted(v)]) for k, v in by.items()}
+
+
+def rubric_validity(
+    units: pd.DataFrame,
+    directions: pd.DataFrame,
+    pairs: Mapping[tuple[str, str], np.ndarray],
+    *,
+    n_boot: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The rubric's reliability among good directions and its agreement with the
+    likelihood (and with the generated Δ when ``units`` carries ``e_gated``).
+
+    ``directions``: the run's ``directions.csv`` (``cos_ref``, the likelihood effect);
+    ``pairs``: :func:`likelihood_pairs`. Rows whose texts do not all carry a rating are
+    left out (a judge that abstained on every text of a direction)."""
+    cells = (
+        units.dropna(subset=[RUBRIC])
+        .groupby(["concept", "direction"], sort=True)
+        .agg(**{RUBRIC: (RUBRIC, "mean"), "n_texts": (RUBRIC, "size")})
+        .reset_index()
+    )
+    if GENERATED in units:
+        gen = units.groupby(["concept", "direction"])[GENERATED].mean().rename(GENERATED)
+        cells = cells.merge(gen.reset_index(), on=["concept", "direction"], how="left")
+    table = directions.copy()
+    if LIKELIHOOD not in table:  # a run measured at s = +1 only calls it "effect"
+        table[LIKELIHOOD] = table["effect"]
+    frame = cells.merge(
+        table[["concept", "direction", "cos_ref", LIKELIHOOD]],
+        on=["concept", "direction"],
+        how="inner",
+    )
+    good = frame[frame["cos_ref"] >= GOOD_COS].reset_index(drop=True)
+    out: dict[str, Any] = {
+        "good_cos": GOOD_COS,
+        "n_texts": int(good["n_texts"].sum()) if len(good) else 0,
+        "n_directions": len(good),
+        "n_concepts": int(good["concept"].nunique()),
+    }
+    if good["concept"].nunique() < 2:
+        out["evaluable"] = False
+        out["reason"] = (
+            f"{good['concept'].nunique()} concepts with rated good directions "
+            f"(cos(v, v*) ≥ {GOOD_COS}); at least 2 are needed"
+        )
+        return out
+    rated = units.dropna(subset=[RUBRIC])
+    rubric_halves = unit_halves(rated, good, RUBRIC, seed, name="rubric-halves")
+    order = {str(c): list(g["direction"]) for c, g in good.groupby("concept", sort=True)}
+    likelihood_halves = measure_halves(dict(pairs), order, seed, LIKELIHOOD)
+    boot = {"n_boot": n_boot, "seed": seed}
+    out["evaluable"] = True
+    out["reliability_rubric"] = stats.within_reliability(rubric_halves, **boot).to_dict()
+    out["reliability_likelihood"] = stats.within_reliability(likelihood_halves, **boot).to_dict()
+    out["agreement_likelihood"] = stats.disattenuated_within(
+        good, RUBRIC, LIKELIHOOD, rubric_halves, likelihood_halves, **boot
+    )
+    if GENERATED in good and good[GENERATED].notna().any():
+        gen_halves = unit_halves(units, good, GENERATED, seed)
+        out["reliability_generated"] = stats.within_reliability(gen_halves, **boot).to_dict()
+        out["agreement_generated"] = stats.disattenuated_within(
+            good, RUBRIC, GENERATED, rubric_halves, gen_halves, **boot
+        )
+    out["per_direction"] = [
+        {
+            "direction": str(d),
+            "n_concepts": int(g["concept"].nunique()),
+            RUBRIC: float(g[RUBRIC].mean()),
+            LIKELIHOOD: float(g[LIKELIHOOD].mean()),
+            **({GENERATED: float(g[GENERATED].mean())} if GENERATED in g else {}),
+        }
+        for d, g in good.groupby("direction", sort=True)
+    ]
+    return out
+
+
+def validity_lines(result: Mapping[str, Any]) -> list[str]:
+    """The result in a few lines (the CLI and the panel child run's note)."""
+
+    def fmt(block: Mapping[str, Any] | None) -> str:
+        if not block or block.get("estimate") is None:
+            reason = (block or {}).get("reason") or "not evaluable"
+            return f"n/a ({reason})"
+        return f"{block['estimate']:+.3f} [{block['low']:+.3f}, {block['high']:+.3f}]"
+
+    if not result.get("evaluable"):
+        return [f"AxBench rubric on identify: not evaluable ({result.get('reason', '')})"]
+    lines = [
+        f"AxBench rubric among good directions (cos(v, v*) ≥ {result['good_cos']}; "
+        f"{result['n_directions']} directions of {result['n_concepts']} concepts, "
+        f"{result['n_texts']} texts), within-concept split-half reliability:",
+        f"  rubric (hm, paired) {fmt(result['reliability_rubric'])}; likelihood (s = +1) "
+        f"{fmt(result['reliability_likelihood'])}"
+        + (
+            f"; generated Δ (gated) {fmt(result['reliability_generated'])}"
+            if "reliability_generated" in result
+            else ""
+        ),
+    ]
+    for key, name in (("agreement_likelihood", "likelihood"), ("agreement_generated", "Δ")):
+        if key in result:
+            block = result[key]
+            lines.append(
+                f"  within-concept r with the {name}: {fmt(block['observed'])}, "
+                f"disattenuated {fmt(block['corrected'])}"
+            )
+    return lines
+
+
+def validity_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """MLflow metrics ``rubric/<name>`` (with ``_low`` and ``_high``): the reliabilities
+    and the agreements, observed and disattenuated; none when not evaluable."""
+    blocks: dict[str, Mapping[str, Any]] = {}
+    for key in ("reliability_rubric", "reliability_likelihood", "reliability_generated"):
+        if key in result:
+            blocks[key] = result[key]
+    for key in ("agreement_likelihood", "agreement_generated"):
+        if key in result:
+            blocks[f"{key}_observed"] = result[key]["observed"]
+            blocks[f"{key}_disattenuated"] = result[key]["corrected"]
+    out: dict[str, float] = {}
+    for name, block in blocks.items():
+        if block.get("estimate") is None:
+            continue
+        out[f"rubric/{name}"] = float(block["estimate"])
+        for side in ("low", "high"):
+            if block.get(side) is not None:
+                out[f"rubric/{name}_{side}"] = float(block[side])
+    return out
