@@ -26,7 +26,9 @@ from pydantic import (
 )
 
 from experiments.config import CalibrationStudyConfig, IdentifyStudyConfig, Phase5Config
+from metrics.cluster import ClusterFit
 from metrics.criteria import CriterionResult
+from metrics.intervals import Interval
 
 RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
@@ -330,18 +332,6 @@ class _Record(BaseModel):
         return read_record(cls, text, source)
 
 
-class Estimate(BaseModel):
-    """A point estimate with its interval (``metrics.intervals.Interval`` as stored)."""
-
-    estimate: float | None = None
-    low: float | None = None
-    high: float | None = None
-    n: int = 0  # units the interval rests on
-    n_clusters: int = 0  # clusters resampled (concepts)
-    method: str = ""
-    reason: str = ""  # why there is no estimate
-
-
 class MixedSlope(BaseModel):
     """effect ~ predictor + (1 | concept) (statsmodels MixedLM): the predictor's slope."""
 
@@ -434,21 +424,11 @@ class CalibrationRecord(_Record):
     results: list[CurveFit] = Field(description="both signs first, then each sign alone")
 
 
-class ClusterEstimate(Estimate):
-    """A clustered OLS coefficient (``metrics.cluster.ClusterFit``): the wild cluster
-    bootstrap-t interval in low/high, the CR1 standard error and t(G−1) interval."""
-
-    se: float | None = None
-    t_low: float | None = None
-    t_high: float | None = None
-    p_value: float | None = None  # wild cluster bootstrap-t, H0: coefficient = 0
-
-
 class PrimaryResult(BaseModel):
     """The pre-registered primary analysis and its verdict."""
 
     spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
-    slope: ClusterEstimate
+    slope: ClusterFit
     correction: Correction | None = None  # a corrected equal-geometry slope's (v3)
     verdict: Literal[
         "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
@@ -493,7 +473,7 @@ class EstimandResult(BaseModel):
     operating_point: str
     status: Literal["estimated", "not_evaluable", "not_measured"]
     reason: str | None = None
-    fit: ClusterEstimate | None = None
+    fit: ClusterFit | None = None
     correction: Correction | None = None  # the corrected equal-geometry slope's
 
 
@@ -508,7 +488,7 @@ class MatchedPairs(BaseModel):
     n_concepts: int
     evaluable: bool
     reason: str | None = None
-    fit: ClusterEstimate | None = None
+    fit: ClusterFit | None = None
 
 
 class IdentifiedResult(BaseModel):
@@ -518,13 +498,13 @@ class IdentifiedResult(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str
-    flexible: dict[str, ClusterEstimate]  # predictor (auroc, probit_auroc) -> its slope
-    given_dose: dict[str, ClusterEstimate] = Field(default_factory=dict)  # beside log KL
-    linear_cos: dict[str, ClusterEstimate]  # v1's model under the same inference
+    flexible: dict[str, ClusterFit]  # predictor (auroc, probit_auroc) -> its slope
+    given_dose: dict[str, ClusterFit] = Field(default_factory=dict)  # beside log KL
+    linear_cos: dict[str, ClusterFit]  # v1's model under the same inference
     matched_pairs: dict[str, MatchedPairs]
     heterogeneity_given_cos: dict[str, object]  # per-manipulation slopes, F-corrected Wald
     iso_cos: dict[str, object] = Field(default_factory=dict)  # per angle and pooled
-    by_strength: dict[str, ClusterEstimate] = Field(default_factory=dict)  # strength -> slope
+    by_strength: dict[str, ClusterFit] = Field(default_factory=dict)  # strength -> slope
     # the stratified subset (exploratory): fixed and KL-matched doses, the generated
     # outcome, the outcomes' agreement (subset_analysis.subset_outcomes); empty when off
     subset: dict[str, object] = Field(default_factory=dict)
@@ -573,10 +553,10 @@ class PredictorFit(_Open):
     """A predictor's within-concept correlation with the effect, its reliability and the
     effect's (split halves), and the correlation corrected for both."""
 
-    observed: Estimate
-    reliability_x: Estimate
-    reliability_y: Estimate
-    corrected: Estimate
+    observed: Interval
+    reliability_x: Interval
+    reliability_y: Interval
+    corrected: Interval
 
 
 class RankRow(_Open):
@@ -635,8 +615,8 @@ class PooledResult(BaseModel):
     """Every manipulation's cells together, within concepts."""
 
     n_cells: int
-    slope_auroc: Estimate  # the effect's slope on AUROC alone
-    partial: dict[str, Estimate]  # slopes on AUROC and cos(v, v*) together
+    slope_auroc: Interval  # the effect's slope on AUROC alone
+    partial: dict[str, Interval]  # slopes on AUROC and cos(v, v*) together
     mediation: Mediation
     heterogeneity: Heterogeneity  # do the manipulations' AUROC slopes differ (Wald)?
     heterogeneity_given_cos: Heterogeneity  # the same beside cos(v, v*)
@@ -650,8 +630,8 @@ class ManipulationResult(BaseModel):
     manipulation: str
     n_cells: int
     n_concepts: int
-    slope_auroc: Estimate
-    partial: dict[str, Estimate]
+    slope_auroc: Interval
+    partial: dict[str, Interval]
     mixed: MixedFit
     mediation: Mediation
     predictors: dict[str, PredictorFit]
@@ -666,7 +646,7 @@ class Baseline(BaseModel):
 
     mean: float | None
     per_concept: dict[str, float]
-    interval: Estimate | None = None  # the mean over concepts, concepts resampled
+    interval: Interval | None = None  # the mean over concepts, concepts resampled
 
 
 class IdentifyRecord(_Record):
@@ -690,7 +670,7 @@ class IdentifyRecord(_Record):
         default_factory=dict,
         description="every estimand by name, each a stated question (absent before v3)",
     )
-    outcome_reliability: dict[str, Estimate] = Field(
+    outcome_reliability: dict[str, Interval] = Field(
         default_factory=dict,
         description="split-half reliabilities of the outcome and AUROC where the estimands "
         "compare directions (absent before v3)",

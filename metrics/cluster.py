@@ -30,10 +30,12 @@ others is reported as not identified instead of a number.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from metrics.intervals import Interval
 
 # Webb's six-point distribution: mean 0, variance 1, many more distinct sign patterns
 # than Rademacher's two points when clusters are few.
@@ -42,31 +44,20 @@ METHOD = "wild cluster bootstrap-t (Webb weights), CR1 standard errors, clusters
 
 
 @dataclass(frozen=True)
-class ClusterFit:
-    """One coefficient of a clustered OLS fit."""
+class ClusterFit(Interval):
+    """One coefficient of a clustered OLS fit: the wild cluster bootstrap interval in
+    ``low``/``high``, and beside it the CR1 standard error, the t(G−1) interval and the
+    bootstrap p-value."""
 
-    estimate: float | None
-    low: float | None  # wild cluster bootstrap-t interval
-    high: float | None
-    se: float | None  # CR1
-    t_low: float | None  # estimate ± t(G−1)·se
-    t_high: float | None
-    p_value: float | None  # wild cluster bootstrap-t, two-sided, H0: coefficient = 0
-    n: int
-    n_clusters: int
     method: str = METHOD
-    reason: str = ""
-
-    @property
-    def evaluable(self) -> bool:
-        return self.estimate is not None and self.low is not None and self.high is not None
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+    se: float | None = None  # CR1
+    t_low: float | None = None  # estimate ± t(G−1)·se
+    t_high: float | None = None
+    p_value: float | None = None  # wild cluster bootstrap-t, two-sided, H0: coefficient = 0
 
 
 def _not_identified(reason: str, n: int, g: int) -> ClusterFit:
-    return ClusterFit(None, None, None, None, None, None, None, n, g, METHOD, reason)
+    return ClusterFit(n=n, n_clusters=g, reason=reason)
 
 
 def _prepare(
@@ -169,15 +160,15 @@ def wild_cluster_t(
     crit = float(student_t.ppf(1 - alpha, g - 1))
     t_hat = estimate / se
     return ClusterFit(
-        estimate,
-        estimate - float(hi_q) * se,
-        estimate - float(lo_q) * se,
-        se,
-        estimate - crit * se,
-        estimate + crit * se,
-        float((np.abs(t_star) >= abs(t_hat)).mean()),
-        n,
-        g,
+        estimate=estimate,
+        low=estimate - float(hi_q) * se,
+        high=estimate - float(lo_q) * se,
+        n=n,
+        n_clusters=g,
+        se=se,
+        t_low=estimate - crit * se,
+        t_high=estimate + crit * se,
+        p_value=float((np.abs(t_star) >= abs(t_hat)).mean()),
     )
 
 
@@ -259,10 +250,10 @@ def wild_cluster_restricted(
 
     crit = float(student_t.ppf(1 - level / 2, g - 1))
     return ClusterFit(
-        estimate, bound(-1.0), bound(1.0), se, estimate - crit * se, estimate + crit * se,
-        p_value(0.0), n, g,
-        "wild cluster restricted bootstrap (WCR, Webb weights), interval by test inversion, "
-        "CR1 standard errors, clusters = concepts",
+        estimate=estimate, low=bound(-1.0), high=bound(1.0), n=n, n_clusters=g,
+        method="wild cluster restricted bootstrap (WCR, Webb weights), interval by test "
+        "inversion, CR1 standard errors, clusters = concepts",
+        se=se, t_low=estimate - crit * se, t_high=estimate + crit * se, p_value=p_value(0.0),
     )  # fmt: skip
 
 

@@ -18,8 +18,8 @@ below, and is inconclusive when the interval straddles it.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Literal, TypedDict, TypeVar, cast
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, Self, TypedDict, TypeVar, cast
 
 import numpy as np
 
@@ -32,15 +32,18 @@ U = TypeVar("U")  # a resampled unit (bootstrap_statistic)
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a two-sided interval (None when not evaluable)."""
+    """A point estimate with a two-sided interval (None when not evaluable): the one
+    estimate type of the suite, from the statistics to the typed records (a record field
+    typed ``Interval`` is validated and stored by pydantic field by field) and the answer.
+    A fit with more to say extends it (``metrics.cluster.ClusterFit``)."""
 
-    estimate: float | None
-    low: float | None
-    high: float | None
-    n: int
-    n_clusters: int
-    method: str
-    reason: str = ""
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    n: int = 0  # units the interval rests on
+    n_clusters: int = 0  # clusters resampled (concepts)
+    method: str = ""
+    reason: str = ""  # why there is no estimate
 
     @property
     def evaluable(self) -> bool:
@@ -48,6 +51,16 @@ class Interval:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @classmethod
+    def of(cls, data: Mapping[str, object]) -> Self:
+        """The estimate a stored dict holds (``to_dict``'s, or a record's): its own fields
+        read, validated as a record field is, anything else left out (a subclass's extra
+        blocks, such as a corrected fit's ``correction``)."""
+        from pydantic import TypeAdapter
+
+        names = {f.name for f in fields(cls)}
+        return TypeAdapter(cls).validate_python({k: v for k, v in data.items() if k in names})
 
 
 def not_evaluable(reason: str, n: int = 0, n_clusters: int = 0, method: str = "") -> Interval:

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from experiments.answer import Answer, Verdict
-from experiments.record import ClusterEstimate, Estimate, IdentifyRecord
+from experiments.record import IdentifyRecord
+from metrics.cluster import ClusterFit
+from metrics.intervals import Interval
 
 PRIMARY_STATUS = {
     "supported": "pass",
@@ -25,14 +27,14 @@ PRIMARY_STATUS = {
 ESTIMANDS_GROUP = "estimands (each its own question; exploratory unless primary)"
 
 
-def zero_status(e: Estimate) -> str:
+def zero_status(e: Interval) -> str:
     """pass: interval above 0; fail: below; otherwise inconclusive."""
     if e.estimate is None or e.low is None or e.high is None:
         return "not_evaluable"
     return "pass" if e.low > 0 else "fail" if e.high < 0 else "inconclusive"
 
 
-def _row(key: str, label: str, group: str, e: Estimate, **extra: Any) -> Verdict:
+def _row(key: str, label: str, group: str, e: Interval, **extra: Any) -> Verdict:
     return Verdict(
         key=key,
         label=label,
@@ -108,7 +110,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 "identified/iso_cos/auroc",
                 "iso-cos: slope on AUROC at equal cos(v, v*), beside the nuisance's own effect",
                 V2_GROUP,
-                ClusterEstimate(**iso["pooled"]),
+                ClusterFit.of(iso["pooled"]),
                 symbol="slope ",
                 description="within (concept, angle); covariates: "
                 + ", ".join(iso.get("covariates") or []),
@@ -134,7 +136,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 "identified/name_free/auroc",
                 "slope on the AUROC of name-free test positives beside a spline in cos",
                 V2_GROUP,
-                ClusterEstimate(**free),
+                ClusterFit.of(free),
                 symbol="slope ",
                 description="positives that name only what falls under the concept",
             )
@@ -154,7 +156,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                     f"identified/subset/{key}",
                     f"subset of {len(sub['concepts'])} concepts: slope on AUROC {label}",
                     V2_GROUP,
-                    ClusterEstimate(**stored),
+                    ClusterFit.of(stored),
                     symbol="slope ",
                     description="every direction of a subset stratified by v*'s AUROC",
                 )

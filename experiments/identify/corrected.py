@@ -124,8 +124,7 @@ def equal_geometry_corrected(
     }
 
     def refused(reason: str) -> CorrectedFit:
-        return CorrectedFit(None, None, None, None, None, None, None, n, g, CORRECTED,
-                            reason, **facts)  # fmt: skip
+        return CorrectedFit(n=n, n_clusters=g, method=CORRECTED, reason=reason, **facts)
 
     if g < 3:
         return refused(f"{g} concepts have equal-geometry rows (need 3)")
@@ -151,5 +150,7 @@ def equal_geometry_corrected(
     se = float(finite.std(ddof=1))
     crit = float(student_t.ppf(1 - alpha, g - 1))
     p = float(min(1.0, 2 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
-    return CorrectedFit(estimate, low, high, se, estimate - crit * se, estimate + crit * se,
-                        p, n, g, CORRECTED, "", **facts)  # fmt: skip
+    return CorrectedFit(
+        estimate=estimate, low=low, high=high, n=n, n_clusters=g, method=CORRECTED, reason="",
+        se=se, t_low=estimate - crit * se, t_high=estimate + crit * se, p_value=p, **facts,
+    )  # fmt: skip

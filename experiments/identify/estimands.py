@@ -84,7 +84,7 @@ def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | No
     iso = iso_cos(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
     if not iso.get("evaluable"):
         return None
-    return ClusterFit(**iso["pooled"])
+    return ClusterFit.of(iso["pooled"])
 
 
 def _equal_norm(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:

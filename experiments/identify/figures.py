@@ -14,7 +14,8 @@ from experiments.identify.cells import StudyTables
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from experiments.record import Estimate, IdentifyRecord, ManipulationResult
+    from experiments.record import IdentifyRecord, ManipulationResult
+    from metrics.intervals import Interval
 
 
 def _plt() -> ModuleType:
@@ -67,7 +68,7 @@ def trajectories(tables: StudyTables) -> Figure:
 
 def slopes_figure(record: IdentifyRecord) -> Figure:
     plt = _plt()
-    rows: list[tuple[str, str, Estimate | None]] = []
+    rows: list[tuple[str, str, Interval | None]] = []
     for m, r in record.manipulations.items():
         rows.append((m, "AUROC alone", r.slope_auroc))
         rows.append((m, "AUROC | cos(v, v*)", r.partial.get("auroc")))

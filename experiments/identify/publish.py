@@ -22,13 +22,9 @@ from experiments.identify.cells import StudyTables
 from experiments.identify.figures import figures, manipulation_figure
 from experiments.identify.summary import summary_markdown
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.record import (
-    Estimate,
-    IdentifyRecord,
-    ManipulationResult,
-    MediationTerm,
-)
+from experiments.record import IdentifyRecord, ManipulationResult, MediationTerm
 from experiments.rundir import RunDir
+from metrics.intervals import Interval
 
 
 def slug(text: str) -> str:
@@ -45,7 +41,7 @@ def _put(
             metrics[f"{name}{suffix}"] = float(value)
 
 
-def _put_fit(metrics: dict[str, float | None], name: str, fit: Estimate | None) -> None:
+def _put_fit(metrics: dict[str, float | None], name: str, fit: Interval | None) -> None:
     if fit is not None:
         _put(metrics, name, fit.estimate, fit.low, fit.high)
 
@@ -58,9 +54,9 @@ def _put_term(metrics: dict[str, float | None], name: str, term: MediationTerm |
 
 def _put_open(metrics: dict[str, float | None], name: str, value: object) -> None:
     """An interval kept in an open block of the record (``validation``,
-    ``between_concepts``), read as the :class:`Estimate` it was written from."""
+    ``between_concepts``), read as the :class:`Interval` it was written from."""
     if isinstance(value, dict):
-        _put_fit(metrics, name, Estimate.model_validate(value))
+        _put_fit(metrics, name, Interval.of(value))
 
 
 def manipulation_metrics(

@@ -47,9 +47,9 @@ from experiments.identify.prereg import (
     split_concepts,
 )
 from experiments.identify.shards import committed_ledgers, device_of, keep_shard, shard_concepts
-from experiments.identify.stages import directions
+from experiments.identify.stages import Directions, directions
 from experiments.identify.stages import outcomes as stage_outcomes
-from experiments.identify.tabulate import analyse_study
+from experiments.identify.tabulate import Analysed, analyse_study
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
@@ -319,9 +319,7 @@ class Identify:
         outcomes = stage_outcomes(session, config, found, scorer, self.on_batch, say)
         say("the analysis")
         with timer.time("analysis"):
-            tables, analysis, between, validation, phase6_frame, phase6 = analyse_study(
-                session, config, found, outcomes, self.prereg, say
-            )
+            analysed = analyse_study(session, config, found, outcomes, self.prereg, say)
         timings = dict(timer.stages)
         timings["total"] = time.perf_counter() - self.started_at
         assert session.run_id is not None
@@ -329,19 +327,14 @@ class Identify:
             session.run_id,
             config,
             session.lm.model_id,
-            found.layer,
-            found.alpha,
+            found,
             outcomes.betas,
-            analysis,
-            between,
-            validation,
-            phase6,
+            analysed,
             label(heldout, self.forced),
-            self.prereg,
             {"wall_seconds": timings["total"], **peak_memory()},
             timings,
         )
-        return Finished(record, Shown(tables, outcomes.generated, phase6_frame))
+        return Finished(record, Shown(analysed.tables, outcomes.generated, analysed.phase6_frame))
 
     def views(self, record: IdentifyRecord, shown: Shown) -> Views:
         from experiments.identify.publish import views
@@ -381,21 +374,19 @@ def build_record(
     run_id: str,
     config: ExperimentConfig,
     model_id: str,
-    layer: int,
-    alpha: float,
+    found: Directions,
     betas: dict[str, float],
-    analysis: dict[str, Any],
-    between: dict[str, Any],
-    validation: dict[str, Any],
-    phase6: dict[str, Any] | None,
+    analysed: Analysed,
     label: str,
-    prereg: Preregistration | None,
     resources: dict[str, float],
     timings: dict[str, float],
 ) -> IdentifyRecord:
     """The study's record, from the stage outputs (a pure function: the prompting
-    baseline's interval is a seeded bootstrap over concepts)."""
+    baseline's interval is a seeded bootstrap over concepts): where it steered
+    (``found``: the layer and α; each concept's β) and what the analysis found."""
     from metrics.intervals import bootstrap_statistic
+
+    analysis, prereg = analysed.analysis, analysed.prereg
 
     per_concept = analysis["baseline"]["per_concept"]
     interval = None
@@ -415,8 +406,8 @@ def build_record(
         config=config,
         model_id=model_id,
         timings=timings,
-        layer=layer,
-        alpha=alpha,
+        layer=found.layer,
+        alpha=found.alpha,
         betas=betas,
         concept_set=config.identify.concept_set,
         label=label,
@@ -429,8 +420,8 @@ def build_record(
         identified=plain(analysis["identified"]),
         estimands=plain(analysis["estimands"]),
         outcome_reliability=plain(analysis["outcome_reliability"]),
-        between_concepts=plain(between),
-        validation=plain(validation),
-        phase6=plain(phase6),
+        between_concepts=plain(analysed.between),
+        validation=plain(analysed.validation),
+        phase6=plain(analysed.phase6),
         resources=plain(resources),
     )

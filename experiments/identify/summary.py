@@ -18,12 +18,12 @@ from experiments.identify.manipulations import family
 if TYPE_CHECKING:
     from experiments.record import (
         EstimandResult,
-        Estimate,
         IdentifiedResult,
         IdentifyRecord,
         ManipulationResult,
         MinimumLevel,
     )
+    from metrics.intervals import Interval
 
 
 def _finite(value: float | None) -> float | None:
@@ -31,7 +31,7 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def est(e: Estimate | None, spec: str = "+.3f") -> str:
+def est(e: Interval | None, spec: str = "+.3f") -> str:
     """:func:`~experiments.answer.estimate_text` of a typed interval (what
     ``interval_dict_text`` gives for its stored form)."""
     if e is None:
@@ -39,7 +39,7 @@ def est(e: Estimate | None, spec: str = "+.3f") -> str:
     return estimate_text(_finite(e.estimate), _finite(e.low), _finite(e.high), spec, e.reason)
 
 
-def excludes_zero(iv: Estimate | None) -> bool:
+def excludes_zero(iv: Interval | None) -> bool:
     if iv is None:
         return False
     low, high = _finite(iv.low), _finite(iv.high)

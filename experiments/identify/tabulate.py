@@ -5,6 +5,7 @@ stages; ``analysis.py`` and ``estimator.py`` hold the statistics)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -48,6 +49,22 @@ def effects_by_direction(
     return out
 
 
+@dataclass
+class Analysed:
+    """What stage 8 gives the record and the views: the tables, the analysis
+    (``analysis.analyse``'s blocks, the record's fields of the same names), the
+    between-concept view, the generation check, the Phase 6 re-analysis when one is
+    named, and the pre-registration the primary was read under."""
+
+    tables: StudyTables
+    analysis: dict[str, Any]
+    between: dict[str, Any]
+    validation: dict[str, Any]
+    prereg: Preregistration | None = None
+    phase6_frame: pd.DataFrame | None = None
+    phase6: dict[str, Any] | None = None
+
+
 def analyse_study(
     session: RunSession[IdentifyStudyConfig],
     config: IdentifyStudyConfig,
@@ -55,14 +72,7 @@ def analyse_study(
     outcomes: Outcomes,
     prereg: Preregistration | None,
     say: Callable[[str], None],
-) -> tuple[
-    StudyTables,
-    dict[str, Any],
-    dict[str, Any],
-    dict[str, Any],
-    pd.DataFrame | None,
-    dict[str, Any] | None,
-]:
+) -> Analysed:
     """Stage 8: the tables, the analysis, the between-concept view, the generation check,
     and the Phase 6 re-analysis when one is named."""
     from experiments.identify import analysis as analysis_mod
@@ -132,4 +142,4 @@ def analyse_study(
         from experiments.identify.phase6 import reanalyse
 
         phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
-    return tables, analysis, between, validation, phase6_frame, phase6
+    return Analysed(tables, analysis, between, validation, prereg, phase6_frame, phase6)
