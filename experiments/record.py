@@ -29,6 +29,7 @@ from experiments.config import CalibrationStudyConfig, IdentifyStudyConfig, Phas
 from metrics.cluster import ClusterFit
 from metrics.criteria import CriterionResult
 from metrics.intervals import Interval
+from metrics.reliability import Reliability
 
 RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
@@ -649,6 +650,45 @@ class Baseline(BaseModel):
     interval: Interval | None = None  # the mean over concepts, concepts resampled
 
 
+class GeneratedCheck(_Open):
+    """The likelihood outcome against generated texts (``identify/crosscheck.py``): their
+    r over cells and within concepts (observed, both reliabilities, disattenuated), at v*
+    across concepts, and the generation arms' mean effects."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    n_cells: int | None = None
+    pooled_r: Interval | None = None
+    within: PredictorFit | None = None
+    between_at_reference: Interval | None = None
+    generation_null: Interval | None = None
+    generation_prompt: Interval | None = None
+    generation_reference: Interval | None = None
+    per_direction: list[dict[str, float | str]] = Field(default_factory=list)
+
+
+class FisherZ(BaseModel):
+    """The across-concept r with its Fisher-z interval (a check beside the bootstrap)."""
+
+    r: float | None = None
+    interval: list[float | None] = Field(default_factory=list)  # [low, high]
+    n_concepts: int = 0
+
+
+class BetweenConcepts(_Open):
+    """Across concepts at v*: r(AUROC, effect), observed and disattenuated
+    (``identify/analysis.between_concepts``, ``metrics.reliability``)."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    observed: Interval | None = None
+    corrected: Interval | None = None
+    reliability_x: Reliability | None = None
+    reliability_y: Reliability | None = None
+    dropped_replicates: int | None = None
+    fisher_z: FisherZ | None = None
+
+
 class IdentifyRecord(_Record):
     """What an identification study measured (``analysis.json`` of its folder)."""
 
@@ -678,9 +718,10 @@ class IdentifyRecord(_Record):
     identified: IdentifiedResult | None = Field(
         None, description="the v2 estimator (absent from runs before it)"
     )
-    between_concepts: dict[str, object] = Field(default_factory=dict)
-    validation: dict[str, object] = Field(
-        default_factory=dict, description="the likelihood outcome against generated texts"
+    between_concepts: BetweenConcepts = Field(default_factory=BetweenConcepts)
+    validation: GeneratedCheck = Field(
+        default_factory=GeneratedCheck,
+        description="the likelihood outcome against generated texts",
     )
     phase6: dict[str, object] | None = Field(None, description="a Phase 6 run re-analysed")
     resources: dict[str, float] = Field(default_factory=dict)

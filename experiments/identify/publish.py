@@ -52,13 +52,6 @@ def _put_term(metrics: dict[str, float | None], name: str, term: MediationTerm |
         _put(metrics, name, term.estimate, low, high)
 
 
-def _put_open(metrics: dict[str, float | None], name: str, value: object) -> None:
-    """An interval kept in an open block of the record (``validation``,
-    ``between_concepts``), read as the :class:`Interval` it was written from."""
-    if isinstance(value, dict):
-        _put_fit(metrics, name, Interval.of(value))
-
-
 def manipulation_metrics(
     result: ManipulationResult,
 ) -> tuple[dict[str, float | None], dict[str, str]]:
@@ -120,16 +113,15 @@ def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dic
     for key, r in record.outcome_reliability.items():
         _put_fit(metrics, f"outcome_reliability/{key}", r)
     validation = record.validation
-    if validation.get("evaluable"):
-        within = validation.get("within")
-        _put_open(metrics, "validation/pooled_r", validation.get("pooled_r"))
-        if isinstance(within, dict):
-            _put_open(metrics, "validation/within_r", within.get("observed"))
-            _put_open(metrics, "validation/within_r_disattenuated", within.get("corrected"))
+    if validation.evaluable:
+        _put_fit(metrics, "validation/pooled_r", validation.pooled_r)
+        if validation.within is not None:
+            _put_fit(metrics, "validation/within_r", validation.within.observed)
+            _put_fit(metrics, "validation/within_r_disattenuated", validation.within.corrected)
     between = record.between_concepts
-    if between.get("evaluable"):
-        _put_open(metrics, "between/auroc_vs_effect_r", between.get("observed"))
-        _put_open(metrics, "between/auroc_vs_effect_r_disattenuated", between.get("corrected"))
+    if between.evaluable:
+        _put_fit(metrics, "between/auroc_vs_effect_r", between.observed)
+        _put_fit(metrics, "between/auroc_vs_effect_r_disattenuated", between.corrected)
     for key, value in record.resources.items():
         metrics[f"resources/{key}"] = float(value)
     return metrics, tags

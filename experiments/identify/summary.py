@@ -266,12 +266,12 @@ def findings(record: IdentifyRecord) -> list[str]:
         "- Everything in this summary except the primary analysis is exploratory (H2–H5 of "
         "the pre-registration included)."
     )
-    validation: dict[str, Any] = record.validation
-    if validation.get("evaluable"):
+    validation = record.validation
+    if validation.evaluable and validation.within is not None:
         lines.append(
             f"- Likelihood outcome against generated texts (Δ, gated): r over cells "
-            f"{ci(validation['pooled_r'])}, within concepts {ci(validation['within']['observed'])} "
-            f"(disattenuated {ci(validation['within']['corrected'])})."
+            f"{est(validation.pooled_r)}, within concepts {est(validation.within.observed)} "
+            f"(disattenuated {est(validation.within.corrected)})."
         )
     res = record.resources
     if res:
@@ -341,17 +341,16 @@ def summary_markdown(record: IdentifyRecord) -> str:
             f"| {p} | {est(d.observed)} | {est(d.reliability_x, '.2f')} | "
             f"{est(d.reliability_y, '.2f')} | {est(d.corrected)} |"
         )
-    between: dict[str, Any] = record.between_concepts
-    if between.get("evaluable"):
+    between, fz = record.between_concepts, record.between_concepts.fisher_z
+    if between.evaluable:
         lines += [
             "",
-            f"Across concepts at v*: r(AUROC, effect) {ci(between['observed'])}, disattenuated "
-            f"{ci(between['corrected'])}"
+            f"Across concepts at v*: r(AUROC, effect) {est(between.observed)}, disattenuated "
+            f"{est(between.corrected)}"
             + (
-                f"; Fisher-z interval over {between['fisher_z']['n_concepts']} concepts "
-                f"[{fmt(between['fisher_z']['interval'][0], '+.2f')}, "
-                f"{fmt(between['fisher_z']['interval'][1], '+.2f')}]."
-                if between.get("fisher_z")
+                f"; Fisher-z interval over {fz.n_concepts} concepts "
+                f"[{fmt(fz.interval[0], '+.2f')}, {fmt(fz.interval[1], '+.2f')}]."
+                if fz is not None and len(fz.interval) == 2
                 else "."
             ),
         ]
