@@ -492,6 +492,98 @@ class MatchedPairs(BaseModel):
     fit: ClusterFit | None = None
 
 
+class _Open(BaseModel):
+    """An analysis block typed where it is read; keys a later analysis adds are kept
+    (a finished study must never fail at its last step on a new diagnostic)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class NameFreeSlopes(BaseModel):
+    """The subset's slope of the name-free likelihood outcome on the named AUROC and on
+    the name-free AUROC."""
+
+    auroc: ClusterFit | None = None
+    auroc_name_free: ClusterFit | None = None
+
+
+class SubsetAgreement(BaseModel):
+    """The two outcomes' within-concept r on the subset: every direction, good ones."""
+
+    all: Interval | None = None
+    good: Interval | None = None
+    good_n: int = 0  # good cells (cos ≥ 0.7)
+
+
+class SubsetResult(_Open):
+    """The stratified subset (exploratory; ``identify/subset_analysis.subset_outcomes``):
+    the flexible AUROC slope at fixed and KL-matched doses, on name-free texts and on the
+    generated outcome, how well the doses matched, and the outcomes' agreement."""
+
+    evaluable: bool | None = None  # False (with ``reason``) when there was no subset
+    reason: str | None = None
+    concepts: list[str] = Field(default_factory=list)
+    likelihood_1x: ClusterFit | None = None
+    dose: dict[str, ClusterFit] = Field(default_factory=dict)  # "0.5x", ..., "matched"
+    matched_share: float | None = None  # on the prompts the dose was bisected on
+    matched_on: str | None = None  # the KL matched on (identify.dose_kl)
+    matched_share_verify: float | None = None  # on held-apart prompts
+    verify_gap_median: float | None = None
+    matched_multiplier: dict[str, float] = Field(default_factory=dict)  # per manipulation
+    name_free: NameFreeSlopes | None = None
+    generated: ClusterFit | None = None
+    generated_given_dose: ClusterFit | None = None
+    agreement: SubsetAgreement | None = None
+
+
+class IsoCosAngle(_Open):
+    """One angle of the iso-cos analysis: the slope within (concept, angle) beside the
+    covariates, the bare slope, and AUROC's mean within-concept spread there."""
+
+    n: int = 0  # rows
+    slope: ClusterFit | None = None
+    without_covariates: ClusterFit | None = None
+    auroc_spread: float | None = None
+
+
+class IsoCos(_Open):
+    """AUROC varied at fixed cos(v, v*) (``estimator.iso_cos``): per angle and pooled."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    covariates: list[str] = Field(default_factory=list)
+    angles: dict[str, IsoCosAngle] = Field(default_factory=dict)  # angle (degrees, text)
+    n_concepts: int | None = None
+    pooled: ClusterFit | None = None
+
+
+class FamilySlopes(_Open):
+    """Each manipulation's AUROC slope beside its own spline in cos, and the F-corrected
+    CR1 Wald test that the identified ones are equal (``estimator.per_family_slopes``,
+    ``metrics.cluster.wald_f``)."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    slopes: dict[str, ClusterFit] = Field(default_factory=dict)  # manipulation -> slope
+    not_identified: list[str] = Field(default_factory=list)
+    n_concepts: int | None = None
+    wald: float | None = None
+    df: int | None = None
+    F: float | None = None
+    df_denominator: int | None = None
+    p_value: float | None = None  # F(df, df_denominator)
+    p_value_chi2: float | None = None  # χ²(df), beside it
+    method: str | None = None
+
+
+class NameFreeDetection(_Open):
+    """The flexible slope on the AUROC of name-free test positives, and that AUROC's r
+    with the named one."""
+
+    auroc_name_free: ClusterFit | None = None
+    r_auroc: float | None = None
+
+
 class IdentifiedResult(BaseModel):
     """The v2 estimator on the pooled directions (issue 36): fixed effects per (concept,
     manipulation) and a spline in cos per manipulation, clustered inference."""
@@ -503,21 +595,14 @@ class IdentifiedResult(BaseModel):
     given_dose: dict[str, ClusterFit] = Field(default_factory=dict)  # beside log KL
     linear_cos: dict[str, ClusterFit]  # v1's model under the same inference
     matched_pairs: dict[str, MatchedPairs]
-    heterogeneity_given_cos: dict[str, object]  # per-manipulation slopes, F-corrected Wald
-    iso_cos: dict[str, object] = Field(default_factory=dict)  # per angle and pooled
+    heterogeneity_given_cos: FamilySlopes  # per-manipulation slopes, F-corrected Wald
+    iso_cos: IsoCos = Field(default_factory=IsoCos)  # per angle and pooled
     by_strength: dict[str, ClusterFit] = Field(default_factory=dict)  # strength -> slope
     # the stratified subset (exploratory): fixed and KL-matched doses, the generated
     # outcome, the outcomes' agreement (subset_analysis.subset_outcomes); empty when off
-    subset: dict[str, object] = Field(default_factory=dict)
+    subset: SubsetResult = Field(default_factory=SubsetResult)
     # the slope on AUROC over name-free test positives, and its r with the named AUROC
-    name_free: dict[str, object] = Field(default_factory=dict)
-
-
-class _Open(BaseModel):
-    """An analysis block typed where it is read; keys a later analysis adds are kept
-    (a finished study must never fail at its last step on a new diagnostic)."""
-
-    model_config = ConfigDict(extra="allow")
+    name_free: NameFreeDetection | None = None
 
 
 class MediationTerm(_Open):

@@ -14,7 +14,6 @@ from typing import Any
 
 from experiments.answer import Answer, Verdict
 from experiments.record import IdentifyRecord
-from metrics.cluster import ClusterFit
 from metrics.intervals import Interval
 
 PRIMARY_STATUS = {
@@ -103,17 +102,16 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 description=ident.model,
             )
         )
-    iso: Mapping[str, Any] = ident.iso_cos or {}
-    if iso.get("pooled"):
+    iso = ident.iso_cos
+    if iso.pooled is not None:
         out.append(
             _row(
                 "identified/iso_cos/auroc",
                 "iso-cos: slope on AUROC at equal cos(v, v*), beside the nuisance's own effect",
                 V2_GROUP,
-                ClusterFit.of(iso["pooled"]),
+                iso.pooled,
                 symbol="slope ",
-                description="within (concept, angle); covariates: "
-                + ", ".join(iso.get("covariates") or []),
+                description="within (concept, angle); covariates: " + ", ".join(iso.covariates),
             )
         )
     dosed = ident.given_dose.get("auroc")
@@ -127,36 +125,35 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 symbol="slope ",
             )
         )
-    sub: Mapping[str, Any] = ident.subset or {}
-    name_free: Mapping[str, Any] = ident.name_free or {}
-    free = name_free.get("auroc_name_free")
-    if free:
+    sub = ident.subset
+    free = ident.name_free.auroc_name_free if ident.name_free else None
+    if free is not None:
         out.append(
             _row(
                 "identified/name_free/auroc",
                 "slope on the AUROC of name-free test positives beside a spline in cos",
                 V2_GROUP,
-                ClusterFit.of(free),
+                free,
                 symbol="slope ",
                 description="positives that name only what falls under the concept",
             )
         )
     for key, label, stored in (
-        ("matched", "at each direction's KL-matched dose", (sub.get("dose") or {}).get("matched")),
-        ("generated", "on the generated outcome (Δ gated)", sub.get("generated")),
+        ("matched", "at each direction's KL-matched dose", sub.dose.get("matched")),
+        ("generated", "on the generated outcome (Δ gated)", sub.generated),
         (
             "name_free",
             "(name-free) on the name-free likelihood outcome",
-            (sub.get("name_free") or {}).get("auroc_name_free"),
+            sub.name_free.auroc_name_free if sub.name_free else None,
         ),
     ):
-        if stored:
+        if stored is not None:
             out.append(
                 _row(
                     f"identified/subset/{key}",
-                    f"subset of {len(sub['concepts'])} concepts: slope on AUROC {label}",
+                    f"subset of {len(sub.concepts)} concepts: slope on AUROC {label}",
                     V2_GROUP,
-                    ClusterFit.of(stored),
+                    stored,
                     symbol="slope ",
                     description="every direction of a subset stratified by v*'s AUROC",
                 )
@@ -269,14 +266,14 @@ def answer_of(record: IdentifyRecord, figures: tuple[str, ...] = ()) -> Answer:
             f"{het.wald:.1f}, p = {het.p_value:.3g})."
         )
     ident = record.identified
-    het2: Mapping[str, Any] = ident.heterogeneity_given_cos if ident is not None else {}
-    if het2.get("evaluable") and het2.get("F") is not None:
+    het2 = ident.heterogeneity_given_cos if ident is not None else None
+    if het2 is not None and het2.evaluable and het2.F is not None and het2.p_value is not None:
         notes.append(
             f"Given the spline in cos, the AUROC slopes of the manipulations "
-            f"{'differ' if het2['p_value'] < 0.05 else 'show no detectable difference'} "
-            f"(F({het2['df']}, {het2['df_denominator']}) = {het2['F']:.2f}, "
-            f"p = {het2['p_value']:.3g}; not identified in: "
-            f"{', '.join(het2.get('not_identified') or []) or 'none'})."
+            f"{'differ' if het2.p_value < 0.05 else 'show no detectable difference'} "
+            f"(F({het2.df}, {het2.df_denominator}) = {het2.F:.2f}, "
+            f"p = {het2.p_value:.3g}; not identified in: "
+            f"{', '.join(het2.not_identified) or 'none'})."
         )
     n = len(record.betas)
     return Answer(

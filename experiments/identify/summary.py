@@ -14,6 +14,7 @@ from experiments.answer import estimate_text
 from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
 from experiments.identify.manipulations import family
+from experiments.record import SubsetAgreement, SubsetResult
 
 if TYPE_CHECKING:
     from experiments.record import (
@@ -101,16 +102,16 @@ def identified_lines(ident: IdentifiedResult | None) -> list[str]:
             f"- With the dose held as a covariate (log next-token KL of each direction at its "
             f"β): the AUROC slope is {est(dosed)}."
         )
-    iso: dict[str, Any] = ident.iso_cos
-    if iso.get("evaluable"):
+    iso = ident.iso_cos
+    if iso.evaluable:
         angles = "; ".join(
-            f"{a}°: {ci(r['slope'])} (without covariates {ci(r['without_covariates'])}, "
-            f"AUROC spread sd {r['auroc_spread']:.3f})"
-            for a, r in iso["angles"].items()
+            f"{a}°: {est(r.slope)} (without covariates {est(r.without_covariates)}, "
+            f"AUROC spread sd {r.auroc_spread or 0:.3f})"
+            for a, r in iso.angles.items()
         )
         lines.append(
             f"- Iso-cos (AUROC varied at fixed cos(v, v*), within (concept, angle), beside "
-            f"{', '.join(iso['covariates'])}): pooled {ci(iso['pooled'])}; {angles}."
+            f"{', '.join(iso.covariates)}): pooled {est(iso.pooled)}; {angles}."
         )
     dose = ident.by_strength
     if dose:
@@ -119,12 +120,12 @@ def identified_lines(ident: IdentifiedResult | None) -> list[str]:
             + "; ".join(f"{s}×: {est(f)}" for s, f in dose.items())
             + "."
         )
-    free: dict[str, Any] = ident.name_free
-    if free:
+    free = ident.name_free
+    if free is not None and free.auroc_name_free is not None:
         lines.append(
             f"- Detection without the name (AUROC on name-free test positives: texts naming only "
-            f"what falls under the concept; r = {free['r_auroc']:+.2f} with the named AUROC): "
-            f"the flexible slope is {ci(free['auroc_name_free'])}."
+            f"what falls under the concept; r = {fmt(free.r_auroc, '+.2f')} with the named "
+            f"AUROC): the flexible slope is {est(free.auroc_name_free)}."
         )
     lines += subset_lines(ident.subset)
     pairs = ident.matched_pairs.get("auroc")
@@ -134,67 +135,68 @@ def identified_lines(ident: IdentifiedResult | None) -> list[str]:
             f"|Δcos| ≤ {pairs.tolerance:g}; {pairs.n_pairs} pairs, "
             f"{pairs.n_concepts} concepts): Δeffect on ΔAUROC {est(pairs.fit)}."
         )
-    het: dict[str, Any] = ident.heterogeneity_given_cos
+    het = ident.heterogeneity_given_cos
     slopes = ", ".join(
-        f"{m} {ci(f)}" if f.get("estimate") is not None else f"{m} not identified"
-        for m, f in (het.get("slopes") or {}).items()
+        f"{m} {est(f)}" if f.estimate is not None else f"{m} not identified"
+        for m, f in het.slopes.items()
     )
-    if het.get("evaluable"):
+    if het.evaluable:
         lines.append(
             f"- Per manipulation, beside its own spline in cos: {slopes}; equal slopes: "
-            f"F({het['df']}, {het['df_denominator']}) = {het['F']:.2f}, p = {het['p_value']:.3g} "
-            f"(χ² reference {het['p_value_chi2']:.3g})."
+            f"F({het.df}, {het.df_denominator}) = {fmt(het.F, '.2f')}, "
+            f"p = {fmt(het.p_value, '.3g')} (χ² reference {fmt(het.p_value_chi2, '.3g')})."
         )
     elif slopes:
         lines.append(f"- Per manipulation, beside its own spline in cos: {slopes}.")
     return lines
 
 
-def matched_text(sub: dict[str, Any]) -> str:
+def matched_text(sub: SubsetResult) -> str:
     """How well the subset's doses matched: the share within 10% of v*'s KL on the prompts
     the bisection ran on and, where verified (``identify.dose_verify``), on held-apart
     prompts; the sentence's end."""
-    if "matched_share" not in sub:
+    if sub.matched_share is None:
         return "."
     kl = "next-token KL"
-    if sub.get("matched_on") == "concept_free":
+    if sub.matched_on == "concept_free":
         kl += " with the concept's own tokens left out"
-    share = f"{sub['matched_share']:.0%}"
-    text = f" (matched: each direction's β bisected to v*'s {kl}, {share} within 10%"
-    if "matched_share_verify" in sub:
+    text = (
+        f" (matched: each direction's β bisected to v*'s {kl}, {sub.matched_share:.0%} within 10%"
+    )
+    if sub.matched_share_verify is not None:
         text += (
-            f" on the prompts it was bisected on, {sub['matched_share_verify']:.0%} on "
-            f"held-apart prompts, median |Δlog KL| {sub['verify_gap_median']:.2f}"
+            f" on the prompts it was bisected on, {sub.matched_share_verify:.0%} on "
+            f"held-apart prompts, median |Δlog KL| {sub.verify_gap_median or 0:.2f}"
         )
     return text + ")."
 
 
-def subset_lines(sub: dict[str, Any]) -> list[str]:
+def subset_lines(sub: SubsetResult) -> list[str]:
     """The stratified subset: the dose held by design and the generated outcome."""
-    if not sub.get("concepts"):
+    if not sub.concepts:
         return []
-    n = len(sub["concepts"])
-    doses = "; ".join(f"{k}: {ci(f)}" for k, f in (sub.get("dose") or {}).items())
+    n = len(sub.concepts)
+    doses = "; ".join(f"{k}: {est(f)}" for k, f in sub.dose.items())
     lines = [
         f"- Subset of {n} concepts (stratified by v*'s AUROC; exploratory): the AUROC slope "
-        f"(flexible) at 1× β is {ci(sub.get('likelihood_1x'))}; at other doses {doses}"
+        f"(flexible) at 1× β is {est(sub.likelihood_1x)}; at other doses {doses}"
         + matched_text(sub)
     ]
-    free = sub.get("name_free") or {}
-    if free:
+    free = sub.name_free
+    if free is not None:
         lines.append(
             f"- Name-free outcome on the subset (likelihood texts naming only what falls under "
-            f"the concept): the slope on the named AUROC is {ci(free['auroc'])}, on the "
-            f"name-free AUROC {ci(free['auroc_name_free'])}."
+            f"the concept): the slope on the named AUROC is {est(free.auroc)}, on the "
+            f"name-free AUROC {est(free.auroc_name_free)}."
         )
-    if sub.get("generated"):
-        agree = sub.get("agreement") or {}
+    if sub.generated is not None:
+        agree = sub.agreement or SubsetAgreement()
         lines.append(
             f"- Generated outcome on the subset (every direction, Δ gated): the AUROC slope "
-            f"(flexible) is {ci(sub['generated'])}, beside log KL "
-            f"{ci(sub.get('generated_given_dose'))}; the two outcomes agree within concepts "
-            f"at r = {ci(agree.get('all'))} over all directions and "
-            f"{ci(agree.get('good'))} over good ones (cos ≥ 0.7, {agree.get('good_n')} cells)."
+            f"(flexible) is {est(sub.generated)}, beside log KL "
+            f"{est(sub.generated_given_dose)}; the two outcomes agree within concepts "
+            f"at r = {est(agree.all)} over all directions and "
+            f"{est(agree.good)} over good ones (cos ≥ 0.7, {agree.good_n} cells)."
         )
     return lines
 

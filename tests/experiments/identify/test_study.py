@@ -144,9 +144,10 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     assert ident is not None
     assert set(ident.flexible) == {"auroc", "probit_auroc"}
     assert ident.flexible["auroc"].n_clusters == 3
-    assert "45" in ident.iso_cos["angles"]
-    assert ident.iso_cos["covariates"][0] == "nuisance_effect"
-    assert "F" in ident.heterogeneity_given_cos or not ident.heterogeneity_given_cos["evaluable"]
+    assert "45" in ident.iso_cos.angles
+    assert ident.iso_cos.covariates[0] == "nuisance_effect"
+    het = ident.heterogeneity_given_cos
+    assert het.F is not None or not het.evaluable
     # the effect is the pre-registered strength's; each strength has its own column
     np.testing.assert_allclose(frame["effect"], frame["effect_at_1"])
     assert not np.allclose(frame["effect_at_2"], frame["effect_at_1"])
@@ -204,10 +205,11 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
     half, double = frame.loc[inside, "dose_effect_0.5x"], frame.loc[inside, "dose_effect_2x"]
     assert not np.allclose(half, double)
     block = result.record.identified.subset
-    assert block["concepts"] == sorted(subset)
-    assert set(block["dose"]) == {"0.5x", "2x", "matched"}
-    assert 0 <= block["matched_share"] <= 1
-    assert "generated" in block and set(block["agreement"]) == {"all", "good", "good_n"}
+    assert block.concepts == sorted(subset)
+    assert set(block.dose) == {"0.5x", "2x", "matched"}
+    assert block.matched_share is not None and 0 <= block.matched_share <= 1
+    assert block.generated is not None and block.agreement is not None
+    assert block.agreement.good_n > 0
     rows = read_jsonl(folder.file(RunDir.DOSE))
     assert {r["dose"] for r in rows} == {"0.5x", "2x", "matched"}
     assert "arm" not in rows[0] and {"direction", "multiplier", "kl", "kl_target"} <= set(rows[0])
@@ -221,8 +223,10 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
     assert frame["auroc_name_free"].between(0, 1).all()
     assert frame.loc[inside, "effect_name_free"].notna().all()
     assert frame.loc[~inside, "effect_name_free"].isna().all()
-    assert set(block["name_free"]) == {"auroc", "auroc_name_free"}
-    assert "auroc_name_free" in result.record.identified.name_free
+    assert block.name_free is not None
+    assert block.name_free.auroc is not None and block.name_free.auroc_name_free is not None
+    name_free = result.record.identified.name_free
+    assert name_free is not None and name_free.auroc_name_free is not None
     texts = json.loads(folder.file(RunDir.NAME_FREE_TEXTS).read_text())
     assert set(texts["on"]) == set(subset)
     keys = [v.key for v in answer_of(result.record).verdicts]
