@@ -216,8 +216,9 @@ def identify(
 
         def costs(plan: Plan) -> tuple[list[str], dict[str, Any]]:
             from experiments.identify.cost import cost_lines, plan_costs
+            from experiments.identify.manipulations import direction_grid
 
-            found, why = plan_costs(plan)
+            found, why = plan_costs(plan, directions=len(direction_grid(cfg.identify)))
             extra = found.to_dict(budget_minutes) if found else {"note": why}
             return cost_lines(found, why, budget_minutes), {"stage_costs": extra}
 

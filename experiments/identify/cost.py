@@ -7,13 +7,18 @@ the concepts it ran; else from ``bench/identify_stage_costs.json`` when that fil
 measured on the same model and device. Stages paid once per run whatever its concepts
 (:data:`FIXED`) are not divided. The shard size is the most concepts whose cost, with the
 fixed stages, fits the budget.
+
+A stage that works per direction (:data:`PER_DIRECTION`: fitting, scoring, steering the
+likelihood and the readout of each) costs in proportion to the directions a concept has,
+so costs measured on one grid are scaled to another's (:meth:`StageCosts.for_grid`: 23
+directions per concept measured, 66 planned: those stages × 66/23), and the line says so.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +30,8 @@ BENCH = Path("bench/identify_stage_costs.json")
 # the MLflow run, the figures and files; a child run per manipulation, not per concept).
 FIXED = frozenset({"model_load", "mlflow_open", "figures", "views", "mlflow_parent", "child_runs"})
 NOT_STAGES = frozenset({"total"})  # the record's sum of the others
+# Stages whose cost grows with the directions per concept (the rest: with the concept)
+PER_DIRECTION = frozenset({"directions", "detection", "likelihood", "readout"})
 DEFAULT_BUDGET_MINUTES = 150.0
 
 
@@ -38,6 +45,8 @@ class StageCosts:
     fixed: dict[str, float] = field(default_factory=dict)
     model_id: str | None = None
     device: str | None = None
+    directions: float | None = None  # directions per concept where measured (None: unknown)
+    scaled_from: float | None = None  # set by for_grid: the measured directions per concept
 
     @property
     def concept_seconds(self) -> float:
@@ -46,6 +55,21 @@ class StageCosts:
     @property
     def fixed_seconds(self) -> float:
         return sum(self.fixed.values())
+
+    def for_grid(self, directions: int) -> StageCosts:
+        """The costs of a grid of ``directions`` per concept: the per-direction stages
+        scaled by its ratio to the measured grid's (unchanged when that is unknown or the
+        same)."""
+        if not self.directions or directions == self.directions:
+            return self
+        ratio = directions / self.directions
+        per_concept = {
+            k: v * ratio if k in PER_DIRECTION else v for k, v in self.per_concept.items()
+        }
+        return replace(
+            self, per_concept=per_concept, directions=float(directions),
+            scaled_from=self.directions,
+        )  # fmt: skip
 
     def seconds(self, n_concepts: int) -> float:
         """A run of ``n_concepts`` concepts."""
@@ -68,6 +92,8 @@ class StageCosts:
             "per_concept_seconds": dict(self.per_concept),
             "fixed_seconds": dict(self.fixed),
             "concept_seconds": self.concept_seconds,
+            "directions_per_concept": self.directions,
+            "scaled_from_directions": self.scaled_from,
         }
         if budget_minutes is not None:
             out["budget_minutes"] = budget_minutes
@@ -81,8 +107,10 @@ def costs_from_timings(
     source: str,
     model_id: str | None = None,
     device: str | None = None,
+    directions: float | None = None,
 ) -> StageCosts:
-    """A run's stage timings split into per-concept and fixed costs."""
+    """A run's stage timings split into per-concept and fixed costs (``directions``: the
+    run's directions per concept, when known)."""
     if n_concepts < 1:
         raise ValueError(f"{source}: a run of {n_concepts} concepts measures no concept")
     stages = {k: float(v) for k, v in timings.items() if k not in NOT_STAGES}
@@ -93,6 +121,7 @@ def costs_from_timings(
         fixed={k: v for k, v in stages.items() if k in FIXED},
         model_id=model_id,
         device=device,
+        directions=directions,
     )
 
 
@@ -104,9 +133,14 @@ def costs_from_record(path: str | Path, device: str | None = None) -> StageCosts
         path = path / "analysis.json"
     record = json.loads(path.read_text(encoding="utf-8"))
     concepts = ((record.get("config") or {}).get("concepts") or {}).get("synsets") or []
+    table = path.parent / "directions.csv"
+    directions = None
+    if table.is_file() and concepts:  # one row per concept × direction, and a header
+        with table.open(encoding="utf-8") as handle:
+            directions = (sum(1 for _ in handle) - 1) / len(concepts)
     return costs_from_timings(
         record.get("timings") or {}, len(concepts), str(path.parent), record.get("model_id"),
-        device,
+        device, directions,
     )  # fmt: skip
 
 
@@ -125,13 +159,24 @@ def read_bench(path: Path = BENCH) -> StageCosts | None:
         fixed={k: float(v) for k, v in (data.get("fixed_seconds") or {}).items()},
         model_id=data.get("model_id"),
         device=data.get("device"),
+        directions=data.get("directions_per_concept"),
     )
 
 
-def plan_costs(plan: Plan, bench: Path = BENCH) -> tuple[StageCosts | None, str]:
+def plan_costs(
+    plan: Plan, bench: Path = BENCH, directions: int | None = None
+) -> tuple[StageCosts | None, str]:
     """The costs for a dry run's plan: its reference run's (same model, device, vector
     source, machine), else the bench file's when it was measured on the same model and
-    device; else (None, why)."""
+    device; else (None, why). ``directions``: the plan's directions per concept, to which
+    the per-direction stages are scaled."""
+    found, why = _measured_costs(plan, bench)
+    if found is not None and directions is not None:
+        found = found.for_grid(directions)
+    return found, why
+
+
+def _measured_costs(plan: Plan, bench: Path) -> tuple[StageCosts | None, str]:
     from experiments import tracking
     from experiments.rundir import RUN_DIR_TAG
 
@@ -162,10 +207,16 @@ def cost_lines(costs: StageCosts | None, why: str, budget_minutes: float) -> lis
         f"{k} {v:.1f} s" for k, v in sorted(costs.per_concept.items(), key=lambda kv: -kv[1])
     )
     size = costs.shard_size(budget_minutes)
+    scaled = (
+        f"; {', '.join(sorted(PER_DIRECTION))} scaled from {costs.scaled_from:g} to "
+        f"{costs.directions:g} directions per concept"
+        if costs.scaled_from and costs.directions
+        else ""
+    )
     return [
         f"cost per concept (from {costs.source}, {costs.n_concepts} concepts, "
-        f"{costs.device}): {costs.concept_seconds / 60:.1f} min: {stages}; once per run "
-        f"{costs.fixed_seconds / 60:.1f} min",
+        f"{costs.device}{scaled}): {costs.concept_seconds / 60:.1f} min: {stages}; once per "
+        f"run {costs.fixed_seconds / 60:.1f} min",
         f"shard size for a {budget_minutes:g}-minute budget: {size} concepts "
         f"(identify.shard_size; about {costs.seconds(size) / 60:.0f} min)",
     ]

@@ -31,7 +31,15 @@ from experiments.concepts import ConceptGraph
 from experiments.config import CPU_BATCH_ROWS, ExperimentConfig
 from experiments.kernel.plan import CONCEPT_ARM, planned_rows
 from experiments.rundir import RUN_DIR_TAG, RunDir
-from experiments.tracking.context import CPUS_TAG, DEVICE_TAG, HOST_TAG, LOAD_TAG, MODEL_TAG
+from experiments.tracking.context import (
+    COMMAND_TAG,
+    CPUS_TAG,
+    DEVICE_TAG,
+    HOST_TAG,
+    LOAD_TAG,
+    MODEL_TAG,
+    REOPENED_TAG,
+)
 from steering.preflight import ModelFacts, read_model
 
 if TYPE_CHECKING:
@@ -288,7 +296,11 @@ def earlier_estimate(
         and _device_of(r) == model.device.type
     )
     busy = None  # the newest that ran under load: used only when no other is there
+    reopened = 0
     for run in same:
+        if was_reopened(run):  # its timings cover only what ran after the reopening
+            reopened += 1
+            continue
         found = _record_of(run)
         if found is None or found[2] != vector_source:
             continue
@@ -301,10 +313,26 @@ def earlier_estimate(
         busy = busy or estimate
     if busy is not None:
         return busy, ""
+    skipped = (
+        f" ({reopened} resumed or rescored, whose timings cover only the part after the "
+        "reopening, left out)"
+        if reopened
+        else ""
+    )
     return None, (
         f"no finished run of {model.model_id} on {model.device.type} with {vector_source} "
-        f"vectors on this machine in {experiment!r} with stage timings"
+        f"vectors on this machine in {experiment!r} with stage timings{skipped}"
     )
+
+
+def was_reopened(run: Run) -> bool:
+    """Whether a run was resumed or rescored (:data:`REOPENED_TAG`; before the tag, its
+    command line): its record's timings then miss the stages run before."""
+    tags = run.data.tags
+    if tags.get(REOPENED_TAG) == "true":
+        return True
+    command = tags.get(COMMAND_TAG, "")
+    return " --resume" in command or " rescore" in command
 
 
 def check_model(config: ExperimentConfig, layer: int | None = None) -> tuple[ModelFacts, int]:

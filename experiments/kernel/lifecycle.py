@@ -38,6 +38,7 @@ from experiments.tracking.context import (
     DECODE_TAG,
     DEVICE_TAG,
     MODEL_TAG,
+    REOPENED_TAG,
     THREADS_FROM_TAG,
     THREADS_TAG,
     WAIT_POLICY_TAG,
@@ -158,6 +159,8 @@ class RunSession(Generic[C]):
         if new:
             self.run_dir = RunDir(results_root, run_id)
             tracking.client().set_tag(run_id, RUN_DIR_TAG, str(self.run_dir.path.resolve()))
+        else:
+            tracking.client().set_tag(run_id, REOPENED_TAG, "true")
         assert self.run_dir is not None
         self.run_dir.create()
         self.run_id = run_id

@@ -59,6 +59,9 @@ GIT_COMMIT = "mlflow.source.git.commit"
 GIT_BRANCH = "mlflow.source.git.branch"
 GIT_REPO_URL = "mlflow.source.git.repoURL"
 COMMAND_TAG = "steer_eval.command"
+# Set on a run reopened to resume or rescore it: its record's timings cover only what ran
+# after the reopening, so a dry run does not estimate from it (kernel/estimate.py).
+REOPENED_TAG = "steer_eval.reopened"
 MAX_TAG_LEN = 5000
 
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from experiments import tracking
 from experiments.cli import app
-from experiments.rundir import RUN_DIR_TAG
+from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.tracking.context import CPUS_TAG, DEVICE_TAG, HOST_TAG, LOAD_TAG, MODEL_TAG
 
 REPO = Path(__file__).resolve().parents[3]
@@ -117,6 +117,38 @@ def test_a_run_records_the_load_it_started_with(mlflow_store, tmp_path, tiny_lm)
     tags = tracking.get_run(run_id).data.tags
     assert new and int(tags[CPUS_TAG]) == os.cpu_count()
     assert float(tags[LOAD_TAG]) >= 0.0 and tags[MODEL_TAG] == tiny_lm.model_id
+
+
+def test_a_resumed_run_is_no_reference_and_a_reopened_session_marks_it(
+    mlflow_store, tmp_path, tiny_lm
+):
+    """A resumed run's record times only what ran after the resume: the plan leaves it
+    out and says so. ``RunSession.start`` on an existing run tags it reopened; a run from
+    before the tag is known by its command line."""
+    from experiments.config import load_config
+    from experiments.kernel.lifecycle import RunSession
+    from experiments.timer import Timer
+    from experiments.tracking.context import COMMAND_TAG, REOPENED_TAG
+
+    experiment = "dry-run-reopened"
+    args = ["run", "--dry-run", "--concepts", "2", "--set", f"tracking.experiment={experiment}"]
+    whole = _earlier_run(experiment, tmp_path, "whole", {"generation": 30.0})
+    part = _earlier_run(experiment, tmp_path, "resumed", {"generation": 3.0})
+    tracking.client().set_tag(part, COMMAND_TAG, f"steer-eval run --resume {part}")
+    plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert plan["estimate"]["run_id"] == whole  # the newer, resumed one is passed over
+    tracking.client().delete_run(whole)
+    text = _said(runner.invoke(app, args))
+    assert "no estimate" in text and "1 resumed or rescored" in text
+    config = load_config("configs/phase5.yaml", [f"tracking.results_dir={tmp_path}"])
+    fresh = _earlier_run(experiment, tmp_path, "fresh", {"generation": 30.0})
+    folder = RunDir(tmp_path, fresh)
+    session = RunSession(config, None, Timer(), tiny_lm, None, existing=fresh, run_dir=folder)
+    with session._stack:
+        run_id, new = session.start(experiment, "fresh", tmp_path)
+    assert not new and tracking.get_run(run_id).data.tags[REOPENED_TAG] == "true"
+    assert "1 resumed or rescored" not in _said(runner.invoke(app, args))
+    assert "2 resumed or rescored" in _said(runner.invoke(app, args))
 
 
 def test_without_a_run_of_this_model_on_this_device_there_is_no_estimate(mlflow_store, tmp_path):

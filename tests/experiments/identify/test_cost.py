@@ -63,3 +63,33 @@ def test_the_dry_run_falls_back_on_the_bench_file_of_the_same_model_and_device(t
 def test_the_committed_bench_file_reads_or_says_it_is_not_measured():
     found = read_bench()
     assert found is None or found.concept_seconds > 0
+
+
+def test_per_direction_stages_scale_to_the_planned_grid(tmp_path):
+    """A run of 10 concepts × 3 directions read from its folder; a plan of 6 directions
+    per concept pays twice its per-direction stages and the same for the rest."""
+    record = {"model_id": "m", "timings": TIMINGS,
+              "config": {"concepts": {"synsets": [f"c{i}.n.01" for i in range(10)]}}}  # fmt: skip
+    (tmp_path / "analysis.json").write_text(json.dumps(record))
+    rows = [f"c{i}.n.01,d{j}" for i in range(10) for j in range(3)]
+    (tmp_path / "directions.csv").write_text("concept,direction\n" + "\n".join(rows) + "\n")
+    costs = costs_from_record(tmp_path, "cpu/float32")
+    assert costs.directions == 3
+    wider = costs.for_grid(6)
+    assert wider.per_concept == {"directions": 40.0, "likelihood": 200.0}
+    assert wider.fixed == costs.fixed and wider.scaled_from == 3
+    assert costs.for_grid(3) is costs  # the same grid: as measured
+    assert "scaled from 3 to 6 directions per concept" in cost_lines(wider, "", 150)[0]
+    # a bench file carries its grid; without one nothing is scaled
+    bench = tmp_path / "costs.json"
+    bench.write_text(json.dumps(costs.to_dict()))
+    plan = SimpleNamespace(
+        estimate=None,
+        model=SimpleNamespace(
+            model_id="m", dtype_name="float32", device=SimpleNamespace(type="cpu")
+        ),
+    )
+    found, _ = plan_costs(plan, bench, directions=6)
+    assert found is not None and found.per_concept["likelihood"] == 200.0
+    unknown = costs_from_timings(TIMINGS, 10, "run r")
+    assert unknown.for_grid(6) is unknown
