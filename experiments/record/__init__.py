@@ -1,0 +1,121 @@
+"""The versioned run record: the typed contract between a run and everything after it.
+
+A finished Phase 5 run writes one :class:`RunRecord` (``steering_results.json`` in its
+run folder and as an MLflow artefact). Human validation, the judge panel, rescoring and
+the calibration study read runs through it, never through MLflow parameter strings.
+``version`` changes whenever a field changes meaning; an older or newer record fails
+with a message instead of being half-read.
+
+Every phase's record and every typed block inside them live in this package, documented
+field by field: ``phase5`` (:class:`RunRecord`), ``calibration`` (the classifier and
+calibration records), ``identify`` (:class:`IdentifyRecord`), and what they share in
+``base``. It is the one place a reader looks up what a record holds; import from it.
+"""
+
+from experiments.record.base import (
+    RecordError,
+    plain,
+    read_record,
+)
+from experiments.record.calibration import (
+    CalibrationRecord,
+    ClassifierRecord,
+    CurveFit,
+    CurveLevel,
+    LayerProbes,
+    MinimumEffective,
+    MixedSlope,
+)
+from experiments.record.identify import (
+    Baseline,
+    BetweenConcepts,
+    Correction,
+    CurveRow,
+    EstimandResult,
+    FamilySlopes,
+    FisherZ,
+    GeneratedCheck,
+    Heterogeneity,
+    IdentifiedResult,
+    IdentifyRecord,
+    IsoCos,
+    IsoCosAngle,
+    ManipulationResult,
+    MatchedPairs,
+    Mediation,
+    MediationTerm,
+    MinimumLevel,
+    MixedFit,
+    NameFreeDetection,
+    NameFreeSlopes,
+    PooledResult,
+    PredictorFit,
+    PrimaryResult,
+    RankRow,
+    SubsetAgreement,
+    SubsetResult,
+)
+from experiments.record.phase5 import (
+    MIGRATABLE,
+    RECORD_FORMAT,
+    RECORD_VERSION,
+    CriterionRecord,
+    Figure,
+    LayerChoice,
+    LayerRow,
+    RunRecord,
+    RunStatistics,
+    figure_number,
+    predictor_values,
+)
+
+__all__ = [
+    "MIGRATABLE",
+    "RECORD_FORMAT",
+    "RECORD_VERSION",
+    "Baseline",
+    "BetweenConcepts",
+    "CalibrationRecord",
+    "ClassifierRecord",
+    "Correction",
+    "CriterionRecord",
+    "CurveFit",
+    "CurveLevel",
+    "CurveRow",
+    "EstimandResult",
+    "FamilySlopes",
+    "Figure",
+    "FisherZ",
+    "GeneratedCheck",
+    "Heterogeneity",
+    "IdentifiedResult",
+    "IdentifyRecord",
+    "IsoCos",
+    "IsoCosAngle",
+    "LayerChoice",
+    "LayerProbes",
+    "LayerRow",
+    "ManipulationResult",
+    "MatchedPairs",
+    "Mediation",
+    "MediationTerm",
+    "MinimumEffective",
+    "MinimumLevel",
+    "MixedFit",
+    "MixedSlope",
+    "NameFreeDetection",
+    "NameFreeSlopes",
+    "PooledResult",
+    "PredictorFit",
+    "PrimaryResult",
+    "RankRow",
+    "RecordError",
+    "RunRecord",
+    "RunStatistics",
+    "SubsetAgreement",
+    "SubsetResult",
+    "figure_number",
+    "plain",
+    "predictor_values",
+    "read_record",
+]

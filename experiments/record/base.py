@@ -1,0 +1,99 @@
+"""What every phase's record shares: the error, the reader that checks format and
+version, the base of a record and of an open analysis block, and ``plain``."""
+
+from __future__ import annotations
+
+from typing import Self, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
+
+
+class RecordError(ValueError):
+    """A run record is unreadable, of another format, or of an unsupported version."""
+
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def read_record(
+    cls: type[R],
+    text: str,
+    source: str,
+    migratable: tuple[int, ...] = (),
+    fix: str = "",
+) -> R:
+    """Any phase's record from its JSON: of ``cls``'s format and version (or one of
+    ``migratable``, read as this version), else a :class:`RecordError` naming what was
+    found, then ``fix``."""
+    import json
+
+    fmt = cls.model_fields["format"].default
+    version = cls.model_fields["version"].default
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"{source} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise RecordError(f"{source} is not a {fmt} record (a run from an older release?){fix}")
+    if data.get("version") in migratable:
+        data["version"] = version
+    if data.get("version") != version:
+        raise RecordError(
+            f"{source} is {fmt} version {data.get('version')}, this release reads version "
+            f"{version}{fix}"
+        )
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise RecordError(f"{source} does not match the {fmt} schema: {exc}") from exc
+
+
+def plain(value: object) -> object:
+    """A stage output as JSON's own types (numpy scalars and arrays, tuples; a non-finite
+    float as None, which is what the JSON file holds), so a record built from it equals
+    the one read back."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.tolist()]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating | float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+class _Record(BaseModel):
+    """A phase's record: ``format`` and ``version`` first; every field documented."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    experiment: str = Field(description="the MLflow experiment of the parent run")
+    model_id: str
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
+
+    @classmethod
+    def parse(cls, text: str, source: str = "record") -> Self:
+        """Read a record of this format and version, or fail naming what was found."""
+        return read_record(cls, text, source)
+
+
+class _Open(BaseModel):
+    """An analysis block typed where it is read; keys a later analysis adds are kept
+    (a finished study must never fail at its last step on a new diagnostic)."""
+
+    model_config = ConfigDict(extra="allow")

@@ -1,0 +1,398 @@
+"""The identification study's record, :class:`IdentifyRecord` (``analysis.json``), and
+every typed block inside it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from experiments.config import IdentifyStudyConfig
+from experiments.record.base import _Open, _Record
+from metrics.cluster import ClusterFit
+from metrics.intervals import Interval
+from metrics.reliability import Reliability
+
+
+class PrimaryResult(BaseModel):
+    """The pre-registered primary analysis and its verdict."""
+
+    spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
+    slope: ClusterFit
+    correction: Correction | None = None  # a corrected equal-geometry slope's (v3)
+    verdict: Literal[
+        "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
+    ]
+    estimator: Literal["linear_cos", "flexible_cos", "equal_geometry", "practitioner"] = Field(
+        "linear_cos",
+        description="linear_cos: v1 (concept fixed effects, one straight line in cos, concept "
+        "bootstrap); flexible_cos: v2 (identify/estimator.py); equal_geometry: v3 (random "
+        "iso-cos nuisances, within (concept, angle, band), bare); practitioner: v3's "
+        "primary (the directions people build, one β, within concept, bare)",
+    )
+    manipulations: list[str] | None = Field(
+        None,
+        description="the manipulations whose directions entered the primary's rows (v* as "
+        "'reference'); None in records written before the nulls were left out, whose rows "
+        "included rotation:isotropic:90",
+    )
+    left_out: list[str] | None = Field(
+        None,
+        description="the null directions left out of the primary's rows: the control draws "
+        "(null:*) and rotation:isotropic:90, orthogonal to v*",
+    )
+
+
+class Correction(BaseModel):
+    """What the errors-in-variables equal-geometry slope corrected for
+    (``identify/corrected.equal_geometry_corrected``)."""
+
+    auroc_reliability: float | None = None  # AUROC's inside the cells (split halves)
+    cos_reliability: float | None = None  # cos to the other half's diffmean: 1/2 by design
+    uncorrected: float | None = None  # the bare within-cell slope on measured AUROC
+    # the share of AUROC's observed within-cell variance that is reliable and beyond the
+    # true geometry (corrected.beyond_geometry): near 0, the slope has nothing to use
+    beyond_geometry: float | None = None
+
+
+class EstimandResult(BaseModel):
+    """One estimand of ``identify/estimands.py``: its question and its estimate."""
+
+    question: str
+    population: str
+    operating_point: str
+    status: Literal["estimated", "not_evaluable", "not_measured"]
+    reason: str | None = None
+    fit: ClusterFit | None = None
+    correction: Correction | None = None  # the corrected equal-geometry slope's
+
+
+class MatchedPairs(BaseModel):
+    """Δeffect on Δpredictor over pairs of one concept's directions from different
+    manipulations at nearly equal cos(v, v*)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tolerance: float
+    n_pairs: int
+    n_concepts: int
+    evaluable: bool
+    reason: str | None = None
+    fit: ClusterFit | None = None
+
+
+class NameFreeSlopes(BaseModel):
+    """The subset's slope of the name-free likelihood outcome on the named AUROC and on
+    the name-free AUROC."""
+
+    auroc: ClusterFit | None = None
+    auroc_name_free: ClusterFit | None = None
+
+
+class SubsetAgreement(BaseModel):
+    """The two outcomes' within-concept r on the subset: every direction, good ones."""
+
+    all: Interval | None = None
+    good: Interval | None = None
+    good_n: int = 0  # good cells (cos ≥ 0.7)
+
+
+class SubsetResult(_Open):
+    """The stratified subset (exploratory; ``identify/subset_analysis.subset_outcomes``):
+    the flexible AUROC slope at fixed and KL-matched doses, on name-free texts and on the
+    generated outcome, how well the doses matched, and the outcomes' agreement."""
+
+    evaluable: bool | None = None  # False (with ``reason``) when there was no subset
+    reason: str | None = None
+    concepts: list[str] = Field(default_factory=list)
+    likelihood_1x: ClusterFit | None = None
+    dose: dict[str, ClusterFit] = Field(default_factory=dict)  # "0.5x", ..., "matched"
+    matched_share: float | None = None  # on the prompts the dose was bisected on
+    matched_on: str | None = None  # the KL matched on (identify.dose_kl)
+    matched_share_verify: float | None = None  # on held-apart prompts
+    verify_gap_median: float | None = None
+    matched_multiplier: dict[str, float] = Field(default_factory=dict)  # per manipulation
+    name_free: NameFreeSlopes | None = None
+    generated: ClusterFit | None = None
+    generated_given_dose: ClusterFit | None = None
+    agreement: SubsetAgreement | None = None
+
+
+class IsoCosAngle(_Open):
+    """One angle of the iso-cos analysis: the slope within (concept, angle) beside the
+    covariates, the bare slope, and AUROC's mean within-concept spread there."""
+
+    n: int = 0  # rows
+    slope: ClusterFit | None = None
+    without_covariates: ClusterFit | None = None
+    auroc_spread: float | None = None
+
+
+class IsoCos(_Open):
+    """AUROC varied at fixed cos(v, v*) (``estimator.iso_cos``): per angle and pooled."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    covariates: list[str] = Field(default_factory=list)
+    angles: dict[str, IsoCosAngle] = Field(default_factory=dict)  # angle (degrees, text)
+    n_concepts: int | None = None
+    pooled: ClusterFit | None = None
+
+
+class FamilySlopes(_Open):
+    """Each manipulation's AUROC slope beside its own spline in cos, and the F-corrected
+    CR1 Wald test that the identified ones are equal (``estimator.per_family_slopes``,
+    ``metrics.cluster.wald_f``)."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    slopes: dict[str, ClusterFit] = Field(default_factory=dict)  # manipulation -> slope
+    not_identified: list[str] = Field(default_factory=list)
+    n_concepts: int | None = None
+    wald: float | None = None
+    df: int | None = None
+    F: float | None = None
+    df_denominator: int | None = None
+    p_value: float | None = None  # F(df, df_denominator)
+    p_value_chi2: float | None = None  # χ²(df), beside it
+    method: str | None = None
+
+
+class NameFreeDetection(_Open):
+    """The flexible slope on the AUROC of name-free test positives, and that AUROC's r
+    with the named one."""
+
+    auroc_name_free: ClusterFit | None = None
+    r_auroc: float | None = None
+
+
+class IdentifiedResult(BaseModel):
+    """The v2 estimator on the pooled directions (issue 36): fixed effects per (concept,
+    manipulation) and a spline in cos per manipulation, clustered inference."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    flexible: dict[str, ClusterFit]  # predictor (auroc, probit_auroc) -> its slope
+    given_dose: dict[str, ClusterFit] = Field(default_factory=dict)  # beside log KL
+    linear_cos: dict[str, ClusterFit]  # v1's model under the same inference
+    matched_pairs: dict[str, MatchedPairs]
+    heterogeneity_given_cos: FamilySlopes  # per-manipulation slopes, F-corrected Wald
+    iso_cos: IsoCos = Field(default_factory=IsoCos)  # per angle and pooled
+    by_strength: dict[str, ClusterFit] = Field(default_factory=dict)  # strength -> slope
+    # the stratified subset (exploratory): fixed and KL-matched doses, the generated
+    # outcome, the outcomes' agreement (subset_analysis.subset_outcomes); empty when off
+    subset: SubsetResult = Field(default_factory=SubsetResult)
+    # the slope on AUROC over name-free test positives, and its r with the named AUROC
+    name_free: NameFreeDetection | None = None
+
+
+class MediationTerm(_Open):
+    estimate: float | None = None
+    interval: list[float | None] = Field(default_factory=list)  # [low, high]
+
+
+class Mediation(_Open):
+    """How much of AUROC's total slope runs through cos(v, v*) (within concepts)."""
+
+    evaluable: bool
+    reason: str | None = None  # why not evaluable
+    total_auroc: MediationTerm | None = None  # the effect's slope on AUROC alone
+    direct_auroc: MediationTerm | None = None  # AUROC's slope beside cos(v, v*)
+    cos_ref: MediationTerm | None = None  # cos(v, v*)'s slope beside AUROC
+    share_via_cos: MediationTerm | None = None  # 1 − direct / total
+    n_concepts: int | None = None
+
+
+class Heterogeneity(_Open):
+    """Do the manipulations' AUROC slopes differ? A Wald test on bootstrapped slopes."""
+
+    evaluable: bool
+    reason: str | None = None
+    controls: list[str] = Field(default_factory=list)  # covariates beside AUROC
+    slopes: dict[str, float | None] = Field(default_factory=dict)  # per manipulation
+    wald: float | None = None
+    df: int | None = None
+    p_value: float | None = None
+    replicates: int | None = None
+
+
+class PredictorFit(_Open):
+    """A predictor's within-concept correlation with the effect, its reliability and the
+    effect's (split halves), and the correlation corrected for both."""
+
+    observed: Interval
+    reliability_x: Interval
+    reliability_y: Interval
+    corrected: Interval
+
+
+class RankRow(_Open):
+    """One predictor's pooled within-concept r, and how often it ranks first when
+    concepts are resampled."""
+
+    predictor: str
+    within_r: float | None = None
+    p_first: float | None = None
+
+
+class MixedFit(_Open):
+    """MixedLM with a random intercept (and random slopes where they converged)."""
+
+    evaluable: bool
+    reason: str | None = None
+    formula: str | None = None
+    random: str | None = None
+    converged: bool | None = None
+    n: int | None = None
+    n_concepts: int | None = None
+    terms: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    note: str | None = None
+
+
+class MinimumLevel(_Open):
+    """The lowest AUROC at which the effect reaches ``fraction`` of the prompting
+    baseline's (isotonic fit; censored below or not reached)."""
+
+    fraction: float
+    status: str  # reached, censored_below, not_reached, or why not evaluable
+    target: float | None = None  # fraction × the baseline's mean effect
+    baseline_mean: float | None = None
+    level: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tested: list[float] | None = None  # the AUROC range the level is read on
+    replicates: dict[str, float] | None = None  # share of bootstrap replicates per status
+    # an interval end on a censored replicate: at or below the lowest AUROC tested (low),
+    # above the highest (high); the end is then that edge, not a measured level
+    low_open: bool = False
+    high_open: bool = False
+
+
+class CurveRow(_Open):
+    """One level of a manipulation: means over concepts of every predictor and the
+    effect (AUROC with a concept-level interval)."""
+
+    level: float | None = None
+    n_concepts: int | None = None
+    auroc: float | None = None
+    effect: float | None = None
+
+
+class PooledResult(BaseModel):
+    """Every manipulation's cells together, within concepts."""
+
+    n_cells: int
+    slope_auroc: Interval  # the effect's slope on AUROC alone
+    partial: dict[str, Interval]  # slopes on AUROC and cos(v, v*) together
+    mediation: Mediation
+    heterogeneity: Heterogeneity  # do the manipulations' AUROC slopes differ (Wald)?
+    heterogeneity_given_cos: Heterogeneity  # the same beside cos(v, v*)
+    predictors: dict[str, PredictorFit]
+    ranking: list[RankRow]
+
+
+class ManipulationResult(BaseModel):
+    """One manipulation of detection quality: its slopes, curve and minimum levels."""
+
+    manipulation: str
+    n_cells: int
+    n_concepts: int
+    slope_auroc: Interval
+    partial: dict[str, Interval]
+    mixed: MixedFit
+    mediation: Mediation
+    predictors: dict[str, PredictorFit]
+    ranking: list[RankRow]
+    curve: list[CurveRow]
+    minimum_effective: list[MinimumLevel]  # per target fraction of the prompting effect
+    threshold_curve: list[dict[str, object]] | None = None  # the level per fraction
+
+
+class Baseline(BaseModel):
+    """The prompting baseline's likelihood effect (nats/token): mean and per concept."""
+
+    mean: float | None
+    per_concept: dict[str, float]
+    interval: Interval | None = None  # the mean over concepts, concepts resampled
+
+
+class GeneratedCheck(_Open):
+    """The likelihood outcome against generated texts (``identify/crosscheck.py``): their
+    r over cells and within concepts (observed, both reliabilities, disattenuated), at v*
+    across concepts, and the generation arms' mean effects."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    n_cells: int | None = None
+    pooled_r: Interval | None = None
+    within: PredictorFit | None = None
+    between_at_reference: Interval | None = None
+    generation_null: Interval | None = None
+    generation_prompt: Interval | None = None
+    generation_reference: Interval | None = None
+    per_direction: list[dict[str, float | str]] = Field(default_factory=list)
+
+
+class FisherZ(BaseModel):
+    """The across-concept r with its Fisher-z interval (a check beside the bootstrap)."""
+
+    r: float | None = None
+    interval: list[float | None] = Field(default_factory=list)  # [low, high]
+    n_concepts: int = 0
+
+
+class BetweenConcepts(_Open):
+    """Across concepts at v*: r(AUROC, effect), observed and disattenuated
+    (``identify/analysis.between_concepts``, ``metrics.reliability``)."""
+
+    evaluable: bool = False
+    reason: str | None = None  # why not evaluable
+    observed: Interval | None = None
+    corrected: Interval | None = None
+    reliability_x: Reliability | None = None
+    reliability_y: Reliability | None = None
+    dropped_replicates: int | None = None
+    fisher_z: FisherZ | None = None
+
+
+class IdentifyRecord(_Record):
+    """What an identification study measured (``analysis.json`` of its folder)."""
+
+    format: Literal["steer-eval/phase6-identify"] = "steer-eval/phase6-identify"
+    version: int = 1
+    config: IdentifyStudyConfig
+    layer: int
+    alpha: float = Field(description="the median residual norm at the layer")
+    betas: dict[str, float] = Field(description="v*'s held-out β per concept")
+    concept_set: Literal["development", "heldout"]
+    label: str = Field(description="exploratory, confirmatory, or forced re-scoring")
+    preregistration: dict[str, object] | None = None
+    outcome: str = Field(description="what the effect is, in words and units")
+    manipulations: dict[str, ManipulationResult]
+    pooled: PooledResult
+    baseline: Baseline
+    primary: PrimaryResult | None = None
+    estimands: dict[str, EstimandResult] = Field(
+        default_factory=dict,
+        description="every estimand by name, each a stated question (absent before v3)",
+    )
+    outcome_reliability: dict[str, Interval] = Field(
+        default_factory=dict,
+        description="split-half reliabilities of the outcome and AUROC where the estimands "
+        "compare directions (absent before v3)",
+    )
+    identified: IdentifiedResult | None = Field(
+        None, description="the v2 estimator (absent from runs before it)"
+    )
+    between_concepts: BetweenConcepts = Field(default_factory=BetweenConcepts)
+    validation: GeneratedCheck = Field(
+        default_factory=GeneratedCheck,
+        description="the likelihood outcome against generated texts",
+    )
+    phase6: dict[str, object] | None = Field(None, description="a Phase 6 run re-analysed")
+    resources: dict[str, float] = Field(default_factory=dict)

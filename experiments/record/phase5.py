@@ -1,0 +1,240 @@
+"""Phase 5's record, :class:`RunRecord` (``steering_results.json``), and what it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+from experiments.config import Phase5Config
+from experiments.record.base import read_record
+from metrics.criteria import CriterionResult
+
+RECORD_FORMAT: Final = "steer-eval/phase5-run"
+# 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
+# f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics; 4: concept-level
+# intervals, the specificity criteria, reliabilities and corrected correlations, the
+# likelihood outcome and Δ's reference gap (statistics.measurement), the probes' test
+# decisions (detection).
+RECORD_VERSION = 4
+MIGRATABLE = (2, 3)  # versions a rescore can read and rewrite at RECORD_VERSION
+
+
+class CriterionRecord(BaseModel):
+    """One criterion's verdict as stored; mirrors :class:`metrics.criteria.CriterionResult`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    description: str
+    status: str
+    value: float | None
+    threshold: float
+    reason: str
+
+    @classmethod
+    def of(cls, result: CriterionResult) -> CriterionRecord:
+        return cls(**result.to_dict())
+
+    def result(self) -> CriterionResult:
+        return CriterionResult(**self.model_dump())
+
+
+# A leaf of a statistics block as written: a flag, a number (an int stays an int, a
+# float a float, so a record reads and writes back byte for byte), a reason, or none.
+Figure = bool | int | float | str | None
+
+
+def figure_number(value: Figure) -> float | None:
+    """A number of a statistics block as it is (an int or a float), else None (a
+    missing or not evaluable one, or a leaf that is no number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+class RunStatistics(BaseModel):
+    """The figures behind the criteria (``RunRecord.statistics``), the keys
+    ``phase5/publish.build_record`` writes. An older record (version 2 has only
+    ``f1_vs_magnitude``) reads with the others empty; ``measurement`` is left out of the
+    JSON when the run measured none, as the untyped record left it out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    f1_vs_magnitude: dict[str, Figure] = Field(
+        default_factory=dict,
+        description="the seed design's criterion 3: the correlation over concepts of the "
+        "classifier's F1 with the steering magnitude (metrics.criteria.CorrelationResult "
+        "as a dict: evaluable, method, r, p_value, ci_low, ci_high, n, reason, ...)",
+    )
+    effect: dict[str, dict[str, Figure]] = Field(
+        default_factory=dict,
+        description="per arm and sign ('concept/pos', 'random/neg', 'prompt/pos', "
+        "'above_null/pos', 'above_null_other_concepts/neg', ...): the signed effect's "
+        "means and intervals, n, gate and direction fractions (kernel/effect.py)",
+    )
+    intervals: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per v2 criterion key: its concept-level interval "
+        "(metrics.intervals.Interval as a dict: estimate, low, high, n, n_clusters, "
+        "method, reason; a correlation's also its Spearman interval, a dict)",
+    )
+    slopes: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="per concept: the OLS slope of Δ on strength (concept arm), when more "
+        "than 3 strengths ran (kernel/effect.slopes)",
+    )
+    measurement: dict[str, Any] | None = Field(
+        default=None,
+        description="phase5/measurement.MeasurementReport.statistics: reliability, "
+        "corrected_correlations and, when measured, likelihood, "
+        "likelihood_vs_effect_by_direction, reference_gap",
+    )
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.measurement is None:
+            data.pop("measurement", None)
+        return data
+
+
+class LayerRow(BaseModel):
+    """One candidate layer of a ``--layer`` rule: what the rule read there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    auroc: float | None = Field(
+        None, description="the probes' mean test AUROC at the layer (what `auto` ranks by)"
+    )
+    beta: float | None = Field(
+        None, description="auto-effect: the β steered with there (the run's own choose_beta)"
+    )
+    effect: float | None = Field(
+        None,
+        description="auto-effect: the gated effect above random directions on the selection "
+        "prompts, both signs pooled (what `auto-effect` ranks by, with low and high)",
+    )
+    low: float | None = Field(None, description="the effect's interval over concepts: low")
+    high: float | None = Field(None, description="the effect's interval over concepts: high")
+    effect_pos: float | None = Field(None, description="the effect at s > 0 alone")
+    effect_neg: float | None = Field(None, description="the effect at s < 0 alone")
+    texts: int | None = Field(None, description="auto-effect: the texts generated there")
+    gate_pass: float | None = Field(
+        None, description="auto-effect: the share of the concept arm's steered texts passing"
+    )
+    reason: str = Field("", description="why the effect is not evaluable there ('' if it is)")
+
+
+class LayerChoice(BaseModel):
+    """How ``--layer auto`` or ``--layer auto-effect`` chose the run's layer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: Literal["auto", "auto-effect"]
+    optimises: str = Field(description="what the rule maximises, in words")
+    layer: int = Field(description="the layer it chose")
+    layers: dict[str, LayerRow] = Field(description="per candidate layer (as text)")
+    seconds: float = Field(0.0, description="what choosing took: probes, texts, scoring")
+
+
+class RunRecord(BaseModel):
+    """What a finished run measured, with the config that produced it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["steer-eval/phase5-run"] = RECORD_FORMAT
+    version: int = RECORD_VERSION
+    run_id: str
+    experiment: str
+    # A Phase 5 config; an older record's config (every phase's sections, no ``phase:``)
+    # is read in that layout (RunConfig._old_layout), so old runs still rescore.
+    config: Phase5Config
+    model_id: str
+    layer: int
+    alpha: float
+    beta: float
+    classifier_run_id: str | None = None
+    classifier_dir: str | None = None
+    predictors: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description="per concept: the classifier's held-out metrics (auroc, ap, f1_raw, "
+        "f1_calibrated, ...)",
+    )
+    per_strength: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    per_concept: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    criteria: dict[str, CriterionRecord] = Field(default_factory=dict)
+    statistics: RunStatistics = Field(
+        default_factory=RunStatistics,
+        description="correlations and other figures behind criteria",
+    )
+    diagnostics: dict[str, object] = Field(
+        default_factory=dict,
+        description="'directions': cosine matrix of the steering directions, their cosines "
+        "with the format axis and each probe's cosine with its diffmean; 'imported_vectors' "
+        "(vector_source: file): what reading the file said, e.g. the layer taken from a "
+        "file of several and how many were ignored",
+    )
+    detection: dict[str, dict[str, object]] = Field(
+        default_factory=dict,
+        description="per concept: the probe's test-split decisions (test_scores, "
+        "test_labels) and calibrated threshold, for the predictor's reliability",
+    )
+    n_generations: int = 0
+    timings: dict[str, float] = Field(default_factory=dict)
+    tokens_per_second: float = 0.0
+    layer_choice: LayerChoice | None = Field(
+        None,
+        description="the rule that chose the layer (`--layer auto`: probe AUROC, "
+        "`auto-effect`: measured effect) and its per-layer table; None: the layer was given",
+    )
+
+    @classmethod
+    def parse(cls, text: str, source: str = "run record", migrate: bool = False) -> RunRecord:
+        """Read a record of this version; with ``migrate`` (rescore) also the typed
+        version 2, whose fields are a subset read the same way (its predictors may carry
+        a bare ``f1``, which :meth:`predictor` maps to ``f1_raw``)."""
+        return read_record(
+            cls,
+            text,
+            source,
+            migratable=MIGRATABLE if migrate else (),
+            fix="; rescore it with `steer-eval rescore <run id>`",
+        )
+
+    def criterion(self, key: str) -> CriterionResult | None:
+        stored = self.criteria.get(key)
+        return stored.result() if stored is not None else None
+
+    def set_criterion(self, result: CriterionResult) -> None:
+        self.criteria[result.key] = CriterionRecord.of(result)
+
+    def predictor(self, name: str | None = None) -> dict[str, float]:
+        """Per-concept classifier quality that criterion 3 correlates with steering:
+        ``name`` or the run's ``criteria.predictor`` (F1 at a calibrated threshold)."""
+        return predictor_values(self.predictors, name or self.config.criteria.predictor)
+
+
+def predictor_values(
+    predictors: Mapping[str, Mapping[str, float | None]], name: str
+) -> dict[str, float]:
+    """One predictor's value per concept, leaving out concepts that lack it.
+
+    Records written before the predictors were split hold only ``f1`` (at decision > 0),
+    which is what ``f1_raw`` now names, so ``f1_raw`` falls back to it.
+    """
+    out = {}
+    for concept, values in predictors.items():
+        value = values.get(name)
+        if value is None and name == "f1_raw":
+            value = values.get("f1")
+        if value is not None:
+            out[concept] = float(value)
+    return out
