@@ -9,7 +9,6 @@ prompting baseline.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from experiments.answer import Answer, Verdict
@@ -186,20 +185,20 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
     out = []
     primary = record.primary
     if primary is not None:
-        spec: Mapping[str, Any] = primary.spec
+        spec = primary.spec
         worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
         verdict = primary.verdict.replace("_", " ")
-        positive = spec.get("hypothesis", "positive") == "positive"
+        positive = spec.hypothesis == "positive"
         model = ESTIMATOR_WORDS.get(primary.estimator, primary.estimator)
-        estimand = spec.get("estimand")
-        margin = spec.get("equivalence_margin")
+        estimand = spec.estimand
+        margin = spec.equivalence_margin
         named = f"{estimand}: " if estimand else ""
         bounds = f"; no practical effect inside ±{margin}" if margin else ""
         out.append(
             _row(
                 "primary",
-                f"{named}slope of {spec.get('outcome')} on {spec.get('predictor')} beside "
-                f"{_controls(spec.get('control'))} (pre-registered; {model}{bounds})",
+                f"{named}slope of {spec.outcome} on {spec.predictor} beside "
+                f"{_controls(spec.control)} (pre-registered; {model}{bounds})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],
@@ -207,7 +206,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
                 claim=f"detection quality predicts the effect ({verdict})",
                 symbol="slope ",
                 direction="above" if positive else "below",
-                description=f"hypothesis {spec.get('hypothesis')}; {record.label}",
+                description=f"hypothesis {spec.hypothesis}; {record.label}",
             )
         )
     out += estimand_rows(record)

@@ -245,8 +245,8 @@ def findings(record: IdentifyRecord) -> list[str]:
         spec = primary.spec
         lines.append(
             f"- Primary analysis ({record.label}; estimand "
-            f"{spec.get('estimand', 'not named')}): slope of {spec['outcome']} on "
-            f"{spec['predictor']} beside {spec.get('control')}, hypothesis {spec['hypothesis']}: "
+            f"{spec.estimand or 'not named'}): slope of {spec.outcome} on "
+            f"{spec.predictor} beside {spec.control}, hypothesis {spec.hypothesis}: "
             f"{est(primary.slope)} → **{primary.verdict}**."
         )
         if primary.manipulations is not None:

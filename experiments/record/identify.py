@@ -18,10 +18,28 @@ from metrics.intervals import Interval
 from metrics.reliability import Reliability
 
 
+class PrimarySpec(_Open):
+    """The pre-registration's primary as the run read it (``identify/prereg.py``: its
+    required keys, ``PRIMARY_KEYS``, and the optional ones a version added)."""
+
+    predictor: str
+    outcome: str
+    strength: float | None = None
+    control: str | list[str] | None = None
+    hypothesis: str = "positive"
+    rule: str | None = None
+    estimand: str | None = None  # v3: the estimand's name (identify/estimands.py)
+    estimator: str | None = None
+    sesoi: float | None = None  # the smallest effect of interest
+    equivalence_margin: float | None = None  # no practical effect inside ±margin
+    config_hash: str | None = None
+    code_commit: str | None = None
+
+
 class PrimaryResult(BaseModel):
     """The pre-registered primary analysis and its verdict."""
 
-    spec: dict[str, object]  # the pre-registration's primary: outcome, predictor, control, ...
+    spec: PrimarySpec  # the pre-registration's primary: outcome, predictor, control, ...
     slope: ClusterFit
     correction: Correction | None = None  # a corrected equal-geometry slope's (v3)
     verdict: Literal[
