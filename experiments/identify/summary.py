@@ -7,7 +7,7 @@ are read as the dicts they are stored as."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # The one formatter of every answer and summary (experiments/answer.py), short names here.
 from experiments.answer import estimate_text
@@ -356,20 +356,20 @@ def summary_markdown(record: IdentifyRecord) -> str:
                 else "."
             ),
         ]
-    phase6: dict[str, Any] | None = record.phase6
-    if phase6:
-        lines += ["", f"## Phase 6 run {phase6['run']} re-analysed", ""]
+    phase6 = record.phase6
+    if phase6 is not None:
+        lines += ["", f"## Phase 6 run {phase6.run} re-analysed", ""]
         lines += [
             "| source | predictor | sign | x_within | x_between | log n "
             "| within slope beside log n |",
             "|---|---|---|---|---|---|---|",
         ]
-        for f in phase6["fits"]:
-            terms = f["mixed"].get("terms", {}) if f["mixed"].get("evaluable") else {}
+        for f in phase6.fits:
+            terms = f.mixed.terms if f.mixed.evaluable else {}
             lines.append(
-                f"| {f['source']} | {f['predictor']} | {f['sign']} | {ci(terms.get('x_within'))} | "
+                f"| {f.source} | {f.predictor} | {f.sign} | {ci(terms.get('x_within'))} | "
                 f"{ci(terms.get('x_between'))} | {ci(terms.get('log_n'))} | "
-                f"{ci(f['within_slope_given_log_n'])} |"
+                f"{est(f.within_slope_given_log_n)} |"
             )
     timings = record.timings
     lines += ["", "Wall time (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items())]

@@ -378,6 +378,26 @@ class BetweenConcepts(_Open):
     fisher_z: FisherZ | None = None
 
 
+class Phase6Fit(_Open):
+    """One (layer, source, predictor, sign) of a Phase 6 curve re-analysed: the within and
+    between-concept terms of a mixed model beside log n, and the within-concept slope."""
+
+    layer: int
+    source: str
+    predictor: str
+    sign: str
+    mixed: MixedFit
+    within_slope_given_log_n: Interval | None = None
+
+
+class Phase6Reanalysis(_Open):
+    """A Phase 6 run's training curve re-scored and re-analysed (``identify/phase6.py``)."""
+
+    run: str
+    run_dir: str | None = None
+    fits: list[Phase6Fit] = Field(default_factory=list)
+
+
 class IdentifyRecord(_Record):
     """What an identification study measured (``analysis.json`` of its folder)."""
 
@@ -412,5 +432,5 @@ class IdentifyRecord(_Record):
         default_factory=GeneratedCheck,
         description="the likelihood outcome against generated texts",
     )
-    phase6: dict[str, object] | None = Field(None, description="a Phase 6 run re-analysed")
+    phase6: Phase6Reanalysis | None = Field(None, description="a Phase 6 run re-analysed")
     resources: dict[str, float] = Field(default_factory=dict)
