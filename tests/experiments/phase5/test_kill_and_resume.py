@@ -23,6 +23,7 @@ from experiments import tracking
 from experiments.config import dump_config, load_config
 from experiments.phase5.run import run_phase5
 from experiments.rundir import RunDir, plan_order
+from experiments.tracking.context import REOPENED_TAG
 from experiments.tracking.traces import KEY_TAG, traces_of_run
 
 pytestmark = pytest.mark.integration
@@ -41,6 +42,8 @@ TAGS_VARY = (
     # the checkout at logging time: a resume may run from an edited or newer checkout
     "git_dirty",
     "git_commit",
+    # set on the resumed run only: its timings miss what ran before the kill (asserted)
+    REOPENED_TAG,
 )
 
 
@@ -191,6 +194,7 @@ def test_a_run_killed_in_a_stage_resumes_to_the_uninterrupted_run(
         assert tracking.get_run(killed).info.status == "RUNNING"  # SIGKILL: nobody closed it
         resumed = run_phase5(resume=killed, lm=tiny_lm, embedder=embedder)
         assert resumed.run_id == killed
+        assert tracking.get_run(killed).data.tags[REOPENED_TAG] == "true"
         got = snapshot(killed, config)
     folder = differences(got["folder"], expected["folder"])
     state = differences(got["mlflow"], expected["mlflow"])
