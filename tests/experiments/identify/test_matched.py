@@ -229,6 +229,7 @@ def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
     from experiments.identify.subset import subset_columns
     from experiments.identify.subset_analysis import subset_outcomes
     from experiments.identify.summary import subset_lines
+    from experiments.record import SubsetResult
 
     toy = toy_study(3, "convex")
     toy["direction"] = toy.groupby("concept").cumcount().astype(str)
@@ -246,9 +247,9 @@ def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
     assert out["matched_share"] == 1.0
     assert out["matched_share_verify"] == pytest.approx(held.mean())
     assert 0 < out["matched_share_verify"] < 1 and out["matched_on"] == "concept_free"
-    line = subset_lines(out)[0]
+    line = subset_lines(SubsetResult.model_validate(out))[0]
     assert "100% within 10% on the prompts it was bisected on" in line
     assert f"{held.mean():.0%} on held-apart prompts" in line and "tokens left out" in line
     # a v2 record (no verification) reads as before
     old = {k: v for k, v in out.items() if k not in ("matched_share_verify", "matched_on")}
-    assert subset_lines(old)[0].endswith("100% within 10%).")
+    assert subset_lines(SubsetResult.model_validate(old))[0].endswith("100% within 10%).")
