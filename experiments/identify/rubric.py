@@ -22,7 +22,7 @@ in ``docs/identify.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -68,19 +68,6 @@ def rubric_units(samples: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def likelihood_pairs(
-    records: Iterable[Mapping[str, Any]], strength: float = 1.0
-) -> dict[tuple[str, str], np.ndarray]:
-    """Per (concept, direction): the likelihood effect of each text pair at ``strength``,
-    in pair order (``likelihood.jsonl``'s records)."""
-    by: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for r in records:
-        if float(r["strength"]) == strength:
-            key = (str(r["concept"]), str(r["direction"]))
-            by.setdefault(key, []).append((int(r["pair"]), float(r["e"])))
-    return {k: np.array([e for _, e in sorted(v)]) for k, v in by.items()}
-
-
 def rubric_validity(
     units: pd.DataFrame,
     directions: pd.DataFrame,
@@ -93,7 +80,8 @@ def rubric_validity(
     likelihood (and with the generated Δ when ``units`` carries ``e_gated``).
 
     ``directions``: the run's ``directions.csv`` (``cos_ref``, the likelihood effect);
-    ``pairs``: :func:`likelihood_pairs`. Rows whose texts do not all carry a rating are
+    ``pairs``: per (concept, direction) the likelihood effect of each text pair at s = +1
+    (``tabulate.effects_by_direction``). Rows whose texts do not all carry a rating are
     left out (a judge that abstained on every text of a direction)."""
     cells = (
         units.dropna(subset=[RUBRIC])

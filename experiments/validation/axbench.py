@@ -220,12 +220,8 @@ def identify_validity(
     folder (``RunDir.AXBENCH_IDENTIFY``). Read from the run folder, which must be here."""
     import pandas as pd
 
-    from experiments.identify.rubric import (
-        GENERATED,
-        likelihood_pairs,
-        rubric_units,
-        rubric_validity,
-    )
+    from experiments.identify.rubric import GENERATED, rubric_units, rubric_validity
+    from experiments.identify.tabulate import effects_by_direction
     from experiments.kernel.effect import paired_effects
     from experiments.rundir import RunDir
     from experiments.validation.errors import ValidationInputError
@@ -246,7 +242,7 @@ def identify_validity(
     validity = rubric_validity(
         units,
         pd.read_csv(folder.file(RunDir.DIRECTIONS)),
-        likelihood_pairs(folder.read_likelihood()),
+        effects_by_direction(folder.read_likelihood(), [1.0]),
         n_boot=n_boot,
         seed=parent.config.seed,
     )
