@@ -100,6 +100,23 @@ def hash_rule(info: FieldInfo) -> HashRule:
     return next((m for m in info.metadata if isinstance(m, HashRule)), INCLUDE)
 
 
+@dataclass(frozen=True)
+class Moved:
+    """A field that moved from ``old`` to ``new`` (each ``section.field``) keeping its
+    default, declared on the phase's top model (``MOVED``): a config or run folder that
+    spells it the old way still reads (the value moves over; a different value given at
+    both places is an error), and the hash places the value where it was, so every
+    config hashes as it did before the move."""
+
+    old: str
+    new: str
+
+    def parts(self) -> tuple[str, str, str, str]:
+        old_section, old_field = self.old.split(".")
+        new_section, new_field = self.new.split(".")
+        return old_section, old_field, new_section, new_field
+
+
 class _Strict(BaseModel):
     # Every float must be finite: an infinite β once finished a run whose every steered
     # text was " p p p …", with criteria decided.
@@ -314,20 +331,27 @@ class GateConfig(_Strict):
 
 class LikelihoodConfig(_Strict):
     """The likelihood outcome: how a direction moves the model's log-likelihood of fixed
-    on-concept texts against off-concept ones (teacher-forced, no sampling)."""
+    on-concept texts against off-concept ones (teacher-forced, no sampling). One section
+    for every phase: Phase 5 scores its vectors by it when ``enabled``, beside its nulls;
+    identify scores every direction by it always (its texts, prefix and batch size here;
+    the strengths are ``identify.strengths``)."""
 
     enabled: bool = Field(
-        False, description="score every direction by the likelihood outcome beside Δ"
+        False, description="Phase 5: score every direction by the likelihood outcome beside Δ"
     )
     texts: int = Field(10, ge=2, description="on-concept texts per concept (each paired)")
     prefix: str = Field("Here is a text:", description="what the texts are scored after")
     neutral_nulls: int = Field(
-        2, ge=0, description="null directions per concept: diffmeans of neutral-text splits"
+        2,
+        ge=0,
+        description="Phase 5: null directions per concept: diffmeans of neutral-text splits",
     )
     other_nulls: int = Field(
-        2, ge=0, description="null directions per concept: other concepts' directions"
+        2, ge=0, description="Phase 5: null directions per concept: other concepts' directions"
     )
-    batch_size: int = Field(64, ge=1, description="sequences per forward pass")
+    batch_size: int = Field(
+        64, ge=1, description="sequences per forward pass (identify's readout KL too)"
+    )
 
 
 class GenerationConfig(_Strict):
@@ -610,7 +634,7 @@ class IdentifyConfig(_Strict):
         gt=0,
         le=1,
         description="the fraction of each concept's name-free texts kept, those the "
-        "unsteered model reads best (lowest per-token NLL after identify.prefix); 1 keeps all",
+        "unsteered model reads best (lowest per-token NLL after likelihood.prefix); 1 keeps all",
     )
     null_draws: int = Field(
         2,
@@ -618,8 +642,6 @@ class IdentifyConfig(_Strict):
         description="extra isotropic random directions per concept; with rotation:isotropic:90 "
         "they are the concept's null",
     )
-    texts_per_concept: int = Field(10, ge=2, description="likelihood text pairs per concept")
-    prefix: str = Field("Here is a text:", description="what each likelihood text follows")
     strengths: list[float] = Field(
         default_factory=lambda: [1.0],
         min_length=1,
@@ -654,7 +676,6 @@ class IdentifyConfig(_Strict):
         description="a Phase 6 calibration run (id or folder) whose training curve is "
         "re-analysed from its saved generations and probes",
     )
-    batch_size: int = Field(64, ge=1, description="sequences per likelihood forward pass")
     experiment: str = Field("phase6-identify", description="the study's MLflow experiment")
     results_dir: Annotated[str, EXCLUDE] = Field(
         "results/identify", description="where the study's run folders are written"
@@ -871,6 +892,45 @@ class RunConfig(_Strict):
     # A local and a Ray run of one config give the same numbers.
     execution: Annotated[ExecutionConfig, EXCLUDE] = Field(default_factory=ExecutionConfig)
 
+    # Fields this phase reads from another place than they once had (see :class:`Moved`).
+    MOVED: ClassVar[tuple[Moved, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_fields(cls, data: Any) -> Any:
+        """Read a moved field's old spelling (:class:`Moved`): the value moves to its new
+        place. An old run folder's config carries both places (every section was dumped
+        whole), and an overlay or ``--set`` may give the other spelling, so a value at its
+        default yields to the other; two different values, neither the default, are an
+        error."""
+        if not isinstance(data, dict) or not cls.MOVED:
+            return data
+        data = dict(data)
+        for moved in cls.MOVED:
+            old_section, old_field, new_section, new_field = moved.parts()
+            section = data.get(old_section)
+            if not isinstance(section, dict) or old_field not in section:
+                continue
+            section = dict(section)
+            value = section.pop(old_field)
+            data[old_section] = section
+            target = dict(data.get(new_section) or {})
+            default = cls._field_default(new_section, new_field)
+            given = target.get(new_field, default)
+            if value != given and default not in (value, given):
+                raise ValueError(
+                    f"{moved.old} and {moved.new} disagree ({value!r}, {given!r}): "
+                    f"{moved.old} moved to {moved.new}; give it there only"
+                )
+            target[new_field] = given if value == default else value
+            data[new_section] = target
+        return data
+
+    @classmethod
+    def _field_default(cls, section: str, name: str) -> Any:
+        (model,) = _model_classes(cls.model_fields[section].annotation)
+        return model.model_fields[name].get_default(call_default_factory=True)
+
     @model_validator(mode="before")
     @classmethod
     def _old_layout(cls, data: Any) -> Any:
@@ -945,8 +1005,32 @@ class RunConfig(_Strict):
         every phase's hash is the one its settings had when the phases shared a config
         (``tests/experiments/test_config_hash.py`` holds them)."""
         data = _hash_view(self, list(PHASE_MODELS.values()))
+        if self.MOVED:
+            data = self._hash_before_moves(data)
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
+
+    def _hash_before_moves(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The hash view with every moved field back at its old place (and its new place
+        at its default), the old section left out again where its rule omits it at its
+        default: the view the config had before the move."""
+        defaults: dict[str, dict[str, Any]] = {}  # old section -> its default view
+        for moved in self.MOVED:
+            old_section, old_field, new_section, new_field = moved.parts()
+            (model,) = _model_classes(type(self).model_fields[old_section].annotation)
+            if old_section not in defaults:
+                defaults[old_section] = _hash_view(model(), [model])
+            default = to_jsonable_python(self._field_default(new_section, new_field))
+            defaults[old_section][old_field] = default
+            value = data[new_section][new_field]
+            data[new_section] = {**data[new_section], new_field: default}
+            section = data.get(old_section, {k: v for k, v in defaults[old_section].items()})
+            data[old_section] = {**section, old_field: value}
+        for section, default_view in defaults.items():
+            rule = hash_rule(type(self).model_fields[section])
+            if rule.omit_if_default and data[section] == default_view:
+                del data[section]
+        return data
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys to values, for MLflow params."""
@@ -994,6 +1078,12 @@ class IdentifyStudyConfig(RunConfig):
     OWN_SECTION: ClassVar[str] = "identify"
 
     phase: Annotated[Literal["identify"], EXCLUDE] = "identify"
+    # The likelihood outcome's settings had a second copy in this section once.
+    MOVED: ClassVar[tuple[Moved, ...]] = (
+        Moved("identify.texts_per_concept", "likelihood.texts"),
+        Moved("identify.prefix", "likelihood.prefix"),
+        Moved("identify.batch_size", "likelihood.batch_size"),
+    )
     # Added after runs were hashed: at its defaults (or absent) it leaves hashes as they were.
     identify: Annotated[IdentifyConfig, OMIT_IF_DEFAULT] = Field(default_factory=IdentifyConfig)
 

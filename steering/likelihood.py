@@ -40,7 +40,7 @@ import torch
 from steering.generation import NLL_LOGITS_BUDGET, _nll_chunks
 from steering.head import reused_logits, target_logprobs
 from steering.models import LoadedModel
-from steering.vector import Mode, steer_rows
+from steering.vector import Direction, Mode, steer_rows
 
 
 @dataclass(frozen=True)
@@ -191,24 +191,13 @@ def contrast_effect(
     return float(np.sign(strength)) * (c_s - c_0)
 
 
-@dataclass(frozen=True)
-class OutcomeDirection:
-    """A direction to score on one concept's texts: ``arm`` names its family and draw
-    (e.g. ``concept``, ``random:0``, ``null:neutral:1``, ``null:other:herb.n.01``)."""
-
-    concept: str
-    arm: str
-    direction: torch.Tensor  # unit, [hidden]
-    dose: float = 1.0  # multiplies the coefficient (a direction steered at its own β)
-
-
 def likelihood_outcomes(
     lm: LoadedModel,
     layer: int,
     scale: float,
     on_texts: Mapping[str, Sequence[str]],
     off_texts: Mapping[str, Sequence[str]],
-    directions: Sequence[OutcomeDirection],
+    directions: Sequence[Direction],
     strengths: Sequence[float],
     mode: Mode = "additive",
     prefix: str = "",
@@ -225,7 +214,7 @@ def likelihood_outcomes(
     index = {t: i for i, t in enumerate(texts)}
     encoded = encode_texts(lm, texts, prefix)
     base = text_loglik(lm, encoded, batch_size=batch_size, logits_budget=logits_budget)
-    stack = torch.stack([d.direction.float() for d in directions]) if directions else None
+    stack = torch.stack([d.vector.float() for d in directions]) if directions else None
     rows, keys = [], []
     for d_index, d in enumerate(directions):
         pairs = tuple(index[t] for t in [*on_texts[d.concept], *off_texts[d.concept]])
@@ -248,7 +237,7 @@ def likelihood_outcomes(
             out.append(
                 {
                     "concept": d.concept,
-                    "arm": d.arm,
+                    "arm": d.id,
                     "strength": float(s),
                     "pair": i,
                     "ll_on": float(values[i]),

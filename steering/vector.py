@@ -91,6 +91,32 @@ def steer_rows(
 
 
 @dataclass(frozen=True)
+class Direction:
+    """A concept's unit direction under an id: the one direction type, before a layer and
+    a scale make it a :class:`SteeringVector`. identify's every manipulated direction
+    (``id`` its manipulation and level, ``facts`` what its draw used: the actual ρ, the
+    other concept) and each arm the likelihood outcome scores (``id``: ``concept``,
+    ``random:0``, ``null:other:herb.n.01``) is one. ``vector`` keeps the dtype it was built
+    in (identify's are float64, so detection reads them exactly); ``dose`` multiplies the
+    coefficient it is steered with (a direction steered at its own multiple of β)."""
+
+    concept: str
+    id: str
+    vector: torch.Tensor  # unit, [hidden]
+    dose: float = 1.0
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, concept: str, id: str, vector: Any, **kwargs: Any) -> Direction:
+        """From a tensor or a numpy array (shared, not copied: the values stay bit for bit)."""
+        return cls(concept, id, torch.as_tensor(vector), **kwargs)
+
+    def array(self) -> Any:
+        """The vector as a numpy array, in its own dtype (a view, not a copy)."""
+        return self.vector.detach().cpu().numpy()
+
+
+@dataclass(frozen=True)
 class SteeringVector:
     """A unit direction at a layer, with the scale that turns a strength into residual units."""
 

@@ -19,18 +19,19 @@ directions (they share the units), drawn once per concept with a seeded generato
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.detect import METRICS, Detection, half_metrics
-from experiments.identify.directions import REFERENCE, DirectionSpec, seeded_rng
+from experiments.identify.directions import REFERENCE, seeded_rng
 from experiments.identify.manipulations import is_control, reference_level
 from metrics.reliability import split_orders
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyConfig
+    from experiments.identify.data import DirectionSet
 
 # The study's predictors of steering, the columns of ``directions`` analysed in this
 # order and the only names a pre-registration's primary predictor may take (prereg.py):
@@ -156,31 +157,31 @@ def _error_within_cells(
 
 
 def build_tables(
-    specs: list[DirectionSpec],
-    vectors: dict[str, dict[str, np.ndarray]],
+    directions: DirectionSet,
     detections: dict[tuple[str, str], Detection],
     test_labels: dict[str, np.ndarray],
     effects: dict[tuple[str, str], np.ndarray],
     outputs: dict[tuple[str, str], dict[str, np.ndarray]],
-    details: dict[str, dict[str, dict[str, Any]]],
     identify: IdentifyConfig,
     seed: int = 0,
-    second_half: dict[str, np.ndarray] | None = None,
 ) -> StudyTables:
     """Assemble the tables; ``effects[(concept, id)]`` is the per-pair likelihood effect
-    (mean over the configured strengths); ``identify`` places v* on each curve;
-    ``second_half`` (identify.reference_halves): each concept's diffmean from the other
-    half of its training templates, whose cosine with every direction is ``cos_half``."""
+    (mean over the configured strengths); ``identify`` places v* on each curve; with
+    ``directions.second_half`` (identify.reference_halves), each direction's cosine with
+    the concept's diffmean from the other half of its templates is ``cos_half``."""
+    specs, second_half = directions.specs, directions.second_half
     by_id = {s.id: s for s in specs}
     rows = []
     order: dict[str, list[str]] = {}
     halves: dict[str, dict[str, np.ndarray]] = {m: {} for m in ("effect", *PREDICTORS)}
-    for concept, mine in vectors.items():
+    for concept in directions.concepts:
+        mine = {d.id: d for d in directions.of(concept)}
         ids = [i for i in mine if (concept, i) in effects]
         order[concept] = ids
-        v_star = mine[REFERENCE]
+        v_star = mine[REFERENCE].array()
         for d_id in ids:
             spec = by_id[d_id]
+            vector = mine[d_id].array()
             det = detections[(concept, d_id)]
             out = outputs.get((concept, d_id), {})
             rows.append(
@@ -191,17 +192,13 @@ def build_tables(
                     "level": spec.level,
                     "seed": spec.seed,
                     **det.metrics(),
-                    "cos_ref": float(mine[d_id] @ v_star),
-                    **(
-                        {"cos_half": float(mine[d_id] @ second_half[concept])}
-                        if second_half
-                        else {}
-                    ),
+                    "cos_ref": float(vector @ v_star),
+                    **({"cos_half": float(vector @ second_half[concept])} if second_half else {}),
                     **{
                         p: float(np.mean(out[p])) if p in out else np.nan for p in OUTPUT_PREDICTORS
                     },
                     "effect": float(np.mean(effects[(concept, d_id)])),
-                    **{k: v for k, v in details.get(concept, {}).get(d_id, {}).items()},
+                    **mine[d_id].facts,
                 }
             )
         rng = seeded_rng(seed, "halves", concept)

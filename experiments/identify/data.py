@@ -10,9 +10,9 @@ path whitens with. :func:`build_directions` then makes every direction of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from experiments.prompts import (
     scale_neutral_texts,
 )
 from steering.probes import TrainSpec
+from steering.vector import Direction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -118,16 +119,44 @@ def collect(
 
 @dataclass
 class DirectionSet:
-    """Every concept's directions by id, the specs, and what each draw used."""
+    """Every concept's directions (:class:`steering.vector.Direction`, float64, in the
+    grid's order), the specs they were built from and, with ``identify.reference_halves``,
+    each concept's diffmean from the other half of its templates (v* is the first's)."""
 
     specs: list[DirectionSpec]
-    vectors: dict[str, dict[str, np.ndarray]]  # concept -> id -> unit direction
-    details: dict[str, dict[str, dict[str, Any]]]  # concept -> id -> facts (e.g. actual ρ, other)
-    # identify.reference_halves: concept -> the other half's diffmean (v* is the first's)
+    by_concept: dict[str, dict[str, Direction]]
     second_half: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def reference(self, concept: str) -> np.ndarray:
-        return self.vectors[concept][REFERENCE]
+    @property
+    def concepts(self) -> list[str]:
+        return list(self.by_concept)
+
+    def __iter__(self) -> Iterator[Direction]:
+        """Every direction, concept by concept, each concept's in the grid's order."""
+        return (d for mine in self.by_concept.values() for d in mine.values())
+
+    def of(self, concept: str) -> list[Direction]:
+        """One concept's directions, in the grid's order."""
+        return list(self.by_concept[concept].values())
+
+    def get(self, concept: str, id: str) -> Direction:
+        return self.by_concept[concept][id]
+
+    def has(self, concept: str, id: str) -> bool:
+        """Whether the concept has that direction (a concept alone has no ``other``)."""
+        return id in self.by_concept[concept]
+
+    def reference(self, concept: str) -> Direction:
+        """The concept's v*."""
+        return self.by_concept[concept][REFERENCE]
+
+    def across(self, id: str, concepts: Iterable[str]) -> list[Direction]:
+        """The direction ``id`` of each of ``concepts`` (each must have it)."""
+        return [self.by_concept[c][id] for c in concepts]
+
+    def only(self, concepts: Iterable[str]) -> DirectionSet:
+        """The same, with the directions of ``concepts`` alone."""
+        return replace(self, by_concept={c: self.by_concept[c] for c in concepts})
 
 
 def build_directions(
@@ -146,8 +175,7 @@ def build_directions(
         references = {c: concept_diffmean(d.train) for c, d in data.concepts.items()}
         second = {}
     components = principal_components(data.neutral, ident.pc_components)
-    vectors: dict[str, dict[str, np.ndarray]] = {}
-    details: dict[str, dict[str, dict[str, Any]]] = {}
+    by_concept: dict[str, dict[str, Direction]] = {}
     for concept, d in data.concepts.items():
         v_star = references[concept]
         other_name, other = (
@@ -185,16 +213,13 @@ def build_directions(
             inputs.graded = graded_nuisances(
                 inputs.sigma, v_star, inputs.delta, max(ident.isocos_nuisances) + 1
             )
-        mine: dict[str, np.ndarray] = {}
-        facts: dict[str, dict[str, Any]] = {}
+        mine: dict[str, Direction] = {}
         for spec in specs:
             built = build_direction(spec, inputs)
             if built is None:
                 continue
-            mine[spec.id], found = built
-            if found:
-                facts[spec.id] = found
-        vectors[concept] = {k: unit(v) for k, v in mine.items()}
-        details[concept] = facts
-    present = {i for v in vectors.values() for i in v}
-    return DirectionSet([s for s in specs if s.id in present], vectors, details, second)
+            vector, facts = built
+            mine[spec.id] = Direction.of(concept, spec.id, unit(vector), facts=facts or {})
+        by_concept[concept] = mine
+    present = {i for mine in by_concept.values() for i in mine}
+    return DirectionSet([s for s in specs if s.id in present], by_concept, second)

@@ -18,7 +18,7 @@ Both use the Phase 5 stages unchanged (``kernel/plan``, ``generate``, ``score``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,18 +35,18 @@ from experiments.kernel.score import Scorer, score_all
 from experiments.kernel.selection import select_strengths
 from experiments.kernel.vectors import VectorSet, random_directions
 from experiments.rundir import join_scores, plan_order
-from steering.vector import SteeringVector
+from steering.vector import Direction, SteeringVector
 
 REFERENCE_TAG = "reference"
 
 
 def vector_set(
-    config: ExperimentConfig, layer: int, alpha: float, directions: dict[str, np.ndarray]
+    config: ExperimentConfig, layer: int, alpha: float, directions: Sequence[Direction]
 ) -> VectorSet:
-    """A VectorSet steering each concept along ``directions[concept]``, with the run's
-    isotropic random nulls (the pipeline's seeded draws) beside it."""
+    """A VectorSet steering each direction's concept along it, with the run's isotropic
+    random nulls (the pipeline's seeded draws) beside it."""
 
-    def vector(d: np.ndarray | torch.Tensor, source: str) -> SteeringVector:
+    def vector(d: torch.Tensor, source: str) -> SteeringVector:
         return SteeringVector.from_direction(
             torch.as_tensor(d, dtype=torch.float32),
             layer,
@@ -56,19 +56,19 @@ def vector_set(
             source=source,
         )
 
-    hidden = len(next(iter(directions.values())))
+    hidden = len(directions[0].vector)
     return VectorSet(
         layer,
         alpha,
-        {c: vector(d, "identify") for c, d in directions.items()},
+        {d.concept: vector(d.vector, "identify") for d in directions},
         {
-            c: [
+            d.concept: [
                 vector(r, "random")
                 for r in random_directions(
-                    config.seed, c, config.controls.random_directions, hidden
+                    config.seed, d.concept, config.controls.random_directions, hidden
                 )
             ]
-            for c in directions
+            for d in directions
         },
     )
 

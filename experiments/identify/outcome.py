@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,7 +28,6 @@ from experiments.config import IdentifyStudyConfig
 from experiments.likelihood_texts import LikelihoodTexts
 from experiments.rundir import RunDir, append_jsonl, read_jsonl
 from steering.likelihood import (
-    OutcomeDirection,
     encode_texts,
     likelihood_outcomes,
     pair_effects,
@@ -41,6 +40,15 @@ from steering.readout import (
     logit_lens_gain,
     next_token_kl,
 )
+from steering.vector import Direction
+
+if TYPE_CHECKING:
+    from experiments.identify.data import DirectionSet
+
+
+def stacked(directions: Sequence[Direction]) -> torch.Tensor:
+    """The directions as one float32 ``[directions, hidden]`` tensor, in order."""
+    return torch.stack([d.vector for d in directions]).to(torch.float32)
 
 
 @dataclass(frozen=True)
@@ -55,11 +63,11 @@ class Steering:
     layer: int
     alpha: float
     betas: dict[str, float]
-    vectors: dict[str, dict[str, np.ndarray]]
+    directions: DirectionSet
 
     def only(self, concepts: Iterable[str]) -> Steering:
         """The same, with the directions of ``concepts`` alone."""
-        return replace(self, vectors={c: self.vectors[c] for c in concepts})
+        return replace(self, directions=self.directions.only(concepts))
 
 
 def score_likelihood(
@@ -69,22 +77,22 @@ def score_likelihood(
     file: str = RunDir.LIKELIHOOD,
 ) -> list[dict[str, Any]]:
     """Likelihood records for every (concept, direction, strength, pair) of the concepts
-    in ``steering.vectors``; concepts already in the run folder's ``file`` are not scored
-    again."""
+    in ``steering.directions``; concepts already in the run folder's ``file`` are not
+    scored again."""
     lm, config, run_dir = steering.lm, steering.config, steering.run_dir
-    layer, alpha, betas, vectors = steering.layer, steering.alpha, steering.betas, steering.vectors
-    ident = config.identify
+    layer, alpha, betas = steering.layer, steering.alpha, steering.betas
+    ident, lk = config.identify, config.likelihood
     path = run_dir.file(file)
     records = read_jsonl(path)
     done = {r["concept"] for r in records}
-    for i, (concept, by_id) in enumerate(vectors.items()):
+    concepts = steering.directions.concepts
+    for i, concept in enumerate(concepts):
         if concept in done:
             continue
-        progress(f"likelihood outcome: concept {i + 1}/{len(vectors)} ({len(by_id)} directions)")
-        directions = [
-            OutcomeDirection(concept, d_id, torch.as_tensor(v, dtype=torch.float32))
-            for d_id, v in by_id.items()
-        ]
+        directions = steering.directions.of(concept)
+        progress(
+            f"likelihood outcome: concept {i + 1}/{len(concepts)} ({len(directions)} directions)"
+        )
         rows = likelihood_outcomes(
             lm,
             layer,
@@ -94,8 +102,8 @@ def score_likelihood(
             directions,
             ident.strengths,
             config.steering.mode,
-            ident.prefix,
-            batch_size=ident.batch_size,
+            lk.prefix,
+            batch_size=lk.batch_size,
         )
         rows = [{**r, "direction": r.pop("arm"), "beta": betas[concept]} for r in rows]
         append_jsonl(path, rows)
@@ -111,16 +119,16 @@ def prompt_baseline(
     names: dict[str, str],
 ) -> list[dict[str, Any]]:
     """Per concept, strength and pair: the prompting baseline's likelihood effect."""
-    ident = config.identify
+    ident, lk = config.identify, config.likelihood
     out = []
     for concept in concepts:
         on, off = texts.on[concept], texts.off[concept]
         both = [*on, *off]
-        base = text_loglik(lm, encode_texts(lm, both, ident.prefix), batch_size=ident.batch_size)
+        base = text_loglik(lm, encode_texts(lm, both, lk.prefix), batch_size=lk.batch_size)
         for s in ident.strengths:
             template = config.controls.prompt_positive if s > 0 else config.controls.prompt_negative
-            prefix = template.replace("{concept}", names[concept]) + ident.prefix
-            prompted = text_loglik(lm, encode_texts(lm, both, prefix), batch_size=ident.batch_size)
+            prefix = template.replace("{concept}", names[concept]) + lk.prefix
+            prompted = text_loglik(lm, encode_texts(lm, both, prefix), batch_size=lk.batch_size)
             n = len(on)
             units = pair_effects(prompted[:n], prompted[n:], base[:n], base[n:], s)
             out += [
@@ -139,16 +147,16 @@ def output_predictors(
     """Per (concept, direction): the logit-lens gain per position and the next-token KL
     per prompt, at s = +1 and the concept's β (the units their reliabilities split)."""
     lm, config, layer, alpha = steering.lm, steering.config, steering.layer, steering.alpha
-    betas, vectors = steering.betas, steering.vectors
     residuals = last_token_residuals(lm, lens_texts, layer)
     out: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-    for concept, by_id in vectors.items():
-        ids = list(by_id)
-        dirs = torch.as_tensor(np.stack([by_id[i] for i in ids]), dtype=torch.float32)
-        coefs = torch.full((len(ids),), float(betas[concept] * alpha))
+    for concept in steering.directions.concepts:
+        mine = steering.directions.of(concept)
+        ids = [d.id for d in mine]
+        dirs = stacked(mine)
+        coefs = torch.full((len(ids),), float(steering.betas[concept] * alpha))
         tokens = concept_token_ids(lm, words[concept])
         lens = logit_lens_gain(lm, residuals, dirs, coefs, [tokens] * len(ids))
-        kl = next_token_kl(lm, prompts[concept], layer, dirs, coefs, config.identify.batch_size)
+        kl = next_token_kl(lm, prompts[concept], layer, dirs, coefs, config.likelihood.batch_size)
         for j, d_id in enumerate(ids):
             out[(concept, d_id)] = {"lens": lens[j], "kl": kl[j]}
     return out
@@ -176,8 +184,8 @@ def score_dose(
     from experiments.identify.matched import MATCHED, match_dose, matching_split
 
     lm, config, run_dir = steering.lm, steering.config, steering.run_dir
-    layer, alpha, betas, vectors = steering.layer, steering.alpha, steering.betas, steering.vectors
-    ident = config.identify
+    layer, alpha, betas = steering.layer, steering.alpha, steering.betas
+    ident, lk = config.identify, config.likelihood
     concept_free = ident.dose_kl == "concept_free"
     if concept_free and words is None:
         raise ValueError("identify.dose_kl: concept_free needs each concept's words")
@@ -187,10 +195,10 @@ def score_dose(
     for i, concept in enumerate(subset):
         if concept in done:
             continue
-        by_id = vectors[concept]
-        ids = list(by_id)
+        mine = steering.directions.of(concept)
+        ids = [d.id for d in mine]
         progress(f"dose: concept {i + 1}/{len(subset)} ({len(ids)} directions, KL matched)")
-        dirs = torch.as_tensor(np.stack([by_id[d] for d in ids]), dtype=torch.float32)
+        dirs = stacked(mine)
         scale = betas[concept] * alpha
         exclude = concept_token_ids(lm, words[concept]) if concept_free and words else []
 
@@ -200,7 +208,7 @@ def score_dose(
         ) -> np.ndarray:  # fmt: skip
             coefs = torch.as_tensor(np.asarray(k) * c, dtype=torch.float32)
             chosen = [on[q] for q in at]
-            return next_token_kl(lm, chosen, layer, d, coefs, ident.batch_size, exclude=out)
+            return next_token_kl(lm, chosen, layer, d, coefs, lk.batch_size, exclude=out)
 
         n_prompts = len(prompts[concept])
         matching, verifying = (
@@ -221,8 +229,7 @@ def score_dose(
         rows = []
         for label, (mult, kl) in doses.items():
             directions = [
-                OutcomeDirection(concept, d, dirs[j], dose=float(mult[j]))
-                for j, d in enumerate(ids)
+                Direction(concept, d, dirs[j], dose=float(mult[j])) for j, d in enumerate(ids)
             ]
             scored = likelihood_outcomes(
                 lm,
@@ -233,8 +240,8 @@ def score_dose(
                 directions,
                 [1.0],
                 config.steering.mode,
-                ident.prefix,
-                batch_size=ident.batch_size,
+                lk.prefix,
+                batch_size=lk.batch_size,
             )
             at = {d: j for j, d in enumerate(ids)}
             verify = dose.verify_kl if label == MATCHED else None

@@ -91,9 +91,9 @@ def directions(
     with timer.time("likelihood_texts"):
         texts = build_likelihood_texts(
             load_concepts(config.concepts.file),
-            config.identify.texts_per_concept,
+            config.likelihood.texts,
             config.seed,
-            length=lambda t: len(encode_texts(lm, [t], config.identify.prefix)[0].target),
+            length=lambda t: len(encode_texts(lm, [t], config.likelihood.prefix)[0].target),
         )
     with timer.time("directions"):
         avoid = {c: set(texts.off_source.get(c, [])) for c in concepts}
@@ -102,15 +102,17 @@ def directions(
     held_out = config.identify.auroc_texts == "held_out"
     with timer.time("detection"):
         detections = {
-            (c, d_id): score_direction(
-                v, data.concepts[c].test, data.concepts[c].validation, held_out=held_out
+            (d.concept, d.id): score_direction(
+                d.array(),
+                data.concepts[d.concept].test,
+                data.concepts[d.concept].validation,
+                held_out=held_out,
             )
-            for c, by_id in directions.vectors.items()
-            for d_id, v in by_id.items()
+            for d in directions
         }
         name_free: dict[tuple[str, str], float] = {}
         if config.identify.name_free:
-            scorer = nll_scorer(lm, config.identify.prefix)
+            scorer = nll_scorer(lm, config.likelihood.prefix)
             name_free = name_free_detection(
                 config, graph, concepts, directions, data, embed, scorer
             )
@@ -146,17 +148,15 @@ def outcomes(
     ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
     run_dir = cast(RunDir, session.run_dir)  # the study's stages run in a started session
     layer, alpha, concepts = found.layer, found.alpha, found.concepts
-    vectors = found.directions.vectors
+    directions = found.directions
     say("held-out strength of the reference direction (generation)")
-    references = vector_set(
-        config, layer, alpha, {c: found.directions.reference(c) for c in concepts}
-    )
+    references = vector_set(config, layer, alpha, [directions.reference(c) for c in concepts])
     chosen = select_reference_betas(session, config, references, scorer, on_batch)
     betas = {c: float(chosen[c]["beta"]) for c in concepts}
     run_dir.write_json(RunDir.SELECTION, chosen)
 
     texts = found.texts
-    steering = Steering(lm, config, run_dir, layer, alpha, betas, vectors)
+    steering = Steering(lm, config, run_dir, layer, alpha, betas, directions)
     with timer.time("likelihood"):
         likelihood = score_likelihood(steering, texts, say)
         baseline_rows = prompt_baseline(
@@ -185,12 +185,10 @@ def outcomes(
     tags = []
     for d_id in ident.generated:
         name = canonical(d_id)
-        if all(name in vectors[c] for c in concepts) and name not in tags:
+        if all(directions.has(c, name) for c in concepts) and name not in tags:
             tags.append(name)
     say(f"generations for the validating subset: {', '.join(tags)}")
-    sets_v = {
-        t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in concepts}) for t in tags
-    }
+    sets_v = {t: vector_set(config, layer, alpha, directions.across(t, concepts)) for t in tags}
     generate_validation(session, config, sets_v, betas, on_batch)
     every = generate_subset(session, steering, subset, tags, on_batch, say)
     session.close_executor()

@@ -78,10 +78,10 @@ def subset_likelihood(
         free = name_free_likelihood_texts(
             load_concepts(config.concepts.file),
             subset,
-            ident.texts_per_concept,
+            config.likelihood.texts,
             config.seed,
-            length=lambda t: len(encode_texts(lm, [t], ident.prefix)[0].target),
-            scorer=nll_scorer(lm, ident.prefix),
+            length=lambda t: len(encode_texts(lm, [t], config.likelihood.prefix)[0].target),
+            scorer=nll_scorer(lm, config.likelihood.prefix),
             keep=ident.name_free_keep,
         )
         run_dir.write_json(RunDir.NAME_FREE_TEXTS, free.to_dict())
@@ -107,17 +107,18 @@ def generate_subset(
     from experiments.identify.generation import generate_validation, vector_set
 
     config, layer, alpha = steering.config, steering.layer, steering.alpha
-    betas, vectors = steering.betas, steering.vectors
+    betas, directions = steering.betas, steering.directions
 
-    every = [t for t in dict.fromkeys(d for c in subset for d in vectors[c]) if t not in tags]
+    ids = (d.id for c in subset for d in directions.of(c))
+    every = [t for t in dict.fromkeys(ids) if t not in tags]
     if subset and config.identify.subset_generate:
         say(f"generations for every direction of the subset ({len(every)} more directions)")
         for t in every:  # a direction some concept lacks (e.g. no "other") skips it
-            having = [c for c in subset if t in vectors[c]]
+            having = [c for c in subset if directions.has(c, t)]
             generate_validation(
                 session,
                 with_subset_prompts(config),
-                {t: vector_set(config, layer, alpha, {c: vectors[c][t] for c in having})},
+                {t: vector_set(config, layer, alpha, directions.across(t, having))},
                 betas,
                 on_batch,
                 graph=session.graph.select(synsets=having),
@@ -157,12 +158,13 @@ def name_free_detection(
     features = np.asarray(embed(texts), dtype=np.float64) if texts else np.zeros((0, 0))
     row = {t: i for i, t in enumerate(texts)}
     return {
-        (c, d_id): name_free_auroc(
-            v, features[[row[t] for t in positives[c]]], data.concepts[c].test
+        (d.concept, d.id): name_free_auroc(
+            d.array(),
+            features[[row[t] for t in positives[d.concept]]],
+            data.concepts[d.concept].test,
         )
-        for c, by_id in directions.vectors.items()
-        for d_id, v in by_id.items()
-        if positives[c]
+        for d in directions
+        if positives[d.concept]
     }
 
 

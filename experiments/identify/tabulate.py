@@ -91,17 +91,9 @@ def analyse_study(
     # the labels of the texts each concept's AUROC ranked (identify.auroc_texts)
     test_labels = {c: ranked_labels(found, c) for c in concepts}
     tables = build_tables(
-        found.directions.specs,
-        found.directions.vectors,
-        found.detections,
-        test_labels,
-        effects,
-        outcomes.outputs,
-        found.directions.details,
-        ident,
+        found.directions, found.detections, test_labels, effects, outcomes.outputs, ident,
         config.seed,
-        found.directions.second_half,
-    )
+    )  # fmt: skip
     if len(strengths) > 1:
         frame = tables.directions
         for strength in strengths:

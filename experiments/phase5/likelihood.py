@@ -27,8 +27,9 @@ from experiments.kernel.vectors import VectorSet
 from experiments.likelihood_texts import LikelihoodTexts, build_likelihood_texts
 from experiments.phase5.nulls import build_model_nulls
 from experiments.rundir import RunDir
-from steering.likelihood import OutcomeDirection, likelihood_outcomes
+from steering.likelihood import likelihood_outcomes
 from steering.models import LoadedModel
+from steering.vector import Direction
 
 
 def texts_for(run_dir: RunDir, config: ExperimentConfig, graph: ConceptGraph) -> LikelihoodTexts:
@@ -74,7 +75,7 @@ def score_likelihood(
             beta * vectors.alpha,
             {synset: texts.on[synset]},
             {synset: texts.off[synset]},
-            [OutcomeDirection(synset, arm, v.direction) for arm, v in arms],
+            [Direction(synset, arm, v.direction) for arm, v in arms],
             strengths,
             config.steering.mode,
             lk.prefix,

@@ -231,3 +231,30 @@ def test_a_quick_overlay_leaves_an_old_layout_as_it_is(tmp_path):
     """--quick over a config without phase: (a copy of an old run's) reads it as before."""
     quick = load_config(OLD / "phase6.yaml", [], "calibration", [CALIBRATE_QUICK])
     assert quick.config_hash() == "1be9ca8f895b"
+
+
+def test_the_likelihood_outcome_has_one_section_and_its_old_spelling_still_reads():
+    """identify once kept its own copy of the likelihood settings (``identify.prefix``,
+    ``texts_per_concept``, ``batch_size``); they live in ``likelihood`` now. The old
+    spelling (old run folders, a ``--set``) moves over, every hash stays as it was (the
+    bound v3 study's among them), and two different values at both places are refused."""
+    moved = load_config(REPO / "configs/identify.yaml", ["identify.texts_per_concept=4"])
+    new = load_config(REPO / "configs/identify.yaml", ["likelihood.texts=4"])
+    assert moved == new and moved.likelihood.texts == 4
+    assert (
+        "texts_per_concept"
+        not in IdentifyStudyConfig.model_fields["identify"].annotation.model_fields
+    )
+    # the hash a config had while identify read identify.texts_per_concept
+    quick = load_config(REPO / "configs/identify.yaml", [], "identify", [IDENTIFY_QUICK])
+    assert quick.likelihood.texts == 4 and quick.config_hash() == "25194568e0bb"
+    assert new.config_hash() != load_config(REPO / "configs/identify.yaml").config_hash()
+    from experiments.identify.prereg import study_hash
+
+    assert study_hash(load_config(REPO / "configs/identify-v3.yaml")) == "3315d42f7734"
+    # a prefix given both ways, differently: refused, naming both places
+    with pytest.raises(ConfigError, match=r"identify\.prefix and likelihood\.prefix disagree"):
+        load_config(REPO / "configs/identify.yaml", ["identify.prefix=A:", "likelihood.prefix=B:"])
+    # Phase 5 has no such move: the old spelling is another phase's setting there
+    with pytest.raises(ConfigError):
+        load_config(REPO / "configs/phase5.yaml", ["identify.prefix=A:"])

@@ -10,7 +10,6 @@ from steering.activations import residual_scale
 from steering.generation import continuation_nll
 from steering.likelihood import (
     LikelihoodRow,
-    OutcomeDirection,
     contrast_effect,
     encode_texts,
     likelihood_outcomes,
@@ -18,6 +17,7 @@ from steering.likelihood import (
     steered_loglik,
     text_loglik,
 )
+from steering.vector import Direction
 
 PREFIX = "here is a story :"
 ON = ["the dog and the dog ran", "a dog is a good dog", "my dog can see the dog", "old dog"]
@@ -102,8 +102,8 @@ def test_a_planted_direction_raises_the_outcome_for_texts_with_its_token(setup):
     same coefficient moves the contrast far less."""
     lm, last, alpha, planted, random = setup
     directions = [
-        OutcomeDirection("dog", "planted", planted),
-        OutcomeDirection("dog", "random", random),
+        Direction("dog", "planted", planted),
+        Direction("dog", "random", random),
     ]
     records = likelihood_outcomes(
         lm,

@@ -15,13 +15,12 @@ from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.vectors import neutral_texts
 from experiments.likelihood_texts import build_likelihood_texts
 from steering.activations import pooled_activations, residual_scale
-from steering.likelihood import OutcomeDirection, likelihood_outcomes
+from steering.likelihood import likelihood_outcomes
 
 pytestmark = pytest.mark.integration
 
 
 def test_detection_falls_along_the_pc_rotation_and_v_star_steers(embedded_lm):
-    import torch
 
     lm = embedded_lm
     config, _ = with_concepts(
@@ -46,7 +45,7 @@ def test_detection_falls_along_the_pc_rotation_and_v_star_steers(embedded_lm):
         d: np.mean(
             [
                 score_direction(
-                    directions.vectors[c][d], data.concepts[c].test, data.concepts[c].validation
+                    directions.get(c, d).array(), data.concepts[c].test, data.concepts[c].validation
                 ).auroc
                 for c in concepts
             ]
@@ -71,13 +70,9 @@ def test_detection_falls_along_the_pc_rotation_and_v_star_steers(embedded_lm):
         0.2 * alpha,
         {c: texts.on[c] for c in concepts},
         {c: texts.off[c] for c in concepts},
-        [
-            OutcomeDirection(c, d, torch.as_tensor(directions.vectors[c][d], dtype=torch.float32))
-            for c in concepts
-            for d in ("reference", "rotation:isotropic:90")
-        ],
+        [directions.get(c, d) for c in concepts for d in ("reference", "rotation:isotropic:90")],
         [1.0],
-        prefix=config.identify.prefix,
+        prefix=config.likelihood.prefix,
     )
     effect = {}
     for r in rows:

@@ -149,12 +149,14 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
     import torch
 
     from experiments.config import IdentifyStudyConfig
+    from experiments.identify.data import DirectionSet
     from experiments.identify.directions import REFERENCE
     from experiments.identify.matched import MATCHED
     from experiments.identify.outcome import Steering, score_dose
     from experiments.likelihood_texts import LikelihoodTexts
     from experiments.rundir import RunDir
     from steering.readout import concept_token_ids, next_token_kl
+    from steering.vector import Direction
 
     lm, layer, alpha = tiny_lm, 2, 8.0
     config = IdentifyStudyConfig(
@@ -163,7 +165,10 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
     rng = np.random.default_rng(3)
     raw = rng.standard_normal((3, lm.hidden_size))
     unit = raw / np.linalg.norm(raw, axis=1, keepdims=True)
-    vectors = {"dog": {REFERENCE: unit[0], "a": unit[1], "b": unit[2]}}
+    ids = [REFERENCE, "a", "b"]
+    vectors = DirectionSet(
+        [], {"dog": {d: Direction.of("dog", d, unit[j]) for j, d in enumerate(ids)}}
+    )
     texts = LikelihoodTexts(
         on={"dog": ["the dog is a small animal .", "a dog and a cat ."]},
         off={"dog": ["the sea is blue .", "a tree and a flower ."]},
@@ -176,10 +181,9 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
     rows = score_dose(steering, texts, ["dog"], {}, {"dog": PROMPTS}, words=words)
     matching, verifying = matching_split(len(PROMPTS), config.seed)
     tokens = concept_token_ids(lm, ["dog", "cat"])
-    ids = list(vectors["dog"])
     facts = {r["direction"]: r for r in rows if r["dose"] == MATCHED}
     assert set(facts) == set(ids) and {r["dose"] for r in rows} == {MATCHED, "2x"}
-    dirs = torch.as_tensor(np.stack([vectors["dog"][d] for d in ids]), dtype=torch.float32)
+    dirs = torch.as_tensor(unit, dtype=torch.float32)
 
     def kl(k, at, exclude=tokens):
         coefs = torch.as_tensor(np.asarray(k) * alpha, dtype=torch.float32)
