@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.answer import Answer, Verdict
+from experiments.identify.measures import OUTCOMES
 from experiments.record import IdentifyRecord
 from metrics.intervals import Interval
 
@@ -137,15 +138,12 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 description="positives that name only what falls under the concept",
             )
         )
-    for key, label, stored in (
-        ("matched", "at each direction's KL-matched dose", sub.dose.get("matched")),
-        ("generated", "on the generated outcome (Δ gated)", sub.generated),
-        (
-            "name_free",
-            "(name-free) on the name-free likelihood outcome",
-            sub.name_free.auroc_name_free if sub.name_free else None,
-        ),
-    ):
+    headlines = [("matched", "at each direction's KL-matched dose", sub.dose.get("matched"))]
+    for key, measure in OUTCOMES.items():  # each declared outcome: its last detector's slope
+        if key in sub.outcomes:
+            stored = sub.outcomes[key].slopes.get(measure.detectors[-1])
+            headlines.append((key, measure.answer, stored))
+    for key, label, stored in headlines:
         if stored is not None:
             out.append(
                 _row(

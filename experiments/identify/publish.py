@@ -84,7 +84,8 @@ def manipulation_metrics(
 def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dict[str, str]]:
     """The parent run's metrics and tags, read from the typed record: every
     manipulation's (prefixed), the pooled slopes and tests, the primary, each estimand
-    (``estimand/<name>``) and each outcome reliability (``outcome_reliability/<key>``)."""
+    (``estimand/<name>``), each outcome reliability (``outcome_reliability/<key>``) and
+    each declared outcome's subset slopes (``subset/<key>/<detector>``)."""
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
     for m, result in record.manipulations.items():
@@ -112,6 +113,11 @@ def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dic
         _put_fit(metrics, f"estimand/{name}", e.fit)
     for key, r in record.outcome_reliability.items():
         _put_fit(metrics, f"outcome_reliability/{key}", r)
+    subset = record.identified.subset.outcomes if record.identified else {}
+    for key, slopes in subset.items():  # each declared outcome (identify/measures.py)
+        for detector, fit in slopes.slopes.items():
+            _put_fit(metrics, f"subset/{key}/{detector}", fit)
+        _put_fit(metrics, f"subset/{key}/given_dose", slopes.given_dose)
     validation = record.validation
     if validation.evaluable:
         _put_fit(metrics, "validation/pooled_r", validation.pooled_r)

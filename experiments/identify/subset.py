@@ -9,7 +9,8 @@ directions table. The study (``study.py``) calls them; the analysis of what they
 * :func:`generate_subset`: every direction of the subset generated from on the report
   prompts plus ``identify.subset_prompts`` (:func:`with_subset_prompts`);
 * :func:`name_free_detection`: every direction's AUROC on name-free test positives;
-* :func:`subset_columns`, :func:`name_free_columns`: their columns of ``directions.csv``.
+* :func:`subset_columns`, :func:`name_free_columns`: their columns of ``directions.csv``
+  (the outcomes' own columns come from their declarations, ``measures.py``).
 """
 
 from __future__ import annotations
@@ -199,8 +200,9 @@ def subset_columns(
     whether it matched (``dose_kl_kind``: the KL it was matched on, when not the
     whole vocabulary's); where the dose was verified on held-apart prompts
     (``identify.dose_verify``), ``dose_verify_gap`` (|log KL − log v*'s KL| there) and
-    ``dose_matched_verify`` (that gap within ``MATCH_TOLERANCE``); ``gen_effect`` and
-    ``gen_gate`` (s = +1, Δ gated)."""
+    ``dose_matched_verify`` (that gap within ``MATCH_TOLERANCE``); ``gen_gate`` (s = +1:
+    whether the generated texts passed the gate; their Δ is a declared outcome,
+    ``measures.py``)."""
     from experiments.identify.matched import MATCH_TOLERANCE, MATCHED, log_gap, matched
 
     key = list(zip(frame["concept"], frame["direction"], strict=True))
@@ -234,20 +236,13 @@ def subset_columns(
             ]
     if len(generated):
         up = generated[generated["sign"] == 1].set_index(["concept", "direction"])
-        for column, source in (("gen_effect", "e_gen"), ("gen_gate", "gate")):
-            at = up[source].to_dict()
-            frame[column] = [at.get(k, np.nan) for k in key]
+        at = up["gate"].to_dict()
+        frame["gen_gate"] = [at.get(k, np.nan) for k in key]
 
 
-def name_free_columns(
-    frame: pd.DataFrame, auroc: dict[tuple[str, str], float], likelihood: list[dict[str, Any]]
-) -> None:
-    """``auroc_name_free`` (every concept with name-free positives) and
-    ``effect_name_free`` (the subset, mean over pairs at s = +1), in place."""
+def name_free_columns(frame: pd.DataFrame, auroc: dict[tuple[str, str], float]) -> None:
+    """``auroc_name_free``: detection on name-free positives (every concept with some),
+    in place. The subset's name-free outcome is declared in ``measures.py``."""
     key = list(zip(frame["concept"], frame["direction"], strict=True))
     if auroc:
         frame["auroc_name_free"] = [auroc.get(k, np.nan) for k in key]
-    if likelihood:
-        rows = pd.DataFrame(likelihood)
-        at = rows[rows["strength"] > 0].groupby(["concept", "direction"])["e"].mean().to_dict()
-        frame["effect_name_free"] = [at.get(k, np.nan) for k in key]

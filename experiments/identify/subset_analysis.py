@@ -11,6 +11,7 @@ import pandas as pd
 
 from experiments.identify.analysis import GOOD_COS
 from experiments.identify.estimator import SPLINE_DF, _BootSpline, flexible_slope, log_kl
+from experiments.identify.measures import OUTCOMES, OutcomeMeasure
 
 
 def subset_outcomes(
@@ -22,13 +23,11 @@ def subset_outcomes(
     spline_df: int = SPLINE_DF,
 ) -> dict[str, Any]:
     """The stratified subset (exploratory): the flexible AUROC slope on the likelihood
-    outcome at 1× β, at each fixed dose (``dose_effect_<k>x``), at the KL-matched dose
-    (``dose_effect_matched``) and on the generated outcome (``gen_effect``, Δ gated), the
-    last also beside log KL; and how well the two outcomes agree within concepts, over
-    every direction and over good ones only (cos ≥ :data:`GOOD_COS`), where agreement
-    is not carried by the contrast between v* and far rotations."""
-    from experiments.identify.stats import within_correlation
-
+    outcome at 1× β, at each fixed dose (``dose_effect_<k>x``) and at the KL-matched dose
+    (``dose_effect_matched``); and each declared outcome's slopes (``measures.py``,
+    :func:`outcome_slopes`: the generated outcome, Δ gated, also beside log KL and with
+    its agreement with the likelihood over good directions too, where agreement is not
+    carried by the contrast between v* and far rotations; the name-free outcome)."""
     part = frame[frame["concept"].isin(list(subset))].copy()
     if part.empty:
         return {"evaluable": False, "reason": "no subset"}
@@ -58,29 +57,43 @@ def subset_outcomes(
             m: float(g["dose_multiplier"].median())
             for m, g in part.groupby("manipulation", sort=True)
         }
-    if (
-        "effect_name_free" in part
-        and part["effect_name_free"].notna().any()
-        and "auroc_name_free" in part  # no concept with name-free positives: no column
-    ):
-        out["name_free"] = {  # the outcome without the name; detection with and without
-            "auroc": flexible_slope(part, "effect_name_free", "auroc", **kw).to_dict(),
-            "auroc_name_free": flexible_slope(
-                part, "effect_name_free", "auroc_name_free", **kw
-            ).to_dict(),
-        }
-    if "gen_effect" in part and part["gen_effect"].notna().any():
-        out["generated"] = flexible_slope(part, "gen_effect", "auroc", **kw).to_dict()
-        if "log_kl" in part:
-            out["generated_given_dose"] = flexible_slope(
-                part, "gen_effect", "auroc", covariates=["log_kl"], **kw
-            ).to_dict()
-        both = part.dropna(subset=["gen_effect", "effect"])
+    outcomes = {}
+    for key, measure in OUTCOMES.items():  # every declared outcome the subset measured
+        if measure.column in part and part[measure.column].notna().any():
+            fits = outcome_slopes(part, measure, kw, n_boot=n_boot, seed=seed)
+            if fits is not None:
+                outcomes[key] = fits
+    if outcomes:
+        out["outcomes"] = outcomes
+    return out
+
+
+def outcome_slopes(
+    part: pd.DataFrame, measure: OutcomeMeasure, kw: _BootSpline, *, n_boot: int, seed: int
+) -> dict[str, Any] | None:
+    """One declared outcome on the subset (``measures.py``): its flexible slope on each of
+    its detection columns, beside log KL when it says so, and its within-concept r with
+    the outcome it should agree with, over every direction and over good ones; None when
+    a detection column is missing (no concept with name-free positives: no column)."""
+    from experiments.identify.stats import within_correlation
+
+    if any(d not in part for d in measure.detectors):
+        return None
+    y = measure.column
+    out: dict[str, Any] = {
+        "slopes": {d: flexible_slope(part, y, d, **kw).to_dict() for d in measure.detectors}
+    }
+    if measure.given_dose and "log_kl" in part:
+        out["given_dose"] = flexible_slope(
+            part, y, measure.detectors[0], covariates=["log_kl"], **kw
+        ).to_dict()
+    if measure.agrees_with is not None:
+        both = part.dropna(subset=[y, measure.agrees_with])
         good = both[both["cos_ref"] >= GOOD_COS]
         corr = {"n_boot": n_boot, "seed": seed}
         out["agreement"] = {
-            "all": within_correlation(both, "gen_effect", "effect", **corr).to_dict(),
-            "good": within_correlation(good, "gen_effect", "effect", **corr).to_dict(),
+            "all": within_correlation(both, y, measure.agrees_with, **corr).to_dict(),
+            "good": within_correlation(good, y, measure.agrees_with, **corr).to_dict(),
             "good_n": len(good),
         }
     return out

@@ -14,7 +14,7 @@ from experiments.answer import estimate_text
 from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
 from experiments.identify.manipulations import family
-from experiments.record import SubsetAgreement, SubsetResult
+from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
 
 if TYPE_CHECKING:
     from experiments.record import (
@@ -171,8 +171,35 @@ def matched_text(sub: SubsetResult) -> str:
     return text + ")."
 
 
+def outcome_line(key: str, result: OutcomeSlopes) -> str:
+    """One declared outcome on the subset (``measures.py``), in its declaration's words:
+    its slope on each detection column, beside log KL, and its agreement."""
+    from experiments.identify.measures import DETECTOR_WORDS, OUTCOMES
+
+    measure = OUTCOMES[key]
+    fits = [result.slopes.get(d) for d in measure.detectors]
+    if len(fits) == 1:
+        text = f"the AUROC slope (flexible) is {est(fits[0])}"
+    else:
+        first, *rest = [
+            f"{DETECTOR_WORDS.get(d, d)} {'is ' if i == 0 else ''}{est(f)}"
+            for i, (d, f) in enumerate(zip(measure.detectors, fits, strict=True))
+        ]
+        text = "the slope on " + ", on ".join([first, *rest])
+    if measure.given_dose:
+        text += f", beside log KL {est(result.given_dose)}"
+    if measure.agrees_with is not None:
+        agree = result.agreement or SubsetAgreement()
+        text += (
+            f"; the two outcomes agree within concepts at r = {est(agree.all)} over all "
+            f"directions and {est(agree.good)} over good ones (cos ≥ 0.7, {agree.good_n} "
+            "cells)"
+        )
+    return f"- {measure.summary}: {text}."
+
+
 def subset_lines(sub: SubsetResult) -> list[str]:
-    """The stratified subset: the dose held by design and the generated outcome."""
+    """The stratified subset: the dose held by design and each declared outcome."""
     if not sub.concepts:
         return []
     n = len(sub.concepts)
@@ -182,22 +209,9 @@ def subset_lines(sub: SubsetResult) -> list[str]:
         f"(flexible) at 1× β is {est(sub.likelihood_1x)}; at other doses {doses}"
         + matched_text(sub)
     ]
-    free = sub.name_free
-    if free is not None:
-        lines.append(
-            f"- Name-free outcome on the subset (likelihood texts naming only what falls under "
-            f"the concept): the slope on the named AUROC is {est(free.auroc)}, on the "
-            f"name-free AUROC {est(free.auroc_name_free)}."
-        )
-    if sub.generated is not None:
-        agree = sub.agreement or SubsetAgreement()
-        lines.append(
-            f"- Generated outcome on the subset (every direction, Δ gated): the AUROC slope "
-            f"(flexible) is {est(sub.generated)}, beside log KL "
-            f"{est(sub.generated_given_dose)}; the two outcomes agree within concepts "
-            f"at r = {est(agree.all)} over all directions and "
-            f"{est(agree.good)} over good ones (cos ≥ 0.7, {agree.good_n} cells)."
-        )
+    from experiments.identify.measures import OUTCOMES
+
+    lines += [outcome_line(key, sub.outcomes[key]) for key in OUTCOMES if key in sub.outcomes]
     return lines
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.directions import REFERENCE
+from experiments.identify.measures import outcome_columns
 from experiments.identify.stages import Directions
 from experiments.identify.subset import name_free_columns, subset_columns
 
@@ -105,9 +106,10 @@ def analyse_study(
                 at.get((c, d), np.nan)
                 for c, d in zip(frame["concept"], frame["direction"], strict=True)
             ]
+    name_free_columns(tables.directions, found.name_free_auroc)
     if outcomes.subset:
         subset_columns(tables.directions, outcomes.dose, outcomes.generated)
-    name_free_columns(tables.directions, found.name_free_auroc, outcomes.name_free)
+        outcome_columns(tables.directions, outcomes)
     base = pd.DataFrame(outcomes.baseline_rows)
     baseline = (  # concept -> its mean prompting-baseline effect
         cast(dict[str, float], base.groupby("concept")["e"].mean().to_dict()) if len(base) else {}

@@ -3,12 +3,13 @@ every typed block inside it."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 from experiments.config import IdentifyStudyConfig
@@ -103,26 +104,29 @@ class MatchedPairs(BaseModel):
     fit: ClusterFit | None = None
 
 
-class NameFreeSlopes(BaseModel):
-    """The subset's slope of the name-free likelihood outcome on the named AUROC and on
-    the name-free AUROC."""
-
-    auroc: ClusterFit | None = None
-    auroc_name_free: ClusterFit | None = None
-
-
 class SubsetAgreement(BaseModel):
-    """The two outcomes' within-concept r on the subset: every direction, good ones."""
+    """An outcome's within-concept r with another on the subset: every direction, good
+    ones."""
 
     all: Interval | None = None
     good: Interval | None = None
     good_n: int = 0  # good cells (cos ≥ 0.7)
 
 
+class OutcomeSlopes(BaseModel):
+    """One declared outcome on the subset (``identify/measures.py``): its flexible slope
+    on each detection column it declares, beside log KL where it says so, and its
+    agreement with the outcome it should agree with."""
+
+    slopes: dict[str, ClusterFit] = Field(default_factory=dict)  # detection column -> fit
+    given_dose: ClusterFit | None = None
+    agreement: SubsetAgreement | None = None
+
+
 class SubsetResult(_Open):
     """The stratified subset (exploratory; ``identify/subset_analysis.subset_outcomes``):
-    the flexible AUROC slope at fixed and KL-matched doses, on name-free texts and on the
-    generated outcome, how well the doses matched, and the outcomes' agreement."""
+    the flexible AUROC slope at fixed and KL-matched doses, how well the doses matched,
+    and each declared outcome's slopes (``identify/measures.py``: name-free, generated)."""
 
     evaluable: bool | None = None  # False (with ``reason``) when there was no subset
     reason: str | None = None
@@ -134,10 +138,33 @@ class SubsetResult(_Open):
     matched_share_verify: float | None = None  # on held-apart prompts
     verify_gap_median: float | None = None
     matched_multiplier: dict[str, float] = Field(default_factory=dict)  # per manipulation
-    name_free: NameFreeSlopes | None = None
-    generated: ClusterFit | None = None
-    generated_given_dose: ClusterFit | None = None
-    agreement: SubsetAgreement | None = None
+    # each declared outcome (identify/measures.py) by its key: "generated", "name_free"
+    outcomes: dict[str, OutcomeSlopes] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outcomes_of_before(cls, data: Any) -> Any:
+        """Records written before the outcomes were declared kept each one's slopes in a
+        field of its own (``name_free``; ``generated``, ``generated_given_dose`` and
+        ``agreement``): read them as their declared outcomes."""
+        if not isinstance(data, dict) or "outcomes" in data:
+            return data
+        data = dict(data)
+        outcomes: dict[str, Any] = {}
+        free = data.pop("name_free", None)
+        if free:
+            outcomes["name_free"] = {"slopes": {k: v for k, v in free.items() if v}}
+        generated = data.pop("generated", None)
+        given, agreement = data.pop("generated_given_dose", None), data.pop("agreement", None)
+        if generated:
+            outcomes["generated"] = {
+                "slopes": {"auroc": generated},
+                "given_dose": given,
+                "agreement": agreement,
+            }
+        if outcomes:
+            data["outcomes"] = outcomes
+        return data
 
 
 class IsoCosAngle(_Open):

@@ -257,3 +257,62 @@ def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
     # a v2 record (no verification) reads as before
     old = {k: v for k, v in out.items() if k not in ("matched_share_verify", "matched_on")}
     assert subset_lines(SubsetResult.model_validate(old))[0].endswith("100% within 10%).")
+
+
+def test_a_declared_outcome_reaches_the_record_summary_answer_and_metrics():
+    """identify/measures.py declares the subset's outcomes once: the generated outcome's
+    column, slopes (beside log KL), agreement, summary line, answer row and MLflow metrics
+    all come from that declaration; a record written before the declarations (its own
+    ``generated``/``name_free`` fields) reads as the same declared outcomes."""
+    from experiments.identify.answer import answer_of
+    from experiments.identify.measures import OUTCOMES
+    from experiments.identify.publish import parent_metrics
+    from experiments.identify.simulate import toy_study
+    from experiments.identify.subset_analysis import subset_outcomes
+    from experiments.identify.summary import subset_lines
+    from experiments.record import SubsetResult
+
+    toy = toy_study(3, "convex")
+    toy["direction"] = toy.groupby("concept").cumcount().astype(str)
+    rng = np.random.default_rng(1)
+    toy["gen_effect"] = 2.0 * toy["effect"] + rng.normal(0, 1e-4, len(toy))
+    toy["kl"] = np.exp(rng.normal(0, 0.3, len(toy)))
+    subset = ["c00", "c01", "c02", "c03"]
+    out = subset_outcomes(toy, subset, n_boot=49)
+    assert set(out["outcomes"]) == {"generated"}  # no name-free column: not measured
+    sub = SubsetResult.model_validate(out)
+    generated = sub.outcomes["generated"]
+    # Δ is twice the likelihood outcome (and a little noise): so is its slope
+    twice = 2.0 * sub.likelihood_1x.estimate
+    assert generated.slopes["auroc"].estimate == pytest.approx(twice, rel=0.01)
+    assert generated.given_dose is not None
+    assert generated.agreement is not None and generated.agreement.all.estimate > 0.5
+    (line,) = [x for x in subset_lines(sub) if x.startswith("- Generated")]
+    assert line.startswith(f"- {OUTCOMES['generated'].summary}: the AUROC slope (flexible) is")
+    assert "beside log KL" in line and "agree within concepts" in line
+    # an old record spelled it in fields of its own
+    old = {k: v for k, v in out.items() if k != "outcomes"}
+    old |= {
+        "generated": out["outcomes"]["generated"]["slopes"]["auroc"],
+        "generated_given_dose": out["outcomes"]["generated"]["given_dose"],
+        "agreement": out["outcomes"]["generated"]["agreement"],
+        "name_free": {"auroc": out["likelihood_1x"], "auroc_name_free": out["likelihood_1x"]},
+    }
+    again = SubsetResult.model_validate(old)
+    assert again.outcomes["generated"] == generated
+    assert set(again.outcomes["name_free"].slopes) == {"auroc", "auroc_name_free"}
+    assert [x for x in subset_lines(again) if x.startswith("- Generated")] == [line]
+    # the answer's row and the parent's metrics: the v3 development run's record with it
+    from pathlib import Path
+
+    from experiments.record import IdentifyRecord
+
+    stored = Path(__file__).parents[3] / "bench/identify_dev_v3/analysis.json"
+    record = IdentifyRecord.parse(stored.read_text(encoding="utf-8"))
+    assert not record.identified.subset.outcomes  # v3's confirmatory design: no subset
+    record.identified.subset = again
+    keys = {v.key for v in answer_of(record).verdicts}
+    assert {"identified/subset/generated", "identified/subset/name_free"} <= keys
+    metrics, _ = parent_metrics(record)
+    assert metrics["subset/generated/auroc"] == pytest.approx(generated.slopes["auroc"].estimate)
+    assert "subset/name_free/auroc_name_free" in metrics

@@ -208,8 +208,9 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
     assert block.concepts == sorted(subset)
     assert set(block.dose) == {"0.5x", "2x", "matched"}
     assert block.matched_share is not None and 0 <= block.matched_share <= 1
-    assert block.generated is not None and block.agreement is not None
-    assert block.agreement.good_n > 0
+    generated = block.outcomes["generated"]  # a declared outcome (identify/measures.py)
+    assert generated.slopes["auroc"] is not None and generated.given_dose is not None
+    assert generated.agreement is not None and generated.agreement.good_n > 0
     rows = read_jsonl(folder.file(RunDir.DOSE))
     assert {r["dose"] for r in rows} == {"0.5x", "2x", "matched"}
     assert "arm" not in rows[0] and {"direction", "multiplier", "kl", "kl_target"} <= set(rows[0])
@@ -223,8 +224,7 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
     assert frame["auroc_name_free"].between(0, 1).all()
     assert frame.loc[inside, "effect_name_free"].notna().all()
     assert frame.loc[~inside, "effect_name_free"].isna().all()
-    assert block.name_free is not None
-    assert block.name_free.auroc is not None and block.name_free.auroc_name_free is not None
+    assert set(block.outcomes["name_free"].slopes) == {"auroc", "auroc_name_free"}
     name_free = result.record.identified.name_free
     assert name_free is not None and name_free.auroc_name_free is not None
     texts = json.loads(folder.file(RunDir.NAME_FREE_TEXTS).read_text())
@@ -236,7 +236,11 @@ def test_the_subset_holds_the_dose_and_generates_from_every_direction(study):
         "identified/subset/name_free",
         "identified/name_free/auroc",
     } <= set(keys)
-    assert "- Subset of 2 concepts" in folder.file(RunDir.SUMMARY).read_text(encoding="utf-8")
+    summary = folder.file(RunDir.SUMMARY).read_text(encoding="utf-8")
+    assert "- Subset of 2 concepts" in summary
+    assert "- Name-free outcome on the subset" in summary and "- Generated outcome" in summary
+    metrics = tracking.get_run(result.run_id).data.metrics
+    assert {"subset/generated/auroc", "subset/name_free/auroc_name_free"} <= set(metrics)
 
 
 def test_the_answer_leads_with_the_primary_analysis_in_the_common_words(study):
