@@ -68,6 +68,13 @@ def identify(
             "folders, identify.shards_dir), and stop",
         ),
     ] = False,
+    exploratory: Annotated[
+        bool,
+        typer.Option(
+            help="with --pool, after the pooled primary is scored: every other estimand and "
+            "the per-concept table on the same shards (exploratory; scores nothing)",
+        ),
+    ] = False,
     budget_minutes: Annotated[
         float,
         typer.Option(min=1, help="with --dry-run: the shard size that fits this many minutes"),
@@ -203,6 +210,9 @@ def identify(
         "IdentifyStudyConfig",
         resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else []),
     )
+    if pool and exploratory:
+        _pool_exploratory(cfg, json_)
+        return
     if pool:
         _pool(cfg, force, json_)
         return
@@ -278,6 +288,29 @@ def _pool(cfg: IdentifyStudyConfig, force: bool, json_: bool) -> None:
     console.print(pooled_markdown(record), highlight=False, markup=False)
     console.print(
         f"written: {shards_root(cfg) / POOLED / POOLED_ANSWER} (commit the folder)",
+        highlight=False,
+    )
+
+
+def _pool_exploratory(cfg: IdentifyStudyConfig, json_: bool) -> None:
+    """``--pool --exploratory``: every estimand on the pooled shards, after the primary."""
+    from experiments.identify.pooled_exploratory import EXPLORATORY_RECORD, exploratory_markdown
+    from experiments.identify.prereg import POOLED, PreregistrationError
+    from experiments.identify.shards import shards_root
+    from experiments.identify.study import pool_exploratory
+
+    try:
+        with console.status("the exploratory estimands on the pooled shards (bootstrap)"):
+            record = pool_exploratory(cfg)
+    except PreregistrationError as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    if json_:
+        print_json(record)
+        return
+    console.print(exploratory_markdown(record), highlight=False, markup=False)
+    console.print(
+        f"written: {shards_root(cfg) / POOLED / EXPLORATORY_RECORD} (commit the folder)",
         highlight=False,
     )
 

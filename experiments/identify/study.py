@@ -199,6 +199,18 @@ def pool_heldout(config: ExperimentConfig, force: bool = False) -> dict[str, Any
     return pool(config, held, prereg, binding(prereg, config), force)
 
 
+def pool_exploratory(config: ExperimentConfig) -> dict[str, Any]:
+    """``identify --pool --exploratory``: every estimand on the pooled held-out shards,
+    after the pooled primary was scored (``identify/pooled_exploratory.py``)."""
+    from experiments.identify.pooled_exploratory import pooled_exploratory
+
+    ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
+    config = config.model_copy(update={"identify": ident})
+    prereg = load_preregistration(config.identify.preregistration)
+    held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
+    return pooled_exploratory(config, held, prereg)
+
+
 def resumed(
     run_id: str,
 ) -> tuple[ExperimentConfig, Preregistration | None, bool, dict[str, str] | None]:

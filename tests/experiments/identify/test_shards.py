@@ -25,6 +25,7 @@ from experiments.identify.shards import (
     pool,
     score_pooled,
     shard_concepts,
+    shards_root,
 )
 
 SIZE = 13  # the shipped 50 concepts hold out 25: shards of 13 and 12
@@ -199,3 +200,44 @@ def test_the_committed_shard_ledger_counts_on_a_new_machine(bound, tmp_path, mlf
         check_heldout(prereg, "none-such", config.results_dir, False, scope=1, ledgers=ledgers)
         == []
     )
+
+
+def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothing(
+    bound, tmp_path, mlflow_store
+):
+    """``--pool --exploratory``: refused until the pooled primary is scored; then every
+    estimand on the same pooled table (the practitioner's as ``estimand.estimate_all``
+    gives it on the concatenated toy), a per-concept table of the built directions, and
+    no ledger entry (the verdict stays the pooled scoring's)."""
+    import pandas as pd
+
+    from experiments.identify.estimands import estimate_all
+    from experiments.identify.pooled_exploratory import (
+        EXPLORATORY_RECORD,
+        PER_CONCEPT,
+        pooled_exploratory,
+    )
+    from experiments.identify.study import concept_sets
+
+    config, prereg = bound
+    held = concept_sets(config)["heldout"]
+    toy, shards = toy_shards(config, held)
+    for k, frame in enumerate(shards):
+        finish_shard(config, prereg, k, frame, tmp_path)
+    with pytest.raises(PreregistrationError, match="the pooled primary is not scored yet"):
+        pooled_exploratory(config, held, prereg)
+    pool(config, held, prereg, binding(prereg, config), False)
+    ledger = committed_ledgers(config)[-1].read_text()
+    record = pooled_exploratory(config, held, prereg)
+    assert committed_ledgers(config)[-1].read_text() == ledger  # nothing scored
+    whole = estimate_all(toy.assign(shard=0, device="x"), config.criteria.n_boot, config.seed)
+    assert record["estimands"]["practitioner_equal_norm"] == whole["practitioner_equal_norm"]
+    assert record["n_concepts"] == 25 and record["components"]["n_concepts"] > 2
+    folder = shards_root(config) / "pooled"
+    table = pd.read_csv(folder / PER_CONCEPT)
+    assert list(table["concept"]) == held[:25] and set(table["shard"]) == {0, 1}
+    assert (table["n_built"] > 1).all() and table["auroc_sd"].ge(0).all()
+    one = toy[(toy["concept"] == held[0]) & toy["manipulation"].isin(
+        ["reference", "logistic", "shrinkage", "size"])]  # fmt: skip
+    assert table["n_built"].iloc[0] == len(one)
+    assert json.loads((folder / EXPLORATORY_RECORD).read_text())["label"].startswith("exploratory")

@@ -1,0 +1,136 @@
+"""After the pooled primary: every other estimand on the same pooled shards, exploratory.
+
+``steer-eval identify --pool --exploratory`` reads the committed shard folders
+(``shards.read_shards``, the same checks of pre-registration and binding), refuses until
+the pooled primary has been scored (the confirmatory answer comes first, once), and writes
+beside it, in ``<shards_dir>/<experiment>/pooled/``:
+
+* ``exploratory.json``: every estimand of ``estimands.py`` on the pooled table under its
+  own name (the primary among them, recomputed with this code, for comparison only), and
+  the practitioner's variance components (``variance.components``);
+* ``per_concept.csv``: per concept, the built directions' spread and the concept's own
+  within-concept slope (least squares of the likelihood effect on AUROC over its built
+  directions), its shard and device, so the pooled slope can be read concept by concept.
+
+It scores nothing held out and writes no ledger entry: the verdict stays the pooled
+scoring's. The outcomes' split-half reliabilities need each shard's per-pair likelihood
+rows, which stay in the shard's run folder on the machine that ran it, not in the
+committed folder; they are in each shard's own record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from experiments.identify.prereg import POOLED, Preregistration, PreregistrationError, binding
+from experiments.identify.shards import (
+    POOLED_RECORD,
+    pooled_directions,
+    read_shards,
+    shards_root,
+)
+from experiments.rundir import atomic_write_text, neutralise
+
+if TYPE_CHECKING:
+    from experiments.config import IdentifyStudyConfig
+
+EXPLORATORY_RECORD = "exploratory.json"
+PER_CONCEPT = "per_concept.csv"
+
+
+def per_concept(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per concept over its built directions (``variance.practitioner_rows``):
+    how many, v*'s AUROC and effect, the AUROC and effect spread, and the concept's own
+    least-squares slope of effect on AUROC (NaN when its AUROC does not vary)."""
+    from experiments.identify.directions import REFERENCE
+    from experiments.identify.variance import practitioner_rows
+
+    rows = []
+    for concept, part in practitioner_rows(frame).groupby("concept", sort=False):
+        ref = part[part["direction"] == REFERENCE]
+        x, y = part["auroc"].to_numpy(float), part["effect"].to_numpy(float)
+        spread = float(np.std(x))
+        slope = float(np.polyfit(x, y, 1)[0]) if len(x) > 1 and spread > 0 else np.nan
+        rows.append(
+            {
+                "concept": neutralise(str(concept)),
+                "shard": int(part["shard"].iloc[0]),
+                "device": neutralise(str(part["device"].iloc[0])),
+                "n_built": len(part),
+                "auroc_reference": float(ref["auroc"].iloc[0]) if len(ref) else np.nan,
+                "effect_reference": float(ref["effect"].iloc[0]) if len(ref) else np.nan,
+                "auroc_sd": spread,
+                "effect_sd": float(np.std(y)),
+                "slope": slope,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pooled_exploratory(
+    config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
+) -> dict[str, Any]:
+    """The exploratory estimands and the per-concept table on the pooled shards (see the
+    module's docstring); a PreregistrationError until the pooled primary is scored."""
+    from experiments.identify.estimands import estimate_all
+    from experiments.identify.variance import components
+
+    folder = shards_root(config) / POOLED
+    scored = folder / POOLED_RECORD
+    if not scored.is_file():
+        raise PreregistrationError(
+            f"the pooled primary is not scored yet ({scored} is missing): run "
+            "`steer-eval identify --pool` first; the exploratory estimands come after it"
+        )
+    primary = json.loads(scored.read_text(encoding="utf-8"))["primary"]
+    frame = pooled_directions(read_shards(config, held, prereg, binding(prereg, config)))
+    n_boot, seed = config.criteria.n_boot, config.seed
+    table = per_concept(frame)
+    slopes = table["slope"].dropna()
+    record = {
+        "label": "exploratory: every estimand on the pooled held-out shards, after the "
+        "primary was scored",
+        "primary_scored": {"verdict": primary["verdict"], "slope": primary["slope"]},
+        "n_concepts": int(frame["concept"].nunique()),
+        "estimands": estimate_all(frame, n_boot, seed),
+        "components": components(frame, population="practitioner").to_dict(),
+        "per_concept": {
+            "concepts_with_slope": len(slopes),
+            "positive_share": float((slopes > 0).mean()),
+            "slope_median": float(slopes.median()),
+            "auroc_sd_median": float(table["auroc_sd"].median()),
+        },
+    }
+    atomic_write_text(folder / EXPLORATORY_RECORD, json.dumps(record, indent=1, default=str) + "\n")
+    atomic_write_text(folder / PER_CONCEPT, table.to_csv(index=False))
+    return record
+
+
+def exploratory_markdown(record: dict[str, Any]) -> str:
+    """The estimands as a table under their names, the per-concept summary beside."""
+    from experiments.answer import interval_dict_text
+
+    lines = [
+        f"# {record['label']}",
+        "",
+        f"The scored primary: {interval_dict_text(record['primary_scored']['slope'])} — "
+        f"**{record['primary_scored']['verdict']}** ({record['n_concepts']} concepts).",
+        "",
+        "| estimand | estimate (95%) | status |",
+        "|---|---|---|",
+    ]
+    for name, e in record["estimands"].items():
+        shown = interval_dict_text(e["fit"]) if e.get("fit") else e.get("reason") or ""
+        lines.append(f"| {name} | {shown} | {e['status']} |")
+    pc = record["per_concept"]
+    lines += [
+        "",
+        f"Per concept (built directions): {pc['concepts_with_slope']} concepts with a slope, "
+        f"{pc['positive_share']:.0%} of them positive, median slope {pc['slope_median']:+.3f}; "
+        f"median AUROC sd among a concept's built directions {pc['auroc_sd_median']:.3f}.",
+    ]
+    return "\n".join(lines) + "\n"
