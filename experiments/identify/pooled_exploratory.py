@@ -14,8 +14,9 @@ beside it, in ``<shards_dir>/<experiment>/pooled/``:
 
 It scores nothing held out and writes no ledger entry: the verdict stays the pooled
 scoring's. The outcomes' split-half reliabilities need each shard's per-pair likelihood
-rows, which stay in the shard's run folder on the machine that ran it, not in the
-committed folder; they are in each shard's own record.
+rows, which stay in the shard's run folder; a shard keeps its record's reliabilities in
+its committed folder (``reliability.json``), and they are reported per shard beside the
+pre-registration's floor (shards kept before that are named as keeping none).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import pandas as pd
 from experiments.identify.prereg import POOLED, Preregistration, PreregistrationError, binding
 from experiments.identify.shards import (
     POOLED_RECORD,
+    RELIABILITY_FILE,
     pooled_directions,
     read_shards,
+    shard_folder,
     shards_root,
 )
 from experiments.rundir import atomic_write_text, neutralise
@@ -39,6 +42,10 @@ if TYPE_CHECKING:
     from experiments.config import IdentifyStudyConfig
 
 EXPLORATORY_RECORD = "exploratory.json"
+# The likelihood's split-half reliability among the built directions, and the floor below
+# which the v3 pre-registration calls the primary uninformative.
+PRIMARY_RELIABILITY = "effect_practitioner_directions"
+FLOOR = 0.5
 PER_CONCEPT = "per_concept.csv"
 
 
@@ -71,6 +78,35 @@ def per_concept(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def shard_reliabilities(config: IdentifyStudyConfig, n: int) -> dict[str, Any]:
+    """Each shard's outcome reliabilities where its committed folder keeps them
+    (``reliability.json``), by key and shard, with the shards that keep none: the
+    pre-registration calls the primary uninformative if the likelihood's reliability among
+    the built directions falls below :data:`FLOOR`."""
+    by_key: dict[str, dict[str, Any]] = {}
+    without = []
+    for k in range(n):
+        path = shard_folder(config, k) / RELIABILITY_FILE
+        if not path.is_file():
+            without.append(k)
+            continue
+        for key, value in json.loads(path.read_text(encoding="utf-8")).items():
+            by_key.setdefault(key, {})[str(k)] = value
+    built = by_key.get(PRIMARY_RELIABILITY, {})
+    estimates = [v["estimate"] for v in built.values() if v.get("estimate") is not None]
+    return {
+        "by_key": by_key,
+        "shards_without": without,
+        "primary_outcome": {
+            "key": PRIMARY_RELIABILITY,
+            "floor": FLOOR,
+            "shards": len(estimates),
+            "min": min(estimates) if estimates else None,
+            "below_floor": [k for k, v in built.items() if (v.get("estimate") or 0) < FLOOR],
+        },
+    }
+
+
 def pooled_exploratory(
     config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
 ) -> dict[str, Any]:
@@ -87,7 +123,8 @@ def pooled_exploratory(
             "`steer-eval identify --pool` first; the exploratory estimands come after it"
         )
     primary = json.loads(scored.read_text(encoding="utf-8"))["primary"]
-    frame = pooled_directions(read_shards(config, held, prereg, binding(prereg, config)))
+    shards = read_shards(config, held, prereg, binding(prereg, config))
+    frame = pooled_directions(shards)
     n_boot, seed = config.criteria.n_boot, config.seed
     table = per_concept(frame)
     slopes = table["slope"].dropna()
@@ -105,6 +142,7 @@ def pooled_exploratory(
             "auroc_sd_median": float(table["auroc_sd"].median()),
         },
     }
+    record["reliability"] = shard_reliabilities(config, len(shards))
     atomic_write_text(folder / EXPLORATORY_RECORD, json.dumps(record, indent=1, default=str) + "\n")
     atomic_write_text(folder / PER_CONCEPT, table.to_csv(index=False))
     return record
@@ -126,6 +164,15 @@ def exploratory_markdown(record: dict[str, Any]) -> str:
     for name, e in record["estimands"].items():
         shown = interval_dict_text(e["fit"]) if e.get("fit") else e.get("reason") or ""
         lines.append(f"| {name} | {shown} | {e['status']} |")
+    rel = record["reliability"]["primary_outcome"]
+    if rel["shards"]:
+        lines += [
+            "",
+            f"The likelihood's reliability among the built directions, in the {rel['shards']} "
+            f"shards that keep it: lowest {rel['min']:.2f} (floor {rel['floor']}; below it: "
+            f"{', '.join(rel['below_floor']) or 'none'}); shards keeping none: "
+            f"{', '.join(map(str, record['reliability']['shards_without'])) or 'none'}.",
+        ]
     pc = record["per_concept"]
     lines += [
         "",

@@ -44,10 +44,14 @@ from experiments.identify.prereg import (
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from experiments.config import IdentifyStudyConfig
+    from metrics.intervals import Interval
     from steering.models import LoadedModel
 
 SHARD_FILE = "shard.json"  # the shard's run id, concepts and devices
+RELIABILITY_FILE = "reliability.json"  # the shard record's outcome reliabilities
 POOLED_RECORD = "pooled.json"
 POOLED_ANSWER = "answer.md"
 POOLED_FORMAT = "steer-eval/identify-pooled"
@@ -93,11 +97,19 @@ def device_of(lm: LoadedModel) -> str:
 
 
 def keep_shard(
-    config: IdentifyStudyConfig, run_id: str, run_dir: Path, k: int, concepts: list[str]
+    config: IdentifyStudyConfig,
+    run_id: str,
+    run_dir: Path,
+    k: int,
+    concepts: list[str],
+    reliability: Mapping[str, Interval] | None = None,
 ) -> Path:
     """Copy a finished shard's ``directions.csv`` and its ledger lines (every run of this
     shard, kept across forced re-scorings) to its committed folder, with ``shard.json``
-    (the run, its concepts, the devices its sessions ran on). Returns the folder."""
+    (the run, its concepts, the devices its sessions ran on) and, given the record's
+    ``outcome_reliability``, ``reliability.json``: the split-half reliabilities need the
+    per-pair rows that stay in the run folder, and the pre-registration reads them.
+    Returns the folder."""
     folder = shard_folder(config, k)
     folder.mkdir(parents=True, exist_ok=True)
     source = Path(run_dir) / RunDir.DIRECTIONS
@@ -118,6 +130,11 @@ def keep_shard(
         "devices": devices,
     }
     atomic_write_text(folder / SHARD_FILE, json.dumps(info, indent=1) + "\n")
+    if reliability is not None:
+        kept_reliability = {key: r.to_dict() for key, r in reliability.items()}
+        atomic_write_text(
+            folder / RELIABILITY_FILE, json.dumps(kept_reliability, indent=1, default=str) + "\n"
+        )
     return folder
 
 

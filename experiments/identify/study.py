@@ -176,7 +176,7 @@ def run_identify(
         if shard is not None:  # its table and ledger lines where the next window finds them
             kept = keep_shard(
                 record.config, ran.run_id, ran.run_dir, shard,
-                list(record.config.concepts.synsets or []),
+                list(record.config.concepts.synsets or []), record.outcome_reliability,
             )  # fmt: skip
             say(f"shard {shard} kept in {kept}: commit it")
     return IdentifyResult(ran.run_id, ran.run_dir, record, ran.products.tables.directions)

@@ -241,3 +241,14 @@ def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothi
         ["reference", "logistic", "shrinkage", "size"])]  # fmt: skip
     assert table["n_built"].iloc[0] == len(one)
     assert json.loads((folder / EXPLORATORY_RECORD).read_text())["label"].startswith("exploratory")
+    assert record["reliability"]["shards_without"] == [0, 1]
+    # a shard kept with its record's reliabilities: reported beside the floor
+    from metrics.intervals import Interval
+
+    low = {"effect_practitioner_directions": Interval(estimate=0.4, low=0.2, high=0.6)}
+    run_dir = tmp_path / "runs" / "s0"
+    keep_shard(config, "s0", run_dir, 0, list(shards[0]["concept"].unique()), low)
+    again = pooled_exploratory(config, held, prereg)["reliability"]
+    assert again["shards_without"] == [1]
+    assert again["primary_outcome"]["below_floor"] == ["0"]
+    assert again["by_key"]["effect_practitioner_directions"]["0"]["estimate"] == 0.4

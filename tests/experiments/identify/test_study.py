@@ -423,6 +423,9 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
         ("scored", 0, "cpu/float32"),
     ]
     assert (folder / "directions.csv").read_text() == (first.run_dir / "directions.csv").read_text()
+    # the record's outcome reliabilities travel with it (their per-pair rows do not)
+    kept_reliability = json.loads((folder / "reliability.json").read_text())
+    assert set(kept_reliability) == set(first.record.outcome_reliability)
     with pytest.raises(PreregistrationError, match="shard 0 of the held-out concepts was already"):
         run_identify(shard, lm=tiny_lm, embedder=embedder)
 
