@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -236,3 +236,48 @@ def figures(
     if len(validation_cells) and np.any(validation_cells["sign"] == 1):
         out["validation.png"] = validation_figure(tables, validation_cells)
     return out
+
+
+def pooled_figure(frame: pd.DataFrame, per_concept: pd.DataFrame, record: dict[str, Any]) -> Figure:
+    """The pooled held-out shards (``--pool --exploratory``): left, each family's mean
+    AUROC and likelihood effect over the built directions, each concept's own directions
+    faint behind (centred on the concept's mean, then moved to the pool's); right, the
+    concepts' own slopes, the scored primary's estimate and interval over them."""
+    from experiments.identify.variance import practitioner_rows
+
+    plt = _plt()
+    fig: Figure
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    rows = practitioner_rows(frame)
+    centred = rows.assign(
+        x=rows["auroc"] - rows.groupby("concept")["auroc"].transform("mean") + rows["auroc"].mean(),
+        y=rows["effect"]
+        - rows.groupby("concept")["effect"].transform("mean")
+        + rows["effect"].mean(),
+    )
+    colours = _colours(sorted(centred["manipulation"].unique()))
+    for m, part in centred.groupby("manipulation"):
+        left.scatter(part["x"], part["y"], s=4, alpha=0.15, color=colours[m])
+        left.plot(part["x"].mean(), part["y"].mean(), "o", ms=9, color=colours[m], label=m,
+                  markeredgecolor="black")  # fmt: skip
+    left.set_xlabel("AUROC (within concept, centred)")
+    left.set_ylabel("likelihood effect (nats/token, within concept)")
+    left.set_title("built directions by family", fontsize=9)
+    left.legend(fontsize=7)
+    slopes = per_concept["slope"].dropna()
+    right.hist(slopes.clip(-3, 3), bins=40, color="C0", alpha=0.7)
+    scored = record["primary_scored"]["slope"]
+    right.axvline(scored["estimate"], color="C3", label="pooled primary")
+    if scored.get("low") is not None and scored.get("high") is not None:
+        right.axvspan(scored["low"], scored["high"], color="C3", alpha=0.2)
+    right.axvline(0, color="black", lw=0.5)
+    right.set_xlabel("each concept's own slope (nats/token per unit AUROC; clipped at ±3)")
+    right.set_ylabel("concepts")
+    right.set_title(
+        f"{len(slopes)} concepts, {float((slopes > 0).mean()):.0%} positive "
+        f"(primary: {record['primary_scored']['verdict']})",
+        fontsize=9,
+    )
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -8,6 +8,8 @@ beside it, in ``<shards_dir>/<experiment>/pooled/``:
 * ``exploratory.json``: every estimand of ``estimands.py`` on the pooled table under its
   own name (the primary among them, recomputed with this code, for comparison only), and
   the practitioner's variance components (``variance.components``);
+* ``per_concept.png``: each family's mean AUROC and effect within concepts, and the
+  concepts' own slopes around the scored primary;
 * ``per_concept.csv``: per concept, the built directions' spread and the concept's own
   within-concept slope (least squares of the likelihood effect on AUROC over its built
   directions), its shard and device, so the pooled slope can be read concept by concept.
@@ -47,6 +49,7 @@ EXPLORATORY_RECORD = "exploratory.json"
 PRIMARY_RELIABILITY = "effect_practitioner_directions"
 FLOOR = 0.5
 PER_CONCEPT = "per_concept.csv"
+PER_CONCEPT_FIGURE = "per_concept.png"  # families' means and the concepts' own slopes
 
 
 def per_concept(frame: pd.DataFrame) -> pd.DataFrame:
@@ -145,6 +148,10 @@ def pooled_exploratory(
     record["reliability"] = shard_reliabilities(config, len(shards))
     atomic_write_text(folder / EXPLORATORY_RECORD, json.dumps(record, indent=1, default=str) + "\n")
     atomic_write_text(folder / PER_CONCEPT, table.to_csv(index=False))
+    from experiments.identify.figures import pooled_figure
+
+    figure = pooled_figure(frame, table, record)
+    figure.savefig(folder / PER_CONCEPT_FIGURE, dpi=110)
     return record
 
 

@@ -234,6 +234,7 @@ def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothi
     assert record["estimands"]["practitioner_equal_norm"] == whole["practitioner_equal_norm"]
     assert record["n_concepts"] == 25 and record["components"]["n_concepts"] > 2
     folder = shards_root(config) / "pooled"
+    assert (folder / "per_concept.png").read_bytes()[:4] == b"\x89PNG"
     table = pd.read_csv(folder / PER_CONCEPT)
     assert list(table["concept"]) == held[:25] and set(table["shard"]) == {0, 1}
     assert (table["n_built"] > 1).all() and table["auroc_sd"].ge(0).all()
