@@ -257,8 +257,9 @@ def pooled_figure(frame: pd.DataFrame, per_concept: pd.DataFrame, record: dict[s
     )
     colours = _colours(sorted(centred["manipulation"].unique()))
     for m, part in centred.groupby("manipulation"):
-        left.scatter(part["x"], part["y"], s=4, alpha=0.15, color=colours[m])
-        left.plot(part["x"].mean(), part["y"].mean(), "o", ms=9, color=colours[m], label=m,
+        colour = colours[str(m)]
+        left.scatter(part["x"], part["y"], s=4, alpha=0.15, color=colour)
+        left.plot(part["x"].mean(), part["y"].mean(), "o", ms=9, color=colour, label=str(m),
                   markeredgecolor="black")  # fmt: skip
     left.set_xlabel("AUROC (within concept, centred)")
     left.set_ylabel("likelihood effect (nats/token, within concept)")
