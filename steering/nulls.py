@@ -24,16 +24,23 @@ from collections.abc import Mapping
 import numpy as np
 
 
-def _rng(seed: int, *parts: object) -> np.random.Generator:
-    digest = hashlib.sha256("|".join(map(str, (seed, *parts))).encode()).digest()
+def seeded_rng(*parts: object) -> np.random.Generator:
+    """A generator seeded by the parts' text, so a draw never depends on call order (every
+    seeded draw of a direction, here and in identify's manipulations)."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "big"))
 
 
+def _rng(seed: int, *parts: object) -> np.random.Generator:
+    return seeded_rng(seed, *parts)
+
+
 def unit(vector: np.ndarray) -> np.ndarray:
+    """``vector`` over its norm, in float64; a zero or non-finite direction is an error."""
     vector = np.asarray(vector, dtype=np.float64)
     norm = float(np.linalg.norm(vector))
     if not np.isfinite(norm) or norm == 0:
-        raise ValueError("a null direction is zero or not finite")
+        raise ValueError("a direction is zero or not finite")
     return vector / norm
 
 

@@ -30,29 +30,15 @@ axis while layer, α·β, prompts, seeds and the test split stay fixed:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from steering.nulls import seeded_rng, unit
 from steering.probes import diffmean_direction, train_probe
 
 REFERENCE = "reference"
-
-
-def seeded_rng(*parts: object) -> np.random.Generator:
-    """A generator seeded by the parts' text, so a draw never depends on call order."""
-    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "big"))
-
-
-def unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(vector))
-    if not np.isfinite(norm) or norm == 0:
-        raise ValueError("a direction is zero or not finite")
-    return vector / norm
 
 
 def orthogonal_part(u: np.ndarray, reference: np.ndarray) -> np.ndarray:
