@@ -25,9 +25,10 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.detect import METRICS, Detection, half_metrics
-from experiments.identify.directions import REFERENCE, seeded_rng
+from experiments.identify.directions import REFERENCE
 from experiments.identify.manipulations import is_control, reference_level
 from metrics.reliability import split_orders
+from steering.nulls import seeded_rng
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyConfig

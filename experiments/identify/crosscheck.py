@@ -16,9 +16,10 @@ import pandas as pd
 
 from experiments.identify import manipulations, stats
 from experiments.identify.cells import StudyTables
-from experiments.identify.directions import REFERENCE, seeded_rng
+from experiments.identify.directions import REFERENCE
 from metrics.intervals import hierarchical_correlation, hierarchical_mean
 from metrics.reliability import split_orders
+from steering.nulls import seeded_rng
 
 GEN = "e_gen"
 

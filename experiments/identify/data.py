@@ -29,7 +29,6 @@ from experiments.identify.directions import (
     pc_nuisance,
     principal_components,
     random_nuisances,
-    unit,
     within_class_covariance,
 )
 from experiments.identify.manipulations import ConceptInputs, build_direction, direction_grid
@@ -40,6 +39,7 @@ from experiments.prompts import (
     probe_training_set,
     scale_neutral_texts,
 )
+from steering.nulls import unit
 from steering.probes import TrainSpec
 from steering.vector import Direction
 

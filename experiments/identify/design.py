@@ -42,7 +42,6 @@ import pandas as pd
 
 from experiments.identify.analysis import primary_result
 from experiments.identify.cells import StudyTables, null_rows
-from experiments.identify.directions import seeded_rng
 from experiments.identify.estimator import (
     design,
     equal_geometry,
@@ -68,6 +67,7 @@ from experiments.identify.variance import (
     practitioner_truth,
     toy_overrides,
 )
+from steering.nulls import seeded_rng
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -21,8 +21,8 @@ from experiments.identify.design import (
     primary_of,
     simulate,
 )
-from experiments.identify.directions import seeded_rng
 from experiments.identify.manipulations import direction_grid, is_control
+from steering.nulls import seeded_rng
 
 V2 = load_config("configs/identify-v2.yaml", [], "identify", [])
 PRIMARY = primary_of(V2)

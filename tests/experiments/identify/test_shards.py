@@ -108,7 +108,7 @@ def test_the_ledger_allows_each_shard_once_unless_forced(bound, mlflow_store):
 def toy_shards(config, held):
     """A toy study's directions on the held-out concepts, cut into the config's shards."""
     from experiments.identify import simulate as sim
-    from experiments.identify.directions import seeded_rng
+    from steering.nulls import seeded_rng
 
     toy = sim.toy_directions(config.identify, sim.CLASSES["none"], seeded_rng(0, "s"), 0.3, 25)
     names = dict(zip(toy["concept"].unique(), held, strict=True))
