@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from steering.directions import DirectionContext, get_direction_source
+from steering.nulls import unit
 from steering.probes import LinearProbe
 
 if TYPE_CHECKING:
@@ -33,14 +34,6 @@ if TYPE_CHECKING:
 FORMAT_AXIS_FORMAT = "steer-eval/format-axis/v1"
 # The direction sources Phase 4 diagnoses for every classifier set.
 PHASE4_SOURCES: tuple[str, ...] = ("classifier", "diffmean", "classifier_deformat")
-
-
-def unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(vector))
-    if not np.isfinite(norm) or norm == 0:
-        raise ValueError("cannot normalise a zero or non-finite vector")
-    return vector / norm
 
 
 def format_axis(questions: np.ndarray, statements: np.ndarray) -> tuple[np.ndarray, float]:

@@ -17,7 +17,6 @@ from experiments import tracking
 from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.kernel.classifiers import ensure_classifiers, train_classifiers, train_layers
-from experiments.kernel.diagnostics import unit
 from experiments.kernel.probes import (
     DIAGNOSTICS_FILE,
     FORMAT_AXIS_FILE,
@@ -32,6 +31,7 @@ from experiments.kernel.vectors import build_vectors
 from experiments.prompts import probe_training_set
 from steering.activations import pooled_activations_by_layer
 from steering.models import LayerIndexError, wrap_model
+from steering.nulls import unit
 from steering.probes import LinearProbe, ProbeError, train_probe
 from steering.vector_files import VectorFileError
 
