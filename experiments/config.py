@@ -1024,7 +1024,7 @@ class RunConfig(_Strict):
             defaults[old_section][old_field] = default
             value = data[new_section][new_field]
             data[new_section] = {**data[new_section], new_field: default}
-            section = data.get(old_section, {k: v for k, v in defaults[old_section].items()})
+            section = data.get(old_section, dict(defaults[old_section]))
             data[old_section] = {**section, old_field: value}
         for section, default_view in defaults.items():
             rule = hash_rule(type(self).model_fields[section])

@@ -31,10 +31,6 @@ def seeded_rng(*parts: object) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "big"))
 
 
-def _rng(seed: int, *parts: object) -> np.random.Generator:
-    return seeded_rng(seed, *parts)
-
-
 def unit(vector: np.ndarray) -> np.ndarray:
     """``vector`` over its norm, in float64; a zero or non-finite direction is an error."""
     vector = np.asarray(vector, dtype=np.float64)
@@ -55,7 +51,7 @@ def neutral_split_directions(
     half = len(acts) // 2
     out = []
     for j in range(k):
-        order = _rng(seed, "neutral-split", key, j).permutation(len(acts))
+        order = seeded_rng(seed, "neutral-split", key, j).permutation(len(acts))
         a, b = order[:half], order[half : 2 * half]
         out.append(unit(acts[a].mean(axis=0) - acts[b].mean(axis=0)))
     return out
@@ -69,5 +65,5 @@ def other_concept_directions(
     others = sorted(c for c in directions if c != concept)
     if k > len(others):
         raise ValueError(f"{concept}: {k} other-concept nulls asked, {len(others)} others exist")
-    picked = _rng(seed, "other-concept", concept).choice(len(others), size=k, replace=False)
+    picked = seeded_rng(seed, "other-concept", concept).choice(len(others), size=k, replace=False)
     return [(others[i], unit(directions[others[i]])) for i in sorted(picked)]

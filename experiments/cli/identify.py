@@ -28,6 +28,8 @@ from experiments.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from experiments.config import IdentifyStudyConfig
     from experiments.kernel.estimate import Plan
 
@@ -272,46 +274,51 @@ def identify(
 
 def _pool(cfg: IdentifyStudyConfig, force: bool, json_: bool) -> None:
     """``--pool``: the primary on the pooled held-out shards (``identify/shards.py``)."""
-    from experiments.identify.prereg import POOLED, PreregistrationError
-    from experiments.identify.shards import POOLED_ANSWER, pooled_markdown, shards_root
+    from experiments.identify.shards import POOLED_ANSWER, pooled_markdown
     from experiments.identify.study import pool_heldout
 
-    try:
-        with console.status("pooling the held-out shards (wild cluster bootstrap)"):
-            record = pool_heldout(cfg, force)
-    except PreregistrationError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
-    if json_:
-        print_json(record)
-        return
-    console.print(pooled_markdown(record), highlight=False, markup=False)
-    console.print(
-        f"written: {shards_root(cfg) / POOLED / POOLED_ANSWER} (commit the folder)",
-        highlight=False,
-    )
+    _pooled(
+        cfg, json_, "pooling the held-out shards (wild cluster bootstrap)",
+        lambda: pool_heldout(cfg, force), pooled_markdown, POOLED_ANSWER,
+    )  # fmt: skip
 
 
 def _pool_exploratory(cfg: IdentifyStudyConfig, json_: bool) -> None:
     """``--pool --exploratory``: every estimand on the pooled shards, after the primary."""
     from experiments.identify.pooled_exploratory import EXPLORATORY_RECORD, exploratory_markdown
-    from experiments.identify.prereg import POOLED, PreregistrationError
-    from experiments.identify.shards import shards_root
     from experiments.identify.study import pool_exploratory
 
+    _pooled(
+        cfg, json_, "the exploratory estimands on the pooled shards (bootstrap)",
+        lambda: pool_exploratory(cfg), exploratory_markdown, EXPLORATORY_RECORD,
+    )  # fmt: skip
+
+
+def _pooled(
+    cfg: IdentifyStudyConfig,
+    json_: bool,
+    status: str,
+    compute: Callable[[], dict[str, Any]],
+    markdown: Callable[[dict[str, Any]], str],
+    written: str,
+) -> None:
+    """Run a pooled-shards command: its refusal as an error (exit 2), its record as JSON
+    or as markdown with the file it wrote in the pooled folder."""
+    from experiments.identify.prereg import POOLED, PreregistrationError
+    from experiments.identify.shards import shards_root
+
     try:
-        with console.status("the exploratory estimands on the pooled shards (bootstrap)"):
-            record = pool_exploratory(cfg)
+        with console.status(status):
+            record = compute()
     except PreregistrationError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     if json_:
         print_json(record)
         return
-    console.print(exploratory_markdown(record), highlight=False, markup=False)
+    console.print(markdown(record), highlight=False, markup=False)
     console.print(
-        f"written: {shards_root(cfg) / POOLED / EXPLORATORY_RECORD} (commit the folder)",
-        highlight=False,
+        f"written: {shards_root(cfg) / POOLED / written} (commit the folder)", highlight=False
     )
 
 

@@ -181,11 +181,10 @@ def outcome_line(key: str, result: OutcomeSlopes) -> str:
     if len(fits) == 1:
         text = f"the AUROC slope (flexible) is {est(fits[0])}"
     else:
-        first, *rest = [
+        text = "the slope on " + ", on ".join(
             f"{DETECTOR_WORDS.get(d, d)} {'is ' if i == 0 else ''}{est(f)}"
             for i, (d, f) in enumerate(zip(measure.detectors, fits, strict=True))
-        ]
-        text = "the slope on " + ", on ".join([first, *rest])
+        )
     if measure.given_dose:
         text += f", beside log KL {est(result.given_dose)}"
     if measure.agrees_with is not None:
