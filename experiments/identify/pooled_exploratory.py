@@ -6,8 +6,11 @@ the pooled primary has been scored (the confirmatory answer comes first, once), 
 beside it, in ``<shards_dir>/<experiment>/pooled/``:
 
 * ``exploratory.json``: every estimand of ``estimands.py`` on the pooled table under its
-  own name (the primary among them, recomputed with this code, for comparison only), and
-  the practitioner's variance components (``variance.components``);
+  own name (the primary among them, recomputed with this code, for comparison only), the
+  practitioner's variance components (``variance.components``), and the primary taken
+  apart by family (``families.decompose``: each family's share of the slope's numerator,
+  the slope without each family and within each, AUROC beside the cosine to an
+  independent half's diffmean);
 * ``per_concept.png``: each family's mean AUROC and effect within concepts, and the
   concepts' own slopes around the scored primary;
 * ``per_concept.csv``: per concept, the built directions' spread and the concept's own
@@ -116,6 +119,7 @@ def pooled_exploratory(
     """The exploratory estimands and the per-concept table on the pooled shards (see the
     module's docstring); a PreregistrationError until the pooled primary is scored."""
     from experiments.identify.estimands import estimate_all
+    from experiments.identify.families import decompose
     from experiments.identify.variance import components
 
     folder = shards_root(config) / POOLED
@@ -146,6 +150,10 @@ def pooled_exploratory(
         },
     }
     record["reliability"] = shard_reliabilities(config, len(shards))
+    record["families"] = decompose(
+        frame, n_boot, seed, str(prereg.primary.get("hypothesis", "positive")),
+        prereg.primary.get("equivalence_margin"),
+    ).to_dict()  # fmt: skip
     atomic_write_text(folder / EXPLORATORY_RECORD, json.dumps(record, indent=1, default=str) + "\n")
     atomic_write_text(folder / PER_CONCEPT, table.to_csv(index=False))
     from experiments.identify.figures import pooled_figure
@@ -180,6 +188,10 @@ def exploratory_markdown(record: dict[str, Any]) -> str:
             f"{', '.join(rel['below_floor']) or 'none'}); shards keeping none: "
             f"{', '.join(map(str, record['reliability']['shards_without'])) or 'none'}.",
         ]
+    if "families" in record:
+        from experiments.identify.families import markdown as families_markdown
+
+        lines += families_markdown(record["families"])
     pc = record["per_concept"]
     lines += [
         "",

@@ -6,7 +6,9 @@
 * **The pre-registration** (``identify.preregistration``, committed before any
   held-out run): its hypotheses in prose and ONE primary analysis in a fenced
   ``yaml`` block under a ``primary:`` key (predictor, outcome, strength, control,
-  hypothesis sign, decision rule). A run records the file's sha256 and git commit.
+  hypothesis sign, decision rule). A run records the file's sha256 and git commit. The
+  sha256 covers what was registered: the bytes before :data:`DEVIATIONS_MARKER`, after
+  which deviations are appended as they happen without unbinding the shards.
 * **The binding** (:func:`check_binding`): the primary block names ``config_hash`` (the
   study config's :func:`study_hash`) and ``code_commit``; a held-out run whose config or
   code differs, or that measures the outcome at another strength, is refused (so are
@@ -56,6 +58,9 @@ BINDING_KEYS = ("config_hash", "code_commit")
 ESTIMATORS = ("linear_cos", "flexible_cos", "equal_geometry", "practitioner")
 # v3's estimators: run only on a grid the design simulation passed (a design_table).
 GATED = ("equal_geometry", "practitioner")
+# The line after which a pre-registration's deviations are appended once it is bound: the
+# bytes before it are what was registered (the sha256 runs and ledgers carry).
+DEVIATIONS_MARKER = b"<!-- deviations below are appended after binding, outside the sha256 -->"
 # The estimand each estimator answers (docs/identify.md, "The estimands").
 ESTIMANDS = {
     "linear_cos": "v1_linear_cos",
@@ -168,11 +173,18 @@ def _git(path: Path, *args: str) -> str | None:
     return out.stdout.strip()
 
 
+def registered(data: bytes) -> bytes:
+    """The registered part of a pre-registration's bytes: up to the line
+    :data:`DEVIATIONS_MARKER` (the whole file where there is none)."""
+    at = data.find(b"\n" + DEVIATIONS_MARKER)
+    return data if at < 0 else data[: at + 1]
+
+
 def load_preregistration(path: str | Path) -> Preregistration:
     path = Path(path)
     if not path.exists():
         raise PreregistrationError(f"no pre-registration at {path}")
-    data = path.read_bytes()
+    data = registered(path.read_bytes())
     primary = parse_primary(data.decode("utf-8"))
     dirty = _git(path, "status", "--porcelain", "--", path.name)
     commit = _git(path, "log", "-1", "--format=%H", "--", path.name) if dirty == "" else None

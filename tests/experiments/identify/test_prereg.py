@@ -214,6 +214,15 @@ def test_a_resume_is_held_to_the_binding_a_new_run_is(
         check_resume(load_preregistration(path), config, "r1", prereg.sha256)
     git(repo, "checkout", "--", "prereg.md")
 
+    # a deviation appended after the marker line is not an edit of what was registered
+    from experiments.identify.prereg import DEVIATIONS_MARKER
+
+    with path.open("ab") as f:
+        f.write(DEVIATIONS_MARKER + b"\n\n1. **A deviation**, written when it happened.\n")
+    git(repo, "commit", "-qam", "a deviation")
+    assert load_preregistration(path).sha256 == prereg.sha256
+    assert check_resume(load_preregistration(path), config, "r1", prereg.sha256) == checked
+
     moved = load_config("configs/identify.yaml", ["identify.concept_set=heldout", "seed=7"])
     with pytest.raises(PreregistrationError, match=r"r1: this run's config .* not the one"):
         check_resume(load_preregistration(path), moved, "r1", prereg.sha256)
@@ -249,3 +258,18 @@ def test_the_ledger_is_mirrored_to_its_run_and_written_locally_first(tmp_path, m
     record_heldout(results, {"run_id": "no-such-run", "status": "started", "forced": False})
     assert run_ledger(results, "no-such-run") and (results / LEDGER).exists()
     assert mirror_ledger("no-such-run", results) is False
+
+
+def test_v3s_deviations_leave_the_sha256_its_shards_were_scored_under():
+    """The committed v3 pre-registration lists its deviations after the marker; what was
+    registered, and the sha256 every shard's ledger line carries, is unchanged."""
+    import json
+    from pathlib import Path
+
+    from experiments.identify.prereg import DEVIATIONS_MARKER
+
+    path = Path("docs/preregistration-identify-v3.md")
+    assert DEVIATIONS_MARKER in path.read_bytes()
+    ledger = Path("results-heldout/phase6-identify-v3/shard-0/heldout_ledger.jsonl")
+    scored = json.loads(ledger.read_text().splitlines()[0])["prereg_sha256"]
+    assert load_preregistration(path).sha256 == scored
