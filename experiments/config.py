@@ -270,6 +270,12 @@ class SelectionConfig(_Strict):
     selection_prompts: float = Field(
         0.5, gt=0, lt=1, description="fraction of each concept's prompts used to choose β"
     )
+    samples_per_prompt: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        description="samples per selection prompt (null: generation.samples_per_prompt): "
+        "choose β as a cheaper run did while reporting on more samples",
+    )
 
     @field_validator("beta_grid")
     @classmethod
@@ -487,10 +493,12 @@ class IdentifyConfig(_Strict):
     own around a reference direction, each direction scored as a detector and by how it
     steers (the likelihood outcome on every direction, generations on a subset)."""
 
-    concept_set: Literal["development", "heldout"] = Field(
+    concept_set: Literal["development", "heldout", "listed"] = Field(
         "development",
         description="which half of the concept file to run: development (exploratory) or "
-        "heldout (scored once per pre-registration; `steer-eval identify --heldout`)",
+        "heldout (scored once per pre-registration; `steer-eval identify --heldout`); "
+        "listed: exactly concepts.synsets (exploratory; held-out concepts only once their "
+        "pre-registration's pool is scored)",
     )
     heldout_fraction: float = Field(0.5, gt=0, lt=1, description="share of concepts held out")
     split_seed: Seed = Field(0, description="seeds the development / held-out split")

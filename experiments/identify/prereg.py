@@ -381,6 +381,31 @@ def read_ledgers(paths: list[Path], sha256: str) -> list[dict[str, Any]]:
     return found
 
 
+def check_listed(
+    prereg: Preregistration | None, config: IdentifyStudyConfig, heldout: list[str]
+) -> None:
+    """A listed run (``identify.concept_set: listed``) may take held-out concepts only
+    once their pre-registration's primary is pooled and scored (a ``pooled`` entry in a
+    committed ledger under ``identify.shards_dir`` or in the local one): before that,
+    any number computed on them is a look at the held-out set."""
+    overlap = sorted(set(config.concepts.synsets or []) & set(heldout))
+    if not overlap:
+        return
+    named = f"{len(overlap)} listed concepts ({', '.join(overlap[:3])}, ...) are held out"
+    if prereg is None:
+        raise PreregistrationError(
+            f"{named} by the split, and identify.preregistration names no pre-registration: "
+            "name the one whose held-out set they belong to"
+        )
+    ledgers = [Path(config.results_dir) / LEDGER]
+    ledgers += sorted(Path(config.identify.shards_dir).glob(f"*/{POOLED}/{LEDGER}"))
+    if not any(e.get("status") == POOLED for e in read_ledgers(ledgers, prereg.sha256)):
+        raise PreregistrationError(
+            f"{named} under {prereg.path}, whose primary is not pooled and scored yet: run "
+            "them after `steer-eval identify --pool`, or list development concepts"
+        )
+
+
 def heldout_scorings(
     sha256: str,
     experiment: str,

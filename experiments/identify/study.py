@@ -39,6 +39,7 @@ from experiments.identify.prereg import (
     binding,
     check_binding,
     check_heldout,
+    check_listed,
     check_resume,
     ledger_entry,
     load_preregistration,
@@ -93,7 +94,20 @@ def with_concepts(config: ExperimentConfig) -> tuple[ExperimentConfig, dict[str,
     ``identify.shard``: that shard of the held-out set, ``identify/shards.py``)."""
     sets = concept_sets(config)
     ident = config.identify
-    chosen = sets[ident.concept_set]
+    if ident.concept_set == "listed":
+        chosen = list(config.concepts.synsets or [])
+        if not chosen:
+            raise ConfigError(
+                "identify.concept_set: listed runs exactly concepts.synsets, and it names none: "
+                "list the concepts under concepts.synsets"
+            )
+        unknown = sorted(set(chosen) - {*sets["development"], *sets["heldout"]})
+        if unknown:
+            raise ConfigError(
+                f"concepts.synsets: {', '.join(unknown[:3])} not in {config.concepts.file}"
+            )
+    else:
+        chosen = sets[ident.concept_set]
     if ident.limit:
         chosen = chosen[: ident.limit]
     if ident.shard is not None:
@@ -140,6 +154,8 @@ def run_identify(
         except PreregistrationError:
             if config.identify.concept_set == "heldout":
                 raise
+        if config.identify.concept_set == "listed":
+            check_listed(prereg, config, sets["heldout"])
         if config.identify.concept_set == "heldout":
             assert prereg is not None
             earlier = check_heldout(

@@ -115,8 +115,11 @@ def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[d
         naming = split_prompts(len(g.suppression_prompts), config)
         selection += [offset + i for i in naming[0]]
         report += [offset + i for i in naming[1]]
+    samples = config.generation.samples_per_prompt
+    if split == "selection" and config.selection.samples_per_prompt is not None:
+        samples = config.selection.samples_per_prompt
     for p_idx in selection if split == "selection" else report:
-        for sample in range(config.generation.samples_per_prompt):
+        for sample in range(samples):
             yield {
                 "concept": concept.synset,
                 "concept_name": concept.name,
