@@ -273,3 +273,50 @@ def test_v3s_deviations_leave_the_sha256_its_shards_were_scored_under():
     ledger = Path("results-heldout/phase6-identify-v3/shard-0/heldout_ledger.jsonl")
     scored = json.loads(ledger.read_text().splitlines()[0])["prereg_sha256"]
     assert load_preregistration(path).sha256 == scored
+
+
+def test_a_listed_run_takes_exactly_its_concepts_and_held_out_ones_only_after_the_pool(
+    tmp_path,
+):
+    """``identify.concept_set: listed`` runs concepts.synsets as given; unknown or no
+    concepts are refused; held-out concepts only once their pre-registration's pool is
+    scored (a ``pooled`` ledger entry under identify.shards_dir)."""
+    import json
+
+    from experiments.config import ConfigError, load_config
+    from experiments.identify.prereg import LEDGER, check_listed
+    from experiments.identify.study import concept_sets, with_concepts
+
+    base = load_config("configs/identify.yaml")
+    sets = concept_sets(base)
+    dev, held = sets["development"][:2], sets["heldout"][:1]
+
+    def listed(names, *extra):
+        return load_config(
+            "configs/identify.yaml",
+            ["identify.concept_set=listed", f"concepts.synsets={json.dumps(names)}",
+             f"identify.shards_dir={tmp_path}", f"identify.results_dir={tmp_path / 'r'}",
+             *extra],
+        )  # fmt: skip
+
+    config, _ = with_concepts(listed([*held, *dev]))
+    assert config.concepts.synsets == [*held, *dev]
+    with pytest.raises(ConfigError, match="not in"):
+        with_concepts(listed(["no_such.n.01", *dev]))
+    with pytest.raises(ConfigError, match="names none"):
+        with_concepts(listed([]))
+
+    prereg = load_preregistration("docs/preregistration-identify-v3.md")
+    check_listed(prereg, listed(dev), sets["heldout"])  # development only: no question
+    with pytest.raises(PreregistrationError, match="not pooled and scored yet"):
+        check_listed(prereg, config, sets["heldout"])
+    with pytest.raises(PreregistrationError, match="names no pre-registration"):
+        check_listed(None, config, sets["heldout"])
+    pooled = tmp_path / "some-study" / "pooled"
+    pooled.mkdir(parents=True)
+    entry = {"prereg_sha256": prereg.sha256, "status": "pooled"}
+    (pooled / LEDGER).write_text(json.dumps({**entry, "prereg_sha256": "other"}) + "\n")
+    with pytest.raises(PreregistrationError):  # another pre-registration's pool
+        check_listed(prereg, config, sets["heldout"])
+    (pooled / LEDGER).write_text(json.dumps(entry) + "\n")
+    check_listed(prereg, config, sets["heldout"])

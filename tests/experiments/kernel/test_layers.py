@@ -183,3 +183,26 @@ def test_a_bad_layer_names_the_choices(mlflow_store):
     )
     out = runner.invoke(app, ["run", "--layer", "auto-effect", "--resume", "latest"])
     assert out.exit_code == 2 and "chooses a new run's layer: not with --resume" in _said(out)
+
+
+def test_selection_may_draw_fewer_samples_per_prompt_than_the_report(tmp_path):
+    """``selection.samples_per_prompt`` sets the selection prompts' samples only; the
+    report keeps ``generation.samples_per_prompt``, and unset, both are the same."""
+    graph = load_concepts("data/concepts/wordnet_top10.json", limit=3)
+
+    def samples(config, split):
+        return {m["sample"] for _k, m in planned_rows(config, graph, split)}
+
+    same = layer_config(tmp_path, "generation.samples_per_prompt=4")
+    assert samples(same, "selection") == samples(same, "report") == {0, 1, 2, 3}
+    fewer = layer_config(
+        tmp_path, "generation.samples_per_prompt=4", "selection.samples_per_prompt=1"
+    )
+    assert samples(fewer, "selection") == {0} and samples(fewer, "report") == {0, 1, 2, 3}
+    assert (
+        fewer.config_hash()
+        != same.config_hash()
+        == layer_config(
+            tmp_path, "generation.samples_per_prompt=4", "selection.samples_per_prompt=null"
+        ).config_hash()
+    )
