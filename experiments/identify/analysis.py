@@ -45,6 +45,7 @@ from experiments.identify.estimator import (
     with_probit,
 )
 from experiments.identify.stats import within_reliability
+from experiments.identify.variance import BUILT_FAMILIES
 from metrics.cluster import fisher_z_interval
 from metrics.intervals import Interval, hierarchical_mean
 
@@ -323,9 +324,10 @@ def primary_result(
         fit = cast(dict[str, Any], equal_geometry(
             frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence
         ).to_dict())  # fmt: skip
-    elif estimator == "practitioner":  # v3: the directions people build, one β, bare
+    elif estimator in BUILT_FAMILIES:  # v3, v4: the directions people build, one β, bare
         fit = cast(dict[str, Any], practitioner_slope(
-            frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence
+            frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence,
+            families=BUILT_FAMILIES[estimator],
         ).to_dict())  # fmt: skip
     elif estimator == "flexible_cos":
         covariates = [c for c in controls if c != "cos_ref"]
@@ -357,13 +359,11 @@ def primary_result(
 
 def _entered(estimator: str, rows: pd.DataFrame) -> list[str]:
     """The manipulations the primary's estimator compares."""
-    from experiments.identify.variance import PRACTITIONER
-
     present = sorted(str(m) for m in rows["manipulation"].unique())
     if estimator == "equal_geometry":  # the equal-geometry cells only (below 90°)
         return ["isocos"]
-    if estimator == "practitioner":
-        return [m for m in present if m in PRACTITIONER]
+    if estimator in BUILT_FAMILIES:
+        return [m for m in present if m in BUILT_FAMILIES[estimator]]
     return present
 
 

@@ -55,6 +55,8 @@ ESTIMATOR_WORDS = {
     "flexible_cos": "v2: (concept, manipulation) fixed effects, a spline in cos per manipulation",
     "equal_geometry": "v3: random iso-cos nuisances, within (concept, angle, band), bare",
     "practitioner": "v3: the directions people build, one β, within concept, bare",
+    "practitioner_full_data": "v4's P2: the directions built from the full training set, "
+    "one β, within concept, bare",
 }
 
 

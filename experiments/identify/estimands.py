@@ -57,6 +57,16 @@ def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | N
     return practitioner_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
 
 
+def _practitioner_full_data(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+    from experiments.identify.variance import FULL_DATA
+
+    if not _has_built(frame):
+        return None
+    return practitioner_slope(
+        frame, "effect", "auroc", n_boot=n_boot, seed=seed, families=FULL_DATA
+    )
+
+
 def _practitioner_within_family(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if not _has_built(frame):
         return None
@@ -115,6 +125,17 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "not held fixed: how far a built direction lies from v* is part of why it "
         "detects as it does",
         _practitioner,
+    ),
+    Estimand(
+        "practitioner_full_data",
+        "Among the directions people build for a concept from its full training set, all "
+        "at one β, do the ones that detect better steer the concept better? The primary "
+        "without the diffmeans from fewer texts, whose estimation noise makes them detect "
+        "and steer worse together (identify v4's co-primary P2).",
+        "v*, the logistic C path and the shrinkage (whitened) path (variance.FULL_DATA)",
+        "one β per concept (v*'s held-out strength), compared within concept; geometry "
+        "not held fixed",
+        _practitioner_full_data,
     ),
     Estimand(
         "practitioner_within_family",

@@ -397,6 +397,7 @@ def practitioner_slope(
     seed: int = 0,
     confidence: float = 0.95,
     within_family: bool = False,
+    families: tuple[str, ...] | None = None,
 ) -> ClusterFit:
     """The practitioner's estimand at equal norm (identify v3's primary): among the
     directions people build for a concept (``variance.PRACTITIONER``: v*, the logistic C
@@ -406,10 +407,11 @@ def practitioner_slope(
     and the question is whether detection predicts steering, not why. Clustered by
     concept; the interval by inverting the restricted wild cluster bootstrap test.
     ``within_family``: compared within (concept, family) instead, so that no contrast
-    between ways of building a direction (whitening against the diffmean) enters."""
-    from experiments.identify.variance import practitioner_rows
+    between ways of building a direction (whitening against the diffmean) enters.
+    ``families``: which built directions (``variance.BUILT_FAMILIES``; all four by default)."""
+    from experiments.identify.variance import PRACTITIONER, practitioner_rows
 
-    data = practitioner_rows(frame, y, predictor)
+    data = practitioner_rows(frame, y, predictor, families or PRACTITIONER)
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
     groups = _groups(data, "manipulation") if within_family else data["cell"].to_numpy()

@@ -55,9 +55,11 @@ PRIMARY_KEYS = ("predictor", "outcome", "strength", "control", "hypothesis", "ru
 # What a held-out run is bound to: the study config's hash (``study_hash``) and the commit
 # whose code it was written for (the code paths below must be unchanged since).
 BINDING_KEYS = ("config_hash", "code_commit")
-ESTIMATORS = ("linear_cos", "flexible_cos", "equal_geometry", "practitioner")
+ESTIMATORS = (
+    "linear_cos", "flexible_cos", "equal_geometry", "practitioner", "practitioner_full_data",
+)  # fmt: skip
 # v3's estimators: run only on a grid the design simulation passed (a design_table).
-GATED = ("equal_geometry", "practitioner")
+GATED = ("equal_geometry", "practitioner", "practitioner_full_data")
 # The line after which a pre-registration's deviations are appended once it is bound: the
 # bytes before it are what was registered (the sha256 runs and ledgers carry).
 DEVIATIONS_MARKER = b"<!-- deviations below are appended after binding, outside the sha256 -->"
@@ -67,7 +69,12 @@ ESTIMANDS = {
     "flexible_cos": "equal_norm",
     "equal_geometry": "equal_geometry",
     "practitioner": "practitioner_equal_norm",
+    "practitioner_full_data": "practitioner_full_data",
 }
+# A co-primary (``co_primaries`` in the primary block) names itself and may replace these
+# of the primary's keys; everything else it takes from the primary.
+CO_PRIMARY_KEYS = ("name", "estimand", "estimator", "hypothesis", "sesoi", "equivalence_margin")
+MULTIPLICITY = ("holm",)
 # What flexible_cos may hold beside AUROC: cos(v, v*) (its spline per manipulation) and the
 # dose (log next-token KL of each direction at its β).
 FLEXIBLE_CONTROLS = ("cos_ref", "log_kl")
@@ -113,54 +120,88 @@ def parse_primary(text: str) -> dict[str, Any]:
         body = block.split("```", 1)[0]
         data = yaml.safe_load(body) or {}
         if isinstance(data, dict) and "primary" in data:
-            primary = data["primary"]
-            missing = [k for k in PRIMARY_KEYS if k not in primary]
-            if missing:
-                raise PreregistrationError(f"the primary analysis lacks {missing}")
-            # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
-            from experiments.identify.cells import PREDICTORS
-
-            allowed = (*PREDICTORS, "probit_auroc")
-            if primary["predictor"] not in allowed:
-                raise PreregistrationError(
-                    f"primary predictor {primary['predictor']!r} is not one of {allowed}"
-                )
-            if primary["hypothesis"] not in ("positive", "negative"):
-                raise PreregistrationError("primary hypothesis must be positive or negative")
-            if primary.get("estimator", "linear_cos") not in ESTIMATORS:
-                raise PreregistrationError(
-                    f"primary estimator {primary['estimator']!r} is not one of {ESTIMATORS}"
-                )
-            if primary["outcome"] not in OUTCOMES:
-                raise PreregistrationError(
-                    f"primary outcome {primary['outcome']!r} is not one this study measures "
-                    f"for every direction ({', '.join(OUTCOMES)})"
-                )
-            controls = primary["control"]
-            controls = [controls] if isinstance(controls, str) else list(controls or [])
-            if primary.get("estimator") == "flexible_cos" and (
-                "cos_ref" not in controls or set(controls) - set(FLEXIBLE_CONTROLS)
-            ):
-                raise PreregistrationError(
-                    f"estimator flexible_cos takes control cos_ref (its spline), optionally "
-                    f"with log_kl; got {controls}"
-                )
-            if primary.get("estimator") in GATED and set(controls) - {"none"}:
-                raise PreregistrationError(
-                    f"estimator {primary['estimator']} is bare (control: none): what it "
-                    f"would hold fixed follows from the direction; got {controls}"
-                )
-            for key in ("sesoi", "equivalence_margin"):
-                value = primary.get(key)
-                if value is not None and not (isinstance(value, int | float) and value > 0):
-                    raise PreregistrationError(f"primary {key} must be a positive number")
-            if (
-                primary["predictor"] == "probit_auroc"
-                and primary.get("estimator") != "flexible_cos"
-            ):
-                raise PreregistrationError("probit_auroc is a predictor of estimator flexible_cos")
-            return dict(primary)
+            primary = dict(data["primary"])
+            for co in primaries(primary)[1:]:
+                _check_primary(co)
+            return _check_primary(primary)
     raise PreregistrationError("no ```yaml block with a `primary:` analysis")
+
+
+def primaries(primary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The primary and its co-primaries, each a whole spec: a co-primary is the primary
+    with its own ``name`` and the keys of :data:`CO_PRIMARY_KEYS` it gives; without
+    ``co_primaries`` the primary alone. Several are read together by ``multiplicity``
+    (``holm``: ``identify/multiplicity.py``) at family-wise ``alpha`` (0.05)."""
+    cos = primary.get("co_primaries") or []
+    if not cos:
+        return [primary]
+    if not isinstance(cos, list) or not all(isinstance(c, dict) for c in cos):
+        raise PreregistrationError("co_primaries: give a list of mappings, each with a name")
+    if primary.get("multiplicity") not in MULTIPLICITY:
+        raise PreregistrationError(
+            f"co_primaries need `multiplicity:` one of {MULTIPLICITY} in the primary block"
+        )
+    base = {k: v for k, v in primary.items() if k not in ("co_primaries",)}
+    out = [{**base, "name": primary.get("name", "P1")}]
+    for co in cos:
+        extra = sorted(set(co) - set(CO_PRIMARY_KEYS))
+        if "name" not in co or extra:
+            raise PreregistrationError(
+                f"a co-primary names itself (name:) and may set only {CO_PRIMARY_KEYS}; "
+                f"got {sorted(co)}"
+            )
+        out.append({**base, **co})
+    names = [p["name"] for p in out]
+    if len(set(names)) != len(names):
+        raise PreregistrationError(f"co-primaries need distinct names, got {names}")
+    return out
+
+
+def _check_primary(primary: dict[str, Any]) -> dict[str, Any]:
+    """One primary spec checked (see :func:`parse_primary`); returns it."""
+    missing = [k for k in PRIMARY_KEYS if k not in primary]
+    if missing:
+        raise PreregistrationError(f"the primary analysis lacks {missing}")
+    # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
+    from experiments.identify.cells import PREDICTORS
+
+    allowed = (*PREDICTORS, "probit_auroc")
+    if primary["predictor"] not in allowed:
+        raise PreregistrationError(
+            f"primary predictor {primary['predictor']!r} is not one of {allowed}"
+        )
+    if primary["hypothesis"] not in ("positive", "negative"):
+        raise PreregistrationError("primary hypothesis must be positive or negative")
+    if primary.get("estimator", "linear_cos") not in ESTIMATORS:
+        raise PreregistrationError(
+            f"primary estimator {primary['estimator']!r} is not one of {ESTIMATORS}"
+        )
+    if primary["outcome"] not in OUTCOMES:
+        raise PreregistrationError(
+            f"primary outcome {primary['outcome']!r} is not one this study measures "
+            f"for every direction ({', '.join(OUTCOMES)})"
+        )
+    controls = primary["control"]
+    controls = [controls] if isinstance(controls, str) else list(controls or [])
+    if primary.get("estimator") == "flexible_cos" and (
+        "cos_ref" not in controls or set(controls) - set(FLEXIBLE_CONTROLS)
+    ):
+        raise PreregistrationError(
+            f"estimator flexible_cos takes control cos_ref (its spline), optionally "
+            f"with log_kl; got {controls}"
+        )
+    if primary.get("estimator") in GATED and set(controls) - {"none"}:
+        raise PreregistrationError(
+            f"estimator {primary['estimator']} is bare (control: none): what it "
+            f"would hold fixed follows from the direction; got {controls}"
+        )
+    for key in ("sesoi", "equivalence_margin"):
+        value = primary.get(key)
+        if value is not None and not (isinstance(value, int | float) and value > 0):
+            raise PreregistrationError(f"primary {key} must be a positive number")
+    if primary["predictor"] == "probit_auroc" and primary.get("estimator") != "flexible_cos":
+        raise PreregistrationError("probit_auroc is a predictor of estimator flexible_cos")
+    return primary
 
 
 def _git(path: Path, *args: str) -> str | None:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from experiments.config import IdentifyStudyConfig
+    from experiments.identify.multiplicity import Reading
     from metrics.intervals import Interval
     from steering.models import LoadedModel
 
@@ -231,10 +232,14 @@ def device_counts(frame: pd.DataFrame) -> dict[str, int]:
 
 
 def score_pooled(
-    frame: pd.DataFrame, primary: dict[str, Any], config: IdentifyStudyConfig
+    frame: pd.DataFrame,
+    primary: dict[str, Any],
+    config: IdentifyStudyConfig,
+    confidence: float | None = None,
 ) -> dict[str, Any]:
     """The pre-registered primary on a pooled directions table, as a run scores it
-    (``analysis.primary_result`` with the config's bootstrap settings)."""
+    (``analysis.primary_result`` with the config's bootstrap settings; ``confidence``
+    where Holm's procedure reads it at another level)."""
     from experiments.identify.analysis import primary_result
     from experiments.identify.cells import StudyTables
 
@@ -244,8 +249,22 @@ def score_pooled(
         primary,
         criteria.n_boot,
         config.seed,
-        confidence=criteria.confidence,
+        confidence=criteria.confidence if confidence is None else confidence,
     )
+
+
+def score_primaries(
+    frame: pd.DataFrame, primary: dict[str, Any], config: IdentifyStudyConfig
+) -> list[Reading]:
+    """The primary and its co-primaries (``prereg.primaries``) on the pooled table, read
+    together by Holm's procedure at the block's ``alpha`` (``identify/multiplicity.py``)."""
+    from experiments.identify.multiplicity import holm
+    from experiments.identify.prereg import primaries
+
+    def score(spec: dict[str, Any], confidence: float) -> dict[str, Any]:
+        return score_pooled(frame, spec, config, confidence)
+
+    return holm(primaries(primary), score, float(primary.get("alpha", 0.05)))
 
 
 def pool(
@@ -270,7 +289,9 @@ def pool(
     )
     shards = read_shards(config, held, prereg, bound)
     frame = pooled_directions(shards)
-    primary = score_pooled(frame, prereg.primary, config)
+    co = bool(prereg.primary.get("co_primaries"))
+    readings = score_primaries(frame, prereg.primary, config) if co else []
+    primary = readings[0].result if co else score_pooled(frame, prereg.primary, config)
     forced = bool(earlier) or any(s.forced for s in shards)
     devices = device_counts(frame)
     firsts = frame.drop_duplicates("concept")
@@ -301,6 +322,7 @@ def pool(
             str(c): str(d) for c, d in zip(firsts["concept"], firsts["device"], strict=True)
         },
         "primary": primary,
+        **({"primaries": [r.to_dict() for r in readings]} if co else {}),
     }
     folder = shards_root(config) / POOLED
     folder.mkdir(parents=True, exist_ok=True)
@@ -314,11 +336,31 @@ def pool(
         binding=bound,
         shards={str(s.shard): s.run_id for s in shards},
         primary=primary["verdict"],
+        **({"primaries": {r.name: r.verdict for r in readings}} if co else {}),
         devices=devices,
     )
     record_heldout(config.results_dir, entry)
     append_jsonl(folder / LEDGER, [entry])
     return record
+
+
+def _primaries_lines(readings: list[dict[str, Any]], alpha: float) -> list[str]:
+    """The co-primaries as Holm's procedure read them (none without co-primaries)."""
+    if not readings:
+        return []
+    lines = [
+        f"Co-primaries, read together by Holm's step-down at family-wise α = {alpha:g}:",
+        "",
+        "| primary | estimator | slope (interval) | level | Holm step | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in readings:
+        step = r["holm_step"] or "not settled"
+        lines.append(
+            f"| {r['name']} | {r['estimator']} | {interval_dict_text(r['slope'])} | "
+            f"{r['confidence']:.3f} | {step} | **{r['verdict']}** |"
+        )
+    return [*lines, ""]
 
 
 def pooled_markdown(record: dict[str, Any]) -> str:
@@ -335,6 +377,7 @@ def pooled_markdown(record: dict[str, Any]) -> str:
         f"strength {spec['strength']}, hypothesis {spec['hypothesis']}): "
         f"{interval_dict_text(primary['slope'])} — **{primary['verdict']}**",
         "",
+        *_primaries_lines(record.get("primaries", []), float(spec.get("alpha", 0.05))),
         f"{record['n_concepts']} concepts from {len(record['shards'])} shards of "
         f"{record['shard_size']}; concepts per device (a concept-level factor): {devices}",
         "",

@@ -90,13 +90,26 @@ def equal_geometry_rows(
 # fewer training texts. Label noise (a degraded v*), the rotations and iso-cos nuisances
 # (made to move geometry) and the nulls are not among them.
 PRACTITIONER = ("reference", "logistic", "shrinkage", "size")
+# The built directions fitted on the full training set: the practitioner's without the
+# diffmeans from fewer texts, whose estimation noise carried v3's pooled slope (identify
+# v4's co-primary P2).
+FULL_DATA = ("reference", "logistic", "shrinkage")
+# The families each practitioner estimator compares, by the estimator's name.
+BUILT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "practitioner": PRACTITIONER,
+    "practitioner_full_data": FULL_DATA,
+}
 
 
 def practitioner_rows(
-    frame: pd.DataFrame, y: str = "effect", predictor: str = "auroc"
+    frame: pd.DataFrame,
+    y: str = "effect",
+    predictor: str = "auroc",
+    families: tuple[str, ...] = PRACTITIONER,
 ) -> pd.DataFrame:
-    """The rows the practitioner estimands compare, each concept its own cell."""
-    rows = frame[frame["manipulation"].isin(PRACTITIONER)]
+    """The rows the practitioner estimands compare (``families`` of built directions),
+    each concept its own cell."""
+    rows = frame[frame["manipulation"].isin(families)]
     rows = rows.dropna(subset=["concept", y, predictor])
     return rows.assign(cell=rows["concept"].astype(str))
 
@@ -105,12 +118,12 @@ WORDS = {"equal_geometry": "an equal-geometry", "practitioner": "a practitioner'
 POPULATIONS = tuple(WORDS)  # the rows components() can measure
 
 
-def practitioner_truth(frame: pd.DataFrame) -> float:
+def practitioner_truth(frame: pd.DataFrame, families: tuple[str, ...] = PRACTITIONER) -> float:
     """The practitioner's estimand in one toy, without noise: the pooled within-concept
     slope of the effect's mean (``effect_mean``: the concepts' slopes at their mean) on
     AUROC as measured, over the practitioner's directions. AUROC's measurement error is
     part of the estimand (the question is about AUROC as a practitioner measures it)."""
-    rows = practitioner_rows(frame, "effect_mean")
+    rows = practitioner_rows(frame, "effect_mean", families=families)
     groups = rows["cell"].to_numpy()
     x = demean(rows[["auroc"]].to_numpy(np.float64), groups)[:, 0]
     y = demean(rows[["effect_mean"]].to_numpy(np.float64), groups)[:, 0]

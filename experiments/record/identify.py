@@ -46,12 +46,16 @@ class PrimaryResult(BaseModel):
     verdict: Literal[
         "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
     ]
-    estimator: Literal["linear_cos", "flexible_cos", "equal_geometry", "practitioner"] = Field(
+    estimator: Literal[
+        "linear_cos", "flexible_cos", "equal_geometry", "practitioner", "practitioner_full_data"
+    ] = Field(
         "linear_cos",
         description="linear_cos: v1 (concept fixed effects, one straight line in cos, concept "
         "bootstrap); flexible_cos: v2 (identify/estimator.py); equal_geometry: v3 (random "
         "iso-cos nuisances, within (concept, angle, band), bare); practitioner: v3's "
-        "primary (the directions people build, one β, within concept, bare)",
+        "primary (the directions people build, one β, within concept, bare); "
+        "practitioner_full_data: v4's P2 (as practitioner, without the diffmeans from "
+        "fewer texts)",
     )
     manipulations: list[str] | None = Field(
         None,

@@ -253,3 +253,47 @@ def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothi
     assert again["shards_without"] == [1]
     assert again["primary_outcome"]["below_floor"] == ["0"]
     assert again["by_key"]["effect_practitioner_directions"]["0"]["estimate"] == 0.4
+
+
+def test_co_primaries_are_pooled_once_and_read_together_by_holm(
+    tmp_path, mlflow_store, bound_preregistration, primary
+):
+    """A primary block with a co-primary: the pool scores both on the concatenated table,
+    each at the level Holm's step-down reads it, records both verdicts in the record, the
+    answer and the ledger line; the record's `primary` stays P1's."""
+    from experiments.identify.multiplicity import holm
+    from experiments.identify.prereg import primaries
+    from experiments.identify.study import concept_sets
+
+    text = primary.replace(
+        "  rule:",
+        "  name: P1\n  multiplicity: holm\n  alpha: 0.05\n  co_primaries:\n"
+        "    - {name: P2, estimator: flexible_cos}\n  rule:",
+    )
+    path = bound_preregistration(
+        tmp_path / "repo", lambda p: study_hash(config_for(tmp_path, p)), text
+    )
+    config, prereg = config_for(tmp_path, path), load_preregistration(path)
+    held = concept_sets(config)["heldout"]
+    toy, shards = toy_shards(config, held)
+    for k, frame in enumerate(shards):
+        finish_shard(config, prereg, k, frame, tmp_path)
+    record = pool(config, held, prereg, binding(prereg, config), False)
+
+    def score(spec, confidence):
+        return score_pooled(toy.assign(device="x"), spec, config, confidence)
+
+    expected = holm(primaries(prereg.primary), score, 0.05)
+    got = record["primaries"]
+    assert [r["name"] for r in got] == ["P1", "P2"]
+    assert [r["estimator"] for r in got] == ["linear_cos", "flexible_cos"]
+    for r, e in zip(got, expected, strict=True):
+        assert r["verdict"] == e.verdict and r["confidence"] == pytest.approx(e.confidence)
+        assert r["slope"] == pytest.approx(e.result["slope"])
+        assert r["confidence"] in (pytest.approx(0.975), pytest.approx(0.95))
+    assert record["primary"]["verdict"] == got[0]["verdict"]
+    pooled = [json.loads(line) for line in committed_ledgers(config)[-1].read_text().splitlines()]
+    assert pooled[0]["primaries"] == {"P1": got[0]["verdict"], "P2": got[1]["verdict"]}
+    answer = (shards_root(config) / "pooled" / "answer.md").read_text()
+    assert "Holm's step-down at family-wise α = 0.05" in answer
+    assert "| P2 | flexible_cos |" in answer
