@@ -502,6 +502,12 @@ class IdentifyConfig(_Strict):
     )
     heldout_fraction: float = Field(0.5, gt=0, lt=1, description="share of concepts held out")
     split_seed: Seed = Field(0, description="seeds the development / held-out split")
+    offset: Annotated[int, OMIT_IF_DEFAULT] = Field(
+        0,
+        ge=0,
+        description="skip the set's first N concepts (before limit and shards): a later "
+        "study on the rest of a held-out set (identify v4 after v3's first 300)",
+    )
     limit: int | None = Field(None, ge=2, description="only the first N concepts of the set")
     shard_size: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
         None,
@@ -586,6 +592,13 @@ class IdentifyConfig(_Strict):
         "every held-out text, validation and test together (v3: AUROC needs no threshold, "
         "so the validation split's texts halve its measurement error; calibrated F1 stays "
         "on the test split with the validation threshold)",
+    )
+    geometry_texts: Annotated[Literal["none", "validation"], OMIT_IF_DEFAULT] = Field(
+        "none",
+        description="v4: every direction's cosine to the unit diffmean of the concept's "
+        "validation texts (templates disjoint from every builder's training texts and from "
+        "the test texts AUROC then ranks) is the column cos_validation: a geometry no "
+        "builder and no detector saw, beside AUROC; needs auroc_texts: test",
     )
     reference_halves: Annotated[bool, OMIT_IF_DEFAULT] = Field(
         False,
@@ -715,6 +728,15 @@ class IdentifyConfig(_Strict):
         if 0.0 in value or len(set(value)) != len(value):
             raise ValueError("non-zero, distinct strengths (0 is the reference), e.g. [1.0]")
         return value
+
+    @model_validator(mode="after")
+    def _geometry_texts(self) -> IdentifyConfig:
+        if self.geometry_texts == "validation" and self.auroc_texts != "test":
+            raise ValueError(
+                "identify.geometry_texts: validation measures geometry on the validation "
+                "texts, so AUROC must rank the test texts only: set identify.auroc_texts: test"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sharded(self) -> IdentifyConfig:

@@ -195,6 +195,11 @@ def build_tables(
                     **det.metrics(),
                     "cos_ref": float(vector @ v_star),
                     **({"cos_half": float(vector @ second_half[concept])} if second_half else {}),
+                    **(
+                        {"cos_validation": float(vector @ directions.validation[concept])}
+                        if directions.validation
+                        else {}
+                    ),
                     **{
                         p: float(np.mean(out[p])) if p in out else np.nan for p in OUTPUT_PREDICTORS
                     },

@@ -121,11 +121,13 @@ def collect(
 class DirectionSet:
     """Every concept's directions (:class:`steering.vector.Direction`, float64, in the
     grid's order), the specs they were built from and, with ``identify.reference_halves``,
-    each concept's diffmean from the other half of its templates (v* is the first's)."""
+    each concept's diffmean from the other half of its templates (v* is the first's); with
+    ``identify.geometry_texts: validation``, its unit diffmean of the validation texts."""
 
     specs: list[DirectionSpec]
     by_concept: dict[str, dict[str, Direction]]
     second_half: dict[str, np.ndarray] = field(default_factory=dict)
+    validation: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def concepts(self) -> list[str]:
@@ -222,4 +224,9 @@ def build_directions(
             mine[spec.id] = Direction.of(concept, spec.id, unit(vector), facts=facts or {})
         by_concept[concept] = mine
     present = {i for mine in by_concept.values() for i in mine}
-    return DirectionSet([s for s in specs if s.id in present], by_concept, second)
+    checks = {}
+    if ident.geometry_texts == "validation":  # texts no builder trained on, AUROC never ranks
+        for concept, d in data.concepts.items():
+            x, y = d.validation
+            checks[concept] = unit(x[y == 1].mean(axis=0) - x[y == 0].mean(axis=0))
+    return DirectionSet([s for s in specs if s.id in present], by_concept, second, checks)

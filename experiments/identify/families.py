@@ -7,8 +7,9 @@ within-concept least-squares slope is Σ x·y / Σ x² over rows, x and y centre
 concept, so each family's part of the numerator Σ x·y says which rows make the slope.
 Refitting without each family, and within (concept, family), says whether the better
 detector steers better along one builder's own path or only between builders. The
-outcome's within-concept R² on AUROC beside its R² on the cosine to an independent half's
-diffmean (``cos_half``) says whether detection predicts beyond geometry. Every refit is
+outcome's within-concept R² on AUROC beside its R² on the cosine to a diffmean from texts
+apart from v*'s (:data:`GEOMETRY_COLUMNS`) says whether detection predicts beyond
+geometry. Every refit is
 read by the pre-registered rule for comparison only: none of them is confirmatory.
 """
 
@@ -51,16 +52,24 @@ class Refit:
     verdict: str
 
 
+# The geometry measures, best first: the cosine to the diffmean of the validation texts
+# (v4: no builder trained on them and AUROC does not rank them), else to the other half's
+# diffmean (v3: independent of v*'s texts only; the other builders trained on that half).
+GEOMETRY_COLUMNS = ("cos_validation", "cos_half")
+
+
 @dataclass(frozen=True)
 class Geometry:
-    """The outcome within concept on AUROC beside its geometry: R² (concept bootstrap) of
-    the effect on AUROC, on ``cos_half`` and on both, and AUROC's slope beside cos_half."""
+    """The outcome within concept on AUROC beside its geometry (``column``, one of
+    :data:`GEOMETRY_COLUMNS`): R² (concept bootstrap) of the effect on AUROC, on the
+    cosine and on both, and AUROC's slope beside the cosine."""
 
+    column: str
     r2_auroc: Interval
-    r2_cos_half: Interval
+    r2_cos: Interval
     r2_both: Interval
     slope_auroc_beside_cos: ClusterFit
-    slope_cos_half: ClusterFit
+    slope_cos: ClusterFit
 
 
 @dataclass(frozen=True)
@@ -147,12 +156,14 @@ def _r2(sums: list[np.ndarray], columns: list[int]) -> float | None:
 
 
 def geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> Geometry | None:
-    """AUROC beside the cosine to an independent half's diffmean (see the module's
-    docstring); None where the table has no ``cos_half``."""
-    if "cos_half" not in frame or frame["cos_half"].isna().all():
+    """AUROC beside a direction's geometry measured on texts apart from v*'s (see the
+    module's docstring and :data:`GEOMETRY_COLUMNS`); None where the table has neither."""
+    present = [c for c in GEOMETRY_COLUMNS if c in frame and frame[c].notna().any()]
+    if not present:
         return None
-    data = practitioner_rows(frame).dropna(subset=["cos_half"])
-    cols = ["auroc", "cos_half", "effect"]
+    column = present[0]
+    data = practitioner_rows(frame).dropna(subset=[column])
+    cols = ["auroc", column, "effect"]
     concepts = data["concept"].to_numpy()
     centred = demean(data[cols].to_numpy(np.float64), concepts)
     sums = [centred[concepts == c].T @ centred[concepts == c] for c in pd.unique(concepts)]
@@ -166,7 +177,9 @@ def geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> Geometry | None:
     def slope(x: np.ndarray) -> ClusterFit:
         return wild_cluster_restricted(x, centred[:, 2], concepts, 0, n_boot=n_boot, seed=seed)
 
-    return Geometry(r2([0]), r2([1]), r2([0, 1]), slope(centred[:, :2]), slope(centred[:, 1:2]))
+    return Geometry(
+        column, r2([0]), r2([1]), r2([0, 1]), slope(centred[:, :2]), slope(centred[:, 1:2])
+    )
 
 
 def decompose(
@@ -214,8 +227,8 @@ def markdown(block: dict[str, object]) -> list[str]:
         lines += [
             "",
             "Within concept, the effect's R² on AUROC "
-            f"{_cell(geo['r2_auroc'])}, on the cosine to an independent half's diffmean "
-            f"{_cell(geo['r2_cos_half'])}, on both {_cell(geo['r2_both'])}; AUROC's slope "
+            f"{_cell(geo['r2_auroc'])}, on the cosine `{geo['column']}` "
+            f"{_cell(geo['r2_cos'])}, on both {_cell(geo['r2_both'])}; AUROC's slope "
             f"beside that cosine {_cell(geo['slope_auroc_beside_cos'])}.",
         ]
     return lines

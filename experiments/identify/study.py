@@ -90,7 +90,8 @@ def concept_sets(config: ExperimentConfig) -> dict[str, list[str]]:
 
 
 def with_concepts(config: ExperimentConfig) -> tuple[ExperimentConfig, dict[str, list[str]]]:
-    """The config restricted to its concept set (``identify.limit``: the first N;
+    """The config restricted to its concept set (``identify.offset``: from the N+1th;
+    ``identify.limit``: the first N;
     ``identify.shard``: that shard of the held-out set, ``identify/shards.py``)."""
     sets = concept_sets(config)
     ident = config.identify
@@ -108,6 +109,7 @@ def with_concepts(config: ExperimentConfig) -> tuple[ExperimentConfig, dict[str,
             )
     else:
         chosen = sets[ident.concept_set]
+    chosen = chosen[ident.offset :]
     if ident.limit:
         chosen = chosen[: ident.limit]
     if ident.shard is not None:

@@ -309,3 +309,37 @@ def test_random_signs_spread_the_noise_along_v_star_inside_a_band():
     drawn = random_nuisances(sigma, v_star, 40, 4, 0, "x")
     cross = [float(v_star @ sigma @ u) for u, b in drawn if b == 1]
     assert np.std(cross) > 0.05 * np.sqrt(float(v_star @ sigma @ v_star))
+
+
+def test_the_validation_geometry_is_the_unit_diffmean_of_texts_no_builder_saw():
+    """``identify.geometry_texts: validation`` (v4): each concept's check direction is the
+    unit diffmean of its validation texts, which every builder leaves out; it needs AUROC
+    on the test texts only, so the detector never ranks the texts geometry is read on."""
+    from pydantic import ValidationError
+
+    from experiments.config import load_config
+    from experiments.identify.data import ConceptData, StudyData, build_directions
+
+    config = load_config(
+        "configs/identify.yaml",
+        ["identify.geometry_texts=validation", "identify.auroc_texts=test"],
+    )
+    rng = np.random.default_rng(3)
+    concepts = {}
+    for k, name in enumerate(("a.n.01", "b.n.01")):
+        x = rng.standard_normal((20, 8))
+        y = np.array([1] * 10 + [0] * 10)
+        x[y == 1, k] += 3.0  # each concept's validation contrast along its own axis
+        test = (rng.standard_normal((20, 8)), y)
+        concepts[name] = ConceptData(name, training_set(16, seed=k), (x, y), test)
+    data = StudyData(concepts, rng.standard_normal((30, 8)))
+    found = build_directions(config, data)
+    for k, (name, d) in enumerate(concepts.items()):
+        x, y = d.validation
+        expected = unit(x[y == 1].mean(axis=0) - x[y == 0].mean(axis=0))
+        np.testing.assert_allclose(found.validation[name], expected)
+        assert np.argmax(np.abs(found.validation[name])) == k
+    plain = build_directions(load_config("configs/identify.yaml"), data)
+    assert plain.validation == {}
+    with pytest.raises((ValidationError, ValueError), match="auroc_texts: test"):
+        IdentifyConfig(geometry_texts="validation", auroc_texts="held_out")

@@ -67,7 +67,7 @@ def test_the_size_family_carries_a_slope_it_plants_and_the_rest_read_nothing() -
     assert by["within size alone"].verdict == "supported"
     assert "within reference alone" not in by  # v*: one direction per concept, no slope
     assert d.geometry is not None
-    assert d.geometry.r2_cos_half.estimate > d.geometry.r2_auroc.estimate
+    assert d.geometry.r2_cos.estimate > d.geometry.r2_auroc.estimate
     text = "\n".join(markdown(d.to_dict()))
     assert "without size" in text and "size 7" in text
 
@@ -82,9 +82,14 @@ def test_between_family_share_is_one_when_auroc_only_moves_between_families() ->
     assert between_family_share(pd.DataFrame(rows)) == pytest.approx(1.0)
 
 
-def test_a_table_without_cos_half_has_no_geometry_block() -> None:
-    frame = _noisy_estimates(1, n_concepts=5).drop(columns="cos_half")
-    assert geometry(frame, n_boot=99, seed=0) is None
+def test_the_geometry_is_read_on_the_validation_texts_where_a_run_has_them() -> None:
+    frame = _noisy_estimates(1, n_concepts=5)
+    half = geometry(frame, n_boot=99, seed=0)
+    assert half is not None and half.column == "cos_half"
+    both = frame.assign(cos_validation=frame["cos_half"] + 0.01)
+    found = geometry(both, n_boot=99, seed=0)
+    assert found is not None and found.column == "cos_validation"
+    assert geometry(frame.drop(columns="cos_half"), n_boot=99, seed=0) is None
 
 
 @settings(max_examples=30, deadline=None)

@@ -320,3 +320,28 @@ def test_a_listed_run_takes_exactly_its_concepts_and_held_out_ones_only_after_th
         check_listed(prereg, config, sets["heldout"])
     (pooled / LEDGER).write_text(json.dumps(entry) + "\n")
     check_listed(prereg, config, sets["heldout"])
+
+
+def test_an_offset_takes_the_rest_of_a_set_and_is_part_of_the_study():
+    """``identify.offset`` (v4 after v3's first 300): the set from its N+1th concept,
+    before limit and shards, and a different study hash than the set from its start."""
+    from experiments.config import load_config
+    from experiments.identify.prereg import study_hash
+    from experiments.identify.study import concept_sets, with_concepts
+
+    base = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
+    held = concept_sets(base)["heldout"]
+    later = load_config(
+        "configs/identify.yaml",
+        ["identify.concept_set=heldout", "identify.offset=2", "identify.limit=2"],
+    )
+    assert with_concepts(later)[0].concepts.synsets == held[2:4]
+    assert study_hash(later) != study_hash(
+        load_config("configs/identify.yaml", ["identify.concept_set=heldout", "identify.limit=2"])
+    )
+    assert (
+        base.config_hash()
+        == load_config(
+            "configs/identify.yaml", ["identify.concept_set=heldout", "identify.offset=0"]
+        ).config_hash()
+    )
