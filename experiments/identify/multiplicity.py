@@ -23,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-UNSETTLED = ("inconclusive", "not_evaluable")
+# Verdicts that settle nothing: no claim, no estimate, or (the reliability floor) a
+# primary the pre-registration calls uninformative whatever its interval.
+UNSETTLED = ("inconclusive", "not_evaluable", "uninformative")
 Score = Callable[[dict[str, Any], float], dict[str, Any]]  # (spec, confidence) -> result
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from experiments.answer import interval_dict_text
@@ -44,15 +45,21 @@ from experiments.identify.prereg import (
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from experiments.config import IdentifyStudyConfig
+    from experiments.identify.cells import StudyTables
     from experiments.identify.multiplicity import Reading
     from metrics.intervals import Interval
     from steering.models import LoadedModel
 
 SHARD_FILE = "shard.json"  # the shard's run id, concepts and devices
 RELIABILITY_FILE = "reliability.json"  # the shard record's outcome reliabilities
+# Per built-direction population, measure and concept, the demeaned split-half sums the
+# within-concept reliability is computed from (stats.reliability_of_sums): what the pool
+# needs to check the pre-registration's reliability floor over every shard.
+RELIABILITY_SUMS = "reliability_sums.npz"
+FLOOR_MEASURE = "effect"  # the floor is the likelihood outcome's reliability
 POOLED_RECORD = "pooled.json"
 POOLED_ANSWER = "answer.md"
 POOLED_FORMAT = "steer-eval/identify-pooled"
@@ -97,6 +104,18 @@ def device_of(lm: LoadedModel) -> str:
     return f"{lm.device.type}/{str(lm.dtype).removeprefix('torch.')}"
 
 
+def keep_ledger(config: IdentifyStudyConfig, run_id: str, k: int) -> Path:
+    """Append this run's ledger lines to shard ``k``'s committed folder (every run of the
+    shard, kept across forced re-scorings and aborted runs, each line once); the folder."""
+    folder = shard_folder(config, k)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(e, sort_keys=True) for e in read_jsonl(folder / LEDGER)]
+    lines += [json.dumps(e, sort_keys=True) for e in run_ledger(config.results_dir, run_id)]
+    unique = list(dict.fromkeys(lines))
+    atomic_write_text(folder / LEDGER, "".join(line + "\n" for line in unique))
+    return folder
+
+
 def keep_shard(
     config: IdentifyStudyConfig,
     run_id: str,
@@ -104,23 +123,19 @@ def keep_shard(
     k: int,
     concepts: list[str],
     reliability: Mapping[str, Interval] | None = None,
+    sums: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
     """Copy a finished shard's ``directions.csv`` and its ledger lines (every run of this
     shard, kept across forced re-scorings) to its committed folder, with ``shard.json``
     (the run, its concepts, the devices its sessions ran on) and, given the record's
     ``outcome_reliability``, ``reliability.json``: the split-half reliabilities need the
-    per-pair rows that stay in the run folder, and the pre-registration reads them.
-    Returns the folder."""
-    folder = shard_folder(config, k)
-    folder.mkdir(parents=True, exist_ok=True)
+    per-pair rows that stay in the run folder, and the pre-registration reads them; given
+    ``sums`` (:func:`reliability_sums`), ``reliability_sums.npz``, from which the pool
+    computes the reliabilities over every shard. Returns the folder."""
+    folder = keep_ledger(config, run_id, k)
     source = Path(run_dir) / RunDir.DIRECTIONS
     atomic_write_text(folder / RunDir.DIRECTIONS, source.read_text(encoding="utf-8"))
     entries = run_ledger(config.results_dir, run_id)
-    kept = read_jsonl(folder / LEDGER)
-    lines = [json.dumps(e, sort_keys=True) for e in kept]
-    lines += [json.dumps(e, sort_keys=True) for e in entries]
-    unique = list(dict.fromkeys(lines))
-    atomic_write_text(folder / LEDGER, "".join(line + "\n" for line in unique))
     devices = sorted({str(e["device"]) for e in entries if e.get("device")})
     info = {
         "shard": k,
@@ -136,7 +151,59 @@ def keep_shard(
         atomic_write_text(
             folder / RELIABILITY_FILE, json.dumps(kept_reliability, indent=1, default=str) + "\n"
         )
+    if sums:
+        partial = folder / (RELIABILITY_SUMS + ".partial")
+        # numpy types savez's keyword arrays against its own allow_pickle: call it untyped.
+        savez: Callable[..., None] = np.savez_compressed
+        with partial.open("wb") as f:
+            savez(f, **dict(sums))
+        partial.replace(folder / RELIABILITY_SUMS)
     return folder
+
+
+def reliability_sums(tables: StudyTables) -> dict[str, np.ndarray]:
+    """Per built-direction population (``variance.BUILT_FAMILIES``), measure (the
+    likelihood effect, AUROC) and concept, the demeaned split-half sums; keyed
+    ``population|measure|concept``."""
+    from experiments.identify.stats import demeaned_halves
+    from experiments.identify.variance import BUILT_FAMILIES, practitioner_rows
+
+    out = {}
+    for population, families in BUILT_FAMILIES.items():
+        rows = practitioner_rows(tables.directions, FLOOR_MEASURE, families=families)
+        for measure in (FLOOR_MEASURE, "auroc"):
+            for concept, sums in demeaned_halves(tables.halves_for(measure, rows)).items():
+                out[f"{population}|{measure}|{concept}"] = sums
+    return out
+
+
+def pooled_reliability(
+    folders: Mapping[int, Path], population: str, n_boot: int, seed: int
+) -> dict[str, Any]:
+    """The likelihood's within-concept reliability among ``population``'s directions,
+    pooled over the shards that kept their sums and per shard, with the shards that
+    kept none."""
+    from experiments.identify.stats import reliability_of_sums
+
+    prefix = f"{population}|{FLOOR_MEASURE}|"
+    per_shard: dict[int, dict[str, np.ndarray]] = {}
+    for k, folder in folders.items():
+        path = folder / RELIABILITY_SUMS
+        if path.is_file():
+            with np.load(path) as kept:
+                per_shard[k] = {
+                    n[len(prefix) :]: kept[n] for n in kept.files if n.startswith(prefix)
+                }
+    pooled = {c: v for sums in per_shard.values() for c, v in sums.items()}
+    return {
+        "population": population,
+        "pooled": reliability_of_sums(pooled, n_boot=n_boot, seed=seed).to_dict(),
+        "by_shard": {
+            str(k): reliability_of_sums(v, n_boot=n_boot, seed=seed).to_dict()
+            for k, v in per_shard.items()
+        },
+        "shards_without": sorted(set(folders) - set(per_shard)),
+    }
 
 
 @dataclass(frozen=True)
@@ -253,16 +320,50 @@ def score_pooled(
     )
 
 
+def reliability_floors(
+    config: IdentifyStudyConfig, primary: dict[str, Any], shards: list[ShardRun]
+) -> dict[str, dict[str, Any]]:
+    """Per primary with a built-direction population, the pre-registration's floor
+    (``reliability_floor``) beside the likelihood's pooled reliability on its rows; empty
+    where the block names no floor."""
+    from experiments.identify.prereg import primaries
+    from experiments.identify.variance import BUILT_FAMILIES
+
+    floor = primary.get("reliability_floor")
+    if floor is None:
+        return {}
+    folders = {s.shard: shard_folder(config, s.shard) for s in shards}
+    n_boot, seed = config.criteria.n_boot, config.seed
+    out = {}
+    for spec in primaries(primary):
+        population = str(spec.get("estimator"))
+        if population in BUILT_FAMILIES:
+            found = pooled_reliability(folders, population, n_boot, seed)
+            estimate = found["pooled"]["estimate"]
+            met = estimate is not None and estimate >= float(floor)
+            out[str(spec.get("name", "P1"))] = {**found, "floor": float(floor), "met": met}
+    return out
+
+
 def score_primaries(
-    frame: pd.DataFrame, primary: dict[str, Any], config: IdentifyStudyConfig
+    frame: pd.DataFrame,
+    primary: dict[str, Any],
+    config: IdentifyStudyConfig,
+    floors: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Reading]:
     """The primary and its co-primaries (``prereg.primaries``) on the pooled table, read
-    together by Holm's procedure at the block's ``alpha`` (``identify/multiplicity.py``)."""
+    together by Holm's procedure at the block's ``alpha`` (``identify/multiplicity.py``);
+    a primary whose rows miss the reliability floor (``floors``) is ``uninformative``,
+    whatever its interval, and settles nothing."""
     from experiments.identify.multiplicity import holm
     from experiments.identify.prereg import primaries
 
     def score(spec: dict[str, Any], confidence: float) -> dict[str, Any]:
-        return score_pooled(frame, spec, config, confidence)
+        result = score_pooled(frame, spec, config, confidence)
+        floor = (floors or {}).get(str(spec.get("name", "P1")))
+        if floor is not None and not floor["met"]:
+            result = {**result, "verdict": "uninformative", "read": result["verdict"]}
+        return result
 
     return holm(primaries(primary), score, float(primary.get("alpha", 0.05)))
 
@@ -289,8 +390,9 @@ def pool(
     )
     shards = read_shards(config, held, prereg, bound)
     frame = pooled_directions(shards)
+    floors = reliability_floors(config, prereg.primary, shards)
     co = bool(prereg.primary.get("co_primaries"))
-    readings = score_primaries(frame, prereg.primary, config) if co else []
+    readings = score_primaries(frame, prereg.primary, config, floors) if co else []
     primary = readings[0].result if co else score_pooled(frame, prereg.primary, config)
     forced = bool(earlier) or any(s.forced for s in shards)
     devices = device_counts(frame)
@@ -323,6 +425,7 @@ def pool(
         },
         "primary": primary,
         **({"primaries": [r.to_dict() for r in readings]} if co else {}),
+        **({"reliability_floor": floors} if floors else {}),
     }
     folder = shards_root(config) / POOLED
     folder.mkdir(parents=True, exist_ok=True)

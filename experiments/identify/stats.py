@@ -210,7 +210,16 @@ def within_reliability(
 
     ``halves[concept]`` is [cells, splits, 2]: each cell's value on half A and half B of
     its units for each split (the same splits for every cell of the concept)."""
-    sums = demeaned_halves(halves)
+    return reliability_of_sums(
+        demeaned_halves(halves), n_boot=n_boot, seed=seed, confidence=confidence
+    )
+
+
+def reliability_of_sums(
+    sums: Mapping[str, np.ndarray], *, n_boot: int, seed: int, confidence: float = 0.95
+) -> Interval:
+    """:func:`within_reliability` from each concept's demeaned sums ([splits, 3],
+    :func:`demeaned_halves`): what a shard keeps, so shards pool without their rows."""
     if len(sums) < 2:
         return not_evaluable(f"{len(sums)} concepts with at least 2 cells")
     return hierarchical_bootstrap(

@@ -47,7 +47,14 @@ from experiments.identify.prereg import (
     run_ledger,
     split_concepts,
 )
-from experiments.identify.shards import committed_ledgers, device_of, keep_shard, shard_concepts
+from experiments.identify.shards import (
+    committed_ledgers,
+    device_of,
+    keep_ledger,
+    keep_shard,
+    reliability_sums,
+    shard_concepts,
+)
 from experiments.identify.stages import Directions, directions
 from experiments.identify.stages import outcomes as stage_outcomes
 from experiments.identify.tabulate import Analysed, analyse_study
@@ -171,14 +178,21 @@ def run_identify(
     if not isinstance(config, IdentifyStudyConfig):
         raise ConfigError(f"identify takes an identify config, not {config.phase!r}")
     study = Identify(sets, prereg, forced, bound, on_batch, started)
-    ran = run_study(
-        study,
-        config,
-        resume=Resume(resume) if resume else None,
-        lm=lm,
-        embedder=embedder,
-        progress=say,
-    )
+    try:
+        ran = run_study(
+            study,
+            config,
+            resume=Resume(resume) if resume else None,
+            lm=lm,
+            embedder=embedder,
+            progress=say,
+        )
+    except BaseException:  # an aborted shard leaves its ledger lines where they are kept
+        shard = config.identify.shard if config.identify.concept_set == "heldout" else None
+        if shard is not None and study.run_id is not None:
+            kept = keep_ledger(config, study.run_id, shard)
+            say(f"shard {shard} stopped; its ledger lines kept in {kept}: commit them")
+        raise
     record = ran.record
     if record.concept_set == "heldout":  # the ledger: scored once, after publishing
         tracking.client().set_tag(ran.run_id, "identify.scored", "true")
@@ -195,6 +209,7 @@ def run_identify(
             kept = keep_shard(
                 record.config, ran.run_id, ran.run_dir, shard,
                 list(record.config.concepts.synsets or []), record.outcome_reliability,
+                reliability_sums(ran.products.tables),
             )  # fmt: skip
             say(f"shard {shard} kept in {kept}: commit it")
     return IdentifyResult(ran.run_id, ran.run_dir, record, ran.products.tables.directions)
@@ -287,6 +302,7 @@ class Identify:
         ``bound``: the binding a held-out run was checked against, new or resumed."""
         self.sets, self.prereg, self.forced, self.bound = sets, prereg, forced, bound
         self.on_batch, self.started_at = on_batch, started
+        self.run_id: str | None = None  # once the run is open: an aborted shard's ledger
         self.device: str | None = None  # where the model computes (``cpu/float32``), once begun
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
@@ -327,6 +343,7 @@ class Identify:
         )
         if prereg is not None:
             atomic_write_text(run_dir.file(RunDir.PREREGISTRATION), prereg.path.read_text())
+        self.run_id = session.run_id
         if ident.concept_set == "heldout":
             assert session.run_id is not None
             record_heldout(

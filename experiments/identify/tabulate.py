@@ -115,9 +115,9 @@ def analyse_study(
         cast(dict[str, float], base.groupby("concept")["e"].mean().to_dict()) if len(base) else {}
     )
     n_boot, seed = config.criteria.n_boot, config.seed
-    analysis = analysis_mod.analyse(
-        tables, baseline, ident.targets, prereg.primary if prereg else None, n_boot, seed
-    )
+    # a shard scores no primary: the pre-registration reads it once, on the pool
+    scored = prereg.primary if prereg and ident.shard is None else None
+    analysis = analysis_mod.analyse(tables, baseline, ident.targets, scored, n_boot, seed)
     if outcomes.subset:
         analysis["identified"]["subset"] = subset_outcomes(
             tables.directions, outcomes.subset, n_boot=n_boot, seed=seed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -297,3 +298,60 @@ def test_co_primaries_are_pooled_once_and_read_together_by_holm(
     answer = (shards_root(config) / "pooled" / "answer.md").read_text()
     assert "Holm's step-down at family-wise α = 0.05" in answer
     assert "| P2 | flexible_cos |" in answer
+
+
+def _halves(rng, n_cells: int, noise: float) -> np.ndarray:
+    """[cells, splits, 2]: each cell's true value measured twice with ``noise``."""
+    true = rng.standard_normal((n_cells, 1, 1))
+    return true + noise * rng.standard_normal((n_cells, 50, 2))
+
+
+def test_the_reliability_floor_is_read_on_every_shards_sums_and_settles_nothing_below_it(
+    bound, tmp_path
+):
+    """Each shard keeps its demeaned split-half sums; the pool reads the likelihood's
+    reliability over all of them per primary's population, and a primary below the
+    pre-registration's floor is uninformative whatever its interval, and lets no other
+    primary be read at a wider level."""
+    from experiments.identify.shards import (
+        RELIABILITY_SUMS,
+        ShardRun,
+        reliability_floors,
+        score_primaries,
+        shard_folder,
+    )
+    from experiments.identify.stats import demeaned_halves
+    from experiments.identify.study import concept_sets
+
+    config, _prereg = bound
+    held = concept_sets(config)["heldout"]
+    toy, shards = toy_shards(config, held)
+    rng = np.random.default_rng(0)
+    runs = []
+    for k, frame in enumerate(shards):
+        sums = {}
+        for c in frame["concept"].unique():
+            good = demeaned_halves({c: _halves(rng, 12, 0.2)})[c]  # reliable: ~0.96
+            bad = demeaned_halves({c: _halves(rng, 9, 3.0)})[c]  # unreliable: ~0.1
+            sums[f"practitioner|effect|{c}"] = good
+            sums[f"practitioner_full_data|effect|{c}"] = bad
+        folder = shard_folder(config, k)
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(folder / RELIABILITY_SUMS, **sums)
+        runs.append(ShardRun(k, f"s{k}", frame, "cpu/float32", False))
+    primary = {
+        "name": "P1", "predictor": "auroc", "outcome": "likelihood", "strength": 1.0,
+        "control": "none", "estimator": "practitioner", "hypothesis": "positive",
+        "equivalence_margin": 0.25, "rule": "r", "reliability_floor": 0.5,
+        "multiplicity": "holm", "alpha": 0.05,
+        "co_primaries": [{"name": "P2", "estimator": "practitioner_full_data"}],
+    }  # fmt: skip
+    floors = reliability_floors(config, primary, runs)
+    assert floors["P1"]["met"] and floors["P1"]["pooled"]["estimate"] > 0.9
+    assert not floors["P2"]["met"] and floors["P2"]["pooled"]["estimate"] < 0.5
+    assert floors["P1"]["shards_without"] == [] and set(floors["P1"]["by_shard"]) == {"0", "1"}
+    p1, p2 = score_primaries(toy.assign(device="x"), primary, config, floors)
+    assert p2.verdict == "uninformative" and p2.step == 0 and "read" in p2.result
+    # P2 settles nothing: P1 is read at 97.5% whatever it finds
+    assert p1.confidence == pytest.approx(0.975)
+    assert reliability_floors(config, {**primary, "reliability_floor": None}, runs) == {}

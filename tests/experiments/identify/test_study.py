@@ -401,8 +401,9 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
     tiny_lm, embedder, tmp_path, mlflow_store, bound_preregistration
 ):
     """A shard is one complete held-out run with its own ledger entries (its number and
-    device), copied on finish to its committed folder; scored once; resumable; and the
-    pool of every shard scores the primary as the one run did."""
+    device), copied on finish to its committed folder with the sums the reliability floor
+    needs; it scores and prints no primary (only the pool does); scored once; resumable;
+    and the pool scores the primary on the shards' table."""
     import torch
 
     from experiments.identify.study import pool_heldout
@@ -415,6 +416,7 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
     shard = config_for(tmp_path, path, "identify.concept_set=heldout", "identify.shard=0", *sharded)
     first = run_identify(shard, lm=tiny_lm, embedder=embedder)
     assert first.record.label.startswith("confirmatory")
+    assert first.record.primary is None  # a shard reads no verdict: the pool does
     assert tracking.get_run(first.run_id).data.tags["identify.shard"] == "0"
     folder = tmp_path / "committed" / config.experiment / "shard-0"
     kept = read_jsonl(folder / "heldout_ledger.jsonl")
@@ -426,6 +428,11 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
     # the record's outcome reliabilities travel with it (their per-pair rows do not)
     kept_reliability = json.loads((folder / "reliability.json").read_text())
     assert set(kept_reliability) == set(first.record.outcome_reliability)
+    assert all(e.get("primary") is None for e in kept)
+    with np.load(folder / "reliability_sums.npz") as sums:
+        names = set(sums.files)
+        assert {n.split("|")[0] for n in names} == {"practitioner", "practitioner_full_data"}
+        assert all(sums[n].shape == (50, 3) for n in names)
     with pytest.raises(PreregistrationError, match="shard 0 of the held-out concepts was already"):
         run_identify(shard, lm=tiny_lm, embedder=embedder)
 
@@ -436,10 +443,11 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
 
     pooled = pool_heldout(config)  # 3 concepts in shards of 3: one shard, the whole set
     assert pooled["devices"] == {"cpu/float32": 3}
-    assert pooled["primary"]["verdict"] == again.record.primary.verdict
-    assert pooled["primary"]["slope"]["estimate"] == pytest.approx(
-        again.record.primary.slope.estimate
-    )
+    from experiments.identify.shards import score_pooled
+
+    whole = score_pooled(again.directions.assign(device="x"), pooled["primary"]["spec"], config)
+    assert pooled["primary"]["verdict"] == whole["verdict"]
+    assert pooled["primary"]["slope"]["estimate"] == pytest.approx(whole["slope"]["estimate"])
 
 
 def test_the_v3_design_runs_end_to_end_with_random_nuisances(
