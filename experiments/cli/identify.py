@@ -395,10 +395,26 @@ def _simulate(
         )
     console.print(table)
     for row in result.get("power_curve") or []:
+        who = f"{row['primary']} in {row['class']}, " if row.get("primary") else ""  # co-primary
         console.print(
-            f"{row['n_concepts']} concepts: power {row['power']:.2f} at the smallest effect "
-            f"of interest, 'no practical effect' with none {row['no_practical_0'] or 0:.2f}, "
-            f"interval width {row['width']:.2f}",
+            f"{who}{row['n_concepts']} concepts: power {row['power']:.2f} at the smallest "
+            f"effect of interest, 'no practical effect' with none "
+            f"{row['no_practical_0'] or 0:.2f}, interval width {row['width']:.2f}",
+            highlight=False,
+        )
+    powers = [  # co-primaries, read by Holm: the class each states its power in, then others
+        (name, p) for name, stated in (result.get("power") or {}).items()
+        for p in (stated, *stated["also"].values())
+    ]  # fmt: skip
+    for name, p in powers:
+        reach = p["smallest_n_reaching"]
+        console.print(
+            f"{name} ({p['class']}, {p['n_concepts']} concepts, Holm at alpha "
+            f"{result['alpha']}): 'supported' {p['supported_at_sesoi'] or 0:.2f} with the "
+            f"smallest effect planted, 'no practical effect' "
+            f"{p['no_practical_effect_at_0'] or 0:.2f} with none; on the curve >= "
+            f"{reach['bound']} from {reach['no_practical_effect'] or 'no size'} concepts (no "
+            f"practical effect), {reach['supported'] or 'no size'} (supported)",
             highlight=False,
         )
     for failure in result["failures"]:

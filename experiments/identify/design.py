@@ -27,6 +27,21 @@ path through the dose for a primary that does not hold the dose fixed, or, for a
 predictive primary that does not hold geometry fixed (the practitioner's), what
 detection predicts in that toy (``variance.practitioner_truth``); its power is then read where
 that truth is 0 (the ``flat`` class).
+
+**Co-primaries** (identify v4, :func:`simulate_co_primaries`): a pre-registration whose
+primary block names ``co_primaries`` has every spec of ``prereg.primaries`` scored on the
+same toys, each by its own estimator, and read together by Holm's step-down
+(``multiplicity.holm``) at the block's ``alpha``, as ``--pool`` reads them. Per primary
+and class: coverage of its own truth by the interval Holm read it at, bias, how often
+each verdict is read and at which Holm step; P1's power is its "supported" rate with the
+smallest effect of interest planted, and the equivalence power its "no practical effect"
+rate with nothing planted, both stated in ``flat_readout`` (truth 0, the built
+directions' AUROC spread as in v3) and given in ``flat`` beside (:func:`power_summary`).
+The gate holds every primary to it.
+
+Longer than 500 lines: the design gate is one argument, the toys' estimands, their
+truths, the coverage table, the co-primaries read together by Holm and the power curve,
+read as one by whoever audits a pre-registration's design.
 """
 
 from __future__ import annotations
@@ -55,11 +70,13 @@ from experiments.identify.estimator import (
 )
 from experiments.identify.simulate import (
     CLASSES,
+    READOUT,
     TOY,
     grid_rows,
     toy_directions,
 )
 from experiments.identify.variance import (
+    BUILT_FAMILIES,
     Components,
     auroc_within_sd,
     demean,
@@ -73,6 +90,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from experiments.config import IdentifyConfig, IdentifyStudyConfig
+    from experiments.identify.multiplicity import Reading
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
@@ -151,8 +169,8 @@ def family_weights(
     frame = frame.assign(log_kl=log_kl(frame["kl"])) if "kl" in frame else frame
     if estimand.startswith(("isocos", "equal_geometry")):
         return {"isocos": 1.0}
-    if estimand == "practitioner":
-        rows = practitioner_rows(frame)
+    if estimand in BUILT_FAMILIES:  # the practitioner's estimands, each on its families
+        rows = practitioner_rows(frame, families=BUILT_FAMILIES[estimand])
         x = demean(rows[["auroc"]].to_numpy(np.float64), rows["cell"].to_numpy())[:, 0]
         return _share(x, rows["manipulation"].to_numpy())
     if estimand == "equal_norm_cos_per_concept":  # its design, each group's cos line out
@@ -203,20 +221,25 @@ DOSE_HELD = ("primary_v2", "isocos_pooled")
 
 # Primaries whose truth is not a causal 0: they do not hold geometry fixed, so in a toy
 # their truth is what detection predicts there, computed per toy (practitioner_truth).
-PREDICTIVE = ("practitioner",)
-WEIGHED = ("equal_geometry", "practitioner")  # primaries weighed on their own rows
+PREDICTIVE = tuple(BUILT_FAMILIES)  # practitioner, practitioner_full_data (v4's P2)
+WEIGHED = ("equal_geometry", *PREDICTIVE)  # primaries weighed on their own rows
 
 
-def power_class(primary: dict[str, Any]) -> str:
+def power_class(primary: dict[str, Any], readout: bool = False) -> str:
     """The class power is read in: one where the primary's truth is 0 with nothing
-    planted (``flat`` for a predictive primary, else ``none``)."""
-    return "flat" if primary.get("estimator") in PREDICTIVE else "none"
+    planted (``flat`` for a predictive primary, else ``none``). ``readout`` (v4's
+    co-primaries): ``flat_readout``, where the built directions' AUROC spreads as in v3
+    (in ``flat`` the full-data directions' spread is a third of v3's, and the power of an
+    equivalence reading would follow the toy's geometry rather than the measured data)."""
+    if primary.get("estimator") not in PREDICTIVE:
+        return "none"
+    return "flat_readout" if readout else "flat"
 
 
 def population_of(primary: dict[str, Any]) -> str:
     """The rows a run's variance components are measured on for this primary
     (``variance.components``): its own estimand's."""
-    return "practitioner" if primary.get("estimator") == "practitioner" else "equal_geometry"
+    return "practitioner" if primary.get("estimator") in PREDICTIVE else "equal_geometry"
 
 
 def truth(estimand: str, confound_name: str, primary: dict[str, Any]) -> float:
@@ -287,7 +310,14 @@ def simulate(
 ) -> list[dict[str, Any]]:
     """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
-    no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs."""
+    no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs.
+    A primary with ``co_primaries``: :func:`simulate_co_primaries`."""
+    if primary.get("co_primaries"):
+        return simulate_co_primaries(
+            ident, primary, toys=toys, seed=seed, n_boot=n_boot, sesoi=sesoi,
+            n_concepts=n_concepts, classes=classes, progress=progress, toy=toy,
+            primary_only=primary_only,
+        )  # fmt: skip
     hypothesis = 1 if primary.get("hypothesis", "positive") == "positive" else -1
     controls = primary.get("control") or []
     controls = [controls] if isinstance(controls, str) else list(controls)
@@ -304,7 +334,7 @@ def simulate(
                 rng = seeded_rng(seed, "design", name, arm, i)
                 frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
                 if arm == "null" and predictive:
-                    truths.append(practitioner_truth(frame))
+                    truths.append(practitioner_truth(frame, BUILT_FAMILIES[primary["estimator"]]))
                 for est, fit in estimands(frame, primary, n_boot, i, primary_only).items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
@@ -329,6 +359,162 @@ def simulate(
                 "weights": {k: float(v) for k, v in mean_w.items() if v > 0},
             })  # fmt: skip
     return rows
+
+
+# ---------------------------------------------------------------- co-primaries (v4)
+
+VERDICTS = ("supported", "no_practical_effect", "contradicted", "inconclusive", "not_evaluable")
+
+
+def holm_readings(
+    frame: pd.DataFrame, specs: list[dict[str, Any]], alpha: float, n_boot: int, seed: int
+) -> list[Reading]:
+    """Every spec scored on one directions table by its own estimator
+    (``analysis.primary_result``) and read together by Holm's step-down, as ``--pool``
+    reads the pooled shards (``shards.score_primaries``)."""
+    from experiments.identify.multiplicity import holm
+
+    tables = StudyTables(frame)
+
+    def score(spec: dict[str, Any], confidence: float) -> dict[str, Any]:
+        return primary_result(tables, spec, n_boot, seed, confidence)
+
+    return holm(specs, score, alpha)
+
+
+def spec_truth(spec: dict[str, Any], frame: pd.DataFrame, confound_name: str) -> float:
+    """One primary's truth in one toy: what detection predicts there for a predictive one
+    (over its own families), else :func:`truth`."""
+    estimator = spec.get("estimator")
+    if estimator in PREDICTIVE:
+        return practitioner_truth(frame, BUILT_FAMILIES[str(estimator)])
+    return truth("primary", confound_name, spec)
+
+
+def _shares(values: Sequence[str], keys: Sequence[str]) -> dict[str, float]:
+    return {k: sum(v == k for v in values) / len(values) for k in keys} if values else {}
+
+
+def _holm_row(
+    spec: dict[str, Any], cls: str, arms: dict[str, list[Reading]],
+    truths: dict[str, list[float]], planted_sign: int, sesoi: float, n_primaries: int,
+) -> dict[str, Any]:  # fmt: skip
+    """One primary's row of the co-primary table (the module docstring): the interval and
+    verdict each toy's Holm reading gave, summarised over the no-effect and planted toys."""
+    hypothesis = 1 if spec.get("hypothesis", "positive") == "positive" else -1
+    fits = {arm: [_fit(r.result["slope"]) for r in arms[arm]] for arm in arms}
+    summary = _summary(
+        fits["null"], fits["planted"], hypothesis, truths["null"],
+        spec.get("equivalence_margin"), sesoi,
+    )  # fmt: skip
+    verdicts = {arm: _shares([r.verdict for r in arms[arm]], VERDICTS) for arm in arms}
+    steps = {arm: [str(r.step) if r.step else "unsettled" for r in arms[arm]] for arm in arms}
+    levels = [*(str(k) for k in range(1, n_primaries + 1)), "unsettled"]
+    planted_truth = truths["planted"]
+    return {
+        "estimand": spec["name"], "class": cls, **summary,
+        # the pre-registered readings (read_verdict at Holm's level), not the bare interval
+        "supported_0": verdicts["null"].get("supported"),
+        "no_practical_0": verdicts["null"].get("no_practical_effect"),
+        "power": verdicts["planted"].get("supported"),
+        "planted": float(np.mean(planted_truth)) if planted_truth else None,
+        "planted_effect": planted_sign * sesoi,
+        "truth_sd": float(np.std(truths["null"], ddof=1)) if len(truths["null"]) > 1 else None,
+        "estimator": spec.get("estimator"), "question": spec.get("estimand"),
+        "verdicts_null": verdicts["null"], "verdicts_planted": verdicts["planted"],
+        "holm_step_null": _shares(steps["null"], levels),
+        "holm_step_planted": _shares(steps["planted"], levels),
+        "confidence_null": float(np.mean([r.confidence for r in arms["null"]])),
+    }  # fmt: skip
+
+
+def simulate_co_primaries(
+    ident: IdentifyConfig,
+    primary: dict[str, Any],
+    *,
+    toys: int = 50,
+    seed: int = 0,
+    n_boot: int = 499,
+    sesoi: float = SESOI,
+    n_concepts: int = 25,
+    classes: Sequence[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    toy: dict[str, float] | None = None,
+    primary_only: bool = False,
+) -> list[dict[str, Any]]:
+    """:func:`simulate` for a primary with co-primaries: on each toy (seeded as there)
+    every spec of ``prereg.primaries`` read by Holm (:func:`holm_readings`), one row per
+    (primary, class) named by the primary (:func:`_holm_row`), and unless
+    ``primary_only`` the other estimands' rows as :func:`simulate` gives them (from the
+    first primary's spec). The planted arm plants ``sesoi`` with the first primary's
+    sign; each primary reads it by its own hypothesis and margin."""
+    from experiments.identify.prereg import primaries
+
+    specs = primaries(primary)
+    alpha = float(primary.get("alpha", 0.05))
+    sign = 1 if primary.get("hypothesis", "positive") == "positive" else -1
+    names = list(classes or CLASSES)
+    rows: list[dict[str, Any]] = []
+    for ci, name in enumerate(names):
+        readings: dict[str, dict[str, list[Reading]]] = {
+            s["name"]: {"null": [], "planted": []} for s in specs
+        }
+        truths: dict[str, dict[str, list[float]]] = {
+            s["name"]: {"null": [], "planted": []} for s in specs
+        }
+        fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
+        weights: dict[str, list[dict[str, float]]] = {}
+        for arm, effect in (("null", 0.0), ("planted", sign * sesoi)):
+            for i in range(toys):
+                rng = seeded_rng(seed, "design", name, arm, i)
+                frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
+                for spec, reading in zip(
+                    specs, holm_readings(frame, specs, alpha, n_boot, i), strict=True
+                ):
+                    readings[spec["name"]][arm].append(reading)
+                    truths[spec["name"]][arm].append(spec_truth(spec, frame, name))
+                others = {} if primary_only else estimands(frame, specs[0], n_boot, i)
+                others.pop("primary", None)  # the first primary at 95%: its Holm row instead
+                for est, fit in others.items():
+                    fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
+                if arm == "null":
+                    pooled = StudyTables(frame).pooled()
+                    for spec in specs:
+                        own = str(spec.get("estimator"))
+                        weights.setdefault(spec["name"], []).append(
+                            family_weights(pooled, own if own in WEIGHED else "primary")
+                        )
+                    for est in others:
+                        weights.setdefault(est, []).append(family_weights(pooled, est))
+                if progress is not None:
+                    step = ci * 2 * toys + (arm == "planted") * toys + i + 1
+                    progress(f"{name} ({arm})", step, len(names) * 2 * toys)
+        for spec in specs:
+            row = _holm_row(spec, name, readings[spec["name"]], truths[spec["name"]], sign,
+                            float(spec.get("sesoi") or sesoi), len(specs))  # fmt: skip
+            rows.append({**row, "weights": _mean_weights(weights.get(spec["name"], []))})
+        for est, arms in fits.items():
+            summary = _summary(
+                arms["null"], arms["planted"], sign, truth(est, name, specs[0]),
+                specs[0].get("equivalence_margin"), sesoi,
+            )  # fmt: skip
+            rows.append({"estimand": est, "class": name, **summary,
+                         "weights": _mean_weights(weights.get(est, []))})  # fmt: skip
+    return rows
+
+
+def _mean_weights(weights: list[dict[str, float]]) -> dict[str, float]:
+    mean_w = pd.DataFrame(weights).fillna(0.0).mean().round(4)
+    return {str(k): float(v) for k, v in mean_w.items() if v > 0}
+
+
+def co_primary_names(primary: dict[str, Any]) -> list[str]:
+    """The names the table's rows carry for each primary: ``primary`` for a single one
+    (v3's tables), else each spec's ``name``."""
+    from experiments.identify.prereg import primaries
+
+    specs = primaries(primary)
+    return [str(s["name"]) for s in specs] if len(specs) > 1 else ["primary"]
 
 
 def check_design(table: Sequence[dict[str, Any]], estimand: str = "primary",
@@ -367,13 +553,15 @@ def primary_of(config: IdentifyStudyConfig) -> dict[str, Any]:
 
 
 def heldout_count(config: IdentifyStudyConfig) -> int:
-    """How many concepts the confirmatory (held-out) run scores."""
+    """How many concepts the confirmatory (held-out) run scores: the held-out set from
+    ``identify.offset`` on (v4 takes v3's held-out set after its first 300), at most
+    ``identify.limit`` of them, as ``study.with_concepts`` chooses them."""
     from experiments.concepts import load_concepts
     from experiments.identify.prereg import split_concepts
 
     ident = config.identify
     synsets = [c.synset for c in load_concepts(config.concepts.file).concepts]
-    held = split_concepts(synsets, ident.heldout_fraction, ident.split_seed)[1]
+    held = split_concepts(synsets, ident.heldout_fraction, ident.split_seed)[1][ident.offset :]
     return min(len(held), ident.limit) if ident.limit else len(held)
 
 
@@ -414,21 +602,92 @@ def power_curve(
     ident: IdentifyConfig, primary: dict[str, Any], sizes: Sequence[int], *, toys: int,
     seed: int = 0, n_boot: int = 499, toy: dict[str, float] | None = None,
     progress: Callable[[str, int, int], None] | None = None, primary_only: bool = False,
+    known: dict[int, Sequence[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The primary's operating characteristics by number of concepts, in the class where
     its truth is 0 with nothing planted (:func:`power_class`): power at the smallest
     effect of interest, its mean interval width, and how often 'no practical effect' is
     read when AUROC does nothing (the equivalence test's power). What a confirmatory
-    run's size is chosen from."""
+    run's size is chosen from. With co-primaries: one row per primary, class and number
+    (``primary``, ``class``), each read by Holm beside the others, in its power class with
+    the read-out and without (:func:`co_power_classes`). ``known``: a table already
+    simulated at a number of concepts with the same settings (the toys are seeded alike,
+    so its rows are the ones this would compute)."""
+    from experiments.identify.prereg import primaries
+
+    specs = primaries(primary)
+    names = co_primary_names(primary)
+    co = len(specs) > 1
+    own = {
+        n: co_power_classes(s) if co else [power_class(s)]
+        for s, n in zip(specs, names, strict=True)
+    }
+    classes = list(dict.fromkeys(c for cs in own.values() for c in cs))
+    keys = ("power", "width", "coverage", "no_practical_0", "n_null", "n_planted")
     out = []
     for n in sizes:
-        rows = simulate(ident, primary, toys=toys, seed=seed, n_boot=n_boot,
-                        sesoi=float(primary.get("sesoi") or SESOI), n_concepts=n,
-                        classes=[power_class(primary)], progress=progress, toy=toy,
-                        primary_only=primary_only)  # fmt: skip
-        (row,) = [r for r in rows if r["estimand"] == "primary"]
-        out.append({"n_concepts": n, **{k2: row[k2] for k2 in (
-            "power", "width", "coverage", "no_practical_0", "n_null", "n_planted")}})  # fmt: skip
+        done = (known or {}).get(n, [])
+        have = {r["class"] for r in done}
+        rows = list(done) + (simulate(
+            ident, primary, toys=toys, seed=seed, n_boot=n_boot,
+            sesoi=float(primary.get("sesoi") or SESOI), n_concepts=n,
+            classes=[c for c in classes if c not in have], progress=progress, toy=toy,
+            primary_only=primary_only,
+        ) if set(classes) - have else [])  # fmt: skip
+        for name in names:
+            for cls in own[name]:
+                (row,) = [r for r in rows if r["estimand"] == name and r["class"] == cls]
+                named = {"primary": name, "class": cls} if co else {}
+                out.append({"n_concepts": n, **named, **{k2: row[k2] for k2 in keys}})
+    return out
+
+
+def co_power_classes(spec: dict[str, Any]) -> list[str]:
+    """Where a co-primary's power is read: with the read-out first (the one its power is
+    stated in), then the toy's own geometry, for comparison."""
+    return list(dict.fromkeys((power_class(spec, readout=True), power_class(spec))))
+
+
+EQUIVALENCE_POWER = 0.8  # v4's requirement on P2's "no practical effect" reading
+
+
+def power_summary(
+    table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]], primary: dict[str, Any],
+    n_concepts: int,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Per co-primary, in each of its power classes (:func:`co_power_classes`, the first
+    the one its power is stated in): its "supported" rate with the smallest effect of
+    interest planted and its "no practical effect" rate with none, at the study's number
+    of concepts, and the smallest number on the power curve where each reaches
+    :data:`EQUIVALENCE_POWER` (None: none of them does)."""
+    from experiments.identify.prereg import primaries
+
+    def at(name: str, cls: str) -> dict[str, Any]:
+        row = next((r for r in table if r["estimand"] == name and r["class"] == cls), {})
+        points = sorted(
+            (int(c["n_concepts"]), float(c.get(k) or 0.0), k)
+            for c in curve if c.get("primary") == name and c.get("class") == cls
+            for k in ("power", "no_practical_0")
+        )  # fmt: skip
+
+        def first(key: str) -> int | None:
+            return next((m for m, v, k in points if k == key and v >= EQUIVALENCE_POWER), None)
+
+        return {
+            "class": cls, "n_concepts": n_concepts,
+            "supported_at_sesoi": row.get("power"),
+            "no_practical_effect_at_0": row.get("no_practical_0"),
+            "smallest_n_reaching": {
+                "bound": EQUIVALENCE_POWER, "supported": first("power"),
+                "no_practical_effect": first("no_practical_0"),
+            },
+        }  # fmt: skip
+
+    out = {}
+    for spec in primaries(primary):
+        name = str(spec["name"])
+        stated, *others = co_power_classes(spec)
+        out[name] = {**at(name, stated), "also": {c: at(name, c) for c in others}}
     return out
 
 
@@ -452,8 +711,10 @@ def run_design(
                      primary_only=primary_only)  # fmt: skip
     curve = power_curve(
         config.identify, primary, sizes, toys=toys, seed=seed, n_boot=n_boot, toy=toy,
-        primary_only=primary_only,
+        primary_only=primary_only, known={n: table},
     )  # fmt: skip
+    names = co_primary_names(primary)
+    co = _co_primary_block(primary, table, curve, n) if len(names) > 1 else {}
     return {
         "config": config.name,
         "study_hash": study_hash(config),
@@ -469,9 +730,38 @@ def run_design(
         "measured": measured.to_dict() if measured else None,
         "measured_on": population if measured else None,
         "classes": {k: asdict(v) for k, v in CLASSES.items()},
+        "readout": {**READOUT},  # the geometry-only class's read-out (simulate.V3_BUILT)
         "table": table,
-        "failures": check_design(table),
+        **co,
+        "failures": design_failures(table, primary),
     }
+
+
+def design_failures(table: Sequence[dict[str, Any]], primary: dict[str, Any]) -> list[str]:
+    """The gate over every primary (:func:`check_design` for each of
+    :func:`co_primary_names`): one that fails refuses the grid for them all."""
+    return [f for name in co_primary_names(primary) for f in check_design(table, name)]
+
+
+def _co_primary_block(
+    primary: dict[str, Any], table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]],
+    n: int,
+) -> dict[str, Any]:  # fmt: skip
+    """What a co-primary table adds: the primaries as read, Holm's alpha, the powers."""
+    from experiments.identify.prereg import primaries
+
+    return {
+        "primaries": [
+            {"name": s["name"], "estimator": s.get("estimator"), "estimand": s.get("estimand"),
+             "families": list(BUILT_FAMILIES.get(str(s.get("estimator")), ())),
+             "hypothesis": s.get("hypothesis"), "sesoi": s.get("sesoi"),
+             "equivalence_margin": s.get("equivalence_margin")}
+            for s in primaries(primary)
+        ],
+        "multiplicity": primary.get("multiplicity"),
+        "alpha": float(primary.get("alpha", 0.05)),
+        "power": power_summary(table, curve, primary, n),
+    }  # fmt: skip
 
 
 def write_design(result: dict[str, Any], folder: str | Path) -> tuple[str, str]:
@@ -486,10 +776,12 @@ def write_design(result: dict[str, Any], folder: str | Path) -> tuple[str, str]:
     json_path.write_text(json.dumps(result, indent=1, default=float) + "\n", encoding="utf-8")
     flat = [
         {
-            **{k: v for k, v in r.items() if k != "weights"},
+            **{k: v for k, v in r.items() if not isinstance(v, dict)},
             **{f"weight:{m}": w for m, w in r["weights"].items()},
+            **{f"{k}:{m}": w for k, v in r.items() if isinstance(v, dict) and k != "weights"
+               for m, w in v.items()},
         }
         for r in result["table"]
-    ]
+    ]  # fmt: skip
     pd.DataFrame(flat).to_csv(csv_path, index=False)
     return str(json_path), str(csv_path)

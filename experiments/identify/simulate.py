@@ -30,11 +30,20 @@ measured with error (reliability 0.74, 0.41: of its within-(concept, manipulatio
 variance) and used as a covariate; cos to the true concept direction measured with error
 (a noisy reference, sd 0.05); steerability correlated with separability across concepts
 (r = 0.7); each nuisance type its own push on the effect (independent of its AUROC, and
-aligned with it, r = 0.7); AUROC measured with more error; and ``flat``, the effect the
+aligned with it, r = 0.7); AUROC measured with more error; ``flat``, the effect the
 same for every direction of a concept, where an estimand that does not hold geometry
-fixed (the practitioner's) has truth 0 and its power is read.
+fixed (the practitioner's) has truth 0 and its power is read; and ``geometry_only``
+(identify v4), where steering follows each direction's alignment with the concept and
+nothing else, and the built directions' AUROC is a family-dependent read-out of that
+alignment (:data:`V3_BUILT`, :func:`_readout`): a predictive estimand's truth there is
+what detection predicts through geometry, not 0; and ``flat_readout``, ``flat`` with that
+read-out, where AUROC spreads among the built directions as much as in v3.
 The variance components (:data:`TOY`) are assumptions of the study's order of magnitude,
 not estimates from the v2 runs.
+
+Longer than 500 lines: the toys and their confound classes are one model of the study,
+each class a variation of the same geometry, kept together so a reader sees every
+assumption at once.
 """
 
 from __future__ import annotations
@@ -206,16 +215,52 @@ TOY = {
 }
 
 
+# v3's built directions as measured (the 300 pooled held-out concepts, the committed
+# shards' directions.csv): per family and level (logistic: log10 C; shrinkage: λ; size:
+# training texts), the mean AUROC and the mean likelihood effect (nats/token). The
+# geometry-only class explains both by alignment alone: a type's mean alignment is its
+# effect ÷ READOUT's gain, and its AUROC offset is what reads v3's mean AUROC out of it.
+# So the whitened path detects at 0.99 and steers like v* with no AUROC effect at all.
+V3_BUILT: dict[str, dict[float, tuple[float, float]]] = {
+    "reference": {0.0: (0.7459, 1.0551)},
+    "logistic": {-3.0: (0.7781, 1.1739), -2.0: (0.7809, 1.1778), -1.0: (0.8024, 1.2050),
+                 0.0: (0.8920, 1.2537)},
+    "shrinkage": {0.01: (0.9770, 0.8614), 0.03: (0.9875, 0.9884), 0.1: (0.9926, 1.1162),
+                  0.3: (0.9935, 1.1982)},
+    "size": {3.0: (0.6611, 0.7544), 6.0: (0.7054, 0.8855), 15.0: (0.7550, 1.0697)},
+}  # fmt: skip
+# The read-out around those means (assumed: the alignment's direction-level spread, the
+# probit AUROC per unit alignment, the concepts' separability in probit units), chosen
+# among a few so that the toy looks like v3 inside a type: its within-(concept, type)
+# slope of the effect on AUROC +0.68 (v3 +0.79), AUROC's sd there 0.06-0.08 (v3
+# 0.05-0.09); the practitioner's truths then +0.45 over all four families and -0.11 over
+# the full-data ones (v3's estimates +0.47, -0.14).
+READOUT = {
+    "alignment_gain": 1.3,  # nats/token at alignment 1 for a concept of mean steerability
+    "alignment_sd": 0.07,
+    "probit_per_alignment": 3.0,
+    "separability_probit_sd": 0.3,
+}
+
+
 @dataclass(frozen=True)
 class Confound:
     description: str
     dose_reliability: float | None = None  # the dose drives the effect, measured so
+    # linear, convex, concave (in the true cos), flat, or alignment (needs readout)
     shape: str = "linear"
+    # the built directions' AUROC read out of their alignment with v3's family offsets
+    # (_readout), in place of the toy's nuisance geometry
+    readout: bool = False
     cos_sd: float = 0.0  # cos to the true concept direction, beyond cos(v, v*)
     steer_separability_r: float = 0.0
     push_sd: float = 0.0
     push_auroc_r: float = 0.0  # a nuisance's push aligned with its typical AUROC
     auroc_measurement_sd: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.shape == "alignment" and not self.readout:
+            raise ValueError("shape 'alignment' steers by the read-out's alignment: readout=True")
 
     def mediated(self) -> float:
         """AUROC's effect through the dose when the dose drives the effect (the toy makes
@@ -242,6 +287,24 @@ CLASSES: dict[str, Confound] = {
         "each nuisance type its own push, r = 0.7 with its AUROC", push_sd=0.1, push_auroc_r=0.7
     ),
     "auroc_error": Confound("AUROC measured with sd 0.06 (not 0.025)", auroc_measurement_sd=0.06),
+    # identify v4: steering follows geometry only, and the built directions' AUROC reads
+    # their alignment out with v3's family offsets (whitening detects far better at the
+    # same alignment); a predictive primary's truth is what that read-out predicts
+    "geometry_only": Confound(
+        "steering follows the direction's alignment only; AUROC a family-dependent "
+        "read-out of it (v3's family means) plus error",
+        shape="alignment",
+        readout=True,
+    ),
+    # flat with the built directions' AUROC as v3 spread it (the read-out): a predictive
+    # primary's truth 0 with AUROC as spread among the built directions as v3 measured
+    # (flat's toy geometry spreads the full-data directions' AUROC a third as much);
+    # where v4's co-primaries' power is read
+    "flat_readout": Confound(
+        "the effect the same for every direction of a concept; AUROC read out as in geometry_only",
+        shape="flat",
+        readout=True,
+    ),
 }
 
 
@@ -448,6 +511,8 @@ def toy_directions(
     z_steer = rs * z_sep + np.sqrt(1 - rs**2) * rng.standard_normal(n_concepts)
     slopes = planted + t["slope_sd"] * rng.standard_normal(n_concepts)
     f = _rows(ident, specs, levels, push, confound, t, z_sep, z_steer, slopes, rng)
+    if confound.readout:
+        _readout(f, z_sep, t["auroc_spread_sd"], rng)
     sd = confound.auroc_measurement_sd or t["auroc_measurement_sd"]
     f["auroc"] = np.clip(f["auroc_true"] + sd * rng.standard_normal(len(f)), 0.0, 1.0)
     measured = f["log_kl_true"].to_numpy()
@@ -458,9 +523,12 @@ def toy_directions(
         error_var = within.var() * (1 - confound.dose_reliability) / confound.dose_reliability
         measured = measured + np.sqrt(error_var) * rng.standard_normal(len(f))
     f["kl"] = np.exp(measured)
-    geometry = {"linear": f["true_cos"], "convex": f["true_cos"].clip(0) ** 2,
-                "concave": np.sqrt(f["true_cos"].clip(0)),
-                "flat": pd.Series(1.0, index=f.index)}[confound.shape]  # fmt: skip
+    geometry = (
+        READOUT["alignment_gain"] * f["alignment"] if confound.shape == "alignment" else
+        {"linear": f["true_cos"], "convex": f["true_cos"].clip(0) ** 2,
+         "concave": np.sqrt(f["true_cos"].clip(0)),
+         "flat": pd.Series(1.0, index=f.index)}[confound.shape]
+    )  # fmt: skip
     dose_term = TOY["dose_effect"] * (f["log_kl_true"] + 3) if confound.dose_reliability else 0.0
     noise = t["effect_sd"] * rng.standard_normal(len(f))
     # the effect's mean given the direction (concepts' slopes at their mean, no noise):
@@ -472,6 +540,55 @@ def toy_directions(
     if getattr(ident, "reference_halves", False):
         _second_half(f, confound.cos_sd, sd, rng)
     return f
+
+
+def _built_type(manipulation: str, level: float) -> tuple[float, float]:
+    """(mean AUROC, mean effect) of a built direction type in v3 (:data:`V3_BUILT`),
+    interpolated between v3's levels (shrinkage and size on a log scale) and held at the
+    ends, so a grid with other levels gets its neighbours' values."""
+    table = V3_BUILT[manipulation]
+    at = sorted(table)
+    log = manipulation in ("shrinkage", "size")
+    scale = [float(np.log(x)) if log else x for x in at]
+    x = float(np.log(level)) if log else level
+    auroc = float(np.interp(x, scale, [table[k][0] for k in at]))
+    return auroc, float(np.interp(x, scale, [table[k][1] for k in at]))
+
+
+def _readout(
+    f: pd.DataFrame, z_sep: np.ndarray, spread_sd: float, rng: np.random.Generator
+) -> None:
+    """A class with ``readout`` (geometry_only, flat_readout), in place: each row's
+    alignment with the concept (``alignment``, what steers under ``shape: alignment``)
+    and, for the built directions, AUROC as a read-out of it.
+    A built direction of type t has alignment a = a_t + N(0, alignment_sd), a_t its v3 mean
+    effect ÷ the gain; its true AUROC is Φ(probit(p_t) + κ·(a − a_t) + the concept's
+    separability) + N(0, ``spread_sd``), p_t v3's mean AUROC of the type: the type's
+    offset. A direction made from v* (a rotation, label noise, an iso-cos mixture) has
+    v*'s alignment times its cos to v*, and keeps the toy's AUROC."""
+    from scipy.stats import norm
+
+    r = READOUT
+    n = len(f)
+    built = f["manipulation"].isin(list(V3_BUILT)).to_numpy()
+    means = [  # the rows not built keep their AUROC: a placeholder type for them
+        _built_type(m, float(lv)) if b else (0.5, 0.0)
+        for m, lv, b in zip(f["manipulation"], f["level"], built, strict=True)
+    ]
+    p_t = np.array([m[0] for m in means])
+    a_t = np.array([m[1] for m in means]) / r["alignment_gain"]
+    a = a_t + r["alignment_sd"] * rng.standard_normal(n)
+    ref = f.assign(a=a)[f["manipulation"] == REFERENCE].set_index("concept")["a"]
+    derived = f["true_cos"].to_numpy() * f["concept"].map(ref).to_numpy()
+    f["alignment"] = np.where(built, a, derived)
+    concept = f["concept"].str.slice(1).astype(int).to_numpy()
+    z = (
+        norm.ppf(p_t)
+        + r["probit_per_alignment"] * (a - a_t)
+        + r["separability_probit_sd"] * z_sep[concept]
+    )
+    read = norm.cdf(z) + spread_sd * rng.standard_normal(n)
+    f["auroc_true"] = np.where(built, np.clip(read, 0.3, 1.0), f["auroc_true"])
 
 
 def _second_half(f: pd.DataFrame, cos_sd: float, auroc_sd: float, rng: np.random.Generator) -> None:
