@@ -35,7 +35,8 @@ export PYTHONUNBUFFERED := 1
         bench-avx2 gpu-pack clean
 
 help: ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/$$(PORT)/$(PORT)/g' \
+	  | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 # constraints.txt pins every package of the tested install (make lock), so a fresh clone
 # gets the same versions; torch first, from TORCH_INDEX when given (docs/install.md).
@@ -119,10 +120,10 @@ concepts: setup ## rebuild data/concepts/wordnet_top10.json from WordNet
 classifiers: setup ## Phase 4: train and evaluate the probes the config needs
 	$(CLI) classifiers --config $(CONFIG) $(ARGS)
 
-ui: setup ## MLflow UI on http://127.0.0.1:5000 (PORT=5001 for another port) on the same store; prints where the answers are
+ui: setup ## MLflow UI on http://127.0.0.1:$(PORT) (PORT= for another port) on the same store; prints where the answers are
 	MLFLOW_TRACKING_URI=$(MLFLOW_TRACKING_URI) $(CLI) ui --host 127.0.0.1 --port $(PORT)
 
-mlflow-server: setup ## MLflow server on 127.0.0.1:$(PORT) (local store, proxied artefacts); then MLFLOW_TRACKING_URI=http://127.0.0.1:$(PORT)
+mlflow-server: setup ## MLflow server on 127.0.0.1:$(PORT) (PORT= for another; local store, proxied artefacts); then MLFLOW_TRACKING_URI=http://127.0.0.1:$(PORT)
 	$(VENV)/bin/mlflow server --backend-store-uri $(MLFLOW_BACKEND) \
 	  --artifacts-destination ./mlartifacts --host 127.0.0.1 --port $(PORT)
 

@@ -11,9 +11,10 @@ the same thing in the same words:
   from the same table (:func:`status_word`: ``not_evaluable`` reads "not evaluable"),
   and the headline and the table show the same reading of the interval against the
   threshold (:func:`reading`, from the numbers alone: an interval above 0 but below a
-  positive threshold reads "real, short of the threshold", not "no"; a verdict
-  without an interval reads "no interval (point value)"; a verdict with no value
-  reads its reason);
+  positive threshold reads "real, short of the threshold", not "no", except for a
+  share, which is never below 0; a verdict without an interval reads "no interval
+  (point value)"; a verdict with no value reads its reason; a judged verdict's
+  ``beside``, what it is read beside, follows its reading);
 - numbers are formatted by :func:`number` and :func:`interval_text` only.
 """
 
@@ -102,6 +103,41 @@ def direction_origin(vector_source: str, predictor: str) -> DirectionOrigin:
         "held-out texts)",
         steering=f"along the concept's direction from the direction source {vector_source}",
         detector="probe",
+    )
+
+
+def intervention_words(layer: int, intervention: Mapping[str, Any] | None) -> str:
+    """Where and how a run steered, exactly: ``at layer 9`` for one layer at α·β, or a
+    vector file as deployed (``steering.layers``/``scale``, the record's
+    ``diagnostics.intervention``): its layers, what each adds per strength s, the
+    coefficient, and at the run's layer the β that amounts to (k·‖v‖/α)."""
+    if not intervention:
+        return f"at layer {layer}"
+    layers = [int(n) for n in intervention.get("layers", [])]
+    shown = ", ".join(map(str, layers))
+    where = f"at layer {shown}" if len(layers) == 1 else f"at layers {shown} in one pass"
+    if intervention.get("scale") == "file":
+        k = float(intervention.get("coefficient") or 0.0)
+        betas = [
+            float(b[str(layer)])
+            for b in (intervention.get("betas") or {}).values()
+            if str(layer) in b
+        ]
+        span = f"{min(betas):.3f}" if betas else "n/a"
+        if len(betas) > 1 and f"{max(betas):.3f}" != span:
+            span += f"-{max(betas):.3f}"
+        adds = f"h_l += s·{k:g}·v_l" if len(layers) > 1 else f"h += s·{k:g}·v"
+        return (
+            f"{where} with the file's own {'vectors' if len(layers) > 1 else 'vector'}, "
+            f"{adds} (steering.scale: file, coefficient {k:g}; at layer {layer}, where α is "
+            f"measured, that is β = k·‖v‖/α = {span})"
+        )
+    beta = intervention.get("beta")
+    return (
+        f"{where}, each layer's vector normalised and steered at s·β·α_l "
+        f"(β = {beta:g}, α_l that layer's median residual norm)"
+        if isinstance(beta, int | float)
+        else where
     )
 
 
@@ -224,9 +260,31 @@ class Verdict:
     symbol: str = ""  # what the value is ("r = ", "slope ") in the headline
     direction: str = "above"  # pass means the interval lies above (or below) the threshold
     sign: str = "both"  # pos, neg or both: the sign of the strength it is about
+    # A share in [0, 1] (of texts that moved the right way, ...): never below 0, so its
+    # interval is read against its threshold alone, never as "real (interval above 0)".
+    share: bool = False
+    # What a reader sets beside the value, in words, read after it (Phase 5: the null's
+    # gate-pass rate beside the effect above it; a share's random-direction value).
+    beside: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "reading": reading(self)}
+
+
+@dataclass(frozen=True)
+class AnswerTable:
+    """A table an answer shows under its verdicts (Phase 5: what ``--layer auto-effect``
+    measured at each candidate layer), its cells already in words."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "rows": [dict(zip(self.columns, r, strict=True)) for r in self.rows],
+        }
 
 
 @dataclass
@@ -248,6 +306,7 @@ class Answer:
     # artefacts ("" where the run has none): answer.md links the file beside it, MLflow's
     # copy links the address.
     texts: dict[str, str] = field(default_factory=dict)
+    tables: list[AnswerTable] = field(default_factory=list)  # under the verdicts
 
     def headlines(self) -> dict[str, str]:
         """One plain sentence per group that has headline verdicts, in verdict order."""
@@ -268,6 +327,7 @@ class Answer:
             "notes": list(self.notes),
             "criteria": {v.key: v.to_dict() for v in self.verdicts},
             "seed_criteria": {v.key: v.to_dict() for v in self.seed},
+            **({"tables": [t.to_dict() for t in self.tables]} if self.tables else {}),
         }
 
 
@@ -276,27 +336,35 @@ def reading(v: Verdict) -> str:
     the threshold (and 0). A verdict that was not judged (not evaluable, pending, the
     panel required) reads its reason; one without an interval reads "no interval (point
     value)" whatever its status says; an interval that reaches the threshold spans it
-    (a pass needs the whole interval beyond it, as ``metrics.intervals.interval_verdict``)."""
+    (a pass needs the whole interval beyond it, as ``metrics.intervals.interval_verdict``).
+    A share is read against its threshold alone (it is never below 0, so "above 0" says
+    nothing); what a judged verdict sets beside its value (``beside``) follows."""
     if v.status not in JUDGED:
         return v.reason or status_word(v.status)
-    return interval_reading(v.low, v.high, v.threshold, v.direction)
+    said = interval_reading(v.low, v.high, v.threshold, v.direction, share=v.share)
+    return f"{said}; {v.beside}" if v.beside else said
 
 
 def interval_reading(
-    low: float | None, high: float | None, threshold: float, direction: str = "above"
+    low: float | None,
+    high: float | None,
+    threshold: float,
+    direction: str = "above",
+    share: bool = False,
 ) -> str:
     """Where ``[low, high]`` lies against ``threshold``, in words (``direction``: the side
     a pass lies on). "real (interval above 0), short of the threshold" when it misses a
-    threshold beyond 0 but excludes 0 on the threshold's side."""
+    threshold beyond 0 but excludes 0 on the threshold's side; never for a ``share``
+    (a share in [0, 1] always lies above 0: it reads "interval below" its threshold)."""
     if low is None or high is None:
         return "no interval (point value)"
     t = f"{threshold:g}"
     if low > threshold:
-        if direction == "below" and high < 0:
+        if direction == "below" and high < 0 and not share:
             return f"real (interval below 0), short of the threshold {t}"
         return f"interval above {t}"
     if high < threshold:
-        if direction == "above" and low > 0:
+        if direction == "above" and low > 0 and not share:
             return f"real (interval above 0), short of the threshold {t}"
         return f"interval below {t}"
     return f"interval spans {t}"
@@ -344,6 +412,10 @@ def answer_markdown(answer: Answer, figure_link: Callable[[str], str] | None = N
             f"| {_cell(v.group)} | {_cell(v.label)} | {number(v.value)} | {interval_text(v)} "
             f"| {v.threshold:g} | **{status_word(v.status)}** | {_cell(reading(v))} |"
         )
+    for table in answer.tables:
+        lines += ["", f"{table.title}:", "", "| " + " | ".join(table.columns) + " |"]
+        lines.append("|" + "---|" * len(table.columns))
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
     if answer.seed:
         lines += ["", f"{answer.seed_label}:", ""]
         lines += [

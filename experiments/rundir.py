@@ -29,31 +29,38 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_RESULTS_DIR = "results/phase5"
+RESULTS_ROOT = "results"  # every phase's results folder lies under it (tracking.results_dir)
 # The parent run's tag that remembers where its folder is (so resume never guesses).
 RUN_DIR_TAG = "steer_eval.run_dir"
 
 
 # ------------------------------------------------ CSV cells a spreadsheet opens safely
-# A spreadsheet treats a cell starting with one of these as a formula; the full-width
-# forms are included because some spreadsheets fold them.
-FORMULA_TRIGGERS = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+# A spreadsheet reads a cell whose first character is one of these as a formula (OWASP's
+# CSV injection guidance: = + - @, tab and carriage return); the full-width forms are
+# included because some spreadsheets fold them. A cell that starts with a space or a line
+# break is text, as a model's continuation of its prompt usually does: it is left as it is.
+FORMULA_TRIGGERS = frozenset("=+-@\t\r\uff1d\uff0b\uff0d\uff20")
+# What earlier releases also prefixed (a line break first, or a trigger after blanks):
+# their files are read back the same.
+_EARLIER_TRIGGERS = FORMULA_TRIGGERS | {"\n"}
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def neutralise(cell: str) -> str:
-    """A cell that no spreadsheet will execute: control characters replaced, and a ``'``
-    prefix when the cell (or its first non-blank character) could start a formula."""
+    """A cell that no spreadsheet will execute: control characters replaced (NUL among
+    them), and a ``'`` prefix when its first character could start a formula."""
     cell = CONTROL_CHARS.sub("\ufffd", cell)
-    if cell[:1] in FORMULA_TRIGGERS or cell.lstrip()[:1] in FORMULA_TRIGGERS:
+    if cell[:1] in FORMULA_TRIGGERS:
         return "'" + cell
     return cell
 
 
 def restore(cell: str) -> str:
-    """Undo :func:`neutralise`'s prefix (a spreadsheet may or may not have kept it)."""
+    """Undo :func:`neutralise`'s prefix (a spreadsheet may or may not have kept it),
+    also as earlier releases wrote it."""
     rest = cell[1:]
     if cell.startswith("'") and (
-        rest[:1] in FORMULA_TRIGGERS or rest.lstrip()[:1] in FORMULA_TRIGGERS
+        rest[:1] in _EARLIER_TRIGGERS or rest.lstrip()[:1] in _EARLIER_TRIGGERS
     ):
         return rest
     return cell
@@ -170,10 +177,54 @@ def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
         raise
 
 
+# The runs table's column (a tag of the parent run) that says what a rescore changed.
+RESCORED_TAG = "rescored with"
+
+
+def rescored_with(changes: list[str]) -> str:
+    """``rescored with key=new (was old); ...``: how ``runs``, the runs table and the
+    answer say that a run's verdicts come from a rescore's changed settings."""
+    return f"{RESCORED_TAG} {'; '.join(changes)}"
+
+
+def rescored_note(changes: list[str]) -> str:
+    """The answer's note on a run rescored with changed settings (:func:`rescored_with`)."""
+    said = rescored_with(changes)
+    return (
+        f"{said[:1].upper()}{said[1:]}: the scores and verdicts come from these settings "
+        f"({RunDir.RESCORED_CONFIG}); the run's own are in {RunDir.CONFIG}."
+    )
+
+
+def _flat_yaml(path: Path) -> dict[str, object]:
+    """A YAML file's settings as dotted keys (nested mappings walked), unvalidated."""
+    import yaml
+
+    out: dict[str, object] = {}
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), sub)
+        else:
+            out[prefix] = value
+
+    walk("", yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return out
+
+
+def _setting(value: object) -> str:
+    """A setting's value as ``rescored with`` shows it (YAML's spelling, ``absent``)."""
+    if not isinstance(value, str | int | float | bool | list | dict | None):
+        return "absent"
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
 class RunDir:
     """``<root>/<run_id>/``: the files of one Phase 5 (or study) run."""
 
-    CONFIG = "config.yaml"
+    CONFIG = "config.yaml"  # the config the run was made with (a rescore leaves it as it is)
+    RESCORED_CONFIG = "config.rescored.yaml"  # a rescore's config, when it changed a setting
     GENERATIONS = "generations.jsonl"
     SCORES = "scores.jsonl"
     RECORD = "steering_results.json"
@@ -224,7 +275,9 @@ class RunDir:
 
     @classmethod
     def locate(cls, run: Run, results_dir: str | Path | None = None) -> RunDir:
-        """The folder of an MLflow run: explicit root, else the run's own tag, else its
+        """The folder of an MLflow run: explicit root, else the run's own tag (or, when
+        that folder is not on this machine, the run's folder found again under
+        ``./results/``: :meth:`found_again`, with a line saying which was read), else its
         config's ``tracking.results_dir``, else the default."""
         run_id = run.info.run_id
         if results_dir is not None:
@@ -232,11 +285,27 @@ class RunDir:
         tagged = run.data.tags.get(RUN_DIR_TAG)
         if tagged:
             path = Path(tagged)
+            if not path.is_dir():
+                again = cls.found_again(run_id)
+                if again is not None:
+                    log.warning(
+                        "run %s: its folder %s is not on this machine; reading %s (found "
+                        "under ./%s)", run_id, path, again.path, RESULTS_ROOT,
+                    )  # fmt: skip
+                    return again
             return cls(path.parent, run_id)
         root = run.data.params.get("config.tracking.results_dir")
         if root is None:
             root = run.data.params.get("results_dir", DEFAULT_RESULTS_DIR)
         return cls(root, run_id)
+
+    @classmethod
+    def found_again(cls, run_id: str, root: str | Path = RESULTS_ROOT) -> RunDir | None:
+        """A run's folder under ``root`` (``results/``, where every phase keeps its runs:
+        ``results/<phase>/<run id>``, or one folder deeper), when exactly one is there."""
+        base = Path(root)
+        found = [p for p in (*base.glob(f"*/{run_id}"), *base.glob(f"*/*/{run_id}")) if p.is_dir()]
+        return cls(found[0].parent, run_id) if len(found) == 1 else None
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -258,10 +327,51 @@ class RunDir:
 
     # ------------------------------------------------------------------ config
 
-    def write_config(self, config: ExperimentConfig) -> None:
+    def write_config(self, config: ExperimentConfig, name: str = CONFIG) -> None:
         from experiments.config import dump_config
 
-        atomic_write_text(self.file(self.CONFIG), dump_config(config))
+        atomic_write_text(self.file(name), dump_config(config))
+
+    def scoring_config_file(self) -> Path:
+        """The config the run's scores and verdicts come from: a rescore's
+        ``config.rescored.yaml`` when one changed a setting, else ``config.yaml``."""
+        rescored = self.file(self.RESCORED_CONFIG)
+        return rescored if rescored.exists() else self.file(self.CONFIG)
+
+    def write_rescored_config(self, config: ExperimentConfig) -> list[str]:
+        """Keep a rescore's ``config`` beside the run's own: ``config.rescored.yaml``
+        when it differs from ``config.yaml`` in any setting (removed when it no longer
+        does); ``config.yaml`` is never rewritten. Returns :meth:`rescore_changes`."""
+        path = self.file(self.RESCORED_CONFIG)
+        self.write_config(config, path.name)
+        changes = self.rescore_changes(config.phase)
+        if not changes:
+            path.unlink(missing_ok=True)
+        return changes
+
+    def rescore_changes(self, phase: Phase | None = None) -> list[str]:
+        """What a rescore changed, one ``key=new (was old)`` per setting, dotted keys in
+        order: ``config.rescored.yaml`` against ``config.yaml``, both read as configs
+        (so an older release's layout of the same settings is no change); none when the
+        run was never rescored with a change."""
+        from experiments.config import ConfigError, load_config
+
+        rescored = self.file(self.RESCORED_CONFIG)
+        if not rescored.exists():
+            return []
+        try:
+            before = load_config(self.file(self.CONFIG), phase=phase).flat()
+            after = load_config(rescored, phase=phase).flat()
+        except ConfigError:  # not valid here (a vector file elsewhere): the files' own keys
+            before, after = _flat_yaml(self.file(self.CONFIG)), _flat_yaml(rescored)
+            before = {k: v for k, v in before.items() if k in after}
+            after = {k: v for k, v in after.items() if k in before}
+        missing = object()
+        return [
+            f"{key}={_setting(after.get(key, missing))} (was {_setting(before.get(key, missing))})"
+            for key in sorted(before.keys() | after.keys())
+            if before.get(key, missing) != after.get(key, missing)
+        ]
 
     def load_config(self, phase: Phase | None = None) -> ExperimentConfig:
         """The run's ``config.yaml``, read as ``phase`` when it names none (an older run)."""

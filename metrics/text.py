@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -124,6 +125,62 @@ def repetition(text: str, n: int = REPETITION_N) -> float:
         else:
             seen.add(gram)
     return len(text) / (len(text) - covered)
+
+
+def _separates(char: str) -> bool:
+    """Whitespace and punctuation (Unicode P*) end a token of :func:`alphabetic_share`."""
+    return char.isspace() or unicodedata.category(char)[0] == "P"
+
+
+def _alphabetic(token: str) -> bool:
+    """A token of letters (L*) in any script, with the marks (M*) and format characters
+    (Cf: zero-width joiners) that scripts such as Devanagari or Thai write letters with;
+    a digit, a symbol (S*: ``< > = + $``, emoji) or anything else makes it no word."""
+    kinds = [unicodedata.category(c) for c in token]
+    return any(k[0] == "L" for k in kinds) and all(k[0] in "LM" or k == "Cf" for k in kinds)
+
+
+# A markup tag (<b>, </em>, <a href="...">): one token, never a word, wherever it stands.
+_TAG = re.compile(r"</?[^\W\d_][^<>]*>")
+
+
+def alphabetic_tokens(text: str) -> tuple[int, int]:
+    """(alphabetic tokens, tokens) of :func:`alphabetic_share`: each markup tag one
+    token that is no word, the rest cut at whitespace and punctuation."""
+    tags = len(_TAG.findall(text))
+    tokens: list[str] = []
+    current: list[str] = []
+    for char in _TAG.sub(" ", text):
+        if _separates(char):
+            if current:
+                tokens.append("".join(current))
+                current = []
+        else:
+            current.append(char)
+    if current:
+        tokens.append("".join(current))
+    return sum(map(_alphabetic, tokens)), len(tokens) + tags
+
+
+def alphabetic_share(text: str) -> float:
+    """The share of a text's word tokens that are words of a language: of the runs of
+    characters between whitespace and punctuation, those made of letters (any script:
+    "Vögel", "птицы", "हिंदी", "我是学生" count; the marks a script writes letters with
+    and zero-width joiners are part of a word), against those holding a digit or a
+    symbol ("Nutt65れい35", "CFA666", "11111181141", "=", an emoji) and markup tags
+    ("<strong>", "</em>": each one token, so "<em>Mammal</em>" is one word in three).
+    A text without tokens (empty, whitespace, punctuation alone) scores 0.0.
+
+    It is what the coherence gate's non-language rule reads (``gate.alphabetic_multiple``):
+    a steered model can collapse into digits, codes and markup that the unsteered model
+    finds likely enough to pass the perplexity rule. Unweighted by length, so it reads
+    as "the share of its words that are words". A loop of letters ("hehehe…jobjob…")
+    scores 1: that is :func:`repetition`'s to catch. Punctuation only separates, so
+    quoting, bracketing or re-spacing a text leaves its share unchanged, and so does
+    writing the same letters in another script.
+    """
+    alphabetic, total = alphabetic_tokens(text)
+    return alphabetic / total if total else 0.0
 
 
 def echo_fraction(text: str, prompt: str, n: int = 2) -> float:

@@ -36,7 +36,7 @@ from steering.head import reused_logits, single_product
 from steering.models import LoadedModel
 from steering.sampling import TOPK_PREFILTER, SamplingConfig, sample_next, sorted_pick
 from steering.scratch import Scratch
-from steering.vector import Mode, steer_rows
+from steering.vector import Layers, Mode, steer_layers
 
 
 @dataclass
@@ -51,9 +51,9 @@ class DecodeBatch:
     eos: torch.Tensor  # token ids that end a row
     banned: torch.Tensor  # token ids never sampled
     pad_id: int
-    row_dirs: torch.Tensor  # [rows, hidden]
+    row_dirs: torch.Tensor  # [rows, hidden], or [rows, len(layer), hidden] for several layers
     coefs: torch.Tensor  # [rows]
-    layer: int
+    layer: Layers
     mode: Mode
     sampling: SamplingConfig
     lp_rows: list[int] | None  # rows that want log-probs (None: all)
@@ -181,7 +181,7 @@ class ReferencePolicy(DecodePolicy):
     @contextmanager
     def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[ReferenceDecoder]:
         with (
-            steer_rows(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
+            steer_layers(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
             single_product(lm.model),
         ):
             yield ReferenceDecoder(lm, batch)
@@ -241,7 +241,7 @@ class CpuPolicy(DecodePolicy):
     def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[CpuDecoder]:
         # Each step is done with its logits before the next forward pass: one tensor serves all.
         with (
-            steer_rows(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
+            steer_layers(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
             reused_logits(lm.model),
         ):
             yield CpuDecoder(lm, batch)

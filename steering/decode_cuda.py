@@ -50,7 +50,7 @@ from steering.decode_kernels import FUSED, NATIVE, DecodeKernels, decode_kernels
 from steering.head import single_product
 from steering.models import LoadedModel
 from steering.sampling import SamplingConfig, sorted_pick
-from steering.vector import Mode, RowSteering, steer_rows
+from steering.vector import Layers, Mode, RowSteering, layer_directions, layer_shape, steer_layers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, StaticCache
@@ -145,7 +145,7 @@ class StaticKey:
     rows: int
     capacity: int
     steps: int
-    layer: int
+    layer: Layers
     mode: Mode
     sampling: SamplingConfig
 
@@ -186,10 +186,16 @@ class StaticDecode:
         self.eos = batch.eos.clone()
         self.banned = batch.banned.clone()
         self.state = DecodeState(rows, key.steps, batch.pad_id, self.eos)
-        self.dirs = torch.zeros(rows, lm.hidden_size, dtype=lm.dtype, device=dev)
+        shape = (rows, *layer_shape(key.layer), lm.hidden_size)
+        self.dirs = torch.zeros(shape, dtype=lm.dtype, device=dev)
         self.coefs = torch.zeros(rows, dtype=lm.dtype, device=dev)
-        self.hook = RowSteering(self.dirs, self.coefs, key.mode)
-        self.hook.inactive = False  # the graph must add, whatever the first batch's coefficients
+        # one hook per steered layer, each on its view of the buffer
+        self.hooks = {
+            layer: RowSteering(d, self.coefs, key.mode)
+            for layer, d in layer_directions(self.dirs, key.layer).items()
+        }
+        for hook in self.hooks.values():
+            hook.inactive = False  # the graph must add, whatever the first batch's coefficients
         self.capture: Capture = capture
         self.on_capture_failure: Callable[[BaseException], None] = on_capture_failure
         self.replay: Callable[[], None] | None = None  # the captured step
@@ -402,21 +408,27 @@ class CudaPolicy(DecodePolicy):
         kernels = self.kernels_for(lm)
         if cap is None:  # the reference decoder, host checks every EOS_EVERY steps
             with (
-                steer_rows(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
+                steer_layers(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
                 single_product(lm.model),
                 decode_kernels(lm, kernels),
             ):
                 yield ReferenceDecoder(lm, batch)
             return
+        layer = (
+            lm.check_layer(batch.layer)
+            if isinstance(batch.layer, int)
+            else tuple(lm.check_layer(i) for i in batch.layer)
+        )
         key = StaticKey(
             id(lm.model), row_bucket(batch.n_rows), cap, batch.steps,
-            lm.check_layer(batch.layer), batch.mode, batch.sampling,
+            layer, batch.mode, batch.sampling,
         )  # fmt: skip
         static = self._static_for(lm, key, batch)
         static.load(batch)
-        handle = lm.layer(key.layer).register_forward_hook(static.hook)
+        handles = [lm.layer(i).register_forward_hook(h) for i, h in static.hooks.items()]
         try:
             with single_product(lm.model), decode_kernels(lm, kernels):
                 yield StaticDecoder(static, batch.n_rows)
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()

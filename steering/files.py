@@ -4,7 +4,7 @@
 written through it and renamed into place stays readable by its owner only, and so does
 every copy that keeps the mode (MLflow's artefact store). :func:`temp_beside` makes the
 temporary file and gives it the mode a plain ``open(path, "w")`` would have: 0666
-less the process umask.
+less the process umask; :func:`give_file_mode` gives it to a file a library wrote so.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def forget_umask() -> None:
 def file_mode() -> int:
     """The mode ``open(path, "w")`` gives a new file: 0666 less the umask."""
     return 0o666 & ~umask()
+
+
+def give_file_mode(path: Path) -> Path:
+    """``path``, written by a library that creates its files 0600 (safetensors'
+    ``save_file``), given the mode a plain ``open(path, "w")`` gives instead."""
+    os.chmod(path, file_mode())
+    return path
 
 
 def temp_beside(path: Path, prefix: str, suffix: str) -> tuple[int, str]:

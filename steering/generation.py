@@ -43,7 +43,7 @@ from steering.sampling import SamplingConfig as SamplingConfig
 from steering.sampling import sample_next as sample_next
 from steering.scratch import Scratch
 from steering.suffix import capture_layer_states, decoder_suffix, row_states, supports_suffix
-from steering.vector import Mode
+from steering.vector import Layers, Mode, layer_shape, lowest_layer
 
 
 @dataclass(frozen=True)
@@ -122,13 +122,14 @@ def prepare_batch(
     lm: LoadedModel,
     rows: Sequence[GenerationRow],
     directions: torch.Tensor | None,
-    layer: int,
+    layer: Layers,
     mode: Mode,
     sampling: SamplingConfig,
     logprobs_for: Sequence[bool] | None = None,
 ) -> DecodeBatch:
     """Tokenise the prompts (left-padded) and draw every row's uniforms: what any policy
-    decodes from."""
+    decodes from. ``directions`` is ``[n, hidden]``, or ``[n, len(layer), hidden]`` when
+    ``layer`` is several layers (steering.vector.steer_layers)."""
     tok = lm.tokenizer
     tok.padding_side = "left"
     enc = tok([r.prompt for r in rows], return_tensors="pt", padding=True).to(lm.device)
@@ -138,7 +139,7 @@ def prepare_batch(
     if logprobs_for is not None and len(logprobs_for) != n_rows:
         raise ValueError(f"logprobs_for has {len(logprobs_for)} entries for {n_rows} rows")
     if directions is None:
-        directions = torch.zeros(1, lm.hidden_size)
+        directions = torch.zeros(1, *layer_shape(layer), lm.hidden_size)
     return DecodeBatch(
         input_ids=enc["input_ids"],
         attention_mask=mask,
@@ -161,7 +162,7 @@ def generate_batch(
     lm: LoadedModel,
     rows: Sequence[GenerationRow],
     directions: torch.Tensor | None,
-    layer: int,
+    layer: Layers,
     mode: Mode,
     sampling: SamplingConfig,
     on_step: Callable[[int, int], None] | None = None,
@@ -177,8 +178,9 @@ def generate_batch(
     log-softmax over the vocabulary per step, and the pipeline needs them only for its
     unsteered rows, whose NLL they are. ``policy`` overrides the model's decode policy
     (tests and the bench compare them). ``layer_states``, a list, receives per row the
-    residual stream leaving ``layer`` before steering, at the positions that score its
-    continuation (steering/suffix.py; for :func:`continuation_nll`'s ``states``).
+    residual stream leaving ``layer`` (the lowest of several) before steering, at the
+    positions that score its continuation (steering/suffix.py; for
+    :func:`continuation_nll`'s ``states``).
     """
     start = time.perf_counter()
     policy = policy or policy_for(lm)
@@ -186,7 +188,9 @@ def generate_batch(
     steps, every = batch.steps, policy.eos_every
     captured: list[torch.Tensor] = []
     capture = (
-        capture_layer_states(lm, layer, captured) if layer_states is not None else nullcontext()
+        capture_layer_states(lm, lowest_layer(layer), captured)
+        if layer_states is not None
+        else nullcontext()
     )
     with capture, policy.decoder(lm, batch) as decoder:
         for step in range(steps):

@@ -40,7 +40,7 @@ import torch
 from steering.generation import NLL_LOGITS_BUDGET, _nll_chunks
 from steering.head import reused_logits, target_logprobs
 from steering.models import LoadedModel
-from steering.vector import Direction, Mode, steer_rows
+from steering.vector import Direction, Layers, Mode, layer_shape, steer_layers
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def steered_loglik(
     texts: Sequence[str] | Sequence[EncodedText],
     rows: Sequence[LikelihoodRow],
     directions: torch.Tensor | None,
-    layer: int,
+    layer: Layers,
     mode: Mode = "additive",
     prefix: str = "",
     batch_size: int = 64,
@@ -98,8 +98,9 @@ def steered_loglik(
 ) -> list[np.ndarray]:
     """Per row, the mean per-token log-likelihood of each of its texts under its steering.
 
-    ``directions`` is ``[n, hidden]`` (None: every row unsteered). Sequences (row × text)
-    are sorted by length and batched up to ``batch_size`` rows holding at most
+    ``directions`` is ``[n, hidden]`` (None: every row unsteered), or ``[n, len(layer),
+    hidden]`` when ``layer`` is several layers, each steered in the same pass. Sequences
+    (row × text) are sorted by length and batched up to ``batch_size`` rows holding at most
     ``logits_budget // vocab`` scored tokens; a row's value does not depend on which
     others share its batch (beyond float rounding of padded attention), and a zero
     coefficient gives exactly the unsteered model's value in the same batch.
@@ -108,7 +109,7 @@ def steered_loglik(
     if len(encoded) != len(texts):
         encoded = encode_texts(lm, [str(t) for t in texts], prefix)
     if directions is None:
-        directions = torch.zeros(1, lm.hidden_size)
+        directions = torch.zeros(1, *layer_shape(layer), lm.hidden_size)
     seqs = [(r, t) for r, row in enumerate(rows) for t in row.texts]
     order = sorted(range(len(seqs)), key=lambda i: (len(encoded[seqs[i][1]].ids), i))
     vocab = lm.model.get_output_embeddings().weight.shape[0]
@@ -122,7 +123,7 @@ def steered_loglik(
             steering = [rows[seqs[i][0]] for i in picked]
             dirs = directions[torch.tensor([row.direction for row in steering])]
             coefs = torch.tensor([row.coefficient for row in steering], dtype=torch.float32)
-            with steer_rows(lm, layer, dirs, coefs, mode):
+            with steer_layers(lm, layer, dirs, coefs, mode):
                 values[picked] = _chunk_loglik(lm, sequences)
     out, start = [], 0
     for row in rows:

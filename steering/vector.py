@@ -11,14 +11,20 @@ Modes:
 - ``projection``: the original research's h + s·(h·v)·v. Positive s *amplifies* the
   component of h along v (and s = -1 removes it); it cannot tell v from -v for the
   sign of the component, which is why the original's "positive" steering suppressed.
+
+Several layers at once (a repeng or EasySteer file applied as deployed): a vector may
+carry one vector per steered layer (``per_layer``), each added at its layer times the
+row's one coefficient, one hook per layer (:func:`steer_layers`), all removed on exit.
+With ``coefficient`` set (``steering.scale: file``) that coefficient is s·k, repeng's
+``set_control(vector, k)``: h_l += s·k·v_l with the file's own v_l.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import torch
 from torch import nn
@@ -28,6 +34,25 @@ from steering.models import LoadedModel
 
 Mode = Literal["additive", "projection"]
 MODES: tuple[str, ...] = ("additive", "projection")
+# Where steering acts: one decoder layer (today's runs, directions ``[.., hidden]``) or
+# several in ascending order (directions ``[.., len(layers), hidden]``, one per layer).
+Layers: TypeAlias = int | tuple[int, ...]
+
+
+def layer_tuple(layers: Layers) -> tuple[int, ...]:
+    """The steered layers as a tuple (one layer or several)."""
+    return (layers,) if isinstance(layers, int) else tuple(layers)
+
+
+def layer_shape(layers: Layers) -> tuple[int, ...]:
+    """The layer axis of a directions tensor: none for one layer, ``(len(layers),)``."""
+    return () if isinstance(layers, int) else (len(layers),)
+
+
+def lowest_layer(layers: Layers) -> int:
+    """The first steered layer: below it (and at its output before the hook) a steered
+    forward pass is the unsteered one (steering/suffix.py starts above it)."""
+    return min(layer_tuple(layers))
 
 
 class RowSteering:
@@ -90,6 +115,38 @@ def steer_rows(
         handle.remove()
 
 
+def layer_directions(directions: torch.Tensor, layers: Layers) -> dict[int, torch.Tensor]:
+    """Each steered layer's directions: the tensor itself for one layer, else its
+    ``[.., k, :]`` slice for the k-th layer (``[len(layers), hidden]`` shared by every row,
+    or ``[rows, len(layers), hidden]``); views, so a buffer copied into stays seen."""
+    if isinstance(layers, int):
+        return {layers: directions}
+    if directions.dim() < 2 or directions.shape[-2] != len(layers):
+        raise ValueError(
+            f"steering {len(layers)} layers needs directions [.., {len(layers)}, hidden], "
+            f"got {tuple(directions.shape)}"
+        )
+    return {layer: directions[..., k, :] for k, layer in enumerate(layers)}
+
+
+@contextmanager
+def steer_layers(
+    lm: LoadedModel,
+    layers: Layers,
+    directions: torch.Tensor,
+    coefficients: torch.Tensor,
+    mode: Mode,
+) -> Iterator[dict[int, RowSteering]]:
+    """:func:`steer_rows` on every layer of ``layers`` in one pass (one hook per layer,
+    each row's coefficient shared by its layers), every hook removed on exit even when
+    the block raises. One layer installs exactly the hook :func:`steer_rows` does."""
+    with ExitStack() as stack:
+        yield {
+            layer: stack.enter_context(steer_rows(lm, layer, d, coefficients, mode))
+            for layer, d in layer_directions(directions, layers).items()
+        }
+
+
 @dataclass(frozen=True)
 class Direction:
     """A concept's unit direction under an id: the one direction type, before a layer and
@@ -118,7 +175,12 @@ class Direction:
 
 @dataclass(frozen=True)
 class SteeringVector:
-    """A unit direction at a layer, with the scale that turns a strength into residual units."""
+    """A unit direction at a layer, with the scale that turns a strength into residual units.
+
+    ``per_layer`` (additive only): the vector each steered layer adds per unit of the
+    coefficient, when that is not ``direction`` at ``layer`` alone (several layers, or a
+    file's own norm); ``coefficient``: the coefficient of s = 1 when it is not β·α (a
+    file's vectors at repeng's coefficient k, ``steering.scale: file``)."""
 
     direction: torch.Tensor
     layer: int
@@ -127,6 +189,8 @@ class SteeringVector:
     mode: Mode = "additive"
     source: str = "classifier"
     meta: dict[str, Any] = field(default_factory=dict)
+    per_layer: dict[int, torch.Tensor] | None = None
+    coefficient: float | None = None
 
     def __post_init__(self) -> None:
         norm = float(self.direction.norm())
@@ -134,6 +198,29 @@ class SteeringVector:
             raise ValueError(f"a steering direction must be unit-norm, got norm {norm:.4f}")
         if self.mode not in MODES:
             raise ValueError(f"unknown steering mode {self.mode!r}; use one of {MODES}")
+        if (self.per_layer is not None or self.coefficient is not None) and (
+            self.mode != "additive"
+        ):
+            raise ValueError("several layers or a file's own scale steer additively only")
+        if self.per_layer is not None and not self.per_layer:
+            raise ValueError("per_layer needs at least one layer")
+
+    @property
+    def layers(self) -> Layers:
+        """Where it steers: its layer, or its layers in ascending order."""
+        if self.per_layer is None or set(self.per_layer) == {self.layer}:
+            return self.layer
+        return tuple(sorted(self.per_layer))
+
+    def added(self) -> torch.Tensor:
+        """What the hooks add per unit of coefficient: ``[hidden]`` for one layer,
+        ``[len(layers), hidden]`` for several (in :attr:`layers`' order)."""
+        if self.per_layer is None:
+            return self.direction
+        layers = self.layers
+        if isinstance(layers, int):
+            return self.per_layer[layers]
+        return torch.stack([self.per_layer[layer] for layer in layers])
 
     @classmethod
     def from_direction(cls, direction: torch.Tensor, layer: int, **kwargs: Any) -> SteeringVector:
@@ -142,17 +229,27 @@ class SteeringVector:
 
     def coefficients(self, strengths: Sequence[float] | torch.Tensor | float) -> torch.Tensor:
         s = torch.as_tensor(strengths, dtype=torch.float32).reshape(-1)
+        if self.coefficient is not None:
+            return s * self.coefficient
         return s * (self.beta * self.alpha) if self.mode == "additive" else s
 
     @contextmanager
     def apply(
         self, lm: LoadedModel, strength: float | Sequence[float] | torch.Tensor = 1.0
     ) -> Iterator[RowSteering]:
-        """Steer ``lm`` inside the block; a sequence gives one strength per batch row."""
-        with steer_rows(
-            lm, self.layer, self.direction, self.coefficients(strength), self.mode
-        ) as h:
-            yield h
+        """Steer ``lm`` inside the block; a sequence gives one strength per batch row.
+        Yields the hook on :attr:`layer` (a vector of several layers hooks them all)."""
+        layers = self.layers
+        if isinstance(layers, int) and self.per_layer is None:
+            with steer_rows(
+                lm, self.layer, self.direction, self.coefficients(strength), self.mode
+            ) as h:
+                yield h
+            return
+        with steer_layers(
+            lm, layers, self.added(), self.coefficients(strength), self.mode
+        ) as hooks:
+            yield hooks[self.layer] if self.layer in hooks else next(iter(hooks.values()))
 
 
 def stack_coefficients(

@@ -15,9 +15,16 @@ against the model's hidden size, finite and non-zero values, every concept of th
 found (by synset id or by name), and for a GGUF the run's layer present. Errors name the
 file, the concept and the fix. Two things are said, not refused (a logged warning): a
 GGUF of several layers gives only the run's layer (which one, and how many were left),
-and a ``controlvector.model_hint`` naming another kind of model than the one loaded (as
-repeng warns); a hint naming the model's architecture class, as exports before the
-model type did, is accepted silently.
+and a ``controlvector.model_hint`` naming another family of model than the one loaded
+(as repeng warns). The hint is compared by family (:func:`model_family`): EasySteer's
+``qwen2.5`` is transformers' ``qwen2``, ``llama3`` is ``llama``, ``gemma3`` and the
+architecture class ``Gemma3ForCausalLM`` are ``gemma3_text``; ``gemma2`` or ``mistral``
+on a Gemma 3 still warn.
+
+Deployed as a repeng or EasySteer file is (:func:`read_layered_vectors`,
+``steering.layers``): every layer a GGUF holds (``file``) or those of an inclusive range
+(``[i, j]``, llama.cpp's ``--control-vector-layer-range``), each vector as the file has
+it (its own norm), checked like the run's layer and against the model's layer count.
 
 Write (:func:`write_control_vector`, :func:`write_mapping`): a GGUF control vector that
 llama.cpp's ``--control-vector`` loads, and a safetensors mapping.
@@ -47,10 +54,11 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -68,8 +76,43 @@ FOLDER_SUFFIXES = (".npy", ".pt", ".safetensors", ".gguf")
 UNIT_KEY = "steer_eval.unit_direction"
 
 
+# steering.layers: the run's layer alone, every layer a GGUF holds, or an inclusive range
+LayerSpec: TypeAlias = Literal["auto", "file"] | tuple[int, int]
+
+
 class VectorFileError(ValueError):
     """A vector file cannot be used; the message names the file, the concept and the fix."""
+
+
+# A model's family from a hint or a name: letters, major version, the rest, once what
+# names a class or a text decoder (``ForCausalLM``, ``_text``) is dropped.
+_FAMILY = re.compile(r"([a-z]+)(\d*)((?:\.\d+)*)(.*)")
+_CLASS_SUFFIXES = ("forcausallm", "forconditionalgeneration", "model")
+# model types transformers keeps for every version of a family (Llama 2, 3, 3.1 are
+# all ``llama``): a hint naming any version of them is the same family
+UNVERSIONED = frozenset({"llama"})
+
+
+def model_family(name: str) -> tuple[str, str, str]:
+    """(name, major version, variant) of a model hint, type or class, lower-cased:
+    ``qwen2.5`` and ``Qwen2ForCausalLM`` are ``("qwen", "2", "")``, ``gemma3_text``
+    ``("gemma", "3", "")``, ``qwen2_moe`` ``("qwen", "2", "moe")``. A minor version is
+    dropped: transformers names a family by its major version."""
+    text = re.sub(r"[^a-z0-9.]", "", name.lower())
+    for suffix in _CLASS_SUFFIXES:
+        text = text.removesuffix(suffix)
+    found = _FAMILY.fullmatch(text)
+    if found is None:
+        return (text, "", "")
+    return (found.group(1), found.group(2), found.group(4).removesuffix("text"))
+
+
+def same_family(hint: str, model: str) -> bool:
+    """Whether a file's hint names the family of ``model`` (a type or class name)."""
+    h, m = model_family(hint), model_family(model)
+    if (h[0], h[2]) != (m[0], m[2]):
+        return False
+    return h[1] == m[1] or (not m[1] and m[0] in UNVERSIONED)
 
 
 @dataclass(frozen=True)
@@ -103,7 +146,10 @@ class ModelKind:
         return cls(str(getattr(config, "model_type", "") or ""), tuple(n for n in accepted if n))
 
     def matches(self, hint: str) -> bool:
-        return not hint or not self.model_type or hint in (self.model_type, *self.also)
+        """Whether ``hint`` names this model's family (:func:`same_family`)."""
+        if not hint or not self.model_type or hint in (self.model_type, *self.also):
+            return True
+        return any(same_family(hint, name) for name in (self.model_type, *self.also))
 
 
 @dataclass
@@ -112,8 +158,13 @@ class _Reading:
 
     layer: int
     kind: ModelKind
+    layers: LayerSpec = "auto"
+    n_layers: int | None = None  # the model's decoder layers, when known
     layers_left: dict[int, list[Path]] = field(default_factory=dict)  # layers in file -> files
     foreign: dict[str, list[Path]] = field(default_factory=dict)  # mismatched hint -> files
+    # layers: file or a range: each GGUF's vectors at the layers taken, as the file has them
+    taken: dict[Path, dict[int, np.ndarray]] = field(default_factory=dict)
+    steered: dict[tuple[tuple[int, ...], int], list[Path]] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         """One line per kind of thing said (a folder of 100 files says it once)."""
@@ -122,7 +173,16 @@ class _Reading:
             lines.append(
                 f"{_files(files)}: took direction.{self.layer} (this run's layer) of the {n} "
                 f"layers {'it holds' if len(files) == 1 else 'each holds'}; the other {n - 1} "
-                "were ignored"
+                "were ignored (steering.layers: file steers them all)"
+            )
+        for (taken, n), files in sorted(self.steered.items()):
+            which = "file"
+            if isinstance(self.layers, tuple):
+                which = f"[{self.layers[0]}, {self.layers[1]}], both ends included"
+            lines.append(
+                f"{_files(files)}: steering {len(taken)} of the {n} layers "
+                f"{'it holds' if len(files) == 1 else 'each holds'}, {list(taken)} "
+                f"(steering.layers: {which})"
             )
         for hint, files in sorted(self.foreign.items()):
             lines.append(
@@ -299,8 +359,12 @@ def _from_gguf(path: Path, reading: _Reading, cv: ControlVector | None = None) -
     layer = reading.layer
     if not reading.kind.matches(cv.model_hint):
         reading.foreign.setdefault(cv.model_hint, []).append(path)
-    if layer in cv.directions and len(cv.directions) > 1:
-        reading.layers_left.setdefault(len(cv.directions), []).append(path)
+    if reading.layers != "auto":
+        _take_layers(path, cv, reading)
+    elif layer in cv.directions:
+        reading.taken[path] = {layer: cv.directions[layer]}
+        if len(cv.directions) > 1:
+            reading.layers_left.setdefault(len(cv.directions), []).append(path)
     unit = cv.metadata.get(UNIT_KEY)
     if cv.metadata.get("steer_eval.layer") == layer and unit is not None:
         return np.asarray(unit, dtype=np.float32)
@@ -311,6 +375,36 @@ def _from_gguf(path: Path, reading: _Reading, cv: ControlVector | None = None) -
             "numbers them (the output of 0-based decoder block N)"
         )
     return cv.directions[layer]
+
+
+def _take_layers(path: Path, cv: ControlVector, reading: _Reading) -> None:
+    """The layers ``reading.layers`` selects from a file (every one, or those of an
+    inclusive range), each checked; the run's layer must be one of them (its α, probes
+    and detection metrics are read there)."""
+    held = sorted(cv.directions)
+    taken, where = held, "steering.layers: file"
+    if isinstance(reading.layers, tuple):
+        low, high = reading.layers
+        taken = [n for n in held if low <= n <= high]
+        where = f"steering.layers [{low}, {high}] (inclusive, as llama.cpp's range)"
+    if reading.layer not in taken:
+        raise VectorFileError(
+            f"{path}: this run's layer {reading.layer} is not among the layers {where} "
+            f"steers ({taken or 'none'}; the file holds {held}); set `layer` to one of them, "
+            "where its α, probes and detection metrics are read"
+        )
+    if reading.n_layers is not None and taken[-1] >= reading.n_layers:
+        raise VectorFileError(
+            f"{path}: direction.{taken[-1]} is beyond the model's {reading.n_layers} decoder "
+            f"layers (0-{reading.n_layers - 1}); the file was made on a deeper model"
+        )
+    for n in taken:
+        v = cv.directions[n]
+        if not np.isfinite(v).all():
+            raise VectorFileError(f"{path}: direction.{n} has NaN or infinite values")
+    reading.taken[path] = {n: cv.directions[n] for n in taken}
+    if len(held) > 1:
+        reading.steered.setdefault((tuple(taken), len(held)), []).append(path)
 
 
 def _one_tensor(path: Path) -> np.ndarray:
@@ -414,28 +508,11 @@ def _raw_vectors(
     return {k: (v, path) for k, v in _mapping(path).items()}
 
 
-def read_vectors(
-    path: str | Path,
-    synsets: Sequence[str],
-    names: Sequence[str],
-    hidden_size: int,
-    layer: int,
-    kind: ModelKind | None = None,
-    notes: list[str] | None = None,
-) -> dict[str, np.ndarray]:
-    """One validated float32 vector per concept (keyed by synset id), from ``path``.
-
-    Vectors keep their length (a caller normalises); a vector of another length, with a
-    non-finite value or all zeros, a concept with no vector, two vectors for one concept,
-    or a GGUF without ``layer`` is an error naming the file, the concept and the fix.
-    Vectors for concepts outside the run are ignored (a run of ``concepts.limit`` reads a
-    fuller export). What is worth saying but not refusing (the layer taken from a file
-    of several, a ``model_hint`` that is not ``kind``'s) is logged as a warning and
-    appended to ``notes``.
-    """
-    concepts = ConceptNames(tuple(synsets), tuple(names))
-    reading = _Reading(layer, kind or ModelKind())
-    raw = _raw_vectors(Path(path), concepts, reading)
+def _read(
+    path: Path, concepts: ConceptNames, hidden_size: int, reading: _Reading
+) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+    """Every concept's validated vector at the run's layer, and the file it came from."""
+    raw = _raw_vectors(path, concepts, reading)
     found: dict[str, tuple[np.ndarray | None, Path, str]] = {}
     for key, (vector, source) in raw.items():
         synset = concepts.resolve(key)
@@ -474,8 +551,89 @@ def read_vectors(
         if not np.any(v):
             raise VectorFileError(f"{where} is all zeros, which has no direction; re-export it")
         out[synset] = v
+    return out, {synset: source for synset, (_, source, _) in found.items()}
+
+
+def _say(reading: _Reading, notes: list[str] | None) -> None:
     for line in reading.notes():
         log.warning("%s", line)
         if notes is not None:
             notes.append(line)
+
+
+def read_vectors(
+    path: str | Path,
+    synsets: Sequence[str],
+    names: Sequence[str],
+    hidden_size: int,
+    layer: int,
+    kind: ModelKind | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """One validated float32 vector per concept (keyed by synset id), from ``path``.
+
+    Vectors keep their length (a caller normalises); a vector of another length, with a
+    non-finite value or all zeros, a concept with no vector, two vectors for one concept,
+    or a GGUF without ``layer`` is an error naming the file, the concept and the fix.
+    Vectors for concepts outside the run are ignored (a run of ``concepts.limit`` reads a
+    fuller export). What is worth saying but not refusing (the layer taken from a file
+    of several, a ``model_hint`` of another family than ``kind``'s) is logged as a
+    warning and appended to ``notes``.
+    """
+    reading = _Reading(layer, kind or ModelKind())
+    out, _ = _read(Path(path), ConceptNames(tuple(synsets), tuple(names)), hidden_size, reading)
+    _say(reading, notes)
     return out
+
+
+@dataclass(frozen=True)
+class LayeredVectors:
+    """A file's vectors as deployed: per concept its vector at the run's layer as
+    :func:`read_vectors` gives it (``anchor``: an export's exact unit direction where it
+    keeps one) and its vectors at every steered layer as the file holds them
+    (``layers``: a GGUF's tensors, with their own norms)."""
+
+    anchor: dict[str, np.ndarray]
+    layers: dict[str, dict[int, np.ndarray]]
+
+
+def read_layered_vectors(
+    path: str | Path,
+    synsets: Sequence[str],
+    names: Sequence[str],
+    hidden_size: int,
+    layer: int,
+    layers: LayerSpec,
+    kind: ModelKind | None = None,
+    notes: list[str] | None = None,
+    n_layers: int | None = None,
+) -> LayeredVectors:
+    """:func:`read_vectors`, and each concept's vectors at the layers ``layers`` selects:
+    ``auto`` the run's layer alone, ``file`` every layer its GGUF holds, ``(i, j)`` those
+    with i ≤ N ≤ j (both ends included, as llama.cpp's ``--control-vector-layer-range``).
+    Several layers come from GGUF control vectors only (a mapping or ``.npy`` holds one
+    vector per concept); the run's layer must be among those taken; each is checked for
+    the hidden size, finite values and, with ``n_layers``, a layer the model has."""
+    reading = _Reading(layer, kind or ModelKind(), layers, n_layers)
+    concepts = ConceptNames(tuple(synsets), tuple(names))
+    anchor, sources = _read(Path(path), concepts, hidden_size, reading)
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for synset, source in sources.items():
+        taken = reading.taken.get(source)
+        if taken is None and layers != "auto":
+            raise VectorFileError(
+                f"{source}: steering.layers {layers!r} steers the layers of a GGUF control "
+                f"vector, but this {source.suffix or 'folder'} file holds one vector per "
+                "concept, for no layer; use steering.layers: auto (the run's layer)"
+            )
+        if taken is None:  # a mapping or .npy: the file's vector at the run's layer
+            taken = {layer: anchor[synset]}
+        for n, v in taken.items():
+            if v.shape != (hidden_size,):
+                raise VectorFileError(
+                    f"{source}: direction.{n} of {synset} has shape {v.shape}, but the "
+                    f"model's hidden size is {hidden_size}; export it from the same model"
+                )
+        out[synset] = {n: np.asarray(v, dtype=np.float32) for n, v in sorted(taken.items())}
+    _say(reading, notes)
+    return LayeredVectors(anchor, out)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("experiments", "steering", "metrics", "judges")
+# steer_eval: the Python API in front of the others (its own row; nothing imports it)
+PACKAGES = ("experiments", "steering", "metrics", "judges", "steer_eval")
 MAX_LINES = 500
 
 
@@ -165,6 +166,20 @@ def test_the_rule_checker_finds_planted_breaks():
         "judges.llama -> steering.models (judges may import "
         "['metrics', 'steering.assets', 'steering.registry', 'steering.files'])",
         "steering.models -> experiments.config (steering may import [])",
+    ]
+
+
+def test_the_python_api_imports_experiments_and_nothing_imports_it():
+    planted = {
+        "experiments.phase5.run": {"steer_eval.api"},
+        "steer_eval.api": {"experiments.phase5.run", "experiments.cli.strength", "metrics.text"},
+        "steer_eval.vectors": {"steering.vector_files"},
+    }
+    assert broken_rules(planted) == [
+        "experiments.phase5.run -> steer_eval.api (experiments may import "
+        "['steering', 'metrics', 'judges'])",
+        "steer_eval.api -> metrics.text (steer_eval may import ['experiments', "
+        "'experiments.cli.strength', 'steering'])",
     ]
 
 

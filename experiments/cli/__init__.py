@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
+
+if TYPE_CHECKING:  # typer carries its own click: the types its commands take
+    from typer._click.core import Context, Parameter
 
 app = typer.Typer(
     help="Does a concept classifier's F1 predict how well its direction steers a model?",
@@ -57,6 +62,44 @@ COMMAND_MODULES = (
 
 for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
+
+
+def plain_flags(params: list[Parameter]) -> list[Parameter]:
+    """``params`` with each flag's type shown as nothing: typer 0.29 prints ``<bool>``
+    beside every flag in ``--help`` (``--json <bool>``), though a flag takes no value."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""  # what typer shows as the flag's type
+    return params
+
+
+class Command(TyperCommand):
+    """A command whose help shows its flags, ``--help`` included, without a type."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return plain_flags(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """``steer-eval`` and its command groups (``human``), flags shown as commands'."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return plain_flags(super().get_params(ctx))
+
+
+def _plain_flags(typer_app: typer.Typer) -> None:
+    """Every command and group of ``typer_app`` and its groups: a :class:`Command` or
+    :class:`Group` (typer builds them when the app is called)."""
+    typer_app.info.cls = Group
+    for info in typer_app.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = Command
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _plain_flags(group.typer_instance)
+
+
+_plain_flags(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+from rich.text import Text
 
 from experiments.cli.common import out
 
@@ -48,6 +49,11 @@ def print_answer(answer: Answer) -> None:
             reading(v),
         )
     out.print(table)
+    for extra in answer.tables:
+        shown = Table(*extra.columns, title=extra.title)
+        for row in extra.rows:  # cells in words, never markup
+            shown.add_row(*(Text(cell) for cell in row))
+        out.print(shown)
     if answer.seed:
         seed = Table(
             "criterion (seed)", "value", "threshold", "status", "note", title=answer.seed_label

@@ -20,6 +20,7 @@ from experiments.cli.common import (
     console,
     friendly,
     print_json,
+    require_extra,
     resolve_config,
     resolve_run,
     say_stage,
@@ -54,15 +55,18 @@ def calibrate(
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 6: probes along a training curve; does detection quality predict steering?"""
-    setup_logging(verbose)
     from experiments.calibration import QUICK
-    from experiments.calibration.study import PHASE, run_calibration
 
     overlays = [QUICK] if quick else []
     cfg = cast(  # load_config refuses a config of another phase
         "CalibrationStudyConfig",
         resolve_config(config, set_, model, None, concepts, "calibration", overlays),
     )
+    if cfg.execution.executor == "ray":  # before anything loads
+        require_extra("ray", "execution.executor ray", "--set execution.executor=local")
+    setup_logging(verbose)
+    from experiments.calibration.study import PHASE, run_calibration
+
     if dry_run:
         from experiments.calibration.study import STAGES, strength_choices
 

@@ -18,12 +18,17 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.exceptions import TyperException
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from rich.progress import Progress
     from rich.status import Status
 
     from experiments.config import Phase, RunConfig
+
+    Callback: TypeAlias = Callable[[int, int], None]  # a library's progress: (done, total)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -116,6 +121,8 @@ def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # said already, or typer's own: before user_errors() imports the errors
         except user_errors() as exc:
             # The message quotes user input (values, paths): printed as text, never as
             # markup (a "[...]" in it would otherwise vanish as a style tag).
@@ -140,6 +147,37 @@ def progress_display(transient: bool) -> Progress:
         console=console,
         transient=transient,
     )
+
+
+def generation_bars(progress: Progress) -> tuple[Callback, Callback]:
+    """``(on_batch, on_step)`` drawing the generation's bars on ``progress``: shown from
+    the first batch (an error before it, a bad model or a missing store, is not printed
+    under an empty bar) and timed from the first token, so the time shown is the
+    generation's (each batch's texts, then their perplexity), not the loading, classifier
+    training and vectors that come before it."""
+    bars = (
+        progress.add_task("generations (texts, then their perplexity)", start=False),
+        progress.add_task("tokens (current batch)", start=False),
+    )
+    for bar in bars:
+        progress.update(bar, total=None, visible=False)
+    started: list[bool] = []
+
+    def generating() -> None:
+        if not started:
+            started.append(True)
+            for bar in bars:
+                progress.start_task(bar)
+
+    def on_batch(done: int, total: int) -> None:
+        generating()
+        progress.update(bars[0], completed=done, total=total, visible=True)
+
+    def on_step(step: int, steps: int) -> None:
+        generating()
+        progress.update(bars[1], completed=step + 1, total=steps, visible=True)
+
+    return on_batch, on_step
 
 
 @contextlib.contextmanager
@@ -234,6 +272,38 @@ LatestExperimentOpt = Annotated[
 ]
 
 
+# The optional extras a command may need (pyproject.toml's optional dependencies): the
+# module each provides -> what it is, and the line that installs it.
+EXTRAS = {
+    "llama_cpp": (
+        "llama-cpp-python (the judge extra)",
+        "make setup-judge, or pip install -e '.[judge]' (builds llama.cpp: about 7.5 min)",
+    ),
+    "ray": ("Ray (the ray extra)", "make setup-ray, or pip install -e '.[ray]'"),
+}
+
+
+def require_extra(module: str, needed_by: str, instead: str = "") -> None:
+    """Exit 2 with one line that says how to install ``module``'s extra when it cannot
+    be imported (:data:`EXTRAS`); called by a command before it loads or writes
+    anything, so a missing extra costs no model load and leaves no half-written files.
+    ``instead``: what works without it (another judge, another executor)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        what, install = EXTRAS[module]
+        other = f"; or {instead}" if instead else ""
+        console.print(
+            f"[bold red]error:[/] {escape(needed_by)} needs {what}, which is not installed "
+            f"({escape(str(exc))}): {escape(install)}{escape(other)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2) from None
+
+
 def print_json(data: Any) -> None:
     """The machine-readable result on stdout (NaN and infinities as null)."""
     import json
@@ -264,6 +334,71 @@ def resolve_run(run: str, experiment: str, phase: str, finished: bool = True) ->
     from experiments import tracking
 
     return tracking.latest_parent_run(experiment, phase, finished=finished)
+
+
+# How a run is named by its ``phase`` tag (another tag: as it is).
+PHASE_NAMES = {
+    "4": "Phase 4 (classifiers)",
+    "5": "Phase 5",
+    "6": "Phase 6",
+    "6-identify": "identify",
+    "strength": "strength sweep (calibrate-strength)",
+}
+
+
+def phase5_parent(run_id: str, command: str) -> str:
+    """``run_id`` when it is a Phase 5 parent run (what ``samples``, ``rescore`` and
+    ``export`` read), else a LookupError that says what the run is and the command that
+    does take it: the parent of a child run, ``steer-eval run`` for a Phase 4 run's
+    classifiers, ``steer-eval runs`` for the Phase 5 runs there are."""
+    from experiments import tracking
+
+    tags = tracking.get_run(run_id).data.tags
+    phase, parent = tags.get("phase"), tags.get("mlflow.parentRunId")
+    if phase == "5" and parent is None:
+        return run_id
+    if parent is not None:
+        raise LookupError(
+            f"run {run_id} is a child run of {parent}; `{command}` takes the parent run: "
+            f"`steer-eval {command} {parent}`"
+        )
+    if phase in PHASE_NAMES:
+        kind = f"a {PHASE_NAMES[phase]} run"
+    else:
+        kind = f"a run of phase {phase!r}" if phase else "not one of the suite's runs"
+    then = ""
+    if phase == "4":  # the Phase 5 runs that steered with its classifiers, newest first
+        steered = _steered_with(run_id)
+        then = (
+            f"; `steer-eval {command} {steered[0]}` takes the newest Phase 5 run that steered "
+            f"with its classifiers ({len(steered)} did)"
+            if steered
+            else "; `steer-eval run` steers with its classifiers, and that Phase 5 run is "
+            f"the one to give `{command}`"
+        )
+    raise LookupError(
+        f"run {run_id} is {kind}, not a Phase 5 run: `{command}` reads a Phase 5 run's "
+        f"texts{then}; `steer-eval runs` lists the runs with their phase"
+    )
+
+
+# The tag a Phase 5 run names its classifiers' Phase 4 run by (phase5/publish.PHASE4_TAG).
+PHASE4_TAG = "steer_eval.phase4_run"
+
+
+def _steered_with(phase4_run: str) -> list[str]:
+    """The Phase 5 parent runs whose classifiers a Phase 4 run trained, newest first."""
+    from experiments import tracking
+
+    c = tracking.client()
+    experiments = [e.experiment_id for e in c.search_experiments()]
+    runs = c.search_runs(
+        experiments,
+        filter_string=f"tags.`{PHASE4_TAG}` = '{phase4_run}' and tags.mlflow.parentRunId IS NULL",
+        order_by=["attributes.start_time DESC"],
+        max_results=50,
+    )
+    return [r.info.run_id for r in runs]
 
 
 def show_run_address(run_id: str) -> str:
@@ -316,6 +451,25 @@ def resolve_config(
     if concepts is not None:
         extra.append(f"concepts.limit={concepts}")
     return load_config(config, extra, phase, overlays or [])
+
+
+def warn_store() -> None:
+    """A warning line per thing the local store keeps outside its own folder
+    (``tracking.store_warnings``): a copy of the project would still use it."""
+    from experiments import tracking
+
+    lines = tracking.store_warnings()
+    if not lines:
+        return
+    db = tracking.sqlite_path()
+    home = db.resolve().parent if db is not None else Path.cwd()
+    console.print(
+        f"[bold yellow]warning:[/] the MLflow store {escape(str(db))} points outside its "
+        f"folder {escape(str(home))} (a copy of this folder would still use these):",
+        highlight=False,
+    )
+    for line in lines:
+        console.print(f"  {escape(line)}", highlight=False)
 
 
 def say_stage(status: Status, message: str, start: float) -> None:

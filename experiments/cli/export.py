@@ -35,7 +35,9 @@ from experiments.cli.common import (
     console,
     friendly,
     out,
+    phase5_parent,
     print_json,
+    require_extra,
 )
 from experiments.cli.human import experiment_for
 
@@ -116,11 +118,13 @@ def export(
 ) -> None:
     """Write a run's directions, scaled as steered (α·β), as llama.cpp control vectors
     (one <concept>.gguf each, for --control-vector) and one directions.safetensors."""
+    if check:  # before the run is read or a file written
+        require_extra("llama_cpp", "export --check", "export without --check")
     from experiments.phase5.export import export_run
     from experiments.rundir import RunDir
 
     found = resolve_export(run, old_run, experiment_for(run, config, experiment))
-    run_id = found.info.run_id
+    run_id = phase5_parent(found.info.run_id, "export")
     folder = RunDir.locate(found, results_dir)
     result = export_run(folder, out_dir if out_dir is not None else DEFAULT_OUT / run_id)
     checked = _check(folder, result.folder, gguf, concepts, threshold) if check else None
@@ -168,9 +172,16 @@ def _print_check(checked: ExportCheck) -> None:
     console.print(
         f"{verdict}: r = {checked.overall.r:.3f} (threshold {checked.threshold:g}) over "
         f"{len(checked.concepts)} concepts × 2 signs × their texts; mean per-token NLL shift "
-        f"by llama.cpp ({checked.gguf.name}, direction.{checked.layer}) vs the run's hook; "
+        f"by llama.cpp ({checked.gguf.name}, {_directions(checked.layers)}) vs the run's hook; "
         f"written to {checked.folder / 'check.json'}"
     )
+
+
+def _directions(layers: list[int]) -> str:
+    """``direction.9``, or every layer of a file steered as deployed."""
+    if len(layers) == 1:
+        return f"direction.{layers[0]}"
+    return f"direction.{layers[0]} to direction.{layers[-1]}, {len(layers)} layers"
 
 
 def _print_export(run_id: str, result: Export) -> None:
@@ -181,7 +192,8 @@ def _print_export(run_id: str, result: Export) -> None:
         table.add_row(synset, name, f"{result.scales[synset]:.2f}")
     out.print(table)
     console.print(
-        f"{result.model_id}, layer {result.layer} (llama.cpp's direction.{result.layer}); "
+        f"{result.model_id}, layer {result.layer} (llama.cpp's "
+        f"{_directions(result.layers or [result.layer])}); "
         f"written to {result.folder}: llama-cli -m <model.gguf> --control-vector "
         f"{result.folder}/<concept>.gguf"
     )

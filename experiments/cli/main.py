@@ -24,11 +24,14 @@ from experiments.cli.common import (
     VerboseOpt,
     console,
     friendly,
+    generation_bars,
     out,
     parse_layer,
+    phase5_parent,
     print_json,
     progress_bars,
     progress_display,
+    require_extra,
     resolve_config,
     resolve_run,
     setup_logging,
@@ -37,6 +40,7 @@ from experiments.cli.common import (
 from experiments.cli.plan import print_plan
 
 if TYPE_CHECKING:
+    from experiments.answer import Answer
     from experiments.kernel.probes import ProbeSet
     from experiments.phase5.run import Phase5Result
 
@@ -306,10 +310,6 @@ def run(
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
     import os
 
-    setup_logging(verbose)
-
-    from experiments.phase5.run import run_phase5
-
     overrides = list(set_ or [])
     if max_new_tokens is not None:
         overrides.append(f"generation.max_new_tokens={max_new_tokens}")
@@ -328,6 +328,9 @@ def run(
     wanted = parse_layer(layer)
     fixed = wanted if isinstance(wanted, int) else None
     cfg = None if resume else resolve_config(config, overrides, model, fixed, concepts, "phase5")
+    if executor is Executor.RAY or (cfg is not None and cfg.execution.executor == "ray"):
+        require_extra("ray", "--executor ray", "--executor local")  # before anything loads
+    setup_logging(verbose)  # imports transformers: after a missing extra is said
     rule = wanted if isinstance(wanted, str) else None
     if rule is not None and resume:
         raise typer.BadParameter(f"--layer {rule} chooses a new run's layer: not with --resume")
@@ -352,18 +355,12 @@ def run(
                 overrides.append(f"{key}={value}")
         experiment = resolve_config(config, [], phase="phase5").experiment
         resume = resolve_run(resume, experiment, "5", finished=False)
+        if executor is None and _stored_executor(resume) == "ray":  # before the model loads
+            require_extra("ray", f"run {resume}'s execution.executor ray", "--executor local")
+    from experiments.phase5.run import run_phase5
+
     with progress_display(transient=False) as progress:
-        # shown from the first batch: an error before it (a bad model, a missing store)
-        # is then not printed under an empty bar
-        task = progress.add_task("generations", total=None, visible=False)
-        tokens = progress.add_task("tokens (current batch)", total=None, visible=False)
-
-        def on_batch(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total, visible=True)
-
-        def on_step(step: int, steps: int) -> None:
-            progress.update(tokens, completed=step + 1, total=steps, visible=True)
-
+        on_batch, on_step = generation_bars(progress)
         result = run_phase5(
             cfg,
             resume=resume,
@@ -379,6 +376,14 @@ def run(
             layer_choice=layer_choice,
         )
     _print_result(result, json_)
+
+
+def _stored_executor(run_id: str) -> str:
+    """Where a run to resume generates its rows: its stored config's executor."""
+    from experiments import tracking
+    from experiments.rundir import RunDir
+
+    return RunDir.locate(tracking.get_run(run_id)).load_config("phase5").execution.executor
 
 
 def rescore(
@@ -405,7 +410,9 @@ def rescore(
     setup_logging(verbose)
     from experiments.phase5.run import rescore as rescore_run
 
-    run_id = resolve_run(run_id, resolve_config(config, [], phase="phase5").experiment, "5")
+    if run_id == "latest":  # the config only says where `latest` is searched
+        run_id = resolve_run(run_id, resolve_config(config, [], phase="phase5").experiment, "5")
+    run_id = phase5_parent(run_id, "rescore")  # another kind of run: what takes it
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
         result = rescore_run(run_id, results_dir=results_dir, overrides=list(set_ or []))
@@ -416,13 +423,22 @@ def rescore(
 def result_dict(result: Phase5Result) -> dict[str, Any]:
     """A Phase 5 result for --json (cli/answer.py's one shape): its results are the
     numbers per strength and the generation speed."""
-    from experiments.phase5.answer import answer_of
-
     results = {
         "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
         "tokens_per_second": result.tokens_per_second,
     }
-    return result_json(answer_of(result.record), result.results_dir, results, result.timings)
+    return result_json(_answer(result), result.results_dir, results, result.timings)
+
+
+def _answer(result: Phase5Result) -> Answer:
+    """The run's answer as its ``answer.md`` has it: from the record, with what a
+    rescore changed first among its notes (``publisher.rescore_noted``)."""
+    from experiments.kernel.publisher import rescore_noted
+    from experiments.phase5.answer import answer_of
+    from experiments.rundir import RunDir
+
+    folder = RunDir(result.results_dir.parent, result.results_dir.name)
+    return rescore_noted(folder, answer_of(result.record))
 
 
 def _print_result(
@@ -433,7 +449,6 @@ def _print_result(
     if as_json:
         print_json(result_dict(result))
         return
-    from experiments.phase5.answer import answer_of
     from experiments.rows import View, aggregates
 
     shown = [agg for _column, agg in aggregates(View.CLI)]
@@ -442,7 +457,7 @@ def _print_result(
     for s, v in sorted(result.per_strength.items()):
         table.add_row(f"{s:+g}", *(number(v.get(a.name), ".3f") for a in shown))
     out.print(table)
-    print_answer(answer_of(result.record))
+    print_answer(_answer(result))
     from experiments.phase5.report import generation_speed
 
     done = (

@@ -20,6 +20,7 @@ from experiments.cli.common import (
     out,
     print_json,
     progress_bars,
+    require_extra,
     show_run_address,
 )
 from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
@@ -27,6 +28,10 @@ from experiments.validation.panel import DEFAULT_JUDGES, When
 
 if TYPE_CHECKING:
     from experiments.validation.axbench import AxbenchOutcome
+
+
+# The provider whose judges run here on llama.cpp (judges/llama.py): the judge extra.
+LLAMA_PROVIDER = "llama"
 
 
 class Rubric(StrEnum):
@@ -79,6 +84,12 @@ def panel(
     from experiments.validation.panel import run_panel_for
 
     judges = list(judge or DEFAULT_JUDGES)
+    for name in judges:  # a local judge's extra, before anything is read or planned
+        if name.split("/", 1)[0] == LLAMA_PROVIDER:
+            given = "" if judge else " (a default judge)"
+            require_extra(
+                "llama_cpp", f"panel's local judge {name}{given}", "name other judges by --judge"
+            )
     experiment = experiment_for(run, config, experiment)
     if rubric is Rubric.AXBENCH:
         when = When.ALWAYS  # AxBench scores are wanted whatever the human correlation

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from experiments.tracking.listing import ListedRun, ListedVerdict
 
 from experiments.answer import JUDGED, status_colour, status_word, value_interval
-from experiments.cli.common import JsonOpt, friendly, out, print_json
+from experiments.cli.common import JsonOpt, friendly, out, print_json, warn_store
+from experiments.rundir import RESCORED_TAG
 
 
 def register(app: typer.Typer) -> None:
@@ -46,8 +47,15 @@ def runs(
 
     listed = list_runs(experiment, limit)
     if json_:
-        print_json({"tracking_uri": tracking.tracking_uri(), "runs": [r.to_dict() for r in listed]})
+        print_json(
+            {
+                "tracking_uri": tracking.tracking_uri(),
+                "store_warnings": tracking.store_warnings(),
+                "runs": [r.to_dict() for r in listed],
+            }
+        )
         return
+    warn_store()
     if not listed:
         out.print(f"no runs in {tracking.tracking_uri()}; `make run` makes one", highlight=False)
         return
@@ -64,6 +72,8 @@ def print_run(r: ListedRun, verdicts: list[ListedVerdict]) -> None:
     from rich.table import Table
 
     head = f"{r.run_id} · {r.started} (UTC) · {r.status.lower()} · {escape(r.name)}"
+    if r.rescored_with:  # its verdicts come from a rescore's changed settings
+        head += f"\n[yellow]{escape(RESCORED_TAG)} {escape(r.rescored_with)}[/]"
     if not verdicts:
         out.print(f"  {head}\n    [dim]{escape(r.note)}[/]", highlight=False)
         return

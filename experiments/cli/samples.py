@@ -5,9 +5,11 @@ prints a Phase 5 run's ``samples.csv`` (``phase5/samples.py``: every steered tex
 the report split beside its unsteered and random-direction twins), text first and
 wrapped, each with its Δ, the gate's verdict and reason and its effect, then its twins
 with theirs. The run is taken as ``rescore`` and ``export`` take it (an id, or
-``latest``); ``--concept``, ``--sign``, ``--gated``/``--measured`` and ``--limit``
-choose the rows; ``--json`` prints them as data. A run that does not exist, or a concept
-that is not in it, is refused with exit 2 (the concept with the closest name in the run).
+``latest``); ``--concept`` (a synset or the start of one), ``--sign`` (pos, neg, +, -),
+``--gated``/``--measured`` and ``--limit`` choose the rows; ``--oneline`` prints each on
+a line; ``--json`` prints them as data (``n``: the texts the filters chose). A run that
+does not exist or is no Phase 5 run, or a concept that is not in it, is refused with
+exit 2 (the concept with the closest name in the run, the run's kind and what takes it).
 """
 
 from __future__ import annotations
@@ -26,17 +28,27 @@ from experiments.cli.common import (
     console,
     friendly,
     out,
+    phase5_parent,
     print_json,
 )
 from experiments.cli.human import latest_experiment
 
 if TYPE_CHECKING:
     from rich.panel import Panel
+    from rich.text import Text
 
 
 class Sign(StrEnum):
-    pos = "+"
-    neg = "-"
+    """``--sign``: the texts steered at s > 0 (``pos`` or ``+``) or s < 0 (``neg``, ``-``)."""
+
+    pos = "pos"
+    neg = "neg"
+    plus = "+"
+    minus = "-"
+
+    @property
+    def symbol(self) -> str:
+        return "+" if self in (Sign.pos, Sign.plus) else "-"
 
 
 def register(app: typer.Typer) -> None:
@@ -49,10 +61,12 @@ def samples(
         str, typer.Argument(help="the Phase 5 parent run id, or latest (as in rescore)")
     ] = "latest",
     concept: Annotated[
-        str | None, typer.Option("--concept", help="only this concept (its synset)")
+        str | None,
+        typer.Option("--concept", help="only this concept: its synset, or the start of one (herb)"),
     ] = None,
     sign: Annotated[
-        Sign | None, typer.Option("--sign", help="only the texts steered at s > 0 (+) or s < 0 (-)")
+        Sign | None,
+        typer.Option("--sign", help="only the texts steered at s > 0 (pos, +) or s < 0 (neg, -)"),
     ] = None,
     gated: Annotated[
         bool | None,
@@ -62,6 +76,14 @@ def samples(
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="at most N")] = None,
+    oneline: Annotated[
+        bool,
+        typer.Option(
+            "--oneline",
+            help="one line per text: sign, strength, concept, Δ, gate, effect, then the text "
+            "(cut at the terminal's width)",
+        ),
+    ] = False,
     results_dir: Annotated[
         Path | None, typer.Option(help="the results folder (default: the run's own)")
     ] = None,
@@ -78,24 +100,56 @@ def samples(
     run_id = (
         tracking.latest_parent_run(latest_experiment(config, experiment), "5")
         if run == "latest"
-        else run
+        else phase5_parent(run, "samples")
     )
     folder = RunDir.locate(tracking.get_run(run_id), results_dir)
     table = read_samples(folder)
-    rows = select_samples(table, concept, sign.value if sign else None, gated, limit)
+    matching = select_samples(table, concept, sign.symbol if sign else None, gated)
+    rows = matching.head(limit) if limit is not None else matching
     records = [{str(k): _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]
-    if json_:
+    if json_:  # n: the texts the filters chose (all of --limit's); total: the run's
         print_json(
-            {"run_id": run_id, "folder": str(folder.path), "n": len(table), "samples": records}
+            {
+                "run_id": run_id,
+                "folder": str(folder.path),
+                "n": len(matching),
+                "total": len(table),
+                "samples": records,
+            }
         )
         return
     for record in records:
-        out.print(_sample(record))
+        out.print(_line(record) if oneline else _sample(record))
+    chosen = f" ({len(matching)} matching)" if len(matching) != len(table) else ""
     console.print(
-        f"{len(records)} of {len(table)} samples of run {run_id} ({folder.file(RunDir.SAMPLES)})",
+        f"{len(records)} of {len(table)} samples{chosen} of run {run_id} "
+        f"({folder.file(RunDir.SAMPLES)})",
         highlight=False,
         markup=False,
     )
+
+
+def _line(r: dict[str, Any]) -> Text:
+    """One sample on one line: what was measured first, in columns, then the text with its
+    whitespace folded, cut with … at the terminal's width (never markup)."""
+    from rich.text import Text
+
+    sign = "+" if str(r.get("sign") or "").endswith("> 0") else "-"
+    strength = r.get("strength")
+    head = " ".join(
+        [
+            sign,
+            f"s={_number(strength, '+g')}" if strength is not None else "s=–",
+            str(r.get("concept")),
+            f"Δ{_number(r.get('delta_s'))}",
+            "gated" if r.get("gate") == "fail" else "     ",
+            f"e{_number(r.get('effect_gated'))}",
+        ]
+    )
+    line = Text(head + " │ ", style="dim", no_wrap=True, overflow="ellipsis")
+    text = " ".join(str(r.get("text") or "").split())
+    line.append(text, "red" if r.get("gate") == "fail" else "")
+    return line
 
 
 def _plain(value: Any) -> Any:
@@ -115,6 +169,18 @@ def _gate(gate: Any, reason: Any) -> str:
     if gate is None:
         return "gate –"
     return f"gate {gate}" + (f" ({reason})" if reason else "")
+
+
+def _measured(ratio: Any, repetition: Any, share: Any) -> str:
+    """What the gate read of a twin, where the table has it (an earlier run's lacks it):
+    perplexity over its concept's unsteered median, repetition, share of alphabetic words."""
+    parts = [
+        f"perplexity ×{_number(ratio, '.1f')}" if ratio is not None else "",
+        f"repetition {_number(repetition, '.1f')}" if repetition is not None else "",
+        f"alphabetic words {_number(share, '.0%')}" if share is not None else "",
+    ]
+    shown = " · ".join(p for p in parts if p)
+    return f" · {shown}" if shown else ""
 
 
 def _sample(r: dict[str, Any]) -> Panel:
@@ -155,7 +221,8 @@ def _sample(r: dict[str, Any]) -> Panel:
             "unsteered",
             r.get("text_unsteered"),
             f"Δ0 {_number(r.get('delta_0'))} · "
-            + _gate(r.get("gate_unsteered"), r.get("gate_reason_unsteered")),
+            + _gate(r.get("gate_unsteered"), r.get("gate_reason_unsteered"))
+            + _measured(None, None, r.get("alphabetic_share_unsteered")),
         ),
         *twin(
             "random",
@@ -164,7 +231,12 @@ def _sample(r: dict[str, Any]) -> Panel:
             if r.get("text_random") is None
             else f"Δ {_number(r.get('delta_random'))} · "
             + _gate(r.get("gate_random"), r.get("gate_reason_random"))
-            + f" · e {_number(r.get('effect_random'))}",
+            + f" · e {_number(r.get('effect_random'))}"
+            + _measured(
+                r.get("perplexity_ratio_random"),
+                r.get("repetition_random"),
+                r.get("alphabetic_share_random"),
+            ),
         ),
     ]
     tail = [
@@ -173,6 +245,9 @@ def _sample(r: dict[str, Any]) -> Panel:
         if r.get("perplexity_ratio") is not None
         else "",
         f"repetition {_number(r.get('repetition'), '.1f')}" if r.get("repetition") else "",
+        f"alphabetic words {_number(r.get('alphabetic_share'), '.0%')}"
+        if r.get("alphabetic_share") is not None
+        else "",
         f"trace {r['trace_id']}" if r.get("trace_id") else "",
         f"key {r.get('key')}",
     ]

@@ -233,7 +233,8 @@ def list_or_clear(
 ) -> None:
     """``--list`` / ``--clear``: the ranges recorded under the config's ``classifier.dir``,
     narrowed to what the command line names (``--model``, ``--layer``, ``--set`` of
-    ``steering.mode`` or ``steering.vector_source``); a clear error when there are none."""
+    ``steering.mode`` or ``steering.vector_source``). None recorded: ``--list`` says so
+    (an empty list in ``--json``, exit 0), ``--clear`` is refused (nothing to remove)."""
     from experiments.config import ConfigError, parse_override
     from experiments.strength import range as ranges
 
@@ -257,12 +258,19 @@ def list_or_clear(
     selection = {"model": model_id, "layer": fixed, "mode": mode, "vector_source": source}
     if not found:
         narrowed = ", ".join(f"{k} {v}" for k, v in selection.items() if v is not None)
-        raise ConfigError(
+        none = (
             f"no strength range recorded under {root}"
             + (f" for {narrowed}" if narrowed else "")
             + ("; nothing to clear" if clear else "")
             + " (`steer-eval calibrate-strength` records one)"
         )
+        if clear:  # asked to remove what is not there
+            raise ConfigError(none)
+        if json_:  # a list that is empty: not an error
+            print_json({"root": str(root), "ranges": []})
+        else:
+            console.print(none, highlight=False, markup=False)
+        return
     rows = [_range_row(where, record) for where, record in found]
     if clear:
         if not json_:

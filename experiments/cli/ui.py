@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from experiments.cli.common import console, friendly, out
+from experiments.cli.common import PHASE_NAMES, console, friendly, out, warn_store
 
 # One reader browsing results needs one worker, and no job runner: MLflow 3.17 starts 4
 # uvicorn workers and a job-execution server with its own workers by default (15
@@ -28,16 +28,6 @@ LIGHT_UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 def register(app: typer.Typer) -> None:
     """Add the ``ui`` command to ``app``."""
     app.command("ui")(friendly(ui))
-
-
-# How the listing names a run by its ``phase`` tag (another tag: as it is).
-PHASE_NAMES = {
-    "4": "Phase 4 (classifiers)",
-    "5": "Phase 5",
-    "6": "Phase 6",
-    "6-identify": "identify",
-    "strength": "strength sweep (calibrate-strength)",
-}
 
 
 def addresses() -> list[tuple[str, str]]:
@@ -101,8 +91,11 @@ def ui(
     import urllib.request
 
     from experiments import tracking
+    from experiments.tracking.store import forget_ui, write_ui
 
     uri = tracking.tracking_uri()
+    db = tracking.sqlite_path(uri)
+    warn_store()
     if uri.startswith(("http://", "https://")):
         for what, url in addresses():
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
@@ -153,11 +146,15 @@ def ui(
             raise typer.Exit(proc.returncode or 1)
         for what, url in found:
             out.print(f"{what}: {url}", soft_wrap=True, markup=False, highlight=False)
+        if db is not None:  # other commands print addresses on this port meanwhile
+            write_ui(db, os.environ["MLFLOW_UI_URL"])
         console.print("serving; Ctrl-C stops it")
         proc.wait()
     except KeyboardInterrupt:
         console.print("stopping the MLflow UI")
     finally:
+        if db is not None:
+            forget_ui(db)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:

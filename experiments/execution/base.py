@@ -16,7 +16,7 @@ import torch
 
 from steering.generation import BatchStats, Generation, GenerationRow
 from steering.sampling import SamplingConfig
-from steering.vector import Mode
+from steering.vector import Layers, Mode
 
 
 class ExecutionError(RuntimeError):
@@ -28,8 +28,8 @@ class PlanSpec:
     """What every batch of one plan shares; a worker receives it once per plan, not per
     batch (the directions tensor is the one large piece)."""
 
-    directions: torch.Tensor | None
-    layer: int
+    directions: torch.Tensor | None  # [n, hidden], or [n, len(layer), hidden]
+    layer: Layers  # the steered layer, or layers (steering.vector.steer_layers)
     mode: Mode
     sampling: SamplingConfig
     base_prompts: dict[str, str] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from experiments.timer import Timer
 from steering.generation import Generation, GenerationRow, continuation_nll, generate_batch
 from steering.models import LoadedModel
 from steering.suffix import supports_suffix
+from steering.vector import Layers, lowest_layer
 
 if TYPE_CHECKING:
     import torch
@@ -34,13 +35,14 @@ def unsteered_nll(
     timer: Timer,
     base_prompts: dict[str, str] | None = None,
     states: list[torch.Tensor | None] | None = None,
-    layer: int | None = None,
+    layer: Layers | None = None,
 ) -> list[float | None]:
     """Mean NLL of each continuation under the unsteered model given the *original*
     prompt. Unsteered rows already have it from sampling; steered rows, and rows steered
     by an instruction (``base_prompts``: key -> prompt without it), get a forward pass,
-    from the layer above ``layer`` when generation captured the rows' unsteered
-    ``states`` there (a row steered by an instruction has none: its prompt differs)."""
+    from the layer above ``layer`` (the lowest of several) when generation captured the
+    rows' unsteered ``states`` there (a row steered by an instruction has none: its
+    prompt differs)."""
     base = base_prompts or {}
     nll: list[float | None] = [None] * len(gens)
     steered = [i for i, r in enumerate(batch) if not is_unsteered(r, base) and gens[i].token_ids]
@@ -57,7 +59,7 @@ def unsteered_nll(
                 [base.get(gens[i].key, gens[i].prompt) for i in steered],
                 [gens[i].token_ids for i in steered],
                 states=kept,
-                from_layer=None if kept is None or layer is None else layer + 1,
+                from_layer=None if kept is None or layer is None else lowest_layer(layer) + 1,
             )
         for i, loss in zip(steered, losses, strict=True):
             nll[i] = loss

@@ -10,8 +10,10 @@ which two unrelated draws already make about 0.13 on average:
   difference;
 - **coherence gate**: a steered text that is near-empty, echoes its prompt, whose
   perplexity under the unsteered model exceeds a multiple of the concept's s = 0
-  median, or whose repetition exceeds a multiple of the unsteered texts' (a loop can be
-  likely) counts as e = 0 (breaking the model is not steering);
+  median, whose repetition exceeds a multiple of the unsteered texts' (a loop can be
+  likely), or whose share of alphabetic words falls below a fraction of theirs (digits,
+  codes and markup can be likely too) counts as e = 0 (breaking the model is not
+  steering);
 - **intervals**: means come with a bootstrap that resamples concepts, then units within
   them (the concept is the unit of replication), proportions with a Wilson interval,
   correlations across concepts with a bootstrap over concepts; verdicts pass only when
@@ -31,7 +33,14 @@ import pandas as pd
 
 from experiments.answer import status_word
 from experiments.config import ExperimentConfig
-from experiments.kernel.gate import coherence_gate, repetition_limit, repetitions, row_fluency
+from experiments.kernel.gate import (
+    alphabetic_limit,
+    alphabetic_shares,
+    coherence_gate,
+    repetition_limit,
+    repetitions,
+    row_fluency,
+)
 from experiments.kernel.gate import column as _col
 from experiments.kernel.plan import CONCEPT_ARM
 from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
@@ -56,6 +65,7 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
         arm=_col(records, "arm", CONCEPT_ARM),
         split=_col(records, "split", "report"),
         repetition=repetitions(records),
+        alphabetic_share=alphabetic_shares(records),
     )
     base = records[records["strength"] == 0]
     twin = base[[*UNIT, "delta", "perplexity"]].rename(
@@ -67,7 +77,11 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
     sign = np.sign(steered["strength"]).astype(int)
     e = sign * (steered["delta"] - steered["delta_0"])
     gate, reason = coherence_gate(
-        steered, steered["ppl0_median"], config, repetition_limit(base, config)
+        steered,
+        steered["ppl0_median"],
+        config,
+        repetition_limit(base, config),
+        alphabetic_limit(base, config),
     )
     broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
     fluency = row_fluency(steered["perplexity"], steered["ppl0_median"], broken)
@@ -416,6 +430,13 @@ def evaluate_effect(
     for sign, label in SIGNS.items():
         margins = out.margins[out.margins["sign"] == sign]
         ci = mean_ci(margins, "margin", config)
+        # Ungated, but about steering: where the gate failed every steered text of the
+        # sign, the margin compares the concepts' Δ on broken text; not evaluable, and why.
+        gated = all_gated(
+            effects[(effects["arm"] == CONCEPT_ARM) & (effects["sign"] == sign)], sign_label(sign)
+        )
+        if gated:
+            ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
         key = f"v2_specificity_{label}"
         out.criteria[key] = _verdict_result(
             key,

@@ -351,13 +351,34 @@ def check_vector_file(
     with the run's VectorFileError. Lines for the plan: what was read, what was said."""
     if config.steering.vector_source != "file":
         return []
-    from experiments.kernel.vectors import imported_vectors
+    from experiments.kernel.vectors import (
+        as_deployed,
+        imported_layers,
+        imported_vectors,
+        steered_layers,
+    )
 
     notes: list[str] = []
+    steering = config.steering
+    if as_deployed(config):
+        layered = imported_layers(
+            config, graph, model.hidden_size, layer, model.kind, notes, model.n_layers
+        )
+        scale = (
+            f"the file's norms × coefficient {steering.coefficient:g}"
+            if steering.scale == "file"
+            else "each layer's α_l·β"
+        )
+        return [
+            f"vectors: {len(layered.anchor)} concepts read from {steering.vector_file} and "
+            f"checked (hidden size {model.hidden_size}, layer {layer}); steering layers "
+            f"{list(steered_layers(layered))} at {scale}",
+            *notes,
+        ]
     vectors = imported_vectors(config, graph, model.hidden_size, layer, model.kind, notes)
     assert vectors is not None
     return [
-        f"vectors: {len(vectors)} concepts read from {config.steering.vector_file} and "
+        f"vectors: {len(vectors)} concepts read from {steering.vector_file} and "
         f"checked (hidden size {model.hidden_size}, layer {layer})",
         *notes,
     ]

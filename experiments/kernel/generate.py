@@ -119,8 +119,8 @@ def generate_rows(
     base_prompts = {k: m["base_prompt"] for k, m in plan.meta.items() if "base_prompt" in m}
     g = config.generation
     spec = PlanSpec(
-        directions=vectors.stacked(plan.directions),
-        layer=vectors.layer,
+        directions=vectors.steered(plan.directions),
+        layer=vectors.layers,
         mode=config.steering.mode,
         sampling=SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy),
         base_prompts=base_prompts,

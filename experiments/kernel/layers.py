@@ -30,7 +30,10 @@ a lot and the others not at all, which is what a run scored over concepts needs;
 the few texts the choice affords it is less swayed by one lucky text. A layer whose every
 steered text fails the coherence gate (its gated effect is 0 by the gate) is not
 evaluable and ranks last; when none is evaluable the rule stops with an error rather than
-guess.
+guess. When no layer's interval lies above 0 the rule still takes the largest lower
+bound, but says so (``kernel/layer_table.undistinguished``: in the terminal, and as a
+note of the run's answer beside the per-layer table, ``layer_table.answer_table``): the
+layer is then no better supported than its neighbours.
 
 Cost: per layer, concepts × selection prompts × samples × (1 + signs × (1 + random
 directions)) texts of ``generation.max_new_tokens``, plus the probes of layers not yet
@@ -54,6 +57,7 @@ from experiments.concepts import ConceptGraph
 from experiments.config import ConfigError, ExperimentConfig
 from experiments.kernel.classifiers import train_layers
 from experiments.kernel.effect import SIGNS, above_null, all_gated, mean_ci, paired_effects
+from experiments.kernel.layer_table import undistinguished
 from experiments.kernel.plan import CONCEPT_ARM, planned_rows, split_prompts
 from experiments.kernel.probes import (
     ProbeSet,
@@ -258,6 +262,8 @@ def effect_layer(
         seconds=time.perf_counter() - started,
     )
     say(f"layer auto-effect: {best} ({table_line(choice)})")
+    if warning := undistinguished(choice):
+        say(f"layer auto-effect: {warning}")
     return choice
 
 

@@ -69,9 +69,10 @@ class Resume:
 
     @property
     def changes_config(self) -> bool:
-        """Whether the stored config is written again (a rescore without overrides keeps
-        the file as it was written, by whichever release)."""
-        return self.action == "resume" or bool(self.overrides)
+        """Whether the stored ``config.yaml`` is written again: by a resume only. A
+        rescore keeps the config the run was made with; its own goes beside it
+        (``config.rescored.yaml``, written by the rescoring study)."""
+        return self.action == "resume"
 
 
 class RunError(RuntimeError):
@@ -97,7 +98,9 @@ def scoring_config(
                 f"new run instead ({action} may change {', '.join(allowed)})"
             )
     run_dir.load_config(phase)  # a clear error when the folder is missing
-    return load_config(run_dir.file(RunDir.CONFIG), overrides, phase)
+    # a rescore goes on from the last rescore's changes; a resume from the run's own
+    stored = run_dir.scoring_config_file() if action == "rescore" else run_dir.file(RunDir.CONFIG)
+    return load_config(stored, overrides, phase)
 
 
 def load_graph(config: ExperimentConfig) -> ConceptGraph:

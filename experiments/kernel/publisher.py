@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from experiments import tracking
 from experiments.answer import Answer, answer_line, answer_markdown, criteria_csv, verdict_tags
-from experiments.rundir import RunDir, atomic_write_text
+from experiments.rundir import RunDir, atomic_write_text, rescored_note
 from experiments.timer import Timer
 from experiments.tracking.context import MAX_TAG_LEN
 from experiments.tracking.listing import ANSWER_NOTE_TAG
@@ -118,9 +118,21 @@ def save_figure(path: os.PathLike[str] | str, fig: Any) -> None:
     plt.close(fig)
 
 
+def rescore_noted(run_dir: RunDir, answer: Answer) -> Answer:
+    """``answer`` with, first among its notes, what a rescore changed (its verdicts come
+    from those settings: ``RunDir.rescore_changes``); as it is for a run never rescored
+    with a change. Every ``answer.md`` (the folder's and MLflow's) passes through it."""
+    changes = run_dir.rescore_changes()
+    note = rescored_note(changes) if changes else None
+    if note is None or note in answer.notes:
+        return answer
+    return replace(answer, notes=[note, *answer.notes])
+
+
 def write_answer(run_dir: RunDir, answer: Answer) -> str:
     """``criteria.csv`` and ``answer.md`` of any phase (atomically); returns the answer's
     markdown. Phase 5's Parts B and C call it again when criterion 4 changes."""
+    answer = rescore_noted(run_dir, answer)
     atomic_write_text(run_dir.file(RunDir.CRITERIA), criteria_csv(answer))
     text = answer_markdown(answer)
     atomic_write_text(run_dir.file(RunDir.ANSWER), text)
@@ -235,7 +247,9 @@ def log_answer(run_id: str, answer: Answer) -> str:
     relative to the file would open nothing. Returns that text."""
     import tempfile
 
-    experiment_id = tracking.get_run(run_id).info.experiment_id
+    run = tracking.get_run(run_id)
+    experiment_id = run.info.experiment_id
+    answer = rescore_noted(RunDir.locate(run), answer)
     text = answer_markdown(
         answer, lambda name: tracking.ui_path(experiment_id, run_id, artifact=f"{PLOTS}/{name}")
     )

@@ -23,8 +23,12 @@ from experiments.answer import (
     DirectionOrigin,
     Verdict,
     direction_origin,
+    interval_dict_text,
+    intervention_words,
 )
+from experiments.kernel.layer_table import answer_table, undistinguished
 from experiments.record import RunRecord, figure_number
+from metrics.criteria import C1_DIRECTION
 from metrics.intervals import Interval, interval_verdict
 
 V2_PREFIX = "v2_"
@@ -38,6 +42,8 @@ KNOWN_V2 = {
     "direction": "moved the right way (share)",
     "c4_human_or_panel": "humans or panel agree with Δ",
 }
+# The v2 criteria whose value is a share of texts (in [0, 1], read against its threshold).
+SHARES = frozenset({"direction"})
 # The headline's two verdicts per sign: what each claims, and what its value is.
 CLAIMS = {
     "predictor_vs_effect": ("the predictor predicts the effect", "r = "),
@@ -81,8 +87,15 @@ def question(record: RunRecord) -> str:
     return (
         f"Does {words.quality} predict how strongly steering {words.steering} moves the "
         "model's text toward the concept, beyond random directions? Per sign of the "
-        f"strength; {n} concepts, {record.model_id} at layer {record.layer}."
+        f"strength; {n} concepts, {record.model_id} {steered_where(record)}."
     )
+
+
+def steered_where(record: RunRecord) -> str:
+    """``at layer N``, or a vector file's deployed intervention in full (its layers,
+    scale and coefficient: ``experiments.answer.intervention_words``)."""
+    found = record.diagnostics.get("intervention")
+    return intervention_words(record.layer, found if isinstance(found, dict) else None)
 
 
 def verdicts(record: RunRecord) -> list[Verdict]:
@@ -96,6 +109,7 @@ def verdicts(record: RunRecord) -> list[Verdict]:
         interval = intervals.get(key, {})
         claim, symbol = CLAIMS.get(base, ("", ""))
         n, units = resampled(interval)
+        beside = {"effect_above_null": null_gate, "direction": direction_beside}.get(base)
         out.append(
             Verdict(
                 key=key,
@@ -114,9 +128,49 @@ def verdicts(record: RunRecord) -> list[Verdict]:
                 claim=claim,
                 symbol=symbol,
                 sign=sign,
+                share=base in SHARES,
+                beside=beside(record, sign) if beside else "",
             )
         )
     return out
+
+
+def _passing(row: dict[str, Any]) -> str:
+    """``k/n (p%)`` of an arm's texts passing the gate (its effect summary's row)."""
+    rate, n = figure_number(row.get("gate_pass_fraction")), figure_number(row.get("n"))
+    if rate is None or not n:
+        return ""
+    return f"{round(rate * n)}/{int(n)} ({rate:.0%})"
+
+
+def null_gate(record: RunRecord, sign: str) -> str:
+    """What the effect above the null stands on, beside it: how many of the random
+    directions' texts (the null) passed the coherence gate, against the concept's. A
+    null text the gate fails counts as e = 0, one it passes with its Δ; so a null that
+    passes gibberish can move the effect above it either way."""
+    effect = record.statistics.effect
+    null = _passing(effect.get(f"random/{sign}") or {})
+    if not null:
+        return ""
+    concept = _passing(effect.get(f"concept/{sign}") or {})
+    return f"null texts passing the gate {null}" + (f", concept texts {concept}" if concept else "")
+
+
+def direction_beside(record: RunRecord, sign: str) -> str:
+    """What a share of texts moved the right way is read against, since a share is never
+    below 0: the random directions' share at the same sign, and why it differs from the
+    seed's criterion 1 (this counts a gated text as not moved, per sign; c1 counts every
+    steered text of both signs by its Δ shift, gated or not)."""
+    random = figure_number((record.statistics.effect.get(f"random/{sign}") or {}).get(
+        "direction_fraction"))  # fmt: skip
+    c1 = record.criteria.get(C1_DIRECTION)
+    parts = [f"random directions {random:.2f}" if random is not None else ""]
+    if c1 is not None and c1.value is not None:
+        parts.append(
+            f"a gated text counts as not moved, unlike in the seed's c1 ({c1.value:.3f}: "
+            "every steered text, both signs)"
+        )
+    return "; ".join(p for p in parts if p)
 
 
 def resampled(interval: dict[str, Any]) -> tuple[int | None, str]:
@@ -218,7 +272,29 @@ def reader_notes(record: RunRecord) -> list[str]:
             + "; ".join(f"{k}: {why}" for k, why in flags.items())
             + "."
         )
+    if corrected := corrected_note(record):
+        notes.append(corrected)
+    if record.layer_choice is not None and (warning := undistinguished(record.layer_choice)):
+        notes.append(f"Layer {record.layer_choice.rule}: {warning} (the table below).")
     return notes
+
+
+CORRECTED_LABEL = "corrected for unreliability (disattenuated; can exceed 1)"
+
+
+def corrected_note(record: RunRecord) -> str:
+    """The predictor's correlation with the effect above null corrected for both
+    measures' unreliability, per sign, where the run measured it: r / √(rel_x · rel_y),
+    whose value and bounds can exceed 1 (the reliabilities' sampling error, unclipped)."""
+    corrected = (record.statistics.measurement or {}).get("corrected_correlations", {})
+    parts = []
+    for sign in ("pos", "neg"):
+        pair = corrected.get(f"predictor_vs_effect_{sign}") or {}
+        if pair.get("corrected"):
+            parts.append(f"{SIGN_LABELS[sign]} {interval_dict_text(pair['corrected'])}")
+    if not parts:
+        return ""
+    return f"predictor → effect above null (r), {CORRECTED_LABEL}: " + "; ".join(parts) + "."
 
 
 def answer_of(
@@ -237,4 +313,5 @@ def answer_of(
         seed_label=SEED_LABEL,
         figures=figures,
         texts=dict(texts or {}),
+        tables=[answer_table(record.layer_choice)] if record.layer_choice is not None else [],
     )

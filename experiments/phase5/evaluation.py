@@ -42,7 +42,8 @@ from experiments.tracking.traces import Feedback, trace_map
 MEASURES = {
     "gate_pass": "the text passed the coherence gate (not near-empty, no echo, perplexity "
     "within the gate's multiple of the concept's unsteered median, repetition within the "
-    "gate's multiple of the unsteered texts')",
+    "gate's multiple of the unsteered texts', a share of alphabetic words no lower than "
+    "the gate's fraction of theirs)",
     "moved_as_steered": "sign(s)·(Δ − Δ of the unsteered twin) > 0 after the gate",
     "effect_above_null": "gated effect minus the mean gated effect of the random "
     "directions on the same concept, prompt and sample",

@@ -13,6 +13,12 @@ Written into the output folder:
   model, the layer, α, β, the scale α·β, the run and the exact unit direction;
 - ``directions.safetensors``: ``synset → α·β·v`` with the same facts as string metadata;
 - ``export.json``: the manifest (model, layer, scale per concept, files).
+
+A run that steered a vector file as deployed (``steering.layers``, ``steering.scale``)
+exports every layer it steered: ``direction.<N>`` per layer, each what the run's hook
+added there at s = +1 (k·v_N with scale file, β·α_N·v_N/‖v_N‖ with unit), so llama.cpp
+applying the whole file steers the same layers at the same scale (``export --check``).
+The mapping then also holds ``<synset>:direction.<N>`` per steered layer.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from experiments.concepts import ConceptGraph
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import FORMAT_AXIS_FILE, ProbeSet, load_format_axis, probe_path
-from experiments.kernel.vectors import concept_vectors
+from experiments.kernel.vectors import as_deployed, concept_vectors, imported_layers
 from experiments.rundir import RunDir
+from steering.files import give_file_mode
 from steering.probes import LinearProbe
+from steering.vector import layer_tuple
 from steering.vector_files import UNIT_KEY, write_control_vector, write_mapping
 
 if TYPE_CHECKING:
@@ -50,14 +58,16 @@ class Export:
     model_id: str
     layer: int
     alpha: float
-    scales: dict[str, float]  # α·β per concept
+    scales: dict[str, float]  # α·β per concept (at the run's layer)
     files: dict[str, str]  # concept -> GGUF file name
+    layers: list[int] | None = None  # every steered layer, when several were
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": EXPORT_FORMAT,
             "model_id": self.model_id,
             "layer": self.layer,
+            "layers": self.layers or [self.layer],
             "layer_convention": "direction.<N> steers the output of 0-based decoder block N "
             "(llama.cpp, repeng and this suite's `layer` agree)",
             "alpha": self.alpha,
@@ -100,6 +110,22 @@ def _run_probes(run_dir: RunDir, graph: ConceptGraph, model_id: str, layer: int)
     return ProbeSet(directory, probes, format_axis=axis)
 
 
+def deployed_metadata(config: ExperimentConfig, by_layer: dict[int, Any]) -> dict[str, str]:
+    """A file steered as deployed: its layers and what scaled them, as metadata."""
+    if not as_deployed(config):
+        return {}
+    steering = config.steering
+    scale = (
+        f"file (its own vectors × coefficient {steering.coefficient:g})"
+        if steering.scale == "file"
+        else f"unit (each layer's unit vector × β {steering.beta}·α_N)"
+    )
+    return {
+        "steer_eval.layers": ",".join(map(str, sorted(by_layer))),
+        "steer_eval.intervention": f"steering.layers {steering.layers}, scale {scale}",
+    }
+
+
 def export_run(run_dir: RunDir, out: str | Path) -> Export:
     """Write the run's directions as GGUF control vectors and a safetensors mapping."""
     if not run_dir.exists():
@@ -120,9 +146,17 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
     graph = load_graph(config)
     probes = _run_probes(run_dir, graph, record.model_id, record.layer)
     hidden = len(next(iter(probes.probes.values())).weight)
+    layered, alphas = None, None
+    if as_deployed(config):  # the file read again, each layer's α_l from the record
+        found = record.diagnostics.get("intervention")
+        if not isinstance(found, dict):
+            raise ExportError(f"run {run_dir.run_id}'s record lacks its intervention")
+        alphas = {int(n): float(a) for n, a in found["alphas"].items()}
+        layered = imported_layers(config, graph, hidden, record.layer)
     vectors = concept_vectors(
-        config, graph, probes, record.layer, record.alpha, record.model_id, hidden
-    )
+        config, graph, probes, record.layer, record.alpha, record.model_id, hidden,
+        layered=layered, alphas=alphas,
+    )  # fmt: skip
     selection = run_dir.file(RunDir.SELECTION)
     betas = (
         {k: v["beta"] for k, v in json.loads(selection.read_text())["concepts"].items()}
@@ -131,19 +165,33 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
     )
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+
     hint = _model_hint(config, record.model_id)
     scales, files, scaled = {}, {}, {}
+    steered: set[int] = set()
     for synset, vector in vectors.items():
         beta = float(betas.get(synset, vector.beta))
         # What the run's hook added at s = +1: the float32 coefficient times the direction.
         unit = vector.direction
-        added = replace(vector, beta=beta).coefficients(1.0) * unit
+        coefficient = replace(vector, beta=beta).coefficients(1.0)
+        added = coefficient * vector.added()
+        layers = layer_tuple(vector.layers)
+        by_layer = dict(zip(layers, added.reshape(len(layers), -1).numpy(), strict=True))
+        by_layer = {n: v for n, v in by_layer.items() if v.any()}  # none where a file lacks it
+        steered |= set(by_layer)
         scales[synset] = beta * record.alpha
-        scaled[synset] = added.numpy()
+        if as_deployed(config):  # α·β equivalent: the norm added at the run's layer, s = 1
+            at = by_layer.get(record.layer)
+            scales[synset] = 0.0 if at is None else float(np.linalg.norm(at.astype(np.float64)))
+        scaled[synset] = by_layer.get(record.layer, (coefficient * unit).numpy())
+        for n, v in by_layer.items():
+            if n != record.layer:
+                scaled[f"{synset}:direction.{n}"] = v
         name = f"{synset}.gguf"
         write_control_vector(
             folder / name,
-            {record.layer: scaled[synset]},
+            by_layer,
             hint,
             {
                 "steer_eval.concept": synset,
@@ -154,11 +202,15 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
                 "steer_eval.scale": scales[synset],
                 "steer_eval.run_id": run_dir.run_id,
                 "steer_eval.vector_source": config.steering.vector_source,
+                **deployed_metadata(config, by_layer),
                 UNIT_KEY: unit.numpy(),
             },
         )
         files[synset] = name
-    result = Export(folder, record.model_id, record.layer, float(record.alpha), scales, files)
+    several = sorted(steered) if as_deployed(config) else None
+    result = Export(
+        folder, record.model_id, record.layer, float(record.alpha), scales, files, several
+    )
     write_mapping(
         folder / MAPPING,
         scaled,
@@ -168,9 +220,12 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
             "alpha": repr(float(record.alpha)),
             "scales": json.dumps(scales),
             "run_id": run_dir.run_id,
-            "scaled": "alpha*beta*unit direction, as steered at s = +1",
+            "scaled": "alpha*beta*unit direction, as steered at s = +1"
+            + ("; <synset>:direction.<N>: what it added at layer N" if several else ""),
+            **({"layers": ",".join(map(str, several))} if several else {}),
         },
     )
+    give_file_mode(folder / MAPPING)  # safetensors writes 0600; the folder's others: open()'s
     manifest = {**result.to_dict(), "run_id": run_dir.run_id}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return result

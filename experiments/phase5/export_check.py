@@ -12,6 +12,13 @@ compared: their Pearson r across texts × signs × concepts, and the slope of ll
 shift on the hook's (1 when both add the same vector at the same block). The check
 passes when r ≥ ``threshold`` (default 0.95).
 
+A file of several layers (a run that steered a vector file as deployed: every layer it
+holds, or a range) is applied whole on both sides: llama.cpp's buffer holds each
+``direction.<N>`` in its row N − 1 (the rows between them zero, the range the file's
+lowest to highest layer, both included), and the hook adds each at its block in the
+same pass (``steering.vector.steer_layers``), so the two agree only when every layer
+and its scale do.
+
 The texts are the run's likelihood texts (``likelihood_texts.json``, or rebuilt from the
 run's concept graph and seed as the likelihood stage builds them): per concept, its
 first ``texts`` on-concept texts and their paired off-concept texts.
@@ -34,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from steering.models import LoadedModel
+from steering.vector import Layers
 from steering.vector_files import VectorFileError, check_for_llama_cpp
 
 CHECK_FILE = "check.json"
@@ -86,6 +94,7 @@ class ExportCheck:
     model_id: str
     layer: int
     threshold: float
+    layers: list[int]  # every layer the checked files steer
     concepts: list[str]
     texts: dict[str, list[str]]
     shifts: list[Shift]
@@ -108,11 +117,13 @@ class ExportCheck:
             "gguf": str(self.gguf),
             "model_id": self.model_id,
             "layer": self.layer,
+            "layers": self.layers,
             "concepts": self.concepts,
             "texts": self.texts,
             "measure": "mean per-token NLL (nats), steered minus unsteered, teacher-forced on "
-            "the same token ids; steered = ±1 × the exported tensor at its direction.<N>, "
-            "by llama_set_adapter_cvec in llama.cpp and by the suite's hook on the HF model",
+            "the same token ids; steered = ±1 × the exported tensors, each at its "
+            "direction.<N> (every layer of the file at once), by llama_set_adapter_cvec in "
+            "llama.cpp and by the suite's hooks on the HF model",
             "shifts": [asdict(s) for s in self.shifts],
         }
 
@@ -209,19 +220,14 @@ def check_export(
         raise FileNotFoundError(f"{gguf}: no such model GGUF; pass --gguf")
     n_layer, n_embd = gguf_shape(gguf)
     vectors = {c: check_for_llama_cpp(folder / files[c], n_layer, n_embd) for c in chosen}
-    for c, cv in vectors.items():
-        if len(cv.directions) != 1:
-            raise VectorFileError(
-                f"{folder / files[c]}: {len(cv.directions)} layers; the hook side of the check "
-                "steers one block, as `steer-eval export` writes"
-            )
     lm = lm if isinstance(lm, LoadedModel) else lm()
     if (n_layer, n_embd) != (lm.n_layers, lm.hidden_size):
         raise VectorFileError(
             f"{gguf} has {n_layer} blocks of width {n_embd}, but the run's model has "
             f"{lm.n_layers} of {lm.hidden_size}: pass the GGUF of the run's model (--gguf)"
         )
-    layer = next(iter(next(iter(vectors.values())).directions))
+    layers = sorted({n for cv in vectors.values() for n in cv.directions})
+    layer = int(manifest.get("layer", layers[0]))
 
     # The texts, tokenised once by the HF tokenizer; llama.cpp is fed the same ids.
     all_texts = sorted({t for c in chosen for t in texts[c]})
@@ -236,16 +242,18 @@ def check_export(
         if progress is not None:
             progress("NLL shifts: hook and llama.cpp", done, total)
 
-    # The hook: rows (concept, 0 / +1 / −1) over the concept's texts, in one call.
-    stack = torch.stack(
-        [torch.from_numpy(next(iter(vectors[c].directions.values()))) for c in chosen]
-    )
-    hook_layer = {c: next(iter(vectors[c].directions)) for c in chosen}
+    # The hook: rows (concept, 0 / +1 / −1) over the concept's texts, in one call, every
+    # layer of the concept's file hooked at once.
     hook: dict[tuple[str, float], np.ndarray] = {}
-    for d, c in enumerate(chosen):
+    for c in chosen:
+        directions = vectors[c].directions
+        held = sorted(directions)
+        stack = torch.stack([torch.from_numpy(directions[n]) for n in held])
+        steer: Layers = held[0] if len(held) == 1 else tuple(held)
+        added = stack if len(held) == 1 else stack[None]  # [1, hidden] or [1, layers, hidden]
         idx = tuple(index[t] for t in texts[c])
-        rows = [LikelihoodRow(d, s, idx) for s in (0.0, *SIGNS)]
-        scored = steered_loglik(lm, encoded, rows, stack, hook_layer[c])
+        rows = [LikelihoodRow(0, s, idx) for s in (0.0, *SIGNS)]
+        scored = steered_loglik(lm, encoded, rows, added, steer)
         for s, values in zip((0.0, *SIGNS), scored, strict=True):
             hook[(c, s)] = -np.asarray(values)
             tick()
@@ -302,8 +310,9 @@ def check_export(
         folder=folder,
         gguf=gguf,
         model_id=str(manifest.get("model_id", "")),
-        layer=int(layer),
+        layer=layer,
         threshold=threshold,
+        layers=layers,
         concepts=chosen,
         texts={c: list(texts[c]) for c in chosen},
         shifts=shifts,

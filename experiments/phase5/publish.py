@@ -93,7 +93,7 @@ PHASE4_TAG = "steer_eval.phase4_run"
 
 def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, Any]:
     config = ctx.config
-    return {
+    return deployed_params(ctx) | {
         "model": ctx.model_id,
         "layer": ctx.layer,
         "mode": config.steering.mode,
@@ -111,14 +111,35 @@ def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, Any]:
     }
 
 
+def deployed_params(ctx: RunContext) -> dict[str, Any]:
+    """A vector file steered as deployed: the layers it steered (resolved from the file),
+    its scale and coefficient, as headline parameters beside ``layer`` (the run's)."""
+    found = ctx.diagnostics.get("intervention")
+    if not isinstance(found, dict):
+        return {}
+    return {
+        "steered_layers": found["layers"],
+        "scale": found["scale"],
+        "coefficient": found["coefficient"],
+    }
+
+
 def run_name(config: ExperimentConfig, model_id: str, layer: int) -> str:
     """What tells two runs apart: model, layer, direction source, mode (when not the
     default additive) and β (``β heldout`` when chosen per concept)."""
     model = model_id.split(":")[-1].rstrip("/").split("/")[-1]
     mode = "" if config.steering.mode == "additive" else f" {config.steering.mode}"
-    beta = "β heldout" if config.selection.mode == "heldout" else f"β={config.steering.beta:g}"
+    steering = config.steering
+    beta = "β heldout" if config.selection.mode == "heldout" else f"β={steering.beta:g}"
+    if steering.scale == "file":  # a file as deployed: its norms × coefficient k
+        beta = f"k={steering.coefficient:g}"
+    where = f"L{layer}"
+    if steering.layers == "file":
+        where += " all file layers"
+    elif isinstance(steering.layers, tuple):
+        where += f" layers {steering.layers[0]}-{steering.layers[1]}"
     name = "" if config.name == "phase5" else f"{config.name} "
-    return f"{name}{model} L{layer} {config.steering.vector_source}{mode} {beta}"
+    return f"{name}{model} {where} {steering.vector_source}{mode} {beta}"
 
 
 def prompt_frame(ctx: RunContext) -> pd.DataFrame:

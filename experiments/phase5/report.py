@@ -12,6 +12,7 @@ from experiments.answer import (
     Answer,
     estimate_text,
     interval_dict_text,
+    intervention_words,
     number,
     status_word,
 )
@@ -90,6 +91,14 @@ def generation_speed(tps: float) -> str:
     return "generation: no rows generated in this session (all were already in the run folder)"
 
 
+def deployed_line(ctx: RunContext) -> list[str]:
+    """A vector file steered as deployed: the intervention in the answer's words."""
+    found = ctx.diagnostics.get("intervention")
+    if not isinstance(found, dict):
+        return []
+    return [f"- steered {intervention_words(ctx.layer, found)}"]
+
+
 def summary_markdown(
     run_id: str,
     ctx: RunContext,
@@ -105,6 +114,7 @@ def summary_markdown(
         f"- model: `{ctx.config.model}`, layer {ctx.layer}, mode {ctx.config.steering.mode}, "
         f"vector {ctx.config.steering.vector_source}, β={ctx.config.steering.beta}, "
         f"α={ctx.alpha:.1f}",
+        *deployed_line(ctx),
         f"- {len(ctx.graph.concepts)} concepts × {len(ctx.config.generation.prompts)} prompts × "
         f"{len(ctx.config.steering.strengths)} strengths, "
         f"{ctx.config.generation.max_new_tokens} new tokens, seed {ctx.config.seed}",
@@ -180,7 +190,7 @@ def measurement_markdown(stats: dict[str, Any]) -> list[str]:
     if corrected:
         lines += [
             "",
-            "| correlation across concepts | observed r | disattenuated |",
+            "| correlation across concepts | observed r | disattenuated (can exceed 1) |",
             "|---|---|---|",
         ]
         for name, d in corrected.items():

@@ -66,7 +66,7 @@ from experiments.phase5.publish import (
 from experiments.phase5.reference_gap import reference_gaps
 from experiments.phase5.samples import sample_table
 from experiments.record import LayerChoice, RunRecord
-from experiments.rundir import RunDir, join_scores, plan_order
+from experiments.rundir import RESCORED_TAG, RunDir, join_scores, plan_order
 from experiments.strength.range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
 from steering.generation import BatchStats
@@ -416,11 +416,30 @@ class Phase5Rescore(Phase5Shown):
         return Opening("", {})  # reopened: its name and tags are kept
 
     def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
-        if self.overrides:
-            assert session.run_id is not None
-            overrides = "; ".join(self.overrides)
-            tracking.client().set_tag(session.run_id, "rescored.overrides", overrides)
+        """The rescore's own config beside the run's (``config.yaml`` stays as the run
+        made it: ``RunDir.write_rescored_config``), what it changed as the runs table's
+        ``rescored with`` tag, and its command (``tracked_run`` keeps the run's own)."""
+        import sys
+
+        from experiments.tracking.context import RESCORE_COMMAND_TAG, is_cli
+
+        run_id = session.run_id
+        assert run_id is not None
+        changes = session.directory.write_rescored_config(session.config)
+        tags = {"rescored.overrides": "; ".join(self.overrides)} if self.overrides else {}
+        if not is_cli(sys.argv):  # a call from Python: no command line to keep
+            tags[RESCORE_COMMAND_TAG] = f"rescore({run_id!r}, overrides={self.overrides!r})"
+        if changes:
+            tags[RESCORED_TAG] = "; ".join(changes)
+        elif RESCORED_TAG in tracking.get_run(run_id).data.tags:  # back to the run's own
+            tracking.client().delete_tag(run_id, RESCORED_TAG)
+        tracking.set_tags(run_id, tags)
         return {}
+
+    def views(self, record: RunRecord, scored: Scored) -> Views:
+        shown = super().views(record, scored)
+        shown.artefacts = (*shown.artefacts, RunDir.RESCORED_CONFIG)
+        return shown
 
     def stages(self, session: RunSession[Phase5Config]) -> Finished[RunRecord, Scored]:
         assert self.ctx is not None and self.scorer is not None
@@ -477,8 +496,9 @@ def rescore(
 ) -> Phase5Result:
     """Recompute every score, criterion, figure and log of a finished run from its saved
     generations; no language model is loaded. ``overrides`` may change how texts are
-    scored and judged (the gate, thresholds, centroids), never what was generated; the
-    run's stored config is updated to say so."""
+    scored and judged (the gate, thresholds, centroids), never what was generated; they
+    apply on top of an earlier rescore's, and the config they make is kept beside the
+    run's own as ``config.rescored.yaml`` (``config.yaml`` is never rewritten)."""
     started = time.perf_counter()
     overrides = list(overrides or [])
     ran = run_study(

@@ -22,7 +22,13 @@ import pandas as pd
 
 from experiments.config import ExperimentConfig
 from experiments.kernel.effect import SIGNS, UNIT, above_null, paired_effects
-from experiments.kernel.gate import coherence_gate, repetition_limit, repetitions
+from experiments.kernel.gate import (
+    alphabetic_limit,
+    alphabetic_shares,
+    coherence_gate,
+    repetition_limit,
+    repetitions,
+)
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.rundir import RunDir, neutralise, restore
 from experiments.tracking.traces import read_map
@@ -51,8 +57,13 @@ COLUMNS = (
     "gate_random",
     "gate_reason_random",
     "effect_random",
+    "perplexity_ratio_random",
+    "repetition_random",
+    "alphabetic_share_random",
     "perplexity_ratio",
     "repetition",
+    "alphabetic_share",
+    "alphabetic_share_unsteered",
     "likelihood",
     "prompt",
     "sample",
@@ -75,13 +86,14 @@ def random_twins(effects: pd.DataFrame) -> pd.DataFrame:
 def unsteered_gate(rows: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
     """The unsteered rows (s = 0) through the same coherence gate as the steered ones,
     against the same limits (their concept's median perplexity, the run's repetition
-    limit), indexed by unit: a reader sees when the twin itself was broken."""
-    rows = rows.assign(repetition=repetitions(rows))
+    and alphabetic-share limits), indexed by unit: a reader sees when the twin itself was
+    broken."""
+    rows = rows.assign(repetition=repetitions(rows), alphabetic_share=alphabetic_shares(rows))
     every = rows[rows["strength"] == 0]  # the rows paired_effects takes its limits from
-    limit = repetition_limit(every, config)
+    limits = repetition_limit(every, config), alphabetic_limit(every, config)
     base = every.drop_duplicates(UNIT)
     ppl0 = base["concept"].map(every.groupby("concept")["perplexity"].median())
-    passed, reason = coherence_gate(base, ppl0, config, limit)
+    passed, reason = coherence_gate(base, ppl0, config, *limits)
     return base.assign(gate_pass=passed, gate_reason=reason).set_index(UNIT)
 
 
@@ -94,8 +106,11 @@ def sample_table(
     """One row per steered concept-arm text (report split), text first: its Δs, the
     gate's verdict and reason, the signed effect (raw, gated, above the random null);
     its unsteered twin's text, Δ0 and gate; its random twin's text, Δ, gate and effect
-    (what entered the null); its perplexity over its concept's unsteered median (what
-    ``gate.perplexity_multiple`` bounds) and its repetition; the concept's likelihood
+    (what entered the null) with what the gate read of it (its perplexity over its
+    concept's unsteered median, repetition, share of alphabetic words); the steered
+    text's own perplexity over its concept's unsteered median (what
+    ``gate.perplexity_multiple`` bounds), repetition and share of alphabetic words
+    (``gate.alphabetic_multiple``), and the unsteered twin's share; the concept's likelihood
     outcome at that sign where it was measured (``per_concept``: the record's, holding
     ``likelihood_<sign>``); the prompt, sample, trace id (from ``run_dir``'s
     ``traces.json``, when the run was traced) and keys. The unsteered twin has no
@@ -108,9 +123,14 @@ def sample_table(
         return pd.DataFrame(columns=list(COLUMNS))
     effects = paired_effects(rows, config)
     concept = effects[effects["arm"] == CONCEPT_ARM]
-    twin = unsteered_gate(rows, config)[["text", "gate_pass", "gate_reason", "key"]]
+    twin = unsteered_gate(rows, config)
+    twin = twin[["text", "gate_pass", "gate_reason", "alphabetic_share", "key"]]
     twin = twin.rename(columns=lambda c: f"{c}_unsteered")
-    random = random_twins(effects)[["text", "delta", "gate_pass", "gate_reason", "e", "key"]]
+    random = random_twins(effects)
+    random = random.assign(perplexity_ratio=random["perplexity"] / random["ppl0_median"])[
+        ["text", "delta", "gate_pass", "gate_reason", "e", "perplexity_ratio", "repetition",
+         "alphabetic_share", "key"]
+    ]  # fmt: skip
     random = random.rename(columns=lambda c: f"{c}_random")
     null = above_null(effects).set_index([*UNIT, "sign"])["above_null"]
     table = (
@@ -148,8 +168,13 @@ def sample_table(
             "gate_random": table["gate_pass_random"].map(GATE),
             "gate_reason_random": table["gate_reason_random"],
             "effect_random": table["e_random"].astype(float),
+            "perplexity_ratio_random": table["perplexity_ratio_random"].astype(float),
+            "repetition_random": table["repetition_random"].astype(float),
+            "alphabetic_share_random": table["alphabetic_share_random"].astype(float),
             "perplexity_ratio": (table["perplexity"] / table["ppl0_median"]).astype(float),
             "repetition": table["repetition"].astype(float),
+            "alphabetic_share": table["alphabetic_share"].astype(float),
+            "alphabetic_share_unsteered": table["alphabetic_share_unsteered"].astype(float),
             "likelihood": [
                 likelihood.get((c, int(s)))
                 for c, s in zip(table["concept"], table["sign"], strict=True)
@@ -228,18 +253,28 @@ def select_samples(
     gated: bool | None = None,
     limit: int | None = None,
 ) -> pd.DataFrame:
-    """The rows of one concept (its synset; a name not in the run is refused with the
-    closest one), one sign (``+`` or ``-``), the texts the gate failed (``gated``: True)
-    or passed (False), the first ``limit`` of them, in the table's order."""
+    """The rows of one concept (its synset, or the start of exactly one of the run's:
+    ``herb`` for ``herb.n.01``; anything else is refused, with the closest name or the
+    synsets it starts), one sign (``+`` or ``-``), the texts the gate failed (``gated``:
+    True) or passed (False), the first ``limit`` of them, in the table's order."""
     rows = table
     if concept is not None:
         known = sorted(set(table["concept"]))
         if concept not in known:
-            close = difflib.get_close_matches(concept, known, n=1, cutoff=0.5)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SamplesError(
-                f"concept {concept!r} is not in this run{hint}; its concepts: {', '.join(known)}"
-            )
+            starting = [k for k in known if k.startswith(concept)]
+            if len(starting) > 1:
+                raise SamplesError(
+                    f"concept {concept!r} starts {len(starting)} of this run's concepts: "
+                    f"{', '.join(starting)}; give one of them"
+                )
+            if not starting:
+                close = difflib.get_close_matches(concept, known, n=1, cutoff=0.5)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise SamplesError(
+                    f"concept {concept!r} is not in this run{hint}; its concepts: "
+                    + ", ".join(known)
+                )
+            concept = starting[0]
         rows = rows[rows["concept"] == concept]
     if sign is not None:
         if sign not in SIGN_LABELS:

@@ -180,7 +180,9 @@ class RunRecord(BaseModel):
         description="'directions': cosine matrix of the steering directions, their cosines "
         "with the format axis and each probe's cosine with its diffmean; 'imported_vectors' "
         "(vector_source: file): what reading the file said, e.g. the layer taken from a "
-        "file of several and how many were ignored",
+        "file of several and how many were ignored; 'intervention' (steering.layers or "
+        "scale file): the layers steered, scale, coefficient, each layer's α, the file's "
+        "norms and the β each layer amounts to (kernel/vectors.Intervention)",
     )
     detection: dict[str, dict[str, object]] = Field(
         default_factory=dict,

@@ -206,6 +206,13 @@ def choose_beta(
     ``explicit``: the config keys given on the command line (``steering.beta``,
     ``selection.beta_grid``), which the range never replaces."""
     steering = config.steering
+    if steering.scale == "file":  # the file's norms × coefficient: no β to take from a range
+        return BetaChoice(
+            config,
+            f"no β: steering.scale file steers at the file's own norms × coefficient "
+            f"{steering.coefficient:g}",
+            "config",
+        )
     if found is not None and (found.mode, found.vector_source) != (
         steering.mode,
         steering.vector_source,

@@ -244,6 +244,12 @@ def plan_sweep(
             "steering.mode projection has no β (it steers by s alone); the strength sweep "
             "is for steering.mode additive"
         )
+    if config.steering.layers != "auto" or config.steering.scale != "unit":
+        raise ConfigError(
+            "the strength sweep varies β at one layer; steering.layers and steering.scale "
+            "file steer a vector file as deployed (its layers, its norms × coefficient): "
+            "leave them at auto and unit to sweep"
+        )
     layer = lm.check_layer(layer)
     say(f"classifiers at layer {layer}")
     probes = ensure_classifiers(config, lm, graph, layer)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.tracking.columns import VIEW_TAG, column_tags, view_query
-from experiments.tracking.context import context_tags, git_info
+from experiments.tracking.context import context_tags, git_info, reopen_tags
 from experiments.tracking.notes import EXPERIMENT_NOTES
 
 if TYPE_CHECKING:  # mlflow and pandas load in seconds: imported where used
@@ -106,20 +107,50 @@ def _ensure_schema(uri: str) -> None:
     file), as sqlite serialises writes.
     """
     path = sqlite_path(uri)
-    if path is None or uri in _READY_STORES:
+    if path is None or store_key(uri) in _READY_STORES:
         return
     import fcntl
 
     from mlflow.tracking import MlflowClient
 
+    from experiments.tracking.store import relocate
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            # a copied or moved project: its paths made to point inside it, first
+            try:
+                for moved in relocate(path, artifact_root()):
+                    logging.getLogger(__name__).warning("%s", moved.describe())
+            except sqlite3.Error as exc:  # a store it cannot write: `runs` says what is out
+                logging.getLogger(__name__).warning("the store's paths stay as they are: %s", exc)
             MlflowClient(uri).search_experiments(max_results=1)  # creates or migrates
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    _READY_STORES.add(uri)
+    _READY_STORES.add(store_key(uri))
+
+
+def store_key(uri: str | None = None) -> str:
+    """What tells stores apart in this process: a sqlite store's file, wherever the
+    process runs from (``sqlite:///mlruns.db`` is another store in another folder), else
+    the URI."""
+    uri = tracking_uri() if uri is None else uri
+    path = sqlite_path(uri)
+    return str(path.resolve()) if path is not None else uri
+
+
+def store_warnings() -> list[str]:
+    """Where the configured local store keeps things outside its own folder (a line
+    each, ``store.outside``): a copy of the project would still use them. None for a
+    store that is not a sqlite file, or keeps everything inside its folder."""
+    from experiments.tracking.store import outside
+
+    path = sqlite_path()
+    if path is None or not path.exists():
+        return []
+    client()  # a moved project's store is relocated first (_ensure_schema)
+    return outside(path)
 
 
 def client() -> MlflowClient:
@@ -146,14 +177,14 @@ def artifact_root() -> Path:
     return base / DEFAULT_ARTIFACT_ROOT
 
 
-# (tracking URI, experiment name) -> id: one lookup per process, not one per child run.
+# (store, experiment name) -> id: one lookup per process, not one per child run.
 _EXPERIMENT_IDS: dict[tuple[str, str], str] = {}
 
 
 def experiment_id(name: str) -> str:
     """Get or create an experiment; local stores keep artefacts under ``mlartifacts/``
     (a server keeps its own artefact location, e.g. ``--artifacts-destination``)."""
-    cached = _EXPERIMENT_IDS.get((tracking_uri(), name))
+    cached = _EXPERIMENT_IDS.get((store_key(), name))
     if cached is not None:
         return cached
     c = client()
@@ -174,7 +205,7 @@ def experiment_id(name: str) -> str:
         if name in EXPERIMENT_NOTES:
             tags[NOTE_TAG] = EXPERIMENT_NOTES[name]
         found = _create_experiment(c, name, location, tags)
-    _EXPERIMENT_IDS[(tracking_uri(), name)] = found
+    _EXPERIMENT_IDS[(store_key(), name)] = found
     return found
 
 
@@ -384,11 +415,16 @@ def set_note(run_id: str, markdown: str, whole: str = "summary.md") -> None:
 
 def ui_base() -> str:
     """Where the UI for the configured store is served: the tracking server itself, else
-    ``MLFLOW_UI_URL``, else the address `make ui` uses."""
+    ``MLFLOW_UI_URL``, else the address a running ``steer-eval ui`` serves the store on
+    (its port: ``make ui PORT=5001``), else the address `make ui` uses by default."""
+    from experiments.tracking.store import served_ui
+
     uri = tracking_uri()
     if uri.startswith(("http://", "https://")):
         return uri.rstrip("/")
-    return os.environ.get("MLFLOW_UI_URL", DEFAULT_UI_URL).rstrip("/")
+    db = sqlite_path(uri)
+    served = served_ui(db) if db is not None else None
+    return os.environ.get("MLFLOW_UI_URL", served or DEFAULT_UI_URL).rstrip("/")
 
 
 def ui_path(
@@ -488,10 +524,10 @@ def tracked_run(
     """
     if run_id is None:
         run_id = start_run(experiment, run_name, tags=tags, parent_run_id=parent_run_id)
-    else:
+    else:  # reopened: the command that made it stays (context.reopen_tags)
         c = client()
         c.update_run(run_id, "RUNNING")
-        for key, value in {**provenance_tags(), **(tags or {})}.items():
+        for key, value in {**reopen_tags(), **(tags or {})}.items():
             c.set_tag(run_id, key, value)
     try:
         yield run_id

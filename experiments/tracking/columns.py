@@ -13,8 +13,9 @@ The columns lead with the verdicts, each a tag the publisher writes as one forma
 cell (``pass +0.412 [+0.210, +0.600]``: status, observed value and interval to three
 significant digits, ``experiments/answer.verdict_cell``), named sign first so a header
 cut to its column's width still says which verdict it is; the correlations corrected for
-unreliability come after the observed ones, then the run's settings and size, and the
-UI's own attributes last. The UI groups the columns it shows by kind (metrics, then
+unreliability come after the observed ones, then what a rescore changed (``rescored
+with``, empty on a run scored as it was made), the run's settings and size, and the UI's
+own attributes last. The UI groups the columns it shows by kind (metrics, then
 parameters, then tags) unless the view gives their order, and cuts every column to
 about 100 pixels unless it gives their widths: so the view gives both (``columnOrder``,
 ``columnWidths``: the state the UI keeps when a reader drags or resizes a column), wide
@@ -24,6 +25,8 @@ enough for a verdict's cell and its header whole.
 from __future__ import annotations
 
 import json
+
+from experiments.rundir import RESCORED_TAG
 
 VIEW_KEY = "steer-eval-columns"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
@@ -40,6 +43,7 @@ PHASE5_TAGS = (
     ),
     "pos corrected predictor vs effect",
     "neg corrected predictor vs effect",
+    RESCORED_TAG,  # what a rescore changed, on a run whose verdicts come from it
 )
 PHASE5_METRICS = ("n_generations",)
 PHASE5_PARAMS = ("model", "layer", "beta", "vector_source")

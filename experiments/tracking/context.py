@@ -58,7 +58,11 @@ WAIT_POLICY_TAG = "steer_eval.omp_wait_policy"
 GIT_COMMIT = "mlflow.source.git.commit"
 GIT_BRANCH = "mlflow.source.git.branch"
 GIT_REPO_URL = "mlflow.source.git.repoURL"
-COMMAND_TAG = "steer_eval.command"
+COMMAND_TAG = "steer_eval.command"  # the command that made the run (kept when reopened)
+# The command that last reopened a run: a rescore, or anything else (a resume, the panel
+# adding to its child); the command that made it stays.
+RESCORE_COMMAND_TAG = "steer_eval.rescore_command"
+REOPEN_COMMAND_TAG = "steer_eval.reopen_command"
 # Set on a run reopened to resume or rescore it: its record's timings cover only what ran
 # after the reopening, so a dry run does not estimate from it (kernel/estimate.py).
 REOPENED_TAG = "steer_eval.reopened"
@@ -164,4 +168,20 @@ def context_tags(argv: list[str] | None = None) -> dict[str, str]:
     if "repo_url" in git:
         tags[GIT_REPO_URL] = git["repo_url"]
     tags.update({f"version.{k}": v for k, v in package_versions().items()})
+    return tags
+
+
+def reopen_tags(argv: list[str] | None = None) -> dict[str, str]:
+    """:func:`context_tags` for a run reopened to rescore or resume it: the command that
+    made the run (``mlflow.source.name``, :data:`COMMAND_TAG`) is its provenance and is
+    kept; this command goes under :data:`RESCORE_COMMAND_TAG` (``steer-eval rescore``)
+    or :data:`REOPEN_COMMAND_TAG` (anything else: ``run --resume``, the panel)."""
+    argv = list(sys.argv if argv is None else argv)
+    tags = context_tags(argv)
+    tags.pop(SOURCE_NAME, None)
+    command = tags.pop(COMMAND_TAG, None)
+    if command is not None:
+        words = command_words(argv)
+        rescore = len(words) > 1 and words[1] == "rescore"
+        tags[RESCORE_COMMAND_TAG if rescore else REOPEN_COMMAND_TAG] = command
     return tags

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
-from experiments.rundir import RunDir, restore
+from experiments.rundir import RESCORED_TAG, RunDir, restore
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -32,7 +32,21 @@ ANSWER_NOTE_TAG = "steer_eval.answer_note"
 # Phase 5's correlations corrected for unreliability: (the verdict key they follow, its
 # metric without the sign) per sign.
 CORRECTED = (("v2_predictor_vs_effect", "correlation/predictor_vs_effect_{sign}/corrected"),)
+# How a corrected correlation is labelled: r / √(rel_x · rel_y) is no correlation's bound,
+# so its value and interval can exceed 1 (the reliabilities' sampling error, unclipped).
+CORRECTED_LABEL = "corrected for unreliability (can exceed 1)"
 SIGN_GROUPS = {"pos": "s > 0", "neg": "s < 0"}  # experiments.answer.SIGN_LABELS
+# A run's settings ``runs --json`` shows: name -> its parameters, the headline one first
+# (Phase 5 and 6 log the headline; every phase logs its config as ``config.<key>``).
+SETTINGS = {
+    "model": ("model", "config.model"),
+    "layer": ("layer", "config.layer"),
+    "beta": ("beta", "config.steering.beta"),
+    "vector_source": ("vector_source", "config.steering.vector_source"),
+    "vector_file": ("config.steering.vector_file",),
+    "seed": ("seed", "config.seed"),
+}
+Setting = str | int | float | None
 # What ``--json`` shows of each verdict.
 VERDICT_FIELDS = ("label", "status", "value", "low", "high", "reason", "reading")
 
@@ -64,6 +78,9 @@ class ListedRun:
     started: str
     verdicts: list[ListedVerdict] = field(default_factory=list)
     note: str = ""  # why there are no verdicts (still running, no answer written)
+    # what tells runs apart (its parameters, :data:`SETTINGS`; None where it logs none)
+    settings: dict[str, Setting] = field(default_factory=dict)
+    rescored_with: str = ""  # the settings a rescore changed (``rundir.rescore_changes``)
 
     def by_group(self) -> dict[str, list[ListedVerdict]]:
         """The verdicts per group (a sign, or "both signs"), in the answer's order."""
@@ -153,6 +170,8 @@ def list_runs(experiments: list[str] | None = None, limit: int = 20) -> list[Lis
                 started=datetime.fromtimestamp(run.info.start_time / 1000, UTC).strftime(
                     "%Y-%m-%d %H:%M"
                 ),
+                settings=settings_of(run.data.params),
+                rescored_with=run.data.tags.get(RESCORED_TAG, ""),
             )
             text = _criteria_text(run)
             if text is not None:
@@ -164,6 +183,27 @@ def list_runs(experiments: list[str] | None = None, limit: int = 20) -> list[Lis
                 }.get(run.info.status, f"no answer ({run.info.status.lower()} before one)")
             out.append(listed)
     return out
+
+
+def settings_of(params: dict[str, str]) -> dict[str, Setting]:
+    """A run's :data:`SETTINGS` from its parameters, numbers as numbers (None: not
+    logged by its kind of run)."""
+    found = {
+        name: next((params[k] for k in keys if params.get(k) not in (None, "", "None")), None)
+        for name, keys in SETTINGS.items()
+    }
+    return {name: _number_or_text(value) for name, value in found.items()}
+
+
+def _number_or_text(text: str | None) -> Setting:
+    if text is None:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def with_corrected(verdicts: list[ListedVerdict], metrics: dict[str, float]) -> list[ListedVerdict]:
@@ -183,7 +223,7 @@ def with_corrected(verdicts: list[ListedVerdict], metrics: dict[str, float]) -> 
                     ListedVerdict(
                         key=f"{key}_{sign}_corrected",
                         group=group,
-                        label=f"{v.label}, corrected for unreliability",
+                        label=f"{v.label}, {CORRECTED_LABEL}",
                         status="corrected",
                         value=metrics[name],
                         low=metrics.get(f"{name}/low"),

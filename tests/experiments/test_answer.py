@@ -3,12 +3,15 @@ from its numbers, and one vocabulary of statuses."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from experiments.answer import (
     STATUSES,
     Answer,
+    AnswerTable,
     Verdict,
     answer_markdown,
     criteria_rows,
@@ -121,3 +124,58 @@ def test_one_vocabulary_of_statuses():
         "no rows at s > 0",
         "no rows at s > 0",
     )
+
+
+shares = st.floats(min_value=0, max_value=1, allow_nan=False)
+
+
+@given(bounds=st.tuples(shares, shares).map(sorted), threshold=shares)
+def test_a_share_is_read_against_its_threshold_never_as_real_above_0(bounds, threshold):
+    """A share (of texts moved the right way) is never below 0, so "real (interval above
+    0)" would say nothing: it reads above, below or spanning its threshold alone; the
+    same interval as an effect may read "real"."""
+    low, high = bounds
+    share = replace(verdict(low, low, high, threshold), share=True)
+    text = reading(share)
+    t = f"{threshold:g}"
+    assert "real" not in text
+    assert text == (
+        f"interval above {t}"
+        if low > threshold
+        else f"interval below {t}"
+        if high < threshold
+        else f"interval spans {t}"
+    )
+    if low > 0 and high < threshold:
+        assert reading(verdict(low, low, high, threshold)).startswith("real (interval above 0)")
+
+
+def test_what_a_verdict_is_read_beside_follows_its_reading_in_every_view():
+    v = replace(verdict(0.076, 0.019, 0.138, 0.15), beside="null texts passing the gate 8/30")
+    assert reading(v) == "real (interval above 0), short of the threshold 0.15; null texts " \
+        "passing the gate 8/30"  # fmt: skip
+    answer = Answer("phase5", "r1", "q?", 0.95, verdicts=[v])
+    assert "short of the threshold 0.15; null texts passing the gate 8/30)" in headline_part(v)
+    assert "| real (interval above 0), short of the threshold 0.15; null texts passing the " \
+        "gate 8/30 |" in answer_markdown(answer)  # fmt: skip
+    assert answer.to_dict()["criteria"]["k"]["beside"] == "null texts passing the gate 8/30"
+    unjudged = replace(v, status="not_evaluable", value=None, reason="every text was gated")
+    assert reading(unjudged) == "every text was gated"  # its reason, as every unjudged one
+
+
+def test_an_answer_shows_its_tables_under_the_verdicts():
+    table = AnswerTable("How it chose", ("layer", "effect"), (("L4", "+0.1 [no | pipe]"),))
+    answer = Answer("phase5", "r1", "q?", 0.95, verdicts=[verdict(0.1, 0.0, 0.2, 0.15)])
+    text = answer_markdown(replace(answer, tables=[table]))
+    lines = text.splitlines()
+    at = lines.index("How it chose:")
+    assert lines[at + 2 : at + 5] == [
+        "| layer | effect |",
+        "|---|---|",
+        "| L4 | +0.1 [no \\| pipe] |",
+    ]
+    assert text.index("How it chose") > text.index("| a criterion |")
+    assert replace(answer, tables=[table]).to_dict()["tables"] == [
+        {"title": "How it chose", "rows": [{"layer": "L4", "effect": "+0.1 [no | pipe]"}]}
+    ]
+    assert "tables" not in answer.to_dict()

@@ -699,8 +699,13 @@ def test_calibrate_strength_lists_and_clears_the_recorded_ranges(tmp_path):
         "set-a",
         "set-c",
     ]
-    empty = runner.invoke(app, [*base, "--list"])
-    assert empty.exit_code == 2 and "no strength range recorded under" in empty.output
+    empty = runner.invoke(app, [*base, "--list"])  # nothing recorded: a list, empty
+    assert empty.exit_code == 0 and "no strength range recorded under" in empty.output
+    empty = runner.invoke(app, [*base, "--list", "--json"])
+    assert empty.exit_code == 0 and json.loads(empty.stdout) == {
+        "root": str(tmp_path),
+        "ranges": [],
+    }
     assert runner.invoke(app, [*base, "--clear", "--json"]).exit_code == 2  # needs --yes
 
 

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from metrics.text import (
     CoherenceReport,
+    alphabetic_share,
+    alphabetic_tokens,
     coherence_report,
     count_terms,
     distinct_n,
@@ -152,3 +154,90 @@ def test_repetition_sees_loops_in_any_script_and_none_in_prose():
 @given(st.text(min_size=1, max_size=40), st.integers(1, 8))
 def test_repetition_never_falls_when_a_text_is_repeated_once_more(text, k):
     assert repetition(text * (k + 1)) >= repetition(text * k) >= 1.0
+
+
+# ------------------------------------------------ the share of alphabetic words (issue 64)
+
+# Texts the default run's null passed through the gate before the non-language rule.
+NULL_GIBBERISH = {
+    "Nutt65れい35 CFA666れい5 CFA367 Nutt Nutt Nutt CFA3 Nutt Nutt5 CFA": 5 / 10,
+    "</sup></h3>POLHEN 1111118114111111111111111111111111111111111 ": 1 / 4,
+    "'\n\n    \n    <b>    \n  \r\n    \r \r <b>  \n   </b>  \r  \n": 0.0,
+    "   \n\t ": 0.0,
+    "": 0.0,
+}
+
+
+def test_alphabetic_share_counts_words_of_any_script_and_not_codes_or_markup():
+    for text, share in NULL_GIBBERISH.items():
+        assert alphabetic_share(text) == pytest.approx(share), text
+    assert alphabetic_share(ENGLISH) == 1.0
+    for prose in ("Птицы летают над морем.", "Τα πουλιά πετούν.", "पक्षी आकाश में उड़ते हैं।",
+                  "นกบินอยู่บนฟ้า", "我是学生。你好！", "Vögel fliegen; l'oiseau chante."):  # fmt: skip
+        assert alphabetic_share(prose) == 1.0, prose
+    # A tag is one token and no word; the word inside it still is one.
+    assert alphabetic_share("<em>Mammal</em>") == pytest.approx(1 / 3)
+    assert alphabetic_share('<a href="x">bird</a> song') == pytest.approx(2 / 4)
+    # Digits or symbols inside a token make it no word; punctuation only separates.
+    assert alphabetic_tokens("In 1990, 5 birds = x+y sang.") == (3, 7)  # "x+y" is one
+    # A loop of letters is words: repetition() is the rule that catches it.
+    assert alphabetic_share(HEHE_LOOP) == 1.0 and repetition(HEHE_LOOP) > 8
+
+
+LETTERS = "abcxyzABCXYZéßπλжЖदनกข我学"
+MARKS = "\u093f\u0902\u0e38\u0301"  # Devanagari and Thai vowel signs, a combining accent
+NON_WORD = "0123456789=+$^|~€©😀"  # digits and symbols (S*: no < or >, which make tags)
+SEPARATORS = " \n\t.,;:!?\"'()[]{}-—…“”_/#*&@"
+_word = st.builds(
+    lambda first, rest: first + rest,
+    st.sampled_from(LETTERS),
+    st.text(alphabet=LETTERS + MARKS, max_size=6),
+)
+_non_word = st.builds(
+    lambda head, bad, tail: head + bad + tail,
+    st.text(alphabet=LETTERS, max_size=3),
+    st.text(alphabet=NON_WORD, min_size=1, max_size=3),
+    st.text(alphabet=LETTERS + NON_WORD, max_size=3),
+)
+_separator = st.text(alphabet=SEPARATORS, min_size=1, max_size=3)
+
+
+@PROPS
+@given(
+    st.lists(st.tuples(st.booleans(), _word, _non_word, _separator), max_size=12),
+    st.text(alphabet=SEPARATORS, max_size=2),
+)
+def test_alphabetic_share_is_the_share_of_tokens_made_of_letters(tokens, edge):
+    """Built from tokens known to be words or not, joined by whitespace and punctuation,
+    the share is the words' count over the tokens' (0 without tokens)."""
+    parts = [(w if is_word else n, sep) for is_word, w, n, sep in tokens]
+    text = edge + "".join(token + sep for token, sep in parts)
+    words_in = sum(is_word for is_word, *_ in tokens)
+    assert alphabetic_tokens(text) == (words_in, len(tokens))
+    assert alphabetic_share(text) == pytest.approx(words_in / len(tokens) if tokens else 0.0)
+
+
+_text = st.text(max_size=60)
+_no_tags = st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=60)
+CYRILLIC = str.maketrans("abcdefghijklmnopqrstuvwxyzABCDEFGH", "абцдефгхийклмнопярстуввхызАБЦДЕФГХ")
+
+
+@PROPS
+@given(_text)
+def test_alphabetic_share_ignores_spacing_quotes_and_the_script(text):
+    share = alphabetic_share(text)
+    assert 0.0 <= share <= 1.0
+    assert alphabetic_share(f"“{text}”") == share
+    assert alphabetic_share(" \n ".join(text.split(" "))) == share
+    ascii_text = text.encode("ascii", "ignore").decode()
+    assert alphabetic_share(ascii_text.translate(CYRILLIC)) == alphabetic_share(ascii_text)
+
+
+@PROPS
+@given(_no_tags, _no_tags)
+def test_alphabetic_tokens_of_two_texts_add_up(a, b):
+    """Token counts add over texts set apart by a space, so the share of two texts is
+    their token-weighted mean and a text said twice keeps its share."""
+    (wa, na), (wb, nb) = alphabetic_tokens(a), alphabetic_tokens(b)
+    assert alphabetic_tokens(f"{a} {b}") == (wa + wb, na + nb)
+    assert alphabetic_share(f"{a} {a}") == alphabetic_share(a)

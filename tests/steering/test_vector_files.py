@@ -247,7 +247,9 @@ def test_the_kind_of_a_loaded_gemma_is_its_model_type_and_class(tiny_lm):
     kind = ModelKind.of(tiny_lm.model.config, type(tiny_lm.model).__name__)
     assert kind.model_type == "gemma3_text"
     assert kind.matches("gemma3_text") and kind.matches("Gemma3ForCausalLM")
-    assert not kind.matches("llama") and not kind.matches("Gemma3ForConditionalGeneration")
+    # by family: Gemma 3's multimodal class and type are Gemma 3; Gemma 2 and Llama are not
+    assert kind.matches("Gemma3ForConditionalGeneration") and kind.matches("gemma3")
+    assert not kind.matches("llama") and not kind.matches("Gemma2ForCausalLM")
 
 
 def raw_control_vector(path, tensors: dict[str, np.ndarray]):

@@ -370,8 +370,40 @@ def test_a_repeng_file_of_another_model_and_many_layers_is_said_in_the_plan(mlfl
     assert out.exit_code == 0, out.stderr
     said = json.loads(out.stdout)["vectors"]
     assert said[1].endswith("took direction.9 (this run's layer) of the 17 layers each "
-                            "holds; the other 16 were ignored")  # fmt: skip
+                            "holds; the other 16 were ignored (steering.layers: file "
+                            "steers them all)")  # fmt: skip
     assert "controlvector.model_hint is 'llama', but the model is 'gemma3_text'" in said[2]
+
+
+def test_a_repeng_file_as_deployed_is_planned_at_every_layer_and_its_own_norm(
+    mlflow_store, tmp_path
+):
+    """``steering.layers: file, scale: file``: the plan names every layer the files hold
+    and the coefficient, a hint of the same family (gemma3) is not warned about, and a
+    layer range without the run's layer is refused before any weights load."""
+    from steering.vector_files import write_control_vector
+
+    (a, _), (b, _) = _concepts(2)
+    folder = tmp_path / "repeng"
+    folder.mkdir()
+    for synset in (a, b):
+        layers = {la: np.ones(640, np.float32) for la in range(1, 18)}
+        write_control_vector(folder / f"{synset}.gguf", layers, "gemma3")
+    deployed = ("--set", "steering.layers=file", "--set", "steering.scale=file")
+    out = _dry_run_with(folder, *deployed, "--set", "steering.coefficient=2", "--json")
+    assert out.exit_code == 0, out.stderr
+    plan = json.loads(out.stdout)
+    head, note = plan["vectors"]  # no hint warning: gemma3 is gemma3_text's family
+    assert head.endswith(
+        f"layer 9); steering layers {list(range(1, 18))} at the file's norms × coefficient 2"
+    )
+    assert note.endswith("steering 17 of the 17 layers each holds, "
+                         f"{list(range(1, 18))} (steering.layers: file)")  # fmt: skip
+    assert any("no β: steering.scale file" in line for line in plan["strength"])
+    out = _dry_run_with(folder, "--set", "steering.layers=[10, 12]", "--json")
+    assert out.exit_code == 2
+    said = " ".join(out.output.split())  # as one line, whatever the terminal's width
+    assert "this run's layer 9 is not among the layers steering.layers [10, 12]" in said
 
 
 def test_identify_gives_each_stages_cost_per_concept_and_the_shard_a_budget_holds(

@@ -138,6 +138,7 @@ def test_ui_serves_light_and_run_says_when_it_is_not_running(tmp_path):
     import psutil
 
     from experiments.cli.common import UI_NOT_RUNNING, ui_running
+    from experiments.tracking.store import served_ui, ui_file
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -168,10 +169,15 @@ def test_ui_serves_light_and_run_says_when_it_is_not_running(tmp_path):
         commands = [" ".join(p.cmdline()) for p in tree]
         assert len(tree) == 2, commands  # mlflow ui and its one uvicorn worker
         assert not any("huey" in c or "_job_runner" in c for c in commands), commands
+        # the port it serves on, beside the store: what other commands' addresses name
+        assert served_ui(tmp_path / "mlruns.db") == base
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert not ui_running(base)
+    assert (
+        served_ui(tmp_path / "mlruns.db") is None and not ui_file(tmp_path / "mlruns.db").exists()
+    )
     assert "start it with `steer-eval ui`" in UI_NOT_RUNNING
 
 

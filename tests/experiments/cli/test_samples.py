@@ -82,6 +82,42 @@ def test_a_long_text_is_wrapped_not_cut():
     assert len(lines) > 8 and max(len(line) for line in lines) <= 50
 
 
+def test_each_twin_shows_what_the_gate_read_of_it():
+    """The random twin (what the null is made of) with its perplexity ratio, repetition
+    and share of alphabetic words; the unsteered twin's share; the steered text's own."""
+    from rich.console import Console
+
+    from experiments.cli.samples import _sample
+
+    console = Console(width=200, record=True)
+    console.print(
+        _sample(
+            {
+                "text": "Birds sing.", "concept": "a.n.01", "key": "k", "gate": "pass",
+                "perplexity_ratio": 2.0, "repetition": 1.0, "alphabetic_share": 1.0,
+                "text_unsteered": "A bird.", "delta_0": 0.1, "gate_unsteered": "pass",
+                "alphabetic_share_unsteered": 0.9,
+                "text_random": "Nutt65れい35 CFA666", "delta_random": -0.2,
+                "gate_random": "fail", "effect_random": -0.3,
+                "gate_reason_random": "non-language: alphabetic words 0.0 < 0.672",
+                "perplexity_ratio_random": 3.24, "repetition_random": 1.4,
+                "alphabetic_share_random": 0.0,
+            }
+        )
+    )  # fmt: skip
+    lines = [
+        " ".join(line.replace("│", " ").split()) for line in console.export_text().splitlines()
+    ]
+    random = lines[next(i for i, line in enumerate(lines) if line.startswith("random:")) + 1]
+    assert random == (
+        "Δ -0.200 · gate fail (non-language: alphabetic words 0.0 < 0.672) · e -0.300 · "
+        "perplexity ×3.2 · repetition 1.4 · alphabetic words 0%"
+    )
+    unsteered = lines[next(i for i, line in enumerate(lines) if line.startswith("unsteered:")) + 1]
+    assert unsteered == "Δ0 +0.100 · gate pass · alphabetic words 90%"
+    assert "repetition 1.0 · alphabetic words 100% · key k" in lines[-2]
+
+
 def test_json_filters_by_concept_sign_gate_and_limit(run):
     result, folder = run
     data = _json(result.run_id)

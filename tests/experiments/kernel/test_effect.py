@@ -23,6 +23,7 @@ from experiments.kernel.effect import (
     specificity,
     specificity_margin,
 )
+from metrics.text import alphabetic_share
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=50)
 CONFIG = load_config(None, ["criteria.n_boot=300"])
@@ -147,6 +148,64 @@ def test_the_repetition_limit_is_a_multiple_of_the_unsteered_texts_own():
     e = paired_effects(records, CONFIG).set_index("prompt_index")
     assert list(e["gate_pass"]) == [True, False]
     assert e.loc[1, "gate_reason"] == "repetition 13.0 > 12.0"
+
+
+PROSE = [
+    "The heron waited in the reeds, still as a post, until the fish came close.",
+    "Maple trees turn red in autumn because the green pigment breaks down first.",
+    "She opened the old map and traced the river with one finger, slowly.",
+    "Bread rises when yeast turns sugar into gas; the dough holds the bubbles.",
+    "In 1990, 5 of the 12 wells ran dry, and the village moved to the hills.",
+]
+
+
+def test_the_gate_fails_non_language_whatever_its_perplexity():
+    """Texts the default run's null passed before the rule (digits and codes, bare tags
+    and whitespace; perplexity and repetition within their limits) fail as
+    non-language against the unsteered texts' own share; prose passes in any script; Δ
+    and e are the same with the rule off."""
+    steered = {
+        0: "Nutt36 Nutt656665 CFA656 Nutt9 Nutt36 Nutt38 Nutt5 CFA53 Nutt50 Nutt66 Nutt",
+        1: "'\n\n    \n    <b>    \n  \r\n    \r \r <b>  \n  </b>  \r  \n",
+        2: "Птицы летают над морем, и ветер несёт их далеко на юг.",
+        3: PROSE[0],
+    }
+    records = pd.DataFrame(
+        [
+            r
+            for p in range(4)
+            for r in (
+                row("a", p, 0.0, 0.0, text=PROSE[p + 1]),
+                row("a", p, 1.0, 0.4, text=steered[p], perplexity=20.0),
+            )
+        ]
+    )
+    e = paired_effects(records, CONFIG).set_index("prompt_index")
+    # The limit: 0.75 x the 0.1 quantile of the unsteered shares (13/16, 1, 1, 1).
+    unsteered = sorted(alphabetic_share(t) for t in PROSE[1:])
+    assert unsteered[0] == pytest.approx(13 / 16)  # the text with numbers
+    limit = 0.75 * float(np.quantile(unsteered, 0.1))
+    assert list(e["gate_pass"]) == [False, False, True, True]
+    assert e.loc[0, "gate_reason"] == f"non-language: alphabetic words 0.091 < {limit:.3f}"
+    assert e.loc[1, "gate_reason"] == f"non-language: alphabetic words 0.0 < {limit:.3f}"
+    assert list(e["e_gated"]) == pytest.approx([0.0, 0.0, 0.4, 0.4])
+    off = paired_effects(records, load_config(None, ["gate.alphabetic_multiple=null"]))
+    assert list(off["gate_pass"]) == [True, True, True, True]
+    assert list(off["e"]) == list(e["e"]) and list(off["delta"]) == list(e["delta"])
+
+
+def test_the_alphabetic_limit_is_a_fraction_of_the_unsteered_texts_own():
+    """A model that writes numbers anyway lowers the bar: the same steered text passes
+    beside unsteered texts as number-heavy as itself and fails beside prose."""
+    numbers = "Item 4: 20 apples, 30 pears, 7 plums and 2 figs."  # 6 words of 11 tokens
+    steered = "Order 12: 40 apples, 9 pears and 3 more."  # 5 words of 9 tokens
+    for unsteered, passes in ((numbers, True), (PROSE[0], False)):
+        records = pd.DataFrame(
+            [row("a", 0, 0.0, 0.0, text=unsteered), row("a", 0, 1.0, 0.4, text=steered)]
+        )
+        e = paired_effects(records, CONFIG)
+        assert bool(e["gate_pass"].iloc[0]) is passes, unsteered
+        assert e["alphabetic_share"].iloc[0] == pytest.approx(5 / 9)
 
 
 def test_effect_above_null_is_a_paired_difference():

@@ -129,7 +129,16 @@ def test_auto_effect_on_the_tiny_model_picks_its_best_lower_bound_and_records_it
     lows = {la: row.low for la, row in table.items() if row.low is not None}
     assert lows and len(set(lows.values())) > 1  # the layers differ
     assert choice.layer == max(lows, key=lambda la: lows[la]) == best_by_effect(table)
-    assert said[-1].startswith(f"layer auto-effect: {choice.layer} (effect above null")
+    # A random model steers nowhere: when no layer's interval lies above 0, the rule
+    # still takes the largest lower bound and says, last, that it is a guess.
+    guess = not any(low > 0 for low in lows.values())
+    chosen = said[-2] if guess else said[-1]
+    assert chosen.startswith(f"layer auto-effect: {choice.layer} (effect above null")
+    if guess:
+        assert said[-1].startswith(
+            "layer auto-effect: no layer's effect above random directions is "
+            f"distinguishable from 0 (none of the {len(lows)} evaluable layers' intervals"
+        )
     assert all(any(s.startswith(f"layer auto-effect: L{la} ") for s in said) for la in (1, 2, 3))
 
     # the run steers the chosen layer; its record, folder and tags carry rule and table
@@ -142,6 +151,12 @@ def test_auto_effect_on_the_tiny_model_picks_its_best_lower_bound_and_records_it
     assert tags[LAYER_RULE_TAG].startswith("auto-effect: the measured steering effect")
     assert tags[LAYER_TABLE_TAG].startswith("effect above null by layer")
     assert all(f"L{la} " in tags[LAYER_TABLE_TAG] for la in (1, 2, 3))
+    # answer.md shows the table under the verdicts, the chosen layer marked, and the note
+    answer = (result.results_dir / RunDir.ANSWER).read_text()
+    assert f"How --layer auto-effect chose layer {choice.layer}:" in answer
+    assert all(f"| L{la}" in answer for la in (1, 2, 3))
+    assert f"| L{choice.layer} (chosen) |" in answer
+    assert ("no layer's effect above random directions is distinguishable" in answer) == guess
 
 
 def test_the_dry_run_previews_auto_effect_and_loads_no_weights(monkeypatch, mlflow_store, tmp_path):

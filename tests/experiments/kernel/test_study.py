@@ -145,11 +145,15 @@ def test_a_resume_reopens_the_run_and_a_rescore_keeps_the_config_file(
     assert json.loads(folder.file("started.json").read_text()) == {"new": False}
     # the child is logged once, whatever the number of publications
     assert len(tracking.child_runs(first.run_id, config.experiment)) == 1
-    # a rescore without overrides leaves the stored config byte for byte
+    # a rescore, with overrides or without, leaves the stored config byte for byte (its
+    # own config goes beside it: Phase5Rescore, tests/experiments/cli/test_provenance.py)
     stored = folder.file(RunDir.CONFIG)
     stored.write_text(stored.read_text() + "# written by an older release\n")
     before = stored.read_bytes()
     run_study(CountStudy(), resume=Resume(first.run_id, "rescore"), embedder=embedder)
+    assert stored.read_bytes() == before
+    changed = Resume(first.run_id, "rescore", ("gate.perplexity_multiple=10",))
+    run_study(CountStudy(), resume=changed, embedder=embedder)
     assert stored.read_bytes() == before
     assert tracking.get_run(first.run_id).info.status == "FINISHED"
 

@@ -340,3 +340,108 @@ def test_the_answer_names_where_the_directions_came_from(source, says, never, tm
         assert "probe" not in shown.replace("the probe's test texts", "")
     for fig in figures:
         plt.close(fig)
+
+
+# ------------------------------------------------ a null a sceptic can check (issue 64)
+
+
+def with_delta_by_concept(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each row's Δ for every concept, as the scorer writes it: its own concept's Δ is
+    ``delta``, the others' do not move (0), so the specificity margin is measured."""
+    return frame.assign(
+        delta_by_concept=[
+            {c: (d if c == own else 0.0) for c in CONCEPTS}
+            for own, d in zip(frame["concept"], frame["delta"], strict=True)
+        ]
+    )
+
+
+def test_specificity_is_not_evaluable_on_a_sign_whose_every_text_was_gated():
+    gated = run_record(with_delta_by_concept(records(set(CONCEPTS))))
+    c = gated.criteria["v2_specificity_pos"]
+    assert (c.status, c.value, c.reason) == ("not_evaluable", None, REASON)
+    assert gated.criteria["v2_specificity_neg"].status == "pass"
+    # The same texts, not gated: the margin is measured (and clearly above 0).
+    measured = run_record(with_delta_by_concept(records(set())))
+    assert measured.criteria["v2_specificity_pos"].status == "pass"
+
+
+def test_the_answer_reads_the_effect_beside_the_nulls_gate_and_a_share_against_the_random():
+    """The effect above null says how many of the null's and the concept's texts passed
+    the gate; a share reads no "real (interval above 0)", sits beside the random
+    directions' share and says why it differs from the seed's c1."""
+    frame = records({"c0", "c1"})
+    # Half the null's texts at s > 0 are gibberish the gate fails (10 of 20).
+    null_pos = (frame["arm"] == "random:0") & (frame["strength"] > 0)
+    frame.loc[null_pos & (frame["prompt_index"] < 2), "near_empty"] = True
+    record = run_record(frame)
+    record.criteria["c1_direction"] = CriterionRecord(
+        key="c1_direction",
+        description="c1",
+        status="fail",
+        value=0.667,
+        threshold=0.8,
+        reason="40/60",
+    )
+    verdicts = {v.key: v for v in answer_of(record).verdicts}
+    effect = reading(verdicts["v2_effect_above_null_pos"])
+    assert effect.endswith("; null texts passing the gate 10/20 (50%), concept texts 12/20 (60%)")
+    assert reading(verdicts["v2_effect_above_null_neg"]).endswith(
+        "null texts passing the gate 20/20 (100%), concept texts 20/20 (100%)"
+    )
+    share = verdicts["v2_direction_pos"]
+    assert share.share and share.low is not None and 0 < share.low < share.high < 0.8
+    assert "real" not in reading(share)
+    random_share = record.statistics.effect["random/pos"]["direction_fraction"]
+    assert f"random directions {random_share:.2f}" in reading(share)
+    assert "a gated text counts as not moved, unlike in the seed's c1 (0.667" in reading(share)
+    assert not verdicts["v2_effect_above_null_pos"].share
+
+
+def test_the_answer_shows_how_auto_effect_chose_the_layer_and_says_when_it_is_a_guess():
+    from experiments.record import LayerChoice, LayerRow
+
+    def choice(low_l9: float) -> LayerChoice:
+        rows = {
+            "4": LayerRow(effect=0.01, low=-0.04, high=0.06, beta=0.2, gate_pass=0.9, auroc=0.8),
+            "9": LayerRow(effect=0.03, low=low_l9, high=0.08, beta=0.2, gate_pass=0.7, auroc=0.9),
+            "14": LayerRow(reason="every steered text at this layer was gated (6/6)"),
+        }
+        return LayerChoice(rule="auto-effect", optimises="the effect", layer=9, layers=rows)
+
+    record = run_record(records(set()))
+    guessed = answer_of(record.model_copy(update={"layer_choice": choice(-0.01)}))
+    note = next(n for n in guessed.notes if n.startswith("Layer auto-effect"))
+    assert "no layer's effect above random directions is distinguishable from 0" in note
+    assert "none of the 2 evaluable layers' intervals lies above 0" in note
+    assert "L9 was taken for the largest lower bound (-0.010)" in note
+    text = answer_markdown(guessed)
+    assert "How --layer auto-effect chose layer 9: the effect:" in text
+    assert "| L9 (chosen) | 0.2 | 0.030 [-0.010, 0.080] | n/a | n/a | 70% | 0.900 |" in text
+    assert "| L14 | n/a | not evaluable: every steered text at this layer was gated (6/6) |" in text
+    told = answer_of(record.model_copy(update={"layer_choice": choice(0.01)}))
+    assert not any(n.startswith("Layer auto-effect") for n in told.notes)
+    assert "| L9 (chosen) |" in answer_markdown(told)
+    assert "How --layer" not in answer_markdown(answer_of(record))  # a layer given: no table
+
+
+def test_the_corrected_correlation_says_it_can_exceed_1_wherever_it_is_printed():
+    record = run_record(records(set()))
+    corrected = {"estimate": 1.203, "low": 0.316, "high": 2.644, "n": 10}
+    measurement = {
+        "corrected_correlations": {
+            "predictor_vs_effect_pos": {
+                "observed": {"estimate": 0.41, "low": -0.66, "high": 0.86},
+                "corrected": corrected,
+            }
+        }
+    }
+    record.statistics.measurement = measurement  # fmt: skip
+    note = next(n for n in answer_of(record).notes if "corrected for unreliability" in n)
+    assert note == (
+        "predictor → effect above null (r), corrected for unreliability (disattenuated; can "
+        "exceed 1): s > 0 +1.203 [+0.316, +2.644]."
+    )
+    from experiments.phase5.report import measurement_markdown
+
+    assert "| disattenuated (can exceed 1) |" in "\n".join(measurement_markdown(measurement))

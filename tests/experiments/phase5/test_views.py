@@ -248,6 +248,7 @@ def test_samples_put_each_steered_text_beside_its_twins(tiny_run):
     from experiments.phase5.publish import SAMPLES_TABLE
     from experiments.phase5.samples import COLUMNS
     from experiments.rundir import read_jsonl, restore
+    from metrics.text import alphabetic_share
 
     _config, result = tiny_run
     folder = RunDir(result.results_dir.parent, result.run_id)
@@ -301,6 +302,14 @@ def test_samples_put_each_steered_text_beside_its_twins(tiny_run):
         ]
         ratio = scores[row.key]["perplexity"] / statistics.median(unsteered)
         assert row.perplexity_ratio == pytest.approx(ratio)
+        # What the gate read of the random twin (the null), and every text's share of
+        # alphabetic words (the non-language rule's measure).
+        random_ratio = scores[random["key"]]["perplexity"] / statistics.median(unsteered)
+        assert row.perplexity_ratio_random == pytest.approx(random_ratio)
+        assert row.repetition_random == pytest.approx(scores[random["key"]]["repetition"])
+        assert row.alphabetic_share_random == pytest.approx(alphabetic_share(random["text"]))
+        assert row.alphabetic_share == pytest.approx(alphabetic_share(row.text))
+        assert row.alphabetic_share_unsteered == pytest.approx(alphabetic_share(twin["text"]))
     csv_rows = pd.read_csv(folder.file(RunDir.SAMPLES), dtype=str, keep_default_na=False)
     assert list(csv_rows.columns) == frame["columns"] and len(csv_rows) == len(table)
     assert [restore(t) for t in csv_rows["text"]] == list(table["text"])
@@ -312,9 +321,18 @@ def test_samples_csv_cells_do_not_execute():
     from experiments.phase5.samples import samples_csv
 
     text = samples_csv(
-        pd.DataFrame({"text": ["=HYPERLINK(1)", " +1", "fine"], "delta_s": [-0.5, 0.1, 0.2]})
+        pd.DataFrame(
+            {
+                "text": ["=HYPERLINK(1)", " +1", "@x", "fine", "\nA line"],
+                "delta_s": [-0.5, 0.1, 0.2, 0.3, 0.4],
+            }
+        )
     )
-    assert text.splitlines() == ["text,delta_s", "'=HYPERLINK(1),-0.5", "' +1,0.1", "fine,0.2"]
+    # OWASP's triggers first (= + - @ tab CR) get the prefix; a space or a line break
+    # first (a continuation of the prompt) is text and is left as it is
+    assert text.splitlines() == [
+        "text,delta_s", "'=HYPERLINK(1),-0.5", " +1,0.1", "'@x,0.2", "fine,0.3", '"', 'A line",0.4'
+    ]  # fmt: skip
 
 
 @pytest.fixture
@@ -491,6 +509,7 @@ def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
     """The experiment's shared view names metric and parameter columns that the run
     logs, and the experiment's address opens on it."""
     from experiments.phase5.publish import record_metrics
+    from experiments.rundir import RESCORED_TAG
     from experiments.tracking.columns import VIEW_KEY, VIEW_TAG
 
     config, result = tiny_run
@@ -506,7 +525,8 @@ def test_the_runs_table_opens_on_columns_the_runs_have(tiny_run):
     # corrected correlations after the observed ones (a corrected r that could not be
     # computed is a tag with its reason, or none, so its column may be empty).
     assert columns[: len(tags)] == [f"tags.`{t}`" for t in tags]
-    observed = [t for t in tags if "corrected" not in t]
+    observed = [t for t in tags if "corrected" not in t and t != RESCORED_TAG]
+    assert tags[-1] == RESCORED_TAG  # what a rescore changed: empty on this run
     assert observed and set(observed) <= set(run.data.tags)
     assert max(map(tags.index, observed)) < min(t for t, n in enumerate(tags) if "corrected" in n)
     cell = run.data.tags["pos effect above null"]

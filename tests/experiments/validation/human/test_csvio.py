@@ -18,10 +18,22 @@ def test_neutralise_round_trip(formula_payload):
     payload = formula_payload
     cell = neutralise(payload)
     assert cell[:1] not in FORMULA_TRIGGERS
-    assert cell.lstrip()[:1] not in FORMULA_TRIGGERS or cell.startswith("'")
+    assert cell.startswith("'") == (payload[:1] in FORMULA_TRIGGERS)  # OWASP: the first one
     assert "\x1b" not in cell
     assert canonical_text(cell) == canonical_text(payload)
     assert restore(neutralise("safe text")) == "safe text"
+
+
+def test_a_text_starting_with_a_space_or_a_line_break_is_left_as_it_is():
+    """What a spreadsheet reads as a formula starts with = + - @, a tab or a carriage
+    return (OWASP's CSV injection guidance); a model's continuation of its prompt often
+    starts with a space or a line break, and is text: no prefix, read back the same."""
+    for text in (" the dog", "\nThe dog", "   =1+2 after spaces", "\n=1+2"):
+        assert neutralise(text) == text and restore(text) == text
+    for text in ("=1+2", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "\uff1d1"):
+        assert neutralise(text) == "'" + text and restore(neutralise(text)) == text
+    assert restore("'\nThe dog") == "\nThe dog"  # as an earlier release wrote it
+    assert restore("' =1") == " =1"
 
 
 def test_written_csv_reads_back_with_row_numbers(tmp_path):

@@ -1,0 +1,66 @@
+"""How a layer rule's choice reads to a person: whether ``--layer auto-effect`` told any
+layer apart from no effect, and the per-layer table the run's answer shows.
+
+Apart from ``kernel/layers.py`` (which loads the model's stack) so that the answer, built
+from the record alone, reads the choice without importing torch.
+"""
+
+from __future__ import annotations
+
+from experiments.answer import AnswerTable
+from experiments.record import LayerChoice
+
+
+def undistinguished(choice: LayerChoice) -> str:
+    """Why an ``auto-effect`` choice says little: no candidate's interval lies above 0,
+    so the largest lower bound picked a layer whose effect is not told apart from none
+    (nor from the other layers'); "" when some layer's does, or for ``auto``."""
+    if choice.rule != "auto-effect":
+        return ""
+    lows = {la: r.low for la, r in choice.layers.items() if r.low is not None}
+    if any(low > 0 for low in lows.values()):
+        return ""
+    chosen = choice.layers.get(str(choice.layer))
+    bound = f" ({_num(chosen.low)})" if chosen is not None and chosen.low is not None else ""
+    return (
+        f"no layer's effect above random directions is distinguishable from 0 (none of the "
+        f"{len(lows)} evaluable layers' intervals lies above 0): L{choice.layer} was taken "
+        f"for the largest lower bound{bound}, which does not make it a steering layer; "
+        "treat it as a guess, or give --layer"
+    )
+
+
+def answer_table(choice: LayerChoice) -> AnswerTable:
+    """The per-layer table of a layer rule, for the run's answer (``answer.md``), the
+    chosen layer marked."""
+    rows: list[tuple[str, ...]]
+    if choice.rule == "auto":
+        columns: tuple[str, ...] = ("layer", "mean test AUROC")
+        rows = [(_layer(la, choice), _num(r.auroc)) for la, r in choice.layers.items()]
+    else:
+        columns = ("layer", "β", "effect above null [interval]", "s > 0", "s < 0",
+                   "concept texts passing the gate", "mean test AUROC")  # fmt: skip
+        rows = [
+            (
+                _layer(la, choice),
+                "n/a" if r.beta is None else f"{r.beta:g}",
+                f"not evaluable: {r.reason}"
+                if r.low is None
+                else f"{_num(r.effect)} [{_num(r.low)}, {_num(r.high)}]",
+                _num(r.effect_pos),
+                _num(r.effect_neg),
+                "n/a" if r.gate_pass is None else f"{r.gate_pass:.0%}",
+                _num(r.auroc),
+            )
+            for la, r in choice.layers.items()
+        ]
+    title = f"How --layer {choice.rule} chose layer {choice.layer}: {choice.optimises}"
+    return AnswerTable(title, columns, tuple(rows))
+
+
+def _layer(layer: str, choice: LayerChoice) -> str:
+    return f"L{layer}" + (" (chosen)" if layer == str(choice.layer) else "")
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
