@@ -197,7 +197,10 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
         assert r["kl_kind"] == "concept_free"
         assert r["kl"] == pytest.approx(on_matching[j].mean(), rel=1e-4)
         assert r["kl_verify"] == pytest.approx(on_verifying[j].mean(), rel=1e-4)
-        assert r["kl_verify_target"] == pytest.approx(at_beta, rel=1e-4)
+        # v*'s KL at β, measured in another batch than the test's: float32 rounding of a
+        # 0.0017-nat KL differs by 1.5e-4 (relative) on an Intel Sapphire Rapids CPU,
+        # under 1e-4 on AMD EPYC; a wrong target would be off by far more
+        assert r["kl_verify_target"] == pytest.approx(at_beta, rel=1e-3)
         assert r["kl_target"] == pytest.approx(kl(np.ones(3), matching)[0].mean(), rel=1e-4)
     assert matched(np.array([facts[d]["kl"] for d in ids]), facts[REFERENCE]["kl_target"]).all()
     # the halves differ, so the same numbers read on the matching half would not pass

@@ -157,8 +157,8 @@ def test_the_record_carries_the_v2_estimator_and_the_iso_cos_design(study):
     # every estimand under its own name, with its question; the unbuilt ones say why
     estimands = result.record.estimands
     assert set(estimands) == {
-        "practitioner_equal_norm", "practitioner_within_family", "equal_geometry",
-        "equal_geometry_uncorrected",
+        "practitioner_equal_norm", "practitioner_full_data", "practitioner_within_family",
+        "equal_geometry", "equal_geometry_uncorrected",
         "equal_geometry_nonadditive", "equal_norm", "equal_norm_cos_per_concept",
         "equal_norm_dose_adjusted", "equal_dose", "practitioner",
     }  # fmt: skip
