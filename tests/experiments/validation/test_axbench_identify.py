@@ -57,7 +57,9 @@ def make_identify_run(root, status: str = "FINISHED") -> str:
     run_id = tracking.start_run("identify-axbench", "identify", tags={"phase": "6-identify"})
     folder = RunDir(results, run_id).create()
     tracking.client().set_tag(run_id, RUN_DIR_TAG, str(folder.path))  # as identify tags it
-    folder.write_config(load_config(None, [f"identify.results_dir={results}"], "identify"))
+    # the texts are markers for the judge, not language: the gate's non-language rule off
+    overrides = [f"identify.results_dir={results}", "gate.alphabetic_multiple=null"]
+    folder.write_config(load_config(None, overrides, "identify"))
     generations, likelihood, rows, i = [], [], [], 0
     for synset, name in CONCEPTS:
         for p in range(PROMPTS):
