@@ -267,6 +267,12 @@ def open_run(
             # run's first count); a model handed in keeps its caller's threads
             threads = lm.platform.choose_threads(recorded)
             say(f"torch threads: {threads.threads} ({threads.describe()})")
+        elif lm is None and recorded is not None:
+            # a rescore embeds on the run's first count, so its Δ keeps the run's last bits
+            from steering.platform import platform_for
+
+            choice = platform_for(embedder_device(config, None)).choose_threads(recorded)
+            say(f"torch threads: {choice.threads} ({choice.describe()})")
         if embedder is None and need_embedder:
             from metrics.embedder import load_embedder
 

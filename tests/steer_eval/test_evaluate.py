@@ -61,8 +61,10 @@ def cli_twin(result: steer_eval.Result, single_threaded) -> steer_eval.Result:
     """The run ``result.command`` makes, read back."""
     argv = shlex.split(result.command)
     assert argv[:2] == ["steer-eval", "run"]
+    # the command line picks torch's threads from the cores free (2 on an idle CI
+    # machine); a float32 sum's last bits depend on the count, so pin it to the call's
     with single_threaded():
-        out = runner.invoke(app, [*argv[1:], "--json"])
+        out = runner.invoke(app, [*argv[1:], "--json"], env={"STEER_EVAL_THREADS": "1"})
     assert out.exit_code == 0, out.output
     run_id = json.loads(out.stdout)["answer"]["run_id"]
     assert run_id != result.run_id

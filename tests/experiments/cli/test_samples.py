@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from experiments.cli import app
@@ -158,9 +159,11 @@ def test_a_run_or_concept_that_is_not_there_is_refused(run, mlflow_store):
     assert out.exit_code == 2
 
 
-def test_rescore_gives_an_old_run_repetition_and_its_samples(run):
+def test_rescore_gives_an_old_run_repetition_and_its_samples(run, monkeypatch):
     """A run scored before the repetition measure (no column, no gate fields in its
-    config, no samples.csv) gets them from ``steer-eval rescore``; texts and Δ stay."""
+    config, no samples.csv) gets them from ``steer-eval rescore``; texts and Δ stay, Δ to
+    its last bits: the rescore embeds on the run's recorded thread count (1), not the
+    process's (2 here)."""
     result, folder = run
     scores = folder.file(RunDir.SCORES)
     old = read_jsonl(scores)
@@ -170,10 +173,17 @@ def test_rescore_gives_an_old_run_repetition_and_its_samples(run):
     folder.file(RunDir.SAMPLES).unlink()
     out = runner.invoke(app, ["samples", result.run_id])
     assert out.exit_code == 2 and f"`steer-eval rescore {result.run_id}` writes it" in _said(out)
-    out = runner.invoke(app, ["rescore", result.run_id, "--json"])
+    for name in ("STEER_EVAL_THREADS", "OMP_NUM_THREADS"):  # they would come first
+        monkeypatch.delenv(name, raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = runner.invoke(app, ["rescore", result.run_id, "--json"])
+    finally:
+        torch.set_num_threads(before)
     assert out.exit_code == 0, out.output
     new = {s["key"]: s for s in read_jsonl(scores)}
     assert all(new[s["key"]]["repetition"] == pytest.approx(s["repetition"]) for s in old)
-    assert all(new[s["key"]]["delta"] == pytest.approx(s["delta"]) for s in old)
+    assert all(new[s["key"]]["delta"] == s["delta"] for s in old)
     samples = _json(result.run_id)["samples"]
     assert samples and all(s["repetition"] >= 1.0 for s in samples)
