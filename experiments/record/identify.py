@@ -438,7 +438,7 @@ class IdentifyRecord(_Record):
     layer: int
     alpha: float = Field(description="the median residual norm at the layer")
     betas: dict[str, float] = Field(description="v*'s held-out β per concept")
-    concept_set: Literal["development", "heldout"]
+    concept_set: Literal["development", "heldout", "listed"]
     label: str = Field(description="exploratory, confirmatory, or forced re-scoring")
     preregistration: dict[str, object] | None = None
     outcome: str = Field(description="what the effect is, in words and units")

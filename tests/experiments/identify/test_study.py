@@ -547,3 +547,34 @@ def test_v3s_confirmatory_grid_runs_without_iso_cos_directions(
     assert built.status == "estimated" and built.fit is not None
     for name in ("equal_geometry", "equal_geometry_uncorrected", "equal_geometry_nonadditive"):
         assert estimands[name].status == "not_evaluable" and estimands[name].reason, name
+
+
+def test_a_config_of_another_phase_is_refused_before_it_is_read():
+    """identify names a config of another phase; its check once came after the config's
+    identify section was read, so a Phase 5 config failed with an AttributeError."""
+    from experiments.config import ConfigError
+
+    with pytest.raises(ConfigError, match="identify takes an identify config, not 'phase5'"):
+        run_identify(load_config("configs/phase5.yaml"))
+
+
+def test_a_listed_run_builds_its_record_and_answer(
+    tmp_path, mlflow_store, tiny_lm, embedder, prereg, single_threaded
+):
+    """``identify.concept_set: listed`` (the outcome check's set) runs to its record and
+    answer, which name the set (the record once refused the word)."""
+    import json
+
+    from experiments.identify.study import concept_sets
+
+    names = concept_sets(config_for(tmp_path, prereg))["development"][:2]
+    config = config_for(
+        tmp_path, prereg, "identify.concept_set=listed", f"concepts.synsets={json.dumps(names)}",
+        "identify.subset_concepts=0", "identify.name_free=false",
+    )  # fmt: skip
+    with single_threaded():
+        result = run_identify(config, lm=tiny_lm, embedder=embedder)
+    assert result.record.concept_set == "listed"
+    assert sorted(set(result.directions["concept"])) == sorted(names)
+    answer = (result.run_dir / "answer.md").read_text()
+    assert "2 listed concepts" in answer
