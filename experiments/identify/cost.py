@@ -3,10 +3,10 @@
 Measured, never assumed: from an earlier finished identify run of the same model on the
 same device (the dry run's reference, ``kernel/estimate.earlier_estimate``), its stage
 timings (the record's ``timings``, the same as its ``time/<stage>`` metrics) divided by
-the concepts it ran; else from ``bench/identify_stage_costs.json`` when that file was
-measured on the same model and device. Stages paid once per run whatever its concepts
-(:data:`FIXED`) are not divided. The shard size is the most concepts whose cost, with the
-fixed stages, fits the budget.
+the concepts it ran; else from ``bench/identify_stage_costs.json``, or a sibling
+``bench/identify_stage_costs-<model>.json``, measured on the same model and device.
+Stages paid once per run whatever its concepts (:data:`FIXED`) are not divided. The shard
+size is the most concepts whose cost, with the fixed stages, fits the budget.
 
 A stage that works per direction (:data:`PER_DIRECTION`: fitting, scoring, steering the
 likelihood and the readout of each) costs in proportion to the directions a concept has,
@@ -188,15 +188,19 @@ def _measured_costs(plan: Plan, bench: Path) -> tuple[StageCosts | None, str]:
                 return costs_from_record(folder, device), ""
         except (OSError, ValueError, KeyError):
             pass
-    found = read_bench(bench)
-    if found is None:
+    # the bench file, or a sibling measured on another model (``<stem>-<model>.json``)
+    files = [bench, *sorted(bench.parent.glob(f"{bench.stem}-*{bench.suffix}"))]
+    measured = [c for c in map(read_bench, files) if c is not None]
+    for found in measured:
+        if found.model_id == plan.model.model_id and found.device == device:
+            return found, ""
+    if not measured:
         return None, f"no earlier run to measure from, and {bench} is not measured yet"
-    if found.model_id != plan.model.model_id or found.device != device:
-        return None, (
-            f"no earlier run to measure from; {bench} was measured on {found.model_id} "
-            f"({found.device}), not {plan.model.model_id} ({device})"
-        )
-    return found, ""
+    on = ", ".join(f"{c.model_id} ({c.device})" for c in measured)
+    return None, (
+        f"no earlier run to measure from; {bench} and its siblings were measured on {on}, "
+        f"not {plan.model.model_id} ({device})"
+    )
 
 
 def cost_lines(costs: StageCosts | None, why: str, budget_minutes: float) -> list[str]:

@@ -60,6 +60,25 @@ def test_the_dry_run_falls_back_on_the_bench_file_of_the_same_model_and_device(t
     assert found is None and "cuda/bfloat16" in why
 
 
+def test_a_sibling_bench_file_serves_its_own_model(tmp_path):
+    """``costs-<model>.json`` beside ``costs.json``: each model's dry run finds its own."""
+    bench = tmp_path / "costs.json"
+    plan = SimpleNamespace(
+        estimate=None,
+        model=SimpleNamespace(
+            model_id="small", dtype_name="float32", device=SimpleNamespace(type="cpu")
+        ),
+    )
+    data = costs_from_timings(TIMINGS, 10, "run r", "m", "cpu/float32").to_dict()
+    bench.write_text(json.dumps(data))
+    found, why = plan_costs(plan, bench)
+    assert found is None and "m (cpu/float32)" in why and "not small" in why
+    sibling = costs_from_timings(TIMINGS, 5, "run s", "small", "cpu/float32").to_dict()
+    (tmp_path / "costs-small.json").write_text(json.dumps(sibling))
+    found, why = plan_costs(plan, bench)
+    assert found is not None and found.model_id == "small" and found.n_concepts == 5
+
+
 def test_the_committed_bench_file_reads_or_says_it_is_not_measured():
     found = read_bench()
     assert found is None or found.concept_seconds > 0
