@@ -96,8 +96,11 @@ study: setup $(RAY_IF_ASKED) ## the steering-effect study (configs/study.yaml): 
 calibrate: setup $(RAY_IF_ASKED) ## Phase 6: the calibration study (configs/phase6.yaml; ARGS="--quick")
 	$(CLI) calibrate --config configs/phase6.yaml $(ARGS)
 
-identify: setup ## Phase 6 that identifies: detection varied on its own (configs/identify.yaml; ARGS="--heldout")
-	$(CLI) identify --config configs/identify.yaml $(ARGS)
+# `make identify`: `steer-eval identify $(IDENTIFY)`, run unless IDENTIFY names another
+# command; ARGS with an old mode flag (--simulate, --pool, --compare) keeps its old form.
+IDENTIFY ?= run
+identify: setup ## Phase 6 that identifies: detection varied on its own (configs/identify.yaml; ARGS="--heldout"; IDENTIFY=simulate or pool)
+	$(CLI) identify $(if $(filter --simulate --pool --compare%,$(ARGS)),,$(IDENTIFY)) --config configs/identify.yaml $(ARGS)
 
 test: setup-judge setup-ray $(SMOLLM2_STAMP) ## the whole test suite (unit tests on a tiny Gemma, integration on the embedded 270M)
 	$(PY) -m pytest -q $(ARGS)

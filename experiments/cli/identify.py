@@ -1,11 +1,19 @@
-"""``steer-eval identify``: Phase 6 that identifies (detection varied on its own)."""
+"""``steer-eval identify``: Phase 6 that identifies (detection varied on its own).
+
+Four commands: ``run`` (a development run, a held-out shard, a resumed run, a dry run),
+``simulate`` (the design on toy studies), ``pool`` (the primary on the finished held-out
+shards, then ``--exploratory``) and ``compare`` (v1's and v2's estimators on a run). The
+flag forms they replace (``identify --simulate``, ``--pool``, ``--compare <folder>``, or
+no command: ``run``) still work: ``identify_group.IdentifyGroup`` rewrites them to the
+command and says the new form on stderr.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 
@@ -26,179 +34,142 @@ from experiments.cli.common import (
     setup_logging,
     show_run_address,
 )
+from experiments.cli.identify_group import IdentifyGroup
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from experiments.config import IdentifyStudyConfig
+    from experiments.identify.study import IdentifyResult
     from experiments.kernel.estimate import Plan
+
+DEFAULT_CONFIG = Path("configs/identify.yaml")
+
+# ---------------------------------------------- the options, shared by the commands
+ForceOpt = Annotated[
+    bool,
+    typer.Option(help="with --heldout: score them again (recorded as forced, not confirmatory)"),
+]
+PoolForceOpt = Annotated[
+    bool,
+    typer.Option(help="score the pooled primary again (recorded as forced, not confirmatory)"),
+]
+FirstConceptsOpt = Annotated[
+    int | None, typer.Option("--concepts", help="only the first N concepts of the set")
+]
+HeldoutOpt = Annotated[
+    bool, typer.Option(help="score the held-out concepts (once per committed pre-registration)")
+]
+ShardOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help="with --heldout: run shard K of the held-out set (identify.shard_size "
+        "concepts from K·size, in the split's order), one complete run",
+    ),
+]
+ExploratoryOpt = Annotated[
+    bool,
+    typer.Option(
+        help="after the pooled primary is scored: every other estimand and the per-concept "
+        "table on the same shards (exploratory; scores nothing)",
+    ),
+]
+BudgetOpt = Annotated[
+    float, typer.Option(min=1, help="with --dry-run: the shard size that fits this many minutes")
+]
+Phase6RunOpt = Annotated[
+    str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
+]
+QuickOpt = Annotated[
+    bool, typer.Option(help="a 4-concept smoke version: configs/quick/identify.yaml")
+]
+ResumeOpt = Annotated[str | None, typer.Option(help="finish an interrupted run by id, or latest")]
+FolderArg = Annotated[Path, typer.Argument(help="a run folder, or its directions.csv")]
+ToysOpt = Annotated[int, typer.Option(min=2, help="toys per confound class and arm")]
+ComponentsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="take the toys' noise (within-cell sd, the concepts' slope spread, AUROC's "
+        "spread in a cell) from this identify run folder or directions.csv, or the "
+        "'measured' block of a design or power JSON written earlier "
+        "(bench/identify_power_v3.json), instead of the assumed values",
+        metavar="<folder>",
+    ),
+]
+PowerAtOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="also the primary's power at the smallest effect of interest for these "
+        "numbers of concepts (comma-separated, e.g. 25,50,100,200)",
+        metavar="<n,n,...>",
+    ),
+]
+PrimaryOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        help="score the pre-registered primary alone (what the gate reads), for a large "
+        "confirmatory grid"
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(friendly(identify))
+    identify = typer.Typer(
+        help="Phase 6 that identifies: vary detection quality on its own; what does it do "
+        "to steering?\n\nThe flag forms these commands replace (identify --heldout, "
+        "--simulate, --pool, --compare <folder>) still work and print the new form.",
+    )
+    identify.command("run")(friendly(run))
+    identify.command("simulate")(friendly(simulate))
+    identify.command("pool")(friendly(pool))
+    identify.command("compare")(friendly(compare))
+    app.add_typer(identify, name="identify", cls=IdentifyGroup)
 
 
-def identify(
-    config: ConfigOpt = Path("configs/identify.yaml"),
+# ------------------------------------------------------------------------ the commands
+def run(
+    config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,
     model: ModelOpt = None,
-    concepts: Annotated[
-        int | None, typer.Option("--concepts", help="only the first N concepts of the set")
-    ] = None,
-    heldout: Annotated[
-        bool,
-        typer.Option(help="score the held-out concepts (once per committed pre-registration)"),
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            help="with --heldout: score them again (recorded as forced, not confirmatory)"
-        ),
-    ] = False,
-    shard: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            help="with --heldout: run shard K of the held-out set (identify.shard_size "
-            "concepts from K·size, in the split's order), one complete run",
-        ),
-    ] = None,
-    pool: Annotated[
-        bool,
-        typer.Option(
-            help="score the primary once on every finished held-out shard (their committed "
-            "folders, identify.shards_dir), and stop",
-        ),
-    ] = False,
-    exploratory: Annotated[
-        bool,
-        typer.Option(
-            help="with --pool, after the pooled primary is scored: every other estimand and "
-            "the per-concept table on the same shards (exploratory; scores nothing)",
-        ),
-    ] = False,
-    budget_minutes: Annotated[
-        float,
-        typer.Option(min=1, help="with --dry-run: the shard size that fits this many minutes"),
-    ] = 150.0,
-    phase6_run: Annotated[
-        str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
-    ] = None,
-    quick: Annotated[
-        bool,
-        typer.Option(help="a 4-concept smoke version: configs/quick/identify.yaml"),
-    ] = False,
-    resume: Annotated[
-        str | None, typer.Option(help="finish an interrupted run by id, or latest")
-    ] = None,
+    concepts: FirstConceptsOpt = None,
+    quick: QuickOpt = False,
+    heldout: HeldoutOpt = False,
+    shard: ShardOpt = None,
+    force: ForceOpt = False,
+    resume: ResumeOpt = None,
+    phase6_run: Phase6RunOpt = None,
     dry_run: StudyDryRunOpt = False,
-    compare: Annotated[
-        Path | None,
-        typer.Option(
-            help="re-analyse a run folder (or its directions.csv) with v1's and v2's "
-            "estimators side by side, and stop",
-            metavar="<folder>",
-        ),
-    ] = None,
-    simulate: Annotated[
-        bool,
-        typer.Option(
-            help="check the configured grid on toy studies with known answers (no model "
-            "compute): bias, coverage, power per estimand and confound, and stop"
-        ),
-    ] = False,
-    toys: Annotated[
-        int, typer.Option(min=2, help="with --simulate: toys per confound class and arm")
-    ] = 30,
-    components: Annotated[
-        Path | None,
-        typer.Option(
-            help="with --simulate: take the toys' noise (within-cell sd, the concepts' "
-            "slope spread, AUROC's spread in a cell) from this identify run folder or "
-            "directions.csv, or the 'measured' block of a design or power JSON written "
-            "earlier (bench/identify_power_v3.json), instead of the assumed values",
-            metavar="<folder>",
-        ),
-    ] = None,
-    power_at: Annotated[
-        str | None,
-        typer.Option(
-            help="with --simulate: also the primary's power at the smallest effect of "
-            "interest for these numbers of concepts (comma-separated, e.g. 25,50,100,200)",
-            metavar="<n,n,...>",
-        ),
-    ] = None,
-    primary_only: Annotated[
-        bool,
-        typer.Option(
-            help="with --simulate: score the pre-registered primary alone (what the gate "
-            "reads), for a large confirmatory grid"
-        ),
-    ] = False,
+    budget_minutes: BudgetOpt = 150.0,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Phase 6 that identifies: vary detection quality on its own; what does it do to steering?"""
-    setup_logging(verbose)
-    if simulate:
-        cfg = cast(  # load_config refuses a config of another phase
-            "IdentifyStudyConfig",
-            resolve_config(config, list(set_ or []), model, None, None, "identify"),
-        )
-        try:
-            sizes = [int(x) for x in (power_at or "").split(",") if x.strip()]
-        except ValueError:
-            console.print(
-                f"[bold red]error:[/] --power-at takes whole numbers of concepts separated "
-                f"by commas, e.g. 25,50,100; got {power_at!r}",
-                highlight=False,
-            )
-            raise typer.Exit(2) from None
-        _simulate(cfg, toys, json_, components, sizes, primary_only)
-        return
-    if compare is not None:
-        from experiments.identify.compare import before_after, markdown, read_directions
+    """Run the study: on development concepts, a held-out shard, or resumed.
 
-        try:
-            frame = read_directions(compare)
-        except FileNotFoundError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(2) from None
-        with console.status("re-analysing (wild cluster bootstrap)"):
-            comparison = before_after(frame)
-        if json_:
-            print_json(comparison)
-        else:
-            console.print(markdown(comparison), highlight=False, markup=False)
-        return
+    A development run by default; once pre-registered, a held-out shard (--heldout --shard
+    K, once); an interrupted run finished (--resume); its plan and cost (--dry-run)."""
+    setup_logging(verbose)
     from experiments.identify import QUICK
     from experiments.identify.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
 
-    if shard is not None and (not heldout or resume is not None or pool):
-        console.print(
-            "[bold red]error:[/] --shard K runs shard K of the held-out set: give it with "
-            "--heldout, not with --resume (a shard resumes by its run id) or --pool",
-            highlight=False,
+    if shard is not None and (not heldout or resume is not None):
+        _refuse(
+            "--shard K runs shard K of the held-out set: give it with --heldout, not with "
+            "--resume (a shard resumes by its run id)"
         )
-        raise typer.Exit(2)
-    if pool:
-        heldout = True
-    if heldout and resume is None:
-        given = [
-            flag
-            for flag, value in (
-                ("--set", set_), ("--model", model), ("--concepts", concepts), ("--quick", quick)
-            )
-            if value
-        ]  # fmt: skip
-        if given:
-            console.print(
-                f"[bold red]error:[/] --heldout scores the pre-registered study as committed: "
-                f"drop {', '.join(given)} (change the config and pre-register again instead)",
-                highlight=False,
-            )
-            raise typer.Exit(2)
+    given = [
+        flag
+        for flag, value in (
+            ("--set", set_), ("--model", model), ("--concepts", concepts), ("--quick", quick)
+        )
+        if value
+    ]  # fmt: skip
+    if heldout and resume is None and given:
+        _refuse(
+            f"--heldout scores the pre-registered study as committed: drop {', '.join(given)} "
+            "(change the config and pre-register again instead)"
+        )
     overrides = list(set_ or [])
     if concepts is not None:
         overrides.append(f"identify.limit={concepts}")
@@ -212,29 +183,8 @@ def identify(
         "IdentifyStudyConfig",
         resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else []),
     )
-    if pool and exploratory:
-        _pool_exploratory(cfg, json_)
-        return
-    if pool:
-        _pool(cfg, force, json_)
-        return
     if dry_run:
-        from experiments.cli.plan import print_study_plan
-        from experiments.identify.study import STAGES, range_note
-
-        def strength(plan: Plan, _layers: list[int]) -> list[str]:
-            note = range_note(cfg, plan.model.probe_id, plan.layer)
-            return [note] if note else []
-
-        def costs(plan: Plan) -> tuple[list[str], dict[str, Any]]:
-            from experiments.identify.cost import cost_lines, plan_costs
-            from experiments.identify.manipulations import direction_grid
-
-            found, why = plan_costs(plan, directions=len(direction_grid(cfg.identify)))
-            extra = found.to_dict(budget_minutes) if found else {"note": why}
-            return cost_lines(found, why, budget_minutes), {"stage_costs": extra}
-
-        print_study_plan(cfg, PHASE, STAGES, json_, strength=strength, costs=costs)
+        _dry_run(cfg, budget_minutes, json_)
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)
@@ -248,8 +198,108 @@ def identify(
                 progress=lambda msg: say_stage(status, msg, start),
             )
     except PreregistrationError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        _refuse(str(exc))
+    _show_run(result, json_)
+
+
+def simulate(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    set_: SetOpt = None,
+    model: ModelOpt = None,
+    toys: ToysOpt = 30,
+    components: ComponentsOpt = None,
+    power_at: PowerAtOpt = None,
+    primary_only: PrimaryOnlyOpt = False,
+    json_: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Check the configured design on toy studies with known answers (no model compute).
+
+    Bias, coverage and power per estimand and confound class, printed and written to the
+    config's results folder; the design gate's failures named."""
+    setup_logging(verbose)
+    cfg = cast(  # load_config refuses a config of another phase
+        "IdentifyStudyConfig",
+        resolve_config(config, list(set_ or []), model, None, None, "identify"),
+    )
+    try:
+        sizes = [int(x) for x in (power_at or "").split(",") if x.strip()]
+    except ValueError:
+        _refuse(
+            f"--power-at takes whole numbers of concepts separated by commas, e.g. "
+            f"25,50,100; got {power_at!r}"
+        )
+    _simulate(cfg, toys, json_, components, sizes, primary_only)
+
+
+def pool(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    exploratory: ExploratoryOpt = False,
+    force: PoolForceOpt = False,
+    json_: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Score the pre-registered primary once on the finished held-out shards.
+
+    Reads every shard's committed folder (identify.shards_dir) and writes the pooled answer
+    beside them; then --exploratory: every other estimand on the same shards."""
+    setup_logging(verbose)
+    cfg = cast(  # load_config refuses a config of another phase
+        "IdentifyStudyConfig",
+        resolve_config(config, ["identify.concept_set=heldout"], None, None, None, "identify"),
+    )
+    if exploratory:
+        _pool_exploratory(cfg, json_)
+    else:
+        _pool(cfg, force, json_)
+
+
+def compare(folder: FolderArg, json_: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Re-analyse a run with v1's and v2's estimators side by side."""
+    setup_logging(verbose)
+    from experiments.identify.compare import before_after, markdown, read_directions
+
+    try:
+        frame = read_directions(folder)
+    except FileNotFoundError as exc:
+        _refuse(str(exc))
+    with console.status("re-analysing (wild cluster bootstrap)"):
+        comparison = before_after(frame)
+    if json_:
+        print_json(comparison)
+    else:
+        console.print(markdown(comparison), highlight=False, markup=False)
+
+
+# ------------------------------------------------------------------------- their parts
+def _refuse(message: str) -> NoReturn:
+    """The user's input refused: ``message`` as an error, exit 2."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _dry_run(cfg: IdentifyStudyConfig, budget_minutes: float, json_: bool) -> None:
+    """``run --dry-run``: the plan, the strength range's note and the cost per concept."""
+    from experiments.cli.plan import print_study_plan
+    from experiments.identify.study import PHASE, STAGES, range_note
+
+    def strength(plan: Plan, _layers: list[int]) -> list[str]:
+        note = range_note(cfg, plan.model.probe_id, plan.layer)
+        return [note] if note else []
+
+    def costs(plan: Plan) -> tuple[list[str], dict[str, Any]]:
+        from experiments.identify.cost import cost_lines, plan_costs
+        from experiments.identify.manipulations import direction_grid
+
+        found, why = plan_costs(plan, directions=len(direction_grid(cfg.identify)))
+        extra = found.to_dict(budget_minutes) if found else {"note": why}
+        return cost_lines(found, why, budget_minutes), {"stage_costs": extra}
+
+    print_study_plan(cfg, PHASE, STAGES, json_, strength=strength, costs=costs)
+
+
+def _show_run(result: IdentifyResult, json_: bool) -> None:
+    """A finished run: its answer (or ``--json``), folder and MLflow run."""
     from experiments.identify.answer import answer_of
 
     record = result.record

@@ -65,7 +65,7 @@ def print_study_plan(
     strength: Callable[[Plan, list[int]], list[str]] | None = None,
     costs: Callable[[Plan], tuple[list[str], dict[str, Any]]] | None = None,
 ) -> None:
-    """``calibrate --dry-run`` / ``identify --dry-run``: the model and every layer the
+    """``calibrate --dry-run`` / ``identify run --dry-run``: the model and every layer the
     study steers checked, its stages, where its β and grid would come from
     (``strength(plan, layers)``: sentences), an estimate from an earlier study, and
     ``costs(plan)``: (sentences, a JSON-able dict) such as identify's cost per concept."""

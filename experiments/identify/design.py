@@ -1,4 +1,4 @@
-"""The design checked by simulation before any compute (``steer-eval identify --simulate``).
+"""The design checked by simulation before any compute (``steer-eval identify simulate``).
 
 The configured grid (every direction :func:`~experiments.identify.manipulations.direction_grid`
 makes from the ``@manipulation`` registry and the config's levels, v2's iso-cos graded
@@ -31,7 +31,7 @@ that truth is 0 (the ``flat`` class).
 **Co-primaries** (identify v4, :func:`simulate_co_primaries`): a pre-registration whose
 primary block names ``co_primaries`` has every spec of ``prereg.primaries`` scored on the
 same toys, each by its own estimator, and read together by Holm's step-down
-(``multiplicity.holm``) at the block's ``alpha``, as ``--pool`` reads them. Per primary
+(``multiplicity.holm``) at the block's ``alpha``, as ``identify pool`` reads them. Per primary
 and class: coverage of its own truth by the interval Holm read it at, bias, how often
 each verdict is read and at which Holm step; P1's power is its "supported" rate with the
 smallest effect of interest planted, and the equivalence power its "no practical effect"
@@ -370,7 +370,7 @@ def holm_readings(
     frame: pd.DataFrame, specs: list[dict[str, Any]], alpha: float, n_boot: int, seed: int
 ) -> list[Reading]:
     """Every spec scored on one directions table by its own estimator
-    (``analysis.primary_result``) and read together by Holm's step-down, as ``--pool``
+    (``analysis.primary_result``) and read together by Holm's step-down, as ``identify pool``
     reads the pooled shards (``shards.score_primaries``)."""
     from experiments.identify.multiplicity import holm
 
@@ -696,7 +696,7 @@ def run_design(
     progress: Callable[[str, int, int], None] | None = None, measured: Components | None = None,
     sizes: Sequence[int] = (), primary_only: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """``identify --simulate``: the table for the config's grid and pre-registered primary,
+    """``identify simulate``: the table for the config's grid and pre-registered primary,
     with the gate's verdict and what the toys assumed (``measured``: a run's variance
     components in place of the assumed ones)."""
     from experiments.identify.prereg import study_hash

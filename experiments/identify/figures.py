@@ -239,7 +239,7 @@ def figures(
 
 
 def pooled_figure(frame: pd.DataFrame, per_concept: pd.DataFrame, record: dict[str, Any]) -> Figure:
-    """The pooled held-out shards (``--pool --exploratory``): left, each family's mean
+    """The pooled held-out shards (``identify pool --exploratory``): left, each family's mean
     AUROC and likelihood effect over the built directions, each concept's own directions
     faint behind (centred on the concept's mean, then moved to the pool's); right, the
     concepts' own slopes, the scored primary's estimate and interval over them."""

@@ -1,6 +1,6 @@
 """After the pooled primary: every other estimand on the same pooled shards, exploratory.
 
-``steer-eval identify --pool --exploratory`` reads the committed shard folders
+``steer-eval identify pool --exploratory`` reads the committed shard folders
 (``shards.read_shards``, the same checks of pre-registration and binding), refuses until
 the pooled primary has been scored (the confirmatory answer comes first, once), and writes
 beside it, in ``<shards_dir>/<experiment>/pooled/``:
@@ -127,7 +127,7 @@ def pooled_exploratory(
     if not scored.is_file():
         raise PreregistrationError(
             f"the pooled primary is not scored yet ({scored} is missing): run "
-            "`steer-eval identify --pool` first; the exploratory estimands come after it"
+            "`steer-eval identify pool` first; the exploratory estimands come after it"
         )
     primary = json.loads(scored.read_text(encoding="utf-8"))["primary"]
     shards = read_shards(config, held, prereg, binding(prereg, config))

@@ -12,7 +12,8 @@
 * **The binding** (:func:`check_binding`): the primary block names ``config_hash`` (the
   study config's :func:`study_hash`) and ``code_commit``; a held-out run whose config or
   code differs, or that measures the outcome at another strength, is refused (so are
-  ``--set``, ``--concepts``, ``--quick`` and ``--model`` with ``--heldout``, in the CLI).
+  ``--set``, ``--concepts``, ``--quick`` and ``--model`` with ``identify run --heldout``,
+  in the CLI).
 * **The ledger** (:func:`heldout_scorings`): a held-out run is refused when the file is
   not committed unchanged, and when this pre-registration (its sha256) already has a
   held-out scoring, started or finished, in the MLflow experiment (tag
@@ -291,7 +292,7 @@ def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
 def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
     """The design gate on the confirmatory path: a pre-registration whose primary is v3's
     (``estimator``: one of :data:`GATED`) or that names a ``design_table`` must name one (the
-    committed ``steer-eval identify --simulate --json`` output, a path from the repository
+    committed ``steer-eval identify simulate --json`` output, a path from the repository
     root) for this study's hash, whose gate passed (``failures`` empty)."""
     primary = prereg.primary
     table = primary.get("design_table")
@@ -299,7 +300,7 @@ def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> 
         if primary.get("estimator") in GATED:
             raise PreregistrationError(
                 f"{prereg.path} names no design_table: a v3 primary is run only on a grid "
-                "the simulation passed; run `steer-eval identify --simulate --json` on this "
+                "the simulation passed; run `steer-eval identify simulate --json` on this "
                 "config, commit its output and name it as design_table in the primary block"
             )
         return
@@ -443,7 +444,7 @@ def check_listed(
     if not any(e.get("status") == POOLED for e in read_ledgers(ledgers, prereg.sha256)):
         raise PreregistrationError(
             f"{named} under {prereg.path}, whose primary is not pooled and scored yet: run "
-            "them after `steer-eval identify --pool`, or list development concepts"
+            "them after `steer-eval identify pool`, or list development concepts"
         )
 
 

@@ -3,7 +3,7 @@ on the pooled table.
 
 A confirmatory set larger than one working session (``identify.shard_size``) is cut, in
 the held-out split's order, into shards of that many concepts (:func:`shard_concepts`).
-``steer-eval identify --heldout --shard K`` runs shard K on the bound code and config
+``steer-eval identify run --heldout --shard K`` runs shard K on the bound code and config
 (the pre-registration's study hash leaves ``identify.shard`` out, so every shard has the
 same binding), with its own ledger entries: one scoring per (pre-registration, shard).
 On finish the shard's ``directions.csv`` and its ledger lines are copied to
@@ -11,7 +11,7 @@ On finish the shard's ``directions.csv`` and its ledger lines are copied to
 committed: ``results/`` and the MLflow store stay on the machine that ran the shard, and
 the next working window (perhaps on another machine) must find every finished shard.
 
-``steer-eval identify --pool`` reads those folders (:func:`read_shards`), refuses while a
+``steer-eval identify pool`` reads those folders (:func:`read_shards`), refuses while a
 shard is missing or was run under another pre-registration or binding, and scores the
 primary once (:func:`pool`: ``analysis.primary_result`` on the concatenated directions,
 in shard order, which is the held-out order an unsharded run tabulates), with the device
@@ -271,7 +271,7 @@ def read_shards(
     if missing:
         problems.append(
             f"shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of 0..{n - 1} "
-            f"not finished in {shards_root(config)} (run `steer-eval identify --heldout "
+            f"not finished in {shards_root(config)} (run `steer-eval identify run --heldout "
             f"--shard K` for each, and commit its folder)"
         )
     if other:

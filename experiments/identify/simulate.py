@@ -13,7 +13,7 @@ estimator's 95% interval covers 0 in about 95% of toys whatever the shape; the v
 estimator (one straight line in cos, concept fixed effects) does not.
 
 **On the configured grid** (:func:`toy_directions`, read by ``design.py`` for
-``steer-eval identify --simulate``): every direction the config's grid makes (the
+``steer-eval identify simulate``): every direction the config's grid makes (the
 ``@manipulation`` registry, iso-cos graded nuisances included; the null left out), per
 concept a separability d′ (v*'s AUROC ≈ 0.93 on average) and a steerability (the
 effect's scale). A direction v = c·v* + s·u (s = √(1−c²)) mixes v* with its family's
@@ -146,7 +146,7 @@ def toy_study(
     return frame.drop(columns="scale")
 
 
-# ------------------------------------------------ the configured grid (identify --simulate)
+# ------------------------------------------------- the configured grid (identify simulate)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ error of the pooled slope into
   only more concepts average away),
 
 beside the AUROC spread inside a cell (what the nuisances' draws give the estimator to
-work with). ``steer-eval identify --simulate --components RUN`` reads these from a run
+work with). ``steer-eval identify simulate --components RUN`` reads these from a run
 folder (``compare.read_directions``) into the toys (:func:`toy_overrides`) in place of
 the assumed ones, so power and the number of concepts a confirmatory run needs follow
 from measured noise.

@@ -202,8 +202,9 @@ def test_the_primary_leaves_the_null_out_and_names_its_rows() -> None:
 def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
     tmp_path, monkeypatch
 ) -> None:
-    """``identify --simulate`` end to end, with the bank of toys replaced by a fixed table
-    (the toys themselves are tested above)."""
+    """``identify simulate`` end to end, with the bank of toys replaced by a fixed table
+    (the toys themselves are tested above; the old ``--simulate`` form in
+    tests/experiments/cli/test_identify_commands.py)."""
     import json
 
     from typer.testing import CliRunner
@@ -216,7 +217,7 @@ def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
         {**_row("push", 0.6), "bias": 0.3, "power": 0.5, "width": 1.0, "weights": {"noise": 1}},
     ]
     monkeypatch.setattr(design, "simulate", lambda *a, **k: rows)
-    args = ["identify", "--config", "configs/identify-v2.yaml", "--simulate", "--toys", "3",
+    args = ["identify", "simulate", "--config", "configs/identify-v2.yaml", "--toys", "3",
             "--set", f"identify.results_dir={tmp_path}"]  # fmt: skip
     out = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
