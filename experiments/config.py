@@ -1097,12 +1097,6 @@ class RunConfig(_Strict):
                 "steering.beta auto picks a β, but steering.scale file does not use one "
                 "(the file's norms × coefficient): leave steering.beta at a number"
             )
-        if self.likelihood.enabled:
-            raise ValueError(
-                "the likelihood outcome scores one layer at α·β; with steering.layers or "
-                "scale file it would score another intervention than the run's: set "
-                "likelihood.enabled false"
-            )
         return self
 
     @model_validator(mode="after")

@@ -17,7 +17,11 @@ How the texts are made (a pure function of the concept graph and a seed, no mode
   their content words, :func:`experiments.concepts.mentions`). Pair i is then the same
   sentence frame about A and about something else, length-matched, which is what the
   paired likelihood contrast and its split-half reliability (halves of the pairs)
-  need. ``length`` can be a tokenizer's count; the default counts words.
+  need. ``length`` can be a tokenizer's count; the default counts words. A concept no
+  other concept's text can pair with (a run of one concept) is an error, or, with
+  ``unpaired=True`` (Phase 5), keeps its on-concept texts and no off-concept ones, with
+  the reason (``LikelihoodTexts.unpaired``): its contrasts are not evaluable, and the run
+  goes on.
 * **disjointness**: no text equals, contains or is contained in (case-insensitive) any
   probe training, validation or test text (at the largest sizes any config can ask for),
   centroid text, format-axis text, α-scale neutral text or generation prompt of the
@@ -32,7 +36,7 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from experiments.concepts import Concept, ConceptGraph, concept_words, mentions
 from experiments.prompts import (
@@ -88,6 +92,11 @@ EXAMPLE_RELATIONS = ("hyponyms", "instance_hyponyms", "member_meronyms")
 HYPERNYM_RELATIONS = ("hypernyms", "instance_hypernyms")
 
 
+class NoOffTexts(PromptError):
+    """No other concept's text can be a concept's off-concept partner (one concept alone,
+    or every other text mentions it)."""
+
+
 @dataclass(frozen=True)
 class LikelihoodTexts:
     """Per concept: on-concept texts and off-concept texts paired with them by position."""
@@ -96,9 +105,14 @@ class LikelihoodTexts:
     off: dict[str, list[str]]
     off_source: dict[str, list[str]]  # the concept each off-concept text is about
     seed: int
+    # concepts with no off-concept texts (their ``off`` is empty), and why
+    unpaired: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.unpaired:  # the file of a run whose concepts are all paired, as before
+            del out["unpaired"]
+        return out
 
 
 def _article(word: str) -> str:
@@ -236,7 +250,7 @@ def pick_off(
         if not mentions(text, avoid)
     ]
     if not candidates:
-        raise PromptError(f"{concept.synset}: no other concept's text avoids mentioning it")
+        raise NoOffTexts(f"{concept.synset}: no other concept's text avoids mentioning it")
     rng.shuffle(candidates)  # seeded tie-breaks
     used: dict[str, int] = {}
     taken: set[str] = set()
@@ -261,20 +275,31 @@ def build_likelihood_texts(
     seed: int = 0,
     length: Callable[[str], int] | None = None,
     reserved: set[str] | None = None,
+    unpaired: bool = False,
 ) -> LikelihoodTexts:
     """On- and paired off-concept texts for every concept of ``graph`` (see the module
-    docstring for how they are made); disjoint from :func:`reserved_texts`."""
+    docstring for how they are made); disjoint from :func:`reserved_texts`. ``unpaired``:
+    a concept no other concept's text can pair with gets no off-concept texts and its
+    reason in ``LikelihoodTexts.unpaired``, instead of :class:`NoOffTexts`."""
     if n < 2:
         raise PromptError(f"a split-half needs at least 2 texts per concept, got {n}")
     length = length or (lambda text: len(text.split()))
     reserved = reserved_texts(graph, seed) if reserved is None else reserved
     pool = {c.synset: on_concept_texts(c, n, seed, reserved) for c in graph.concepts}
     on, off, sources = {}, {}, {}
+    why: dict[str, str] = {}
     for concept in graph.concepts:
         rng = random.Random(f"{seed}|likelihood-off|{concept.synset}")
         on[concept.synset] = [t for _, t in pool[concept.synset]]
-        off[concept.synset], sources[concept.synset] = pick_off(
-            concept, pool[concept.synset], pool, length, rng
-        )
+        try:
+            off[concept.synset], sources[concept.synset] = pick_off(
+                concept, pool[concept.synset], pool, length, rng
+            )
+        except NoOffTexts as exc:
+            if not unpaired:
+                raise
+            alone = " (the run has no other concept)" if len(graph.concepts) == 1 else ""
+            off[concept.synset], sources[concept.synset] = [], []
+            why[concept.synset] = f"{exc}{alone}"
     check_disjoint({t for texts in on.values() for t in texts}, reserved)
-    return LikelihoodTexts(on, off, sources, seed)
+    return LikelihoodTexts(on, off, sources, seed, why)

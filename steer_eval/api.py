@@ -67,12 +67,14 @@ def evaluate(
       (``steering.models.load_model``), so a notebook does not load it twice.
     - ``vectors``: a vector file or folder (any format ``steering/vector_files.py``
       reads, GGUF control vectors included), or ``{concept: vector}`` where a vector is
-      an array (the run's layer), ``{layer: array}`` or a repeng ``ControlVector``
-      (``.directions``, ``.model_type``); one ``ControlVector`` alone is the vector of the
-      one concept ``concepts`` names. Objects are written to a file first (``vectors.py``).
+      an array (the run's layer), ``{layer: array}``, a repeng ``ControlVector`` or an
+      EasySteer ``StatisticalControlVector`` (``.directions``, ``.model_type``); one control
+      vector alone is the vector of the one concept ``concepts`` names. Objects are
+      written to a file first, as their own GGUF export would be (``vectors.py``).
     - ``concepts``: a number (the config's first N), or concept names or synset ids;
-      default: the vectors' concepts, else the config's. A run needs two at least (one
-      alone has no other concept's texts to pair with): refused here, not after generating.
+      default: the vectors' concepts, else the config's. One concept alone is evaluated
+      without what needs another concept's texts (Δ's reference gap, the likelihood
+      contrast, the other-concept nulls): the answer names each as not evaluable.
     - ``layer``: the run's layer, or ``auto``/``auto-effect`` (chosen as ``--layer``
       chooses); ``beta``: strength 1 adds β × the layer's median residual norm, to a
       normalised vector; ``coefficient`` (with ``scale="file"``, implied): the file's own
@@ -162,11 +164,14 @@ def _settings(
         if not isinstance(results_dir, str | os.PathLike):
             raise ArgumentError(f"results_dir: give a folder path, not {results_dir!r}")
         settings.results_dir = str(results_dir)
-    for text in given_overrides(overrides):
-        settings.add(text, "overrides")
-    for text in option_overrides(options, OWN):
-        settings.add(text, "the keyword " + text.split("=", 1)[0].split(".", 1)[0])
+    settings.add_all(given_overrides(overrides), "overrides")
+    settings.add_all(option_overrides(options, OWN), _keyword)
     return settings
+
+
+def _keyword(text: str) -> str:
+    """The keyword argument an override of ``**options`` came from (``generation=``)."""
+    return "the keyword " + text.split("=", 1)[0].split(".", 1)[0]
 
 
 def _steering(
@@ -300,9 +305,10 @@ def _vectors(
 
 def _check_texts(cfg: RunConfig) -> None:
     """The run's likelihood texts (Δ's reference texts, built for every run when it is
-    scored) made now, in milliseconds: a set of concepts they cannot be made for (one
-    concept alone has no other concept's texts to pair with) fails here, not after the
-    texts are generated."""
+    scored) made now, in milliseconds: a concept they cannot be made for (too few
+    sentence frames fit it) fails here, not after the texts are generated. A concept no
+    other concept's text can pair with (one concept alone) is evaluated without the
+    contrasts that need them (``LikelihoodTexts.unpaired``; the answer says which)."""
     from experiments.concepts import load_concepts
     from experiments.likelihood_texts import build_likelihood_texts
     from experiments.prompts import PromptError
@@ -310,12 +316,11 @@ def _check_texts(cfg: RunConfig) -> None:
     c = cfg.concepts
     graph = load_concepts(c.file, limit=c.limit, synsets=c.synsets)
     try:
-        build_likelihood_texts(graph, cfg.likelihood.texts, cfg.seed)
+        build_likelihood_texts(graph, cfg.likelihood.texts, cfg.seed, unpaired=True)
     except PromptError as exc:
-        alone = " (a run needs a second concept)" if len(graph.concepts) == 1 else ""
         raise ArgumentError(
-            f"concepts: {', '.join(graph.synsets)} cannot be evaluated: {exc}{alone}; add a "
-            f"concept of {c.file} (and its vector)"
+            f"concepts: {', '.join(graph.synsets)} cannot be evaluated: {exc}; add "
+            f"narrower or broader terms to the concept in {c.file}, or choose another"
         ) from None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +70,16 @@ def key_of(text: str) -> str:
     return ".".join(parse_override(text)[0])
 
 
+def mapping_overrides(values: Mapping[str, object], check: Callable[[object], None]) -> list[str]:
+    """``{key: value}`` as overrides, a mapping value as its section's keys (:func:`flatten`),
+    each key first passed to ``check`` (which raises for a key it refuses)."""
+    out = []
+    for key, value in values.items():
+        check(key)
+        out += [override(k, v) for k, v in flatten(key, value)]
+    return out
+
+
 def option_overrides(options: Mapping[str, object], own: Sequence[str]) -> list[str]:
     """``**options`` (top-level config keys; a section as a mapping) as overrides; a
     name that is no config key is refused with the closest one (``own``: evaluate's own
@@ -77,29 +87,29 @@ def option_overrides(options: Mapping[str, object], own: Sequence[str]) -> list[
     from experiments.config import Phase5Config
 
     fields = sorted(set(Phase5Config.model_fields) - {"phase"})
-    out = []
-    for name, value in options.items():
+
+    def check(name: object) -> None:
         if name not in fields:
-            close = difflib.get_close_matches(name, [*fields, *own], n=1)
+            close = difflib.get_close_matches(str(name), [*fields, *own], n=1)
             hint = f" (did you mean {close[0]}=?)" if close else ""
             raise ArgumentError(
                 f"{name}=: no such argument or config key{hint}; options are the config's "
                 f"top-level keys ({', '.join(fields)}), a section as a mapping: "
                 "generation={'max_new_tokens': 20}"
             )
-        out += [override(k, v) for k, v in flatten(name, value)]
-    return out
+
+    return mapping_overrides(options, check)
 
 
 def given_overrides(overrides: Sequence[str] | Mapping[str, object]) -> list[str]:
     """``overrides=``: ``--set`` strings, or a mapping of dotted key to value."""
     if isinstance(overrides, Mapping):
-        out = []
-        for key, value in overrides.items():
+
+        def check(key: object) -> None:
             if not isinstance(key, str) or not key:
                 raise ArgumentError(f"overrides: key {key!r} is not a dotted config key")
-            out += [override(k, v) for k, v in flatten(key, value)]
-        return out
+
+        return mapping_overrides(overrides, check)
     if isinstance(overrides, str):
         raise ArgumentError(
             f"overrides: give a list of 'key=value' strings ([{overrides!r}]) or a mapping "
@@ -139,6 +149,12 @@ class Settings:
             )
         self.origin[key] = argument
         self.sets.append(text)
+
+    def add_all(self, texts: Iterable[str], argument: str | Callable[[str], str]) -> None:
+        """Each of ``texts`` by :meth:`add`, from ``argument`` (a name, or the name of the
+        argument that set a text, from the text)."""
+        for text in texts:
+            self.add(text, argument if isinstance(argument, str) else argument(text))
 
     def overrides(self, sets: Sequence[str] | None = None) -> list[str]:
         """The overrides ``load_config`` applies, in the command's order: the ``--set``

@@ -3,8 +3,9 @@
 A run steers with vectors from a file (``steering.vector_source: file``), checked by the
 one reader a CLI run uses (``steering/vector_files.py``). So a Python object is not
 handed to the run: it is written once as a folder of per-concept files (a 1-D array as
-``<concept>.npy``; vectors per layer, or a repeng ``ControlVector``, as a repeng-layout
-``<concept>.gguf``) and the run is pointed at that folder. The folder is named by a
+``<concept>.npy``; vectors per layer, a repeng ``ControlVector`` or an EasySteer
+``StatisticalControlVector``, as a repeng-layout ``<concept>.gguf``) and the run is
+pointed at that folder. The folder is named by a
 digest of its contents and lies beside the run folders (``<results_dir>/vectors/``): the
 same vectors give the same path, so the same config hash, and ``steer-eval run --set
 steering.vector_file=<that folder>`` is the same run. (It cannot be the run's own folder:
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import numbers
 import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast, runtime_checkable
 
 from steer_eval.errors import ArgumentError
 
@@ -36,7 +38,16 @@ if TYPE_CHECKING:
 class ControlVectorLike(Protocol):
     """A repeng ``ControlVector`` or anything shaped like it: one concept's direction per
     layer (repeng's layer ids, which are llama.cpp's ``direction.N`` and this suite's
-    ``layer: N``) and the model type it was trained on."""
+    ``layer: N``) and the model type it was trained on.
+
+    EasySteer's ``StatisticalControlVector`` (``easysteer/steer/utils.py``, what its
+    extractors ``extract_diffmean_control_vector`` … return) has this shape too, beside its
+    ``method`` and ``metadata``: ``directions`` maps the true decoder-layer id whose output
+    was captured (a positional index for nested-list input) to a float32 numpy array, and
+    ``export_gguf`` writes each as ``direction.<layer>`` with ``model_type`` as the
+    ``model_hint``, as repeng does; so it is written and read as that file would be. Its
+    ``model_type`` defaults to ``"unknown"`` (EasySteer consumes it nowhere), which names
+    no model: it is written as no hint rather than warned about as another model's."""
 
     @property
     def directions(self) -> Mapping[int, ArrayLike]: ...
@@ -45,6 +56,8 @@ class ControlVectorLike(Protocol):
     def model_type(self) -> str: ...
 
 
+# EasySteer's StatisticalControlVector.model_type when none was set: names no model
+NO_MODEL_HINT = "unknown"
 # One concept's vector: an array (the run's layer), arrays per layer, or a control vector.
 Entry: TypeAlias = "ArrayLike | Mapping[int, ArrayLike] | ControlVectorLike"
 # What ``vectors=`` takes: a path, a mapping of concept to entry, or one control vector.
@@ -122,19 +135,22 @@ def _array(value: object, where: str) -> np.ndarray:
 
 def _layers(directions: Mapping[object, object], where: str) -> dict[int, np.ndarray]:
     """Vectors per layer, checked: integer layers ≥ 1 (llama.cpp's ``direction.N``
-    cannot hold block 0's output, so a GGUF cannot either)."""
+    cannot hold block 0's output, so a GGUF cannot either); a numpy integer is a layer."""
     out = {}
     for key, value in directions.items():
-        if isinstance(key, bool) or not isinstance(key, int | str) or not str(key).isdigit():
+        number = isinstance(key, numbers.Integral) and not isinstance(key, bool)
+        if not number and not (isinstance(key, str) and key.isdigit()):
             raise ArgumentError(
                 f"{where}: layer {key!r} is not a layer number; key vectors per layer by "
                 "the decoder block whose output they steer (0-based, as repeng and llama.cpp)"
             )
-        layer = int(key)
+        layer = int(cast(int | str, key))
         if layer < 1:
             raise ArgumentError(
                 f"{where}: layer 0 cannot be written as a control vector (llama.cpp rejects "
-                "direction.0); steer block 0 with a 1-D array and layer=0 instead"
+                "direction.0); steer block 0 with a 1-D array and layer=0 instead, or leave "
+                "it out (EasySteer's extractors key every layer captured, 0 included: "
+                "{n: v for n, v in cv.directions.items() if n > 0})"
             )
         out[layer] = _array(value, f"{where}[{layer}]")
     if not out:
@@ -160,8 +176,10 @@ def _entry(synset: str, value: object, where: str) -> ConceptVectors:
                 f"{where}: .directions is {type(directions).__name__}, not a mapping of "
                 "layer to vector (as repeng's ControlVector has)"
             )
-        hint = getattr(value, "model_type", "")
-        return ConceptVectors(synset, layers=_layers(directions, where), hint=str(hint or ""))
+        hint = str(getattr(value, "model_type", "") or "")
+        if hint == NO_MODEL_HINT:  # EasySteer's default: no model named, so nothing to check
+            hint = ""
+        return ConceptVectors(synset, layers=_layers(directions, where), hint=hint)
     if isinstance(value, Mapping):
         return ConceptVectors(synset, layers=_layers(value, where))
     return ConceptVectors(synset, vector=_array(value, where))

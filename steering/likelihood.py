@@ -7,7 +7,9 @@ instead of by sampled generations. Teacher-forced, so there is no sampling noise
 generation; one forward pass scores a text under one steering setting.
 
 For a concept c, a direction v and a strength s (steering h + s·β·α·v at every
-position of the chosen layer, prompt prefix included, as in generation):
+position of the chosen layer, prompt prefix included, as in generation; a vector steered
+as deployed adds s·c·v_l at each of its layers l in the same pass, c its coefficient of
+s = 1, with the hooks and per-layer vectors generation uses, ``steering.vector``):
 
     L_s(t)   = mean over t's tokens of log p_s(token | prefix, earlier tokens)
     C_s      = mean L_s over c's on-concept texts − mean L_s over its off-concept texts
@@ -15,7 +17,8 @@ position of the chosen layer, prompt prefix included, as in generation):
 
 so e > 0 means "moved the way the strength points", as the generation effect's sign
 convention has it. The contrast, not the raw likelihood, carries the signal: steering
-at useful strengths lowers every text's likelihood a lot (NOTES.md section 6). With the
+at useful strengths lowers every text's likelihood a lot (section 6 of the research notes,
+``../shared/NOTES.md``, kept beside the repository, not in it). With the
 on- and off-concept texts paired (length-matched), each pair i gives a unit value
 e_i = s·((L_s − L_0)(on_i) − (L_s − L_0)(off_i)), whose mean is e, and whose halves give
 the outcome's split-half reliability.
@@ -25,7 +28,9 @@ Cost: only the positions that predict a text token reach the output head (as in
 of logits, and a position's log-probability is its target logit minus the log-sum-exp
 over the vocabulary, computed in place on the kept logits: no log-softmax tensor is
 built (scoring all 100 pilot sequences with a full log-softmax 21 times took about ten
-minutes on 2 cores).
+minutes on 2 cores). The unsteered pass L_0 of a set of texts is scored once and reused
+(:class:`UnsteeredLoglik`): a caller scoring the same texts again (identify's doses) passes
+one cache, and gets the very numbers the first pass gave.
 """
 
 from __future__ import annotations
@@ -172,6 +177,32 @@ def text_loglik(
     return steered_loglik(lm, texts, [row], None, 0, prefix=prefix, **kwargs)[0]
 
 
+class UnsteeredLoglik:
+    """L_0 of a set of encoded texts, scored once per (model, texts, batching) and then
+    read back: the same texts in the same order batch alike, so the numbers are the
+    first pass's bit for bit. Kept by the caller for as long as the model is not steered
+    outside the scorer's own hooks (a run's likelihood stage, identify's doses)."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[int, tuple[EncodedText, ...], int, int], np.ndarray] = {}
+        self.scored = 0  # how many text sets were scored (not read back)
+
+    def __call__(
+        self,
+        lm: LoadedModel,
+        encoded: Sequence[EncodedText],
+        batch_size: int = 64,
+        logits_budget: int = NLL_LOGITS_BUDGET,
+    ) -> np.ndarray:
+        key = (id(lm.model), tuple(encoded), batch_size, logits_budget)
+        if key not in self._values:
+            self._values[key] = text_loglik(
+                lm, encoded, batch_size=batch_size, logits_budget=logits_budget
+            )
+            self.scored += 1
+        return self._values[key].copy()
+
+
 def pair_effects(
     on_s: np.ndarray, off_s: np.ndarray, on_0: np.ndarray, off_0: np.ndarray, strength: float
 ) -> np.ndarray:
@@ -194,7 +225,7 @@ def contrast_effect(
 
 def likelihood_outcomes(
     lm: LoadedModel,
-    layer: int,
+    layer: Layers,
     scale: float,
     on_texts: Mapping[str, Sequence[str]],
     off_texts: Mapping[str, Sequence[str]],
@@ -204,17 +235,23 @@ def likelihood_outcomes(
     prefix: str = "",
     batch_size: int = 64,
     logits_budget: int = NLL_LOGITS_BUDGET,
+    unsteered: UnsteeredLoglik | None = None,
 ) -> list[dict[str, Any]]:
     """One record per (direction, strength, text pair) with L_s, L_0 and the unit effect.
 
-    ``scale`` is β·α (the coefficient of s = 1 in additive mode). The unsteered L_0 of
-    every distinct text is computed once and shared; strength 0 is not steered again.
-    ``on_texts[c]`` and ``off_texts[c]`` are paired one to one (length-matched).
+    ``scale`` is the coefficient of s = 1 in additive mode: β·α for a unit direction, or a
+    file's coefficient k for its own vectors (``steering.scale: file``). ``layer`` is one
+    layer (each direction's vector ``[hidden]``) or several (``[len(layer), hidden]``: what
+    each layer's hook adds per unit of the coefficient, ``SteeringVector.added``), all
+    hooked in one pass as generation hooks them. The unsteered L_0 of every distinct text
+    is computed once and shared (across calls too, through ``unsteered``); strength 0 is
+    not steered again. ``on_texts[c]`` and ``off_texts[c]`` are paired one to one
+    (length-matched).
     """
     texts = sorted({t for group in (on_texts, off_texts) for ts in group.values() for t in ts})
     index = {t: i for i, t in enumerate(texts)}
     encoded = encode_texts(lm, texts, prefix)
-    base = text_loglik(lm, encoded, batch_size=batch_size, logits_budget=logits_budget)
+    base = (unsteered or UnsteeredLoglik())(lm, encoded, batch_size, logits_budget)
     stack = torch.stack([d.vector.float() for d in directions]) if directions else None
     rows, keys = [], []
     for d_index, d in enumerate(directions):

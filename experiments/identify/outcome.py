@@ -28,6 +28,7 @@ from experiments.config import IdentifyStudyConfig
 from experiments.likelihood_texts import LikelihoodTexts
 from experiments.rundir import RunDir, append_jsonl, read_jsonl
 from steering.likelihood import (
+    UnsteeredLoglik,
     encode_texts,
     likelihood_outcomes,
     pair_effects,
@@ -227,6 +228,7 @@ def score_dose(
             doses[f"{m:g}x"] = (fixed, kl_at(fixed, matching).mean(axis=1))
         kind = {"kl_kind": ident.dose_kl} if concept_free else {}
         rows = []
+        unsteered = UnsteeredLoglik()  # the concept's texts' L_0, scored once for every dose
         for label, (mult, kl) in doses.items():
             directions = [
                 Direction(concept, d, dirs[j], dose=float(mult[j])) for j, d in enumerate(ids)
@@ -242,6 +244,7 @@ def score_dose(
                 config.steering.mode,
                 lk.prefix,
                 batch_size=lk.batch_size,
+                unsteered=unsteered,
             )
             at = {d: j for j, d in enumerate(ids)}
             verify = dose.verify_kl if label == MATCHED else None

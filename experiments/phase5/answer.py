@@ -274,9 +274,28 @@ def reader_notes(record: RunRecord) -> list[str]:
         )
     if corrected := corrected_note(record):
         notes.append(corrected)
+    if unpaired := unpaired_note(record):
+        notes.append(unpaired)
     if record.layer_choice is not None and (warning := undistinguished(record.layer_choice)):
         notes.append(f"Layer {record.layer_choice.rule}: {warning} (the table below).")
     return notes
+
+
+def unpaired_note(record: RunRecord) -> str:
+    """What a concept with no other concept's texts to pair with (one concept alone) could
+    not be evaluated for, and why; empty when every concept paired."""
+    unpaired = (record.statistics.measurement or {}).get("unpaired") or {}
+    if not unpaired:
+        return ""
+    what = "Δ's reference gap (Δ's scale)"
+    if record.config.likelihood.enabled:
+        what += " and the likelihood outcome with its nulls"
+    why = "; ".join(reason for _, reason in sorted(unpaired.items()))
+    return (
+        f"Not evaluable for {', '.join(sorted(unpaired))}: {what}, which contrast a "
+        f"concept's texts with other concepts' texts ({why}). Evaluated: the generation "
+        "effect against random directions, its gate, and the criteria above."
+    )
 
 
 CORRECTED_LABEL = "corrected for unreliability (disattenuated; can exceed 1)"

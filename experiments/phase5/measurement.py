@@ -193,8 +193,12 @@ def measure(
     detection: Mapping[str, Mapping[str, object]],
     likelihood: Sequence[dict[str, Any]] = (),
     gaps: Mapping[str, ReferenceGap] | None = None,
+    unpaired: Mapping[str, str] | None = None,
 ) -> MeasurementReport:
-    """Every reliability and corrected correlation of a scored run (see the module)."""
+    """Every reliability and corrected correlation of a scored run (see the module).
+    ``unpaired``: concepts with no off-concept texts and why (``LikelihoodTexts.unpaired``),
+    kept as ``statistics["unpaired"]``: their reference gap and likelihood contrast are
+    not evaluable."""
     c = config.criteria
     opts = _SplitOptions(n_splits=c.reliability_splits, seed=config.seed)
     boot = dict(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
@@ -280,6 +284,8 @@ def measure(
         out.statistics["likelihood_vs_effect_by_direction"] = _by_direction(likelihood, effect)
     if gaps:
         out.statistics["reference_gap"] = _reference_gap(gaps, effect, out, boot, opts)
+    if unpaired:  # a run whose concepts all pair keeps the statistics it had
+        out.statistics["unpaired"] = dict(unpaired)
     return out
 
 

@@ -44,10 +44,11 @@ class ReferenceGap:
 
 
 def reference_gaps(scorer: Scorer, texts: LikelihoodTexts) -> dict[str, ReferenceGap]:
-    """Per concept of ``texts`` that the scorer has centroids for: its reference gap."""
+    """Per concept of ``texts`` that the scorer has centroids for and that has off-concept
+    texts (a concept alone has none: ``LikelihoodTexts.unpaired``): its reference gap."""
     from metrics.embedder import embed
 
-    concepts = [c for c in texts.on if c in scorer.centroids]
+    concepts = [c for c in texts.on if c in scorer.centroids and texts.off[c]]
     unique = sorted({t for c in concepts for t in (*texts.on[c], *texts.off[c])})
     rows = {t: i for i, t in enumerate(unique)}
     embeddings = embed(scorer.embedder, unique)

@@ -161,6 +161,7 @@ def score(
             ctx.detection,
             run_dir.read_likelihood(),
             reference_gaps(scorer, texts),
+            texts.unpaired,
         )
     # The traces and their evaluation before the record, so its timings hold them.
     if ctx.config.tracking.traces:

@@ -37,6 +37,17 @@ class ControlVector:
     directions: dict[int, np.ndarray]
 
 
+@dataclass
+class StatisticalControlVector:
+    """EasySteer's extracted vector (ZJU-REAL/EasySteer, ``easysteer/steer/utils.py``):
+    its fields; ``directions`` keyed by decoder-layer id (tests/steer_eval/test_easysteer.py)."""
+
+    method: str
+    directions: dict[int, np.ndarray]
+    metadata: dict | None = None
+    model_type: str = "unknown"
+
+
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("steer-eval-api")
@@ -194,3 +205,56 @@ def test_load_run_refuses_what_is_not_a_phase5_parent(arrays):
 def test_a_loaded_model_must_be_the_configs(tiny_from_dir):
     with pytest.raises(steer_eval.ArgumentError, match="lm: loaded from"):
         steer_eval.evaluate(model="embedded", lm=tiny_from_dir, progress=None)
+
+
+@pytest.fixture(scope="module")
+def one_concept(tmp, mlflow_store, tiny_model_dir, tiny_from_dir, embedder, single_threaded):
+    """One concept's vector alone, with the likelihood outcome on."""
+    rng = np.random.default_rng(8)
+    result = call(
+        tmp, tiny_model_dir, tiny_from_dir, embedder, single_threaded,
+        vectors={"herb": rng.normal(size=64)},
+        likelihood={"enabled": True, "texts": 4, "neutral_nulls": 1, "other_nulls": 1},
+    )  # fmt: skip
+    return result
+
+
+def test_one_concept_alone_is_evaluated_and_says_what_it_could_not_evaluate(one_concept):
+    """No other concept's texts to pair with: the run finishes, scores its texts, and
+    its answer names what it could not evaluate (Δ's reference gap, the likelihood
+    outcome) with the reason, beside the verdicts it could reach."""
+    result = one_concept
+    assert result.record.config.concepts.synsets == ["herb.n.01"]
+    assert len(result.samples) > 0 and set(result.samples["concept"]) == {"herb.n.01"}
+    measurement = result.record.statistics.measurement or {}
+    assert "reference_gap" not in measurement and "likelihood" not in measurement
+    assert "(the run has no other concept)" in measurement["unpaired"]["herb.n.01"]
+    assert (result.run_dir / "likelihood.jsonl").exists() is False
+    (note,) = [n for n in result.answer.notes if n.startswith("Not evaluable for herb.n.01")]
+    assert "Δ's reference gap (Δ's scale) and the likelihood outcome with its nulls" in note
+    assert "no other concept's text avoids mentioning it" in note
+    assert "Evaluated: the generation effect against random directions" in note
+    markdown = result.answer_markdown()
+    assert note in markdown
+    assert "c3_f1_correlation | n/a | 0.5 | not evaluable" in markdown  # r needs 3 concepts
+    assert all(v.reason for v in result.answer.verdicts if v.status == "not_evaluable")
+
+
+def test_easysteer_vectors_are_the_run_of_the_same_vectors_as_a_control_vector(
+    control_vector, tmp, tiny_model_dir, tiny_from_dir, embedder, single_threaded
+):
+    """EasySteer objects holding the repeng run's vectors, at the same layers and k: the
+    same vector folder, config hash, answer and texts."""
+    cvs, repeng = control_vector
+    easysteer = {
+        name: StatisticalControlVector("diffmean", dict(cv.directions), {}, cv.model_type)
+        for name, cv in cvs.items()
+    }
+    result = call(
+        tmp, tiny_model_dir, tiny_from_dir, embedder, single_threaded,
+        vectors=easysteer, layers="file", coefficient=2.0,
+    )  # fmt: skip
+    assert result.record.config == repeng.record.config
+    assert result.config_hash == repeng.config_hash
+    same_answer(result, repeng)
+    assert result.samples["text"].tolist() == repeng.samples["text"].tolist()

@@ -10,6 +10,7 @@ from steering.activations import residual_scale
 from steering.generation import continuation_nll
 from steering.likelihood import (
     LikelihoodRow,
+    UnsteeredLoglik,
     contrast_effect,
     encode_texts,
     likelihood_outcomes,
@@ -139,3 +140,85 @@ def test_the_outcome_arithmetic():
     assert contrast_effect(on_s, off_s, on_0, off_0, -1.0) == pytest.approx(-units.mean())
     with pytest.raises(ValueError, match="paired"):
         pair_effects(on_s, off_s[:1], on_0, off_0, 1.0)
+
+
+def reference_loglik(lm, texts, added: dict[int, torch.Tensor]) -> np.ndarray:
+    """Each text alone, unpadded, with plain torch forward hooks adding ``added[n]`` to
+    decoder layer n's output at every position: the mean log-softmax of its tokens."""
+
+    def hook(_module, _inputs, output, vector):
+        if isinstance(output, tuple):
+            return (output[0] + vector, *output[1:])
+        return output + vector
+
+    handles = [
+        lm.layer(n).register_forward_hook(lambda m, i, o, v=v: hook(m, i, o, v))
+        for n, v in added.items()
+    ]
+    out = []
+    try:
+        for enc in encode_texts(lm, texts, PREFIX):
+            ids = torch.tensor([enc.ids])
+            with torch.inference_mode():
+                logits = lm.model(input_ids=ids).logits[0].double()
+            lp = torch.log_softmax(logits, dim=-1)
+            start = len(enc.prefix)
+            picked = [float(lp[t - 1, ids[0, t]]) for t in range(start, ids.shape[1])]
+            out.append(np.mean(picked))
+    finally:
+        for h in handles:
+            h.remove()
+    return np.array(out)
+
+
+def test_several_layers_score_as_the_sum_of_their_hooks(setup):
+    """Per-layer vectors at layers 1 and 3 (each of its own norm), one coefficient: the
+    scorer's L_s is what plain forward hooks adding c·v_l at each layer give, L_0 the
+    unhooked model's, and no hook is left on the model."""
+    lm, _, alpha, planted, random = setup
+    layers = (1, 3)
+    per_layer = torch.stack([2.0 * random, 0.5 * planted])  # [len(layers), hidden]
+    c = 0.4 * alpha
+    records = likelihood_outcomes(
+        lm, layers, c, {"dog": ON}, {"dog": OFF}, [Direction("dog", "two", per_layer)],
+        [-1.0, 1.0], prefix=PREFIX,
+    )  # fmt: skip
+    for s in (-1.0, 1.0):
+        added = {n: s * c * per_layer[k] for k, n in enumerate(layers)}
+        on, off = reference_loglik(lm, ON, added), reference_loglik(lm, OFF, added)
+        mine = [r for r in records if r["strength"] == s]
+        assert [r["ll_on"] for r in mine] == pytest.approx(on, abs=1e-4)
+        assert [r["ll_off"] for r in mine] == pytest.approx(off, abs=1e-4)
+    assert [r["ll_on_0"] for r in mine] == pytest.approx(reference_loglik(lm, ON, {}), abs=1e-4)
+    assert all(not layer._forward_hooks for layer in (lm.layer(n) for n in range(lm.n_layers)))
+    # one layer given as a tuple of one is the one-layer scorer exactly
+    one = likelihood_outcomes(
+        lm, (3,), c, {"dog": ON}, {"dog": OFF}, [Direction("dog", "p", planted[None])],
+        [1.0], prefix=PREFIX,
+    )  # fmt: skip
+    plain = likelihood_outcomes(
+        lm, 3, c, {"dog": ON}, {"dog": OFF}, [Direction("dog", "p", planted)], [1.0],
+        prefix=PREFIX,
+    )  # fmt: skip
+    assert one == plain
+
+
+def test_the_unsteered_pass_is_scored_once_per_text_set_and_reads_back_bit_for_bit(setup):
+    lm, last, alpha, planted, random = setup
+    directions = [Direction("dog", "planted", planted), Direction("dog", "random", random)]
+
+    def outcomes(**kwargs):
+        return likelihood_outcomes(
+            lm, last, 0.5 * alpha, {"dog": ON}, {"dog": OFF}, directions, [-1.0, 1.0],
+            prefix=PREFIX, **kwargs,
+        )  # fmt: skip
+
+    cache = UnsteeredLoglik()
+    first, again = outcomes(unsteered=cache), outcomes(unsteered=cache)
+    assert cache.scored == 1
+    assert first == again == outcomes()  # no cache: the numbers of before, bit for bit
+    encoded = encode_texts(lm, sorted({*ON, *OFF}), PREFIX)
+    assert np.array_equal(cache(lm, encoded), text_loglik(lm, encoded))
+    assert cache.scored == 1
+    cache(lm, encoded[:3])  # another text set is scored on its own
+    assert cache.scored == 2

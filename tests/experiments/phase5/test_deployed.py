@@ -227,7 +227,6 @@ def test_what_as_deployed_refuses_and_what_it_leaves_unchanged(files, tiny_phase
     for extra, why in [
         (("steering.coefficient=2",), "coefficient is read with steering.scale: file"),
         (("steering.scale=file", "selection.mode=heldout"), "no β for held-out selection"),
-        (("steering.layers=file", "likelihood.enabled=true"), "likelihood outcome scores one"),
         (("steering.layers=[3, 1]",), "0 ≤ first ≤ last"),
     ]:
         with pytest.raises((ConfigError, ValueError), match=why):
