@@ -59,8 +59,9 @@ class Selection(StrEnum):
     HELDOUT = "heldout"
 
 
-class Executor(StrEnum):
-    """Where rows are generated (``execution.executor``)."""
+class ExecutorChoice(StrEnum):
+    """The `--executor` choice (`execution.executor`): where rows are generated. Not the
+    runner itself, `execution.base.Executor`."""
 
     LOCAL = "local"
     RAY = "ray"
@@ -287,7 +288,7 @@ def run(
         Path | None, typer.Option(help="where a new run's folder goes; with --resume, where it is")
     ] = None,
     executor: Annotated[
-        Executor | None,
+        ExecutorChoice | None,
         typer.Option(help="where rows are generated (default local); also with --resume"),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="ray: actors, one model each")] = None,
@@ -328,7 +329,7 @@ def run(
     wanted = parse_layer(layer)
     fixed = wanted if isinstance(wanted, int) else None
     cfg = None if resume else resolve_config(config, overrides, model, fixed, concepts, "phase5")
-    if executor is Executor.RAY or (cfg is not None and cfg.execution.executor == "ray"):
+    if executor is ExecutorChoice.RAY or (cfg is not None and cfg.execution.executor == "ray"):
         require_extra("ray", "--executor ray", "--executor local")  # before anything loads
     setup_logging(verbose)  # imports transformers: after a missing extra is said
     rule = wanted if isinstance(wanted, str) else None
