@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeAlias, cast, runtime_checkable
 
 from steer_eval.errors import ArgumentError
+from steering.vector_files import NO_MODEL_HINT
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,8 +57,6 @@ class ControlVectorLike(Protocol):
     def model_type(self) -> str: ...
 
 
-# EasySteer's StatisticalControlVector.model_type when none was set: names no model
-NO_MODEL_HINT = "unknown"
 # One concept's vector: an array (the run's layer), arrays per layer, or a control vector.
 Entry: TypeAlias = "ArrayLike | Mapping[int, ArrayLike] | ControlVectorLike"
 # What ``vectors=`` takes: a path, a mapping of concept to entry, or one control vector.

@@ -115,6 +115,11 @@ def same_family(hint: str, model: str) -> bool:
     return h[1] == m[1] or (not m[1] and m[0] in UNVERSIONED)
 
 
+# EasySteer's StatisticalControlVector.model_type when none was set (its export_gguf
+# writes it as the file's model_hint): it names no model, so nothing is checked against it
+NO_MODEL_HINT = "unknown"
+
+
 @dataclass(frozen=True)
 class ControlVector:
     """A GGUF control vector: directions by layer (llama.cpp's index) and its metadata."""
@@ -146,8 +151,11 @@ class ModelKind:
         return cls(str(getattr(config, "model_type", "") or ""), tuple(n for n in accepted if n))
 
     def matches(self, hint: str) -> bool:
-        """Whether ``hint`` names this model's family (:func:`same_family`)."""
-        if not hint or not self.model_type or hint in (self.model_type, *self.also):
+        """Whether ``hint`` names this model's family (:func:`same_family`). No hint, or
+        :data:`NO_MODEL_HINT`, names no model and so matches any."""
+        if hint in ("", NO_MODEL_HINT) or not self.model_type:
+            return True
+        if hint in (self.model_type, *self.also):
             return True
         return any(same_family(hint, name) for name in (self.model_type, *self.also))
 

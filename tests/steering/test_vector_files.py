@@ -220,6 +220,7 @@ def test_a_many_layer_file_without_the_runs_layer_is_refused(tmp_path):
         ("gemma3_text", False),  # what repeng and our exports write: the model type
         ("Gemma3ForCausalLM", False),  # our exports before: the architecture class
         ("", False),  # no hint, nothing to compare
+        ("unknown", False),  # EasySteer's export without a model_type: names no model
         ("llama", True),
         ("LlamaForCausalLM", True),
     ],
