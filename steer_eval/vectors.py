@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeAlias, cast, runtime_checkable
 
 from steer_eval.errors import ArgumentError
-from steering.vector_files import NO_MODEL_HINT
 
 if TYPE_CHECKING:
     import numpy as np
@@ -175,6 +174,8 @@ def _entry(synset: str, value: object, where: str) -> ConceptVectors:
                 f"{where}: .directions is {type(directions).__name__}, not a mapping of "
                 "layer to vector (as repeng's ControlVector has)"
             )
+        from steering.vector_files import NO_MODEL_HINT  # numpy: not at `import steer_eval`
+
         hint = str(getattr(value, "model_type", "") or "")
         if hint == NO_MODEL_HINT:  # EasySteer's default: no model named, so nothing to check
             hint = ""
