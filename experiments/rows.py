@@ -20,6 +20,7 @@ build them through these models, so a malformed row fails where it is made.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -392,3 +393,11 @@ def cell_metrics(cell: pd.DataFrame) -> dict[str, float | None]:
 def describe(schema: type[BaseModel]) -> dict[str, str]:
     """Field -> description, for documentation and ``--help`` texts."""
     return {name: info.description or "" for name, info in schema.model_fields.items()}
+
+
+def number(value: object) -> float:
+    """A numeric cell or group key of a frame as a float (pandas types them as any
+    hashable); a TypeError for a value that is not a number."""
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)

@@ -20,12 +20,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 import numpy as np
 import pandas as pd
 
-from experiments.config import CalibrationStudyConfig, ConfigError, ExperimentConfig, Phase
+from experiments.config import CalibrationStudyConfig, ConfigError, Phase, RunConfig
 from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.effect import above_null, paired_effects
 from experiments.kernel.generate import generate
@@ -38,6 +38,7 @@ from experiments.kernel.selection import select_strengths
 from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
 from experiments.kernel.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, plain
+from experiments.rows import number
 from experiments.rundir import RunDir, join_scores
 from experiments.strength.range import BETA_TAG, choose_beta, shared_range
 from experiments.tracking.context import MAX_TAG_LEN
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from steering.models import LoadedModel
 
 log = logging.getLogger(__name__)
+C = TypeVar("C", bound=RunConfig)
 PHASE = "6"
 # The stages a study times, in order (its record's timings; `calibrate --dry-run` lists them).
 STAGES = ["model_load", "mlflow_open", "centroids", "classifiers", "vectors", "generation",
@@ -76,7 +78,7 @@ class CalibrationResult:
     record: CalibrationRecord
 
 
-def specs(config: ExperimentConfig, layers: list[int]) -> list[ProbeSetSpec]:
+def specs(config: CalibrationStudyConfig, layers: list[int]) -> list[ProbeSetSpec]:
     c = config.calibration
     return [
         ProbeSetSpec(layer, size, seed, source)
@@ -87,13 +89,13 @@ def specs(config: ExperimentConfig, layers: list[int]) -> list[ProbeSetSpec]:
     ]
 
 
-def _probe_config(config: ExperimentConfig, spec: ProbeSetSpec) -> ExperimentConfig:
+def _probe_config(config: C, spec: ProbeSetSpec) -> C:
     """The Phase 4 config of one probe set: its size and seed (generation keeps its own)."""
     classifier = config.classifier.model_copy(update={"train": spec.size})
     return config.model_copy(update={"seed": spec.seed, "classifier": classifier})
 
 
-def _source_config(config: ExperimentConfig, source: str) -> ExperimentConfig:
+def _source_config(config: C, source: str) -> C:
     steering = config.steering.model_copy(update={"vector_source": source})
     return config.model_copy(update={"steering": steering})
 
@@ -102,17 +104,25 @@ def _strength_key(layer: int, source: str) -> str:
     return f"L{layer}-{source}"
 
 
+# One layer and source's β, held-out grid, where they came from and the sentence saying
+# so (the run folder's strength.json; "from" is a keyword, hence the functional form).
+StrengthChoice = TypedDict(
+    "StrengthChoice",
+    {"beta": float | Literal["auto"], "beta_grid": list[float], "from": str, "message": str},
+)
+
+
 def strength_choices(
-    config: ExperimentConfig,
+    config: CalibrationStudyConfig,
     model_id: str,
     layers: list[int],
     explicit: frozenset[str] = frozenset(),
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, StrengthChoice]:
     """Per layer and direction source (``L6-classifier``), the β and held-out grid the
     study steers with and where they came from: the range recorded for ``model_id`` (a
     probe id) at that layer in any classifier set under ``classifier.dir``, by Phase 5's
     rules (``choose_beta``; ``explicit``, the keys set on the command line, are kept)."""
-    out = {}
+    out: dict[str, StrengthChoice] = {}
     for layer in layers:
         for source in config.calibration.sources:
             steered = _source_config(config, source)
@@ -129,9 +139,7 @@ def strength_choices(
     return out
 
 
-def _spec_config(
-    config: ExperimentConfig, spec: ProbeSetSpec, choices: dict[str, dict[str, Any]]
-) -> ExperimentConfig:
+def _spec_config(config: C, spec: ProbeSetSpec, choices: dict[str, StrengthChoice]) -> C:
     """The config one probe set steers with: its source, and the β and grid chosen for
     its layer and source (the config's own where no choice was stored: a study begun
     before choices were)."""
@@ -144,7 +152,7 @@ def _spec_config(
     return steered.model_copy(update={"steering": steering, "selection": selection})
 
 
-def _beta_tag(choices: dict[str, dict[str, Any]]) -> str:
+def _beta_tag(choices: dict[str, StrengthChoice]) -> str:
     """The parent run's BETA_TAG: each layer and source's sentence, cut to the suite's tag
     length (``MAX_TAG_LEN``; the run folder's strength.json keeps them all)."""
     text = "; ".join(f"{key}: {c['message']}" for key, c in choices.items())
@@ -172,7 +180,7 @@ def probe_predictors(probes: ProbeSet, names: list[str]) -> dict[str, dict[str, 
 
 
 def effects_for(
-    records: pd.DataFrame, tag: str, betas: dict[str, float], config: ExperimentConfig
+    records: pd.DataFrame, tag: str, betas: dict[str, float], config: RunConfig
 ) -> pd.DataFrame:
     """Per concept and sign, the gated effect above null of one probe set's report rows,
     against the random directions at the β this probe set chose for the concept."""
@@ -183,15 +191,14 @@ def effects_for(
     null = report["arm"].str.startswith("random:") & np.isclose(report["beta"], chosen)
     rows = report[mine | null]
     effects = paired_effects(rows, config)
-    null = above_null(effects)
     raw = effects[effects["arm"] == CONCEPT_ARM]
     out = []
-    for (synset, sign), group in null.groupby(["concept", "sign"]):
+    for (synset, sign), group in above_null(effects).groupby(["concept", "sign"]):
         mine_rows = raw[(raw["concept"] == synset) & (raw["sign"] == sign)]
         out.append(
             {
                 "concept": synset,
-                "sign": int(sign),
+                "sign": int(number(sign)),
                 "above_null": float(group["above_null"].mean()),
                 "effect": float(mine_rows["e_gated"].mean()),
                 "gate_pass": float(mine_rows["gate_pass"].mean()),
@@ -222,7 +229,7 @@ class Calibration:
         self.on_batch = on_batch
         self.explicit = explicit  # keys set on the command line: a range never replaces them
         self.layers: list[int] = []
-        self.choices: dict[str, dict[str, Any]] = {}
+        self.choices: dict[str, StrengthChoice] = {}
 
     def begin(self, session: RunSession[CalibrationStudyConfig]) -> Opening:
         config, lm = session.config, session.lm
@@ -261,7 +268,7 @@ class Calibration:
         with timer.time("centroids"):
             scorer = build_scorer(config, graph, session.embedder)
         selections: dict[str, dict[str, Any]] = {}
-        predictors: dict[str, dict[str, Any]] = {}
+        predictors: dict[str, dict[str, dict[str, float | None]]] = {}
         alphas: dict[int, float] = {}
         for i, spec in enumerate(specs(config, layers)):
             say(f"probe set {i + 1}: {spec.tag}")
@@ -311,7 +318,7 @@ class Calibration:
 
 
 def run_calibration(
-    config: ExperimentConfig,
+    config: CalibrationStudyConfig | None,
     lm: LoadedModel | None = None,
     embedder: SentenceTransformer | None = None,
     resume: str | None = None,
@@ -340,10 +347,10 @@ def run_calibration(
 
 def build_record(
     run_id: str,
-    config: ExperimentConfig,
+    config: CalibrationStudyConfig,
     model_id: str,
     layers: list[int],
-    predictors: dict[str, dict[str, Any]],
+    predictors: dict[str, dict[str, dict[str, float | None]]],
     analysis: dict[str, Any],
 ) -> CalibrationRecord:
     """The study's record, from the stage outputs (a pure function)."""
@@ -364,9 +371,9 @@ def build_record(
 def build_curve(
     records: pd.DataFrame,
     all_specs: list[ProbeSetSpec],
-    predictors: dict[str, dict[str, Any]],
+    predictors: dict[str, dict[str, dict[str, float | None]]],
     selections: dict[str, dict[str, Any]],
-    config: ExperimentConfig,
+    config: RunConfig,
 ) -> pd.DataFrame:
     """One row per (probe set, concept): predictors, chosen β and the effect above null."""
     rows = []

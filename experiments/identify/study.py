@@ -32,7 +32,7 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import load_concepts
-from experiments.config import ConfigError, ExperimentConfig, IdentifyStudyConfig, Phase
+from experiments.config import ConfigError, IdentifyStudyConfig, Phase
 from experiments.identify.prereg import (
     Preregistration,
     PreregistrationError,
@@ -68,6 +68,7 @@ from experiments.strength.range import BETA_TAG, range_warning, shared_range
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from experiments.identify.cells import StudyTables
     from steering.models import LoadedModel
 
 PHASE = "6-identify"
@@ -86,7 +87,7 @@ class IdentifyResult:
     directions: pd.DataFrame
 
 
-def concept_sets(config: ExperimentConfig) -> dict[str, list[str]]:
+def concept_sets(config: IdentifyStudyConfig) -> dict[str, list[str]]:
     """The development and held-out concepts of the concept file (all of it)."""
     full = load_concepts(config.concepts.file)
     ident = config.identify
@@ -96,7 +97,9 @@ def concept_sets(config: ExperimentConfig) -> dict[str, list[str]]:
     return {"development": dev, "heldout": held}
 
 
-def with_concepts(config: ExperimentConfig) -> tuple[ExperimentConfig, dict[str, list[str]]]:
+def with_concepts(
+    config: IdentifyStudyConfig,
+) -> tuple[IdentifyStudyConfig, dict[str, list[str]]]:
     """The config restricted to its concept set (``identify.offset``: from the N+1th;
     ``identify.limit``: the first N;
     ``identify.shard``: that shard of the held-out set, ``identify/shards.py``)."""
@@ -140,7 +143,7 @@ def peak_memory() -> dict[str, float]:
 
 
 def run_identify(
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     lm: LoadedModel | None = None,
     embedder: SentenceTransformer | None = None,
     resume: str | None = None,
@@ -156,6 +159,8 @@ def run_identify(
     forced = False
     bound: dict[str, str] | None = None  # the binding a held-out run was checked against
     if resume is None:
+        if not isinstance(config, IdentifyStudyConfig):  # before its identify section is read
+            raise ConfigError(f"identify takes an identify config, not {config.phase!r}")
         as_given = config  # what the pre-registration binds (before the set's concepts)
         config, sets = with_concepts(config)
         try:
@@ -175,8 +180,6 @@ def run_identify(
     else:
         config, prereg, forced, bound = resumed(resume)
         sets = concept_sets(config)
-    if not isinstance(config, IdentifyStudyConfig):
-        raise ConfigError(f"identify takes an identify config, not {config.phase!r}")
     study = Identify(sets, prereg, forced, bound, on_batch, started)
     try:
         ran = run_study(
@@ -215,7 +218,7 @@ def run_identify(
     return IdentifyResult(ran.run_id, ran.run_dir, record, ran.products.tables.directions)
 
 
-def pool_heldout(config: ExperimentConfig, force: bool = False) -> dict[str, Any]:
+def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, Any]:
     """``identify --pool``: the primary scored once on the pooled held-out shards
     (``identify/shards.py``), after the checks of a held-out run."""
     from experiments.identify.shards import pool
@@ -232,7 +235,7 @@ def pool_heldout(config: ExperimentConfig, force: bool = False) -> dict[str, Any
     return pool(config, held, prereg, binding(prereg, config), force)
 
 
-def pool_exploratory(config: ExperimentConfig) -> dict[str, Any]:
+def pool_exploratory(config: IdentifyStudyConfig) -> dict[str, Any]:
     """``identify --pool --exploratory``: every estimand on the pooled held-out shards,
     after the pooled primary was scored (``identify/pooled_exploratory.py``)."""
     from experiments.identify.pooled_exploratory import pooled_exploratory
@@ -246,7 +249,7 @@ def pool_exploratory(config: ExperimentConfig) -> dict[str, Any]:
 
 def resumed(
     run_id: str,
-) -> tuple[ExperimentConfig, Preregistration | None, bool, dict[str, str] | None]:
+) -> tuple[IdentifyStudyConfig, Preregistration | None, bool, dict[str, str] | None]:
     """A run to resume, before anything is loaded: its stored config, its
     pre-registration, whether it was a forced scoring, and for a held-out run the binding
     checked again as for a new run (:func:`~experiments.identify.prereg.check_resume`:
@@ -258,6 +261,8 @@ def resumed(
 
     run = tracking.get_run(run_id)
     stored = scoring_config(RunDir.locate(run), [], "resume", "identify")
+    if not isinstance(stored, IdentifyStudyConfig):
+        raise ConfigError(f"identify takes an identify config, not {stored.phase!r}")
     if stored.identify.concept_set != "heldout":
         try:
             return stored, load_preregistration(stored.identify.preregistration), False, None
@@ -278,7 +283,7 @@ def resumed(
 class Shown:
     """What identify's stages produce beside its record, for its views and child runs."""
 
-    tables: Any  # identify.cells.StudyTables
+    tables: StudyTables
     generated: pd.DataFrame  # the validating subset's generated cells
     phase6: pd.DataFrame | None  # the Phase 6 cross-check's frame, when it ran
 
@@ -394,7 +399,7 @@ class Identify:
         return children(record, shown.tables)
 
 
-def range_note(config: ExperimentConfig, model_id: str, layer: int) -> str | None:
+def range_note(config: IdentifyStudyConfig, model_id: str, layer: int) -> str | None:
     """A warning when the study's β grid leaves the model's recorded strength range.
     identify steers with its config as given: its pre-registration binds the grid, so
     a range recorded later must not move it; the researcher sets it (the sentence says
@@ -419,7 +424,7 @@ def label(heldout: bool, scored_before: bool) -> str:
 
 def build_record(
     run_id: str,
-    config: ExperimentConfig,
+    config: IdentifyStudyConfig,
     model_id: str,
     found: Directions,
     betas: dict[str, float],
@@ -462,7 +467,7 @@ def build_record(
         outcome=analysis["outcome"],
         manipulations=plain(analysis["manipulations"]),
         pooled=plain(analysis["pooled"]),
-        baseline={**plain(analysis["baseline"]), "interval": plain(interval)},
+        baseline=plain({**analysis["baseline"], "interval": interval}),
         primary=plain(analysis["primary"]),
         identified=plain(analysis["identified"]),
         estimands=plain(analysis["estimands"]),

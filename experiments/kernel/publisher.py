@@ -28,7 +28,7 @@ evaluation run, named by one stage and closed by a later one, is opened by
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -96,7 +96,7 @@ class Views:
     # sweep's measures per β, step = the β's place in its grid)
     steps: Sequence[tuple[int, dict[str, float | None]]] = ()
     tags: dict[str, str] = field(default_factory=dict)
-    params: dict[str, object] = field(default_factory=dict)  # logged when new
+    params: Mapping[str, object] = field(default_factory=dict)  # logged when new
     tables: dict[str, Any] = field(default_factory=dict)  # MLflow table name -> DataFrame
     artefacts: Sequence[str] = ()  # run-folder files mirrored when they exist
     folders: dict[str, Path] = field(default_factory=dict)  # artefact path -> folder mirrored

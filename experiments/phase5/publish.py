@@ -14,7 +14,8 @@ resume and a rescore publish through the same code.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -45,16 +46,17 @@ from experiments.phase5.report import (
 )
 from experiments.phase5.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord, RunStatistics, figure_number
-from experiments.rows import View, aggregates, columns
+from experiments.rows import View, aggregates, columns, number
 from experiments.rundir import RunDir
 from experiments.tracking.context import MAX_TAG_LEN
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from experiments.config import ExperimentConfig
+    from experiments.config import Phase5Config
 
 log = logging.getLogger(__name__)
+V = TypeVar("V")
 
 # The parent run's per-text table (the run folder's samples.csv, as an MLflow table).
 SAMPLES_TABLE = "samples.json"
@@ -62,7 +64,7 @@ SAMPLES_TABLE = "samples.json"
 CHILD_TABLE_COLUMNS = columns(View.CHILD_TABLE)
 
 
-def numeric_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
+def numeric_metrics(metrics: Mapping[str, object]) -> dict[str, float | None]:
     """A probe's metrics without the nested confusion matrix."""
     return {
         k: (None if v is None else float(v))
@@ -91,7 +93,7 @@ HEADLINE_KEYS = {
 PHASE4_TAG = "steer_eval.phase4_run"
 
 
-def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, Any]:
+def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, object]:
     config = ctx.config
     return deployed_params(ctx) | {
         "model": ctx.model_id,
@@ -111,7 +113,7 @@ def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, Any]:
     }
 
 
-def deployed_params(ctx: RunContext) -> dict[str, Any]:
+def deployed_params(ctx: RunContext) -> dict[str, object]:
     """A vector file steered as deployed: the layers it steered (resolved from the file),
     its scale and coefficient, as headline parameters beside ``layer`` (the run's)."""
     found = ctx.diagnostics.get("intervention")
@@ -124,7 +126,7 @@ def deployed_params(ctx: RunContext) -> dict[str, Any]:
     }
 
 
-def run_name(config: ExperimentConfig, model_id: str, layer: int) -> str:
+def run_name(config: Phase5Config, model_id: str, layer: int) -> str:
     """What tells two runs apart: model, layer, direction source, mode (when not the
     default additive) and β (``β heldout`` when chosen per concept)."""
     model = model_id.split(":")[-1].rstrip("/").split("/")[-1]
@@ -147,7 +149,7 @@ def prompt_frame(ctx: RunContext) -> pd.DataFrame:
     from experiments.kernel.plan import planned_rows
 
     splits = ["selection", "report"] if ctx.config.selection.mode == "heldout" else ["report"]
-    rows = {}
+    rows: dict[tuple[str, int, str], dict[str, object]] = {}
     for split in splits:
         for _key, meta in planned_rows(ctx.config, ctx.graph, split):
             unit = (meta["concept"], meta["prompt_index"], split)
@@ -180,15 +182,15 @@ def cell_table(ctx: RunContext, records: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "concept": synset,
-                "strength": float(strength),
+                "strength": number(strength),
                 **cell_metrics(cell),
-                f"classifier_{ctx.predictor_name}": ctx.predictor_values().get(synset),
+                f"classifier_{ctx.predictor_name}": ctx.predictor_values().get(str(synset)),
             }
         )
     return pd.DataFrame(rows)
 
 
-def _child_params(ctx: RunContext, synset: str) -> dict[str, Any]:
+def _child_params(ctx: RunContext, synset: str) -> dict[str, object]:
     c = ctx.config
     return {
         "concept": synset,
@@ -218,12 +220,13 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
     logged = 0
     by = ["concept", "strength"] if mode == "per_cell" else ["concept"]
     for group, rows in records.groupby(by, sort=True):
-        synset, strength = group if mode == "per_cell" else (group[0], None)
+        synset = str(group[0])
+        strength = number(group[1]) if mode == "per_cell" else None
         if strength is None:
             cell_key, params = synset, _child_params(ctx, synset)
             metrics: dict[str, float | None] = {}
             for s, cell in rows.groupby("strength", sort=True):
-                label = strength_label(s)
+                label = strength_label(number(s))
                 metrics.update({f"{k}/s_{label}": v for k, v in cell_metrics(cell).items()})
             table = rows[["strength", *CHILD_TABLE_COLUMNS]].reset_index(drop=True)
             run_name = ctx.graph.get(synset).name
@@ -255,7 +258,7 @@ def log_children(ctx: RunContext, records: pd.DataFrame, update: bool = False) -
     return logged
 
 
-def strength_metrics(agg: dict[float, dict[str, Any]]) -> dict[str, float | None]:
+def strength_metrics(agg: dict[float, dict[str, float | None]]) -> dict[str, float | None]:
     """The per-strength aggregates declared for MLflow (``<name>/s_<strength>``); the
     seed design's own measures go under ``seed/`` (docs/mlflow.md)."""
     out: dict[str, float | None] = {}
@@ -267,7 +270,7 @@ def strength_metrics(agg: dict[float, dict[str, Any]]) -> dict[str, float | None
     return out
 
 
-def _seed_prefixed(values: dict[str, Any]) -> dict[str, Any]:
+def _seed_prefixed(values: dict[str, V]) -> dict[str, V]:
     """Under ``seed/...``, except criterion 4 (human or panel), which is shared by both
     criteria sets and stays under ``criterion/...``."""
     return {key if "c4_" in key else f"seed/{key}": value for key, value in values.items()}
@@ -440,7 +443,9 @@ def views(
     """What Phase 5 shows of its record (the publisher writes and mirrors it);
     ``samples``: the per-text table (``phase5/samples.py``), when the caller made it."""
     figures = figures_of(ctx, record, records)
-    has_samples = samples is not None and not samples.empty
+    if samples is not None and samples.empty:
+        samples = None
+    has_samples = samples is not None
     texts = sample_links(record.run_id) if has_samples else {}
     return Views(
         answer=answer_of(record, tuple(sorted(figures)), texts),
@@ -454,8 +459,8 @@ def views(
             **corrected_tags(record),
         },
         params=threshold_params(record),
-        files={RunDir.SAMPLES: samples_csv(samples)} if has_samples else {},
-        tables={SAMPLES_TABLE: samples} if has_samples else {},
+        files={RunDir.SAMPLES: samples_csv(samples)} if samples is not None else {},
+        tables={SAMPLES_TABLE: samples} if samples is not None else {},
         artefacts=(
             RunDir.GENERATIONS,
             RunDir.SCORES,

@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from experiments.answer import Answer
-from experiments.config import ExperimentConfig
+from experiments.config import Phase5Config
 from experiments.kernel.publisher import Views
 from experiments.strength.range import RANGE_FILE, StrengthLimits, StrengthRange, thin_note
 
@@ -44,11 +44,11 @@ def run_name(model_id: str, layer: int, source: str) -> str:
 def sweep_params(
     model_id: str,
     layer: int,
-    config: ExperimentConfig,
+    config: Phase5Config,
     grid: Sequence[float],
     concepts: Sequence[str],
     limits: StrengthLimits,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """What is swept and how a β is judged: the run's params (the record's fields of the
     same names)."""
     return {
@@ -102,16 +102,12 @@ def sweep_figure(record: StrengthRange) -> Figure:
     import matplotlib.pyplot as plt
 
     steps = steps_frame(record)
-    base = record.unsteered
     limits = record.limits
+    near_empty, distinct_2 = record.unsteered.get("near_empty"), record.unsteered.get("distinct_2")
     lines = {
         "perplexity_multiple": limits.perplexity_multiple,
-        "near_empty": None
-        if base.get("near_empty") is None
-        else base["near_empty"] + limits.near_empty_excess,
-        "distinct_2": None
-        if base.get("distinct_2") is None
-        else base["distinct_2"] * limits.distinct_2_ratio,
+        "near_empty": None if near_empty is None else near_empty + limits.near_empty_excess,
+        "distinct_2": None if distinct_2 is None else distinct_2 * limits.distinct_2_ratio,
     }
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     for ax, (field, label) in zip(axes, MEASURES.items(), strict=True):
@@ -175,7 +171,7 @@ def answer_of(record: StrengthRange) -> Answer:
     return Answer(PHASE, record.run_id or "", QUESTION, 0.95, notes=notes, figures=(FIGURE,))
 
 
-def views(record: StrengthRange, texts: Sequence[dict[str, Any]], path: Path) -> Views:
+def views(record: StrengthRange, texts: Sequence[dict[str, object]], path: Path) -> Views:
     """What a finished sweep shows (see the module docstring); ``path``: where its range
     is kept with the classifiers."""
     return Views(

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import ConfigError, RunConfig, SelectionConfig, SteeringConfig
 
 RANGE_FILE = "strength_range.json"
 BETA_TAG = "steer_eval.beta_source"  # a parent run's tag: where its β (and grid) came from
@@ -129,6 +129,10 @@ class StrengthRange(BaseModel):
             and self.low - _TOLERANCE <= beta <= self.high + _TOLERANCE
         )
 
+    def points(self) -> list[float]:
+        """The range's ends and β, sorted, each once (none when no β was coherent)."""
+        return sorted({b for b in (self.low, self.beta, self.high) if b is not None})
+
     def describe(self) -> str:
         if self.low is None:
             return f"no coherent β in the swept grid {self.grid}"
@@ -190,13 +194,13 @@ def load_range(directory: Path) -> StrengthRange | None:
 class BetaChoice:
     """The config a run steers with, and the sentence that says where its β came from."""
 
-    config: ExperimentConfig
+    config: RunConfig
     message: str
     source: str  # config | range | auto | command line
 
 
 def choose_beta(
-    config: ExperimentConfig,
+    config: RunConfig,
     found: StrengthRange | None,
     where: Path,
     explicit: frozenset[str] = frozenset(),
@@ -251,7 +255,9 @@ def choose_beta(
             f"β {found.beta:g} from {span}: the config's {beta:g} lies outside it "
             "(--set steering.beta=... keeps a β of your own)"
         )
-    update = {"steering": steering.model_copy(update={"beta": chosen})}
+    update: dict[str, SteeringConfig | SelectionConfig] = {
+        "steering": steering.model_copy(update={"beta": chosen})
+    }
     grid = _grid_in_range(config, found, explicit)
     if grid is not None:
         update["selection"] = config.selection.model_copy(update={"beta_grid": grid})
@@ -262,7 +268,7 @@ def choose_beta(
 
 
 def _grid_in_range(
-    config: ExperimentConfig, found: StrengthRange, explicit: frozenset[str]
+    config: RunConfig, found: StrengthRange, explicit: frozenset[str]
 ) -> list[float] | None:
     """The held-out grid kept to the range (its points inside, else the range's ends and
     β), or None when it needs no change."""
@@ -272,7 +278,7 @@ def _grid_in_range(
     inside = [b for b in grid if found.contains(b)]
     if len(inside) == len(grid):
         return None
-    return inside or sorted({found.low, found.beta, found.high} - {None})
+    return inside or found.points()
 
 
 def recorded_ranges(
@@ -340,7 +346,7 @@ def shared_range(
     return found[0][1], found[0][0]
 
 
-def range_warning(config: ExperimentConfig, found: StrengthRange | None, where: Path) -> str | None:
+def range_warning(config: RunConfig, found: StrengthRange | None, where: Path) -> str | None:
     """A sentence when the config's β or held-out grid leaves a recorded range (for a
     study that keeps its config as given), else None."""
     steering, selection = config.steering, config.selection
@@ -355,7 +361,7 @@ def range_warning(config: ExperimentConfig, found: StrengthRange | None, where: 
         outside = [] if beta == "auto" or found.contains(beta) else [beta]
     if not outside:
         return None
-    grid = ",".join(f"{b:g}" for b in sorted({found.low, found.beta, found.high} - {None}))
+    grid = ",".join(f"{b:g}" for b in found.points())
     return (
         f"β {', '.join(f'{b:g}' for b in outside)} outside {found.describe()} recorded for "
         f"this model and layer ({where / RANGE_FILE}), kept as the config gives it; "

@@ -33,13 +33,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ConfigError, ExperimentConfig, Phase, Phase5Config
+from experiments.config import ConfigError, Phase, Phase5Config
 from experiments.execution.base import PlanSpec
 from experiments.execution.local import run_batch
 from experiments.kernel.classifiers import ensure_classifiers
@@ -98,7 +98,7 @@ def parse_grid(text: str) -> list[float]:
 
 
 def sweep_rows(
-    config: ExperimentConfig,
+    config: Phase5Config,
     graph: ConceptGraph,
     directions: list[str],
     coefficient: Callable[[str, float, int], float],
@@ -138,16 +138,24 @@ def _distinct_2(texts: Sequence[SweepText]) -> float:
     return float(np.mean(values)) if values else 0.0
 
 
+class Unsteered(NamedTuple):
+    """The unsteered texts' measures, which each step is judged against."""
+
+    perplexity: float | None  # median; None: no text had a token
+    near_empty: float
+    distinct_2: float
+
+
 def _step(
     beta: float,
     sign: int,
     arm: str,
     texts: Sequence[SweepText],
-    base: dict[str, Any],
+    base: Unsteered,
     limits: StrengthLimits,
 ) -> StrengthStep:
     ppl = [math.exp(t.nll) for t in texts if t.nll is not None]
-    multiple = float(np.median(ppl)) / base["perplexity"] if ppl and base["perplexity"] else None
+    multiple = float(np.median(ppl)) / base.perplexity if ppl and base.perplexity else None
     near_empty = float(np.mean([is_near_empty(t.text) for t in texts]))
     d2 = _distinct_2(texts)
     why = []
@@ -155,9 +163,9 @@ def _step(
         why.append(f"perplexity multiple above {limits.perplexity_multiple:g}")
     # one text of slack: a sweep has few texts per β (9 by default), and one more empty
     # text than the unsteered ones is sampling, not collapse
-    if near_empty > base["near_empty"] + limits.near_empty_excess + 1 / len(texts):
+    if near_empty > base.near_empty + limits.near_empty_excess + 1 / len(texts):
         why.append(f"near-empty share more than {limits.near_empty_excess:g} above unsteered")
-    if d2 < limits.distinct_2_ratio * base["distinct_2"]:
+    if d2 < limits.distinct_2_ratio * base.distinct_2:
         why.append(f"distinct-2 below {limits.distinct_2_ratio:g}x unsteered")
     return StrengthStep(
         beta=beta,
@@ -182,11 +190,11 @@ def assess(
     if not plain:
         raise ValueError("the sweep needs unsteered texts (sign 0) to measure against")
     ppl = [math.exp(t.nll) for t in plain if t.nll is not None]
-    base = {
-        "perplexity": float(np.median(ppl)) if ppl else None,
-        "near_empty": float(np.mean([is_near_empty(t.text) for t in plain])),
-        "distinct_2": _distinct_2(plain),
-    }
+    base = Unsteered(
+        float(np.median(ppl)) if ppl else None,
+        float(np.mean([is_near_empty(t.text) for t in plain])),
+        _distinct_2(plain),
+    )
     arms = sorted({t.arm for t in texts if t.sign != 0}, key=lambda a: (a != CONCEPT_ARM, a))
     steps = [
         _step(b, s, a, [t for t in texts if (t.beta, t.sign, t.arm) == (b, s, a)], base, limits)
@@ -203,10 +211,10 @@ def assess(
             high = beta
         elif low is not None:
             break
-    return base, steps, low, high
+    return base._asdict(), steps, low, high
 
 
-def results_root(config: ExperimentConfig) -> Path:
+def results_root(config: Phase5Config) -> Path:
     """Where sweeps' run folders are written: ``strength/`` beside the config's results
     folder (``results/strength`` for ``results/phase5``)."""
     return Path(config.results_dir).parent / "strength"
@@ -217,7 +225,7 @@ class SweepPlan:
     """What a sweep generates, fixed before its run opens: its identity tells whether a
     stopped sweep of the same texts is there to resume."""
 
-    config: ExperimentConfig  # the swept config: the grid and layer as swept
+    config: Phase5Config  # the swept config: the grid and layer as swept
     model_id: str  # the probe id
     directory: Path  # the classifier folder: where the range is kept
     layer: int
@@ -230,7 +238,7 @@ class SweepPlan:
 
 
 def plan_sweep(
-    config: ExperimentConfig,
+    config: Phase5Config,
     lm: LoadedModel,
     graph: ConceptGraph,
     layer: int,
@@ -394,7 +402,7 @@ class StrengthSweep:
 
 
 def calibrate_strength(
-    config: ExperimentConfig,
+    config: Phase5Config,
     lm: LoadedModel,
     graph: ConceptGraph,
     layer: int,
@@ -452,18 +460,20 @@ def stopped_sweep(directory: Path, identity: str) -> str | None:
     except ValueError:
         head = {}
     run_id = head.get("run_id") if isinstance(head, dict) else None
-    usable = (
-        isinstance(head, dict)
+    if (
+        isinstance(run_id, str)
         and head.get("format") == POINTER_FORMAT
         and head.get("identity") == identity
-        and isinstance(run_id, str)
-    )
-    if usable:
-        try:
-            usable = RunDir.locate(tracking.get_run(run_id)).file(RunDir.CONFIG).exists()
-        except LookupError:
-            usable = False
-    if not usable:
-        pointer.unlink(missing_ok=True)
-        return None
-    return run_id
+        and _folder_kept(run_id)
+    ):
+        return run_id
+    pointer.unlink(missing_ok=True)
+    return None
+
+
+def _folder_kept(run_id: str) -> bool:
+    """Whether the store has the run and its folder is still here."""
+    try:
+        return RunDir.locate(tracking.get_run(run_id)).file(RunDir.CONFIG).exists()
+    except LookupError:
+        return False

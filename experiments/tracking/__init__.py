@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from experiments.tracking.columns import VIEW_TAG, column_tags, view_query
 from experiments.tracking.context import context_tags, git_info, reopen_tags
@@ -239,7 +239,7 @@ def provenance_tags() -> dict[str, str]:
     return context_tags()
 
 
-def params_from(flat: dict[str, Any]) -> dict[str, str]:
+def params_from(flat: Mapping[str, object]) -> dict[str, str]:
     out = {}
     for key, value in flat.items():
         text = json.dumps(value) if isinstance(value, list | dict) else str(value)
@@ -247,7 +247,7 @@ def params_from(flat: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def log_params(run_id: str, params: dict[str, Any]) -> None:
+def log_params(run_id: str, params: Mapping[str, object]) -> None:
     from mlflow.entities import Param
 
     items = [Param(k, v) for k, v in params_from(params).items()]
@@ -256,7 +256,7 @@ def log_params(run_id: str, params: dict[str, Any]) -> None:
         c.log_batch(run_id, params=items[start : start + 90])
 
 
-def log_new_params(run_id: str, params: dict[str, Any]) -> None:
+def log_new_params(run_id: str, params: Mapping[str, object]) -> None:
     """Log the parameters a run does not have yet; MLflow parameters never change, so a
     different value for a logged key is reported and skipped rather than raised."""
     have = client().get_run(run_id).data.params
@@ -305,7 +305,7 @@ def set_tags(run_id: str, tags: dict[str, str]) -> None:
 
 
 def log_params_and_metrics(
-    run_id: str, params: dict[str, Any], metrics: dict[str, float | None]
+    run_id: str, params: Mapping[str, object], metrics: Mapping[str, float | None]
 ) -> None:
     """Both in one request when they fit (a child run's usual case): one round trip less
     per child against a server."""

@@ -43,7 +43,7 @@ def _sign(strength: float) -> str:
 
 
 def axbench_table(
-    samples: pd.DataFrame, result: PanelResult, per_concept: dict[str, dict[str, Any]]
+    samples: pd.DataFrame, result: PanelResult, per_concept: dict[str, dict[str, float | None]]
 ) -> pd.DataFrame:
     """One row per concept × sign: the steered texts of the concept arm against their
     unsteered twins, scored by every judge (``hm`` = AxBench's harmonic mean)."""
@@ -65,7 +65,7 @@ def axbench_table(
     for (synset, sign), group in steered.groupby(["synset", "sign"], sort=True):
         texts = group.drop_duplicates("sample_id")
         delta = texts["delta"].to_numpy() - texts["sample_id"].map(twin_of["delta_twin"]).to_numpy()
-        lk = per_concept.get(synset, {}).get(f"likelihood_{sign}")
+        lk = per_concept.get(str(synset), {}).get(f"likelihood_{sign}")
         row: dict[str, object] = {
             "concept": synset,
             "concept_name": texts["concept"].iloc[0],
@@ -80,7 +80,7 @@ def axbench_table(
                 row[f"{judge}:{axis}"] = _mean(rated[column])
             row[f"{judge}:hm"] = _mean(rated["hm"])
             keys = [(t, judge) for t in rated["twin"] if (t, judge) in by_twin.index]
-            twin_hm = by_twin.loc[keys, "hm"] if keys else pd.Series(dtype=float)
+            twin_hm = by_twin["hm"].loc[keys] if keys else pd.Series(dtype=float)
             row[f"{judge}:hm_twin"] = _mean(twin_hm)
             panel_hm.append(row[f"{judge}:hm"])
             panel_twin.append(row[f"{judge}:hm_twin"])

@@ -164,7 +164,7 @@ def log_panel(
         c.set_tag(child, "panel.skipped", json.dumps(skipped) if skipped else "none")
         c.set_tag(child, "criterion.c4_panel", criterion.status)
         if step == 1:
-            params = {"judges": result.judges, "budget_usd": budget}
+            params: dict[str, object] = {"judges": result.judges, "budget_usd": budget}
             for judge, desc in result.judge_params.items():
                 params.update({f"judge.{judge}.{k}": v for k, v in desc.items()})
             tracking.log_params(child, params)

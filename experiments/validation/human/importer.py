@@ -29,6 +29,7 @@ from experiments.validation.runs import Phase5Run, phase5_parent
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
     from metrics.criteria import CriterionResult
     from metrics.stats import Correlation, NotEvaluable
@@ -208,7 +209,7 @@ def _log_import(
     correlations: tuple[Correlation | NotEvaluable, Correlation | NotEvaluable],
     crit: CriterionResult,
     summary: dict[str, Any],
-    fig: Any,
+    fig: Figure,
 ) -> str:
     """Log one import to the run's ``human-validation`` child (created on first import)."""
     from metrics.stats import Correlation
@@ -291,19 +292,20 @@ def attach_human_feedback(
     ids = trace_map(experiment_id, parent.run_id, parent.folder.file(RunDir.TRACES))
     feedback: dict[str, list[Feedback]] = {}
     untraced = 0
-    for row in table.itertuples(index=False):
-        trace_id = ids.get(row.generation_key)
+    columns = ("generation_key", "human_rating", "topic_guess", "sample_id", "guess_correct")
+    for key, rating, guess, sample_id, correct in zip(*(table[c] for c in columns), strict=True):
+        trace_id = ids.get(key)
         if trace_id is None:
             untraced += 1
             continue
         feedback[trace_id] = [
             Feedback(
                 RELATEDNESS,
-                float(row.human_rating),
-                rationale=f"topic guess: {row.topic_guess}" if row.topic_guess else None,
+                float(rating),
+                rationale=f"topic guess: {guess}" if guess else None,
                 metadata={
-                    "sample_id": row.sample_id,
-                    "guess_correct": row.guess_correct,
+                    "sample_id": sample_id,
+                    "guess_correct": correct,
                     "import": imports,
                     "scale": "0-10",
                 },
@@ -332,9 +334,11 @@ def import_note(summary: dict[str, Any], crit: CriterionResult) -> str:
     )
 
 
-def scatter_plot(table: pd.DataFrame, correlation: Correlation | NotEvaluable) -> Any:
+def scatter_plot(table: pd.DataFrame, correlation: Correlation | NotEvaluable) -> Figure:
     """Human rating against Δ, one colour per steering strength."""
     import matplotlib
+
+    from metrics.stats import Correlation
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -354,7 +358,7 @@ def scatter_plot(table: pd.DataFrame, correlation: Correlation | NotEvaluable) -
             linewidth=0.4,
         )
     title = "Human rating against Δ"
-    if getattr(correlation, "evaluable", False):
+    if isinstance(correlation, Correlation):
         title += (
             f"\nPearson r = {correlation.r:.2f}, 95% CI [{correlation.ci_low:.2f}, "
             f"{correlation.ci_high:.2f}], n = {correlation.n}"
