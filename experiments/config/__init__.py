@@ -1,0 +1,114 @@
+"""Experiment configuration: YAML files under ``configs/``, validated at the edge.
+
+Unknown keys, wrong types and impossible values fail with a message that names the
+field and how to fix it. Any field can be overridden with ``--set a.b=value``.
+
+A config per phase: :class:`RunConfig` holds what every phase shares, and one top model
+per phase (:data:`PHASE_MODELS`) adds only its own section and says where its MLflow
+experiment and results folder live (``config.experiment``, ``config.results_dir``). The
+YAML names its phase (``phase:``); :func:`load_config` picks the model. How each field
+enters :meth:`RunConfig.config_hash` is declared on the field (:class:`HashRule`).
+
+One module per part, every name imported from here (``from experiments.config import
+X``): ``base`` (errors, phase names, :class:`HashRule`, :class:`Moved`, the hash view),
+``sections`` (the sections every phase shares), ``common`` (:class:`RunConfig`, the
+hash, the registry), one module per phase's top model and own section (``phase5``,
+``calibration``, ``identify``), and ``load`` (registration, YAML, overlays, overrides,
+error messages, :func:`load_config`).
+"""
+
+from experiments.config.base import (
+    CPU_BATCH_ROWS,
+    EXCLUDE,
+    INCLUDE,
+    OMIT_IF_DEFAULT,
+    PHASE_CONFIGS,
+    ConfigError,
+    DeltaUnits,
+    HashRule,
+    Moved,
+    Phase,
+    Seed,
+    hash_rule,
+)
+from experiments.config.calibration import CalibrationConfig, CalibrationStudyConfig
+from experiments.config.common import PHASE_MODELS, ExperimentConfig, RunConfig
+from experiments.config.identify import (
+    Degrees,
+    Fraction,
+    IdentifyConfig,
+    IdentifyStudyConfig,
+)
+from experiments.config.load import (
+    apply_overrides,
+    did_you_mean,
+    dump_config,
+    load_config,
+    merge_overlay,
+    parse_override,
+)
+from experiments.config.phase5 import Phase5Config, Phase5TrackingConfig
+from experiments.config.sections import (
+    CentroidConfig,
+    ClassifierConfig,
+    ConceptsConfig,
+    ControlsConfig,
+    CriteriaConfig,
+    EmbeddingConfig,
+    ExecutionConfig,
+    GateConfig,
+    GenerationConfig,
+    LikelihoodConfig,
+    MetricsConfig,
+    SelectionConfig,
+    SteeringConfig,
+    TrackingConfig,
+)
+from steering.probes import Predictor  # imported from here by callers that type criteria
+
+__all__ = [
+    "CPU_BATCH_ROWS",
+    "EXCLUDE",
+    "INCLUDE",
+    "OMIT_IF_DEFAULT",
+    "PHASE_CONFIGS",
+    "PHASE_MODELS",
+    "CalibrationConfig",
+    "CalibrationStudyConfig",
+    "CentroidConfig",
+    "ClassifierConfig",
+    "ConceptsConfig",
+    "ConfigError",
+    "ControlsConfig",
+    "CriteriaConfig",
+    "Degrees",
+    "DeltaUnits",
+    "EmbeddingConfig",
+    "ExecutionConfig",
+    "ExperimentConfig",
+    "Fraction",
+    "GateConfig",
+    "GenerationConfig",
+    "HashRule",
+    "IdentifyConfig",
+    "IdentifyStudyConfig",
+    "LikelihoodConfig",
+    "MetricsConfig",
+    "Moved",
+    "Phase",
+    "Phase5Config",
+    "Phase5TrackingConfig",
+    "Predictor",
+    "RunConfig",
+    "Seed",
+    "SelectionConfig",
+    "SteeringConfig",
+    "TrackingConfig",
+    "apply_overrides",
+    "did_you_mean",
+    "dump_config",
+    "hash_rule",
+    "load_config",
+    "merge_overlay",
+    "parse_override",
+]
