@@ -382,7 +382,7 @@ class Identify:
             found,
             outcomes.betas,
             analysed,
-            label(heldout, self.forced),
+            label(heldout, self.forced, config.identify.concept_set),
             {"wall_seconds": timings["total"], **peak_memory()},
             timings,
         )
@@ -413,12 +413,15 @@ def range_note(config: IdentifyStudyConfig, model_id: str, layer: int) -> str | 
     return range_warning(config, found, where)
 
 
-def label(heldout: bool, scored_before: bool) -> str:
-    """What the run's inference is worth: the pre-registered test once, else exploratory."""
+def label(heldout: bool, scored_before: bool, concept_set: str = "development") -> str:
+    """What the run's inference is worth: the pre-registered test once, else exploratory
+    (on development concepts, or on the concepts a listed run names)."""
     if heldout and not scored_before:
         return "confirmatory: the primary analysis on held-out concepts, first scoring"
     if heldout:
         return "forced re-scoring of held-out concepts: not confirmatory"
+    if concept_set == "listed":
+        return "exploratory: listed concepts (concepts.synsets)"
     return "exploratory: development concepts"
 
 

@@ -578,3 +578,4 @@ def test_a_listed_run_builds_its_record_and_answer(
     assert sorted(set(result.directions["concept"])) == sorted(names)
     answer = (result.run_dir / "answer.md").read_text()
     assert "2 listed concepts" in answer
+    assert "exploratory: listed concepts" in answer and "development concepts" not in answer
