@@ -1,4 +1,8 @@
-"""Anthropic Messages API judge (via the `anthropic` SDK, imported only when one is built)."""
+"""Anthropic Messages API judge (via the `anthropic` SDK, imported only when one is built).
+
+`estimate_only=True` builds it for a dry run without its key: no key read, no SDK import,
+no client; it prices calls from the price table and refuses to rate (`judges.api`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import os
 from typing import Any
 
 from judges.api import APIJudge, CallResult, classify_sdk_error
-from judges.base import JudgeUnavailable, Rubric
+from judges.base import JudgeUnavailable, MissingKey, Rubric
 from judges.prompt import RenderedPrompt
 from judges.registry import judge_provider
 
@@ -36,9 +40,12 @@ class AnthropicJudge(APIJudge):
         if "api_key" in options:
             raise TypeError(f"API keys are read from ${KEY_ENV} only; do not pass api_key.")
         super().__init__(name or f"anthropic/{model}", model, **options)
+        self._requested_base_url = base_url
+        if self.estimate_only:
+            return  # priced from the table alone: no key read, no SDK, no client
         key = os.environ.get(KEY_ENV)
         if not key:
-            raise JudgeUnavailable(f"${KEY_ENV} is not set")
+            raise MissingKey(KEY_ENV)
         try:
             import anthropic
         except ImportError as exc:
@@ -55,6 +62,8 @@ class AnthropicJudge(APIJudge):
         )
 
     def _base_url(self) -> str:
+        if self.estimate_only:
+            return self._requested_base_url or ""
         return str(self._client.base_url)
 
     def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
@@ -85,7 +94,8 @@ class AnthropicJudge(APIJudge):
         )
 
     def close(self) -> None:
-        self._client.close()
+        if not self.estimate_only:
+            self._client.close()
 
 
 @judge_provider("anthropic")

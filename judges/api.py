@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from judges import pricing
 from judges.base import (
     Budget,
+    EstimateOnly,
     Judge,
     JudgeError,
     JudgeEstimate,
@@ -55,7 +56,13 @@ def safe_url(url: str | None) -> str:
 
 
 class APIJudge(Judge):
-    """A judge backed by a remote chat API. Subclasses implement `_call` and `_client_for`."""
+    """A judge backed by a remote chat API. Subclasses implement `_call` and `_client_for`.
+
+    `estimate_only=True` builds it for a dry run alone: the subclass reads no key, imports
+    no SDK and makes no client; `estimate` works as usual (it needs only the price, the
+    cache and the rubric's max_tokens) and `rate` raises EstimateOnly, so such a judge can
+    never send anything.
+    """
 
     key_env: str = ""
     default_model: str = ""
@@ -77,8 +84,10 @@ class APIJudge(Judge):
         budget: Budget | None = None,
         budget_usd: float | None = None,
         price_per_mtok: tuple[float, float] | None = None,
+        estimate_only: bool = False,
     ) -> None:
         super().__init__(name, model)
+        self.estimate_only = estimate_only
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         self.max_tokens_override = max_tokens
@@ -124,6 +133,20 @@ class APIJudge(Judge):
         return ""
 
     # -- shared behaviour -----------------------------------------------------------------
+    def _refuse_if_estimate_only(self) -> None:
+        if self.estimate_only:
+            raise EstimateOnly(
+                f"{self.name} was built to estimate a dry run only (no key, no client) and "
+                f"cannot rate; set ${self.key_env} and build it again"
+            )
+
+    def rate(
+        self, requests: Sequence[RatingRequest], on_result: ProgressCallback | None = None
+    ) -> list[Rating]:
+        """As `Judge.rate`; refuses (EstimateOnly) when built with `estimate_only=True`."""
+        self._refuse_if_estimate_only()
+        return super().rate(requests, on_result)
+
     def max_tokens_for(self, rubric: Rubric) -> int:
         if self.max_tokens_override is not None:
             return self.max_tokens_override
@@ -205,6 +228,7 @@ class APIJudge(Judge):
         )
 
     def _rate_one(self, request: RatingRequest) -> Rating:
+        self._refuse_if_estimate_only()  # every send passes here, whoever calls it
         prompt = render_api_prompt(request)
         started = time.perf_counter()
         key = self._key(request, prompt)

@@ -32,6 +32,23 @@ class JudgeUnavailable(JudgeError):
     """A judge cannot be built here (missing API key, missing package, missing model file)."""
 
 
+class MissingKey(JudgeUnavailable):
+    """An API judge's key is not in the environment (`key_env` names the variable).
+
+    A provider that raises it also accepts `estimate_only=True`: the same judge built
+    without its key or client, which can price a dry run (`judges.estimate`) and refuses to
+    rate. The message names the variable only, never a value.
+    """
+
+    def __init__(self, key_env: str) -> None:
+        super().__init__(f"${key_env} is not set")
+        self.key_env = key_env
+
+
+class EstimateOnly(JudgeError):
+    """`rate` was called on a judge built only to estimate (no key, no client)."""
+
+
 class NoJudgesError(JudgeError):
     """A panel was asked to run with no usable judge."""
 
@@ -187,6 +204,9 @@ class JudgeEstimate:
     `input_tokens_typical` about 4 characters per token, `output_tokens_max` max_tokens.
     `cost_usd_max` is the worst case at the judge's price: None when the price (or the
     token count) is unknown, 0.0 for a local judge or when everything is cached.
+    `missing_key` names the environment variable (never its value) when the judge was
+    priced without its key: the figures are what it would cost once the key is set, and a
+    real run would skip it until then.
     """
 
     judge: str
@@ -198,6 +218,7 @@ class JudgeEstimate:
     output_tokens_max: int | None = None
     cost_usd_max: float | None = None
     price_source: str = "unknown"
+    missing_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

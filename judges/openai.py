@@ -3,6 +3,8 @@
 `base_url` points it at vLLM, a llama.cpp server, Ollama, etc. The key comes only from
 $OPENAI_API_KEY; with a custom `base_url` and no key set, a placeholder is sent, because
 local servers usually need none (a server that does will answer 401, a clear error).
+`estimate_only=True` builds it for a dry run without its key: no key read, no SDK import,
+no client; it prices calls from the price table and refuses to rate (`judges.api`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 from typing import Any
 
 from judges.api import APIJudge, CallResult, classify_sdk_error
-from judges.base import JudgeUnavailable, Rubric
+from judges.base import JudgeUnavailable, MissingKey, Rubric
 from judges.prompt import RenderedPrompt
 from judges.registry import judge_provider
 
@@ -48,10 +50,13 @@ class OpenAIJudge(APIJudge):
         super().__init__(name or f"openai/{model}", model, temperature=temperature, **options)
         self.json_mode = json_mode
         self.seed = seed
+        self._requested_base_url = base_url
+        if self.estimate_only:
+            return  # priced from the table alone: no key read, no SDK, no client
         key = os.environ.get(KEY_ENV)
         if not key:
             if base_url is None:
-                raise JudgeUnavailable(f"${KEY_ENV} is not set")
+                raise MissingKey(KEY_ENV)
             key = NO_KEY_PLACEHOLDER
         try:
             import openai
@@ -69,6 +74,8 @@ class OpenAIJudge(APIJudge):
         )
 
     def _base_url(self) -> str:
+        if self.estimate_only:
+            return self._requested_base_url or ""
         return str(self._client.base_url)
 
     def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
@@ -108,7 +115,8 @@ class OpenAIJudge(APIJudge):
         )
 
     def close(self) -> None:
-        self._client.close()
+        if not self.estimate_only:
+            self._client.close()
 
 
 @judge_provider("openai")

@@ -56,7 +56,10 @@ def judge_provider(name: str, *, local: bool = False) -> Callable[[F], F]:
     """Register `factory(rest: str, **options) -> Judge` as provider `name`.
 
     `rest` is everything after the first "/" of the judge name ("" when absent). The
-    factory must import its SDK lazily and raise JudgeUnavailable when it is missing.
+    factory must import its SDK lazily and raise JudgeUnavailable when it is missing. A
+    factory that raises MissingKey (its key is not in the environment) must also accept
+    `estimate_only=True` and then build a judge that can `estimate` but refuses to rate:
+    the dry run (`judges.estimate`) prices such a judge without its key.
     """
     key = name.strip().lower()
     if not key or "/" in key:
@@ -91,6 +94,23 @@ def get_judge(name: str, **options: Any) -> Judge:
     return provider_info(provider).factory(rest, **options)
 
 
+def judge_options(
+    name: str,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    budget: Budget | None = None,
+    **common: Any,
+) -> dict[str, Any]:
+    """The options `build_panel` builds judge `name` with: `options[name]` over `common`
+    and the shared `budget` for an API judge; `options[name]` alone for a local one."""
+    provider, _ = parse_name(name)
+    kwargs: dict[str, Any] = dict(options.get(name, {})) if options else {}
+    if not provider_info(provider).local:
+        kwargs = {**common, **kwargs}
+        if budget is not None:
+            kwargs.setdefault("budget", budget)
+    return kwargs
+
+
 def build_panel(
     names: Iterable[str],
     options: Mapping[str, Mapping[str, Any]] | None = None,
@@ -108,13 +128,8 @@ def build_panel(
     skipped: dict[str, str] = {}
     budget = Budget(budget_usd)
     for name in names:
-        provider, _ = parse_name(name)
-        kwargs: dict[str, Any] = dict(options.get(name, {})) if options else {}
-        if not provider_info(provider).local:
-            kwargs = {**common, **kwargs}
-            kwargs.setdefault("budget", budget)
         try:
-            judges.append(get_judge(name, **kwargs))
+            judges.append(get_judge(name, **judge_options(name, options, budget, **common)))
         except JudgeUnavailable as exc:
             skipped[name] = str(exc)
             log.warning("Skipping judge %s: %s", name, exc)

@@ -252,7 +252,11 @@ def _dry_run(
     as_json: bool,
     rubric: str = "relatedness",
 ) -> None:
-    """What the panel would do: calls per judge and the worst case in USD; nothing sent."""
+    """What the panel would do: calls per judge and the worst case in USD; nothing sent.
+
+    An API judge whose key is not set is priced all the same, with a line naming the
+    variable to set (and ``missing_keys`` in ``--json``); a real run skips it until then.
+    """
     from experiments.validation.panel import estimate_panel_for
 
     decision, estimate = estimate_panel_for(
@@ -298,11 +302,16 @@ def _dry_run(
             "?" if j.cached is None else str(j.cached),
             str(j.calls),
             usd(j.cost_usd_max),
-            j.price_source,
+            j.price_source if j.missing_key is None else f"{j.price_source}; no key",
         )
     total = usd(estimate.cost_usd_max)
     table.add_row("[bold]total", "", "", f"[bold]{estimate.calls}", f"[bold]{total}", "")
     out.print(table)
+    for name, variable in estimate.missing_keys.items():
+        console.print(
+            f"[yellow]no key[/] {name}: ${variable} is not set; its cost above is what it "
+            "would cost once the key is set (a real run skips it until then)"
+        )
     for name, reason in estimate.skipped.items():
         console.print(f"[yellow]would skip[/] {name}: {reason}")
     fits = estimate.fits(budget)

@@ -395,7 +395,8 @@ def estimate_panel_for(
     rubric: str = "relatedness",
 ) -> tuple[Decision, PanelEstimate | None]:
     """A dry run of :func:`run_panel_for`: the calls each judge would make (cache hits
-    left out) and the worst-case cost from the price table. Nothing is sent or logged."""
+    left out) and the worst-case cost from the price table, for an API judge without its
+    key too (``missing_key`` on its estimate). Nothing is sent or logged."""
     from experiments.validation.runs import IDENTIFY_PHASE, PHASE
     from judges import RUBRICS, estimate_panel
 

@@ -4,8 +4,10 @@ real anthropic/openai SDKs against the loopback server."""
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -13,10 +15,13 @@ import pytest
 
 from judges import (
     BudgetExceeded,
+    EstimateOnly,
     Judge,
+    MissingKey,
     Rating,
     RatingRequest,
     Rubric,
+    build_panel,
     estimate_panel,
     get_judge,
     pricing,
@@ -261,6 +266,87 @@ def test_dry_run_with_limit_and_built_judges(loopback, api_keys, make_api_judge)
     assert estimate.cost_usd_max == pytest.approx(api.cost_usd_max)
     assert estimate.fits(None) is True and estimate.fits(api.cost_usd_max * 2) is True
     assert estimate.fits(api.cost_usd_max / 2) is False
+
+
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+PRICED = {  # a model of each provider in the price table, and the variable it needs
+    "anthropic/claude-haiku-4-5": "ANTHROPIC_API_KEY",
+    "openai/gpt-4o-mini": "OPENAI_API_KEY",
+}
+
+
+@pytest.mark.parametrize("name", list(PRICED))
+def test_a_judge_without_its_key_is_priced_as_with_it(
+    name, monkeypatch, cache_dir, count_connections
+):
+    """The dry run prices an API judge whose key is not set exactly as the same judge with
+    a key: calls, token bounds and worst-case USD; only `missing_key` tells them apart."""
+    for var in (*KEY_VARIABLES, "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    data = make_samples(5)
+    keyless = estimate_panel([name], data, cache=cache_dir)
+    (judge,) = keyless.judges
+    assert keyless.skipped == {} and judge.judge == name
+    assert judge.calls == keyless.calls == len(data) and keyless.samples == len(data)
+    assert judge.cost_usd_max is not None and judge.cost_usd_max > 0
+    assert judge.missing_key == PRICED[name] and keyless.missing_keys == {name: PRICED[name]}
+    assert keyless.to_dict()["missing_keys"] == {name: PRICED[name]}
+    assert keyless.to_dict()["judges"][0]["missing_key"] == PRICED[name]
+
+    monkeypatch.setenv(PRICED[name], "sk-test-dummy-never-sent")
+    keyed = estimate_panel([name], data, cache=cache_dir)
+    (with_key,) = keyed.judges
+    assert with_key.missing_key is None and keyed.missing_keys == {}
+    assert with_key.cost_usd_max == pytest.approx(judge.cost_usd_max)
+    assert keyed.cost_usd_max == pytest.approx(keyless.cost_usd_max)
+    assert replace(judge, missing_key=None) == with_key  # every other figure is the same
+    assert count_connections == []  # nothing was sent, with or without the key
+
+
+def test_a_keyless_judge_counts_in_the_panel_total(no_api_keys, tmp_path):
+    data = make_samples(4)
+    missing = f"llama/{tmp_path}/missing.gguf"
+    estimate = estimate_panel([*PRICED, missing], data, cache=False)
+    assert [j.judge for j in estimate.judges] == list(PRICED)
+    assert "not found" in estimate.skipped[missing] and list(estimate.skipped) == [missing]
+    assert estimate.calls == 2 * len(data)
+    assert estimate.cost_usd_max == pytest.approx(sum(j.cost_usd_max for j in estimate.judges))
+    assert estimate.fits(estimate.cost_usd_max) is True
+    assert estimate.fits(estimate.cost_usd_max / 2) is False
+
+
+@pytest.mark.parametrize("name", list(PRICED))
+def test_an_estimate_only_judge_refuses_to_rate(name, monkeypatch):
+    """Built without a key (or even with one) for estimating only: no key read, no SDK,
+    no client, and every way into rating raises EstimateOnly before anything is sent."""
+    monkeypatch.setenv(PRICED[name], "sk-test-SECRET-estimate-only")
+    monkeypatch.setitem(sys.modules, name.split("/")[0], None)  # the SDK is not needed
+    judge = get_judge(name, estimate_only=True, cache=False)
+    assert judge.estimate_only and judge._secret is None and not hasattr(judge, "_client")
+    assert "SECRET" not in repr(judge) and "SECRET" not in str(judge.describe())
+    request = RatingRequest("Sample text about a dog", "dog")
+    assert judge.estimate([request]).calls == 1
+    for attempt in (
+        lambda: judge.rate([request]),
+        lambda: judge.rate([]),
+        lambda: judge.rate_one("text", "dog"),
+        lambda: judge._rate_one(request),
+        lambda: run_panel([judge], make_samples(2)),
+    ):
+        with pytest.raises(EstimateOnly, match=PRICED[name]):
+            attempt()
+    judge.close()
+    judge.close()  # safe twice, with no client
+
+
+def test_a_real_run_still_skips_a_judge_without_its_key(no_api_keys):
+    judges, skipped = build_panel(list(PRICED))
+    assert judges == []
+    assert skipped == {name: f"${var} is not set" for name, var in PRICED.items()}
+    for name in PRICED:
+        with pytest.raises(MissingKey) as caught:
+            get_judge(name)
+        assert caught.value.key_env == PRICED[name]
 
 
 def test_a_budget_equal_to_the_worst_case_is_never_exceeded(loopback, api_keys, make_api_judge):

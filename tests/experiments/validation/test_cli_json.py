@@ -44,3 +44,30 @@ def test_panel_dry_run_counts_calls_and_sends_nothing(mlflow_store, tmp_path, ki
     assert "nothing was sent" in table.stderr
     skipped = runner.invoke(app, ["panel", "--run", run_id, "--dry-run", "--json"])
     assert json.loads(skipped.stdout)["would_run"] is False  # auto: no human ratings yet
+
+
+def test_panel_dry_run_prices_a_judge_whose_key_is_not_set(
+    mlflow_store, tmp_path, kit, monkeypatch
+):
+    """The dry run exists to cost a study before its keys do: a judge without its key is
+    priced from the table and flagged, never skipped; nothing is sent."""
+    run_id, _ = kit.make_run(tmp_path)
+    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    name = "anthropic/claude-haiku-4-5"
+    args = ["panel", "--run", run_id, "--rubric", "axbench", "--when", "always"]
+    args += ["--judge", name, "--dry-run", "--limit", "5"]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    said = " ".join(table.stderr.split())  # rich wraps long lines
+    assert "would skip" not in said
+    assert f"no key {name}: $ANTHROPIC_API_KEY is not set" in said
+    assert "would cost once the key is set" in said
+    assert "worst-case cost" in table.stdout and "$0.0000" not in table.stdout
+    assert "no key" in table.stdout  # the row itself is marked too
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert data["calls"] == 5 and data["cost_usd_max"] > 0 and data["skipped"] == {}
+    assert data["missing_keys"] == {name: "ANTHROPIC_API_KEY"}
+    (judge,) = data["judges"]
+    assert judge["missing_key"] == "ANTHROPIC_API_KEY" and judge["calls"] == 5
+    assert judge["cost_usd_max"] == data["cost_usd_max"]
