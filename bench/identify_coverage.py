@@ -11,14 +11,14 @@ import sys
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from experiments.identify import stats
-from experiments.identify.estimator import (
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.estimator import (
     flexible_slope,
     linear_cos_slope,
     matched_pairs,
     with_probit,
 )
-from experiments.identify.simulate import SHAPES, toy_study
+from experiments.identify.simulation.simulate import SHAPES, toy_study
 
 N = 200
 out = {}

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from experiments.config import IdentifyStudyConfig, load_config
-from experiments.identify.design import measured_toy, primary_of, simulate
-from experiments.identify.variance import Components
+from experiments.identify.estimation.variance import Components
+from experiments.identify.simulation.design import measured_toy, primary_of, simulate
 
 SIZES = (294, 450, 600)
 TOYS, N_BOOT, SEED = 50, 499, 0

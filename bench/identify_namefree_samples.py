@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from experiments.concepts import load_concepts
-from experiments.identify.namefree import name_free_likelihood_texts, name_free_positives
+from experiments.identify.stages.namefree import name_free_likelihood_texts, name_free_positives
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "concepts"
 SEED = 0

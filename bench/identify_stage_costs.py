@@ -4,7 +4,7 @@
 
 Reads the finished run's ``analysis.json`` (its ``timings``, the same numbers as its
 ``time/<stage>`` metrics, and its concepts), divides every stage but the ones paid once
-per run (``experiments/identify/cost.FIXED``) by the concepts, and writes the file that
+per run (``experiments/identify/heldout/cost.FIXED``) by the concepts, and writes the file that
 ``steer-eval identify --dry-run`` falls back on where the MLflow store holds no earlier
 run of the same model on the same device. Nothing is run: only a finished run is read.
 """
@@ -16,7 +16,7 @@ import json
 import platform
 from pathlib import Path
 
-from experiments.identify.cost import BENCH, costs_from_record
+from experiments.identify.heldout.cost import BENCH, costs_from_record
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.identify.variance import BUILT_FAMILIES, Components, components
+from experiments.identify.estimation.variance import BUILT_FAMILIES, Components, components
 
 ROOT = Path("results-heldout/phase6-identify-v3")
 

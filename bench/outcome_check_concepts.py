@@ -10,7 +10,7 @@ The rule: the 300 scored held-out concepts of identify v3 (results-heldout/
 phase6-identify-v3/shard-*/directions.csv), each with v*'s AUROC (validation and test
 texts together, ``identify.auroc_texts: held_out``), split into ``--strata`` equal quantile
 bins of that AUROC and ``--n`` concepts drawn evenly across them with ``--seed``
-(``experiments.identify.matched.stratified_subset``, the rule identify's own subset uses).
+(``experiments.identify.stages.matched.stratified_subset``, the rule identify's own subset uses).
 Every chosen concept is checked to lie in v3's held-out split of its concept file. The
 list is written in v3's split order to ``bench/identify_v4_outcome_check/concepts.json``
 with each concept's shard, AUROC and stratum, and printed as the ``concepts.synsets``
@@ -36,8 +36,8 @@ import pandas as pd
 
 from experiments.concepts import load_concepts
 from experiments.config import load_config
-from experiments.identify.matched import stratified_subset
-from experiments.identify.prereg import split_concepts
+from experiments.identify.heldout.prereg import split_concepts
+from experiments.identify.stages.matched import stratified_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARDS = ROOT / "results-heldout" / "phase6-identify-v3"
@@ -109,7 +109,7 @@ def choose(n: int, seed: int, strata: int) -> dict[str, Any]:
         "rule": (
             f"{n} of identify v3's {len(table)} scored held-out concepts, drawn evenly over "
             f"{strata} quantile bins of v*'s AUROC (held-out texts) from the committed shard "
-            f"tables, seed {seed} (experiments.identify.matched.stratified_subset); listed "
+            f"tables, seed {seed} (experiments.identify.stages.matched.stratified_subset); listed "
             "in v3's shard order"
         ),
         "seed": seed,
@@ -151,8 +151,8 @@ def plan(config_path: Path, concepts: list[str]) -> dict[str, Any]:
     """The rows the config would generate for ``concepts`` (no model): the keys of
     ``kernel.plan.planned_rows`` for the selection split (tagged as v*'s) and, united over
     the directions of ``identify.generated``, for the report split."""
-    from experiments.identify.crosscheck import canonical
-    from experiments.identify.generation import REFERENCE_TAG
+    from experiments.identify.estimation.crosscheck import canonical
+    from experiments.identify.stages.generation import REFERENCE_TAG
     from experiments.kernel.plan import planned_rows
 
     cfg = load_config(config_path, phase="identify")

@@ -345,15 +345,16 @@ def _run(
     """The run, as ``steer-eval run`` makes it: β kept by the command's rule, the layer
     chosen by its rule, then the one runner; its command line tagged on the MLflow run."""
     from experiments import tracking
-    from experiments.cli.strength import kept_keys, with_layer
+    from experiments.cli.strength import kept_keys
     from experiments.config import Phase5Config
+    from experiments.kernel.layers import resolve_layer
     from experiments.phase5.run import run_phase5
 
     assert isinstance(cfg, Phase5Config)  # load_config(..., "phase5") reads that model
     explicit = kept_keys(settings.sets, cfg, settings.config)
     choice = None
     if rule is not None:
-        cfg, lm, found_embedder, choice = with_layer(cfg, rule, say, explicit)
+        cfg, lm, found_embedder, choice = resolve_layer(cfg, rule, say, explicit)
         embedder = embedder or found_embedder
     command = settings.command(rule)
     say(f"the same run from the command line: {command}")

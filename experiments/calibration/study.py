@@ -40,7 +40,7 @@ from experiments.kernel.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, plain
 from experiments.rows import number
 from experiments.rundir import RunDir, join_scores
-from experiments.strength.range import BETA_TAG, choose_beta, shared_range
+from experiments.strength_range import BETA_TAG, choose_beta, shared_range
 from experiments.tracking.context import MAX_TAG_LEN
 
 if TYPE_CHECKING:

@@ -150,7 +150,7 @@ def run(
     K, once); an interrupted run finished (--resume); its plan and cost (--dry-run)."""
     setup_logging(verbose)
     from experiments.identify import QUICK
-    from experiments.identify.prereg import PreregistrationError
+    from experiments.identify.heldout.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
 
     if shard is not None and (not heldout or resume is not None):
@@ -257,7 +257,7 @@ def pool(
 def compare(folder: FolderArg, json_: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Re-analyse a run with v1's and v2's estimators side by side."""
     setup_logging(verbose)
-    from experiments.identify.compare import before_after, markdown, read_directions
+    from experiments.identify.estimation.compare import before_after, markdown, read_directions
 
     try:
         frame = read_directions(folder)
@@ -288,8 +288,8 @@ def _dry_run(cfg: IdentifyStudyConfig, budget_minutes: float, json_: bool) -> No
         return [note] if note else []
 
     def costs(plan: Plan) -> tuple[list[str], dict[str, Any]]:
-        from experiments.identify.cost import cost_lines, plan_costs
-        from experiments.identify.manipulations import direction_grid
+        from experiments.identify.heldout.cost import cost_lines, plan_costs
+        from experiments.identify.stages.manipulations import direction_grid
 
         found, why = plan_costs(plan, directions=len(direction_grid(cfg.identify)))
         extra = found.to_dict(budget_minutes) if found else {"note": why}
@@ -323,8 +323,8 @@ def _show_run(result: IdentifyResult, json_: bool) -> None:
 
 
 def _pool(cfg: IdentifyStudyConfig, force: bool, json_: bool) -> None:
-    """``--pool``: the primary on the pooled held-out shards (``identify/shards.py``)."""
-    from experiments.identify.shards import POOLED_ANSWER, pooled_markdown
+    """``--pool``: the primary on the pooled held-out shards (``identify/heldout/shards.py``)."""
+    from experiments.identify.heldout.shards import POOLED_ANSWER, pooled_markdown
     from experiments.identify.study import pool_heldout
 
     _pooled(
@@ -354,8 +354,8 @@ def _pooled(
 ) -> None:
     """Run a pooled-shards command: its refusal as an error (exit 2), its record as JSON
     or as markdown with the file it wrote in the pooled folder."""
-    from experiments.identify.prereg import POOLED, PreregistrationError
-    from experiments.identify.shards import shards_root
+    from experiments.identify.heldout.prereg import POOLED, PreregistrationError
+    from experiments.identify.heldout.shards import shards_root
 
     try:
         with console.status(status):
@@ -376,12 +376,17 @@ def _simulate(
     cfg: IdentifyStudyConfig, toys: int, json_: bool, run: Path | None = None,
     sizes: list[int] | None = None, primary_only: bool = False,
 ) -> None:  # fmt: skip
-    """``--simulate``: the design table (``identify/design.py``), printed and written."""
+    """``--simulate``: the design table (``identify/simulation/design.py``), printed and written."""
     from rich.table import Table
 
-    from experiments.identify.compare import read_directions
-    from experiments.identify.design import population_of, primary_of, run_design, write_design
-    from experiments.identify.variance import components, components_from_json
+    from experiments.identify.estimation.compare import read_directions
+    from experiments.identify.estimation.variance import components, components_from_json
+    from experiments.identify.simulation.design import (
+        population_of,
+        primary_of,
+        run_design,
+        write_design,
+    )
 
     measured = None
     if run is not None:

@@ -342,12 +342,15 @@ def run(
 
         print_plan(cfg, json_, kept_keys(set_, cfg, config), layer_rule=rule)
         return
-    from experiments.cli.strength import kept_keys, with_layer
+    from experiments.cli.strength import kept_keys
+    from experiments.kernel.layers import resolve_layer
 
     explicit = kept_keys(set_, cfg, config)
-    cfg, lm, embedder, layer_choice = with_layer(
-        cfg, wanted, lambda msg: console.print(f"[dim]{msg}"), explicit
-    )
+    lm = embedder = layer_choice = None  # a resume keeps its stored layer
+    if cfg is not None:
+        cfg, lm, embedder, layer_choice = resolve_layer(
+            cfg, wanted, lambda msg: console.print(f"[dim]{msg}"), explicit
+        )
     if resume is not None:
         # Options that choose what is generated become overrides too, so a resume refuses
         # them by name instead of ignoring them.

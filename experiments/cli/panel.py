@@ -234,7 +234,7 @@ def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
         + f"; cost ${result.totals.get('cost_usd', 0):.4f}; {result.wall_time_s:.1f} s"
     )
     if validity is not None:
-        from experiments.identify.rubric import validity_lines
+        from experiments.identify.estimation.rubric import validity_lines
 
         for line in validity_lines(validity):
             out.print(line, markup=False, highlight=False)

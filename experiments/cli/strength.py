@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,7 +30,7 @@ from experiments.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from experiments.strength.range import StrengthRange
+    from experiments.strength_range import StrengthRange
 
 
 def register(app: typer.Typer) -> None:
@@ -65,42 +64,6 @@ def kept_keys(
     except user_errors():  # not here: not the run's model (whose own load says why)
         same = False
     return explicit | {"steering.beta"} if same else explicit
-
-
-def with_layer(
-    cfg: Any,
-    layer: int | str | None,
-    say: Callable[[str], None],
-    explicit: frozenset[str] = frozenset(),
-) -> tuple[Any, Any, Any, Any]:
-    """(the config with its layer, the loaded model, the embedder, the
-    ``record.LayerChoice``; None for what was not needed): a rule loads the model and
-    picks the layer (``kernel/layers.py``): ``auto`` from the probe sweep,
-    ``auto-effect`` from steering measured on the selection prompts (which also needs
-    the embedder; ``explicit``: the keys whose β the command line set)."""
-    if layer not in ("auto", "auto-effect"):
-        return cfg, None, None, None
-    import time
-
-    from experiments.kernel.layers import auroc_choice, effect_layer, pick_layer, selection_config
-    from experiments.kernel.lifecycle import embedder_device, load_graph
-
-    if layer == "auto-effect":
-        selection_config(cfg)  # what it cannot measure is said before anything loads
-    say(f"loading {cfg.model}")
-    lm = cfg.model_spec.load()
-    graph = load_graph(cfg)
-    embedder = None
-    started = time.perf_counter()
-    if layer == "auto":
-        chosen, sets = pick_layer(cfg, lm, graph, say=say)
-        choice = auroc_choice(chosen, sets, time.perf_counter() - started)
-    else:
-        from metrics.embedder import load_embedder
-
-        embedder = load_embedder(cfg.embedding.model, embedder_device(cfg, lm))
-        choice = effect_layer(cfg, lm, graph, embedder, explicit=explicit, say=say)
-    return cfg.model_copy(update={"layer": choice.layer}), lm, embedder, choice
 
 
 def calibrate_strength(
@@ -138,7 +101,8 @@ def calibrate_strength(
     classifiers: a run on that model then takes its β from it (steering.beta auto, or a
     config β outside it). --list shows the recorded ranges, --clear removes them."""
     setup_logging(verbose)
-    from experiments.config import ConfigError
+    from experiments.config import ConfigError, Phase5Config
+    from experiments.kernel.layers import resolve_layer
     from experiments.kernel.lifecycle import load_graph
     from experiments.strength.sweep import calibrate_strength as sweep
     from experiments.strength.sweep import parse_grid
@@ -157,9 +121,10 @@ def calibrate_strength(
             "calibrate a layer by number, or the one auto picks"
         )
     fixed = wanted if isinstance(wanted, int) else None
-    cfg = resolve_config(config, set_, model, fixed, concepts, "phase5")
+    given = resolve_config(config, set_, model, fixed, concepts, "phase5")
+    assert isinstance(given, Phase5Config)  # resolve_config(..., "phase5") reads that model
     say = console.print
-    cfg, lm, _embedder, _choice = with_layer(cfg, wanted, lambda msg: say(f"[dim]{msg}"))
+    cfg, lm, _embedder, _choice = resolve_layer(given, wanted, lambda msg: say(f"[dim]{msg}"))
     if lm is None:
         with console.status(f"loading {cfg.model}"):
             lm = cfg.model_spec.load()
@@ -184,7 +149,7 @@ def calibrate_strength(
 
 
 def _print_range(record: StrengthRange, path: Path) -> None:
-    from experiments.strength.range import thin_note
+    from experiments.strength_range import thin_note
 
     table = Table(
         "β",
@@ -235,8 +200,8 @@ def list_or_clear(
     narrowed to what the command line names (``--model``, ``--layer``, ``--set`` of
     ``steering.mode`` or ``steering.vector_source``). None recorded: ``--list`` says so
     (an empty list in ``--json``, exit 0), ``--clear`` is refused (nothing to remove)."""
+    from experiments import strength_range as ranges
     from experiments.config import ConfigError, parse_override
-    from experiments.strength import range as ranges
 
     if isinstance(layer, str):
         raise typer.BadParameter(f"--layer {layer} sweeps layers: give a layer number, or none")
@@ -295,7 +260,7 @@ def list_or_clear(
 def _range_row(where: Path, record: StrengthRange) -> dict[str, Any]:
     import datetime
 
-    from experiments.strength.range import RANGE_FILE
+    from experiments.strength_range import RANGE_FILE
 
     path = where / RANGE_FILE
     when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)

@@ -150,7 +150,7 @@ class IdentifyConfig(_Strict):
         ge=0,
         description="identify v2: this many concepts (stratified by v*'s test AUROC) where "
         "every direction is also steered at fixed and KL-matched doses and generated from "
-        "(identify/matched.py); 0: off",
+        "(identify/stages/matched.py); 0: off",
     )
     subset_doses: Annotated[list[Annotated[float, Field(gt=0)]], OMIT_IF_DEFAULT] = Field(
         default_factory=lambda: [0.5, 2.0],
@@ -176,7 +176,7 @@ class IdentifyConfig(_Strict):
     )
     dose_verify: Annotated[bool, OMIT_IF_DEFAULT] = Field(
         False,
-        description="split the dose's prompts (seeded, identify/matched.py "
+        description="split the dose's prompts (seeded, identify/stages/matched.py "
         "matching_split): bisect on one half, then measure each direction's KL at its "
         "matched dose on the other half against v*'s there (the share matched on "
         "held-apart contexts); false: matched and checked on the same prompts (v2)",
@@ -185,7 +185,7 @@ class IdentifyConfig(_Strict):
         False,
         description="identify v2: every direction also scored on name-free test positives "
         "(AUROC), and the subset's likelihood outcome on name-free texts "
-        "(identify/namefree.py): detection and outcome without the name channel",
+        "(identify/stages/namefree.py): detection and outcome without the name channel",
     )
     name_free_keep: Annotated[float, OMIT_IF_DEFAULT] = Field(
         1.0,

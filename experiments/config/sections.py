@@ -71,7 +71,7 @@ class SteeringConfig(_Strict):
         0.2,
         description="strength 1.0 adds beta × the median residual norm (finite, > 0); auto: "
         "the top of the model's recorded coherent range (steer-eval calibrate-strength); a "
-        "config's β outside a recorded range is replaced by it (experiments/strength/range.py)",
+        "config's β outside a recorded range is replaced by it (experiments/strength_range.py)",
     )
     vector_source: str = Field(
         "classifier",

@@ -2,7 +2,7 @@
 
 The pre-registered primary analysis is the headline verdict (pass: supported, its
 interval on the hypothesis' side of 0) and names its estimator (v1: a straight line in
-cos; v2: identify/estimator.py); the v2 estimator's slopes, then the pooled and
+cos; v2: identify/estimation/estimator.py); the v2 estimator's slopes, then the pooled and
 per-manipulation AUROC slopes beside cos(v, v*) follow as exploratory rows, then the
 prompting baseline.
 """
@@ -61,7 +61,7 @@ ESTIMATOR_WORDS = {
 
 
 def estimand_rows(record: IdentifyRecord) -> list[Verdict]:
-    """One row per estimand (identify/estimands.py), named, with its question; an
+    """One row per estimand (identify/estimation/estimands.py), named, with its question; an
     estimand this run could not or did not measure says why."""
     out = []
     for name, e in record.estimands.items():
@@ -87,7 +87,7 @@ V2_GROUP = "identified: v2 estimator (exploratory)"
 
 
 def identified_rows(record: IdentifyRecord) -> list[Verdict]:
-    """The v2 estimator's slopes (identify/estimator.py), when the record has them."""
+    """The v2 estimator's slopes (identify/estimation/estimator.py), when the record has them."""
     ident = record.identified
     if ident is None:
         return []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from experiments.identify.cells import StudyTables
+from experiments.identify.estimation.cells import StudyTables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -180,7 +180,7 @@ def predictors_figure(record: IdentifyRecord) -> Figure:
 
 def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
     plt = _plt()
-    from experiments.identify.crosscheck import canonical
+    from experiments.identify.estimation.crosscheck import canonical
 
     gen = cells[cells["sign"] == 1].copy()
     gen["direction"] = gen["direction"].map(
@@ -243,7 +243,7 @@ def pooled_figure(frame: pd.DataFrame, per_concept: pd.DataFrame, record: dict[s
     AUROC and likelihood effect over the built directions, each concept's own directions
     faint behind (centred on the concept's mean, then moved to the pool's); right, the
     concepts' own slopes, the scored primary's estimate and interval over them."""
-    from experiments.identify.variance import practitioner_rows
+    from experiments.identify.estimation.variance import practitioner_rows
 
     plt = _plt()
     fig: Figure

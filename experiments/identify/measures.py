@@ -3,7 +3,7 @@ once (as ``rows.Measure`` declares Phase 5's): how a direction steers, measured 
 way on the stratified subset.
 
 A declaration names its ``directions.csv`` column and how that column is read from the
-stages' :class:`~experiments.identify.stages.Outcomes` (``values``), the detection
+stages' :class:`~experiments.identify.pipeline.Outcomes` (``values``), the detection
 columns its slope is taken on, whether the slope is also taken beside the dose and
 which outcome it should agree with, and the words that show it. From it alone:
 
@@ -32,7 +32,7 @@ import pandas as pd
 from steering.registry import Registry
 
 if TYPE_CHECKING:
-    from experiments.identify.stages import Outcomes
+    from experiments.identify.pipeline import Outcomes
 
 Key = tuple[str, str]  # (concept, direction id)
 

@@ -32,8 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from experiments.identify.prereg import POOLED, Preregistration, PreregistrationError, binding
-from experiments.identify.shards import (
+from experiments.identify.heldout.prereg import (
+    POOLED,
+    Preregistration,
+    PreregistrationError,
+    binding,
+)
+from experiments.identify.heldout.shards import (
     POOLED_RECORD,
     RELIABILITY_FILE,
     pooled_directions,
@@ -59,8 +64,8 @@ def per_concept(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per concept over its built directions (``variance.practitioner_rows``):
     how many, v*'s AUROC and effect, the AUROC and effect spread, and the concept's own
     least-squares slope of effect on AUROC (NaN when its AUROC does not vary)."""
-    from experiments.identify.directions import REFERENCE
-    from experiments.identify.variance import practitioner_rows
+    from experiments.identify.estimation.variance import practitioner_rows
+    from experiments.identify.stages.directions import REFERENCE
 
     rows = []
     for concept, part in practitioner_rows(frame).groupby("concept", sort=False):
@@ -118,9 +123,9 @@ def pooled_exploratory(
 ) -> dict[str, Any]:
     """The exploratory estimands and the per-concept table on the pooled shards (see the
     module's docstring); a PreregistrationError until the pooled primary is scored."""
-    from experiments.identify.estimands import estimate_all
-    from experiments.identify.families import decompose
-    from experiments.identify.variance import components
+    from experiments.identify.estimation.estimands import estimate_all
+    from experiments.identify.estimation.families import decompose
+    from experiments.identify.estimation.variance import components
 
     folder = shards_root(config) / POOLED
     scored = folder / POOLED_RECORD
@@ -189,7 +194,7 @@ def exploratory_markdown(record: dict[str, Any]) -> str:
             f"{', '.join(map(str, record['reliability']['shards_without'])) or 'none'}.",
         ]
     if "families" in record:
-        from experiments.identify.families import markdown as families_markdown
+        from experiments.identify.estimation.families import markdown as families_markdown
 
         lines += families_markdown(record["families"])
     pc = record["per_concept"]

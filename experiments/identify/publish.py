@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.answer import answer_of
-from experiments.identify.cells import StudyTables
+from experiments.identify.estimation.cells import StudyTables
 from experiments.identify.figures import figures, manipulation_figure
 from experiments.identify.summary import summary_markdown
 from experiments.kernel.publisher import ChildRun, Views

@@ -7,7 +7,7 @@ experiment, on the development concepts by default (``--heldout``: the held-out 
 once per pre-registration). Stages, each timed:
 
 1. ``activations``: every probe, test, validation and neutral text at the layer, once;
-2. ``directions``: v* and every manipulated direction (``identify/data.py``);
+2. ``directions``: v* and every manipulated direction (``identify/stages/data.py``);
 3. ``detection``: each direction scored as its own detector (``detect.py``);
 4. ``selection``: the held-out β of v* per concept, by generation (``generation.py``);
 5. ``likelihood``: the likelihood outcome of every direction at that β, and the
@@ -33,7 +33,7 @@ import pandas as pd
 from experiments import tracking
 from experiments.concepts import load_concepts
 from experiments.config import ConfigError, IdentifyStudyConfig, Phase
-from experiments.identify.prereg import (
+from experiments.identify.heldout.prereg import (
     Preregistration,
     PreregistrationError,
     binding,
@@ -47,7 +47,7 @@ from experiments.identify.prereg import (
     run_ledger,
     split_concepts,
 )
-from experiments.identify.shards import (
+from experiments.identify.heldout.shards import (
     committed_ledgers,
     device_of,
     keep_ledger,
@@ -55,20 +55,20 @@ from experiments.identify.shards import (
     reliability_sums,
     shard_concepts,
 )
-from experiments.identify.stages import Directions, directions
-from experiments.identify.stages import outcomes as stage_outcomes
+from experiments.identify.pipeline import Directions, directions
+from experiments.identify.pipeline import outcomes as stage_outcomes
 from experiments.identify.tabulate import Analysed, analyse_study
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
 from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
-from experiments.strength.range import BETA_TAG, range_warning, shared_range
+from experiments.strength_range import BETA_TAG, range_warning, shared_range
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-    from experiments.identify.cells import StudyTables
+    from experiments.identify.estimation.cells import StudyTables
     from steering.models import LoadedModel
 
 PHASE = "6-identify"
@@ -102,7 +102,7 @@ def with_concepts(
 ) -> tuple[IdentifyStudyConfig, dict[str, list[str]]]:
     """The config restricted to its concept set (``identify.offset``: from the N+1th;
     ``identify.limit``: the first N;
-    ``identify.shard``: that shard of the held-out set, ``identify/shards.py``)."""
+    ``identify.shard``: that shard of the held-out set, ``identify/heldout/shards.py``)."""
     sets = concept_sets(config)
     ident = config.identify
     if ident.concept_set == "listed":
@@ -220,8 +220,8 @@ def run_identify(
 
 def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, Any]:
     """``identify --pool``: the primary scored once on the pooled held-out shards
-    (``identify/shards.py``), after the checks of a held-out run."""
-    from experiments.identify.shards import pool
+    (``identify/heldout/shards.py``), after the checks of a held-out run."""
+    from experiments.identify.heldout.shards import pool
 
     ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     config = config.model_copy(update={"identify": ident})
@@ -252,7 +252,7 @@ def resumed(
 ) -> tuple[IdentifyStudyConfig, Preregistration | None, bool, dict[str, str] | None]:
     """A run to resume, before anything is loaded: its stored config, its
     pre-registration, whether it was a forced scoring, and for a held-out run the binding
-    checked again as for a new run (:func:`~experiments.identify.prereg.check_resume`:
+    checked again as for a new run (:func:`~experiments.identify.heldout.prereg.check_resume`:
     the file it started under, committed unchanged; the config's hash, the code since
     ``code_commit``, the strength), which refuses a resume on anything changed. Whether it
     was forced, and the pre-registration it started under, come from its ``started``

@@ -1,6 +1,6 @@
 """The stratified subset's analysis (identify v2, exploratory): the AUROC slope at each
 fixed and at the KL-matched dose and on the generated outcome, and how well the two
-outcomes agree (``identify/matched.py`` and ``subset.py`` measure them)."""
+outcomes agree (``identify/stages/matched.py`` and ``subset.py`` measure them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.identify.analysis import GOOD_COS
-from experiments.identify.estimator import SPLINE_DF, _BootSpline, flexible_slope, log_kl
+from experiments.identify.estimation.analysis import GOOD_COS
+from experiments.identify.estimation.estimator import SPLINE_DF, _BootSpline, flexible_slope, log_kl
 from experiments.identify.measures import OUTCOMES, OutcomeMeasure
 
 
@@ -75,7 +75,7 @@ def outcome_slopes(
     its detection columns, beside log KL when it says so, and its within-concept r with
     the outcome it should agree with, over every direction and over good ones; None when
     a detection column is missing (no concept with name-free positives: no column)."""
-    from experiments.identify.stats import within_correlation
+    from experiments.identify.estimation.stats import within_correlation
 
     if any(d not in part for d in measure.detectors):
         return None

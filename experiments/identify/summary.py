@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from experiments.answer import estimate_text
 from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
-from experiments.identify.manipulations import family
+from experiments.identify.stages.manipulations import family
 from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def level_text(m: MinimumLevel) -> str:
 
 
 def estimand_lines(estimands: dict[str, EstimandResult]) -> list[str]:
-    """Each estimand under its own name (identify/estimands.py), with its question."""
+    """Each estimand under its own name (identify/estimation/estimands.py), with its question."""
     lines = []
     for name, e in estimands.items():
         shown = est(e.fit) if e.fit is not None else f"not estimated ({e.reason})"
@@ -85,7 +85,7 @@ def estimand_lines(estimands: dict[str, EstimandResult]) -> list[str]:
 
 
 def identified_lines(ident: IdentifiedResult | None) -> list[str]:
-    """The v2 estimator (identify/estimator.py): flexible slopes, v1's model under the
+    """The v2 estimator (identify/estimation/estimator.py): flexible slopes, v1's model under the
     same inference, matched pairs, and the per-manipulation slopes' F test."""
     if ident is None:
         return []

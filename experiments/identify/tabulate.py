@@ -11,18 +11,18 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.directions import REFERENCE
 from experiments.identify.measures import outcome_columns
-from experiments.identify.stages import Directions
-from experiments.identify.subset import name_free_columns, subset_columns
+from experiments.identify.pipeline import Directions
+from experiments.identify.stages.directions import REFERENCE
+from experiments.identify.stages.subset import name_free_columns, subset_columns
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from experiments.config import IdentifyStudyConfig
-    from experiments.identify.cells import StudyTables
-    from experiments.identify.prereg import Preregistration
-    from experiments.identify.stages import Outcomes
+    from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.heldout.prereg import Preregistration
+    from experiments.identify.pipeline import Outcomes
     from experiments.kernel.lifecycle import RunSession
 
 
@@ -76,9 +76,9 @@ def analyse_study(
 ) -> Analysed:
     """Stage 8: the tables, the analysis, the between-concept view, the generation check,
     and the Phase 6 re-analysis when one is named."""
-    from experiments.identify import analysis as analysis_mod
-    from experiments.identify.cells import build_tables, measure_halves
-    from experiments.identify.crosscheck import canonical, crosscheck
+    from experiments.identify.estimation import analysis as analysis_mod
+    from experiments.identify.estimation.cells import build_tables, measure_halves
+    from experiments.identify.estimation.crosscheck import canonical, crosscheck
     from experiments.identify.subset_analysis import subset_outcomes
     from experiments.kernel.plan import PROMPT_ARM
 
@@ -133,7 +133,7 @@ def analyse_study(
     validation = crosscheck(tables, gen, units, effects, n_boot, seed)
     phase6_frame, phase6 = None, None
     if ident.phase6_run:
-        from experiments.identify.phase6 import reanalyse
+        from experiments.identify.estimation.phase6 import reanalyse
 
         phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
     return Analysed(tables, analysis, between, validation, prereg, phase6_frame, phase6)

@@ -391,7 +391,7 @@ def plan_run(
     from the model's recorded strength range (``choose_beta``; an error where it would
     fail, as ``steering.beta: auto`` with no range)."""
     from experiments.kernel.probes import classifier_dir, graph_key
-    from experiments.strength.range import choose_beta, load_range
+    from experiments.strength_range import choose_beta, load_range
 
     model, layer = check_model(config)
     vectors = check_vector_file(config, graph, model, layer)

@@ -12,7 +12,7 @@ The middle layer is a guess that suited Gemma 3. Two rules compare the same cand
   predictor.
 - ``auto-effect`` (:func:`effect_layer`): the best *measured* steering effect. At each
   candidate layer the concept directions are steered at the β the run would take there
-  (``strength/range.choose_beta``: the layer's recorded range, else the config's β; one
+  (``strength_range.choose_beta``: the layer's recorded range, else the config's β; one
   β per layer) on the **selection prompts only** (``plan.split_prompts``, the prompts
   held-out strength selection chooses β on: the report prompts the run scores are never
   generated here; so the run must hold them out, ``selection.mode: heldout``, else it is
@@ -49,12 +49,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pandas as pd
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ConfigError, ExperimentConfig
+from experiments.config import ConfigError, ExperimentConfig, RunConfig
 from experiments.kernel.classifiers import train_layers
 from experiments.kernel.effect import SIGNS, above_null, all_gated, mean_ci, paired_effects
 from experiments.kernel.layer_table import undistinguished
@@ -68,9 +68,12 @@ from experiments.kernel.probes import (
     probe_path,
 )
 from experiments.record import LayerChoice, LayerRow
-from experiments.strength.range import choose_beta, load_range
+from experiments.strength_range import choose_beta, load_range
 from steering.models import LoadedModel
 from steering.probes import ProbeError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 # Where the sweep looks: the quarter, three eighths, half, five eighths, three quarters.
 SWEEP_FRACTIONS = (0.25, 0.375, 0.5, 0.625, 0.75)
@@ -394,3 +397,39 @@ def preview(
     if estimate is not None:
         shown.seconds = sum(estimate.scaled.get(k, 0.0) for k in EFFECT_STAGES)
     return shown
+
+
+C = TypeVar("C", bound=RunConfig)
+
+
+def resolve_layer(
+    config: C,
+    rule: int | str | None,
+    say: Callable[[str], None],
+    explicit: frozenset[str] = frozenset(),
+) -> tuple[C, LoadedModel | None, SentenceTransformer | None, LayerChoice | None]:
+    """(the config with its layer, the loaded model, the embedder, the
+    :class:`~experiments.record.LayerChoice`; None for what was not needed): a rule
+    (``auto``, ``auto-effect``) loads the model and picks the layer; a number or None
+    leaves the config as it is and loads nothing. ``auto-effect`` also needs the embedder
+    (``explicit``: the keys whose β the command line set, :func:`effect_layer`)."""
+    if rule not in ("auto", "auto-effect"):
+        return config, None, None, None
+    from experiments.kernel.lifecycle import embedder_device, load_graph
+
+    if rule == "auto-effect":
+        selection_config(config)  # what it cannot measure is said before anything loads
+    say(f"loading {config.model}")
+    lm = config.model_spec.load()
+    graph = load_graph(config)
+    embedder = None
+    started = time.perf_counter()
+    if rule == "auto":
+        chosen, sets = pick_layer(config, lm, graph, say=say)
+        choice = auroc_choice(chosen, sets, time.perf_counter() - started)
+    else:
+        from metrics.embedder import load_embedder
+
+        embedder = load_embedder(config.embedding.model, embedder_device(config, lm))
+        choice = effect_layer(config, lm, graph, embedder, explicit=explicit, say=say)
+    return config.model_copy(update={"layer": choice.layer}), lm, embedder, choice

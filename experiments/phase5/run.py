@@ -67,7 +67,7 @@ from experiments.phase5.reference_gap import reference_gaps
 from experiments.phase5.samples import sample_table
 from experiments.record import LayerChoice, RunRecord
 from experiments.rundir import RESCORED_TAG, RunDir, join_scores, plan_order
-from experiments.strength.range import BETA_TAG, choose_beta, load_range
+from experiments.strength_range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
 from steering.generation import BatchStats
 
@@ -231,7 +231,7 @@ class Prepared:
     probes: ProbeSet
     vectors: VectorSet
     scorer: Scorer
-    beta_note: str | None = None  # where a new run's β came from (strength/range.py)
+    beta_note: str | None = None  # where a new run's β came from (strength_range.py)
 
 
 def prepare(session: RunSession[Any], explicit: frozenset[str] = frozenset()) -> Prepared:

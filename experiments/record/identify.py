@@ -20,7 +20,7 @@ from metrics.reliability import Reliability
 
 
 class PrimarySpec(_Open):
-    """The pre-registration's primary as the run read it (``identify/prereg.py``: its
+    """The pre-registration's primary as the run read it (``identify/heldout/prereg.py``: its
     required keys, ``PRIMARY_KEYS``, and the optional ones a version added)."""
 
     predictor: str
@@ -29,7 +29,7 @@ class PrimarySpec(_Open):
     control: str | list[str] | None = None
     hypothesis: str = "positive"
     rule: str | None = None
-    estimand: str | None = None  # v3: the estimand's name (identify/estimands.py)
+    estimand: str | None = None  # v3: the estimand's name (identify/estimation/estimands.py)
     estimator: str | None = None
     sesoi: float | None = None  # the smallest effect of interest
     equivalence_margin: float | None = None  # no practical effect inside ±margin
@@ -51,8 +51,8 @@ class PrimaryResult(BaseModel):
     ] = Field(
         "linear_cos",
         description="linear_cos: v1 (concept fixed effects, one straight line in cos, concept "
-        "bootstrap); flexible_cos: v2 (identify/estimator.py); equal_geometry: v3 (random "
-        "iso-cos nuisances, within (concept, angle, band), bare); practitioner: v3's "
+        "bootstrap); flexible_cos: v2 (identify/estimation/estimator.py); equal_geometry: v3 "
+        "(random iso-cos nuisances, within (concept, angle, band), bare); practitioner: v3's "
         "primary (the directions people build, one β, within concept, bare); "
         "practitioner_full_data: v4's P2 (as practitioner, without the diffmeans from "
         "fewer texts)",
@@ -72,7 +72,7 @@ class PrimaryResult(BaseModel):
 
 class Correction(BaseModel):
     """What the errors-in-variables equal-geometry slope corrected for
-    (``identify/corrected.equal_geometry_corrected``)."""
+    (``identify/estimation/corrected.equal_geometry_corrected``)."""
 
     auroc_reliability: float | None = None  # AUROC's inside the cells (split halves)
     cos_reliability: float | None = None  # cos to the other half's diffmean: 1/2 by design
@@ -83,7 +83,7 @@ class Correction(BaseModel):
 
 
 class EstimandResult(BaseModel):
-    """One estimand of ``identify/estimands.py``: its question and its estimate."""
+    """One estimand of ``identify/estimation/estimands.py``: its question and its estimate."""
 
     question: str
     population: str
@@ -371,7 +371,7 @@ class Baseline(BaseModel):
 
 
 class GeneratedCheck(_Open):
-    """The likelihood outcome against generated texts (``identify/crosscheck.py``): their
+    """The likelihood outcome against generated texts (``identify/estimation/crosscheck.py``): their
     r over cells and within concepts (observed, both reliabilities, disattenuated), at v*
     across concepts, and the generation arms' mean effects."""
 
@@ -397,7 +397,7 @@ class FisherZ(BaseModel):
 
 class BetweenConcepts(_Open):
     """Across concepts at v*: r(AUROC, effect), observed and disattenuated
-    (``identify/analysis.between_concepts``, ``metrics.reliability``)."""
+    (``identify/estimation/analysis.between_concepts``, ``metrics.reliability``)."""
 
     evaluable: bool = False
     reason: str | None = None  # why not evaluable
@@ -422,7 +422,8 @@ class Phase6Fit(_Open):
 
 
 class Phase6Reanalysis(_Open):
-    """A Phase 6 run's training curve re-scored and re-analysed (``identify/phase6.py``)."""
+    """A Phase 6 run's training curve re-scored and re-analysed
+    (``identify/estimation/phase6.py``)."""
 
     run: str
     run_dir: str | None = None

@@ -21,7 +21,7 @@ import pandas as pd
 from experiments.answer import Answer
 from experiments.config import Phase5Config
 from experiments.kernel.publisher import Views
-from experiments.strength.range import RANGE_FILE, StrengthLimits, StrengthRange, thin_note
+from experiments.strength_range import RANGE_FILE, StrengthLimits, StrengthRange, thin_note
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -10,7 +10,7 @@ the unsteered model, and judges each β by three measures of the texts against t
 unsteered ones: the perplexity multiple, the near-empty share and distinct-2
 (``StrengthLimits``: the lines the 270M's sweep in docs/findings.md drew). The range
 runs from the smallest coherent β up to the last β before the first incoherent one; a
-run takes its top (``experiments/strength/range.py``), where the strongest steering that
+run takes its top (``experiments/strength_range.py``), where the strongest steering that
 still reads as text is.
 
 The sweep is a study (:class:`StrengthSweep`, run by ``kernel/study.run_study``) of a
@@ -52,7 +52,7 @@ from experiments.kernel.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
 from experiments.strength import publish
-from experiments.strength.range import (
+from experiments.strength_range import (
     RANGE_FILE,
     StrengthLimits,
     StrengthRange,

@@ -166,7 +166,7 @@ def log_axbench(
         tracking.overwrite_table(child, table, "axbench_per_concept.json")
         c.log_text(child, csv_text, RunDir.AXBENCH)
         if validity is not None:
-            from experiments.identify.rubric import validity_lines, validity_metrics
+            from experiments.identify.estimation.rubric import validity_lines, validity_metrics
 
             tracking.log_metrics(child, validity_metrics(validity))
             c.log_text(child, json.dumps(validity, indent=1), RunDir.AXBENCH_IDENTIFY)
@@ -220,7 +220,7 @@ def identify_validity(
     folder (``RunDir.AXBENCH_IDENTIFY``). Read from the run folder, which must be here."""
     import pandas as pd
 
-    from experiments.identify.rubric import GENERATED, rubric_units, rubric_validity
+    from experiments.identify.estimation.rubric import GENERATED, rubric_units, rubric_validity
     from experiments.identify.tabulate import effects_by_direction
     from experiments.kernel.effect import paired_effects
     from experiments.rundir import RunDir

@@ -249,7 +249,7 @@ def test_the_likelihood_outcome_has_one_section_and_its_old_spelling_still_reads
     quick = load_config(REPO / "configs/identify.yaml", [], "identify", [IDENTIFY_QUICK])
     assert quick.likelihood.texts == 4 and quick.config_hash() == "25194568e0bb"
     assert new.config_hash() != load_config(REPO / "configs/identify.yaml").config_hash()
-    from experiments.identify.prereg import study_hash
+    from experiments.identify.heldout.prereg import study_hash
 
     assert study_hash(load_config(REPO / "configs/identify-v3.yaml")) == "3315d42f7734"
     # a prefix given both ways, differently: refused, naming both places

@@ -17,7 +17,8 @@ from experiments.concepts import load_concepts
 from experiments.config import ConfigError, load_config
 from experiments.kernel.layers import pick_layer, sweep_layers
 from experiments.kernel.probes import best_layer
-from experiments.strength.range import (
+from experiments.strength.sweep import SweepText, assess, calibrate_strength, parse_grid
+from experiments.strength_range import (
     BETA_TAG,
     RANGE_FILE,
     StrengthLimits,
@@ -29,7 +30,6 @@ from experiments.strength.range import (
     shared_range,
     thin_warnings,
 )
-from experiments.strength.sweep import SweepText, assess, calibrate_strength, parse_grid
 
 FLUENT = [
     "the dog ran to the old house by the sea",

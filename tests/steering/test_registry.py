@@ -148,7 +148,7 @@ def test_any_registry_looks_up_what_it_registered_in_order(registered, probe):
 
 def test_the_suite_s_registries_are_registries():
     from experiments.config import PHASE_MODELS, Phase5Config
-    from experiments.identify.manipulations import MANIPULATIONS
+    from experiments.identify.stages.manipulations import MANIPULATIONS
     from judges.base import RUBRICS
     from judges.registry import _REGISTRY as JUDGE_PROVIDERS
     from steering.directions import _SOURCES
@@ -161,7 +161,7 @@ def test_the_suite_s_registries_are_registries():
     assert list(PHASE_MODELS) == ["phase5", "calibration", "identify"]
     assert PHASE_MODELS["phase5"] is Phase5Config
     assert MANIPULATIONS.names()[:2] == ["rotation", "noise"]  # the grid's order
-    assert MANIPULATIONS.origin("noise") == "experiments.identify.manipulations:_label_noise"
+    assert MANIPULATIONS.origin("noise") == "experiments.identify.stages.manipulations:_label_noise"
     assert list(RUBRICS) == ["relatedness", "axbench"]
     assert _SOURCES.origin("diffmean") == "steering.directions:diffmean"
     assert sorted(PLATFORMS) == ["cpu", "cuda"]

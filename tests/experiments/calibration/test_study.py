@@ -10,7 +10,7 @@ from experiments.calibration.study import run_calibration
 from experiments.config import load_config
 from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
-from experiments.strength.range import BETA_TAG, StrengthLimits, StrengthRange, save_range
+from experiments.strength_range import BETA_TAG, StrengthLimits, StrengthRange, save_range
 
 
 def swept(model_id: str, low: float, high: float, source: str = "classifier") -> StrengthRange:

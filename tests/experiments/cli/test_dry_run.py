@@ -239,7 +239,7 @@ def test_calibrate_and_identify_check_the_same_way(mlflow_store):
 
 
 def _range(low: float, high: float, layer: int = 9, source: str = "classifier"):
-    from experiments.strength.range import StrengthLimits, StrengthRange
+    from experiments.strength_range import StrengthLimits, StrengthRange
 
     return StrengthRange(
         model_id=EMBEDDED_ID, layer=layer, mode="additive", vector_source=source, alpha=1.0,
@@ -254,7 +254,7 @@ def test_the_plan_says_where_beta_would_come_from_and_refuses_auto_without_a_ran
     from experiments.config import load_config
     from experiments.kernel.lifecycle import load_graph
     from experiments.kernel.probes import classifier_dir, graph_key
-    from experiments.strength.range import save_range
+    from experiments.strength_range import save_range
 
     where = ["--set", f"classifier.dir={tmp_path}"]
     out = runner.invoke(app, ["run", "--dry-run", *where, "--set", "steering.beta=auto"])
@@ -277,7 +277,7 @@ def test_the_plan_says_where_beta_would_come_from_and_refuses_auto_without_a_ran
 
 
 def test_calibrate_and_identify_plans_say_what_the_recorded_range_does(mlflow_store, tmp_path):
-    from experiments.strength.range import save_range
+    from experiments.strength_range import save_range
 
     save_range(tmp_path / "a-set", _range(0.05, 0.1))
     save_range(tmp_path / "b-set", _range(0.01, 0.05, source="diffmean"))

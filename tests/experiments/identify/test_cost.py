@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments.identify.cost import (
+from experiments.identify.heldout.cost import (
     cost_lines,
     costs_from_record,
     costs_from_timings,

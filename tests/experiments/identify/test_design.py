@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from experiments.config import load_config
-from experiments.identify import simulate as sim
-from experiments.identify.design import (
+from experiments.identify.simulation import simulate as sim
+from experiments.identify.simulation.design import (
     check_design,
     estimands,
     family_weights,
     primary_of,
     simulate,
 )
-from experiments.identify.manipulations import direction_grid, is_control
+from experiments.identify.stages.manipulations import direction_grid, is_control
 from steering.nulls import seeded_rng
 
 V2 = load_config("configs/identify-v2.yaml", [], "identify", [])
@@ -150,10 +150,10 @@ def test_the_weights_reproduce_the_pooled_slope() -> None:
     """The primary's slope is the weight-averaged family ratios Σ_m x̃·y / Σ_m x̃² over its
     rows (the nulls left out): the weights are what the estimator does, not a separate
     story."""
-    from experiments.identify.cells import null_rows
-    from experiments.identify.design import _residual
-    from experiments.identify.estimator import _groups, design, log_kl
-    from experiments.identify.variance import demean as _demean
+    from experiments.identify.estimation.cells import null_rows
+    from experiments.identify.estimation.estimator import _groups, design, log_kl
+    from experiments.identify.estimation.variance import demean as _demean
+    from experiments.identify.simulation.design import _residual
 
     whole = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(3, "r"), 0.5, 6)
     assert (whole["direction"] == "rotation:isotropic:90").any()  # on the grid, not pooled
@@ -178,9 +178,9 @@ def test_the_primary_leaves_the_null_out_and_names_its_rows() -> None:
     """``rotation:isotropic:90`` is on the grid (its family's curve ends there) but is
     orthogonal to v*, a null: the primary is the estimator on the rows without it, and
     says which manipulations entered and which directions it left out."""
-    from experiments.identify.analysis import primary_result
-    from experiments.identify.cells import StudyTables
-    from experiments.identify.estimator import flexible_slope, log_kl
+    from experiments.identify.estimation.analysis import primary_result
+    from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.estimator import flexible_slope, log_kl
 
     toy = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(4, "p"), 0.0, 4)
     got = primary_result(StudyTables(toy), PRIMARY, n_boot=19, seed=0)
@@ -210,7 +210,7 @@ def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
     from typer.testing import CliRunner
 
     from experiments.cli import app
-    from experiments.identify import design
+    from experiments.identify.simulation import design
 
     rows = [
         {**_row("none", 0.96), "bias": 0.0, "power": 0.2, "width": 1.0, "weights": {"isocos": 1}},
@@ -288,7 +288,7 @@ def test_the_noisy_reference_biases_the_bare_slope_and_the_correction_removes_it
 
 
 def test_a_mediated_dose_is_the_truth_of_an_estimand_that_does_not_hold_it() -> None:
-    from experiments.identify.design import truth
+    from experiments.identify.simulation.design import truth
 
     assert truth("equal_geometry", "dose_rel_0.74", EQUAL_GEOMETRY) == pytest.approx(0.5)
     assert truth("primary", "dose_rel_0.74", PRIMARY) == 0.0  # v2 holds log KL
@@ -296,7 +296,7 @@ def test_a_mediated_dose_is_the_truth_of_an_estimand_that_does_not_hold_it() -> 
 
 
 def _prereg(tmp_path, **primary):
-    from experiments.identify.prereg import Preregistration
+    from experiments.identify.heldout.prereg import Preregistration
 
     return Preregistration(tmp_path / "prereg.md", "0" * 64, primary, None)
 
@@ -304,7 +304,7 @@ def _prereg(tmp_path, **primary):
 def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> None:
     import json
 
-    from experiments.identify.prereg import (
+    from experiments.identify.heldout.prereg import (
         PreregistrationError,
         check_design_table,
         study_hash,
@@ -333,7 +333,7 @@ def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> Non
     hypothesis=st.sampled_from(["positive", "negative"]),
 )
 def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis) -> None:
-    from experiments.identify.analysis import read_verdict
+    from experiments.identify.estimation.analysis import read_verdict
 
     high = low + width
     verdict = read_verdict({"estimate": low + width / 2, "low": low, "high": high}, hypothesis,
@@ -351,7 +351,7 @@ def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis
 
 
 def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise) -> None:
-    from experiments.identify.design import power_curve
+    from experiments.identify.simulation.design import power_curve
 
     primary = {**EQUAL_GEOMETRY, "sesoi": 1.0}
     small, large = power_curve(V3_DEV.identify, primary, [4, 24], toys=6, n_boot=99)
@@ -369,7 +369,7 @@ def test_the_equal_geometry_primary_draws_all_its_weight_from_the_equal_geometry
 
 
 def test_the_practitioner_primary_weighs_only_the_directions_people_build() -> None:
-    from experiments.identify.variance import PRACTITIONER
+    from experiments.identify.estimation.variance import PRACTITIONER
 
     rows = simulate(V3.identify, primary_of(V3), toys=2, n_boot=19, n_concepts=4,
                     classes=["none"], primary_only=True)  # fmt: skip
@@ -383,7 +383,7 @@ def test_the_practitioners_truth_is_0_when_no_direction_steers_differently() -> 
     """In the flat class every direction of a concept steers alike: what detection
     predicts there is exactly 0, and with a slope planted it is that slope, attenuated
     only by AUROC's measurement error."""
-    from experiments.identify.variance import practitioner_truth
+    from experiments.identify.estimation.variance import practitioner_truth
 
     flat = sim.CLASSES["flat"]
     toy = sim.toy_directions(V3.identify, flat, seeded_rng(0, "flat"), 0.0, 200)
@@ -395,7 +395,7 @@ def test_the_practitioners_truth_is_0_when_no_direction_steers_differently() -> 
 
 
 def test_the_power_of_a_predictive_primary_is_read_where_its_truth_is_0() -> None:
-    from experiments.identify.design import population_of, power_class
+    from experiments.identify.simulation.design import population_of, power_class
 
     assert power_class(primary_of(V3)) == "flat"
     assert power_class(EQUAL_GEOMETRY) == "none"

@@ -10,16 +10,16 @@ import pandas as pd
 import pytest
 
 from experiments.config import load_config
-from experiments.identify import simulate as sim
-from experiments.identify.design import (
+from experiments.identify.estimation.variance import FULL_DATA, PRACTITIONER, practitioner_truth
+from experiments.identify.heldout.prereg import primaries
+from experiments.identify.simulation import simulate as sim
+from experiments.identify.simulation.design import (
     design_failures,
     holm_readings,
     power_curve,
     primary_of,
     simulate,
 )
-from experiments.identify.prereg import primaries
-from experiments.identify.variance import FULL_DATA, PRACTITIONER, practitioner_truth
 from steering.nulls import seeded_rng
 
 V4 = load_config("configs/identify-v4.yaml", [], "identify", [])
@@ -56,7 +56,7 @@ def test_v4s_primary_block_has_two_co_primaries_read_by_holm() -> None:
 def test_the_gate_simulates_the_concepts_v4_scores() -> None:
     """v4 scores v3's held-out set after its first 300 (identify.offset): 294 concepts,
     not the 594 of the whole set."""
-    from experiments.identify.design import heldout_count
+    from experiments.identify.simulation.design import heldout_count
     from experiments.identify.study import with_concepts
 
     assert heldout_count(V4) == 294
@@ -135,9 +135,9 @@ def test_the_co_primary_table_reads_both_primaries_by_holm() -> None:
 def test_a_tables_row_is_holms_reading_of_its_toy() -> None:
     """With one toy per arm, the row's estimate and verdict are those of Holm's procedure
     run on that toy by hand (``multiplicity.holm`` over ``analysis.primary_result``)."""
-    from experiments.identify.analysis import primary_result
-    from experiments.identify.cells import StudyTables
-    from experiments.identify.multiplicity import holm
+    from experiments.identify.estimation.analysis import primary_result
+    from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.multiplicity import holm
 
     rows = simulate(V4.identify, PRIMARY, toys=1, n_boot=99, n_concepts=15,
                     classes=["geometry_only"], primary_only=True)  # fmt: skip
@@ -203,7 +203,7 @@ def test_the_command_writes_the_co_primary_table(tmp_path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
     from experiments.cli import app
-    from experiments.identify import design
+    from experiments.identify.simulation import design
 
     monkeypatch.setattr(design, "heldout_count", lambda config: 10)
     monkeypatch.setattr(design, "CLASSES", {k: sim.CLASSES[k] for k in ("flat", "flat_readout")})

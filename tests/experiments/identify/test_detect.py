@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 
-from experiments.identify.detect import ap_rows, auroc_rows, f1_rows, half_metrics, score_direction
+from experiments.identify.stages.detect import (
+    ap_rows,
+    auroc_rows,
+    f1_rows,
+    half_metrics,
+    score_direction,
+)
 from metrics.reliability import split_orders
 from steering.probes import LinearProbe, choose_threshold, evaluate_probe
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from experiments.concepts import load_concepts
 from experiments.config import IdentifyConfig
-from experiments.identify.directions import (
+from experiments.identify.stages.directions import (
     REFERENCE,
     TrainingSet,
     concept_diffmean,
@@ -25,7 +25,7 @@ from experiments.identify.directions import (
     unit,
     within_class_covariance,
 )
-from experiments.identify.manipulations import MANIPULATIONS, direction_grid, reference_level
+from experiments.identify.stages.manipulations import MANIPULATIONS, direction_grid, reference_level
 from experiments.prompts import ProbeExample, probe_training_set
 
 GRAPH = load_concepts("data/concepts/wordnet_top50.json", limit=3)
@@ -147,8 +147,12 @@ def test_the_other_nuisance_skips_the_concepts_of_its_own_off_concept_texts():
 def test_the_logistic_path_is_fitted_on_the_reference_contrast():
     """Positives against negative-concept texts only, like v*: a neutral text that
     shifts the logistic fit when seen as a negative leaves the direction unchanged."""
-    from experiments.identify.directions import DirectionSpec, TrainingSet, logistic_direction
-    from experiments.identify.manipulations import ConceptInputs, build_direction
+    from experiments.identify.stages.directions import (
+        DirectionSpec,
+        TrainingSet,
+        logistic_direction,
+    )
+    from experiments.identify.stages.manipulations import ConceptInputs, build_direction
 
     rng = np.random.default_rng(0)
     kinds = ["positive"] * 6 + ["negative"] * 6 + ["neutral"] * 6
@@ -244,7 +248,7 @@ def test_every_manipulation_names_a_field_of_the_identify_config():
 
 
 def test_graded_nuisances_are_orthogonal_to_v_star_and_spread_detection():
-    from experiments.identify.directions import graded_nuisances, rotate
+    from experiments.identify.stages.directions import graded_nuisances, rotate
 
     rng = np.random.default_rng(3)
     d = 16
@@ -276,7 +280,7 @@ def test_graded_nuisances_are_orthogonal_to_v_star_and_spread_detection():
 def test_random_nuisances_are_unit_orthogonal_stratified_and_seeded(seed, dim, bands):
     """v3's draws: unit, ⟂ v*, draw k in band k mod bands, the same draw for the same
     (seed, concept, k) and another concept's draw different."""
-    from experiments.identify.directions import random_nuisances, spectrum_bands
+    from experiments.identify.stages.directions import random_nuisances, spectrum_bands
 
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((dim * 2, dim))
@@ -300,7 +304,7 @@ def test_random_nuisances_are_unit_orthogonal_stratified_and_seeded(seed, dim, b
 def test_random_signs_spread_the_noise_along_v_star_inside_a_band():
     """What the draw is for: at one angle, v*ᵀΣu (which sets AUROC) differs between draws
     of one band, so the estimator has AUROC variation that a coin set."""
-    from experiments.identify.directions import random_nuisances
+    from experiments.identify.stages.directions import random_nuisances
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((400, 64)) * np.linspace(3, 0.2, 64)
@@ -318,7 +322,7 @@ def test_the_validation_geometry_is_the_unit_diffmean_of_texts_no_builder_saw():
     from pydantic import ValidationError
 
     from experiments.config import load_config
-    from experiments.identify.data import ConceptData, StudyData, build_directions
+    from experiments.identify.stages.data import ConceptData, StudyData, build_directions
 
     config = load_config(
         "configs/identify.yaml",

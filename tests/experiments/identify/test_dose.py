@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.identify.dose import (
+from experiments.identify.estimation.dose import (
     BELOW,
     NOT_REACHED,
     REACHED,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from experiments.config import load_config
-from experiments.identify.data import build_directions, collect
-from experiments.identify.detect import score_direction
+from experiments.identify.stages.data import build_directions, collect
+from experiments.identify.stages.detect import score_direction
 from experiments.identify.study import with_concepts
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.vectors import neutral_texts

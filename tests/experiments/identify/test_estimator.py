@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.identify import stats
-from experiments.identify.estimator import (
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.estimator import (
     flexible_slope,
     identified_analysis,
     matched_pairs,
@@ -21,7 +21,7 @@ from experiments.identify.estimator import (
     spline_basis,
     with_probit,
 )
-from experiments.identify.simulate import SHAPES, toy_study
+from experiments.identify.simulation.simulate import SHAPES, toy_study
 
 N_TOYS = 200
 
@@ -138,7 +138,7 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from experiments.cli import app
-    from experiments.identify.compare import before_after, markdown
+    from experiments.identify.estimation.compare import before_after, markdown
 
     toy = toy_study(5, "concave")
     toy["direction"] = [
@@ -151,7 +151,7 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
     assert "| pooled |" in markdown(result)
     nulls = toy[toy["manipulation"] == "reference"].assign(manipulation="null", direction="null:0")
     pd.concat([toy, nulls]).to_csv(tmp_path / "directions.csv", index=False)
-    from experiments.identify.compare import read_directions
+    from experiments.identify.estimation.compare import read_directions
 
     read = read_directions(tmp_path)
     assert (read["manipulation"] == "null").sum() == len(nulls)  # not read as missing
@@ -162,8 +162,8 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
 
 def test_the_primary_with_the_dose_held_is_the_estimators_given_dose_fit():
     """primary_result(flexible_cos, control [cos_ref, log_kl]) is estimator.given_dose."""
-    from experiments.identify.analysis import primary_result
-    from experiments.identify.cells import StudyTables
+    from experiments.identify.estimation.analysis import primary_result
+    from experiments.identify.estimation.cells import StudyTables
 
     frame = toy_study(3, "linear")
     frame["kl"] = np.random.default_rng(0).lognormal(-2, 1, len(frame))
@@ -196,7 +196,7 @@ def _cells(rng: np.random.Generator, n_concepts: int = 6, slope: float = 0.8) ->
 def test_the_practitioner_slope_compares_the_directions_people_build_within_concept() -> None:
     """A planted within-concept slope is recovered whatever each concept's own level;
     rows that are not built directions (iso-cos, label noise, nulls) do not enter."""
-    from experiments.identify.estimator import practitioner_slope
+    from experiments.identify.estimation.estimator import practitioner_slope
 
     rng = np.random.default_rng(0)
     rows = []
@@ -221,7 +221,7 @@ def test_within_family_the_practitioner_slope_leaves_the_contrast_between_famili
     """Whitened directions detect better but, here, steer less as a family: the pooled
     slope mixes that contrast in, the within-family one recovers the slope inside each
     family."""
-    from experiments.identify.estimator import practitioner_slope
+    from experiments.identify.estimation.estimator import practitioner_slope
 
     rng = np.random.default_rng(1)
     rows = []
@@ -246,7 +246,7 @@ def test_a_cos_line_per_concept_and_family_is_the_slope_with_one_cos_column_per_
     """equal_norm_cos_per_concept partials each (concept, manipulation)'s own cos line out
     (Frisch–Waugh–Lovell) instead of adding a column per group: the same slope as the
     explicit design."""
-    from experiments.identify.estimator import design
+    from experiments.identify.estimation.estimator import design
 
     rng = np.random.default_rng(3)
     rows = []
@@ -266,7 +266,7 @@ def test_a_cos_line_per_concept_and_family_is_the_slope_with_one_cos_column_per_
     extra = np.column_stack(
         [np.where(groups == g, frame["cos_ref"], 0.0) for g in sorted(set(groups))]
     )
-    from experiments.identify.variance import demean
+    from experiments.identify.estimation.variance import demean
 
     full = np.column_stack([x, demean(extra, groups)])
     y = demean(frame[["effect"]].to_numpy(), groups)[:, 0]
@@ -277,8 +277,8 @@ def test_a_cos_line_per_concept_and_family_is_the_slope_with_one_cos_column_per_
 
 
 def test_without_measurement_error_the_corrected_slope_is_the_bare_one() -> None:
-    from experiments.identify.corrected import CORRECTED, CorrectedFit
-    from experiments.identify.estimator import equal_geometry
+    from experiments.identify.estimation.corrected import CORRECTED, CorrectedFit
+    from experiments.identify.estimation.estimator import equal_geometry
 
     frame = _cells(np.random.default_rng(0))
     fit = equal_geometry(frame, n_boot=199, seed=0)
@@ -293,8 +293,8 @@ def test_without_measurement_error_the_corrected_slope_is_the_bare_one() -> None
 def test_the_correction_undoes_attenuation_by_a_known_auroc_error() -> None:
     """AUROC measured with error of known variance: the bare slope shrinks by the
     reliability, the corrected one does not (many concepts, so the check is tight)."""
-    from experiments.identify.estimator import equal_geometry
-    from experiments.identify.variance import equal_geometry_rows
+    from experiments.identify.estimation.estimator import equal_geometry
+    from experiments.identify.estimation.variance import equal_geometry_rows
 
     rng = np.random.default_rng(1)
     frame = _cells(rng, n_concepts=400, slope=1.0)
@@ -312,7 +312,7 @@ def test_the_correction_undoes_attenuation_by_a_known_auroc_error() -> None:
 
 
 def test_an_auroc_too_noisy_to_correct_is_refused_with_its_reliability() -> None:
-    from experiments.identify.estimator import equal_geometry
+    from experiments.identify.estimation.estimator import equal_geometry
 
     frame = _cells(np.random.default_rng(2)).assign(auroc_error_within=1.0)
     fit = equal_geometry(frame, n_boot=99, seed=0)
@@ -323,8 +323,8 @@ def test_an_auroc_too_noisy_to_correct_is_refused_with_its_reliability() -> None
 def test_beyond_geometry_is_the_reliable_auroc_spread_the_true_angle_does_not_explain() -> None:
     """AUROC that is only the true angle leaves ~0 beyond geometry (the slope has nothing
     to use); AUROC independent of the angle leaves all of its reliable spread."""
-    from experiments.identify.corrected import _cell_moments, beyond_geometry
-    from experiments.identify.variance import equal_geometry_rows
+    from experiments.identify.estimation.corrected import _cell_moments, beyond_geometry
+    from experiments.identify.estimation.variance import equal_geometry_rows
 
     rng = np.random.default_rng(3)
     frame = _cells(rng, n_concepts=300)

@@ -1,4 +1,5 @@
-"""The primary taken apart by family (identify/families.py) on toys with a known answer."""
+"""The primary taken apart by family (identify/estimation/families.py) on toys with a known
+answer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.identify.families import (
+from experiments.identify.estimation.families import (
     between_family_share,
     decompose,
     geometry,

@@ -1,4 +1,4 @@
-"""The dose held by design (identify/matched.py): the bisection finds each direction's
+"""The dose held by design (identify/stages/matched.py): the bisection finds each direction's
 KL-matched multiplier, flags a target it cannot reach, and the subset spreads over
 v*'s AUROC strata; the dose's prompts split (seeded, disjoint) so it is bisected on one
 half and verified on the other."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.identify.matched import (
+from experiments.identify.stages.matched import (
     MATCH_TOLERANCE,
     bisect_dose,
     first_guess,
@@ -149,10 +149,10 @@ def test_the_verified_concept_free_dose_on_the_tiny_model(tiny_lm, one_thread, t
     import torch
 
     from experiments.config import IdentifyStudyConfig
-    from experiments.identify.data import DirectionSet
-    from experiments.identify.directions import REFERENCE
-    from experiments.identify.matched import MATCHED
-    from experiments.identify.outcome import Steering, score_dose
+    from experiments.identify.stages.data import DirectionSet
+    from experiments.identify.stages.directions import REFERENCE
+    from experiments.identify.stages.matched import MATCHED
+    from experiments.identify.stages.outcome import Steering, score_dose
     from experiments.likelihood_texts import LikelihoodTexts
     from experiments.rundir import RunDir
     from steering.readout import concept_token_ids, next_token_kl
@@ -232,8 +232,8 @@ def _dose_rows(frame, subset, rng):
 
 
 def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
-    from experiments.identify.simulate import toy_study
-    from experiments.identify.subset import subset_columns
+    from experiments.identify.simulation.simulate import toy_study
+    from experiments.identify.stages.subset import subset_columns
     from experiments.identify.subset_analysis import subset_outcomes
     from experiments.identify.summary import subset_lines
     from experiments.record import SubsetResult
@@ -270,7 +270,7 @@ def test_a_declared_outcome_reaches_the_record_summary_answer_and_metrics():
     from experiments.identify.answer import answer_of
     from experiments.identify.measures import OUTCOMES
     from experiments.identify.publish import parent_metrics
-    from experiments.identify.simulate import toy_study
+    from experiments.identify.simulation.simulate import toy_study
     from experiments.identify.subset_analysis import subset_outcomes
     from experiments.identify.summary import subset_lines
     from experiments.record import SubsetResult

@@ -1,4 +1,4 @@
-"""Co-primaries read by Holm's step-down (identify/multiplicity.py) and declared in a
+"""Co-primaries read by Holm's step-down (identify/estimation/multiplicity.py) and declared in a
 pre-registration's primary block (prereg.primaries)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from experiments.identify.analysis import read_verdict
-from experiments.identify.multiplicity import holm
-from experiments.identify.prereg import PreregistrationError, parse_primary, primaries
+from experiments.identify.estimation.analysis import read_verdict
+from experiments.identify.estimation.multiplicity import holm
+from experiments.identify.heldout.prereg import PreregistrationError, parse_primary, primaries
 
 
 def normal_score(estimates: dict[str, float], se: float = 1.0, margin: float | None = None):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments.concepts import Concept, ConceptGraph, concept_words, load_concepts, mentions
-from experiments.identify.namefree import (
+from experiments.identify.stages.namefree import (
     LIKELIHOOD_FRAMES,
     LIKELIHOOD_VERB_FRAMES,
     NAME_RELATIONS,
@@ -289,7 +289,7 @@ def test_drop_worst_keeps_the_best_read_fraction_in_order():
 def test_the_filter_keeps_n_texts_per_concept_and_drops_the_worst(graphs, tiny_lm):
     """With the tiny Gemma as scorer (the study's scorer, on a random model): each
     concept still gets n texts, each the best-read of its candidates."""
-    from experiments.identify.subset import nll_scorer
+    from experiments.identify.stages.subset import nll_scorer
 
     graph = graphs[1]
     synsets = ["room.n.01", "garment.n.01", "utter.v.02"]

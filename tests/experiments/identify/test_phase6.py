@@ -9,7 +9,7 @@ import pytest
 from experiments.calibration import QUICK
 from experiments.calibration.study import run_calibration
 from experiments.config import load_config
-from experiments.identify.phase6 import parse_tag, reanalyse
+from experiments.identify.estimation.phase6 import parse_tag, reanalyse
 from experiments.rundir import RunDir
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.concepts import load_concepts
-from experiments.identify.prereg import (
+from experiments.identify.heldout.prereg import (
     PreregistrationError,
     check_heldout,
     load_preregistration,
@@ -80,7 +80,7 @@ def test_a_heldout_run_is_bound_to_its_config_code_and_strength(
     tmp_path, mlflow_store, git, bound_preregistration
 ):
     from experiments.config import load_config
-    from experiments.identify.prereg import check_binding, study_hash
+    from experiments.identify.heldout.prereg import check_binding, study_hash
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
     repo = tmp_path / "bound"  # code and a pre-registration bound to it and to the config
@@ -120,7 +120,7 @@ def test_a_heldout_run_must_run_the_code_of_the_preregistrations_checkout(
     """A checkout of the bound commit that imports another checkout's package (an editable
     install elsewhere) would pass the file comparison while running other code."""
     from experiments.config import load_config
-    from experiments.identify.prereg import check_binding, study_hash
+    from experiments.identify.heldout.prereg import check_binding, study_hash
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
     repo = tmp_path / "bound"
@@ -156,7 +156,7 @@ def test_every_key_of_the_primary_is_checked(primary):
 def test_the_record_takes_every_estimator_a_preregistration_may_name():
     from typing import get_args
 
-    from experiments.identify.prereg import ESTIMATORS
+    from experiments.identify.heldout.prereg import ESTIMATORS
     from experiments.record import PrimaryResult
 
     assert get_args(PrimaryResult.model_fields["estimator"].annotation) == ESTIMATORS
@@ -184,7 +184,7 @@ def test_the_study_hash_is_the_same_for_the_config_a_run_stores():
     """A run stores its config with the set's concepts filled in (``with_concepts``); a
     resume reads that config back, and it must bind as the config the run started with."""
     from experiments.config import load_config
-    from experiments.identify.prereg import study_hash
+    from experiments.identify.heldout.prereg import study_hash
     from experiments.identify.study import with_concepts
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
@@ -198,7 +198,7 @@ def test_a_resume_is_held_to_the_binding_a_new_run_is(
     tmp_path, mlflow_store, git, bound_preregistration
 ):
     from experiments.config import load_config
-    from experiments.identify.prereg import check_resume, study_hash
+    from experiments.identify.heldout.prereg import check_resume, study_hash
 
     config = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])
     repo = tmp_path / "bound"  # code and a pre-registration bound to it and to the config
@@ -215,7 +215,7 @@ def test_a_resume_is_held_to_the_binding_a_new_run_is(
     git(repo, "checkout", "--", "prereg.md")
 
     # a deviation appended after the marker line is not an edit of what was registered
-    from experiments.identify.prereg import DEVIATIONS_MARKER
+    from experiments.identify.heldout.prereg import DEVIATIONS_MARKER
 
     with path.open("ab") as f:
         f.write(DEVIATIONS_MARKER + b"\n\n1. **A deviation**, written when it happened.\n")
@@ -237,7 +237,7 @@ def test_the_ledger_is_mirrored_to_its_run_and_written_locally_first(tmp_path, m
     import json
 
     from experiments import tracking
-    from experiments.identify.prereg import LEDGER, mirror_ledger, run_ledger
+    from experiments.identify.heldout.prereg import LEDGER, mirror_ledger, run_ledger
 
     results = tmp_path / "res"
     with tracking.tracked_run("phase6-identify-ledger", "held-out") as run_id:
@@ -266,7 +266,7 @@ def test_v3s_deviations_leave_the_sha256_its_shards_were_scored_under():
     import json
     from pathlib import Path
 
-    from experiments.identify.prereg import DEVIATIONS_MARKER
+    from experiments.identify.heldout.prereg import DEVIATIONS_MARKER
 
     path = Path("docs/preregistration-identify-v3.md")
     assert DEVIATIONS_MARKER in path.read_bytes()
@@ -284,7 +284,7 @@ def test_a_listed_run_takes_exactly_its_concepts_and_held_out_ones_only_after_th
     import json
 
     from experiments.config import ConfigError, load_config
-    from experiments.identify.prereg import LEDGER, check_listed
+    from experiments.identify.heldout.prereg import LEDGER, check_listed
     from experiments.identify.study import concept_sets, with_concepts
 
     base = load_config("configs/identify.yaml")
@@ -326,7 +326,7 @@ def test_an_offset_takes_the_rest_of_a_set_and_is_part_of_the_study():
     """``identify.offset`` (v4 after v3's first 300): the set from its N+1th concept,
     before limit and shards, and a different study hash than the set from its start."""
     from experiments.config import load_config
-    from experiments.identify.prereg import study_hash
+    from experiments.identify.heldout.prereg import study_hash
     from experiments.identify.study import concept_sets, with_concepts
 
     base = load_config("configs/identify.yaml", ["identify.concept_set=heldout"])

@@ -69,8 +69,8 @@ def test_every_parent_figure_is_drawn_from_the_typed_record(record) -> None:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from experiments.identify.cells import StudyTables
-    from experiments.identify.compare import read_directions
+    from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.compare import read_directions
     from experiments.identify.figures import figures
 
     drawn = figures(StudyTables(read_directions(DEV.parent)), record, pd.DataFrame())

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from experiments.config import ConfigError, load_config
-from experiments.identify.prereg import (
+from experiments.identify.heldout.prereg import (
     PreregistrationError,
     binding,
     check_heldout,
@@ -19,7 +19,7 @@ from experiments.identify.prereg import (
     record_heldout,
     study_hash,
 )
-from experiments.identify.shards import (
+from experiments.identify.heldout.shards import (
     committed_ledgers,
     keep_shard,
     n_shards,
@@ -108,7 +108,7 @@ def test_the_ledger_allows_each_shard_once_unless_forced(bound, mlflow_store):
 
 def toy_shards(config, held):
     """A toy study's directions on the held-out concepts, cut into the config's shards."""
-    from experiments.identify import simulate as sim
+    from experiments.identify.simulation import simulate as sim
     from steering.nulls import seeded_rng
 
     toy = sim.toy_directions(config.identify, sim.CLASSES["none"], seeded_rng(0, "s"), 0.3, 25)
@@ -151,8 +151,8 @@ def test_pooling_refuses_missing_shards_and_shards_of_another_binding(
 
 
 def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(bound, tmp_path, mlflow_store):
-    from experiments.identify.analysis import primary_result
-    from experiments.identify.cells import StudyTables
+    from experiments.identify.estimation.analysis import primary_result
+    from experiments.identify.estimation.cells import StudyTables
     from experiments.identify.study import concept_sets
 
     config, prereg = bound
@@ -212,7 +212,7 @@ def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothi
     no ledger entry (the verdict stays the pooled scoring's)."""
     import pandas as pd
 
-    from experiments.identify.estimands import estimate_all
+    from experiments.identify.estimation.estimands import estimate_all
     from experiments.identify.pooled_exploratory import (
         EXPLORATORY_RECORD,
         PER_CONCEPT,
@@ -262,8 +262,8 @@ def test_co_primaries_are_pooled_once_and_read_together_by_holm(
     """A primary block with a co-primary: the pool scores both on the concatenated table,
     each at the level Holm's step-down reads it, records both verdicts in the record, the
     answer and the ledger line; the record's `primary` stays P1's."""
-    from experiments.identify.multiplicity import holm
-    from experiments.identify.prereg import primaries
+    from experiments.identify.estimation.multiplicity import holm
+    from experiments.identify.heldout.prereg import primaries
     from experiments.identify.study import concept_sets
 
     text = primary.replace(
@@ -313,14 +313,14 @@ def test_the_reliability_floor_is_read_on_every_shards_sums_and_settles_nothing_
     reliability over all of them per primary's population, and a primary below the
     pre-registration's floor is uninformative whatever its interval, and lets no other
     primary be read at a wider level."""
-    from experiments.identify.shards import (
+    from experiments.identify.estimation.stats import demeaned_halves
+    from experiments.identify.heldout.shards import (
         RELIABILITY_SUMS,
         ShardRun,
         reliability_floors,
         score_primaries,
         shard_folder,
     )
-    from experiments.identify.stats import demeaned_halves
     from experiments.identify.study import concept_sets
 
     config, _prereg = bound

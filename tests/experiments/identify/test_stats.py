@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.identify import stats
+from experiments.identify.estimation import stats
 
 
 def planted(

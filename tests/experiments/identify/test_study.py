@@ -13,7 +13,11 @@ from experiments import tracking
 from experiments.config import load_config
 from experiments.identify import QUICK
 from experiments.identify.answer import PRIMARY_STATUS, answer_of
-from experiments.identify.prereg import PreregistrationError, load_preregistration, study_hash
+from experiments.identify.heldout.prereg import (
+    PreregistrationError,
+    load_preregistration,
+    study_hash,
+)
 from experiments.identify.study import run_identify
 from experiments.record import IdentifyRecord
 from experiments.rundir import RunDir, read_jsonl
@@ -443,7 +447,7 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
 
     pooled = pool_heldout(config)  # 3 concepts in shards of 3: one shard, the whole set
     assert pooled["devices"] == {"cpu/float32": 3}
-    from experiments.identify.shards import score_pooled
+    from experiments.identify.heldout.shards import score_pooled
 
     whole = score_pooled(again.directions.assign(device="x"), pooled["primary"]["spec"], config)
     assert pooled["primary"]["verdict"] == whole["verdict"]
@@ -498,7 +502,7 @@ def test_v3_with_the_reference_halves_measures_every_direction_against_the_secon
     equal-geometry estimand corrected, the uncorrected slope beside it; the likelihood at
     both signs with each sign's reliability and their agreement; AUROC ranked on the
     validation and test texts together (its halves then split both)."""
-    from experiments.identify.corrected import CORRECTED
+    from experiments.identify.estimation.corrected import CORRECTED
 
     result = _halves_run(
         tmp_path, prereg, tiny_lm, embedder, single_threaded,

@@ -1,4 +1,4 @@
-"""The variance components the simulation takes from a run (identify/variance.py): a
+"""The variance components the simulation takes from a run (identify/estimation/variance.py): a
 random-effects pool of each concept's within-cell slopes recovers the toy's noise."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.identify.compare import read_directions
-from experiments.identify.variance import components
+from experiments.identify.estimation.compare import read_directions
+from experiments.identify.estimation.variance import components
 
 
 def _study(n_concepts: int, slope_sd: float, within_sd: float, seed: int) -> pd.DataFrame:
@@ -90,8 +90,8 @@ def test_a_run_with_split_half_errors_gives_aurocs_reliability_and_the_toy_takes
     from dataclasses import replace
 
     from experiments.config import load_config
-    from experiments.identify.design import measured_toy
-    from experiments.identify.variance import components_from_json
+    from experiments.identify.estimation.variance import components_from_json
+    from experiments.identify.simulation.design import measured_toy
 
     frame = _study(40, slope_sd=0.5, within_sd=0.05, seed=2)
     cells = frame["manipulation"] == "isocos"

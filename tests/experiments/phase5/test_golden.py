@@ -27,7 +27,7 @@ from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.kernel.probes import classifier_dir, graph_key
 from experiments.phase5.run import run_phase5
-from experiments.strength.range import StrengthLimits, StrengthRange, save_range
+from experiments.strength_range import StrengthLimits, StrengthRange, save_range
 
 GOLDEN = Path(__file__).with_name("golden_tiny_run.json")
 GOLDEN_PROBES = Path(__file__).with_name("golden_tiny_probes")

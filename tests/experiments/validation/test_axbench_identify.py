@@ -1,5 +1,5 @@
 """``panel --rubric axbench`` on an identify run: the rubric read as an outcome of the
-direction (``identify/rubric.py``), on a real MLflow store, judged by the real OpenAI
+direction (``identify/estimation/rubric.py``), on a real MLflow store, judged by the real OpenAI
 SDK against a loopback server.
 
 The synthetic identify run has three concepts, each with v* and two iso-cos directions

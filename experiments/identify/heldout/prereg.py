@@ -24,7 +24,7 @@
   ``--resume`` finishes the same scoring once the pre-registration and the binding are
   checked again as for a new run (:func:`check_resume`; a ``resumed`` entry). Each entry
   is mirrored to its MLflow run after the local line is written (:func:`mirror_ledger`).
-* **Shards** (``identify.shard_size``, ``identify/shards.py``): a held-out set too large
+* **Shards** (``identify.shard_size``, ``identify/heldout/shards.py``): a held-out set too large
   for one session is scored in shards, each one complete run; the ledger then allows one
   scoring per (pre-registration, shard) and one ``pooled`` scoring of the primary
   (:func:`conflicts`: an unsharded scoring conflicts with every other).
@@ -132,7 +132,7 @@ def primaries(primary: dict[str, Any]) -> list[dict[str, Any]]:
     """The primary and its co-primaries, each a whole spec: a co-primary is the primary
     with its own ``name`` and the keys of :data:`CO_PRIMARY_KEYS` it gives; without
     ``co_primaries`` the primary alone. Several are read together by ``multiplicity``
-    (``holm``: ``identify/multiplicity.py``) at family-wise ``alpha`` (0.05)."""
+    (``holm``: ``identify/estimation/multiplicity.py``) at family-wise ``alpha`` (0.05)."""
     cos = primary.get("co_primaries") or []
     if not cos:
         return [primary]
@@ -164,7 +164,7 @@ def _check_primary(primary: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise PreregistrationError(f"the primary analysis lacks {missing}")
     # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
-    from experiments.identify.cells import PREDICTORS
+    from experiments.identify.estimation.cells import PREDICTORS
 
     allowed = (*PREDICTORS, "probit_auroc")
     if primary["predictor"] not in allowed:

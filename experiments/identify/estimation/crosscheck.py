@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.identify import manipulations, stats
-from experiments.identify.cells import StudyTables
-from experiments.identify.directions import REFERENCE
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.cells import StudyTables
+from experiments.identify.stages import manipulations
+from experiments.identify.stages.directions import REFERENCE
 from metrics.intervals import hierarchical_correlation, hierarchical_mean
 from metrics.reliability import split_orders
 from steering.nulls import seeded_rng

@@ -31,9 +31,9 @@ import pandas as pd
 from experiments import tracking
 from experiments.calibration.analysis import EFFECTS
 from experiments.calibration.study import ProbeSetSpec, build_curve
-from experiments.identify import stats
-from experiments.identify.cells import INPUT_PREDICTORS
-from experiments.identify.detect import score_direction
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.cells import INPUT_PREDICTORS
+from experiments.identify.stages.detect import score_direction
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import build_probe_texts, load_classifiers
 from experiments.rundir import RunDir

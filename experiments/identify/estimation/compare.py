@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 
 from experiments.answer import interval_dict_text
-from experiments.identify import stats
-from experiments.identify.directions import REFERENCE
-from experiments.identify.estimator import flexible_slope, identified_analysis
-from experiments.identify.manipulations import family, is_control
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.estimator import flexible_slope, identified_analysis
+from experiments.identify.stages.directions import REFERENCE
+from experiments.identify.stages.manipulations import family, is_control
 from experiments.rundir import RunDir
 
 

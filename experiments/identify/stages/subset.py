@@ -27,9 +27,9 @@ from experiments.rundir import RunDir
 
 if TYPE_CHECKING:
     from experiments.concepts import ConceptGraph
-    from experiments.identify.data import DirectionSet, StudyData
-    from experiments.identify.detect import Detection
-    from experiments.identify.outcome import Steering
+    from experiments.identify.stages.data import DirectionSet, StudyData
+    from experiments.identify.stages.detect import Detection
+    from experiments.identify.stages.outcome import Steering
     from experiments.kernel.lifecycle import RunSession
     from experiments.likelihood_texts import LikelihoodTexts
     from experiments.timer import Timer
@@ -44,8 +44,8 @@ def choose_subset(
 ) -> list[str]:
     """``identify.subset_concepts`` concepts stratified by v*'s test AUROC (known before
     any outcome), written to the run folder."""
-    from experiments.identify.directions import REFERENCE
-    from experiments.identify.matched import stratified_subset
+    from experiments.identify.stages.directions import REFERENCE
+    from experiments.identify.stages.matched import stratified_subset
 
     subset = stratified_subset(
         {c: detections[(c, REFERENCE)].auroc for c in concepts},
@@ -64,7 +64,7 @@ def subset_likelihood(
     """The subset's likelihood records: (at fixed and KL-matched doses, on name-free texts);
     each resumes per concept from its run-folder file. ``words``: each concept's, whose
     tokens a concept-free dose leaves out (``identify.dose_kl``)."""
-    from experiments.identify.outcome import score_dose, score_likelihood
+    from experiments.identify.stages.outcome import score_dose, score_likelihood
 
     lm, config, run_dir = steering.lm, steering.config, steering.run_dir
     ident = config.identify
@@ -73,7 +73,7 @@ def subset_likelihood(
         dose = score_dose(steering, texts, subset, outputs, prompts, say, words)
     name_free: list[dict[str, Any]] = []
     if subset and ident.name_free:
-        from experiments.identify.namefree import name_free_likelihood_texts
+        from experiments.identify.stages.namefree import name_free_likelihood_texts
         from steering.likelihood import encode_texts
 
         free = name_free_likelihood_texts(
@@ -105,7 +105,7 @@ def generate_subset(
 ) -> list[str]:
     """Generate from every direction of the subset not among ``tags`` (generated for every
     concept already); returns those directions' ids."""
-    from experiments.identify.generation import generate_validation, vector_set
+    from experiments.identify.stages.generation import generate_validation, vector_set
 
     config, layer, alpha = steering.config, steering.layer, steering.alpha
     betas, directions = steering.betas, steering.directions
@@ -148,8 +148,8 @@ def name_free_detection(
     so the named texts' activations are those of a study without this); with a
     ``scorer`` (:func:`nll_scorer`), each concept's worst ``1 - identify.name_free_keep``
     of them dropped first."""
-    from experiments.identify.detect import name_free_auroc
-    from experiments.identify.namefree import drop_worst_each, name_free_positives
+    from experiments.identify.stages.detect import name_free_auroc
+    from experiments.identify.stages.namefree import drop_worst_each, name_free_positives
 
     n, keep = config.classifier.eval_per_class, config.identify.name_free_keep
     positives = {c: name_free_positives(graph.get(c), n, config.seed, keep) for c in concepts}
@@ -203,7 +203,7 @@ def subset_columns(
     ``dose_matched_verify`` (that gap within ``MATCH_TOLERANCE``); ``gen_gate`` (s = +1:
     whether the generated texts passed the gate; their Δ is a declared outcome,
     ``measures.py``)."""
-    from experiments.identify.matched import MATCH_TOLERANCE, MATCHED, log_gap, matched
+    from experiments.identify.stages.matched import MATCH_TOLERANCE, MATCHED, log_gap, matched
 
     key = list(zip(frame["concept"], frame["direction"], strict=True))
     if dose:

@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.directions import REFERENCE
-from experiments.identify.manipulations import direction_grid, is_control
+from experiments.identify.stages.directions import REFERENCE
+from experiments.identify.stages.manipulations import direction_grid, is_control
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyConfig
-    from experiments.identify.directions import DirectionSpec
+    from experiments.identify.stages.directions import DirectionSpec
 
 SHAPES = ("linear", "convex", "concave", "nuisance")  # toy_study's; toy_directions adds "flat"
 
@@ -597,7 +597,7 @@ def _second_half(f: pd.DataFrame, cos_sd: float, auroc_sd: float, rng: np.random
     with an independent error as large as the reference's own (the halves are
     exchangeable), and ``auroc_error_within``, one split's estimate of each row's AUROC
     error variance inside its equal-geometry cell (cells.build_tables takes 50 splits)."""
-    from experiments.identify.variance import equal_geometry_rows
+    from experiments.identify.estimation.variance import equal_geometry_rows
 
     f["cos_half"] = f["true_cos"] + cos_sd * rng.standard_normal(len(f))
     delta = pd.Series(auroc_sd * rng.standard_normal(len(f)), index=f.index)

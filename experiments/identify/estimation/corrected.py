@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from experiments.identify.variance import demean
+from experiments.identify.estimation.variance import demean
 from metrics.cluster import ClusterFit
 
 CORRECTED = (

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.answer import interval_dict_text
-from experiments.identify.prereg import (
+from experiments.identify.heldout.prereg import (
     LEDGER,
     POOLED,
     Preregistration,
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from experiments.config import IdentifyStudyConfig
-    from experiments.identify.cells import StudyTables
-    from experiments.identify.multiplicity import Reading
+    from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.multiplicity import Reading
     from metrics.intervals import Interval
     from steering.models import LoadedModel
 
@@ -165,8 +165,8 @@ def reliability_sums(tables: StudyTables) -> dict[str, np.ndarray]:
     """Per built-direction population (``variance.BUILT_FAMILIES``), measure (the
     likelihood effect, AUROC) and concept, the demeaned split-half sums; keyed
     ``population|measure|concept``."""
-    from experiments.identify.stats import demeaned_halves
-    from experiments.identify.variance import BUILT_FAMILIES, practitioner_rows
+    from experiments.identify.estimation.stats import demeaned_halves
+    from experiments.identify.estimation.variance import BUILT_FAMILIES, practitioner_rows
 
     out = {}
     for population, families in BUILT_FAMILIES.items():
@@ -183,7 +183,7 @@ def pooled_reliability(
     """The likelihood's within-concept reliability among ``population``'s directions,
     pooled over the shards that kept their sums and per shard, with the shards that
     kept none."""
-    from experiments.identify.stats import reliability_of_sums
+    from experiments.identify.estimation.stats import reliability_of_sums
 
     prefix = f"{population}|{FLOOR_MEASURE}|"
     per_shard: dict[int, dict[str, np.ndarray]] = {}
@@ -307,8 +307,8 @@ def score_pooled(
     """The pre-registered primary on a pooled directions table, as a run scores it
     (``analysis.primary_result`` with the config's bootstrap settings; ``confidence``
     where Holm's procedure reads it at another level)."""
-    from experiments.identify.analysis import primary_result
-    from experiments.identify.cells import StudyTables
+    from experiments.identify.estimation.analysis import primary_result
+    from experiments.identify.estimation.cells import StudyTables
 
     criteria = config.criteria
     return primary_result(
@@ -326,8 +326,8 @@ def reliability_floors(
     """Per primary with a built-direction population, the pre-registration's floor
     (``reliability_floor``) beside the likelihood's pooled reliability on its rows; empty
     where the block names no floor."""
-    from experiments.identify.prereg import primaries
-    from experiments.identify.variance import BUILT_FAMILIES
+    from experiments.identify.estimation.variance import BUILT_FAMILIES
+    from experiments.identify.heldout.prereg import primaries
 
     floor = primary.get("reliability_floor")
     if floor is None:
@@ -352,11 +352,11 @@ def score_primaries(
     floors: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Reading]:
     """The primary and its co-primaries (``prereg.primaries``) on the pooled table, read
-    together by Holm's procedure at the block's ``alpha`` (``identify/multiplicity.py``);
+    together by Holm's procedure at the block's ``alpha`` (``identify/estimation/multiplicity.py``);
     a primary whose rows miss the reliability floor (``floors``) is ``uninformative``,
     whatever its interval, and settles nothing."""
-    from experiments.identify.multiplicity import holm
-    from experiments.identify.prereg import primaries
+    from experiments.identify.estimation.multiplicity import holm
+    from experiments.identify.heldout.prereg import primaries
 
     def score(spec: dict[str, Any], confidence: float) -> dict[str, Any]:
         result = score_pooled(frame, spec, config, confidence)

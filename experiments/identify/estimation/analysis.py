@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify import manipulations, stats
-from experiments.identify.cells import PREDICTORS, StudyTables, null_rows
-from experiments.identify.directions import REFERENCE
-from experiments.identify.dose import minimum_effective, threshold_curve
-from experiments.identify.estimands import estimate_all
-from experiments.identify.estimator import (
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.cells import PREDICTORS, StudyTables, null_rows
+from experiments.identify.estimation.dose import minimum_effective, threshold_curve
+from experiments.identify.estimation.estimands import estimate_all
+from experiments.identify.estimation.estimator import (
     equal_geometry,
     flexible_slope,
     identified_analysis,
@@ -44,13 +43,15 @@ from experiments.identify.estimator import (
     practitioner_slope,
     with_probit,
 )
-from experiments.identify.stats import within_reliability
-from experiments.identify.variance import BUILT_FAMILIES
+from experiments.identify.estimation.stats import within_reliability
+from experiments.identify.estimation.variance import BUILT_FAMILIES
+from experiments.identify.stages import manipulations
+from experiments.identify.stages.directions import REFERENCE
 from metrics.cluster import fisher_z_interval
 from metrics.intervals import Interval, hierarchical_mean
 
 if TYPE_CHECKING:
-    from experiments.identify.detect import Detection
+    from experiments.identify.stages.detect import Detection
 
 OUTCOME = "effect"
 
@@ -150,7 +151,7 @@ def outcome_reliability(
     measured at both signs (``identify.strengths`` holding 1 and −1): each sign's
     reliability and their within-concept r, observed and disattenuated (a direction that
     pulls toward the concept harder should push away harder: r near −1)."""
-    from experiments.identify.variance import equal_geometry_rows, practitioner_rows
+    from experiments.identify.estimation.variance import equal_geometry_rows, practitioner_rows
 
     good = pooled[pooled["cos_ref"] >= GOOD_COS]
     out = {
@@ -402,7 +403,7 @@ def between_concepts(
 ) -> dict[str, Any]:
     """Across concepts, at v*: AUROC (units: test texts) against the effect (units:
     pairs), observed and disattenuated (metrics.reliability)."""
-    from experiments.identify.detect import auroc_rows
+    from experiments.identify.stages.detect import auroc_rows
     from metrics.reliability import disattenuated_correlation
 
     concepts = sorted(

@@ -1,17 +1,18 @@
 """The design checked by simulation before any compute (``steer-eval identify simulate``).
 
-The configured grid (every direction :func:`~experiments.identify.manipulations.direction_grid`
-makes from the ``@manipulation`` registry and the config's levels, v2's iso-cos graded
-nuisances included) is run through the bank of toy studies of ``simulate.py``
-(:func:`~experiments.identify.simulate.toy_directions`, one per confound class of
-:data:`~experiments.identify.simulate.CLASSES`, each with no AUROC effect, and again with
-the smallest effect of interest planted), and the project's own estimators are scored on
-them: ``analysis.primary_result`` as pre-registered, ``estimator.flexible_slope`` without
-covariates, ``linear_cos_slope`` (v1's model), ``matched_pairs``, ``iso_cos`` pooled
-(beside the nuisance's effect and the dose) and its bare slope per angle
-(``without_covariates``). Per estimand and class: bias, coverage of 0 and the rate of
-"supported" verdicts when AUROC does nothing, power at :data:`SESOI`, interval width, and
-each manipulation family's weight.
+The configured grid (every direction
+:func:`~experiments.identify.stages.manipulations.direction_grid` makes from the
+``@manipulation`` registry and the config's levels, v2's iso-cos graded nuisances
+included) is run through the bank of toy studies of ``simulate.py``
+(:func:`~experiments.identify.simulation.simulate.toy_directions`, one per confound class
+of :data:`~experiments.identify.simulation.simulate.CLASSES`, each with no AUROC effect,
+and again with the smallest effect of interest planted), and the project's own estimators
+are scored on them: ``analysis.primary_result`` as pre-registered,
+``estimator.flexible_slope`` without covariates, ``linear_cos_slope`` (v1's model),
+``matched_pairs``, ``iso_cos`` pooled (beside the nuisance's effect and the dose) and its
+bare slope per angle (``without_covariates``). Per estimand and class: bias, coverage of 0
+and the rate of "supported" verdicts when AUROC does nothing, power at :data:`SESOI`,
+interval width, and each manipulation family's weight.
 
 **Weights** (:func:`family_weights`): the estimator's identifying variation is the AUROC
 column left after the fixed effects, the splines and the covariates (Frisch–Waugh–Lovell:
@@ -55,9 +56,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.analysis import primary_result
-from experiments.identify.cells import StudyTables, null_rows
-from experiments.identify.estimator import (
+from experiments.identify.estimation.analysis import primary_result
+from experiments.identify.estimation.cells import StudyTables, null_rows
+from experiments.identify.estimation.estimator import (
     design,
     equal_geometry,
     flexible_slope,
@@ -68,14 +69,7 @@ from experiments.identify.estimator import (
     matched_pairs,
     partial_out,
 )
-from experiments.identify.simulate import (
-    CLASSES,
-    READOUT,
-    TOY,
-    grid_rows,
-    toy_directions,
-)
-from experiments.identify.variance import (
+from experiments.identify.estimation.variance import (
     BUILT_FAMILIES,
     Components,
     auroc_within_sd,
@@ -84,13 +78,20 @@ from experiments.identify.variance import (
     practitioner_truth,
     toy_overrides,
 )
+from experiments.identify.simulation.simulate import (
+    CLASSES,
+    READOUT,
+    TOY,
+    grid_rows,
+    toy_directions,
+)
 from steering.nulls import seeded_rng
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from experiments.config import IdentifyConfig, IdentifyStudyConfig
-    from experiments.identify.multiplicity import Reading
+    from experiments.identify.estimation.multiplicity import Reading
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
@@ -372,7 +373,7 @@ def holm_readings(
     """Every spec scored on one directions table by its own estimator
     (``analysis.primary_result``) and read together by Holm's step-down, as ``identify pool``
     reads the pooled shards (``shards.score_primaries``)."""
-    from experiments.identify.multiplicity import holm
+    from experiments.identify.estimation.multiplicity import holm
 
     tables = StudyTables(frame)
 
@@ -448,7 +449,7 @@ def simulate_co_primaries(
     ``primary_only`` the other estimands' rows as :func:`simulate` gives them (from the
     first primary's spec). The planted arm plants ``sesoi`` with the first primary's
     sign; each primary reads it by its own hypothesis and margin."""
-    from experiments.identify.prereg import primaries
+    from experiments.identify.heldout.prereg import primaries
 
     specs = primaries(primary)
     alpha = float(primary.get("alpha", 0.05))
@@ -511,7 +512,7 @@ def _mean_weights(weights: list[dict[str, float]]) -> dict[str, float]:
 def co_primary_names(primary: dict[str, Any]) -> list[str]:
     """The names the table's rows carry for each primary: ``primary`` for a single one
     (v3's tables), else each spec's ``name``."""
-    from experiments.identify.prereg import primaries
+    from experiments.identify.heldout.prereg import primaries
 
     specs = primaries(primary)
     return [str(s["name"]) for s in specs] if len(specs) > 1 else ["primary"]
@@ -543,7 +544,7 @@ def check_design(table: Sequence[dict[str, Any]], estimand: str = "primary",
 
 def primary_of(config: IdentifyStudyConfig) -> dict[str, Any]:
     """The pre-registered primary the config names, or v2's default when none is readable."""
-    from experiments.identify.prereg import PreregistrationError, load_preregistration
+    from experiments.identify.heldout.prereg import PreregistrationError, load_preregistration
 
     path = config.identify.preregistration
     try:
@@ -557,7 +558,7 @@ def heldout_count(config: IdentifyStudyConfig) -> int:
     ``identify.offset`` on (v4 takes v3's held-out set after its first 300), at most
     ``identify.limit`` of them, as ``study.with_concepts`` chooses them."""
     from experiments.concepts import load_concepts
-    from experiments.identify.prereg import split_concepts
+    from experiments.identify.heldout.prereg import split_concepts
 
     ident = config.identify
     synsets = [c.synset for c in load_concepts(config.concepts.file).concepts]
@@ -613,7 +614,7 @@ def power_curve(
     the read-out and without (:func:`co_power_classes`). ``known``: a table already
     simulated at a number of concepts with the same settings (the toys are seeded alike,
     so its rows are the ones this would compute)."""
-    from experiments.identify.prereg import primaries
+    from experiments.identify.heldout.prereg import primaries
 
     specs = primaries(primary)
     names = co_primary_names(primary)
@@ -660,7 +661,7 @@ def power_summary(
     interest planted and its "no practical effect" rate with none, at the study's number
     of concepts, and the smallest number on the power curve where each reaches
     :data:`EQUIVALENCE_POWER` (None: none of them does)."""
-    from experiments.identify.prereg import primaries
+    from experiments.identify.heldout.prereg import primaries
 
     def at(name: str, cls: str) -> dict[str, Any]:
         row = next((r for r in table if r["estimand"] == name and r["class"] == cls), {})
@@ -699,7 +700,7 @@ def run_design(
     """``identify simulate``: the table for the config's grid and pre-registered primary,
     with the gate's verdict and what the toys assumed (``measured``: a run's variance
     components in place of the assumed ones)."""
-    from experiments.identify.prereg import study_hash
+    from experiments.identify.heldout.prereg import study_hash
 
     primary = primary_of(config)
     n = heldout_count(config)
@@ -748,7 +749,7 @@ def _co_primary_block(
     n: int,
 ) -> dict[str, Any]:  # fmt: skip
     """What a co-primary table adds: the primaries as read, Holm's alpha, the powers."""
-    from experiments.identify.prereg import primaries
+    from experiments.identify.heldout.prereg import primaries
 
     return {
         "primaries": [

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.identify.estimator import (
+from experiments.identify.estimation.estimator import (
     equal_geometry,
     flexible_slope,
     iso_cos,
@@ -46,7 +46,7 @@ class Estimand:
 
 def _has_built(frame: pd.DataFrame) -> bool:
     """Whether a run has directions people build beside v* (else no AUROC spread to rank)."""
-    from experiments.identify.variance import PRACTITIONER
+    from experiments.identify.estimation.variance import PRACTITIONER
 
     return bool(frame["manipulation"].isin(PRACTITIONER[1:]).any())
 
@@ -58,7 +58,7 @@ def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | N
 
 
 def _practitioner_full_data(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-    from experiments.identify.variance import FULL_DATA
+    from experiments.identify.estimation.variance import FULL_DATA
 
     if not _has_built(frame):
         return None

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.detect import METRICS, Detection, half_metrics
-from experiments.identify.directions import REFERENCE
-from experiments.identify.manipulations import is_control, reference_level
+from experiments.identify.stages.detect import METRICS, Detection, half_metrics
+from experiments.identify.stages.directions import REFERENCE
+from experiments.identify.stages.manipulations import is_control, reference_level
 from metrics.reliability import split_orders
 from steering.nulls import seeded_rng
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyConfig
-    from experiments.identify.data import DirectionSet
+    from experiments.identify.stages.data import DirectionSet
 
 # The study's predictors of steering, the columns of ``directions`` analysed in this
 # order and the only names a pre-registration's primary predictor may take (prereg.py):
@@ -144,7 +144,7 @@ def _error_within_cells(
     test texts, so their errors are correlated; taking the deviation within the split
     keeps only the part that varies inside the cell (what ``estimator.equal_geometry``
     corrects for)."""
-    from experiments.identify.variance import equal_geometry_rows
+    from experiments.identify.estimation.variance import equal_geometry_rows
 
     out = np.full(len(frame), np.nan)
     rows = equal_geometry_rows(frame.assign(_y=0.0), "_y")

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.identify import stats
-from experiments.identify.analysis import GOOD_COS
-from experiments.identify.cells import measure_halves
-from experiments.identify.crosscheck import canonical, unit_halves
+from experiments.identify.estimation import stats
+from experiments.identify.estimation.analysis import GOOD_COS
+from experiments.identify.estimation.cells import measure_halves
+from experiments.identify.estimation.crosscheck import canonical, unit_halves
 
 TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
 RUBRIC = "hm_effect"  # the rubric outcome of one text: its hm less its twin's

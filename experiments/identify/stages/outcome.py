@@ -44,7 +44,7 @@ from steering.readout import (
 from steering.vector import Direction
 
 if TYPE_CHECKING:
-    from experiments.identify.data import DirectionSet
+    from experiments.identify.stages.data import DirectionSet
 
 
 def stacked(directions: Sequence[Direction]) -> torch.Tensor:
@@ -181,8 +181,8 @@ def score_dose(
     bisects on a seeded half of the concept's prompts and records the matched dose's KL on
     the other half (``kl_verify``) beside v*'s there (``kl_verify_target``). The v2 dose
     (neither) takes its target and first guess from the readout's KL (``outputs``)."""
-    from experiments.identify.directions import REFERENCE
-    from experiments.identify.matched import MATCHED, match_dose, matching_split
+    from experiments.identify.stages.directions import REFERENCE
+    from experiments.identify.stages.matched import MATCHED, match_dose, matching_split
 
     lm, config, run_dir = steering.lm, steering.config, steering.run_dir
     layer, alpha, betas = steering.layer, steering.alpha, steering.betas

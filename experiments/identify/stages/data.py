@@ -5,7 +5,7 @@ concept's training texts at the reference size (smaller sizes are prefixes of it
 validation and test splits (held fixed for every direction) and the neutral texts whose
 principal components are the ``pc`` nuisance family and whose covariance the shrinkage
 path whitens with. :func:`build_directions` then makes every direction of
-:func:`experiments.identify.manipulations.direction_grid` for every concept.
+:func:`experiments.identify.stages.manipulations.direction_grid` for every concept.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from experiments.concepts import ConceptGraph
 from experiments.config import IdentifyStudyConfig
-from experiments.identify.directions import (
+from experiments.identify.stages.directions import (
     REFERENCE,
     DirectionSpec,
     TrainingSet,
@@ -31,7 +31,7 @@ from experiments.identify.directions import (
     random_nuisances,
     within_class_covariance,
 )
-from experiments.identify.manipulations import ConceptInputs, build_direction, direction_grid
+from experiments.identify.stages.manipulations import ConceptInputs, build_direction, direction_grid
 from experiments.prompts import (
     ProbeExample,
     format_axis_texts,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pandas as pd
 
 from experiments.concepts import load_concepts
-from experiments.identify.subset import (
+from experiments.identify.stages.subset import (
     choose_subset,
     generate_subset,
     name_free_detection,
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from experiments.config import IdentifyStudyConfig
-    from experiments.identify.data import DirectionSet, StudyData
-    from experiments.identify.detect import Detection
+    from experiments.identify.stages.data import DirectionSet, StudyData
+    from experiments.identify.stages.detect import Detection
     from experiments.kernel.lifecycle import RunSession
     from experiments.kernel.score import Scorer
     from experiments.likelihood_texts import LikelihoodTexts
@@ -69,8 +69,8 @@ def directions(
     say: Callable[[str], None],
 ) -> Directions:
     """Stages 1-3: activations, every direction, each scored as its own detector."""
-    from experiments.identify.data import build_directions, collect
-    from experiments.identify.detect import score_direction
+    from experiments.identify.stages.data import build_directions, collect
+    from experiments.identify.stages.detect import score_direction
     from experiments.kernel.vectors import neutral_texts
     from experiments.likelihood_texts import build_likelihood_texts
     from steering.activations import pooled_activations, residual_scale
@@ -129,14 +129,14 @@ def outcomes(
 ) -> Outcomes:
     """Stages 4-7: v*'s held-out β, the likelihood outcome of every direction and the
     prompting baseline, the output-side readouts, generations for the validating subset."""
-    from experiments.identify.crosscheck import canonical
-    from experiments.identify.generation import (
+    from experiments.identify.estimation.crosscheck import canonical
+    from experiments.identify.stages.generation import (
         generate_validation,
         select_reference_betas,
         validation_effects,
         vector_set,
     )
-    from experiments.identify.outcome import (
+    from experiments.identify.stages.outcome import (
         Steering,
         output_predictors,
         prompt_baseline,

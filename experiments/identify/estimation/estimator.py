@@ -36,8 +36,8 @@ from typing import Any, TypedDict, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.directions import REFERENCE
-from experiments.identify.variance import demean
+from experiments.identify.estimation.variance import demean
+from experiments.identify.stages.directions import REFERENCE
 from metrics.cluster import (
     ClusterFit,
     cluster_covariance,
@@ -374,13 +374,13 @@ def equal_geometry(
     only. A run with the reference's second half (``identify.reference_halves``) gets the
     slope corrected for AUROC's and the reference's measurement error
     (:func:`equal_geometry_corrected`) unless ``corrected`` is False."""
-    from experiments.identify.variance import equal_geometry_rows
+    from experiments.identify.estimation.variance import equal_geometry_rows
 
     data = equal_geometry_rows(frame, y, predictor, manipulation)
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
     if corrected and has_second_half(data):
-        from experiments.identify.corrected import equal_geometry_corrected
+        from experiments.identify.estimation.corrected import equal_geometry_corrected
 
         return equal_geometry_corrected(
             data, y, predictor, n_boot=n_boot, seed=seed, confidence=confidence
@@ -409,7 +409,7 @@ def practitioner_slope(
     ``within_family``: compared within (concept, family) instead, so that no contrast
     between ways of building a direction (whitening against the diffmean) enters.
     ``families``: which built directions (``variance.BUILT_FAMILIES``; all four by default)."""
-    from experiments.identify.variance import PRACTITIONER, practitioner_rows
+    from experiments.identify.estimation.variance import PRACTITIONER, practitioner_rows
 
     data = practitioner_rows(frame, y, predictor, families or PRACTITIONER)
     if data.empty:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
-from experiments.identify.stats import concept_draws
+from experiments.identify.estimation.stats import concept_draws
 
 REACHED, BELOW, NOT_REACHED = "reached", "censored_below", "not_reached"
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from experiments.identify.directions import (
+from experiments.identify.stages.directions import (
     REFERENCE,
     DirectionSpec,
     TrainingSet,

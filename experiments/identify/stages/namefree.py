@@ -43,7 +43,7 @@ from functools import cache
 from typing import Any
 
 from experiments.concepts import Concept, ConceptGraph, concept_words, mentions
-from experiments.identify.english import indefinite, plural
+from experiments.identify.stages.english import indefinite, plural
 from experiments.likelihood_texts import LikelihoodTexts, pick_off
 
 NAME_RELATIONS = ("hyponyms", "instance_hyponyms", "member_meronyms", "part_meronyms")
