@@ -15,7 +15,7 @@ from). A run reads it back through :func:`choose_beta`:
   0.2 for the embedded 270M, so ``make run`` never changes), is kept with a warning.
   "The model it names" is decided on the model the run resolves to (its probe id), not
   on how it was spelled: ``run`` and ``run --model embedded`` keep the same β
-  (``cli/strength.kept_keys``);
+  (:func:`kept_keys`);
 - without a recorded range, a number is kept and ``auto`` is an error naming the fix.
 
 The held-out β grid (``selection.beta_grid``) is kept to the range the same way.
@@ -197,6 +197,41 @@ class BetaChoice:
     config: RunConfig
     message: str
     source: str  # config | range | auto | command line
+
+
+def kept_keys(
+    set_: list[str] | None,
+    cfg: RunConfig | None,
+    config: Path,
+    overlays: list[Path] | None = None,
+) -> frozenset[str]:
+    """The config keys a recorded strength range never replaces (``choose_beta``'s
+    ``explicit``): those set on the command line (``--set steering.beta=...``), and the β
+    of a config run on the model its file names (phase5.yaml's 0.2 for the embedded 270M,
+    so `make run` never changes). Which model that is is decided on the model the run
+    resolves to (its probe id: id and dtype), never on how it was spelled: ``run`` and
+    ``run --model embedded`` on phase5.yaml keep the same β. On another model a config β
+    outside that model's recorded range is replaced by the range's. ``cfg``: the resolved
+    config (None for a resume, which keeps its stored β); ``config``, ``overlays``: the
+    file(s) as given."""
+    from experiments.config import load_config, parse_override
+    from steering.assets import AssetError
+    from steering.models import ModelSpecError
+    from steering.platform import DtypeError
+    from steering.preflight import probe_id_of_spec
+
+    explicit = frozenset(".".join(parse_override(text)[0]) for text in set_ or [])
+    if cfg is None:
+        return explicit
+    own = load_config(config, [], cfg.phase, overlays or []).model_spec
+    run = cfg.model_spec
+    if own == run:
+        return explicit | {"steering.beta"}
+    try:
+        same = probe_id_of_spec(own) == probe_id_of_spec(run)
+    except (AssetError, ModelSpecError, DtypeError):  # not here: not the run's model
+        same = False
+    return explicit | {"steering.beta"} if same else explicit
 
 
 def choose_beta(

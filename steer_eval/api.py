@@ -345,10 +345,10 @@ def _run(
     """The run, as ``steer-eval run`` makes it: β kept by the command's rule, the layer
     chosen by its rule, then the one runner; its command line tagged on the MLflow run."""
     from experiments import tracking
-    from experiments.cli.strength import kept_keys
     from experiments.config import Phase5Config
     from experiments.kernel.layers import resolve_layer
     from experiments.phase5.run import run_phase5
+    from experiments.strength_range import kept_keys
 
     assert isinstance(cfg, Phase5Config)  # load_config(..., "phase5") reads that model
     explicit = kept_keys(settings.sets, cfg, settings.config)

@@ -4,7 +4,7 @@
 the same config file and the same ``--set`` overrides (``--model``, ``--layer``,
 ``--concepts`` and ``--results-dir`` kept apart as the command keeps them), so both
 validate to the same config and hash, and take β by the same rule
-(``experiments.cli.strength.kept_keys`` reads which keys were set). Every keyword is
+(``experiments.strength_range.kept_keys`` reads which keys were set). Every keyword is
 written as an override here, and the call's equivalent command line is the same list.
 """
 

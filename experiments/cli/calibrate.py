@@ -28,7 +28,7 @@ from experiments.cli.common import (
     show_run_address,
 )
 from experiments.cli.plan import print_study_plan
-from experiments.cli.strength import kept_keys
+from experiments.strength_range import kept_keys
 
 if TYPE_CHECKING:
     from experiments.config import CalibrationStudyConfig

@@ -338,12 +338,12 @@ def run(
     if dry_run:
         if cfg is None:
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
-        from experiments.cli.strength import kept_keys
+        from experiments.strength_range import kept_keys
 
         print_plan(cfg, json_, kept_keys(set_, cfg, config), layer_rule=rule)
         return
-    from experiments.cli.strength import kept_keys
     from experiments.kernel.layers import resolve_layer
+    from experiments.strength_range import kept_keys
 
     explicit = kept_keys(set_, cfg, config)
     lm = embedder = layer_choice = None  # a resume keeps its stored layer

@@ -37,35 +37,6 @@ def register(app: typer.Typer) -> None:
     app.command("calibrate-strength")(friendly(calibrate_strength))
 
 
-def kept_keys(
-    set_: list[str] | None, cfg: Any, config: Path, overlays: list[Path] | None = None
-) -> frozenset[str]:
-    """The config keys a recorded strength range never replaces: those set on the
-    command line (``--set steering.beta=...``), and the β of a config run on the model
-    its file names (phase5.yaml's 0.2 for the embedded 270M, so `make run` never
-    changes). Which model that is is decided on the model the run resolves to (its probe
-    id: id and dtype), never on how it was spelled: ``run`` and ``run --model embedded``
-    on phase5.yaml keep the same β. On another model a config β outside that model's
-    recorded range is replaced by the range's. ``cfg``: the resolved config (None for a
-    resume, which keeps its stored β); ``config``, ``overlays``: the file(s) as given."""
-    from experiments.cli.common import user_errors
-    from experiments.config import load_config, parse_override
-    from steering.preflight import probe_id_of_spec
-
-    explicit = frozenset(".".join(parse_override(text)[0]) for text in set_ or [])
-    if cfg is None:
-        return explicit
-    own = load_config(config, [], cfg.phase, overlays or []).model_spec
-    run = cfg.model_spec
-    if own == run:
-        return explicit | {"steering.beta"}
-    try:
-        same = probe_id_of_spec(own) == probe_id_of_spec(run)
-    except user_errors():  # not here: not the run's model (whose own load says why)
-        same = False
-    return explicit | {"steering.beta"} if same else explicit
-
-
 def calibrate_strength(
     config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,

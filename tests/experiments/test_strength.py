@@ -206,7 +206,7 @@ def test_identify_keeps_its_grid_and_says_when_it_leaves_the_range(tmp_path):
 
 
 def test_the_config_beta_is_kept_on_its_own_model_and_a_set_key_everywhere(tiny_model_dir):
-    from experiments.cli.strength import kept_keys
+    from experiments.strength_range import kept_keys
 
     path = Path("configs/phase5.yaml")
 
