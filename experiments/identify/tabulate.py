@@ -118,6 +118,8 @@ def analyse_study(
     # a shard scores no primary: the pre-registration reads it once, on the pool
     scored = prereg.primary if prereg and ident.shard is None else None
     analysis = analysis_mod.analyse(tables, baseline, ident.targets, scored, n_boot, seed)
+    if prereg and ident.shard is not None:
+        withhold_primaries(analysis["estimands"], prereg.primary)
     if outcomes.subset:
         analysis["identified"]["subset"] = subset_outcomes(
             tables.directions, outcomes.subset, n_boot=n_boot, seed=seed
@@ -137,3 +139,21 @@ def analyse_study(
 
         phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
     return Analysed(tables, analysis, between, validation, prereg, phase6_frame, phase6)
+
+
+# What a shard's record says instead of a primary's estimand
+WITHHELD = "a pre-registered primary's estimand: scored once, on the pooled shards (identify pool)"
+
+
+def withhold_primaries(estimands: dict[str, dict[str, Any]], primary: dict[str, Any]) -> None:
+    """A shard scores no primary, nor the estimand a primary is (P1's
+    ``practitioner_equal_norm``, P2's ``practitioner_full_data``): the same number under
+    another row would let one shard be read before the pool. Those rows stay in the
+    record, not evaluable, with :data:`WITHHELD` as the reason."""
+    from experiments.identify.heldout.prereg import primaries
+
+    for spec in primaries(primary):
+        row = estimands.get(str(spec.get("estimand")))
+        if row is not None:
+            row.pop("correction", None)
+            row.update(status="not_evaluable", reason=WITHHELD, fit=None)

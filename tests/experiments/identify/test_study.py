@@ -583,3 +583,44 @@ def test_a_listed_run_builds_its_record_and_answer(
     answer = (result.run_dir / "answer.md").read_text()
     assert "2 listed concepts" in answer
     assert "exploratory: listed concepts" in answer and "development concepts" not in answer
+
+
+CO_PRIMARIES = """# Pre-registration
+```yaml
+primary:
+  name: P1
+  estimand: practitioner_equal_norm
+  predictor: auroc
+  outcome: likelihood
+  strength: 1.0
+  control: none
+  hypothesis: positive
+  sesoi: 0.25
+  multiplicity: holm
+  co_primaries:
+    - name: P2
+      estimand: practitioner_full_data
+  rule: interval excludes 0
+```
+"""
+
+
+def test_a_shard_withholds_the_estimands_its_primaries_are(
+    tiny_lm, embedder, tmp_path, mlflow_store, bound_preregistration, single_threaded
+):
+    """v4's shards once showed P1's and P2's numbers under their estimand rows: a shard
+    now keeps those rows not evaluable, saying why, in its record and answer."""
+    from experiments.identify.tabulate import WITHHELD
+
+    sharded = ("identify.shard_size=3", f"identify.shards_dir={tmp_path / 'committed'}")
+    path = bound_preregistration(tmp_path / "repo", binding(tmp_path, *sharded), CO_PRIMARIES)
+    shard = config_for(tmp_path, path, "identify.concept_set=heldout", "identify.shard=0", *sharded)
+    with single_threaded():
+        result = run_identify(shard, lm=tiny_lm, embedder=embedder)
+    estimands = result.record.estimands
+    for name in ("practitioner_equal_norm", "practitioner_full_data"):
+        assert estimands[name].status == "not_evaluable" and estimands[name].reason == WITHHELD
+        assert estimands[name].fit is None
+    assert estimands["practitioner_within_family"].reason != WITHHELD  # not a primary's
+    answer = (result.run_dir / "answer.md").read_text()
+    assert "scored once, on the pooled shards" in answer
