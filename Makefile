@@ -146,7 +146,7 @@ bench: setup-judge ## speed and memory, measured side by side; writes bench/resu
 	$(CLI) bench $(ARGS)
 
 gpu-pack: setup ## pack .gpu-check/ (wheels, tokenizer, WordNet) for bench/gpu_check.sh on a bare GPU machine
-	$(PY) -m experiments.bench.gpu_check pack
+	$(PY) -m experiments.bench.gpu.gpu_check pack
 
 # An AVX2-only CPU, emulated on a newer one: torch, MKL and oneDNN are held to AVX2 by
 # environment, and llama.cpp is a second build without AVX-512 (llama-cpp-python builds

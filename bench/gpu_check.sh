@@ -12,7 +12,7 @@
 # (or a run stopped at its time limit) still leaves what the others measured.
 # GPU_CHECK_STEPS picks steps (default "tests smoke bench profile": the last is a kernel
 # profile of one decode step of ours at each batch size; "levers" times our decode under
-# each lever the profile names, experiments/bench/gpu_levers.py); GPU_CHECK_ROWS the bench's
+# each lever the profile names, experiments/bench/gpu/gpu_levers.py); GPU_CHECK_ROWS the bench's
 # batch sizes (default 256,1024); GPU_CHECK_COMPILED=0 leaves out HF's compiled arm;
 # GPU_CHECK_DEVICE and GPU_CHECK_MODEL (default cuda, the 4B config's model) let the
 # script rehearse on a CPU (cpu, embedded); GPU_CHECK_SECONDS, when set, is the whole
@@ -89,21 +89,21 @@ else
   export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ -d "$luggage/assets" ]; then
-  step assets "$py" -m experiments.bench.gpu_check unpack "$luggage" "$STEER_EVAL_CACHE" "$site"
+  step assets "$py" -m experiments.bench.gpu.gpu_check unpack "$luggage" "$STEER_EVAL_CACHE" "$site"
 fi
-step machine "$py" -m experiments.bench.gpu_check machine "$dir/env.json" --device "$device"
+step machine "$py" -m experiments.bench.gpu.gpu_check machine "$dir/env.json" --device "$device"
 for s in $steps; do
   case $s in
     tests) step tests cuda_tests ;;
     smoke) step smoke smoke ;;
     bench) step bench bench ;;
     # shellcheck disable=SC2086
-    profile) step profile "$py" -m experiments.bench.gpu_profile --rows "$rows" $model \
+    profile) step profile "$py" -m experiments.bench.gpu.gpu_profile --rows "$rows" $model \
       --device "$device" --out "$dir/profile.json" ;;
     # shellcheck disable=SC2086
-    levers) step levers "$py" -m experiments.bench.gpu_levers --rows "$rows" $model \
+    levers) step levers "$py" -m experiments.bench.gpu.gpu_levers --rows "$rows" $model \
       --device "$device" --out "$dir/levers.json" ;;
     *) echo "unknown step $s (tests, smoke, bench, profile, levers)" >&2 ;;
   esac
 done
-"$py" -m experiments.bench.gpu_check report "$dir" "$out"
+"$py" -m experiments.bench.gpu.gpu_check report "$dir" "$out"

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from experiments.bench.measure import contention, rounded
-from experiments.bench.options import E2E_MARKER, TRACKING_STAGES, BenchOptions
+from experiments.bench.core.measure import contention, rounded
+from experiments.bench.core.options import E2E_MARKER, TRACKING_STAGES, BenchOptions
 
 CHILD_MODULE = "experiments.bench.e2e"
 
@@ -78,8 +78,8 @@ def run_e2e_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Inside the subprocess: the default ``make run`` workload, in-process, timed."""
     memory = PeakMemory()
     t0 = time.perf_counter()
-    from experiments.bench.dtype import dtype_name
-    from experiments.bench.workload import pipeline_entry
+    from experiments.bench.core.workload import pipeline_entry
+    from experiments.bench.decode.dtype import dtype_name
     from experiments.config import load_config
     from experiments.rundir import RunDir, read_jsonl
     from steering.models import pick_device, pick_dtype

@@ -19,32 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from experiments.bench.batched import run_batched, run_per_sample, section_batched, warm_up
-from experiments.bench.dtype import dtype_name, other_precision, section_dtype
-from experiments.bench.e2e import section_e2e
-from experiments.bench.gguf_f32 import f32_gguf
-from experiments.bench.head import section_head
-from experiments.bench.llama import (
-    SINGLE_STREAM,
-    SINGLE_STREAM_F32,
-    close,
-    fastest,
-    gguf_for,
-    llama_unavailable,
-    open_llamas,
-    run_llama,
-    runs_by_threads,
-    section_llama,
-)
-from experiments.bench.llama_batch import HOW as LLAMA_BATCH_HOW
-from experiments.bench.llama_batch import (
-    LLAMA_BATCHED,
-    MultiSequence,
-    open_multi_sequence,
-    run_llama_batched,
-)
-from experiments.bench.load import section_load
-from experiments.bench.measure import (
+from experiments.bench.core.measure import (
     Measurement,
     Run,
     Stream,
@@ -56,30 +31,55 @@ from experiments.bench.measure import (
     measure_side_by_side,
     torch_threads,
 )
-from experiments.bench.options import (
+from experiments.bench.core.options import (
     HF_BATCHED,
     SCHEMA_VERSION,
     SECTIONS,
     SIDE_BY_SIDE,
     BenchOptions,
 )
-from experiments.bench.peers import (
+from experiments.bench.core.workload import Workload, plan_workload, stratified_subset
+from experiments.bench.decode.batched import run_batched, run_per_sample, section_batched, warm_up
+from experiments.bench.decode.dtype import dtype_name, other_precision, section_dtype
+from experiments.bench.decode.head import section_head
+from experiments.bench.decode.load import section_load
+from experiments.bench.decode.peers import (
     greedy_agreement,
     run_hf_batched,
     section_peers,
 )
-from experiments.bench.profile import section_profile
-from experiments.bench.report import evaluate_targets
-from experiments.bench.roofline import (
+from experiments.bench.decode.profile import section_profile
+from experiments.bench.decode.roofline import (
     PRODUCTS,
     SUSTAINED,
     run_products_only,
     run_sustained_matmul,
     section_roofline,
 )
-from experiments.bench.scaling import section_scaling
-from experiments.bench.tuning import section_tuning
-from experiments.bench.workload import Workload, plan_workload, stratified_subset
+from experiments.bench.decode.scaling import section_scaling
+from experiments.bench.decode.tuning import section_tuning
+from experiments.bench.e2e import section_e2e
+from experiments.bench.llamacpp.gguf_f32 import f32_gguf
+from experiments.bench.llamacpp.llama import (
+    SINGLE_STREAM,
+    SINGLE_STREAM_F32,
+    close,
+    fastest,
+    gguf_for,
+    llama_unavailable,
+    open_llamas,
+    run_llama,
+    runs_by_threads,
+    section_llama,
+)
+from experiments.bench.llamacpp.llama_batch import HOW as LLAMA_BATCH_HOW
+from experiments.bench.llamacpp.llama_batch import (
+    LLAMA_BATCHED,
+    MultiSequence,
+    open_multi_sequence,
+    run_llama_batched,
+)
+from experiments.bench.reporting.report import evaluate_targets
 from steering.cpu import cpu_features
 from steering.models import LoadedModel, ModelSpecError
 
@@ -263,7 +263,7 @@ def gpu_section(
         results["sections"]["gpu"] = {"skipped": how}
         results["notes"].append(how)
         return
-    from experiments.bench.gpu import section_gpu
+    from experiments.bench.gpu.gpu import section_gpu
 
     results["machine"] = results["machine"] or machine_info(device)
     load = contention()

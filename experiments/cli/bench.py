@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from experiments.bench.options import (
+from experiments.bench.core.options import (
     DEFAULT_CONFIG,
     DEFAULT_OUT,
     SECTIONS,
@@ -121,8 +121,8 @@ def sections_option(only: str | None, skip: str | None) -> tuple[str, ...]:
 
 def render_tables(results: dict[str, Any]) -> list[Table]:
     """The report's plain tables as rich tables, verdicts in colour."""
-    from experiments.bench.gpu_report import gpu_tables
-    from experiments.bench.report import report_tables
+    from experiments.bench.reporting.gpu_report import gpu_tables
+    from experiments.bench.reporting.report import report_tables
 
     rendered = []
     for plain in [*report_tables(results), *gpu_tables(results)]:

@@ -34,7 +34,7 @@ def synthetic_workload():
 @pytest.fixture(scope="package")
 def quick_results(tiny_lm, tmp_path_factory):
     """A --quick run of every section that applies to synthetic rows on the tiny model."""
-    from experiments.bench.options import BenchOptions
+    from experiments.bench.core.options import BenchOptions
     from experiments.bench.runner import run_bench
 
     synthetic_workload = _synthetic().synthetic_workload

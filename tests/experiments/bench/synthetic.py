@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from experiments.bench.workload import Workload
+from experiments.bench.core.workload import Workload
 from experiments.kernel.plan import row_key, row_seed
 from steering.generation import GenerationRow, SamplingConfig
 from steering.models import LoadedModel

@@ -1,10 +1,10 @@
-"""experiments.bench.dtype: Δ under two dtypes, paired by row."""
+"""experiments.bench.decode.dtype: Δ under two dtypes, paired by row."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.bench.dtype import compare_deltas
+from experiments.bench.decode.dtype import compare_deltas
 
 
 def test_compare_deltas_is_paired_by_row():

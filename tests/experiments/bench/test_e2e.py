@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from experiments.bench.core.options import BenchOptions
 from experiments.bench.e2e import PeakMemory, main, section_e2e
-from experiments.bench.options import BenchOptions
 
 
 def test_peak_memory_per_phase():

@@ -1,4 +1,4 @@
-"""experiments.bench.gguf_f32: a quantized GGUF dequantized to fp32, metadata kept."""
+"""experiments.bench.llamacpp.gguf_f32: a quantized GGUF dequantized to fp32, metadata kept."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType
 from gguf.quants import dequantize, quantize
 
-from experiments.bench.gguf_f32 import f32_gguf, f32_path
+from experiments.bench.llamacpp.gguf_f32 import f32_gguf, f32_path
 
 
 def _quantized(path) -> dict[str, np.ndarray]:

@@ -10,7 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.bench.gpu import (
+from experiments.bench.core.options import (
+    GPU_HF_COMPILED,
+    GPU_HF_DYNAMIC,
+    GPU_OURS,
+    SECTIONS,
+    BenchOptions,
+    parse_rows,
+)
+from experiments.bench.gpu.gpu import (
     add_rates,
     flop_per_token,
     gpu_workload,
@@ -20,14 +28,11 @@ from experiments.bench.gpu import (
     section_gpu,
     time_arm,
 )
-from experiments.bench.gpu_report import gpu_table, gpu_tables, gpu_targets, gpu_targets_table
-from experiments.bench.options import (
-    GPU_HF_COMPILED,
-    GPU_HF_DYNAMIC,
-    GPU_OURS,
-    SECTIONS,
-    BenchOptions,
-    parse_rows,
+from experiments.bench.reporting.gpu_report import (
+    gpu_table,
+    gpu_tables,
+    gpu_targets,
+    gpu_targets_table,
 )
 from experiments.bench.runner import gpu_section
 from steering.models import ModelSpecError, load_model

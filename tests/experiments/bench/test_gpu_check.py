@@ -8,16 +8,16 @@ import json
 import pytest
 import torch
 
-from experiments.bench.gpu import time_sizes
-from experiments.bench.gpu_check import (
+from experiments.bench.core.options import GPU_HF_DYNAMIC, GPU_OURS, BenchOptions
+from experiments.bench.gpu.gpu import time_sizes
+from experiments.bench.gpu.gpu_check import (
     NOT_CARRIED,
     arms_from_log,
     image_packages,
     report,
     to_carry,
 )
-from experiments.bench.gpu_profile import kind_of, profile_rows
-from experiments.bench.options import GPU_HF_DYNAMIC, GPU_OURS, BenchOptions
+from experiments.bench.gpu.gpu_profile import kind_of, profile_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.bench.gpu_levers import NATIVE_NAME, Variant, measure_levers
+from experiments.bench.gpu.gpu_levers import NATIVE_NAME, Variant, measure_levers
 from steering.decode_kernels import NATIVE, DecodeKernels
 
 pytestmark = pytest.mark.usefixtures("one_thread")

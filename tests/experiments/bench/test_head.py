@@ -1,10 +1,10 @@
-"""experiments.bench.head: the head's block sizes timed side by side, and checked bit for bit."""
+"""experiments.bench.decode.head: the head's block sizes timed side by side, checked bit for bit."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.bench.head import head_block, time_products
+from experiments.bench.decode.head import head_block, time_products
 
 
 def test_the_quick_run_compares_one_product_with_blocks(quick_results):

@@ -1,10 +1,10 @@
-"""experiments.bench.llama: the layer mapping between our hook and llama.cpp's cvec."""
+"""experiments.bench.llamacpp.llama: the layer mapping between our hook and llama.cpp's cvec."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.bench.llama import llama_layer_index
+from experiments.bench.llamacpp.llama import llama_layer_index
 
 
 def test_llama_layer_mapping():

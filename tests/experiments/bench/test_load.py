@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.bench import load as load_section
-from experiments.bench.options import BenchOptions
+from experiments.bench.core.options import BenchOptions
+from experiments.bench.decode import load as load_section
 from steering.cpu import CpuLoad
 
 

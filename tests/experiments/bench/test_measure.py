@@ -1,10 +1,10 @@
-"""experiments.bench.measure: medians, interleaving and the single-stream chunks."""
+"""experiments.bench.core.measure: medians, interleaving and the single-stream chunks."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.bench.measure import (
+from experiments.bench.core.measure import (
     Measurement,
     Stream,
     contiguous_chunks,
@@ -13,7 +13,7 @@ from experiments.bench.measure import (
     measure_side_by_side,
     ratio,
 )
-from experiments.bench.workload import stratified_subset
+from experiments.bench.core.workload import stratified_subset
 
 
 def test_medians_are_medians():

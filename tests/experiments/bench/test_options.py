@@ -1,10 +1,10 @@
-"""experiments.bench.options: section choice and quick defaults."""
+"""experiments.bench.core.options: section choice and quick defaults."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.bench.options import SECTIONS, BenchOptions, parse_sections
+from experiments.bench.core.options import SECTIONS, BenchOptions, parse_sections
 
 
 def test_sections_option():

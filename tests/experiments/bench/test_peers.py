@@ -1,12 +1,12 @@
-"""experiments.bench.peers: the HF batched peer does the same work as ours."""
+"""experiments.bench.decode.peers: the HF batched peer does the same work as ours."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from experiments.bench.batched import hf_sampling_kwargs
-from experiments.bench.measure import Measurement
-from experiments.bench.peers import (
+from experiments.bench.core.measure import Measurement
+from experiments.bench.decode.batched import hf_sampling_kwargs
+from experiments.bench.decode.peers import (
     HF_BATCHED,
     greedy_agreement,
     hf_generate_batch,

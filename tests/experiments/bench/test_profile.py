@@ -1,10 +1,17 @@
-"""experiments.bench.profile: one decode step split into layers, head, hook and sampling."""
+"""experiments.bench.decode.profile: one decode step split into layers, head, hook and sampling."""
 
 from __future__ import annotations
 
 import pytest
 
-from experiments.bench.profile import FORWARD, HEAD, HOOK, LAYER, section_profile, step_breakdown
+from experiments.bench.decode.profile import (
+    FORWARD,
+    HEAD,
+    HOOK,
+    LAYER,
+    section_profile,
+    step_breakdown,
+)
 
 
 def test_step_breakdown_splits_each_window():

@@ -1,4 +1,4 @@
-"""experiments.bench.report: the targets and the plain tables."""
+"""experiments.bench.reporting.report: the targets and the plain tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.bench.report import comparisons, evaluate_targets, report_tables
+from experiments.bench.reporting.report import comparisons, evaluate_targets, report_tables
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""experiments.bench.roofline: FLOPs counted from the shape match what torch executes."""
+"""experiments.bench.decode.roofline: FLOPs counted from the shape match what torch executes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import copy
 import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
-from experiments.bench.measure import Measurement
-from experiments.bench.roofline import (
+from experiments.bench.core.measure import Measurement
+from experiments.bench.decode.roofline import (
     PRODUCTS,
     SUSTAINED,
     LoopBatch,
@@ -194,7 +194,7 @@ def test_the_bound_replayed_in_every_round_takes_the_median_of_its_rounds(
 ):
     """Replayed right after the loop it bounds (the batches that loop just ran), once per
     round; the section takes the median of those replays and says so."""
-    from experiments.bench.batched import run_batched
+    from experiments.bench.decode.batched import run_batched
 
     wl = synthetic_workload(tiny_lm, max_new_tokens=3)
     loop = run_batched(tiny_lm, wl)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from experiments.bench.options import SCHEMA_VERSION, TARGETS
+from experiments.bench.core.options import SCHEMA_VERSION, TARGETS
 
 
 def test_results_file_has_the_schema(quick_results):

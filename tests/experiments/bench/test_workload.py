@@ -1,8 +1,8 @@
-"""experiments.bench.workload: the stratified subset and the scaled grid."""
+"""experiments.bench.core.workload: the stratified subset and the scaled grid."""
 
 from __future__ import annotations
 
-from experiments.bench.workload import scaled_workload, stratified_subset
+from experiments.bench.core.workload import scaled_workload, stratified_subset
 
 
 def test_stratified_subset_spreads_over_strengths(tiny_lm, synthetic_workload):

@@ -65,7 +65,7 @@ def test_bench_package_imports_neither_typer_nor_rich():
     such as huggingface_hub may import rich themselves, so the source is what is checked.)"""
     import ast
 
-    files = sorted((REPO / "experiments/bench").glob("*.py"))
+    files = sorted((REPO / "experiments/bench").rglob("*.py"))
     assert len(files) >= 10
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

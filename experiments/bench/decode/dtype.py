@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from experiments.bench.measure import Measurement, ratio, rounded
-from experiments.bench.workload import Workload, delta_by_strength, neutral_texts
+from experiments.bench.core.measure import Measurement, ratio, rounded
+from experiments.bench.core.workload import Workload, delta_by_strength, neutral_texts
 from steering.models import LoadedModel
 
 

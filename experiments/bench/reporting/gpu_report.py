@@ -1,15 +1,15 @@
 """What section gpu says, as plain tables: every arm at every batch size, the targets.
 
 No torch here (the report's rule): the section's numbers come from
-:mod:`experiments.bench.gpu`, these tables from its results entry.
+:mod:`experiments.bench.gpu.gpu`, these tables from its results entry.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from experiments.bench.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS, GPU_TARGETS
-from experiments.bench.report import NOT_MEASURED, Table, fmt, rate, verdict
+from experiments.bench.core.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS, GPU_TARGETS
+from experiments.bench.reporting.report import NOT_MEASURED, Table, fmt, rate, verdict
 
 GPU_ARM_LABELS = {
     GPU_OURS: "ours (CUDA policy: static cache, CUDA graph)",

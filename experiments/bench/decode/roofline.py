@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from experiments.bench.measure import Measurement, median, ratio, rounded
-from experiments.bench.workload import Workload, batches_of
+from experiments.bench.core.measure import Measurement, median, ratio, rounded
+from experiments.bench.core.workload import Workload, batches_of
 from steering.cpu import cpu_features
 from steering.generation import Generation
 from steering.head import reused_logits
@@ -240,7 +240,7 @@ class LoopBatch:
 
 
 def loop_batches(lm: LoadedModel, wl: Workload, gens: Sequence[Generation]) -> list[LoopBatch]:
-    """The batches of :func:`~experiments.bench.batched.run_batched` over ``wl``'s rows, with
+    """The batches of :func:`~experiments.bench.decode.batched.run_batched` over ``wl``'s rows, with
     the widths and forward passes its generations ``gens`` took."""
     by_key = {g.key: g for g in gens}
     out = []

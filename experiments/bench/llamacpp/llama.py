@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from experiments.bench.gguf_f32 import f32_path
-from experiments.bench.measure import Measurement, ratio, rounded
-from experiments.bench.options import BenchOptions
-from experiments.bench.workload import Workload
+from experiments.bench.core.measure import Measurement, ratio, rounded
+from experiments.bench.core.options import BenchOptions
+from experiments.bench.core.workload import Workload
+from experiments.bench.llamacpp.gguf_f32 import f32_path
 from steering.generation import GenerationRow, generate_batch
 from steering.models import LoadedModel
 

@@ -33,11 +33,11 @@ from typing import Any
 
 import torch
 
-from experiments.bench.batched import hf_sampling_kwargs
-from experiments.bench.measure import gpu_peak, rounded, sync
-from experiments.bench.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS, BenchOptions
-from experiments.bench.peers import per_row_hook
-from experiments.bench.workload import Workload
+from experiments.bench.core.measure import gpu_peak, rounded, sync
+from experiments.bench.core.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS, BenchOptions
+from experiments.bench.core.workload import Workload
+from experiments.bench.decode.batched import hf_sampling_kwargs
+from experiments.bench.decode.peers import per_row_hook
 from steering.activations import residual_scale
 from steering.generation import GenerationRow, generate_batch
 from steering.models import LoadedModel, ModelSpecError, load_model, pick_device

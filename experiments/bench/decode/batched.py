@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import torch
 
-from experiments.bench.measure import Measurement, gpu_peak, ratio, rounded, sync
-from experiments.bench.workload import Workload, batches_of
+from experiments.bench.core.measure import Measurement, gpu_peak, ratio, rounded, sync
+from experiments.bench.core.workload import Workload, batches_of
 from experiments.execution.local import is_unsteered
 from steering.generation import (
     BatchStats,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from experiments.bench.batched import run_batched
-from experiments.bench.measure import Measurement, rounded
-from experiments.bench.options import BenchOptions
-from experiments.bench.workload import Workload, scaled_workload
+from experiments.bench.core.measure import Measurement, rounded
+from experiments.bench.core.options import BenchOptions
+from experiments.bench.core.workload import Workload, scaled_workload
+from experiments.bench.decode.batched import run_batched
 from steering.models import LoadedModel
 
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.bench.llama import llama_layer_index, set_cvec
-from experiments.bench.measure import Measurement
-from experiments.bench.workload import Workload
+from experiments.bench.core.measure import Measurement
+from experiments.bench.core.workload import Workload
+from experiments.bench.llamacpp.llama import llama_layer_index, set_cvec
 from steering.generation import GenerationRow
 
 LLAMA_BATCHED = "llama.cpp_multi_sequence"

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from experiments.bench.batched import run_batched
-from experiments.bench.measure import Measurement, interleaved, ratio, rounded
-from experiments.bench.options import BenchOptions
-from experiments.bench.workload import Workload, batches_of
+from experiments.bench.core.measure import Measurement, interleaved, ratio, rounded
+from experiments.bench.core.options import BenchOptions
+from experiments.bench.core.workload import Workload, batches_of
+from experiments.bench.decode.batched import run_batched
 from steering.head import HEAD_BLOCK, BlockedHead, use_blocked_head
 from steering.models import LoadedModel
 

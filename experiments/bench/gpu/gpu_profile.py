@@ -8,7 +8,7 @@ sums the CUDA kernels launched inside those ranges by kind: matrix products, att
 the top-p sort, softmax, and the rest. The sum per step is what a replayed graph costs
 at best (a graph removes the launches, not the kernels).
 
-    python -m experiments.bench.gpu_profile --rows 256,1024 --out profile.json
+    python -m experiments.bench.gpu.gpu_profile --rows 256,1024 --out profile.json
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from experiments.bench.gpu import gpu_workload, script_model, script_parser
-from experiments.bench.measure import rounded
-from experiments.bench.profile import _Ranges
+from experiments.bench.core.measure import rounded
+from experiments.bench.decode.profile import _Ranges
+from experiments.bench.gpu.gpu import gpu_workload, script_model, script_parser
 from steering.decode_cuda import CudaPolicy
 from steering.decode_kernels import FUSED, NATIVE, DecodeKernels
 from steering.generation import generate_batch

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from experiments.bench.batched import run_batched
-from experiments.bench.measure import Measurement, contention, ratio, rounded, torch_threads
-from experiments.bench.options import BenchOptions
-from experiments.bench.workload import Workload, scaled_workload
+from experiments.bench.core.measure import Measurement, contention, ratio, rounded, torch_threads
+from experiments.bench.core.options import BenchOptions
+from experiments.bench.core.workload import Workload, scaled_workload
+from experiments.bench.decode.batched import run_batched
 from steering.cpu import cpu_features, usable_cpus
 from steering.models import LoadedModel
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiments.bench.options import HF_BATCHED, TARGETS
+from experiments.bench.core.options import HF_BATCHED, TARGETS
 
 YES, NO, NOT_MEASURED = "yes", "no", "n/a"
 COMPARE = {

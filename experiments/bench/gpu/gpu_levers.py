@@ -16,7 +16,7 @@ call (capture, compile), then the best of ``repeats`` timed calls, as the GPU be
 times its arms; the first run on 2026-11-27 (before ``fused`` was the default) is in
 bench/results-gpu-h100.json.
 
-    python -m experiments.bench.gpu_levers --rows 256,1024 --out levers.json
+    python -m experiments.bench.gpu.gpu_levers --rows 256,1024 --out levers.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
-from experiments.bench.gpu import (
+from experiments.bench.core.measure import rounded
+from experiments.bench.core.workload import Workload
+from experiments.bench.gpu.gpu import (
     flop_per_token,
     gpu_workload,
     matmul_rate,
@@ -37,8 +39,6 @@ from experiments.bench.gpu import (
     script_parser,
     time_arm,
 )
-from experiments.bench.measure import rounded
-from experiments.bench.workload import Workload
 from steering.decode_cuda import CudaPolicy
 from steering.decode_kernels import FUSED, NATIVE, DecodeKernels
 from steering.generation import generate_batch
