@@ -19,17 +19,43 @@ from pathlib import Path
 from experiments.identify.heldout.cost import BENCH, costs_from_record
 
 
+def cpu() -> str:
+    """The CPU's model name and the flags the numbers depend on (``platform.processor()``
+    is empty on Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = dict(
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines())
+    )
+    flags = set(info.get("flags", "").split())
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+    cores = text.count("processor\t:")
+    return (
+        f"{info.get('model name', '?')}, {cores} vCPUs: {' '.join(f for f in wanted if f in flags)}"
+    )
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a finished identify run folder")
     parser.add_argument("--device", default="cpu/float32", help="where it ran: type/dtype")
     parser.add_argument("--out", type=Path, default=BENCH)
+    parser.add_argument("--note", default="", help="how it ran: load, cores, beside what")
     args = parser.parse_args()
     costs = costs_from_record(args.run, args.device)
     data = {
         **costs.to_dict(),
         "source": str(args.run),
-        "machine": {"host": platform.node(), "processor": platform.processor()},
+        "machine": {"host": platform.node(), "processor": cpu(), "torch": torch_version()},
+        **({"note": args.note} if args.note else {}),
         "how": f"python bench/identify_stage_costs.py {args.run} --device {args.device}",
     }
     args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
