@@ -179,6 +179,8 @@ def test_several_layers_score_as_the_sum_of_their_hooks(setup):
     layers = (1, 3)
     per_layer = torch.stack([2.0 * random, 0.5 * planted])  # [len(layers), hidden]
     c = 0.4 * alpha
+    # transformers' own output-capturing hooks may already sit on the layers: ours must go
+    before = [dict(lm.layer(n)._forward_hooks) for n in range(lm.n_layers)]
     records = likelihood_outcomes(
         lm, layers, c, {"dog": ON}, {"dog": OFF}, [Direction("dog", "two", per_layer)],
         [-1.0, 1.0], prefix=PREFIX,
@@ -190,7 +192,7 @@ def test_several_layers_score_as_the_sum_of_their_hooks(setup):
         assert [r["ll_on"] for r in mine] == pytest.approx(on, abs=1e-4)
         assert [r["ll_off"] for r in mine] == pytest.approx(off, abs=1e-4)
     assert [r["ll_on_0"] for r in mine] == pytest.approx(reference_loglik(lm, ON, {}), abs=1e-4)
-    assert all(not layer._forward_hooks for layer in (lm.layer(n) for n in range(lm.n_layers)))
+    assert [dict(lm.layer(n)._forward_hooks) for n in range(lm.n_layers)] == before
     # one layer given as a tuple of one is the one-layer scorer exactly
     one = likelihood_outcomes(
         lm, (3,), c, {"dog": ON}, {"dog": OFF}, [Direction("dog", "p", planted[None])],
