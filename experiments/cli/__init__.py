@@ -48,6 +48,7 @@ def _options(
 # Modules with a ``register(app)``; the order is the order in ``--help``.
 COMMAND_MODULES = (
     "experiments.cli.main",
+    "experiments.cli.classifiers",
     "experiments.cli.calibrate",
     "experiments.cli.strength",
     "experiments.cli.human",

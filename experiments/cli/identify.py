@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from experiments.config import IdentifyStudyConfig
+    from experiments.identify.estimation.variance import Components
     from experiments.identify.study import IdentifyResult
     from experiments.kernel.estimate import Plan
 
@@ -372,6 +373,22 @@ def _pooled(
     )
 
 
+def _measured_components(cfg: IdentifyStudyConfig, run: Path) -> Components:
+    """``--components``: the noise a simulation draws from, measured on a run folder's
+    directions table or read from a components JSON (exit 2 with the reason if neither)."""
+    from experiments.identify.estimation.compare import read_directions
+    from experiments.identify.estimation.variance import components, components_from_json
+    from experiments.identify.simulation.design import population_of, primary_of
+
+    try:
+        if run.suffix == ".json":
+            return components_from_json(run)
+        return components(read_directions(run), population=population_of(primary_of(cfg)))
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[bold red]error:[/] --components: {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
 def _simulate(
     cfg: IdentifyStudyConfig, toys: int, json_: bool, run: Path | None = None,
     sizes: list[int] | None = None, primary_only: bool = False,
@@ -379,26 +396,9 @@ def _simulate(
     """``--simulate``: the design table (``identify/simulation/design.py``), printed and written."""
     from rich.table import Table
 
-    from experiments.identify.estimation.compare import read_directions
-    from experiments.identify.estimation.variance import components, components_from_json
-    from experiments.identify.simulation.design import (
-        population_of,
-        primary_of,
-        run_design,
-        write_design,
-    )
+    from experiments.identify.simulation.design import run_design, write_design
 
-    measured = None
-    if run is not None:
-        try:
-            measured = (
-                components_from_json(run)
-                if run.suffix == ".json"
-                else components(read_directions(run), population=population_of(primary_of(cfg)))
-            )
-        except (FileNotFoundError, ValueError) as exc:
-            console.print(f"[bold red]error:[/] --components: {exc}", highlight=False)
-            raise typer.Exit(2) from None
+    measured = _measured_components(cfg, run) if run is not None else None
     start = time.monotonic()
     with console.status("simulating") as status:
         shown = -1  # the last tenth printed

@@ -28,6 +28,7 @@ from experiments.validation.panel import DEFAULT_JUDGES, When
 
 if TYPE_CHECKING:
     from experiments.validation.axbench import AxbenchOutcome
+    from experiments.validation.panel import PanelOutcome
 
 
 # The provider whose judges run here on llama.cpp (judges/llama.py): the judge extra.
@@ -124,7 +125,7 @@ def panel(
         _print_axbench(outcome, json_)
         return
     with progress_bars() as report:
-        decision, result, combined, skipped = run_panel_for(
+        rated = run_panel_for(
             run,
             when,
             judges,
@@ -135,6 +136,16 @@ def panel(
             experiment=experiment,
             limit=limit,
         )
+    _print_panel(rated, json_)
+    if rated.result is not None and rated.combined is not None and not json_:
+        from experiments.validation.runs import phase5_parent
+
+        show_run_address(phase5_parent(run, experiment, results_dir).run_id)
+
+
+def _print_panel(outcome: PanelOutcome, json_: bool) -> None:
+    """What a panel run found: its decision, each judge's correlations, criterion 4."""
+    decision, result, combined, skipped = outcome
     console.print(f"panel {'runs' if decision.run else 'skipped'}: {decision.reason}")
     if result is None or combined is None:
         if json_:
@@ -176,9 +187,6 @@ def panel(
         f"{result.wall_time_s:.1f} s"
     )
     console.print(f"criterion 4: [bold]{combined.status}[/] ({combined.reason})")
-    from experiments.validation.runs import phase5_parent
-
-    show_run_address(phase5_parent(run, experiment, results_dir).run_id)
 
 
 def _two(value: float | None) -> str:
