@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from experiments.rundir import neutralise
+from metrics.intervals import Interval
 
 ANSWER_HEADING = "## The answer"
 # Where the answer block ends in a text that continues (the MLflow run description).
@@ -241,20 +242,18 @@ def interval_dict_text(d: Mapping[str, Any] | None, spec: str = "+.3f") -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One criterion as every view of the answer shows it."""
+    """One criterion as every view of the answer shows it: its value and interval (at
+    the answer's confidence; none for the seed's criteria), how the interval was made
+    and why there is none, in one :class:`~metrics.intervals.Interval`."""
 
     key: str  # stable name: the criterion key, and the MLflow metric under v2/criterion/
     label: str  # what is judged, in words
     group: str  # what it is about: a sign ("s > 0") or a sign, source and layer
-    value: float | None
-    low: float | None  # the interval at the answer's confidence (None: none)
-    high: float | None
+    interval: Interval
     status: str  # a key of STATUSES
     threshold: float
-    method: str = ""  # how the interval was made
     n: int | None = None  # how many units the interval rests on
     units: str = "concepts"  # what those units are (the unit resampled)
-    reason: str = ""  # why this status, or why not evaluable
     description: str = ""
     claim: str = ""  # the headline's subject ("the predictor predicts the effect"); "" = none
     symbol: str = ""  # what the value is ("r = ", "slope ") in the headline
@@ -267,8 +266,37 @@ class Verdict:
     # gate-pass rate beside the effect above it; a share's random-direction value).
     beside: str = ""
 
+    @property
+    def value(self) -> float | None:
+        return self.interval.estimate
+
+    @property
+    def low(self) -> float | None:
+        return self.interval.low
+
+    @property
+    def high(self) -> float | None:
+        return self.interval.high
+
+    @property
+    def method(self) -> str:
+        return self.interval.method
+
+    @property
+    def reason(self) -> str:
+        """Why this status, or why not evaluable."""
+        return self.interval.reason
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "reading": reading(self)}
+        """``answer.json``'s verdict: the interval's fields flat, as the answer reads them."""
+        head = {"key": self.key, "label": self.label, "group": self.group}
+        numbers = {"value": self.value, "low": self.low, "high": self.high}
+        judged = {"status": self.status, "threshold": self.threshold, "method": self.method}
+        counted = {"n": self.n, "units": self.units, "reason": self.reason}
+        rest = {
+            k: v for k, v in asdict(self).items() if k not in (*head, "interval", *judged, *counted)
+        }
+        return {**head, **numbers, **judged, **counted, **rest, "reading": reading(self)}
 
 
 @dataclass(frozen=True)

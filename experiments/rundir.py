@@ -23,7 +23,7 @@ from steering.files import temp_beside
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-    from experiments.config import ExperimentConfig, Phase
+    from experiments.config import Phase, RunConfig
     from experiments.record import RunRecord
 
 log = logging.getLogger(__name__)
@@ -327,7 +327,7 @@ class RunDir:
 
     # ------------------------------------------------------------------ config
 
-    def write_config(self, config: ExperimentConfig, name: str = CONFIG) -> None:
+    def write_config(self, config: RunConfig, name: str = CONFIG) -> None:
         from experiments.config import dump_config
 
         atomic_write_text(self.file(name), dump_config(config))
@@ -338,7 +338,7 @@ class RunDir:
         rescored = self.file(self.RESCORED_CONFIG)
         return rescored if rescored.exists() else self.file(self.CONFIG)
 
-    def write_rescored_config(self, config: ExperimentConfig) -> list[str]:
+    def write_rescored_config(self, config: RunConfig) -> list[str]:
         """Keep a rescore's ``config`` beside the run's own: ``config.rescored.yaml``
         when it differs from ``config.yaml`` in any setting (removed when it no longer
         does); ``config.yaml`` is never rewritten. Returns :meth:`rescore_changes`."""
@@ -373,7 +373,7 @@ class RunDir:
             if before.get(key, missing) != after.get(key, missing)
         ]
 
-    def load_config(self, phase: Phase | None = None) -> ExperimentConfig:
+    def load_config(self, phase: Phase | None = None) -> RunConfig:
         """The run's ``config.yaml``, read as ``phase`` when it names none (an older run)."""
         from experiments.config import load_config
 

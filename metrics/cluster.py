@@ -285,14 +285,3 @@ def wald_f(
         "p_value_chi2": float(chi2.sf(stat, q)),
         "method": f"CR1 Wald, F({q}, {df2}) with G = {n_clusters} clusters",
     }
-
-
-def fisher_z_interval(r: float | None, n: int, confidence: float = 0.95) -> list[float | None]:
-    """The Fisher-z interval of a correlation over n independent units (here concepts)."""
-    from scipy.stats import norm
-
-    if r is None or not np.isfinite(r) or n < 4 or abs(r) >= 1:
-        return [None, None]
-    z = np.arctanh(r)
-    half = norm.ppf(1 - (1 - confidence) / 2) / np.sqrt(n - 3)
-    return [float(np.tanh(z - half)), float(np.tanh(z + half))]

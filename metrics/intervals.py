@@ -49,6 +49,13 @@ class Interval:
     def evaluable(self) -> bool:
         return self.estimate is not None and self.low is not None and self.high is not None
 
+    def ends(self) -> tuple[float, float, float] | None:
+        """(estimate, low, high) as numbers, or None when not evaluable: what a figure
+        draws, narrowed once."""
+        if self.estimate is None or self.low is None or self.high is None:
+            return None
+        return self.estimate, self.low, self.high
+
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 

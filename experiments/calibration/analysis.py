@@ -20,12 +20,13 @@ can behave very differently, and averaging can hide an effective sign.
 from __future__ import annotations
 
 import warnings
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.config import CalibrationStudyConfig
+from experiments.record.calibration import CurveFit, CurveLevel, MinimumEffective, MixedSlope
 from metrics.intervals import bootstrap_statistic, interval_verdict
 
 EFFECT = "effect_above_null"
@@ -33,11 +34,12 @@ EFFECT = "effect_above_null"
 EFFECTS = {"both": EFFECT, "pos": "effect_above_null_pos", "neg": "effect_above_null_neg"}
 
 
-def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> dict[str, Any]:
+def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> MixedSlope:
     """Slope of the effect on the predictor with a random intercept per concept."""
     data = frame[[predictor, effect, "concept"]].dropna()
-    if len(data) < 6 or data["concept"].nunique() < 2 or data[predictor].nunique() < 2:
-        return {"evaluable": False, "reason": f"{len(data)} rows; too few to fit", "n": len(data)}
+    n, g = len(data), int(data["concept"].nunique())
+    if n < 6 or g < 2 or data[predictor].nunique() < 2:
+        return MixedSlope(n=n, reason=f"{n} rows; too few to fit")
     import statsmodels.formula.api as smf
 
     data = data.rename(columns={predictor: "x", effect: "y"})
@@ -48,18 +50,11 @@ def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> di
         low, high = fit.conf_int().loc["x"]
         slope = float(fit.params["x"])
     except (ValueError, np.linalg.LinAlgError) as exc:
-        return {"evaluable": False, "reason": f"fit failed: {exc}", "n": len(data)}
+        return MixedSlope(n=n, reason=f"fit failed: {exc}")
     if not np.isfinite([slope, low, high]).all():
-        return {"evaluable": False, "reason": "fit did not converge", "n": len(data)}
-    return {
-        "evaluable": True,
-        "slope": slope,
-        "low": float(low),
-        "high": float(high),
-        "p_value": float(fit.pvalues["x"]),
-        "n": len(data),
-        "n_concepts": int(data["concept"].nunique()),
-    }
+        return MixedSlope(n=n, reason="fit did not converge")
+    p_value = float(fit.pvalues["x"])
+    return MixedSlope(slope, float(low), float(high), n, g, p_value=p_value)
 
 
 def _concept_means(frame: pd.DataFrame, column: str) -> list[float]:
@@ -68,7 +63,7 @@ def _concept_means(frame: pd.DataFrame, column: str) -> list[float]:
 
 def levels(
     frame: pd.DataFrame, predictor: str, config: CalibrationStudyConfig, effect: str = EFFECT
-) -> list[dict[str, Any]]:
+) -> list[CurveLevel]:
     """Per training size: predictor level and effect above null, each with an interval
     from a bootstrap over concepts (seeds averaged within a concept first)."""
     out = []
@@ -88,41 +83,34 @@ def levels(
         level = bootstrap_statistic(
             level_units, mean, confidence=c.confidence, n_boot=c.n_boot, method="concepts"
         )
+        verdict = interval_verdict(effect_ci, config.calibration.effect_threshold)
+        size_name = str(group["size"].iloc[0])
         out.append(
-            {
-                "size": str(group["size"].iloc[0]),
-                "n_train": int(cast(int, size)),
-                "level": level.estimate,
-                "level_low": level.low,
-                "level_high": level.high,
-                "effect": effect_ci.estimate,
-                "effect_low": effect_ci.low,
-                "effect_high": effect_ci.high,
-                "verdict": interval_verdict(effect_ci, config.calibration.effect_threshold),
-            }
+            CurveLevel(
+                size=size_name,
+                n_train=int(cast(int, size)),
+                level=level,
+                effect=effect_ci,
+                verdict=verdict,
+            )
         )
     return out
 
 
-def minimum_effective(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def minimum_effective(rows: list[CurveLevel]) -> MinimumEffective:
     """The lowest predictor level whose size is effective, or not reached."""
-    effective = [r for r in rows if r["verdict"] == "pass" and r["level"] is not None]
-    if not effective:
-        return {"status": "not_reached", "levels_tested": len(rows)}
-    best = min(effective, key=lambda r: r["level"])
-    return {
-        "status": "reached",
-        "level": best["level"],
-        "low": best["level_low"],
-        "high": best["level_high"],
-        "size": best["size"],
-    }
+    effective = [(r.level.estimate, r) for r in rows if r.verdict == "pass"]
+    ranked = [(level, i, r) for i, (level, r) in enumerate(effective) if level is not None]
+    if not ranked:
+        return MinimumEffective(status="not_reached", levels_tested=len(rows))
+    best = min(ranked)[2]  # the lowest level; ties: the smaller size
+    return MinimumEffective(status="reached", level=best.level, size=best.size)
 
 
-def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> dict[str, Any]:
+def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> list[CurveFit]:
     """Mixed-model slopes and minimum effective levels per (sign, layer, source,
     predictor); the both-signs results come first."""
-    out: dict[str, Any] = {"threshold": config.calibration.effect_threshold, "results": []}
+    out: list[CurveFit] = []
     for sign, effect in EFFECTS.items():
         if effect not in curve.columns or curve[effect].isna().all():
             continue
@@ -131,15 +119,15 @@ def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> dict[s
                 if predictor not in frame.columns or frame[predictor].isna().all():
                     continue
                 rows = levels(frame, predictor, config, effect)
-                out["results"].append(
-                    {
-                        "sign": sign,
-                        "layer": int(cast(int, layer)),
-                        "source": source,
-                        "predictor": predictor,
-                        "mixed_model": mixed_slope(frame, predictor, effect),
-                        "levels": rows,
-                        "minimum_effective": minimum_effective(rows),
-                    }
+                out.append(
+                    CurveFit(
+                        sign=sign,
+                        layer=int(cast(int, layer)),
+                        source=str(source),
+                        predictor=predictor,
+                        mixed_model=mixed_slope(frame, predictor, effect),
+                        levels=rows,
+                        minimum_effective=minimum_effective(rows),
+                    )
                 )
     return out

@@ -29,14 +29,10 @@ def verdict(fit: CurveFit) -> Verdict:
         key=f"slope/L{fit.layer}/{fit.source}/{fit.predictor}/{fit.sign}",
         label=f"slope of the effect above null on {fit.predictor}",
         group=group(fit),
-        value=mm.slope,
-        low=mm.low,
-        high=mm.high,
+        interval=mm,
         status=slope_status(fit),
         threshold=0.0,
-        method="MixedLM, random intercept per concept (Wald)",
-        n=mm.n_concepts,
-        reason=mm.reason or "",
+        n=mm.n_clusters or None,
         claim="detection quality predicts the effect",
         symbol="slope ",
         sign=fit.sign,
@@ -45,8 +41,8 @@ def verdict(fit: CurveFit) -> Verdict:
 
 def minimum_note(fit: CurveFit, threshold: float) -> str:
     m = fit.minimum_effective
-    if m.status == "reached":
-        where = f"{estimate_text(m.level, m.low, m.high, '.3f')} at {m.size}"
+    if m.level is not None:
+        where = f"{estimate_text(m.level.estimate, m.level.low, m.level.high, '.3f')} at {m.size}"
         return f"{group(fit)}: minimum effective {fit.predictor} {where}."
     return f"{group(fit)}: no training size reached an effect above {threshold:g}."
 

@@ -10,7 +10,6 @@ seed × layer) holds its per-concept metrics and points at the generations it pr
 from __future__ import annotations
 
 import json
-from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -44,15 +43,15 @@ def analysis_metrics(record: CalibrationRecord) -> tuple[dict[str, float | None]
         name += "" if fit.sign == "both" else f"/s_{fit.sign}"
         mm = fit.mixed_model
         if mm.evaluable:
-            metrics[f"slope/{name}"] = mm.slope
+            metrics[f"slope/{name}"] = mm.estimate
             metrics[f"slope/{name}/low"] = mm.low
             metrics[f"slope/{name}/high"] = mm.high
         minimum = fit.minimum_effective
         tags[f"minimum_effective.{name.replace('/', '.')}"] = minimum.status
-        if minimum.status == "reached":
-            metrics[f"minimum_effective/{name}"] = minimum.level
-            metrics[f"minimum_effective/{name}/low"] = minimum.low
-            metrics[f"minimum_effective/{name}/high"] = minimum.high
+        if minimum.level is not None:
+            metrics[f"minimum_effective/{name}"] = minimum.level.estimate
+            metrics[f"minimum_effective/{name}/low"] = minimum.level.low
+            metrics[f"minimum_effective/{name}/high"] = minimum.level.high
     return metrics, tags
 
 
@@ -102,19 +101,16 @@ def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, object]
     fig.tight_layout()
     out["effect_vs_training_size.png"] = fig
 
-    rows = [r for r in record.results if r.mixed_model.evaluable]
-    if rows:
-        fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(rows)))
-        labels = [f"{r.source} · {r.predictor} · {r.sign} (L{r.layer})" for r in rows]
-        # evaluable fits: slope, low and high are numbers
-        slopes = [cast(float, r.mixed_model.slope) for r in rows]
-        err = [
-            [s - cast(float, r.mixed_model.low) for s, r in zip(slopes, rows, strict=True)],
-            [cast(float, r.mixed_model.high) - s for s, r in zip(slopes, rows, strict=True)],
-        ]
-        ax.errorbar(slopes, range(len(rows)), xerr=err, fmt="o")
+    rows = [(r, r.mixed_model.ends()) for r in record.results]
+    shown = [(r, ends) for r, ends in rows if ends is not None]
+    if shown:
+        fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(shown)))
+        labels = [f"{r.source} · {r.predictor} · {r.sign} (L{r.layer})" for r, _ in shown]
+        slopes = [s for _, (s, _, _) in shown]
+        err = [[s - lo for _, (s, lo, _) in shown], [hi - s for _, (s, _, hi) in shown]]
+        ax.errorbar(slopes, range(len(shown)), xerr=err, fmt="o")
         ax.axvline(0, color="black", linewidth=0.5)
-        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.set_yticks(range(len(shown)), labels, fontsize=7)
         ax.set(xlabel="mixed-model slope of effect on predictor (95% CI)", title="Predictors")
         fig.tight_layout()
         out["predictor_comparison.png"] = fig
@@ -137,10 +133,11 @@ def summary_markdown(record: CalibrationRecord, curve: pd.DataFrame) -> str:
     ]
     for r in record.results:
         mm, minimum = r.mixed_model, r.minimum_effective
-        slope = estimate_text(mm.slope, mm.low, mm.high, reason=mm.reason or "")
+        slope = estimate_text(mm.estimate, mm.low, mm.high, reason=mm.reason)
+        least = minimum.level
         level = (
-            estimate_text(minimum.level, minimum.low, minimum.high, ".3f") + f" at {minimum.size}"
-            if minimum.status == "reached"
+            estimate_text(least.estimate, least.low, least.high, ".3f") + f" at {minimum.size}"
+            if least is not None
             else "not reached"
         )
         lines.append(f"| {r.sign} | {r.layer} | {r.source} | {r.predictor} | {slope} | {level} |")

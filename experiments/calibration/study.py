@@ -37,7 +37,7 @@ from experiments.kernel.score import build_scorer, score_all
 from experiments.kernel.selection import select_strengths
 from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
 from experiments.kernel.vectors import build_vectors, neutral_texts
-from experiments.record import CalibrationRecord, plain
+from experiments.record import CalibrationRecord, CurveFit, plain
 from experiments.rows import number
 from experiments.rundir import RunDir, join_scores
 from experiments.strength_range import BETA_TAG, choose_beta, shared_range
@@ -232,7 +232,7 @@ class Calibration:
         self.choices: dict[str, StrengthChoice] = {}
 
     def begin(self, session: RunSession[CalibrationStudyConfig]) -> Opening:
-        config, lm = session.config, session.lm
+        config, lm = session.config, session.model
         cal = config.calibration
         self.layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
         if not session.existing:  # a resumed study steers as it began (strength.json)
@@ -262,11 +262,11 @@ class Calibration:
         from steering.activations import residual_scale
 
         config, graph, timer, lm, say = (
-            session.config, session.graph, session.timer, session.lm, session.say,
+            session.config, session.graph, session.timer, session.model, session.say,
         )  # fmt: skip
         cal, layers, run_dir = config.calibration, self.layers, session.directory
         with timer.time("centroids"):
-            scorer = build_scorer(config, graph, session.embedder)
+            scorer = build_scorer(config, graph, session.text_embedder)
         selections: dict[str, dict[str, Any]] = {}
         predictors: dict[str, dict[str, dict[str, float | None]]] = {}
         alphas: dict[int, float] = {}
@@ -301,9 +301,9 @@ class Calibration:
         run_dir.write_scores(all_scores)
         records = pd.DataFrame(join_scores(generations, all_scores))
         curve = build_curve(records, specs(config, layers), predictors, selections, config)
-        analysis = analyse_curve(curve, config)
+        results = analyse_curve(curve, config)
         assert session.run_id is not None
-        record = build_record(session.run_id, config, lm.model_id, layers, predictors, analysis)
+        record = build_record(session.run_id, config, lm.model_id, layers, predictors, results)
         return Finished(record, Curve(curve))
 
     def views(self, record: CalibrationRecord, products: Curve) -> Views:
@@ -351,20 +351,20 @@ def build_record(
     model_id: str,
     layers: list[int],
     predictors: dict[str, dict[str, dict[str, float | None]]],
-    analysis: dict[str, Any],
+    results: list[CurveFit],
 ) -> CalibrationRecord:
     """The study's record, from the stage outputs (a pure function)."""
-    measured = {r["predictor"] for r in analysis["results"]}
+    measured = {r.predictor for r in results}
     return CalibrationRecord(
         run_id=run_id,
         experiment=config.experiment,
         config=config,
         model_id=model_id,
         layers=layers,
-        threshold=analysis["threshold"],
+        threshold=config.calibration.effect_threshold,
         main_predictor=next((p for p in config.calibration.predictors if p in measured), None),
         predictors=plain(predictors),
-        results=plain(analysis["results"]),
+        results=results,
     )
 
 

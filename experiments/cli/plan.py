@@ -11,12 +11,12 @@ from rich.table import Table
 from experiments.cli.common import out, print_json
 
 if TYPE_CHECKING:
-    from experiments.config import ExperimentConfig
+    from experiments.config import RunConfig
     from experiments.kernel.estimate import Plan
 
 
 def print_plan(
-    cfg: ExperimentConfig,
+    cfg: RunConfig,
     as_json: bool,
     explicit: frozenset[str] = frozenset(),
     layer_rule: str | None = None,
@@ -57,7 +57,7 @@ def print_plan(
 
 
 def print_study_plan(
-    cfg: ExperimentConfig,
+    cfg: RunConfig,
     phase: str,
     stages: list[str],
     as_json: bool,
@@ -87,7 +87,7 @@ def print_study_plan(
         out.print(line, highlight=False, markup=False)
 
 
-def _json(cfg: ExperimentConfig, plan: Plan) -> dict[str, Any]:
+def _json(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
     return {
         "dry_run": True,
         "config_hash": cfg.config_hash(),

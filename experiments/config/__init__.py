@@ -32,7 +32,7 @@ from experiments.config.base import (
     hash_rule,
 )
 from experiments.config.calibration import CalibrationConfig, CalibrationStudyConfig
-from experiments.config.common import PHASE_MODELS, ExperimentConfig, RunConfig
+from experiments.config.common import PHASE_MODELS, RunConfig
 from experiments.config.identify import (
     Degrees,
     Fraction,
@@ -85,7 +85,6 @@ __all__ = [
     "DeltaUnits",
     "EmbeddingConfig",
     "ExecutionConfig",
-    "ExperimentConfig",
     "Fraction",
     "GateConfig",
     "GenerationConfig",

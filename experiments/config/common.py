@@ -275,9 +275,5 @@ class RunConfig(_Strict):
         return out
 
 
-# Every Phase 5 stage takes a config of any phase: the name the stages' type hints use.
-ExperimentConfig = RunConfig
-
-
 # The phases' top models, registered in experiments.config.load in this order.
 PHASE_MODELS: Registry[type[RunConfig]] = Registry("phase")

@@ -6,15 +6,13 @@
 
 from __future__ import annotations
 
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.execution.base import BatchResult, ExecutionError, Executor, PlanSpec
 from experiments.execution.local import LocalExecutor
 from steering.models import LoadedModel
 
 
-def make_executor(
-    config: ExperimentConfig, lm: LoadedModel, address: str | None = None
-) -> Executor:
+def make_executor(config: RunConfig, lm: LoadedModel, address: str | None = None) -> Executor:
     """The executor ``config.execution`` asks for; ``lm`` is the driver's model (local)."""
     e = config.execution
     if e.executor == "local":

@@ -14,7 +14,7 @@ from typing import Any
 from experiments.answer import Answer, Verdict
 from experiments.identify.measures import OUTCOMES
 from experiments.record import IdentifyRecord
-from metrics.intervals import Interval
+from metrics.intervals import Interval, not_evaluable
 
 PRIMARY_STATUS = {
     "supported": "pass",
@@ -34,18 +34,15 @@ def zero_status(e: Interval) -> str:
 
 
 def _row(key: str, label: str, group: str, e: Interval, **extra: Any) -> Verdict:
+    reason = extra.pop("reason", e.reason)
     return Verdict(
         key=key,
         label=label,
         group=group,
-        value=e.estimate,
-        low=e.low,
-        high=e.high,
+        interval=Interval(e.estimate, e.low, e.high, e.n, e.n_clusters, e.method, reason),
         status=extra.pop("status", None) or zero_status(e),
         threshold=0.0,
-        method=e.method,
         n=e.n_clusters or None,
-        reason=extra.pop("reason", e.reason),
         **extra,
     )
 
@@ -74,9 +71,8 @@ def estimand_rows(record: IdentifyRecord) -> list[Verdict]:
             out.append(
                 Verdict(
                     key=f"estimand/{name}", label=f"{name}: {e.question}",
-                    group=ESTIMANDS_GROUP, value=None, low=None, high=None, threshold=0.0,
-                    status="not_evaluable",
-                    reason=e.reason or e.status.replace("_", " "),
+                    group=ESTIMANDS_GROUP, threshold=0.0, status="not_evaluable",
+                    interval=not_evaluable(e.reason or e.status.replace("_", " ")),
                     description=f"{e.population}; {e.operating_point}",
                 )
             )  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -77,7 +77,7 @@ def directions(
     from steering.likelihood import encode_texts
     from steering.memory import activation_texts
 
-    timer, lm, graph = session.timer, session.lm, session.graph
+    timer, lm, graph = session.timer, session.model, session.graph
     layer = session.layer()
     concepts = [c.synset for c in graph.concepts]
     say(f"activations of every probe, test and neutral text at layer {layer}")
@@ -145,8 +145,8 @@ def outcomes(
     from experiments.prompts import render_generation_prompts
     from experiments.rundir import append_jsonl
 
-    ident, timer, lm, graph = config.identify, session.timer, session.lm, session.graph
-    run_dir = cast(RunDir, session.run_dir)  # the study's stages run in a started session
+    ident, timer, lm, graph = config.identify, session.timer, session.model, session.graph
+    run_dir = session.directory  # the study's stages run in a started session
     layer, alpha, concepts = found.layer, found.alpha, found.concepts
     directions = found.directions
     say("held-out strength of the reference direction (generation)")

@@ -22,7 +22,7 @@ from experiments.identify.estimation.cells import StudyTables
 from experiments.identify.figures import figures, manipulation_figure
 from experiments.identify.summary import summary_markdown
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.record import IdentifyRecord, ManipulationResult, MediationTerm
+from experiments.record import IdentifyRecord, ManipulationResult
 from experiments.rundir import RunDir
 from metrics.intervals import Interval
 
@@ -46,12 +46,6 @@ def _put_fit(metrics: dict[str, float | None], name: str, fit: Interval | None) 
         _put(metrics, name, fit.estimate, fit.low, fit.high)
 
 
-def _put_term(metrics: dict[str, float | None], name: str, term: MediationTerm | None) -> None:
-    if term is not None:
-        low, high = [*term.interval, None, None][:2]
-        _put(metrics, name, term.estimate, low, high)
-
-
 def manipulation_metrics(
     result: ManipulationResult,
 ) -> tuple[dict[str, float | None], dict[str, str]]:
@@ -64,7 +58,7 @@ def manipulation_metrics(
     med = result.mediation
     if med.evaluable:
         for key in ("total_auroc", "direct_auroc", "cos_ref", "share_via_cos"):
-            _put_term(metrics, f"mediation/{key}", getattr(med, key))
+            _put_fit(metrics, f"mediation/{key}", getattr(med, key))
     for m in result.minimum_effective:
         name = f"min_auroc/f{m.fraction:g}"
         tags[name.replace("/", ".")] = m.status

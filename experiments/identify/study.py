@@ -312,7 +312,7 @@ class Identify:
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
         """The parent run's name and its tags: what its inference is worth."""
-        config, lm = session.config, session.lm
+        config, lm = session.config, session.model
         ident, prereg, forced = config.identify, self.prereg, self.forced
         concepts = [c.synset for c in session.graph.concepts]
         heldout = ident.concept_set == "heldout"
@@ -367,7 +367,7 @@ class Identify:
         heldout = config.identify.concept_set == "heldout"
         found = directions(session, config, say)
         with timer.time("centroids"):
-            scorer = build_scorer(config, session.graph, session.embedder)
+            scorer = build_scorer(config, session.graph, session.text_embedder)
         outcomes = stage_outcomes(session, config, found, scorer, self.on_batch, say)
         say("the analysis")
         with timer.time("analysis"):
@@ -378,7 +378,7 @@ class Identify:
         record = build_record(
             session.run_id,
             config,
-            session.lm.model_id,
+            session.model.model_id,
             found,
             outcomes.betas,
             analysed,

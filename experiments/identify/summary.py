@@ -59,8 +59,7 @@ def level_text(m: MinimumLevel) -> str:
         return f"censored (≤ {m.level:.3f}, the lowest AUROC tested)"
     if status == "not_reached" and m.tested:
         return f"censored (not reached by {m.tested[1]:.3f}, the highest tested)"
-    extra = m.model_extra or {}
-    return f"n/a ({extra.get('note') or extra.get('reason') or status})"
+    return f"n/a ({m.note or m.reason or status})"
 
 
 def estimand_lines(estimands: dict[str, EstimandResult]) -> list[str]:
@@ -363,9 +362,9 @@ def summary_markdown(record: IdentifyRecord) -> str:
             f"Across concepts at v*: r(AUROC, effect) {est(between.observed)}, disattenuated "
             f"{est(between.corrected)}"
             + (
-                f"; Fisher-z interval over {fz.n_concepts} concepts "
-                f"[{fmt(fz.interval[0], '+.2f')}, {fmt(fz.interval[1], '+.2f')}]."
-                if fz is not None and len(fz.interval) == 2
+                f"; Fisher-z interval over {fz.n_clusters} concepts "
+                f"[{fmt(fz.low, '+.2f')}, {fmt(fz.high, '+.2f')}]."
+                if fz is not None
                 else "."
             ),
         ]

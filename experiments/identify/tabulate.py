@@ -137,7 +137,7 @@ def analyse_study(
     if ident.phase6_run:
         from experiments.identify.estimation.phase6 import reanalyse
 
-        phase6_frame, phase6 = reanalyse(ident.phase6_run, session.lm, n_boot, seed, say)
+        phase6_frame, phase6 = reanalyse(ident.phase6_run, session.model, n_boot, seed, say)
     return Analysed(tables, analysis, between, validation, prereg, phase6_frame, phase6)
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from experiments.answer import Answer
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig, Phase, RunConfig
+from experiments.config import Phase, RunConfig
 from experiments.kernel.diagnostics import cosine_heatmap, layer_heatmap
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.probe_log import confusion_figure, metrics_rows, set_metrics
@@ -69,7 +69,7 @@ class Phase4:
     def begin(self, session: RunSession[RunConfig]) -> Opening:
         """The layers, checked against the model before anything is logged."""
         config = session.config
-        self.layers = sorted({session.lm.check_layer(layer) for layer in self.asked})
+        self.layers = sorted({session.model.check_layer(layer) for layer in self.asked})
         name = "L" + "-".join(str(layer) for layer in self.layers)
         return Opening(
             f"classifiers-{config.classifier.train}-{name}",
@@ -81,7 +81,7 @@ class Phase4:
     def started(self, session: RunSession[RunConfig], new: bool) -> dict[str, object]:
         config, layers = session.config, self.layers
         return {
-            "model": session.lm.probe_id,
+            "model": session.model.probe_id,
             "layer": layers[0] if len(layers) == 1 else ",".join(map(str, layers)),
             "train": config.classifier.train,
             "seed": config.seed,
@@ -96,7 +96,7 @@ class Phase4:
     def stages(
         self, session: RunSession[RunConfig]
     ) -> Finished[ClassifierRecord, dict[int, ProbeSet]]:
-        config, lm, timer = session.config, session.lm, session.timer
+        config, lm, timer = session.config, session.model, session.timer
         with timer.time("texts"):
             texts = build_probe_texts(config, self.graph)
         with timer.time("training"):
@@ -202,7 +202,7 @@ def views(record: ClassifierRecord, sets: dict[int, ProbeSet]) -> Views:
 
 
 def train_layers(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     layers: Sequence[int],
@@ -224,7 +224,7 @@ def train_layers(
 
 
 def train_classifiers(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     layer: int,
@@ -235,7 +235,7 @@ def train_classifiers(
 
 
 def ensure_classifiers(
-    config: ExperimentConfig, lm: LoadedModel, graph: ConceptGraph, layer: int
+    config: RunConfig, lm: LoadedModel, graph: ConceptGraph, layer: int
 ) -> ProbeSet:
     """Reuse the classifiers this config needs, training them only when missing."""
     try:

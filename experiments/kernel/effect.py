@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.answer import status_word
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.gate import (
     alphabetic_limit,
     alphabetic_shares,
@@ -59,7 +59,7 @@ UNIT = ["concept", "prompt_index", "sample"]
 SIGNS = {1: "pos", -1: "neg"}
 
 
-def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
+def paired_effects(records: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
     """One row per steered generation with its twin's Δ, e, the gate and the scores."""
     records = records.assign(
         arm=_col(records, "arm", CONCEPT_ARM),
@@ -103,7 +103,7 @@ def paired_effects(records: pd.DataFrame, config: ExperimentConfig) -> pd.DataFr
     )
 
 
-def mean_ci(frame: pd.DataFrame, column: str, config: ExperimentConfig, seed: int = 0) -> Interval:
+def mean_ci(frame: pd.DataFrame, column: str, config: RunConfig, seed: int = 0) -> Interval:
     """The mean of ``column`` over rows with a concept-level interval: concepts are
     resampled, then units within them. Every prompt of a concept shares the concept's
     direction and its random directions, so the concept is the unit of replication; the
@@ -265,7 +265,7 @@ def _verdict_result(
 
 
 def _correlation_interval(
-    pairs: list[tuple[float, float]], method: str, config: ExperimentConfig
+    pairs: list[tuple[float, float]], method: str, config: RunConfig
 ) -> Interval:
     if len(pairs) < 3:
         return not_evaluable(f"{len(pairs)} concepts; a correlation needs at least 3", len(pairs))
@@ -311,7 +311,7 @@ def all_gated(frame: pd.DataFrame, what: str) -> str | None:
     return f"every steered text at {what} was gated ({n}/{n})"
 
 
-def _summarise(frame: pd.DataFrame, config: ExperimentConfig, what: str) -> dict[str, Any]:
+def _summarise(frame: pd.DataFrame, config: RunConfig, what: str) -> dict[str, Any]:
     out: dict[str, float | str | None] = {"n": float(len(frame))}
     gated = all_gated(frame, what)
     for column in ("e", "e_gated", "combined"):
@@ -331,7 +331,7 @@ def _summarise(frame: pd.DataFrame, config: ExperimentConfig, what: str) -> dict
 
 
 def evaluate_effect(
-    records: pd.DataFrame, predictor: Mapping[str, float], config: ExperimentConfig
+    records: pd.DataFrame, predictor: Mapping[str, float], config: RunConfig
 ) -> EffectReport:
     """Everything about the steering effect on the report rows, and criteria v2."""
     report_rows = records[_col(records, "split", "report") == "report"]
@@ -464,7 +464,7 @@ def evaluate_effect(
     return out
 
 
-def select_betas(records: pd.DataFrame, config: ExperimentConfig) -> dict[str, dict[str, Any]]:
+def select_betas(records: pd.DataFrame, config: RunConfig) -> dict[str, dict[str, Any]]:
     """Held-out strength selection: per concept, the β of the grid whose gated effect
     (concept arm, both signs pooled) is largest on the *selection* prompts; ties go to
     the smaller β. Returns {synset: {"beta": β, "effects": {β: mean gated e}}}."""

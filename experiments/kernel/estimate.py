@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import CPU_BATCH_ROWS, ExperimentConfig
+from experiments.config import CPU_BATCH_ROWS, RunConfig
 from experiments.kernel.plan import CONCEPT_ARM, planned_rows
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.tracking.context import (
@@ -159,7 +159,7 @@ def _kind(meta: dict[str, Any]) -> str:
     return f"{meta['arm']} arm"
 
 
-def count_rows(config: ExperimentConfig, graph: ConceptGraph) -> dict[str, int]:
+def count_rows(config: RunConfig, graph: ConceptGraph) -> dict[str, int]:
     """Rows per split and kind, from the plan (held-out selection adds its β grid)."""
     counts: Counter[str] = Counter()
     splits = ["selection", "report"] if config.selection.mode == "heldout" else ["report"]
@@ -169,7 +169,7 @@ def count_rows(config: ExperimentConfig, graph: ConceptGraph) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def phase5_stages(config: ExperimentConfig) -> list[str]:
+def phase5_stages(config: RunConfig) -> list[str]:
     """The stages a Phase 5 run times, in order (the names of its record's timings)."""
     stages = ["model_load", "classifiers", "vectors", "centroids", "mlflow_open"]
     stages += ["generation", "perplexity", "embedding"]  # selection's rows included
@@ -183,7 +183,7 @@ def phase5_stages(config: ExperimentConfig) -> list[str]:
     return [*stages, "figures", "views", "mlflow_parent", "child_runs"]
 
 
-def batch_size(config: ExperimentConfig, model: ModelFacts) -> str:
+def batch_size(config: RunConfig, model: ModelFacts) -> str:
     """``generation.batch_size`` as the run would take it."""
     size = config.generation.batch_size
     if isinstance(size, int):
@@ -335,7 +335,7 @@ def was_reopened(run: Run) -> bool:
     return " --resume" in command or " rescore" in command
 
 
-def check_model(config: ExperimentConfig, layer: int | None = None) -> tuple[ModelFacts, int]:
+def check_model(config: RunConfig, layer: int | None = None) -> tuple[ModelFacts, int]:
     """The config's model read from its config, and the layer the run would steer; the
     errors a load would raise, without the weights."""
     model = read_model(config.model_spec)
@@ -343,7 +343,7 @@ def check_model(config: ExperimentConfig, layer: int | None = None) -> tuple[Mod
 
 
 def check_vector_file(
-    config: ExperimentConfig, graph: ConceptGraph, model: ModelFacts, layer: int
+    config: RunConfig, graph: ConceptGraph, model: ModelFacts, layer: int
 ) -> list[str]:
     """``vector_source: file``: the file read and checked as the run reads it (one
     validator, ``imported_vectors``: hidden size from the model's config, the run's layer,
@@ -385,7 +385,7 @@ def check_vector_file(
 
 
 def plan_run(
-    config: ExperimentConfig, graph: ConceptGraph, explicit: frozenset[str] = frozenset()
+    config: RunConfig, graph: ConceptGraph, explicit: frozenset[str] = frozenset()
 ) -> Plan:
     """A Phase 5 run's plan (``run --dry-run``, the study's too), with the β it would take
     from the model's recorded strength range (``choose_beta``; an error where it would
@@ -417,9 +417,7 @@ def plan_run(
     return plan
 
 
-def plan_study(
-    config: ExperimentConfig, phase: str, stages: list[str], layer: int | None = None
-) -> Plan:
+def plan_study(config: RunConfig, phase: str, stages: list[str], layer: int | None = None) -> Plan:
     """The plan of a Phase 6 study (``calibrate``, ``identify``): the model checked and
     the stages listed; its time is an earlier study's on this model and device, as it
     took (a study's work does not scale by rows alone)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from metrics.text import alphabetic_share, repetition
 
 
@@ -39,7 +39,7 @@ def repetitions(records: pd.DataFrame) -> pd.Series:
     return stored
 
 
-def repetition_limit(base: pd.DataFrame, config: ExperimentConfig) -> float | None:
+def repetition_limit(base: pd.DataFrame, config: RunConfig) -> float | None:
     """The repetition a text may reach: ``gate.repetition_multiple`` × the
     ``gate.repetition_quantile`` of the unsteered texts' repetition (``base``: the
     strength-0 rows); None when the rule is off or there is no unsteered text."""
@@ -59,7 +59,7 @@ def alphabetic_shares(records: pd.DataFrame) -> pd.Series:
     return texts.map(alphabetic_share, na_action="ignore").astype(float)
 
 
-def alphabetic_limit(base: pd.DataFrame, config: ExperimentConfig) -> float | None:
+def alphabetic_limit(base: pd.DataFrame, config: RunConfig) -> float | None:
     """The share of alphabetic words a text must reach: ``gate.alphabetic_multiple`` ×
     the ``gate.alphabetic_quantile`` of the unsteered texts' shares (``base``: the
     strength-0 rows); None when the rule is off or there is no unsteered text."""
@@ -73,7 +73,7 @@ def alphabetic_limit(base: pd.DataFrame, config: ExperimentConfig) -> float | No
 def coherence_gate(
     rows: pd.DataFrame,
     ppl0_median: pd.Series,
-    config: ExperimentConfig,
+    config: RunConfig,
     rep_limit: float | None,
     alpha_limit: float | None,
 ) -> tuple[pd.Series, pd.Series]:

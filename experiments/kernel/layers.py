@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import pandas as pd
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ConfigError, ExperimentConfig, RunConfig
+from experiments.config import ConfigError, RunConfig
 from experiments.kernel.classifiers import train_layers
 from experiments.kernel.effect import SIGNS, above_null, all_gated, mean_ci, paired_effects
 from experiments.kernel.layer_table import undistinguished
@@ -96,7 +96,7 @@ def sweep_layers(n_layers: int) -> list[int]:
 
 
 def probe_sets(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     layers: Sequence[int] | None = None,
@@ -126,7 +126,7 @@ def mean_auroc(probes: ProbeSet) -> float | None:
 
 
 def pick_layer(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     layers: Sequence[int] | None = None,
@@ -147,7 +147,7 @@ def auroc_choice(layer: int, sets: Mapping[int, ProbeSet], seconds: float = 0.0)
                        seconds=seconds)  # fmt: skip
 
 
-def selection_config(config: ExperimentConfig) -> ExperimentConfig:
+def selection_config(config: RunConfig) -> RunConfig:
     """The config auto-effect generates with, checked: the run must hold its selection
     prompts out of its report (``selection.mode: heldout``; without it every prompt is
     a report prompt, and a layer chosen on them would be scored on the texts it was
@@ -172,13 +172,13 @@ def selection_config(config: ExperimentConfig) -> ExperimentConfig:
     return config
 
 
-def texts_per_layer(config: ExperimentConfig, graph: ConceptGraph) -> int:
+def texts_per_layer(config: RunConfig, graph: ConceptGraph) -> int:
     """The texts auto-effect generates at one layer (no model needed)."""
     return sum(1 for _ in planned_rows(selection_config(config), graph, "selection",
                                        null_arms=True))  # fmt: skip
 
 
-def layer_effect(records: pd.DataFrame, config: ExperimentConfig) -> LayerRow:
+def layer_effect(records: pd.DataFrame, config: RunConfig) -> LayerRow:
     """One layer's row of the auto-effect table from its scored selection texts (every
     arm, the unsteered twins too): the gated effect above the null with its interval over
     concepts, both signs pooled, and each sign's estimate."""
@@ -215,7 +215,7 @@ def best_by_effect(table: Mapping[int, LayerRow]) -> int:
 
 
 def effect_layer(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     embedder: Any,
@@ -363,7 +363,7 @@ class LayerPreview:
 
 
 def preview(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     rule: str,
     explicit: frozenset[str] = frozenset(),

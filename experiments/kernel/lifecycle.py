@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph, load_concepts
-from experiments.config import ConfigError, ExecutionConfig, ExperimentConfig, Phase, RunConfig
+from experiments.config import ConfigError, ExecutionConfig, Phase, RunConfig
 from experiments.execution import Executor, make_executor
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.timer import Timer
@@ -46,7 +46,10 @@ from experiments.tracking.context import (
 )
 
 if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
     from steering.models import LoadedModel
+    from steering.platform import ThreadChoice
 
 # Sections a rescore may change: they act on saved texts, not on what was generated.
 RESCORE_SECTIONS = ("metrics", "gate", "criteria", "centroids", "embedding")
@@ -103,7 +106,7 @@ def scoring_config(
     return load_config(stored, overrides, phase)
 
 
-def load_graph(config: ExperimentConfig) -> ConceptGraph:
+def load_graph(config: RunConfig) -> ConceptGraph:
     return load_concepts(
         config.concepts.file, limit=config.concepts.limit, synsets=config.concepts.synsets
     )
@@ -117,20 +120,34 @@ class RunSession(Generic[C]):
     config: C
     graph: ConceptGraph
     timer: Timer
-    lm: Any  # steering.models.LoadedModel, or None when only saved texts are read
-    embedder: Any
+    lm: LoadedModel | None  # None when only saved texts are read (a rescore)
+    embedder: SentenceTransformer | None  # None when nothing is scored by embedding
     existing: str | None = None  # the run being resumed or rescored
     run_dir: RunDir | None = None
     run_id: str | None = None
     say: Callable[[str], None] = field(default=lambda _msg: None)
-    # torch's thread count and why (steering.platform.ThreadChoice); None: no model
-    threads: Any = None
+    # torch's thread count and why; None: no model, or one handed in by the caller
+    threads: ThreadChoice | None = None
     _stack: ExitStack = field(default_factory=ExitStack)
     _executor: Executor | None = None
 
+    @property
+    def model(self) -> LoadedModel:
+        """The loaded model, for stages that generate or read activations."""
+        if self.lm is None:
+            raise RunError("this session loaded no model: a rescore reads saved texts")
+        return self.lm
+
+    @property
+    def text_embedder(self) -> SentenceTransformer:
+        """The embedder, for stages that score texts by embedding."""
+        if self.embedder is None:
+            raise RunError("this session loaded no embedder (need_embedder=False)")
+        return self.embedder
+
     def layer(self) -> int:
         """The decoder layer the run probes and steers (``layer`` or the middle one)."""
-        lm: LoadedModel = self.lm  # a model is loaded whenever a layer is asked for
+        lm = self.model
         return lm.check_layer(
             self.config.layer if self.config.layer is not None else lm.default_layer
         )
@@ -180,7 +197,7 @@ class RunSession(Generic[C]):
     def executor(self) -> Executor:
         """The executor of ``execution.executor`` on this session's model, made once."""
         if self._executor is None:
-            self._executor = make_executor(self.config, self.lm)
+            self._executor = make_executor(self.config, self.model)
             self._stack.callback(self._executor.close)
         return self._executor
 
@@ -190,7 +207,7 @@ class RunSession(Generic[C]):
             self._executor.close()
 
 
-def thread_tags(choice: Any) -> dict[str, str]:
+def thread_tags(choice: ThreadChoice | None) -> dict[str, str]:
     """The run's tags for its torch threads (a ``steering.platform.ThreadChoice``; None:
     the model was handed in, threaded by the caller: torch's count now)."""
     if choice is None:
@@ -210,7 +227,7 @@ def recorded_threads(run: Any) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def embedder_device(config: ExperimentConfig, lm: Any) -> str:
+def embedder_device(config: RunConfig, lm: LoadedModel | None) -> str:
     """Where the embedder runs: the model's platform decides (``--device cpu`` on a GPU
     host keeps it on the CPU too); without a model (a rescore), the config's device."""
     from metrics.embedder import device_for
@@ -225,8 +242,8 @@ def open_run(
     resume: Resume | None = None,
     results_dir: str | Path | None = None,
     execution: dict[str, Any] | None = None,
-    lm: Any = None,
-    embedder: Any = None,
+    lm: LoadedModel | None = None,
+    embedder: SentenceTransformer | None = None,
     need_embedder: bool = True,
     graph: ConceptGraph | None = None,
     progress: Callable[[str], None] | None = None,

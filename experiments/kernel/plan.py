@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from experiments.concepts import Concept, ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.vectors import VectorSet
 from experiments.prompts import render_generation_prompts
 from steering.generation import GenerationRow
@@ -69,7 +69,7 @@ def row_key(
     return key
 
 
-def split_prompts(n_prompts: int, config: ExperimentConfig) -> tuple[list[int], list[int]]:
+def split_prompts(n_prompts: int, config: RunConfig) -> tuple[list[int], list[int]]:
     """(selection, report) prompt indices; without held-out selection all are report."""
     indices = list(range(n_prompts))
     if config.selection.mode != "heldout":
@@ -92,7 +92,7 @@ class GenerationPlan:
         return [r for r in self.rows if r.key not in done]
 
 
-def prompt_signs(config: ExperimentConfig) -> list[int]:
+def prompt_signs(config: RunConfig) -> list[int]:
     """Per prompt index, the sign of the strengths it is generated at: 0 for every
     strength; with ``generation.suppression_prompts``, +1 for the neutral prompts (s ≥ 0)
     and −1 for the concept-naming ones that follow them (s ≤ 0)."""
@@ -102,7 +102,7 @@ def prompt_signs(config: ExperimentConfig) -> list[int]:
     return [1] * len(g.prompts) + [-1] * len(g.suppression_prompts)
 
 
-def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[dict[str, Any]]:
+def _units(config: RunConfig, concept: Concept, split: str) -> Iterator[dict[str, Any]]:
     """One dict per (prompt, sample) of ``split`` with the fields every row of it shares.
 
     With suppression prompts, the neutral and the concept-naming prompts are split into
@@ -131,7 +131,7 @@ def _units(config: ExperimentConfig, concept: Concept, split: str) -> Iterator[d
             }
 
 
-def _arms(config: ExperimentConfig) -> list[str]:
+def _arms(config: RunConfig) -> list[str]:
     arms = [CONCEPT_ARM]
     arms += [random_arm(j) for j in range(config.controls.random_directions)]
     if config.controls.prompt_baseline:
@@ -140,7 +140,7 @@ def _arms(config: ExperimentConfig) -> list[str]:
 
 
 def planned_rows(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     split: str = "report",
     betas: Mapping[str, float] | None = None,
@@ -204,14 +204,14 @@ def planned_rows(
                 )
 
 
-def _instruction(config: ExperimentConfig, concept_name: str, strength: float) -> str:
+def _instruction(config: RunConfig, concept_name: str, strength: float) -> str:
     c = config.controls
     template = c.prompt_positive if strength > 0 else c.prompt_negative
     return template.replace("{concept}", concept_name)
 
 
 def build_plan(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     vectors: VectorSet,
     split: str = "report",

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.diagnostics import (
     FORMAT_AXIS_FORMAT,
     classifier_set_diagnostics,
@@ -128,7 +128,7 @@ def graph_key(graph: ConceptGraph) -> str:
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def classifier_dir(config: ExperimentConfig, model_id: str, layer: int, graph_id: str) -> Path:
+def classifier_dir(config: RunConfig, model_id: str, layer: int, graph_id: str) -> Path:
     """The folder of one classifier set; ``graph_id`` is :func:`graph_key` of its graph."""
     name = (
         f"{model_slug(model_id)}_L{layer}_{config.classifier.train}_seed{config.seed}"
@@ -166,9 +166,7 @@ def load_format_axis(directory: Path, model_id: str, layer: int) -> np.ndarray |
     return np.asarray(data["vector"], dtype=np.float64)
 
 
-def load_classifiers(
-    config: ExperimentConfig, graph: ConceptGraph, model_id: str, layer: int
-) -> ProbeSet:
+def load_classifiers(config: RunConfig, graph: ConceptGraph, model_id: str, layer: int) -> ProbeSet:
     """Load every concept's classifier, or say which are missing and how to make them."""
     directory = classifier_dir(config, model_id, layer, graph_key(graph))
     missing = [c.synset for c in graph.concepts if not probe_path(directory, c.synset).exists()]
@@ -188,7 +186,7 @@ def load_classifiers(
     return ProbeSet(directory, probes, format_axis=axis, diagnostics=diagnostics)
 
 
-def build_probe_texts(config: ExperimentConfig, graph: ConceptGraph) -> ProbeTexts:
+def build_probe_texts(config: RunConfig, graph: ConceptGraph) -> ProbeTexts:
     """Training, validation and test sets per concept, plus the format-axis texts."""
     spec = TrainSpec.parse(config.classifier.train)
     n, seed = config.classifier.eval_per_class, config.seed
@@ -217,7 +215,7 @@ def _diffmean(x_train: np.ndarray, train: Sequence[ProbeExample]) -> np.ndarray:
 
 
 def fit_probe_set(
-    config: ExperimentConfig,
+    config: RunConfig,
     texts: ProbeTexts,
     features: np.ndarray,
     row: dict[str, int],
@@ -273,7 +271,7 @@ def fit_probe_set(
 
 def save_probe_set(
     probe_set: ProbeSet,
-    config: ExperimentConfig,
+    config: RunConfig,
     texts: ProbeTexts,
     layer: int,
     model_id: str,
@@ -330,7 +328,7 @@ def parse_layers(text: str) -> list[int]:
 
 
 def fit_layers(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     texts: ProbeTexts,
     layers: Sequence[int],

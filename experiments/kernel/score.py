@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from experiments.concepts import Concept, ConceptGraph
-from experiments.config import CPU_BATCH_ROWS, ExperimentConfig, MetricsConfig
+from experiments.config import CPU_BATCH_ROWS, MetricsConfig, RunConfig
 from experiments.prompts import centroid_texts
 from experiments.rows import ScoreRecord
 from metrics.semantic import SETS, Centroids, build_centroids, cross_deltas, score
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class Scorer:
     """Centroids per concept plus the thresholds that turn numbers into labels."""
 
-    config: ExperimentConfig
+    config: RunConfig
     graph: ConceptGraph
     centroids: dict[str, Centroids]
     embedder: SentenceTransformer
@@ -39,9 +39,7 @@ class Scorer:
         return {k: {name: list(v.texts[name]) for name in SETS} for k, v in self.centroids.items()}
 
 
-def build_scorer(
-    config: ExperimentConfig, graph: ConceptGraph, embedder: SentenceTransformer
-) -> Scorer:
+def build_scorer(config: RunConfig, graph: ConceptGraph, embedder: SentenceTransformer) -> Scorer:
     """Embed every concept's core, boundary and negative texts in one pass."""
     from metrics.embedder import embed
 

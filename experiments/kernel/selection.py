@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.effect import select_betas
 from experiments.kernel.generate import generate
 from experiments.kernel.plan import build_plan
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def select_strengths(
     session: RunSession[Any],
-    config: ExperimentConfig,
+    config: RunConfig,
     vectors: VectorSet,
     scorer: Scorer,
     on_batch: Callable[[int, int], None] | None = None,

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -36,6 +36,11 @@ from experiments.concepts import ConceptGraph
 from experiments.config import Phase, RunConfig
 from experiments.kernel.lifecycle import Resume, RunSession, open_run
 from experiments.kernel.publisher import Children, Views, publish
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from steering.models import LoadedModel
 
 C = TypeVar("C", bound=RunConfig)
 R = TypeVar("R", bound=BaseModel)
@@ -120,8 +125,8 @@ def run_study(
     resume: Resume | None = None,
     results_dir: str | Path | None = None,
     execution: dict[str, Any] | None = None,
-    lm: Any = None,
-    embedder: Any = None,
+    lm: LoadedModel | None = None,
+    embedder: SentenceTransformer | None = None,
     graph: ConceptGraph | None = None,
     need_embedder: bool = True,
     progress: Callable[[str], None] | None = None,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.probes import ProbeSet
 from experiments.prompts import scale_neutral_texts
 from steering.activations import residual_scale
@@ -166,7 +166,7 @@ def neutral_texts(graph: ConceptGraph, seed: int) -> list[str]:
 
 
 def imported_vectors(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     hidden_size: int,
     layer: int,
@@ -193,7 +193,7 @@ def imported_vectors(
 
 
 def imported_layers(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     hidden_size: int,
     layer: int,
@@ -220,7 +220,7 @@ def imported_layers(
     )
 
 
-def as_deployed(config: ExperimentConfig) -> bool:
+def as_deployed(config: RunConfig) -> bool:
     """Whether the run steers its vector file as deployed (not one layer at α·β)."""
     return config.steering.layers != "auto" or config.steering.scale != "unit"
 
@@ -236,7 +236,7 @@ def deployed_vector(
     held: dict[int, np.ndarray],
     layers: tuple[int, ...],
     alphas: dict[int, float],
-    config: ExperimentConfig,
+    config: RunConfig,
 ) -> SteeringVector:
     """``vector`` (the concept's unit direction at the run's layer, as the run reads it)
     steering ``layers`` as the file deploys it: per layer the file's own vector times the
@@ -295,7 +295,7 @@ def deployed_random(
 
 
 def concept_vector(
-    direction: np.ndarray, layer: int, alpha: float, config: ExperimentConfig
+    direction: np.ndarray, layer: int, alpha: float, config: RunConfig
 ) -> SteeringVector:
     """A concept's :class:`SteeringVector`. An imported float32 vector that is already
     unit-norm to float32 precision is kept bit for bit (normalising it again moves the last
@@ -318,7 +318,7 @@ def concept_vector(
 
 
 def concept_vectors(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     probes: ProbeSet,
     layer: int,
@@ -362,7 +362,7 @@ def concept_vectors(
 
 
 def intervention_of(
-    config: ExperimentConfig,
+    config: RunConfig,
     layer: int,
     layered: LayeredVectors,
     alphas: dict[int, float],
@@ -391,7 +391,7 @@ def intervention_of(
 
 
 def build_vectors(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     probes: ProbeSet,

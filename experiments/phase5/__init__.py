@@ -1,6 +1,6 @@
 """Phase 5 Part A as small typed stages; :mod:`experiments.phase5.run` composes them.
 
-``ExperimentConfig → ConceptGraph → ProbeSet (probes) → VectorSet (vectors) →
+``RunConfig → ConceptGraph → ProbeSet (probes) → VectorSet (vectors) →
 GenerationPlan (plan) → generations.jsonl (generate) → scores.jsonl (score) →
 CriteriaReport (analyse) → RunRecord + MLflow (publish)``
 """

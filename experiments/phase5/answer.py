@@ -15,6 +15,7 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 
 from experiments.answer import (
@@ -115,15 +116,17 @@ def verdicts(record: RunRecord) -> list[Verdict]:
                 key=key,
                 label=_label(base),
                 group=SIGN_LABELS[sign],
-                value=c.value,
-                low=interval.get("low"),
-                high=interval.get("high"),
+                interval=Interval(
+                    c.value,
+                    interval.get("low"),
+                    interval.get("high"),
+                    method=str(interval.get("method", "")),
+                    reason=c.reason,
+                ),
                 status=c.status,
                 threshold=c.threshold,
-                method=str(interval.get("method", "")),
                 n=n,
                 units=units,
-                reason=c.reason,
                 description=c.description,
                 claim=claim,
                 symbol=symbol,
@@ -203,17 +206,15 @@ def baseline_verdicts(record: RunRecord) -> list[Verdict]:
                 key=BASELINE_KEY.format(sign=sign),
                 label="prompting baseline: gated effect (reference)",
                 group=SIGN_LABELS[sign],
-                value=interval.estimate,
-                low=interval.low,
-                high=interval.high,
+                interval=replace(
+                    interval, method="pairs resampled", reason=str(row.get("gated_reason") or "")
+                ),
                 status=interval_verdict(interval, threshold),
                 threshold=threshold,
-                method="pairs resampled",
                 n=interval.n,
                 units="pairs",
                 description="the effect of asking for the concept in the prompt instead of "
                 "steering (controls.prompt_baseline)",
-                reason=str(row.get("gated_reason") or ""),
                 sign=sign,
             )
         )
@@ -230,12 +231,9 @@ def seed_verdicts(record: RunRecord) -> list[Verdict]:
                 key=key,
                 label=c.description,
                 group=SIGN_LABELS["both"],
-                value=c.value,
-                low=None,
-                high=None,
+                interval=Interval(c.value, reason=c.reason),
                 status=c.status,
                 threshold=c.threshold,
-                reason=c.reason,
                 description=c.description,
             )
         )

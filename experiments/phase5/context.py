@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.record import LayerChoice, predictor_values
 
 
@@ -20,7 +20,7 @@ class RunContext:
     """What publishing a run needs besides its records; no model, so rescore can build it."""
 
     run_id: str
-    config: ExperimentConfig
+    config: RunConfig
     graph: ConceptGraph
     model_id: str
     layer: int

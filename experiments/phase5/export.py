@@ -39,7 +39,7 @@ from steering.vector import layer_tuple
 from steering.vector_files import UNIT_KEY, write_control_vector, write_mapping
 
 if TYPE_CHECKING:
-    from experiments.config import ExperimentConfig
+    from experiments.config import RunConfig
 
 EXPORT_FORMAT = "steer-eval/vector-export"
 MANIFEST = "export.json"
@@ -77,7 +77,7 @@ class Export:
         }
 
 
-def _model_hint(config: ExperimentConfig, model_id: str) -> str:
+def _model_hint(config: RunConfig, model_id: str) -> str:
     """``controlvector.model_hint``: the model's ``config.model_type`` (``gemma3_text``),
     as repeng writes it (a hint only: llama.cpp never reads it; repeng and our import
     warn when it is not the loaded model's), or the model id when the config cannot be
@@ -110,7 +110,7 @@ def _run_probes(run_dir: RunDir, graph: ConceptGraph, model_id: str, layer: int)
     return ProbeSet(directory, probes, format_axis=axis)
 
 
-def deployed_metadata(config: ExperimentConfig, by_layer: dict[int, Any]) -> dict[str, str]:
+def deployed_metadata(config: RunConfig, by_layer: dict[int, Any]) -> dict[str, str]:
     """A file steered as deployed: its layers and what scaled them, as metadata."""
     if not as_deployed(config):
         return {}

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Annotation
     from matplotlib.transforms import Bbox, BboxBase
 
-    from experiments.config import ExperimentConfig
+    from experiments.config import RunConfig
     from experiments.phase5.context import RunContext
 
 
@@ -218,7 +218,7 @@ def _gated(values: dict[str, Any], label: str) -> tuple[int, int]:
     return int(values.get(f"gated_out_{label}") or 0), int(values.get(f"steered_{label}") or 0)
 
 
-def _detector(config: ExperimentConfig) -> str:
+def _detector(config: RunConfig) -> str:
     """What the run's predictor scores, in a word (the answer's: probe, imported vector)."""
     return direction_origin(config.steering.vector_source, config.criteria.predictor).detector
 

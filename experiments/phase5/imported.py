@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.probes import ProbeSet, build_probe_texts
 from experiments.kernel.vectors import VectorSet
 from steering.activations import pooled_activations
@@ -45,7 +45,7 @@ def direction_metrics(
 
 
 def imported_detection(
-    config: ExperimentConfig,
+    config: RunConfig,
     lm: LoadedModel,
     graph: ConceptGraph,
     probes: ProbeSet,

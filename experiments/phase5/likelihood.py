@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import cast
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.vectors import VectorSet
 from experiments.likelihood_texts import LikelihoodTexts, build_likelihood_texts
 from experiments.phase5.nulls import build_model_nulls
@@ -35,7 +35,7 @@ from steering.models import LoadedModel
 from steering.vector import Direction
 
 
-def texts_for(run_dir: RunDir, config: ExperimentConfig, graph: ConceptGraph) -> LikelihoodTexts:
+def texts_for(run_dir: RunDir, config: RunConfig, graph: ConceptGraph) -> LikelihoodTexts:
     """The run's likelihood texts: the folder's copy, else built (and saved). They pair
     texts by word count, so they need no tokenizer and a rescore rebuilds them exactly.
     A concept with no other concept's text to pair with (a run of one concept) has no
@@ -51,7 +51,7 @@ def texts_for(run_dir: RunDir, config: ExperimentConfig, graph: ConceptGraph) ->
 
 
 def score_likelihood(
-    config: ExperimentConfig,
+    config: RunConfig,
     graph: ConceptGraph,
     lm: LoadedModel,
     vectors: VectorSet,

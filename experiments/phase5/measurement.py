@@ -25,7 +25,7 @@ from typing import Any, TypedDict, cast
 import numpy as np
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.effect import SIGNS, EffectReport
 from experiments.phase5.nulls import null_family
 from experiments.phase5.reference_gap import ReferenceGap
@@ -189,7 +189,7 @@ def _shared(*maps: Mapping[str, Any]) -> list[str]:
 
 def measure(
     effect: EffectReport,
-    config: ExperimentConfig,
+    config: RunConfig,
     detection: Mapping[str, Mapping[str, object]],
     likelihood: Sequence[dict[str, Any]] = (),
     gaps: Mapping[str, ReferenceGap] | None = None,

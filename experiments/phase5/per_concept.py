@@ -21,7 +21,7 @@ from typing import cast
 
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.effect import SIGNS, above_null, paired_effects
 from experiments.kernel.plan import CONCEPT_ARM
 from metrics.intervals import clustered_bootstrap_mean
@@ -29,7 +29,7 @@ from metrics.stats import bootstrap_f1
 
 
 def concept_intervals(
-    records: pd.DataFrame, config: ExperimentConfig
+    records: pd.DataFrame, config: RunConfig
 ) -> dict[str, dict[str, float | None]]:
     """Per concept and sign: the effect above null's interval over the concept's report
     units, clustered by prompt (``above_null_<sign>_low``, ``_high``, ``_n``), and how many

@@ -1,6 +1,6 @@
 """Phase 5 Part A as a study: a composition of stages, plus resume and rescore.
 
-``ExperimentConfig → ConceptGraph → ProbeSet → VectorSet → GenerationPlan →
+``RunConfig → ConceptGraph → ProbeSet → VectorSet → GenerationPlan →
 generations.jsonl → scores.jsonl → CriteriaReport → RunRecord → MLflow``
 
 Phase 5 is an instance of the Study contract (:mod:`experiments.kernel.study`), run by
@@ -27,7 +27,7 @@ import pandas as pd
 
 from experiments import tracking
 from experiments.concepts import ConceptGraph
-from experiments.config import ConfigError, ExperimentConfig, Phase, Phase5Config
+from experiments.config import ConfigError, Phase, Phase5Config, RunConfig
 from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.diagnostics import steering_diagnostics
 from experiments.kernel.effect import EffectReport, evaluate_effect
@@ -81,15 +81,27 @@ Progress = Callable[[int, int], None]
 
 @dataclass
 class Phase5Result:
-    run_id: str
+    """A finished Phase 5 run: its record, and beside it what the record does not hold
+    (the scored rows, the criteria as computed, the per-strength means keyed by β)."""
+
+    record: RunRecord
     results_dir: Path
     records: pd.DataFrame
     criteria: dict[str, Any]
     per_strength: dict[float, dict[str, float | None]]
-    timings: dict[str, float]
-    tokens_per_second: float
-    record: RunRecord
     effect: EffectReport | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return dict(self.record.timings)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.record.tokens_per_second
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,7 @@ class Scored:
 
 
 def expected_keys(
-    config: ExperimentConfig, graph: ConceptGraph, betas: dict[str, float] | None
+    config: RunConfig, graph: ConceptGraph, betas: dict[str, float] | None
 ) -> set[str]:
     keys = {k for k, _ in planned_rows(config, graph, "report", betas)}
     if config.selection.mode == "heldout":
@@ -211,14 +223,11 @@ class Phase5Shown:
 
 def phase5_result(record: RunRecord, run_dir: Path, scored: Scored) -> Phase5Result:
     return Phase5Result(
-        record.run_id,
+        record,
         run_dir,
         scored.seed_rows,
         scored.report.results,
         per_strength(scored.seed_rows),
-        dict(record.timings),
-        record.tokens_per_second,
-        record,
         scored.effect,
     )
 
@@ -238,7 +247,7 @@ def prepare(session: RunSession[Any], explicit: frozenset[str] = frozenset()) ->
     """Classifiers (trained when missing), β (a new run's, from the model's recorded
     strength range where one is: ``choose_beta``; ``explicit`` the keys given on the
     command line), steering vectors and centroids."""
-    config, lm, graph, timer = session.config, session.lm, session.graph, session.timer
+    config, lm, graph, timer = session.config, session.model, session.graph, session.timer
     layer = session.layer()
     session.say("preparing classifiers, steering vectors and centroids")
     with timer.time("classifiers"):
@@ -258,7 +267,7 @@ def prepare(session: RunSession[Any], explicit: frozenset[str] = frozenset()) ->
         with timer.time("imported_detection"):
             probes = imported_detection(config, lm, graph, probes, vectors, layer)
     with timer.time("centroids"):
-        scorer = build_scorer(config, graph, session.embedder)
+        scorer = build_scorer(config, graph, session.text_embedder)
     return Prepared(layer, probes, vectors, scorer, note)
 
 
@@ -273,7 +282,7 @@ def run_context(
         run_id=run_id,
         config=config,
         graph=session.graph,
-        model_id=session.lm.model_id,
+        model_id=session.model.model_id,
         layer=prep.layer,
         alpha=vectors.alpha,
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
@@ -320,7 +329,7 @@ class Phase5(Phase5Shown):
 
     def begin(self, session: RunSession[Phase5Config]) -> Opening:
         prep = self.prep = prepare(session, self.explicit)
-        name = run_name(session.config, session.lm.model_id, prep.layer)
+        name = run_name(session.config, session.model.model_id, prep.layer)
         tags = {"phase": "5", **({BETA_TAG: prep.beta_note} if prep.beta_note else {})}
         if self.layer_choice is not None:
             tags |= choice_tags(self.layer_choice)
@@ -371,7 +380,9 @@ class Phase5(Phase5Shown):
         if config.likelihood.enabled:
             say("the likelihood outcome of every direction")
             with timer.time("likelihood"):
-                score_likelihood(config, graph, session.lm, prep.vectors, run_dir, betas, say=say)
+                score_likelihood(
+                    config, graph, session.model, prep.vectors, run_dir, betas, say=say
+                )
         say("scoring, pairing and logging")
         return score(ctx, run_dir, prep.scorer, timer, totals.tokens_per_second, totals.seconds)
 
@@ -398,7 +409,7 @@ class Phase5Rescore(Phase5Shown):
                 f"run {run_id}'s record cannot be read by this release ({exc}); start a new run"
             ) from None
         with session.timer.time("centroids"):
-            self.scorer = build_scorer(session.config, session.graph, session.embedder)
+            self.scorer = build_scorer(session.config, session.graph, session.text_embedder)
         self.ctx = RunContext(
             run_id=run_id,
             config=session.config,
@@ -451,7 +462,7 @@ class Phase5Rescore(Phase5Shown):
 
 
 def run_phase5(
-    config: ExperimentConfig | None = None,
+    config: RunConfig | None = None,
     resume: str | None = None,
     lm: LoadedModel | None = None,
     embedder: SentenceTransformer | None = None,

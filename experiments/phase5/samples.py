@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.effect import SIGNS, UNIT, above_null, paired_effects
 from experiments.kernel.gate import (
     alphabetic_limit,
@@ -83,7 +83,7 @@ def random_twins(effects: pd.DataFrame) -> pd.DataFrame:
     return random.drop_duplicates([*UNIT, "sign"]).set_index([*UNIT, "sign"])
 
 
-def unsteered_gate(rows: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame:
+def unsteered_gate(rows: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
     """The unsteered rows (s = 0) through the same coherence gate as the steered ones,
     against the same limits (their concept's median perplexity, the run's repetition
     and alphabetic-share limits), indexed by unit: a reader sees when the twin itself was
@@ -99,7 +99,7 @@ def unsteered_gate(rows: pd.DataFrame, config: ExperimentConfig) -> pd.DataFrame
 
 def sample_table(
     records: pd.DataFrame,
-    config: ExperimentConfig,
+    config: RunConfig,
     per_concept: Mapping[str, Mapping[str, float | None]] | None = None,
     run_dir: RunDir | None = None,
 ) -> pd.DataFrame:

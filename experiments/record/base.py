@@ -3,7 +3,7 @@ version, the base of a record and of an open analysis block, and ``plain``."""
 
 from __future__ import annotations
 
-from typing import Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -86,14 +86,18 @@ class _Record(BaseModel):
     model_id: str
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
 
+    # earlier versions this one reads (their changed blocks migrate in validators)
+    MIGRATABLE: ClassVar[tuple[int, ...]] = ()
+
     @classmethod
     def parse(cls, text: str, source: str = "record") -> Self:
-        """Read a record of this format and version, or fail naming what was found."""
-        return read_record(cls, text, source)
+        """Read a record of this format and version (or a migratable one), or fail
+        naming what was found."""
+        return read_record(cls, text, source, cls.MIGRATABLE)
 
 
-class _Open(BaseModel):
-    """An analysis block typed where it is read; keys a later analysis adds are kept
-    (a finished study must never fail at its last step on a new diagnostic)."""
+class _Block(BaseModel):
+    """An analysis block: every key declared, so a misspelt key fails when the record is
+    built or read rather than reading as None (a new diagnostic is a new field)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")

@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 from experiments.config import CalibrationStudyConfig
 from experiments.record.base import _Record
+from metrics.intervals import Interval
+
+MIXED_METHOD = "MixedLM, random intercept per concept (Wald)"
 
 
-class MixedSlope(BaseModel):
-    """effect ~ predictor + (1 | concept) (statsmodels MixedLM): the predictor's slope."""
+@dataclass(frozen=True)
+class MixedSlope(Interval):
+    """effect ~ predictor + (1 | concept) (statsmodels MixedLM): the predictor's slope
+    with its 95% Wald interval (``n`` rows, ``n_clusters`` concepts) and p-value."""
 
-    evaluable: bool
-    slope: float | None = None
-    low: float | None = None  # 95% Wald interval
-    high: float | None = None
+    method: str = MIXED_METHOD
     p_value: float | None = None
-    n: int = 0  # rows (probe set × concept)
-    n_concepts: int | None = None
-    reason: str | None = None  # why not evaluable
 
 
 class CurveLevel(BaseModel):
@@ -33,12 +34,8 @@ class CurveLevel(BaseModel):
 
     size: str
     n_train: int
-    level: float | None
-    level_low: float | None
-    level_high: float | None
-    effect: float | None
-    effect_low: float | None
-    effect_high: float | None
+    level: Interval
+    effect: Interval
     verdict: str  # pass: the effect's interval above the study's threshold
 
 
@@ -46,11 +43,44 @@ class MinimumEffective(BaseModel):
     """The lowest predictor level among effective sizes (``reached``), or ``not_reached``."""
 
     status: Literal["reached", "not_reached"]
-    level: float | None = None
-    low: float | None = None
-    high: float | None = None
+    level: Interval | None = None  # the reached size's level, with its interval
     size: str | None = None
     levels_tested: int | None = None
+
+
+def _version_1_fit(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 curve fit (slopes, levels and minimum levels as loose numbers) in the
+    Intervals version 2 writes."""
+    mm = data["mixed_model"]
+    if not isinstance(mm, dict) or "evaluable" not in mm:
+        return data
+    mixed = {"estimate": mm.get("slope"), "low": mm.get("low"), "high": mm.get("high")}
+    mixed |= {"n": mm.get("n", 0), "n_clusters": mm.get("n_concepts") or 0}
+    mixed |= {"reason": mm.get("reason") or "", "p_value": mm.get("p_value")}
+    levels = [
+        {
+            "size": row["size"],
+            "n_train": row["n_train"],
+            "level": {
+                k: row[f"level{s}"]
+                for k, s in (("estimate", ""), ("low", "_low"), ("high", "_high"))
+            },
+            "effect": {
+                k: row[f"effect{s}"]
+                for k, s in (("estimate", ""), ("low", "_low"), ("high", "_high"))
+            },
+            "verdict": row["verdict"],
+        }
+        for row in data["levels"]
+    ]
+    least = dict(data["minimum_effective"])
+    if least.get("status") == "reached":
+        least["level"] = {
+            "estimate": least["level"],
+            "low": least.pop("low"),
+            "high": least.pop("high"),
+        }
+    return {**data, "mixed_model": mixed, "levels": levels, "minimum_effective": least}
 
 
 class CurveFit(BaseModel):
@@ -63,6 +93,11 @@ class CurveFit(BaseModel):
     mixed_model: MixedSlope
     levels: list[CurveLevel]
     minimum_effective: MinimumEffective
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_version_1(cls, data: Any) -> Any:
+        return _version_1_fit(data) if isinstance(data, dict) else data
 
 
 class LayerProbes(BaseModel):
@@ -93,7 +128,9 @@ class CalibrationRecord(_Record):
     """What a Phase 6 calibration study measured (``analysis.json`` of its folder)."""
 
     format: Literal["steer-eval/phase6-calibration"] = "steer-eval/phase6-calibration"
-    version: int = 1
+    # 2: slopes, levels and minimum levels are Intervals (version 1: loose numbers)
+    version: int = 2
+    MIGRATABLE: ClassVar[tuple[int, ...]] = (1,)
     config: CalibrationStudyConfig
     layers: list[int] = Field(description="the decoder layers probed and steered")
     threshold: float = Field(description="a size is effective when its effect's interval is above")

@@ -3,23 +3,22 @@ every typed block inside it."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     model_validator,
 )
 
 from experiments.config import IdentifyStudyConfig
-from experiments.record.base import _Open, _Record
+from experiments.record.base import _Block, _Record
 from metrics.cluster import ClusterFit
 from metrics.intervals import Interval
 from metrics.reliability import Reliability
 
 
-class PrimarySpec(_Open):
+class PrimarySpec(_Block):
     """The pre-registration's primary as the run read it (``identify/heldout/prereg.py``: its
     required keys, ``PRIMARY_KEYS``, and the optional ones a version added)."""
 
@@ -35,6 +34,13 @@ class PrimarySpec(_Open):
     equivalence_margin: float | None = None  # no practical effect inside ±margin
     config_hash: str | None = None
     code_commit: str | None = None
+    # v3 on: the design table the grid passed; v4: the co-primaries' frame
+    design_table: str | None = None
+    name: str | None = None  # v4: the primary's name (P1)
+    reliability_floor: float | None = None
+    multiplicity: str | None = None
+    alpha: float | None = None
+    co_primaries: list[dict[str, object]] | None = None
 
 
 class PrimaryResult(BaseModel):
@@ -94,11 +100,9 @@ class EstimandResult(BaseModel):
     correction: Correction | None = None  # the corrected equal-geometry slope's
 
 
-class MatchedPairs(BaseModel):
+class MatchedPairs(_Block):
     """Δeffect on Δpredictor over pairs of one concept's directions from different
     manipulations at nearly equal cos(v, v*)."""
-
-    model_config = ConfigDict(extra="allow")
 
     tolerance: float
     n_pairs: int
@@ -127,7 +131,7 @@ class OutcomeSlopes(BaseModel):
     agreement: SubsetAgreement | None = None
 
 
-class SubsetResult(_Open):
+class SubsetResult(_Block):
     """The stratified subset (exploratory; ``identify/subset_analysis.subset_outcomes``):
     the flexible AUROC slope at fixed and KL-matched doses, how well the doses matched,
     and each declared outcome's slopes (``identify/measures.py``: name-free, generated)."""
@@ -171,7 +175,7 @@ class SubsetResult(_Open):
         return data
 
 
-class IsoCosAngle(_Open):
+class IsoCosAngle(_Block):
     """One angle of the iso-cos analysis: the slope within (concept, angle) beside the
     covariates, the bare slope, and AUROC's mean within-concept spread there."""
 
@@ -181,7 +185,7 @@ class IsoCosAngle(_Open):
     auroc_spread: float | None = None
 
 
-class IsoCos(_Open):
+class IsoCos(_Block):
     """AUROC varied at fixed cos(v, v*) (``estimator.iso_cos``): per angle and pooled."""
 
     evaluable: bool = False
@@ -192,7 +196,7 @@ class IsoCos(_Open):
     pooled: ClusterFit | None = None
 
 
-class FamilySlopes(_Open):
+class FamilySlopes(_Block):
     """Each manipulation's AUROC slope beside its own spline in cos, and the F-corrected
     CR1 Wald test that the identified ones are equal (``estimator.per_family_slopes``,
     ``metrics.cluster.wald_f``)."""
@@ -211,7 +215,7 @@ class FamilySlopes(_Open):
     method: str | None = None
 
 
-class NameFreeDetection(_Open):
+class NameFreeDetection(_Block):
     """The flexible slope on the AUROC of name-free test positives, and that AUROC's r
     with the named one."""
 
@@ -219,11 +223,9 @@ class NameFreeDetection(_Open):
     r_auroc: float | None = None
 
 
-class IdentifiedResult(BaseModel):
+class IdentifiedResult(_Block):
     """The v2 estimator on the pooled directions (issue 36): fixed effects per (concept,
     manipulation) and a spline in cos per manipulation, clustered inference."""
-
-    model_config = ConfigDict(extra="allow")
 
     model: str
     flexible: dict[str, ClusterFit]  # predictor (auroc, probit_auroc) -> its slope
@@ -240,24 +242,39 @@ class IdentifiedResult(BaseModel):
     name_free: NameFreeDetection | None = None
 
 
-class MediationTerm(_Open):
-    estimate: float | None = None
-    interval: list[float | None] = Field(default_factory=list)  # [low, high]
+def _interval_of_term(term: Any, n_concepts: Any) -> Any:
+    """A version-1 ``{estimate, interval: [low, high]}`` term (or ``{r, interval,
+    n_concepts}``) as the :class:`Interval` version 2 writes."""
+    if not isinstance(term, dict) or "interval" not in term:
+        return term
+    low, high = [*term["interval"], None, None][:2]
+    estimate = term.get("estimate", term.get("r"))
+    return {"estimate": estimate, "low": low, "high": high, "n_clusters": n_concepts or 0}
 
 
-class Mediation(_Open):
-    """How much of AUROC's total slope runs through cos(v, v*) (within concepts)."""
+class Mediation(_Block):
+    """How much of AUROC's total slope runs through cos(v, v*) (within concepts); each
+    term with its concept-bootstrap interval."""
 
     evaluable: bool
     reason: str | None = None  # why not evaluable
-    total_auroc: MediationTerm | None = None  # the effect's slope on AUROC alone
-    direct_auroc: MediationTerm | None = None  # AUROC's slope beside cos(v, v*)
-    cos_ref: MediationTerm | None = None  # cos(v, v*)'s slope beside AUROC
-    share_via_cos: MediationTerm | None = None  # 1 − direct / total
+    total_auroc: Interval | None = None  # the effect's slope on AUROC alone
+    direct_auroc: Interval | None = None  # AUROC's slope beside cos(v, v*)
+    cos_ref: Interval | None = None  # cos(v, v*)'s slope beside AUROC
+    share_via_cos: Interval | None = None  # 1 − direct / total
     n_concepts: int | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _terms_of_version_1(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        terms = ("total_auroc", "direct_auroc", "cos_ref", "share_via_cos")
+        n = data.get("n_concepts")
+        return {k: _interval_of_term(v, n) if k in terms else v for k, v in data.items()}
 
-class Heterogeneity(_Open):
+
+class Heterogeneity(_Block):
     """Do the manipulations' AUROC slopes differ? A Wald test on bootstrapped slopes."""
 
     evaluable: bool
@@ -270,7 +287,7 @@ class Heterogeneity(_Open):
     replicates: int | None = None
 
 
-class PredictorFit(_Open):
+class PredictorFit(_Block):
     """A predictor's within-concept correlation with the effect, its reliability and the
     effect's (split halves), and the correlation corrected for both."""
 
@@ -280,7 +297,7 @@ class PredictorFit(_Open):
     corrected: Interval
 
 
-class RankRow(_Open):
+class RankRow(_Block):
     """One predictor's pooled within-concept r, and how often it ranks first when
     concepts are resampled."""
 
@@ -289,7 +306,7 @@ class RankRow(_Open):
     p_first: float | None = None
 
 
-class MixedFit(_Open):
+class MixedFit(_Block):
     """MixedLM with a random intercept (and random slopes where they converged)."""
 
     evaluable: bool
@@ -303,7 +320,7 @@ class MixedFit(_Open):
     note: str | None = None
 
 
-class MinimumLevel(_Open):
+class MinimumLevel(_Block):
     """The lowest AUROC at which the effect reaches ``fraction`` of the prompting
     baseline's (isotonic fit; censored below or not reached)."""
 
@@ -320,9 +337,12 @@ class MinimumLevel(_Open):
     # above the highest (high); the end is then that edge, not a measured level
     low_open: bool = False
     high_open: bool = False
+    method: str | None = None  # the fit and the interval, in words
+    note: str | None = None  # why there is no target (a baseline that is not positive)
+    reason: str | None = None  # why not evaluable (too few concepts)
 
 
-class CurveRow(_Open):
+class CurveRow(_Block):
     """One level of a manipulation: means over concepts of every predictor and the
     effect (AUROC with a concept-level interval)."""
 
@@ -330,6 +350,18 @@ class CurveRow(_Open):
     n_concepts: int | None = None
     auroc: float | None = None
     effect: float | None = None
+    # the other predictors' means (identify/estimation/cells.PREDICTORS) and the effect
+    # above the null, then the concept-level intervals of AUROC and the effect
+    ap: float | None = None
+    f1_calibrated: float | None = None
+    cos_ref: float | None = None
+    lens: float | None = None
+    kl: float | None = None
+    effect_above_null: float | None = None
+    auroc_low: float | None = None
+    auroc_high: float | None = None
+    effect_low: float | None = None
+    effect_high: float | None = None
 
 
 class PooledResult(BaseModel):
@@ -370,7 +402,7 @@ class Baseline(BaseModel):
     interval: Interval | None = None  # the mean over concepts, concepts resampled
 
 
-class GeneratedCheck(_Open):
+class GeneratedCheck(_Block):
     """The likelihood outcome against generated texts (``identify/estimation/crosscheck.py``): their
     r over cells and within concepts (observed, both reliabilities, disattenuated), at v*
     across concepts, and the generation arms' mean effects."""
@@ -387,15 +419,7 @@ class GeneratedCheck(_Open):
     per_direction: list[dict[str, float | str]] = Field(default_factory=list)
 
 
-class FisherZ(BaseModel):
-    """The across-concept r with its Fisher-z interval (a check beside the bootstrap)."""
-
-    r: float | None = None
-    interval: list[float | None] = Field(default_factory=list)  # [low, high]
-    n_concepts: int = 0
-
-
-class BetweenConcepts(_Open):
+class BetweenConcepts(_Block):
     """Across concepts at v*: r(AUROC, effect), observed and disattenuated
     (``identify/estimation/analysis.between_concepts``, ``metrics.reliability``)."""
 
@@ -406,10 +430,19 @@ class BetweenConcepts(_Open):
     reliability_x: Reliability | None = None
     reliability_y: Reliability | None = None
     dropped_replicates: int | None = None
-    fisher_z: FisherZ | None = None
+    # the across-concept r with its Fisher-z interval (a check beside the bootstrap)
+    fisher_z: Interval | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fisher_z_of_version_1(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("fisher_z"), dict):
+            return data
+        fz = data["fisher_z"]
+        return {**data, "fisher_z": _interval_of_term(fz, fz.get("n_concepts"))}
 
 
-class Phase6Fit(_Open):
+class Phase6Fit(_Block):
     """One (layer, source, predictor, sign) of a Phase 6 curve re-analysed: the within and
     between-concept terms of a mixed model beside log n, and the within-concept slope."""
 
@@ -421,7 +454,7 @@ class Phase6Fit(_Open):
     within_slope_given_log_n: Interval | None = None
 
 
-class Phase6Reanalysis(_Open):
+class Phase6Reanalysis(_Block):
     """A Phase 6 run's training curve re-scored and re-analysed
     (``identify/estimation/phase6.py``)."""
 
@@ -434,7 +467,9 @@ class IdentifyRecord(_Record):
     """What an identification study measured (``analysis.json`` of its folder)."""
 
     format: Literal["steer-eval/phase6-identify"] = "steer-eval/phase6-identify"
-    version: int = 1
+    # 2: mediation terms and the Fisher-z check are Intervals (version 1: [low, high])
+    version: int = 2
+    MIGRATABLE: ClassVar[tuple[int, ...]] = (1,)
     config: IdentifyStudyConfig
     layer: int
     alpha: float = Field(description="the median residual norm at the layer")

@@ -337,7 +337,7 @@ class StrengthSweep:
         )
 
     def stages(self, session: RunSession[Phase5Config]) -> Finished[StrengthRange, list[SweepText]]:
-        plan, lm, say = self.plan, session.lm, session.say
+        plan, lm, say = self.plan, session.model, session.say
         config, rows = plan.config, plan.rows
         path = session.directory.file(RunDir.SWEEP_TEXTS)
         done = {r["key"]: r for r in read_jsonl(path) if "key" in r}

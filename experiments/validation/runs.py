@@ -23,7 +23,7 @@ from experiments.validation.errors import ValidationInputError
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-    from experiments.config import CriteriaConfig, ExperimentConfig
+    from experiments.config import CriteriaConfig, RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Phase5Run:
         return tracking.client().get_experiment(self.run.info.experiment_id).name
 
     @cached_property
-    def config(self) -> ExperimentConfig:
+    def config(self) -> RunConfig:
         return stored_config(self)
 
     @property
@@ -223,7 +223,7 @@ def phase5_parent(
     return Phase5Run(run, RunDir.locate(run, results_dir))
 
 
-def stored_config(run: Phase5Run) -> ExperimentConfig:
+def stored_config(run: Phase5Run) -> RunConfig:
     """The config a run was made with, from what the run stored (never parameter strings).
 
     In order: the run record (``steering_results.json``, a RunRecord) in the run folder,

@@ -30,13 +30,10 @@ def verdict(value, low, high, threshold, direction="above", status="fail", reaso
         key="k",
         label="a criterion",
         group="s > 0",
-        value=value,
-        low=low,
-        high=high,
+        interval=Interval(value, low, high, reason=reason),
         status=status,
         threshold=threshold,
         direction=direction,
-        reason=reason,
         claim="it holds",
     )
 
@@ -159,7 +156,9 @@ def test_what_a_verdict_is_read_beside_follows_its_reading_in_every_view():
     assert "| real (interval above 0), short of the threshold 0.15; null texts passing the " \
         "gate 8/30 |" in answer_markdown(answer)  # fmt: skip
     assert answer.to_dict()["criteria"]["k"]["beside"] == "null texts passing the gate 8/30"
-    unjudged = replace(v, status="not_evaluable", value=None, reason="every text was gated")
+    unjudged = replace(
+        v, status="not_evaluable", interval=Interval(None, reason="every text was gated")
+    )
     assert reading(unjudged) == "every text was gated"  # its reason, as every unjudged one
 
 

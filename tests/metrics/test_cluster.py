@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from metrics.cluster import (
     WEBB,
     cluster_covariance,
-    fisher_z_interval,
     identified,
     wald_f,
     wild_cluster_t,
@@ -92,14 +91,6 @@ def test_wald_f_uses_the_small_sample_reference() -> None:
     assert out["df"] == 1 and out["df_denominator"] == 9
     assert out["p_value"] > out["p_value_chi2"]  # F(1, 9) has fatter tails than χ²(1)
     assert out["F"] == pytest.approx(beta[0] ** 2 / cov[0, 0])
-
-
-def test_fisher_z_interval() -> None:
-    low, high = fisher_z_interval(0.5, 28)
-    assert low == pytest.approx(np.tanh(np.arctanh(0.5) - 1.959964 / 5), rel=1e-5)
-    assert high == pytest.approx(np.tanh(np.arctanh(0.5) + 1.959964 / 5), rel=1e-5)
-    assert fisher_z_interval(None, 30) == [None, None]
-    assert fisher_z_interval(0.2, 3) == [None, None]
 
 
 @settings(max_examples=25, deadline=None)

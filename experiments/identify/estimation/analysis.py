@@ -47,8 +47,8 @@ from experiments.identify.estimation.stats import within_reliability
 from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
-from metrics.cluster import fisher_z_interval
 from metrics.intervals import Interval, hierarchical_mean
+from metrics.stats import fisher_z_interval
 
 if TYPE_CHECKING:
     from experiments.identify.stages.detect import Detection
@@ -103,24 +103,24 @@ def mediation(
     d_reps = stats.replicate_coefficients(both_p, 2, draws)
     alpha = (1 - confidence) / 2
 
-    def interval(values: np.ndarray) -> list[float | None]:
+    method = f"concept bootstrap ({n_boot} replicates)"
+
+    def interval(estimate: float | None, values: np.ndarray) -> Interval:
         values = values[np.isfinite(values)]
         if len(values) < n_boot // 2:
-            return [None, None]
-        return [float(v) for v in np.quantile(values, [alpha, 1 - alpha])]
+            return Interval(estimate, None, None, 0, len(concepts), method, "too few replicates")
+        low, high = (float(v) for v in np.quantile(values, [alpha, 1 - alpha]))
+        return Interval(estimate, low, high, 0, len(concepts), method)
 
     with np.errstate(invalid="ignore", divide="ignore"):
         share_reps = 1 - d_reps[:, 0] / t_reps
         share = 1 - direct / total if total else np.nan
     return {
         "evaluable": True,
-        "total_auroc": {"estimate": float(total), "interval": interval(t_reps)},
-        "direct_auroc": {"estimate": float(direct), "interval": interval(d_reps[:, 0])},
-        "cos_ref": {"estimate": float(cos), "interval": interval(d_reps[:, 1])},
-        "share_via_cos": {
-            "estimate": float(share) if np.isfinite(share) else None,
-            "interval": interval(share_reps),
-        },
+        "total_auroc": interval(float(total), t_reps),
+        "direct_auroc": interval(float(direct), d_reps[:, 0]),
+        "cos_ref": interval(float(cos), d_reps[:, 1]),
+        "share_via_cos": interval(float(share) if np.isfinite(share) else None, share_reps),
         "n_concepts": len(concepts),
     }
 
@@ -429,12 +429,12 @@ def between_concepts(
     )
     out = {"evaluable": True, **result.to_dict()}
     observed = out.get("observed") or {}
-    if isinstance(observed, dict):
-        out["fisher_z"] = {
-            "r": observed.get("estimate"),
-            "interval": fisher_z_interval(observed.get("estimate"), len(concepts)),
-            "n_concepts": len(concepts),
-        }
+    r = observed.get("estimate") if isinstance(observed, dict) else None
+    if isinstance(r, float) and np.isfinite(r) and len(concepts) > 3 and abs(r) < 1:
+        low, high = fisher_z_interval(r, len(concepts))
+        out["fisher_z"] = Interval(r, low, high, 0, len(concepts), "Fisher z over concepts")
+    elif isinstance(observed, dict):
+        out["fisher_z"] = Interval(r, None, None, 0, len(concepts), "Fisher z over concepts")
     return out
 
 

@@ -106,7 +106,11 @@ def minimum_effective(
     data = cells[["concept", x, y]].dropna()
     concepts = sorted(set(data["concept"]) & set(baseline))
     if len(concepts) < 2:
-        return {"status": "not_evaluable", "reason": f"{len(concepts)} concepts"}
+        return {
+            "fraction": fraction,
+            "status": "not_evaluable",
+            "reason": f"{len(concepts)} concepts",
+        }
     data = data[data["concept"].isin(concepts)]
     groups = [
         (g[x].to_numpy(dtype=np.float64), g[y].to_numpy(dtype=np.float64))

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from experiments.concepts import ConceptGraph
-from experiments.config import ExperimentConfig
+from experiments.config import RunConfig
 from experiments.kernel.effect import paired_effects
 from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunSession
@@ -41,7 +41,7 @@ REFERENCE_TAG = "reference"
 
 
 def vector_set(
-    config: ExperimentConfig, layer: int, alpha: float, directions: Sequence[Direction]
+    config: RunConfig, layer: int, alpha: float, directions: Sequence[Direction]
 ) -> VectorSet:
     """A VectorSet steering each direction's concept along it, with the run's isotropic
     random nulls (the pipeline's seeded draws) beside it."""
@@ -75,7 +75,7 @@ def vector_set(
 
 def select_reference_betas(
     session: RunSession[Any],
-    config: ExperimentConfig,
+    config: RunConfig,
     vectors: VectorSet,
     scorer: Scorer,
     on_batch: Callable[[int, int], None] | None = None,
@@ -91,7 +91,7 @@ def select_reference_betas(
 
 def generate_validation(
     session: RunSession[Any],
-    config: ExperimentConfig,
+    config: RunConfig,
     sets: dict[str, VectorSet],
     betas: dict[str, float],
     on_batch: Callable[[int, int], None] | None = None,
@@ -106,7 +106,7 @@ def generate_validation(
 
 
 def validation_effects(
-    session: RunSession[Any], config: ExperimentConfig, scorer: Scorer, tags: list[str]
+    session: RunSession[Any], config: RunConfig, scorer: Scorer, tags: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score every generation of the run folder; return (cells, units).
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from experiments.calibration.analysis import analyse_curve, levels, minimum_effective, mixed_slope
 from experiments.config import load_config
+from experiments.record.calibration import MinimumEffective
 
 CONFIG = load_config(
     None, ["criteria.n_boot=300", "calibration.predictors=['auroc']"], phase="calibration"
@@ -40,32 +40,35 @@ def curve(slope: float, noise: float = 0.01, seed: int = 0) -> pd.DataFrame:
 
 def test_the_mixed_model_recovers_a_planted_slope():
     fit = mixed_slope(curve(slope=0.8), "auroc")
-    assert fit["evaluable"] and fit["low"] < 0.8 < fit["high"]
+    assert fit.evaluable and fit.low is not None and fit.high is not None
+    assert fit.low < 0.8 < fit.high and fit.n_clusters == 10
     flat = mixed_slope(curve(slope=0.0), "auroc")
-    assert flat["low"] < 0 < flat["high"]
+    assert flat.low is not None and flat.high is not None and flat.low < 0 < flat.high
 
 
 def test_too_few_rows_is_not_evaluable_rather_than_a_number():
     fit = mixed_slope(curve(slope=0.8).head(4), "auroc")
-    assert not fit["evaluable"] and "too few" in fit["reason"]
+    assert not fit.evaluable and fit.estimate is None and "too few" in fit.reason
 
 
 def test_minimum_effective_level_is_the_lowest_effective_size():
     rows = levels(curve(slope=0.8, noise=0.0), "auroc", CONFIG)
-    assert [r["size"] for r in rows] == ["1x1x1", "2x2x2", "5x5x5", "10x10x10"]
+    assert [r.size for r in rows] == ["1x1x1", "2x2x2", "5x5x5", "10x10x10"]
     answer = minimum_effective(rows)
-    effective = [r for r in rows if r["verdict"] == "pass"]
-    assert answer["status"] == "reached"
-    assert answer["level"] == min(r["level"] for r in effective)
-    assert answer["low"] <= answer["level"] <= answer["high"]
+    effective = [r.level.estimate for r in rows if r.verdict == "pass"]
+    assert answer.status == "reached" and answer.level is not None
+    level = answer.level
+    assert level.estimate == min(e for e in effective if e is not None)
+    assert level.low is not None and level.high is not None
+    assert level.low <= level.estimate <= level.high
 
 
 def test_no_effective_level_is_reported_as_not_reached():
     flat = curve(slope=0.0)
     flat["effect_above_null"] = flat["effect_above_null"] - 0.3
-    result = analyse_curve(flat, CONFIG)["results"][0]
-    assert result["minimum_effective"] == {"status": "not_reached", "levels_tested": 4}
-    assert result["predictor"] == "auroc" and result["source"] == "classifier"
+    result = analyse_curve(flat, CONFIG)[0]
+    assert result.minimum_effective == MinimumEffective(status="not_reached", levels_tested=4)
+    assert result.predictor == "auroc" and result.source == "classifier"
 
 
 def test_predictors_missing_from_the_curve_are_skipped():
@@ -73,8 +76,7 @@ def test_predictors_missing_from_the_curve_are_skipped():
         None, ["calibration.predictors=['auroc', 'ap']", "criteria.n_boot=200"], phase="calibration"
     )
     result = analyse_curve(curve(0.5), config)
-    assert [r["predictor"] for r in result["results"]] == ["auroc"]
-    assert result["threshold"] == pytest.approx(config.calibration.effect_threshold)
+    assert [r.predictor for r in result] == ["auroc"]
 
 
 def test_each_sign_is_analysed_beside_both_and_an_effective_sign_is_not_averaged_away():
@@ -84,9 +86,8 @@ def test_each_sign_is_analysed_beside_both_and_an_effective_sign_is_not_averaged
     signed["effect_above_null_pos"] = 0.12 + signed["effect_above_null"]
     signed["effect_above_null_neg"] = 0.0 * signed["effect_above_null"]
     signed["effect_above_null"] = (signed["effect_above_null_pos"] + 0.0) / 2 - 0.04
-    by_sign = {r["sign"]: r for r in analyse_curve(signed, CONFIG)["results"]}
+    by_sign = {r.sign: r.minimum_effective for r in analyse_curve(signed, CONFIG)}
     assert list(by_sign) == ["both", "pos", "neg"]
-    assert by_sign["both"]["minimum_effective"]["status"] == "not_reached"
-    assert by_sign["neg"]["minimum_effective"]["status"] == "not_reached"
-    assert by_sign["pos"]["minimum_effective"]["status"] == "reached"
-    assert by_sign["pos"]["minimum_effective"]["size"] == "1x1x1"
+    assert by_sign["both"].status == "not_reached"
+    assert by_sign["neg"].status == "not_reached"
+    assert by_sign["pos"].status == "reached" and by_sign["pos"].size == "1x1x1"

@@ -61,6 +61,20 @@ def test_a_baseline_that_does_not_help_gives_no_target():
     assert out["status"] == "not_evaluable" and "baseline" in out["note"]
 
 
+def test_too_few_concepts_is_a_record_block_that_says_why():
+    """Every key the estimator writes is declared: the block validates, and the summary
+    reads the reason from its field (not from undeclared extras, which would read None)."""
+    from experiments.identify.summary import level_text
+    from experiments.record.identify import MinimumLevel
+
+    one = cells()[lambda d: d["concept"] == "c0"]
+    block = MinimumLevel.model_validate(minimum_effective(one, {"c0": 0.2}, 0.5, n_boot=20))
+    assert block.status == "not_evaluable" and block.fraction == 0.5
+    assert level_text(block) == "n/a (1 concepts)"
+    flat = minimum_effective(cells(), {f"c{c}": -0.1 for c in range(12)}, 0.5, n_boot=20)
+    assert "baseline" in level_text(MinimumLevel.model_validate(flat))
+
+
 def test_the_threshold_curve_rises_with_the_target():
     curve = threshold_curve(cells(), {f"c{c}": 0.3 for c in range(12)})
     levels = [r["level"] for r in curve if r["status"] == REACHED]

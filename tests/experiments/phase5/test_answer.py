@@ -19,6 +19,7 @@ from experiments.answer import (
 from experiments.config import load_config
 from experiments.phase5.answer import SEED_LABEL, answer_of
 from experiments.record import CriterionRecord, RunRecord
+from metrics.intervals import Interval
 
 
 def criterion(key: str, status: str, value: float | None, threshold: float) -> CriterionRecord:
@@ -148,7 +149,7 @@ def test_criteria_csv_has_value_low_high_status_and_neutralises_formulas():
         "-0.06", "-0.14", "-0.001", "fail",
     )  # fmt: skip
     assert {r["key"] for r in rows} >= {"c1_direction", "c3_f1_correlation"}
-    evil = Verdict("k", "=HYPERLINK(1)", "g", 1.0, None, None, "pass", 0.0, reason="@x")
+    evil = Verdict("k", "=HYPERLINK(1)", "g", Interval(1.0, reason="@x"), "pass", 0.0)
     answer.verdicts.append(evil)
     row = next(r for r in csv.DictReader(io.StringIO(criteria_csv(answer))) if r["key"] == "k")
     assert row["label"] == "'=HYPERLINK(1)" and row["reason"] == "'@x"

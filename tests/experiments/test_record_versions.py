@@ -1,0 +1,44 @@
+"""Records of an earlier version read as the current one: identify's and calibration's
+version 1 (loose [low, high] lists and numbers) as version 2's Intervals, every number
+kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.record import IdentifyRecord
+from experiments.record.base import RecordError
+
+ROOT = Path(__file__).resolve().parents[2]
+IDENTIFY_V1 = ROOT / "bench/identify_dev_v3/analysis.json"  # v3's development run
+
+
+def test_an_identify_version_1_record_reads_its_terms_as_intervals():
+    old = json.loads(IDENTIFY_V1.read_text())
+    assert old["version"] == 1
+    record = IdentifyRecord.parse(IDENTIFY_V1.read_text(), str(IDENTIFY_V1))
+    assert record.version == 2
+    fz, was = record.between_concepts.fisher_z, old["between_concepts"]["fisher_z"]
+    assert fz is not None
+    assert (fz.estimate, [fz.low, fz.high], fz.n_clusters) == (
+        was["r"], was["interval"], was["n_concepts"],
+    )  # fmt: skip
+    for name, result in record.manipulations.items():
+        stored = old["manipulations"][name]["mediation"]
+        for term in ("total_auroc", "direct_auroc", "cos_ref", "share_via_cos"):
+            if stored.get(term) is None:
+                continue
+            read = getattr(result.mediation, term)
+            assert [read.estimate, read.low, read.high] == [
+                stored[term]["estimate"], *stored[term]["interval"],
+            ]  # fmt: skip
+
+
+def test_a_block_key_no_version_declares_fails_rather_than_reading_as_none():
+    data = json.loads(IDENTIFY_V1.read_text())
+    data["between_concepts"]["fisher_z_typo"] = 1.0
+    with pytest.raises(RecordError, match="fisher_z_typo"):
+        IdentifyRecord.parse(json.dumps(data))
