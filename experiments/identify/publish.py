@@ -62,8 +62,8 @@ def manipulation_metrics(
     for m in result.minimum_effective:
         name = f"min_auroc/f{m.fraction:g}"
         tags[name.replace("/", ".")] = m.status
-        if m.level is not None:
-            _put(metrics, name, m.level, m.low, m.high)
+        if m.level is not None and m.level.estimate is not None:
+            _put_fit(metrics, name, m.level)
     for p, d in result.predictors.items():
         _put_fit(metrics, f"within_r/{p}", d.observed)
         _put_fit(metrics, f"within_r_disattenuated/{p}", d.corrected)

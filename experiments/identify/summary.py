@@ -15,6 +15,7 @@ from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
 from experiments.identify.stages.manipulations import family
 from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
+from metrics.intervals import Interval
 
 if TYPE_CHECKING:
     from experiments.record import (
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
         ManipulationResult,
         MinimumLevel,
     )
-    from metrics.intervals import Interval
 
 
 def _finite(value: float | None) -> float | None:
@@ -48,15 +48,15 @@ def excludes_zero(iv: Interval | None) -> bool:
 
 
 def level_text(m: MinimumLevel) -> str:
-    status = m.status
-    if status == "reached" and m.level is not None:
-        if m.low is None or m.high is None:
-            return f"{m.level:.3f} [interval: censored on one side in most replicates]"
-        left = f"≤ {m.low:.3f}" if m.low_open else f"{m.low:.3f}"
-        right = f"> {m.high:.3f}" if m.high_open else f"{m.high:.3f}"
-        return f"{m.level:.3f} [{left}, {right}]"
-    if status == "censored_below" and m.level is not None:
-        return f"censored (≤ {m.level:.3f}, the lowest AUROC tested)"
+    status, level = m.status, m.level or Interval()
+    if status == "reached" and level.estimate is not None:
+        if level.low is None or level.high is None:
+            return f"{level.estimate:.3f} [interval: censored on one side in most replicates]"
+        left = f"≤ {level.low:.3f}" if m.low_open else f"{level.low:.3f}"
+        right = f"> {level.high:.3f}" if m.high_open else f"{level.high:.3f}"
+        return f"{level.estimate:.3f} [{left}, {right}]"
+    if status == "censored_below" and level.estimate is not None:
+        return f"censored (≤ {level.estimate:.3f}, the lowest AUROC tested)"
     if status == "not_reached" and m.tested:
         return f"censored (not reached by {m.tested[1]:.3f}, the highest tested)"
     return f"n/a ({m.note or m.reason or status})"

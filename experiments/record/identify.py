@@ -322,24 +322,38 @@ class MixedFit(_Block):
 
 class MinimumLevel(_Block):
     """The lowest AUROC at which the effect reaches ``fraction`` of the prompting
-    baseline's (isotonic fit; censored below or not reached)."""
+    baseline's (isotonic fit; censored below or not reached), with its censoring-aware
+    interval (``identify/estimation/dose.py``)."""
 
     fraction: float
     status: str  # reached, censored_below, not_reached, or why not evaluable
     target: float | None = None  # fraction × the baseline's mean effect
     baseline_mean: float | None = None
-    level: float | None = None
-    low: float | None = None
-    high: float | None = None
+    # the level (censored_below: the lowest AUROC tested) and its interval over concept
+    # replicates; an end on a censored replicate is the tested edge (low_open, high_open)
+    level: Interval | None = None
     tested: list[float] | None = None  # the AUROC range the level is read on
     replicates: dict[str, float] | None = None  # share of bootstrap replicates per status
-    # an interval end on a censored replicate: at or below the lowest AUROC tested (low),
-    # above the highest (high); the end is then that edge, not a measured level
     low_open: bool = False
     high_open: bool = False
-    method: str | None = None  # the fit and the interval, in words
     note: str | None = None  # why there is no target (a baseline that is not positive)
     reason: str | None = None  # why not evaluable (too few concepts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _level_of_version_1(cls, data: Any) -> Any:
+        """Version 1 kept ``level``, ``low``, ``high`` and ``method`` as loose values."""
+        loose = isinstance(data, dict) and (
+            isinstance(data.get("level"), int | float) or {"low", "high", "method"} & data.keys()
+        )
+        if not loose:
+            return data
+        data = dict(data)
+        ends = {k: data.pop(k, None) for k in ("level", "low", "high", "method")}
+        if any(ends[k] is not None for k in ("level", "low", "high")):
+            data["level"] = {"estimate": ends["level"], "low": ends["low"],
+                             "high": ends["high"], "method": ends["method"] or ""}  # fmt: skip
+        return data
 
 
 class CurveRow(_Block):

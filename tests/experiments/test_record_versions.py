@@ -35,6 +35,15 @@ def test_an_identify_version_1_record_reads_its_terms_as_intervals():
             assert [read.estimate, read.low, read.high] == [
                 stored[term]["estimate"], *stored[term]["interval"],
             ]  # fmt: skip
+        for level, was in zip(
+            result.minimum_effective, old["manipulations"][name]["minimum_effective"], strict=True
+        ):
+            numbers = [was.get(k) for k in ("level", "low", "high")]
+            got = level.level
+            assert ([got.estimate, got.low, got.high] if got else [None] * 3) == numbers
+            assert (level.status, level.low_open, level.high_open) == (
+                was["status"], was.get("low_open", False), was.get("high_open", False),
+            )  # fmt: skip
 
 
 def test_a_block_key_no_version_declares_fails_rather_than_reading_as_none():

@@ -27,6 +27,7 @@ decreasing relation (detection up, steering down) shows as a flat fit: no level.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,11 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from experiments.identify.estimation.stats import concept_draws
+from experiments.record.identify import MinimumLevel
+from metrics.intervals import Interval
 
 REACHED, BELOW, NOT_REACHED = "reached", "censored_below", "not_reached"
+METHOD = "isotonic fit with a concept term; censoring-aware concept-bootstrap percentile interval"
 
 
 def concept_isotonic(
@@ -99,18 +103,15 @@ def minimum_effective(
     n_boot: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
-) -> dict[str, Any]:
+) -> MinimumLevel:
     """The minimum effective ``x`` for ``fraction`` × the mean baseline effect (concept
     term), with its censoring-aware bootstrap over concepts and the shares of each
     replicate status."""
     data = cells[["concept", x, y]].dropna()
     concepts = sorted(set(data["concept"]) & set(baseline))
     if len(concepts) < 2:
-        return {
-            "fraction": fraction,
-            "status": "not_evaluable",
-            "reason": f"{len(concepts)} concepts",
-        }
+        why = f"{len(concepts)} concepts"
+        return MinimumLevel(fraction=fraction, status="not_evaluable", reason=why)
     data = data[data["concept"].isin(concepts)]
     groups = [
         (g[x].to_numpy(dtype=np.float64), g[y].to_numpy(dtype=np.float64))
@@ -121,20 +122,15 @@ def minimum_effective(
     status, level = crossing(
         data[x].to_numpy(), data[y].to_numpy(), target, data["concept"].to_numpy()
     )
-    out: dict[str, Any] = {
-        "method": "isotonic fit with a concept term; censoring-aware concept-bootstrap "
-        "percentile interval",
-        "fraction": fraction,
-        "target": target,
-        "baseline_mean": float(base.mean()),
-        "status": status,
-        "level": level,
-        "tested": [float(data[x].min()), float(data[x].max())],
-    }
+    tested = [float(data[x].min()), float(data[x].max())]
+    point = Interval(level, method=METHOD, n_clusters=len(concepts))
+    out = MinimumLevel(
+        fraction=fraction, target=target, baseline_mean=float(base.mean()), status=status,
+        level=point if level is not None else None, tested=tested,
+    )  # fmt: skip
     if float(base.mean()) <= 0:
-        out["note"] = "the prompting baseline's mean effect is not positive: no target"
-        out["status"] = "not_evaluable"
-        return out
+        note = "the prompting baseline's mean effect is not positive: no target"
+        return out.model_copy(update={"note": note, "status": "not_evaluable"})
     levels, statuses = [], []
     for draw in concept_draws(len(concepts), n_boot, seed):
         xs = np.concatenate([groups[i][0] for i in draw])
@@ -144,9 +140,11 @@ def minimum_effective(
         statuses.append(s)
         levels.append(lv if s == REACHED else -np.inf if s == BELOW else np.inf)
     shares = {s: statuses.count(s) / len(statuses) for s in (REACHED, BELOW, NOT_REACHED)}
-    out["replicates"] = shares
-    out.update(censored_interval(np.array(levels), confidence, out["tested"]))
-    return out
+    ends = censored_interval(np.array(levels), confidence, tested)
+    low, high = ends.pop("low", None), ends.pop("high", None)
+    shown = replace(point, low=low, high=high)
+    has = level is not None or low is not None or high is not None
+    return out.model_copy(update={"replicates": shares, "level": shown if has else None, **ends})
 
 
 def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]) -> dict[str, Any]:

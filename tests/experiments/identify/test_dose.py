@@ -49,16 +49,18 @@ def test_the_minimum_effective_level_has_a_concept_bootstrap_interval():
     frame = cells()
     baseline = {f"c{c}": 0.2 for c in range(12)}
     out = minimum_effective(frame, baseline, 1.0, n_boot=200, seed=0)
-    assert out["status"] == REACHED and out["level"] == pytest.approx(0.7, abs=0.02)
-    assert out["low"] <= out["level"] <= out["high"]
-    assert out["replicates"][REACHED] > 0.9
-    half = minimum_effective(frame, baseline, 0.5, n_boot=100, seed=0)
-    assert half["level"] < out["level"]
+    assert out.status == REACHED and out.level is not None and out.replicates is not None
+    level, low, high = out.level.estimate, out.level.low, out.level.high
+    assert level == pytest.approx(0.7, abs=0.02) and out.level.n_clusters == 12
+    assert low is not None and high is not None and low <= level <= high
+    assert out.replicates[REACHED] > 0.9
+    half = minimum_effective(frame, baseline, 0.5, n_boot=100, seed=0).level
+    assert half is not None and half.estimate is not None and half.estimate < level
 
 
 def test_a_baseline_that_does_not_help_gives_no_target():
     out = minimum_effective(cells(), {f"c{c}": -0.1 for c in range(12)}, 0.5, n_boot=50)
-    assert out["status"] == "not_evaluable" and "baseline" in out["note"]
+    assert out.status == "not_evaluable" and "baseline" in (out.note or "")
 
 
 def test_too_few_concepts_is_a_record_block_that_says_why():
@@ -68,11 +70,13 @@ def test_too_few_concepts_is_a_record_block_that_says_why():
     from experiments.record.identify import MinimumLevel
 
     one = cells()[lambda d: d["concept"] == "c0"]
-    block = MinimumLevel.model_validate(minimum_effective(one, {"c0": 0.2}, 0.5, n_boot=20))
+    block = MinimumLevel.model_validate(
+        minimum_effective(one, {"c0": 0.2}, 0.5, n_boot=20).model_dump()
+    )
     assert block.status == "not_evaluable" and block.fraction == 0.5
     assert level_text(block) == "n/a (1 concepts)"
     flat = minimum_effective(cells(), {f"c{c}": -0.1 for c in range(12)}, 0.5, n_boot=20)
-    assert "baseline" in level_text(MinimumLevel.model_validate(flat))
+    assert "baseline" in level_text(flat)
 
 
 def test_the_threshold_curve_rises_with_the_target():
@@ -94,7 +98,7 @@ def test_a_concept_tested_only_at_high_auroc_does_not_bias_the_level():
     baseline = {f"c{c}": 0.2 for c in range(12)}
     out = minimum_effective(shifted, baseline, 1.0, n_boot=100, seed=0)
     truth = 0.7 - 1 / 12
-    assert out["level"] == pytest.approx(truth, abs=0.01)
+    assert out.level is not None and out.level.estimate == pytest.approx(truth, abs=0.01)
     x, y = shifted["auroc"].to_numpy(), shifted["effect_above_null"].to_numpy()
     _, pooled = crossing(x, y, 0.2)  # no concept term
     assert abs(pooled - truth) > 0.03
@@ -105,11 +109,11 @@ def test_the_interval_counts_censored_replicates_and_says_where_it_is_open():
     baseline = {f"c{c}": 0.2 for c in range(12)}
     # a target near the top of the tested range: some replicates never reach it
     out = minimum_effective(frame, baseline, 1.95, n_boot=300, seed=0)
-    assert out["status"] == REACHED
-    if out["replicates"][NOT_REACHED] > 0.025:
-        assert out["high_open"] and out["high"] == pytest.approx(out["tested"][1])
+    assert out.status == REACHED and out.level is not None and out.tested is not None
+    if (out.replicates or {})[NOT_REACHED] > 0.025:
+        assert out.high_open and out.level.high == pytest.approx(out.tested[1])
     higher = cells(low=0.6)  # the effect is 0.1 at the lowest AUROC tested
-    assert minimum_effective(higher, baseline, 0.25, n_boot=50, seed=0)["status"] == BELOW
+    assert minimum_effective(higher, baseline, 0.25, n_boot=50, seed=0).status == BELOW
     # replicates censored below count as -inf, not reached as +inf: the ends go open
     tested = [0.6, 0.9]
     levels = np.r_[np.full(10, -np.inf), np.linspace(0.65, 0.85, 80), np.full(10, np.inf)]
@@ -124,7 +128,6 @@ def test_the_interval_counts_censored_replicates_and_says_where_it_is_open():
     never = censored_interval(np.r_[np.full(99, np.inf), [0.7]], 0.95, tested)
     assert never["low"] is None and never["high"] is None
     from experiments.identify.summary import level_text
-    from experiments.record import MinimumLevel
 
-    text = level_text(MinimumLevel.model_validate(out))
-    assert ("> " in text) == bool(out.get("high_open"))
+    text = level_text(out)
+    assert ("> " in text) == out.high_open
