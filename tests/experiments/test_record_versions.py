@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from experiments.record import IdentifyRecord
+from experiments.record import CalibrationRecord, IdentifyRecord
 from experiments.record.base import RecordError
 
 ROOT = Path(__file__).resolve().parents[2]
 IDENTIFY_V1 = ROOT / "bench/identify_dev_v3/analysis.json"  # v3's development run
+# `steer-eval calibrate --quick` at 8e69960 (the release before version 2)
+CALIBRATION_V1 = Path(__file__).parent / "calibration/record_v1.json"
 
 
 def test_an_identify_version_1_record_reads_its_terms_as_intervals():
@@ -51,3 +53,28 @@ def test_a_block_key_no_version_declares_fails_rather_than_reading_as_none():
     data["between_concepts"]["fisher_z_typo"] = 1.0
     with pytest.raises(RecordError, match="fisher_z_typo"):
         IdentifyRecord.parse(json.dumps(data))
+
+
+def test_a_calibration_version_1_record_reads_its_numbers_as_intervals():
+    old = json.loads(CALIBRATION_V1.read_text())
+    assert old["version"] == 1
+    record = CalibrationRecord.parse(CALIBRATION_V1.read_text())
+    assert record.version == 2 and len(record.results) == len(old["results"])
+    for fit, was in zip(record.results, old["results"], strict=True):
+        mm, before = fit.mixed_model, was["mixed_model"]
+        assert mm.evaluable == before["evaluable"]
+        assert [mm.estimate, mm.low, mm.high] == [before.get(k) for k in ("slope", "low", "high")]
+        assert mm.n_clusters == (before.get("n_concepts") or 0) and mm.n == before["n"]
+        for level, row in zip(fit.levels, was["levels"], strict=True):
+            assert [level.level.estimate, level.level.low, level.level.high] == [
+                row["level"], row["level_low"], row["level_high"],
+            ]  # fmt: skip
+            assert [level.effect.estimate, level.effect.low, level.effect.high] == [
+                row["effect"], row["effect_low"], row["effect_high"],
+            ]  # fmt: skip
+        least, stored = fit.minimum_effective, was["minimum_effective"]
+        assert least.status == stored["status"]
+        if least.level is not None:
+            assert [least.level.estimate, least.level.low, least.level.high] == [
+                stored["level"], stored["low"], stored["high"],
+            ]  # fmt: skip
