@@ -40,10 +40,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
 from experiments.config import ConfigError, RunConfig, SelectionConfig, SteeringConfig
+
+C = TypeVar("C", bound=RunConfig)  # the phase config a β is chosen for
 
 RANGE_FILE = "strength_range.json"
 BETA_TAG = "steer_eval.beta_source"  # a parent run's tag: where its β (and grid) came from
@@ -191,10 +194,11 @@ def load_range(directory: Path) -> StrengthRange | None:
 
 
 @dataclass(frozen=True)
-class BetaChoice:
-    """The config a run steers with, and the sentence that says where its β came from."""
+class BetaChoice(Generic[C]):
+    """The config a run steers with (of the phase it came in as), and the sentence that
+    says where its β came from."""
 
-    config: RunConfig
+    config: C
     message: str
     source: str  # config | range | auto | command line
 
@@ -235,11 +239,11 @@ def kept_keys(
 
 
 def choose_beta(
-    config: RunConfig,
+    config: C,
     found: StrengthRange | None,
     where: Path,
     explicit: frozenset[str] = frozenset(),
-) -> BetaChoice:
+) -> BetaChoice[C]:
     """The β (and held-out grid) a new run uses, given the range recorded in ``where``.
 
     ``explicit``: the config keys given on the command line (``steering.beta``,

@@ -13,7 +13,7 @@ batch as it comes back, so an interrupted run of either kind resumes the same wa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from experiments.config import CPU_BATCH_ROWS, RunConfig
 from experiments.execution import ExecutionError, Executor, LocalExecutor, PlanSpec
@@ -26,6 +26,8 @@ from steering.generation import BatchStats, Generation, GenerationRow
 from steering.memory import decode_rows
 from steering.models import LoadedModel
 from steering.sampling import SamplingConfig
+
+C = TypeVar("C", bound=RunConfig)  # the session's phase config
 
 if TYPE_CHECKING:
     from experiments.kernel.lifecycle import RunSession
@@ -74,7 +76,7 @@ def generation_record(
 
 
 def generate(
-    session: RunSession[Any],
+    session: RunSession[C],
     plan: GenerationPlan,
     vectors: VectorSet,
     on_batch: Callable[[int, int], None] | None = None,

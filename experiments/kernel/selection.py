@@ -8,7 +8,7 @@ the rows with the probe set (``vectors_tag``). The choice itself is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
@@ -21,12 +21,14 @@ from experiments.kernel.vectors import VectorSet
 from experiments.rundir import join_scores, plan_order
 from steering.generation import BatchStats
 
+C = TypeVar("C", bound=RunConfig)  # the session's phase config
+
 if TYPE_CHECKING:
     from experiments.kernel.lifecycle import RunSession
 
 
 def select_strengths(
-    session: RunSession[Any],
+    session: RunSession[C],
     config: RunConfig,
     vectors: VectorSet,
     scorer: Scorer,

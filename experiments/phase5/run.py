@@ -243,7 +243,7 @@ class Prepared:
     beta_note: str | None = None  # where a new run's β came from (strength_range.py)
 
 
-def prepare(session: RunSession[Any], explicit: frozenset[str] = frozenset()) -> Prepared:
+def prepare(session: RunSession[Phase5Config], explicit: frozenset[str] = frozenset()) -> Prepared:
     """Classifiers (trained when missing), β (a new run's, from the model's recorded
     strength range where one is: ``choose_beta``; ``explicit`` the keys given on the
     command line), steering vectors and centroids."""
@@ -272,7 +272,10 @@ def prepare(session: RunSession[Any], explicit: frozenset[str] = frozenset()) ->
 
 
 def run_context(
-    session: RunSession[Any], prep: Prepared, run_id: str, layer_choice: LayerChoice | None = None
+    session: RunSession[Phase5Config],
+    prep: Prepared,
+    run_id: str,
+    layer_choice: LayerChoice | None = None,
 ) -> RunContext:
     """The run's context, made once its parent run is open and its id known;
     ``layer_choice``: how ``--layer auto``/``auto-effect`` chose the layer (a resumed run

@@ -19,7 +19,7 @@ Both use the Phase 5 stages unchanged (``kernel/plan``, ``generate``, ``score``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,8 @@ from experiments.kernel.selection import select_strengths
 from experiments.kernel.vectors import VectorSet, random_directions
 from experiments.rundir import join_scores, plan_order
 from steering.vector import Direction, SteeringVector
+
+C = TypeVar("C", bound=RunConfig)  # the session's phase config
 
 REFERENCE_TAG = "reference"
 
@@ -74,7 +76,7 @@ def vector_set(
 
 
 def select_reference_betas(
-    session: RunSession[Any],
+    session: RunSession[C],
     config: RunConfig,
     vectors: VectorSet,
     scorer: Scorer,
@@ -90,7 +92,7 @@ def select_reference_betas(
 
 
 def generate_validation(
-    session: RunSession[Any],
+    session: RunSession[C],
     config: RunConfig,
     sets: dict[str, VectorSet],
     betas: dict[str, float],
@@ -106,7 +108,7 @@ def generate_validation(
 
 
 def validation_effects(
-    session: RunSession[Any], config: RunConfig, scorer: Scorer, tags: list[str]
+    session: RunSession[C], config: RunConfig, scorer: Scorer, tags: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score every generation of the run folder; return (cells, units).
 
