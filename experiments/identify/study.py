@@ -219,9 +219,10 @@ def run_identify(
 
 
 def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, Any]:
-    """``identify --pool``: the primary scored once on the pooled held-out shards
-    (``identify/heldout/shards.py``), after the checks of a held-out run."""
-    from experiments.identify.heldout.shards import pool
+    """``identify pool``: the primary scored once on the pooled held-out shards, after
+    the checks of a held-out run, as a run of the study's experiment opened by the kernel
+    (``identify/pooled.py``); the record as written beside the shards."""
+    from experiments.identify.pooled import pool_run
 
     ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     config = config.model_copy(update={"identify": ident})
@@ -232,7 +233,7 @@ def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, 
     prereg = load_preregistration(config.identify.preregistration)
     check_binding(prereg, config)  # names a missing binding before it is read
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
-    return pool(config, held, prereg, binding(prereg, config), force)
+    return pool_run(config, held, prereg, binding(prereg, config), force).written
 
 
 def pool_exploratory(config: IdentifyStudyConfig) -> dict[str, Any]:

@@ -248,12 +248,15 @@ def open_run(
     graph: ConceptGraph | None = None,
     progress: Callable[[str], None] | None = None,
     phase: Phase | None = None,
+    need_model: bool = True,
 ) -> Iterator[RunSession[C]]:
     """A session for a new run (``config``) or an existing one (``resume``: resumed, or
     rescored); the parent run and the executor are closed when
     the block ends, with the status that says how it ended. ``phase``: the phase of the
     command, which an existing run's stored config must be (Phase 5 when None).
-    ``need_embedder``: False when nothing is scored by embedding (no embedder loaded)."""
+    ``need_embedder``: False when nothing is scored by embedding (no embedder loaded);
+    ``need_model``: False for a study that reads finished runs' files only (the pooled
+    held-out scoring)."""
     say = progress or (lambda _msg: None)
     timer = Timer()
     run_dir = None
@@ -277,7 +280,8 @@ def open_run(
         config = config.model_copy(update={"execution": chosen})
     threads = None
     with timer.time("model_load"):
-        if lm is None and (resume is None or resume.action != "rescore"):  # a rescore reads texts
+        reads_texts = resume is not None and resume.action == "rescore"  # a rescore reads texts
+        if lm is None and need_model and not reads_texts:
             say(f"loading model {config.model}")
             lm = config.model_spec.load()
             # torch's threads from the cores free now (or the user's, or the resumed

@@ -129,12 +129,14 @@ def run_study(
     embedder: SentenceTransformer | None = None,
     graph: ConceptGraph | None = None,
     need_embedder: bool = True,
+    need_model: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> Ran[R, P]:
     """Run ``study`` once, new (``config``) or reopened (``resume``), through the steps
     of the module docstring; the only place a study's parent run is opened. ``graph``:
     the concepts when not the config's own; ``need_embedder``: False for a study that
-    scores no text by its embedding (the session's embedder is then None)."""
+    scores no text by its embedding (the session's embedder is then None); ``need_model``:
+    False for a study that loads no model (it reads finished runs' files)."""
     with open_run(
         None if resume else config,
         resume=resume,
@@ -146,6 +148,7 @@ def run_study(
         graph=graph,
         progress=progress,
         phase=study.phase,
+        need_model=need_model,
     ) as session:
         opening = study.begin(session)
         timer = session.timer

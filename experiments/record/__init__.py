@@ -69,6 +69,7 @@ from experiments.record.phase5 import (
     figure_number,
     predictor_values,
 )
+from experiments.record.pooled import FloorCheck, PooledRecord, PooledShard, PrimaryReading
 
 __all__ = [
     "MIGRATABLE",
@@ -86,6 +87,7 @@ __all__ = [
     "EstimandResult",
     "FamilySlopes",
     "Figure",
+    "FloorCheck",
     "GeneratedCheck",
     "Heterogeneity",
     "IdentifiedResult",
@@ -106,8 +108,11 @@ __all__ = [
     "OutcomeSlopes",
     "Phase6Fit",
     "Phase6Reanalysis",
+    "PooledRecord",
     "PooledResult",
+    "PooledShard",
     "PredictorFit",
+    "PrimaryReading",
     "PrimaryResult",
     "PrimarySpec",
     "RankRow",

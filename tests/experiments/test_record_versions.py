@@ -78,3 +78,17 @@ def test_a_calibration_version_1_record_reads_its_numbers_as_intervals():
             assert [least.level.estimate, least.level.low, least.level.high] == [
                 stored["level"], stored["low"], stored["high"],
             ]  # fmt: skip
+
+
+@pytest.mark.parametrize("study", ["phase6-identify-v3", "phase6-identify-v4"])
+def test_the_committed_pooled_answers_read_typed_and_render_as_committed(study):
+    """v3's and v4's pooled scorings (written before the pool was a run) read as the
+    typed PooledRecord, and the pooled answer renders from them byte for byte."""
+    from experiments.identify.heldout.shards import pooled_markdown
+    from experiments.record import PooledRecord
+
+    folder = ROOT / "results-heldout" / study / "pooled"
+    text = (folder / "pooled.json").read_text()
+    record = PooledRecord.model_validate_json(text)
+    assert record.primary.verdict == "supported" and not record.forced
+    assert pooled_markdown(json.loads(text)) == (folder / "answer.md").read_text()

@@ -42,6 +42,7 @@ from experiments.identify.heldout.prereg import (
     record_heldout,
     run_ledger,
 )
+from experiments.record.pooled import POOLED_FORMAT
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
 
 if TYPE_CHECKING:
@@ -62,7 +63,6 @@ RELIABILITY_SUMS = "reliability_sums.npz"
 FLOOR_MEASURE = "effect"  # the floor is the likelihood outcome's reliability
 POOLED_RECORD = "pooled.json"
 POOLED_ANSWER = "answer.md"
-POOLED_FORMAT = "steer-eval/identify-pooled"
 
 
 def n_shards(n_concepts: int, size: int) -> int:
@@ -374,11 +374,13 @@ def pool(
     prereg: Preregistration,
     bound: dict[str, str],
     force: bool,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Score the primary once on the pooled shards: the same checks as a held-out run
     (committed pre-registration, binding), one pooled scoring per pre-registration unless
     ``force``; writes ``pooled/pooled.json`` and ``answer.md`` beside the shards and a
-    ``pooled`` ledger entry (local ledger and the committed folder). Returns the record."""
+    ``pooled`` ledger entry (local ledger and the committed folder; mirrored on the pooled
+    run ``run_id`` when there is one). Returns the record."""
     earlier = check_heldout(
         prereg,
         config.experiment,
@@ -432,7 +434,7 @@ def pool(
     atomic_write_text(folder / POOLED_RECORD, json.dumps(record, indent=1, default=str) + "\n")
     atomic_write_text(folder / POOLED_ANSWER, pooled_markdown(record))
     entry = ledger_entry(
-        None,  # no MLflow run: the pooled scoring is files only
+        run_id,  # the pooled run (identify/pooled.py); None: the files alone
         prereg,
         forced,
         POOLED,
@@ -471,6 +473,7 @@ def pooled_markdown(record: dict[str, Any]) -> str:
     primary = record["primary"]
     spec = primary["spec"]
     devices = ", ".join(f"{d}: {n}" for d, n in record["devices"].items())
+    alpha = float(spec.get("alpha") or 0.05)
     lines = [
         f"# identify held-out, pooled: {record['experiment']}",
         "",
@@ -480,7 +483,7 @@ def pooled_markdown(record: dict[str, Any]) -> str:
         f"strength {spec['strength']}, hypothesis {spec['hypothesis']}): "
         f"{interval_dict_text(primary['slope'])} — **{primary['verdict']}**",
         "",
-        *_primaries_lines(record.get("primaries", []), float(spec.get("alpha", 0.05))),
+        *_primaries_lines(record.get("primaries") or [], alpha),
         f"{record['n_concepts']} concepts from {len(record['shards'])} shards of "
         f"{record['shard_size']}; concepts per device (a concept-level factor): {devices}",
         "",

@@ -355,3 +355,47 @@ def test_the_reliability_floor_is_read_on_every_shards_sums_and_settles_nothing_
     # P2 settles nothing: P1 is read at 97.5% whatever it finds
     assert p1.confidence == pytest.approx(0.975)
     assert reliability_floors(config, {**primary, "reliability_floor": None}, runs) == {}
+
+
+def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_store):
+    """``identify pool`` through ``run_study``: one MLflow run in the study's experiment,
+    no model loaded, its record typed, the committed folder's files as before, the
+    ledger's pooled entry naming the run and mirrored on it; a second scoring is refused
+    before any run opens."""
+    from pathlib import Path
+
+    from experiments import tracking
+    from experiments.identify.study import concept_sets, pool_heldout
+    from experiments.record.pooled import PooledRecord
+    from experiments.rundir import RUN_DIR_TAG
+
+    config, prereg = bound
+    held = concept_sets(config)["heldout"]
+    _toy, shards = toy_shards(config, held)
+    for k, frame in enumerate(shards):
+        finish_shard(config, prereg, k, frame, tmp_path)
+    written = pool_heldout(config)
+
+    entry = json.loads(committed_ledgers(config)[-1].read_text().splitlines()[-1])
+    run = tracking.get_run(entry["run_id"])
+    assert entry["status"] == "pooled" and run.info.status == "FINISHED"
+    assert run.data.tags["identify.pooled"] == "first"
+    assert "steer_eval.model_id" not in run.data.tags  # no model was loaded
+    assert json.loads(run.data.tags["identify.shards"]) == {"0": "s0", "1": "s1"}
+    assert json.loads(run.data.tags["steer_eval.ledger.pooled"])["run_id"] == run.info.run_id
+    slope = written["primary"]["slope"]
+    assert run.data.metrics["primary/primary/slope"] == pytest.approx(slope["estimate"])
+    assert run.data.tags["identify.pooled.primary"] == written["primary"]["verdict"]
+    folder = Path(run.data.tags[RUN_DIR_TAG])
+    record = PooledRecord.model_validate_json((folder / "pooled.json").read_text())
+    assert record.primary.verdict == written["primary"]["verdict"]
+    assert record.primary.slope.low == pytest.approx(slope["low"])
+    assert "pre-registered primaries, pooled" in (folder / "answer.md").read_text()
+    committed = shards_root(config) / "pooled" / "pooled.json"
+    assert json.loads(committed.read_text()) == json.loads(json.dumps(written, default=str))
+
+    experiment = tracking.client().get_experiment_by_name(config.experiment)
+    before = len(tracking.client().search_runs([experiment.experiment_id]))
+    with pytest.raises(PreregistrationError, match="the pooled primary was already scored"):
+        pool_heldout(config)
+    assert len(tracking.client().search_runs([experiment.experiment_id])) == before

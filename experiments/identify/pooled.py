@@ -1,0 +1,166 @@
+"""The pooled held-out scoring as a run (a :class:`~experiments.kernel.study.Study`):
+``identify pool`` opens one MLflow run in the study's experiment through ``run_study``,
+scores the pre-registered primaries once on the committed shards
+(``identify/heldout/shards.pool``), and publishes the typed :class:`PooledRecord`
+through the kernel: its answer, metrics, the shards it read as tags, the ledger entry
+mirrored on it. The committed ``pooled/`` folder beside the shards keeps the files it
+always had; no model is loaded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from experiments.answer import Answer, Verdict
+from experiments.config import IdentifyStudyConfig, Phase
+from experiments.identify.answer import PRIMARY_STATUS
+from experiments.identify.heldout.prereg import POOLED, Preregistration, check_heldout
+from experiments.identify.heldout.shards import (
+    POOLED_RECORD,
+    committed_ledgers,
+    pool,
+    pooled_markdown,
+    read_shards,
+)
+from experiments.kernel.lifecycle import RunSession
+from experiments.kernel.publisher import ChildRun, Views
+from experiments.kernel.study import Finished, Opening, run_study
+from experiments.record.pooled import PooledRecord, PrimaryReading
+
+POOLED_TAG = "identify.pooled"  # the pooled run's mark, beside its primaries' verdicts
+SHARDS_TAG = "identify.shards"  # shard -> run id, as JSON
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Beside the record: the pooled run's id and the record as ``pool`` wrote it (the
+    command line prints that dict, as it always did)."""
+
+    run_id: str
+    written: dict[str, Any]
+
+
+class PooledStudy:
+    """The primaries scored once on the pooled shards (``held``: the held-out concepts
+    after ``identify.limit``; ``bound``: the binding every shard must carry)."""
+
+    phase: Phase | None = None  # never reopened: a second scoring is a new, forced run
+    record_file = POOLED_RECORD
+
+    def __init__(
+        self, held: list[str], prereg: Preregistration, bound: dict[str, str], force: bool
+    ) -> None:
+        self.held, self.prereg, self.bound, self.force = held, prereg, bound, force
+
+    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
+        """Refuse before any run opens: a pooled primary already scored (unless forced),
+        a shard missing or run on another binding."""
+        config = session.config
+        check_heldout(self.prereg, config.experiment, config.results_dir, self.force,
+                      config=config, scope=POOLED, ledgers=committed_ledgers(config))  # fmt: skip
+        shards = read_shards(config, self.held, self.prereg, self.bound)
+        tags = {
+            "phase": "6-identify",
+            POOLED_TAG: "forced" if self.force else "first",
+            SHARDS_TAG: json.dumps({str(s.shard): s.run_id for s in shards}),
+        }
+        return Opening(f"pooled {config.name}", tags)
+
+    def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
+        return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
+
+    def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[PooledRecord, Pooled]:
+        run_id = session.run_id
+        assert run_id is not None  # the stages run in a started session
+        session.say("pooling the held-out shards (wild cluster bootstrap)")
+        written = pool(session.config, self.held, self.prereg, self.bound, self.force, run_id)
+        record = PooledRecord.model_validate(json.loads(json.dumps(written, default=str)))
+        return Finished(record, Pooled(run_id, written))
+
+    def views(self, record: PooledRecord, products: Pooled) -> Views:
+        return pooled_views(record, products)
+
+    def children(self, record: PooledRecord, products: Pooled) -> list[ChildRun]:
+        return []
+
+
+def readings(record: PooledRecord) -> list[PrimaryReading]:
+    """The primaries as read: Holm's readings with co-primaries, else the one primary."""
+    if record.primaries:
+        return record.primaries
+    p = record.primary
+    return [
+        PrimaryReading(
+            name=str(p.spec.name or "primary"), verdict=p.verdict, confidence=0.95,
+            holm_step=1, spec=p.spec.model_dump(exclude_none=True), slope=p.slope,
+            estimator=p.estimator, manipulations=p.manipulations, left_out=p.left_out,
+        )
+    ]  # fmt: skip
+
+
+def pooled_views(record: PooledRecord, products: Pooled) -> Views:
+    """The answer (one verdict per primary, at the level Holm read it), the summary (the
+    committed ``answer.md``), a metric per primary, the verdicts as tags."""
+    positive = record.primary.spec.hypothesis == "positive"
+    verdicts = [
+        Verdict(
+            key=f"primary/{r.name}",
+            label=f"{r.name}: {r.estimator} (read at {r.confidence:.3f}, Holm step "
+            f"{r.holm_step or 'none'})",
+            group="pre-registered primaries, pooled over the held-out shards",
+            interval=r.slope,
+            status=PRIMARY_STATUS.get(r.verdict, "not_evaluable"),
+            threshold=0.0,
+            n=r.slope.n_clusters or None,
+            claim=f"detection quality predicts the effect ({r.verdict.replace('_', ' ')})",
+            symbol="slope ",
+            direction="above" if positive else "below",
+            description=record.label,
+        )
+        for r in readings(record)
+    ]
+    floors = [
+        f"{name}: the likelihood's reliability on its rows {f.pooled.estimate:.3f} "
+        f"(floor {f.floor:g}: {'met' if f.met else 'not met, so uninformative'})"
+        for name, f in (record.reliability_floor or {}).items()
+        if f.pooled.estimate is not None
+    ]
+    answer = Answer(
+        phase="identify",
+        run_id=products.run_id,
+        question=(
+            "Pre-registered, scored once on the pooled held-out shards: within concepts, "
+            "does the better detector raise the concept's likelihood more?"
+        ),
+        confidence=0.95,
+        verdicts=verdicts,
+        notes=[f"{record.label}; {record.n_concepts} concepts", *floors],
+    )
+    metrics: dict[str, float | None] = {}
+    for r in readings(record):
+        for end, value in (("slope", r.slope.estimate), ("low", r.slope.low),
+                           ("high", r.slope.high)):  # fmt: skip
+            metrics[f"primary/{r.name}/{end}"] = value
+    tags = {f"{POOLED_TAG}.{r.name}": r.verdict for r in readings(record)}
+    return Views(
+        answer=answer,
+        summary=pooled_markdown(products.written),
+        metrics=metrics,
+        tags=tags,
+        experiment=record.experiment,
+    )
+
+
+def pool_run(
+    config: IdentifyStudyConfig,
+    held: list[str],
+    prereg: Preregistration,
+    bound: dict[str, str],
+    force: bool = False,
+) -> Pooled:
+    """Run the pooled scoring through the kernel (no model, no embedder); the pooled run's
+    id and the record as written beside the shards."""
+    study = PooledStudy(held, prereg, bound, force)
+    ran = run_study(study, config, need_model=False, need_embedder=False)
+    return ran.products

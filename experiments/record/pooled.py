@@ -1,0 +1,73 @@
+"""The pooled held-out scoring's record, :class:`PooledRecord`: the pooled run's record,
+and the type of ``pooled/pooled.json`` beside the committed shards (that file keeps the
+layout ``identify pool`` always wrote; v3's and v4's read as this type)."""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import Field
+
+from experiments.record.base import _Block
+from experiments.record.identify import PrimaryResult
+from metrics.cluster import ClusterFit
+from metrics.intervals import Interval
+
+POOLED_FORMAT: Final = "steer-eval/identify-pooled"
+
+
+class PooledShard(_Block):
+    """One finished shard the pool read: its run, concepts and device."""
+
+    shard: int
+    run_id: str
+    device: str
+    forced: bool
+    n_concepts: int
+
+
+class PrimaryReading(_Block):
+    """One co-primary as Holm's step-down left it (``estimation/multiplicity.Reading``):
+    its verdict at the level it was read, and the step that settled it (0: never)."""
+
+    name: str
+    verdict: str
+    confidence: float
+    holm_step: int
+    spec: dict[str, object]
+    slope: ClusterFit
+    estimator: str
+    manipulations: list[str] | None = None
+    left_out: list[str] | None = None
+
+
+class FloorCheck(_Block):
+    """The pre-registration's reliability floor beside the likelihood's split-half
+    reliability on one primary's rows, pooled and per shard."""
+
+    population: str
+    pooled: Interval
+    by_shard: dict[str, Interval] = Field(default_factory=dict)
+    shards_without: list[int] = Field(default_factory=list)
+    floor: float
+    met: bool
+
+
+class PooledRecord(_Block):
+    """The pre-registered primary (and co-primaries) scored once on the pooled shards."""
+
+    format: Literal["steer-eval/identify-pooled"] = POOLED_FORMAT
+    version: int = 1
+    experiment: str
+    label: str = Field(description="confirmatory, or forced re-scoring")
+    forced: bool
+    preregistration: dict[str, object] = Field(description="path, sha256, primary, commit")
+    binding: dict[str, str]
+    shard_size: int | None
+    shards: list[PooledShard]
+    n_concepts: int
+    devices: dict[str, int] = Field(description="concepts per device")
+    concept_device: dict[str, str]
+    primary: PrimaryResult
+    primaries: list[PrimaryReading] | None = None  # with co-primaries, Holm's readings
+    reliability_floor: dict[str, FloorCheck] | None = None  # per primary, where declared
