@@ -16,6 +16,9 @@ the same thing in the same words:
   (point value)"; a verdict with no value reads its reason; a judged verdict's
   ``beside``, what it is read beside, follows its reading);
 - numbers are formatted by :func:`number` and :func:`interval_text` only.
+
+Longer than 500 lines: every phase's answer, from its verdicts to each view a person
+reads, in one wording; split, the views would drift apart.
 """
 
 from __future__ import annotations

@@ -344,6 +344,67 @@ def append_child(
         yield child, count
 
 
+@dataclass
+class ChildUpdate:
+    """What Parts B and C write to their child of a finished run on each addition (a
+    rerun of the panel, another import of ratings): the publisher logs it, so neither
+    writes MLflow by hand. Figures are logged, not closed (their caller may save them)."""
+
+    tags: dict[str, str] = field(default_factory=dict)
+    first_params: dict[str, object] = field(default_factory=dict)  # the first addition's
+    params: dict[str, object] = field(default_factory=dict)  # logged where not there yet
+    metrics: Mapping[str, float | None] = field(default_factory=dict)  # at the addition's step
+    prompts: Sequence[str] = ()  # registered prompt URIs the child links
+    tables: dict[str, Any] = field(default_factory=dict)  # MLflow table -> DataFrame, replaced
+    figures: dict[str, Any] = field(default_factory=dict)  # artefact path -> drawn figure
+    files: dict[str, str] = field(default_factory=dict)  # artefact name -> text
+    after: Callable[[str], object] | None = None  # anything else, given the child's id
+    note: str = ""
+    note_whole: str = RunDir.SUMMARY  # the artefact holding a note cut for length
+
+
+def update_child(
+    parent_run_id: str,
+    experiment: str,
+    phase: str,
+    name: str,
+    found: str | None,
+    count_tag: str,
+    build: Callable[[str, int], ChildUpdate],
+) -> str:
+    """Parts B and C: their child (:func:`append_child`), given what ``build`` makes of
+    this addition (the child's id and the addition's number), written in one order:
+    tags, parameters, metrics, prompts, tables, figures, files, ``after``, the note.
+    Returns the child's id."""
+    import tempfile
+
+    with append_child(parent_run_id, experiment, phase, name, found, count_tag) as (child, n):
+        update = build(child, n)
+        c = tracking.client()
+        for key, value in update.tags.items():
+            c.set_tag(child, key, value)
+        if n == 1 and update.first_params:
+            tracking.log_params(child, update.first_params)
+        tracking.log_metrics(child, update.metrics, step=n)
+        if update.params:
+            tracking.log_new_params(child, update.params)
+        for uri in update.prompts:
+            c.link_prompt_version_to_run(child, uri)
+        for table_name, table in update.tables.items():
+            tracking.overwrite_table(child, table, table_name)
+        for path, fig in update.figures.items():
+            c.log_figure(child, fig, path)
+        with tempfile.TemporaryDirectory() as tmp:
+            for file_name, text in update.files.items():
+                (Path(tmp) / file_name).write_text(text)
+                c.log_artifact(child, str(Path(tmp) / file_name))
+        if update.after is not None:
+            update.after(child)
+        if update.note:
+            tracking.set_note(child, update.note, whole=update.note_whole)
+    return child
+
+
 def open_child(
     parent_run_id: str, experiment: str, name: str, tags: dict[str, str], key_tag: str
 ) -> str:

@@ -11,15 +11,13 @@ r(panel mean, Δ) > panel_r_min) is then recorded on the parent.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from experiments import tracking
-from experiments.kernel.publisher import append_child
+from experiments.kernel.publisher import ChildUpdate, update_child
 from experiments.tracking.prompts import RubricPrompt, register_rubric
 from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.human.importer import CHILD_PHASE as HUMAN_PHASE
@@ -155,64 +153,59 @@ def log_panel(
 
     from judges.base import Rubric
 
-    found = parent.find_child(CHILD_PHASE)
-    with append_child(
-        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found, "panel.runs"
-    ) as (child, step):
-        c = tracking.client()
-        c.set_tag(child, "panel.judges", ", ".join(result.judges))
-        c.set_tag(child, "panel.skipped", json.dumps(skipped) if skipped else "none")
-        c.set_tag(child, "criterion.c4_panel", criterion.status)
-        if step == 1:
-            params: dict[str, object] = {"judges": result.judges, "budget_usd": budget}
-            for judge, desc in result.judge_params.items():
-                params.update({f"judge.{judge}.{k}": v for k, v in desc.items()})
-            tracking.log_params(child, params)
-        metrics = dict(result.to_metrics())
-        per_sample = result.per_sample.reset_index()
-        metrics["panel_mean"] = float(per_sample["panel_mean"].mean())
-        metrics["panel_median"] = float(per_sample["panel_median"].median())
-        tracking.log_metrics(child, metrics, step=step)
+    per_sample = result.per_sample.reset_index()
+    metrics = dict(result.to_metrics())
+    metrics["panel_mean"] = float(per_sample["panel_mean"].mean())
+    metrics["panel_median"] = float(per_sample["panel_median"].median())
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    ax.scatter(
+        per_sample["delta"], per_sample["panel_mean"], c=per_sample.get("strength"),
+        cmap="coolwarm",
+    )  # fmt: skip
+    ax.set(xlabel="Δ", ylabel="panel mean rating (0-10)", title="Judge panel against Δ")
+    fig.tight_layout()
+
+    def build(_child: str, _step: int) -> ChildUpdate:
         rubric = register_rubric(Rubric())
-        tracking.log_new_params(child, {"rubric_version": rubric.rubric_version})
-        c.set_tag(child, "panel.rubric_prompt", rubric.uri)
-        c.link_prompt_version_to_run(child, rubric.uri)
-        # MLflow tables: the UI shows them in the artefact view and the Evaluation tab.
-        tracking.overwrite_table(child, result.scores, "judge_scores.json")
-        tracking.overwrite_table(child, per_sample, "panel_per_sample.json")
         feedback = attach_judge_feedback(parent, result.scores, rubric)
-        c.set_tag(child, "panel.trace_feedback", json.dumps(feedback))
-        with tempfile.TemporaryDirectory() as tmp:
-            summary = Path(tmp) / "panel_summary.json"
-            summary.write_text(
-                json.dumps(
-                    {
-                        "judges": result.judges,
-                        "skipped": skipped,
-                        "metrics": metrics,
-                        "not_evaluable": result.not_evaluable(),
-                        "criterion": criterion.to_dict(),
-                        "rubric_prompt": rubric.uri,
-                        "trace_feedback": feedback,
-                    },
-                    indent=1,
-                )
-            )
-            c.log_artifact(child, str(summary))
-        tracking.set_note(child, panel_note(result, metrics, skipped, criterion, rubric))
-        fig, ax = plt.subplots(figsize=(5.5, 4.5))
-        try:
-            ax.scatter(
-                per_sample["delta"],
-                per_sample["panel_mean"],
-                c=per_sample.get("strength"),
-                cmap="coolwarm",
-            )
-            ax.set(xlabel="Δ", ylabel="panel mean rating (0-10)", title="Judge panel against Δ")
-            fig.tight_layout()
-            c.log_figure(child, fig, "plots/panel_vs_delta.png")
-        finally:
-            plt.close(fig)
+        params: dict[str, object] = {"judges": result.judges, "budget_usd": budget}
+        for judge, desc in result.judge_params.items():
+            params.update({f"judge.{judge}.{k}": v for k, v in desc.items()})
+        summary = {
+            "judges": result.judges,
+            "skipped": skipped,
+            "metrics": metrics,
+            "not_evaluable": result.not_evaluable(),
+            "criterion": criterion.to_dict(),
+            "rubric_prompt": rubric.uri,
+            "trace_feedback": feedback,
+        }
+        return ChildUpdate(
+            tags={
+                "panel.judges": ", ".join(result.judges),
+                "panel.skipped": json.dumps(skipped) if skipped else "none",
+                "criterion.c4_panel": criterion.status,
+                "panel.rubric_prompt": rubric.uri,
+                "panel.trace_feedback": json.dumps(feedback),
+            },
+            first_params=params,
+            params={"rubric_version": rubric.rubric_version},
+            metrics=metrics,
+            prompts=[rubric.uri],
+            # MLflow tables: the UI shows them in the artefact view and the Evaluation tab.
+            tables={"judge_scores.json": result.scores, "panel_per_sample.json": per_sample},
+            figures={"plots/panel_vs_delta.png": fig},
+            files={"panel_summary.json": json.dumps(summary, indent=1)},
+            note=panel_note(result, metrics, skipped, criterion, rubric),
+        )
+
+    try:
+        child = update_child(
+            parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME,
+            parent.find_child(CHILD_PHASE), "panel.runs", build,
+        )  # fmt: skip
+    finally:
+        plt.close(fig)
     return child
 
 

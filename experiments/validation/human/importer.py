@@ -11,13 +11,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments import tracking
-from experiments.kernel.publisher import append_child
+from experiments.kernel.publisher import ChildUpdate, update_child
 from experiments.rundir import atomic_write_text
 from experiments.tracking.datasets import log_dataset
 from experiments.validation.criterion4 import record_criterion4
@@ -214,57 +212,58 @@ def _log_import(
     """Log one import to the run's ``human-validation`` child (created on first import)."""
     from metrics.stats import Correlation
 
-    found = parent.find_child(CHILD_PHASE)
     corr, rho = correlations
-    with append_child(
-        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found, "human.imports"
-    ) as (child, imports):
-        c = tracking.client()
-        tags = {
-            "human.csv_sha256": hashlib.sha256(csv_path.read_bytes()).hexdigest(),
-            "human.key_hash": key["key_hash"],
-            "human.min_rated": str(min_rated),
-            "human.evaluable": str(corr.evaluable).lower(),
-            "criterion.c4_human": crit.status,
-        }
-        for k, v in tags.items():
-            c.set_tag(child, k, v)
-        metrics: dict[str, float | None] = {
-            "n_samples": float(summary["n_samples"]),
-            "n_rated": float(summary["n_rated"]),
-            "n_guessed": float(summary["n_guessed"]),
-            "guess_accuracy": summary["guess_accuracy"],
-            "human_r_evaluable": 1.0 if corr.evaluable else 0.0,
-        }
-        if isinstance(corr, Correlation):
-            metrics.update(
-                {
-                    "human_r": corr.r,
-                    "human_r_p_value": corr.p_value,
-                    "human_r_ci_low": corr.ci_low,
-                    "human_r_ci_high": corr.ci_high,
-                }
-            )
-        if isinstance(rho, Correlation):
-            metrics.update(
-                {
-                    "human_spearman": rho.r,
-                    "human_spearman_ci_low": rho.ci_low,
-                    "human_spearman_ci_high": rho.ci_high,
-                }
-            )
-        # One step per import: the latest step is the current figure, earlier ones are history.
-        tracking.log_metrics(child, metrics, step=imports)
-        tracking.overwrite_table(child, table, TABLE_NAME)
-        c.log_figure(child, fig, f"plots/{PLOT_NAME}")
+    tags = {
+        "human.csv_sha256": hashlib.sha256(csv_path.read_bytes()).hexdigest(),
+        "human.key_hash": key["key_hash"],
+        "human.min_rated": str(min_rated),
+        "human.evaluable": str(corr.evaluable).lower(),
+        "criterion.c4_human": crit.status,
+    }
+    metrics: dict[str, float | None] = {
+        "n_samples": float(summary["n_samples"]),
+        "n_rated": float(summary["n_rated"]),
+        "n_guessed": float(summary["n_guessed"]),
+        "guess_accuracy": summary["guess_accuracy"],
+        "human_r_evaluable": 1.0 if corr.evaluable else 0.0,
+    }
+    if isinstance(corr, Correlation):
+        metrics.update(
+            {
+                "human_r": corr.r,
+                "human_r_p_value": corr.p_value,
+                "human_r_ci_low": corr.ci_low,
+                "human_r_ci_high": corr.ci_high,
+            }
+        )
+    if isinstance(rho, Correlation):
+        metrics.update(
+            {
+                "human_spearman": rho.r,
+                "human_spearman_ci_low": rho.ci_low,
+                "human_spearman_ci_high": rho.ci_high,
+            }
+        )
+
+    def build(child: str, imports: int) -> ChildUpdate:
+        # one step per import: the latest step is the current figure, earlier ones history
         summary.update({"child_run_id": child, "import": imports})
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / RESULT_NAME
-            path.write_text(json.dumps(summary, indent=1))
-            c.log_artifact(child, str(path))
-        log_dataset(child, table, "human-ratings", csv_path, "ratings")
-        tracking.set_note(child, import_note(summary, crit), whole=RESULT_NAME)
-    return child
+        return ChildUpdate(
+            tags=tags,
+            metrics=metrics,
+            tables={TABLE_NAME: table},
+            figures={f"plots/{PLOT_NAME}": fig},
+            files={RESULT_NAME: json.dumps(summary, indent=1)},
+            after=lambda run: log_dataset(run, table, "human-ratings", csv_path, "ratings"),
+            note=import_note(summary, crit),
+            note_whole=RESULT_NAME,
+        )
+
+    found = parent.find_child(CHILD_PHASE)
+    return update_child(
+        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found, "human.imports",
+        build,
+    )  # fmt: skip
 
 
 def default_rater() -> str:
