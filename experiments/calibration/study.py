@@ -302,8 +302,7 @@ class Calibration:
         records = pd.DataFrame(join_scores(generations, all_scores))
         curve = build_curve(records, specs(config, layers), predictors, selections, config)
         results = analyse_curve(curve, config)
-        assert session.run_id is not None
-        record = build_record(session.run_id, config, lm.model_id, layers, predictors, results)
+        record = build_record(session.parent_id, config, lm.model_id, layers, predictors, results)
         return Finished(record, Curve(curve))
 
     def views(self, record: CalibrationRecord, products: Curve) -> Views:

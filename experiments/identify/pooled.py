@@ -71,8 +71,7 @@ class PooledStudy:
         return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
 
     def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[PooledRecord, Pooled]:
-        run_id = session.run_id
-        assert run_id is not None  # the stages run in a started session
+        run_id = session.parent_id
         session.say("pooling the held-out shards (wild cluster bootstrap)")
         written = pool(session.config, self.held, self.prereg, self.bound, self.force, run_id)
         record = PooledRecord.model_validate(json.loads(json.dumps(written, default=str)))

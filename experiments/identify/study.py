@@ -351,11 +351,10 @@ class Identify:
             atomic_write_text(run_dir.file(RunDir.PREREGISTRATION), prereg.path.read_text())
         self.run_id = session.run_id
         if ident.concept_set == "heldout":
-            assert session.run_id is not None
             record_heldout(
                 config.results_dir,
                 ledger_entry(
-                    session.run_id, prereg, self.forced, "started" if new else "resumed",
+                    session.parent_id, prereg, self.forced, "started" if new else "resumed",
                     binding=self.bound, shard=ident.shard, device=self.device,
                 ),
             )  # fmt: skip
@@ -375,9 +374,8 @@ class Identify:
             analysed = analyse_study(session, config, found, outcomes, self.prereg, say)
         timings = dict(timer.stages)
         timings["total"] = time.perf_counter() - self.started_at
-        assert session.run_id is not None
         record = build_record(
-            session.run_id,
+            session.parent_id,
             config,
             session.model.model_id,
             found,

@@ -112,9 +112,8 @@ class Phase4:
         run_dir.write_json(EVAL_PROMPTS, held)
         axis = {"questions": texts.questions, "statements": texts.statements}
         run_dir.write_json(FORMAT_AXIS_TEXTS, axis)
-        assert session.run_id is not None
         record = ClassifierRecord(
-            run_id=session.run_id,
+            run_id=session.parent_id,
             experiment=config.tracking.classifier_experiment,
             model_id=lm.probe_id,
             recipe=PROBE_RECIPE,

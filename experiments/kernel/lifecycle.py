@@ -187,6 +187,13 @@ class RunSession(Generic[C]):
         return run_id, new
 
     @property
+    def parent_id(self) -> str:
+        """The parent run's id, once it is open (``start``)."""
+        if self.run_id is None:
+            raise RunError("the parent run has no id until it opens (start)")
+        return self.run_id
+
+    @property
     def directory(self) -> RunDir:
         """The run folder, once the parent run is open (``start``)."""
         if self.run_dir is None:

@@ -339,14 +339,14 @@ class Phase5(Phase5Shown):
         return Opening(name, tags)
 
     def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
-        assert self.prep is not None and session.run_id is not None
+        assert self.prep is not None
         run_dir = session.directory
         kept = run_dir.file(RunDir.LAYER_CHOICE)
         if new and self.layer_choice is not None:
             run_dir.write_json(RunDir.LAYER_CHOICE, self.layer_choice.model_dump(mode="json"))
         elif not new and kept.exists():  # resumed: the choice its first invocation made
             self.layer_choice = LayerChoice.model_validate_json(kept.read_text())
-        ctx = self.ctx = run_context(session, self.prep, session.run_id, self.layer_choice)
+        ctx = self.ctx = run_context(session, self.prep, session.parent_id, self.layer_choice)
         if new:  # its inputs, and the Phase 4 run whose classifiers it uses
             if ctx.classifier_run_id:
                 tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
@@ -438,8 +438,7 @@ class Phase5Rescore(Phase5Shown):
 
         from experiments.tracking.context import RESCORE_COMMAND_TAG, is_cli
 
-        run_id = session.run_id
-        assert run_id is not None
+        run_id = session.parent_id
         changes = session.directory.write_rescored_config(session.config)
         tags = {"rescored.overrides": "; ".join(self.overrides)} if self.overrides else {}
         if not is_cli(sys.argv):  # a call from Python: no command line to keep
