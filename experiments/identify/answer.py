@@ -13,7 +13,7 @@ from typing import Any
 
 from experiments.answer import Answer, Verdict
 from experiments.identify.measures import OUTCOMES
-from experiments.record import IdentifyRecord
+from experiments.record import EstimandResult, IdentifyRecord
 from metrics.intervals import Interval, not_evaluable
 
 PRIMARY_STATUS = {
@@ -57,26 +57,23 @@ ESTIMATOR_WORDS = {
 }
 
 
+def estimand_row(name: str, e: EstimandResult) -> Verdict:
+    """An estimand (identify/estimation/estimands.py), named, with its question; one this
+    run could not or did not measure says why."""
+    where = f"{e.population}; {e.operating_point}"
+    if e.fit is not None:
+        return _row(f"estimand/{name}", f"{name}: {e.question}", ESTIMANDS_GROUP, e.fit,
+                    symbol="slope ", description=where)  # fmt: skip
+    return Verdict(
+        key=f"estimand/{name}", label=f"{name}: {e.question}",
+        group=ESTIMANDS_GROUP, threshold=0.0, status="not_evaluable",
+        interval=not_evaluable(e.reason or e.status.replace("_", " ")), description=where,
+    )  # fmt: skip
+
+
 def estimand_rows(record: IdentifyRecord) -> list[Verdict]:
-    """One row per estimand (identify/estimation/estimands.py), named, with its question; an
-    estimand this run could not or did not measure says why."""
-    out = []
-    for name, e in record.estimands.items():
-        if e.fit is not None:
-            out.append(
-                _row(f"estimand/{name}", f"{name}: {e.question}", ESTIMANDS_GROUP, e.fit,
-                     symbol="slope ", description=f"{e.population}; {e.operating_point}")
-            )  # fmt: skip
-        else:
-            out.append(
-                Verdict(
-                    key=f"estimand/{name}", label=f"{name}: {e.question}",
-                    group=ESTIMANDS_GROUP, threshold=0.0, status="not_evaluable",
-                    interval=not_evaluable(e.reason or e.status.replace("_", " ")),
-                    description=f"{e.population}; {e.operating_point}",
-                )
-            )  # fmt: skip
-    return out
+    """One row per estimand of the record."""
+    return [estimand_row(name, e) for name, e in record.estimands.items()]
 
 
 V2_GROUP = "identified: v2 estimator (exploratory)"

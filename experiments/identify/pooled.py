@@ -1,10 +1,11 @@
-"""The pooled held-out scoring as a run (a :class:`~experiments.kernel.study.Study`):
+"""The pooled held-out scorings as runs (each a :class:`~experiments.kernel.study.Study`):
 ``identify pool`` opens one MLflow run in the study's experiment through ``run_study``,
 scores the pre-registered primaries once on the committed shards
 (``identify/heldout/shards.pool``), and publishes the typed :class:`PooledRecord`
 through the kernel: its answer, metrics, the shards it read as tags, the ledger entry
-mirrored on it. The committed ``pooled/`` folder beside the shards keeps the files it
-always had; no model is loaded."""
+mirrored on it. ``identify pool --exploratory`` is a run the same way
+(:class:`ExploratoryStudy`, ``pooled_exploratory``; it scores nothing). The committed
+``pooled/`` folder beside the shards keeps the files it always had; no model is loaded."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from experiments.identify.heldout.shards import (
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.study import Finished, Opening, run_study
-from experiments.record.pooled import PooledRecord, PrimaryReading
+from experiments.record.pooled import ExploratoryRecord, PooledRecord, PrimaryReading
 
 POOLED_TAG = "identify.pooled"  # the pooled run's mark, beside its primaries' verdicts
 SHARDS_TAG = "identify.shards"  # shard -> run id, as JSON
@@ -162,4 +163,84 @@ def pool_run(
     id and the record as written beside the shards."""
     study = PooledStudy(held, prereg, bound, force)
     ran = run_study(study, config, need_model=False, need_embedder=False)
+    return ran.products
+
+
+class ExploratoryStudy:
+    """Every estimand on the pooled shards, after the primary was scored (exploratory)."""
+
+    phase: Phase | None = None
+    record_file = "exploratory.json"
+
+    def __init__(self, held: list[str], prereg: Preregistration) -> None:
+        self.held, self.prereg = held, prereg
+
+    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
+        """Refuse before any run opens: the primary not scored yet, a shard missing."""
+        from experiments.identify.heldout.prereg import PreregistrationError, binding
+        from experiments.identify.heldout.shards import shards_root
+
+        config = session.config
+        scored = shards_root(config) / POOLED / POOLED_RECORD
+        if not scored.is_file():
+            raise PreregistrationError(
+                f"the pooled primary is not scored yet ({scored} is missing): run "
+                "`steer-eval identify pool` first; the exploratory estimands come after it"
+            )
+        shards = read_shards(config, self.held, self.prereg, binding(self.prereg, config))
+        tags = {
+            "phase": "6-identify",
+            POOLED_TAG: "exploratory",
+            SHARDS_TAG: json.dumps({str(s.shard): s.run_id for s in shards}),
+        }
+        return Opening(f"pooled exploratory {config.name}", tags)
+
+    def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
+        return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
+
+    def stages(
+        self, session: RunSession[IdentifyStudyConfig]
+    ) -> Finished[ExploratoryRecord, Pooled]:
+        from experiments.identify.pooled_exploratory import pooled_exploratory
+
+        session.say("the exploratory estimands on the pooled shards (bootstrap)")
+        written = pooled_exploratory(session.config, self.held, self.prereg)
+        record = ExploratoryRecord.model_validate(json.loads(json.dumps(written, default=str)))
+        return Finished(record, Pooled(session.parent_id, written))
+
+    def views(self, record: ExploratoryRecord, products: Pooled) -> Views:
+        from experiments.identify.answer import estimand_row
+        from experiments.identify.pooled_exploratory import exploratory_markdown
+
+        answer = Answer(
+            phase="identify",
+            run_id=products.run_id,
+            question="Exploratory, after the pooled primary was scored: every estimand on "
+            "the same pooled held-out shards, each its own question.",
+            confidence=0.95,
+            verdicts=[estimand_row(name, e) for name, e in record.estimands.items()],
+            notes=[record.label],
+        )
+        metrics: dict[str, float | None] = {}
+        for name, e in record.estimands.items():
+            if e.fit is not None:
+                metrics |= {f"estimand/{name}": e.fit.estimate,
+                            f"estimand/{name}/low": e.fit.low,
+                            f"estimand/{name}/high": e.fit.high}  # fmt: skip
+        return Views(
+            answer=answer,
+            summary=exploratory_markdown(products.written),
+            metrics=metrics,
+        )
+
+    def children(self, record: ExploratoryRecord, products: Pooled) -> list[ChildRun]:
+        return []
+
+
+def exploratory_run(
+    config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
+) -> Pooled:
+    """``identify pool --exploratory`` through the kernel (no model, no embedder)."""
+    ran = run_study(ExploratoryStudy(held, prereg), config, need_model=False,
+                    need_embedder=False)  # fmt: skip
     return ran.products

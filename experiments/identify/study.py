@@ -237,15 +237,16 @@ def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, 
 
 
 def pool_exploratory(config: IdentifyStudyConfig) -> dict[str, Any]:
-    """``identify --pool --exploratory``: every estimand on the pooled held-out shards,
-    after the pooled primary was scored (``identify/pooled_exploratory.py``)."""
-    from experiments.identify.pooled_exploratory import pooled_exploratory
+    """``identify pool --exploratory``: every estimand on the pooled held-out shards,
+    after the pooled primary was scored, as a run the kernel opens (``identify/pooled.py``,
+    ``identify/pooled_exploratory.py``)."""
+    from experiments.identify.pooled import exploratory_run
 
     ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     config = config.model_copy(update={"identify": ident})
     prereg = load_preregistration(config.identify.preregistration)
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
-    return pooled_exploratory(config, held, prereg)
+    return exploratory_run(config, held, prereg).written
 
 
 def resumed(

@@ -71,7 +71,13 @@ from experiments.record.phase5 import (
     figure_number,
     predictor_values,
 )
-from experiments.record.pooled import FloorCheck, PooledRecord, PooledShard, PrimaryReading
+from experiments.record.pooled import (
+    ExploratoryRecord,
+    FloorCheck,
+    PooledRecord,
+    PooledShard,
+    PrimaryReading,
+)
 
 __all__ = [
     "MIGRATABLE",
@@ -87,6 +93,7 @@ __all__ = [
     "CurveLevel",
     "CurveRow",
     "EstimandResult",
+    "ExploratoryRecord",
     "FamilySlopes",
     "Figure",
     "FloorCheck",

@@ -9,7 +9,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from experiments.record.base import _Block
-from experiments.record.identify import PrimaryResult
+from experiments.record.identify import EstimandResult, PrimaryResult
 from metrics.cluster import ClusterFit
 from metrics.intervals import Interval
 
@@ -71,3 +71,35 @@ class PooledRecord(_Block):
     primary: PrimaryResult
     primaries: list[PrimaryReading] | None = None  # with co-primaries, Holm's readings
     reliability_floor: dict[str, FloorCheck] | None = None  # per primary, where declared
+
+
+class ScoredPrimary(_Block):
+    """The pooled primary as it was scored, beside the exploratory estimands."""
+
+    verdict: str
+    slope: ClusterFit
+
+
+class PerConceptSummary(_Block):
+    """The concepts' own within-concept slopes and their built directions' AUROC spread."""
+
+    concepts_with_slope: int
+    positive_share: float
+    slope_median: float
+    auroc_sd_median: float
+
+
+class ExploratoryRecord(_Block):
+    """Every estimand on the pooled shards after the primary was scored (exploratory;
+    ``identify/pooled_exploratory.py``): each estimand typed; the variance components,
+    the shards' reliabilities and the family decomposition kept as their modules write
+    them."""
+
+    label: str
+    primary_scored: ScoredPrimary
+    n_concepts: int
+    estimands: dict[str, EstimandResult]
+    components: dict[str, object]
+    per_concept: PerConceptSummary
+    reliability: dict[str, object]
+    families: dict[str, object]

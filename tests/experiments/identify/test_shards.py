@@ -365,8 +365,8 @@ def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_st
     from pathlib import Path
 
     from experiments import tracking
-    from experiments.identify.study import concept_sets, pool_heldout
-    from experiments.record.pooled import PooledRecord
+    from experiments.identify.study import concept_sets, pool_exploratory, pool_heldout
+    from experiments.record.pooled import ExploratoryRecord, PooledRecord
     from experiments.rundir import RUN_DIR_TAG
 
     config, prereg = bound
@@ -374,6 +374,11 @@ def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_st
     _toy, shards = toy_shards(config, held)
     for k, frame in enumerate(shards):
         finish_shard(config, prereg, k, frame, tmp_path)
+    experiment_runs = 0
+    with pytest.raises(PreregistrationError, match="the pooled primary is not scored yet"):
+        pool_exploratory(config)  # refused before any run opens
+    if (found := tracking.client().get_experiment_by_name(config.experiment)) is not None:
+        experiment_runs = len(tracking.client().search_runs([found.experiment_id]))
     written = pool_heldout(config)
 
     entry = json.loads(committed_ledgers(config)[-1].read_text().splitlines()[-1])
@@ -396,6 +401,20 @@ def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_st
 
     experiment = tracking.client().get_experiment_by_name(config.experiment)
     before = len(tracking.client().search_runs([experiment.experiment_id]))
+    assert before == experiment_runs + 1  # the pooled run, and no run for the refusal
     with pytest.raises(PreregistrationError, match="the pooled primary was already scored"):
         pool_heldout(config)
     assert len(tracking.client().search_runs([experiment.experiment_id])) == before
+
+    # the exploratory estimands: a run of their own, typed, scoring nothing
+    ledger = committed_ledgers(config)[-1].read_text()
+    explored = pool_exploratory(config)
+    runs = tracking.client().search_runs(
+        [experiment.experiment_id], "tags.`identify.pooled` = 'exploratory'"
+    )
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    where = Path(runs[0].data.tags[RUN_DIR_TAG])
+    typed = ExploratoryRecord.model_validate_json((where / "exploratory.json").read_text())
+    assert set(typed.estimands) == set(explored["estimands"])
+    assert "estimand/practitioner_equal_norm" in (where / "criteria.csv").read_text()
+    assert committed_ledgers(config)[-1].read_text() == ledger  # no ledger entry
