@@ -19,7 +19,7 @@ order:
 A phase keeps only what is its own: its views (:class:`Views`) and its child runs
 (:class:`ChildRun`, or a :class:`ChildWriter` for Phase 5's incremental per-cell
 children). Parts B and C add their child to a finished run through
-:func:`append_child`, never by opening MLflow runs themselves; Phase 5's GenAI
+:func:`update_child` (a :class:`ChildUpdate`), never by writing MLflow themselves; Phase 5's GenAI
 evaluation run, named by one stage and closed by a later one, is opened by
 :func:`open_child` and closed by :func:`close_child`. Outside ``experiments/kernel/``
 (and the wrappers in ``experiments/tracking/``) no module opens or closes a run.
