@@ -29,6 +29,7 @@ from experiments.answer import (
 )
 from experiments.kernel.layer_table import answer_table, undistinguished
 from experiments.record import RunRecord, figure_number
+from experiments.record.phase5 import NO_INTERVAL
 from metrics.criteria import C1_DIRECTION
 from metrics.intervals import Interval, interval_verdict
 
@@ -107,9 +108,10 @@ def verdicts(record: RunRecord) -> list[Verdict]:
     for key in keys:
         c = record.criteria[key]
         base, sign = split_key(key)
-        interval = intervals.get(key, {})
+        stored = intervals.get(key)
+        interval = stored or NO_INTERVAL
         claim, symbol = CLAIMS.get(base, ("", ""))
-        n, units = resampled(interval)
+        n, units = resampled(stored)
         beside = {"effect_above_null": null_gate, "direction": direction_beside}.get(base)
         out.append(
             Verdict(
@@ -117,11 +119,7 @@ def verdicts(record: RunRecord) -> list[Verdict]:
                 label=_label(base),
                 group=SIGN_LABELS[sign],
                 interval=Interval(
-                    c.value,
-                    interval.get("low"),
-                    interval.get("high"),
-                    method=str(interval.get("method", "")),
-                    reason=c.reason,
+                    c.value, interval.low, interval.high, method=interval.method, reason=c.reason
                 ),
                 status=c.status,
                 threshold=c.threshold,
@@ -176,12 +174,14 @@ def direction_beside(record: RunRecord, sign: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def resampled(interval: dict[str, Any]) -> tuple[int | None, str]:
+def resampled(interval: Interval | None) -> tuple[int | None, str]:
     """How many of what the interval rests on: concepts when concepts were resampled
-    (a hierarchical bootstrap, or a correlation over concepts), else the samples."""
-    n, clusters = interval.get("n"), interval.get("n_clusters")
-    method = str(interval.get("method", ""))
-    if (clusters and n and clusters < n) or "concepts" in method:
+    (a hierarchical bootstrap, or a correlation over concepts), else the samples; None
+    when the criterion has no interval."""
+    if interval is None:
+        return None, "samples"
+    n, clusters = interval.n, interval.n_clusters
+    if (clusters and n and clusters < n) or "concepts" in interval.method:
         return clusters or n, "concepts"
     return n, "samples"
 

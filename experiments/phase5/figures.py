@@ -13,6 +13,7 @@ import pandas as pd
 from experiments.answer import direction_origin, status_word
 from experiments.kernel.effect import SIGNS
 from experiments.record import RunRecord
+from experiments.record.phase5 import NO_INTERVAL
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -132,8 +133,8 @@ def _verdict_title(record: RunRecord, key: str, what: str) -> str:
         return f"{what}: {status_word('not_evaluable')}"
     if c.value is None:
         return f"{what}: {status_word(c.status)}" + (f" ({c.reason})" if c.reason else "")
-    interval = record.statistics.intervals.get(key, {})
-    low, high = interval.get("low"), interval.get("high")
+    interval = record.statistics.intervals.get(key, NO_INTERVAL)
+    low, high = interval.low, interval.high
     span = f" [{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
     return f"{what} = {c.value:+.2f}{span}, {status_word(c.status)}"
 
@@ -411,10 +412,10 @@ def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
                 markerfacecolor="none" if hollow else SIGN_COLOURS[label],
                 capsize=2,
             )
-        pooled = intervals.get(f"v2_effect_above_null_{label}", {})
-        if pooled.get("estimate") is not None:
-            est = pooled["estimate"]
-            low, high = pooled.get("low"), pooled.get("high")
+        pooled = intervals.get(f"v2_effect_above_null_{label}", NO_INTERVAL)
+        if pooled.estimate is not None:
+            est = pooled.estimate
+            low, high = pooled.low, pooled.high
             ax.errorbar(
                 [est],
                 [offsets[label]],
@@ -427,14 +428,10 @@ def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
     ax.axvline(0, color="black", linewidth=0.5)
     threshold = record.config.criteria.effect_min
     ax.axvline(threshold, color="green", linestyle=":", label=f"threshold {threshold:g}")
-    pooled_n = next(
-        (
-            intervals[f"v2_effect_above_null_{lab}"].get("n_clusters")
-            for lab in signs
-            if intervals.get(f"v2_effect_above_null_{lab}", {}).get("n_clusters")
-        ),
-        None,
+    pooled_counts = (
+        intervals.get(f"v2_effect_above_null_{lab}", NO_INTERVAL).n_clusters for lab in signs
     )
+    pooled_n = next((n for n in pooled_counts if n), None)
     rows = [f"all concepts (v2){f', n={int(pooled_n)} concepts' if pooled_n else ''}"]
     for synset in concepts:
         values = record.per_concept[synset]

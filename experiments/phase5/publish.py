@@ -46,6 +46,7 @@ from experiments.phase5.report import (
 )
 from experiments.phase5.samples import samples_csv
 from experiments.record import CriterionRecord, RunRecord, RunStatistics, figure_number
+from experiments.record.phase5 import NO_INTERVAL
 from experiments.rows import View, aggregates, columns, number
 from experiments.rundir import RunDir
 from experiments.tracking.context import MAX_TAG_LEN
@@ -288,8 +289,8 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     for key, result in criteria_of(record, v2=True).items():
         metrics[f"v2/criterion/{key}"] = result.metric_value()
         metrics[f"v2/criterion/{key}/value"] = result.value
-        metrics[f"v2/criterion/{key}/low"] = intervals.get(key, {}).get("low")
-        metrics[f"v2/criterion/{key}/high"] = intervals.get(key, {}).get("high")
+        metrics[f"v2/criterion/{key}/low"] = intervals.get(key, NO_INTERVAL).low
+        metrics[f"v2/criterion/{key}/high"] = intervals.get(key, NO_INTERVAL).high
     for label, matrix in specificity_matrices(record).items():
         metrics[f"specificity/{label}/margin"] = specificity_margin(matrix)
     f1c = record.statistics.f1_vs_magnitude

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from pydantic import (
@@ -16,6 +17,7 @@ from pydantic import (
 from experiments.config import Phase5Config
 from experiments.record.base import read_record
 from metrics.criteria import CriterionResult
+from metrics.intervals import Interval
 
 RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # 1: the untyped steering_results.json of the first release; 2: typed; 3: predictors keyed
@@ -60,6 +62,17 @@ def figure_number(value: Figure) -> float | None:
     return value
 
 
+@dataclass(frozen=True)
+class CriterionInterval(Interval):
+    """A v2 criterion's interval (``kernel/effect.py``); a correlation's carries its
+    Spearman interval beside it (left out of the JSON where there is none)."""
+
+    spearman: Interval | None = None
+
+
+NO_INTERVAL: Final = CriterionInterval()  # what a criterion without one reads
+
+
 class RunStatistics(BaseModel):
     """The figures behind the criteria (``RunRecord.statistics``), the keys
     ``phase5/publish.build_record`` writes. An older record (version 2 has only
@@ -80,11 +93,10 @@ class RunStatistics(BaseModel):
         "'above_null/pos', 'above_null_other_concepts/neg', ...): the signed effect's "
         "means and intervals, n, gate and direction fractions (kernel/effect.py)",
     )
-    intervals: dict[str, dict[str, Any]] = Field(
+    intervals: dict[str, CriterionInterval] = Field(
         default_factory=dict,
-        description="per v2 criterion key: its concept-level interval "
-        "(metrics.intervals.Interval as a dict: estimate, low, high, n, n_clusters, "
-        "method, reason; a correlation's also its Spearman interval, a dict)",
+        description="per v2 criterion key: its concept-level interval (estimate, low, "
+        "high, n, n_clusters, method, reason; a correlation's also its Spearman interval)",
     )
     slopes: dict[str, float | None] = Field(
         default_factory=dict,
@@ -103,6 +115,9 @@ class RunStatistics(BaseModel):
         data: dict[str, Any] = handler(self)
         if self.measurement is None:
             data.pop("measurement", None)
+        for interval in data.get("intervals", {}).values():
+            if isinstance(interval, dict) and interval.get("spearman", True) is None:
+                del interval["spearman"]
         return data
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from experiments.config import load_config
 from experiments.record import RunRecord, RunStatistics, predictor_values
+from experiments.record.phase5 import CriterionInterval
 
 # A Phase 5 record (a tiny run with the likelihood outcome) written by
 # phase5/publish.build_record while its statistics were an untyped dict.
@@ -72,7 +73,17 @@ def test_a_record_with_untyped_statistics_reads_typed_and_writes_back_the_same_j
     assert isinstance(rec.statistics, RunStatistics)
     # the model's fields are the keys the writer wrote, in its order
     assert list(stored) == list(RunStatistics.model_fields)
-    assert rec.statistics.intervals["v2_direction_pos"] == stored["intervals"]["v2_direction_pos"]
+    intervals = rec.statistics.intervals
+    assert intervals["v2_direction_pos"] == CriterionInterval(
+        **stored["intervals"]["v2_direction_pos"]
+    )
+    # a correlation's Spearman interval, typed beside it
+    spearman = intervals["v2_predictor_vs_effect_pos"].spearman
+    assert spearman is not None
+    assert (
+        spearman.estimate
+        == stored["intervals"]["v2_predictor_vs_effect_pos"]["spearman"]["estimate"]
+    )
     assert rec.statistics.effect["concept/pos"]["n"] == stored["effect"]["concept/pos"]["n"]
     assert rec.statistics.f1_vs_magnitude["evaluable"] is True
     assert rec.statistics.measurement is not None

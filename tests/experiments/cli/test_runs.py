@@ -67,8 +67,8 @@ def test_a_cell_is_the_status_then_the_value_and_interval(store):
     table = invoke("runs", "-e", config.tracking.experiment)
     for key in ("v2_effect_above_null_pos", "v2_direction_neg", "v2_predictor_vs_effect_pos"):
         c = result.record.criteria[key]
-        interval = result.record.statistics.intervals.get(key, {})
-        shown = value_interval(c.value, interval.get("low"), interval.get("high"))
+        interval = result.record.statistics.intervals[key]
+        shown = value_interval(c.value, interval.low, interval.high)
         assert status_word(c.status) in table
         if shown:  # e.g. "+0.412 [+0.210, +0.600]": three significant digits
             assert shown in table

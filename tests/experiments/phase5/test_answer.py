@@ -19,6 +19,7 @@ from experiments.answer import (
 from experiments.config import load_config
 from experiments.phase5.answer import SEED_LABEL, answer_of
 from experiments.record import CriterionRecord, RunRecord
+from experiments.record.phase5 import CriterionInterval
 from metrics.intervals import Interval
 
 
@@ -118,12 +119,9 @@ def test_headlines_say_the_verdict_with_value_and_interval_per_sign_in_the_table
 def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_threshold():
     extra = {"v2_effect_above_null_pos": criterion("v2_effect_above_null_pos", "fail", 0.066, 0.15)}
     r = record(extra)
-    r.statistics.intervals["v2_effect_above_null_pos"] = {
-        "low": 0.004,
-        "high": 0.14,
-        "n": 27,
-        "n_clusters": 9,
-    }
+    r.statistics.intervals["v2_effect_above_null_pos"] = CriterionInterval(
+        low=0.004, high=0.14, n=27, n_clusters=9
+    )
     v = next(v for v in answer_of(r).verdicts if v.key == "v2_effect_above_null_pos")
     assert reading(v) == "real (interval above 0), short of the threshold 0.15"
     assert (

@@ -111,7 +111,7 @@ def test_a_sign_whose_every_text_was_gated_is_not_evaluable_with_its_reason(all_
         c = all_gated.criteria[key]
         assert (c.status, c.value, c.reason) == ("not_evaluable", None, REASON), key
         interval = all_gated.statistics.intervals[key]
-        assert interval["low"] is None and interval["high"] is None
+        assert interval.low is None and interval.high is None
     # The other sign is measured as before.
     assert all_gated.criteria["v2_effect_above_null_neg"].status == "pass"
     # The stored effect says why instead of a gated effect of 0 [0, 0].

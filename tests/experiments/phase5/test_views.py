@@ -48,7 +48,7 @@ def test_the_run_description_starts_with_the_answer_and_the_metrics_have_bounds(
     for key in ("v2_effect_above_null_pos", "v2_predictor_vs_effect_neg"):
         for bound in ("low", "high"):
             assert run.data.metrics[f"v2/criterion/{key}/{bound}"] == pytest.approx(
-                intervals[key][bound]
+                getattr(intervals[key], bound)
             )
         assert f"v2/criterion/{key}/value" in run.data.metrics
     artifacts = {f.path for f in tracking.client().list_artifacts(result.run_id)}
@@ -66,9 +66,7 @@ def test_rescore_json_carries_the_answer_as_fields(tiny_run, single_threaded):
     assert data["phase"] == "phase5" and data["run_id"] == result.run_id
     crit = data["answer"]["criteria"]["v2_effect_above_null_pos"]
     stored = result.record.statistics.intervals["v2_effect_above_null_pos"]
-    assert crit["low"] == pytest.approx(stored["low"]) and crit["high"] == pytest.approx(
-        stored["high"]
-    )
+    assert crit["low"] == pytest.approx(stored.low) and crit["high"] == pytest.approx(stored.high)
     assert crit["status"] in {"pass", "fail", "inconclusive"} and crit["threshold"] == 0.15
     assert set(data["answer"]["seed_criteria"]) >= {"c1_direction", "c3_f1_correlation"}
     assert data["answer"]["question"].startswith("Does a concept classifier's quality")
@@ -161,9 +159,9 @@ def test_the_steered_generations_are_in_mlflows_genai_evaluation(tiny_run):
     assert run.data.tags["mlflow.runType"] == "genai_evaluate" and run.info.status == "FINISHED"
     intervals = result.record.statistics.intervals
     for sign in ("pos", "neg"):
-        direction = intervals[f"v2_direction_{sign}"]["estimate"]
+        direction = intervals[f"v2_direction_{sign}"].estimate
         assert run.data.metrics[f"moved_as_steered_{sign}/mean"] == pytest.approx(direction)
-        effect = intervals[f"v2_effect_above_null_{sign}"]["estimate"]
+        effect = intervals[f"v2_effect_above_null_{sign}"].estimate
         assert run.data.metrics[f"effect_above_null_{sign}/mean"] == pytest.approx(effect)
     assert "moved_as_steered/mean" not in run.data.metrics  # no pool of both signs
     parent = tracking.get_run(result.run_id).data.metrics
