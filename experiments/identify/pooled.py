@@ -16,14 +16,16 @@ from typing import Any
 from experiments.answer import Answer, Verdict
 from experiments.config import IdentifyStudyConfig, Phase
 from experiments.identify.answer import PRIMARY_STATUS
-from experiments.identify.heldout.prereg import POOLED, Preregistration, check_heldout
+from experiments.identify.heldout.prereg import Preregistration
 from experiments.identify.heldout.shards import (
     POOLED_RECORD,
-    committed_ledgers,
-    pool,
+    PoolInputs,
+    ShardRun,
+    pool_inputs,
     pooled_markdown,
-    read_shards,
+    score_pool,
 )
+from experiments.identify.publish import put_interval
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.study import Finished, Opening, run_study
@@ -53,28 +55,25 @@ class PooledStudy:
         self, held: list[str], prereg: Preregistration, bound: dict[str, str], force: bool
     ) -> None:
         self.held, self.prereg, self.bound, self.force = held, prereg, bound, force
+        self.inputs: PoolInputs | None = None  # checked and read in begin
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
         """Refuse before any run opens: a pooled primary already scored (unless forced),
-        a shard missing or run on another binding."""
+        a shard missing or run on another binding; the shards read here, once."""
         config = session.config
-        check_heldout(self.prereg, config.experiment, config.results_dir, self.force,
-                      config=config, scope=POOLED, ledgers=committed_ledgers(config))  # fmt: skip
-        shards = read_shards(config, self.held, self.prereg, self.bound)
-        tags = {
-            "phase": "6-identify",
-            POOLED_TAG: "forced" if self.force else "first",
-            SHARDS_TAG: json.dumps({str(s.shard): s.run_id for s in shards}),
-        }
+        self.inputs = pool_inputs(config, self.held, self.prereg, self.bound, self.force)
+        tags = {"phase": "6-identify", POOLED_TAG: "forced" if self.force else "first",
+                SHARDS_TAG: shard_runs(self.inputs.shards)}  # fmt: skip
         return Opening(f"pooled {config.name}", tags)
 
     def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
         return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
 
     def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[PooledRecord, Pooled]:
-        run_id = session.parent_id
+        run_id, inputs = session.parent_id, self.inputs
+        assert inputs is not None  # begin read them
         session.say("pooling the held-out shards (wild cluster bootstrap)")
-        written = pool(session.config, self.held, self.prereg, self.bound, self.force, run_id)
+        written = score_pool(session.config, self.prereg, self.bound, inputs, run_id)
         record = PooledRecord.model_validate(json.loads(json.dumps(written, default=str)))
         return Finished(record, Pooled(run_id, written))
 
@@ -83,6 +82,11 @@ class PooledStudy:
 
     def children(self, record: PooledRecord, products: Pooled) -> list[ChildRun]:
         return []
+
+
+def shard_runs(shards: list[ShardRun]) -> str:
+    """The shards a pooled run read, as its tag: shard -> run id (JSON)."""
+    return json.dumps({str(s.shard): s.run_id for s in shards})
 
 
 def readings(record: PooledRecord) -> list[PrimaryReading]:
@@ -174,25 +178,17 @@ class ExploratoryStudy:
 
     def __init__(self, held: list[str], prereg: Preregistration) -> None:
         self.held, self.prereg = held, prereg
+        self.shards: list[ShardRun] = []  # checked and read in begin
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
-        """Refuse before any run opens: the primary not scored yet, a shard missing."""
-        from experiments.identify.heldout.prereg import PreregistrationError, binding
-        from experiments.identify.heldout.shards import shards_root
+        """Refuse before any run opens: the primary not scored yet, a shard missing; the
+        shards read here, once."""
+        from experiments.identify.pooled_exploratory import exploratory_shards
 
         config = session.config
-        scored = shards_root(config) / POOLED / POOLED_RECORD
-        if not scored.is_file():
-            raise PreregistrationError(
-                f"the pooled primary is not scored yet ({scored} is missing): run "
-                "`steer-eval identify pool` first; the exploratory estimands come after it"
-            )
-        shards = read_shards(config, self.held, self.prereg, binding(self.prereg, config))
-        tags = {
-            "phase": "6-identify",
-            POOLED_TAG: "exploratory",
-            SHARDS_TAG: json.dumps({str(s.shard): s.run_id for s in shards}),
-        }
+        self.shards = exploratory_shards(config, self.held, self.prereg)
+        tags = {"phase": "6-identify", POOLED_TAG: "exploratory",
+                SHARDS_TAG: shard_runs(self.shards)}  # fmt: skip
         return Opening(f"pooled exploratory {config.name}", tags)
 
     def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
@@ -201,10 +197,10 @@ class ExploratoryStudy:
     def stages(
         self, session: RunSession[IdentifyStudyConfig]
     ) -> Finished[ExploratoryRecord, Pooled]:
-        from experiments.identify.pooled_exploratory import pooled_exploratory
+        from experiments.identify.pooled_exploratory import explore_shards
 
         session.say("the exploratory estimands on the pooled shards (bootstrap)")
-        written = pooled_exploratory(session.config, self.held, self.prereg)
+        written = explore_shards(session.config, self.prereg, self.shards)
         record = ExploratoryRecord.model_validate(json.loads(json.dumps(written, default=str)))
         return Finished(record, Pooled(session.parent_id, written))
 
@@ -223,10 +219,7 @@ class ExploratoryStudy:
         )
         metrics: dict[str, float | None] = {}
         for name, e in record.estimands.items():
-            if e.fit is not None:
-                metrics |= {f"estimand/{name}": e.fit.estimate,
-                            f"estimand/{name}/low": e.fit.low,
-                            f"estimand/{name}/high": e.fit.high}  # fmt: skip
+            put_interval(metrics, f"estimand/{name}", e.fit)
         return Views(
             answer=answer,
             summary=exploratory_markdown(products.written),

@@ -41,6 +41,7 @@ from experiments.identify.heldout.prereg import (
 from experiments.identify.heldout.shards import (
     POOLED_RECORD,
     RELIABILITY_FILE,
+    ShardRun,
     pooled_directions,
     read_shards,
     shard_folder,
@@ -118,24 +119,38 @@ def shard_reliabilities(config: IdentifyStudyConfig, n: int) -> dict[str, Any]:
     }
 
 
-def pooled_exploratory(
+def exploratory_shards(
     config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
-) -> dict[str, Any]:
-    """The exploratory estimands and the per-concept table on the pooled shards (see the
-    module's docstring); a PreregistrationError until the pooled primary is scored."""
-    from experiments.identify.estimation.estimands import estimate_all
-    from experiments.identify.estimation.families import decompose
-    from experiments.identify.estimation.variance import components
-
-    folder = shards_root(config) / POOLED
-    scored = folder / POOLED_RECORD
+) -> list[ShardRun]:
+    """The shards the exploratory pass reads, checked as the pool checks them; a
+    PreregistrationError until the pooled primary is scored."""
+    scored = shards_root(config) / POOLED / POOLED_RECORD
     if not scored.is_file():
         raise PreregistrationError(
             f"the pooled primary is not scored yet ({scored} is missing): run "
             "`steer-eval identify pool` first; the exploratory estimands come after it"
         )
-    primary = json.loads(scored.read_text(encoding="utf-8"))["primary"]
-    shards = read_shards(config, held, prereg, binding(prereg, config))
+    return read_shards(config, held, prereg, binding(prereg, config))
+
+
+def pooled_exploratory(
+    config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
+) -> dict[str, Any]:
+    """The exploratory estimands and the per-concept table on the pooled shards (see the
+    module's docstring); a PreregistrationError until the pooled primary is scored."""
+    return explore_shards(config, prereg, exploratory_shards(config, held, prereg))
+
+
+def explore_shards(
+    config: IdentifyStudyConfig, prereg: Preregistration, shards: list[ShardRun]
+) -> dict[str, Any]:
+    """:func:`pooled_exploratory` on shards already checked (:func:`exploratory_shards`)."""
+    from experiments.identify.estimation.estimands import estimate_all
+    from experiments.identify.estimation.families import decompose
+    from experiments.identify.estimation.variance import components
+
+    folder = shards_root(config) / POOLED
+    primary = json.loads((folder / POOLED_RECORD).read_text(encoding="utf-8"))["primary"]
     frame = pooled_directions(shards)
     n_boot, seed = config.criteria.n_boot, config.seed
     table = per_concept(frame)

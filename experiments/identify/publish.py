@@ -41,7 +41,8 @@ def _put(
             metrics[f"{name}{suffix}"] = float(value)
 
 
-def _put_fit(metrics: dict[str, float | None], name: str, fit: Interval | None) -> None:
+def put_interval(metrics: dict[str, float | None], name: str, fit: Interval | None) -> None:
+    """``name``, ``name/low``, ``name/high`` of an interval, each where it is a number."""
     if fit is not None:
         _put(metrics, name, fit.estimate, fit.low, fit.high)
 
@@ -52,23 +53,23 @@ def manipulation_metrics(
     """Metrics and status tags of one manipulation (names without the manipulation)."""
     metrics: dict[str, float | None] = {}
     tags: dict[str, str] = {}
-    _put_fit(metrics, "slope_auroc", result.slope_auroc)
+    put_interval(metrics, "slope_auroc", result.slope_auroc)
     for key, interval in result.partial.items():
-        _put_fit(metrics, f"partial/{key}", interval)
+        put_interval(metrics, f"partial/{key}", interval)
     med = result.mediation
     if med.evaluable:
         for key in ("total_auroc", "direct_auroc", "cos_ref", "share_via_cos"):
-            _put_fit(metrics, f"mediation/{key}", getattr(med, key))
+            put_interval(metrics, f"mediation/{key}", getattr(med, key))
     for m in result.minimum_effective:
         name = f"min_auroc/f{m.fraction:g}"
         tags[name.replace("/", ".")] = m.status
         if m.level is not None and m.level.estimate is not None:
-            _put_fit(metrics, name, m.level)
+            put_interval(metrics, name, m.level)
     for p, d in result.predictors.items():
-        _put_fit(metrics, f"within_r/{p}", d.observed)
-        _put_fit(metrics, f"within_r_disattenuated/{p}", d.corrected)
-        _put_fit(metrics, f"reliability/{p}", d.reliability_x)
-        _put_fit(metrics, "reliability/effect", d.reliability_y)
+        put_interval(metrics, f"within_r/{p}", d.observed)
+        put_interval(metrics, f"within_r_disattenuated/{p}", d.corrected)
+        put_interval(metrics, f"reliability/{p}", d.reliability_x)
+        put_interval(metrics, "reliability/effect", d.reliability_y)
     if result.mixed.evaluable:
         for term, fit in result.mixed.terms.items():
             _put(metrics, f"mixed/{term}", fit.get("estimate"), fit.get("low"), fit.get("high"))
@@ -87,9 +88,9 @@ def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dic
         metrics.update({f"{slug(m)}/{k}": v for k, v in mm.items()})
         tags.update({f"{slug(m).replace('/', '.')}.{k}": v for k, v in mt.items()})
     pooled = record.pooled
-    _put_fit(metrics, "pooled/slope_auroc", pooled.slope_auroc)
+    put_interval(metrics, "pooled/slope_auroc", pooled.slope_auroc)
     for key, interval in pooled.partial.items():
-        _put_fit(metrics, f"pooled/partial/{key}", interval)
+        put_interval(metrics, f"pooled/partial/{key}", interval)
     for name, h in (("heterogeneity", pooled.heterogeneity),
                     ("heterogeneity_given_cos", pooled.heterogeneity_given_cos)):  # fmt: skip
         if h.evaluable:
@@ -99,29 +100,29 @@ def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dic
         metrics[f"pooled/rank/{row.predictor}/within_r"] = row.within_r
         metrics[f"pooled/rank/{row.predictor}/p_first"] = row.p_first
     for p, d in pooled.predictors.items():
-        _put_fit(metrics, f"pooled/within_r_disattenuated/{p}", d.corrected)
+        put_interval(metrics, f"pooled/within_r_disattenuated/{p}", d.corrected)
     if record.primary is not None:
-        _put_fit(metrics, "primary/slope", record.primary.slope)
+        put_interval(metrics, "primary/slope", record.primary.slope)
         tags["identify.primary_verdict"] = record.primary.verdict
     for name, e in record.estimands.items():
-        _put_fit(metrics, f"estimand/{name}", e.fit)
+        put_interval(metrics, f"estimand/{name}", e.fit)
     for key, r in record.outcome_reliability.items():
-        _put_fit(metrics, f"outcome_reliability/{key}", r)
+        put_interval(metrics, f"outcome_reliability/{key}", r)
     subset = record.identified.subset.outcomes if record.identified else {}
     for key, slopes in subset.items():  # each declared outcome (identify/measures.py)
         for detector, fit in slopes.slopes.items():
-            _put_fit(metrics, f"subset/{key}/{detector}", fit)
-        _put_fit(metrics, f"subset/{key}/given_dose", slopes.given_dose)
+            put_interval(metrics, f"subset/{key}/{detector}", fit)
+        put_interval(metrics, f"subset/{key}/given_dose", slopes.given_dose)
     validation = record.validation
     if validation.evaluable:
-        _put_fit(metrics, "validation/pooled_r", validation.pooled_r)
+        put_interval(metrics, "validation/pooled_r", validation.pooled_r)
         if validation.within is not None:
-            _put_fit(metrics, "validation/within_r", validation.within.observed)
-            _put_fit(metrics, "validation/within_r_disattenuated", validation.within.corrected)
+            put_interval(metrics, "validation/within_r", validation.within.observed)
+            put_interval(metrics, "validation/within_r_disattenuated", validation.within.corrected)
     between = record.between_concepts
     if between.evaluable:
-        _put_fit(metrics, "between/auroc_vs_effect_r", between.observed)
-        _put_fit(metrics, "between/auroc_vs_effect_r_disattenuated", between.corrected)
+        put_interval(metrics, "between/auroc_vs_effect_r", between.observed)
+        put_interval(metrics, "between/auroc_vs_effect_r_disattenuated", between.corrected)
     for key, value in record.resources.items():
         metrics[f"resources/{key}"] = float(value)
     return metrics, tags

@@ -16,7 +16,13 @@ shard is missing or was run under another pre-registration or binding, and score
 primary once (:func:`pool`: ``analysis.primary_result`` on the concatenated directions,
 in shard order, which is the held-out order an unsharded run tabulates), with the device
 each concept was measured on as a concept-level factor (counts beside the estimate), and
-a ``pooled`` ledger entry.
+a ``pooled`` ledger entry. The pooled run (``identify/pooled.py``) checks and reads the
+shards once (:func:`pool_inputs`) before its MLflow run opens, then scores them
+(:func:`score_pool`); :func:`pool` is the two without a run.
+
+Longer than 500 lines: the sharded protocol is one contract, from the partition through
+the kept folders and their checks to the one pooled scoring and its answer; split, the
+checks a shard passes and those the pool repeats would drift apart.
 """
 
 from __future__ import annotations
@@ -368,19 +374,25 @@ def score_primaries(
     return holm(primaries(primary), score, float(primary.get("alpha", 0.05)))
 
 
-def pool(
+@dataclass(frozen=True)
+class PoolInputs:
+    """What a pooled scoring was checked against and reads: the earlier scorings of this
+    pre-registration (a forced one has some) and every finished shard."""
+
+    earlier: list[dict[str, Any]]
+    shards: list[ShardRun]
+
+
+def pool_inputs(
     config: IdentifyStudyConfig,
     held: list[str],
     prereg: Preregistration,
     bound: dict[str, str],
     force: bool,
-    run_id: str | None = None,
-) -> dict[str, Any]:
-    """Score the primary once on the pooled shards: the same checks as a held-out run
-    (committed pre-registration, binding), one pooled scoring per pre-registration unless
-    ``force``; writes ``pooled/pooled.json`` and ``answer.md`` beside the shards and a
-    ``pooled`` ledger entry (local ledger and the committed folder; mirrored on the pooled
-    run ``run_id`` when there is one). Returns the record."""
+) -> PoolInputs:
+    """The checks of a held-out run (committed pre-registration, binding; one pooled
+    scoring per pre-registration unless ``force``), then the shards, each read once; a
+    PreregistrationError names what refuses."""
     earlier = check_heldout(
         prereg,
         config.experiment,
@@ -390,7 +402,33 @@ def pool(
         scope=POOLED,
         ledgers=committed_ledgers(config),
     )
-    shards = read_shards(config, held, prereg, bound)
+    return PoolInputs(earlier, read_shards(config, held, prereg, bound))
+
+
+def pool(
+    config: IdentifyStudyConfig,
+    held: list[str],
+    prereg: Preregistration,
+    bound: dict[str, str],
+    force: bool,
+) -> dict[str, Any]:
+    """Score the primary once on the pooled shards (:func:`pool_inputs`, then
+    :func:`score_pool`, with no MLflow run); returns the record."""
+    return score_pool(config, prereg, bound, pool_inputs(config, held, prereg, bound, force))
+
+
+def score_pool(
+    config: IdentifyStudyConfig,
+    prereg: Preregistration,
+    bound: dict[str, str],
+    inputs: PoolInputs,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Score the primary on the checked shards: writes ``pooled/pooled.json`` and
+    ``answer.md`` beside them and a ``pooled`` ledger entry (local ledger and the
+    committed folder; mirrored on the pooled run ``run_id`` when there is one). Returns
+    the record."""
+    earlier, shards = inputs.earlier, inputs.shards
     frame = pooled_directions(shards)
     floors = reliability_floors(config, prereg.primary, shards)
     co = bool(prereg.primary.get("co_primaries"))
