@@ -25,7 +25,7 @@ which two unrelated draws already make about 0.13 on average:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -42,7 +42,9 @@ from experiments.kernel.gate import (
     row_fluency,
 )
 from experiments.kernel.gate import column as _col
+from experiments.kernel.outcomes import OUTCOMES
 from experiments.kernel.plan import CONCEPT_ARM
+from experiments.record import ArmEffect, CriterionInterval, NullEffect
 from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
 from metrics.intervals import (
     Interval,
@@ -282,10 +284,11 @@ def _correlation_interval(
 class EffectReport:
     """The steering effect per arm and sign, the null, the specificity and criteria v2."""
 
-    summary: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summary: dict[str, ArmEffect] = field(default_factory=dict)  # per arm/sign
+    above: dict[str, NullEffect] = field(default_factory=dict)  # per null/sign
     per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
     criteria: dict[str, CriterionResult] = field(default_factory=dict)
-    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    intervals: dict[str, CriterionInterval] = field(default_factory=dict)
     specificity: dict[int, pd.DataFrame] = field(default_factory=dict)
     slopes: dict[str, float] = field(default_factory=dict)
     # Per unit (concept, prompt, sample) and sign: the gated effect above the isotropic
@@ -311,23 +314,29 @@ def all_gated(frame: pd.DataFrame, what: str) -> str | None:
     return f"every steered text at {what} was gated ({n}/{n})"
 
 
-def _summarise(frame: pd.DataFrame, config: RunConfig, what: str) -> dict[str, Any]:
-    out: dict[str, float | str | None] = {"n": float(len(frame))}
+def _summarise(frame: pd.DataFrame, config: RunConfig, what: str) -> ArmEffect:
+    """Every registered outcome's mean over ``frame`` (one arm and sign) with its
+    concept-level interval; a gated one is not evaluable where every text was gated."""
     gated = all_gated(frame, what)
-    for column in ("e", "e_gated", "combined"):
-        ci = mean_ci(frame, column, config)
-        if column == "e_gated" and gated:
+    outcomes = {}
+    for name, outcome in OUTCOMES.items():
+        ci = mean_ci(frame, name, config)
+        if outcome.gated and gated:
             ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
-        out[f"{column}_mean"] = ci.estimate
-        out[f"{column}_low"] = ci.low
-        out[f"{column}_high"] = ci.high
-    if gated:
-        out["gated_reason"] = gated  # why the gated effect is not evaluable
-    out["gate_pass_fraction"] = float(frame["gate_pass"].mean()) if len(frame) else None
-    out["direction_fraction"] = (
-        float((frame["e_gated"] > 0).mean()) if len(frame) and not gated else None
+        outcomes[name] = ci
+    return ArmEffect(
+        n=len(frame),
+        outcomes=outcomes,
+        gate_pass_fraction=float(frame["gate_pass"].mean()) if len(frame) else None,
+        direction_fraction=(
+            float((frame["e_gated"] > 0).mean()) if len(frame) and not gated else None
+        ),
+        gated_reason=gated or "",
     )
-    return out
+
+
+def _criterion(ci: Interval, spearman: Interval | None = None) -> CriterionInterval:
+    return CriterionInterval(**asdict(ci), spearman=spearman)
 
 
 def evaluate_effect(
@@ -336,6 +345,7 @@ def evaluate_effect(
     """Everything about the steering effect on the report rows, and criteria v2."""
     report_rows = records[_col(records, "split", "report") == "report"]
     effects = paired_effects(report_rows, config)
+    effects = effects.assign(**{name: o.of(name, effects) for name, o in OUTCOMES.items()})
     out = EffectReport(slopes=slopes(report_rows))
     for arm_name, arm_rows in effects.groupby(
         np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])
@@ -360,16 +370,7 @@ def evaluate_effect(
         if gated:
             ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
         ci_raw = mean_ci(raw, "above_null", config)
-        out.summary[f"above_null/{label}"] = {
-            "gated_mean": ci.estimate,
-            "gated_low": ci.low,
-            "gated_high": ci.high,
-            "ungated_mean": ci_raw.estimate,
-            "ungated_low": ci_raw.low,
-            "ungated_high": ci_raw.high,
-            "n": float(len(rows)),
-            **({"gated_reason": gated} if gated else {}),
-        }
+        out.above[f"above_null/{label}"] = NullEffect(n=len(rows), gated=ci, ungated=ci_raw)
         # Direction: the fraction of pairs whose gated effect is positive.
         k = int((concept_rows["e_gated"] > 0).sum())
         direction = binomial_interval(k, len(concept_rows), config.criteria.confidence)
@@ -382,7 +383,7 @@ def evaluate_effect(
             direction,
             config.criteria.direction_min_fraction,
         )
-        out.intervals[key] = direction.to_dict()
+        out.intervals[key] = _criterion(direction)
         key = f"v2_effect_above_null_{label}"
         out.criteria[key] = _verdict_result(
             key,
@@ -390,7 +391,7 @@ def evaluate_effect(
             ci,
             config.criteria.effect_min,
         )
-        out.intervals[key] = ci.to_dict()
+        out.intervals[key] = _criterion(ci)
         per_concept = rows.groupby("concept")["above_null"].mean() if len(rows) else pd.Series()
         for synset, value in per_concept.items():
             out.per_concept.setdefault(str(synset), {})[f"above_null_{label}"] = float(value)
@@ -421,7 +422,7 @@ def evaluate_effect(
                 f"[{spearman.low:.3f}, {spearman.high:.3f}]",
             )
         out.criteria[key] = result
-        out.intervals[key] = {**pearson.to_dict(), "spearman": spearman.to_dict()}
+        out.intervals[key] = _criterion(pearson, spearman)
     out.specificity = specificity(effects, report_rows)
     out.above_null = null
     out.arm_effects = effects.groupby(["concept", "arm", "sign"])["e"].mean().reset_index()
@@ -445,19 +446,11 @@ def evaluate_effect(
             ci,
             config.criteria.specificity_min,
         )
-        out.intervals[key] = ci.to_dict()
+        out.intervals[key] = _criterion(ci)
         for synset, value in margins.groupby("concept")["margin"].mean().items():
             out.per_concept.setdefault(str(synset), {})[f"specificity_{label}"] = float(value)
         ci = mean_ci(other[other["sign"] == sign], "above_other", config)
-        out.summary[f"above_null_other_concepts/{label}"] = {
-            "gated_mean": None,
-            "gated_low": None,
-            "gated_high": None,
-            "ungated_mean": ci.estimate,
-            "ungated_low": ci.low,
-            "ungated_high": ci.high,
-            "n": float(ci.n),
-        }
+        out.above[f"above_null_other_concepts/{label}"] = NullEffect(n=ci.n, gated=None, ungated=ci)
     # Criterion 4 v2 waits for Parts B and C (experiments.validation.criterion4).
     human = human_criterion_v2(None, pass_r=config.criteria.human_r_pass)
     out.criteria[V2_C4] = combine_criterion4_v2(human)

@@ -16,7 +16,7 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import cast
 
 from experiments.answer import (
     SIGN_LABELS,
@@ -28,7 +28,9 @@ from experiments.answer import (
     intervention_words,
 )
 from experiments.kernel.layer_table import answer_table, undistinguished
-from experiments.record import RunRecord, figure_number
+from experiments.kernel.outcomes import OUTCOMES
+from experiments.kernel.plan import CONCEPT_ARM
+from experiments.record import ArmEffect, RunRecord
 from experiments.record.phase5 import NO_INTERVAL
 from metrics.criteria import C1_DIRECTION
 from metrics.intervals import Interval, interval_verdict
@@ -136,12 +138,11 @@ def verdicts(record: RunRecord) -> list[Verdict]:
     return out
 
 
-def _passing(row: dict[str, Any]) -> str:
-    """``k/n (p%)`` of an arm's texts passing the gate (its effect summary's row)."""
-    rate, n = figure_number(row.get("gate_pass_fraction")), figure_number(row.get("n"))
-    if rate is None or not n:
+def _passing(arm: ArmEffect | None) -> str:
+    """``k/n (p%)`` of an arm's texts passing the gate (its effect summary)."""
+    if arm is None or arm.gate_pass_fraction is None or not arm.n:
         return ""
-    return f"{round(rate * n)}/{int(n)} ({rate:.0%})"
+    return f"{round(arm.gate_pass_fraction * arm.n)}/{arm.n} ({arm.gate_pass_fraction:.0%})"
 
 
 def null_gate(record: RunRecord, sign: str) -> str:
@@ -150,10 +151,10 @@ def null_gate(record: RunRecord, sign: str) -> str:
     null text the gate fails counts as e = 0, one it passes with its Δ; so a null that
     passes gibberish can move the effect above it either way."""
     effect = record.statistics.effect
-    null = _passing(effect.get(f"random/{sign}") or {})
+    null = _passing(effect.get(f"random/{sign}"))
     if not null:
         return ""
-    concept = _passing(effect.get(f"concept/{sign}") or {})
+    concept = _passing(effect.get(f"concept/{sign}"))
     return f"null texts passing the gate {null}" + (f", concept texts {concept}" if concept else "")
 
 
@@ -162,8 +163,8 @@ def direction_beside(record: RunRecord, sign: str) -> str:
     below 0: the random directions' share at the same sign, and why it differs from the
     seed's criterion 1 (this counts a gated text as not moved, per sign; c1 counts every
     steered text of both signs by its Δ shift, gated or not)."""
-    random = figure_number((record.statistics.effect.get(f"random/{sign}") or {}).get(
-        "direction_fraction"))  # fmt: skip
+    arm = record.statistics.effect.get(f"random/{sign}")
+    random = arm.direction_fraction if arm is not None else None
     c1 = record.criteria.get(C1_DIRECTION)
     parts = [f"random directions {random:.2f}" if random is not None else ""]
     if c1 is not None and c1.value is not None:
@@ -186,29 +187,32 @@ def resampled(interval: Interval | None) -> tuple[int | None, str]:
     return n, "samples"
 
 
+def _reference(
+    record: RunRecord, arm: str, outcome: str, sign: str
+) -> tuple[Interval, ArmEffect] | None:
+    """An arm's outcome at ``sign`` with its interval, when the run measured it."""
+    summary = record.statistics.effect.get(f"{arm}/{sign}")
+    if summary is None or outcome not in summary.outcomes:
+        return None
+    return summary.outcomes[outcome], summary
+
+
 def baseline_verdicts(record: RunRecord) -> list[Verdict]:
     """The prompting baseline's gated effect per sign (a reference row: steering by
     instruction instead of a vector), against the effect threshold, when it ran."""
-    effect = record.statistics.effect
     threshold = record.config.criteria.effect_min
     out = []
     for sign in ("pos", "neg"):
-        row = effect.get(f"prompt/{sign}")
-        if not row:
+        if (found := _reference(record, "prompt", "e_gated", sign)) is None:
             continue
-        interval = Interval(
-            figure_number(row.get("e_gated_mean")), figure_number(row.get("e_gated_low")),
-            figure_number(row.get("e_gated_high")),
-            int(row.get("n") or 0), 0, "pairs",
-        )  # fmt: skip
+        measured, arm = found
+        interval = Interval(measured.estimate, measured.low, measured.high, arm.n, 0, "pairs")
         out.append(
             Verdict(
                 key=BASELINE_KEY.format(sign=sign),
                 label="prompting baseline: gated effect (reference)",
                 group=SIGN_LABELS[sign],
-                interval=replace(
-                    interval, method="pairs resampled", reason=str(row.get("gated_reason") or "")
-                ),
+                interval=replace(interval, method="pairs resampled", reason=arm.gated_reason),
                 status=interval_verdict(interval, threshold),
                 threshold=threshold,
                 n=interval.n,
@@ -218,6 +222,35 @@ def baseline_verdicts(record: RunRecord) -> list[Verdict]:
                 sign=sign,
             )
         )
+    return out
+
+
+def outcome_verdicts(record: RunRecord) -> list[Verdict]:
+    """Each registered outcome with ``answer`` words (``kernel/outcomes.py``): the
+    concept arm's mean per sign, concepts resampled, against the effect threshold (a
+    reference row, as the prompting baseline's)."""
+    threshold = record.config.criteria.effect_min
+    out = []
+    for name, outcome in OUTCOMES.items():
+        for sign in ("pos", "neg"):
+            found = _reference(record, CONCEPT_ARM, name, sign)
+            if outcome.answer is None or found is None:
+                continue
+            interval = found[0]
+            out.append(
+                Verdict(
+                    key=f"outcome_{name}_{sign}",
+                    label=f"{outcome.answer} (reference)",
+                    group=SIGN_LABELS[sign],
+                    interval=interval,
+                    status=interval_verdict(interval, threshold),
+                    threshold=threshold,
+                    n=interval.n_clusters or interval.n,
+                    units="concepts",
+                    description=f"the concept arm's {outcome.label} (kernel/outcomes.py)",
+                    sign=sign,
+                )
+            )
     return out
 
 
@@ -325,7 +358,7 @@ def answer_of(
         run_id=record.run_id,
         question=question(record),
         confidence=record.config.criteria.confidence,
-        verdicts=[*verdicts(record), *baseline_verdicts(record)],
+        verdicts=[*verdicts(record), *baseline_verdicts(record), *outcome_verdicts(record)],
         seed=seed_verdicts(record),
         seed_label=SEED_LABEL,
         figures=figures,

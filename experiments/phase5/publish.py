@@ -50,6 +50,7 @@ from experiments.record.phase5 import NO_INTERVAL
 from experiments.rows import View, aggregates, columns, number
 from experiments.rundir import RunDir
 from experiments.tracking.context import MAX_TAG_LEN
+from metrics.intervals import Interval
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -277,14 +278,26 @@ def _seed_prefixed(values: dict[str, V]) -> dict[str, V]:
     return {key if "c4_" in key else f"seed/{key}": value for key, value in values.items()}
 
 
+def _ends(prefix: str, interval: Interval) -> dict[str, float | None]:
+    """``<prefix>_mean``, ``_low`` and ``_high``: an effect summary's metric names."""
+    ends = ("mean", interval.estimate), ("low", interval.low), ("high", interval.high)
+    return {f"{prefix}_{suffix}": value for suffix, value in ends}
+
+
 def record_metrics(record: RunRecord) -> dict[str, float | None]:
     """The parent run's MLflow metrics, every one read from the record."""
     metrics = strength_metrics({float(k): v for k, v in record.per_strength.items()})
     metrics.update(_seed_prefixed(criteria_metrics(criteria_of(record, v2=False))))
-    for name, summary in record.statistics.effect.items():
-        for k, v in summary.items():
-            if isinstance(v, int | float) or v is None:
-                metrics[f"effect/{name}/{k}"] = v
+    for name, arm in record.statistics.effect.items():
+        metrics[f"effect/{name}/n"] = arm.n
+        for outcome, interval in arm.outcomes.items():
+            metrics.update(_ends(f"effect/{name}/{outcome}", interval))
+        metrics[f"effect/{name}/gate_pass_fraction"] = arm.gate_pass_fraction
+        metrics[f"effect/{name}/direction_fraction"] = arm.direction_fraction
+    for name, null in record.statistics.above_null.items():
+        metrics[f"effect/{name}/n"] = null.n
+        metrics.update(_ends(f"effect/{name}/gated", null.gated or Interval()))
+        metrics.update(_ends(f"effect/{name}/ungated", null.ungated))
     intervals = record.statistics.intervals
     for key, result in criteria_of(record, v2=True).items():
         metrics[f"v2/criterion/{key}"] = result.metric_value()
@@ -416,6 +429,7 @@ def build_record(
         statistics=RunStatistics(
             f1_vs_magnitude=report.f1_correlation.to_dict(),
             effect=effect.summary,
+            above_null=effect.above,
             intervals=effect.intervals,
             slopes=effect.slopes,
             measurement=measurement.statistics if measurement else None,

@@ -18,12 +18,14 @@ from experiments.answer import (
 )
 from experiments.kernel import publisher
 from experiments.kernel.effect import SIGNS
+from experiments.kernel.outcomes import OUTCOMES, Outcome
 from experiments.phase5.answer import answer_of
 from experiments.phase5.figures import plots, reviewer_figures, specificity_figure
-from experiments.record import RunRecord
+from experiments.record import RunRecord, RunStatistics
 from experiments.rows import View, aggregates
 from experiments.rundir import RunDir
 from metrics.criteria import CriterionResult
+from metrics.intervals import Interval
 
 if TYPE_CHECKING:
     from experiments.phase5.context import RunContext
@@ -34,40 +36,35 @@ def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
     return {k: c.result() for k, c in record.criteria.items() if k.startswith("v2_") is v2}
 
 
-def effect_markdown(summary: dict[str, dict[str, Any]], criteria: dict[str, Any]) -> list[str]:
-    """The signed effect per arm and sign with intervals (``summary``: the record's
-    ``statistics.effect``), and the v2 criteria."""
+def _cell(interval: Interval, shown: str = "interval") -> str:
+    if shown == "mean":
+        return number(interval.estimate, ".2f")
+    return estimate_text(interval.estimate, interval.low, interval.high, reason=interval.reason)
 
+
+def effect_markdown(statistics: RunStatistics, criteria: dict[str, CriterionResult]) -> list[str]:
+    """Every registered outcome per arm and sign with its interval, the effect above
+    each null, and the v2 criteria."""
+    measured = dict.fromkeys(o for arm in statistics.effect.values() for o in arm.outcomes)
+    # an outcome no longer registered is shown by its name
+    shown = {name: OUTCOMES.get(name) or Outcome(name) for name in measured}
     lines = [
         "",
         "## Steering effect (signed, paired with the unsteered twin; 95% cluster bootstrap)",
         "",
-        "| arm / sign | n | e (ungated) | e (gated) | gate pass | combined |",
-        "|---|---|---|---|---|---|",
+        "| arm / sign | n | " + " | ".join(o.label for o in shown.values()) + " | gate pass |",
+        "|---|---|" + "---|" * len(shown) + "---|",
     ]
-    for name, v in sorted(summary.items()):
-        if name.startswith("above_null"):
-            continue
-        gated = estimate_text(
-            v.get("e_gated_mean"), v.get("e_gated_low"), v.get("e_gated_high"),
-            reason=v.get("gated_reason") or "",
-        )  # fmt: skip
+    for name, arm in sorted(statistics.effect.items()):
+        cells = [_cell(arm.outcomes.get(o, Interval()), out.shown) for o, out in shown.items()]
         lines.append(
-            f"| {name} | {int(v['n'])} | {number(v['e_mean'])} [{number(v['e_low'])}, "
-            f"{number(v['e_high'])}] | {gated} | {number(v['gate_pass_fraction'], '.2f')} | "
-            f"{number(v['combined_mean'], '.2f')} |"
-        )
+            f"| {name} | {arm.n} | " + " | ".join(cells)
+            + f" | {number(arm.gate_pass_fraction, '.2f')} |"
+        )  # fmt: skip
     lines += ["", "| effect above null | gated | ungated |", "|---|---|---|"]
-    for name, v in sorted(summary.items()):
-        if name.startswith("above_null"):
-            gated = estimate_text(
-                v.get("gated_mean"), v.get("gated_low"), v.get("gated_high"),
-                reason=v.get("gated_reason") or "",
-            )  # fmt: skip
-            lines.append(
-                f"| {name} | {gated} | {number(v['ungated_mean'])} "
-                f"[{number(v['ungated_low'])}, {number(v['ungated_high'])}] |"
-            )
+    for name, null in sorted(statistics.above_null.items()):
+        gated = null.gated or Interval()
+        lines.append(f"| {name} | {_cell(gated)} | {_cell(null.ungated)} |")
     lines += [
         "",
         "## Criteria v2 (pass: interval above the threshold; fail: below; else inconclusive)",
@@ -159,8 +156,7 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
     text = summary_markdown(
         record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
     )
-    effect = record.statistics.effect
-    text += "\n".join(effect_markdown(effect, criteria_of(record, v2=True))) + "\n"
+    text += "\n".join(effect_markdown(record.statistics, criteria_of(record, v2=True))) + "\n"
     measurement = record.statistics.measurement
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
 

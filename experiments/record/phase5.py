@@ -12,10 +12,11 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 
 from experiments.config import Phase5Config
-from experiments.record.base import read_record
+from experiments.record.base import _Block, read_record
 from metrics.criteria import CriterionResult
 from metrics.intervals import Interval
 
@@ -24,8 +25,10 @@ RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # f1_raw / f1_calibrated / auroc / ap (no bare f1) and effect statistics; 4: concept-level
 # intervals, the specificity criteria, reliabilities and corrected correlations, the
 # likelihood outcome and Δ's reference gap (statistics.measurement), the probes' test
-# decisions (detection).
-RECORD_VERSION = 4
+# decisions (detection); 5: the effect summaries typed, each outcome an Interval
+# (statistics.effect) and the effect above the nulls apart (statistics.above_null).
+RECORD_VERSION = 5
+READABLE = (4,)  # versions every reader reads as this one (their blocks migrate)
 MIGRATABLE = (2, 3)  # versions a rescore can read and rewrite at RECORD_VERSION
 
 
@@ -73,6 +76,63 @@ class CriterionInterval(Interval):
 NO_INTERVAL: Final = CriterionInterval()  # what a criterion without one reads
 
 
+class ArmEffect(_Block):
+    """One arm and sign's steered texts (``statistics.effect['concept/pos']``): each
+    outcome's mean with its concept-level interval (``kernel/outcomes.py``)."""
+
+    n: int = Field(description="steered texts paired with their unsteered twin")
+    outcomes: dict[str, Interval] = Field(description="per registered outcome (e, e_gated, ...)")
+    gate_pass_fraction: float | None = Field(description="the share passing the gate")
+    direction_fraction: float | None = Field(
+        description="the share whose gated effect is positive (None when every text was gated)"
+    )
+    gated_reason: str = Field("", description="why gated outcomes are not evaluable, if so")
+
+
+class NullEffect(_Block):
+    """The concept arm's effect above a null at one sign (``statistics.above_null``:
+    'above_null/pos' against random directions, 'above_null_other_concepts/pos' against
+    the other concepts' directions, which has no gated effect)."""
+
+    n: int = Field(description="units (concept, prompt, sample) paired with the null")
+    gated: Interval | None = Field(description="the gated effect above the null")
+    ungated: Interval = Field(description="the ungated effect above the null")
+
+
+def _interval_of(row: Mapping[str, Any], prefix: str, reason: str = "") -> dict[str, Any]:
+    """A version-4 summary's ``<prefix>_mean``/``_low``/``_high`` as an Interval's fields."""
+    ends = ("estimate", "mean"), ("low", "low"), ("high", "high")
+    return {k: row.get(f"{prefix}_{suffix}") for k, suffix in ends} | {"reason": reason}
+
+
+def _version_4_effect(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-4 ``statistics.effect`` (one dict of loose numbers per arm/sign and per
+    null, keyed ``e_mean``, ``gated_low``, ...) as version 5 types it."""
+    effect, arms, nulls = data.get("effect") or {}, {}, {}
+    if "above_null" in data or not all(
+        isinstance(v, dict) and "outcomes" not in v for v in effect.values()
+    ):
+        return data
+    for name, row in effect.items():
+        reason, n = str(row.get("gated_reason") or ""), int(row.get("n") or 0)
+        if name.startswith("above_null"):
+            other = name.startswith("above_null_other")  # no gated effect above that null
+            gated = None if other else _interval_of(row, "gated", reason)
+            nulls[name] = {"n": n, "gated": gated, "ungated": _interval_of(row, "ungated")}
+            continue
+        arms[name] = {
+            "n": n,
+            "outcomes": {
+                o: _interval_of(row, o, reason if o == "e_gated" else "")
+                for o in ("e", "e_gated", "combined")
+            },
+            "gate_pass_fraction": row.get("gate_pass_fraction"),
+            "direction_fraction": row.get("direction_fraction"),
+            "gated_reason": reason,
+        }
+    return {**data, "effect": arms, "above_null": nulls}
+
+
 class RunStatistics(BaseModel):
     """The figures behind the criteria (``RunRecord.statistics``), the keys
     ``phase5/publish.build_record`` writes. An older record (version 2 has only
@@ -87,11 +147,15 @@ class RunStatistics(BaseModel):
         "classifier's F1 with the steering magnitude (metrics.criteria.CorrelationResult "
         "as a dict: evaluable, method, r, p_value, ci_low, ci_high, n, reason, ...)",
     )
-    effect: dict[str, dict[str, Figure]] = Field(
+    effect: dict[str, ArmEffect] = Field(
         default_factory=dict,
-        description="per arm and sign ('concept/pos', 'random/neg', 'prompt/pos', "
-        "'above_null/pos', 'above_null_other_concepts/neg', ...): the signed effect's "
-        "means and intervals, n, gate and direction fractions (kernel/effect.py)",
+        description="per arm and sign ('concept/pos', 'random/neg', 'prompt/pos'): each "
+        "outcome's mean and interval, n, gate and direction fractions (kernel/effect.py)",
+    )
+    above_null: dict[str, NullEffect] = Field(
+        default_factory=dict,
+        description="per null and sign ('above_null/pos', 'above_null_other_concepts/neg'): "
+        "the concept arm's effect above it, gated and ungated",
     )
     intervals: dict[str, CriterionInterval] = Field(
         default_factory=dict,
@@ -109,6 +173,11 @@ class RunStatistics(BaseModel):
         "corrected_correlations and, when measured, likelihood, "
         "likelihood_vs_effect_by_direction, reference_gap",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_version_4(cls, data: Any) -> Any:
+        return _version_4_effect(data) if isinstance(data, dict) else data
 
     @model_serializer(mode="wrap")
     def _written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -222,7 +291,7 @@ class RunRecord(BaseModel):
             cls,
             text,
             source,
-            migratable=MIGRATABLE if migrate else (),
+            migratable=READABLE + (MIGRATABLE if migrate else ()),
             fix="; rescore it with `steer-eval rescore <run id>`",
         )
 

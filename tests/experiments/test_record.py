@@ -66,13 +66,11 @@ def _exactly(value: object) -> object:
     return (type(value).__name__, value)
 
 
-def test_a_record_with_untyped_statistics_reads_typed_and_writes_back_the_same_json():
+def test_a_version_4_record_reads_typed_and_its_effect_summaries_migrate():
     text = UNTYPED.read_text()
     stored = json.loads(text)["statistics"]
     rec = RunRecord.parse(text)
     assert isinstance(rec.statistics, RunStatistics)
-    # the model's fields are the keys the writer wrote, in its order
-    assert list(stored) == list(RunStatistics.model_fields)
     intervals = rec.statistics.intervals
     assert intervals["v2_direction_pos"] == CriterionInterval(
         **stored["intervals"]["v2_direction_pos"]
@@ -84,13 +82,36 @@ def test_a_record_with_untyped_statistics_reads_typed_and_writes_back_the_same_j
         spearman.estimate
         == stored["intervals"]["v2_predictor_vs_effect_pos"]["spearman"]["estimate"]
     )
-    assert rec.statistics.effect["concept/pos"]["n"] == stored["effect"]["concept/pos"]["n"]
+    # version 4's loose numbers per arm and sign: each outcome an Interval now
+    for name, row in stored["effect"].items():
+        if name.startswith("above_null"):
+            null = rec.statistics.above_null[name]
+            assert null.n == row["n"]
+            assert null.ungated.ends() == (row["ungated_mean"], row["ungated_low"],
+                                           row["ungated_high"])  # fmt: skip
+            assert (null.gated is None) is name.startswith("above_null_other")
+            continue
+        arm = rec.statistics.effect[name]
+        assert arm.n == row["n"] and arm.gate_pass_fraction == row["gate_pass_fraction"]
+        for outcome in ("e", "e_gated", "combined"):
+            interval = arm.outcomes[outcome]
+            ends = [row[f"{outcome}_{k}"] for k in ("mean", "low", "high")]
+            assert [interval.estimate, interval.low, interval.high] == ends
+        assert arm.gated_reason == row.get("gated_reason", "")
+        assert arm.outcomes["e_gated"].reason == row.get("gated_reason", "")
     assert rec.statistics.f1_vs_magnitude["evaluable"] is True
     assert rec.statistics.measurement is not None
     assert rec.statistics.measurement["likelihood"] == stored["measurement"]["likelihood"]
-    # written back: the same keys in the same order, ints as ints, flags as flags
-    written = json.loads(rec.model_dump_json(indent=1))["statistics"]
-    assert _exactly(written) == _exactly(stored)
+    # written as version 5, it reads back the same and writes the same JSON again
+    written = rec.model_dump_json(indent=1)
+    assert json.loads(written)["version"] == 5
+    again = RunRecord.parse(written)
+    assert again.statistics == rec.statistics
+    assert _exactly(json.loads(again.model_dump_json(indent=1))) == _exactly(json.loads(written))
+    # the other blocks are written back as version 4 wrote them
+    statistics = json.loads(written)["statistics"]
+    for block in ("f1_vs_magnitude", "intervals", "slopes", "measurement"):
+        assert _exactly(statistics[block]) == _exactly(stored[block])
 
 
 def test_statistics_without_a_measurement_leave_it_out_and_older_records_read():
@@ -100,8 +121,10 @@ def test_statistics_without_a_measurement_leave_it_out_and_older_records_read():
         effect={"concept/pos": {"n": 4.0, "e_mean": 0.5, "gated_reason": "all gated"}},
         slopes={"a.n.01": 0.25},
     )
+    arm = rec.statistics.effect["concept/pos"]  # a version-4 summary, migrated
+    assert arm.outcomes["e"].estimate == 0.5 and arm.outcomes["e_gated"].reason == "all gated"
     written = json.loads(rec.model_dump_json())["statistics"]
-    assert list(written) == ["f1_vs_magnitude", "effect", "intervals", "slopes"]
+    assert list(written) == ["f1_vs_magnitude", "effect", "above_null", "intervals", "slopes"]
     assert _exactly(written["f1_vs_magnitude"]) == _exactly(
         {"evaluable": False, "n": 2, "r": None, "reason": "2 concepts"}
     )

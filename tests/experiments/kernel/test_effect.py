@@ -324,7 +324,7 @@ def test_the_run_reports_every_arm_and_the_prompt_baseline(null_run):
     assert {"concept/pos", "concept/neg", "random/pos", "random/neg", "prompt/pos"} <= set(
         effect.summary
     )
-    assert effect.summary["random/pos"]["n"] == 3 * 4 * 2 * 3
+    assert effect.summary["random/pos"].n == 3 * 4 * 2 * 3
     assert result.record.criteria["v2_direction_pos"].status in (
         "pass",
         "fail",
@@ -389,9 +389,9 @@ def test_rescore_may_change_the_gate_but_not_what_was_generated(null_run, embedd
     strict = rescore(result.run_id, embedder=embedder, overrides=["gate.perplexity_multiple=1.01"])
     loose = rescore(result.run_id, embedder=embedder, overrides=["gate.perplexity_multiple=1000"])
     assert strict.record.config.gate.perplexity_multiple == 1.01
-    strict_pass = strict.effect.summary["concept/pos"]["gate_pass_fraction"]
-    loose_pass = loose.effect.summary["concept/pos"]["gate_pass_fraction"]
-    assert strict_pass <= loose_pass
+    strict_pass = strict.effect.summary["concept/pos"].gate_pass_fraction
+    loose_pass = loose.effect.summary["concept/pos"].gate_pass_fraction
+    assert strict_pass is not None and loose_pass is not None and strict_pass <= loose_pass
     # The texts themselves never change.
     assert list(strict.records.sort_values("key")["text"]) == list(
         loose.records.sort_values("key")["text"]

@@ -18,7 +18,7 @@ from experiments.answer import (
 )
 from experiments.config import load_config
 from experiments.phase5.answer import SEED_LABEL, answer_of
-from experiments.record import CriterionRecord, RunRecord
+from experiments.record import ArmEffect, CriterionRecord, RunRecord
 from experiments.record.phase5 import CriterionInterval
 from metrics.intervals import Interval
 
@@ -132,9 +132,11 @@ def test_an_interval_above_0_but_below_the_threshold_reads_real_below_the_thresh
 def test_the_prompting_baseline_is_a_row_when_it_ran():
     r = record()
     assert not [v for v in answer_of(r).verdicts if v.key.startswith("prompt_baseline")]
+    measured = Interval(0.4, 0.3, 0.5)
     r.statistics.effect = {
-        "prompt/pos": {"e_gated_mean": 0.4, "e_gated_low": 0.3, "e_gated_high": 0.5, "n": 30.0}
-    }
+        "prompt/pos": ArmEffect(n=30, outcomes={"e_gated": measured},
+                                gate_pass_fraction=1.0, direction_fraction=1.0)
+    }  # fmt: skip
     row = next(v for v in answer_of(r).verdicts if v.key == "prompt_baseline_pos")
     assert (row.value, row.low, row.high, row.status, row.n) == (0.4, 0.3, 0.5, "pass", 30)
 

@@ -21,7 +21,7 @@ from experiments.kernel.effect import evaluate_effect
 from experiments.phase5.answer import answer_of
 from experiments.phase5.per_concept import concept_intervals
 from experiments.phase5.publish import reason_tags, record_metrics
-from experiments.record import CriterionRecord, RunRecord
+from experiments.record import CriterionRecord, RunRecord, RunStatistics
 from experiments.tracking.listing import parse_criteria
 
 CONFIG = load_config("configs/phase5.yaml", ["criteria.n_boot=200"])
@@ -94,7 +94,9 @@ def run_record(
         predictors={c: {"f1_calibrated": v} for c, v in predictor.items()},
         per_concept=per_concept,
         criteria={k: CriterionRecord.of(v) for k, v in effect.criteria.items()},
-        statistics={"intervals": effect.intervals, "effect": effect.summary},
+        statistics=RunStatistics(
+            intervals=effect.intervals, effect=effect.summary, above_null=effect.above
+        ),
     )
 
 
@@ -115,10 +117,10 @@ def test_a_sign_whose_every_text_was_gated_is_not_evaluable_with_its_reason(all_
     # The other sign is measured as before.
     assert all_gated.criteria["v2_effect_above_null_neg"].status == "pass"
     # The stored effect says why instead of a gated effect of 0 [0, 0].
-    for name in ("concept/pos", "above_null/pos"):
-        summary = all_gated.statistics.effect[name]
-        assert summary.get("e_gated_mean", summary.get("gated_mean")) is None
-        assert summary["gated_reason"] == REASON
+    arm = all_gated.statistics.effect["concept/pos"]
+    assert arm.outcomes["e_gated"].estimate is None and arm.gated_reason == REASON
+    null = all_gated.statistics.above_null["above_null/pos"].gated
+    assert null is not None and null.estimate is None and null.reason == REASON
 
 
 def test_every_view_of_the_answer_says_not_evaluable_and_why(all_gated):
@@ -392,7 +394,8 @@ def test_the_answer_reads_the_effect_beside_the_nulls_gate_and_a_share_against_t
     share = verdicts["v2_direction_pos"]
     assert share.share and share.low is not None and 0 < share.low < share.high < 0.8
     assert "real" not in reading(share)
-    random_share = record.statistics.effect["random/pos"]["direction_fraction"]
+    random_share = record.statistics.effect["random/pos"].direction_fraction
+    assert random_share is not None
     assert f"random directions {random_share:.2f}" in reading(share)
     assert "a gated text counts as not moved, unlike in the seed's c1 (0.667" in reading(share)
     assert not verdicts["v2_effect_above_null_pos"].share
