@@ -251,7 +251,7 @@ def combine_criterion4(
 
 
 def _interval_text(corr: Correlation) -> str:
-    return f"r = {corr.r:.3f}, 95% CI [{corr.ci_low:.3f}, {corr.ci_high:.3f}] ({corr.ci_method})"
+    return f"r = {corr.r:.3f}, 95% CI [{corr.ci_low:.3f}, {corr.ci_high:.3f}] ({corr.method})"
 
 
 def human_criterion_v2(

@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import ClassVar, Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from metrics.intervals import Interval, not_evaluable
 
 MIN_N = 3
 MIN_CLUSTERS = 5  # fewer clusters than this: a cluster bootstrap interval is not trusted
@@ -37,22 +39,41 @@ class NotEvaluable:
 
 
 @dataclass(frozen=True)
-class Correlation:
-    """A correlation coefficient with its p-value and confidence interval."""
+class Correlation(Interval):
+    """A correlation coefficient: an :class:`~metrics.intervals.Interval` whose
+    ``estimate`` is r (``coefficient`` says which) and whose ``method`` says how the
+    interval was made (Fisher z, or a cluster bootstrap), with its p-value. Always
+    evaluable (a correlation that cannot be computed is a :class:`NotEvaluable`), so
+    ``r``, ``ci_low`` and ``ci_high`` are numbers."""
 
-    method: Literal["pearson", "spearman"]
-    r: float
-    p_value: float
-    ci_low: float
-    ci_high: float
-    n: int
-    ci_method: str = "fisher_z"
-    n_clusters: int | None = None  # set when the interval resampled clusters of rows
+    coefficient: Literal["pearson", "spearman"] = "pearson"
+    p_value: float = math.nan
+    method: str = "fisher_z"
 
-    evaluable: ClassVar[Literal[True]] = True
+    def _ends(self) -> tuple[float, float, float]:
+        ends = self.ends()
+        if ends is None:
+            raise ValueError(f"a correlation without an estimate or interval: {self}")
+        return ends
+
+    @property
+    def r(self) -> float:
+        return self._ends()[0]
+
+    @property
+    def ci_low(self) -> float:
+        return self._ends()[1]
+
+    @property
+    def ci_high(self) -> float:
+        return self._ends()[2]
 
     def to_dict(self) -> dict[str, object]:
-        return {"evaluable": True, **asdict(self)}
+        """The dict records store (their keys since the first release)."""
+        return {"evaluable": True, "method": self.coefficient, "r": self.r,
+                "p_value": self.p_value, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "n": self.n, "ci_method": self.method,
+                "n_clusters": self.n_clusters or None}  # fmt: skip
 
 
 CorrelationResult = Correlation | NotEvaluable
@@ -81,7 +102,8 @@ def _finite_or_not_evaluable(corr: Correlation) -> CorrelationResult:
     values = (corr.r, corr.p_value, corr.ci_low, corr.ci_high)
     if all(math.isfinite(v) for v in values):
         return corr
-    return NotEvaluable("numerically degenerate input (nearly constant)", corr.method, corr.n)
+    why = "numerically degenerate input (nearly constant)"
+    return NotEvaluable(why, corr.coefficient, corr.n)
 
 
 def pearson(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResult:
@@ -93,12 +115,12 @@ def pearson(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResult
     ci = result.confidence_interval(confidence_level=confidence)
     return _finite_or_not_evaluable(
         Correlation(
-            method="pearson",
-            r=float(result.statistic),
+            float(result.statistic),
+            float(ci.low),
+            float(ci.high),
+            len(x),
+            coefficient="pearson",
             p_value=float(result.pvalue),
-            ci_low=float(ci.low),
-            ci_high=float(ci.high),
-            n=len(x),
         )
     )
 
@@ -118,12 +140,12 @@ def clustered_pearson(
     percentile interval of r over cluster-bootstrap replicates
     (:func:`metrics.intervals.bootstrap_statistic`); r and its p-value are the row-level
     ones. With fewer than ``MIN_CLUSTERS`` clusters the bootstrap has too little to
-    resample, so the Fisher-z interval is kept and ``ci_method`` says why.
+    resample, so the Fisher-z interval is kept and ``method`` says why.
 
     A percentile bootstrap over few clusters (10 concepts) is itself too narrow at times;
     when it comes out narrower than the row-level Fisher-z interval, which already assumes
     independent rows, the interval is widened to cover both, so a verdict is never more
-    confident than either method (``ci_method`` says so).
+    confident than either method (``method`` says so).
     """
     from metrics.intervals import bootstrap_statistic, cluster_rows
 
@@ -136,7 +158,7 @@ def clustered_pearson(
     units = cluster_rows(clusters)
     if len(units) < MIN_CLUSTERS:
         method = f"fisher_z (only {len(units)} clusters; a cluster bootstrap needs {MIN_CLUSTERS})"
-        return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
+        return replace(base, method=method, n_clusters=len(units))
 
     def r_of(sample: list[np.ndarray]) -> float | None:
         rows = np.concatenate(sample)  # each unit's row indices
@@ -150,7 +172,7 @@ def clustered_pearson(
     )
     if not interval.evaluable:
         method = f"fisher_z (cluster bootstrap failed: {interval.reason})"
-        return Correlation(**{**asdict(base), "ci_method": method, "n_clusters": len(units)})
+        return replace(base, method=method, n_clusters=len(units))
     assert interval.low is not None and interval.high is not None
     low, high = min(interval.low, base.ci_low), max(interval.high, base.ci_high)
     method = f"cluster bootstrap ({n_boot} replicates over {len(units)} clusters)"
@@ -159,16 +181,7 @@ def clustered_pearson(
             f", widened to cover Fisher z (bootstrap alone [{interval.low:.3f}, "
             f"{interval.high:.3f}])"
         )
-    return Correlation(
-        method="pearson",
-        r=base.r,
-        p_value=base.p_value,
-        ci_low=low,
-        ci_high=high,
-        n=base.n,
-        ci_method=method,
-        n_clusters=len(units),
-    )
+    return replace(base, low=low, high=high, method=method, n_clusters=len(units))
 
 
 def fisher_z_interval(
@@ -197,14 +210,7 @@ def spearman(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResul
     rho = float(np.clip(result.statistic, -1.0, 1.0))
     low, high = fisher_z_interval(rho, len(x), confidence, SPEARMAN_VARIANCE_FACTOR)
     return _finite_or_not_evaluable(
-        Correlation(
-            method="spearman",
-            r=rho,
-            p_value=float(result.pvalue),
-            ci_low=low,
-            ci_high=high,
-            n=len(x),
-        )
+        Correlation(rho, low, high, len(x), coefficient="spearman", p_value=float(result.pvalue))
     )
 
 
@@ -258,23 +264,6 @@ def pairwise_spearman(table: pd.DataFrame) -> dict[tuple[str, str], CorrelationR
     return results
 
 
-@dataclass(frozen=True)
-class F1Interval:
-    """F1 on a test set with a percentile interval from resampling its texts."""
-
-    f1: float
-    low: float
-    high: float
-    n_pos: int
-    n_neg: int
-    n_boot: int
-
-    evaluable: ClassVar[Literal[True]] = True
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-
 def f1_score(tp: float, fn: float, fp: float) -> float:
     """F1 = 2·tp / (2·tp + fp + fn); 0 when there are no true positives."""
     denominator = 2 * tp + fp + fn
@@ -290,8 +279,9 @@ def bootstrap_f1(
     confidence: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
-) -> F1Interval | NotEvaluable:
-    """F1 with an interval from a stratified bootstrap over the test texts.
+) -> Interval:
+    """F1 with an interval from a stratified bootstrap over the test texts (``n``: the
+    test texts; not evaluable without both classes).
 
     F1 depends on the texts only through the confusion counts, so resampling the
     positives (and the negatives) with replacement is a binomial draw of tp out of the
@@ -303,7 +293,7 @@ def bootstrap_f1(
         raise ValueError(f"confusion counts must be >= 0, got {counts}")
     n_pos, n_neg = tp + fn, fp + tn
     if n_pos == 0 or n_neg == 0:
-        return NotEvaluable("the test set needs positives and negatives", "bootstrap_f1")
+        return not_evaluable("the test set needs positives and negatives", n_pos + n_neg)
     rng = np.random.default_rng(seed)
     tps = rng.binomial(n_pos, tp / n_pos, size=n_boot)
     fps = rng.binomial(n_neg, fp / n_neg, size=n_boot)
@@ -311,4 +301,5 @@ def bootstrap_f1(
     f1s = np.where(denominator > 0, 2 * tps / np.maximum(denominator, 1), 0.0)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(f1s, [alpha, 1 - alpha])
-    return F1Interval(f1_score(tp, fn, fp), float(low), float(high), n_pos, n_neg, n_boot)
+    method = f"stratified bootstrap over the test texts ({n_boot})"
+    return Interval(f1_score(tp, fn, fp), float(low), float(high), n_pos + n_neg, 0, method)

@@ -96,9 +96,9 @@ def unjudged(run_id: str, verdicts: Iterable[ListedVerdict]) -> list[str]:
     """``run · criterion · group: reason`` for each verdict that was not judged (not
     evaluable, pending), the reason as the answer gives it."""
     return [
-        f"{run_id[:8]} · {v.label} · {v.group}: {v.reason}"
+        f"{run_id[:8]} · {v.label} · {v.group}: {v.interval.reason}"
         for v in verdicts
-        if v.status not in (*JUDGED, "corrected") and v.reason
+        if v.status not in (*JUDGED, "corrected") and v.interval.reason
     ]
 
 
@@ -108,7 +108,8 @@ def _status(verdict: ListedVerdict | None) -> str:
     the answer says it; a corrected correlation has a value, no status)."""
     if verdict is None:
         return ""
-    shown = escape(value_interval(verdict.value, verdict.low, verdict.high))
+    v = verdict.interval
+    shown = escape(value_interval(v.estimate, v.low, v.high))
     if verdict.status == "corrected":
         return shown
     word = f"[{status_colour(verdict.status)}]{escape(status_word(verdict.status))}[/]"

@@ -8,7 +8,7 @@ from the record alone, reads the choice without importing torch.
 from __future__ import annotations
 
 from experiments.answer import AnswerTable
-from experiments.record import LayerChoice
+from experiments.record import LayerChoice, LayerRow
 
 
 def undistinguished(choice: LayerChoice) -> str:
@@ -30,6 +30,14 @@ def undistinguished(choice: LayerChoice) -> str:
     )
 
 
+def _effect_cell(row: LayerRow) -> str:
+    """A layer's effect above null with its interval, or why it is not evaluable."""
+    ends = row.effect.ends() if row.effect is not None else None
+    if ends is None:
+        return f"not evaluable: {row.effect.reason if row.effect is not None else ''}"
+    return f"{_num(ends[0])} [{_num(ends[1])}, {_num(ends[2])}]"
+
+
 def answer_table(choice: LayerChoice) -> AnswerTable:
     """The per-layer table of a layer rule, for the run's answer (``answer.md``), the
     chosen layer marked."""
@@ -44,9 +52,7 @@ def answer_table(choice: LayerChoice) -> AnswerTable:
             (
                 _layer(la, choice),
                 "n/a" if r.beta is None else f"{r.beta:g}",
-                f"not evaluable: {r.reason}"
-                if r.low is None
-                else f"{_num(r.effect)} [{_num(r.low)}, {_num(r.high)}]",
+                _effect_cell(r),
                 _num(r.effect_pos),
                 _num(r.effect_neg),
                 "n/a" if r.gate_pass is None else f"{r.gate_pass:.0%}",

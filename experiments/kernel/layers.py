@@ -69,6 +69,7 @@ from experiments.kernel.probes import (
 )
 from experiments.record import LayerChoice, LayerRow
 from experiments.strength_range import choose_beta, load_range
+from metrics.intervals import not_evaluable
 from steering.models import LoadedModel
 from steering.probes import ProbeError
 
@@ -193,25 +194,27 @@ def layer_effect(records: pd.DataFrame, config: RunConfig) -> LayerRow:
         for part in [null[null["sign"] == sign]]
     }
     return LayerRow(
-        effect=None if reason else ci.estimate,
-        low=None if reason else ci.low,
-        high=None if reason else ci.high,
+        effect=not_evaluable(reason, ci.n, ci.n_clusters, ci.method) if reason else ci,
         effect_pos=signs["pos"],
         effect_neg=signs["neg"],
         texts=len(records),
         gate_pass=float(concept["gate_pass"].mean()) if len(concept) else None,
-        reason=reason,
     )
 
 
 def best_by_effect(table: Mapping[int, LayerRow]) -> int:
     """The layer of largest lower bound (ties: larger estimate, then the earlier layer);
     a layer not evaluable ranks last. An error when no layer is evaluable."""
-    scored = [la for la in sorted(table) if table[la].low is not None]
-    if not scored:
-        why = "; ".join(f"L{la}: {table[la].reason or 'no texts'}" for la in sorted(table))
+    ends = {la: e for la, row in table.items() if row.effect and (e := row.effect.ends())}
+    if not ends:
+        why = "; ".join(f"L{la}: {_why(table[la])}" for la in sorted(table))
         raise ConfigError(f"--layer auto-effect: no layer's effect is evaluable ({why})")
-    return max(scored, key=lambda la: (table[la].low, table[la].effect or 0.0, -la))
+    return max(sorted(ends), key=lambda la: (ends[la][1], ends[la][0], -la))
+
+
+def _why(row: LayerRow) -> str:
+    """Why a layer's effect is not evaluable."""
+    return (row.effect.reason if row.effect is not None else "") or "no texts"
 
 
 def effect_layer(
@@ -281,11 +284,10 @@ def table_line(choice: LayerChoice) -> str:
 
 def _cell(layer: int, row: LayerRow) -> str:
     """One layer of the auto-effect table: effect [interval] (AUROC), or why not."""
-    if row.low is None:
-        return f"L{layer} not evaluable: {row.reason}"
-    return (
-        f"L{layer} {_num(row.effect)} [{_num(row.low)}, {_num(row.high)}] (AUROC {_num(row.auroc)})"
-    )
+    ends = row.effect.ends() if row.effect is not None else None
+    if ends is None:
+        return f"L{layer} not evaluable: {_why(row)}"
+    return f"L{layer} {_num(ends[0])} [{_num(ends[1])}, {_num(ends[2])}] (AUROC {_num(row.auroc)})"
 
 
 def _num(value: float | None) -> str:

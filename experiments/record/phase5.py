@@ -201,20 +201,36 @@ class LayerRow(BaseModel):
     beta: float | None = Field(
         None, description="auto-effect: the β steered with there (the run's own choose_beta)"
     )
-    effect: float | None = Field(
+    effect: Interval | None = Field(
         None,
         description="auto-effect: the gated effect above random directions on the selection "
-        "prompts, both signs pooled (what `auto-effect` ranks by, with low and high)",
+        "prompts, both signs pooled, with its interval over concepts (`auto-effect` ranks "
+        "by its low end), or why it is not evaluable there",
     )
-    low: float | None = Field(None, description="the effect's interval over concepts: low")
-    high: float | None = Field(None, description="the effect's interval over concepts: high")
     effect_pos: float | None = Field(None, description="the effect at s > 0 alone")
     effect_neg: float | None = Field(None, description="the effect at s < 0 alone")
     texts: int | None = Field(None, description="auto-effect: the texts generated there")
     gate_pass: float | None = Field(
         None, description="auto-effect: the share of the concept arm's steered texts passing"
     )
-    reason: str = Field("", description="why the effect is not evaluable there ('' if it is)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_version_4(cls, data: Any) -> Any:
+        """Version 4 kept the effect's estimate, ends and reason as loose fields."""
+        if not isinstance(data, dict) or ("low" not in data and "reason" not in data):
+            return data
+        data = dict(data)
+        ends = {k: data.pop(k, None) for k in ("low", "high")}
+        reason = data.pop("reason", "") or ""
+        if data.get("effect") is not None or reason:
+            data["effect"] = {"estimate": data.get("effect"), **ends, "reason": reason}
+        return data
+
+    @property
+    def low(self) -> float | None:
+        """The effect's low end (what auto-effect ranks by); None when not evaluable."""
+        return self.effect.low if self.effect is not None else None
 
 
 class LayerChoice(BaseModel):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments import tracking
 from experiments.rundir import RESCORED_TAG, RunDir, restore
+from metrics.intervals import Interval
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -47,23 +48,26 @@ SETTINGS = {
     "seed": ("seed", "config.seed"),
 }
 Setting = str | int | float | None
+
+
 # What ``--json`` shows of each verdict.
-VERDICT_FIELDS = ("label", "status", "value", "low", "high", "reason", "reading")
-
-
 @dataclass
 class ListedVerdict:
-    """One verdict of a run's answer, as its criteria.csv row says."""
+    """One verdict of a run's answer, as its criteria.csv row says: its value, interval
+    and the reason for its status (why not evaluable) in one Interval."""
 
     key: str
     group: str
     label: str
     status: str
-    value: float | None
-    low: float | None
-    high: float | None
-    reason: str = ""  # why this status (why not evaluable), as the answer says it
+    interval: Interval
     reading: str = ""  # the answer's reading of the interval against the threshold
+
+    def to_dict(self) -> dict[str, object]:
+        """As ``runs --json`` writes it: the interval's ends and reason as fields."""
+        i = self.interval
+        return {"label": self.label, "status": self.status, "value": i.estimate, "low": i.low,
+                "high": i.high, "reason": i.reason, "reading": self.reading}  # fmt: skip
 
 
 @dataclass
@@ -92,7 +96,7 @@ class ListedRun:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdicts"] = {
-            group: {v.key: {k: getattr(v, k) for k in VERDICT_FIELDS} for v in verdicts}
+            group: {v.key: v.to_dict() for v in verdicts}
             for group, verdicts in self.by_group().items()
         }  # fmt: skip
         return data
@@ -115,10 +119,12 @@ def parse_criteria(text: str) -> list[ListedVerdict]:
             group=restore(row["group"]),
             label=restore(row["label"]),
             status=restore(row["status"]),
-            value=_float(row["value"]),
-            low=_float(row["low"]),
-            high=_float(row["high"]),
-            reason=restore(row.get("reason") or ""),
+            interval=Interval(
+                _float(row["value"]),
+                _float(row["low"]),
+                _float(row["high"]),
+                reason=restore(row.get("reason") or ""),
+            ),
             reading=restore(row.get("reading") or ""),
         )
         for row in rows
@@ -225,9 +231,9 @@ def with_corrected(verdicts: list[ListedVerdict], metrics: dict[str, float]) -> 
                         group=group,
                         label=f"{v.label}, {CORRECTED_LABEL}",
                         status="corrected",
-                        value=metrics[name],
-                        low=metrics.get(f"{name}/low"),
-                        high=metrics.get(f"{name}/high"),
+                        interval=Interval(
+                            metrics[name], metrics.get(f"{name}/low"), metrics.get(f"{name}/high")
+                        ),
                     )
                 )
     return out

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from experiments.config import load_config
-from experiments.record import RunRecord, RunStatistics, predictor_values
+from experiments.record import LayerChoice, RunRecord, RunStatistics, predictor_values
 from experiments.record.phase5 import CriterionInterval
+from metrics.intervals import Interval
 
 # A Phase 5 record (a tiny run with the likelihood outcome) written by
 # phase5/publish.build_record while its statistics were an untyped dict.
@@ -112,6 +113,26 @@ def test_a_version_4_record_reads_typed_and_its_effect_summaries_migrate():
     statistics = json.loads(written)["statistics"]
     for block in ("f1_vs_magnitude", "intervals", "slopes", "measurement"):
         assert _exactly(statistics[block]) == _exactly(stored[block])
+
+
+def test_a_version_4_layer_table_reads_its_loose_ends_as_one_interval():
+    rows = {
+        "4": {"auroc": 0.8, "beta": 0.2, "effect": 0.01, "low": -0.04, "high": 0.06,
+              "effect_pos": 0.02, "effect_neg": 0.0, "texts": 15, "gate_pass": 0.9, "reason": ""},
+        "9": {"auroc": 0.9, "beta": 0.2, "effect": None, "low": None, "high": None,
+              "effect_pos": None, "effect_neg": None, "texts": 15, "gate_pass": 0.0,
+              "reason": "every steered text at this layer was gated (15/15)"},
+        "11": {"auroc": 0.7, "beta": None, "effect": None, "low": None, "high": None,
+               "effect_pos": None, "effect_neg": None, "texts": None, "gate_pass": None,
+               "reason": ""},
+    }  # fmt: skip
+    choice = LayerChoice(rule="auto-effect", optimises="the effect", layer=4, layers=rows)
+    assert choice.layers["4"].effect == Interval(0.01, -0.04, 0.06)
+    assert choice.layers["4"].low == -0.04 and choice.layers["4"].effect_pos == 0.02
+    gated = choice.layers["9"].effect
+    assert gated is not None and not gated.evaluable and gated.reason.startswith("every")
+    assert choice.layers["11"].effect is None  # the auto rule measured no effect there
+    assert LayerChoice.model_validate_json(choice.model_dump_json()) == choice
 
 
 def test_statistics_without_a_measurement_leave_it_out_and_older_records_read():

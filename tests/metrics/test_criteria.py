@@ -29,7 +29,7 @@ PROPS = settings(derandomize=True, deadline=None, max_examples=60)
 
 
 def corr(r: float) -> Correlation:
-    return Correlation("pearson", r, 0.01, r - 0.1, min(r + 0.1, 1.0), 50)
+    return Correlation(r, r - 0.1, min(r + 0.1, 1.0), 50, p_value=0.01)
 
 
 def assert_metric_ok(result: CriterionResult) -> None:
@@ -169,7 +169,7 @@ def test_combine_criterion4():
 
 
 def interval(r: float, low: float, high: float) -> Correlation:
-    return Correlation("pearson", r, 0.01, low, high, 50, "cluster bootstrap", 10)
+    return Correlation(r, low, high, 50, 10, "cluster bootstrap", p_value=0.01)
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def test_clustered_pearson_is_wider_when_rows_are_copies_within_clusters():
     clustered = clustered_pearson(xs, ys, list(groups))
     assert isinstance(rows, Correlation) and isinstance(clustered, Correlation)
     assert clustered.r == pytest.approx(rows.r)
-    assert clustered.n_clusters == 10 and "cluster bootstrap" in clustered.ci_method
+    assert clustered.n_clusters == 10 and "cluster bootstrap" in clustered.method
     assert clustered.ci_high - clustered.ci_low > 1.8 * (rows.ci_high - rows.ci_low)
 
 
@@ -197,7 +197,7 @@ def test_clustered_pearson_falls_back_and_says_so_with_few_clusters():
     x, y = np.arange(12.0), np.arange(12.0) ** 1.5
     result = clustered_pearson(x, y, [i % 3 for i in range(12)])
     assert isinstance(result, Correlation)
-    assert result.ci_method.startswith("fisher_z (only 3 clusters")
+    assert result.method.startswith("fisher_z (only 3 clusters")
     assert (result.ci_low, result.ci_high) == pytest.approx(
         (pearson(x, y).ci_low, pearson(x, y).ci_high)
     )
@@ -248,27 +248,31 @@ def test_bootstrap_f1_brackets_the_estimate_and_stays_in_0_1(tp, fn, fp, tn):
     from metrics.stats import bootstrap_f1, f1_score
 
     assume(tp + fn > 0 and fp + tn > 0)
-    result = bootstrap_f1(tp, fn, fp, tn, n_boot=400)
-    assert result.f1 == pytest.approx(f1_score(tp, fn, fp))
-    assert 0.0 <= result.low <= result.high <= 1.0
+    result = bootstrap_f1(tp, fn, fp, tn, n_boot=400).ends()
+    assert result is not None
+    f1, low, high = result
+    assert f1 == pytest.approx(f1_score(tp, fn, fp))
+    assert 0.0 <= low <= high <= 1.0
     # A percentile interval of a bootstrap that resamples around the estimate holds it
     # unless the distribution is degenerate at a bound.
-    assert result.low - 1e-12 <= result.f1 <= result.high + 1e-12 or result.low == result.high
+    assert low - 1e-12 <= f1 <= high + 1e-12 or low == high
 
 
 def test_bootstrap_f1_narrows_with_more_texts_and_is_seeded():
     from metrics.stats import bootstrap_f1
 
-    small = bootstrap_f1(6, 4, 2, 8)
-    large = bootstrap_f1(60, 40, 20, 80)
-    assert small.f1 == pytest.approx(large.f1)
-    assert (large.high - large.low) < (small.high - small.low)
+    small, large = bootstrap_f1(6, 4, 2, 8).ends(), bootstrap_f1(60, 40, 20, 80).ends()
+    assert small is not None and large is not None
+    assert small[0] == pytest.approx(large[0])
+    assert (large[2] - large[1]) < (small[2] - small[1])
+    assert bootstrap_f1(60, 40, 20, 80).n == 200
     assert bootstrap_f1(6, 4, 2, 8, seed=3) == bootstrap_f1(6, 4, 2, 8, seed=3)
 
 
 def test_bootstrap_f1_needs_both_classes():
-    from metrics.stats import NotEvaluable, bootstrap_f1
+    from metrics.stats import bootstrap_f1
 
-    assert isinstance(bootstrap_f1(0, 0, 3, 5), NotEvaluable)
+    one_class = bootstrap_f1(0, 0, 3, 5)
+    assert not one_class.evaluable and "positives and negatives" in one_class.reason
     with pytest.raises(ValueError):
         bootstrap_f1(-1, 2, 3, 4)

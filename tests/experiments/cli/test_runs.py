@@ -18,6 +18,7 @@ from experiments.phase5.run import run_phase5
 from experiments.strength.publish import STRENGTH_EXPERIMENT
 from experiments.strength.sweep import calibrate_strength
 from experiments.tracking.listing import ListedVerdict, with_corrected
+from metrics.intervals import Interval
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +86,11 @@ def test_a_cell_is_the_status_then_the_value_and_interval(store):
 
 def test_a_corrected_correlation_follows_the_verdict_it_corrects():
     verdicts = [
-        ListedVerdict("v2_predictor_vs_effect_pos", "s > 0", "r", "fail", 0.2, -0.1, 0.5),
-        ListedVerdict("v2_effect_above_null_pos", "s > 0", "above", "pass", 0.3, 0.1, 0.4),
-        ListedVerdict("v2_predictor_vs_effect_neg", "s < 0", "r", "fail", 0.1, -0.2, 0.4),
+        ListedVerdict("v2_predictor_vs_effect_pos", "s > 0", "r", "fail", Interval(0.2, -0.1, 0.5)),
+        ListedVerdict(
+            "v2_effect_above_null_pos", "s > 0", "above", "pass", Interval(0.3, 0.1, 0.4)
+        ),
+        ListedVerdict("v2_predictor_vs_effect_neg", "s < 0", "r", "fail", Interval(0.1, -0.2, 0.4)),
     ]
     metrics = {
         "correlation/predictor_vs_effect_pos/corrected": 0.31234,
@@ -103,7 +106,10 @@ def test_a_corrected_correlation_follows_the_verdict_it_corrects():
     ]
     assert out[1].label == "r, corrected for unreliability (can exceed 1)"
     assert out[1].group == "s > 0"
-    assert value_interval(out[1].value, out[1].low, out[1].high) == "+0.312 [-0.100, +0.700]"
+    corrected = out[1].interval
+    assert value_interval(corrected.estimate, corrected.low, corrected.high) == (
+        "+0.312 [-0.100, +0.700]"
+    )
 
 
 def test_ui_lists_every_experiment_with_its_newest_run(store):

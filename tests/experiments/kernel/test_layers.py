@@ -34,6 +34,7 @@ from experiments.kernel.plan import CONCEPT_ARM, planned_rows
 from experiments.kernel.score import build_scorer, score_all
 from experiments.record import LayerRow
 from experiments.rundir import RunDir, join_scores
+from metrics.intervals import Interval, not_evaluable
 from steering.generation import Generation
 
 runner = CliRunner()
@@ -98,15 +99,16 @@ def test_on_a_table_the_suite_builds_the_layer_that_steers_wins(tmp_path, embedd
     steering = layer_effect(_fixed_records(config, graph, scorer, steers=True), config)
     idle = layer_effect(_fixed_records(config, graph, scorer, steers=False), config)
     assert steering.texts == idle.texts == 15 and steering.gate_pass == 1.0
-    assert idle.effect == idle.low == idle.high == 0.0  # same text in every arm: no effect
+    assert idle.effect is not None
+    assert idle.effect.ends() == (0.0, 0.0, 0.0)  # same text in every arm: no effect
     assert steering.effect_neg == 0.0 and steering.effect_pos is not None
     assert steering.low is not None and steering.low > 0 and steering.effect_pos > 0
     assert best_by_effect({7: idle, 11: steering}) == 11
     assert best_by_effect({4: steering, 9: steering}) == 4  # a tie goes to the earlier layer
     # the lower bound decides, not the estimate; a layer not evaluable ranks last
-    wide = LayerRow(effect=0.5, low=-0.1, high=1.1)
-    narrow = LayerRow(effect=0.2, low=0.1, high=0.3)
-    gated = LayerRow(reason="every steered text at this layer was gated (15/15)")
+    wide = LayerRow(effect=Interval(0.5, -0.1, 1.1))
+    narrow = LayerRow(effect=Interval(0.2, 0.1, 0.3))
+    gated = LayerRow(effect=not_evaluable("every steered text at this layer was gated (15/15)"))
     assert best_by_effect({4: wide, 7: narrow, 9: gated}) == 7
     with pytest.raises(ConfigError, match=r"no layer.s effect is evaluable.*L9: every steered"):
         best_by_effect({9: gated})

@@ -23,6 +23,7 @@ from experiments.phase5.per_concept import concept_intervals
 from experiments.phase5.publish import reason_tags, record_metrics
 from experiments.record import CriterionRecord, RunRecord, RunStatistics
 from experiments.tracking.listing import parse_criteria
+from metrics.intervals import Interval, not_evaluable
 
 CONFIG = load_config("configs/phase5.yaml", ["criteria.n_boot=200"])
 CONCEPTS = [f"c{i}" for i in range(5)]
@@ -136,7 +137,7 @@ def test_every_view_of_the_answer_says_not_evaluable_and_why(all_gated):
         assert shown[key]["reading"] == REASON and shown[key]["value"] is None
     listed = {v.key: v for v in parse_criteria(criteria_csv(answer))}  # criteria.csv, runs
     for key in GATED_KEYS:
-        assert (listed[key].status, listed[key].value, listed[key].reason) == (
+        assert (listed[key].status, listed[key].interval.estimate, listed[key].interval.reason) == (
             "not_evaluable",
             None,
             REASON,
@@ -406,9 +407,11 @@ def test_the_answer_shows_how_auto_effect_chose_the_layer_and_says_when_it_is_a_
 
     def choice(low_l9: float) -> LayerChoice:
         rows = {
-            "4": LayerRow(effect=0.01, low=-0.04, high=0.06, beta=0.2, gate_pass=0.9, auroc=0.8),
-            "9": LayerRow(effect=0.03, low=low_l9, high=0.08, beta=0.2, gate_pass=0.7, auroc=0.9),
-            "14": LayerRow(reason="every steered text at this layer was gated (6/6)"),
+            "4": LayerRow(effect=Interval(0.01, -0.04, 0.06), beta=0.2, gate_pass=0.9, auroc=0.8),
+            "9": LayerRow(effect=Interval(0.03, low_l9, 0.08), beta=0.2, gate_pass=0.7, auroc=0.9),
+            "14": LayerRow(
+                effect=not_evaluable("every steered text at this layer was gated (6/6)")
+            ),
         }
         return LayerChoice(rule="auto-effect", optimises="the effect", layer=9, layers=rows)
 
