@@ -14,6 +14,7 @@ from experiments.config import ConfigError, load_config
 from experiments.kernel.plan import planned_rows
 from experiments.phase5.measurement import PREDICTOR_AGGREGATES
 from experiments.phase5.run import rescore, run_phase5
+from experiments.record import RECORD_VERSION
 from experiments.rundir import RunDir
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=60)
@@ -157,7 +158,7 @@ def test_the_run_measures_every_direction_family_and_its_reliability(measured_ru
     assert {"v2_specificity_pos", "v2_specificity_neg"} <= set(result.record.criteria)
     concept = next(iter(result.record.per_concept.values()))
     assert {"likelihood_pos", "reference_gap", "specificity_pos"} <= set(concept)
-    assert result.record.detection and result.record.version == 4
+    assert result.record.detection and result.record.version == RECORD_VERSION
 
 
 def test_a_rescore_reproduces_the_measurement_without_the_model(
