@@ -234,6 +234,12 @@ def verdict_tags(answer: Answer) -> dict[str, str]:
     }
 
 
+def estimate_of(interval: Interval, spec: str = "+.3f", why: str = "") -> str:
+    """:func:`estimate_text` of an Interval (``why`` when it gives no reason)."""
+    i = interval
+    return estimate_text(i.estimate, i.low, i.high, spec, i.reason or why)
+
+
 def interval_dict_text(d: Mapping[str, Any] | None, spec: str = "+.3f") -> str:
     """:func:`estimate_text` of a stored interval (``estimate``, ``low``, ``high``,
     ``reason``: ``metrics.intervals.Interval.to_dict``)."""

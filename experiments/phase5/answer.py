@@ -24,7 +24,7 @@ from experiments.answer import (
     DirectionOrigin,
     Verdict,
     direction_origin,
-    interval_dict_text,
+    estimate_of,
     intervention_words,
 )
 from experiments.kernel.layer_table import answer_table, undistinguished
@@ -315,7 +315,8 @@ def reader_notes(record: RunRecord) -> list[str]:
 def unpaired_note(record: RunRecord) -> str:
     """What a concept with no other concept's texts to pair with (one concept alone) could
     not be evaluated for, and why; empty when every concept paired."""
-    unpaired = (record.statistics.measurement or {}).get("unpaired") or {}
+    measurement = record.statistics.measurement
+    unpaired = measurement.unpaired if measurement is not None else {}
     if not unpaired:
         return ""
     what = "Δ's reference gap (Δ's scale)"
@@ -336,12 +337,12 @@ def corrected_note(record: RunRecord) -> str:
     """The predictor's correlation with the effect above null corrected for both
     measures' unreliability, per sign, where the run measured it: r / √(rel_x · rel_y),
     whose value and bounds can exceed 1 (the reliabilities' sampling error, unclipped)."""
-    corrected = (record.statistics.measurement or {}).get("corrected_correlations", {})
+    measurement = record.statistics.measurement
+    corrected = measurement.corrected_correlations if measurement is not None else {}
     parts = []
     for sign in ("pos", "neg"):
-        pair = corrected.get(f"predictor_vs_effect_{sign}") or {}
-        if pair.get("corrected"):
-            parts.append(f"{SIGN_LABELS[sign]} {interval_dict_text(pair['corrected'])}")
+        if (pair := corrected.get(f"predictor_vs_effect_{sign}")) is not None:
+            parts.append(f"{SIGN_LABELS[sign]} {estimate_of(pair.corrected)}")
     if not parts:
         return ""
     return f"predictor → effect above null (r), {CORRECTED_LABEL}: " + "; ".join(parts) + "."

@@ -19,7 +19,7 @@ Everything here reads the run folder and the record (no model), so a rescore red
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
 
 import numpy as np
@@ -29,13 +29,26 @@ from experiments.config import RunConfig
 from experiments.kernel.effect import SIGNS, EffectReport
 from experiments.phase5.nulls import null_family
 from experiments.phase5.reference_gap import ReferenceGap
+from experiments.record.measurement import (
+    DirectionFit,
+    LikelihoodFamily,
+    Measurement,
+    ReferenceGapSummary,
+)
 from metrics.intervals import (
+    Interval,
     hierarchical_margin,
     hierarchical_mean,
     not_evaluable,
     unit_mean,
 )
-from metrics.reliability import disattenuated_correlation, split_half_reliability
+from metrics.reliability import (
+    Disattenuated,
+    Reliability,
+    disattenuated_correlation,
+    split_half_reliability,
+)
+from metrics.stats import Correlation
 
 FAMILIES = ("concept", "random", "null:neutral", "null:other")
 
@@ -136,10 +149,10 @@ class _SplitOptions(TypedDict):
 
 @dataclass
 class MeasurementReport:
-    """Reliabilities, corrected correlations, the likelihood outcome and Δ's scale."""
+    """Reliabilities, corrected correlations, the likelihood outcome and Δ's scale (the
+    record's block), and what each concept adds to its per-concept row."""
 
-    # likelihood: a list of rows
-    statistics: dict[str, dict[str, Any] | list[dict[str, Any]]] = field(default_factory=dict)
+    statistics: Measurement = field(default_factory=lambda: Measurement(reliability={}))
     per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
@@ -203,7 +216,7 @@ def measure(
     opts = _SplitOptions(n_splits=c.reliability_splits, seed=config.seed)
     boot = dict(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
     out = MeasurementReport()
-    rel: dict[str, dict[str, Any]] = {}
+    rel: dict[str, Reliability] = {}
     name = c.predictor
     x_units = detection_units(detection)
     x_strata = {k: list(v[:, 1]) for k, v in x_units.items()}
@@ -211,16 +224,16 @@ def measure(
     if x_agg is not None and len(x_units) >= 3:
         rel[f"predictor_{name}"] = split_half_reliability(
             x_units, strata=x_strata, aggregate=x_agg, **opts
-        ).to_dict()
+        )
     else:
-        rel[f"predictor_{name}"] = {
-            "estimate": None,
-            "reason": "the probes kept no test scores (trained before this release: retrain "
-            "them with `steer-eval classifiers`)"
+        why = (
+            "the probes kept no test scores (trained before this release: retrain them with "
+            "`steer-eval classifiers`)"
             if not x_units
-            else f"{len(x_units)} concepts",
-        }
-    corrected: dict[str, dict[str, Any]] = {}
+            else f"{len(x_units)} concepts"
+        )
+        rel[f"predictor_{name}"] = Reliability(None, None, None, len(x_units), 0, "", why)
+    corrected: dict[str, Disattenuated] = {}
     lk_units = {s: _likelihood_units(likelihood, "concept", s) for s in (1.0, -1.0)}
     for sign, label in SIGNS.items():
         rows = (
@@ -229,18 +242,14 @@ def measure(
             else effect.above_null
         )
         y_units, y_strata = _units(rows, "above_null") if len(rows) else ({}, {})
-        rel[f"effect_above_null_{label}"] = split_half_reliability(
-            y_units, strata=y_strata, **opts
-        ).to_dict()
+        rel[f"effect_above_null_{label}"] = split_half_reliability(y_units, strata=y_strata, **opts)
         margins = (
             effect.margins[effect.margins["sign"] == sign]
             if len(effect.margins)
             else effect.margins
         )
         m_units, m_strata = _units(margins, "margin") if len(margins) else ({}, {})
-        rel[f"specificity_{label}"] = split_half_reliability(
-            m_units, strata=m_strata, **opts
-        ).to_dict()
+        rel[f"specificity_{label}"] = split_half_reliability(m_units, strata=m_strata, **opts)
         shared = _shared(x_units, y_units)
         if x_agg is not None and len(shared) >= 3:
             corrected[f"predictor_vs_effect_{label}"] = disattenuated_correlation(
@@ -252,10 +261,10 @@ def measure(
                 **opts,
                 confidence=c.confidence,
                 n_boot=c.n_boot,
-            ).to_dict()
+            )
         lk = lk_units[float(sign)]
         if lk:
-            rel[f"likelihood_{label}"] = split_half_reliability(lk, **opts).to_dict()
+            rel[f"likelihood_{label}"] = split_half_reliability(lk, **opts)
             shared = _shared(x_units, lk)
             if x_agg is not None and len(shared) >= 3:
                 corrected[f"predictor_vs_likelihood_{label}"] = disattenuated_correlation(
@@ -266,7 +275,7 @@ def measure(
                     **opts,
                     confidence=c.confidence,
                     n_boot=c.n_boot,
-                ).to_dict()
+                )
             shared = _shared(lk, y_units)
             if len(shared) >= 3:
                 corrected[f"likelihood_vs_effect_{label}"] = disattenuated_correlation(
@@ -276,22 +285,21 @@ def measure(
                     **opts,
                     confidence=c.confidence,
                     n_boot=c.n_boot,
-                ).to_dict()
-    out.statistics["reliability"] = rel
-    out.statistics["corrected_correlations"] = corrected
-    if likelihood:
-        out.statistics["likelihood"] = _likelihood_summary(likelihood, out, boot)
-        out.statistics["likelihood_vs_effect_by_direction"] = _by_direction(likelihood, effect)
-    if gaps:
-        out.statistics["reference_gap"] = _reference_gap(gaps, effect, out, boot, opts)
-    if unpaired:  # a run whose concepts all pair keeps the statistics it had
-        out.statistics["unpaired"] = dict(unpaired)
+                )
+    out.statistics = Measurement(
+        reliability=rel,
+        corrected_correlations=corrected,
+        likelihood=_likelihood_summary(likelihood, out, boot) if likelihood else [],
+        likelihood_vs_effect_by_direction=_by_direction(likelihood, effect) if likelihood else {},
+        reference_gap=_reference_gap(gaps, effect, out, boot, opts) if gaps else None,
+        unpaired=dict(unpaired or {}),
+    )
     return out
 
 
 def _likelihood_summary(
     records: Sequence[dict[str, Any]], out: MeasurementReport, boot: dict[str, Any]
-) -> list[dict[str, Any]]:
+) -> list[LikelihoodFamily]:
     """Per sign and family: the mean outcome over concepts, and the concept arm above it."""
     rows = []
     for s in sorted({r["strength"] for r in records}, reverse=True):
@@ -301,15 +309,12 @@ def _likelihood_summary(
             units = _likelihood_units(records, family, s)
             if not units:
                 continue
-            ci = hierarchical_mean(units, **boot)
-            row = {
-                "family": family,
-                "sign": label,
-                "mean": ci.estimate,
-                "low": ci.low,
-                "high": ci.high,
-                "n_concepts": len(units),
-            }
+            row = LikelihoodFamily(
+                family=family,
+                sign=label,
+                mean=hierarchical_mean(units, **boot),
+                n_concepts=len(units),
+            )
             for k, u in units.items():
                 key = "likelihood" if family == "concept" else f"likelihood_{family}"
                 out.per_concept.setdefault(k, {})[f"{key}_{label}".replace(":", "_")] = float(
@@ -324,25 +329,24 @@ def _likelihood_summary(
                         paired=True,
                         **boot,
                     )
-                    row.update(
-                        above=above.estimate,
-                        above_low=above.low,
-                        above_high=above.high,
-                        beats=int(sum(concept[k].mean() > units[k].mean() for k in shared)),
-                    )
+                    row.above = above
+                    row.beats = int(sum(concept[k].mean() > units[k].mean() for k in shared))
             rows.append(row)
     return rows
 
 
-def _by_direction(records: Sequence[dict[str, Any]], effect: EffectReport) -> dict[str, Any]:
+def _by_direction(
+    records: Sequence[dict[str, Any]], effect: EffectReport
+) -> dict[str, DirectionFit]:
     """Across directions (each concept's own and its random ones, both measured by both
     outcomes): the likelihood outcome against the generation effect (ungated e), with a
     bootstrap over concepts (a concept's directions share its texts and prompts)."""
     from metrics.stats import clustered_pearson
 
-    gen = getattr(effect, "arm_effects", None)
-    if gen is None or gen.empty:
-        return {"evaluable": False, "reason": "no per-arm generation effects"}
+    gen = effect.arm_effects
+    if gen.empty:
+        none = DirectionFit(r=not_evaluable("no per-arm generation effects"))
+        return {label: none for label in SIGNS.values()}
     out = {}
     for sign, label in SIGNS.items():
         lk: dict[tuple[str, str], list[float]] = {}
@@ -359,10 +363,13 @@ def _by_direction(records: Sequence[dict[str, Any]], effect: EffectReport) -> di
                 y.append(float(value))
                 clusters.append(concept)
         if len(x) < 4:
-            out[label] = {"evaluable": False, "reason": f"{len(x)} directions"}
+            out[label] = DirectionFit(r=not_evaluable(f"{len(x)} directions", len(x)))
             continue
         result = clustered_pearson(np.array(x), np.array(y), clusters)
-        out[label] = {**result.to_dict(), "n_directions": len(x)}
+        if isinstance(result, Correlation):
+            out[label] = DirectionFit(r=Interval.of(asdict(result)), p_value=result.p_value)
+        else:
+            out[label] = DirectionFit(r=not_evaluable(result.reason, len(x)))
     return out
 
 
@@ -372,17 +379,11 @@ def _reference_gap(
     out: MeasurementReport,
     boot: dict[str, Any],
     opts: _SplitOptions,
-) -> dict[str, Any]:
+) -> ReferenceGapSummary:
     """Δ's scale: per concept, Δ(on-concept texts) − Δ(off-concept texts); and the effect
     above the null as a fraction of it (per concept, then over concepts)."""
     units = {k: g.pair_gaps for k, g in gaps.items()}
-    ci = hierarchical_mean(units, **boot)
-    summary: dict[str, object] = {
-        "mean": ci.estimate,
-        "low": ci.low,
-        "high": ci.high,
-        "reliability": split_half_reliability(units, **opts).to_dict(),
-    }
+    fraction: dict[str, Interval] = {}
     for k, g in gaps.items():
         out.per_concept.setdefault(k, {})["reference_gap"] = g.gap
     for sign, label in SIGNS.items():
@@ -396,15 +397,19 @@ def _reference_gap(
             k: v / gaps[k].gap for k, v in y_units.items() if k in gaps and gaps[k].gap > 0
         }
         if len(fractions) < 2:
-            summary[f"fraction_{label}"] = not_evaluable(f"{len(fractions)} concepts").to_dict()
+            fraction[label] = not_evaluable(f"{len(fractions)} concepts")
             continue
-        frac = hierarchical_mean(fractions, **boot)
-        summary[f"fraction_{label}"] = frac.to_dict()
+        fraction[label] = hierarchical_mean(fractions, **boot)
         for k, v in fractions.items():
             out.per_concept.setdefault(k, {})[f"effect_fraction_of_gap_{label}"] = float(
                 unit_mean(v[None])[0]
             )
-    return summary
+    return ReferenceGapSummary(
+        gap=hierarchical_mean(units, **boot),
+        reliability=split_half_reliability(units, **opts),
+        fraction_pos=fraction["pos"],
+        fraction_neg=fraction["neg"],
+    )
 
 
 __all__ = ["PREDICTOR_AGGREGATES", "MeasurementReport", "detection_units", "measure"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -45,7 +45,13 @@ from experiments.phase5.report import (
     summary_text,
 )
 from experiments.phase5.samples import samples_csv
-from experiments.record import CriterionRecord, RunRecord, RunStatistics, figure_number
+from experiments.record import (
+    CriterionRecord,
+    Measurement,
+    RunRecord,
+    RunStatistics,
+    figure_number,
+)
 from experiments.record.phase5 import NO_INTERVAL
 from experiments.rows import View, aggregates, columns, number
 from experiments.rundir import RunDir
@@ -314,7 +320,8 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     if predictor:
         name = record.config.criteria.predictor
         metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
-    metrics.update(measurement_metrics(record.statistics.measurement or {}))
+    if record.statistics.measurement is not None:
+        metrics.update(measurement_metrics(record.statistics.measurement))
     metrics["n_generations"] = float(record.n_generations)
     metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
     metrics["beta"] = record.beta
@@ -324,32 +331,26 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
     return metrics
 
 
-def _interval_metrics(prefix: str, interval: dict[str, Any] | None) -> dict[str, float | None]:
-    """``prefix`` (the estimate) and ``prefix/low``, ``prefix/high`` of an interval dict."""
-    if not isinstance(interval, dict):
-        return {}
-    return {
-        prefix: interval.get("estimate"),
-        f"{prefix}/low": interval.get("low"),
-        f"{prefix}/high": interval.get("high"),
-    }
+def _interval_metrics(prefix: str, interval: Interval) -> dict[str, float | None]:
+    """``prefix`` (the estimate) and ``prefix/low``, ``prefix/high`` of an interval."""
+    return {prefix: interval.estimate, f"{prefix}/low": interval.low,
+            f"{prefix}/high": interval.high}  # fmt: skip
 
 
-def measurement_metrics(measurement: dict[str, Any]) -> dict[str, float | None]:
+def measurement_metrics(measurement: Measurement) -> dict[str, float | None]:
     """Each measure's reliability (``reliability/<measure>``, with its interval where
     one was computed) and each correlation observed and corrected for unreliability
     (``correlation/<pair>/observed|corrected``, with ``/low`` and ``/high``), so runs can
     be compared on them in the runs table (the record keeps the reasons)."""
     out: dict[str, float | None] = {}
-    for name, rel in measurement.get("reliability", {}).items():
-        out[f"reliability/{name}"] = rel.get("estimate")
-        interval = rel.get("interval") or {}
-        if interval.get("low") is not None:
-            out[f"reliability/{name}/low"] = interval["low"]
-            out[f"reliability/{name}/high"] = interval.get("high")
-    for name, pair in measurement.get("corrected_correlations", {}).items():
-        for which in ("observed", "corrected"):
-            out.update(_interval_metrics(f"correlation/{name}/{which}", pair.get(which)))
+    for name, rel in measurement.reliability.items():
+        out[f"reliability/{name}"] = rel.estimate
+        if rel.interval is not None and rel.interval.low is not None:
+            out[f"reliability/{name}/low"] = rel.interval.low
+            out[f"reliability/{name}/high"] = rel.interval.high
+    for name, pair in measurement.corrected_correlations.items():
+        for which, interval in (("observed", pair.observed), ("corrected", pair.corrected)):
+            out.update(_interval_metrics(f"correlation/{name}/{which}", interval))
     return out
 
 
@@ -502,14 +503,17 @@ def corrected_tags(record: RunRecord) -> dict[str, str]:
     """Each headline correlation corrected for unreliability as a formatted cell
     (``+0.512 [+0.100, +0.800]``; its reason when it could not be corrected), beside the
     observed verdict's in the runs table."""
-    corrected = (record.statistics.measurement or {}).get("corrected_correlations", {})
+    measurement = record.statistics.measurement
+    corrected = measurement.corrected_correlations if measurement is not None else {}
     out = {}
     for pair in CORRECTED_PAIRS:
         for sign in ("pos", "neg"):
-            d = (corrected.get(f"{pair}_{sign}") or {}).get("corrected") or {}
-            shown = value_interval(d.get("estimate"), d.get("low"), d.get("high"))
-            if shown or d.get("reason"):
-                out[corrected_tag_key(pair, sign)] = (shown or f"n/a ({d['reason']})")[:MAX_TAG_LEN]
+            if (found := corrected.get(f"{pair}_{sign}")) is None:
+                continue
+            d = found.corrected
+            shown = value_interval(d.estimate, d.low, d.high)
+            if shown or d.reason:
+                out[corrected_tag_key(pair, sign)] = (shown or f"n/a ({d.reason})")[:MAX_TAG_LEN]
     return out
 
 

@@ -10,8 +10,8 @@ import pandas as pd
 from experiments.answer import (
     SIGN_LABELS,
     Answer,
+    estimate_of,
     estimate_text,
-    interval_dict_text,
     intervention_words,
     number,
     status_word,
@@ -21,7 +21,7 @@ from experiments.kernel.effect import SIGNS
 from experiments.kernel.outcomes import OUTCOMES, Outcome
 from experiments.phase5.answer import answer_of
 from experiments.phase5.figures import plots, reviewer_figures, specificity_figure
-from experiments.record import RunRecord, RunStatistics
+from experiments.record import Measurement, RunRecord, RunStatistics
 from experiments.rows import View, aggregates
 from experiments.rundir import RunDir
 from metrics.criteria import CriterionResult
@@ -161,12 +161,12 @@ def summary_text(record: RunRecord, ctx: RunContext) -> str:
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
 
 
-def _ci(d: dict[str, Any], spec: str = "+.3f") -> str:
-    """'estimate [low, high]' of an interval's dict (or its reason when not evaluable)."""
-    return interval_dict_text({"reason": status_word("not_evaluable"), **d}, spec)
+def _ci(interval: Interval, spec: str = "+.3f") -> str:
+    """'estimate [low, high]' of an interval (or its reason when not evaluable)."""
+    return estimate_of(interval, spec, status_word("not_evaluable"))
 
 
-def measurement_markdown(stats: dict[str, Any]) -> list[str]:
+def measurement_markdown(stats: Measurement) -> list[str]:
     """Reliabilities, observed and corrected correlations, the likelihood outcome per
     null family, and Δ's scale."""
     lines = [
@@ -176,42 +176,36 @@ def measurement_markdown(stats: dict[str, Any]) -> list[str]:
         "| measure | split-half reliability (Spearman-Brown) |",
         "|---|---|",
     ]
-    for name, rel in stats.get("reliability", {}).items():
-        value = rel.get("estimate")
-        shown = (
-            number(value, ".2f") if value is not None else f"not estimable ({rel.get('reason')})"
-        )
+    for name, rel in stats.reliability.items():
+        shown = number(rel.estimate, ".2f") if rel.evaluable else f"not estimable ({rel.reason})"
         lines.append(f"| {name} | {shown} |")
-    corrected = stats.get("corrected_correlations", {})
-    if corrected:
+    if stats.corrected_correlations:
         lines += [
             "",
             "| correlation across concepts | observed r | disattenuated (can exceed 1) |",
             "|---|---|---|",
         ]
-        for name, d in corrected.items():
-            lines.append(f"| {name} | {_ci(d['observed'])} | {_ci(d['corrected'])} |")
+        for name, d in stats.corrected_correlations.items():
+            lines.append(f"| {name} | {_ci(d.observed)} | {_ci(d.corrected)} |")
         lines += [
             "",
             "Disattenuated r = r / √(rel_x · rel_y); each bootstrap replicate recomputes both "
             "reliabilities. A value or bound above 1 is the reliabilities' sampling error, left "
             "unclipped so that the interval stays honest.",
         ]
-    by_direction = stats.get("likelihood_vs_effect_by_direction", {})
-    if by_direction.get("evaluable") is False:  # no per-arm generation effects at all
-        lines += ["", f"Likelihood against generation across directions: {by_direction['reason']}."]
-    elif by_direction:
+    by_direction = stats.likelihood_vs_effect_by_direction
+    if by_direction:
         shown_lines: list[str] = []
-        for sign, d in by_direction.items():
-            if d.get("evaluable"):
+        for sign, fit in by_direction.items():
+            if (ends := fit.r.ends()) is not None:
+                r, low, high = ends
                 shown_lines.append(
-                    f"{SIGN_LABELS[sign]}: r = {number(d['r'])} "
-                    f"[{number(d['ci_low'])}, {number(d['ci_high'])}] over {d['n_directions']} "
-                    f"directions in {d['n_clusters']} concepts"
+                    f"{SIGN_LABELS[sign]}: r = {number(r)} [{number(low)}, {number(high)}] "
+                    f"over {fit.r.n} directions in {fit.r.n_clusters} concepts"
                 )
             else:
                 word = status_word("not_evaluable")
-                shown_lines.append(f"{SIGN_LABELS[sign]}: {word} ({d.get('reason')})")
+                shown_lines.append(f"{SIGN_LABELS[sign]}: {word} ({fit.r.reason})")
         lines += [
             "",
             "Likelihood outcome against the generation effect across directions (each "
@@ -219,8 +213,7 @@ def measurement_markdown(stats: dict[str, Any]) -> list[str]:
             + "; ".join(shown_lines)
             + ".",
         ]
-    families = stats.get("likelihood", [])
-    if families:
+    if stats.likelihood:
         lines += [
             "",
             "Likelihood outcome e = s·((L_s − L_0)(on) − (L_s − L_0)(off)), nats per token:",
@@ -228,27 +221,23 @@ def measurement_markdown(stats: dict[str, Any]) -> list[str]:
             "| family | sign | mean e [CI] | concept above it [CI] | concepts beating it |",
             "|---|---|---|---|---|",
         ]
-        for row in families:
-            above = (
-                f"{number(row['above'])} [{number(row['above_low'])}, {number(row['above_high'])}]"
-                if "above" in row
-                else ""
-            )
-            beats = f"{row['beats']} / {row['n_concepts']}" if "beats" in row else ""
-            lines.append(
-                f"| {row['family']} | {row['sign']} | {number(row['mean'])} "
-                f"[{number(row['low'])}, {number(row['high'])}] | {above} | {beats} |"
-            )
-    gap = stats.get("reference_gap")
-    if gap:
+        for row in stats.likelihood:
+            above = _bare(row.above) if row.above is not None else ""
+            beats = f"{row.beats} / {row.n_concepts}" if row.beats is not None else ""
+            lines.append(f"| {row.family} | {row.sign} | {_bare(row.mean)} | {above} | {beats} |")
+    if (gap := stats.reference_gap) is not None:
         lines += [
             "",
             f"Δ's scale: the reference gap Δ(on-concept texts) − Δ(off-concept texts) is "
-            f"{number(gap.get('mean'))} [{number(gap.get('low'))}, {number(gap.get('high'))}]; "
-            f"the effect above the null is {_ci(gap.get('fraction_pos', {}), '.2f')} of it at "
-            f"s > 0 and {_ci(gap.get('fraction_neg', {}), '.2f')} at s < 0.",
+            f"{_bare(gap.gap)}; the effect above the null is {_ci(gap.fraction_pos, '.2f')} "
+            f"of it at s > 0 and {_ci(gap.fraction_neg, '.2f')} at s < 0.",
         ]
     return lines
+
+
+def _bare(interval: Interval) -> str:
+    """'estimate [low, high]', n/a where a number is missing (the likelihood table's)."""
+    return f"{number(interval.estimate)} [{number(interval.low)}, {number(interval.high)}]"
 
 
 def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict[str, object]:

@@ -58,6 +58,12 @@ from experiments.record.identify import (
     PrimarySpec,
     RankRow,
 )
+from experiments.record.measurement import (
+    DirectionFit,
+    LikelihoodFamily,
+    Measurement,
+    ReferenceGapSummary,
+)
 from experiments.record.phase5 import (
     MIGRATABLE,
     RECORD_FORMAT,
@@ -97,6 +103,7 @@ __all__ = [
     "CurveFit",
     "CurveLevel",
     "CurveRow",
+    "DirectionFit",
     "EstimandResult",
     "ExploratoryRecord",
     "FamilySlopes",
@@ -111,8 +118,10 @@ __all__ = [
     "LayerChoice",
     "LayerProbes",
     "LayerRow",
+    "LikelihoodFamily",
     "ManipulationResult",
     "MatchedPairs",
+    "Measurement",
     "Mediation",
     "MinimumEffective",
     "MinimumLevel",
@@ -132,6 +141,7 @@ __all__ = [
     "PrimarySpec",
     "RankRow",
     "RecordError",
+    "ReferenceGapSummary",
     "RunRecord",
     "RunStatistics",
     "SubsetAgreement",

@@ -17,6 +17,7 @@ from pydantic import (
 
 from experiments.config import Phase5Config
 from experiments.record.base import _Block, read_record
+from experiments.record.measurement import Measurement
 from metrics.criteria import CriterionResult
 from metrics.intervals import Interval
 
@@ -26,7 +27,8 @@ RECORD_FORMAT: Final = "steer-eval/phase5-run"
 # intervals, the specificity criteria, reliabilities and corrected correlations, the
 # likelihood outcome and Δ's reference gap (statistics.measurement), the probes' test
 # decisions (detection); 5: the effect summaries typed, each outcome an Interval
-# (statistics.effect) and the effect above the nulls apart (statistics.above_null).
+# (statistics.effect) and the effect above the nulls apart (statistics.above_null); the
+# measurement block typed (record/measurement.py).
 RECORD_VERSION = 5
 READABLE = (4,)  # versions every reader reads as this one (their blocks migrate)
 MIGRATABLE = (2, 3)  # versions a rescore can read and rewrite at RECORD_VERSION
@@ -167,11 +169,10 @@ class RunStatistics(BaseModel):
         description="per concept: the OLS slope of Δ on strength (concept arm), when more "
         "than 3 strengths ran (kernel/effect.slopes)",
     )
-    measurement: dict[str, Any] | None = Field(
+    measurement: Measurement | None = Field(
         default=None,
-        description="phase5/measurement.MeasurementReport.statistics: reliability, "
-        "corrected_correlations and, when measured, likelihood, "
-        "likelihood_vs_effect_by_direction, reference_gap",
+        description="phase5/measurement.py: reliabilities, corrected correlations and, when "
+        "measured, the likelihood outcome and Δ's reference gap (record/measurement.py)",
     )
 
     @model_validator(mode="before")

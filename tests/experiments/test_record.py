@@ -101,8 +101,26 @@ def test_a_version_4_record_reads_typed_and_its_effect_summaries_migrate():
         assert arm.gated_reason == row.get("gated_reason", "")
         assert arm.outcomes["e_gated"].reason == row.get("gated_reason", "")
     assert rec.statistics.f1_vs_magnitude["evaluable"] is True
-    assert rec.statistics.measurement is not None
-    assert rec.statistics.measurement["likelihood"] == stored["measurement"]["likelihood"]
+    measurement = rec.statistics.measurement
+    assert measurement is not None
+    # version 4's likelihood rows: the mean and the concept arm above it, as Intervals
+    for row, typed in zip(stored["measurement"]["likelihood"], measurement.likelihood, strict=True):
+        assert (typed.family, typed.sign, typed.n_concepts) == (row["family"], row["sign"],
+                                                                row["n_concepts"])  # fmt: skip
+        assert typed.mean.ends() == (row["mean"], row["low"], row["high"])
+        assert (typed.above.ends() if typed.above else None) == (
+            (row["above"], row["above_low"], row["above_high"]) if "above" in row else None
+        )
+    fit = measurement.likelihood_vs_effect_by_direction["pos"]
+    by = stored["measurement"]["likelihood_vs_effect_by_direction"]["pos"]
+    assert fit.r.ends() == (by["r"], by["ci_low"], by["ci_high"])
+    assert (fit.r.n, fit.p_value) == (by["n_directions"], by["p_value"])
+    gap = measurement.reference_gap
+    assert gap is not None and gap.gap.estimate == stored["measurement"]["reference_gap"]["mean"]
+    stored_rel = stored["measurement"]["reliability"]
+    assert {k: r.estimate for k, r in measurement.reliability.items()} == {
+        k: r["estimate"] for k, r in stored_rel.items()
+    }
     # written as version 5, it reads back the same and writes the same JSON again
     written = rec.model_dump_json(indent=1)
     assert json.loads(written)["version"] == 5
@@ -111,7 +129,7 @@ def test_a_version_4_record_reads_typed_and_its_effect_summaries_migrate():
     assert _exactly(json.loads(again.model_dump_json(indent=1))) == _exactly(json.loads(written))
     # the other blocks are written back as version 4 wrote them
     statistics = json.loads(written)["statistics"]
-    for block in ("f1_vs_magnitude", "intervals", "slopes", "measurement"):
+    for block in ("f1_vs_magnitude", "intervals", "slopes"):
         assert _exactly(statistics[block]) == _exactly(stored[block])
 
 

@@ -226,9 +226,10 @@ def test_one_concept_alone_is_evaluated_and_says_what_it_could_not_evaluate(one_
     result = one_concept
     assert result.record.config.concepts.synsets == ["herb.n.01"]
     assert len(result.samples) > 0 and set(result.samples["concept"]) == {"herb.n.01"}
-    measurement = result.record.statistics.measurement or {}
-    assert "reference_gap" not in measurement and "likelihood" not in measurement
-    assert "(the run has no other concept)" in measurement["unpaired"]["herb.n.01"]
+    measurement = result.record.statistics.measurement
+    assert measurement is not None
+    assert measurement.reference_gap is None and not measurement.likelihood
+    assert "(the run has no other concept)" in measurement.unpaired["herb.n.01"]
     assert (result.run_dir / "likelihood.jsonl").exists() is False
     (note,) = [n for n in result.answer.notes if n.startswith("Not evaluable for herb.n.01")]
     assert "Δ's reference gap (Δ's scale) and the likelihood outcome with its nulls" in note

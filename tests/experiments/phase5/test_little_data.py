@@ -21,9 +21,10 @@ from experiments.kernel.effect import evaluate_effect
 from experiments.phase5.answer import answer_of
 from experiments.phase5.per_concept import concept_intervals
 from experiments.phase5.publish import reason_tags, record_metrics
-from experiments.record import CriterionRecord, RunRecord, RunStatistics
+from experiments.record import CriterionRecord, Measurement, RunRecord, RunStatistics
 from experiments.tracking.listing import parse_criteria
 from metrics.intervals import Interval, not_evaluable
+from metrics.reliability import Disattenuated, Reliability
 
 CONFIG = load_config("configs/phase5.yaml", ["criteria.n_boot=200"])
 CONCEPTS = [f"c{i}" for i in range(5)]
@@ -290,15 +291,16 @@ def test_a_negative_split_half_reliability_is_reported_not_estimable_in_the_run(
         for i, c in enumerate(concepts)
     }
     stats = measure(effect, CONFIG, detection).statistics
-    rel = stats["reliability"]["effect_above_null_pos"]
-    assert rel["estimate"] is None and rel["spearman_brown_raw"] < 0
-    assert "outside [0, 1]" in rel["reason"] and f"{rel['spearman_brown_raw']:.3f}" in rel["reason"]
+    rel = stats.reliability["effect_above_null_pos"]
+    assert rel.estimate is None and rel.spearman_brown_raw is not None
+    assert rel.spearman_brown_raw < 0
+    assert "outside [0, 1]" in rel.reason and f"{rel.spearman_brown_raw:.3f}" in rel.reason
     metrics = measurement_metrics(stats)
     assert "reliability/effect_above_null_pos" not in metrics or (
         metrics["reliability/effect_above_null_pos"] is None
     )
-    corrected = stats["corrected_correlations"]["predictor_vs_effect_pos"]["corrected"]
-    assert corrected["estimate"] is None and "not estimable" in corrected["reason"]
+    corrected = stats.corrected_correlations["predictor_vs_effect_pos"].corrected
+    assert corrected.estimate is None and "not estimable" in corrected.reason
     assert metrics["correlation/predictor_vs_effect_pos/corrected"] is None
     text = "\n".join(measurement_markdown(stats))
     assert "| effect_above_null_pos | not estimable (" in text
@@ -433,16 +435,17 @@ def test_the_answer_shows_how_auto_effect_chose_the_layer_and_says_when_it_is_a_
 
 def test_the_corrected_correlation_says_it_can_exceed_1_wherever_it_is_printed():
     record = run_record(records(set()))
-    corrected = {"estimate": 1.203, "low": 0.316, "high": 2.644, "n": 10}
-    measurement = {
-        "corrected_correlations": {
-            "predictor_vs_effect_pos": {
-                "observed": {"estimate": 0.41, "low": -0.66, "high": 0.86},
-                "corrected": corrected,
-            }
-        }
-    }
-    record.statistics.measurement = measurement  # fmt: skip
+    unknown = Reliability(None, None, None, 10, 20, "split-half", "too few concepts")
+    pair = Disattenuated(
+        observed=Interval(0.41, -0.66, 0.86),
+        corrected=Interval(1.203, 0.316, 2.644, 10),
+        reliability_x=unknown,
+        reliability_y=unknown,
+    )
+    measurement = Measurement(
+        reliability={}, corrected_correlations={"predictor_vs_effect_pos": pair}
+    )
+    record.statistics.measurement = measurement
     note = next(n for n in answer_of(record).notes if "corrected for unreliability" in n)
     assert note == (
         "predictor → effect above null (r), corrected for unreliability (disattenuated; can "

@@ -140,7 +140,8 @@ def test_the_run_measures_every_direction_family_and_its_reliability(measured_ru
     assert {r["strength"] for r in records} == {-1.0, 1.0}
     assert len({(r["concept"], r["pair"]) for r in records}) == 4 * 4
     m = result.record.statistics.measurement
-    rel = m["reliability"]
+    assert m is not None
+    rel = m.reliability
     assert {
         "effect_above_null_pos",
         "effect_above_null_neg",
@@ -149,12 +150,13 @@ def test_the_run_measures_every_direction_family_and_its_reliability(measured_ru
         "predictor_f1_calibrated",
     } <= set(rel)
     for value in rel.values():  # a number or a reason, never a silent NaN
-        assert value["estimate"] is None or np.isfinite(value["estimate"])
-        assert value["estimate"] is not None or value["reason"]
-    summary = {(row["family"], row["sign"]): row for row in m["likelihood"]}
+        assert value.estimate is None or np.isfinite(value.estimate)
+        assert value.estimate is not None or value.reason
+    summary = {(row.family, row.sign): row for row in m.likelihood}
     assert {("concept", "pos"), ("null:other", "neg")} <= set(summary)
-    assert "above" in summary[("random", "pos")] and "above" not in summary[("concept", "pos")]
-    assert "mean" in m["reference_gap"] and "fraction_pos" in m["reference_gap"]
+    assert summary[("random", "pos")].above is not None
+    assert summary[("concept", "pos")].above is None
+    assert m.reference_gap is not None and m.reference_gap.gap.evaluable
     assert {"v2_specificity_pos", "v2_specificity_neg"} <= set(result.record.criteria)
     concept = next(iter(result.record.per_concept.values()))
     assert {"likelihood_pos", "reference_gap", "specificity_pos"} <= set(concept)

@@ -492,14 +492,15 @@ def test_reliabilities_and_corrected_correlations_are_metrics(tiny_run):
     _config, result = tiny_run
     metrics = tracking.get_run(result.run_id).data.metrics
     measurement = result.record.statistics.measurement
-    rel = measurement["reliability"]["specificity_pos"]["estimate"]
+    assert measurement is not None
+    rel = measurement.reliability["specificity_pos"].estimate
     assert metrics["reliability/specificity_pos"] == pytest.approx(rel)
-    pair = measurement["corrected_correlations"]["predictor_vs_effect_neg"]
+    pair = measurement.corrected_correlations["predictor_vs_effect_neg"]
     assert metrics["correlation/predictor_vs_effect_neg/observed"] == pytest.approx(
-        pair["observed"]["estimate"]
+        pair.observed.estimate
     )
     assert metrics["correlation/predictor_vs_effect_neg/observed/low"] == pytest.approx(
-        pair["observed"]["low"]
+        pair.observed.low
     )
 
 
