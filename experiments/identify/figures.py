@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.estimation.cells import StudyTables
+from metrics.intervals import Interval
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from experiments.record import IdentifyRecord, ManipulationResult
-    from metrics.intervals import Interval
 
 
 def _plt() -> ModuleType:
@@ -200,22 +200,19 @@ def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
 def manipulation_figure(m: str, frame: pd.DataFrame, result: ManipulationResult) -> Figure:
     """One manipulation's curve: AUROC and the effect against its level (means, CIs)."""
     plt = _plt()
-    curve = pd.DataFrame([row.model_dump() for row in result.curve])
     fig: Figure
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, column in ((a, "auroc"), (b, "effect")):
         for _, group in frame.groupby("concept"):
             g = group.groupby("level")[column].mean()
             ax.plot(g.index, g.values, color="grey", alpha=0.25, lw=0.8)
-        ax.plot(curve["level"], curve[column], marker="o", color="C3")
-        if f"{column}_low" in curve:
-            ax.fill_between(
-                curve["level"],
-                curve[f"{column}_low"],
-                curve[f"{column}_high"],
-                alpha=0.2,
-                color="C3",
-            )
+        measured = [(row.level, getattr(row, column) or Interval()) for row in result.curve]
+        levels = [level for level, _ in measured]
+        ax.plot(levels, [i.estimate for _, i in measured], marker="o", color="C3")
+        if any(i.low is not None for _, i in measured):
+            lows = [np.nan if i.low is None else i.low for _, i in measured]
+            highs = [np.nan if i.high is None else i.high for _, i in measured]
+            ax.fill_between(levels, lows, highs, alpha=0.2, color="C3")
         ax.set(xlabel="level", ylabel=column, title=f"{m}: {column}")
     fig.tight_layout()
     return fig

@@ -315,7 +315,7 @@ def _manipulation_row(m: str, r: ManipulationResult) -> str:
         else "n/a"
     )
     levels = {f"{x.fraction:g}": level_text(x) for x in r.minimum_effective}
-    aurocs = [row.auroc for row in r.curve if row.auroc is not None]
+    aurocs = [row.auroc.estimate for row in r.curve if row.auroc and row.auroc.estimate is not None]
     tested = f"levels {min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
     cells = next((x.tested for x in r.minimum_effective if x.tested), None)
     if cells:  # the minimum effective levels are read on the cells' range, not the levels'

@@ -217,24 +217,34 @@ class MinimumLevel(_Block):
 
 class CurveRow(_Block):
     """One level of a manipulation: means over concepts of every predictor and the
-    effect (AUROC with a concept-level interval)."""
+    effect, AUROC's and the effect's with a concept-level interval (its ends None with
+    fewer than two concepts)."""
 
     level: float | None = None
     n_concepts: int | None = None
-    auroc: float | None = None
-    effect: float | None = None
+    auroc: Interval | None = None
+    effect: Interval | None = None
     # the other predictors' means (identify/estimation/cells.PREDICTORS) and the effect
-    # above the null, then the concept-level intervals of AUROC and the effect
+    # above the null
     ap: float | None = None
     f1_calibrated: float | None = None
     cos_ref: float | None = None
     lens: float | None = None
     kl: float | None = None
     effect_above_null: float | None = None
-    auroc_low: float | None = None
-    auroc_high: float | None = None
-    effect_low: float | None = None
-    effect_high: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_version_2(cls, data: Any) -> Any:
+        """Version 2 kept the means and the ends as loose numbers (``auroc_low``)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name in ("auroc", "effect"):
+            ends = {k: data.pop(f"{name}_{k}", None) for k in ("low", "high")}
+            if isinstance(data.get(name), int | float):
+                data[name] = {"estimate": data[name], **ends}
+        return data
 
 
 class PooledResult(BaseModel):
@@ -340,9 +350,10 @@ class IdentifyRecord(_Record):
     """What an identification study measured (``analysis.json`` of its folder)."""
 
     format: Literal["steer-eval/phase6-identify"] = "steer-eval/phase6-identify"
-    # 2: mediation terms and the Fisher-z check are Intervals (version 1: [low, high])
-    version: int = 2
-    MIGRATABLE: ClassVar[tuple[int, ...]] = (1,)
+    # 2: mediation terms and the Fisher-z check are Intervals (version 1: [low, high]);
+    # 3: a curve row's AUROC and effect are Intervals (version 2: loose ends)
+    version: int = 3
+    MIGRATABLE: ClassVar[tuple[int, ...]] = (1, 2)
     config: IdentifyStudyConfig
     layer: int
     alpha: float = Field(description="the median residual norm at the layer")

@@ -1,6 +1,6 @@
 """Records of an earlier version read as the current one: identify's and calibration's
-version 1 (loose [low, high] lists and numbers) as version 2's Intervals, every number
-kept."""
+version 1 (loose [low, high] lists and numbers) as Intervals, every number kept; identify's
+curve rows (loose ends until version 2) too."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_an_identify_version_1_record_reads_its_terms_as_intervals():
     old = json.loads(IDENTIFY_V1.read_text())
     assert old["version"] == 1
     record = IdentifyRecord.parse(IDENTIFY_V1.read_text(), str(IDENTIFY_V1))
-    assert record.version == 2
+    assert record.version == 3
     fz, was = record.between_concepts.fisher_z, old["between_concepts"]["fisher_z"]
     assert fz is not None
     assert (fz.estimate, [fz.low, fz.high], fz.n_clusters) == (
@@ -37,6 +37,14 @@ def test_an_identify_version_1_record_reads_its_terms_as_intervals():
             assert [read.estimate, read.low, read.high] == [
                 stored[term]["estimate"], *stored[term]["interval"],
             ]  # fmt: skip
+        # a curve row's AUROC and effect: the mean and its concept-level ends, one Interval
+        for row, was in zip(result.curve, old["manipulations"][name]["curve"], strict=True):
+            for column in ("auroc", "effect"):
+                got = getattr(row, column)
+                ends = [was.get(column), was.get(f"{column}_low"), was.get(f"{column}_high")]
+                assert ([got.estimate, got.low, got.high] if got else [None] * 3) == ends
+            assert (row.level, row.kl, row.cos_ref) == (was["level"], was.get("kl"),
+                                                        was.get("cos_ref"))  # fmt: skip
         for level, was in zip(
             result.minimum_effective, old["manipulations"][name]["minimum_effective"], strict=True
         ):

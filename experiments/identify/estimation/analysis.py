@@ -47,6 +47,7 @@ from experiments.identify.estimation.stats import within_reliability
 from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
+from experiments.record import CurveRow
 from metrics.intervals import Interval, hierarchical_mean
 from metrics.stats import fisher_z_interval
 
@@ -62,12 +63,12 @@ def _iv(interval: object) -> dict[str, Any]:
     return dict(cast(Mapping[str, Any], interval))
 
 
-def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, float | None]]:
+def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[CurveRow]:
     """Per level: means over concepts of every predictor and of the effect (with a
     concept-level interval for AUROC and the effect)."""
     out = []
     for level, group in frame.groupby("level", sort=True):
-        row: dict[str, float | None] = {
+        row: dict[str, object] = {
             "level": float(cast(float, level)),
             "n_concepts": int(group["concept"].nunique()),
         }
@@ -76,10 +77,13 @@ def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, f
         for column in ("auroc", OUTCOME):
             units = {c: g[column].dropna().to_numpy() for c, g in group.groupby("concept")}
             units = {c: u for c, u in units.items() if len(u)}
+            mean = cast(float | None, row[column])  # the mean over rows, as before
             if len(units) >= 2:
                 ci = hierarchical_mean(units, n_boot=n_boot, seed=seed)
-                row[f"{column}_low"], row[f"{column}_high"] = ci.low, ci.high
-        out.append(row)
+                row[column] = Interval(mean, ci.low, ci.high, ci.n, ci.n_clusters, ci.method)
+            elif mean is not None:
+                row[column] = Interval(mean)
+        out.append(CurveRow.model_validate(row))
     return out
 
 
