@@ -20,13 +20,13 @@ can behave very differently, and averaging can hide an effective sign.
 from __future__ import annotations
 
 import warnings
-from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.config import CalibrationStudyConfig
 from experiments.record.calibration import CurveFit, CurveLevel, MinimumEffective, MixedSlope
+from experiments.rows import number as real
 from metrics.intervals import bootstrap_statistic, interval_verdict
 
 EFFECT = "effect_above_null"
@@ -88,7 +88,7 @@ def levels(
         out.append(
             CurveLevel(
                 size=size_name,
-                n_train=int(cast(int, size)),
+                n_train=int(real(size)),
                 level=level,
                 effect=effect_ci,
                 verdict=verdict,
@@ -122,7 +122,7 @@ def analyse_curve(curve: pd.DataFrame, config: CalibrationStudyConfig) -> list[C
                 out.append(
                     CurveFit(
                         sign=sign,
-                        layer=int(cast(int, layer)),
+                        layer=int(real(layer)),
                         source=str(source),
                         predictor=predictor,
                         mixed_model=mixed_slope(frame, predictor, effect),

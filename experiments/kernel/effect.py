@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,7 @@ from experiments.kernel.gate import column as _col
 from experiments.kernel.outcomes import OUTCOMES
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.record import ArmEffect, CriterionInterval, NullEffect
+from experiments.rows import number as real
 from metrics.criteria import V2_C4, CriterionResult, combine_criterion4_v2, human_criterion_v2
 from metrics.intervals import (
     Interval,
@@ -209,7 +210,7 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
     columns = ["concept", "prompt_index", "sample", "sign", "above_other"]
     rows = []
     for sign, part in margins.groupby("sign"):
-        matrix = matrices.get(int(cast(int, sign)))
+        matrix = matrices.get(int(real(sign)))
         if matrix is None:
             continue
         for concept, group in part.groupby("concept"):
@@ -221,7 +222,7 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
             null = float(np.mean(others))
             for _, r in group.iterrows():
                 rows.append(
-                    [concept, r["prompt_index"], r["sample"], int(cast(int, sign)), r["own"] - null]
+                    [concept, r["prompt_index"], r["sample"], int(real(sign)), r["own"] - null]
                 )
     return pd.DataFrame(rows, columns=columns)
 
@@ -351,12 +352,10 @@ def evaluate_effect(
         np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])
     ):
         for sign, rows in arm_rows.groupby("sign"):
-            what = sign_label(int(cast(int, sign))) + (
-                "" if cast(str, arm_name) == CONCEPT_ARM else f" ({arm_name})"
+            what = sign_label(int(real(sign))) + (
+                "" if str(arm_name) == CONCEPT_ARM else f" ({arm_name})"
             )
-            out.summary[f"{arm_name}/{SIGNS[int(cast(int, sign))]}"] = _summarise(
-                rows, config, what
-            )
+            out.summary[f"{arm_name}/{SIGNS[int(real(sign))]}"] = _summarise(rows, config, what)
     null = above_null(effects)
     null_raw = above_null(effects, "e")
     for sign, label in SIGNS.items():
@@ -466,9 +465,7 @@ def select_betas(records: pd.DataFrame, config: RunConfig) -> dict[str, dict[str
     effects = effects[effects["arm"] == CONCEPT_ARM]
     out: dict[str, dict[str, Any]] = {}
     for synset, group in effects.groupby("concept"):
-        means = {
-            float(cast(float, b)): float(g["e_gated"].mean()) for b, g in group.groupby("beta")
-        }
+        means = {real(b): float(g["e_gated"].mean()) for b, g in group.groupby("beta")}
         best = max(sorted(means), key=lambda b: (means[b], -b))
         out[str(synset)] = {"beta": best, "effects": means}
     return out

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.config import CriteriaConfig
 from experiments.rows import cell_metrics as cell_metrics  # also imported from here
+from experiments.rows import number as real
 from metrics.criteria import (
     CriterionResult,
     direction_criterion,
@@ -61,7 +61,7 @@ def per_strength(records: pd.DataFrame) -> dict[float, dict[str, float | None]]:
     """Every declared aggregate (experiments.rows) per strength, over all concepts."""
     out = {}
     for strength, group in records.groupby("strength"):
-        out[float(cast(float, strength))] = cell_metrics(group)
+        out[real(strength)] = cell_metrics(group)
     return out
 
 
@@ -71,7 +71,7 @@ def concept_magnitudes(records: pd.DataFrame, at: float | None = None) -> dict[s
     if at is not None:
         steered = steered[np.isclose(steered["strength"].abs(), at)]
     means = steered.groupby("concept")["magnitude"].mean().dropna()
-    return {cast(str, k): float(v) for k, v in means.items()}
+    return {str(k): float(v) for k, v in means.items()}
 
 
 @dataclass

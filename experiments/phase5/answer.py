@@ -16,7 +16,6 @@ after ``run`` and ``rescore``, ``--json``, the MLflow descriptions, ``answer.md`
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import cast
 
 from experiments.answer import (
     SIGN_LABELS,
@@ -32,6 +31,7 @@ from experiments.kernel.outcomes import OUTCOMES
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.record import ArmEffect, RunRecord
 from experiments.record.phase5 import NO_INTERVAL
+from experiments.rows import number as real
 from metrics.criteria import C1_DIRECTION
 from metrics.intervals import Interval, interval_verdict
 
@@ -283,8 +283,7 @@ def reader_notes(record: RunRecord) -> list[str]:
     notes = []
     for sign, label in (("pos", "s > 0"), ("neg", "s < 0")):
         gated = [
-            f"{synset} ({int(cast(float, v[f'gated_out_{sign}']))}/"
-            f"{int(cast(float, v[f'steered_{sign}']))})"
+            f"{synset} ({int(real(v[f'gated_out_{sign}']))}/{int(real(v[f'steered_{sign}']))})"
             for synset, v in sorted(record.per_concept.items())
             if v.get(f"steered_{sign}") and v.get(f"gated_out_{sign}") == v[f"steered_{sign}"]
         ]

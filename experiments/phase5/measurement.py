@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,7 @@ from experiments.record.measurement import (
     Measurement,
     ReferenceGapSummary,
 )
+from experiments.rows import number as real
 from metrics.intervals import (
     Interval,
     hierarchical_margin,
@@ -132,7 +133,7 @@ def detection_units(detection: Mapping[str, Mapping[str, object]]) -> dict[str, 
         labels = np.asarray(d.get("test_labels") or [], dtype=np.float64)
         threshold = d.get("threshold")
         if len(scores) >= 4 and len(scores) == len(labels):
-            t = np.full(len(scores), np.nan if threshold is None else float(cast(float, threshold)))
+            t = np.full(len(scores), np.nan if threshold is None else real(threshold))
             out[concept] = np.stack([scores, labels, t], axis=1)
     return out
 

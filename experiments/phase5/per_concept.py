@@ -17,13 +17,13 @@ intervals answer it:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
 
 import pandas as pd
 
 from experiments.config import RunConfig
 from experiments.kernel.effect import SIGNS, above_null, paired_effects
 from experiments.kernel.plan import CONCEPT_ARM
+from experiments.rows import number as real
 from metrics.intervals import clustered_bootstrap_mean
 from metrics.stats import bootstrap_f1
 
@@ -45,7 +45,7 @@ def concept_intervals(
     # hollow, with "k/n gated").
     concept = effects[effects["arm"] == CONCEPT_ARM]
     for (synset, sign), group in concept.groupby(["concept", "sign"], sort=True):
-        label = SIGNS[int(cast(int, sign))]
+        label = SIGNS[int(real(sign))]
         out.setdefault(str(synset), {}).update(
             {
                 f"gated_out_{label}": float((~group["gate_pass"].astype(bool)).sum()),
@@ -53,7 +53,7 @@ def concept_intervals(
             }
         )
     for (synset, sign), group in null.groupby(["concept", "sign"], sort=True):
-        label = SIGNS[int(cast(int, sign))]
+        label = SIGNS[int(real(sign))]
         ci = clustered_bootstrap_mean(
             group["above_null"].to_numpy(dtype=float),
             list(group["prompt_index"]),

@@ -23,6 +23,7 @@ from experiments.phase5.answer import answer_of
 from experiments.phase5.figures import plots, reviewer_figures, specificity_figure
 from experiments.record import Measurement, RunRecord, RunStatistics
 from experiments.rows import View, aggregates
+from experiments.rows import number as real
 from experiments.rundir import RunDir
 from metrics.criteria import CriterionResult
 from metrics.intervals import Interval
@@ -243,7 +244,7 @@ def _bare(interval: Interval) -> str:
 def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict[str, object]:
     """The run's figures by file name, drawn from the rows and the record."""
     magnitudes = {
-        k: cast(float, v["magnitude"])
+        k: real(v["magnitude"])
         for k, v in record.per_concept.items()
         if v.get("magnitude") is not None
     }

@@ -48,6 +48,7 @@ from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
 from experiments.record import CurveRow
+from experiments.rows import number as real
 from metrics.intervals import Interval, hierarchical_mean
 from metrics.stats import fisher_z_interval
 
@@ -68,16 +69,19 @@ def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[CurveRow]:
     concept-level interval for AUROC and the effect)."""
     out = []
     for level, group in frame.groupby("level", sort=True):
-        row: dict[str, object] = {
-            "level": float(cast(float, level)),
-            "n_concepts": int(group["concept"].nunique()),
+        means = {
+            column: float(group[column].mean()) if group[column].notna().any() else None
+            for column in (*PREDICTORS, OUTCOME, "effect_above_null")
         }
-        for column in (*PREDICTORS, OUTCOME, "effect_above_null"):
-            row[column] = float(group[column].mean()) if group[column].notna().any() else None
+        row: dict[str, object] = {
+            "level": real(level),
+            "n_concepts": int(group["concept"].nunique()),
+            **means,
+        }
         for column in ("auroc", OUTCOME):
             units = {c: g[column].dropna().to_numpy() for c, g in group.groupby("concept")}
             units = {c: u for c, u in units.items() if len(u)}
-            mean = cast(float | None, row[column])  # the mean over rows, as before
+            mean = means[column]  # the mean over rows, as before
             if len(units) >= 2:
                 ci = hierarchical_mean(units, n_boot=n_boot, seed=seed)
                 row[column] = Interval(mean, ci.low, ci.high, ci.n, ci.n_clusters, ci.method)

@@ -19,7 +19,7 @@ directions (they share the units), drawn once per concept with a seeded generato
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -104,7 +104,7 @@ class StudyTables:
         for concept, group in frame.groupby("concept", sort=True):
             if concept not in source:
                 continue
-            key = cast(str, concept)
+            key = str(concept)
             index = {d: i for i, d in enumerate(self.order[key])}
             out[str(concept)] = source[key][[index[d] for d in group["direction"]]]
         return out

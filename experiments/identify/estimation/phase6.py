@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,7 @@ from experiments.identify.estimation.cells import INPUT_PREDICTORS
 from experiments.identify.stages.detect import score_direction
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import build_probe_texts, load_classifiers
+from experiments.rows import number as real
 from experiments.rundir import RunDir
 from steering.activations import pooled_activations
 from steering.directions import DirectionContext, get_direction_source
@@ -158,7 +159,7 @@ def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any
                 )
                 out.append(
                     {
-                        "layer": int(cast(int, layer)),
+                        "layer": int(real(layer)),
                         "source": source,
                         "predictor": predictor,
                         "sign": sign,
