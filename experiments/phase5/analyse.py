@@ -6,7 +6,6 @@ tested without a model and rerun identically on resume and rescore.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,11 +127,3 @@ def criteria_thresholds(criteria: dict[str, CriterionResult], prefix: str = "") 
         for key, result in criteria.items()
         if result.threshold is not None
     }
-
-
-def finite_or_none(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None

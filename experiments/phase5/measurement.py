@@ -186,14 +186,6 @@ def _of_sign(frame: pd.DataFrame, sign: int) -> pd.DataFrame:
     return frame[frame["sign"] == sign] if len(frame) else frame
 
 
-def _sign_units(
-    frame: pd.DataFrame, sign: int, column: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per concept of one sign: the column's units and their prompts."""
-    part = _of_sign(frame, sign)
-    return _units(part, column) if len(part) else ({}, {})
-
-
 def _shared(*maps: Mapping[str, Any]) -> list[str]:
     keys = set(maps[0])
     for m in maps[1:]:
@@ -237,18 +229,10 @@ def measure(
     corrected: dict[str, Disattenuated] = {}
     lk_units = {s: _likelihood_units(likelihood, "concept", s) for s in (1.0, -1.0)}
     for sign, label in SIGNS.items():
-        rows = (
-            effect.above_null[effect.above_null["sign"] == sign]
-            if len(effect.above_null)
-            else effect.above_null
-        )
+        rows = _of_sign(effect.above_null, sign)
         y_units, y_strata = _units(rows, "above_null") if len(rows) else ({}, {})
         rel[f"effect_above_null_{label}"] = split_half_reliability(y_units, strata=y_strata, **opts)
-        margins = (
-            effect.margins[effect.margins["sign"] == sign]
-            if len(effect.margins)
-            else effect.margins
-        )
+        margins = _of_sign(effect.margins, sign)
         m_units, m_strata = _units(margins, "margin") if len(margins) else ({}, {})
         rel[f"specificity_{label}"] = split_half_reliability(m_units, strata=m_strata, **opts)
         shared = _shared(x_units, y_units)
@@ -388,11 +372,7 @@ def _reference_gap(
     for k, g in gaps.items():
         out.per_concept.setdefault(k, {})["reference_gap"] = g.gap
     for sign, label in SIGNS.items():
-        rows = (
-            effect.above_null[effect.above_null["sign"] == sign]
-            if len(effect.above_null)
-            else effect.above_null
-        )
+        rows = _of_sign(effect.above_null, sign)
         y_units, _ = _units(rows, "above_null") if len(rows) else ({}, {})
         fractions = {
             k: v / gaps[k].gap for k, v in y_units.items() if k in gaps and gaps[k].gap > 0

@@ -63,11 +63,3 @@ def reference_gaps(scorer: Scorer, texts: LikelihoodTexts) -> dict[str, Referenc
             tuple(float(v) for v in score(off, centroids).delta),
         )
     return out
-
-
-def as_fraction(effect: float | None, gap: float | None) -> float | None:
-    """``effect`` as a fraction of the reference gap; None when either is missing or the
-    gap is not positive (Δ then does not separate the concept's texts from others')."""
-    if effect is None or gap is None or not np.isfinite(effect) or not gap > 0:
-        return None
-    return float(effect / gap)

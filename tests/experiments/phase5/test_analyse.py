@@ -18,7 +18,6 @@ from experiments.phase5.analyse import (
     criteria_metrics,
     criteria_thresholds,
     evaluate_criteria,
-    finite_or_none,
     per_strength,
     strength_label,
 )
@@ -359,25 +358,3 @@ def test_criteria_and_cell_metrics_are_never_nan(case):
             assert value is None or math.isfinite(value), name
     for value in concept_magnitudes(out).values():
         assert math.isfinite(value)
-
-
-# ---------------------------------------------------------------------------- finite_or_none
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        (1, 1.0),
-        (2.5, 2.5),
-        (np.float64(0.25), 0.25),
-        (np.int64(3), 3.0),
-        (float("nan"), None),
-        (float("inf"), None),
-        (-np.inf, None),
-        (None, None),
-        ("abc", None),
-        ([1.0], None),
-    ],
-)
-def test_finite_or_none(value, expected):
-    assert finite_or_none(value) == expected

@@ -9,7 +9,7 @@ from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.kernel.score import build_scorer
 from experiments.likelihood_texts import build_likelihood_texts
-from experiments.phase5.reference_gap import as_fraction, reference_gaps
+from experiments.phase5.reference_gap import reference_gaps
 from metrics.embedder import embed
 from metrics.semantic import score
 
@@ -27,9 +27,3 @@ def test_reference_gap_is_positive_and_recomputes_by_hand(embedder):
     on = score(embed(embedder, texts.on["herb.n.01"]), scorer.centroids["herb.n.01"]).delta
     assert herb.on == pytest.approx(tuple(on), abs=1e-6)
     assert herb.gap == pytest.approx(np.mean(herb.pair_gaps))
-
-
-def test_as_fraction():
-    assert as_fraction(0.05, 0.25) == pytest.approx(0.2)
-    assert as_fraction(0.05, 0.0) is None and as_fraction(0.05, -0.1) is None
-    assert as_fraction(None, 0.2) is None and as_fraction(float("nan"), 0.2) is None
