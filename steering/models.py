@@ -379,13 +379,6 @@ def resolve_model(spec: str) -> ResolvedModel:
     return ResolvedModel(spec, spec, spec, "hub")
 
 
-def check_model_spec(spec: str) -> None:
-    """Raise :class:`ModelSpecError` for a spec whose model is not here (a missing file,
-    folder or hub model offline) before anything is loaded."""
-    if spec not in (EMBEDDED, SMOLLM2):  # their absence is the asset check's (AssetError)
-        resolve_model(spec)
-
-
 def load_model(
     spec: str = EMBEDDED,
     device: str | None = None,
