@@ -35,7 +35,7 @@ from experiments.kernel.probes import ProbeSet
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.kernel.score import build_scorer, score_all
 from experiments.kernel.selection import select_strengths
-from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
+from experiments.kernel.study import Begun, Finished, Opening, Resume, config_params, run_study
 from experiments.kernel.vectors import build_vectors, neutral_texts
 from experiments.record import CalibrationRecord, CurveFit, plain
 from experiments.rows import number
@@ -215,6 +215,15 @@ class Curve:
     curve: pd.DataFrame
 
 
+@dataclass(frozen=True)
+class Steered:
+    """What the calibration study steers with: its layers, checked against the model,
+    and each probe set's β and where it came from."""
+
+    layers: list[int]
+    choices: dict[str, StrengthChoice]
+
+
 class Calibration:
     """The calibration study, new or resumed (a :class:`~experiments.kernel.study.Study`)."""
 
@@ -228,35 +237,39 @@ class Calibration:
     ) -> None:
         self.on_batch = on_batch
         self.explicit = explicit  # keys set on the command line: a range never replaces them
-        self.layers: list[int] = []
-        self.choices: dict[str, StrengthChoice] = {}
 
-    def begin(self, session: RunSession[CalibrationStudyConfig]) -> Opening:
+    def begin(self, session: RunSession[CalibrationStudyConfig]) -> Begun[Steered]:
+        """The layers, checked against the model, and the β of each (a resumed study
+        steers as it began: its ``strength.json``)."""
         config, lm = session.config, session.model
         cal = config.calibration
-        self.layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
-        if not session.existing:  # a resumed study steers as it began (strength.json)
-            self.choices = strength_choices(config, lm.probe_id, self.layers, self.explicit)
-            for key, chosen in self.choices.items():
+        layers = [lm.check_layer(x) for x in (cal.layers or [session.layer()])]
+        tags = {"phase": PHASE}
+        if session.existing:
+            stored = session.directory.file(RunDir.STRENGTH)
+            choices = json.loads(stored.read_text()) if stored.exists() else {}
+        else:
+            choices = strength_choices(config, lm.probe_id, layers, self.explicit)
+            for key, chosen in choices.items():
                 if chosen["from"] != "config" or "recorded range" in chosen["message"]:
                     session.say(f"{key}: {chosen['message']}")
-        return Opening(
-            f"phase6 {lm.model_id} L{','.join(map(str, self.layers))} "
+            tags |= {BETA_TAG: _beta_tag(choices)} if choices else {}
+        opening = Opening(
+            f"phase6 {lm.model_id} L{','.join(map(str, layers))} "
             f"{len(cal.sizes)} sizes × {len(cal.sources)} sources × {len(cal.probe_seeds)} seeds",
-            {"phase": PHASE, **({BETA_TAG: _beta_tag(self.choices)} if self.choices else {})},
+            tags,
         )
+        return Begun(opening, Steered(layers, choices))
 
-    def started(self, session: RunSession[CalibrationStudyConfig], new: bool) -> dict[str, object]:
-        run_dir = session.directory
-        if session.existing:
-            stored = run_dir.file(RunDir.STRENGTH)
-            self.choices = json.loads(stored.read_text()) if stored.exists() else {}
-        else:
-            run_dir.write_json(RunDir.STRENGTH, self.choices)
+    def started(
+        self, session: RunSession[CalibrationStudyConfig], new: bool, steered: Steered
+    ) -> dict[str, object]:
+        if not session.existing:
+            session.directory.write_json(RunDir.STRENGTH, steered.choices)
         return config_params(session.config)
 
     def stages(
-        self, session: RunSession[CalibrationStudyConfig]
+        self, session: RunSession[CalibrationStudyConfig], steered: Steered
     ) -> Finished[CalibrationRecord, Curve]:
         from experiments.calibration.analysis import analyse_curve
         from steering.activations import residual_scale
@@ -264,7 +277,7 @@ class Calibration:
         config, graph, timer, lm, say = (
             session.config, session.graph, session.timer, session.model, session.say,
         )  # fmt: skip
-        cal, layers, run_dir = config.calibration, self.layers, session.directory
+        cal, layers, run_dir = config.calibration, steered.layers, session.directory
         with timer.time("centroids"):
             scorer = build_scorer(config, graph, session.text_embedder)
         selections: dict[str, dict[str, Any]] = {}
@@ -278,7 +291,7 @@ class Calibration:
                 alphas[spec.layer] = residual_scale(
                     lm, neutral_texts(graph, config.seed), spec.layer
                 )
-            source_config = _spec_config(config, spec, self.choices)
+            source_config = _spec_config(config, spec, steered.choices)
             with timer.time("vectors"):
                 vectors = build_vectors(
                     source_config, lm, graph, probes, spec.layer, alpha=alphas[spec.layer]

@@ -28,7 +28,7 @@ from experiments.identify.heldout.shards import (
 from experiments.identify.publish import put_interval
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.kernel.study import Finished, Opening, run_study
+from experiments.kernel.study import Begun, Finished, Opening, run_study
 from experiments.record.pooled import ExploratoryRecord, PooledRecord, PrimaryReading
 
 POOLED_TAG = "identify.pooled"  # the pooled run's mark, beside its primaries' verdicts
@@ -55,23 +55,25 @@ class PooledStudy:
         self, held: list[str], prereg: Preregistration, bound: dict[str, str], force: bool
     ) -> None:
         self.held, self.prereg, self.bound, self.force = held, prereg, bound, force
-        self.inputs: PoolInputs | None = None  # checked and read in begin
 
-    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
+    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Begun[PoolInputs]:
         """Refuse before any run opens: a pooled primary already scored (unless forced),
         a shard missing or run on another binding; the shards read here, once."""
         config = session.config
-        self.inputs = pool_inputs(config, self.held, self.prereg, self.bound, self.force)
+        inputs = pool_inputs(config, self.held, self.prereg, self.bound, self.force)
         tags = {"phase": "6-identify", POOLED_TAG: "forced" if self.force else "first",
-                SHARDS_TAG: shard_runs(self.inputs.shards)}  # fmt: skip
-        return Opening(f"pooled {config.name}", tags)
+                SHARDS_TAG: shard_runs(inputs.shards)}  # fmt: skip
+        return Begun(Opening(f"pooled {config.name}", tags), inputs)
 
-    def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
+    def started(
+        self, session: RunSession[IdentifyStudyConfig], new: bool, inputs: PoolInputs
+    ) -> dict[str, object]:
         return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
 
-    def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[PooledRecord, Pooled]:
-        run_id, inputs = session.parent_id, self.inputs
-        assert inputs is not None  # begin read them
+    def stages(
+        self, session: RunSession[IdentifyStudyConfig], inputs: PoolInputs
+    ) -> Finished[PooledRecord, Pooled]:
+        run_id = session.parent_id
         session.say("pooling the held-out shards (wild cluster bootstrap)")
         written = score_pool(session.config, self.prereg, self.bound, inputs, run_id)
         record = PooledRecord.model_validate(json.loads(json.dumps(written, default=str)))
@@ -178,29 +180,30 @@ class ExploratoryStudy:
 
     def __init__(self, held: list[str], prereg: Preregistration) -> None:
         self.held, self.prereg = held, prereg
-        self.shards: list[ShardRun] = []  # checked and read in begin
 
-    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
+    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Begun[list[ShardRun]]:
         """Refuse before any run opens: the primary not scored yet, a shard missing; the
         shards read here, once."""
         from experiments.identify.pooled_exploratory import exploratory_shards
 
         config = session.config
-        self.shards = exploratory_shards(config, self.held, self.prereg)
+        shards = exploratory_shards(config, self.held, self.prereg)
         tags = {"phase": "6-identify", POOLED_TAG: "exploratory",
-                SHARDS_TAG: shard_runs(self.shards)}  # fmt: skip
-        return Opening(f"pooled exploratory {config.name}", tags)
+                SHARDS_TAG: shard_runs(shards)}  # fmt: skip
+        return Begun(Opening(f"pooled exploratory {config.name}", tags), shards)
 
-    def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
+    def started(
+        self, session: RunSession[IdentifyStudyConfig], new: bool, shards: list[ShardRun]
+    ) -> dict[str, object]:
         return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
 
     def stages(
-        self, session: RunSession[IdentifyStudyConfig]
+        self, session: RunSession[IdentifyStudyConfig], shards: list[ShardRun]
     ) -> Finished[ExploratoryRecord, Pooled]:
         from experiments.identify.pooled_exploratory import explore_shards
 
         session.say("the exploratory estimands on the pooled shards (bootstrap)")
-        written = explore_shards(session.config, self.prereg, self.shards)
+        written = explore_shards(session.config, self.prereg, shards)
         record = ExploratoryRecord.model_validate(json.loads(json.dumps(written, default=str)))
         return Finished(record, Pooled(session.parent_id, written))
 

@@ -60,7 +60,14 @@ from experiments.identify.pipeline import outcomes as stage_outcomes
 from experiments.identify.tabulate import Analysed, analyse_study
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
+from experiments.kernel.study import (
+    Begun,
+    Finished,
+    Opening,
+    Resume,
+    config_params,
+    run_study,
+)
 from experiments.record import IdentifyRecord, plain
 from experiments.rundir import RunDir, atomic_write_text
 from experiments.strength_range import BETA_TAG, range_warning, shared_range
@@ -205,7 +212,7 @@ def run_identify(
             ledger_entry(
                 ran.run_id, study.prereg, forced, "scored",
                 primary=record.primary.verdict if record.primary else None,
-                shard=shard, device=study.device,
+                shard=shard, device=ran.products.device,
             ),
         )  # fmt: skip
         if shard is not None:  # its table and ledger lines where the next window finds them
@@ -288,6 +295,7 @@ class Shown:
     tables: StudyTables
     generated: pd.DataFrame  # the validating subset's generated cells
     phase6: pd.DataFrame | None  # the Phase 6 cross-check's frame, when it ran
+    device: str  # where the model computed (``cpu/float32``): the scored ledger entry's
 
 
 class Identify:
@@ -310,20 +318,19 @@ class Identify:
         self.sets, self.prereg, self.forced, self.bound = sets, prereg, forced, bound
         self.on_batch, self.started_at = on_batch, started
         self.run_id: str | None = None  # once the run is open: an aborted shard's ledger
-        self.device: str | None = None  # where the model computes (``cpu/float32``), once begun
 
-    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Opening:
-        """The parent run's name and its tags: what its inference is worth."""
+    def begin(self, session: RunSession[IdentifyStudyConfig]) -> Begun[str]:
+        """The parent run's name and its tags (what its inference is worth), and where
+        the model computes (``cpu/float32``: every ledger entry says it)."""
         config, lm = session.config, session.model
         ident, prereg, forced = config.identify, self.prereg, self.forced
         concepts = [c.synset for c in session.graph.concepts]
         heldout = ident.concept_set == "heldout"
-        self.device = device_of(lm)
         note = range_note(config, lm.probe_id, session.layer())
         if note:
             session.say(note)
         layer = session.layer()
-        return Opening(
+        opening = Opening(
             f"identify {ident.concept_set} {lm.model_id} L{layer} {len(concepts)} concepts",
             {
                 "phase": PHASE,
@@ -337,8 +344,11 @@ class Identify:
                 **({BETA_TAG: note} if note else {}),
             },
         )
+        return Begun(opening, device_of(lm))
 
-    def started(self, session: RunSession[IdentifyStudyConfig], new: bool) -> dict[str, object]:
+    def started(
+        self, session: RunSession[IdentifyStudyConfig], new: bool, device: str
+    ) -> dict[str, object]:
         """The concept split and the pre-registration in the folder; the held-out
         ledger's intent to score, before the first held-out cell (``resumed`` on a
         resume, whose checks passed again), mirrored to the run."""
@@ -356,12 +366,14 @@ class Identify:
                 config.results_dir,
                 ledger_entry(
                     session.parent_id, prereg, self.forced, "started" if new else "resumed",
-                    binding=self.bound, shard=ident.shard, device=self.device,
+                    binding=self.bound, shard=ident.shard, device=device,
                 ),
             )  # fmt: skip
         return config_params(config)
 
-    def stages(self, session: RunSession[IdentifyStudyConfig]) -> Finished[IdentifyRecord, Shown]:
+    def stages(
+        self, session: RunSession[IdentifyStudyConfig], device: str
+    ) -> Finished[IdentifyRecord, Shown]:
         from experiments.kernel.score import build_scorer
 
         config, timer, say = session.config, session.timer, session.say
@@ -386,7 +398,8 @@ class Identify:
             {"wall_seconds": timings["total"], **peak_memory()},
             timings,
         )
-        return Finished(record, Shown(analysed.tables, outcomes.generated, analysed.phase6_frame))
+        shown = Shown(analysed.tables, outcomes.generated, analysed.phase6_frame, device)
+        return Finished(record, shown)
 
     def views(self, record: IdentifyRecord, shown: Shown) -> Views:
         from experiments.identify.publish import views

@@ -35,7 +35,7 @@ from experiments.kernel.probes import (
     save_probe_set,
 )
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.kernel.study import Finished, Opening, run_study
+from experiments.kernel.study import Begun, Finished, Opening, run_study
 from experiments.record import ClassifierRecord, LayerProbes
 from experiments.rundir import RunDir
 from steering.models import LoadedModel
@@ -63,23 +63,25 @@ class Phase4:
     ) -> None:
         self.graph = graph
         self.asked = list(layers)
-        self.layers: list[int] = []
         self.concept_file = concept_file
 
-    def begin(self, session: RunSession[RunConfig]) -> Opening:
+    def begin(self, session: RunSession[RunConfig]) -> Begun[list[int]]:
         """The layers, checked against the model before anything is logged."""
         config = session.config
-        self.layers = sorted({session.model.check_layer(layer) for layer in self.asked})
-        name = "L" + "-".join(str(layer) for layer in self.layers)
-        return Opening(
+        layers = sorted({session.model.check_layer(layer) for layer in self.asked})
+        name = "L" + "-".join(str(layer) for layer in layers)
+        opening = Opening(
             f"classifiers-{config.classifier.train}-{name}",
             {"phase": PHASE, "probe_recipe": PROBE_RECIPE},
             experiment=config.tracking.classifier_experiment,
             results_root=runs_root(config),
         )
+        return Begun(opening, layers)
 
-    def started(self, session: RunSession[RunConfig], new: bool) -> dict[str, object]:
-        config, layers = session.config, self.layers
+    def started(
+        self, session: RunSession[RunConfig], new: bool, layers: list[int]
+    ) -> dict[str, object]:
+        config = session.config
         return {
             "model": session.model.probe_id,
             "layer": layers[0] if len(layers) == 1 else ",".join(map(str, layers)),
@@ -94,13 +96,13 @@ class Phase4:
         }
 
     def stages(
-        self, session: RunSession[RunConfig]
+        self, session: RunSession[RunConfig], layers: list[int]
     ) -> Finished[ClassifierRecord, dict[int, ProbeSet]]:
         config, lm, timer = session.config, session.model, session.timer
         with timer.time("texts"):
             texts = build_probe_texts(config, self.graph)
         with timer.time("training"):
-            sets = fit_layers(config, lm, texts, self.layers)
+            sets = fit_layers(config, lm, texts, layers)
         for layer, probe_set in sets.items():
             save_probe_set(probe_set, config, texts, layer, lm.probe_id, self.concept_file)
         run_dir = session.directory

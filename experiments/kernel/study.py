@@ -10,7 +10,8 @@ its child runs). :func:`run_study` owns the lifecycle once, for all of them (Ins
 AI's one eval loop over many tasks is the model):
 
 1. open or resume the session (``open_run``: the config, the model, the executor);
-2. :meth:`Study.begin`: what must be known before the parent run opens (its name);
+2. :meth:`Study.begin`: what must be known before the parent run opens (its name), and
+   what the study prepares for its later steps, handed to them (:class:`Begun`);
 3. start the parent run (created, or reopened for a resume or rescore), the study's
    files and, for a new run, its parameters; then the config, written to the folder;
 4. :meth:`Study.stages`: everything the study computes, ending in its record;
@@ -18,8 +19,10 @@ AI's one eval loop over many tasks is the model):
    mirror, the child runs, and last the record, once, with every stage's time in it;
 6. the parent run ends FINISHED, KILLED on Ctrl-C or FAILED on an error (the session).
 
-A study object is made per invocation: it carries the command's options (callbacks,
-keys set on the command line) and what :meth:`Study.begin` prepared for its stages.
+A study object is made per invocation and carries the command's options (callbacks,
+keys set on the command line); what :meth:`Study.begin` prepares is not kept on it but
+returned, and :meth:`Study.started` and :meth:`Study.stages` take it, so no step reads
+state another step may not have set.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 C = TypeVar("C", bound=RunConfig)
 R = TypeVar("R", bound=BaseModel)
 P = TypeVar("P")
+B = TypeVar("B")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,16 @@ class Opening:
     tags: dict[str, str]
     experiment: str | None = None  # None: the config's experiment
     results_root: str | Path | None = None  # None: the config's results folder
+
+
+@dataclass(frozen=True)
+class Begun(Generic[B]):
+    """What :meth:`Study.begin` returns: how the parent run opens, and what the study
+    prepared for :meth:`Study.started` and :meth:`Study.stages` (Phase 5's classifiers
+    and vectors, the pooled run's shards; ``None`` when nothing)."""
+
+    opening: Opening
+    prepared: B
 
 
 @dataclass(frozen=True)
@@ -80,9 +94,10 @@ class Ran(Generic[R, P]):
     products: P
 
 
-class Study(Protocol[C, R, P]):
+class Study(Protocol[C, R, P, B]):
     """One kind of run. ``C`` its config model, ``R`` its record, ``P`` what its stages
-    produce beside the record for the views (``None`` when nothing)."""
+    produce beside the record for the views (``None`` when nothing), ``B`` what
+    :meth:`begin` prepares for the later steps."""
 
     @property
     def phase(self) -> Phase | None:
@@ -95,17 +110,17 @@ class Study(Protocol[C, R, P]):
         """The run-folder file of its record."""
         ...
 
-    def begin(self, session: RunSession[C]) -> Opening:
-        """What the parent run opens as; the work needed to know it (Phase 5 prepares
-        its classifiers and vectors, whose layer names the run) is kept for the stages."""
+    def begin(self, session: RunSession[C]) -> Begun[B]:
+        """What the parent run opens as, and the work needed to know it (Phase 5 prepares
+        its classifiers and vectors, whose layer names the run), for the later steps."""
         ...
 
-    def started(self, session: RunSession[C], new: bool) -> dict[str, object]:
+    def started(self, session: RunSession[C], new: bool, prepared: B) -> dict[str, object]:
         """The run is open (``session.run_id``, ``session.run_dir``): write the study's
         own files; return the parameters a new run logs (ignored when ``new`` is False)."""
         ...
 
-    def stages(self, session: RunSession[C]) -> Finished[R, P]:
+    def stages(self, session: RunSession[C], prepared: B) -> Finished[R, P]:
         """Everything the study computes, ending in its record."""
         ...
 
@@ -119,7 +134,7 @@ class Study(Protocol[C, R, P]):
 
 
 def run_study(
-    study: Study[C, R, P],
+    study: Study[C, R, P, B],
     config: C | None = None,
     *,
     resume: Resume | None = None,
@@ -150,7 +165,8 @@ def run_study(
         phase=study.phase,
         need_model=need_model,
     ) as session:
-        opening = study.begin(session)
+        begun = study.begin(session)
+        opening, prepared = begun.opening, begun.prepared
         timer = session.timer
         # opening the parent run (the store's schema, the provenance tags) and logging
         # its config: tracking time too, so the record holds every second of the run
@@ -162,13 +178,13 @@ def run_study(
                 opening.results_root or config.results_dir,
                 tags=opening.tags,
             )
-            params = study.started(session, new)
+            params = study.started(session, new, prepared)
             if new and params:
                 tracking.log_params(run_id, params)
             run_dir = session.directory
             if resume is None or resume.changes_config:
                 run_dir.write_config(session.config)
-        finished = study.stages(session)
+        finished = study.stages(session, prepared)
         record = publish(
             session,
             finished.record,
@@ -187,6 +203,7 @@ def config_params(config: RunConfig, skip: frozenset[str] = frozenset()) -> dict
 
 
 __all__ = [
+    "Begun",
     "Finished",
     "Opening",
     "Ran",

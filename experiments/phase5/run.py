@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,14 @@ from experiments.kernel.probes import ProbeSet
 from experiments.kernel.publisher import ChildWriter, Views
 from experiments.kernel.score import Scorer, build_scorer, score_all
 from experiments.kernel.selection import select_strengths
-from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
+from experiments.kernel.study import (
+    Begun,
+    Finished,
+    Opening,
+    Resume,
+    config_params,
+    run_study,
+)
 from experiments.kernel.vectors import VectorSet, build_vectors
 from experiments.phase5.analyse import (
     CriteriaReport,
@@ -241,6 +248,8 @@ class Prepared:
     vectors: VectorSet
     scorer: Scorer
     beta_note: str | None = None  # where a new run's β came from (strength_range.py)
+    layer_choice: LayerChoice | None = None  # how ``--layer auto``/``auto-effect`` chose
+    # the layer (a resumed run's as its first invocation kept it)
 
 
 def prepare(session: RunSession[Phase5Config], explicit: frozenset[str] = frozenset()) -> Prepared:
@@ -271,15 +280,9 @@ def prepare(session: RunSession[Phase5Config], explicit: frozenset[str] = frozen
     return Prepared(layer, probes, vectors, scorer, note)
 
 
-def run_context(
-    session: RunSession[Phase5Config],
-    prep: Prepared,
-    run_id: str,
-    layer_choice: LayerChoice | None = None,
-) -> RunContext:
-    """The run's context, made once its parent run is open and its id known;
-    ``layer_choice``: how ``--layer auto``/``auto-effect`` chose the layer (a resumed run
-    reads it back from its folder)."""
+def run_context(session: RunSession[Phase5Config], prep: Prepared, run_id: str) -> RunContext:
+    """The run's context, made from what was prepared once its parent run is open and
+    its id known."""
     config, probes, vectors = session.config, prep.probes, prep.vectors
     return RunContext(
         run_id=run_id,
@@ -310,7 +313,7 @@ def run_context(
             ),
             **vectors.import_diagnostics(),
         },
-        layer_choice=layer_choice,
+        layer_choice=prep.layer_choice,
     )
 
 
@@ -327,31 +330,34 @@ class Phase5(Phase5Shown):
         self.explicit = explicit  # the config keys the command line set (a β of one's own)
         self.layer_choice = layer_choice  # the rule that chose the layer, and its table
         self.on_batch, self.on_step = on_batch, on_step
-        self.prep: Prepared | None = None
-        self.ctx: RunContext | None = None
 
-    def begin(self, session: RunSession[Phase5Config]) -> Opening:
-        prep = self.prep = prepare(session, self.explicit)
+    def begin(self, session: RunSession[Phase5Config]) -> Begun[Prepared]:
+        """Classifiers, vectors and β (their layer names the run), and how the layer was
+        chosen: this invocation's rule, or a resumed run's as its first kept it."""
+        prep = replace(prepare(session, self.explicit), layer_choice=self.layer_choice)
+        if session.existing is not None:
+            kept = session.directory.file(RunDir.LAYER_CHOICE)
+            if kept.exists():
+                chosen = LayerChoice.model_validate_json(kept.read_text())
+                prep = replace(prep, layer_choice=chosen)
         name = run_name(session.config, session.model.model_id, prep.layer)
         tags = {"phase": "5", **({BETA_TAG: prep.beta_note} if prep.beta_note else {})}
         if self.layer_choice is not None:
             tags |= choice_tags(self.layer_choice)
-        return Opening(name, tags)
+        return Begun(Opening(name, tags), prep)
 
-    def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
-        assert self.prep is not None
+    def started(
+        self, session: RunSession[Phase5Config], new: bool, prep: Prepared
+    ) -> dict[str, object]:
         run_dir = session.directory
-        kept = run_dir.file(RunDir.LAYER_CHOICE)
-        if new and self.layer_choice is not None:
-            run_dir.write_json(RunDir.LAYER_CHOICE, self.layer_choice.model_dump(mode="json"))
-        elif not new and kept.exists():  # resumed: the choice its first invocation made
-            self.layer_choice = LayerChoice.model_validate_json(kept.read_text())
-        ctx = self.ctx = run_context(session, self.prep, session.parent_id, self.layer_choice)
+        if new and prep.layer_choice is not None:
+            run_dir.write_json(RunDir.LAYER_CHOICE, prep.layer_choice.model_dump(mode="json"))
+        ctx = run_context(session, prep, session.parent_id)
         if new:  # its inputs, and the Phase 4 run whose classifiers it uses
             if ctx.classifier_run_id:
                 tracking.client().set_tag(ctx.run_id, PHASE4_TAG, ctx.classifier_run_id)
             log_run_inputs(ctx.run_id, ctx, run_dir.file(RunDir.CONFIG))
-        run_dir.write_json(RunDir.CENTROIDS, self.prep.scorer.texts())
+        run_dir.write_json(RunDir.CENTROIDS, prep.scorer.texts())
         # every setting not already a headline parameter, as config.<dotted key>
         headline = frozenset(HEADLINE_KEYS)
         return {
@@ -359,9 +365,10 @@ class Phase5(Phase5Shown):
             **config_params(ctx.config, headline),
         }
 
-    def stages(self, session: RunSession[Phase5Config]) -> Finished[RunRecord, Scored]:
-        prep, ctx = self.prep, self.ctx
-        assert prep is not None and ctx is not None
+    def stages(
+        self, session: RunSession[Phase5Config], prep: Prepared
+    ) -> Finished[RunRecord, Scored]:
+        ctx = run_context(session, prep, session.parent_id)  # as started made it
         config, graph, timer, say = session.config, session.graph, session.timer, session.say
         run_dir = session.directory
         totals = BatchStats()
@@ -390,15 +397,23 @@ class Phase5(Phase5Shown):
         return score(ctx, run_dir, prep.scorer, timer, totals.tokens_per_second, totals.seconds)
 
 
+@dataclass(frozen=True)
+class Rescoring:
+    """What a rescore prepares from the finished run: its context as the record kept
+    it, the scorer rebuilt from the (possibly overridden) config, the run's speed."""
+
+    ctx: RunContext
+    scorer: Scorer
+    tokens_per_second: float
+
+
 class Phase5Rescore(Phase5Shown):
     """A finished Phase 5 run scored again from its saved texts, with no model."""
 
     def __init__(self, overrides: list[str]) -> None:
         self.overrides = overrides
-        self.ctx: RunContext | None = None
-        self.scorer: Scorer | None = None
 
-    def begin(self, session: RunSession[Phase5Config]) -> Opening:
+    def begin(self, session: RunSession[Phase5Config]) -> Begun[Rescoring]:
         run_dir, run_id = session.directory, session.existing
         assert run_id is not None
         try:
@@ -412,8 +427,8 @@ class Phase5Rescore(Phase5Shown):
                 f"run {run_id}'s record cannot be read by this release ({exc}); start a new run"
             ) from None
         with session.timer.time("centroids"):
-            self.scorer = build_scorer(session.config, session.graph, session.text_embedder)
-        self.ctx = RunContext(
+            scorer = build_scorer(session.config, session.graph, session.text_embedder)
+        ctx = RunContext(
             run_id=run_id,
             config=session.config,
             graph=session.graph,
@@ -427,10 +442,12 @@ class Phase5Rescore(Phase5Shown):
             detection=dict(previous.detection),
             layer_choice=previous.layer_choice,
         )
-        self.tokens_per_second = previous.tokens_per_second
-        return Opening("", {})  # reopened: its name and tags are kept
+        # reopened: its name and tags are kept
+        return Begun(Opening("", {}), Rescoring(ctx, scorer, previous.tokens_per_second))
 
-    def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
+    def started(
+        self, session: RunSession[Phase5Config], new: bool, prepared: Rescoring
+    ) -> dict[str, object]:
         """The rescore's own config beside the run's (``config.yaml`` stays as the run
         made it: ``RunDir.write_rescored_config``), what it changed as the runs table's
         ``rescored with`` tag, and its command (``tracked_run`` keeps the run's own)."""
@@ -455,11 +472,12 @@ class Phase5Rescore(Phase5Shown):
         shown.artefacts = (*shown.artefacts, RunDir.RESCORED_CONFIG)
         return shown
 
-    def stages(self, session: RunSession[Phase5Config]) -> Finished[RunRecord, Scored]:
-        assert self.ctx is not None and self.scorer is not None
+    def stages(
+        self, session: RunSession[Phase5Config], prepared: Rescoring
+    ) -> Finished[RunRecord, Scored]:
         return score(
-            self.ctx, session.directory, self.scorer, session.timer, self.tokens_per_second,
-            0.0, rescore=True,
+            prepared.ctx, session.directory, prepared.scorer, session.timer,
+            prepared.tokens_per_second, 0.0, rescore=True,
         )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ from experiments.kernel.generate import batch_rows, batches
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.plan import CONCEPT_ARM, random_arm, row_key, row_seed
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.kernel.study import Finished, Opening, Resume, run_study
+from experiments.kernel.study import Begun, Finished, Opening, Resume, run_study
 from experiments.kernel.vectors import build_vectors
 from experiments.prompts import render_generation_prompts
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
@@ -314,17 +314,20 @@ class StrengthSweep:
         self.since = since  # perf_counter at the command's start: the record's seconds
         self.progress = progress
 
-    def begin(self, session: RunSession[Phase5Config]) -> Opening:
+    def begin(self, session: RunSession[Phase5Config]) -> Begun[None]:
         plan = self.plan
         source = plan.config.steering.vector_source
-        return Opening(
+        opening = Opening(
             publish.run_name(plan.model_id, plan.layer, source),
             {"phase": publish.PHASE, IDENTITY_TAG: plan.identity},
             publish.STRENGTH_EXPERIMENT,
             results_root(plan.config),
         )
+        return Begun(opening, None)  # the plan was prepared before the session
 
-    def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
+    def started(
+        self, session: RunSession[Phase5Config], new: bool, prepared: None
+    ) -> dict[str, object]:
         plan = self.plan
         if new:  # the same command finds this run from here until the range is recorded
             pointer = {"format": POINTER_FORMAT, "identity": plan.identity}
@@ -336,7 +339,9 @@ class StrengthSweep:
             plan.model_id, plan.layer, plan.config, grid, plan.concepts, self.limits
         )
 
-    def stages(self, session: RunSession[Phase5Config]) -> Finished[StrengthRange, list[SweepText]]:
+    def stages(
+        self, session: RunSession[Phase5Config], prepared: None
+    ) -> Finished[StrengthRange, list[SweepText]]:
         plan, lm, say = self.plan, session.model, session.say
         config, rows = plan.config, plan.rows
         path = session.directory.file(RunDir.SWEEP_TEXTS)

@@ -17,9 +17,9 @@ from pydantic import BaseModel, Field
 from experiments import tracking
 from experiments.answer import Answer
 from experiments.config import Phase5Config, load_config
-from experiments.kernel.lifecycle import RunSession
+from experiments.kernel.lifecycle import RunSession, load_graph
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.kernel.study import Finished, Opening, Resume, config_params, run_study
+from experiments.kernel.study import Begun, Finished, Opening, Resume, config_params, run_study
 from experiments.rundir import RunDir
 
 RECORD = "count.json"
@@ -43,19 +43,25 @@ class CountStudy:
         self.began: list[bool] = []  # whether the session was new, at each begin
         self.views_saw: dict[str, float] = {}
 
-    def begin(self, session: RunSession[Phase5Config]) -> Opening:
+    def begin(self, session: RunSession[Phase5Config]) -> Begun[list[str]]:
+        """Prepares the concepts it counts: the later steps take them, not the study."""
         self.began.append(session.existing is None)
-        return Opening("count", {"phase": "count"})
+        concepts = [c.synset for c in session.graph.concepts]
+        return Begun(Opening("count", {"phase": "count"}), concepts)
 
-    def started(self, session: RunSession[Phase5Config], new: bool) -> dict[str, object]:
-        session.directory.write_json("started.json", {"new": new})
-        return {"n_concepts": len(session.graph.concepts), **config_params(session.config)}
+    def started(
+        self, session: RunSession[Phase5Config], new: bool, concepts: list[str]
+    ) -> dict[str, object]:
+        session.directory.write_json("started.json", {"new": new, "concepts": concepts})
+        return {"n_concepts": len(concepts), **config_params(session.config)}
 
-    def stages(self, session: RunSession[Phase5Config]) -> Finished[CountRecord, int]:
+    def stages(
+        self, session: RunSession[Phase5Config], concepts: list[str]
+    ) -> Finished[CountRecord, int]:
         with session.timer.time("counting"):
             if self.breaks is not None:
                 raise self.breaks("on purpose")
-            n = len(session.graph.concepts)
+            n = len(concepts)
         assert session.run_id is not None
         return Finished(CountRecord(run_id=session.run_id, concepts=n), n)
 
@@ -98,7 +104,12 @@ def test_a_study_runs_through_the_one_lifecycle(tmp_path, mlflow_store, tiny_lm,
     assert run.data.tags["phase"] == "count"
     folder = RunDir(config.results_dir, ran.run_id)
     assert folder.file(RunDir.CONFIG).exists()
-    assert json.loads(folder.file("started.json").read_text()) == {"new": True}
+    # what begin prepared reached started and the stages (the study kept none of it)
+    concepts = [c.synset for c in load_graph(config).concepts]
+    assert json.loads(folder.file("started.json").read_text()) == {
+        "new": True, "concepts": concepts,
+    }  # fmt: skip
+    assert not hasattr(study, "concepts")
     # the record: written last, once, with every stage's time (publishing included)
     written = CountRecord.model_validate_json(folder.file(RECORD).read_text())
     assert written == ran.record and written.concepts == 2
@@ -142,7 +153,7 @@ def test_a_resume_reopens_the_run_and_a_rescore_keeps_the_config_file(
     study = CountStudy()
     again = run_study(study, resume=Resume(first.run_id), lm=tiny_lm, embedder=embedder)
     assert again.run_id == first.run_id and study.began == [False]
-    assert json.loads(folder.file("started.json").read_text()) == {"new": False}
+    assert json.loads(folder.file("started.json").read_text())["new"] is False
     # the child is logged once, whatever the number of publications
     assert len(tracking.child_runs(first.run_id, config.experiment)) == 1
     # a rescore, with overrides or without, leaves the stored config byte for byte (its
@@ -167,9 +178,12 @@ class ElsewhereStudy(CountStudy):
         self.root = root
         self.embedders: list[object] = []
 
-    def begin(self, session: RunSession[Phase5Config]) -> Opening:
+    def begin(self, session: RunSession[Phase5Config]) -> Begun[list[str]]:
         self.embedders.append(session.embedder)
-        return Opening("elsewhere", {"phase": "count"}, "count-elsewhere", self.root)
+        concepts = [c.synset for c in session.graph.concepts]
+        return Begun(
+            Opening("elsewhere", {"phase": "count"}, "count-elsewhere", self.root), concepts
+        )
 
     def views(self, record: CountRecord, products: int) -> Views:
         shown = super().views(record, products)
