@@ -181,17 +181,18 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
         spec = primary.spec
         worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
         verdict = primary.verdict.replace("_", " ")
-        positive = spec.hypothesis == "positive"
+        hypothesis = spec.get("hypothesis", "positive")
+        positive = hypothesis == "positive"
         model = ESTIMATOR_WORDS.get(primary.estimator, primary.estimator)
-        estimand = spec.estimand
-        margin = spec.equivalence_margin
+        estimand = spec.get("estimand")
+        margin = spec.get("equivalence_margin")
         named = f"{estimand}: " if estimand else ""
         bounds = f"; no practical effect inside ±{margin}" if margin else ""
         out.append(
             _row(
                 "primary",
-                f"{named}slope of {spec.outcome} on {spec.predictor} beside "
-                f"{_controls(spec.control)} (pre-registered; {model}{bounds})",
+                f"{named}slope of {spec['outcome']} on {spec['predictor']} beside "
+                f"{_controls(spec.get('control'))} (pre-registered; {model}{bounds})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],
@@ -199,7 +200,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
                 claim=f"detection quality predicts the effect ({verdict})",
                 symbol="slope ",
                 direction="above" if positive else "below",
-                description=f"hypothesis {spec.hypothesis}; {record.label}",
+                description=f"hypothesis {hypothesis}; {record.label}",
             )
         )
     out += estimand_rows(record)

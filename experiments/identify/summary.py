@@ -257,8 +257,9 @@ def findings(record: IdentifyRecord) -> list[str]:
         spec = primary.spec
         lines.append(
             f"- Primary analysis ({record.label}; estimand "
-            f"{spec.estimand or 'not named'}): slope of {spec.outcome} on "
-            f"{spec.predictor} beside {spec.control}, hypothesis {spec.hypothesis}: "
+            f"{spec.get('estimand') or 'not named'}): slope of {spec['outcome']} on "
+            f"{spec['predictor']} beside {spec.get('control')}, hypothesis "
+            f"{spec.get('hypothesis', 'positive')}: "
             f"{est(primary.slope)} → **{primary.verdict}**."
         )
         if primary.manipulations is not None:

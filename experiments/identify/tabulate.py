@@ -15,6 +15,8 @@ from experiments.identify.measures import outcome_columns
 from experiments.identify.pipeline import Directions
 from experiments.identify.stages.directions import REFERENCE
 from experiments.identify.stages.subset import name_free_columns, subset_columns
+from experiments.record import PrimarySpec
+from experiments.record.identify import spec_strength
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -84,7 +86,7 @@ def analyse_study(
 
     ident, concepts = config.identify, found.concepts
     strengths = [float(x) for x in ident.strengths]
-    primary_strength = float(prereg.primary["strength"]) if prereg else None
+    primary_strength = spec_strength(prereg.primary) if prereg else None
     # the effect: at the pre-registered strength when it is measured, else the mean over
     # the strengths; every strength also gets its own column (the dose: 0.5x, 1x, 2x β)
     main = [primary_strength] if primary_strength in strengths else strengths
@@ -145,7 +147,7 @@ def analyse_study(
 WITHHELD = "a pre-registered primary's estimand: scored once, on the pooled shards (identify pool)"
 
 
-def withhold_primaries(estimands: dict[str, dict[str, Any]], primary: dict[str, Any]) -> None:
+def withhold_primaries(estimands: dict[str, dict[str, Any]], primary: PrimarySpec) -> None:
     """A shard scores no primary, nor the estimand a primary is (P1's
     ``practitioner_equal_norm``, P2's ``practitioner_full_data``): the same number under
     another row would let one shard be read before the pool. Those rows stay in the

@@ -7,9 +7,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     model_validator,
+    with_config,
 )
+from typing_extensions import TypedDict
 
 from experiments.config import IdentifyStudyConfig
 from experiments.record.base import _Block, _Record
@@ -19,29 +22,53 @@ from metrics.intervals import Interval
 from metrics.reliability import Reliability
 
 
-class PrimarySpec(_Block):
-    """The pre-registration's primary as the run read it (``identify/heldout/prereg.py``: its
-    required keys, ``PRIMARY_KEYS``, and the optional ones a version added)."""
+@with_config(ConfigDict(extra="forbid"))
+class PrimarySpec(TypedDict, total=False):
+    """The pre-registration's ``primary:`` block, as written and as a run read it
+    (``identify/heldout/prereg.py`` checks it: its required keys, ``PRIMARY_KEYS``, and
+    the optional ones a version added). A TypedDict rather than a model: the block
+    travels from the YAML to the design simulation, the checks and the pooled record as
+    the mapping it is, only its given keys written back, while the type checker refuses
+    a key it does not declare and pydantic a key no version wrote."""
 
     predictor: str
     outcome: str
-    strength: float | None = None
-    control: str | list[str] | None = None
-    hypothesis: str = "positive"
-    rule: str | None = None
-    estimand: str | None = None  # v3: the estimand's name (identify/estimation/estimands.py)
-    estimator: str | None = None
-    sesoi: float | None = None  # the smallest effect of interest
-    equivalence_margin: float | None = None  # no practical effect inside ±margin
-    config_hash: str | None = None
-    code_commit: str | None = None
-    # v3 on: the design table the grid passed; v4: the co-primaries' frame
-    design_table: str | None = None
-    name: str | None = None  # v4: the primary's name (P1)
-    reliability_floor: float | None = None
-    multiplicity: str | None = None
-    alpha: float | None = None
-    co_primaries: list[dict[str, object]] | None = None
+    strength: float | None
+    control: str | list[str] | None
+    hypothesis: str  # positive (the default) or negative
+    rule: str | None
+    estimand: str | None  # v3: the estimand's name (identify/estimation/estimands.py)
+    estimator: str | None  # linear_cos when none is named
+    sesoi: float | None  # the smallest effect of interest
+    equivalence_margin: float | None  # no practical effect inside ±margin
+    config_hash: str | None
+    code_commit: str | None
+    design_table: str | None  # v3 on: the design table the grid passed
+    name: str | None  # v4: the primary's name (P1)
+    reliability_floor: float | None
+    multiplicity: str | None
+    alpha: float | None  # the family-wise level of the co-primaries (0.05)
+    co_primaries: list[dict[str, object]] | None
+
+
+def spec_name(spec: PrimarySpec, default: str = "P1") -> str:
+    """A primary's name (a co-primary's is always given; the primary's is P1 unless named)."""
+    return str(spec.get("name") or default)
+
+
+def family_alpha(spec: PrimarySpec) -> float:
+    """The family-wise level co-primaries are read at: ``alpha``, 0.05 unless given."""
+    alpha = spec.get("alpha")
+    return 0.05 if alpha is None else float(alpha)
+
+
+def spec_strength(spec: PrimarySpec) -> float:
+    """The strength the primary is defined at (a required key, checked a number when
+    the pre-registration is read)."""
+    strength = spec.get("strength")
+    if strength is None:
+        raise ValueError("the primary block names no strength")
+    return float(strength)
 
 
 class PrimaryResult(BaseModel):

@@ -47,7 +47,7 @@ from experiments.identify.estimation.stats import within_reliability
 from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
-from experiments.record import CurveRow
+from experiments.record import CurveRow, PrimarySpec
 from experiments.rows import number as real
 from metrics.intervals import Interval, hierarchical_mean
 from metrics.stats import fisher_z_interval
@@ -310,7 +310,7 @@ def analyse_manipulation(
 
 
 def primary_result(
-    tables: StudyTables, primary: dict[str, Any], n_boot: int, seed: int, confidence: float = 0.95
+    tables: StudyTables, primary: PrimarySpec, n_boot: int, seed: int, confidence: float = 0.95
 ) -> dict[str, Any]:
     """The pre-registered analysis and its verdict. ``estimator: linear_cos`` (v1, the
     default of a pre-registration that names none): the pooled within-concept slope of
@@ -324,7 +324,7 @@ def primary_result(
     rows = tables.primary_rows()
     frame = with_probit(rows)
     predictor = primary["predictor"]
-    estimator = primary.get("estimator", "linear_cos")
+    estimator = primary.get("estimator") or "linear_cos"
     controls = primary.get("control")
     controls = [controls] if isinstance(controls, str) else list(controls or [])
     controls = [c for c in controls if c and c != "none"]
@@ -450,7 +450,7 @@ def analyse(
     tables: StudyTables,
     baseline: dict[str, float],
     targets: list[float],
-    primary: dict[str, Any] | None,
+    primary: PrimarySpec | None,
     n_boot: int,
     seed: int,
 ) -> dict[str, Any]:

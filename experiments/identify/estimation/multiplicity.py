@@ -23,10 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.record import PrimarySpec
+from experiments.record.identify import spec_name
+
 # Verdicts that settle nothing: no claim, no estimate, or (the reliability floor) a
 # primary the pre-registration calls uninformative whatever its interval.
 UNSETTLED = ("inconclusive", "not_evaluable", "uninformative")
-Score = Callable[[dict[str, Any], float], dict[str, Any]]  # (spec, confidence) -> result
+Score = Callable[[PrimarySpec, float], dict[str, Any]]  # (spec, confidence) -> result
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Reading:
         }
 
 
-def holm(specs: list[dict[str, Any]], score: Score, alpha: float = 0.05) -> list[Reading]:
+def holm(specs: list[PrimarySpec], score: Score, alpha: float = 0.05) -> list[Reading]:
     """Every spec's reading by Holm's step-down at family-wise ``alpha`` (see the
     module's docstring), in the specs' order."""
     if not 0 < alpha < 1:
@@ -67,7 +70,7 @@ def holm(specs: list[dict[str, Any]], score: Score, alpha: float = 0.05) -> list
         results = {i: score(specs[i], confidence) for i in unsettled}
         settled = [i for i in unsettled if results[i]["verdict"] not in UNSETTLED]
         for i in unsettled:
-            name = str(specs[i].get("name", f"P{i + 1}"))
+            name = spec_name(specs[i], f"P{i + 1}")
             readings[i] = Reading(name, results[i], confidence, step if i in settled else 0)
         if not settled:
             break

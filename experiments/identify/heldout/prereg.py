@@ -44,6 +44,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from experiments.record import PrimarySpec
+from experiments.record.identify import spec_strength
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyStudyConfig
@@ -102,7 +106,7 @@ def split_concepts(synsets: list[str], fraction: float, seed: int) -> tuple[list
 class Preregistration:
     path: Path
     sha256: str
-    primary: dict[str, Any]
+    primary: PrimarySpec
     commit: str | None  # the last commit that touched the file, when it is committed clean
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,21 +118,35 @@ class Preregistration:
         }
 
 
-def parse_primary(text: str) -> dict[str, Any]:
+def parse_primary(text: str) -> PrimarySpec:
     """The ``primary:`` mapping of the first fenced yaml block that has one."""
     blocks = text.split("```yaml")[1:]
     for block in blocks:
         body = block.split("```", 1)[0]
         data = yaml.safe_load(body) or {}
         if isinstance(data, dict) and "primary" in data:
-            primary = dict(data["primary"])
+            primary = _spec(data["primary"])
             for co in primaries(primary)[1:]:
                 _check_primary(co)
             return _check_primary(primary)
     raise PreregistrationError("no ```yaml block with a `primary:` analysis")
 
 
-def primaries(primary: dict[str, Any]) -> list[dict[str, Any]]:
+def _spec(block: object) -> PrimarySpec:
+    """A primary block with its required keys, every key one a version declares, each
+    value of its type (:class:`~experiments.record.PrimarySpec`)."""
+    if not isinstance(block, dict):
+        raise PreregistrationError("`primary:` must be a mapping of the analysis' keys")
+    missing = [k for k in PRIMARY_KEYS if k not in block]
+    if missing:
+        raise PreregistrationError(f"the primary analysis lacks {missing}")
+    try:
+        return TypeAdapter(PrimarySpec).validate_python(block)
+    except ValidationError as exc:
+        raise PreregistrationError(f"the primary block does not read: {exc}") from None
+
+
+def primaries(primary: PrimarySpec) -> list[PrimarySpec]:
     """The primary and its co-primaries, each a whole spec: a co-primary is the primary
     with its own ``name`` and the keys of :data:`CO_PRIMARY_KEYS` it gives; without
     ``co_primaries`` the primary alone. Several are read together by ``multiplicity``
@@ -142,8 +160,8 @@ def primaries(primary: dict[str, Any]) -> list[dict[str, Any]]:
         raise PreregistrationError(
             f"co_primaries need `multiplicity:` one of {MULTIPLICITY} in the primary block"
         )
-    base = {k: v for k, v in primary.items() if k not in ("co_primaries",)}
-    out = [{**base, "name": primary.get("name", "P1")}]
+    base = {k: v for k, v in primary.items() if k != "co_primaries"}
+    out = [_spec({**base, "name": primary.get("name", "P1")})]
     for co in cos:
         extra = sorted(set(co) - set(CO_PRIMARY_KEYS))
         if "name" not in co or extra:
@@ -151,18 +169,15 @@ def primaries(primary: dict[str, Any]) -> list[dict[str, Any]]:
                 f"a co-primary names itself (name:) and may set only {CO_PRIMARY_KEYS}; "
                 f"got {sorted(co)}"
             )
-        out.append({**base, **co})
+        out.append(_spec({**base, **co}))
     names = [p["name"] for p in out]
     if len(set(names)) != len(names):
         raise PreregistrationError(f"co-primaries need distinct names, got {names}")
     return out
 
 
-def _check_primary(primary: dict[str, Any]) -> dict[str, Any]:
+def _check_primary(primary: PrimarySpec) -> PrimarySpec:
     """One primary spec checked (see :func:`parse_primary`); returns it."""
-    missing = [k for k in PRIMARY_KEYS if k not in primary]
-    if missing:
-        raise PreregistrationError(f"the primary analysis lacks {missing}")
     # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
     from experiments.identify.estimation.cells import PREDICTORS
 
@@ -200,6 +215,8 @@ def _check_primary(primary: dict[str, Any]) -> dict[str, Any]:
         value = primary.get(key)
         if value is not None and not (isinstance(value, int | float) and value > 0):
             raise PreregistrationError(f"primary {key} must be a positive number")
+    if not isinstance(primary.get("strength"), int | float):
+        raise PreregistrationError("primary strength must be a number (the s it is read at)")
     if primary["predictor"] == "probit_auroc" and primary.get("estimator") != "flexible_cos":
         raise PreregistrationError("probit_auroc is a predictor of estimator flexible_cos")
     return primary
@@ -280,7 +297,7 @@ def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
             f"{files[0]}): run the held-out study on the code it was pre-registered for"
         )
     strengths = [float(x) for x in config.identify.strengths]
-    if float(primary["strength"]) not in strengths:
+    if spec_strength(primary) not in strengths:
         raise PreregistrationError(
             f"the primary is defined at strength {primary['strength']} but this run measures "
             f"the likelihood at {strengths} only: add {primary['strength']} to "

@@ -48,6 +48,8 @@ from experiments.identify.heldout.prereg import (
     record_heldout,
     run_ledger,
 )
+from experiments.record import PrimarySpec
+from experiments.record.identify import family_alpha, spec_name
 from experiments.record.pooled import POOLED_FORMAT
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
 
@@ -306,7 +308,7 @@ def device_counts(frame: pd.DataFrame) -> dict[str, int]:
 
 def score_pooled(
     frame: pd.DataFrame,
-    primary: dict[str, Any],
+    primary: PrimarySpec,
     config: IdentifyStudyConfig,
     confidence: float | None = None,
 ) -> dict[str, Any]:
@@ -327,7 +329,7 @@ def score_pooled(
 
 
 def reliability_floors(
-    config: IdentifyStudyConfig, primary: dict[str, Any], shards: list[ShardRun]
+    config: IdentifyStudyConfig, primary: PrimarySpec, shards: list[ShardRun]
 ) -> dict[str, dict[str, Any]]:
     """Per primary with a built-direction population, the pre-registration's floor
     (``reliability_floor``) beside the likelihood's pooled reliability on its rows; empty
@@ -353,7 +355,7 @@ def reliability_floors(
 
 def score_primaries(
     frame: pd.DataFrame,
-    primary: dict[str, Any],
+    primary: PrimarySpec,
     config: IdentifyStudyConfig,
     floors: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Reading]:
@@ -364,14 +366,14 @@ def score_primaries(
     from experiments.identify.estimation.multiplicity import holm
     from experiments.identify.heldout.prereg import primaries
 
-    def score(spec: dict[str, Any], confidence: float) -> dict[str, Any]:
+    def score(spec: PrimarySpec, confidence: float) -> dict[str, Any]:
         result = score_pooled(frame, spec, config, confidence)
-        floor = (floors or {}).get(str(spec.get("name", "P1")))
+        floor = (floors or {}).get(spec_name(spec))
         if floor is not None and not floor["met"]:
             result = {**result, "verdict": "uninformative", "read": result["verdict"]}
         return result
 
-    return holm(primaries(primary), score, float(primary.get("alpha", 0.05)))
+    return holm(primaries(primary), score, family_alpha(primary))
 
 
 @dataclass(frozen=True)

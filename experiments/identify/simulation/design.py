@@ -85,6 +85,8 @@ from experiments.identify.simulation.simulate import (
     grid_rows,
     toy_directions,
 )
+from experiments.record import PrimarySpec
+from experiments.record.identify import family_alpha, spec_name
 from steering.nulls import seeded_rng
 
 if TYPE_CHECKING:
@@ -95,8 +97,9 @@ if TYPE_CHECKING:
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
-DEFAULT_PRIMARY = {  # v2's, when the config names no readable pre-registration
+DEFAULT_PRIMARY: PrimarySpec = {  # v2's, when the config names no readable pre-registration
     "predictor": "auroc",
+    "outcome": "likelihood",
     "control": ["cos_ref", "log_kl"],
     "estimator": "flexible_cos",
     "hypothesis": "positive",
@@ -112,7 +115,7 @@ def _fit(d: dict[str, Any] | None) -> dict[str, float | None]:
 
 
 def estimands(
-    frame: pd.DataFrame, primary: dict[str, Any], n_boot: int, seed: int, primary_only: bool = False
+    frame: pd.DataFrame, primary: PrimarySpec, n_boot: int, seed: int, primary_only: bool = False
 ) -> dict[str, dict[str, float | None]]:
     """Every estimand's (estimate, low, high) on one directions table, each from the
     project's own estimator (``primary_only``: the pre-registered one alone, what the gate
@@ -226,7 +229,7 @@ PREDICTIVE = tuple(BUILT_FAMILIES)  # practitioner, practitioner_full_data (v4's
 WEIGHED = ("equal_geometry", *PREDICTIVE)  # primaries weighed on their own rows
 
 
-def power_class(primary: dict[str, Any], readout: bool = False) -> str:
+def power_class(primary: PrimarySpec, readout: bool = False) -> str:
     """The class power is read in: one where the primary's truth is 0 with nothing
     planted (``flat`` for a predictive primary, else ``none``). ``readout`` (v4's
     co-primaries): ``flat_readout``, where the built directions' AUROC spreads as in v3
@@ -237,13 +240,13 @@ def power_class(primary: dict[str, Any], readout: bool = False) -> str:
     return "flat_readout" if readout else "flat"
 
 
-def population_of(primary: dict[str, Any]) -> str:
+def population_of(primary: PrimarySpec) -> str:
     """The rows a run's variance components are measured on for this primary
     (``variance.components``): its own estimand's."""
     return "practitioner" if primary.get("estimator") in PREDICTIVE else "equal_geometry"
 
 
-def truth(estimand: str, confound_name: str, primary: dict[str, Any]) -> float:
+def truth(estimand: str, confound_name: str, primary: PrimarySpec) -> float:
     """What ``estimand`` estimates in a no-effect toy of the class: 0, or AUROC's effect
     through the dose for an estimand that does not hold the dose fixed."""
     held = estimand in DOSE_HELD or (
@@ -297,7 +300,7 @@ def _summary(
 
 def simulate(
     ident: IdentifyConfig,
-    primary: dict[str, Any],
+    primary: PrimarySpec,
     *,
     toys: int = 50,
     seed: int = 0,
@@ -335,7 +338,8 @@ def simulate(
                 rng = seeded_rng(seed, "design", name, arm, i)
                 frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
                 if arm == "null" and predictive:
-                    truths.append(practitioner_truth(frame, BUILT_FAMILIES[primary["estimator"]]))
+                    families = BUILT_FAMILIES[str(primary.get("estimator"))]
+                    truths.append(practitioner_truth(frame, families))
                 for est, fit in estimands(frame, primary, n_boot, i, primary_only).items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
@@ -368,7 +372,7 @@ VERDICTS = ("supported", "no_practical_effect", "contradicted", "inconclusive", 
 
 
 def holm_readings(
-    frame: pd.DataFrame, specs: list[dict[str, Any]], alpha: float, n_boot: int, seed: int
+    frame: pd.DataFrame, specs: list[PrimarySpec], alpha: float, n_boot: int, seed: int
 ) -> list[Reading]:
     """Every spec scored on one directions table by its own estimator
     (``analysis.primary_result``) and read together by Holm's step-down, as ``identify pool``
@@ -377,13 +381,13 @@ def holm_readings(
 
     tables = StudyTables(frame)
 
-    def score(spec: dict[str, Any], confidence: float) -> dict[str, Any]:
+    def score(spec: PrimarySpec, confidence: float) -> dict[str, Any]:
         return primary_result(tables, spec, n_boot, seed, confidence)
 
     return holm(specs, score, alpha)
 
 
-def spec_truth(spec: dict[str, Any], frame: pd.DataFrame, confound_name: str) -> float:
+def spec_truth(spec: PrimarySpec, frame: pd.DataFrame, confound_name: str) -> float:
     """One primary's truth in one toy: what detection predicts there for a predictive one
     (over its own families), else :func:`truth`."""
     estimator = spec.get("estimator")
@@ -397,7 +401,7 @@ def _shares(values: Sequence[str], keys: Sequence[str]) -> dict[str, float]:
 
 
 def _holm_row(
-    spec: dict[str, Any], cls: str, arms: dict[str, list[Reading]],
+    spec: PrimarySpec, cls: str, arms: dict[str, list[Reading]],
     truths: dict[str, list[float]], planted_sign: int, sesoi: float, n_primaries: int,
 ) -> dict[str, Any]:  # fmt: skip
     """One primary's row of the co-primary table (the module docstring): the interval and
@@ -431,7 +435,7 @@ def _holm_row(
 
 def simulate_co_primaries(
     ident: IdentifyConfig,
-    primary: dict[str, Any],
+    primary: PrimarySpec,
     *,
     toys: int = 50,
     seed: int = 0,
@@ -452,16 +456,16 @@ def simulate_co_primaries(
     from experiments.identify.heldout.prereg import primaries
 
     specs = primaries(primary)
-    alpha = float(primary.get("alpha", 0.05))
+    alpha = family_alpha(primary)
     sign = 1 if primary.get("hypothesis", "positive") == "positive" else -1
     names = list(classes or CLASSES)
     rows: list[dict[str, Any]] = []
     for ci, name in enumerate(names):
         readings: dict[str, dict[str, list[Reading]]] = {
-            s["name"]: {"null": [], "planted": []} for s in specs
+            spec_name(s): {"null": [], "planted": []} for s in specs
         }
         truths: dict[str, dict[str, list[float]]] = {
-            s["name"]: {"null": [], "planted": []} for s in specs
+            spec_name(s): {"null": [], "planted": []} for s in specs
         }
         fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
         weights: dict[str, list[dict[str, float]]] = {}
@@ -472,8 +476,8 @@ def simulate_co_primaries(
                 for spec, reading in zip(
                     specs, holm_readings(frame, specs, alpha, n_boot, i), strict=True
                 ):
-                    readings[spec["name"]][arm].append(reading)
-                    truths[spec["name"]][arm].append(spec_truth(spec, frame, name))
+                    readings[spec_name(spec)][arm].append(reading)
+                    truths[spec_name(spec)][arm].append(spec_truth(spec, frame, name))
                 others = {} if primary_only else estimands(frame, specs[0], n_boot, i)
                 others.pop("primary", None)  # the first primary at 95%: its Holm row instead
                 for est, fit in others.items():
@@ -482,7 +486,7 @@ def simulate_co_primaries(
                     pooled = StudyTables(frame).pooled()
                     for spec in specs:
                         own = str(spec.get("estimator"))
-                        weights.setdefault(spec["name"], []).append(
+                        weights.setdefault(spec_name(spec), []).append(
                             family_weights(pooled, own if own in WEIGHED else "primary")
                         )
                     for est in others:
@@ -491,9 +495,9 @@ def simulate_co_primaries(
                     step = ci * 2 * toys + (arm == "planted") * toys + i + 1
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)
         for spec in specs:
-            row = _holm_row(spec, name, readings[spec["name"]], truths[spec["name"]], sign,
+            row = _holm_row(spec, name, readings[spec_name(spec)], truths[spec_name(spec)], sign,
                             float(spec.get("sesoi") or sesoi), len(specs))  # fmt: skip
-            rows.append({**row, "weights": _mean_weights(weights.get(spec["name"], []))})
+            rows.append({**row, "weights": _mean_weights(weights.get(spec_name(spec), []))})
         for est, arms in fits.items():
             summary = _summary(
                 arms["null"], arms["planted"], sign, truth(est, name, specs[0]),
@@ -509,7 +513,7 @@ def _mean_weights(weights: list[dict[str, float]]) -> dict[str, float]:
     return {str(k): float(v) for k, v in mean_w.items() if v > 0}
 
 
-def co_primary_names(primary: dict[str, Any]) -> list[str]:
+def co_primary_names(primary: PrimarySpec) -> list[str]:
     """The names the table's rows carry for each primary: ``primary`` for a single one
     (v3's tables), else each spec's ``name``."""
     from experiments.identify.heldout.prereg import primaries
@@ -542,15 +546,15 @@ def check_design(table: Sequence[dict[str, Any]], estimand: str = "primary",
     return failures
 
 
-def primary_of(config: IdentifyStudyConfig) -> dict[str, Any]:
+def primary_of(config: IdentifyStudyConfig) -> PrimarySpec:
     """The pre-registered primary the config names, or v2's default when none is readable."""
     from experiments.identify.heldout.prereg import PreregistrationError, load_preregistration
 
     path = config.identify.preregistration
     try:
-        return dict(load_preregistration(path).primary) if path else dict(DEFAULT_PRIMARY)
+        return load_preregistration(path).primary.copy() if path else DEFAULT_PRIMARY.copy()
     except (OSError, PreregistrationError):
-        return dict(DEFAULT_PRIMARY)
+        return DEFAULT_PRIMARY.copy()
 
 
 def heldout_count(config: IdentifyStudyConfig) -> int:
@@ -600,7 +604,7 @@ def measured_toy(
 
 
 def power_curve(
-    ident: IdentifyConfig, primary: dict[str, Any], sizes: Sequence[int], *, toys: int,
+    ident: IdentifyConfig, primary: PrimarySpec, sizes: Sequence[int], *, toys: int,
     seed: int = 0, n_boot: int = 499, toy: dict[str, float] | None = None,
     progress: Callable[[str, int, int], None] | None = None, primary_only: bool = False,
     known: dict[int, Sequence[dict[str, Any]]] | None = None,
@@ -643,7 +647,7 @@ def power_curve(
     return out
 
 
-def co_power_classes(spec: dict[str, Any]) -> list[str]:
+def co_power_classes(spec: PrimarySpec) -> list[str]:
     """Where a co-primary's power is read: with the read-out first (the one its power is
     stated in), then the toy's own geometry, for comparison."""
     return list(dict.fromkeys((power_class(spec, readout=True), power_class(spec))))
@@ -653,7 +657,7 @@ EQUIVALENCE_POWER = 0.8  # v4's requirement on P2's "no practical effect" readin
 
 
 def power_summary(
-    table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]], primary: dict[str, Any],
+    table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]], primary: PrimarySpec,
     n_concepts: int,
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Per co-primary, in each of its power classes (:func:`co_power_classes`, the first
@@ -738,14 +742,14 @@ def run_design(
     }
 
 
-def design_failures(table: Sequence[dict[str, Any]], primary: dict[str, Any]) -> list[str]:
+def design_failures(table: Sequence[dict[str, Any]], primary: PrimarySpec) -> list[str]:
     """The gate over every primary (:func:`check_design` for each of
     :func:`co_primary_names`): one that fails refuses the grid for them all."""
     return [f for name in co_primary_names(primary) for f in check_design(table, name)]
 
 
 def _co_primary_block(
-    primary: dict[str, Any], table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]],
+    primary: PrimarySpec, table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]],
     n: int,
 ) -> dict[str, Any]:  # fmt: skip
     """What a co-primary table adds: the primaries as read, Holm's alpha, the powers."""
@@ -760,7 +764,7 @@ def _co_primary_block(
             for s in primaries(primary)
         ],
         "multiplicity": primary.get("multiplicity"),
-        "alpha": float(primary.get("alpha", 0.05)),
+        "alpha": family_alpha(primary),
         "power": power_summary(table, curve, primary, n),
     }  # fmt: skip
 

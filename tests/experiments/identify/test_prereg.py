@@ -34,6 +34,12 @@ def test_the_primary_analysis_is_parsed_and_checked(primary):
         parse_primary(primary.replace("predictor: auroc", "predictor: vibes"))
     with pytest.raises(PreregistrationError, match="no ```yaml"):
         parse_primary("# nothing here\n")
+    # a key no version declares, or a value of the wrong type, is refused by name
+    # (a misspelt key would otherwise read as None: no margin, and the verdict changes)
+    with pytest.raises(PreregistrationError, match="equivalance_margin"):
+        parse_primary(primary.replace("  rule:", "  equivalance_margin: 0.1\n  rule:"))
+    with pytest.raises(PreregistrationError, match="strength"):
+        parse_primary(primary.replace("strength: 1.0", "strength: strong"))
 
 
 @pytest.fixture
