@@ -10,6 +10,7 @@ seed × layer) holds its per-concept metrics and points at the generations it pr
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,9 @@ from experiments.calibration.answer import answer_of
 from experiments.kernel.publisher import ChildRun, Views
 from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PREDICTOR_LABELS = {
     "f1_calibrated": "F1 (threshold from validation)",
@@ -55,13 +59,13 @@ def analysis_metrics(record: CalibrationRecord) -> tuple[dict[str, float | None]
     return metrics, tags
 
 
-def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, object]:
+def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, Figure]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out: dict[str, object] = {}
+    out: dict[str, Figure] = {}
     config = record.config
     main = next((p for p in config.calibration.predictors if p in curve.columns), None)
     sources = sorted(curve["source"].unique())

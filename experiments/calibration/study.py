@@ -27,7 +27,7 @@ import pandas as pd
 
 from experiments.config import CalibrationStudyConfig, ConfigError, Phase, RunConfig
 from experiments.kernel.classifiers import ensure_classifiers
-from experiments.kernel.effect import above_null, paired_effects
+from experiments.kernel.effect import BetaChoice, above_null, paired_effects
 from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.plan import CONCEPT_ARM, build_plan
@@ -280,7 +280,7 @@ class Calibration:
         cal, layers, run_dir = config.calibration, steered.layers, session.directory
         with timer.time("centroids"):
             scorer = build_scorer(config, graph, session.text_embedder)
-        selections: dict[str, dict[str, Any]] = {}
+        selections: dict[str, dict[str, BetaChoice]] = {}
         predictors: dict[str, dict[str, dict[str, float | None]]] = {}
         alphas: dict[int, float] = {}
         for i, spec in enumerate(specs(config, layers)):

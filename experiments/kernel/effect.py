@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -456,16 +456,24 @@ def evaluate_effect(
     return out
 
 
-def select_betas(records: pd.DataFrame, config: RunConfig) -> dict[str, dict[str, Any]]:
+class BetaChoice(TypedDict):
+    """A concept's held-out β (``selection.json``): the chosen β and the mean gated
+    effect at every β of the grid it was chosen from."""
+
+    beta: float
+    effects: dict[float, float]
+
+
+def select_betas(records: pd.DataFrame, config: RunConfig) -> dict[str, BetaChoice]:
     """Held-out strength selection: per concept, the β of the grid whose gated effect
     (concept arm, both signs pooled) is largest on the *selection* prompts; ties go to
-    the smaller β. Returns {synset: {"beta": β, "effects": {β: mean gated e}}}."""
+    the smaller β."""
     rows = records[_col(records, "split", "report") == "selection"]
     effects = paired_effects(rows, config)
     effects = effects[effects["arm"] == CONCEPT_ARM]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, BetaChoice] = {}
     for synset, group in effects.groupby("concept"):
         means = {real(b): float(g["e_gated"].mean()) for b, g in group.groupby("beta")}
         best = max(sorted(means), key=lambda b: (means[b], -b))
-        out[str(synset)] = {"beta": best, "effects": means}
+        out[str(synset)] = BetaChoice(beta=best, effects=means)
     return out

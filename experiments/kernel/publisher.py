@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -42,6 +42,10 @@ from experiments.rundir import RunDir, atomic_write_text, rescored_note
 from experiments.timer import Timer
 from experiments.tracking.context import MAX_TAG_LEN
 from experiments.tracking.listing import ANSWER_NOTE_TAG
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -65,7 +69,7 @@ class ChildRun:
     tags: dict[str, str]
     params: dict[str, object] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)
-    tables: dict[str, Any] = field(default_factory=dict)  # artefact name -> DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # artefact name -> table
     texts: dict[str, str] = field(default_factory=dict)  # artefact name -> text
     figures: dict[str, FigureFactory] = field(default_factory=dict)  # artefact -> figure
 
@@ -90,14 +94,14 @@ class Views:
     answer: Answer
     summary: str
     files: dict[str, str] = field(default_factory=dict)  # run-folder name -> text
-    figures: dict[str, Any] = field(default_factory=dict)  # file name -> drawn figure
+    figures: dict[str, Figure] = field(default_factory=dict)  # file name -> drawn figure
     metrics: dict[str, float | None] = field(default_factory=dict)
     # metrics at MLflow steps, (step, metrics) each: a series a chart draws (the strength
     # sweep's measures per β, step = the β's place in its grid)
     steps: Sequence[tuple[int, dict[str, float | None]]] = ()
     tags: dict[str, str] = field(default_factory=dict)
     params: Mapping[str, object] = field(default_factory=dict)  # logged when new
-    tables: dict[str, Any] = field(default_factory=dict)  # MLflow table name -> DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # MLflow table name -> rows
     artefacts: Sequence[str] = ()  # run-folder files mirrored when they exist
     folders: dict[str, Path] = field(default_factory=dict)  # artefact path -> folder mirrored
     note_header: str = ""  # between the answer and the summary in the description
@@ -355,8 +359,8 @@ class ChildUpdate:
     params: dict[str, object] = field(default_factory=dict)  # logged where not there yet
     metrics: Mapping[str, float | None] = field(default_factory=dict)  # at the addition's step
     prompts: Sequence[str] = ()  # registered prompt URIs the child links
-    tables: dict[str, Any] = field(default_factory=dict)  # MLflow table -> DataFrame, replaced
-    figures: dict[str, Any] = field(default_factory=dict)  # artefact path -> drawn figure
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # MLflow table, replaced
+    figures: dict[str, Figure] = field(default_factory=dict)  # artefact path -> drawn figure
     files: dict[str, str] = field(default_factory=dict)  # artefact name -> text
     after: Callable[[str], object] | None = None  # anything else, given the child's id
     note: str = ""

@@ -8,12 +8,12 @@ the rows with the probe set (``vectors_tag``). The choice itself is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pandas as pd
 
 from experiments.config import RunConfig
-from experiments.kernel.effect import select_betas
+from experiments.kernel.effect import BetaChoice, select_betas
 from experiments.kernel.generate import generate
 from experiments.kernel.plan import build_plan
 from experiments.kernel.score import Scorer, score_all
@@ -35,10 +35,10 @@ def select_strengths(
     on_batch: Callable[[int, int], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     vectors_tag: str | None = None,
-) -> tuple[dict[str, dict[str, Any]], BatchStats]:
+) -> tuple[dict[str, BetaChoice], BatchStats]:
     """Generate the selection prompts over the β grid (rows not yet in the run folder),
-    score them and choose β per concept: ({synset: {"beta", "effects"}}, generation
-    stats). ``config`` is the session's, or a probe set's variant of it (Phase 6)."""
+    score them and choose β per concept: (the choices, generation stats). ``config`` is
+    the session's, or a probe set's variant of it (Phase 6)."""
     assert session.run_dir is not None, "start the session's run first"
     plan = build_plan(config, session.graph, vectors, "selection", vectors_tag=vectors_tag)
     stats = generate(session, plan, vectors, on_batch, on_step, config=config)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def plots(
     records: pd.DataFrame, ctx: RunContext, magnitudes: dict[str, float]
-) -> dict[str, object]:
+) -> dict[str, Figure]:
     """The run's figures by file name: Δ per strength and concept, F1 against magnitude,
     Δ distribution per strength."""
     import matplotlib
@@ -36,7 +36,7 @@ def plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figs: dict[str, object] = {}
+    figs: dict[str, Figure] = {}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     means = records.groupby(["concept", "strength"])["delta"].mean().unstack("strength")
     for synset, row in means.iterrows():

@@ -141,6 +141,14 @@ def detection_units(detection: Mapping[str, Mapping[str, object]]) -> dict[str, 
 # --------------------------------------------------------------------------- the report
 
 
+class _Boot(TypedDict):
+    """The concept bootstrap every interval of a run shares."""
+
+    confidence: float
+    n_boot: int
+    seed: int
+
+
 class _SplitOptions(TypedDict):
     """The split-half options every reliability of a run shares."""
 
@@ -157,7 +165,9 @@ class MeasurementReport:
     per_concept: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
-def _units(frame: pd.DataFrame, column: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _units(
+    frame: pd.DataFrame, column: str
+) -> tuple[dict[str, np.ndarray], dict[str, list[object]]]:
     """Per concept: the column's unit values and their prompts (the split strata)."""
     units, strata = {}, {}
     for concept, group in frame.groupby("concept", sort=True):
@@ -171,7 +181,7 @@ def _units(frame: pd.DataFrame, column: str) -> tuple[dict[str, Any], dict[str, 
 
 def _likelihood_units(
     records: Sequence[dict[str, Any]], family: str, strength: float
-) -> dict[str, Any]:
+) -> dict[str, np.ndarray]:
     """Per concept, the per-pair outcome of a family (its draws averaged pair by pair)."""
     by: dict[str, dict[int, list[float]]] = {}
     for r in records:
@@ -207,7 +217,7 @@ def measure(
     not evaluable."""
     c = config.criteria
     opts = _SplitOptions(n_splits=c.reliability_splits, seed=config.seed)
-    boot = dict(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
+    boot = _Boot(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
     out = MeasurementReport()
     rel: dict[str, Reliability] = {}
     name = c.predictor
@@ -283,7 +293,7 @@ def measure(
 
 
 def _likelihood_summary(
-    records: Sequence[dict[str, Any]], out: MeasurementReport, boot: dict[str, Any]
+    records: Sequence[dict[str, Any]], out: MeasurementReport, boot: _Boot
 ) -> list[LikelihoodFamily]:
     """Per sign and family: the mean outcome over concepts, and the concept arm above it."""
     rows = []
@@ -362,7 +372,7 @@ def _reference_gap(
     gaps: Mapping[str, ReferenceGap],
     effect: EffectReport,
     out: MeasurementReport,
-    boot: dict[str, Any],
+    boot: _Boot,
     opts: _SplitOptions,
 ) -> ReferenceGapSummary:
     """Δ's scale: per concept, Δ(on-concept texts) − Δ(off-concept texts); and the effect

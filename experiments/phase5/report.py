@@ -29,6 +29,8 @@ from metrics.criteria import CriterionResult
 from metrics.intervals import Interval
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from experiments.phase5.context import RunContext
 
 
@@ -241,7 +243,7 @@ def _bare(interval: Interval) -> str:
     return f"{number(interval.estimate)} [{number(interval.low)}, {number(interval.high)}]"
 
 
-def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict[str, object]:
+def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict[str, Figure]:
     """The run's figures by file name, drawn from the rows and the record."""
     magnitudes = {
         k: real(v["magnitude"])

@@ -19,7 +19,7 @@ Both use the Phase 5 stages unchanged (``kernel/plan``, ``generate``, ``score``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -27,13 +27,14 @@ import torch
 
 from experiments.concepts import ConceptGraph
 from experiments.config import RunConfig
-from experiments.kernel.effect import paired_effects
+from experiments.kernel.effect import BetaChoice, paired_effects
 from experiments.kernel.generate import generate
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.plan import CONCEPT_ARM, PROMPT_ARM, build_plan
 from experiments.kernel.score import Scorer, score_all
 from experiments.kernel.selection import select_strengths
 from experiments.kernel.vectors import VectorSet, random_directions
+from experiments.rows import number as real
 from experiments.rundir import join_scores, plan_order
 from steering.vector import Direction, SteeringVector
 
@@ -81,10 +82,11 @@ def select_reference_betas(
     vectors: VectorSet,
     scorer: Scorer,
     on_batch: Callable[[int, int], None] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, BetaChoice]:
     """β per concept for v*, chosen on the selection prompts (Phase 5's rule)."""
     if config.selection.mode != "heldout":
-        return {c: {"beta": config.steering.beta, "effects": {}} for c in vectors.vectors}
+        beta = real(config.steering.beta)  # "auto" is a Phase 5 run's alone (its config)
+        return {c: BetaChoice(beta=beta, effects={}) for c in vectors.vectors}
     chosen, _ = select_strengths(
         session, config, vectors, scorer, on_batch, vectors_tag=REFERENCE_TAG
     )
