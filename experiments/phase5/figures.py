@@ -5,7 +5,8 @@ intervals, and the per-concept forest plot)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -122,7 +123,7 @@ def _signs_with_effects(record: RunRecord) -> list[str]:
     ]
 
 
-def _bounds(values: dict[str, Any], key: str) -> tuple[float | None, float | None]:
+def _bounds(values: Mapping[str, float | None], key: str) -> tuple[float | None, float | None]:
     return values.get(f"{key}_low"), values.get(f"{key}_high")
 
 
@@ -214,7 +215,7 @@ def _within(box: BboxBase, outer: BboxBase) -> bool:
     return box.x0 >= outer.x0 and box.x1 <= outer.x1 and box.y0 >= outer.y0 and box.y1 <= outer.y1
 
 
-def _gated(values: dict[str, Any], label: str) -> tuple[int, int]:
+def _gated(values: Mapping[str, float | None], label: str) -> tuple[int, int]:
     """(k, n): how many of a concept's steered texts at this sign the gate failed."""
     return int(values.get(f"gated_out_{label}") or 0), int(values.get(f"steered_{label}") or 0)
 
@@ -225,7 +226,11 @@ def _detector(config: RunConfig) -> str:
 
 
 def _concept_label(
-    name: str, values: dict[str, Any], label: str, flag: str | None, detector: str = "probe"
+    name: str,
+    values: Mapping[str, float | None],
+    label: str,
+    flag: str | None,
+    detector: str = "probe",
 ) -> str:
     """A concept's label: its name, n of its interval, k/n gated, and a degenerate flag."""
     parts = [name]
@@ -247,7 +252,7 @@ HOLLOW_NOTE = (
 HOLLOW_LEGEND = "every text gated out: not measured (at 0)"
 
 
-def _hollow(values: dict[str, Any], label: str) -> bool:
+def _hollow(values: Mapping[str, float | None], label: str) -> bool:
     """Every steered text of the concept at this sign was gated out: not measured."""
     k, n = _gated(values, label)
     return n > 0 and k == n

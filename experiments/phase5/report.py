@@ -103,7 +103,7 @@ def summary_markdown(
     run_id: str,
     ctx: RunContext,
     agg: dict[float, dict[str, float | None]],
-    criteria: dict[str, Any],
+    criteria: dict[str, CriterionResult],
     tps: float,
     seconds: float,
 ) -> str:

@@ -76,6 +76,7 @@ from experiments.record import LayerChoice, RunRecord
 from experiments.rundir import RESCORED_TAG, RunDir, join_scores, plan_order
 from experiments.strength_range import BETA_TAG, choose_beta, load_range
 from experiments.timer import Timer
+from metrics.criteria import CriterionResult
 from steering.generation import BatchStats
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Phase5Result:
     record: RunRecord
     results_dir: Path
     records: pd.DataFrame
-    criteria: dict[str, Any]
+    criteria: dict[str, CriterionResult]
     per_strength: dict[float, dict[str, float | None]]
     effect: EffectReport | None = None
 
