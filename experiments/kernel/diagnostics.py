@@ -74,12 +74,12 @@ def off_diagonal(matrix: np.ndarray) -> np.ndarray:
 
 def direction_diagnostics(
     directions: Mapping[str, np.ndarray], axis: np.ndarray | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Cosine matrix, mean/max off-diagonal cosine and cosines with the format axis."""
     names = list(directions)
     matrix = cosine_matrix(directions)
     pairs = off_diagonal(matrix)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "concepts": names,
         "cosine_matrix": [[float(x) for x in row] for row in matrix],
         "mean_pairwise_cosine": float(pairs.mean()) if len(pairs) else None,
@@ -115,7 +115,7 @@ def source_directions(
 
 def classifier_set_diagnostics(
     probes: Mapping[str, LinearProbe], axis: np.ndarray | None, floor: float | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Phase 4: diagnostics of every direction source a classifier set offers."""
     sources = [s for s in PHASE4_SOURCES if s != "classifier_deformat" or axis is not None]
     if any(p.diffmean is None for p in probes.values()):
@@ -137,7 +137,7 @@ def steering_diagnostics(
     axis: np.ndarray | None,
     source: str,
     floor: float | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Phase 5: diagnostics of the directions a run steers with (from ``source``)."""
     cos_dm = probe_diffmean_cosines(probes)
     return {

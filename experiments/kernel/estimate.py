@@ -78,7 +78,7 @@ class Estimate:
         """Whether that run started with the machine busy (over BUSY_PER_CORE per core)."""
         return self.load is not None and self.load > BUSY_PER_CORE * (self.cpus or 1)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "run_id": self.run_id,
             "run_name": self.run_name,
@@ -117,7 +117,7 @@ class Plan:
     def max_tokens(self) -> int:
         return self.n_rows * self.max_new_tokens
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         m = self.model
         return {
             "phase": self.phase,

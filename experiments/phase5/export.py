@@ -62,7 +62,7 @@ class Export:
     files: dict[str, str]  # concept -> GGUF file name
     layers: list[int] | None = None  # every steered layer, when several were
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "format": EXPORT_FORMAT,
             "model_id": self.model_id,

@@ -105,7 +105,7 @@ class ExportCheck:
     def passed(self) -> bool:
         return bool(np.isfinite(self.overall.r) and self.overall.r >= self.threshold)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "format": CHECK_FORMAT,
             "passed": self.passed,

@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from experiments.kernel.estimate import Plan
@@ -83,8 +83,8 @@ class StageCosts:
         room = budget_minutes * 60 - self.fixed_seconds
         return max(0, math.floor(room / self.concept_seconds))
 
-    def to_dict(self, budget_minutes: float | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self, budget_minutes: float | None = None) -> dict[str, object]:
+        out: dict[str, object] = {
             "source": self.source,
             "model_id": self.model_id,
             "device": self.device,

@@ -109,7 +109,7 @@ class Preregistration:
     primary: PrimarySpec
     commit: str | None  # the last commit that touched the file, when it is committed clean
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "path": str(self.path),
             "sha256": self.sha256,
