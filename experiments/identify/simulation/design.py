@@ -51,7 +51,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 import pandas as pd
@@ -94,6 +94,38 @@ if TYPE_CHECKING:
 
     from experiments.config import IdentifyConfig, IdentifyStudyConfig
     from experiments.identify.estimation.multiplicity import Reading
+
+# One row of the design table: an estimand (or a named co-primary) in one confound class,
+# summarised over the no-effect and planted toys (``_summary``; a co-primary's row adds
+# Holm's readings, ``_holm_row``). A TypedDict: the rows are the table's JSON as written,
+# and the type checker refuses a key the table does not have ("class" is a keyword).
+DesignRow = TypedDict(
+    "DesignRow",
+    {
+        "estimand": str, "class": str, "n_null": int, "not_evaluable": int,
+        "truth": float, "bias": float | None, "sd": float | None, "coverage": float | None,
+        "coverage_mc_se": float | None, "coverage_0": float | None,
+        "supported_0": float | None, "no_practical_0": float | None, "width": float | None,
+        "n_planted": int, "planted": float | None, "power": float | None,
+        "mean_planted": float | None, "weights": dict[str, float],
+        "planted_effect": float, "truth_sd": float | None, "estimator": str | None,
+        "question": str | None, "verdicts_null": dict[str, float],
+        "verdicts_planted": dict[str, float], "holm_step_null": dict[str, float],
+        "holm_step_planted": dict[str, float], "confidence_null": float,
+    },
+    total=False,
+)  # fmt: skip
+# One point of the power curve: a number of concepts (and, with co-primaries, a primary
+# and its power class) and the row's operating characteristics there.
+CurvePoint = TypedDict(
+    "CurvePoint",
+    {
+        "n_concepts": int, "primary": str, "class": str, "power": float | None,
+        "width": float | None, "coverage": float | None, "no_practical_0": float | None,
+        "n_null": int, "n_planted": int,
+    },
+    total=False,
+)  # fmt: skip
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
@@ -259,7 +291,7 @@ def _summary(
     fits: list[dict[str, float | None]], planted: list[dict[str, float | None]],
     hypothesis: int, true: float | Sequence[float] = 0.0, margin: float | None = None,
     sesoi: float = SESOI,
-) -> dict[str, Any]:  # fmt: skip
+) -> DesignRow:  # fmt: skip
     """Over the no-effect toys: bias against the estimand's truth (one number, or one per
     toy for a predictive primary), coverage of the truth and of 0, how often 'supported'
     and 'no practical effect' are read; over the planted toys (``sesoi`` beside the
@@ -311,7 +343,7 @@ def simulate(
     progress: Callable[[str, int, int], None] | None = None,
     toy: dict[str, float] | None = None,
     primary_only: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[DesignRow]:
     """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
     no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs.
@@ -328,7 +360,7 @@ def simulate(
     covariates = [c for c in controls if c not in ("cos_ref", "none")]
     predictive = primary.get("estimator") in PREDICTIVE
     names = list(classes or CLASSES)
-    rows = []
+    rows: list[DesignRow] = []
     for ci, name in enumerate(names):
         fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
         weights: dict[str, list[dict[str, float]]] = {}
@@ -361,7 +393,7 @@ def simulate(
             )  # fmt: skip
             rows.append({
                 "estimand": est, "class": name, **summary,
-                "weights": {k: float(v) for k, v in mean_w.items() if v > 0},
+                "weights": {str(k): float(v) for k, v in mean_w.items() if v > 0},
             })  # fmt: skip
     return rows
 
@@ -403,7 +435,7 @@ def _shares(values: Sequence[str], keys: Sequence[str]) -> dict[str, float]:
 def _holm_row(
     spec: PrimarySpec, cls: str, arms: dict[str, list[Reading]],
     truths: dict[str, list[float]], planted_sign: int, sesoi: float, n_primaries: int,
-) -> dict[str, Any]:  # fmt: skip
+) -> DesignRow:  # fmt: skip
     """One primary's row of the co-primary table (the module docstring): the interval and
     verdict each toy's Holm reading gave, summarised over the no-effect and planted toys."""
     hypothesis = 1 if spec.get("hypothesis", "positive") == "positive" else -1
@@ -417,7 +449,7 @@ def _holm_row(
     levels = [*(str(k) for k in range(1, n_primaries + 1)), "unsettled"]
     planted_truth = truths["planted"]
     return {
-        "estimand": spec["name"], "class": cls, **summary,
+        "estimand": spec_name(spec), "class": cls, **summary,
         # the pre-registered readings (read_verdict at Holm's level), not the bare interval
         "supported_0": verdicts["null"].get("supported"),
         "no_practical_0": verdicts["null"].get("no_practical_effect"),
@@ -446,7 +478,7 @@ def simulate_co_primaries(
     progress: Callable[[str, int, int], None] | None = None,
     toy: dict[str, float] | None = None,
     primary_only: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[DesignRow]:
     """:func:`simulate` for a primary with co-primaries: on each toy (seeded as there)
     every spec of ``prereg.primaries`` read by Holm (:func:`holm_readings`), one row per
     (primary, class) named by the primary (:func:`_holm_row`), and unless
@@ -459,7 +491,7 @@ def simulate_co_primaries(
     alpha = family_alpha(primary)
     sign = 1 if primary.get("hypothesis", "positive") == "positive" else -1
     names = list(classes or CLASSES)
-    rows: list[dict[str, Any]] = []
+    rows: list[DesignRow] = []
     for ci, name in enumerate(names):
         readings: dict[str, dict[str, list[Reading]]] = {
             spec_name(s): {"null": [], "planted": []} for s in specs
@@ -522,7 +554,7 @@ def co_primary_names(primary: PrimarySpec) -> list[str]:
     return [str(s["name"]) for s in specs] if len(specs) > 1 else ["primary"]
 
 
-def check_design(table: Sequence[dict[str, Any]], estimand: str = "primary",
+def check_design(table: Sequence[DesignRow], estimand: str = "primary",
                  bound: float = COVERAGE_BOUND) -> list[str]:  # fmt: skip
     """The gate: why a confirmatory grid is refused (empty: it passes). Its primary must
     cover its truth (0, or AUROC's effect through the dose for a primary that does not
@@ -607,8 +639,8 @@ def power_curve(
     ident: IdentifyConfig, primary: PrimarySpec, sizes: Sequence[int], *, toys: int,
     seed: int = 0, n_boot: int = 499, toy: dict[str, float] | None = None,
     progress: Callable[[str, int, int], None] | None = None, primary_only: bool = False,
-    known: dict[int, Sequence[dict[str, Any]]] | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    known: dict[int, Sequence[DesignRow]] | None = None,
+) -> list[CurvePoint]:  # fmt: skip
     """The primary's operating characteristics by number of concepts, in the class where
     its truth is 0 with nothing planted (:func:`power_class`): power at the smallest
     effect of interest, its mean interval width, and how often 'no practical effect' is
@@ -628,8 +660,7 @@ def power_curve(
         for s, n in zip(specs, names, strict=True)
     }
     classes = list(dict.fromkeys(c for cs in own.values() for c in cs))
-    keys = ("power", "width", "coverage", "no_practical_0", "n_null", "n_planted")
-    out = []
+    out: list[CurvePoint] = []
     for n in sizes:
         done = (known or {}).get(n, [])
         have = {r["class"] for r in done}
@@ -642,8 +673,14 @@ def power_curve(
         for name in names:
             for cls in own[name]:
                 (row,) = [r for r in rows if r["estimand"] == name and r["class"] == cls]
-                named = {"primary": name, "class": cls} if co else {}
-                out.append({"n_concepts": n, **named, **{k2: row[k2] for k2 in keys}})
+                point: CurvePoint = {"n_concepts": n}
+                if co:
+                    point["primary"], point["class"] = name, cls
+                point["power"], point["width"] = row.get("power"), row.get("width")
+                point["coverage"] = row.get("coverage")
+                point["no_practical_0"] = row.get("no_practical_0")
+                point["n_null"], point["n_planted"] = row["n_null"], row["n_planted"]
+                out.append(point)
     return out
 
 
@@ -657,9 +694,9 @@ EQUIVALENCE_POWER = 0.8  # v4's requirement on P2's "no practical effect" readin
 
 
 def power_summary(
-    table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]], primary: PrimarySpec,
+    table: Sequence[DesignRow], curve: Sequence[CurvePoint], primary: PrimarySpec,
     n_concepts: int,
-) -> dict[str, dict[str, Any]]:  # fmt: skip
+) -> dict[str, dict[str, object]]:  # fmt: skip
     """Per co-primary, in each of its power classes (:func:`co_power_classes`, the first
     the one its power is stated in): its "supported" rate with the smallest effect of
     interest planted and its "no practical effect" rate with none, at the study's number
@@ -667,12 +704,13 @@ def power_summary(
     :data:`EQUIVALENCE_POWER` (None: none of them does)."""
     from experiments.identify.heldout.prereg import primaries
 
-    def at(name: str, cls: str) -> dict[str, Any]:
-        row = next((r for r in table if r["estimand"] == name and r["class"] == cls), {})
+    def at(name: str, cls: str) -> dict[str, object]:
+        found = (r for r in table if r["estimand"] == name and r["class"] == cls)
+        row = next(found, DesignRow())
         points = sorted(
-            (int(c["n_concepts"]), float(c.get(k) or 0.0), k)
+            (int(c["n_concepts"]), float(v or 0.0), k)
             for c in curve if c.get("primary") == name and c.get("class") == cls
-            for k in ("power", "no_practical_0")
+            for k, v in (("power", c.get("power")), ("no_practical_0", c.get("no_practical_0")))
         )  # fmt: skip
 
         def first(key: str) -> int | None:
@@ -742,14 +780,14 @@ def run_design(
     }
 
 
-def design_failures(table: Sequence[dict[str, Any]], primary: PrimarySpec) -> list[str]:
+def design_failures(table: Sequence[DesignRow], primary: PrimarySpec) -> list[str]:
     """The gate over every primary (:func:`check_design` for each of
     :func:`co_primary_names`): one that fails refuses the grid for them all."""
     return [f for name in co_primary_names(primary) for f in check_design(table, name)]
 
 
 def _co_primary_block(
-    primary: PrimarySpec, table: Sequence[dict[str, Any]], curve: Sequence[dict[str, Any]],
+    primary: PrimarySpec, table: Sequence[DesignRow], curve: Sequence[CurvePoint],
     n: int,
 ) -> dict[str, Any]:  # fmt: skip
     """What a co-primary table adds: the primaries as read, Holm's alpha, the powers."""
