@@ -65,18 +65,18 @@ class Measurement(_Block):
         return _version_4(data) if isinstance(data, dict) else data
 
 
-def _ends(row: dict[str, Any], prefix: str, estimate: str) -> dict[str, Any]:
+def _ends(row: dict[str, object], prefix: str, estimate: str) -> dict[str, object]:
     return {"estimate": row.get(estimate), "low": row.get(f"{prefix}low"),
             "high": row.get(f"{prefix}high")}  # fmt: skip
 
 
-def _reliability(row: dict[str, Any]) -> dict[str, Any]:
+def _reliability(row: dict[str, object]) -> dict[str, object]:
     """Version 4 wrote a predictor without test scores as ``{estimate, reason}`` alone."""
     empty = {"half_r": None, "split_sd": None, "n_concepts": 0, "n_splits": 0, "method": ""}
     return empty | row
 
 
-def _direction(row: dict[str, Any]) -> dict[str, Any]:
+def _direction(row: dict[str, object]) -> dict[str, object]:
     """A version-4 ``Correlation.to_dict()`` with ``n_directions`` (or not evaluable)."""
     if not row.get("evaluable"):
         return {"r": {"reason": row.get("reason") or "", "n": row.get("n") or 0}}
@@ -84,7 +84,7 @@ def _direction(row: dict[str, Any]) -> dict[str, Any]:
     return {"r": r | {"n_clusters": row.get("n_clusters") or 0}, "p_value": row["p_value"]}
 
 
-def _family(row: dict[str, Any]) -> dict[str, Any]:
+def _family(row: dict[str, object]) -> dict[str, object]:
     """A version-4 likelihood row (``mean``, ``low``, ``high``, ``above_low``, ...)."""
     out = {k: row[k] for k in ("family", "sign", "n_concepts")} | {"mean": _ends(row, "", "mean")}
     if "above" in row:

@@ -101,7 +101,7 @@ class NullEffect(_Block):
     ungated: Interval = Field(description="the ungated effect above the null")
 
 
-def _interval_of(row: Mapping[str, Any], prefix: str, reason: str = "") -> dict[str, Any]:
+def _interval_of(row: Mapping[str, object], prefix: str, reason: str = "") -> dict[str, object]:
     """A version-4 summary's ``<prefix>_mean``/``_low``/``_high`` as an Interval's fields."""
     ends = ("estimate", "mean"), ("low", "low"), ("high", "high")
     return {k: row.get(f"{prefix}_{suffix}") for k, suffix in ends} | {"reason": reason}
