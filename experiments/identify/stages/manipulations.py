@@ -15,7 +15,7 @@ sub-families (rotation's nuisances: ``rotation:pc`` is then the table's manipula
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -58,7 +58,8 @@ class ConceptInputs:
 
 # A builder: the direction of ``spec`` for one concept and the facts worth a column
 # (e.g. the actual ρ), or None when the concept cannot have it.
-Builder = Callable[[DirectionSpec, ConceptInputs], tuple[np.ndarray, dict[str, Any]] | None]
+Built = tuple[np.ndarray, Mapping[str, object]]
+Builder = Callable[[DirectionSpec, ConceptInputs], Built | None]
 
 
 @dataclass(frozen=True)
@@ -172,9 +173,7 @@ def direction_grid(ident: IdentifyConfig) -> list[DirectionSpec]:
     return out
 
 
-def build_direction(
-    spec: DirectionSpec, inputs: ConceptInputs
-) -> tuple[np.ndarray, dict[str, Any]] | None:
+def build_direction(spec: DirectionSpec, inputs: ConceptInputs) -> Built | None:
     if spec.manipulation == REFERENCE:
         return inputs.v_star, {}
     m = family(spec.manipulation)
@@ -188,9 +187,7 @@ def n_train(size: str) -> int:
 
 
 @manipulation("rotation", levels="theta_degrees", reference=0.0, within="nuisances")
-def _rotation(
-    spec: DirectionSpec, inputs: ConceptInputs
-) -> tuple[np.ndarray, dict[str, Any]] | None:
+def _rotation(spec: DirectionSpec, inputs: ConceptInputs) -> Built | None:
     """v_θ = cos θ·v* + sin θ·u, u from the nuisance family (``other``: needs 2 concepts)."""
     name = spec.manipulation.split(":", 1)[1]
     if name not in inputs.nuisance:
@@ -200,7 +197,7 @@ def _rotation(
 
 
 @manipulation("noise", levels="label_noise", reference=0.0, seeds="noise_seeds")
-def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
+def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> Built:
     """The diffmean with a fraction ρ of the positives' labels swapped within templates."""
     train = inputs.train
     labels, swapped = swap_labels(train, spec.level, int(spec.seed or 0), inputs.concept)
@@ -209,7 +206,7 @@ def _label_noise(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray
 
 
 @manipulation("logistic", levels="logistic_c", level=np.log10)
-def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
+def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> Built:
     """The logistic probe at regularisation C (its level is log10 C), refitted on v*'s
     contrast: positives against the negative-concept texts, neutral texts left out (the
     suite's own probes also see neutrals as negatives; here that would change the contrast
@@ -223,7 +220,7 @@ def _logistic(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, d
 
 
 @manipulation("shrinkage", levels="shrinkage", reference=1.0)
-def _shrinkage(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
+def _shrinkage(spec: DirectionSpec, inputs: ConceptInputs) -> Built:
     """(λ·σ̄²·I + (1−λ)·Σ)⁻¹·Δμ: diffmean at λ = 1, the whitened direction toward 0."""
     return shrinkage_direction(inputs.delta, inputs.sigma, spec.level), {}
 
@@ -231,16 +228,14 @@ def _shrinkage(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, 
 @manipulation(
     "size", levels="sizes", reference="reference_size", level=n_train, log_level_covariate=True
 )
-def _size(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
+def _size(spec: DirectionSpec, inputs: ConceptInputs) -> Built:
     """The diffmean of a smaller training set (its level is the number of texts)."""
     size = TrainSpec.parse(spec.detail)
     return concept_diffmean(inputs.train.prefix(size.n_pos, size.n_neg, size.n_neutral)), {}
 
 
 @manipulation("isocos", levels="isocos_degrees", reference=0.0, seeds="isocos_nuisances")
-def _iso_cos(
-    spec: DirectionSpec, inputs: ConceptInputs
-) -> tuple[np.ndarray, dict[str, Any]] | None:
+def _iso_cos(spec: DirectionSpec, inputs: ConceptInputs) -> Built | None:
     """cos θ·v* + sin θ·u_k for the k-th iso-cos nuisance (its seed; graded, or a random
     draw with its spectrum band, ``identify.isocos_draw``): at one angle, AUROC
     varies with the nuisance while cos(v, v*) = cos θ exactly; at 90° the nuisance alone,
@@ -257,7 +252,7 @@ def _null_specs(m: Manipulation, ident: IdentifyConfig) -> list[DirectionSpec]:
 
 
 @manipulation("null", levels="null_draws", specs=_null_specs, control=True)
-def _null(spec: DirectionSpec, inputs: ConceptInputs) -> tuple[np.ndarray, dict[str, Any]]:
+def _null(spec: DirectionSpec, inputs: ConceptInputs) -> Built:
     """An isotropic random direction: the concept's null (with ``rotation:isotropic:90``)."""
     hidden = len(inputs.v_star)
     draw = 1 + int(spec.seed or 0)
