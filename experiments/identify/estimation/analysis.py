@@ -47,7 +47,16 @@ from experiments.identify.estimation.stats import within_reliability
 from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
-from experiments.record import CurveRow, PrimarySpec
+from experiments.record import (
+    CurveRow,
+    Heterogeneity,
+    ManipulationResult,
+    Mediation,
+    PooledResult,
+    PrimarySpec,
+    RankRow,
+    plain,
+)
 from experiments.rows import number as real
 from metrics.intervals import Interval, hierarchical_mean
 from metrics.stats import fisher_z_interval
@@ -91,16 +100,14 @@ def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[CurveRow]:
     return out
 
 
-def mediation(
-    frame: pd.DataFrame, n_boot: int, seed: int, confidence: float = 0.95
-) -> dict[str, Any]:
+def mediation(frame: pd.DataFrame, n_boot: int, seed: int, confidence: float = 0.95) -> Mediation:
     """Total AUROC slope, direct slope beside cos(v, v*), cos's slope, and the share of
     the total carried by cos, from one set of concept draws."""
     total_p = stats.cross_products(frame, ["auroc", OUTCOME])
     both_p = stats.cross_products(frame, ["auroc", "cos_ref", OUTCOME])
     concepts = sorted(set(total_p) & set(both_p))
     if len(concepts) < 2:
-        return {"evaluable": False, "reason": f"{len(concepts)} concepts"}
+        return Mediation(evaluable=False, reason=f"{len(concepts)} concepts")
     total_p = {c: total_p[c] for c in concepts}
     both_p = {c: both_p[c] for c in concepts}
     draws = stats.concept_draws(len(concepts), n_boot, seed)
@@ -123,14 +130,14 @@ def mediation(
     with np.errstate(invalid="ignore", divide="ignore"):
         share_reps = 1 - d_reps[:, 0] / t_reps
         share = 1 - direct / total if total else np.nan
-    return {
-        "evaluable": True,
-        "total_auroc": interval(float(total), t_reps),
-        "direct_auroc": interval(float(direct), d_reps[:, 0]),
-        "cos_ref": interval(float(cos), d_reps[:, 1]),
-        "share_via_cos": interval(float(share) if np.isfinite(share) else None, share_reps),
-        "n_concepts": len(concepts),
-    }
+    return Mediation(
+        evaluable=True,
+        total_auroc=interval(float(total), t_reps),
+        direct_auroc=interval(float(direct), d_reps[:, 0]),
+        cos_ref=interval(float(cos), d_reps[:, 1]),
+        share_via_cos=interval(float(share) if np.isfinite(share) else None, share_reps),
+        n_concepts=len(concepts),
+    )
 
 
 GOOD_COS = 0.7  # "good directions": cos(v, v*) at least this (the outcomes' validation rows)
@@ -217,7 +224,7 @@ def predictor_table(
     return out
 
 
-def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any]]:
+def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[RankRow]:
     """Predictors ordered by |within-concept r| with the effect; ``p_first`` is the share
     of concept draws in which each has the largest |r|."""
     present = [p for p in PREDICTORS if frame[p].notna().any()]
@@ -234,20 +241,21 @@ def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any]]
     reps_arr = np.nan_to_num(np.stack(reps, axis=1), nan=-1.0)
     first = np.bincount(reps_arr.argmax(axis=1), minlength=len(present)) / len(draws)
     rows = [
-        {"predictor": p, "within_r": estimates[p], "p_first": float(first[i])}
+        RankRow.model_validate(plain({"predictor": p, "within_r": estimates[p],
+                                      "p_first": float(first[i])}))
         for i, p in enumerate(present)
-    ]
-    return sorted(rows, key=lambda r: -abs(r["within_r"]))
+    ]  # fmt: skip
+    return sorted(rows, key=lambda r: -abs(estimates[r.predictor]))
 
 
-def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) -> dict[str, Any]:
+def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) -> Heterogeneity:
     """Per-manipulation FE slopes of the effect on AUROC (beside ``xs[1:]``) from shared
     concept draws, and the Wald test that they are all equal."""
     curves = {m: tables.curve(m) for m in tables.manipulations()}
     products = {m: stats.cross_products(f, [*xs, OUTCOME]) for m, f in curves.items()}
     products = {m: p for m, p in products.items() if len(p) >= 2}
     if len(products) < 2:
-        return {"evaluable": False, "reason": "fewer than 2 manipulations"}
+        return Heterogeneity(evaluable=False, reason="fewer than 2 manipulations")
     concepts = sorted(set.intersection(*(set(p) for p in products.values())))
     draws = stats.concept_draws(len(concepts), n_boot, seed)
     whole = np.arange(len(concepts))[None]
@@ -258,11 +266,8 @@ def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) ->
         est.append(stats.replicate_coefficients(sub, len(xs), whole)[0, 0])
         reps.append(stats.replicate_coefficients(sub, len(xs), draws)[:, 0])
     test = stats.wald_equal(np.array(est), np.stack(reps, axis=1))
-    return {
-        "controls": xs[1:],
-        "slopes": {m: float(e) for m, e in zip(names, est, strict=True)},
-        **test,
-    }
+    slopes = {m: float(e) for m, e in zip(names, est, strict=True)}
+    return Heterogeneity.model_validate(plain({"controls": xs[1:], "slopes": slopes, **test}))
 
 
 def analyse_manipulation(
@@ -272,7 +277,7 @@ def analyse_manipulation(
     targets: list[float],
     n_boot: int,
     seed: int,
-) -> dict[str, Any]:
+) -> ManipulationResult:
     frame = tables.curve(m)
     fe = stats.fe_coefficients(frame, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
     partial = stats.fe_coefficients(frame, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
@@ -290,7 +295,7 @@ def analyse_manipulation(
         )
     else:
         mixed = stats.mixed_model(frame, f"{OUTCOME} ~ auroc", "~auroc", ["auroc"])
-    return {
+    return ManipulationResult.model_validate(plain({
         "manipulation": m,
         "n_cells": len(frame),
         "n_concepts": int(frame["concept"].nunique()),
@@ -306,7 +311,7 @@ def analyse_manipulation(
             for t in targets
         ],
         "threshold_curve": threshold_curve(frame, baseline),
-    }
+    }))  # fmt: skip
 
 
 def primary_result(
@@ -446,6 +451,25 @@ def between_concepts(
     return out
 
 
+def pooled_result(
+    tables: StudyTables, pooled: pd.DataFrame, n_boot: int, seed: int
+) -> PooledResult:
+    """Every manipulation's cells together, within concepts: the slopes, the mediation
+    through cos(v, v*), whether the manipulations' slopes differ, the predictors."""
+    fe = stats.fe_coefficients(pooled, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
+    alone = stats.fe_coefficients(pooled, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
+    return PooledResult.model_validate(plain({
+        "n_cells": len(pooled),
+        "slope_auroc": _iv(alone["auroc"]),
+        "partial": {k: _iv(v) for k, v in fe.items()},
+        "mediation": mediation(pooled, n_boot, seed),
+        "heterogeneity": heterogeneity(tables, ["auroc"], n_boot, seed),
+        "heterogeneity_given_cos": heterogeneity(tables, ["auroc", "cos_ref"], n_boot, seed),
+        "predictors": predictor_table(tables, pooled, n_boot, seed),
+        "ranking": ranking(pooled, n_boot, seed),
+    }))  # fmt: skip
+
+
 def analyse(
     tables: StudyTables,
     baseline: dict[str, float],
@@ -456,24 +480,13 @@ def analyse(
 ) -> dict[str, Any]:
     """Everything above, as one JSON-able dict."""
     pooled = tables.pooled()
-    fe = stats.fe_coefficients(pooled, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
-    alone = stats.fe_coefficients(pooled, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
     return {
         "outcome": "likelihood effect e = s·(C_s − C_0), nats per token",
         "manipulations": {
             m: analyse_manipulation(tables, m, baseline, targets, n_boot, seed)
             for m in tables.manipulations()
         },
-        "pooled": {
-            "n_cells": len(pooled),
-            "slope_auroc": _iv(alone["auroc"]),
-            "partial": {k: _iv(v) for k, v in fe.items()},
-            "mediation": mediation(pooled, n_boot, seed),
-            "heterogeneity": heterogeneity(tables, ["auroc"], n_boot, seed),
-            "heterogeneity_given_cos": heterogeneity(tables, ["auroc", "cos_ref"], n_boot, seed),
-            "predictors": predictor_table(tables, pooled, n_boot, seed),
-            "ranking": ranking(pooled, n_boot, seed),
-        },
+        "pooled": pooled_result(tables, pooled, n_boot, seed),
         "baseline": {
             "mean": float(np.mean(list(baseline.values()))) if baseline else None,
             "per_concept": baseline,
