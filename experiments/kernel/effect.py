@@ -346,7 +346,9 @@ def evaluate_effect(
     """Everything about the steering effect on the report rows, and criteria v2."""
     report_rows = records[_col(records, "split", "report") == "report"]
     effects = paired_effects(report_rows, config)
-    effects = effects.assign(**{name: o.of(name, effects) for name, o in OUTCOMES.items()})
+    computed = {name: o.values(effects) for name, o in OUTCOMES.items() if o.values is not None}
+    if computed:  # outcomes read from other columns; the rest are paired_effects' own
+        effects = effects.assign(**computed)
     out = EffectReport(slopes=slopes(report_rows))
     for arm_name, arm_rows in effects.groupby(
         np.where(effects["arm"].str.startswith("random:"), "random", effects["arm"])

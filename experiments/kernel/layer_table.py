@@ -21,7 +21,7 @@ def undistinguished(choice: LayerChoice) -> str:
     if any(low > 0 for low in lows.values()):
         return ""
     chosen = choice.layers.get(str(choice.layer))
-    bound = f" ({_num(chosen.low)})" if chosen is not None and chosen.low is not None else ""
+    bound = f" ({num(chosen.low)})" if chosen is not None and chosen.low is not None else ""
     return (
         f"no layer's effect above random directions is distinguishable from 0 (none of the "
         f"{len(lows)} evaluable layers' intervals lies above 0): L{choice.layer} was taken "
@@ -30,12 +30,13 @@ def undistinguished(choice: LayerChoice) -> str:
     )
 
 
-def _effect_cell(row: LayerRow) -> str:
-    """A layer's effect above null with its interval, or why it is not evaluable."""
+def effect_cell(row: LayerRow, why: str = "") -> str:
+    """A layer's effect above null with its interval, or ``not evaluable: <reason>``
+    (``why`` where the row gives none): the answer's table and the run's table tag."""
     ends = row.effect.ends() if row.effect is not None else None
     if ends is None:
-        return f"not evaluable: {row.effect.reason if row.effect is not None else ''}"
-    return f"{_num(ends[0])} [{_num(ends[1])}, {_num(ends[2])}]"
+        return f"not evaluable: {(row.effect.reason if row.effect is not None else '') or why}"
+    return f"{num(ends[0])} [{num(ends[1])}, {num(ends[2])}]"
 
 
 def answer_table(choice: LayerChoice) -> AnswerTable:
@@ -44,7 +45,7 @@ def answer_table(choice: LayerChoice) -> AnswerTable:
     rows: list[tuple[str, ...]]
     if choice.rule == "auto":
         columns: tuple[str, ...] = ("layer", "mean test AUROC")
-        rows = [(_layer(la, choice), _num(r.auroc)) for la, r in choice.layers.items()]
+        rows = [(_layer(la, choice), num(r.auroc)) for la, r in choice.layers.items()]
     else:
         columns = ("layer", "β", "effect above null [interval]", "s > 0", "s < 0",
                    "concept texts passing the gate", "mean test AUROC")  # fmt: skip
@@ -52,11 +53,11 @@ def answer_table(choice: LayerChoice) -> AnswerTable:
             (
                 _layer(la, choice),
                 "n/a" if r.beta is None else f"{r.beta:g}",
-                _effect_cell(r),
-                _num(r.effect_pos),
-                _num(r.effect_neg),
+                effect_cell(r),
+                num(r.effect_pos),
+                num(r.effect_neg),
                 "n/a" if r.gate_pass is None else f"{r.gate_pass:.0%}",
-                _num(r.auroc),
+                num(r.auroc),
             )
             for la, r in choice.layers.items()
         ]
@@ -68,5 +69,5 @@ def _layer(layer: str, choice: LayerChoice) -> str:
     return f"L{layer}" + (" (chosen)" if layer == str(choice.layer) else "")
 
 
-def _num(value: float | None) -> str:
+def num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"

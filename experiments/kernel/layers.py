@@ -57,7 +57,7 @@ from experiments.concepts import ConceptGraph
 from experiments.config import ConfigError, RunConfig
 from experiments.kernel.classifiers import train_layers
 from experiments.kernel.effect import SIGNS, above_null, all_gated, mean_ci, paired_effects
-from experiments.kernel.layer_table import undistinguished
+from experiments.kernel.layer_table import effect_cell, num, undistinguished
 from experiments.kernel.plan import CONCEPT_ARM, planned_rows, split_prompts
 from experiments.kernel.probes import (
     ProbeSet,
@@ -276,7 +276,7 @@ def effect_layer(
 def table_line(choice: LayerChoice) -> str:
     """The per-layer table in a line (the run's :data:`LAYER_TABLE_TAG`)."""
     if choice.rule == "auto":
-        cells = [f"L{la} {_num(r.auroc)}" for la, r in choice.layers.items()]
+        cells = [f"L{la} {num(r.auroc)}" for la, r in choice.layers.items()]
         return "mean test AUROC by layer: " + ", ".join(cells)
     cells = [_cell(int(la), r) for la, r in choice.layers.items()]
     return "effect above null by layer, with its interval over concepts: " + "; ".join(cells)
@@ -284,14 +284,9 @@ def table_line(choice: LayerChoice) -> str:
 
 def _cell(layer: int, row: LayerRow) -> str:
     """One layer of the auto-effect table: effect [interval] (AUROC), or why not."""
-    ends = row.effect.ends() if row.effect is not None else None
-    if ends is None:
-        return f"L{layer} not evaluable: {_why(row)}"
-    return f"L{layer} {_num(ends[0])} [{_num(ends[1])}, {_num(ends[2])}] (AUROC {_num(row.auroc)})"
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+    evaluable = row.effect is not None and row.effect.evaluable
+    auroc = f" (AUROC {num(row.auroc)})" if evaluable else ""
+    return f"L{layer} {effect_cell(row, 'no texts')}{auroc}"
 
 
 def choice_tags(choice: LayerChoice) -> dict[str, str]:

@@ -43,10 +43,6 @@ class Outcome:
     shown: Literal["interval", "mean"] = "interval"  # the summary's cell
     answer: str | None = None  # the answer's reference row (concept arm, per sign)
 
-    def of(self, name: str, effects: pd.DataFrame) -> pd.Series:
-        """Its value per paired row of ``effects``."""
-        return self.values(effects) if self.values is not None else effects[name]
-
 
 OUTCOMES: Registry[Outcome] = Registry("Phase 5 outcome")
 OUTCOMES.register("e", Outcome("e (ungated)"))

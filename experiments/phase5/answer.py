@@ -232,9 +232,10 @@ def outcome_verdicts(record: RunRecord) -> list[Verdict]:
     threshold = record.config.criteria.effect_min
     out = []
     for name, outcome in OUTCOMES.items():
+        if outcome.answer is None:
+            continue
         for sign in ("pos", "neg"):
-            found = _reference(record, CONCEPT_ARM, name, sign)
-            if outcome.answer is None or found is None:
+            if (found := _reference(record, CONCEPT_ARM, name, sign)) is None:
                 continue
             interval = found[0]
             out.append(

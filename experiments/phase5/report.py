@@ -11,7 +11,6 @@ from experiments.answer import (
     SIGN_LABELS,
     Answer,
     estimate_of,
-    estimate_text,
     intervention_words,
     number,
     status_word,
@@ -42,7 +41,7 @@ def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
 def _cell(interval: Interval, shown: str = "interval") -> str:
     if shown == "mean":
         return number(interval.estimate, ".2f")
-    return estimate_text(interval.estimate, interval.low, interval.high, reason=interval.reason)
+    return estimate_of(interval)
 
 
 def effect_markdown(statistics: RunStatistics, criteria: dict[str, CriterionResult]) -> list[str]:

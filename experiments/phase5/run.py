@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -251,6 +251,10 @@ class Prepared:
     beta_note: str | None = None  # where a new run's β came from (strength_range.py)
     layer_choice: LayerChoice | None = None  # how ``--layer auto``/``auto-effect`` chose
     # the layer (a resumed run's as its first invocation kept it)
+    # the record's diagnostics of the directions steered with, and the Phase 4 run whose
+    # classifiers they came from: worked out once here, read by every ``run_context``
+    diagnostics: dict[str, object] = field(default_factory=dict)
+    classifier_run_id: str | None = None
 
 
 def prepare(session: RunSession[Phase5Config], explicit: frozenset[str] = frozenset()) -> Prepared:
@@ -281,9 +285,27 @@ def prepare(session: RunSession[Phase5Config], explicit: frozenset[str] = frozen
     return Prepared(layer, probes, vectors, scorer, note)
 
 
+def with_provenance(config: RunConfig, prep: Prepared) -> Prepared:
+    """``prep`` with the record's diagnostics of its directions and the Phase 4 run whose
+    classifiers it uses, worked out once for every ``run_context`` of the run."""
+    probes, vectors = prep.probes, prep.vectors
+    diagnostics = {
+        "directions": steering_diagnostics(
+            vectors.numpy_directions(),
+            probes.probes,
+            probes.format_axis,
+            config.steering.vector_source,
+            floor=probes.diagnostics.get("format_axis_floor"),
+        ),
+        **vectors.import_diagnostics(),
+    }
+    phase4 = probes.run_id or tracking.remembered_run(probes.directory)
+    return replace(prep, diagnostics=diagnostics, classifier_run_id=phase4)
+
+
 def run_context(session: RunSession[Phase5Config], prep: Prepared, run_id: str) -> RunContext:
-    """The run's context, made from what was prepared once its parent run is open and
-    its id known."""
+    """The run's context, assembled from what was prepared once its parent run is open
+    and its id known (``started`` and ``stages`` each assemble it; nothing is recomputed)."""
     config, probes, vectors = session.config, prep.probes, prep.vectors
     return RunContext(
         run_id=run_id,
@@ -293,7 +315,7 @@ def run_context(session: RunSession[Phase5Config], prep: Prepared, run_id: str) 
         layer=prep.layer,
         alpha=vectors.alpha,
         predictors={k: numeric_metrics(p.metrics) for k, p in probes.probes.items()},
-        classifier_run_id=probes.run_id or tracking.remembered_run(probes.directory),
+        classifier_run_id=prep.classifier_run_id,
         classifier_dir=str(probes.directory),
         detection={
             k: {
@@ -304,16 +326,7 @@ def run_context(session: RunSession[Phase5Config], prep: Prepared, run_id: str) 
             for k, p in probes.probes.items()
             if "test_scores" in p.metrics
         },
-        diagnostics={
-            "directions": steering_diagnostics(
-                vectors.numpy_directions(),
-                probes.probes,
-                probes.format_axis,
-                config.steering.vector_source,
-                floor=probes.diagnostics.get("format_axis_floor"),
-            ),
-            **vectors.import_diagnostics(),
-        },
+        diagnostics=dict(prep.diagnostics),
         layer_choice=prep.layer_choice,
     )
 
@@ -335,7 +348,8 @@ class Phase5(Phase5Shown):
     def begin(self, session: RunSession[Phase5Config]) -> Begun[Prepared]:
         """Classifiers, vectors and β (their layer names the run), and how the layer was
         chosen: this invocation's rule, or a resumed run's as its first kept it."""
-        prep = replace(prepare(session, self.explicit), layer_choice=self.layer_choice)
+        prep = prepare(session, self.explicit)  # a new run's β set in its config here
+        prep = replace(with_provenance(session.config, prep), layer_choice=self.layer_choice)
         if session.existing is not None:
             kept = session.directory.file(RunDir.LAYER_CHOICE)
             if kept.exists():
