@@ -27,7 +27,6 @@ class AnthropicJudge(APIJudge):
 
     provider = "anthropic"
     key_env = KEY_ENV
-    default_model = DEFAULT_MODEL
 
     def __init__(
         self,

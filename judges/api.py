@@ -65,7 +65,6 @@ class APIJudge(Judge):
     """
 
     key_env: str = ""
-    default_model: str = ""
     thread_safe = True  # SDK clients are thread-safe; the cache and budget are locked
 
     def __init__(

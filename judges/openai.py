@@ -32,7 +32,6 @@ class OpenAIJudge(APIJudge):
 
     provider = "openai"
     key_env = KEY_ENV
-    default_model = DEFAULT_MODEL
 
     def __init__(
         self,

