@@ -121,13 +121,6 @@ def steering_label(delta: float, threshold: float = DEFAULT_THRESHOLD) -> Steeri
     return "neutral"
 
 
-def steering_labels(
-    deltas: np.ndarray, threshold: float = DEFAULT_THRESHOLD
-) -> list[SteeringLabel]:
-    """steering_label over an array."""
-    return [steering_label(float(d), threshold) for d in np.ravel(deltas)]
-
-
 def cross_deltas(
     text_embeddings: np.ndarray, centroids: Mapping[str, Centroids], device: str | None = None
 ) -> dict[str, np.ndarray]:

@@ -42,10 +42,6 @@ def get_direction_source(name: str) -> DirectionSource:
         raise ProbeError(str(exc)) from None
 
 
-def direction_source_names() -> list[str]:
-    return sorted(_SOURCES)
-
-
 def _checked(vector: np.ndarray, what: str) -> np.ndarray:
     vector = np.asarray(vector, dtype=np.float64)
     norm = float(np.linalg.norm(vector))

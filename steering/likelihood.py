@@ -213,16 +213,6 @@ def pair_effects(
     return float(np.sign(strength)) * ((on_s - on_0) - (off_s - off_0))
 
 
-def contrast_effect(
-    on_s: np.ndarray, off_s: np.ndarray, on_0: np.ndarray, off_0: np.ndarray, strength: float
-) -> float:
-    """e = s·(C_s − C_0), with C = mean L(on-concept texts) − mean L(off-concept texts)
-    (the texts need not be paired here)."""
-    c_s = float(np.mean(on_s)) - float(np.mean(off_s))
-    c_0 = float(np.mean(on_0)) - float(np.mean(off_0))
-    return float(np.sign(strength)) * (c_s - c_0)
-
-
 def likelihood_outcomes(
     lm: LoadedModel,
     layer: Layers,

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import torch
-
 from steering.decode import CpuPolicy, DecodePolicy, ReferencePolicy
 from steering.decode_cuda import CudaPolicy
 from steering.decode_kernels import DecodeKernels
 from steering.models import LoadedModel
-from steering.platform import platform_for
 from steering.registry import Registry
 
 POLICIES: Registry[type[DecodePolicy]] = Registry("decode policy")
 POLICIES.register(ReferencePolicy.name, ReferencePolicy)
 POLICIES.register(CpuPolicy.name, CpuPolicy)
 POLICIES.register(CudaPolicy.name, CudaPolicy)
-
-
-def policy_name(device: torch.device) -> str:
-    """The default policy of a device, its platform's: ``cpu`` and ``cuda`` have their
-    own, any other device (``mps``, say) decodes with the reference."""
-    return platform_for(device).decode_policy
 
 
 def make_policy(name: str) -> DecodePolicy:

@@ -250,10 +250,3 @@ class SteeringVector:
             lm, layers, self.added(), self.coefficients(strength), self.mode
         ) as hooks:
             yield hooks[self.layer] if self.layer in hooks else next(iter(hooks.values()))
-
-
-def stack_coefficients(
-    vectors: Sequence[SteeringVector], strengths: Sequence[float]
-) -> torch.Tensor:
-    """Per-row coefficients for rows that each use their own vector and strength."""
-    return torch.cat([v.coefficients(s) for v, s in zip(vectors, strengths, strict=True)])

@@ -17,7 +17,7 @@ from steering.generation import (
     generate_batch,
     suppressed_ids,
 )
-from steering.vector import MODES, RowSteering, SteeringVector, stack_coefficients
+from steering.vector import MODES, RowSteering, SteeringVector
 
 PROPS = settings(derandomize=True, deadline=None, max_examples=40)
 LAYER = 1
@@ -276,10 +276,6 @@ def test_coefficients_per_mode():
     torch.testing.assert_close(additive.coefficients(1.0), torch.tensor([10.0]))
     projection = SteeringVector(unit(3), 1, alpha=50.0, beta=0.2, mode="projection")
     torch.testing.assert_close(projection.coefficients([-1.0, 2.0]), torch.tensor([-1.0, 2.0]))
-    stacked = stack_coefficients([additive, projection], [1.0, -1.0])
-    torch.testing.assert_close(stacked, torch.tensor([10.0, -1.0]))
-    with pytest.raises(ValueError):
-        stack_coefficients([additive], [1.0, 2.0])
 
 
 # ---------------------------------------------------------------------------- KV cache
