@@ -11,7 +11,6 @@ Statistics come from `metrics.stats` (the suite's shared NaN-free implementation
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,8 +32,6 @@ from metrics.stats import (
     pairwise_spearman,
     pearson,
 )
-
-log = logging.getLogger(__name__)
 
 ALPHA_THRESHOLD = 0.667  # Krippendorff's conventional floor for tentative conclusions
 R_DELTA_THRESHOLD = 0.7  # the design's Hypothesis 4 threshold, applied to the panel mean
