@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import logging
 import os
 import re
 import threading
@@ -51,8 +50,6 @@ from judges.cache import JudgeCache, cache_key, resolve_cache
 from judges.llama_runtime import LlamaCrash, check_decodes, llama_options, open_llama
 from judges.prompt import neutralise
 from judges.registry import judge_provider
-
-log = logging.getLogger(__name__)
 
 METHOD = "expected-value-over-complete-numbers-v1"
 MISSING_SDK = (

@@ -26,7 +26,6 @@ kernel's publisher (``open_child`` / ``close_child``), where every run is opened
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from mlflow.entities import Trace
     from mlflow.genai.scorers import Scorer
 
-log = logging.getLogger(__name__)
 
 EVALUATION_TAG = "steer_eval.evaluation"  # on the child run: "genai"
 RUN_NAME = "genai evaluation"
