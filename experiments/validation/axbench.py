@@ -236,7 +236,7 @@ def identify_validity(
             "(--results-dir names another results folder)"
         )
     units = rubric_units(samples, result.scores)
-    records = pd.DataFrame(parent.scored_generations())
+    records = pd.DataFrame([g.row() for g in parent.scored_generations()])
     gated = paired_effects(records, parent.config).set_index("key")[GENERATED]
     units[GENERATED] = units["sample_id"].map(gated)
     validity = rubric_validity(

@@ -10,12 +10,13 @@ r(panel mean, Δ) > panel_r_min) is then recorded on the parent.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from experiments.kernel.publisher import ChildUpdate, update_child
 from experiments.tracking.prompts import RubricPrompt, register_rubric
@@ -92,26 +93,27 @@ def panel_samples(parent: Phase5Run) -> pd.DataFrame:
     """Every generation of the run, with human ratings merged in where they exist."""
     import pandas as pd
 
-    records = parent.scored_generations()
     samples = pd.DataFrame(
-        {
-            "sample_id": [r["key"] for r in records],
-            "concept": [r["concept_name"] for r in records],
-            "text": [r["text"] for r in records],
-            "delta": [float(r["delta"]) for r in records],
-            "strength": [float(r["strength"]) for r in records],
-            # The instruction each text continues (the axbench rubric shows it) and what
-            # pairs a steered text with its unsteered twin.
-            # (A run of the first releases has no arms or splits: all concept, report.)
-            "prompt": [r.get("prompt", "") for r in records],
-            "synset": [r["concept"] for r in records],
-            "arm": [r.get("arm", "concept") for r in records],
-            "prompt_index": [r.get("prompt_index", 0) for r in records],
-            "sample": [r.get("sample", 0) for r in records],
-            "split": [r.get("split", "report") for r in records],
-            # the direction a text was steered along (identify runs; "" otherwise)
-            "vectors": [r.get("vectors") or "" for r in records],
-        }
+        [
+            {
+                "sample_id": r.key,
+                "concept": r.concept_name,
+                "text": r.text,
+                "delta": r.delta,
+                "strength": r.strength,
+                # The instruction each text continues (the axbench rubric shows it) and what
+                # pairs a steered text with its unsteered twin (0 in a first-release run).
+                "prompt": r.prompt,
+                "synset": r.concept,
+                "arm": r.arm,
+                "prompt_index": r.prompt_index or 0,
+                "sample": r.sample or 0,
+                "split": r.split,
+                # the direction a text was steered along (identify runs; "" otherwise)
+                "vectors": r.vectors or "",
+            }
+            for r in parent.scored_generations()
+        ]
     )
     human = _human_ratings(parent)
     if human is not None:
@@ -127,8 +129,8 @@ def _human_ratings(parent: Phase5Run) -> pd.DataFrame | None:
     data = artifact_bytes(child, HUMAN_TABLE) if child is not None else None
     if data is None:
         return None
-    split = json.loads(data)
-    table = pd.DataFrame(split["data"], columns=split["columns"])
+    # as tracking.overwrite_table and log_table write it, read with nothing converted
+    table = pd.read_json(io.BytesIO(data), orient="split", dtype=False, precise_float=True)
     if not {"generation_key", "human_rating"} <= set(table.columns):
         return None
     return (
@@ -154,9 +156,11 @@ def log_panel(
     from judges.base import Rubric
 
     per_sample = result.per_sample.reset_index()
-    metrics = dict(result.to_metrics())
-    metrics["panel_mean"] = float(per_sample["panel_mean"].mean())
-    metrics["panel_median"] = float(per_sample["panel_median"].median())
+    metrics = {
+        **result.to_metrics(),
+        "panel_mean": float(per_sample["panel_mean"].mean()),
+        "panel_median": float(per_sample["panel_median"].median()),
+    }
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     ax.scatter(
         per_sample["delta"], per_sample["panel_mean"], c=per_sample.get("strength"),
@@ -222,28 +226,28 @@ def attach_judge_feedback(
     ids = trace_map(experiment_id, parent.run_id, parent.folder.file(RunDir.TRACES))
     feedback: dict[str, list[Feedback]] = {}
     untraced = 0
-    for row in scores.to_dict("records"):
-        trace_id = ids.get(row["sample_id"])
+    rows = scores[["sample_id", "judge", "score", "raw", "model", "cost", "cache_hit", "error"]]
+    for sample_id, judge, score, raw, model, cost, cache_hit, error in rows.itertuples(index=False):
+        trace_id = ids.get(sample_id)
         if trace_id is None:
             untraced += 1
             continue
-        score = row["score"]
         abstained = score is None or score != score  # NaN in the table
         feedback.setdefault(trace_id, []).append(
             Feedback(
                 RELATEDNESS,
                 None if abstained else float(score),
-                rationale=str(row.get("raw") or "") or None,
+                rationale=str(raw or "") or None,
                 metadata={
-                    "judge": row["judge"],
-                    "model": row.get("model") or "",
+                    "judge": judge,
+                    "model": model or "",
                     "rubric_version": rubric.rubric_version,
                     "rubric_prompt": rubric.uri,
-                    "cost_usd": row.get("cost"),
-                    "cache_hit": bool(row.get("cache_hit")),
+                    "cost_usd": cost,
+                    "cache_hit": bool(cache_hit),
                     "scale": "0-10",
                 },
-                error=(row.get("error") or "the judge abstained") if abstained else None,
+                error=(error or "the judge abstained") if abstained else None,
             )
         )
     counts = attach_feedback(
@@ -294,14 +298,12 @@ class PanelOutcome(NamedTuple):
 
 def _judge_options(
     judges: list[str], openai_base_url: str | None, cache_dir: str | Path | None
-) -> dict[str, dict[str, Any]]:
-    options: dict[str, dict[str, Any]] = {j: {} for j in judges}
-    for name in judges:
-        if openai_base_url and name.startswith("openai/"):
-            options[name]["base_url"] = openai_base_url
-        if cache_dir is not None:
-            options[name]["cache"] = str(cache_dir)
-    return options
+) -> dict[str, dict[str, str]]:
+    """Each judge's own options: the OpenAI-compatible server (``openai/`` judges), the
+    rating cache (every judge)."""
+    server = {"base_url": openai_base_url} if openai_base_url else {}
+    cache = {"cache": str(cache_dir)} if cache_dir is not None else {}
+    return {j: {**(server if j.startswith("openai/") else {}), **cache} for j in judges}
 
 
 def rate_run(

@@ -16,6 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from pydantic import BaseModel, ConfigDict
+
 from experiments import rundir, tracking
 from experiments.rundir import RunDir, parse_jsonl
 from experiments.validation.errors import ValidationInputError
@@ -31,6 +33,32 @@ PHASE = "5"
 # What a generation needs to be rated or judged (``delta`` from scores.jsonl, or from an
 # old-style generations.jsonl that already holds it).
 GENERATION_FIELDS = ("key", "concept", "concept_name", "strength", "delta", "text", "prompt")
+
+
+class ScoredGeneration(BaseModel):
+    """A scored generation (its line of ``generations.jsonl`` joined with ``scores.jsonl``)
+    as Parts B and C read it, checked once where it is read. A run of the first releases
+    has no arm, split, prompt index or sample (concept, report, None, None); the line's
+    other fields are kept as extras (:meth:`row`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    key: str
+    concept: str  # the synset
+    concept_name: str
+    strength: float
+    delta: float
+    text: str
+    prompt: str  # the instruction the text continues
+    arm: str = "concept"
+    split: str = "report"
+    prompt_index: int | None = None
+    sample: int | None = None
+    vectors: str | None = None  # the direction a text was steered along (identify runs)
+
+    def row(self) -> dict[str, object]:
+        """The line's fields as read (the defaulted ones left out)."""
+        return self.model_dump(exclude_unset=True)
 
 
 def default_experiment() -> str:
@@ -113,7 +141,7 @@ class Phase5Run:
 
     # ------------------------------------------------------------------ generations
 
-    def scored_generations(self) -> list[dict[str, Any]]:
+    def scored_generations(self) -> list[ScoredGeneration]:
         """Every scored generation of the seed's grid, one per key, sorted by key: the
         concept arm on the report prompts (null-control, prompting-baseline and
         strength-selection rows are the run's own controls, not texts to rate).
@@ -139,12 +167,12 @@ class Phase5Run:
                 if scores is not None
                 else None,
             )
-        by_key: dict[str, dict[str, Any]] = {}
+        by_key: dict[str, ScoredGeneration] = {}
         for record in records:
-            if record.get("arm", "concept") != "concept" or record.get("split") == "selection":
-                continue
             if all(k in record for k in GENERATION_FIELDS) and record["delta"] is not None:
-                by_key[record["key"]] = record
+                generation = ScoredGeneration.model_validate(record)
+                if generation.arm == "concept" and generation.split != "selection":
+                    by_key[generation.key] = generation
         if not by_key:
             raise ValidationInputError(f"run {self.run_id} has no scored generations")
         return [by_key[k] for k in sorted(by_key)]

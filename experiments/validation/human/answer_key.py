@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.validation.errors import ValidationInputError
 from experiments.validation.human.csvio import CSV_NAME, text_digest
-from experiments.validation.runs import cell_key
+from experiments.validation.runs import ScoredGeneration, cell_key
 
 KEY_NAME = "answer_key.json"
 KEY_FORMAT = "steer-eval/human-answer-key"
@@ -33,7 +33,7 @@ def key_body_hash(key: dict[str, Any]) -> str:
 
 def build_answer_key(
     run_id: str,
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[ScoredGeneration],
     children: dict[str, str],
     lemmas: dict[str, list[str]],
     seed: int,
@@ -47,33 +47,31 @@ def build_answer_key(
     width = max(3, len(str(len(samples))))
     entries = []
     for i, record in enumerate(samples, start=1):
-        cell = cell_key(record["concept"], record["strength"])
+        cell = cell_key(record.concept, record.strength)
         entries.append(
             {
                 "sample_id": f"{i:0{width}d}",
                 "child_run_id": children[cell],
                 "cell": cell,
-                "concept": record["concept"],
-                "concept_name": record["concept_name"],
-                "strength": float(record["strength"]),
-                "prompt": record["prompt"],
-                "prompt_index": record.get("prompt_index"),
-                "sample": record.get("sample"),
-                "delta": float(record["delta"]),
-                "generation_key": record["key"],
-                "text_sha256": text_digest(record["text"]),
+                "concept": record.concept,
+                "concept_name": record.concept_name,
+                "strength": record.strength,
+                "prompt": record.prompt,
+                "prompt_index": record.prompt_index,
+                "sample": record.sample,
+                "delta": record.delta,
+                "generation_key": record.key,
+                "text_sha256": text_digest(record.text),
             }
         )
-    concepts = {}
-    for entry in entries:
-        synset = entry["concept"]
-        concepts[synset] = {
-            "name": entry["concept_name"],
-            "lemmas": sorted(lemmas.get(synset, [entry["concept_name"]])),
+    concepts = {
+        r.concept: {
+            "name": r.concept_name,
+            "lemmas": sorted(lemmas.get(r.concept, [r.concept_name])),
         }
-    cells: dict[str, int] = defaultdict(int)
-    for entry in entries:
-        cells[entry["cell"]] += 1
+        for r in samples
+    }
+    cells = Counter(cell_key(r.concept, r.strength) for r in samples)
     key = {
         "format": KEY_FORMAT,
         "format_version": KEY_FORMAT_VERSION,

@@ -65,7 +65,7 @@ def export_samples(
     run_id = parent.run_id  # "latest" resolved
     records = parent.scored_generations()
     children = parent.cell_runs()
-    needed = {cell_key(r["concept"], r["strength"]) for r in records}
+    needed = {cell_key(r.concept, r.strength) for r in records}
     missing = sorted(needed - set(children))
     if missing:
         raise ValidationInputError(
@@ -98,7 +98,7 @@ def export_samples(
         {
             "sample_id": entry["sample_id"],
             "concept": REDACTED,
-            "generated_text": record["text"],
+            "generated_text": record.text,
             "human_rating": "",
         }
         for entry, record in zip(key["samples"], samples, strict=True)

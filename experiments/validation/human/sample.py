@@ -10,10 +10,13 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+
+from experiments.validation.runs import ScoredGeneration
 
 
-def stratified_sample(records: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+def stratified_sample(
+    records: Sequence[ScoredGeneration], n: int, seed: int
+) -> list[ScoredGeneration]:
     """``n`` records spread over concept × strength cells as evenly as possible.
 
     Cell counts differ by at most one (until a cell runs out); among equally filled
@@ -21,14 +24,14 @@ def stratified_sample(records: Sequence[dict[str, Any]], n: int, seed: int) -> l
     so both margins stay balanced too. Within a cell, prompts are cycled. Seeded.
     """
     rng = random.Random(seed)
-    cells: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
-    for record in sorted(records, key=lambda r: r["key"]):
-        cells[(record["concept"], float(record["strength"]))].append(record)
-    queues: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    cells: dict[tuple[str, float], list[ScoredGeneration]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: r.key):
+        cells[(record.concept, record.strength)].append(record)
+    queues: dict[tuple[str, float], list[ScoredGeneration]] = {}
     for cell in sorted(cells):
-        by_prompt: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        by_prompt: dict[int | None, list[ScoredGeneration]] = defaultdict(list)
         for record in cells[cell]:
-            by_prompt[record.get("prompt_index")].append(record)
+            by_prompt[record.prompt_index].append(record)
         groups = [by_prompt[k] for k in sorted(by_prompt, key=str)]
         for group in groups:
             rng.shuffle(group)
@@ -39,7 +42,7 @@ def stratified_sample(records: Sequence[dict[str, Any]], n: int, seed: int) -> l
     taken: dict[tuple[str, float], int] = dict.fromkeys(queues, 0)
     per_concept: dict[str, int] = defaultdict(int)
     per_strength: dict[float, int] = defaultdict(int)
-    chosen: list[dict[str, Any]] = []
+    chosen: list[ScoredGeneration] = []
     while len(chosen) < n:
         open_cells = [c for c in sorted(queues) if taken[c] < len(queues[c])]
         cell = min(

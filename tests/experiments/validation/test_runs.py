@@ -54,7 +54,7 @@ def test_a_run_elsewhere_is_read_from_its_artefacts(mlflow_store, tmp_path, kit)
     parent = phase5_parent(run_id)
     assert not parent.folder.exists()
     assert parent.criteria.human_r_pass == 0.8  # the config.yaml artefact
-    assert [r["key"] for r in parent.scored_generations()] == sorted(r["key"] for r in records)
+    assert [r.key for r in parent.scored_generations()] == sorted(r["key"] for r in records)
     # A run record artefact wins over config.yaml.
     config = kit.run_config(tmp_path / "res", ["criteria.human_r_pass=0.85"])
     record_dir = RunDir(tmp_path / "record", run_id).create()
@@ -76,7 +76,7 @@ def test_generations_are_joined_with_scores(mlflow_store, tmp_path, kit):
     got = phase5_parent(run_id).scored_generations()
     assert len(got) == len(records) - 3  # unscored generations are left out
     by_key = {r["key"]: r for r in records}
-    assert all(g["delta"] == by_key[g["key"]]["delta"] for g in got)
+    assert all(g.delta == by_key[g.key]["delta"] for g in got)
     folder.file(RunDir.SCORES).write_text("")
     with pytest.raises(ValidationInputError, match="no scored generations"):
         phase5_parent(run_id).scored_generations()
