@@ -13,9 +13,10 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
+from pydantic import BaseModel
 
 from experiments.cli.answer import print_answer, result_json
 from experiments.cli.common import (
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from experiments.kernel.estimate import Plan
 
 DEFAULT_CONFIG = Path("configs/identify.yaml")
+R = TypeVar("R", bound=BaseModel)  # a pooled command's record
 
 # ---------------------------------------------- the options, shared by the commands
 ForceOpt = Annotated[
@@ -267,7 +269,7 @@ def compare(folder: FolderArg, json_: JsonOpt = False, verbose: VerboseOpt = Fal
     with console.status("re-analysing (wild cluster bootstrap)"):
         comparison = before_after(frame)
     if json_:
-        print_json(comparison)
+        print_json(comparison.model_dump(mode="json"))
     else:
         console.print(markdown(comparison), highlight=False, markup=False)
 
@@ -349,8 +351,8 @@ def _pooled(
     cfg: IdentifyStudyConfig,
     json_: bool,
     status: str,
-    compute: Callable[[], dict[str, Any]],
-    markdown: Callable[[dict[str, Any]], str],
+    compute: Callable[[], R],
+    markdown: Callable[[R], str],
     written: str,
 ) -> None:
     """Run a pooled-shards command: its refusal as an error (exit 2), its record as JSON
@@ -365,7 +367,7 @@ def _pooled(
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     if json_:
-        print_json(record)
+        print_json(record.model_dump(mode="json", exclude_unset=True))
         return
     console.print(markdown(record), highlight=False, markup=False)
     console.print(

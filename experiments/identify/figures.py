@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from experiments.record import IdentifyRecord, ManipulationResult
+    from experiments.record.pooled import ExploratoryRecord
 
 
 def _plt() -> ModuleType:
@@ -235,7 +236,9 @@ def figures(
     return out
 
 
-def pooled_figure(frame: pd.DataFrame, per_concept: pd.DataFrame, record: dict[str, Any]) -> Figure:
+def pooled_figure(
+    frame: pd.DataFrame, per_concept: pd.DataFrame, record: ExploratoryRecord
+) -> Figure:
     """The pooled held-out shards (``identify pool --exploratory``): left, each family's mean
     AUROC and likelihood effect over the built directions, each concept's own directions
     faint behind (centred on the concept's mean, then moved to the pool's); right, the
@@ -264,16 +267,17 @@ def pooled_figure(frame: pd.DataFrame, per_concept: pd.DataFrame, record: dict[s
     left.legend(fontsize=7)
     slopes = per_concept["slope"].dropna()
     right.hist(slopes.clip(-3, 3), bins=40, color="C0", alpha=0.7)
-    scored = record["primary_scored"]["slope"]
-    right.axvline(scored["estimate"], color="C3", label="pooled primary")
-    if scored.get("low") is not None and scored.get("high") is not None:
-        right.axvspan(scored["low"], scored["high"], color="C3", alpha=0.2)
+    scored = record.primary_scored.slope
+    if scored.estimate is not None:
+        right.axvline(scored.estimate, color="C3", label="pooled primary")
+    if scored.low is not None and scored.high is not None:
+        right.axvspan(scored.low, scored.high, color="C3", alpha=0.2)
     right.axvline(0, color="black", lw=0.5)
     right.set_xlabel("each concept's own slope (nats/token per unit AUROC; clipped at ±3)")
     right.set_ylabel("concepts")
     right.set_title(
         f"{len(slopes)} concepts, {float((slopes > 0).mean()):.0%} positive "
-        f"(primary: {record['primary_scored']['verdict']})",
+        f"(primary: {record.primary_scored.verdict})",
         fontsize=9,
     )
     right.legend(fontsize=7)

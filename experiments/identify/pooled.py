@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from experiments.answer import Answer, Verdict
 from experiments.config import IdentifyStudyConfig, Phase
@@ -37,11 +36,9 @@ SHARDS_TAG = "identify.shards"  # shard -> run id, as JSON
 
 @dataclass(frozen=True)
 class Pooled:
-    """Beside the record: the pooled run's id and the record as ``pool`` wrote it (the
-    command line prints that dict, as it always did)."""
+    """Beside the record: the pooled run's id."""
 
     run_id: str
-    written: dict[str, Any]
 
 
 class PooledStudy:
@@ -75,9 +72,8 @@ class PooledStudy:
     ) -> Finished[PooledRecord, Pooled]:
         run_id = session.parent_id
         session.say("pooling the held-out shards (wild cluster bootstrap)")
-        written = score_pool(session.config, self.prereg, self.bound, inputs, run_id)
-        record = PooledRecord.model_validate(json.loads(json.dumps(written, default=str)))
-        return Finished(record, Pooled(run_id, written))
+        record = score_pool(session.config, self.prereg, self.bound, inputs, run_id)
+        return Finished(record, Pooled(run_id))
 
     def views(self, record: PooledRecord, products: Pooled) -> Views:
         return pooled_views(record, products)
@@ -151,7 +147,7 @@ def pooled_views(record: PooledRecord, products: Pooled) -> Views:
     tags = {f"{POOLED_TAG}.{r.name}": r.verdict for r in readings(record)}
     return Views(
         answer=answer,
-        summary=pooled_markdown(products.written),
+        summary=pooled_markdown(record),
         metrics=metrics,
         tags=tags,
         experiment=record.experiment,
@@ -164,12 +160,11 @@ def pool_run(
     prereg: Preregistration,
     bound: dict[str, str],
     force: bool = False,
-) -> Pooled:
-    """Run the pooled scoring through the kernel (no model, no embedder); the pooled run's
-    id and the record as written beside the shards."""
+) -> PooledRecord:
+    """Run the pooled scoring through the kernel (no model, no embedder); the record, as
+    written beside the shards."""
     study = PooledStudy(held, prereg, bound, force)
-    ran = run_study(study, config, need_model=False, need_embedder=False)
-    return ran.products
+    return run_study(study, config, need_model=False, need_embedder=False).record
 
 
 class ExploratoryStudy:
@@ -203,9 +198,8 @@ class ExploratoryStudy:
         from experiments.identify.pooled_exploratory import explore_shards
 
         session.say("the exploratory estimands on the pooled shards (bootstrap)")
-        written = explore_shards(session.config, self.prereg, shards)
-        record = ExploratoryRecord.model_validate(json.loads(json.dumps(written, default=str)))
-        return Finished(record, Pooled(session.parent_id, written))
+        record = explore_shards(session.config, self.prereg, shards)
+        return Finished(record, Pooled(session.parent_id))
 
     def views(self, record: ExploratoryRecord, products: Pooled) -> Views:
         from experiments.identify.answer import estimand_row
@@ -225,7 +219,7 @@ class ExploratoryStudy:
             put_interval(metrics, f"estimand/{name}", e.fit)
         return Views(
             answer=answer,
-            summary=exploratory_markdown(products.written),
+            summary=exploratory_markdown(record),
             metrics=metrics,
         )
 
@@ -235,8 +229,7 @@ class ExploratoryStudy:
 
 def exploratory_run(
     config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
-) -> Pooled:
+) -> ExploratoryRecord:
     """``identify pool --exploratory`` through the kernel (no model, no embedder)."""
-    ran = run_study(ExploratoryStudy(held, prereg), config, need_model=False,
-                    need_embedder=False)  # fmt: skip
-    return ran.products
+    study = ExploratoryStudy(held, prereg)
+    return run_study(study, config, need_model=False, need_embedder=False).record

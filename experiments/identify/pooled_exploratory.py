@@ -27,7 +27,7 @@ pre-registration's floor (shards kept before that are named as keeping none).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,16 @@ from experiments.identify.heldout.shards import (
     shard_folder,
     shards_root,
 )
+from experiments.record.pooled import (
+    ExploratoryRecord,
+    FloorOutcome,
+    PerConceptSummary,
+    PooledRecord,
+    ScoredPrimary,
+    ShardReliabilities,
+)
 from experiments.rundir import atomic_write_text, neutralise
+from metrics.intervals import Interval
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyStudyConfig
@@ -90,12 +99,12 @@ def per_concept(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def shard_reliabilities(config: IdentifyStudyConfig, n: int) -> dict[str, Any]:
+def shard_reliabilities(config: IdentifyStudyConfig, n: int) -> ShardReliabilities:
     """Each shard's outcome reliabilities where its committed folder keeps them
     (``reliability.json``), by key and shard, with the shards that keep none: the
     pre-registration calls the primary uninformative if the likelihood's reliability among
     the built directions falls below :data:`FLOOR`."""
-    by_key: dict[str, dict[str, Any]] = {}
+    by_key: dict[str, dict[str, Interval]] = {}
     without = []
     for k in range(n):
         path = shard_folder(config, k) / RELIABILITY_FILE
@@ -103,20 +112,18 @@ def shard_reliabilities(config: IdentifyStudyConfig, n: int) -> dict[str, Any]:
             without.append(k)
             continue
         for key, value in json.loads(path.read_text(encoding="utf-8")).items():
-            by_key.setdefault(key, {})[str(k)] = value
+            by_key.setdefault(key, {})[str(k)] = Interval.of(value)
     built = by_key.get(PRIMARY_RELIABILITY, {})
-    estimates = [v["estimate"] for v in built.values() if v.get("estimate") is not None]
-    return {
-        "by_key": by_key,
-        "shards_without": without,
-        "primary_outcome": {
-            "key": PRIMARY_RELIABILITY,
-            "floor": FLOOR,
-            "shards": len(estimates),
-            "min": min(estimates) if estimates else None,
-            "below_floor": [k for k, v in built.items() if (v.get("estimate") or 0) < FLOOR],
-        },
-    }
+    estimates = [v.estimate for v in built.values() if v.estimate is not None]
+    return ShardReliabilities(
+        by_key=by_key,
+        shards_without=without,
+        primary_outcome=FloorOutcome(
+            key=PRIMARY_RELIABILITY, floor=FLOOR, shards=len(estimates),
+            min=min(estimates) if estimates else None,
+            below_floor=[k for k, v in built.items() if (v.estimate or 0) < FLOOR],
+        ),
+    )  # fmt: skip
 
 
 def exploratory_shards(
@@ -135,7 +142,7 @@ def exploratory_shards(
 
 def pooled_exploratory(
     config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
-) -> dict[str, Any]:
+) -> ExploratoryRecord:
     """The exploratory estimands and the per-concept table on the pooled shards (see the
     module's docstring); a PreregistrationError until the pooled primary is scored."""
     return explore_shards(config, prereg, exploratory_shards(config, held, prereg))
@@ -143,38 +150,39 @@ def pooled_exploratory(
 
 def explore_shards(
     config: IdentifyStudyConfig, prereg: Preregistration, shards: list[ShardRun]
-) -> dict[str, Any]:
+) -> ExploratoryRecord:
     """:func:`pooled_exploratory` on shards already checked (:func:`exploratory_shards`)."""
     from experiments.identify.estimation.estimands import estimate_all
     from experiments.identify.estimation.families import decompose
     from experiments.identify.estimation.variance import components
 
     folder = shards_root(config) / POOLED
-    primary = json.loads((folder / POOLED_RECORD).read_text(encoding="utf-8"))["primary"]
+    scored = PooledRecord.model_validate_json((folder / POOLED_RECORD).read_text("utf-8"))
     frame = pooled_directions(shards)
     n_boot, seed = config.criteria.n_boot, config.seed
     table = per_concept(frame)
     slopes = table["slope"].dropna()
-    record = {
-        "label": "exploratory: every estimand on the pooled held-out shards, after the "
+    record = ExploratoryRecord(
+        label="exploratory: every estimand on the pooled held-out shards, after the "
         "primary was scored",
-        "primary_scored": {"verdict": primary["verdict"], "slope": primary["slope"]},
-        "n_concepts": int(frame["concept"].nunique()),
-        "estimands": estimate_all(frame, n_boot, seed),
-        "components": components(frame, population="practitioner").to_dict(),
-        "per_concept": {
-            "concepts_with_slope": len(slopes),
-            "positive_share": float((slopes > 0).mean()),
-            "slope_median": float(slopes.median()),
-            "auroc_sd_median": float(table["auroc_sd"].median()),
-        },
-    }
-    record["reliability"] = shard_reliabilities(config, len(shards))
-    record["families"] = decompose(
-        frame, n_boot, seed, str(prereg.primary.get("hypothesis", "positive")),
-        prereg.primary.get("equivalence_margin"),
-    ).to_dict()  # fmt: skip
-    atomic_write_text(folder / EXPLORATORY_RECORD, json.dumps(record, indent=1, default=str) + "\n")
+        primary_scored=ScoredPrimary(verdict=scored.primary.verdict, slope=scored.primary.slope),
+        n_concepts=int(frame["concept"].nunique()),
+        estimands=estimate_all(frame, n_boot, seed),
+        components=components(frame, population="practitioner").to_dict(),
+        per_concept=PerConceptSummary(
+            concepts_with_slope=len(slopes),
+            positive_share=float((slopes > 0).mean()),
+            slope_median=float(slopes.median()),
+            auroc_sd_median=float(table["auroc_sd"].median()),
+        ),
+        reliability=shard_reliabilities(config, len(shards)),
+        families=decompose(
+            frame, n_boot, seed, str(prereg.primary.get("hypothesis", "positive")),
+            prereg.primary.get("equivalence_margin"),
+        ).to_dict(),
+    )  # fmt: skip
+    text = json.dumps(record.model_dump(mode="json", exclude_unset=True), indent=1)
+    atomic_write_text(folder / EXPLORATORY_RECORD, text + "\n")
     atomic_write_text(folder / PER_CONCEPT, table.to_csv(index=False))
     from experiments.identify.figures import pooled_figure
 
@@ -183,40 +191,38 @@ def explore_shards(
     return record
 
 
-def exploratory_markdown(record: dict[str, Any]) -> str:
+def exploratory_markdown(record: ExploratoryRecord) -> str:
     """The estimands as a table under their names, the per-concept summary beside."""
-    from experiments.answer import interval_dict_text
+    from experiments.answer import estimate_of
+    from experiments.identify.estimation.families import markdown as families_markdown
 
     lines = [
-        f"# {record['label']}",
+        f"# {record.label}",
         "",
-        f"The scored primary: {interval_dict_text(record['primary_scored']['slope'])} — "
-        f"**{record['primary_scored']['verdict']}** ({record['n_concepts']} concepts).",
+        f"The scored primary: {estimate_of(record.primary_scored.slope)} — "
+        f"**{record.primary_scored.verdict}** ({record.n_concepts} concepts).",
         "",
         "| estimand | estimate (95%) | status |",
         "|---|---|---|",
     ]
-    for name, e in record["estimands"].items():
-        shown = interval_dict_text(e["fit"]) if e.get("fit") else e.get("reason") or ""
-        lines.append(f"| {name} | {shown} | {e['status']} |")
-    rel = record["reliability"]["primary_outcome"]
-    if rel["shards"]:
+    for name, e in record.estimands.items():
+        shown = estimate_of(e.fit) if e.fit else e.reason or ""
+        lines.append(f"| {name} | {shown} | {e.status} |")
+    rel = record.reliability.primary_outcome
+    if rel.shards and rel.min is not None:
         lines += [
             "",
-            f"The likelihood's reliability among the built directions, in the {rel['shards']} "
-            f"shards that keep it: lowest {rel['min']:.2f} (floor {rel['floor']}; below it: "
-            f"{', '.join(rel['below_floor']) or 'none'}); shards keeping none: "
-            f"{', '.join(map(str, record['reliability']['shards_without'])) or 'none'}.",
+            f"The likelihood's reliability among the built directions, in the {rel.shards} "
+            f"shards that keep it: lowest {rel.min:.2f} (floor {rel.floor}; below it: "
+            f"{', '.join(rel.below_floor) or 'none'}); shards keeping none: "
+            f"{', '.join(map(str, record.reliability.shards_without)) or 'none'}.",
         ]
-    if "families" in record:
-        from experiments.identify.estimation.families import markdown as families_markdown
-
-        lines += families_markdown(record["families"])
-    pc = record["per_concept"]
+    lines += families_markdown(record.families)
+    pc = record.per_concept
     lines += [
         "",
-        f"Per concept (built directions): {pc['concepts_with_slope']} concepts with a slope, "
-        f"{pc['positive_share']:.0%} of them positive, median slope {pc['slope_median']:+.3f}; "
-        f"median AUROC sd among a concept's built directions {pc['auroc_sd_median']:.3f}.",
+        f"Per concept (built directions): {pc.concepts_with_slope} concepts with a slope, "
+        f"{pc.positive_share:.0%} of them positive, median slope {pc.slope_median:+.3f}; "
+        f"median AUROC sd among a concept's built directions {pc.auroc_sd_median:.3f}.",
     ]
     return "\n".join(lines) + "\n"

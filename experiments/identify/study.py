@@ -23,9 +23,9 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -69,6 +69,7 @@ from experiments.kernel.study import (
     run_study,
 )
 from experiments.record import IdentifyRecord, plain
+from experiments.record.pooled import ExploratoryRecord, PooledRecord
 from experiments.rundir import RunDir, atomic_write_text
 from experiments.strength_range import BETA_TAG, range_warning, shared_range
 
@@ -225,7 +226,7 @@ def run_identify(
     return IdentifyResult(ran.run_id, ran.run_dir, record, ran.products.tables.directions)
 
 
-def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, Any]:
+def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> PooledRecord:
     """``identify pool``: the primary scored once on the pooled held-out shards, after
     the checks of a held-out run, as a run of the study's experiment opened by the kernel
     (``identify/pooled.py``); the record as written beside the shards."""
@@ -240,10 +241,10 @@ def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> dict[str, 
     prereg = load_preregistration(config.identify.preregistration)
     check_binding(prereg, config)  # names a missing binding before it is read
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
-    return pool_run(config, held, prereg, binding(prereg, config), force).written
+    return pool_run(config, held, prereg, binding(prereg, config), force)
 
 
-def pool_exploratory(config: IdentifyStudyConfig) -> dict[str, Any]:
+def pool_exploratory(config: IdentifyStudyConfig) -> ExploratoryRecord:
     """``identify pool --exploratory``: every estimand on the pooled held-out shards,
     after the pooled primary was scored, as a run the kernel opens (``identify/pooled.py``,
     ``identify/pooled_exploratory.py``)."""
@@ -253,7 +254,7 @@ def pool_exploratory(config: IdentifyStudyConfig) -> dict[str, Any]:
     config = config.model_copy(update={"identify": ident})
     prereg = load_preregistration(config.identify.preregistration)
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
-    return exploratory_run(config, held, prereg).written
+    return exploratory_run(config, held, prereg)
 
 
 def resumed(
@@ -455,8 +456,7 @@ def build_record(
     from metrics.intervals import bootstrap_statistic
 
     analysis, prereg = analysed.analysis, analysed.prereg
-
-    per_concept = analysis["baseline"]["per_concept"]
+    per_concept = analysis.baseline.per_concept
     interval = None
     if per_concept:
         interval = bootstrap_statistic(
@@ -466,8 +466,8 @@ def build_record(
             n_boot=config.criteria.n_boot,
             seed=config.seed,
             method="concepts",
-        ).to_dict()
-        interval["n_clusters"] = len(per_concept)
+        )
+        interval = replace(interval, n_clusters=len(per_concept))
     return IdentifyRecord(
         run_id=run_id,
         experiment=config.experiment,
@@ -480,16 +480,16 @@ def build_record(
         concept_set=config.identify.concept_set,
         label=label,
         preregistration=prereg.to_dict() if prereg else None,
-        outcome=analysis["outcome"],
-        manipulations=plain(analysis["manipulations"]),
-        pooled=plain(analysis["pooled"]),
-        baseline=plain({**analysis["baseline"], "interval": interval}),
-        primary=plain(analysis["primary"]),
-        identified=plain(analysis["identified"]),
-        estimands=plain(analysis["estimands"]),
-        outcome_reliability=plain(analysis["outcome_reliability"]),
-        between_concepts=plain(analysed.between),
-        validation=plain(analysed.validation),
-        phase6=plain(analysed.phase6),
+        outcome=analysis.outcome,
+        manipulations=analysis.manipulations,
+        pooled=analysis.pooled,
+        baseline=analysis.baseline.model_copy(update={"interval": interval}),
+        primary=analysis.primary,
+        identified=analysis.identified,
+        estimands=analysis.estimands,
+        outcome_reliability=analysis.outcome_reliability,
+        between_concepts=analysed.between,
+        validation=analysed.validation,
+        phase6=analysed.phase6,
         resources=plain(resources),
     )

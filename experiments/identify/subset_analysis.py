@@ -5,13 +5,13 @@ outcomes agree (``identify/stages/matched.py`` and ``subset.py`` measure them)."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pandas as pd
 
 from experiments.identify.estimation.analysis import GOOD_COS
 from experiments.identify.estimation.estimator import SPLINE_DF, _BootSpline, flexible_slope, log_kl
 from experiments.identify.measures import OUTCOMES, OutcomeMeasure
+from experiments.record.identified import OutcomeSlopes, SubsetAgreement, SubsetResult
 
 
 def subset_outcomes(
@@ -21,7 +21,7 @@ def subset_outcomes(
     n_boot: int = 1999,
     seed: int = 0,
     spline_df: int = SPLINE_DF,
-) -> dict[str, Any]:
+) -> SubsetResult:
     """The stratified subset (exploratory): the flexible AUROC slope on the likelihood
     outcome at 1× β, at each fixed dose (``dose_effect_<k>x``) and at the KL-matched dose
     (``dose_effect_matched``); and each declared outcome's slopes (``measures.py``,
@@ -30,47 +30,43 @@ def subset_outcomes(
     carried by the contrast between v* and far rotations; the name-free outcome)."""
     part = frame[frame["concept"].isin(list(subset))].copy()
     if part.empty:
-        return {"evaluable": False, "reason": "no subset"}
+        return SubsetResult(evaluable=False, reason="no subset")
     if "kl" in part:
         part = part.assign(log_kl=log_kl(part["kl"]))
     kw = _BootSpline(n_boot=n_boot, seed=seed, spline_df=spline_df)
-    doses = [c for c in part.columns if c.startswith("dose_effect_")]
-    out: dict[str, Any] = {
-        "concepts": sorted(subset),
-        "likelihood_1x": flexible_slope(part, "effect", "auroc", **kw).to_dict(),
-        "dose": {
-            c.removeprefix("dose_effect_"): flexible_slope(part, c, "auroc", **kw).to_dict()
-            for c in doses
+    doses = [str(c) for c in part.columns if str(c).startswith("dose_effect_")]
+    out = SubsetResult(
+        concepts=sorted(subset),
+        likelihood_1x=flexible_slope(part, "effect", "auroc", **kw),
+        dose={
+            c.removeprefix("dose_effect_"): flexible_slope(part, c, "auroc", **kw) for c in doses
         },
-    }
+    )
     if "dose_matched" in part:
         ok = part["dose_matched"].astype(bool)
-        out["matched_share"] = float(ok.mean())  # on the prompts the dose was bisected on
+        out.matched_share = float(ok.mean())  # on the prompts the dose was bisected on
         if "dose_kl_kind" in part:  # the KL matched on (identify.dose_kl); v2: "all"
-            out["matched_on"] = str(part["dose_kl_kind"].dropna().iloc[0])
+            out.matched_on = str(part["dose_kl_kind"].dropna().iloc[0])
         if "dose_matched_verify" in part and part["dose_matched_verify"].notna().any():
             # on held-apart prompts, against v*'s KL there (identify.dose_verify)
             held = part["dose_matched_verify"].dropna().astype(bool)
-            out["matched_share_verify"] = float(held.mean())
-            out["verify_gap_median"] = float(part["dose_verify_gap"].median())
-        out["matched_multiplier"] = {
-            m: float(g["dose_multiplier"].median())
+            out.matched_share_verify = float(held.mean())
+            out.verify_gap_median = float(part["dose_verify_gap"].median())
+        out.matched_multiplier = {
+            str(m): float(g["dose_multiplier"].median())
             for m, g in part.groupby("manipulation", sort=True)
         }
-    outcomes = {}
     for key, measure in OUTCOMES.items():  # every declared outcome the subset measured
         if measure.column in part and part[measure.column].notna().any():
             fits = outcome_slopes(part, measure, kw, n_boot=n_boot, seed=seed)
             if fits is not None:
-                outcomes[key] = fits
-    if outcomes:
-        out["outcomes"] = outcomes
+                out.outcomes[key] = fits
     return out
 
 
 def outcome_slopes(
     part: pd.DataFrame, measure: OutcomeMeasure, kw: _BootSpline, *, n_boot: int, seed: int
-) -> dict[str, Any] | None:
+) -> OutcomeSlopes | None:
     """One declared outcome on the subset (``measures.py``): its flexible slope on each of
     its detection columns, beside log KL when it says so, and its within-concept r with
     the outcome it should agree with, over every direction and over good ones; None when
@@ -80,20 +76,15 @@ def outcome_slopes(
     if any(d not in part for d in measure.detectors):
         return None
     y = measure.column
-    out: dict[str, Any] = {
-        "slopes": {d: flexible_slope(part, y, d, **kw).to_dict() for d in measure.detectors}
-    }
+    out = OutcomeSlopes(slopes={d: flexible_slope(part, y, d, **kw) for d in measure.detectors})
     if measure.given_dose and "log_kl" in part:
-        out["given_dose"] = flexible_slope(
-            part, y, measure.detectors[0], covariates=["log_kl"], **kw
-        ).to_dict()
+        out.given_dose = flexible_slope(part, y, measure.detectors[0], covariates=["log_kl"], **kw)
     if measure.agrees_with is not None:
         both = part.dropna(subset=[y, measure.agrees_with])
         good = both[both["cos_ref"] >= GOOD_COS]
-        corr = {"n_boot": n_boot, "seed": seed}
-        out["agreement"] = {
-            "all": within_correlation(both, y, measure.agrees_with, **corr).to_dict(),
-            "good": within_correlation(good, y, measure.agrees_with, **corr).to_dict(),
-            "good_n": len(good),
-        }
+        out.agreement = SubsetAgreement(
+            all=within_correlation(both, y, measure.agrees_with, n_boot=n_boot, seed=seed),
+            good=within_correlation(good, y, measure.agrees_with, n_boot=n_boot, seed=seed),
+            good_n=len(good),
+        )
     return out

@@ -15,13 +15,20 @@ from experiments.identify.measures import outcome_columns
 from experiments.identify.pipeline import Directions
 from experiments.identify.stages.directions import REFERENCE
 from experiments.identify.stages.subset import name_free_columns, subset_columns
-from experiments.record import PrimarySpec
+from experiments.record import (
+    BetweenConcepts,
+    EstimandResult,
+    GeneratedCheck,
+    Phase6Reanalysis,
+    PrimarySpec,
+)
 from experiments.record.identify import spec_strength
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from experiments.config import IdentifyStudyConfig
+    from experiments.identify.estimation.analysis import Analysis
     from experiments.identify.estimation.cells import StudyTables
     from experiments.identify.heldout.prereg import Preregistration
     from experiments.identify.pipeline import Outcomes
@@ -60,12 +67,12 @@ class Analysed:
     named, and the pre-registration the primary was read under."""
 
     tables: StudyTables
-    analysis: dict[str, Any]
-    between: dict[str, Any]
-    validation: dict[str, Any]
+    analysis: Analysis
+    between: BetweenConcepts
+    validation: GeneratedCheck
     prereg: Preregistration | None = None
     phase6_frame: pd.DataFrame | None = None
-    phase6: dict[str, Any] | None = None
+    phase6: Phase6Reanalysis | None = None
 
 
 def analyse_study(
@@ -121,9 +128,9 @@ def analyse_study(
     scored = prereg.primary if prereg and ident.shard is None else None
     analysis = analysis_mod.analyse(tables, baseline, ident.targets, scored, n_boot, seed)
     if prereg and ident.shard is not None:
-        withhold_primaries(analysis["estimands"], prereg.primary)
+        withhold_primaries(analysis.estimands, prereg.primary)
     if outcomes.subset:
-        analysis["identified"]["subset"] = subset_outcomes(
+        analysis.identified.subset = subset_outcomes(
             tables.directions, outcomes.subset, n_boot=n_boot, seed=seed
         )
     between = analysis_mod.between_concepts(
@@ -147,7 +154,7 @@ def analyse_study(
 WITHHELD = "a pre-registered primary's estimand: scored once, on the pooled shards (identify pool)"
 
 
-def withhold_primaries(estimands: dict[str, dict[str, Any]], primary: PrimarySpec) -> None:
+def withhold_primaries(estimands: dict[str, EstimandResult], primary: PrimarySpec) -> None:
     """A shard scores no primary, nor the estimand a primary is (P1's
     ``practitioner_equal_norm``, P2's ``practitioner_full_data``): the same number under
     another row would let one shard be read before the pool. Those rows stay in the
@@ -155,7 +162,9 @@ def withhold_primaries(estimands: dict[str, dict[str, Any]], primary: PrimarySpe
     from experiments.identify.heldout.prereg import primaries
 
     for spec in primaries(primary):
-        row = estimands.get(str(spec.get("estimand")))
-        if row is not None:
-            row.pop("correction", None)
-            row.update(status="not_evaluable", reason=WITHHELD, fit=None)
+        name = str(spec.get("estimand"))
+        if name in estimands:
+            estimands[name] = estimands[name].model_copy(
+                update={"status": "not_evaluable", "reason": WITHHELD, "fit": None,
+                        "correction": None}
+            )  # fmt: skip

@@ -56,6 +56,7 @@ from experiments.record.identify import (
     PredictorFit,
     PrimaryResult,
     PrimarySpec,
+    PrimaryVerdict,
     RankRow,
 )
 from experiments.record.measurement import (
@@ -139,6 +140,7 @@ __all__ = [
     "PrimaryReading",
     "PrimaryResult",
     "PrimarySpec",
+    "PrimaryVerdict",
     "RankRow",
     "RecordError",
     "ReferenceGapSummary",

@@ -71,15 +71,20 @@ def spec_strength(spec: PrimarySpec) -> float:
     return float(strength)
 
 
+# How a primary's interval reads (``analysis.read_verdict``)
+PrimaryVerdict = Literal[
+    "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
+]
+
+
 class PrimaryResult(BaseModel):
     """The pre-registered primary analysis and its verdict."""
 
     spec: PrimarySpec  # the pre-registration's primary: outcome, predictor, control, ...
     slope: ClusterFit
     correction: Correction | None = None  # a corrected equal-geometry slope's (v3)
-    verdict: Literal[
-        "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
-    ]
+    # uninformative: the pool's reading of a primary whose rows miss the reliability floor
+    verdict: PrimaryVerdict | Literal["uninformative"]
     estimator: Literal[
         "linear_cos", "flexible_cos", "equal_geometry", "practitioner", "practitioner_full_data"
     ] = Field(

@@ -9,7 +9,12 @@ from typing import Final, Literal
 from pydantic import Field
 
 from experiments.record.base import _Block
-from experiments.record.identify import EstimandResult, PrimaryResult
+from experiments.record.identify import (
+    Correction,
+    EstimandResult,
+    PrimaryResult,
+    PrimaryVerdict,
+)
 from metrics.cluster import ClusterFit
 from metrics.intervals import Interval
 
@@ -26,6 +31,13 @@ class PooledShard(_Block):
     n_concepts: int
 
 
+class PooledPrimary(PrimaryResult):
+    """A primary as the pool reads it: ``uninformative`` where its rows miss the
+    pre-registration's reliability floor, whatever its interval read (``read``)."""
+
+    read: PrimaryVerdict | None = None
+
+
 class PrimaryReading(_Block):
     """One co-primary as Holm's step-down left it (``estimation/multiplicity.Reading``):
     its verdict at the level it was read, and the step that settled it (0: never)."""
@@ -36,9 +48,11 @@ class PrimaryReading(_Block):
     holm_step: int
     spec: dict[str, object]
     slope: ClusterFit
+    correction: Correction | None = None  # a corrected equal-geometry slope's
     estimator: str
     manipulations: list[str] | None = None
     left_out: list[str] | None = None
+    read: PrimaryVerdict | None = None  # an uninformative primary's interval reading
 
 
 class FloorCheck(_Block):
@@ -68,7 +82,7 @@ class PooledRecord(_Block):
     n_concepts: int
     devices: dict[str, int] = Field(description="concepts per device")
     concept_device: dict[str, str]
-    primary: PrimaryResult
+    primary: PooledPrimary
     primaries: list[PrimaryReading] | None = None  # with co-primaries, Holm's readings
     reliability_floor: dict[str, FloorCheck] | None = None  # per primary, where declared
 
@@ -89,6 +103,24 @@ class PerConceptSummary(_Block):
     auroc_sd_median: float
 
 
+class FloorOutcome(_Block):
+    """The primary's outcome reliability in the shards that keep it, beside the floor."""
+
+    key: str  # the record's outcome_reliability key read
+    floor: float
+    shards: int  # shards keeping it
+    min: float | None
+    below_floor: list[str]  # shards below the floor
+
+
+class ShardReliabilities(_Block):
+    """Each shard's kept outcome reliabilities (``reliability.json``) by key and shard."""
+
+    by_key: dict[str, dict[str, Interval]]
+    shards_without: list[int]
+    primary_outcome: FloorOutcome
+
+
 class ExploratoryRecord(_Block):
     """Every estimand on the pooled shards after the primary was scored (exploratory;
     ``identify/pooled_exploratory.py``): each estimand typed; the variance components,
@@ -101,5 +133,5 @@ class ExploratoryRecord(_Block):
     estimands: dict[str, EstimandResult]
     components: dict[str, object]
     per_concept: PerConceptSummary
-    reliability: dict[str, object]
+    reliability: ShardReliabilities
     families: dict[str, object]

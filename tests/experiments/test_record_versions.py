@@ -91,12 +91,20 @@ def test_a_calibration_version_1_record_reads_its_numbers_as_intervals():
 @pytest.mark.parametrize("study", ["phase6-identify-v3", "phase6-identify-v4"])
 def test_the_committed_pooled_answers_read_typed_and_render_as_committed(study):
     """v3's and v4's pooled scorings (written before the pool was a run) read as the
-    typed PooledRecord, and the pooled answer renders from them byte for byte."""
+    typed PooledRecord, the pooled answer renders from it byte for byte, and the record
+    written back is the committed file's content; their exploratory passes read typed and
+    render their summary."""
     from experiments.identify.heldout.shards import pooled_markdown
+    from experiments.identify.pooled_exploratory import exploratory_markdown
     from experiments.record import PooledRecord
+    from experiments.record.pooled import ExploratoryRecord
 
     folder = ROOT / "results-heldout" / study / "pooled"
     text = (folder / "pooled.json").read_text()
     record = PooledRecord.model_validate_json(text)
     assert record.primary.verdict == "supported" and not record.forced
-    assert pooled_markdown(json.loads(text)) == (folder / "answer.md").read_text()
+    assert pooled_markdown(record) == (folder / "answer.md").read_text()
+    assert record.model_dump(mode="json", exclude_unset=True) == json.loads(text)
+    explored = ExploratoryRecord.model_validate_json((folder / "exploratory.json").read_text())
+    assert explored.primary_scored.slope == record.primary.slope
+    assert "| practitioner_equal_norm |" in exploratory_markdown(explored)

@@ -25,17 +25,19 @@ lists the manipulations that entered it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.estimation import stats
 from experiments.identify.estimation.cells import PREDICTORS, StudyTables, null_rows
+from experiments.identify.estimation.corrected import as_recorded
 from experiments.identify.estimation.dose import minimum_effective, threshold_curve
 from experiments.identify.estimation.estimands import estimate_all
 from experiments.identify.estimation.estimator import (
+    BootLevel,
     equal_geometry,
     flexible_slope,
     identified_analysis,
@@ -48,16 +50,24 @@ from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
 from experiments.record import (
+    Baseline,
+    BetweenConcepts,
     CurveRow,
+    EstimandResult,
     Heterogeneity,
+    IdentifiedResult,
     ManipulationResult,
     Mediation,
     PooledResult,
+    PredictorFit,
+    PrimaryResult,
     PrimarySpec,
+    PrimaryVerdict,
     RankRow,
     plain,
 )
 from experiments.rows import number as real
+from metrics.cluster import ClusterFit
 from metrics.intervals import Interval, hierarchical_mean
 from metrics.stats import fisher_z_interval
 
@@ -65,12 +75,6 @@ if TYPE_CHECKING:
     from experiments.identify.stages.detect import Detection
 
 OUTCOME = "effect"
-
-
-def _iv(interval: object) -> dict[str, Any]:
-    if hasattr(interval, "to_dict"):
-        return cast(dict[str, Any], interval.to_dict())
-    return dict(cast(Mapping[str, Any], interval))
 
 
 def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[CurveRow]:
@@ -156,7 +160,7 @@ def _cell_halves(tables: StudyTables, measure: str, rows: pd.DataFrame) -> dict[
 
 def outcome_reliability(
     tables: StudyTables, pooled: pd.DataFrame, n_boot: int, seed: int
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Interval]:
     """How reliably the likelihood outcome (and AUROC) tell directions apart where the
     estimands compare them: split-half (texts; test texts for AUROC), Spearman–Brown,
     within concepts among good directions (cos(v, v*) ≥ :data:`GOOD_COS`), among the
@@ -189,8 +193,8 @@ def outcome_reliability(
             tables.halves_for("effect_at_1", both), tables.halves_for("effect_at_-1", both),
             n_boot=n_boot, seed=seed,
         )  # fmt: skip
-        out["sign_agreement_r_good_directions"] = Interval(**agree["observed"])
-        out["sign_agreement_r_disattenuated_good_directions"] = Interval(**agree["corrected"])
+        out["sign_agreement_r_good_directions"] = agree.observed
+        out["sign_agreement_r_disattenuated_good_directions"] = agree.corrected
     built = practitioner_rows(pooled, OUTCOME)
     if built["manipulation"].nunique() > 1:  # where the practitioner's estimand compares
         for measure in (OUTCOME, "auroc"):
@@ -203,12 +207,12 @@ def outcome_reliability(
             out[f"{measure}_equal_geometry_cells"] = within_reliability(
                 _cell_halves(tables, measure, cells), n_boot=n_boot, seed=seed
             )
-    return {k: v.to_dict() for k, v in out.items()}
+    return out
 
 
 def predictor_table(
     tables: StudyTables, frame: pd.DataFrame, n_boot: int, seed: int
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PredictorFit]:
     """Per predictor: within-concept r with the effect, reliabilities, disattenuated r."""
     y_halves = tables.halves_for(OUTCOME, frame)
     out = {}
@@ -299,8 +303,8 @@ def analyse_manipulation(
         "manipulation": m,
         "n_cells": len(frame),
         "n_concepts": int(frame["concept"].nunique()),
-        "slope_auroc": _iv(fe["auroc"]),
-        "partial": {k: _iv(v) for k, v in partial.items()},
+        "slope_auroc": fe["auroc"].to_dict(),
+        "partial": {k: v.to_dict() for k, v in partial.items()},
         "mixed": mixed,
         "mediation": mediation(frame, n_boot, seed),
         "predictors": predictor_table(tables, frame, n_boot, seed),
@@ -316,7 +320,7 @@ def analyse_manipulation(
 
 def primary_result(
     tables: StudyTables, primary: PrimarySpec, n_boot: int, seed: int, confidence: float = 0.95
-) -> dict[str, Any]:
+) -> PrimaryResult:
     """The pre-registered analysis and its verdict. ``estimator: linear_cos`` (v1, the
     default of a pre-registration that names none): the pooled within-concept slope of
     the outcome on the predictor beside the control, concept-bootstrap interval;
@@ -333,42 +337,33 @@ def primary_result(
     controls = primary.get("control")
     controls = [controls] if isinstance(controls, str) else list(controls or [])
     controls = [c for c in controls if c and c != "none"]
-    fit: dict[str, Any]
+    boot = BootLevel(n_boot=n_boot, seed=seed, confidence=confidence)
+    found: Interval
     if estimator == "equal_geometry":  # v3: iso-cos, random nuisances, bare
-        fit = cast(dict[str, Any], equal_geometry(
-            frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence
-        ).to_dict())  # fmt: skip
+        found = equal_geometry(frame, OUTCOME, predictor, **boot)
     elif estimator in BUILT_FAMILIES:  # v3, v4: the directions people build, one β, bare
-        fit = cast(dict[str, Any], practitioner_slope(
-            frame, OUTCOME, predictor, n_boot=n_boot, seed=seed, confidence=confidence,
-            families=BUILT_FAMILIES[estimator],
-        ).to_dict())  # fmt: skip
+        found = practitioner_slope(
+            frame, OUTCOME, predictor, families=BUILT_FAMILIES[estimator], **boot
+        )
     elif estimator == "flexible_cos":
         covariates = [c for c in controls if c != "cos_ref"]
         if "log_kl" in covariates:  # the dose: log next-token KL at the direction's β
             frame = frame.assign(log_kl=log_kl(frame["kl"]))
-        fit = cast(dict[str, Any], flexible_slope(
-            frame, OUTCOME, predictor, covariates=covariates, n_boot=n_boot, seed=seed,
-            confidence=confidence,
-        ).to_dict())  # fmt: skip
+        found = flexible_slope(frame, OUTCOME, predictor, covariates=covariates, **boot)
     else:
-        fit = _iv(
-            stats.fe_coefficients(
-                frame, OUTCOME, [predictor, *controls], n_boot=n_boot, seed=seed,
-                confidence=confidence,
-            )[predictor]
-        )  # fmt: skip
-    correction = fit.pop("correction", None)
-    verdict = read_verdict(fit, primary["hypothesis"], primary.get("equivalence_margin"))
-    return {
-        "spec": primary,
-        "slope": fit,
+        found = stats.fe_coefficients(frame, OUTCOME, [predictor, *controls], **boot)[predictor]
+    if not isinstance(found, ClusterFit):  # v1's concept-bootstrap interval
+        found = ClusterFit.of(found.to_dict())
+    fit, correction = as_recorded(found)
+    return PrimaryResult(
+        spec=primary,
+        slope=fit,
         **({"correction": correction} if correction else {}),
-        "verdict": verdict,
-        "estimator": estimator,
-        "manipulations": _entered(estimator, rows),
-        "left_out": _left_out(tables.directions),
-    }
+        verdict=read_verdict(fit, primary["hypothesis"], primary.get("equivalence_margin")),
+        estimator=estimator,
+        manipulations=_entered(estimator, rows),
+        left_out=_left_out(tables.directions),
+    )
 
 
 def _entered(estimator: str, rows: pd.DataFrame) -> list[str]:
@@ -389,15 +384,16 @@ def _left_out(directions: pd.DataFrame) -> list[str]:
     return sorted(str(d) for d in null[column].unique())
 
 
-def read_verdict(fit: dict[str, Any], hypothesis: str, margin: float | None = None) -> str:
+def read_verdict(fit: Interval, hypothesis: str, margin: float | None = None) -> PrimaryVerdict:
     """The pre-registered reading of one interval: ``no_practical_effect`` when a margin
     is registered and the whole interval lies inside ±margin (two one-sided tests at the
     interval's level: with a 95% interval, each at 2.5%, stricter than the usual 90%
     TOST); else ``supported`` when it excludes 0 on the hypothesised side,
     ``contradicted`` on the other, ``inconclusive`` otherwise."""
-    low, high = fit.get("low"), fit.get("high")
-    if fit.get("estimate") is None or low is None or high is None:
+    ends = fit.ends()
+    if ends is None:
         return "not_evaluable"
+    _, low, high = ends
     if margin is not None and -margin < low and high < margin:
         return "no_practical_effect"
     above, below = low > 0, high < 0
@@ -413,9 +409,10 @@ def between_concepts(
     effects: dict[tuple[str, str], np.ndarray],
     n_boot: int,
     seed: int,
-) -> dict[str, Any]:
+) -> BetweenConcepts:
     """Across concepts, at v*: AUROC (units: test texts) against the effect (units:
-    pairs), observed and disattenuated (metrics.reliability)."""
+    pairs), observed and disattenuated (metrics.reliability), with the observed r's
+    Fisher-z interval beside the bootstrap."""
     from experiments.identify.stages.detect import auroc_rows
     from metrics.reliability import disattenuated_correlation
 
@@ -423,7 +420,7 @@ def between_concepts(
         c for c in test_labels if (c, REFERENCE) in detections and (c, REFERENCE) in effects
     )
     if len(concepts) < 4:
-        return {"evaluable": False, "reason": f"{len(concepts)} concepts"}
+        return BetweenConcepts(reason=f"{len(concepts)} concepts")
     x = {
         c: np.stack([detections[(c, REFERENCE)].scores, test_labels[c]], axis=-1) for c in concepts
     }
@@ -440,15 +437,19 @@ def between_concepts(
         n_boot=n_boot,
         seed=seed,
     )
-    out = {"evaluable": True, **result.to_dict()}
-    observed = out.get("observed") or {}
-    r = observed.get("estimate") if isinstance(observed, dict) else None
-    if isinstance(r, float) and np.isfinite(r) and len(concepts) > 3 and abs(r) < 1:
-        low, high = fisher_z_interval(r, len(concepts))
-        out["fisher_z"] = Interval(r, low, high, 0, len(concepts), "Fisher z over concepts")
-    elif isinstance(observed, dict):
-        out["fisher_z"] = Interval(r, None, None, 0, len(concepts), "Fisher z over concepts")
-    return out
+    r, n = result.observed.estimate, len(concepts)
+    low, high = (
+        fisher_z_interval(r, n) if r is not None and np.isfinite(r) and abs(r) < 1 else (None, None)
+    )
+    return BetweenConcepts(
+        evaluable=True,
+        observed=result.observed,
+        corrected=result.corrected,
+        reliability_x=result.reliability_x,
+        reliability_y=result.reliability_y,
+        dropped_replicates=result.dropped_replicates,
+        fisher_z=Interval(r, low, high, 0, n, "Fisher z over concepts"),
+    )
 
 
 def pooled_result(
@@ -460,14 +461,28 @@ def pooled_result(
     alone = stats.fe_coefficients(pooled, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
     return PooledResult.model_validate(plain({
         "n_cells": len(pooled),
-        "slope_auroc": _iv(alone["auroc"]),
-        "partial": {k: _iv(v) for k, v in fe.items()},
+        "slope_auroc": alone["auroc"].to_dict(),
+        "partial": {k: v.to_dict() for k, v in fe.items()},
         "mediation": mediation(pooled, n_boot, seed),
         "heterogeneity": heterogeneity(tables, ["auroc"], n_boot, seed),
         "heterogeneity_given_cos": heterogeneity(tables, ["auroc", "cos_ref"], n_boot, seed),
         "predictors": predictor_table(tables, pooled, n_boot, seed),
         "ranking": ranking(pooled, n_boot, seed),
     }))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What :func:`analyse` estimates: the record's fields of the same names."""
+
+    manipulations: dict[str, ManipulationResult]
+    pooled: PooledResult
+    baseline: Baseline
+    identified: IdentifiedResult
+    estimands: dict[str, EstimandResult]
+    outcome_reliability: dict[str, Interval]
+    primary: PrimaryResult | None
+    outcome: str = "likelihood effect e = s·(C_s − C_0), nats per token"
 
 
 def analyse(
@@ -477,22 +492,21 @@ def analyse(
     primary: PrimarySpec | None,
     n_boot: int,
     seed: int,
-) -> dict[str, Any]:
-    """Everything above, as one JSON-able dict."""
+) -> Analysis:
+    """Everything above, each block typed as the record keeps it."""
     pooled = tables.pooled()
-    return {
-        "outcome": "likelihood effect e = s·(C_s − C_0), nats per token",
-        "manipulations": {
+    return Analysis(
+        manipulations={
             m: analyse_manipulation(tables, m, baseline, targets, n_boot, seed)
             for m in tables.manipulations()
         },
-        "pooled": pooled_result(tables, pooled, n_boot, seed),
-        "baseline": {
-            "mean": float(np.mean(list(baseline.values()))) if baseline else None,
-            "per_concept": baseline,
-        },
-        "identified": identified_analysis(pooled, OUTCOME, n_boot=n_boot, seed=seed),
-        "estimands": estimate_all(pooled, n_boot, seed),
-        "outcome_reliability": outcome_reliability(tables, pooled, n_boot, seed),
-        "primary": primary_result(tables, primary, n_boot, seed) if primary else None,
-    }
+        pooled=pooled_result(tables, pooled, n_boot, seed),
+        baseline=Baseline(
+            mean=float(np.mean(list(baseline.values()))) if baseline else None,
+            per_concept=baseline,
+        ),
+        identified=identified_analysis(pooled, OUTCOME, n_boot=n_boot, seed=seed),
+        estimands=estimate_all(pooled, n_boot, seed),
+        outcome_reliability=outcome_reliability(tables, pooled, n_boot, seed),
+        primary=primary_result(tables, primary, n_boot, seed) if primary else None,
+    )

@@ -11,16 +11,19 @@ manipulation, wild cluster bootstrap-t).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel
 
-from experiments.answer import interval_dict_text
+from experiments.answer import estimate_of
 from experiments.identify.estimation import stats
 from experiments.identify.estimation.estimator import flexible_slope, identified_analysis
 from experiments.identify.stages.directions import REFERENCE
 from experiments.identify.stages.manipulations import family, is_control
+from experiments.record.identified import IdentifiedResult
 from experiments.rundir import RunDir
+from metrics.cluster import ClusterFit
+from metrics.intervals import Interval
 
 
 def read_directions(run: str | Path) -> pd.DataFrame:
@@ -47,29 +50,45 @@ def _curve(frame: pd.DataFrame, m: str) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def before_after(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Per manipulation and pooled: v1's and v2's AUROC slopes (JSON-able)."""
+class BeforeAfterRow(BaseModel):
+    """One manipulation (or ``pooled``): v1's AUROC slope beside v2's."""
+
+    manipulation: str
+    v1: Interval  # beside a straight line in cos, concept bootstrap
+    v2: ClusterFit  # beside a spline in cos per manipulation, wild cluster bootstrap-t
+
+
+class BeforeAfter(BaseModel):
+    """The before/after table and v2's full reading of the pooled directions."""
+
+    rows: list[BeforeAfterRow]
+    identified: IdentifiedResult
+
+
+def before_after(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> BeforeAfter:
+    """Per manipulation and pooled: v1's and v2's AUROC slopes."""
     pooled = frame[~frame["manipulation"].map(is_control)].reset_index(drop=True)
-    rows = []
     names = [m for m in pooled["manipulation"].unique() if m != REFERENCE]
-    for m in names:
-        curve = _curve(pooled, m)
-        v1 = stats.fe_coefficients(curve, "effect", ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
-        v2 = flexible_slope(curve, "effect", "auroc", n_boot=n_boot, seed=seed)
-        rows.append({"manipulation": m, "v1": v1["auroc"].to_dict(), "v2": v2.to_dict()})
-    v1 = stats.fe_coefficients(pooled, "effect", ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
-    v2 = flexible_slope(pooled, "effect", "auroc", n_boot=n_boot, seed=seed)
-    rows.append({"manipulation": "pooled", "v1": v1["auroc"].to_dict(), "v2": v2.to_dict()})
-    return {"rows": rows, "identified": identified_analysis(pooled, n_boot=n_boot, seed=seed)}
+    curves = [(str(m), _curve(pooled, m)) for m in names] + [("pooled", pooled)]
+    rows = [
+        BeforeAfterRow(
+            manipulation=m,
+            v1=stats.fe_coefficients(
+                curve, "effect", ["auroc", "cos_ref"], n_boot=n_boot, seed=seed
+            )["auroc"],
+            v2=flexible_slope(curve, "effect", "auroc", n_boot=n_boot, seed=seed),
+        )
+        for m, curve in curves
+    ]
+    return BeforeAfter(rows=rows, identified=identified_analysis(pooled, n_boot=n_boot, seed=seed))
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: BeforeAfter) -> str:
     lines = [
         "| manipulation | v1: AUROC slope beside a line in cos | v2: beside a spline in cos |",
         "|---|---|---|",
     ]
-    for r in result["rows"]:
-        v2 = r["v2"]
-        v2_text = interval_dict_text(v2) if v2.get("estimate") is not None else "not identified"
-        lines.append(f"| {r['manipulation']} | {interval_dict_text(r['v1'])} | {v2_text} |")
+    for r in result.rows:
+        v2_text = estimate_of(r.v2) if r.v2.estimate is not None else "not identified"
+        lines.append(f"| {r.manipulation} | {estimate_of(r.v1)} | {v2_text} |")
     return "\n".join(lines) + "\n"

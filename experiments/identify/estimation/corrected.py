@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.estimation.variance import demean
+from experiments.record.identify import Correction
 from metrics.cluster import ClusterFit
 
 CORRECTED = (
@@ -44,6 +45,15 @@ class CorrectedFit(ClusterFit):
             for k in ("auroc_reliability", "cos_reliability", "uncorrected", "beyond_geometry")
         }
         return out
+
+
+def as_recorded(fit: ClusterFit) -> tuple[ClusterFit, Correction | None]:
+    """A fit as a record keeps it: the generic estimate, and a corrected fit's
+    reliabilities beside it (the record's ``Correction``; None for any other fit)."""
+    if not isinstance(fit, CorrectedFit):
+        return fit, None
+    data = fit.to_dict()
+    return ClusterFit.of(data), Correction.model_validate(data["correction"])
 
 
 def _cell_moments(data: pd.DataFrame, y: str, predictor: str) -> tuple[np.ndarray, list[str]]:

@@ -9,8 +9,6 @@ for both measures' split-half reliabilities.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -18,7 +16,8 @@ from experiments.identify.estimation import stats
 from experiments.identify.estimation.cells import StudyTables
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
-from metrics.intervals import hierarchical_correlation, hierarchical_mean
+from experiments.record import GeneratedCheck
+from metrics.intervals import Interval, hierarchical_correlation, hierarchical_mean
 from metrics.reliability import split_orders
 from steering.nulls import seeded_rng
 
@@ -66,10 +65,10 @@ def crosscheck(
     effects: dict[tuple[str, str], np.ndarray],
     n_boot: int,
     seed: int,
-) -> dict[str, Any]:
+) -> GeneratedCheck:
     """The agreement of the two outcomes, and the generation-side baseline and null."""
     if cells.empty:
-        return {"evaluable": False, "reason": "no generations"}
+        return GeneratedCheck(reason="no generations")
     gen = cells[cells["sign"] == 1].copy()
     units = units[units["sign"] == 1].copy()
     gen["direction"] = gen["direction"].map(
@@ -79,21 +78,9 @@ def crosscheck(
         lambda d: d if d in ("null", "prompt") else canonical(d)
     )
     frame = gen.merge(tables.directions, on=["concept", "direction"], how="inner")
-    out: dict[str, Any] = {"evaluable": len(frame) > 0, "n_cells": len(frame)}
     if frame.empty:
-        return out
-    out["pooled_r"] = stats.pooled_correlation(
-        frame, GEN, "effect", n_boot=n_boot, seed=seed
-    ).to_dict()
-    out["within"] = stats.disattenuated_within(
-        frame,
-        GEN,
-        "effect",
-        unit_halves(units, frame, "e_gated", seed),
-        tables.halves_for("effect", frame),
-        n_boot=n_boot,
-        seed=seed,
-    )
+        return GeneratedCheck(n_cells=0)
+    between = None
     ref = frame[frame["direction"] == REFERENCE]
     if ref["concept"].nunique() >= 3:
         x = {
@@ -103,21 +90,35 @@ def crosscheck(
             for c in ref["concept"]
         }
         y = {c: np.asarray(effects[(c, REFERENCE)]) for c in ref["concept"]}
-        out["between_at_reference"] = hierarchical_correlation(
-            x, y, n_boot=n_boot, seed=seed
-        ).to_dict()
+        between = hierarchical_correlation(x, y, n_boot=n_boot, seed=seed)
+    arms: dict[str, Interval] = {}
     for arm in ("null", "prompt", REFERENCE):
         part = units[units["direction"] == arm]
         groups = {c: g["e_gated"].to_numpy(float) for c, g in part.groupby("concept")}
         if len(groups) >= 2:
-            out[f"generation_{arm}"] = hierarchical_mean(groups, n_boot=n_boot, seed=seed).to_dict()
-    out["per_direction"] = [
-        {
-            "direction": d,
-            "e_gen": float(g[GEN].mean()),
-            "effect": float(g["effect"].mean()),
-            "auroc": float(g["auroc"].mean()),
-        }
-        for d, g in frame.groupby("direction", sort=True)
-    ]
-    return out
+            arms[f"generation_{arm}"] = hierarchical_mean(groups, n_boot=n_boot, seed=seed)
+    return GeneratedCheck(
+        evaluable=True,
+        n_cells=len(frame),
+        pooled_r=stats.pooled_correlation(frame, GEN, "effect", n_boot=n_boot, seed=seed),
+        within=stats.disattenuated_within(
+            frame,
+            GEN,
+            "effect",
+            unit_halves(units, frame, "e_gated", seed),
+            tables.halves_for("effect", frame),
+            n_boot=n_boot,
+            seed=seed,
+        ),
+        between_at_reference=between,
+        **arms,
+        per_direction=[
+            {
+                "direction": d,
+                "e_gen": float(g[GEN].mean()),
+                "effect": float(g["effect"].mean()),
+                "auroc": float(g["auroc"].mean()),
+            }
+            for d, g in frame.groupby("direction", sort=True)
+        ],
+    )

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
+from experiments.identify.estimation.corrected import as_recorded
 from experiments.identify.estimation.estimator import (
     equal_geometry,
     flexible_slope,
@@ -26,6 +26,7 @@ from experiments.identify.estimation.estimator import (
     log_kl,
     practitioner_slope,
 )
+from experiments.record.identify import EstimandResult
 from metrics.cluster import ClusterFit
 
 Fit = Callable[[pd.DataFrame, int, int], ClusterFit | None]
@@ -92,9 +93,7 @@ def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | No
     if not (frame["manipulation"] == "isocos").any():
         return None
     iso = iso_cos(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
-    if not iso.get("evaluable"):
-        return None
-    return ClusterFit.of(iso["pooled"])
+    return iso.pooled if iso.evaluable else None
 
 
 def _equal_norm(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
@@ -228,27 +227,27 @@ ESTIMANDS: tuple[Estimand, ...] = (
 BY_NAME = {e.name: e for e in ESTIMANDS}
 
 
-def estimate_all(frame: pd.DataFrame, n_boot: int, seed: int) -> dict[str, dict[str, Any]]:
+def estimate_all(frame: pd.DataFrame, n_boot: int, seed: int) -> dict[str, EstimandResult]:
     """Every estimand on the pooled directions table: its question, population, operating
     point and fit (``status``: estimated, not_evaluable with the reason, or not_measured
     with why)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, EstimandResult] = {}
     for e in ESTIMANDS:
-        row: dict[str, Any] = {
-            "question": e.question,
-            "population": e.population,
-            "operating_point": e.operating_point,
-        }
-        fit = e.fit(frame, n_boot, seed) if e.fit is not None else None
-        fitted = fit.to_dict() if fit is not None else {}
-        if "correction" in fitted:  # the corrected slope's reliabilities, even when refused
-            row["correction"] = fitted.pop("correction")
+        words = {"question": e.question, "population": e.population,
+                 "operating_point": e.operating_point}  # fmt: skip
         if e.fit is None:
-            row.update(status="not_measured", reason=e.why_not, fit=None)
-        elif fit is None or not fit.evaluable:
+            out[e.name] = EstimandResult(**words, status="not_measured", reason=e.why_not)
+            continue
+        found = e.fit(frame, n_boot, seed)
+        # the corrected slope's reliabilities, even when refused
+        fit, correction = as_recorded(found) if found is not None else (None, None)
+        if fit is None or not fit.evaluable:
             reason = fit.reason if fit is not None else "the run has no rows for it"
-            row.update(status="not_evaluable", reason=reason, fit=None)
+            out[e.name] = EstimandResult(
+                **words, status="not_evaluable", reason=reason, correction=correction
+            )
         else:
-            row.update(status="estimated", reason=None, fit=fitted)
-        out[e.name] = row
+            out[e.name] = EstimandResult(
+                **words, status="estimated", fit=fit, correction=correction
+            )
     return out

@@ -31,13 +31,22 @@ tests keep that failure on record). Here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import numpy as np
 import pandas as pd
 
 from experiments.identify.estimation.variance import demean
 from experiments.identify.stages.directions import REFERENCE
+from experiments.record.identified import (
+    FamilySlopes,
+    IdentifiedResult,
+    IsoCos,
+    IsoCosAngle,
+    MatchedPairs,
+    NameFreeDetection,
+)
+from experiments.rows import number as real
 from metrics.cluster import (
     ClusterFit,
     cluster_covariance,
@@ -58,6 +67,12 @@ class _Boot(TypedDict):
 
     n_boot: int
     seed: int
+
+
+class BootLevel(_Boot):
+    """The bootstrap options and the interval's level (a primary's fit)."""
+
+    confidence: float
 
 
 class _BootSpline(_Boot):
@@ -221,39 +236,34 @@ def per_family_slopes(
     spline_df: int = SPLINE_DF,
     n_boot: int = 1999,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> FamilySlopes:
     """Each family's own slope on ``predictor`` in one flexible model, and the
     F-corrected Wald test that the identified ones are equal (``heterogeneity_given_cos``)."""
     data = _rows(frame, ["concept", family, "cos_ref", y, predictor])
-    if data["concept"].nunique() < 3:
-        return {"evaluable": False, "reason": f"{data['concept'].nunique()} concepts"}
+    n_concepts = int(data["concept"].nunique())
+    if n_concepts < 3:
+        return FamilySlopes(reason=f"{n_concepts} concepts")
     x, names, concepts = design(
         data, [predictor], family=family, spline_df=spline_df, by_family=[predictor]
     )
     yd = demean(data[[y]].to_numpy(dtype=np.float64), _groups(data, family))[:, 0]
-    slopes: dict[str, dict[str, object]] = {}
+    slopes: dict[str, ClusterFit] = {}
     ids: list[int] = []
     for j, name in enumerate(names):
-        if not name.startswith(f"{predictor}|"):
-            continue
-        m = name.split("|", 1)[1]
-        fit = wild_cluster_t(x, yd, concepts, j, n_boot=n_boot, seed=seed)
-        slopes[m] = fit.to_dict()
-        if fit.evaluable:
-            ids.append(j)
-    not_identified = sorted(m for m, f in slopes.items() if f["estimate"] is None)
-    out: dict[str, Any] = {
-        "slopes": slopes,
-        "not_identified": not_identified,
-        "n_concepts": int(data["concept"].nunique()),
-    }
+        if name.startswith(f"{predictor}|"):
+            slopes[name.split("|", 1)[1]] = fit = wild_cluster_t(
+                x, yd, concepts, j, n_boot=n_boot, seed=seed
+            )
+            ids += [j] if fit.evaluable else []
+    not_identified = sorted(m for m, f in slopes.items() if f.estimate is None)
+    found = FamilySlopes(slopes=slopes, not_identified=not_identified, n_concepts=n_concepts)
     if len(ids) < 2:
-        return {**out, "evaluable": False, "reason": f"{len(ids)} identified slopes"}
+        return found.model_copy(update={"reason": f"{len(ids)} identified slopes"})
     beta, cov = cluster_covariance(x, yd, concepts)
     r = np.zeros((len(ids) - 1, x.shape[1]))
     for i, j in enumerate(ids[1:]):
         r[i, ids[0]], r[i, j] = -1.0, 1.0
-    return {**out, **wald_f(beta, cov, r, int(data["concept"].nunique()))}
+    return FamilySlopes.model_validate({**dict(found), **wald_f(beta, cov, r, n_concepts)})
 
 
 def matched_pairs(
@@ -266,7 +276,7 @@ def matched_pairs(
     n_boot: int = 1999,
     seed: int = 0,
     confidence: float = 0.95,
-) -> dict[str, Any]:
+) -> MatchedPairs:
     """Pairs of one concept's directions from different families with |Δcos| ≤ tolerance:
     the slope of Δy on Δpredictor through the origin (invariant to how a pair is
     ordered), clustered by concept (a direction may sit in several pairs)."""
@@ -283,13 +293,18 @@ def matched_pairs(
         who += [str(concept)] * int(keep.sum())
     x = np.concatenate(dx) if dx else np.zeros(0)
     yy = np.concatenate(dy) if dy else np.zeros(0)
-    base = {"tolerance": tolerance, "n_pairs": len(x), "n_concepts": len(set(who))}
-    if len(set(who)) < 3:
-        return {**base, "evaluable": False, "reason": f"{len(set(who))} concepts with pairs"}
+    n = len(set(who))
+    if n < 3:
+        return MatchedPairs(
+            tolerance=tolerance, n_pairs=len(x), n_concepts=n, evaluable=False,
+            reason=f"{n} concepts with pairs",
+        )  # fmt: skip
     fit = wild_cluster_t(
         x[:, None], yy, np.array(who), 0, n_boot=n_boot, seed=seed, confidence=confidence
     )
-    return {**base, "evaluable": fit.evaluable, "fit": fit.to_dict()}
+    return MatchedPairs(
+        tolerance=tolerance, n_pairs=len(x), n_concepts=n, evaluable=fit.evaluable, fit=fit
+    )
 
 
 def _fe_slope(
@@ -310,14 +325,14 @@ def iso_cos(
     manipulation: str = "isocos",
     n_boot: int = 1999,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> IsoCos:
     """The iso-cos design: at each angle, the directions of one concept share cos(v, v*)
     exactly and differ only in their nuisance. The slope of the effect on AUROC within
     (concept, angle), beside the nuisance's own effect (the same nuisance steered alone, at
     90°, same β) and, when measured, log next-token KL: per angle and pooled."""
     iso = frame[frame["manipulation"] == manipulation]
     if iso.empty:
-        return {"evaluable": False, "reason": "the run has no iso-cos directions"}
+        return IsoCos(reason="the run has no iso-cos directions")
     alone = iso[iso["level"] >= 90].set_index(["concept", "seed"])[y]
     rows = iso[iso["level"] < 90].copy()
     rows["nuisance_effect"] = [
@@ -328,23 +343,20 @@ def iso_cos(
         rows["log_kl"] = log_kl(rows["kl"])
         covariates.append("log_kl")
     rows = _rows(rows, ["concept", "level", y, predictor, *covariates])
-    out: dict[str, Any] = {
-        "covariates": covariates,
-        "angles": {},
-        "n_concepts": rows["concept"].nunique(),
-    }
+    angles = {}
     for angle, g in rows.groupby("level", sort=True):
         groups = g["concept"].astype(str).to_numpy()
-        fit = _fe_slope(g, y, predictor, covariates, groups, n_boot, seed)
-        bare = _fe_slope(g, y, predictor, [], groups, n_boot, seed)
-        out["angles"][f"{angle:g}"] = {
-            "n": len(g), "slope": fit.to_dict(), "without_covariates": bare.to_dict(),
-            "auroc_spread": float(g.groupby("concept")[predictor].std().mean()),
-        }  # fmt: skip
-    groups = _groups(rows, "level")
-    out["pooled"] = _fe_slope(rows, y, predictor, covariates, groups, n_boot, seed).to_dict()
-    out["evaluable"] = out["pooled"]["estimate"] is not None
-    return out
+        angles[f"{angle:g}"] = IsoCosAngle(
+            n=len(g),
+            slope=_fe_slope(g, y, predictor, covariates, groups, n_boot, seed),
+            without_covariates=_fe_slope(g, y, predictor, [], groups, n_boot, seed),
+            auroc_spread=float(g.groupby("concept")[predictor].std().mean()),
+        )
+    pooled = _fe_slope(rows, y, predictor, covariates, _groups(rows, "level"), n_boot, seed)
+    return IsoCos(
+        evaluable=pooled.estimate is not None, covariates=covariates, angles=angles,
+        n_concepts=rows["concept"].nunique(), pooled=pooled,
+    )  # fmt: skip
 
 
 def has_second_half(frame: pd.DataFrame) -> bool:
@@ -433,6 +445,11 @@ def _restricted_slope(
     )
 
 
+def _finite(value: float) -> float | None:
+    """A number as the record stores it: a non-finite one (an undefined r) as None."""
+    return value if np.isfinite(value) else None
+
+
 def identified_analysis(
     frame: pd.DataFrame,
     y: str = "effect",
@@ -440,7 +457,7 @@ def identified_analysis(
     n_boot: int = 1999,
     seed: int = 0,
     spline_df: int = SPLINE_DF,
-) -> dict[str, Any]:
+) -> IdentifiedResult:
     """Everything v2 reports on the pooled directions: the flexible slopes of AUROC and
     probit(AUROC), the v1 model under the same inference, matched pairs, per-family
     slopes and their F test."""
@@ -448,42 +465,40 @@ def identified_analysis(
     if "kl" in frame:  # the dose a direction gives the next token (nats), and its log
         frame = frame.assign(log_kl=log_kl(frame["kl"]))
     kw = _Boot(n_boot=n_boot, seed=seed)
-    dosed = (
-        {
-            "auroc": flexible_slope(
-                frame, y, "auroc", covariates=["log_kl"], spline_df=spline_df, **kw
-            ).to_dict()
-        }
-        if "log_kl" in frame and frame["log_kl"].notna().any()
-        else {}
-    )
-    return {
-        "model": f"(concept, manipulation) fixed effects + cubic spline in cos(v, v*) per "
+    dosed = "log_kl" in frame and frame["log_kl"].notna().any()
+    named = "auroc_name_free" in frame and frame["auroc_name_free"].notna().any()
+    return IdentifiedResult(
+        model=f"(concept, manipulation) fixed effects + cubic spline in cos(v, v*) per "
         f"manipulation ({spline_df} df)",
-        "flexible": {
-            p: flexible_slope(frame, y, p, spline_df=spline_df, **kw).to_dict()
+        flexible={
+            p: flexible_slope(frame, y, p, spline_df=spline_df, **kw)
             for p in ("auroc", "probit_auroc")
         },
-        "given_dose": dosed,  # beside log next-token KL: the dose held as a covariate
-        "linear_cos": {p: linear_cos_slope(frame, y, p, **kw).to_dict() for p in ("auroc",)},
-        "matched_pairs": {p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
-        "heterogeneity_given_cos": per_family_slopes(
+        # beside log next-token KL: the dose held as a covariate
+        given_dose={
+            "auroc": flexible_slope(
+                frame, y, "auroc", covariates=["log_kl"], spline_df=spline_df, **kw
+            )
+        }
+        if dosed
+        else {},
+        linear_cos={p: linear_cos_slope(frame, y, p, **kw) for p in ("auroc",)},
+        matched_pairs={p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
+        heterogeneity_given_cos=per_family_slopes(
             frame[frame["manipulation"] != REFERENCE], y, "auroc", spline_df=spline_df, **kw
         ),
-        "iso_cos": iso_cos(frame, y, "auroc", **kw),
-        "name_free": (  # detection without the name: AUROC on name-free positives
-            {
-                "auroc_name_free": flexible_slope(frame, y, "auroc_name_free", **kw).to_dict(),
-                "r_auroc": float(
-                    cast(float, frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1])
-                ),
-            }
-            if "auroc_name_free" in frame and frame["auroc_name_free"].notna().any()
-            else {}
-        ),
-        "by_strength": {  # the dose varied: the effect at each measured strength × β
-            c.removeprefix("effect_at_"): flexible_slope(frame, c, "auroc", **kw).to_dict()
+        iso_cos=iso_cos(frame, y, "auroc", **kw),
+        # detection without the name: AUROC on name-free positives
+        name_free=NameFreeDetection(
+            auroc_name_free=flexible_slope(frame, y, "auroc_name_free", **kw),
+            r_auroc=_finite(real(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1])),
+        )
+        if named
+        else NameFreeDetection(),
+        # the dose varied: the effect at each measured strength × β
+        by_strength={
+            c.removeprefix("effect_at_"): flexible_slope(frame, c, "auroc", **kw)
             for c in frame.columns
             if c.startswith("effect_at_")
         },
-    }
+    )

@@ -141,7 +141,7 @@ def refits(
     out = []
     for name, words, rows, within in _parts(frame):
         fit = practitioner_slope(rows, n_boot=n_boot, seed=seed, within_family=within)
-        out.append(Refit(name, words, fit, read_verdict(fit.to_dict(), hypothesis, margin)))
+        out.append(Refit(name, words, fit, read_verdict(fit, hypothesis, margin)))
     return out
 
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from experiments.record import PrimarySpec
+from experiments.record import PrimaryResult, PrimarySpec
 from experiments.record.identify import spec_name
+from experiments.record.pooled import PrimaryReading
 
 # Verdicts that settle nothing: no claim, no estimate, or (the reliability floor) a
 # primary the pre-registration calls uninformative whatever its interval.
 UNSETTLED = ("inconclusive", "not_evaluable", "uninformative")
-Score = Callable[[PrimarySpec, float], dict[str, Any]]  # (spec, confidence) -> result
+Score = Callable[[PrimarySpec, float], PrimaryResult]  # (spec, confidence) -> result
 
 
 @dataclass(frozen=True)
@@ -38,22 +38,20 @@ class Reading:
     the step that settled it (0: never settled, read at the last step's level)."""
 
     name: str
-    result: dict[str, Any]  # analysis.primary_result at `confidence`
+    result: PrimaryResult  # analysis.primary_result at `confidence`
     confidence: float
     step: int
 
     @property
     def verdict(self) -> str:
-        return str(self.result["verdict"])
+        return self.result.verdict
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "verdict": self.verdict,
-            "confidence": self.confidence,
-            "holm_step": self.step,
-            **self.result,
-        }
+    def recorded(self) -> PrimaryReading:
+        """The reading as the pooled record keeps it."""
+        return PrimaryReading.model_validate({
+            "name": self.name, "verdict": self.verdict, "confidence": self.confidence,
+            "holm_step": self.step, **self.result.model_dump(exclude_unset=True),
+        })  # fmt: skip
 
 
 def holm(specs: list[PrimarySpec], score: Score, alpha: float = 0.05) -> list[Reading]:
@@ -68,7 +66,7 @@ def holm(specs: list[PrimarySpec], score: Score, alpha: float = 0.05) -> list[Re
         step += 1
         confidence = 1 - alpha / len(unsettled)
         results = {i: score(specs[i], confidence) for i in unsettled}
-        settled = [i for i in unsettled if results[i]["verdict"] not in UNSETTLED]
+        settled = [i for i in unsettled if results[i].verdict not in UNSETTLED]
         for i in unsettled:
             name = spec_name(specs[i], f"P{i + 1}")
             readings[i] = Reading(name, results[i], confidence, step if i in settled else 0)

@@ -36,6 +36,7 @@ from experiments.identify.estimation.cells import INPUT_PREDICTORS
 from experiments.identify.stages.detect import score_direction
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import build_probe_texts, load_classifiers
+from experiments.record import Phase6Fit, Phase6Reanalysis
 from experiments.rows import number as real
 from experiments.rundir import RunDir
 from steering.activations import pooled_activations
@@ -134,7 +135,7 @@ def rescore_curve(
     return pd.DataFrame(rows)
 
 
-def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any]]:
+def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[Phase6Fit]:
     """The within/between mixed model per (source, predictor, sign)."""
     out = []
     for (layer, source), part in frame.groupby(["layer", "source"], sort=True):
@@ -158,14 +159,14 @@ def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[dict[str, Any
                     data, "y", [predictor, "log_n"], n_boot=n_boot, seed=seed
                 )
                 out.append(
-                    {
-                        "layer": int(real(layer)),
-                        "source": source,
-                        "predictor": predictor,
-                        "sign": sign,
-                        "mixed": mixed,
-                        "within_slope_given_log_n": fe[predictor].to_dict(),
-                    }
+                    Phase6Fit(
+                        layer=int(real(layer)),
+                        source=str(source),
+                        predictor=predictor,
+                        sign=sign,
+                        mixed=mixed,
+                        within_slope_given_log_n=fe[predictor],
+                    )
                 )
     return out
 
@@ -176,11 +177,8 @@ def reanalyse(
     n_boot: int,
     seed: int,
     progress: Callable[[str], None] = lambda _m: None,
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+) -> tuple[pd.DataFrame, Phase6Reanalysis]:
     run_dir = locate(source)
     frame = rescore_curve(run_dir, lm, progress)
-    return frame, {
-        "run": run_dir.run_id,
-        "run_dir": str(run_dir.path),
-        "fits": decompose(frame, n_boot, seed),
-    }
+    fits = decompose(frame, n_boot, seed)
+    return frame, Phase6Reanalysis(run=run_dir.run_id, run_dir=str(run_dir.path), fits=fits)

@@ -124,13 +124,13 @@ def rubric_validity(
     out["reliability_likelihood"] = stats.within_reliability(likelihood_halves, **boot).to_dict()
     out["agreement_likelihood"] = stats.disattenuated_within(
         good, RUBRIC, LIKELIHOOD, rubric_halves, likelihood_halves, **boot
-    )
+    ).model_dump()
     if GENERATED in good and good[GENERATED].notna().any():
         gen_halves = unit_halves(units, good, GENERATED, seed)
         out["reliability_generated"] = stats.within_reliability(gen_halves, **boot).to_dict()
         out["agreement_generated"] = stats.disattenuated_within(
             good, RUBRIC, GENERATED, rubric_halves, gen_halves, **boot
-        )
+        ).model_dump()
     out["per_direction"] = [
         {
             "direction": str(d),

@@ -29,6 +29,8 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from experiments.record.identify import MixedFit, PredictorFit
+from experiments.rows import number as real
 from metrics.intervals import Interval, hierarchical_bootstrap, not_evaluable
 from metrics.reliability import spearman_brown
 
@@ -244,7 +246,7 @@ def disattenuated_within(
     n_boot: int,
     seed: int,
     confidence: float = 0.95,
-) -> dict[str, Any]:
+) -> PredictorFit:
     """The within-concept r of x and y, both reliabilities and r / sqrt(rel_x·rel_y), each
     with a concept-level interval from the same draws. ``x_halves`` None: x is exact
     (reliability 1, e.g. a cosine computed without sampling)."""
@@ -289,17 +291,14 @@ def disattenuated_within(
             seed=seed,
             method="disattenuated within-concept r, concept bootstrap",
         )
-    return {
-        "observed": observed.to_dict(),
-        "reliability_x": rel_x.to_dict(),
-        "reliability_y": rel_y.to_dict(),
-        "corrected": corrected.to_dict(),
-    }
+    return PredictorFit(
+        observed=observed, reliability_x=rel_x, reliability_y=rel_y, corrected=corrected
+    )
 
 
 def mixed_model(
     frame: pd.DataFrame, formula: str, re_formula: str | None, terms: Sequence[str]
-) -> dict[str, Any]:
+) -> MixedFit:
     """statsmodels MixedLM with a random intercept (and ``re_formula`` slopes) per concept;
     the listed fixed terms with their model-based 95% intervals. A fit with random slopes
     that fails or does not converge falls back to random intercepts, and says so."""
@@ -308,7 +307,7 @@ def mixed_model(
     columns = sorted({"concept", *_names(formula), *(_names(re_formula) if re_formula else ())})
     data = frame[columns].dropna()
     if len(data) < 6 or data["concept"].nunique() < 3:
-        return {"evaluable": False, "reason": f"{len(data)} rows; too few to fit", "n": len(data)}
+        return MixedFit(evaluable=False, reason=f"{len(data)} rows; too few to fit", n=len(data))
     attempts = [re_formula, None] if re_formula else [None]
     last = ""
     for re in attempts:
@@ -322,32 +321,31 @@ def mixed_model(
                 for w in caught
             )
             ci = fit.conf_int()
-            terms_out: dict[str, dict[str, object]] = {}
-            out = {
-                "evaluable": True,
-                "formula": formula,
-                "random": re or "~1",
-                "converged": converged,
-                "n": len(data),
-                "n_concepts": int(data["concept"].nunique()),
-                "terms": terms_out,
-            }
-            for term in terms:
-                if term in fit.params.index:
-                    terms_out[term] = {
-                        "estimate": float(fit.params[term]),
-                        "low": float(ci.loc[term, 0]),
-                        "high": float(ci.loc[term, 1]),
-                        "p_value": float(fit.pvalues[term]),
-                    }
             if converged or re is None:
-                if re != re_formula:
-                    out["note"] = f"random slopes did not fit ({last}); random intercepts only"
-                return out
+                return MixedFit(
+                    evaluable=True, formula=formula, random=re or "~1", converged=converged,
+                    n=len(data), n_concepts=int(data["concept"].nunique()),
+                    terms={
+                        term: {k: _finite(v) for k, v in (
+                            ("estimate", fit.params[term]), ("low", ci.loc[term, 0]),
+                            ("high", ci.loc[term, 1]), ("p_value", fit.pvalues[term]),
+                        )}
+                        for term in terms
+                        if term in fit.params.index
+                    },
+                    note=f"random slopes did not fit ({last}); random intercepts only"
+                    if re != re_formula else None,
+                )  # fmt: skip
             last = "did not converge"
         except (ValueError, np.linalg.LinAlgError) as exc:
             last = f"{type(exc).__name__}: {exc}"
-    return {"evaluable": False, "reason": last or "fit failed", "n": len(data)}
+    return MixedFit(evaluable=False, reason=last or "fit failed", n=len(data))
+
+
+def _finite(value: object) -> float | None:
+    """A fitted number as the record stores it: a non-finite one as None."""
+    number = real(value)
+    return number if np.isfinite(number) else None
 
 
 def _names(formula: str | None) -> list[str]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from experiments.answer import interval_dict_text
+from experiments.answer import estimate_of
 from experiments.identify.heldout.prereg import (
     LEDGER,
     POOLED,
@@ -48,9 +48,16 @@ from experiments.identify.heldout.prereg import (
     record_heldout,
     run_ledger,
 )
-from experiments.record import PrimarySpec
+from experiments.record import PrimaryResult, PrimarySpec
 from experiments.record.identify import family_alpha, spec_name
-from experiments.record.pooled import POOLED_FORMAT
+from experiments.record.pooled import (
+    POOLED_FORMAT,
+    FloorCheck,
+    PooledPrimary,
+    PooledRecord,
+    PooledShard,
+    PrimaryReading,
+)
 from experiments.rundir import RunDir, append_jsonl, atomic_write_text, read_jsonl
 
 if TYPE_CHECKING:
@@ -185,12 +192,12 @@ def reliability_sums(tables: StudyTables) -> dict[str, np.ndarray]:
     return out
 
 
-def pooled_reliability(
-    folders: Mapping[int, Path], population: str, n_boot: int, seed: int
-) -> dict[str, Any]:
+def floor_check(
+    folders: Mapping[int, Path], population: str, floor: float, n_boot: int, seed: int
+) -> FloorCheck:
     """The likelihood's within-concept reliability among ``population``'s directions,
     pooled over the shards that kept their sums and per shard, with the shards that
-    kept none."""
+    kept none, against the pre-registration's ``floor``."""
     from experiments.identify.estimation.stats import reliability_of_sums
 
     prefix = f"{population}|{FLOOR_MEASURE}|"
@@ -202,16 +209,19 @@ def pooled_reliability(
                 per_shard[k] = {
                     n[len(prefix) :]: kept[n] for n in kept.files if n.startswith(prefix)
                 }
-    pooled = {c: v for sums in per_shard.values() for c, v in sums.items()}
-    return {
-        "population": population,
-        "pooled": reliability_of_sums(pooled, n_boot=n_boot, seed=seed).to_dict(),
-        "by_shard": {
-            str(k): reliability_of_sums(v, n_boot=n_boot, seed=seed).to_dict()
-            for k, v in per_shard.items()
+    pooled = reliability_of_sums(
+        {c: v for sums in per_shard.values() for c, v in sums.items()}, n_boot=n_boot, seed=seed
+    )
+    return FloorCheck(
+        population=population,
+        pooled=pooled,
+        by_shard={
+            str(k): reliability_of_sums(v, n_boot=n_boot, seed=seed) for k, v in per_shard.items()
         },
-        "shards_without": sorted(set(folders) - set(per_shard)),
-    }
+        shards_without=sorted(set(folders) - set(per_shard)),
+        floor=floor,
+        met=pooled.estimate is not None and pooled.estimate >= floor,
+    )
 
 
 @dataclass(frozen=True)
@@ -311,7 +321,7 @@ def score_pooled(
     primary: PrimarySpec,
     config: IdentifyStudyConfig,
     confidence: float | None = None,
-) -> dict[str, Any]:
+) -> PrimaryResult:
     """The pre-registered primary on a pooled directions table, as a run scores it
     (``analysis.primary_result`` with the config's bootstrap settings; ``confidence``
     where Holm's procedure reads it at another level)."""
@@ -330,7 +340,7 @@ def score_pooled(
 
 def reliability_floors(
     config: IdentifyStudyConfig, primary: PrimarySpec, shards: list[ShardRun]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, FloorCheck]:
     """Per primary with a built-direction population, the pre-registration's floor
     (``reliability_floor``) beside the likelihood's pooled reliability on its rows; empty
     where the block names no floor."""
@@ -342,22 +352,18 @@ def reliability_floors(
         return {}
     folders = {s.shard: shard_folder(config, s.shard) for s in shards}
     n_boot, seed = config.criteria.n_boot, config.seed
-    out = {}
-    for spec in primaries(primary):
-        population = str(spec.get("estimator"))
-        if population in BUILT_FAMILIES:
-            found = pooled_reliability(folders, population, n_boot, seed)
-            estimate = found["pooled"]["estimate"]
-            met = estimate is not None and estimate >= float(floor)
-            out[str(spec.get("name", "P1"))] = {**found, "floor": float(floor), "met": met}
-    return out
+    return {
+        spec_name(spec): floor_check(folders, str(spec.get("estimator")), floor, n_boot, seed)
+        for spec in primaries(primary)
+        if spec.get("estimator") in BUILT_FAMILIES
+    }
 
 
 def score_primaries(
     frame: pd.DataFrame,
     primary: PrimarySpec,
     config: IdentifyStudyConfig,
-    floors: Mapping[str, Mapping[str, Any]] | None = None,
+    floors: Mapping[str, FloorCheck] | None = None,
 ) -> list[Reading]:
     """The primary and its co-primaries (``prereg.primaries``) on the pooled table, read
     together by Holm's procedure at the block's ``alpha`` (``identify/estimation/multiplicity.py``);
@@ -366,14 +372,23 @@ def score_primaries(
     from experiments.identify.estimation.multiplicity import holm
     from experiments.identify.heldout.prereg import primaries
 
-    def score(spec: PrimarySpec, confidence: float) -> dict[str, Any]:
+    def score(spec: PrimarySpec, confidence: float) -> PrimaryResult:
         result = score_pooled(frame, spec, config, confidence)
         floor = (floors or {}).get(spec_name(spec))
-        if floor is not None and not floor["met"]:
-            result = {**result, "verdict": "uninformative", "read": result["verdict"]}
+        if floor is not None and not floor.met:
+            return uninformative(result)
         return result
 
     return holm(primaries(primary), score, family_alpha(primary))
+
+
+def uninformative(result: PrimaryResult) -> PooledPrimary:
+    """A primary whose rows miss the reliability floor: ``uninformative``, with what its
+    interval read beside (``read``)."""
+    return PooledPrimary.model_validate(
+        {**result.model_dump(exclude_unset=True), "verdict": "uninformative",
+         "read": result.verdict}
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -413,7 +428,7 @@ def pool(
     prereg: Preregistration,
     bound: dict[str, str],
     force: bool,
-) -> dict[str, Any]:
+) -> PooledRecord:
     """Score the primary once on the pooled shards (:func:`pool_inputs`, then
     :func:`score_pool`, with no MLflow run); returns the record."""
     return score_pool(config, prereg, bound, pool_inputs(config, held, prereg, bound, force))
@@ -425,7 +440,7 @@ def score_pool(
     bound: dict[str, str],
     inputs: PoolInputs,
     run_id: str | None = None,
-) -> dict[str, Any]:
+) -> PooledRecord:
     """Score the primary on the checked shards: writes ``pooled/pooled.json`` and
     ``answer.md`` beside them and a ``pooled`` ledger entry (local ledger and the
     committed folder; mirrored on the pooled run ``run_id`` when there is one). Returns
@@ -437,41 +452,32 @@ def score_pool(
     readings = score_primaries(frame, prereg.primary, config, floors) if co else []
     primary = readings[0].result if co else score_pooled(frame, prereg.primary, config)
     forced = bool(earlier) or any(s.forced for s in shards)
-    devices = device_counts(frame)
     firsts = frame.drop_duplicates("concept")
-    record = {
-        "format": POOLED_FORMAT,
-        "version": 1,
-        "experiment": config.experiment,
-        "label": "forced re-scoring: not confirmatory"
+    record = PooledRecord(
+        format=POOLED_FORMAT,
+        version=1,
+        experiment=config.experiment,
+        label="forced re-scoring: not confirmatory"
         if forced
         else "confirmatory: the primary analysis on the pooled held-out shards, first scoring",
-        "forced": forced,
-        "preregistration": prereg.to_dict(),
-        "binding": bound,
-        "shard_size": config.identify.shard_size,
-        "shards": [
-            {
-                "shard": s.shard,
-                "run_id": s.run_id,
-                "device": s.device,
-                "forced": s.forced,
-                "n_concepts": int(s.directions["concept"].nunique()),
-            }
-            for s in shards
-        ],
-        "n_concepts": int(frame["concept"].nunique()),
-        "devices": devices,
-        "concept_device": {
+        forced=forced,
+        preregistration=prereg.to_dict(),
+        binding=bound,
+        shard_size=config.identify.shard_size,
+        shards=[pooled_shard(s) for s in shards],
+        n_concepts=int(frame["concept"].nunique()),
+        devices=device_counts(frame),
+        concept_device={
             str(c): str(d) for c, d in zip(firsts["concept"], firsts["device"], strict=True)
         },
-        "primary": primary,
-        **({"primaries": [r.to_dict() for r in readings]} if co else {}),
+        primary=PooledPrimary.model_validate(primary.model_dump(exclude_unset=True)),
+        **({"primaries": [r.recorded() for r in readings]} if co else {}),
         **({"reliability_floor": floors} if floors else {}),
-    }
+    )
     folder = shards_root(config) / POOLED
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / POOLED_RECORD, json.dumps(record, indent=1, default=str) + "\n")
+    text = json.dumps(record.model_dump(mode="json", exclude_unset=True), indent=1)
+    atomic_write_text(folder / POOLED_RECORD, text + "\n")
     atomic_write_text(folder / POOLED_ANSWER, pooled_markdown(record))
     entry = ledger_entry(
         run_id,  # the pooled run (identify/pooled.py); None: the files alone
@@ -480,16 +486,25 @@ def score_pool(
         POOLED,
         binding=bound,
         shards={str(s.shard): s.run_id for s in shards},
-        primary=primary["verdict"],
+        primary=primary.verdict,
         **({"primaries": {r.name: r.verdict for r in readings}} if co else {}),
-        devices=devices,
+        devices=record.devices,
     )
     record_heldout(config.results_dir, entry)
     append_jsonl(folder / LEDGER, [entry])
     return record
 
 
-def _primaries_lines(readings: list[dict[str, Any]], alpha: float) -> list[str]:
+def pooled_shard(shard: ShardRun) -> PooledShard:
+    """A shard as the pooled record lists it."""
+    n = int(shard.directions["concept"].nunique())
+    return PooledShard(
+        shard=shard.shard, run_id=shard.run_id, device=shard.device, forced=shard.forced,
+        n_concepts=n,
+    )  # fmt: skip
+
+
+def _primaries_lines(readings: list[PrimaryReading], alpha: float) -> list[str]:
     """The co-primaries as Holm's procedure read them (none without co-primaries)."""
     if not readings:
         return []
@@ -500,39 +515,36 @@ def _primaries_lines(readings: list[dict[str, Any]], alpha: float) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for r in readings:
-        step = r["holm_step"] or "not settled"
         lines.append(
-            f"| {r['name']} | {r['estimator']} | {interval_dict_text(r['slope'])} | "
-            f"{r['confidence']:.3f} | {step} | **{r['verdict']}** |"
+            f"| {r.name} | {r.estimator} | {estimate_of(r.slope)} | "
+            f"{r.confidence:.3f} | {r.holm_step or 'not settled'} | **{r.verdict}** |"
         )
     return [*lines, ""]
 
 
-def pooled_markdown(record: dict[str, Any]) -> str:
+def pooled_markdown(record: PooledRecord) -> str:
     """The pooled answer: the verdict, its interval, the concepts per device, the shards."""
-    primary = record["primary"]
-    spec = primary["spec"]
-    devices = ", ".join(f"{d}: {n}" for d, n in record["devices"].items())
-    alpha = float(spec.get("alpha") or 0.05)
+    primary, spec = record.primary, record.primary.spec
+    devices = ", ".join(f"{d}: {n}" for d, n in record.devices.items())
     lines = [
-        f"# identify held-out, pooled: {record['experiment']}",
+        f"# identify held-out, pooled: {record.experiment}",
         "",
-        f"**{record['label']}**",
+        f"**{record.label}**",
         "",
-        f"Primary ({primary['estimator']}: {spec['predictor']} → {spec['outcome']} at "
+        f"Primary ({primary.estimator}: {spec['predictor']} → {spec['outcome']} at "
         f"strength {spec['strength']}, hypothesis {spec['hypothesis']}): "
-        f"{interval_dict_text(primary['slope'])} — **{primary['verdict']}**",
+        f"{estimate_of(primary.slope)} — **{primary.verdict}**",
         "",
-        *_primaries_lines(record.get("primaries") or [], alpha),
-        f"{record['n_concepts']} concepts from {len(record['shards'])} shards of "
-        f"{record['shard_size']}; concepts per device (a concept-level factor): {devices}",
+        *_primaries_lines(record.primaries or [], family_alpha(spec)),
+        f"{record.n_concepts} concepts from {len(record.shards)} shards of "
+        f"{record.shard_size}; concepts per device (a concept-level factor): {devices}",
         "",
         "| shard | run | concepts | device | forced |",
         "|---|---|---|---|---|",
         *(
-            f"| {s['shard']} | {s['run_id']} | {s['n_concepts']} | {s['device']} | "
-            f"{'yes' if s['forced'] else 'no'} |"
-            for s in record["shards"]
+            f"| {s.shard} | {s.run_id} | {s.n_concepts} | {s.device} | "
+            f"{'yes' if s.forced else 'no'} |"
+            for s in record.shards
         ),
     ]
     return "\n".join(lines) + "\n"

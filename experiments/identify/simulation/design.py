@@ -85,8 +85,9 @@ from experiments.identify.simulation.simulate import (
     grid_rows,
     toy_directions,
 )
-from experiments.record import PrimarySpec
+from experiments.record import PrimaryResult, PrimarySpec
 from experiments.record.identify import family_alpha, spec_name
+from metrics.intervals import Interval
 from steering.nulls import seeded_rng
 
 if TYPE_CHECKING:
@@ -141,9 +142,10 @@ DEFAULT_PRIMARY: PrimarySpec = {  # v2's, when the config names no readable pre-
 # ---------------------------------------------------------------- estimands on one toy
 
 
-def _fit(d: dict[str, Any] | None) -> dict[str, float | None]:
-    d = d or {}
-    return {k: d.get(k) for k in ("estimate", "low", "high")}
+def _fit(fit: Interval | None) -> dict[str, float | None]:
+    if fit is None:
+        return {"estimate": None, "low": None, "high": None}
+    return {"estimate": fit.estimate, "low": fit.low, "high": fit.high}
 
 
 def estimands(
@@ -154,31 +156,29 @@ def estimands(
     reads, for a large confirmatory grid)."""
     tables = StudyTables(frame)
     if primary_only:
-        return {"primary": _fit(primary_result(tables, primary, n_boot, seed)["slope"])}
+        return {"primary": _fit(primary_result(tables, primary, n_boot, seed).slope)}
     pooled = tables.pooled()
     y, x = "effect", "auroc"
     out = {
-        "primary": _fit(primary_result(tables, primary, n_boot, seed)["slope"]),
-        "flexible": _fit(flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()),
-        "linear_cos": _fit(linear_cos_slope(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()),
+        "primary": _fit(primary_result(tables, primary, n_boot, seed).slope),
+        "flexible": _fit(flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed)),
+        "linear_cos": _fit(linear_cos_slope(pooled, y, x, n_boot=n_boot, seed=seed)),
         "equal_norm_cos_per_concept": _fit(
-            flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed, cos_per_group=True).to_dict()
+            flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed, cos_per_group=True)
         ),
-        "matched_pairs": _fit(matched_pairs(pooled, y, x, n_boot=n_boot, seed=seed).get("fit")),
+        "matched_pairs": _fit(matched_pairs(pooled, y, x, n_boot=n_boot, seed=seed).fit),
     }
     if (pooled["manipulation"] == "isocos").any():
-        out["equal_geometry"] = _fit(
-            equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed).to_dict()
-        )
+        out["equal_geometry"] = _fit(equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed))
         if has_second_half(pooled):
             out["equal_geometry_uncorrected"] = _fit(
-                equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed, corrected=False).to_dict()
+                equal_geometry(pooled, y, x, n_boot=n_boot, seed=seed, corrected=False)
             )
         iso = iso_cos(pooled, y, x, n_boot=n_boot, seed=seed)
-        if iso.get("evaluable"):
-            out["isocos_pooled"] = _fit(iso["pooled"])
-            for angle, row in iso["angles"].items():
-                out[f"isocos_bare_{angle}"] = _fit(row["without_covariates"])
+        if iso.evaluable:
+            out["isocos_pooled"] = _fit(iso.pooled)
+            for angle, row in iso.angles.items():
+                out[f"isocos_bare_{angle}"] = _fit(row.without_covariates)
     return out
 
 
@@ -413,7 +413,7 @@ def holm_readings(
 
     tables = StudyTables(frame)
 
-    def score(spec: PrimarySpec, confidence: float) -> dict[str, Any]:
+    def score(spec: PrimarySpec, confidence: float) -> PrimaryResult:
         return primary_result(tables, spec, n_boot, seed, confidence)
 
     return holm(specs, score, alpha)
@@ -439,7 +439,7 @@ def _holm_row(
     """One primary's row of the co-primary table (the module docstring): the interval and
     verdict each toy's Holm reading gave, summarised over the no-effect and planted toys."""
     hypothesis = 1 if spec.get("hypothesis", "positive") == "positive" else -1
-    fits = {arm: [_fit(r.result["slope"]) for r in arms[arm]] for arm in arms}
+    fits = {arm: [_fit(r.result.slope) for r in arms[arm]] for arm in arms}
     summary = _summary(
         fits["null"], fits["planted"], hypothesis, truths["null"],
         spec.get("equivalence_margin"), sesoi,

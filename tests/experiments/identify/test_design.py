@@ -22,6 +22,7 @@ from experiments.identify.simulation.design import (
     simulate,
 )
 from experiments.identify.stages.manipulations import direction_grid, is_control
+from metrics.intervals import Interval
 from steering.nulls import seeded_rng
 
 V2 = load_config("configs/identify-v2.yaml", [], "identify", [])
@@ -184,19 +185,19 @@ def test_the_primary_leaves_the_null_out_and_names_its_rows() -> None:
 
     toy = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(4, "p"), 0.0, 4)
     got = primary_result(StudyTables(toy), PRIMARY, n_boot=19, seed=0)
-    assert got["left_out"] == ["rotation:isotropic:90"]
-    assert got["manipulations"] == sorted(set(toy["manipulation"]))  # each family still in
+    assert got.left_out == ["rotation:isotropic:90"]
+    assert got.manipulations == sorted(set(toy["manipulation"]))  # each family still in
     rows = toy[toy["direction"] != "rotation:isotropic:90"]
     want = flexible_slope(
         rows.assign(log_kl=log_kl(rows["kl"])), "effect", "auroc", covariates=["log_kl"],
         n_boot=19, seed=0,
-    ).to_dict()  # fmt: skip
-    assert got["slope"]["estimate"] == pytest.approx(want["estimate"], rel=1e-12)
+    )  # fmt: skip
+    assert got.slope.estimate == pytest.approx(want.estimate, rel=1e-12)
     whole = flexible_slope(
         toy.assign(log_kl=log_kl(toy["kl"])), "effect", "auroc", covariates=["log_kl"],
         n_boot=19, seed=0,
-    ).to_dict()  # fmt: skip
-    assert got["slope"]["estimate"] != pytest.approx(whole["estimate"], rel=1e-6)
+    )  # fmt: skip
+    assert got.slope.estimate != pytest.approx(whole.estimate, rel=1e-6)
 
 
 def test_the_command_prints_the_table_writes_it_and_names_the_gates_failures(
@@ -336,8 +337,7 @@ def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis
     from experiments.identify.estimation.analysis import read_verdict
 
     high = low + width
-    verdict = read_verdict({"estimate": low + width / 2, "low": low, "high": high}, hypothesis,
-                           margin)  # fmt: skip
+    verdict = read_verdict(Interval(low + width / 2, low, high), hypothesis, margin)
     if margin is not None and -margin < low and high < margin:
         assert verdict == "no_practical_effect"
     elif low <= 0 <= high:
@@ -345,9 +345,7 @@ def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis
     else:
         above = low > 0
         assert verdict == ("supported" if above == (hypothesis == "positive") else "contradicted")
-    assert read_verdict({"estimate": None, "low": None, "high": None}, hypothesis) == (
-        "not_evaluable"
-    )
+    assert read_verdict(Interval(), hypothesis) == "not_evaluable"
 
 
 def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise) -> None:

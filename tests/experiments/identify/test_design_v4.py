@@ -153,7 +153,7 @@ def test_a_tables_row_is_holms_reading_of_its_toy() -> None:
     for row, reading in zip(rows, by_hand, strict=True):
         assert row["estimand"] == reading.name
         assert row["verdicts_null"][reading.verdict] == 1.0
-        estimate = reading.result["slope"]["estimate"]
+        estimate = reading.result.slope.estimate
         assert row["bias"] == pytest.approx(estimate - row["truth"], abs=1e-12)
 
 

@@ -84,20 +84,20 @@ def test_a_family_whose_auroc_is_one_function_of_cos_carries_no_information() ->
     ρ, not with cos, and stays identified."""
     toy = toy_study(1, "linear", auroc_sd=0.0, measurement_sd=0.0)
     out = per_family_slopes(toy[toy["manipulation"] != "reference"], "effect", "auroc", n_boot=99)
-    assert {"rotation:isotropic", "rotation:pc", "rotation:other"} <= set(out["not_identified"])
-    assert out["slopes"]["noise"]["estimate"] is not None
+    assert {"rotation:isotropic", "rotation:pc", "rotation:other"} <= set(out.not_identified)
+    assert out.slopes["noise"].estimate is not None
     spread = per_family_slopes(toy_study(1, "linear"), "effect", "auroc", n_boot=99)
-    assert spread["slopes"]["rotation:pc"]["estimate"] is not None
-    assert spread["evaluable"] and spread["df_denominator"] == 24
+    assert spread.slopes["rotation:pc"].estimate is not None
+    assert spread.evaluable and spread.df_denominator == 24
 
 
 def test_matched_pairs_compare_equal_geometry_only() -> None:
     toy = with_probit(toy_study(2, "linear"))
     out = matched_pairs(toy, "effect", "auroc", tolerance=0.02, n_boot=199)
-    assert out["n_pairs"] > 0 and out["evaluable"]
+    assert out.n_pairs > 0 and out.evaluable
     # every pair is within the tolerance and across families: none at tolerance 0 here
-    assert matched_pairs(toy, "effect", "auroc", tolerance=0.0, n_boot=99)["n_pairs"] > 0
-    assert out["fit"]["n_clusters"] == 25
+    assert matched_pairs(toy, "effect", "auroc", tolerance=0.0, n_boot=99).n_pairs > 0
+    assert out.fit is not None and out.fit.n_clusters == 25
 
 
 def test_probit_and_spline_helpers() -> None:
@@ -110,10 +110,10 @@ def test_probit_and_spline_helpers() -> None:
 
 def test_identified_analysis_reports_every_block() -> None:
     out = identified_analysis(toy_study(3, "convex"), n_boot=99)
-    assert set(out["flexible"]) == {"auroc", "probit_auroc"}
-    assert out["flexible"]["auroc"]["n_clusters"] == 25
-    assert out["linear_cos"]["auroc"]["high"] < 0  # v1's model, same inference: still biased
-    assert "F" in out["heterogeneity_given_cos"]
+    assert set(out.flexible) == {"auroc", "probit_auroc"}
+    assert out.flexible["auroc"].n_clusters == 25
+    assert (out.linear_cos["auroc"].high or 0) < 0  # v1's model, same inference: still biased
+    assert out.heterogeneity_given_cos.F is not None
 
 
 def test_the_dose_as_a_covariate_takes_what_the_dose_explains() -> None:
@@ -127,9 +127,9 @@ def test_the_dose_as_a_covariate_takes_what_the_dose_explains() -> None:
     )
     toy = toy.assign(kl=np.exp(log_kl), effect=toy["effect"] + 0.3 * log_kl)
     out = identified_analysis(toy, n_boot=499)
-    assert out["flexible"]["auroc"]["low"] > 0
-    dosed = out["given_dose"]["auroc"]
-    assert dosed["low"] <= 0 <= dosed["high"]
+    assert (out.flexible["auroc"].low or 0) > 0
+    dosed = out.given_dose["auroc"].ends()
+    assert dosed is not None and dosed[1] <= 0 <= dosed[2]
 
 
 def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
@@ -145,9 +145,9 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
         "reference" if m == "reference" else f"{m}:{i}" for i, m in enumerate(toy["manipulation"])
     ]
     result = before_after(toy, n_boot=199)
-    pooled = result["rows"][-1]
-    assert pooled["manipulation"] == "pooled" and pooled["v1"]["low"] > 0
-    assert pooled["v2"]["low"] <= 0 <= pooled["v2"]["high"]
+    pooled = result.rows[-1]
+    assert pooled.manipulation == "pooled" and (pooled.v1.low or 0) > 0
+    assert (pooled.v2.low or 0) <= 0 <= (pooled.v2.high or 0)
     assert "| pooled |" in markdown(result)
     nulls = toy[toy["manipulation"] == "reference"].assign(manipulation="null", direction="null:0")
     pd.concat([toy, nulls]).to_csv(tmp_path / "directions.csv", index=False)
@@ -155,7 +155,7 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
 
     read = read_directions(tmp_path)
     assert (read["manipulation"] == "null").sum() == len(nulls)  # not read as missing
-    assert len(before_after(read, n_boot=99)["rows"]) == len(result["rows"])
+    assert len(before_after(read, n_boot=99).rows) == len(result.rows)
     out = CliRunner().invoke(app, ["identify", "--compare", str(tmp_path / "nothing")])
     assert out.exit_code == 2 and "no directions.csv" in out.output
 
@@ -171,9 +171,9 @@ def test_the_primary_with_the_dose_held_is_the_estimators_given_dose_fit():
     spec = {"predictor": "auroc", "estimator": "flexible_cos", "hypothesis": "positive",
             "control": ["cos_ref", "log_kl"]}  # fmt: skip
     got = primary_result(tables, spec, n_boot=199, seed=0)
-    want = identified_analysis(frame, n_boot=199, seed=0)["given_dose"]["auroc"]
-    assert got["slope"]["estimate"] == pytest.approx(want["estimate"], rel=1e-12)
-    assert got["slope"]["low"] == pytest.approx(want["low"], rel=1e-12)
+    want = identified_analysis(frame, n_boot=199, seed=0).given_dose["auroc"]
+    assert got.slope.estimate == pytest.approx(want.estimate, rel=1e-12)
+    assert got.slope.low == pytest.approx(want.low, rel=1e-12)
 
 
 def _cells(rng: np.random.Generator, n_concepts: int = 6, slope: float = 0.8) -> pd.DataFrame:

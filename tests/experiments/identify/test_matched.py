@@ -251,14 +251,14 @@ def test_the_record_and_summary_carry_the_share_matched_on_held_apart_prompts():
     np.testing.assert_array_equal(held, gaps <= MATCH_TOLERANCE)
     assert toy.loc[~inside, "dose_verify_gap"].isna().all()
     out = subset_outcomes(toy, subset, n_boot=49)
-    assert out["matched_share"] == 1.0
-    assert out["matched_share_verify"] == pytest.approx(held.mean())
-    assert 0 < out["matched_share_verify"] < 1 and out["matched_on"] == "concept_free"
-    line = subset_lines(SubsetResult.model_validate(out))[0]
+    assert out.matched_share == 1.0
+    assert out.matched_share_verify == pytest.approx(held.mean())
+    assert 0 < out.matched_share_verify < 1 and out.matched_on == "concept_free"
+    line = subset_lines(out)[0]
     assert "100% within 10% on the prompts it was bisected on" in line
     assert f"{held.mean():.0%} on held-apart prompts" in line and "tokens left out" in line
     # a v2 record (no verification) reads as before
-    old = {k: v for k, v in out.items() if k not in ("matched_share_verify", "matched_on")}
+    old = out.model_dump(exclude={"matched_share_verify", "matched_on"})
     assert subset_lines(SubsetResult.model_validate(old))[0].endswith("100% within 10%).")
 
 
@@ -282,8 +282,8 @@ def test_a_declared_outcome_reaches_the_record_summary_answer_and_metrics():
     toy["kl"] = np.exp(rng.normal(0, 0.3, len(toy)))
     subset = ["c00", "c01", "c02", "c03"]
     out = subset_outcomes(toy, subset, n_boot=49)
-    assert set(out["outcomes"]) == {"generated"}  # no name-free column: not measured
-    sub = SubsetResult.model_validate(out)
+    assert set(out.outcomes) == {"generated"}  # no name-free column: not measured
+    sub = SubsetResult.model_validate(out.model_dump())  # as the record reads it back
     generated = sub.outcomes["generated"]
     # Δ is twice the likelihood outcome (and a little noise): so is its slope
     twice = 2.0 * sub.likelihood_1x.estimate
@@ -294,12 +294,16 @@ def test_a_declared_outcome_reaches_the_record_summary_answer_and_metrics():
     assert line.startswith(f"- {OUTCOMES['generated'].summary}: the AUROC slope (flexible) is")
     assert "beside log KL" in line and "agree within concepts" in line
     # an old record spelled it in fields of its own
-    old = {k: v for k, v in out.items() if k != "outcomes"}
+    written = out.model_dump()
+    old = {k: v for k, v in written.items() if k != "outcomes"}
     old |= {
-        "generated": out["outcomes"]["generated"]["slopes"]["auroc"],
-        "generated_given_dose": out["outcomes"]["generated"]["given_dose"],
-        "agreement": out["outcomes"]["generated"]["agreement"],
-        "name_free": {"auroc": out["likelihood_1x"], "auroc_name_free": out["likelihood_1x"]},
+        "generated": written["outcomes"]["generated"]["slopes"]["auroc"],
+        "generated_given_dose": written["outcomes"]["generated"]["given_dose"],
+        "agreement": written["outcomes"]["generated"]["agreement"],
+        "name_free": {
+            "auroc": written["likelihood_1x"],
+            "auroc_name_free": written["likelihood_1x"],
+        },
     }
     again = SubsetResult.model_validate(old)
     assert again.outcomes["generated"] == generated

@@ -12,6 +12,8 @@ from scipy.stats import norm
 from experiments.identify.estimation.analysis import read_verdict
 from experiments.identify.estimation.multiplicity import holm
 from experiments.identify.heldout.prereg import PreregistrationError, parse_primary, primaries
+from experiments.record import PrimaryResult
+from metrics.cluster import ClusterFit
 
 
 def normal_score(estimates: dict[str, float], se: float = 1.0, margin: float | None = None):
@@ -20,8 +22,8 @@ def normal_score(estimates: dict[str, float], se: float = 1.0, margin: float | N
     def score(spec, confidence):
         z = norm.ppf(1 - (1 - confidence) / 2)
         b = estimates[spec["name"]]
-        fit = {"estimate": b, "low": b - z * se, "high": b + z * se}
-        return {"slope": fit, "verdict": read_verdict(fit, "positive", margin)}
+        fit = ClusterFit(b, b - z * se, b + z * se)
+        return PrimaryResult(spec=spec, slope=fit, verdict=read_verdict(fit, "positive", margin))
 
     return score
 
@@ -62,7 +64,7 @@ def test_holm_settles_everything_bonferroni_does_and_reads_no_wider(a: float, b:
     score = normal_score({"P1": a, "P2": b})
     readings = holm(specs, score)
     for spec, r in zip(specs, readings, strict=True):
-        bonferroni = score(spec, 0.975)["verdict"]
+        bonferroni = score(spec, 0.975).verdict
         if bonferroni != "inconclusive":
             assert r.verdict == bonferroni
         assert r.confidence <= 0.975 + 1e-12
@@ -78,7 +80,7 @@ def test_the_family_wise_error_stays_at_alpha_when_both_nulls_hold():
     for a, b in z:
         score = normal_score({"P1": float(a), "P2": float(b)})
         any_holm += any(r.verdict != "inconclusive" for r in holm(specs, score))
-        any_naive += any(score(s, 0.95)["verdict"] != "inconclusive" for s in specs)
+        any_naive += any(score(s, 0.95).verdict != "inconclusive" for s in specs)
     assert any_holm / 4000 < 0.06 < any_naive / 4000
 
 

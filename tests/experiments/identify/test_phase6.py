@@ -44,7 +44,7 @@ def test_the_curve_is_rebuilt_and_diffmean_is_scored_as_its_own_detector(phase6,
     config, result = phase6
     run_dir = RunDir(config.calibration.results_dir, result.run_id)
     frame, out = reanalyse(str(run_dir.path), tiny_lm, n_boot=100, seed=0)
-    assert out["run"] == result.run_id
+    assert out.run == result.run_id
     assert len(frame) == len(result.curve)
     # the effects are the run's own (rebuilt from its saved texts)
     merged = frame.merge(result.curve, on=["tag", "concept"], suffixes=("", "_run"))
@@ -61,6 +61,8 @@ def test_the_curve_is_rebuilt_and_diffmean_is_scored_as_its_own_detector(phase6,
     assert list(diff["auroc"]) != pytest.approx(borrowed)
     largest = frame[(frame["size"] == "2x2x2") & (frame["source"] == "diffmean")]
     assert largest["cos_ref"].round(9).eq(1).all()  # v* is the diffmean at the largest size
-    assert {f["predictor"] for f in out["fits"]} >= {"auroc", "cos_ref"}
-    for fit in out["fits"]:
-        assert "evaluable" in fit["mixed"] and "estimate" in fit["within_slope_given_log_n"]
+    assert {f.predictor for f in out.fits} >= {"auroc", "cos_ref"}
+    for fit in out.fits:
+        assert (
+            fit.mixed.evaluable or fit.mixed.reason
+        ) and fit.within_slope_given_log_n is not None

@@ -28,6 +28,8 @@ from experiments.identify.heldout.shards import (
     shard_concepts,
     shards_root,
 )
+from experiments.record.pooled import PooledPrimary
+from experiments.rows import number as real
 
 SIZE = 13  # the shipped 50 concepts hold out 25: shards of 13 and 12
 
@@ -165,11 +167,12 @@ def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(bound, tmp_
     record = pool(config, held, prereg, binding(prereg, config), False)
 
     whole = primary_result(StudyTables(directions=toy), prereg.primary, 200, config.seed)
-    assert record["primary"]["slope"] == pytest.approx(whole["slope"])
-    assert record["primary"]["verdict"] == whole["verdict"]
-    assert record["primary"] == score_pooled(toy.assign(device="x"), prereg.primary, config)
-    assert record["devices"] == {"cpu/float32": SIZE, "cuda/bfloat16": 25 - SIZE}
-    assert record["label"].startswith("confirmatory") and not record["forced"]
+    assert record.primary.slope.to_dict() == pytest.approx(whole.slope.to_dict())
+    assert record.primary.verdict == whole.verdict
+    scored = score_pooled(toy.assign(device="x"), prereg.primary, config)
+    assert record.primary.model_dump() == scored.model_dump() | {"read": None}
+    assert record.devices == {"cpu/float32": SIZE, "cuda/bfloat16": 25 - SIZE}
+    assert record.label.startswith("confirmatory") and not record.forced
 
     # the pooled scoring is in the ledger (local and committed): once, unless forced
     pooled = [json.loads(line) for line in committed_ledgers(config)[-1].read_text().splitlines()]
@@ -180,7 +183,7 @@ def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(bound, tmp_
     with pytest.raises(PreregistrationError, match="the pooled primary was already scored"):
         pool(config, held, prereg, binding(prereg, config), False)
     again = pool(config, held, prereg, binding(prereg, config), True)
-    assert again["forced"] and "not confirmatory" in again["label"]
+    assert again.forced and "not confirmatory" in again.label
 
 
 def test_the_committed_shard_ledger_counts_on_a_new_machine(bound, tmp_path, mlflow_store):
@@ -232,8 +235,8 @@ def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothi
     record = pooled_exploratory(config, held, prereg)
     assert committed_ledgers(config)[-1].read_text() == ledger  # nothing scored
     whole = estimate_all(toy.assign(shard=0, device="x"), config.criteria.n_boot, config.seed)
-    assert record["estimands"]["practitioner_equal_norm"] == whole["practitioner_equal_norm"]
-    assert record["n_concepts"] == 25 and record["components"]["n_concepts"] > 2
+    assert record.estimands["practitioner_equal_norm"] == whole["practitioner_equal_norm"]
+    assert record.n_concepts == 25 and real(record.components["n_concepts"]) > 2
     folder = shards_root(config) / "pooled"
     assert (folder / "per_concept.png").read_bytes()[:4] == b"\x89PNG"
     table = pd.read_csv(folder / PER_CONCEPT)
@@ -243,17 +246,17 @@ def test_the_exploratory_estimands_come_after_the_pooled_primary_and_score_nothi
         ["reference", "logistic", "shrinkage", "size"])]  # fmt: skip
     assert table["n_built"].iloc[0] == len(one)
     assert json.loads((folder / EXPLORATORY_RECORD).read_text())["label"].startswith("exploratory")
-    assert record["reliability"]["shards_without"] == [0, 1]
+    assert record.reliability.shards_without == [0, 1]
     # a shard kept with its record's reliabilities: reported beside the floor
     from metrics.intervals import Interval
 
     low = {"effect_practitioner_directions": Interval(estimate=0.4, low=0.2, high=0.6)}
     run_dir = tmp_path / "runs" / "s0"
     keep_shard(config, "s0", run_dir, 0, list(shards[0]["concept"].unique()), low)
-    again = pooled_exploratory(config, held, prereg)["reliability"]
-    assert again["shards_without"] == [1]
-    assert again["primary_outcome"]["below_floor"] == ["0"]
-    assert again["by_key"]["effect_practitioner_directions"]["0"]["estimate"] == 0.4
+    again = pooled_exploratory(config, held, prereg).reliability
+    assert again.shards_without == [1]
+    assert again.primary_outcome.below_floor == ["0"]
+    assert again.by_key["effect_practitioner_directions"]["0"].estimate == 0.4
 
 
 def test_co_primaries_are_pooled_once_and_read_together_by_holm(
@@ -285,16 +288,16 @@ def test_co_primaries_are_pooled_once_and_read_together_by_holm(
         return score_pooled(toy.assign(device="x"), spec, config, confidence)
 
     expected = holm(primaries(prereg.primary), score, 0.05)
-    got = record["primaries"]
-    assert [r["name"] for r in got] == ["P1", "P2"]
-    assert [r["estimator"] for r in got] == ["linear_cos", "flexible_cos"]
+    got = record.primaries or []
+    assert [r.name for r in got] == ["P1", "P2"]
+    assert [r.estimator for r in got] == ["linear_cos", "flexible_cos"]
     for r, e in zip(got, expected, strict=True):
-        assert r["verdict"] == e.verdict and r["confidence"] == pytest.approx(e.confidence)
-        assert r["slope"] == pytest.approx(e.result["slope"])
-        assert r["confidence"] in (pytest.approx(0.975), pytest.approx(0.95))
-    assert record["primary"]["verdict"] == got[0]["verdict"]
+        assert r.verdict == e.verdict and r.confidence == pytest.approx(e.confidence)
+        assert r.slope == e.result.slope
+        assert r.confidence in (pytest.approx(0.975), pytest.approx(0.95))
+    assert record.primary.verdict == got[0].verdict
     pooled = [json.loads(line) for line in committed_ledgers(config)[-1].read_text().splitlines()]
-    assert pooled[0]["primaries"] == {"P1": got[0]["verdict"], "P2": got[1]["verdict"]}
+    assert pooled[0]["primaries"] == {"P1": got[0].verdict, "P2": got[1].verdict}
     answer = (shards_root(config) / "pooled" / "answer.md").read_text()
     assert "Holm's step-down at family-wise α = 0.05" in answer
     assert "| P2 | flexible_cos |" in answer
@@ -347,11 +350,16 @@ def test_the_reliability_floor_is_read_on_every_shards_sums_and_settles_nothing_
         "co_primaries": [{"name": "P2", "estimator": "practitioner_full_data"}],
     }  # fmt: skip
     floors = reliability_floors(config, primary, runs)
-    assert floors["P1"]["met"] and floors["P1"]["pooled"]["estimate"] > 0.9
-    assert not floors["P2"]["met"] and floors["P2"]["pooled"]["estimate"] < 0.5
-    assert floors["P1"]["shards_without"] == [] and set(floors["P1"]["by_shard"]) == {"0", "1"}
+    assert floors["P1"].met and (floors["P1"].pooled.estimate or 0) > 0.9
+    assert not floors["P2"].met and (floors["P2"].pooled.estimate or 1) < 0.5
+    assert floors["P1"].shards_without == [] and set(floors["P1"].by_shard) == {"0", "1"}
     p1, p2 = score_primaries(toy.assign(device="x"), primary, config, floors)
-    assert p2.verdict == "uninformative" and p2.step == 0 and "read" in p2.result
+    assert p2.verdict == "uninformative" and p2.step == 0
+    assert isinstance(p2.result, PooledPrimary) and p2.result.read is not None
+    # the pooled record keeps an uninformative co-primary: its reading and what it read
+    kept = p2.recorded()
+    assert kept.verdict == "uninformative" and kept.read == p2.result.read
+    assert PooledPrimary.model_validate(p2.result.model_dump()).verdict == "uninformative"
     # P2 settles nothing: P1 is read at 97.5% whatever it finds
     assert p1.confidence == pytest.approx(0.975)
     assert reliability_floors(config, {**primary, "reliability_floor": None}, runs) == {}
@@ -388,16 +396,16 @@ def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_st
     assert "steer_eval.model_id" not in run.data.tags  # no model was loaded
     assert json.loads(run.data.tags["identify.shards"]) == {"0": "s0", "1": "s1"}
     assert json.loads(run.data.tags["steer_eval.ledger.pooled"])["run_id"] == run.info.run_id
-    slope = written["primary"]["slope"]
-    assert run.data.metrics["primary/primary/slope"] == pytest.approx(slope["estimate"])
-    assert run.data.tags["identify.pooled.primary"] == written["primary"]["verdict"]
+    slope = written.primary.slope
+    assert run.data.metrics["primary/primary/slope"] == pytest.approx(slope.estimate)
+    assert run.data.tags["identify.pooled.primary"] == written.primary.verdict
     folder = Path(run.data.tags[RUN_DIR_TAG])
     record = PooledRecord.model_validate_json((folder / "pooled.json").read_text())
-    assert record.primary.verdict == written["primary"]["verdict"]
-    assert record.primary.slope.low == pytest.approx(slope["low"])
+    assert record.primary.verdict == written.primary.verdict
+    assert record.primary.slope.low == pytest.approx(slope.low)
     assert "pre-registered primaries, pooled" in (folder / "answer.md").read_text()
     committed = shards_root(config) / "pooled" / "pooled.json"
-    assert json.loads(committed.read_text()) == json.loads(json.dumps(written, default=str))
+    assert json.loads(committed.read_text()) == written.model_dump(mode="json", exclude_unset=True)
 
     experiment = tracking.client().get_experiment_by_name(config.experiment)
     before = len(tracking.client().search_runs([experiment.experiment_id]))
@@ -415,6 +423,6 @@ def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_st
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     where = Path(runs[0].data.tags[RUN_DIR_TAG])
     typed = ExploratoryRecord.model_validate_json((where / "exploratory.json").read_text())
-    assert set(typed.estimands) == set(explored["estimands"])
+    assert set(typed.estimands) == set(explored.estimands)
     assert "estimand/practitioner_equal_norm" in (where / "criteria.csv").read_text()
     assert committed_ledgers(config)[-1].read_text() == ledger  # no ledger entry

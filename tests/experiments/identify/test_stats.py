@@ -139,9 +139,9 @@ def test_disattenuation_divides_by_the_reliabilities():
             axis=-1,
         )
     out = stats.disattenuated_within(frame, "auroc", "effect", None, halves, n_boot=200, seed=0)
-    obs, rel = out["observed"]["estimate"], out["reliability_y"]["estimate"]
-    assert out["reliability_x"]["estimate"] == 1.0
-    assert out["corrected"]["estimate"] == pytest.approx(obs / np.sqrt(rel))
+    obs, rel = out.observed.estimate, out.reliability_y.estimate
+    assert out.reliability_x.estimate == 1.0
+    assert out.corrected.estimate == pytest.approx(obs / np.sqrt(rel))
 
 
 def test_the_wald_test_tells_equal_slopes_from_different_ones():
@@ -164,14 +164,14 @@ def test_the_draws_are_the_hierarchical_bootstraps_own():
 def test_the_mixed_model_with_random_slopes_recovers_the_slope():
     frame = planted(0.8, noise=0.02)
     fit = stats.mixed_model(frame, "effect ~ auroc", "~auroc", ["auroc"])
-    assert fit["evaluable"]
-    term = fit["terms"]["auroc"]
+    assert fit.evaluable
+    term = fit.terms["auroc"]
     assert term["low"] < 0.8 < term["high"] or abs(term["estimate"] - 0.8) < 0.1
 
 
 def test_too_little_data_is_said_not_computed():
     frame = planted(1.0).head(3)
-    assert not stats.mixed_model(frame, "effect ~ auroc", None, ["auroc"])["evaluable"]
+    assert not stats.mixed_model(frame, "effect ~ auroc", None, ["auroc"]).evaluable
     assert not stats.fe_coefficients(frame, "effect", ["auroc"], n_boot=50, seed=0)[
         "auroc"
     ].evaluable

@@ -446,12 +446,12 @@ def test_a_heldout_shard_is_scored_once_kept_resumed_and_pooled(
     assert [e["status"] for e in kept] == ["started", "scored", "resumed", "scored"]
 
     pooled = pool_heldout(config)  # 3 concepts in shards of 3: one shard, the whole set
-    assert pooled["devices"] == {"cpu/float32": 3}
+    assert pooled.devices == {"cpu/float32": 3}
     from experiments.identify.heldout.shards import score_pooled
 
-    whole = score_pooled(again.directions.assign(device="x"), pooled["primary"]["spec"], config)
-    assert pooled["primary"]["verdict"] == whole["verdict"]
-    assert pooled["primary"]["slope"]["estimate"] == pytest.approx(whole["slope"]["estimate"])
+    whole = score_pooled(again.directions.assign(device="x"), pooled.primary.spec, config)
+    assert pooled.primary.verdict == whole.verdict
+    assert pooled.primary.slope.estimate == pytest.approx(whole.slope.estimate)
 
 
 def test_the_v3_design_runs_end_to_end_with_random_nuisances(
