@@ -14,12 +14,12 @@ import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from experiments import rundir, tracking
-from experiments.rundir import RunDir, parse_jsonl
+from experiments import tracking
+from experiments.rundir import RunDir, join_scores, parse_jsonl
 from experiments.validation.errors import ValidationInputError
 
 if TYPE_CHECKING:
@@ -90,17 +90,6 @@ def artifact_bytes(run_id: str, artifact_path: str) -> bytes | None:
         return None
 
 
-def join_scores(
-    generations: list[dict[str, Any]], scores: list[dict[str, Any]] | None
-) -> list[dict[str, Any]]:
-    """Generations joined with their scores by ``key`` (as :meth:`RunDir.read_scored`);
-    without a scores file the generations are returned as they are (old-style runs whose
-    generations.jsonl already holds Δ)."""
-    if scores is None:
-        return generations
-    return rundir.join_scores(generations, scores)
-
-
 @dataclass
 class Phase5Run:
     """A finished Phase 5 parent run and its folder (which may not exist here)."""
@@ -160,13 +149,14 @@ class Phase5Run:
                     f"run {self.run_id} has no {RunDir.GENERATIONS} (neither "
                     f"{folder.file(RunDir.GENERATIONS)} nor an MLflow artefact)"
                 )
-            scores = self.artifact_bytes(RunDir.SCORES)
-            records = join_scores(
-                parse_jsonl(generations.decode("utf-8"), f"{self.run_id}/{RunDir.GENERATIONS}"),
-                parse_jsonl(scores.decode("utf-8"), f"{self.run_id}/{RunDir.SCORES}")
-                if scores is not None
-                else None,
+            records = parse_jsonl(
+                generations.decode("utf-8"), f"{self.run_id}/{RunDir.GENERATIONS}"
             )
+            # joined as RunDir.read_scored joins them; an old-style generations.jsonl holds Δ
+            if (scores := self.artifact_bytes(RunDir.SCORES)) is not None:
+                records = join_scores(
+                    records, parse_jsonl(scores.decode("utf-8"), f"{self.run_id}/{RunDir.SCORES}")
+                )
         by_key: dict[str, ScoredGeneration] = {}
         for record in records:
             if all(k in record for k in GENERATION_FIELDS) and record["delta"] is not None:
