@@ -38,8 +38,7 @@ class AnthropicJudge(APIJudge):
     ) -> None:
         if "api_key" in options:
             raise TypeError(f"API keys are read from ${KEY_ENV} only; do not pass api_key.")
-        super().__init__(name or f"anthropic/{model}", model, **options)
-        self._requested_base_url = base_url
+        super().__init__(name or f"anthropic/{model}", model, base_url=base_url, **options)
         if self.estimate_only:
             return  # priced from the table alone: no key read, no SDK, no client
         key = os.environ.get(KEY_ENV)
@@ -59,11 +58,6 @@ class AnthropicJudge(APIJudge):
             timeout=self.retry.timeout,
             max_retries=0,  # judges.retry does the retrying (counted, testable)
         )
-
-    def _base_url(self) -> str:
-        if self.estimate_only:
-            return self._requested_base_url or ""
-        return str(self._client.base_url)
 
     def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
         extra: dict[str, Any] = {}
@@ -91,10 +85,6 @@ class AnthropicJudge(APIJudge):
             output_tokens=getattr(usage, "output_tokens", None),
             model=getattr(response, "model", "") or self.model,
         )
-
-    def close(self) -> None:
-        if not self.estimate_only:
-            self._client.close()
 
 
 @judge_provider("anthropic")

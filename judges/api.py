@@ -56,7 +56,7 @@ def safe_url(url: str | None) -> str:
 
 
 class APIJudge(Judge):
-    """A judge backed by a remote chat API. Subclasses implement `_call` and `_client_for`.
+    """A judge backed by a remote chat API. Subclasses implement `_call` and make `_client`.
 
     `estimate_only=True` builds it for a dry run alone: the subclass reads no key, imports
     no SDK and makes no client; `estimate` works as usual (it needs only the price, the
@@ -65,6 +65,7 @@ class APIJudge(Judge):
     """
 
     key_env: str = ""
+    _client: Any  # the SDK's client: subclasses make it, unless estimate_only
     thread_safe = True  # SDK clients are thread-safe; the cache and budget are locked
 
     def __init__(
@@ -84,9 +85,11 @@ class APIJudge(Judge):
         budget_usd: float | None = None,
         price_per_mtok: tuple[float, float] | None = None,
         estimate_only: bool = False,
+        base_url: str | None = None,
     ) -> None:
         super().__init__(name, model)
         self.estimate_only = estimate_only
+        self._requested_base_url = base_url
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         self.max_tokens_override = max_tokens
@@ -129,7 +132,13 @@ class APIJudge(Judge):
         raise NotImplementedError
 
     def _base_url(self) -> str:
-        return ""
+        if self.estimate_only:
+            return self._requested_base_url or ""
+        return str(self._client.base_url)
+
+    def close(self) -> None:
+        if not self.estimate_only:
+            self._client.close()
 
     # -- shared behaviour -----------------------------------------------------------------
     def _refuse_if_estimate_only(self) -> None:

@@ -46,10 +46,11 @@ class OpenAIJudge(APIJudge):
     ) -> None:
         if "api_key" in options:
             raise TypeError(f"API keys are read from ${KEY_ENV} only; do not pass api_key.")
-        super().__init__(name or f"openai/{model}", model, temperature=temperature, **options)
+        super().__init__(
+            name or f"openai/{model}", model, temperature=temperature, base_url=base_url, **options
+        )
         self.json_mode = json_mode
         self.seed = seed
-        self._requested_base_url = base_url
         if self.estimate_only:
             return  # priced from the table alone: no key read, no SDK, no client
         key = os.environ.get(KEY_ENV)
@@ -71,11 +72,6 @@ class OpenAIJudge(APIJudge):
             timeout=self.retry.timeout,
             max_retries=0,  # judges.retry does the retrying (counted, testable)
         )
-
-    def _base_url(self) -> str:
-        if self.estimate_only:
-            return self._requested_base_url or ""
-        return str(self._client.base_url)
 
     def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
         return {**super().decoding_params(rubric), "json_mode": self.json_mode, "seed": self.seed}
@@ -112,10 +108,6 @@ class OpenAIJudge(APIJudge):
             output_tokens=getattr(usage, "completion_tokens", None),
             model=getattr(response, "model", "") or self.model,
         )
-
-    def close(self) -> None:
-        if not self.estimate_only:
-            self._client.close()
 
 
 @judge_provider("openai")
