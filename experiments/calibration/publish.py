@@ -159,12 +159,9 @@ def summary_markdown(record: CalibrationRecord, curve: pd.DataFrame) -> str:
     table = table.sort_values(["layer", "source", "n_train"])
     lines.append("| layer | source | size | " + " | ".join(cols) + " |")
     lines.append("|---|---|---|" + "---|" * len(cols))
-    for _, row in table.iterrows():
-        lines.append(
-            f"| {row['layer']} | {row['source']} | {row['size']} | "
-            + " | ".join(number(row[c], ".3f") for c in cols)
-            + " |"
-        )
+    for layer, source, size, _n_train, *means in table.itertuples(index=False):
+        cells = " | ".join(number(m, ".3f") for m in means)
+        lines.append(f"| {layer} | {source} | {size} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,23 +187,24 @@ def children(record: CalibrationRecord, curve: pd.DataFrame) -> list[ChildRun]:
     out = []
     columns = (*record.config.calibration.predictors, "beta", "effect_above_null")
     for tag, group in curve.groupby("tag", sort=True):
-        first = group.iloc[0]
-        metrics: dict[str, float | None] = {}
-        for _, row in group.iterrows():
-            for column in columns:
-                value = row.get(column)
-                if value is not None and not (isinstance(value, float) and np.isnan(value)):
-                    metrics[f"{column}/{row['concept']}"] = float(value)
+        size, source, seed, layer = group[["size", "source", "seed", "layer"]].iloc[0]
+        present = [c for c in columns if c in group.columns]
+        metrics: dict[str, float | None] = {
+            f"{column}/{concept}": float(value)
+            for concept, *values in group[["concept", *present]].itertuples(index=False)
+            for column, value in zip(present, values, strict=True)
+            if value is not None and not (isinstance(value, float) and np.isnan(value))
+        }
         out.append(
             ChildRun(
                 key_tag="probe_set",
-                name=f"{first['size']} {first['source']} seed {first['seed']} L{first['layer']}",
+                name=f"{size} {source} seed {seed} L{layer}",
                 tags={"phase": "6", "probe_set": str(tag), "generations": f"vectors == {tag}"},
                 params={
-                    "size": first["size"],
-                    "source": first["source"],
-                    "probe_seed": int(first["seed"]),
-                    "layer": int(first["layer"]),
+                    "size": size,
+                    "source": source,
+                    "probe_seed": int(seed),
+                    "layer": int(layer),
                 },
                 metrics=metrics,
                 texts={"concepts.json": json.dumps(sorted(group["concept"]), indent=1)},
