@@ -49,12 +49,6 @@ def arch_lm(request):
     return request.getfixturevalue({"gemma3": "tiny_lm", "llama": "tiny_llama_lm"}[request.param])
 
 
-@pytest.fixture(scope="module")
-def directions():
-    d = torch.randn(2, 64, generator=torch.Generator().manual_seed(5))
-    return d / d.norm(dim=1, keepdim=True)
-
-
 def grid(n=7, coefficients=(0.0, 3.0, -3.0)):
     """Rows of mixed prompt lengths (left padding), directions and strengths."""
     return [

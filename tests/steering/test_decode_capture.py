@@ -38,12 +38,6 @@ COMPILED_LOGPROB_TOL = 1e-5
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def directions():
-    d = torch.randn(2, 64, generator=torch.Generator().manual_seed(5))
-    return d / d.norm(dim=1, keepdim=True)
-
-
 def rows(first_seed: int, n: int = 6) -> list[GenerationRow]:
     coefficients = (0.0, 3.0, -3.0)
     return [

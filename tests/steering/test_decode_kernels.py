@@ -27,12 +27,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TRACED = DecodeKernels(norms=True, backend="eager")
 
 
-@pytest.fixture(scope="module")
-def directions():
-    d = torch.randn(2, 64, generator=torch.Generator().manual_seed(5))
-    return d / d.norm(dim=1, keepdim=True)
-
-
 def _norms(lm):
     return [m for m in lm.model.modules() if type(m).__name__ == "Gemma3RMSNorm"]
 

@@ -41,12 +41,6 @@ GREEDY = SamplingConfig(max_new_tokens=10, greedy=True)
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def directions():
-    d = torch.randn(2, 64, generator=torch.Generator().manual_seed(5))
-    return d / d.norm(dim=1, keepdim=True)
-
-
 def rows_for(prompts, seeds, coefficient=0.0):
     return [
         GenerationRow(f"r{i}", p, seed=s, direction=i % 2, coefficient=coefficient)
