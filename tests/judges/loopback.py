@@ -68,6 +68,9 @@ class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]
 
+    def header(self, name: str) -> str | None:
+        return {k.lower(): v for k, v in self.headers.items()}.get(name.lower())
+
 
 def user_text(body: dict[str, Any]) -> str:
     """The user message of a recorded Messages or Chat Completions request."""

@@ -13,10 +13,6 @@ from judges.anthropic import AnthropicJudge
 PROVIDER = "anthropic"
 
 
-def _header(recorded, name: str) -> str | None:
-    return {k.lower(): v for k, v in recorded.headers.items()}.get(name.lower())
-
-
 def test_happy_path_speaks_messages_api(loopback, api_keys, make_api_judge):
     with loopback.LoopbackServer(default=loopback.ok('{"score": 6}')) as server:
         judge = make_api_judge(PROVIDER, server)
@@ -32,7 +28,7 @@ def test_happy_path_speaks_messages_api(loopback, api_keys, make_api_judge):
     assert "<text>\nDogs bark.\n</text>" in loopback.user_text(request.body)
     assert "DATA" in loopback.system_text(request.body)
     # The key does reach the API (x-api-key in older SDKs, a bearer token in newer ones).
-    sent = (_header(request, "x-api-key") or "", _header(request, "authorization") or "")
+    sent = (request.header("x-api-key") or "", request.header("authorization") or "")
     assert api_keys["anthropic"] in " ".join(sent)
 
 

@@ -20,10 +20,6 @@ from judges.openai import NO_KEY_PLACEHOLDER, OpenAIJudge
 PROVIDER = "openai"
 
 
-def _header(recorded, name: str) -> str | None:
-    return {k.lower(): v for k, v in recorded.headers.items()}.get(name.lower())
-
-
 def test_happy_path_speaks_chat_completions(loopback, api_keys, make_api_judge):
     with loopback.LoopbackServer(default=loopback.ok('{"score": 6}')) as server:
         judge = make_api_judge(PROVIDER, server)
@@ -38,7 +34,7 @@ def test_happy_path_speaks_chat_completions(loopback, api_keys, make_api_judge):
     assert body["response_format"] == {"type": "json_object"}
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     assert "<text>\nDogs bark.\n</text>" in loopback.user_text(body)
-    assert _header(request, "authorization") == f"Bearer {api_keys['openai']}"
+    assert request.header("authorization") == f"Bearer {api_keys['openai']}"
 
 
 def test_429_then_success_is_retried(loopback, api_keys, make_api_judge):
@@ -169,7 +165,7 @@ def test_missing_key_is_unavailable_unless_custom_server(no_api_keys, loopback):
     with loopback.LoopbackServer() as server:
         judge = get_judge("openai/local", base_url=server.openai_url, cache=False, max_retries=0)
         assert judge.rate_one("t", "dog").score == 7.0
-        assert NO_KEY_PLACEHOLDER in _header(server.requests[0], "authorization")
+        assert NO_KEY_PLACEHOLDER in server.requests[0].header("authorization")
 
 
 def test_injection_is_delimited_and_score_comes_from_server(loopback, api_keys, make_api_judge):
