@@ -160,17 +160,10 @@ def prompt_frame(ctx: RunContext) -> pd.DataFrame:
     rows: dict[tuple[str, int, str], dict[str, object]] = {}
     for split in splits:
         for _key, meta in planned_rows(ctx.config, ctx.graph, split):
-            unit = (meta["concept"], meta["prompt_index"], split)
             rows.setdefault(
-                unit,
-                {
-                    "concept": meta["concept"],
-                    "prompt_index": meta["prompt_index"],
-                    "split": split,
-                    "prompt": meta["prompt"],
-                },
+                (meta["concept"], meta["prompt_index"], split), {**meta, "split": split}
             )
-    return pd.DataFrame(list(rows.values()))
+    return pd.DataFrame(list(rows.values()))[["concept", "prompt_index", "split", "prompt"]]
 
 
 def log_run_inputs(run_id: str, ctx: RunContext, config_path: str | Path) -> None:
@@ -322,13 +315,13 @@ def record_metrics(record: RunRecord) -> dict[str, float | None]:
         metrics[f"mean_classifier_{name}"] = float(np.mean(list(predictor.values())))
     if record.statistics.measurement is not None:
         metrics.update(measurement_metrics(record.statistics.measurement))
-    metrics["n_generations"] = float(record.n_generations)
-    metrics["alpha"] = record.alpha  # α and β are parameters too; as metrics they chart
-    metrics["beta"] = record.beta
-    for synset, values in record.per_concept.items():
-        if values.get("beta") is not None:
-            metrics[f"beta/{synset}"] = values["beta"]
-    return metrics
+    betas = ((synset, values.get("beta")) for synset, values in record.per_concept.items())
+    return metrics | {
+        "n_generations": float(record.n_generations),
+        "alpha": record.alpha,  # α and β are parameters too; as metrics they chart
+        "beta": record.beta,
+        **{f"beta/{synset}": beta for synset, beta in betas if beta is not None},
+    }
 
 
 def _interval_metrics(prefix: str, interval: Interval) -> dict[str, float | None]:
