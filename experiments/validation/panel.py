@@ -93,27 +93,25 @@ def panel_samples(parent: Phase5Run) -> pd.DataFrame:
     """Every generation of the run, with human ratings merged in where they exist."""
     import pandas as pd
 
+    records = parent.scored_generations()
     samples = pd.DataFrame(
-        [
-            {
-                "sample_id": r.key,
-                "concept": r.concept_name,
-                "text": r.text,
-                "delta": r.delta,
-                "strength": r.strength,
-                # The instruction each text continues (the axbench rubric shows it) and what
-                # pairs a steered text with its unsteered twin (0 in a first-release run).
-                "prompt": r.prompt,
-                "synset": r.concept,
-                "arm": r.arm,
-                "prompt_index": r.prompt_index or 0,
-                "sample": r.sample or 0,
-                "split": r.split,
-                # the direction a text was steered along (identify runs; "" otherwise)
-                "vectors": r.vectors or "",
-            }
-            for r in parent.scored_generations()
-        ]
+        {
+            "sample_id": [r.key for r in records],
+            "concept": [r.concept_name for r in records],
+            "text": [r.text for r in records],
+            "delta": [r.delta for r in records],
+            "strength": [r.strength for r in records],
+            # The instruction each text continues (the axbench rubric shows it) and what
+            # pairs a steered text with its unsteered twin (0 in a first-release run).
+            "prompt": [r.prompt for r in records],
+            "synset": [r.concept for r in records],
+            "arm": [r.arm for r in records],
+            "prompt_index": [r.prompt_index or 0 for r in records],
+            "sample": [r.sample or 0 for r in records],
+            "split": [r.split for r in records],
+            # the direction a text was steered along (identify runs; "" otherwise)
+            "vectors": [r.vectors or "" for r in records],
+        }
     )
     human = _human_ratings(parent)
     if human is not None:
@@ -359,18 +357,11 @@ def run_panel_for(
     _samples, result, skipped = rate_run(
         parent, judges, budget, openai_base_url, progress, cache_dir, limit
     )
-    criterion = panel_criterion(
-        result.alpha,
-        result.panel_mean_vs_delta,
-        min_alpha=thresholds.panel_alpha_min,
-        min_r=thresholds.panel_r_min,
-    )
-    criterion_v2 = panel_criterion_v2(
-        result.alpha,
-        result.panel_mean_vs_delta,
-        min_alpha=thresholds.panel_alpha_min,
-        min_r=thresholds.panel_r_min,
-    )
+    criterion, criterion_v2 = (
+        rule(result.alpha, result.panel_mean_vs_delta,
+             min_alpha=thresholds.panel_alpha_min, min_r=thresholds.panel_r_min)
+        for rule in (panel_criterion, panel_criterion_v2)
+    )  # fmt: skip
     log_panel(parent, result, skipped, criterion, budget)
     combined = record_criterion4(
         parent.run_id, panel=criterion, panel_v2=criterion_v2, folder=parent.folder
