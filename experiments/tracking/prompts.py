@@ -25,10 +25,9 @@ PROMPT_NAME = "steer-eval-judge-rubric"
 
 @dataclass(frozen=True)
 class RubricPrompt:
-    """A registered rubric: its registry URI (``prompts:/name/version``) and versions."""
+    """A registered rubric: its registry URI (``prompts:/name/version``) and its version."""
 
     uri: str
-    prompt_version: int
     rubric_version: str
 
 
@@ -67,7 +66,7 @@ def register_rubric(rubric: Rubric) -> RubricPrompt:
     template = rubric_template(rubric)
     for version in _versions(PROMPT_NAME):
         if version.template == template:
-            return RubricPrompt(version.uri, int(version.version), rubric.version)
+            return RubricPrompt(version.uri, rubric.version)
     registered = tracking.client().register_prompt(
         PROMPT_NAME,
         template,
@@ -78,4 +77,4 @@ def register_rubric(rubric: Rubric) -> RubricPrompt:
             "used_by": "steer-eval panel (API judges; the llama judge scores the same question)",
         },
     )
-    return RubricPrompt(registered.uri, int(registered.version), rubric.version)
+    return RubricPrompt(registered.uri, rubric.version)
