@@ -214,25 +214,25 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
             pooled.slope_auroc,
         )
     )
-    if "auroc" in pooled.partial:
+    if pooled.partial.auroc is not None:
         out.append(
             _row(
                 "pooled/partial/auroc",
                 "AUROC slope beside cos(v, v*)",
                 "pooled (exploratory)",
-                pooled.partial["auroc"],
+                pooled.partial.auroc,
                 claim="" if primary is not None else "detection adds to cos(v, v*)",
                 symbol="slope ",
             )
         )
     for m, result in record.manipulations.items():
-        if "auroc" in result.partial:
+        if result.partial.auroc is not None:
             out.append(
                 _row(
                     f"{m}/partial/auroc",
                     "AUROC slope beside cos(v, v*)",
                     f"{m} (exploratory)",
-                    result.partial["auroc"],
+                    result.partial.auroc,
                 )
             )
     interval = record.baseline.interval

@@ -72,9 +72,9 @@ def slopes_figure(record: IdentifyRecord) -> Figure:
     rows: list[tuple[str, str, Interval | None]] = []
     for m, r in record.manipulations.items():
         rows.append((m, "AUROC alone", r.slope_auroc))
-        rows.append((m, "AUROC | cos(v, v*)", r.partial.get("auroc")))
+        rows.append((m, "AUROC | cos(v, v*)", r.partial.auroc))
     rows.append(("pooled", "AUROC alone", record.pooled.slope_auroc))
-    rows.append(("pooled", "AUROC | cos(v, v*)", record.pooled.partial.get("auroc")))
+    rows.append(("pooled", "AUROC | cos(v, v*)", record.pooled.partial.auroc))
     fig: Figure
     fig, ax = plt.subplots(figsize=(7, 0.45 + 0.32 * len(rows)))
     for i, (_m, kind, iv) in enumerate(rows):
@@ -137,9 +137,8 @@ def dose_figure(tables: StudyTables, record: IdentifyRecord) -> Figure:
         left.scatter(
             frame["auroc"], frame["effect_above_null"], s=5, alpha=0.4, color=colours[m], label=m
         )
-        curve = record.manipulations[m].threshold_curve or []  # an open block of rows
-        xs = [r["fraction"] for r in curve if r.get("level") is not None]
-        ys = [r["level"] for r in curve if r.get("level") is not None]
+        reached = [r for r in record.manipulations[m].threshold_curve or [] if r.level is not None]
+        xs, ys = [r.fraction for r in reached], [r.level for r in reached]
         right.plot(xs, ys, marker="o", ms=3, color=colours[m], label=m)
     if mean is not None:
         for f in (0.5, 1.0):

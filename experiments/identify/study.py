@@ -284,7 +284,8 @@ def resumed(
         raise PreregistrationError(f"cannot resume held-out run {run_id}: {exc}") from None
     began = [e for e in run_ledger(stored.results_dir, run_id) if e.get("status") == "started"]
     tags = run.data.tags
-    sha = began[0].get("prereg_sha256") if began else tags.get("identify.prereg_sha256")
+    kept = began[0].get("prereg_sha256") if began else tags.get("identify.prereg_sha256")
+    sha = kept if isinstance(kept, str) else None
     forced = bool(began[0].get("forced")) if began else tags.get("identify.forced") == "true"
     return stored, prereg, forced, check_resume(prereg, stored, run_id, sha)
 

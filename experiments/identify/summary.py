@@ -215,7 +215,7 @@ def subset_lines(sub: SubsetResult) -> list[str]:
 
 def findings(record: IdentifyRecord) -> list[str]:
     pooled = record.pooled
-    partial = pooled.partial.get("auroc")
+    partial = pooled.partial.auroc
     alone = pooled.slope_auroc
     het = pooled.heterogeneity
     lines = ["## Findings", ""]
@@ -322,8 +322,8 @@ def _manipulation_row(m: str, r: ManipulationResult) -> str:
     if cells:  # the minimum effective levels are read on the cells' range, not the levels'
         tested = f"cells {cells[0]:.2f}–{cells[1]:.2f}; {tested}"
     return (
-        f"| {m} | {tested} | {est(r.slope_auroc)} | {est(r.partial.get('auroc'))} | "
-        f"{est(r.partial.get('cos_ref'))} | {share} | {mixed_text} | "
+        f"| {m} | {tested} | {est(r.slope_auroc)} | {est(r.partial.auroc)} | "
+        f"{est(r.partial.cos_ref)} | {share} | {mixed_text} | "
         f"{levels.get('0.5', 'n/a')} | {levels.get('1', 'n/a')} |"
     )
 

@@ -247,6 +247,16 @@ class MinimumLevel(_Block):
         return data
 
 
+class ThresholdPoint(_Block):
+    """The point answer (no bootstrap) for one target fraction of the prompting baseline:
+    the level of AUROC where the effect reaches it, or why there is none."""
+
+    fraction: float
+    target: float
+    status: str
+    level: float | None = None
+
+
 class CurveRow(_Block):
     """One level of a manipulation: means over concepts of every predictor and the
     effect, AUROC's and the effect's with a concept-level interval (its ends None with
@@ -279,12 +289,25 @@ class CurveRow(_Block):
         return data
 
 
+class PartialSlopes(_Block):
+    """The effect's slopes on AUROC and cos(v, v*) together, within concepts."""
+
+    auroc: Interval | None = None
+    cos_ref: Interval | None = None
+
+    def items(self) -> list[tuple[str, Interval]]:
+        """The slopes estimated, by name (a metric's name)."""
+        return [
+            (k, v) for k, v in (("auroc", self.auroc), ("cos_ref", self.cos_ref)) if v is not None
+        ]
+
+
 class PooledResult(BaseModel):
     """Every manipulation's cells together, within concepts."""
 
     n_cells: int
     slope_auroc: Interval  # the effect's slope on AUROC alone
-    partial: dict[str, Interval]  # slopes on AUROC and cos(v, v*) together
+    partial: PartialSlopes  # slopes on AUROC and cos(v, v*) together
     mediation: Mediation
     heterogeneity: Heterogeneity  # do the manipulations' AUROC slopes differ (Wald)?
     heterogeneity_given_cos: Heterogeneity  # the same beside cos(v, v*)
@@ -299,14 +322,14 @@ class ManipulationResult(BaseModel):
     n_cells: int
     n_concepts: int
     slope_auroc: Interval
-    partial: dict[str, Interval]
+    partial: PartialSlopes
     mixed: MixedFit
     mediation: Mediation
     predictors: dict[str, PredictorFit]
     ranking: list[RankRow]
     curve: list[CurveRow]
     minimum_effective: list[MinimumLevel]  # per target fraction of the prompting effect
-    threshold_curve: list[dict[str, object]] | None = None  # the level per fraction
+    threshold_curve: list[ThresholdPoint] | None = None  # the level per fraction
 
 
 class Baseline(BaseModel):

@@ -270,8 +270,8 @@ def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) ->
         est.append(stats.replicate_coefficients(sub, len(xs), whole)[0, 0])
         reps.append(stats.replicate_coefficients(sub, len(xs), draws)[:, 0])
     test = stats.wald_equal(np.array(est), np.stack(reps, axis=1))
-    slopes = {m: float(e) for m, e in zip(names, est, strict=True)}
-    return Heterogeneity.model_validate(plain({"controls": xs[1:], "slopes": slopes, **test}))
+    slopes = {m: stats.finite(e) for m, e in zip(names, est, strict=True)}
+    return test.model_copy(update={"controls": xs[1:], "slopes": slopes})
 
 
 def analyse_manipulation(

@@ -28,14 +28,14 @@ decreasing relation (detection up, steering down) shows as a flat fit: no level.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
 from experiments.identify.estimation.stats import concept_draws
-from experiments.record.identify import MinimumLevel
+from experiments.record.identify import MinimumLevel, ThresholdPoint
 from metrics.intervals import Interval
 
 REACHED, BELOW, NOT_REACHED = "reached", "censored_below", "not_reached"
@@ -141,31 +141,42 @@ def minimum_effective(
         levels.append(lv if s == REACHED else -np.inf if s == BELOW else np.inf)
     shares = {s: statuses.count(s) / len(statuses) for s in (REACHED, BELOW, NOT_REACHED)}
     ends = censored_interval(np.array(levels), confidence, tested)
-    low, high = ends.pop("low", None), ends.pop("high", None)
-    shown = replace(point, low=low, high=high)
-    has = level is not None or low is not None or high is not None
-    return out.model_copy(update={"replicates": shares, "level": shown if has else None, **ends})
+    shown = replace(point, low=ends.low, high=ends.high)
+    has = level is not None or ends.low is not None or ends.high is not None
+    return out.model_copy(update={
+        "replicates": shares, "level": shown if has else None,
+        "low_open": ends.low_open, "high_open": ends.high_open,
+    })  # fmt: skip
 
 
-def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]) -> dict[str, Any]:
+class Censored(NamedTuple):
+    """A percentile interval whose ends may be censored: an open end is the tested edge."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+
+def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]) -> Censored:
     """The percentile interval over every replicate, censored ones at ±∞ (see the module
     docstring): an open end is reported as the tested edge with ``low_open`` /
     ``high_open`` set, never as a number the design did not measure."""
     alpha = (1 - confidence) / 2
     finite = levels[np.isfinite(levels)]
     if not len(levels):
-        return {}
+        return Censored()
     low, high = np.quantile(levels, [alpha, 1 - alpha], method="inverted_cdf")
-    out: dict[str, bool | float | None] = {
-        "low_open": bool(np.isneginf(low)),
-        "high_open": bool(np.isposinf(high)),
-    }
+    low_open, high_open = bool(np.isneginf(low)), bool(np.isposinf(high))
     if np.isposinf(low) or np.isneginf(high) or not len(finite):
-        out.update(low=None, high=None)  # the whole interval is censored on one side
-        return out
-    out["low"] = float(tested[0]) if out["low_open"] else float(low)
-    out["high"] = float(tested[1]) if out["high_open"] else float(high)
-    return out
+        # the whole interval is censored on one side
+        return Censored(None, None, low_open, high_open)
+    return Censored(
+        float(tested[0]) if low_open else float(low),
+        float(tested[1]) if high_open else float(high),
+        low_open,
+        high_open,
+    )
 
 
 def threshold_curve(
@@ -175,7 +186,7 @@ def threshold_curve(
     *,
     x: str = "auroc",
     y: str = "effect_above_null",
-) -> list[dict[str, Any]]:
+) -> list[ThresholdPoint]:
     """The point answer (status, level) for a grid of target fractions (no bootstrap),
     with the concept term."""
     fractions = np.round(np.linspace(0.1, 1.5, 15), 2) if fractions is None else fractions
@@ -190,6 +201,6 @@ def threshold_curve(
     for f in fractions:
         status, level = crossing(x_, y_, float(f) * mean, g_)
         out.append(
-            {"fraction": float(f), "target": float(f) * mean, "status": status, "level": level}
+            ThresholdPoint(fraction=float(f), target=float(f) * mean, status=status, level=level)
         )
     return out

@@ -36,6 +36,7 @@ from typing import TypedDict, cast
 import numpy as np
 import pandas as pd
 
+from experiments.identify.estimation.stats import finite
 from experiments.identify.estimation.variance import demean
 from experiments.identify.stages.directions import REFERENCE
 from experiments.record.identified import (
@@ -445,11 +446,6 @@ def _restricted_slope(
     )
 
 
-def _finite(value: float) -> float | None:
-    """A number as the record stores it: a non-finite one (an undefined r) as None."""
-    return value if np.isfinite(value) else None
-
-
 def identified_analysis(
     frame: pd.DataFrame,
     y: str = "effect",
@@ -491,7 +487,7 @@ def identified_analysis(
         # detection without the name: AUROC on name-free positives
         name_free=NameFreeDetection(
             auroc_name_free=flexible_slope(frame, y, "auroc_name_free", **kw),
-            r_auroc=_finite(real(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1])),
+            r_auroc=finite(real(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1])),
         )
         if named
         else NameFreeDetection(),

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
-from experiments.record.identify import MixedFit, PredictorFit
+from experiments.record.identify import Heterogeneity, MixedFit, PredictorFit
 from experiments.rows import number as real
 from metrics.intervals import Interval, hierarchical_bootstrap, not_evaluable
 from metrics.reliability import spearman_brown
@@ -148,10 +148,11 @@ def replicate_coefficients(
     return _solve(stack[draws].sum(axis=1), k)
 
 
-def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> dict[str, Any]:
-    """Are m slopes equal? Wald statistic of the m − 1 contrasts to the first slope with
-    their bootstrap covariance, referred to χ² with the covariance's rank as its degrees of
-    freedom (directions in which the replicates do not vary are left out, not inverted)."""
+def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> Heterogeneity:
+    """Are m slopes equal (the test's part of a :class:`Heterogeneity` block)? Wald
+    statistic of the m − 1 contrasts to the first slope with their bootstrap covariance,
+    referred to χ² with the covariance's rank as its degrees of freedom (directions in
+    which the replicates do not vary are left out, not inverted)."""
     from scipy.stats import chi2
 
     estimates = np.asarray(estimates, dtype=np.float64)
@@ -159,24 +160,19 @@ def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> dict[str, Any]:
     reps = reps[np.isfinite(reps).all(axis=1)]
     m = len(estimates)
     if m < 2 or len(reps) < 10:
-        return {"evaluable": False, "reason": f"{m} slopes, {len(reps)} replicates"}
+        return Heterogeneity(evaluable=False, reason=f"{m} slopes, {len(reps)} replicates")
     contrast = np.hstack([-np.ones((m - 1, 1)), np.eye(m - 1)])
     d = contrast @ estimates
     cov = np.atleast_2d(np.cov((reps @ contrast.T).T))
     values, vectors = np.linalg.eigh(cov)
     keep = values > 1e-10 * max(float(values.max()), 1e-300)
     if not keep.any():
-        return {"evaluable": False, "reason": "the slopes do not vary across concept draws"}
+        return Heterogeneity(evaluable=False, reason="the slopes do not vary across concept draws")
     projected = vectors[:, keep].T @ d
     stat = float((projected**2 / values[keep]).sum())  # d' Σ⁺ d on Σ's non-null space
     df = int(keep.sum())
-    return {
-        "evaluable": True,
-        "wald": stat,
-        "df": df,
-        "p_value": float(chi2.sf(stat, df)),
-        "replicates": len(reps),
-    }
+    p_value = float(chi2.sf(stat, df))
+    return Heterogeneity(evaluable=True, wald=stat, df=df, p_value=p_value, replicates=len(reps))
 
 
 def demeaned_halves(halves: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -326,7 +322,7 @@ def mixed_model(
                     evaluable=True, formula=formula, random=re or "~1", converged=converged,
                     n=len(data), n_concepts=int(data["concept"].nunique()),
                     terms={
-                        term: {k: _finite(v) for k, v in (
+                        term: {k: finite(v) for k, v in (
                             ("estimate", fit.params[term]), ("low", ci.loc[term, 0]),
                             ("high", ci.loc[term, 1]), ("p_value", fit.pvalues[term]),
                         )}
@@ -342,7 +338,7 @@ def mixed_model(
     return MixedFit(evaluable=False, reason=last or "fit failed", n=len(data))
 
 
-def _finite(value: object) -> float | None:
+def finite(value: object) -> float | None:
     """A fitted number as the record stores it: a non-finite one as None."""
     number = real(value)
     return number if np.isfinite(number) else None

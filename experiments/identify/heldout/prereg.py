@@ -41,7 +41,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
@@ -404,19 +404,23 @@ def _code_paths(prereg_path: Path) -> list[str]:
     return [str(base / p) for p in CODE_PATHS if (base / p).exists()]
 
 
+# One line of a held-out ledger as JSON holds it (``ledger_entry``'s keys; open, because a
+# scoring adds its own: shard, binding, devices, primaries)
+LedgerEntry = dict[str, object]
+
 # What a scoring covers: the whole held-out set (None: an unsharded run), one shard (its
 # number), or the primary scored once on the pooled shards.
 Scope = int | str | None
 POOLED = "pooled"
 
 
-def scope_of(entry: dict[str, Any]) -> Scope:
+def scope_of(entry: LedgerEntry) -> Scope:
     """What a ledger entry (or an MLflow run's row) scored: ``pooled``, its shard, or None
     (the whole held-out set; every entry written before shards existed)."""
     if entry.get("status") == POOLED:
         return POOLED
     shard = entry.get("shard")
-    return None if shard is None or shard == "" else int(shard)
+    return None if shard is None or shard == "" else int(str(shard))
 
 
 def conflicts(earlier: Scope, new: Scope) -> bool:
@@ -426,7 +430,7 @@ def conflicts(earlier: Scope, new: Scope) -> bool:
     return earlier is None or new is None or earlier == new
 
 
-def read_ledgers(paths: list[Path], sha256: str) -> list[dict[str, Any]]:
+def read_ledgers(paths: list[Path], sha256: str) -> list[LedgerEntry]:
     """The entries of this pre-registration in the ledger files that exist."""
     found = []
     for ledger in paths:
@@ -471,7 +475,7 @@ def heldout_scorings(
     results_dir: str | Path,
     scope: Scope = None,
     ledgers: tuple[Path, ...] = (),
-) -> list[dict[str, Any]]:
+) -> list[LedgerEntry]:
     """Earlier held-out scorings of this pre-registration (MLflow, the local ledger and
     ``ledgers``: the committed copies of shards' ledger lines) that conflict with a new
     scoring of ``scope`` (:func:`conflicts`)."""
@@ -523,7 +527,7 @@ def check_heldout(
     config: IdentifyStudyConfig | None = None,
     scope: Scope = None,
     ledgers: tuple[Path, ...] = (),
-) -> list[dict[str, Any]]:
+) -> list[LedgerEntry]:
     """Refuse a held-out run that is not allowed (see the module docstring); return the
     earlier scorings, started or finished (non-empty only when forced), of what this one
     scores (``scope``: the whole set, shard K, or the pooled primary)."""
@@ -559,7 +563,7 @@ def ledger_entry(
     forced: bool,
     status: str,
     **extra: object,
-) -> dict[str, Any]:
+) -> LedgerEntry:
     """One line of the held-out ledger: ``started`` (the intent to score, written before
     the first held-out cell), ``resumed`` (the checks of a new run passed again),
     ``scored``, or ``pooled`` (the primary on the pooled shards; no run of its own)."""
@@ -575,7 +579,7 @@ def ledger_entry(
     }
 
 
-def record_heldout(results_dir: str | Path, entry: dict[str, Any]) -> None:
+def record_heldout(results_dir: str | Path, entry: LedgerEntry) -> None:
     """Append ``entry`` to the local ledger (fsynced: the source of truth), then mirror
     its run's entries to the run in MLflow (:func:`mirror_ledger`)."""
     from experiments.rundir import append_jsonl
@@ -587,7 +591,7 @@ def record_heldout(results_dir: str | Path, entry: dict[str, Any]) -> None:
         mirror_ledger(str(entry["run_id"]), results_dir)
 
 
-def run_ledger(results_dir: str | Path, run_id: str) -> list[dict[str, Any]]:
+def run_ledger(results_dir: str | Path, run_id: str) -> list[LedgerEntry]:
     """The local ledger's entries of one run, in the order they were written."""
     from experiments.rundir import read_jsonl
 

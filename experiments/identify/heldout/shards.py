@@ -32,7 +32,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,7 @@ from experiments.answer import estimate_of
 from experiments.identify.heldout.prereg import (
     LEDGER,
     POOLED,
+    LedgerEntry,
     Preregistration,
     PreregistrationError,
     check_heldout,
@@ -396,7 +397,7 @@ class PoolInputs:
     """What a pooled scoring was checked against and reads: the earlier scorings of this
     pre-registration (a forced one has some) and every finished shard."""
 
-    earlier: list[dict[str, Any]]
+    earlier: list[LedgerEntry]
     shards: list[ShardRun]
 
 

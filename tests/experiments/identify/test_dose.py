@@ -10,6 +10,7 @@ from experiments.identify.estimation.dose import (
     BELOW,
     NOT_REACHED,
     REACHED,
+    Censored,
     censored_interval,
     crossing,
     minimum_effective,
@@ -81,9 +82,9 @@ def test_too_few_concepts_is_a_record_block_that_says_why():
 
 def test_the_threshold_curve_rises_with_the_target():
     curve = threshold_curve(cells(), {f"c{c}": 0.3 for c in range(12)})
-    levels = [r["level"] for r in curve if r["status"] == REACHED]
+    levels = [r.level for r in curve if r.status == REACHED]
     assert levels == sorted(levels) and len(levels) >= 5
-    assert curve[-1]["status"] == NOT_REACHED  # 1.5 × 0.3 = 0.45 > the largest effect, 0.4
+    assert curve[-1].status == NOT_REACHED  # 1.5 × 0.3 = 0.45 > the largest effect, 0.4
 
 
 def test_a_concept_tested_only_at_high_auroc_does_not_bias_the_level():
@@ -118,15 +119,16 @@ def test_the_interval_counts_censored_replicates_and_says_where_it_is_open():
     tested = [0.6, 0.9]
     levels = np.r_[np.full(10, -np.inf), np.linspace(0.65, 0.85, 80), np.full(10, np.inf)]
     both = censored_interval(levels, 0.95, tested)
-    assert both == {"low_open": True, "high_open": True, "low": 0.6, "high": 0.9}
+    assert both == Censored(low=0.6, high=0.9, low_open=True, high_open=True)
     inner = censored_interval(np.linspace(0.65, 0.85, 100), 0.95, tested)
-    assert not inner["low_open"] and 0.65 <= inner["low"] < inner["high"] <= 0.85
+    assert not inner.low_open and inner.low is not None and inner.high is not None
+    assert 0.65 <= inner.low < inner.high <= 0.85
     # reached in few replicates: a lower bound, open above
     mostly = censored_interval(np.r_[np.full(90, np.inf), [0.7] * 10], 0.95, tested)
-    assert mostly["low"] == 0.7 and mostly["high_open"] and mostly["high"] == 0.9
+    assert mostly.low == 0.7 and mostly.high_open and mostly.high == 0.9
     # reached in almost none: no interval, said so
     never = censored_interval(np.r_[np.full(99, np.inf), [0.7]], 0.95, tested)
-    assert never["low"] is None and never["high"] is None
+    assert never.low is None and never.high is None
     from experiments.identify.summary import level_text
 
     text = level_text(out)

@@ -147,8 +147,8 @@ def test_disattenuation_divides_by_the_reliabilities():
 def test_the_wald_test_tells_equal_slopes_from_different_ones():
     rng = np.random.default_rng(0)
     same = rng.normal([1.0, 1.0, 1.0], 0.1, size=(500, 3))
-    assert stats.wald_equal(np.array([1.0, 1.02, 0.98]), same)["p_value"] > 0.5
-    assert stats.wald_equal(np.array([1.0, 2.0, 0.98]), same)["p_value"] < 1e-6
+    assert stats.wald_equal(np.array([1.0, 1.02, 0.98]), same).p_value > 0.5
+    assert stats.wald_equal(np.array([1.0, 2.0, 0.98]), same).p_value < 1e-6
 
 
 def test_the_draws_are_the_hierarchical_bootstraps_own():
