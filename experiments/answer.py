@@ -26,10 +26,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.rundir import neutralise
 from metrics.intervals import Interval
+
+if TYPE_CHECKING:
+    from experiments.record.phase5 import SteeredIntervention
 
 ANSWER_HEADING = "## The answer"
 # Where the answer block ends in a text that continues (the MLflow run description).
@@ -110,23 +113,19 @@ def direction_origin(vector_source: str, predictor: str) -> DirectionOrigin:
     )
 
 
-def intervention_words(layer: int, intervention: Mapping[str, Any] | None) -> str:
+def intervention_words(layer: int, intervention: SteeredIntervention | None) -> str:
     """Where and how a run steered, exactly: ``at layer 9`` for one layer at α·β, or a
     vector file as deployed (``steering.layers``/``scale``, the record's
     ``diagnostics.intervention``): its layers, what each adds per strength s, the
     coefficient, and at the run's layer the β that amounts to (k·‖v‖/α)."""
-    if not intervention:
+    if intervention is None:
         return f"at layer {layer}"
-    layers = [int(n) for n in intervention.get("layers", [])]
+    layers = intervention.layers
     shown = ", ".join(map(str, layers))
     where = f"at layer {shown}" if len(layers) == 1 else f"at layers {shown} in one pass"
-    if intervention.get("scale") == "file":
-        k = float(intervention.get("coefficient") or 0.0)
-        betas = [
-            float(b[str(layer)])
-            for b in (intervention.get("betas") or {}).values()
-            if str(layer) in b
-        ]
+    if intervention.scale == "file":
+        k = intervention.coefficient or 0.0
+        betas = [b[str(layer)] for b in intervention.betas.values() if str(layer) in b]
         span = f"{min(betas):.3f}" if betas else "n/a"
         if len(betas) > 1 and f"{max(betas):.3f}" != span:
             span += f"-{max(betas):.3f}"
@@ -136,11 +135,11 @@ def intervention_words(layer: int, intervention: Mapping[str, Any] | None) -> st
             f"{adds} (steering.scale: file, coefficient {k:g}; at layer {layer}, where α is "
             f"measured, that is β = k·‖v‖/α = {span})"
         )
-    beta = intervention.get("beta")
+    beta = intervention.beta
     return (
         f"{where}, each layer's vector normalised and steered at s·β·α_l "
         f"(β = {beta:g}, α_l that layer's median residual norm)"
-        if isinstance(beta, int | float)
+        if beta is not None
         else where
     )
 

@@ -29,7 +29,7 @@ from experiments.answer import (
 from experiments.kernel.layer_table import answer_table, undistinguished
 from experiments.kernel.outcomes import OUTCOMES
 from experiments.kernel.plan import CONCEPT_ARM
-from experiments.record import ArmEffect, RunRecord
+from experiments.record import ArmEffect, RunRecord, steered_intervention
 from experiments.record.phase5 import NO_INTERVAL
 from experiments.rows import number as real
 from metrics.criteria import C1_DIRECTION
@@ -98,8 +98,7 @@ def question(record: RunRecord) -> str:
 def steered_where(record: RunRecord) -> str:
     """``at layer N``, or a vector file's deployed intervention in full (its layers,
     scale and coefficient: ``experiments.answer.intervention_words``)."""
-    found = record.diagnostics.get("intervention")
-    return intervention_words(record.layer, found if isinstance(found, dict) else None)
+    return intervention_words(record.layer, steered_intervention(record.diagnostics))
 
 
 def verdicts(record: RunRecord) -> list[Verdict]:

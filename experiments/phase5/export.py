@@ -32,6 +32,7 @@ from experiments.concepts import ConceptGraph
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import FORMAT_AXIS_FILE, ProbeSet, load_format_axis, probe_path
 from experiments.kernel.vectors import as_deployed, concept_vectors, imported_layers
+from experiments.record import steered_intervention
 from experiments.rundir import RunDir
 from steering.files import give_file_mode
 from steering.probes import LinearProbe
@@ -148,10 +149,10 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
     hidden = len(next(iter(probes.probes.values())).weight)
     layered, alphas = None, None
     if as_deployed(config):  # the file read again, each layer's α_l from the record
-        found = record.diagnostics.get("intervention")
-        if not isinstance(found, dict):
+        found = steered_intervention(record.diagnostics)
+        if found is None:
             raise ExportError(f"run {run_dir.run_id}'s record lacks its intervention")
-        alphas = {int(n): float(a) for n, a in found["alphas"].items()}
+        alphas = {int(n): a for n, a in found.alphas.items()}
         layered = imported_layers(config, graph, hidden, record.layer)
     vectors = concept_vectors(
         config, graph, probes, record.layer, record.alpha, record.model_id, hidden,

@@ -13,7 +13,7 @@ import pandas as pd
 
 from experiments.answer import direction_origin, status_word
 from experiments.kernel.effect import SIGNS
-from experiments.record import RunRecord
+from experiments.record import RunRecord, predictor_values
 from experiments.record.phase5 import NO_INTERVAL
 
 if TYPE_CHECKING:
@@ -294,12 +294,11 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]) -> Figure 
     )
     any_x_interval = any_hollow = False
     placements = []
+    xs = predictor_values(record.predictors, name)  # f1_raw falls back to an old run's f1
     for ax, label in zip(axes[0], signs, strict=True):
         points, labels, shown = [], [], []
         for synset, values in sorted(record.per_concept.items()):
-            x = record.predictors.get(synset, {}).get(name)
-            if x is None and name == "f1_raw":
-                x = record.predictors.get(synset, {}).get("f1")
+            x = xs.get(synset)
             y = values.get(f"above_null_{label}")
             if x is None or y is None:
                 continue

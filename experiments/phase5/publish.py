@@ -51,6 +51,7 @@ from experiments.record import (
     RunRecord,
     RunStatistics,
     figure_number,
+    steered_intervention,
 )
 from experiments.record.phase5 import NO_INTERVAL
 from experiments.rows import View, aggregates, columns, number
@@ -124,14 +125,10 @@ def parent_params(ctx: RunContext, n_concepts: int) -> dict[str, object]:
 def deployed_params(ctx: RunContext) -> dict[str, object]:
     """A vector file steered as deployed: the layers it steered (resolved from the file),
     its scale and coefficient, as headline parameters beside ``layer`` (the run's)."""
-    found = ctx.diagnostics.get("intervention")
-    if not isinstance(found, dict):
+    found = steered_intervention(ctx.diagnostics)
+    if found is None:
         return {}
-    return {
-        "steered_layers": found["layers"],
-        "scale": found["scale"],
-        "coefficient": found["coefficient"],
-    }
+    return {"steered_layers": found.layers, "scale": found.scale, "coefficient": found.coefficient}
 
 
 def run_name(config: Phase5Config, model_id: str, layer: int) -> str:

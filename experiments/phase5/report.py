@@ -20,7 +20,7 @@ from experiments.kernel.effect import SIGNS
 from experiments.kernel.outcomes import OUTCOMES, Outcome
 from experiments.phase5.answer import answer_of
 from experiments.phase5.figures import plots, reviewer_figures, specificity_figure
-from experiments.record import Measurement, RunRecord, RunStatistics
+from experiments.record import Measurement, RunRecord, RunStatistics, steered_intervention
 from experiments.rows import View, aggregates
 from experiments.rows import number as real
 from experiments.rundir import RunDir
@@ -92,10 +92,8 @@ def generation_speed(tps: float) -> str:
 
 def deployed_line(ctx: RunContext) -> list[str]:
     """A vector file steered as deployed: the intervention in the answer's words."""
-    found = ctx.diagnostics.get("intervention")
-    if not isinstance(found, dict):
-        return []
-    return [f"- steered {intervention_words(ctx.layer, found)}"]
+    found = steered_intervention(ctx.diagnostics)
+    return [] if found is None else [f"- steered {intervention_words(ctx.layer, found)}"]
 
 
 def summary_markdown(

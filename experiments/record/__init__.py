@@ -78,8 +78,10 @@ from experiments.record.phase5 import (
     NullEffect,
     RunRecord,
     RunStatistics,
+    SteeredIntervention,
     figure_number,
     predictor_values,
+    steered_intervention,
 )
 from experiments.record.pooled import (
     ExploratoryRecord,
@@ -146,10 +148,12 @@ __all__ = [
     "ReferenceGapSummary",
     "RunRecord",
     "RunStatistics",
+    "SteeredIntervention",
     "SubsetAgreement",
     "SubsetResult",
     "figure_number",
     "plain",
     "predictor_values",
     "read_record",
+    "steered_intervention",
 ]

@@ -246,6 +246,28 @@ class LayerChoice(BaseModel):
     seconds: float = Field(0.0, description="what choosing took: probes, texts, scoring")
 
 
+class SteeredIntervention(_Block):
+    """A vector file steered as deployed (``steering.layers``, ``scale: file``), as the
+    record's ``diagnostics.intervention`` keeps it (``kernel/vectors.Intervention``)."""
+
+    layer: int  # the run's layer, where α is measured
+    layers: list[int]  # every layer steered in one pass
+    scale: str  # file: the file's own vectors × coefficient; else normalised at β·α_l
+    coefficient: float | None = None
+    beta: float | None = None
+    alphas: dict[str, float] = Field(default_factory=dict)  # layer -> median residual norm
+    norms: dict[str, dict[str, float]] = Field(default_factory=dict)  # concept -> layer -> ‖v‖
+    betas: dict[str, dict[str, float]] = Field(default_factory=dict)  # what each amounts to
+    adds: str = ""  # what the hooks add, in words
+
+
+def steered_intervention(diagnostics: Mapping[str, object]) -> SteeredIntervention | None:
+    """The intervention a run steered with, read typed from its diagnostics; None for one
+    layer at α·β."""
+    found = diagnostics.get("intervention")
+    return SteeredIntervention.model_validate(found) if isinstance(found, dict) else None
+
+
 class RunRecord(BaseModel):
     """What a finished run measured, with the config that produced it."""
 
