@@ -210,7 +210,7 @@ def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
                 "per_concept": table.to_dict("records"),
                 "agreement": agreement(result),
                 "totals": result.totals,
-                "identify_validity": validity,
+                "identify_validity": validity.stored() if validity is not None else None,
             }
         )
         return

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from experiments.identify.estimation.rubric import RubricValidity
     from experiments.validation.runs import Phase5Run
     from judges.panel import PanelResult
 
@@ -35,7 +36,7 @@ class AxbenchOutcome(NamedTuple):
     result: PanelResult
     table: pd.DataFrame  # one row per concept × sign
     skipped: dict[str, str]  # judges that could not run here, and why
-    validity: dict[str, Any] | None  # an identify run's: identify.rubric.rubric_validity
+    validity: RubricValidity | None  # an identify run's: identify.rubric.rubric_validity
 
 
 def _sign(strength: float) -> str:
@@ -122,7 +123,7 @@ def log_axbench(
     table: pd.DataFrame,
     skipped: dict[str, str],
     budget: float | None,
-    validity: dict[str, Any] | None = None,
+    validity: RubricValidity | None = None,
 ) -> str:
     """The table in the run folder (``axbench_scores.csv``) and one ``judge-panel-axbench``
     child run (a rerun updates it): scores, agreement, the rubric in the prompt registry;
@@ -130,8 +131,8 @@ def log_axbench(
     note)."""
     import json
 
-    from experiments import tracking
-    from experiments.kernel.publisher import append_child
+    from experiments.identify.estimation.rubric import validity_lines, validity_metrics
+    from experiments.kernel.publisher import ChildUpdate, update_child
     from experiments.rundir import RunDir
     from experiments.tracking.prompts import register_rubric
     from judges import AXBENCH_RUBRIC
@@ -139,44 +140,44 @@ def log_axbench(
     csv_text = table_csv(table)
     if parent.folder.exists():
         parent.folder.file(RunDir.AXBENCH).write_text(csv_text)
-    found = parent.find_child(CHILD_PHASE)
-    with append_child(parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found) as (
-        child,
-        _,
-    ):
-        c = tracking.client()
-        c.set_tag(child, "panel.judges", ", ".join(result.judges))
-        c.set_tag(child, "panel.skipped", json.dumps(skipped) if skipped else "none")
-        params = {"judges": result.judges, "budget_usd": budget, "rubric": "axbench"}
-        for judge, desc in result.judge_params.items():
-            params.update({f"judge.{judge}.{k}": v for k, v in desc.items()})
-        tracking.log_new_params(child, params)
-        metrics = {f"agreement/{k}": v for k, v in agreement(result).items() if v is not None}
-        for column in (c for c in table.columns if ":" in c):
-            for sign, rows in table.groupby("sign"):
-                values = rows[column].astype(float).dropna()
-                if len(values):
-                    metrics[f"{column.replace(':', '/')}/{sign}"] = float(values.mean())
-        metrics.update({f"total_{k}": float(v) for k, v in result.totals.items()})
-        tracking.log_metrics(child, metrics)
-        rubric = register_rubric(AXBENCH_RUBRIC)
-        tracking.log_new_params(child, {"rubric_version": rubric.rubric_version})
-        c.set_tag(child, "panel.rubric_prompt", rubric.uri)
-        tracking.overwrite_table(child, result.scores, "judge_scores.json")
-        tracking.overwrite_table(child, table, "axbench_per_concept.json")
-        c.log_text(child, csv_text, RunDir.AXBENCH)
-        if validity is not None:
-            from experiments.identify.estimation.rubric import validity_lines, validity_metrics
+    metrics = {f"agreement/{k}": v for k, v in agreement(result).items() if v is not None}
+    for column in (c for c in table.columns if ":" in c):
+        for sign, rows in table.groupby("sign"):
+            values = rows[column].astype(float).dropna()
+            if len(values):
+                metrics[f"{column.replace(':', '/')}/{sign}"] = float(values.mean())
+    metrics.update({f"total_{k}": float(v) for k, v in result.totals.items()})
+    params: dict[str, object] = {"judges": result.judges, "budget_usd": budget, "rubric": "axbench"}
+    for judge, desc in result.judge_params.items():
+        params.update({f"judge.{judge}.{k}": v for k, v in desc.items()})
+    files = {RunDir.AXBENCH: csv_text}
+    note = ""
+    if validity is not None:
+        metrics.update(validity_metrics(validity))
+        files[RunDir.AXBENCH_IDENTIFY] = json.dumps(validity.stored(), indent=1)
+        lines = "\n".join(f"- {line.strip()}" for line in validity_lines(validity))
+        note = f"# AxBench rubric on identify\n\n{lines}\n"
 
-            tracking.log_metrics(child, validity_metrics(validity))
-            c.log_text(child, json.dumps(validity, indent=1), RunDir.AXBENCH_IDENTIFY)
-            tracking.set_note(
-                child,
-                "# AxBench rubric on identify\n\n"
-                + "\n".join(f"- {line.strip()}" for line in validity_lines(validity))
-                + "\n",
-            )
-    return child
+    def build(_child: str, _step: int) -> ChildUpdate:
+        rubric = register_rubric(AXBENCH_RUBRIC)
+        return ChildUpdate(
+            tags={
+                "panel.judges": ", ".join(result.judges),
+                "panel.skipped": json.dumps(skipped) if skipped else "none",
+                "panel.rubric_prompt": rubric.uri,
+            },
+            params={**params, "rubric_version": rubric.rubric_version},
+            metrics=metrics,
+            prompts=[rubric.uri],
+            tables={"judge_scores.json": result.scores, "axbench_per_concept.json": table},
+            files=files,
+            note=note,
+        )
+
+    return update_child(
+        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME,
+        parent.find_child(CHILD_PHASE), "axbench.runs", build,
+    )  # fmt: skip
 
 
 def run_axbench_for(
@@ -213,7 +214,7 @@ def run_axbench_for(
 
 def identify_validity(
     parent: Phase5Run, samples: pd.DataFrame, result: PanelResult, n_boot: int = 2000
-) -> dict[str, Any]:
+) -> RubricValidity:
     """For an identify run: the rubric as an outcome of the direction among good
     directions (``identify.rubric.rubric_validity``: its split-half reliability and its
     disattenuated agreement with the likelihood and the gated Δ), written to the run
@@ -246,6 +247,6 @@ def identify_validity(
         n_boot=n_boot,
         seed=parent.config.seed,
     )
-    validity["judges"] = list(result.judges)
-    folder.write_json(RunDir.AXBENCH_IDENTIFY, validity)
+    validity.judges = list(result.judges)
+    folder.write_json(RunDir.AXBENCH_IDENTIFY, validity.stored())
     return validity

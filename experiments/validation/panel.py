@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -211,6 +212,12 @@ def log_panel(
     return child
 
 
+def cell_text(value: object) -> str:
+    """A text cell of the judge-score table: "" where it is missing (None, or the NaN
+    pandas reads an empty string cell as), never the word "nan"."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
 def attach_judge_feedback(
     parent: Phase5Run, scores: pd.DataFrame, rubric: RubricPrompt
 ) -> dict[str, int]:
@@ -235,17 +242,17 @@ def attach_judge_feedback(
             Feedback(
                 RELATEDNESS,
                 None if abstained else float(score),
-                rationale=str(raw or "") or None,
+                rationale=cell_text(raw) or None,
                 metadata={
                     "judge": judge,
-                    "model": model or "",
+                    "model": cell_text(model),
                     "rubric_version": rubric.rubric_version,
                     "rubric_prompt": rubric.uri,
                     "cost_usd": cost,
                     "cache_hit": bool(cache_hit),
                     "scale": "0-10",
                 },
-                error=(error or "the judge abstained") if abstained else None,
+                error=(cell_text(error) or "the judge abstained") if abstained else None,
             )
         )
     counts = attach_feedback(

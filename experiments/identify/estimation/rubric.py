@@ -23,15 +23,17 @@ in ``docs/identify.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.identify.estimation import stats
 from experiments.identify.estimation.analysis import GOOD_COS
 from experiments.identify.estimation.cells import measure_halves
 from experiments.identify.estimation.crosscheck import canonical, unit_halves
+from experiments.record.identify import PredictorFit
+from metrics.intervals import Interval
 
 TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
 RUBRIC = "hm_effect"  # the rubric outcome of one text: its hm less its twin's
@@ -68,6 +70,32 @@ def rubric_units(samples: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+class RubricValidity(BaseModel):
+    """What :func:`rubric_validity` found (``RunDir.AXBENCH_IDENTIFY`` in the run folder):
+    the rubric's and the likelihood's reliabilities among good directions, their
+    agreements, and each good direction's means; ``judges`` the panel that rated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    good_cos: float = GOOD_COS
+    n_texts: int
+    n_directions: int
+    n_concepts: int
+    evaluable: bool
+    reason: str | None = None
+    reliability_rubric: Interval | None = None
+    reliability_likelihood: Interval | None = None
+    agreement_likelihood: PredictorFit | None = None
+    reliability_generated: Interval | None = None
+    agreement_generated: PredictorFit | None = None
+    per_direction: list[dict[str, str | int | float]] = Field(default_factory=list)
+    judges: list[str] = Field(default_factory=list)
+
+    def stored(self) -> dict[str, object]:
+        """The JSON the run folder and the child run keep: the fields the study set."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 def rubric_validity(
     units: pd.DataFrame,
     directions: pd.DataFrame,
@@ -75,7 +103,7 @@ def rubric_validity(
     *,
     n_boot: int,
     seed: int,
-) -> dict[str, Any]:
+) -> RubricValidity:
     """The rubric's reliability among good directions and its agreement with the
     likelihood (and with the generated Δ when ``units`` carries ``e_gated``).
 
@@ -101,37 +129,36 @@ def rubric_validity(
         how="inner",
     )
     good = frame[frame["cos_ref"] >= GOOD_COS].reset_index(drop=True)
-    out: dict[str, Any] = {
-        "good_cos": GOOD_COS,
-        "n_texts": int(good["n_texts"].sum()) if len(good) else 0,
-        "n_directions": len(good),
-        "n_concepts": int(good["concept"].nunique()),
-    }
-    if good["concept"].nunique() < 2:
-        out["evaluable"] = False
-        out["reason"] = (
-            f"{good['concept'].nunique()} concepts with rated good directions "
-            f"(cos(v, v*) ≥ {GOOD_COS}); at least 2 are needed"
-        )
-        return out
+    n_concepts = int(good["concept"].nunique())
+    found = RubricValidity(
+        good_cos=GOOD_COS,
+        n_texts=int(good["n_texts"].sum()) if len(good) else 0,
+        n_directions=len(good),
+        n_concepts=n_concepts,
+        evaluable=n_concepts >= 2,
+    )
+    if n_concepts < 2:
+        why = (f"{n_concepts} concepts with rated good directions (cos(v, v*) ≥ {GOOD_COS}); "
+               "at least 2 are needed")  # fmt: skip
+        return found.model_copy(update={"reason": why})
     rated = units.dropna(subset=[RUBRIC])
     rubric_halves = unit_halves(rated, good, RUBRIC, seed, name="rubric-halves")
     order = {str(c): list(g["direction"]) for c, g in good.groupby("concept", sort=True)}
     likelihood_halves = measure_halves(dict(pairs), order, seed, LIKELIHOOD)
-    boot = {"n_boot": n_boot, "seed": seed}
-    out["evaluable"] = True
-    out["reliability_rubric"] = stats.within_reliability(rubric_halves, **boot).to_dict()
-    out["reliability_likelihood"] = stats.within_reliability(likelihood_halves, **boot).to_dict()
-    out["agreement_likelihood"] = stats.disattenuated_within(
-        good, RUBRIC, LIKELIHOOD, rubric_halves, likelihood_halves, **boot
-    ).model_dump()
+    found.reliability_rubric = stats.within_reliability(rubric_halves, n_boot=n_boot, seed=seed)
+    found.reliability_likelihood = stats.within_reliability(
+        likelihood_halves, n_boot=n_boot, seed=seed
+    )
+    found.agreement_likelihood = stats.disattenuated_within(
+        good, RUBRIC, LIKELIHOOD, rubric_halves, likelihood_halves, n_boot=n_boot, seed=seed
+    )
     if GENERATED in good and good[GENERATED].notna().any():
         gen_halves = unit_halves(units, good, GENERATED, seed)
-        out["reliability_generated"] = stats.within_reliability(gen_halves, **boot).to_dict()
-        out["agreement_generated"] = stats.disattenuated_within(
-            good, RUBRIC, GENERATED, rubric_halves, gen_halves, **boot
-        ).model_dump()
-    out["per_direction"] = [
+        found.reliability_generated = stats.within_reliability(gen_halves, n_boot=n_boot, seed=seed)
+        found.agreement_generated = stats.disattenuated_within(
+            good, RUBRIC, GENERATED, rubric_halves, gen_halves, n_boot=n_boot, seed=seed
+        )
+    found.per_direction = [
         {
             "direction": str(d),
             "n_concepts": int(g["concept"].nunique()),
@@ -141,59 +168,61 @@ def rubric_validity(
         }
         for d, g in good.groupby("direction", sort=True)
     ]
-    return out
+    return found
 
 
-def validity_lines(result: Mapping[str, Any]) -> list[str]:
+def validity_lines(result: RubricValidity) -> list[str]:
     """The result in a few lines (the CLI and the panel child run's note)."""
 
-    def fmt(block: Mapping[str, Any] | None) -> str:
-        if not block or block.get("estimate") is None:
-            reason = (block or {}).get("reason") or "not evaluable"
-            return f"n/a ({reason})"
-        return f"{block['estimate']:+.3f} [{block['low']:+.3f}, {block['high']:+.3f}]"
+    def fmt(block: Interval | None) -> str:
+        ends = block.ends() if block is not None else None
+        if ends is None:
+            return f"n/a ({(block.reason if block else '') or 'not evaluable'})"
+        return f"{ends[0]:+.3f} [{ends[1]:+.3f}, {ends[2]:+.3f}]"
 
-    if not result.get("evaluable"):
-        return [f"AxBench rubric on identify: not evaluable ({result.get('reason', '')})"]
+    if not result.evaluable:
+        return [f"AxBench rubric on identify: not evaluable ({result.reason or ''})"]
     lines = [
-        f"AxBench rubric among good directions (cos(v, v*) ≥ {result['good_cos']}; "
-        f"{result['n_directions']} directions of {result['n_concepts']} concepts, "
-        f"{result['n_texts']} texts), within-concept split-half reliability:",
-        f"  rubric (hm, paired) {fmt(result['reliability_rubric'])}; likelihood (s = +1) "
-        f"{fmt(result['reliability_likelihood'])}"
+        f"AxBench rubric among good directions (cos(v, v*) ≥ {result.good_cos}; "
+        f"{result.n_directions} directions of {result.n_concepts} concepts, "
+        f"{result.n_texts} texts), within-concept split-half reliability:",
+        f"  rubric (hm, paired) {fmt(result.reliability_rubric)}; likelihood (s = +1) "
+        f"{fmt(result.reliability_likelihood)}"
         + (
-            f"; generated Δ (gated) {fmt(result['reliability_generated'])}"
-            if "reliability_generated" in result
+            f"; generated Δ (gated) {fmt(result.reliability_generated)}"
+            if result.reliability_generated is not None
             else ""
         ),
     ]
-    for key, name in (("agreement_likelihood", "likelihood"), ("agreement_generated", "Δ")):
-        if key in result:
-            block = result[key]
+    for block, name in ((result.agreement_likelihood, "likelihood"),
+                        (result.agreement_generated, "Δ")):  # fmt: skip
+        if block is not None:
             lines.append(
-                f"  within-concept r with the {name}: {fmt(block['observed'])}, "
-                f"disattenuated {fmt(block['corrected'])}"
+                f"  within-concept r with the {name}: {fmt(block.observed)}, "
+                f"disattenuated {fmt(block.corrected)}"
             )
     return lines
 
 
-def validity_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+def validity_metrics(result: RubricValidity) -> dict[str, float]:
     """MLflow metrics ``rubric/<name>`` (with ``_low`` and ``_high``): the reliabilities
     and the agreements, observed and disattenuated; none when not evaluable."""
-    blocks: dict[str, Mapping[str, Any]] = {}
-    for key in ("reliability_rubric", "reliability_likelihood", "reliability_generated"):
-        if key in result:
-            blocks[key] = result[key]
-    for key in ("agreement_likelihood", "agreement_generated"):
-        if key in result:
-            blocks[f"{key}_observed"] = result[key]["observed"]
-            blocks[f"{key}_disattenuated"] = result[key]["corrected"]
+    blocks = {
+        "reliability_rubric": result.reliability_rubric,
+        "reliability_likelihood": result.reliability_likelihood,
+        "reliability_generated": result.reliability_generated,
+    }
+    for name, fit in (("agreement_likelihood", result.agreement_likelihood),
+                      ("agreement_generated", result.agreement_generated)):  # fmt: skip
+        if fit is not None:
+            blocks[f"{name}_observed"] = fit.observed
+            blocks[f"{name}_disattenuated"] = fit.corrected
     out: dict[str, float] = {}
     for name, block in blocks.items():
-        if block.get("estimate") is None:
+        if block is None or block.estimate is None:
             continue
-        out[f"rubric/{name}"] = float(block["estimate"])
-        for side in ("low", "high"):
-            if block.get(side) is not None:
-                out[f"rubric/{name}_{side}"] = float(block[side])
+        out[f"rubric/{name}"] = float(block.estimate)
+        for side, value in (("low", block.low), ("high", block.high)):
+            if value is not None:
+                out[f"rubric/{name}_{side}"] = float(value)
     return out

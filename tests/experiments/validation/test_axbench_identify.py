@@ -137,14 +137,14 @@ def test_a_judge_that_reads_the_direction_is_reliable_and_agrees_with_the_likeli
     outcome, sent = rate(run_id, tmp_path, kit, monkeypatch, marker_judge)
     assert sent == len(CONCEPTS) * PROMPTS * SAMPLES * (len(COS) + 1)  # every text once
     v = outcome.validity
-    assert v is not None and v["evaluable"]
-    assert v["n_directions"] == 9 and v["n_concepts"] == 3  # the 90° direction is not good
-    assert v["n_texts"] == 9 * PROMPTS * SAMPLES
-    assert v["reliability_rubric"]["estimate"] > 0.9
-    assert v["reliability_likelihood"]["estimate"] > 0.9
-    assert v["agreement_likelihood"]["observed"]["estimate"] > 0.9
-    assert v["agreement_generated"]["observed"]["estimate"] > 0.9
-    by = {r["direction"]: r for r in v["per_direction"]}
+    assert v is not None and v.evaluable
+    assert v.n_directions == 9 and v.n_concepts == 3  # the 90° direction is not good
+    assert v.n_texts == 9 * PROMPTS * SAMPLES
+    assert v.reliability_rubric is not None and v.reliability_rubric.estimate > 0.9
+    assert v.reliability_likelihood is not None and v.reliability_likelihood.estimate > 0.9
+    assert v.agreement_likelihood is not None and v.agreement_likelihood.observed.estimate > 0.9
+    assert v.agreement_generated is not None and v.agreement_generated.observed.estimate > 0.9
+    by = {r["direction"]: r for r in v.per_direction}
     assert set(by) == set(list(COS)[:3])
     # The paired rubric effect: hm(q, 1, 2) less the twin's hm(0, 1, 2) = 0.
     hm = {0: 0.0, 1: 3 / (1 + 1 + 0.5), 2: 3 / (0.5 + 1 + 0.5)}
@@ -154,14 +154,15 @@ def test_a_judge_that_reads_the_direction_is_reliable_and_agrees_with_the_likeli
     # The run folder holds the result; the child run its metrics and a note; no key.
     folder = RunDir(tmp_path / "res", run_id)
     stored = json.loads(folder.file(RunDir.AXBENCH_IDENTIFY).read_text())
-    assert stored["reliability_rubric"] == v["reliability_rubric"]
+    assert stored == v.stored() and stored["judges"] == [JUDGE]
+    assert stored["reliability_rubric"] == v.reliability_rubric.to_dict()
     child = next(
         c for c in tracking.child_runs(run_id, "identify-axbench")
         if c.info.run_name == CHILD_RUN_NAME
     )  # fmt: skip
     run = tracking.get_run(child.info.run_id)
     metric = run.data.metrics["rubric/reliability_rubric"]
-    assert metric == pytest.approx(v["reliability_rubric"]["estimate"])
+    assert metric == pytest.approx(v.reliability_rubric.estimate)
     assert "rubric/agreement_likelihood_disattenuated" in run.data.metrics
     assert "AxBench rubric" in run.data.tags["mlflow.note.content"]
     assert "SECRET" not in json.dumps([run.data.params, run.data.tags, stored])
@@ -171,10 +172,11 @@ def test_a_judge_blind_to_the_direction_is_not_reliable(mlflow_store, tmp_path, 
     run_id = make_identify_run(tmp_path)
     outcome, _ = rate(run_id, tmp_path, kit, monkeypatch, hash_judge)
     v = outcome.validity
-    assert v is not None and v["evaluable"]
-    assert v["reliability_rubric"]["estimate"] < 0.5
-    assert v["reliability_likelihood"]["estimate"] > 0.9  # the likelihood is unchanged
-    assert abs(v["agreement_likelihood"]["observed"]["estimate"]) < 0.5
+    assert v is not None and v.evaluable and v.agreement_likelihood is not None
+    assert v.reliability_rubric is not None and v.reliability_rubric.estimate < 0.5
+    # the likelihood is unchanged
+    assert v.reliability_likelihood is not None and v.reliability_likelihood.estimate > 0.9
+    assert abs(v.agreement_likelihood.observed.estimate) < 0.5
 
 
 def test_only_phase5_and_identify_parents_finished_are_rated(mlflow_store, tmp_path, kit):

@@ -133,3 +133,15 @@ def test_panel_rates_every_generation_and_updates_criterion_4(
     # The key never reaches MLflow.
     everything = json.dumps([panel.data.params, panel.data.tags, parent.data.params])
     assert "SECRET" not in everything
+
+
+def test_a_missing_text_cell_of_the_score_table_reads_empty_not_nan():
+    """pandas reads an empty string cell of the judge-score table as NaN: the feedback's
+    rationale, model and error read it as missing, never as the word "nan"."""
+    import math
+
+    from experiments.validation.panel import cell_text
+
+    assert cell_text(math.nan) == "" and cell_text(None) == ""
+    assert cell_text("the judge said so") == "the judge said so"
+    assert cell_text(3) == "3"
