@@ -141,8 +141,9 @@ def minimum_effective(
         levels.append(lv if s == REACHED else -np.inf if s == BELOW else np.inf)
     shares = {s: statuses.count(s) / len(statuses) for s in (REACHED, BELOW, NOT_REACHED)}
     ends = censored_interval(np.array(levels), confidence, tested)
-    shown = replace(point, low=ends.low, high=ends.high)
-    has = level is not None or ends.low is not None or ends.high is not None
+    low, high = ends.interval.low, ends.interval.high
+    shown = replace(point, low=low, high=high)
+    has = level is not None or low is not None or high is not None
     return out.model_copy(update={
         "replicates": shares, "level": shown if has else None,
         "low_open": ends.low_open, "high_open": ends.high_open,
@@ -152,8 +153,7 @@ def minimum_effective(
 class Censored(NamedTuple):
     """A percentile interval whose ends may be censored: an open end is the tested edge."""
 
-    low: float | None = None
-    high: float | None = None
+    interval: Interval  # its ends (no estimate: the level's point is read apart)
     low_open: bool = False
     high_open: bool = False
 
@@ -165,18 +165,18 @@ def censored_interval(levels: np.ndarray, confidence: float, tested: list[float]
     alpha = (1 - confidence) / 2
     finite = levels[np.isfinite(levels)]
     if not len(levels):
-        return Censored()
+        return Censored(Interval())
     low, high = np.quantile(levels, [alpha, 1 - alpha], method="inverted_cdf")
     low_open, high_open = bool(np.isneginf(low)), bool(np.isposinf(high))
     if np.isposinf(low) or np.isneginf(high) or not len(finite):
         # the whole interval is censored on one side
-        return Censored(None, None, low_open, high_open)
-    return Censored(
+        return Censored(Interval(), low_open, high_open)
+    ends = Interval(
+        None,
         float(tested[0]) if low_open else float(low),
         float(tested[1]) if high_open else float(high),
-        low_open,
-        high_open,
     )
+    return Censored(ends, low_open, high_open)
 
 
 def threshold_curve(

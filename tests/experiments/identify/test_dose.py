@@ -16,6 +16,7 @@ from experiments.identify.estimation.dose import (
     minimum_effective,
     threshold_curve,
 )
+from metrics.intervals import Interval
 
 
 def cells(slope: float = 1.0, low: float = 0.5, high: float = 0.9, seed: int = 0) -> pd.DataFrame:
@@ -119,16 +120,17 @@ def test_the_interval_counts_censored_replicates_and_says_where_it_is_open():
     tested = [0.6, 0.9]
     levels = np.r_[np.full(10, -np.inf), np.linspace(0.65, 0.85, 80), np.full(10, np.inf)]
     both = censored_interval(levels, 0.95, tested)
-    assert both == Censored(low=0.6, high=0.9, low_open=True, high_open=True)
+    assert both == Censored(Interval(None, 0.6, 0.9), low_open=True, high_open=True)
     inner = censored_interval(np.linspace(0.65, 0.85, 100), 0.95, tested)
-    assert not inner.low_open and inner.low is not None and inner.high is not None
-    assert 0.65 <= inner.low < inner.high <= 0.85
+    low, high = inner.interval.low, inner.interval.high
+    assert not inner.low_open and low is not None and high is not None
+    assert 0.65 <= low < high <= 0.85
     # reached in few replicates: a lower bound, open above
     mostly = censored_interval(np.r_[np.full(90, np.inf), [0.7] * 10], 0.95, tested)
-    assert mostly.low == 0.7 and mostly.high_open and mostly.high == 0.9
+    assert mostly.interval.low == 0.7 and mostly.high_open and mostly.interval.high == 0.9
     # reached in almost none: no interval, said so
     never = censored_interval(np.r_[np.full(99, np.inf), [0.7]], 0.95, tested)
-    assert never.low is None and never.high is None
+    assert never.interval.low is None and never.interval.high is None
     from experiments.identify.summary import level_text
 
     text = level_text(out)
