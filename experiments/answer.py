@@ -24,7 +24,7 @@ reads, in one wording; split, the views would drift apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -237,15 +237,6 @@ def estimate_of(interval: Interval, spec: str = "+.3f", why: str = "") -> str:
     """:func:`estimate_text` of an Interval (``why`` when it gives no reason)."""
     i = interval
     return estimate_text(i.estimate, i.low, i.high, spec, i.reason or why)
-
-
-def interval_dict_text(d: Mapping[str, Any] | None, spec: str = "+.3f") -> str:
-    """:func:`estimate_text` of a stored interval (``estimate``, ``low``, ``high``,
-    ``reason``: ``metrics.intervals.Interval.to_dict``)."""
-    d = d or {}
-    return estimate_text(
-        d.get("estimate"), d.get("low"), d.get("high"), spec, d.get("reason") or ""
-    )
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,8 @@ def manipulation_metrics(
         put_interval(metrics, f"within_r_disattenuated/{p}", d.corrected)
         put_interval(metrics, f"reliability/{p}", d.reliability_x)
         put_interval(metrics, "reliability/effect", d.reliability_y)
-    if result.mixed.evaluable:
-        for term, fit in result.mixed.terms.items():
-            _put(metrics, f"mixed/{term}", fit.get("estimate"), fit.get("low"), fit.get("high"))
+    for term in result.mixed.terms:
+        put_interval(metrics, f"mixed/{term}", result.mixed.term(term))
     return metrics, tags
 
 

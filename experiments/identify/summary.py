@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 # The one formatter of every answer and summary (experiments/answer.py), short names here.
 from experiments.answer import estimate_text
-from experiments.answer import interval_dict_text as ci
 from experiments.answer import number as fmt
 from experiments.identify.stages.manipulations import family
 from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
@@ -33,10 +32,10 @@ def _finite(value: float | None) -> float | None:
 
 
 def est(e: Interval | None, spec: str = "+.3f") -> str:
-    """:func:`~experiments.answer.estimate_text` of a typed interval (what
-    ``interval_dict_text`` gives for its stored form)."""
+    """:func:`~experiments.answer.estimate_text` of a typed interval, its non-finite
+    numbers read as missing (as the record's JSON holds them)."""
     if e is None:
-        return ci(None, spec)
+        return estimate_text(None, spec=spec)
     return estimate_text(_finite(e.estimate), _finite(e.low), _finite(e.high), spec, e.reason)
 
 
@@ -311,7 +310,7 @@ def _manipulation_row(m: str, r: ManipulationResult) -> str:
     covariate = (found := family(m)) is not None and found.log_level_covariate
     term = "x_within" if covariate else "auroc"
     mixed_text = (
-        ci(mixed.terms.get(term)) + ("" if mixed.converged else " (not converged)")
+        est(mixed.term(term)) + ("" if mixed.converged else " (not converged)")
         if mixed.evaluable and term in mixed.terms
         else "n/a"
     )
@@ -378,10 +377,9 @@ def summary_markdown(record: IdentifyRecord) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         for f in phase6.fits:
-            terms = f.mixed.terms if f.mixed.evaluable else {}
+            terms = " | ".join(est(f.mixed.term(t)) for t in ("x_within", "x_between", "log_n"))
             lines.append(
-                f"| {f.source} | {f.predictor} | {f.sign} | {ci(terms.get('x_within'))} | "
-                f"{ci(terms.get('x_between'))} | {ci(terms.get('log_n'))} | "
+                f"| {f.source} | {f.predictor} | {f.sign} | {terms} | "
                 f"{est(f.within_slope_given_log_n)} |"
             )
     timings = record.timings

@@ -210,6 +210,12 @@ class MixedFit(_Block):
     terms: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     note: str | None = None
 
+    def term(self, name: str) -> Interval | None:
+        """One fixed term's estimate and model-based interval (None where it was not
+        fitted); its p-value stays in ``terms``."""
+        found = self.terms.get(name) if self.evaluable else None
+        return Interval.of(found) if found is not None else None
+
 
 class MinimumLevel(_Block):
     """The lowest AUROC at which the effect reaches ``fraction`` of the prompting

@@ -197,9 +197,9 @@ def decompose(
 
 
 def _cell(fit: dict[str, object]) -> str:
-    from experiments.answer import interval_dict_text
+    from experiments.answer import estimate_of
 
-    return interval_dict_text(fit)
+    return estimate_of(Interval.of(fit))
 
 
 def markdown(block: dict[str, object]) -> list[str]:
