@@ -176,7 +176,9 @@ def children(record: IdentifyRecord, tables: StudyTables) -> list[ChildRun]:
                 tags={"phase": "6-identify", "identify.manipulation": m, **tags},
                 metrics=metrics,
                 tables={
-                    "curve.json": pd.DataFrame(result["curve"]).replace({np.nan: None}),
+                    "curve.json": pd.DataFrame(
+                        [row.model_dump(mode="json") for row in typed.curve]
+                    ).replace({np.nan: None}),
                     "cells.json": frame.replace({np.nan: None}),
                 },
                 texts={"analysis.json": json.dumps(result, indent=1, default=str)},
