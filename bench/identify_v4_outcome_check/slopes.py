@@ -14,6 +14,7 @@ point is a side-by-side of the two outcomes on the same rows.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +31,20 @@ def within_slope(frame: pd.DataFrame, y: str, x: str = "auroc") -> float:
     return float((dx * dy).sum() / (dx * dx).sum())
 
 
-def bootstrap(frame: pd.DataFrame, y: str, draws: int = 2000, seed: int = 0) -> dict[str, float]:
-    rng = np.random.default_rng(seed)
+def concept_resamples(frame: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """The 2,000 concept-bootstrap samples (seed 0), each drawn concept one of its own."""
+    rng = np.random.default_rng(0)
     parts = dict(list(frame.groupby("concept")))
     names = np.array(sorted(parts))
-    slopes = []
-    for _ in range(draws):
+    for _ in range(2000):
         pick = rng.choice(names, len(names))
-        sample = pd.concat(
+        yield pd.concat(
             [parts[c].assign(concept=f"{c}#{i}") for i, c in enumerate(pick)], ignore_index=True
         )
-        slopes.append(within_slope(sample, y))
+
+
+def bootstrap(frame: pd.DataFrame, y: str) -> dict[str, float]:
+    slopes = [within_slope(sample, y) for sample in concept_resamples(frame)]
     low, high = np.percentile(slopes, [2.5, 97.5])
     return {"estimate": within_slope(frame, y), "low": float(low), "high": float(high)}
 

@@ -16,12 +16,16 @@ dose covariate for the practitioner rows; the point is a side-by-side on the sam
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "identify_v4_outcome_check"))
+from slopes import concept_resamples  # noqa: E402  (the outcome check's concept bootstrap)
+
 SHARDS = HERE.parents[1] / "results-heldout/phase6-identify-v4"
 BUILT = ("reference", "logistic", "shrinkage", "size")
 
@@ -36,17 +40,8 @@ def slopes(frame: pd.DataFrame, x: list[str]) -> np.ndarray:
     return np.linalg.lstsq(design, y, rcond=None)[0]
 
 
-def bootstrap(frame: pd.DataFrame, x: list[str], draws: int = 2000, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    parts = dict(list(frame.groupby("concept")))
-    names = np.array(sorted(parts))
-    reps = []
-    for _ in range(draws):
-        pick = rng.choice(names, len(names))
-        sample = pd.concat(
-            [parts[c].assign(concept=f"{c}#{i}") for i, c in enumerate(pick)], ignore_index=True
-        )
-        reps.append(slopes(sample, x))
+def bootstrap(frame: pd.DataFrame, x: list[str]) -> dict:
+    reps = [slopes(sample, x) for sample in concept_resamples(frame)]
     low, high = np.percentile(np.array(reps), [2.5, 97.5], axis=0)
     return {
         name: {"estimate": float(e), "low": float(lo), "high": float(hi)}
