@@ -19,6 +19,7 @@ from experiments.identify.estimation.estimator import (
     with_probit,
 )
 from experiments.identify.simulation.simulate import SHAPES, toy_study
+from metrics.cluster import ClusterFit
 
 N = 200
 out = {}
@@ -27,15 +28,13 @@ with threadpool_limits(1):
         rows = {"v2": [], "v1_model_wild": [], "v1_concept_boot": [], "pairs": []}
         for s in range(N):
             f = with_probit(toy_study(10_000 + s, shape))
+            pairs = matched_pairs(f, "effect", "auroc", n_boot=999, seed=s).fit
             for name, fit in (
-                ("v2", flexible_slope(f, "effect", "auroc", n_boot=999, seed=s).to_dict()),
-                (
-                    "v1_model_wild",
-                    linear_cos_slope(f, "effect", "auroc", n_boot=999, seed=s).to_dict(),
-                ),
-                ("pairs", matched_pairs(f, "effect", "auroc", n_boot=999, seed=s)["fit"]),
+                ("v2", flexible_slope(f, "effect", "auroc", n_boot=999, seed=s)),
+                ("v1_model_wild", linear_cos_slope(f, "effect", "auroc", n_boot=999, seed=s)),
+                ("pairs", pairs if pairs is not None else ClusterFit()),
             ):
-                rows[name].append((fit["low"], fit["high"], fit["estimate"]))
+                rows[name].append((fit.low, fit.high, fit.estimate))
             iv = stats.fe_coefficients(f, "effect", ["auroc", "cos_ref"], n_boot=500, seed=s)[
                 "auroc"
             ]
