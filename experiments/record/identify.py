@@ -71,7 +71,7 @@ def spec_strength(spec: PrimarySpec) -> float:
     return float(strength)
 
 
-# How a primary's interval reads (``analysis.read_verdict``)
+# How a primary's interval reads (``identify/estimation/primary.read_verdict``)
 PrimaryVerdict = Literal[
     "supported", "contradicted", "no_practical_effect", "inconclusive", "not_evaluable"
 ]

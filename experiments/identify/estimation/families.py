@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from experiments.identify.estimation.analysis import read_verdict
 from experiments.identify.estimation.estimator import practitioner_slope
+from experiments.identify.estimation.primary import read_verdict
 from experiments.identify.estimation.variance import PRACTITIONER, demean, practitioner_rows
 from experiments.identify.stages.directions import REFERENCE
 from metrics.cluster import ClusterFit, wild_cluster_restricted

@@ -1,6 +1,6 @@
 """Co-primaries read together: Holm's step-down over a pre-registration's primaries.
 
-A primary's verdict is read from its interval (``analysis.read_verdict``: supported or
+A primary's verdict is read from its interval (``primary.read_verdict``: supported or
 contradicted by the slope's sign, no practical effect inside ±margin, inconclusive), and
 the interval comes from inverting a test. So a verdict read at confidence 1 − a is a test
 at level a. Holm's procedure over m primaries at family-wise α then reads as intervals:
@@ -38,7 +38,7 @@ class Reading:
     the step that settled it (0: never settled, read at the last step's level)."""
 
     name: str
-    result: PrimaryResult  # analysis.primary_result at `confidence`
+    result: PrimaryResult  # primary.primary_result at `confidence`
     confidence: float
     step: int
 

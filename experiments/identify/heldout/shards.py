@@ -13,7 +13,7 @@ the next working window (perhaps on another machine) must find every finished sh
 
 ``steer-eval identify pool`` reads those folders (:func:`read_shards`), refuses while a
 shard is missing or was run under another pre-registration or binding, and scores the
-primary once (:func:`pool`: ``analysis.primary_result`` on the concatenated directions,
+primary once (:func:`pool`: ``primary.primary_result`` on the concatenated directions,
 in shard order, which is the held-out order an unsharded run tabulates), with the device
 each concept was measured on as a concept-level factor (counts beside the estimate), and
 a ``pooled`` ledger entry. The pooled run (``identify/pooled.py``) checks and reads the
@@ -324,10 +324,10 @@ def score_pooled(
     confidence: float | None = None,
 ) -> PrimaryResult:
     """The pre-registered primary on a pooled directions table, as a run scores it
-    (``analysis.primary_result`` with the config's bootstrap settings; ``confidence``
+    (``primary.primary_result`` with the config's bootstrap settings; ``confidence``
     where Holm's procedure reads it at another level)."""
-    from experiments.identify.estimation.analysis import primary_result
     from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.primary import primary_result
 
     criteria = config.criteria
     return primary_result(

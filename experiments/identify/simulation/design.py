@@ -7,7 +7,7 @@ included) is run through the bank of toy studies of ``simulate.py``
 (:func:`~experiments.identify.simulation.simulate.toy_directions`, one per confound class
 of :data:`~experiments.identify.simulation.simulate.CLASSES`, each with no AUROC effect,
 and again with the smallest effect of interest planted), and the project's own estimators
-are scored on them: ``analysis.primary_result`` as pre-registered,
+are scored on them: ``primary.primary_result`` as pre-registered,
 ``estimator.flexible_slope`` without covariates, ``linear_cos_slope`` (v1's model),
 ``matched_pairs``, ``iso_cos`` pooled (beside the nuisance's effect and the dose) and its
 bare slope per angle (``without_covariates``). Per estimand and class: bias, coverage of 0
@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.estimation.analysis import primary_result
 from experiments.identify.estimation.cells import StudyTables, null_rows
 from experiments.identify.estimation.estimator import (
     design,
@@ -69,6 +68,7 @@ from experiments.identify.estimation.estimator import (
     matched_pairs,
     partial_out,
 )
+from experiments.identify.estimation.primary import primary_result
 from experiments.identify.estimation.variance import (
     BUILT_FAMILIES,
     Components,
@@ -407,7 +407,7 @@ def holm_readings(
     frame: pd.DataFrame, specs: list[PrimarySpec], alpha: float, n_boot: int, seed: int
 ) -> list[Reading]:
     """Every spec scored on one directions table by its own estimator
-    (``analysis.primary_result``) and read together by Holm's step-down, as ``identify pool``
+    (``primary.primary_result``) and read together by Holm's step-down, as ``identify pool``
     reads the pooled shards (``shards.score_primaries``)."""
     from experiments.identify.estimation.multiplicity import holm
 

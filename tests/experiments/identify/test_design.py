@@ -179,9 +179,9 @@ def test_the_primary_leaves_the_null_out_and_names_its_rows() -> None:
     """``rotation:isotropic:90`` is on the grid (its family's curve ends there) but is
     orthogonal to v*, a null: the primary is the estimator on the rows without it, and
     says which manipulations entered and which directions it left out."""
-    from experiments.identify.estimation.analysis import primary_result
     from experiments.identify.estimation.cells import StudyTables
     from experiments.identify.estimation.estimator import flexible_slope, log_kl
+    from experiments.identify.estimation.primary import primary_result
 
     toy = sim.toy_directions(V2.identify, sim.CLASSES["none"], seeded_rng(4, "p"), 0.0, 4)
     got = primary_result(StudyTables(toy), PRIMARY, n_boot=19, seed=0)
@@ -334,7 +334,7 @@ def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> Non
     hypothesis=st.sampled_from(["positive", "negative"]),
 )
 def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis) -> None:
-    from experiments.identify.estimation.analysis import read_verdict
+    from experiments.identify.estimation.primary import read_verdict
 
     high = low + width
     verdict = read_verdict(Interval(low + width / 2, low, high), hypothesis, margin)

@@ -134,10 +134,10 @@ def test_the_co_primary_table_reads_both_primaries_by_holm() -> None:
 
 def test_a_tables_row_is_holms_reading_of_its_toy() -> None:
     """With one toy per arm, the row's estimate and verdict are those of Holm's procedure
-    run on that toy by hand (``multiplicity.holm`` over ``analysis.primary_result``)."""
-    from experiments.identify.estimation.analysis import primary_result
+    run on that toy by hand (``multiplicity.holm`` over ``primary.primary_result``)."""
     from experiments.identify.estimation.cells import StudyTables
     from experiments.identify.estimation.multiplicity import holm
+    from experiments.identify.estimation.primary import primary_result
 
     rows = simulate(V4.identify, PRIMARY, toys=1, n_boot=99, n_concepts=15,
                     classes=["geometry_only"], primary_only=True)  # fmt: skip

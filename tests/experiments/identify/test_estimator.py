@@ -162,8 +162,8 @@ def test_before_after_reanalyses_a_directions_table(tmp_path) -> None:
 
 def test_the_primary_with_the_dose_held_is_the_estimators_given_dose_fit():
     """primary_result(flexible_cos, control [cos_ref, log_kl]) is estimator.given_dose."""
-    from experiments.identify.estimation.analysis import primary_result
     from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.primary import primary_result
 
     frame = toy_study(3, "linear")
     frame["kl"] = np.random.default_rng(0).lognormal(-2, 1, len(frame))

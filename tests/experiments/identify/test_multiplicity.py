@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from experiments.identify.estimation.analysis import read_verdict
 from experiments.identify.estimation.multiplicity import holm
+from experiments.identify.estimation.primary import read_verdict
 from experiments.identify.heldout.prereg import PreregistrationError, parse_primary, primaries
 from experiments.record import PrimaryResult
 from metrics.cluster import ClusterFit

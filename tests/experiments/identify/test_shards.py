@@ -153,8 +153,8 @@ def test_pooling_refuses_missing_shards_and_shards_of_another_binding(
 
 
 def test_the_pooled_primary_is_the_primary_of_the_concatenated_table(bound, tmp_path, mlflow_store):
-    from experiments.identify.estimation.analysis import primary_result
     from experiments.identify.estimation.cells import StudyTables
+    from experiments.identify.estimation.primary import primary_result
     from experiments.identify.study import concept_sets
 
     config, prereg = bound
