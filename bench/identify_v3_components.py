@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.identify.estimation.variance import BUILT_FAMILIES, Components, components
+from experiments.identify.estimation.variance import BUILT_FAMILIES, components
+from experiments.record.pooled import Components
 
 ROOT = Path("results-heldout/phase6-identify-v3")
 

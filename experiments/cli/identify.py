@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from experiments.config import IdentifyStudyConfig
-    from experiments.identify.estimation.variance import Components
     from experiments.identify.study import IdentifyResult
     from experiments.kernel.estimate import Plan
+    from experiments.record.pooled import Components
 
 DEFAULT_CONFIG = Path("configs/identify.yaml")
 R = TypeVar("R", bound=BaseModel)  # a pooled command's record

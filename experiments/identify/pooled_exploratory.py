@@ -168,7 +168,7 @@ def explore_shards(
         primary_scored=ScoredPrimary(verdict=scored.primary.verdict, slope=scored.primary.slope),
         n_concepts=int(frame["concept"].nunique()),
         estimands=estimate_all(frame, n_boot, seed),
-        components=components(frame, population="practitioner").to_dict(),
+        components=components(frame, population="practitioner"),
         per_concept=PerConceptSummary(
             concepts_with_slope=len(slopes),
             positive_share=float((slopes > 0).mean()),
@@ -179,7 +179,7 @@ def explore_shards(
         families=decompose(
             frame, n_boot, seed, str(prereg.primary.get("hypothesis", "positive")),
             prereg.primary.get("equivalence_margin"),
-        ).to_dict(),
+        ),
     )  # fmt: skip
     text = json.dumps(record.model_dump(mode="json", exclude_unset=True), indent=1)
     atomic_write_text(folder / EXPLORATORY_RECORD, text + "\n")

@@ -4,6 +4,7 @@ layout ``identify pool`` always wrote; v3's and v4's read as this type)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Final, Literal
 
 from pydantic import Field
@@ -121,17 +122,75 @@ class ShardReliabilities(_Block):
     primary_outcome: FloorOutcome
 
 
+@dataclass(frozen=True)
+class Components:
+    """The variance components measured on one run's equal-geometry rows
+    (``identify/estimation/variance.components``; the design simulation draws from them)."""
+
+    n_concepts: int
+    rows_per_concept: float
+    pooled_slope: float
+    pooled_se: float
+    slope_sd: float  # τ, between concepts (DerSimonian–Laird)
+    within_sd: float  # residual sd inside a cell
+    auroc_within_sd: float  # AUROC's sd inside a cell
+    i2: float  # share of the slopes' spread that is between concepts
+    # AUROC's reliability inside the cells (1 − its error variance over its spread), from
+    # a run with split-half errors (``auroc_error_within``, identify.reference_halves)
+    auroc_reliability: float | None = None
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Refit:
+    """The practitioner's slope on a named part of its rows, read by the pre-registered
+    rule (for reading only: exploratory)."""
+
+    name: str
+    rows: str  # which rows, in words
+    fit: ClusterFit
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The outcome within concept on AUROC beside its geometry (``column``, one of
+    ``identify/estimation/families.GEOMETRY_COLUMNS``): R² (concept bootstrap) of the
+    effect on AUROC, on the cosine and on both, and AUROC's slope beside the cosine."""
+
+    column: str
+    r2_auroc: Interval
+    r2_cos: Interval
+    r2_both: Interval
+    slope_auroc_beside_cos: ClusterFit
+    slope_cos: ClusterFit
+
+
+@dataclass(frozen=True)
+class FamilyDecomposition:
+    """The primary taken apart by family of built directions
+    (``identify/estimation/families.decompose``)."""
+
+    numerator_share_by_family: dict[str, float]
+    numerator_share_by_direction: dict[str, float]
+    auroc_between_family_share: float  # of the within-concept AUROC variation
+    family_means: dict[str, dict[str, float]]  # mean AUROC and effect per family
+    refits: list[Refit]
+    geometry: Geometry | None  # None where the run has no cos_half column
+
+
 class ExploratoryRecord(_Block):
     """Every estimand on the pooled shards after the primary was scored (exploratory;
-    ``identify/pooled_exploratory.py``): each estimand typed; the variance components,
-    the shards' reliabilities and the family decomposition kept as their modules write
-    them."""
+    ``identify/pooled_exploratory.py``), the practitioner's variance components, the
+    shards' reliabilities and the primary taken apart by family."""
 
     label: str
     primary_scored: ScoredPrimary
     n_concepts: int
     estimands: dict[str, EstimandResult]
-    components: dict[str, object]
+    components: Components
     per_concept: PerConceptSummary
     reliability: ShardReliabilities
-    families: dict[str, object]
+    families: FamilyDecomposition

@@ -15,7 +15,6 @@ read by the pre-registered rule for comparison only: none of them is confirmator
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +24,7 @@ from experiments.identify.estimation.estimator import practitioner_slope
 from experiments.identify.estimation.primary import read_verdict
 from experiments.identify.estimation.variance import PRACTITIONER, demean, practitioner_rows
 from experiments.identify.stages.directions import REFERENCE
+from experiments.record.pooled import FamilyDecomposition, Geometry, Refit
 from metrics.cluster import ClusterFit, wild_cluster_restricted
 from metrics.intervals import Interval, bootstrap_statistic
 
@@ -41,50 +41,10 @@ FAMILY_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Refit:
-    """The practitioner's slope on a named part of its rows, read by the pre-registered
-    rule (for reading only: exploratory)."""
-
-    name: str
-    rows: str  # which rows, in words
-    fit: ClusterFit
-    verdict: str
-
-
 # The geometry measures, best first: the cosine to the diffmean of the validation texts
 # (v4: no builder trained on them and AUROC does not rank them), else to the other half's
 # diffmean (v3: independent of v*'s texts only; the other builders trained on that half).
 GEOMETRY_COLUMNS = ("cos_validation", "cos_half")
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """The outcome within concept on AUROC beside its geometry (``column``, one of
-    :data:`GEOMETRY_COLUMNS`): R² (concept bootstrap) of the effect on AUROC, on the
-    cosine and on both, and AUROC's slope beside the cosine."""
-
-    column: str
-    r2_auroc: Interval
-    r2_cos: Interval
-    r2_both: Interval
-    slope_auroc_beside_cos: ClusterFit
-    slope_cos: ClusterFit
-
-
-@dataclass(frozen=True)
-class FamilyDecomposition:
-    """Everything :func:`decompose` measures, typed; ``to_dict`` for the JSON record."""
-
-    numerator_share_by_family: dict[str, float]
-    numerator_share_by_direction: dict[str, float]
-    auroc_between_family_share: float  # of the within-concept AUROC variation
-    family_means: dict[str, dict[str, float]]  # mean AUROC and effect per family
-    refits: list[Refit]
-    geometry: Geometry | None  # None where the run has no cos_half column
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _centred(frame: pd.DataFrame) -> pd.DataFrame:
@@ -196,39 +156,31 @@ def decompose(
     )
 
 
-def _cell(fit: dict[str, object]) -> str:
+def markdown(block: FamilyDecomposition) -> list[str]:
+    """The decomposition's lines for ``exploratory.md``."""
     from experiments.answer import estimate_of
 
-    return estimate_of(Interval.of(fit))
-
-
-def markdown(block: dict[str, object]) -> list[str]:
-    """The decomposition's lines for ``exploratory.md`` (its JSON form, as stored)."""
-    shares = block["numerator_share_by_family"]
-    assert isinstance(shares, dict)
     lines = [
         "",
         "## What carries the slope (exploratory)",
         "",
         "Each family's share of the within-concept slope's numerator Σ x·y: "
-        + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
-        + f"; {block['auroc_between_family_share']:.0%} of AUROC's within-concept variation "
+        + ", ".join(f"{k} {v:.0%}" for k, v in block.numerator_share_by_family.items())
+        + f"; {block.auroc_between_family_share:.0%} of AUROC's within-concept variation "
         "lies between families.",
         "",
         "| rows | slope (95%) | read by the pre-registered rule |",
         "|---|---|---|",
     ]
-    refits = block["refits"]
-    assert isinstance(refits, list)
-    for r in refits:
-        lines.append(f"| {r['name']} | {_cell(r['fit'])} | {r['verdict'].replace('_', ' ')} |")
-    geo = block.get("geometry")
-    if isinstance(geo, dict):
+    for r in block.refits:
+        lines.append(f"| {r.name} | {estimate_of(r.fit)} | {r.verdict.replace('_', ' ')} |")
+    geo = block.geometry
+    if geo is not None:
         lines += [
             "",
             "Within concept, the effect's R² on AUROC "
-            f"{_cell(geo['r2_auroc'])}, on the cosine `{geo['column']}` "
-            f"{_cell(geo['r2_cos'])}, on both {_cell(geo['r2_both'])}; AUROC's slope "
-            f"beside that cosine {_cell(geo['slope_auroc_beside_cos'])}.",
+            f"{estimate_of(geo.r2_auroc)}, on the cosine `{geo.column}` "
+            f"{estimate_of(geo.r2_cos)}, on both {estimate_of(geo.r2_both)}; AUROC's slope "
+            f"beside that cosine {estimate_of(geo.slope_auroc_beside_cos)}.",
         ]
     return lines

@@ -21,11 +21,12 @@ from measured noise.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+from experiments.record.pooled import Components
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,26 +42,6 @@ def demean(block: np.ndarray, groups: np.ndarray) -> np.ndarray:
     counts = np.bincount(index)[:, None]
     out: np.ndarray = block - (sums / counts)[index]
     return out
-
-
-@dataclass(frozen=True)
-class Components:
-    """Measured on one run's equal-geometry rows (see the module docstring)."""
-
-    n_concepts: int
-    rows_per_concept: float
-    pooled_slope: float
-    pooled_se: float
-    slope_sd: float  # τ, between concepts (DerSimonian–Laird)
-    within_sd: float  # residual sd inside a cell
-    auroc_within_sd: float  # AUROC's sd inside a cell
-    i2: float  # share of the slopes' spread that is between concepts
-    # AUROC's reliability inside the cells (1 − its error variance over its spread), from
-    # a run with split-half errors (``auroc_error_within``, identify.reference_halves)
-    auroc_reliability: float | None = None
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def cell_keys(frame: pd.DataFrame) -> pd.Series:

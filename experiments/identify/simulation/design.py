@@ -71,7 +71,6 @@ from experiments.identify.estimation.estimator import (
 from experiments.identify.estimation.primary import primary_result
 from experiments.identify.estimation.variance import (
     BUILT_FAMILIES,
-    Components,
     auroc_within_sd,
     demean,
     practitioner_rows,
@@ -87,6 +86,7 @@ from experiments.identify.simulation.simulate import (
 )
 from experiments.record import PrimaryResult, PrimarySpec
 from experiments.record.identify import family_alpha, spec_name
+from experiments.record.pooled import Components
 from metrics.intervals import Interval
 from steering.nulls import seeded_rng
 

@@ -69,7 +69,7 @@ def test_the_size_family_carries_a_slope_it_plants_and_the_rest_read_nothing() -
     assert "within reference alone" not in by  # v*: one direction per concept, no slope
     assert d.geometry is not None
     assert d.geometry.r2_cos.estimate > d.geometry.r2_auroc.estimate
-    text = "\n".join(markdown(d.to_dict()))
+    text = "\n".join(markdown(d))
     assert "without size" in text and "size 7" in text
 
 
