@@ -401,3 +401,12 @@ def number(value: object) -> float:
     if not isinstance(value, numbers.Real):
         raise TypeError(f"not a number: {value!r}")
     return float(value)
+
+
+def finite(value: object) -> float | None:
+    """A number as a record stores it: None for a missing or non-finite one (JSON has no
+    NaN), a float otherwise; a TypeError for a value that is not a number."""
+    if value is None:
+        return None
+    found = number(value)
+    return found if math.isfinite(found) else None

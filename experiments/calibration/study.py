@@ -37,8 +37,8 @@ from experiments.kernel.score import build_scorer, score_all
 from experiments.kernel.selection import select_strengths
 from experiments.kernel.study import Begun, Finished, Opening, Resume, config_params, run_study
 from experiments.kernel.vectors import build_vectors, neutral_texts
-from experiments.record import CalibrationRecord, CurveFit, plain
-from experiments.rows import number
+from experiments.record import CalibrationRecord, CurveFit
+from experiments.rows import finite, number
 from experiments.rundir import RunDir, join_scores
 from experiments.strength_range import BETA_TAG, choose_beta, shared_range
 from experiments.tracking.context import MAX_TAG_LEN
@@ -375,7 +375,10 @@ def build_record(
         layers=layers,
         threshold=config.calibration.effect_threshold,
         main_predictor=next((p for p in config.calibration.predictors if p in measured), None),
-        predictors=plain(predictors),
+        predictors={  # JSON has no NaN: a probe's undefined measure reads as missing
+            tag: {c: {k: finite(v) for k, v in values.items()} for c, values in per.items()}
+            for tag, per in predictors.items()
+        },
         results=results,
     )
 

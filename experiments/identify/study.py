@@ -68,7 +68,7 @@ from experiments.kernel.study import (
     config_params,
     run_study,
 )
-from experiments.record import IdentifyRecord, plain
+from experiments.record import IdentifyRecord
 from experiments.record.pooled import ExploratoryRecord, PooledRecord
 from experiments.rundir import RunDir, atomic_write_text
 from experiments.strength_range import BETA_TAG, range_warning, shared_range
@@ -492,5 +492,5 @@ def build_record(
         between_concepts=analysed.between,
         validation=analysed.validation,
         phase6=analysed.phase6,
-        resources=plain(resources),
+        resources={k: float(v) for k, v in resources.items()},
     )

@@ -14,7 +14,6 @@ calibration records), ``identify`` (:class:`IdentifyRecord`), and what they shar
 
 from experiments.record.base import (
     RecordError,
-    plain,
     read_record,
 )
 from experiments.record.calibration import (
@@ -152,7 +151,6 @@ __all__ = [
     "SubsetAgreement",
     "SubsetResult",
     "figure_number",
-    "plain",
     "predictor_values",
     "read_record",
     "steered_intervention",

@@ -1,5 +1,5 @@
 """What every phase's record shares: the error, the reader that checks format and
-version, the base of a record and of an open analysis block, and ``plain``."""
+version, the base of a record and of a closed analysis block."""
 
 from __future__ import annotations
 
@@ -51,29 +51,6 @@ def read_record(
         return cls.model_validate(data)
     except ValidationError as exc:
         raise RecordError(f"{source} does not match the {fmt} schema: {exc}") from exc
-
-
-def plain(value: object) -> object:
-    """A stage output as JSON's own types (numpy scalars and arrays, tuples; a non-finite
-    float as None, which is what the JSON file holds), so a record built from it equals
-    the one read back."""
-    import math
-
-    import numpy as np
-
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [plain(v) for v in value.tolist()]
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating | float):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 class _Record(BaseModel):

@@ -56,8 +56,9 @@ from experiments.record import (
     PrimaryResult,
     PrimarySpec,
     RankRow,
-    plain,
 )
+from experiments.record.identify import PartialSlopes
+from experiments.rows import finite
 from experiments.rows import number as real
 from metrics.intervals import Interval, hierarchical_mean
 from metrics.stats import fisher_z_interval
@@ -236,10 +237,9 @@ def ranking(frame: pd.DataFrame, n_boot: int, seed: int) -> list[RankRow]:
     reps_arr = np.nan_to_num(np.stack(reps, axis=1), nan=-1.0)
     first = np.bincount(reps_arr.argmax(axis=1), minlength=len(present)) / len(draws)
     rows = [
-        RankRow.model_validate(plain({"predictor": p, "within_r": estimates[p],
-                                      "p_first": float(first[i])}))
+        RankRow(predictor=p, within_r=finite(estimates[p]), p_first=float(first[i]))
         for i, p in enumerate(present)
-    ]  # fmt: skip
+    ]
     return sorted(rows, key=lambda r: -abs(estimates[r.predictor]))
 
 
@@ -261,7 +261,7 @@ def heterogeneity(tables: StudyTables, xs: list[str], n_boot: int, seed: int) ->
         est.append(stats.replicate_coefficients(sub, len(xs), whole)[0, 0])
         reps.append(stats.replicate_coefficients(sub, len(xs), draws)[:, 0])
     test = stats.wald_equal(np.array(est), np.stack(reps, axis=1))
-    slopes = {m: stats.finite(e) for m, e in zip(names, est, strict=True)}
+    slopes = {m: finite(e) for m, e in zip(names, est, strict=True)}
     return test.model_copy(update={"controls": xs[1:], "slopes": slopes})
 
 
@@ -290,23 +290,23 @@ def analyse_manipulation(
         )
     else:
         mixed = stats.mixed_model(frame, f"{OUTCOME} ~ auroc", "~auroc", ["auroc"])
-    return ManipulationResult.model_validate(plain({
-        "manipulation": m,
-        "n_cells": len(frame),
-        "n_concepts": int(frame["concept"].nunique()),
-        "slope_auroc": fe["auroc"].to_dict(),
-        "partial": {k: v.to_dict() for k, v in partial.items()},
-        "mixed": mixed,
-        "mediation": mediation(frame, n_boot, seed),
-        "predictors": predictor_table(tables, frame, n_boot, seed),
-        "ranking": ranking(frame, n_boot, seed),
-        "curve": curve_table(frame, n_boot, seed),
-        "minimum_effective": [
+    return ManipulationResult(
+        manipulation=m,
+        n_cells=len(frame),
+        n_concepts=int(frame["concept"].nunique()),
+        slope_auroc=fe["auroc"],
+        partial=PartialSlopes(**partial),
+        mixed=mixed,
+        mediation=mediation(frame, n_boot, seed),
+        predictors=predictor_table(tables, frame, n_boot, seed),
+        ranking=ranking(frame, n_boot, seed),
+        curve=curve_table(frame, n_boot, seed),
+        minimum_effective=[
             minimum_effective(frame, baseline, t, n_boot=min(n_boot, 1000), seed=seed)
             for t in targets
         ],
-        "threshold_curve": threshold_curve(frame, baseline),
-    }))  # fmt: skip
+        threshold_curve=threshold_curve(frame, baseline),
+    )
 
 
 def between_concepts(
@@ -366,16 +366,16 @@ def pooled_result(
     through cos(v, v*), whether the manipulations' slopes differ, the predictors."""
     fe = stats.fe_coefficients(pooled, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
     alone = stats.fe_coefficients(pooled, OUTCOME, ["auroc"], n_boot=n_boot, seed=seed)
-    return PooledResult.model_validate(plain({
-        "n_cells": len(pooled),
-        "slope_auroc": alone["auroc"].to_dict(),
-        "partial": {k: v.to_dict() for k, v in fe.items()},
-        "mediation": mediation(pooled, n_boot, seed),
-        "heterogeneity": heterogeneity(tables, ["auroc"], n_boot, seed),
-        "heterogeneity_given_cos": heterogeneity(tables, ["auroc", "cos_ref"], n_boot, seed),
-        "predictors": predictor_table(tables, pooled, n_boot, seed),
-        "ranking": ranking(pooled, n_boot, seed),
-    }))  # fmt: skip
+    return PooledResult(
+        n_cells=len(pooled),
+        slope_auroc=alone["auroc"],
+        partial=PartialSlopes(**fe),
+        mediation=mediation(pooled, n_boot, seed),
+        heterogeneity=heterogeneity(tables, ["auroc"], n_boot, seed),
+        heterogeneity_given_cos=heterogeneity(tables, ["auroc", "cos_ref"], n_boot, seed),
+        predictors=predictor_table(tables, pooled, n_boot, seed),
+        ranking=ranking(pooled, n_boot, seed),
+    )
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from typing import TypedDict, cast
 import numpy as np
 import pandas as pd
 
-from experiments.identify.estimation.stats import finite
 from experiments.identify.estimation.variance import demean
 from experiments.identify.stages.directions import REFERENCE
 from experiments.record.identified import (
@@ -47,7 +46,7 @@ from experiments.record.identified import (
     MatchedPairs,
     NameFreeDetection,
 )
-from experiments.rows import number as real
+from experiments.rows import finite
 from metrics.cluster import (
     ClusterFit,
     cluster_covariance,
@@ -487,7 +486,7 @@ def identified_analysis(
         # detection without the name: AUROC on name-free positives
         name_free=NameFreeDetection(
             auroc_name_free=flexible_slope(frame, y, "auroc_name_free", **kw),
-            r_auroc=finite(real(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1])),
+            r_auroc=finite(frame[["auroc", "auroc_name_free"]].corr().iloc[0, 1]),
         )
         if named
         else NameFreeDetection(),

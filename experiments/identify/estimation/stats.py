@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.record.identify import Heterogeneity, MixedFit, PredictorFit
-from experiments.rows import number as real
+from experiments.rows import finite
 from metrics.intervals import Interval, hierarchical_bootstrap, not_evaluable
 from metrics.reliability import spearman_brown
 
@@ -336,12 +336,6 @@ def mixed_model(
         except (ValueError, np.linalg.LinAlgError) as exc:
             last = f"{type(exc).__name__}: {exc}"
     return MixedFit(evaluable=False, reason=last or "fit failed", n=len(data))
-
-
-def finite(value: object) -> float | None:
-    """A fitted number as the record stores it: a non-finite one as None."""
-    number = real(value)
-    return number if np.isfinite(number) else None
 
 
 def _names(formula: str | None) -> list[str]:
