@@ -137,7 +137,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
     for key, measure in OUTCOMES.items():  # each declared outcome: its last detector's slope
         if key in sub.outcomes:
             stored = sub.outcomes[key].slopes.get(measure.detectors[-1])
-            headlines.append((key, measure.answer, stored))
+            headlines.append((key, measure.answer or measure.label, stored))
     for key, label, stored in headlines:
         if stored is not None:
             out.append(

@@ -1,11 +1,12 @@
-"""identify's outcome measures of a direction beside the likelihood outcome, declared
-once (as ``rows.Measure`` declares Phase 5's): how a direction steers, measured another
-way on the stratified subset.
+"""identify's outcomes of a direction beside the likelihood outcome, each declared once
+as an ``Outcome`` (``kernel/outcomes.py``, the declaration Phase 5's outcomes of a text
+share): how a direction steers, measured another way on the stratified subset.
 
 A declaration names its ``directions.csv`` column and how that column is read from the
-stages' :class:`~experiments.identify.pipeline.Outcomes` (``values``), the detection
-columns its slope is taken on, whether the slope is also taken beside the dose and
-which outcome it should agree with, and the words that show it. From it alone:
+stages' :class:`~experiments.identify.pipeline.Outcomes` (``values``), which estimators
+read it (``Estimator.SLOPE`` on its detection columns, ``GIVEN_DOSE`` beside the dose,
+``AGREEMENT`` with the outcome it should agree with), and the words that show it. From
+it alone:
 
 * the column is written to the directions table (:func:`outcome_columns`);
 * the subset's analysis takes each slope (``subset_analysis.subset_outcomes``) into the
@@ -22,13 +23,12 @@ read it by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 
+from experiments.kernel.outcomes import Estimator, Outcome
 from steering.registry import Registry
 
 if TYPE_CHECKING:
@@ -40,21 +40,14 @@ Key = tuple[str, str]  # (concept, direction id)
 DETECTOR_WORDS = {"auroc": "the named AUROC", "auroc_name_free": "the name-free AUROC"}
 
 
-@dataclass(frozen=True)
-class OutcomeMeasure:
-    """One outcome of a direction on the subset (see the module's docstring)."""
-
-    column: str  # its directions.csv column
-    values: Callable[[Outcomes], dict[Key, float]]  # per (concept, direction), from the stages
-    summary: str  # the summary line's opening words
-    answer: str  # the answer row's words after "slope on AUROC"
-    detectors: tuple[str, ...] = ("auroc",)  # detection columns its slope is on; the last
-    # is the answer's headline
-    given_dose: bool = False  # its slope also beside log next-token KL (the dose)
-    agrees_with: str | None = None  # a column it should rank directions alike with
+# A direction's outcome (kernel/outcomes.Outcome), read from the stages' outputs
+DirectionOutcome = Outcome["Outcomes", dict[Key, float]]
+# The slope on detection, beside the dose, and the agreement with another outcome
+SLOPES = frozenset({Estimator.SLOPE})
+ALL_READINGS = frozenset({Estimator.SLOPE, Estimator.GIVEN_DOSE, Estimator.AGREEMENT})
 
 
-OUTCOMES: Registry[OutcomeMeasure] = Registry("identify outcome measure")
+OUTCOMES: Registry[DirectionOutcome] = Registry("identify outcome")
 
 
 def _generated(outcomes: Outcomes) -> dict[Key, float]:
@@ -77,23 +70,24 @@ def _name_free(outcomes: Outcomes) -> dict[Key, float]:
 
 OUTCOMES.register(
     "name_free",
-    OutcomeMeasure(
-        column="effect_name_free",
+    DirectionOutcome(
+        "Name-free outcome on the subset (likelihood texts naming only what falls under "
+        "the concept)",
         values=_name_free,
-        summary="Name-free outcome on the subset (likelihood texts naming only what falls "
-        "under the concept)",
+        estimators=SLOPES,
         answer="(name-free) on the name-free likelihood outcome",
+        column="effect_name_free",
         detectors=("auroc", "auroc_name_free"),
     ),
 )
 OUTCOMES.register(
     "generated",
-    OutcomeMeasure(
-        column="gen_effect",
+    DirectionOutcome(
+        "Generated outcome on the subset (every direction, Δ gated)",
         values=_generated,
-        summary="Generated outcome on the subset (every direction, Δ gated)",
+        estimators=ALL_READINGS,
         answer="on the generated outcome (Δ gated)",
-        given_dose=True,
+        column="gen_effect",
         agrees_with="effect",
     ),
 )
@@ -105,6 +99,6 @@ def outcome_columns(frame: pd.DataFrame, outcomes: Outcomes) -> None:
     the validating generations of every concept are the cross-check's, not an outcome."""
     key = list(zip(frame["concept"], frame["direction"], strict=True))
     for measure in OUTCOMES.values():
-        at = measure.values(outcomes)
+        at = measure.values(outcomes) if measure.values is not None else None
         if at:
             frame[measure.column] = [at.get(k, np.nan) for k in key]

@@ -10,7 +10,8 @@ import pandas as pd
 
 from experiments.identify.estimation.analysis import GOOD_COS
 from experiments.identify.estimation.estimator import SPLINE_DF, _BootSpline, flexible_slope, log_kl
-from experiments.identify.measures import OUTCOMES, OutcomeMeasure
+from experiments.identify.measures import OUTCOMES, DirectionOutcome
+from experiments.kernel.outcomes import Estimator
 from experiments.record.identified import OutcomeSlopes, SubsetAgreement, SubsetResult
 
 
@@ -65,7 +66,7 @@ def subset_outcomes(
 
 
 def outcome_slopes(
-    part: pd.DataFrame, measure: OutcomeMeasure, kw: _BootSpline, *, n_boot: int, seed: int
+    part: pd.DataFrame, measure: DirectionOutcome, kw: _BootSpline, *, n_boot: int, seed: int
 ) -> OutcomeSlopes | None:
     """One declared outcome on the subset (``measures.py``): its flexible slope on each of
     its detection columns, beside log KL when it says so, and its within-concept r with
@@ -77,9 +78,9 @@ def outcome_slopes(
         return None
     y = measure.column
     out = OutcomeSlopes(slopes={d: flexible_slope(part, y, d, **kw) for d in measure.detectors})
-    if measure.given_dose and "log_kl" in part:
+    if Estimator.GIVEN_DOSE in measure.estimators and "log_kl" in part:
         out.given_dose = flexible_slope(part, y, measure.detectors[0], covariates=["log_kl"], **kw)
-    if measure.agrees_with is not None:
+    if Estimator.AGREEMENT in measure.estimators and measure.agrees_with is not None:
         both = part.dropna(subset=[y, measure.agrees_with])
         good = both[both["cos_ref"] >= GOOD_COS]
         out.agreement = SubsetAgreement(

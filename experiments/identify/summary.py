@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from experiments.answer import estimate_text
 from experiments.answer import number as fmt
 from experiments.identify.stages.manipulations import family
+from experiments.kernel.outcomes import Estimator
 from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
 from metrics.intervals import Interval
 
@@ -183,16 +184,16 @@ def outcome_line(key: str, result: OutcomeSlopes) -> str:
             f"{DETECTOR_WORDS.get(d, d)} {'is ' if i == 0 else ''}{est(f)}"
             for i, (d, f) in enumerate(zip(measure.detectors, fits, strict=True))
         )
-    if measure.given_dose:
+    if Estimator.GIVEN_DOSE in measure.estimators:
         text += f", beside log KL {est(result.given_dose)}"
-    if measure.agrees_with is not None:
+    if Estimator.AGREEMENT in measure.estimators:
         agree = result.agreement or SubsetAgreement()
         text += (
             f"; the two outcomes agree within concepts at r = {est(agree.all)} over all "
             f"directions and {est(agree.good)} over good ones (cos ≥ 0.7, {agree.good_n} "
             "cells)"
         )
-    return f"- {measure.summary}: {text}."
+    return f"- {measure.label}: {text}."
 
 
 def subset_lines(sub: SubsetResult) -> list[str]:

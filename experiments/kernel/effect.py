@@ -42,7 +42,7 @@ from experiments.kernel.gate import (
     row_fluency,
 )
 from experiments.kernel.gate import column as _col
-from experiments.kernel.outcomes import OUTCOMES
+from experiments.kernel.outcomes import OUTCOMES, Estimator
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.record import ArmEffect, CriterionInterval, NullEffect
 from experiments.rows import number as real
@@ -321,6 +321,8 @@ def _summarise(frame: pd.DataFrame, config: RunConfig, what: str) -> ArmEffect:
     gated = all_gated(frame, what)
     outcomes = {}
     for name, outcome in OUTCOMES.items():
+        if Estimator.MEAN not in outcome.estimators:
+            continue
         ci = mean_ci(frame, name, config)
         if outcome.gated and gated:
             ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)

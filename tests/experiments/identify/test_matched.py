@@ -291,7 +291,7 @@ def test_a_declared_outcome_reaches_the_record_summary_answer_and_metrics():
     assert generated.given_dose is not None
     assert generated.agreement is not None and generated.agreement.all.estimate > 0.5
     (line,) = [x for x in subset_lines(sub) if x.startswith("- Generated")]
-    assert line.startswith(f"- {OUTCOMES['generated'].summary}: the AUROC slope (flexible) is")
+    assert line.startswith(f"- {OUTCOMES['generated'].label}: the AUROC slope (flexible) is")
     assert "beside log KL" in line and "agree within concepts" in line
     # an old record spelled it in fields of its own
     written = out.model_dump()

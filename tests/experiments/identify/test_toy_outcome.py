@@ -9,7 +9,7 @@ import pytest
 from experiments import tracking
 from experiments.config import load_config
 from experiments.identify import QUICK
-from experiments.identify.measures import OUTCOMES, Key, OutcomeMeasure
+from experiments.identify.measures import OUTCOMES, SLOPES, DirectionOutcome, Key
 from experiments.identify.study import run_identify
 from experiments.rundir import RunDir
 
@@ -27,11 +27,12 @@ def _twice_generated(outcomes) -> dict[Key, float]:
 def toy_outcome():
     OUTCOMES.register(
         "toy_twice",
-        OutcomeMeasure(
-            column="toy_twice_effect",
+        DirectionOutcome(
+            "Toy outcome on the subset (twice the generated Δ)",
             values=_twice_generated,
-            summary="Toy outcome on the subset (twice the generated Δ)",
+            estimators=SLOPES,
             answer="on the toy outcome",
+            column="toy_twice_effect",
         ),
     )
     yield "toy_twice"
