@@ -160,7 +160,7 @@ def prompt_frame(ctx: RunContext) -> pd.DataFrame:
             rows.setdefault(
                 (meta["concept"], meta["prompt_index"], split), {**meta, "split": split}
             )
-    return pd.DataFrame(list(rows.values()))[["concept", "prompt_index", "split", "prompt"]]
+    return pd.DataFrame(list(rows.values()), columns=["concept", "prompt_index", "split", "prompt"])
 
 
 def log_run_inputs(run_id: str, ctx: RunContext, config_path: str | Path) -> None:
