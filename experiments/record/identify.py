@@ -188,6 +188,32 @@ class PredictorFit(_Block):
     corrected: Interval
 
 
+class RubricValidity(_Block):
+    """The AxBench rubric as an outcome of identify's directions
+    (``identify/estimation/rubric.rubric_validity``, ``RunDir.AXBENCH_IDENTIFY`` in the run
+    folder): the rubric's and the likelihood's reliabilities among good directions (cos(v,
+    v*) ≥ ``good_cos``), their agreements, and each good direction's means; ``judges`` the
+    panel that rated."""
+
+    good_cos: float
+    n_texts: int
+    n_directions: int
+    n_concepts: int
+    evaluable: bool
+    reason: str | None = None
+    reliability_rubric: Interval | None = None
+    reliability_likelihood: Interval | None = None
+    agreement_likelihood: PredictorFit | None = None
+    reliability_generated: Interval | None = None
+    agreement_generated: PredictorFit | None = None
+    per_direction: list[dict[str, str | int | float]] = Field(default_factory=list)
+    judges: list[str] = Field(default_factory=list)
+
+    def stored(self) -> dict[str, object]:
+        """The JSON the run folder and the child run keep: the fields the study set."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 class RankRow(_Block):
     """One predictor's pooled within-concept r, and how often it ranks first when
     concepts are resampled."""

@@ -20,7 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from experiments.identify.estimation.rubric import RubricValidity
+    from experiments.record.identify import RubricValidity
     from experiments.validation.runs import Phase5Run
     from judges.panel import PanelResult
 

@@ -38,7 +38,7 @@ from experiments.identify.estimation.estimands import estimate_all
 from experiments.identify.estimation.estimator import (
     identified_analysis,
 )
-from experiments.identify.estimation.primary import primary_result
+from experiments.identify.estimation.primary import OUTCOME, primary_result
 from experiments.identify.estimation.stats import within_reliability
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
@@ -65,8 +65,6 @@ from metrics.stats import fisher_z_interval
 
 if TYPE_CHECKING:
     from experiments.identify.stages.detect import Detection
-
-OUTCOME = "effect"
 
 
 def curve_table(frame: pd.DataFrame, n_boot: int, seed: int) -> list[CurveRow]:

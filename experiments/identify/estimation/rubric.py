@@ -26,13 +26,12 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.identify.estimation import stats
 from experiments.identify.estimation.analysis import GOOD_COS
 from experiments.identify.estimation.cells import measure_halves
 from experiments.identify.estimation.crosscheck import canonical, unit_halves
-from experiments.record.identify import PredictorFit
+from experiments.record.identify import RubricValidity
 from metrics.intervals import Interval
 
 TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
@@ -68,32 +67,6 @@ def rubric_units(samples: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
             RUBRIC: (steered["hm"] - steered["hm_twin"]).to_numpy(float),
         }
     )
-
-
-class RubricValidity(BaseModel):
-    """What :func:`rubric_validity` found (``RunDir.AXBENCH_IDENTIFY`` in the run folder):
-    the rubric's and the likelihood's reliabilities among good directions, their
-    agreements, and each good direction's means; ``judges`` the panel that rated."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    good_cos: float = GOOD_COS
-    n_texts: int
-    n_directions: int
-    n_concepts: int
-    evaluable: bool
-    reason: str | None = None
-    reliability_rubric: Interval | None = None
-    reliability_likelihood: Interval | None = None
-    agreement_likelihood: PredictorFit | None = None
-    reliability_generated: Interval | None = None
-    agreement_generated: PredictorFit | None = None
-    per_direction: list[dict[str, str | int | float]] = Field(default_factory=list)
-    judges: list[str] = Field(default_factory=list)
-
-    def stored(self) -> dict[str, object]:
-        """The JSON the run folder and the child run keep: the fields the study set."""
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def rubric_validity(
