@@ -486,13 +486,19 @@ def _same_concepts(a: Mapping[K, object], b: Mapping[K, object]) -> None:
         raise ValueError(f"the two sides must have the same concepts; unmatched: {only}")
 
 
-class _BootOptions(TypedDict):
-    """hierarchical_bootstrap's keyword options that hierarchical_margin passes on."""
+class Bootstrap(TypedDict):
+    """The bootstrap options an analysis passes on to every interval it takes: the
+    interval's level, the replicates and the seed."""
 
-    within: bool
     confidence: float
     n_boot: int
     seed: int
+
+
+class _BootOptions(Bootstrap):
+    """hierarchical_bootstrap's keyword options that hierarchical_margin passes on."""
+
+    within: bool
     method: str
 
 

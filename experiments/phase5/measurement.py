@@ -37,6 +37,7 @@ from experiments.record.measurement import (
 )
 from experiments.rows import number as real
 from metrics.intervals import (
+    Bootstrap,
     Interval,
     hierarchical_margin,
     hierarchical_mean,
@@ -141,14 +142,6 @@ def detection_units(detection: Mapping[str, Mapping[str, object]]) -> dict[str, 
 # --------------------------------------------------------------------------- the report
 
 
-class _Boot(TypedDict):
-    """The concept bootstrap every interval of a run shares."""
-
-    confidence: float
-    n_boot: int
-    seed: int
-
-
 class _SplitOptions(TypedDict):
     """The split-half options every reliability of a run shares."""
 
@@ -217,7 +210,7 @@ def measure(
     not evaluable."""
     c = config.criteria
     opts = _SplitOptions(n_splits=c.reliability_splits, seed=config.seed)
-    boot = _Boot(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
+    boot = Bootstrap(confidence=c.confidence, n_boot=c.n_boot, seed=config.seed)
     out = MeasurementReport()
     rel: dict[str, Reliability] = {}
     name = c.predictor
@@ -293,7 +286,7 @@ def measure(
 
 
 def _likelihood_summary(
-    records: Sequence[dict[str, Any]], out: MeasurementReport, boot: _Boot
+    records: Sequence[dict[str, Any]], out: MeasurementReport, boot: Bootstrap
 ) -> list[LikelihoodFamily]:
     """Per sign and family: the mean outcome over concepts, and the concept arm above it."""
     rows = []
@@ -372,7 +365,7 @@ def _reference_gap(
     gaps: Mapping[str, ReferenceGap],
     effect: EffectReport,
     out: MeasurementReport,
-    boot: _Boot,
+    boot: Bootstrap,
     opts: _SplitOptions,
 ) -> ReferenceGapSummary:
     """Δ's scale: per concept, Δ(on-concept texts) − Δ(off-concept texts); and the effect

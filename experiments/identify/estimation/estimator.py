@@ -69,12 +69,6 @@ class _Boot(TypedDict):
     seed: int
 
 
-class BootLevel(_Boot):
-    """The bootstrap options and the interval's level (a primary's fit)."""
-
-    confidence: float
-
-
 class _BootSpline(_Boot):
     spline_df: int
 

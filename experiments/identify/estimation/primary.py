@@ -16,7 +16,6 @@ from experiments.identify.estimation import stats
 from experiments.identify.estimation.cells import StudyTables, null_rows
 from experiments.identify.estimation.corrected import as_recorded
 from experiments.identify.estimation.estimator import (
-    BootLevel,
     equal_geometry,
     flexible_slope,
     log_kl,
@@ -26,7 +25,7 @@ from experiments.identify.estimation.estimator import (
 from experiments.identify.estimation.variance import BUILT_FAMILIES
 from experiments.record import PrimaryResult, PrimarySpec, PrimaryVerdict
 from metrics.cluster import ClusterFit
-from metrics.intervals import Interval
+from metrics.intervals import Bootstrap, Interval
 
 OUTCOME = "effect"  # the likelihood outcome (the directions table's column)
 
@@ -50,7 +49,7 @@ def primary_result(
     controls = primary.get("control")
     controls = [controls] if isinstance(controls, str) else list(controls or [])
     controls = [c for c in controls if c and c != "none"]
-    boot = BootLevel(n_boot=n_boot, seed=seed, confidence=confidence)
+    boot = Bootstrap(n_boot=n_boot, seed=seed, confidence=confidence)
     found: Interval
     if estimator == "equal_geometry":  # v3: iso-cos, random nuisances, bare
         found = equal_geometry(frame, OUTCOME, predictor, **boot)
