@@ -6,7 +6,6 @@ are read as the dicts they are stored as."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 # The one formatter of every answer and summary (experiments/answer.py), short names here.
@@ -15,6 +14,7 @@ from experiments.answer import number as fmt
 from experiments.identify.stages.manipulations import family
 from experiments.kernel.outcomes import Estimator
 from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
+from experiments.rows import finite
 from metrics.intervals import Interval
 
 if TYPE_CHECKING:
@@ -27,23 +27,18 @@ if TYPE_CHECKING:
     )
 
 
-def _finite(value: float | None) -> float | None:
-    """A stored number as its JSON form reads (NaN and infinities: none)."""
-    return value if value is not None and math.isfinite(value) else None
-
-
 def est(e: Interval | None, spec: str = "+.3f") -> str:
     """:func:`~experiments.answer.estimate_text` of a typed interval, its non-finite
     numbers read as missing (as the record's JSON holds them)."""
     if e is None:
         return estimate_text(None, spec=spec)
-    return estimate_text(_finite(e.estimate), _finite(e.low), _finite(e.high), spec, e.reason)
+    return estimate_text(finite(e.estimate), finite(e.low), finite(e.high), spec, e.reason)
 
 
 def excludes_zero(iv: Interval | None) -> bool:
     if iv is None:
         return False
-    low, high = _finite(iv.low), _finite(iv.high)
+    low, high = finite(iv.low), finite(iv.high)
     return low is not None and high is not None and (low > 0 or high < 0)
 
 
