@@ -200,17 +200,9 @@ def _flat_yaml(path: Path) -> dict[str, object]:
     """A YAML file's settings as dotted keys (nested mappings walked), unvalidated."""
     import yaml
 
-    out: dict[str, object] = {}
+    from experiments.config.base import flat_keys
 
-    def walk(prefix: str, value: object) -> None:
-        if isinstance(value, dict):
-            for key, sub in value.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), sub)
-        else:
-            out[prefix] = value
-
-    walk("", yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-    return out
+    return flat_keys(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
 def _setting(value: object) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
@@ -88,7 +88,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-def _check_train_size(text: str) -> None:
+def _check_train_size(text: str) -> str:
     """A training size the template pool can fill, checked before any work starts."""
     from experiments.prompts import max_train_texts
 
@@ -100,6 +100,21 @@ def _check_train_size(text: str) -> None:
             f"template pool has {most} templates (one text per template keeps the classes "
             f"format-matched without repeating a text); use at most {most}x{most}x{most}"
         )
+    return text
+
+
+# A probe training size (PxNxU) that the train template pool can fill.
+TrainSize = Annotated[str, AfterValidator(_check_train_size)]
+
+
+def flat_keys(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (``a.b`` for ``{a: {b: ...}}``) to their leaf values."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, sub in value.items():
+        out.update(flat_keys(sub, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
 
 def _model_classes(annotation: Any) -> list[type[BaseModel]]:

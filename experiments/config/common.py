@@ -21,6 +21,7 @@ from experiments.config.base import (
     _hash_view,
     _model_classes,
     _Strict,
+    flat_keys,
     hash_rule,
 )
 from experiments.config.sections import (
@@ -262,17 +263,7 @@ class RunConfig(_Strict):
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys to values, for MLflow params."""
-        out: dict[str, Any] = {}
-
-        def walk(prefix: str, value: Any) -> None:
-            if isinstance(value, dict):
-                for key, sub in value.items():
-                    walk(f"{prefix}.{key}" if prefix else key, sub)
-            else:
-                out[prefix] = value
-
-        walk("", self.model_dump(mode="json"))
-        return out
+        return flat_keys(self.model_dump(mode="json"))
 
 
 # The phases' top models, registered in experiments.config.load in this order.

@@ -13,6 +13,7 @@ from experiments.config.base import (
     OMIT_IF_DEFAULT,
     Moved,
     Seed,
+    TrainSize,
     _check_train_size,
     _Strict,
 )
@@ -64,7 +65,7 @@ class IdentifyConfig(_Strict):
         description="the committed folder each finished shard's directions.csv and ledger "
         "lines are copied to (<shards_dir>/<experiment>/shard-<K>/), which `--pool` reads",
     )
-    reference_size: str = Field(
+    reference_size: TrainSize = Field(
         "16x16x16",
         description="v*: the diffmean direction at this training size (the largest the "
         "train template pool holds), from training texts disjoint from the test split",
@@ -238,12 +239,6 @@ class IdentifyConfig(_Strict):
     results_dir: Annotated[str, EXCLUDE] = Field(
         "results/identify", description="where the study's run folders are written"
     )
-
-    @field_validator("reference_size")
-    @classmethod
-    def _reference(cls, value: str) -> str:
-        _check_train_size(value)
-        return value
 
     @field_validator("sizes")
     @classmethod

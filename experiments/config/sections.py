@@ -16,7 +16,7 @@ from experiments.config.base import (
     EXCLUDE,
     OMIT_IF_DEFAULT,
     DeltaUnits,
-    _check_train_size,
+    TrainSize,
     _Strict,
 )
 from steering.directions import get_direction_source
@@ -30,7 +30,7 @@ class ConceptsConfig(_Strict):
 
 
 class ClassifierConfig(_Strict):
-    train: str = "1x1x1"
+    train: TrainSize = "1x1x1"
     eval_per_class: int = Field(
         20,
         ge=2,
@@ -44,12 +44,6 @@ class ClassifierConfig(_Strict):
     auto_train: bool = Field(
         True, description="train missing classifiers in `run`; false makes them an error"
     )
-
-    @field_validator("train")
-    @classmethod
-    def _train(cls, value: str) -> str:
-        _check_train_size(value)
-        return value
 
 
 def _beta_value(value: object) -> float | str:
