@@ -17,10 +17,10 @@ def make_executor(config: RunConfig, lm: LoadedModel, address: str | None = None
     e = config.execution
     if e.executor == "local":
         return LocalExecutor(lm)
-    from experiments.execution.ray import ModelSource, RayExecutor
+    from experiments.execution.ray import RayExecutor
 
     return RayExecutor(
-        ModelSource.of(config.model_spec),
+        config.model_spec,
         workers=e.workers,
         cpus_per_worker=e.cpus_per_worker,
         threads=e.torch_threads or lm.platform.torch_threads,  # the local run's numbers

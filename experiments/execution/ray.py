@@ -20,7 +20,6 @@ import os
 import socket
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
@@ -28,7 +27,7 @@ from typing import Any, cast
 from experiments.execution.base import BatchResult, ExecutionError, PlanSpec
 from experiments.execution.local import run_batch
 from steering.generation import GenerationRow
-from steering.models import LoadedModel, ModelSpec
+from steering.models import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,37 +50,15 @@ def import_ray() -> ModuleType:
     return module
 
 
-@dataclass(frozen=True)
-class ModelSource:
-    """How a worker loads its own copy of the model (a spec, not the weights)."""
-
-    spec: str
-    device: str = "auto"
-    dtype: str = "auto"
-    load_format: str = "auto"
-
-    @classmethod
-    def of(cls, model: ModelSpec) -> ModelSource:
-        """From the config's model section (``steering.models.ModelSpec``), whole."""
-        return cls(model.spec, model.device, model.dtype, model.load_format)
-
-    def load(self) -> LoadedModel:
-        from steering.models import ModelSpec
-
-        return ModelSpec(self.spec, self.device, self.dtype, self.load_format).load()
-
-    @property
-    def on_cuda(self) -> bool | None:
-        """True/False when the config says; None for ``auto`` (the cluster decides)."""
-        if self.device.startswith("cuda"):
-            return True
-        return None if self.device == "auto" else False
+# How a worker loads its own copy of the model: the config's model section (a spec, not
+# the weights).
+ModelSource = ModelSpec
 
 
 class GenerationWorker:
     """One actor's state: the model, loaded once, and the current plan's spec."""
 
-    def __init__(self, source: ModelSource, threads: int) -> None:
+    def __init__(self, source: ModelSpec, threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
@@ -126,7 +103,7 @@ class RayExecutor:
 
     def __init__(
         self,
-        source: ModelSource,
+        source: ModelSpec,
         workers: int = 2,
         cpus_per_worker: float = 1.0,
         max_retries: int = 2,
@@ -171,10 +148,10 @@ class RayExecutor:
         self._started_ray = True
 
     def _gpus(self, ray: ModuleType) -> int:
-        wanted = self.source.on_cuda
-        if wanted is None:
-            wanted = ray.cluster_resources().get("GPU", 0) > 0
-        return 1 if wanted else 0
+        """One per actor when the model runs on CUDA (``auto``: when the cluster has one)."""
+        if self.source.device == "auto":
+            return 1 if ray.cluster_resources().get("GPU", 0) > 0 else 0
+        return 1 if self.source.device.startswith("cuda") else 0
 
     def start(self) -> RayExecutor:
         """Start Ray if needed and the actors, and wait until each has loaded the model."""
