@@ -20,9 +20,10 @@ WordNet version, and :meth:`ConceptGraph.save` writes a byte-identical file each
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -203,12 +204,7 @@ class ConceptGraph:
     def metadata(self) -> dict[str, Any]:
         """The build parameters, for logging (e.g. as MLflow params)."""
         return {
-            "wordnet_version": self.wordnet_version,
-            "selection_rule": self.selection_rule,
-            "seed": self.seed,
-            "min_distance": self.min_distance,
-            "n_negatives": self.n_negatives,
-            "negative_rule": self.negative_rule,
+            **{f.name: getattr(self, f.name) for f in fields(_Metadata)},
             "n_concepts": len(self.concepts),
             "n_neutral": len(self.neutral_pool),
         }
@@ -246,16 +242,7 @@ class ConceptGraph:
             if limit < 1:
                 raise ConceptError(f"limit must be at least 1, got {limit}")
             concepts = concepts[:limit]
-        return ConceptGraph(
-            wordnet_version=self.wordnet_version,
-            selection_rule=self.selection_rule,
-            seed=self.seed,
-            min_distance=self.min_distance,
-            n_negatives=self.n_negatives,
-            negative_rule=self.negative_rule,
-            concepts=concepts,
-            neutral_pool=list(self.neutral_pool),
-        )
+        return replace(self, concepts=concepts, neutral_pool=list(self.neutral_pool))
 
     # -- serialisation -----------------------------------------------------
 
@@ -639,8 +626,6 @@ def _own_negatives(
 ) -> list[NegativeConcept]:
     """The concept's negatives: the file's unrelated concepts and the shipped negatives
     that do not mention it, in a seeded order (their position decides the split)."""
-    import random
-
     words = concept_words(row.lemmas)
     candidates: list[NegativeConcept] = []
     for other in rows:
@@ -656,7 +641,7 @@ def _own_negatives(
             continue
         candidates.append(NegativeConcept(other.id, other.name, other.lemmas, other.definition, -1))
     candidates += [n for n in pool if not mentions(f"{n.name} {n.gloss}", words)]
-    random.Random(f"{OWN_SEED}|own-negatives|{row.id}").shuffle(candidates)
+    seeded_random(OWN_SEED, "own-negatives", row.id).shuffle(candidates)
     return candidates[:OWN_NEGATIVES]
 
 
@@ -750,3 +735,8 @@ def concept_words(lemmas: Iterable[str]) -> set[str]:
 
 def clean_lemma(name: str) -> str:
     return name.replace("_", " ")
+
+
+def seeded_random(seed: int, *parts: str) -> random.Random:
+    """A seeded RNG per (seed, purpose): string seeds hash with SHA-512, not PYTHONHASHSEED."""
+    return random.Random("|".join([str(seed), *parts]))

@@ -53,6 +53,7 @@ from experiments.concepts import (
     NeutralItem,
     concept_words,
     mentions,
+    seeded_random,
 )
 
 Kind = Literal["positive", "negative", "neutral"]
@@ -422,10 +423,6 @@ def _render(template: str, fields: Mapping[str, str]) -> str | None:
     return template.format_map(fields)
 
 
-def _rng(seed: int, *parts: str) -> random.Random:
-    return random.Random("|".join([str(seed), *parts]))
-
-
 def _related_names(concept: Concept, *relations: str) -> list[str]:
     return sorted({item.name for r in relations for item in concept.related.get(r, [])})
 
@@ -520,7 +517,7 @@ def template_sequence(split: str, seed: int, key: str) -> list[ProbeTemplate]:
     order, so any prefix whose length is a multiple of four holds every format equally
     often and a shorter prefix differs from equal by at most one per format.
     """
-    rng = _rng(seed, "templates", split, key)
+    rng = seeded_random(seed, "templates", split, key)
     formats = list(FORMATS)
     rng.shuffle(formats)
     pools: dict[str, list[ProbeTemplate]] = {f: [] for f in formats}
@@ -571,7 +568,7 @@ def _render_kind(
 
 
 def _positive_subjects(concept: Concept, split: str, seed: int) -> list[Subject]:
-    rng = _rng(seed, "fields", split, concept.synset)
+    rng = seeded_random(seed, "fields", split, concept.synset)
 
     def fields() -> dict[str, str]:
         lemma = rng.choice(list(concept.lemmas)) if concept.lemmas else concept.name
@@ -583,8 +580,8 @@ def _positive_subjects(concept: Concept, split: str, seed: int) -> list[Subject]
 def _negative_subjects(concept: Concept, split: str, seed: int) -> list[Subject]:
     groups = split_negatives(concept)
     negatives = list(getattr(groups, split))
-    _rng(seed, "negatives", split, concept.synset).shuffle(negatives)
-    rng = _rng(seed, "negative-fields", split, concept.synset)
+    seeded_random(seed, "negatives", split, concept.synset).shuffle(negatives)
+    rng = seeded_random(seed, "negative-fields", split, concept.synset)
 
     def maker(negative: NegativeConcept) -> Callable[[], dict[str, str]]:
         def fields() -> dict[str, str]:
@@ -606,7 +603,7 @@ def _neutral_subjects(
         for item in _neutral_pool(graph, split)
         if not mentions(f"{item.name} {item.gloss}", avoid)
     ]
-    _rng(seed, "neutral", split, concept.synset).shuffle(items)
+    seeded_random(seed, "neutral", split, concept.synset).shuffle(items)
     return [
         (item.synset, partial(_plain_fields, item.name, item.name, item.gloss)) for item in items
     ]
@@ -738,7 +735,7 @@ def scale_neutral_texts(graph: ConceptGraph | None, seed: int) -> list[str]:
             )
             for i, item in enumerate(pool)
         ]
-        _rng(seed, "neutral", "eval", concept.synset).shuffle(candidates)
+        seeded_random(seed, "neutral", "eval", concept.synset).shuffle(candidates)
         avoid = concept_words(concept.lemmas)
         kept = [text for _, text in candidates if not mentions(text, avoid)]
         texts.update(kept[:SCALE_TEXTS_PER_CONCEPT])
@@ -874,10 +871,10 @@ def centroid_texts(concept: Concept, n: int = 5, seed: int = 0) -> dict[str, lis
     """
     if n < 1:
         raise PromptError(f"n must be at least 1, got {n}")
+    makers = {"core": _core_texts, "boundary": _boundary_texts, "negative": _negative_texts}
     texts = {
-        "core": _core_texts(concept, n, _rng(seed, "core", concept.synset)),
-        "boundary": _boundary_texts(concept, n, _rng(seed, "boundary", concept.synset)),
-        "negative": _negative_texts(concept, n, _rng(seed, "negative", concept.synset)),
+        key: make(concept, n, seeded_random(seed, key, concept.synset))
+        for key, make in makers.items()
     }
     prompts = [p.lower() for p in render_generation_prompts(concept)]
     for key, items in texts.items():

@@ -28,6 +28,7 @@ from experiments.concepts import (
     clean_lemma,
     concept_words,
     mentions,
+    seeded_random,
 )
 
 # Reports progress: (what, done, total). The command line draws it (rich); this module
@@ -91,12 +92,12 @@ def _ranking(
     if cached is not None:
         return cached
     wn = _wordnet()
-    relations = _rule_relations(rule)
+    _rule_relations(rule)  # an unknown rule fails before any counting
     rows: list[tuple[str, int]] = []
     for p in pos:
         synsets = list(wn.all_synsets(p))
         for synset in _progress(synsets, f"counting links ({p})", progress):
-            rows.append((synset.name(), sum(len(getattr(synset, r)()) for r in relations)))
+            rows.append((synset.name(), count_links(synset, rule)))
     rows.sort(key=lambda row: (-row[1], row[0]))
     _RANKINGS[(pos, rule)] = tuple(rows)
     return _RANKINGS[(pos, rule)]
@@ -159,26 +160,13 @@ def _related(wn: Any, synset: Any) -> dict[str, list[RelatedSynset]]:
     return out
 
 
-def _mention_words(synset: Any) -> set[str]:
-    return concept_words(synset.lemma_names())
-
-
-def _sorted_ids(wn: Any, pos: str) -> list[str]:
-    return sorted(s.name() for s in wn.all_synsets(pos))
-
-
 _IDS_CACHE: dict[str, list[str]] = {}
 
 
 def _candidate_ids(wn: Any, pos: str) -> list[str]:
     if pos not in _IDS_CACHE:
-        _IDS_CACHE[pos] = _sorted_ids(wn, pos)
+        _IDS_CACHE[pos] = sorted(s.name() for s in wn.all_synsets(pos))
     return _IDS_CACHE[pos]
-
-
-def _rng(seed: int, *parts: str) -> random.Random:
-    """A seeded RNG per (seed, purpose): string seeds hash with SHA-512, not PYTHONHASHSEED."""
-    return random.Random("|".join([str(seed), *parts]))
 
 
 def path_distance(a: Any, b: Any) -> int | None:
@@ -269,14 +257,14 @@ def _sample_negatives(
     Also rejected: the concept's ancestors, descendants, directly related and member-linked
     synsets and anything below the latter (_Exclusion); so that a negative text never names
     the concept, candidates sharing a lemma with it or whose name or gloss mentions one of its
-    _mention_words; and candidates whose first lemma repeats an already chosen negative's (two
+    concept_words; and candidates whose first lemma repeats an already chosen negative's (two
     identical "What is X?" texts).
     """
     pos = synset.pos()
     ids = _candidate_ids(wn, "a" if pos == "s" else pos)
-    rng = _rng(seed, "negatives", synset.name())
+    rng = seeded_random(seed, "negatives", synset.name())
     own_lemmas = {clean_lemma(x).lower() for x in synset.lemma_names()}
-    avoid = _mention_words(synset)
+    avoid = concept_words(synset.lemma_names())
     exclusion = _exclusion(synset)
     chosen: list[NegativeConcept] = []
     names: set[str] = set()
@@ -317,12 +305,12 @@ def _sample_neutral(
     """Nouns far from every concept: distance >= min_distance, or None (another POS).
 
     Nouns only, so that neutral sentence templates stay grammatical. Items in a concept's
-    topic (see _Exclusion) or that mention any concept's _mention_words are skipped.
+    topic (see _Exclusion) or that mention any concept's concept_words are skipped.
     """
     ids = _candidate_ids(wn, "n")
-    rng = _rng(seed, "neutral", *[c.name() for c in concepts])
+    rng = seeded_random(seed, "neutral", *[c.name() for c in concepts])
     all_lemmas = {clean_lemma(x).lower() for c in concepts for x in c.lemma_names()}
-    avoid = set().union(*(_mention_words(c) for c in concepts)) if concepts else set()
+    avoid = set().union(*(concept_words(c.lemma_names()) for c in concepts))
     exclusion = _Exclusion(frozenset(), frozenset())
     for concept in concepts:
         exclusion = exclusion | _exclusion(concept)
