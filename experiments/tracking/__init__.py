@@ -32,7 +32,7 @@ from experiments.tracking.notes import EXPERIMENT_NOTES
 
 if TYPE_CHECKING:  # mlflow and pandas load in seconds: imported where used
     import pandas as pd
-    from mlflow.entities import Metric, Run
+    from mlflow.entities import Metric, Param, Run
     from mlflow.tracking import MlflowClient
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
@@ -222,21 +222,13 @@ def _create_experiment(
         exp = c.get_experiment_by_name(name)
         if exp is None:
             raise
-        existing: str = exp.experiment_id
-        return existing
+        return str(exp.experiment_id)
 
 
 def git_commit() -> dict[str, str]:
     """The commit and whether tracked files differ from it (for the bench report)."""
     info = git_info()
     return {"git_commit": info.get("commit", "unknown"), "git_dirty": info.get("dirty", "false")}
-
-
-def provenance_tags() -> dict[str, str]:
-    """Tags every run carries: MLflow's standard context tags (user, source, git commit)
-    plus the package versions, read once per process (two git calls per child run were
-    most of the driver's own logging time)."""
-    return context_tags()
 
 
 def params_from(flat: Mapping[str, object]) -> dict[str, str]:
@@ -247,10 +239,14 @@ def params_from(flat: Mapping[str, object]) -> dict[str, str]:
     return out
 
 
-def log_params(run_id: str, params: Mapping[str, object]) -> None:
+def _param_items(params: Mapping[str, object]) -> list[Param]:
     from mlflow.entities import Param
 
-    items = [Param(k, v) for k, v in params_from(params).items()]
+    return [Param(k, v) for k, v in params_from(params).items()]
+
+
+def log_params(run_id: str, params: Mapping[str, object]) -> None:
+    items = _param_items(params)
     c = client()
     for start in range(0, len(items), 90):
         c.log_batch(run_id, params=items[start : start + 90])
@@ -309,9 +305,7 @@ def log_params_and_metrics(
 ) -> None:
     """Both in one request when they fit (a child run's usual case): one round trip less
     per child against a server."""
-    from mlflow.entities import Param
-
-    param_items = [Param(k, v) for k, v in params_from(params).items()]
+    param_items = _param_items(params)
     metric_items = _metric_items(metrics)
     if len(param_items) > 90 or len(metric_items) > 900:
         log_params(run_id, params)
@@ -326,12 +320,14 @@ def start_run(
     tags: dict[str, str] | None = None,
     parent_run_id: str | None = None,
 ) -> str:
-    all_tags = {**provenance_tags(), **(tags or {})}
+    # MLflow's standard context tags (user, source, git commit) and the package versions,
+    # read once per process (two git calls per child run were most of the driver's own
+    # logging time), then the run's own
+    all_tags = {**context_tags(), **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     run = client().create_run(experiment_id(experiment), run_name=run_name, tags=all_tags)
-    run_id: str = run.info.run_id
-    return run_id
+    return str(run.info.run_id)
 
 
 def end_run(run_id: str, status: str = "FINISHED") -> None:
@@ -394,8 +390,7 @@ def latest_parent_run(experiment: str, phase: str = "5", finished: bool = True) 
             max_results=1,
         )
     if runs:
-        newest: str = runs[0].info.run_id
-        return newest
+        return str(runs[0].info.run_id)
     kind = "finished" if finished else "unfinished (interrupted)"
     hint = "run `make run` first" if finished else "nothing to resume"
     raise LookupError(
@@ -546,7 +541,7 @@ def overwrite_table(run_id: str, table: pd.DataFrame, name: str) -> None:
     import tempfile
 
     c = client()
-    if name not in {f.path for f in c.list_artifacts(run_id)}:
+    if not has_artifact(run_id, name):
         c.log_table(run_id, table, name)
         return
     with tempfile.TemporaryDirectory() as tmp:
