@@ -205,22 +205,18 @@ def run_bench(
         if "roofline" in sections:
             bench.roofline(measured)
         if "profile" in sections:
-            load = contention()
             say(f"profile: one batch, {opts.profile_tokens} decode steps")
-            bench.checkpoint("profile", section_profile(lm, wl, min(opts.profile_tokens, 64)), load)
-        if "head" in sections:
-            load = contention()
-            bench.checkpoint("head", section_head(lm, wl, opts, say), load)
-        if "tuning" in sections:
-            load = contention()
-            bench.checkpoint("tuning", section_tuning(lm, wl, opts, say), load)
-        if "scaling" in sections:
-            load = contention()
-            base = measured.get(bench.ours)
-            bench.checkpoint("scaling", section_scaling(lm, wl, opts, base, say), load)
-        if "load" in sections:
-            load = contention()
-            bench.checkpoint("load", section_load(lm, wl, opts, say), load)
+        later: dict[str, Callable[[], dict[str, Any]]] = {
+            "profile": lambda: section_profile(lm, wl, min(opts.profile_tokens, 64)),
+            "head": lambda: section_head(lm, wl, opts, say),
+            "tuning": lambda: section_tuning(lm, wl, opts, say),
+            "scaling": lambda: section_scaling(lm, wl, opts, measured.get(bench.ours), say),
+            "load": lambda: section_load(lm, wl, opts, say),
+        }
+        for name, section in later.items():
+            if name in sections:
+                load = contention()
+                bench.checkpoint(name, section(), load)
         if "e2e" in sections:
             if wl.plan is None:
                 sec["e2e"] = {"skipped": "no Phase 5 config workload (synthetic rows)"}

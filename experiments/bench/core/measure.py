@@ -12,6 +12,7 @@ import os
 import platform
 import statistics
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,18 @@ def gpu_peak(device: torch.device, extra: dict[str, Any]) -> Iterator[None]:
         extra["gpu_peak_bytes"] = max(
             extra.get("gpu_peak_bytes", 0), int(torch.cuda.max_memory_allocated(device))
         )
+
+
+def timed_pass(device: torch.device, m: Measurement, work: Callable[[], int]) -> Measurement:
+    """One repeat of ``work`` (it returns the tokens it made) appended to ``m``: the device
+    synced before and after, its peak GPU memory kept (:func:`gpu_peak`)."""
+    with gpu_peak(device, m.extra):
+        sync(device)
+        start = time.perf_counter()
+        tokens = work()
+        sync(device)
+        m.add(time.perf_counter() - start, tokens)
+    return m
 
 
 @contextlib.contextmanager

@@ -176,7 +176,7 @@ def parse_rows(text: str) -> tuple[int, ...]:
     try:
         rows = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"rows {text!r}: give comma-separated positive integers") from None
+        rows = ()
     if not rows or min(rows) < 1:
         raise ValueError(f"rows {text!r}: give comma-separated positive integers")
     return rows

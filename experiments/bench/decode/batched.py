@@ -9,14 +9,13 @@ dtype, tuning and scaling sections repeat.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 import torch
 
-from experiments.bench.core.measure import Measurement, gpu_peak, ratio, rounded, sync
+from experiments.bench.core.measure import Measurement, ratio, rounded, timed_pass
 from experiments.bench.core.workload import Workload, batches_of
 from experiments.execution.local import is_unsteered
 from steering.generation import (
@@ -61,16 +60,16 @@ def run_batched(
     m = m or Measurement(rows=len(rows))
     batches = batches_of(lm, rows, batch_size or wl.batch_size)
     gens: list[Generation] = []
-    tokens = 0
-    with gpu_peak(lm.device, m.extra):
-        sync(lm.device)
-        start = time.perf_counter()
+
+    def work() -> int:
+        tokens = 0
         for batch in batches:
             out, stats = generate_ours(lm, wl, batch)
             gens.extend(out)
             tokens += stats.new_tokens
-        sync(lm.device)
-        m.add(time.perf_counter() - start, tokens)
+        return tokens
+
+    timed_pass(lm.device, m, work)
     m.generations = gens
     return m
 
@@ -114,16 +113,11 @@ def hf_generate_one(lm: LoadedModel, wl: Workload, row: GenerationRow) -> tuple[
 
 def run_per_sample(lm: LoadedModel, wl: Workload, rows: Sequence[GenerationRow]) -> Measurement:
     """The per-sample loop over ``rows``, timed as one repeat."""
-    m = Measurement(rows=len(rows))
-    tokens = 0
-    with gpu_peak(lm.device, m.extra):
-        sync(lm.device)
-        start = time.perf_counter()
-        for row in rows:
-            tokens += hf_generate_one(lm, wl, row)[1]
-        sync(lm.device)
-        m.add(time.perf_counter() - start, tokens)
-    return m
+    return timed_pass(
+        lm.device,
+        Measurement(rows=len(rows)),
+        lambda: sum(hf_generate_one(lm, wl, row)[1] for row in rows),
+    )
 
 
 def warm_up(lm: LoadedModel, wl: Workload) -> None:

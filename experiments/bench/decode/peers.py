@@ -10,7 +10,6 @@ with several sequences per batch (``llama_batch``), all against our batched run.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,7 +17,7 @@ from typing import Any, cast
 
 import torch
 
-from experiments.bench.core.measure import Measurement, gpu_peak, ratio, rounded, sync
+from experiments.bench.core.measure import Measurement, ratio, rounded, timed_pass
 from experiments.bench.core.options import HF_BATCHED
 from experiments.bench.core.workload import Workload, batches_of
 from experiments.bench.decode.batched import hf_sampling_kwargs, strip_eos
@@ -104,13 +103,13 @@ def run_hf_batched(
     m = m or Measurement(rows=len(rows))
     batches = batches_of(lm, rows, wl.batch_size)
     gens: list[Generation] = []
-    with gpu_peak(lm.device, m.extra):
-        sync(lm.device)
-        start = time.perf_counter()
+
+    def work() -> int:
         for batch in batches:
             gens.extend(hf_generate_batch(lm, wl, batch))
-        sync(lm.device)
-        m.add(time.perf_counter() - start, sum(g.n_new_tokens for g in gens))
+        return sum(g.n_new_tokens for g in gens)
+
+    timed_pass(lm.device, m, work)
     m.generations = gens
     return m
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.bench.core.options import GPU_HF_COMPILED, GPU_HF_DYNAMIC, GPU_OURS, GPU_TARGETS
-from experiments.bench.reporting.report import NOT_MEASURED, Table, fmt, rate, verdict
+from experiments.bench.reporting.report import NOT_MEASURED, Table, fmt, rate, targets_met, verdict
 
 GPU_ARM_LABELS = {
     GPU_OURS: "ours (CUDA policy: static cache, CUDA graph)",
@@ -37,13 +37,7 @@ def gpu_targets(gpu: dict[str, Any]) -> list[dict[str, Any]]:
         "ours_first_call_seconds": max(firsts) if firsts else None,
         "matrix_rate_fraction_1024": arm(1024, GPU_OURS).get("fraction_of_matrix_rate"),
     }
-    out = []
-    for key, (label, op, threshold) in GPU_TARGETS.items():
-        value = values[key]
-        met = None if value is None else (value >= threshold if op == ">=" else value < threshold)
-        out.append({"key": key, "label": label, "target": f"{op} {threshold:g}", "value": value,
-                    "met": met})  # fmt: skip
-    return out
+    return targets_met(GPU_TARGETS, values)
 
 
 def gpu_table(gpu: dict[str, Any]) -> Table:

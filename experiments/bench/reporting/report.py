@@ -6,7 +6,7 @@ the CLI renders them (colouring the verdict column). The tests read them as text
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,8 +71,16 @@ def evaluate_targets(sections: dict[str, Any]) -> list[dict[str, Any]]:
         "peak_memory_gb": get("e2e", "peak_rss_gb"),
         "load_busy_vs_quiet": get("load", "ratio_busy_vs_quiet_after"),
     }
+    return targets_met(TARGETS, values)
+
+
+def targets_met(
+    targets: Mapping[str, tuple[str, str, float]], values: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Each target (key -> label, op, threshold) with its measured value (None: not
+    measured) and whether it is met."""
     out = []
-    for key, (label, op, threshold) in TARGETS.items():
+    for key, (label, op, threshold) in targets.items():
         value = values[key]
         met = None if value is None else COMPARE[op](value, threshold)
         out.append(
