@@ -10,16 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 from metrics.stats import Alpha, Correlation, Floats, NotEvaluable, pearson
 
 Status = Literal["pass", "fail", "not_evaluable", "pending", "inconclusive", "panel_required"]
-STATUSES: frozenset[str] = frozenset(
-    {"pass", "fail", "not_evaluable", "pending", "inconclusive", "panel_required"}
-)
+STATUSES: frozenset[str] = frozenset(get_args(Status))
 
 C1_DIRECTION = "c1_direction"
 C2_MAGNITUDE = "c2_magnitude"
@@ -313,15 +311,8 @@ def combine_criterion4_v2(
     otherwise the human part's status (pending or not evaluable)."""
     description = "Human validation OR the model panel, decided on intervals"
     parts = [human] + ([panel] if panel is not None and panel.status != "not_evaluable" else [])
-    statuses = [p.status for p in parts]
-    if "pass" in statuses:
-        chosen = parts[statuses.index("pass")]
-    elif "inconclusive" in statuses:
-        chosen = parts[statuses.index("inconclusive")]
-    elif "fail" in statuses:
-        chosen = parts[statuses.index("fail")]
-    else:
-        chosen = human
+    order = ("pass", "inconclusive", "fail")
+    chosen = next((p for status in order for p in parts if p.status == status), human)
     source = "human" if chosen is human else "panel"
     return CriterionResult(
         V2_C4,

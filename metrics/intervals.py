@@ -456,22 +456,16 @@ def hierarchical_mean(
     """
     tables = {c: {"x": v} for c, v in units.items()}
     label = method or f"hierarchical bootstrap mean over concepts ({n_boot} replicates)"
-    if weights == "units":
-        return hierarchical_bootstrap(
-            tables,
-            lambda a: a["x"][..., 0].sum(axis=1) / a["x"][..., 1].sum(axis=1),
-            aggregate={"x": _sum_and_count},
-            within=within,
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
-            method=label,
-        )
-    if weights != "concepts":
+    statistics: dict[str, Statistic] = {
+        "units": lambda a: a["x"][..., 0].sum(axis=1) / a["x"][..., 1].sum(axis=1),
+        "concepts": lambda a: a["x"].mean(axis=1),
+    }
+    if weights not in statistics:
         raise ValueError(f"weights must be 'concepts' or 'units', got {weights!r}")
     return hierarchical_bootstrap(
         tables,
-        lambda a: a["x"].mean(axis=1),
+        statistics[weights],
+        aggregate={"x": _sum_and_count} if weights == "units" else None,
         within=within,
         confidence=confidence,
         n_boot=n_boot,

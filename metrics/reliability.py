@@ -264,13 +264,7 @@ class Disattenuated:
     dropped_replicates: int = 0  # replicates where a reliability was ≤ 0 (undefined there)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "observed": self.observed.to_dict(),
-            "corrected": self.corrected.to_dict(),
-            "reliability_x": self.reliability_x.to_dict(),
-            "reliability_y": self.reliability_y.to_dict(),
-            "dropped_replicates": self.dropped_replicates,
-        }
+        return asdict(self)
 
 
 def _unusable(name: str, rel: Reliability) -> str | None:
