@@ -50,14 +50,7 @@ class AnthropicJudge(APIJudge):
             raise JudgeUnavailable(
                 "the `anthropic` package is not installed (pip install anthropic)"
             ) from exc
-        self._sdk = anthropic
-        self._secret = key
-        self._client = anthropic.Anthropic(
-            api_key=key,
-            base_url=base_url,
-            timeout=self.retry.timeout,
-            max_retries=0,  # judges.retry does the retrying (counted, testable)
-        )
+        self._connect(anthropic, anthropic.Anthropic, key, secret=key)
 
     def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
         extra: dict[str, Any] = {}
@@ -78,13 +71,7 @@ class AnthropicJudge(APIJudge):
             for block in (response.content or [])
             if getattr(block, "type", None) == "text"
         )
-        usage = getattr(response, "usage", None)
-        return CallResult(
-            text=text,
-            input_tokens=getattr(usage, "input_tokens", None),
-            output_tokens=getattr(usage, "output_tokens", None),
-            model=getattr(response, "model", "") or self.model,
-        )
+        return self._result(response, text, "input_tokens", "output_tokens")
 
 
 @judge_provider("anthropic")

@@ -65,7 +65,9 @@ class APIJudge(Judge):
     """
 
     key_env: str = ""
-    _client: Any  # the SDK's client: subclasses make it, unless estimate_only
+    # The SDK module and its client: subclasses make them (_connect), unless estimate_only.
+    _sdk: Any
+    _client: Any
     thread_safe = True  # SDK clients are thread-safe; the cache and budget are locked
 
     def __init__(
@@ -125,6 +127,28 @@ class APIJudge(Judge):
                     "price_per_mtok=(input, output) USD per 1M tokens."
                 )
         self._secret: str | None = None  # set by subclasses; only ever used for redaction
+
+    def _connect(self, sdk: Any, client: Any, key: str, secret: str | None) -> None:
+        """Keep the SDK module ``sdk`` (:func:`classify_sdk_error` reads its errors) and
+        make its ``client`` for ``key``; ``secret`` is what :meth:`redact` hides."""
+        self._sdk, self._secret = sdk, secret
+        self._client = client(
+            api_key=key,
+            base_url=self._requested_base_url,
+            timeout=self.retry.timeout,
+            max_retries=0,  # judges.retry does the retrying (counted, testable)
+        )
+
+    def _result(self, response: Any, text: str, tokens_in: str, tokens_out: str) -> CallResult:
+        """A response's text, with its usage (fields ``tokens_in``, ``tokens_out``, None
+        where missing) and the model that answered (the requested one when unsaid)."""
+        usage = getattr(response, "usage", None)
+        return CallResult(
+            text=text,
+            input_tokens=getattr(usage, tokens_in, None),
+            output_tokens=getattr(usage, tokens_out, None),
+            model=getattr(response, "model", "") or self.model,
+        )
 
     # -- provider hooks -------------------------------------------------------------------
     def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:

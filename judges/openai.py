@@ -64,14 +64,7 @@ class OpenAIJudge(APIJudge):
             raise JudgeUnavailable(
                 "the `openai` package is not installed (pip install openai)"
             ) from exc
-        self._sdk = openai
-        self._secret = key if key != NO_KEY_PLACEHOLDER else None
-        self._client = openai.OpenAI(
-            api_key=key,
-            base_url=base_url,
-            timeout=self.retry.timeout,
-            max_retries=0,  # judges.retry does the retrying (counted, testable)
-        )
+        self._connect(openai, openai.OpenAI, key, secret=key if key != NO_KEY_PLACEHOLDER else None)
 
     def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
         return {**super().decoding_params(rubric), "json_mode": self.json_mode, "seed": self.seed}
@@ -101,13 +94,7 @@ class OpenAIJudge(APIJudge):
             raise classify_sdk_error(self._sdk, exc, self) from None
         choices = getattr(response, "choices", None) or []
         text = (choices[0].message.content or "") if choices else ""
-        usage = getattr(response, "usage", None)
-        return CallResult(
-            text=text,
-            input_tokens=getattr(usage, "prompt_tokens", None),
-            output_tokens=getattr(usage, "completion_tokens", None),
-            model=getattr(response, "model", "") or self.model,
-        )
+        return self._result(response, text, "prompt_tokens", "completion_tokens")
 
 
 @judge_provider("openai")

@@ -88,15 +88,8 @@ class PanelResult:
                 out[name] = stat.value
                 out[f"{name}_n_units"] = float(stat.n_units)
 
-        put("panel_alpha", self.alpha)
-        put("panel_mean_r_delta", self.panel_mean_vs_delta)
-        put("panel_mean_r_human", self.panel_mean_vs_human)
-        for judge, stat in self.judge_vs_delta.items():
-            put(f"r_delta/{judge}", stat)
-        for judge, stat in self.judge_vs_human.items():
-            put(f"r_human/{judge}", stat)
-        for (a, b), stat in self.pairwise_spearman.items():
-            put(f"spearman/{a}~{b}", stat)
+        for name, stat in self._named():
+            put(name, stat)
         out.update({f"total_{k}": float(v) for k, v in self.totals.items()})
         out["wall_time_s"] = self.wall_time_s
         agrees = panel_agrees(self)
@@ -104,10 +97,9 @@ class PanelResult:
             out["panel_agrees"] = float(agrees)
         return {k: v for k, v in out.items() if np.isfinite(v)}
 
-    def not_evaluable(self) -> dict[str, str]:
-        """{statistic: reason} for everything that could not be computed."""
-        reasons: dict[str, str] = {}
-        named: list[tuple[str, Stat]] = [
+    def _named(self) -> list[tuple[str, Stat]]:
+        """Every statistic with its metric name."""
+        return [
             ("panel_alpha", self.alpha),
             ("panel_mean_r_delta", self.panel_mean_vs_delta),
             ("panel_mean_r_human", self.panel_mean_vs_human),
@@ -115,10 +107,10 @@ class PanelResult:
             *((f"r_human/{j}", s) for j, s in self.judge_vs_human.items()),
             *((f"spearman/{a}~{b}", s) for (a, b), s in self.pairwise_spearman.items()),
         ]
-        for name, stat in named:
-            if isinstance(stat, NotEvaluable):
-                reasons[name] = stat.reason
-        return reasons
+
+    def not_evaluable(self) -> dict[str, str]:
+        """{statistic: reason} for everything that could not be computed."""
+        return {n: s.reason for n, s in self._named() if isinstance(s, NotEvaluable)}
 
 
 def panel_agrees(result: PanelResult) -> bool | None:
