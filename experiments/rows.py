@@ -356,12 +356,12 @@ SCHEMAS: tuple[type[BaseModel], ...] = (ScoreRecord, PairedColumns, GenerationRe
 
 
 def _measures(schema: type[BaseModel]) -> list[tuple[str, Measure]]:
-    out = []
-    for name, info in schema.model_fields.items():
-        for item in info.metadata:
-            if isinstance(item, Measure):
-                out.append((name, item))
-    return out
+    return [
+        (name, item)
+        for name, info in schema.model_fields.items()
+        for item in info.metadata
+        if isinstance(item, Measure)
+    ]
 
 
 def aggregates(view: View | None = None) -> list[tuple[str, Aggregate]]:
