@@ -374,6 +374,12 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _named(key: str, word: str) -> dict[str, str]:
+    """Fields ``key``, ``Key``, ``a_key`` and ``A_key``: the word, capitalised, with its article."""
+    a_word = _article(word) + word
+    return {key: word, _cap(key): _cap(word), f"a_{key}": a_word, f"A_{key}": _cap(a_word)}
+
+
 def _strip_end(text: str) -> str:
     """Drop trailing spaces and final full stops; templates add their own punctuation."""
     return text.strip().rstrip(".").strip()
@@ -394,10 +400,7 @@ def _subject_fields(
 ) -> dict[str, str]:
     """Template fields for one subject; optional fields are absent when the subject lacks them."""
     fields = {
-        "name": name,
-        "Name": _cap(name),
-        "a_name": _article(name) + name,
-        "A_name": _cap(_article(name) + name),
+        **_named("name", name),
         "lemma": rng.choice(list(lemmas)) if lemmas else name,
         "gloss": _strip_end(gloss),
     }
@@ -801,26 +804,14 @@ def _boundary_texts(concept: Concept, n: int, rng: random.Random) -> list[str]:
     pos = _pos_key(concept)
     phrasings = BOUNDARY_TEMPLATES[pos]
     pairs = _boundary_pairs(concept, rng)
-    base = {
-        "name": concept.name,
-        "Name": _cap(concept.name),
-        "a_name": _article(concept.name) + concept.name,
-        "A_name": _cap(_article(concept.name) + concept.name),
-    }
+    base = _named("name", concept.name)
     out: list[str] = []
     # Pass 0 uses each relation's first phrasing, pass 1 its second, pass 2 the generic ones.
     for variant in range(4):
         for relation, target in pairs:
             options = phrasings.get(relation, _GENERIC_RELATION)
             template = (options + _GENERIC_RELATION)[min(variant, len(options) + 1)]
-            fields = dict(
-                base,
-                t=target,
-                T=_cap(target),
-                a_t=_article(target) + target,
-                A_t=_cap(_article(target) + target),
-            )
-            text = _render(template, fields)
+            text = _render(template, {**base, **_named("t", target)})
             if text is not None and text not in out:
                 out.append(text)
             if len(out) == n:
