@@ -70,16 +70,11 @@ def row_bucket(rows: int) -> int:
     return -(-rows // quantum) * quantum
 
 
-def _text_config(lm: LoadedModel) -> PreTrainedConfig:
-    config = lm.model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def static_capacity(lm: LoadedModel, width: int, steps: int) -> int | None:
     """Cache positions for a prompt of ``width`` and ``steps`` new tokens, or None when the
     static step cannot run it: it needs every sliding-window layer to hold the whole
     sequence (so that no layer ever rolls its window) and masks it knows how to build."""
-    config = _text_config(lm)
+    config = lm.text_config
     if getattr(config, "_attn_implementation", "sdpa") not in MASKED_ATTENTION:
         return None
     need = width + steps
@@ -169,7 +164,7 @@ class StaticDecode:
 
         dev, rows, cap = lm.device, key.rows, key.capacity
         self.lm, self.key, self.graphs = lm, key, graphs
-        config = _text_config(lm)
+        config = lm.text_config
         self.window = _sliding_window(config)
         types = getattr(config, "layer_types", None)
         self.mask_kinds = sorted(set(types)) if types else None

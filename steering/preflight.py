@@ -23,6 +23,7 @@ from steering.models import (
     pick_dtype,
     probe_id_of,
     resolve_model,
+    text_config,
 )
 from steering.vector_files import ModelKind
 
@@ -111,7 +112,7 @@ def read_model(model: ModelSpec) -> ModelFacts:
             f"could not read the config of model {spec!r} ({source}): "
             f"{exc.__class__.__name__}: {str(exc).splitlines()[0]}"
         ) from exc
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     architectures = getattr(config, "architectures", None) or [type(config).__name__]
     if load_format == "auto" and Path(source).is_dir() and where == "gguf":
         shown = str(Path(source) / kwargs.get("gguf_file", ""))

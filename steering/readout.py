@@ -45,9 +45,7 @@ def final_norm(lm: LoadedModel) -> nn.Module:
 
 
 def _softcap(lm: LoadedModel) -> float | None:
-    config = lm.model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return getattr(text, "final_logit_softcapping", None)
+    return getattr(lm.text_config, "final_logit_softcapping", None)
 
 
 def lens_logprobs(lm: LoadedModel, residuals: torch.Tensor) -> torch.Tensor:
