@@ -187,14 +187,13 @@ class ReferencePolicy(DecodePolicy):
             yield ReferenceDecoder(lm, batch)
 
 
-class CpuDecoder:
+class CpuDecoder(ReferenceDecoder):
     """The CPU's decode step: prefiltered sampling into reused tensors, and a log-softmax
-    over the vocabulary only for the rows whose log-probs are wanted."""
+    over the vocabulary only for the rows whose log-probs are wanted (the reference
+    decoder's forward pass and state)."""
 
     def __init__(self, lm: LoadedModel, batch: DecodeBatch) -> None:
-        self.batch = batch
-        self.forward = DynamicSteps(lm, batch)
-        self.state = DecodeState(batch.n_rows, batch.steps, batch.pad_id, batch.eos)
+        super().__init__(lm, batch)
         self.scratch = Scratch()
         device = batch.input_ids.device
         self.lp_rows = (
@@ -229,9 +228,6 @@ class CpuDecoder:
         del logp
         nxt = self.state.record(step, nxt, lp)
         self.forward.advance(nxt)
-
-    def all_done(self) -> bool:
-        return bool(self.state.done.all())
 
 
 class CpuPolicy(DecodePolicy):
