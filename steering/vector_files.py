@@ -230,15 +230,19 @@ def _field_value(reader: GGUFReader, key: str) -> object | None:
     return value
 
 
-def read_control_vector(path: str | Path) -> ControlVector:
-    """A GGUF control vector (llama.cpp / repeng layout), checked like llama.cpp checks it."""
+def _open_gguf(path: Path) -> GGUFReader:
     from gguf import GGUFReader
 
-    path = Path(path)
     try:
-        reader = GGUFReader(path)
+        return GGUFReader(path)
     except Exception as exc:  # the gguf package raises several kinds on a bad file
         raise VectorFileError(f"{path}: not a readable GGUF file ({exc})") from exc
+
+
+def read_control_vector(path: str | Path) -> ControlVector:
+    """A GGUF control vector (llama.cpp / repeng layout), checked like llama.cpp checks it."""
+    path = Path(path)
+    reader = _open_gguf(path)
     arch = _field_value(reader, "general.architecture")
     if arch not in (None, ARCH):
         raise VectorFileError(
@@ -281,13 +285,8 @@ def check_for_llama_cpp(path: str | Path, n_layer: int, n_embd: int) -> ControlV
     a width other than the model's ``n_embd``, and holds a row only for blocks 1 to
     ``n_layer − 1``, so a ``direction.N`` with N ≥ ``n_layer`` would silently steer nothing.
     """
-    from gguf import GGUFReader
-
     path = Path(path)
-    try:
-        names = [t.name for t in GGUFReader(path).tensors]
-    except Exception as exc:  # the gguf package raises several kinds on a bad file
-        raise VectorFileError(f"{path}: not a readable GGUF file ({exc})") from exc
+    names = [t.name for t in _open_gguf(path).tensors]
     other = [n for n in names if not n.startswith("direction.")]
     if other:
         raise VectorFileError(
