@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
@@ -75,10 +75,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from experiments.phase5.run import RunError
     from experiments.prompts import PromptError
     from experiments.record import RecordError
+    from experiments.validation.errors import ValidationInputError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
     from steering.platform import DtypeError
     from steering.probes import ProbeError
+    from steering.vector_files import VectorFileError
 
     errors: list[type[BaseException]] = [
         ConceptError,
@@ -94,17 +96,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
         PromptError,
         LookupError,
         FileNotFoundError,
+        ValidationInputError,
+        VectorFileError,
     ]
-    try:
+    with contextlib.suppress(ImportError):
         from metrics.embedder import EmbedderError
 
         errors.append(EmbedderError)
-    except ImportError:  # pragma: no cover
-        pass
-    from experiments.validation.errors import ValidationInputError
-    from steering.vector_files import VectorFileError
-
-    errors += [ValidationInputError, VectorFileError]
     with contextlib.suppress(ImportError):
         from experiments.phase5.export import ExportError
 
@@ -114,6 +112,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
         errors.append(JudgeError)
     return tuple(errors)
+
+
+def refuse(message: str) -> NoReturn:
+    """The user's input refused: ``message`` as an error, exit 2."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
 
 
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -443,14 +447,13 @@ def resolve_config(
     ``overlays`` (``--quick``) and the options as overrides."""
     from experiments.config import load_config
 
-    extra = list(overrides or [])
-    if model is not None:
-        extra.append(f"model={model}")
-    if layer is not None:
-        extra.append(f"layer={layer}")
-    if concepts is not None:
-        extra.append(f"concepts.limit={concepts}")
-    return load_config(config, extra, phase, overlays or [])
+    options = (("model", model), ("layer", layer), ("concepts.limit", concepts))
+    return load_config(config, with_overrides(overrides, *options), phase, overlays or [])
+
+
+def with_overrides(overrides: list[str] | None, *options: tuple[str, object]) -> list[str]:
+    """``overrides`` (``--set``'s) and then ``key=value`` for each option given (not None)."""
+    return [*(overrides or []), *(f"{key}={value}" for key, value in options if value is not None)]
 
 
 def warn_store() -> None:

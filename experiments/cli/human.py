@@ -40,12 +40,14 @@ def experiment_for(run: str | None, config: Path, experiment: str | None) -> str
     return load_config(config, phase="phase5").experiment
 
 
-def latest_experiment(config: Path, experiment: str | None) -> str:
-    """The experiment whose latest Phase 5 run ``latest`` names: ``experiment``, else
-    the config's."""
+def latest_run(config: Path, experiment: str | None) -> str:
+    """The run ``latest`` names: the newest finished Phase 5 parent run of ``experiment``,
+    else of the config's experiment."""
+    from experiments import tracking
+
     found = experiment_for("latest", config, experiment)
     assert found is not None  # for "latest", experiment_for always names one
-    return found
+    return tracking.latest_parent_run(found, "5")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from pydantic import BaseModel
@@ -29,11 +29,13 @@ from experiments.cli.common import (
     console,
     friendly,
     print_json,
+    refuse,
     resolve_config,
     resolve_run,
     say_stage,
     setup_logging,
     show_run_address,
+    with_overrides,
 )
 from experiments.cli.identify_group import IdentifyGroup
 
@@ -152,12 +154,11 @@ def run(
     A development run by default; once pre-registered, a held-out shard (--heldout --shard
     K, once); an interrupted run finished (--resume); its plan and cost (--dry-run)."""
     setup_logging(verbose)
-    from experiments.identify import QUICK
     from experiments.identify.heldout.prereg import PreregistrationError
     from experiments.identify.study import PHASE, run_identify
 
     if shard is not None and (not heldout or resume is not None):
-        _refuse(
+        refuse(
             "--shard K runs shard K of the held-out set: give it with --heldout, not with "
             "--resume (a shard resumes by its run id)"
         )
@@ -169,23 +170,18 @@ def run(
         if value
     ]  # fmt: skip
     if heldout and resume is None and given:
-        _refuse(
+        refuse(
             f"--heldout scores the pre-registered study as committed: drop {', '.join(given)} "
             "(change the config and pre-register again instead)"
         )
-    overrides = list(set_ or [])
-    if concepts is not None:
-        overrides.append(f"identify.limit={concepts}")
-    if heldout:
-        overrides.append("identify.concept_set=heldout")
-    if shard is not None:
-        overrides.append(f"identify.shard={shard}")
-    if phase6_run is not None:
-        overrides.append(f"identify.phase6_run={phase6_run}")
-    cfg = cast(  # load_config refuses a config of another phase
-        "IdentifyStudyConfig",
-        resolve_config(config, overrides, model, None, None, "identify", [QUICK] if quick else []),
+    overrides = with_overrides(
+        set_,
+        ("identify.limit", concepts),
+        ("identify.concept_set", "heldout" if heldout else None),
+        ("identify.shard", shard),
+        ("identify.phase6_run", phase6_run),
     )
+    cfg = _config(config, overrides, model, quick)
     if dry_run:
         _dry_run(cfg, budget_minutes, json_)
         return
@@ -201,7 +197,7 @@ def run(
                 progress=lambda msg: say_stage(status, msg, start),
             )
     except PreregistrationError as exc:
-        _refuse(str(exc))
+        refuse(str(exc))
     _show_run(result, json_)
 
 
@@ -221,14 +217,11 @@ def simulate(
     Bias, coverage and power per estimand and confound class, printed and written to the
     config's results folder; the design gate's failures named."""
     setup_logging(verbose)
-    cfg = cast(  # load_config refuses a config of another phase
-        "IdentifyStudyConfig",
-        resolve_config(config, list(set_ or []), model, None, None, "identify"),
-    )
+    cfg = _config(config, set_, model)
     try:
         sizes = [int(x) for x in (power_at or "").split(",") if x.strip()]
     except ValueError:
-        _refuse(
+        refuse(
             f"--power-at takes whole numbers of concepts separated by commas, e.g. "
             f"25,50,100; got {power_at!r}"
         )
@@ -247,10 +240,7 @@ def pool(
     Reads every shard's committed folder (identify.shards_dir) and writes the pooled answer
     beside them; then --exploratory: every other estimand on the same shards."""
     setup_logging(verbose)
-    cfg = cast(  # load_config refuses a config of another phase
-        "IdentifyStudyConfig",
-        resolve_config(config, ["identify.concept_set=heldout"], None, None, None, "identify"),
-    )
+    cfg = _config(config, ["identify.concept_set=heldout"])
     if exploratory:
         _pool_exploratory(cfg, json_)
     else:
@@ -265,7 +255,7 @@ def compare(folder: FolderArg, json_: JsonOpt = False, verbose: VerboseOpt = Fal
     try:
         frame = read_directions(folder)
     except FileNotFoundError as exc:
-        _refuse(str(exc))
+        refuse(str(exc))
     with console.status("re-analysing (wild cluster bootstrap)"):
         comparison = before_after(frame)
     if json_:
@@ -275,10 +265,16 @@ def compare(folder: FolderArg, json_: JsonOpt = False, verbose: VerboseOpt = Fal
 
 
 # ------------------------------------------------------------------------- their parts
-def _refuse(message: str) -> NoReturn:
-    """The user's input refused: ``message`` as an error, exit 2."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(2)
+def _config(
+    config: Path, overrides: list[str] | None, model: str | None = None, quick: bool = False
+) -> IdentifyStudyConfig:
+    """The ``--config`` file (with ``--quick``'s overlay) and the overrides; load_config
+    refuses a config of another phase."""
+    from experiments.identify import QUICK
+
+    overlays = [QUICK] if quick else []
+    found = resolve_config(config, overrides, model, None, None, "identify", overlays)
+    return cast("IdentifyStudyConfig", found)
 
 
 def _dry_run(cfg: IdentifyStudyConfig, budget_minutes: float, json_: bool) -> None:
@@ -364,8 +360,7 @@ def _pooled(
         with console.status(status):
             record = compute()
     except PreregistrationError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        refuse(str(exc))
     if json_:
         print_json(record.model_dump(mode="json", exclude_unset=True))
         return
@@ -387,8 +382,7 @@ def _measured_components(cfg: IdentifyStudyConfig, run: Path) -> Components:
             return components_from_json(run)
         return components(read_directions(run), population=population_of(primary_of(cfg)))
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[bold red]error:[/] --components: {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        refuse(f"--components: {exc}")
 
 
 def _simulate(

@@ -35,8 +35,11 @@ from experiments.cli.common import (
     resolve_run,
     setup_logging,
     show_run_address,
+    with_overrides,
 )
+from experiments.cli.human import latest_run
 from experiments.cli.plan import print_plan
+from experiments.strength_range import kept_keys
 
 if TYPE_CHECKING:
     from experiments.answer import Answer
@@ -137,16 +140,13 @@ def _option_overrides(
     traces: bool | None,
 ) -> list[str]:
     """``run``'s --set list with its shorthand options written as overrides."""
-    overrides = list(set_ or [])
-    if max_new_tokens is not None:
-        overrides.append(f"generation.max_new_tokens={max_new_tokens}")
-    if mode is not None:
-        overrides.append(f"steering.mode={mode.value}")
-    if selection is not None:
-        overrides.append(f"selection.mode={selection.value}")
-    if traces is not None:
-        overrides.append(f"tracking.traces={str(traces).lower()}")
-    return overrides
+    return with_overrides(
+        set_,
+        ("generation.max_new_tokens", max_new_tokens),
+        ("steering.mode", mode),
+        ("selection.mode", selection),
+        ("tracking.traces", None if traces is None else str(traces).lower()),
+    )
 
 
 def _resumed(
@@ -161,9 +161,8 @@ def _resumed(
     """The run id ``--resume`` names. Options that choose what is generated become
     overrides too (appended to ``overrides``), so a resume refuses them by name instead
     of ignoring them; a run stored with the ray executor needs Ray before the model loads."""
-    for key, value in (("model", model), ("layer", fixed), ("concepts.limit", concepts)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    given = (("model", model), ("layer", fixed), ("concepts.limit", concepts))
+    overrides += with_overrides([], *given)
     experiment = resolve_config(config, [], phase="phase5").experiment
     found = resolve_run(resume, experiment, "5", finished=False)
     if executor is None and _stored_executor(found) == "ray":
@@ -235,12 +234,9 @@ def run(
     if dry_run:
         if cfg is None:
             raise typer.BadParameter("--dry-run plans a new run; it does not take --resume")
-        from experiments.strength_range import kept_keys
-
         print_plan(cfg, json_, kept_keys(set_, cfg, config), layer_rule=rule)
         return
     from experiments.kernel.layers import resolve_layer
-    from experiments.strength_range import kept_keys
 
     explicit = kept_keys(set_, cfg, config)
     lm = embedder = layer_choice = None  # a resume keeps its stored layer
@@ -304,7 +300,7 @@ def rescore(
     from experiments.phase5.run import rescore as rescore_run
 
     if run_id == "latest":  # the config only says where `latest` is searched
-        run_id = resolve_run(run_id, resolve_config(config, [], phase="phase5").experiment, "5")
+        run_id = latest_run(config, None)
     run_id = phase5_parent(run_id, "rescore")  # another kind of run: what takes it
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
@@ -342,17 +338,16 @@ def _print_result(
     if as_json:
         print_json(result_dict(result))
         return
+    from experiments.phase5.report import generation_speed
     from experiments.rows import View, aggregates
+    from steering.memory import peak_gib
 
     shown = [agg for _column, agg in aggregates(View.CLI)]
     table = Table("strength", *(a.label for a in shown), title="Phase 5: per strength")
-
     for s, v in sorted(result.per_strength.items()):
         table.add_row(f"{s:+g}", *(number(v.get(a.name), ".3f") for a in shown))
     out.print(table)
     print_answer(_answer(result))
-    from experiments.phase5.report import generation_speed
-
     done = (
         f"rescored the run's saved generations in {rescored:.1f} s "
         "(no model loaded; scores, criteria, figures and MLflow rewritten)"
@@ -363,8 +358,6 @@ def _print_result(
         f"{done}; results in {result.results_dir} (answer.md); MLflow parent run "
         f"[bold]{result.run_id}[/]"
     )
-    from steering.memory import peak_gib
-
     peak = peak_gib()
     if peak is not None:  # a CUDA run: the card's peak, for sizing the next one
         console.print(f"peak GPU memory allocated: {peak:.1f} GiB")

@@ -31,7 +31,7 @@ from experiments.cli.common import (
     phase5_parent,
     print_json,
 )
-from experiments.cli.human import latest_experiment
+from experiments.cli.human import latest_run
 
 if TYPE_CHECKING:
     from rich.panel import Panel
@@ -97,11 +97,7 @@ def samples(
     from experiments.phase5.samples import read_samples, select_samples
     from experiments.rundir import RunDir
 
-    run_id = (
-        tracking.latest_parent_run(latest_experiment(config, experiment), "5")
-        if run == "latest"
-        else phase5_parent(run, "samples")
-    )
+    run_id = latest_run(config, experiment) if run == "latest" else phase5_parent(run, "samples")
     folder = RunDir.locate(tracking.get_run(run_id), results_dir)
     table = read_samples(folder)
     matching = select_samples(table, concept, sign.symbol if sign else None, gated)

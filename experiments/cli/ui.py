@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from experiments.cli.common import PHASE_NAMES, console, friendly, out, warn_store
+from experiments.cli.common import PHASE_NAMES, console, friendly, out, refuse, warn_store
 
 # One reader browsing results needs one worker, and no job runner: MLflow 3.17 starts 4
 # uvicorn workers and a job-execution server with its own workers by default (15
@@ -102,8 +102,7 @@ def ui(
         console.print(f"the store is served by {uri}; nothing to start")
         return
     if port_in_use(host, port):
-        console.print(f"[bold red]error:[/] {busy_port_message(host, port)}", highlight=False)
-        raise typer.Exit(2)
+        refuse(busy_port_message(host, port))
     os.environ["MLFLOW_UI_URL"] = f"http://{host}:{port}"
     command = [
         sys.executable,
