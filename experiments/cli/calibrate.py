@@ -67,10 +67,9 @@ def calibrate(
     setup_logging(verbose)
     from experiments.calibration.study import PHASE, run_calibration
 
+    explicit = kept_keys(set_, cfg, config, overlays)
     if dry_run:
         from experiments.calibration.study import STAGES, strength_choices
-
-        explicit = kept_keys(set_, cfg, config, overlays)
 
         def strength(plan: Plan, layers: list[int]) -> list[str]:
             chosen = strength_choices(cfg, plan.model.probe_id, layers, explicit)
@@ -87,7 +86,7 @@ def calibrate(
             cfg,
             resume=resume,
             progress=lambda msg: say_stage(status, msg, start),
-            explicit=kept_keys(set_, cfg, config, overlays),
+            explicit=explicit,
         )
     from experiments.calibration.answer import answer_of
 

@@ -178,8 +178,7 @@ def list_or_clear(
         raise typer.BadParameter(f"--layer {layer} sweeps layers: give a layer number, or none")
     if clear and json_ and not yes:
         raise typer.BadParameter("--clear --json needs --yes (a question would break the JSON)")
-    fixed = layer if isinstance(layer, int) else None
-    cfg = resolve_config(config, set_, model, fixed, None, "phase5")
+    cfg = resolve_config(config, set_, model, layer, None, "phase5")
     given = {".".join(parse_override(text)[0]) for text in set_ or []}
     model_id = None
     if model is not None or "model" in given:
@@ -190,8 +189,8 @@ def list_or_clear(
     mode = steering.mode if "steering.mode" in given else None
     source = steering.vector_source if "steering.vector_source" in given else None
     root = Path(cfg.classifier.dir)
-    found = ranges.recorded_ranges(root, model_id, fixed, mode, source)
-    selection = {"model": model_id, "layer": fixed, "mode": mode, "vector_source": source}
+    found = ranges.recorded_ranges(root, model_id, layer, mode, source)
+    selection = {"model": model_id, "layer": layer, "mode": mode, "vector_source": source}
     if not found:
         narrowed = ", ".join(f"{k} {v}" for k, v in selection.items() if v is not None)
         none = (
