@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from experiments.answer import number
 from experiments.cli.common import (
     DEFAULT_CONFIG,
     JsonOpt,
@@ -28,7 +29,8 @@ from experiments.validation.panel import DEFAULT_JUDGES, When
 
 if TYPE_CHECKING:
     from experiments.validation.axbench import AxbenchOutcome
-    from experiments.validation.panel import PanelOutcome
+    from experiments.validation.panel import Decision, PanelOutcome
+    from judges.estimate import PanelEstimate
 
 
 # The provider whose judges run here on llama.cpp (judges/llama.py): the judge extra.
@@ -95,18 +97,19 @@ def panel(
     if rubric is Rubric.AXBENCH:
         when = When.ALWAYS  # AxBench scores are wanted whatever the human correlation
     if dry_run:
-        _dry_run(
+        from experiments.validation.panel import estimate_panel_for
+
+        decision, estimate = estimate_panel_for(
             run,
             when,
             judges,
-            budget,
-            limit,
             openai_base_url,
             results_dir,
-            experiment,
-            json_,
-            rubric.value,
+            experiment=experiment,
+            limit=limit,
+            rubric=rubric.value,
         )
+        _print_dry_run(decision, estimate, budget, json_)
         return
     if rubric is Rubric.AXBENCH:
         from experiments.validation.axbench import run_axbench_for
@@ -189,10 +192,6 @@ def _print_panel(outcome: PanelOutcome, json_: bool) -> None:
     console.print(f"criterion 4: [bold]{combined.status}[/] ({combined.reason})")
 
 
-def _two(value: float | None) -> str:
-    return "n/a" if value is None or value != value else f"{value:.2f}"
-
-
 def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
     """The axbench scores per concept and sign, beside Δ, the likelihood outcome and the
     unsteered twins' scores; then how the judges agree; for an identify run, the rubric's
@@ -216,9 +215,6 @@ def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    def num(value: float | None) -> str:
-        return "n/a" if value is None or value != value else f"{value:+.3f}"
-
     for name, reason in skipped.items():
         console.print(f"[yellow]skipped[/] {name}: {reason}")
     grid = Table("concept", "sign", "n", "Δ effect", "likelihood", title="axbench scores (0-2)")
@@ -227,12 +223,12 @@ def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
         grid.add_column(f"{judge}\nHM (twin)")
     for row in table.to_dict("records"):
         cells = [row["concept"], row["sign"], str(row["n_texts"])]
-        cells += [num(row["delta_effect"]), num(row["likelihood"])]
+        cells += [number(row["delta_effect"]), number(row["likelihood"])]
         for judge in result.judges:
             axes = [row.get(f"{judge}:{a}") for a in ("concept", "instruction", "fluency")]
-            cells.append("/".join(_two(v) for v in axes))
+            cells.append("/".join(number(v, ".2f") for v in axes))
             hm, twin = row.get(f"{judge}:hm"), row.get(f"{judge}:hm_twin")
-            cells.append(f"{_two(hm)} ({_two(twin)})")
+            cells.append(f"{number(hm, '.2f')} ({number(twin, '.2f')})")
         grid.add_row(*cells)
     out.print(grid)
     agree = agreement(result)
@@ -248,35 +244,14 @@ def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
             out.print(line, markup=False, highlight=False)
 
 
-def _dry_run(
-    run: str,
-    when: When,
-    judges: list[str],
-    budget: float,
-    limit: int | None,
-    openai_base_url: str | None,
-    results_dir: Path | None,
-    experiment: str | None,
-    as_json: bool,
-    rubric: str = "relatedness",
+def _print_dry_run(
+    decision: Decision, estimate: PanelEstimate | None, budget: float, as_json: bool
 ) -> None:
     """What the panel would do: calls per judge and the worst case in USD; nothing sent.
 
     An API judge whose key is not set is priced all the same, with a line naming the
     variable to set (and ``missing_keys`` in ``--json``); a real run skips it until then.
     """
-    from experiments.validation.panel import estimate_panel_for
-
-    decision, estimate = estimate_panel_for(
-        run,
-        when,
-        judges,
-        openai_base_url,
-        results_dir,
-        experiment=experiment,
-        limit=limit,
-        rubric=rubric,
-    )
     if estimate is None:
         if as_json:
             print_json({"dry_run": True, "would_run": False, "reason": decision.reason})
