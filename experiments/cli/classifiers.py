@@ -101,7 +101,6 @@ def classifiers(
 
 
 def _print_probe_set(layer: int, result: ProbeSet) -> None:
-
     table = Table(
         "concept",
         "AUROC",

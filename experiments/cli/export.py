@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.table import Table
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -161,8 +162,6 @@ def _check(
 
 
 def _print_check(checked: ExportCheck) -> None:
-    from rich.table import Table
-
     table = Table("shifts", "n", "Pearson r", "slope (llama.cpp on hook)", title="export check")
     rows = [("all", checked.overall)] + [(f"sign {k}", v) for k, v in checked.by_sign.items()]
     for name, a in rows:
@@ -185,8 +184,6 @@ def _directions(layers: list[int]) -> str:
 
 
 def _print_export(run_id: str, result: Export) -> None:
-    from rich.table import Table
-
     table = Table("concept", "file", "scale α·β", title=f"exported run {run_id}")
     for synset, name in result.files.items():
         table.add_row(synset, name, f"{result.scales[synset]:.2f}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from experiments.cli.common import DEFAULT_CONFIG, JsonOpt, console, friendly, out, print_json
 from experiments.validation.human.csvio import CSV_NAME, RATINGS_NAME
@@ -166,8 +167,6 @@ def import_(
     json_: JsonOpt = False,
 ) -> None:
     """Validate ratings, correlate them with Δ and record criterion 4."""
-    from rich.table import Table
-
     from experiments.validation.human.importer import import_ratings
     from experiments.validation.runs import phase5_parent
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from pydantic import BaseModel
+from rich.table import Table
 
 from experiments.cli.answer import print_answer, result_json
 from experiments.cli.common import (
@@ -390,8 +391,6 @@ def _simulate(
     sizes: list[int] | None = None, primary_only: bool = False,
 ) -> None:  # fmt: skip
     """``--simulate``: the design table (``identify/simulation/design.py``), printed and written."""
-    from rich.table import Table
-
     from experiments.identify.simulation.design import run_design, write_design
 
     measured = _measured_components(cfg, run) if run is not None else None

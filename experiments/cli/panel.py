@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.table import Table
 
 from experiments.answer import number
 from experiments.cli.common import (
@@ -171,8 +172,6 @@ def _print_panel(outcome: PanelOutcome, json_: bool) -> None:
             }
         )
         return
-    from rich.table import Table
-
     table = Table("judge", "r vs Δ", "r vs human", title="judge panel")
     for name in result.judges:
         rd, rh = result.judge_vs_delta.get(name), result.judge_vs_human.get(name)
@@ -213,8 +212,6 @@ def _print_axbench(outcome: AxbenchOutcome, as_json: bool) -> None:
             }
         )
         return
-    from rich.table import Table
-
     for name, reason in skipped.items():
         console.print(f"[yellow]skipped[/] {name}: {reason}")
     grid = Table("concept", "sign", "n", "Δ effect", "likelihood", title="axbench scores (0-2)")
@@ -270,7 +267,6 @@ def _print_dry_run(
             }
         )
         return
-    from rich.table import Table
 
     def usd(value: float | None) -> str:
         return "unknown" if value is None else f"${value:.4f}"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 if TYPE_CHECKING:
     from experiments.tracking.listing import ListedRun, ListedVerdict
@@ -69,8 +70,6 @@ def print_run(r: ListedRun, verdicts: list[ListedVerdict]) -> None:
     """One run: its id, start, status and name on a line of their own (whole, to copy),
     then its verdicts, a row per criterion and a column per group (a sign), each cell
     folded, never cut; a run without verdicts: what it answered, in a line."""
-    from rich.table import Table
-
     head = f"{r.run_id} · {r.started} (UTC) · {r.status.lower()} · {escape(r.name)}"
     if r.rescored_with:  # its verdicts come from a rescore's changed settings
         head += f"\n[yellow]{escape(RESCORED_TAG)} {escape(r.rescored_with)}[/]"
