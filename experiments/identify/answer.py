@@ -14,6 +14,7 @@ from typing import Any
 from experiments.answer import Answer, Verdict
 from experiments.identify.measures import OUTCOMES
 from experiments.record import EstimandResult, IdentifyRecord
+from experiments.record.identified import AUROC, MATCHED
 from metrics.intervals import Interval, not_evaluable
 
 PRIMARY_STATUS = {
@@ -109,7 +110,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 description="within (concept, angle); covariates: " + ", ".join(iso.covariates),
             )
         )
-    dosed = ident.given_dose.get("auroc")
+    dosed = ident.given_dose.get(AUROC)
     if dosed is not None:
         out.append(
             _row(
@@ -133,7 +134,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
                 description="positives that name only what falls under the concept",
             )
         )
-    headlines = [("matched", "at each direction's KL-matched dose", sub.dose.get("matched"))]
+    headlines = [("matched", "at each direction's KL-matched dose", sub.dose.get(MATCHED))]
     for key, measure in OUTCOMES.items():  # each declared outcome: its last detector's slope
         if key in sub.outcomes:
             stored = sub.outcomes[key].slopes.get(measure.detectors[-1])
@@ -181,18 +182,18 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
         spec = primary.spec
         worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
         verdict = primary.verdict.replace("_", " ")
-        hypothesis = spec.get("hypothesis", "positive")
+        hypothesis = spec.hypothesis
         positive = hypothesis == "positive"
         model = ESTIMATOR_WORDS.get(primary.estimator, primary.estimator)
-        estimand = spec.get("estimand")
-        margin = spec.get("equivalence_margin")
+        estimand = spec.estimand
+        margin = spec.equivalence_margin
         named = f"{estimand}: " if estimand else ""
         bounds = f"; no practical effect inside ±{margin}" if margin else ""
         out.append(
             _row(
                 "primary",
-                f"{named}slope of {spec['outcome']} on {spec['predictor']} beside "
-                f"{_controls(spec.get('control'))} (pre-registered; {model}{bounds})",
+                f"{named}slope of {spec.outcome} on {spec.predictor} beside "
+                f"{_controls(spec.control)} (pre-registered; {model}{bounds})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],

@@ -96,11 +96,11 @@ def estimands_figure(record: IdentifyRecord) -> Figure:
     first and marked), the smallest effect of interest shaded where one is registered;
     an estimand without an estimate is listed with why, not drawn at 0."""
     plt = _plt()
-    primary = record.primary.spec.get("estimand") if record.primary is not None else None
+    primary = record.primary.spec.estimand if record.primary is not None else None
     names = sorted(record.estimands, key=lambda n: n != primary)
     fig: Figure
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.4 * len(names)))
-    margin = record.primary.spec.get("equivalence_margin") if record.primary else None
+    margin = record.primary.spec.equivalence_margin if record.primary else None
     if isinstance(margin, int | float):
         ax.axvspan(-margin, margin, color="grey", alpha=0.15, label=f"±{margin:g} (margin)")
     labels = []

@@ -94,8 +94,8 @@ def readings(record: PooledRecord) -> list[PrimaryReading]:
     p = record.primary
     return [
         PrimaryReading(
-            name=str(p.spec.get("name") or "primary"), verdict=p.verdict, confidence=0.95,
-            holm_step=1, spec={k: v for k, v in p.spec.items() if v is not None}, slope=p.slope,
+            name=str(p.spec.name or "primary"), verdict=p.verdict, confidence=0.95,
+            holm_step=1, spec=p.spec.model_dump(exclude_none=True), slope=p.slope,
             estimator=p.estimator, manipulations=p.manipulations, left_out=p.left_out,
         )
     ]  # fmt: skip
@@ -104,7 +104,7 @@ def readings(record: PooledRecord) -> list[PrimaryReading]:
 def pooled_views(record: PooledRecord, products: Pooled) -> Views:
     """The answer (one verdict per primary, at the level Holm read it), the summary (the
     committed ``answer.md``), a metric per primary, the verdicts as tags."""
-    positive = record.primary.spec.get("hypothesis", "positive") == "positive"
+    positive = record.primary.spec.hypothesis == "positive"
     verdicts = [
         Verdict(
             key=f"primary/{r.name}",

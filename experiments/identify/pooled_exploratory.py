@@ -177,8 +177,8 @@ def explore_shards(
         ),
         reliability=shard_reliabilities(config, len(shards)),
         families=decompose(
-            frame, n_boot, seed, str(prereg.primary.get("hypothesis", "positive")),
-            prereg.primary.get("equivalence_margin"),
+            frame, n_boot, seed, str(prereg.primary.hypothesis),
+            prereg.primary.equivalence_margin,
         ),
     )  # fmt: skip
     text = json.dumps(record.model_dump(mode="json", exclude_unset=True), indent=1)

@@ -122,7 +122,7 @@ def parent_metrics(record: IdentifyRecord) -> tuple[dict[str, float | None], dic
     if between.evaluable:
         put_interval(metrics, "between/auroc_vs_effect_r", between.observed)
         put_interval(metrics, "between/auroc_vs_effect_r_disattenuated", between.corrected)
-    for key, value in record.resources.items():
+    for key, value in record.resources.model_dump().items():
         metrics[f"resources/{key}"] = float(value)
     return metrics, tags
 

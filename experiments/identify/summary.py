@@ -14,6 +14,7 @@ from experiments.answer import number as fmt
 from experiments.identify.stages.manipulations import family
 from experiments.kernel.outcomes import Estimator
 from experiments.record import OutcomeSlopes, SubsetAgreement, SubsetResult
+from experiments.record.identified import AUROC, PROBIT_AUROC
 from experiments.rows import finite
 from metrics.intervals import Interval
 
@@ -86,11 +87,11 @@ def identified_lines(ident: IdentifiedResult | None) -> list[str]:
     flex = ident.flexible
     lines = [
         f"- Identified (v2: {ident.model}; wild cluster bootstrap-t): the AUROC slope is "
-        f"{est(flex.get('auroc'))}, the probit(AUROC) slope {est(flex.get('probit_auroc'))}; "
+        f"{est(flex.get(AUROC))}, the probit(AUROC) slope {est(flex.get(PROBIT_AUROC))}; "
         f"v1's straight line in cos under the same inference gives "
-        f"{est(ident.linear_cos.get('auroc'))}."
+        f"{est(ident.linear_cos.get(AUROC))}."
     ]
-    dosed = ident.given_dose.get("auroc")
+    dosed = ident.given_dose.get(AUROC)
     if dosed:
         lines.append(
             f"- With the dose held as a covariate (log next-token KL of each direction at its "
@@ -122,7 +123,7 @@ def identified_lines(ident: IdentifiedResult | None) -> list[str]:
             f"AUROC): the flexible slope is {est(free.auroc_name_free)}."
         )
     lines += subset_lines(ident.subset)
-    pairs = ident.matched_pairs.get("auroc")
+    pairs = ident.matched_pairs.get(AUROC)
     if pairs is not None and pairs.evaluable:
         lines.append(
             f"- Matched pairs (directions of one concept from different manipulations, "
@@ -252,9 +253,9 @@ def findings(record: IdentifyRecord) -> list[str]:
         spec = primary.spec
         lines.append(
             f"- Primary analysis ({record.label}; estimand "
-            f"{spec.get('estimand') or 'not named'}): slope of {spec['outcome']} on "
-            f"{spec['predictor']} beside {spec.get('control')}, hypothesis "
-            f"{spec.get('hypothesis', 'positive')}: "
+            f"{spec.estimand or 'not named'}): slope of {spec.outcome} on "
+            f"{spec.predictor} beside {spec.control}, hypothesis "
+            f"{spec.hypothesis}: "
             f"{est(primary.slope)} → **{primary.verdict}**."
         )
         if primary.manipulations is not None:
@@ -284,14 +285,19 @@ def findings(record: IdentifyRecord) -> list[str]:
             f"(disattenuated {est(validation.within.corrected)})."
         )
     res = record.resources
-    if res:
+    if res.model_dump():
         lines.append(
-            f"- Wall time {res.get('wall_seconds', 0) / 60:.1f} min; peak memory "
-            f"{res.get('peak_rss_mib', 0):.0f} MiB"
-            + (f", GPU {res['peak_gpu_mib']:.0f} MiB" if "peak_gpu_mib" in res else "")
+            f"- Wall time {(res.wall_seconds or 0) / 60:.1f} min; peak memory "
+            f"{res.peak_rss_mib or 0:.0f} MiB"
+            + (f", GPU {res.peak_gpu_mib:.0f} MiB" if res.peak_gpu_mib is not None else "")
             + "."
         )
     return lines
+
+
+def _level_at(r: ManipulationResult, fraction: float) -> str:
+    """The minimum effective level at one fraction of the effect, n/a where none was read."""
+    return next((level_text(x) for x in r.minimum_effective if x.fraction == fraction), "n/a")
 
 
 def _manipulation_row(m: str, r: ManipulationResult) -> str:
@@ -310,7 +316,6 @@ def _manipulation_row(m: str, r: ManipulationResult) -> str:
         if mixed.evaluable and term in mixed.terms
         else "n/a"
     )
-    levels = {f"{x.fraction:g}": level_text(x) for x in r.minimum_effective}
     aurocs = [row.auroc.estimate for row in r.curve if row.auroc and row.auroc.estimate is not None]
     tested = f"levels {min(aurocs):.2f}–{max(aurocs):.2f}" if aurocs else "n/a"
     cells = next((x.tested for x in r.minimum_effective if x.tested), None)
@@ -319,7 +324,7 @@ def _manipulation_row(m: str, r: ManipulationResult) -> str:
     return (
         f"| {m} | {tested} | {est(r.slope_auroc)} | {est(r.partial.auroc)} | "
         f"{est(r.partial.cos_ref)} | {share} | {mixed_text} | "
-        f"{levels.get('0.5', 'n/a')} | {levels.get('1', 'n/a')} |"
+        f"{_level_at(r, 0.5)} | {_level_at(r, 1.0)} |"
     )
 
 

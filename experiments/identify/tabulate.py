@@ -22,7 +22,6 @@ from experiments.record import (
     Phase6Reanalysis,
     PrimarySpec,
 )
-from experiments.record.identify import spec_strength
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -93,7 +92,7 @@ def analyse_study(
 
     ident, concepts = config.identify, found.concepts
     strengths = [float(x) for x in ident.strengths]
-    primary_strength = spec_strength(prereg.primary) if prereg else None
+    primary_strength = prereg.primary.at_strength if prereg else None
     # the effect: at the pre-registered strength when it is measured, else the mean over
     # the strengths; every strength also gets its own column (the dose: 0.5x, 1x, 2x β)
     main = [primary_strength] if primary_strength in strengths else strengths
@@ -162,7 +161,7 @@ def withhold_primaries(estimands: dict[str, EstimandResult], primary: PrimarySpe
     from experiments.identify.heldout.prereg import primaries
 
     for spec in primaries(primary):
-        name = str(spec.get("estimand"))
+        name = str(spec.estimand)
         if name in estimands:
             estimands[name] = estimands[name].model_copy(
                 update={"status": "not_evaluable", "reason": WITHHELD, "fit": None,

@@ -12,6 +12,13 @@ from experiments.record.base import _Block
 from metrics.cluster import ClusterFit
 from metrics.intervals import Interval
 
+# The predictors the answer reads by name from the blocks keyed by predictor
+# (``identify/estimation/cells.PREDICTORS``): AUROC, and its probit under flexible_cos.
+AUROC = "auroc"
+PROBIT_AUROC = "probit_auroc"
+# The dose of SubsetResult.dose at which each direction's next-token KL is matched.
+MATCHED = "matched"
+
 
 class MatchedPairs(_Block):
     """Δeffect on Δpredictor over pairs of one concept's directions from different

@@ -9,10 +9,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
     model_validator,
-    with_config,
 )
-from typing_extensions import TypedDict
 
 from experiments.config import IdentifyStudyConfig
 from experiments.record.base import _Block, _Record
@@ -22,53 +22,60 @@ from metrics.intervals import Interval
 from metrics.reliability import Reliability
 
 
-@with_config(ConfigDict(extra="forbid"))
-class PrimarySpec(TypedDict, total=False):
+class PrimarySpec(BaseModel):
     """The pre-registration's ``primary:`` block, as written and as a run read it
     (``identify/heldout/prereg.py`` checks it: its required keys, ``PRIMARY_KEYS``, and
-    the optional ones a version added). A TypedDict rather than a model: the block
-    travels from the YAML to the design simulation, the checks and the pooled record as
-    the mapping it is, only its given keys written back, while the type checker refuses
-    a key it does not declare and pydantic a key no version wrote."""
+    the optional ones a version added). Frozen, and dumped with only the keys the block
+    gave: it travels from the YAML to the design simulation, the checks and the records,
+    which write back what was registered and nothing a default filled in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     predictor: str
     outcome: str
-    strength: float | None
-    control: str | list[str] | None
-    hypothesis: str  # positive (the default) or negative
-    rule: str | None
-    estimand: str | None  # v3: the estimand's name (identify/estimation/estimands.py)
-    estimator: str | None  # linear_cos when none is named
-    sesoi: float | None  # the smallest effect of interest
-    equivalence_margin: float | None  # no practical effect inside ±margin
-    config_hash: str | None
-    code_commit: str | None
-    design_table: str | None  # v3 on: the design table the grid passed
-    name: str | None  # v4: the primary's name (P1)
-    reliability_floor: float | None
-    multiplicity: str | None
-    alpha: float | None  # the family-wise level of the co-primaries (0.05)
-    co_primaries: list[dict[str, object]] | None
+    strength: float | None = None
+    control: str | list[str] | None = None
+    hypothesis: str = "positive"  # or negative
+    rule: str | None = None
+    estimand: str | None = None  # v3: the estimand's name (identify/estimation/estimands.py)
+    estimator: str | None = None  # linear_cos when none is named
+    sesoi: float | None = None  # the smallest effect of interest
+    equivalence_margin: float | None = None  # no practical effect inside ±margin
+    config_hash: str | None = None
+    code_commit: str | None = None
+    design_table: str | None = None  # v3 on: the design table the grid passed
+    name: str | None = None  # v4: the primary's name (P1)
+    reliability_floor: float | None = None
+    multiplicity: str | None = None
+    alpha: float | None = None  # the family-wise level of the co-primaries (0.05)
+    co_primaries: list[dict[str, object]] | None = None
 
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
-def spec_name(spec: PrimarySpec, default: str = "P1") -> str:
-    """A primary's name (a co-primary's is always given; the primary's is P1 unless named)."""
-    return str(spec.get("name") or default)
+    def label(self, default: str = "P1") -> str:
+        """Its name (a co-primary's is always given; the primary's is P1 unless named)."""
+        return self.name or default
 
+    @property
+    def family_alpha(self) -> float:
+        """The family-wise level co-primaries are read at: ``alpha``, 0.05 unless given."""
+        return 0.05 if self.alpha is None else self.alpha
 
-def family_alpha(spec: PrimarySpec) -> float:
-    """The family-wise level co-primaries are read at: ``alpha``, 0.05 unless given."""
-    alpha = spec.get("alpha")
-    return 0.05 if alpha is None else float(alpha)
+    @property
+    def controls(self) -> list[str]:
+        """``control`` as a list: a single name, a list, or none."""
+        given = self.control
+        return [given] if isinstance(given, str) else list(given or [])
 
-
-def spec_strength(spec: PrimarySpec) -> float:
-    """The strength the primary is defined at (a required key, checked a number when
-    the pre-registration is read)."""
-    strength = spec.get("strength")
-    if strength is None:
-        raise ValueError("the primary block names no strength")
-    return float(strength)
+    @property
+    def at_strength(self) -> float:
+        """The strength the primary is defined at (a required key, checked a number when
+        the pre-registration is read)."""
+        if self.strength is None:
+            raise ValueError("the primary block names no strength")
+        return self.strength
 
 
 # How a primary's interval reads (``identify/estimation/primary.read_verdict``)
@@ -107,6 +114,21 @@ class PrimaryResult(BaseModel):
         description="the null directions left out of the primary's rows: the control draws "
         "(null:*) and rotation:isotropic:90, orthogonal to v*",
     )
+
+
+class Resources(BaseModel):
+    """What the run cost (``identify/study.peak_memory``); a figure not measured (the
+    card's, off CUDA) is left out of the JSON, as the untyped record left it out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wall_seconds: float | None = None
+    peak_rss_mib: float | None = None
+    peak_gpu_mib: float | None = None  # on CUDA
+
+    @model_serializer(mode="wrap")
+    def _measured(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class Correction(BaseModel):
@@ -471,4 +493,4 @@ class IdentifyRecord(_Record):
         description="the likelihood outcome against generated texts",
     )
     phase6: Phase6Reanalysis | None = Field(None, description="a Phase 6 run re-analysed")
-    resources: dict[str, float] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)

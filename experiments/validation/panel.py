@@ -25,6 +25,7 @@ from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.human.importer import CHILD_PHASE as HUMAN_PHASE
 from experiments.validation.human.importer import TABLE_NAME as HUMAN_TABLE
 from experiments.validation.runs import Phase5Run, artifact_bytes, phase5_parent
+from metrics.stats import Alpha, Correlation, NotEvaluable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,7 +200,7 @@ def log_panel(
             tables={"judge_scores.json": result.scores, "panel_per_sample.json": per_sample},
             figures={"plots/panel_vs_delta.png": fig},
             files={"panel_summary.json": json.dumps(summary, indent=1)},
-            note=panel_note(result, metrics, skipped, criterion, rubric),
+            note=panel_note(result, skipped, criterion, rubric),
         )
 
     try:
@@ -265,12 +266,16 @@ def attach_judge_feedback(
     return {**counts, "untraced": untraced}
 
 
+def _shown(stat: Alpha | Correlation | NotEvaluable) -> float | str:
+    """A statistic as the note shows it (its metric's number): n/a when not evaluable."""
+    if isinstance(stat, NotEvaluable):
+        return "n/a"
+    value = stat.value if isinstance(stat, Alpha) else stat.r
+    return value if math.isfinite(value) else "n/a"
+
+
 def panel_note(
-    result: PanelResult,
-    metrics: dict[str, float],
-    skipped: dict[str, str],
-    criterion: CriterionResult,
-    rubric: RubricPrompt,
+    result: PanelResult, skipped: dict[str, str], criterion: CriterionResult, rubric: RubricPrompt
 ) -> str:
     """The panel child run's description: who judged, how they agree, what it cost."""
     lines = [
@@ -279,8 +284,8 @@ def panel_note(
         f"- judges: {', '.join(result.judges)}"
         + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
         f"- rubric `{rubric.rubric_version}` ({rubric.uri})",
-        f"- Krippendorff α: {metrics.get('panel_alpha', 'n/a')}; "
-        f"panel mean r vs Δ: {metrics.get('panel_mean_r_delta', 'n/a')}",
+        f"- Krippendorff α: {_shown(result.alpha)}; "
+        f"panel mean r vs Δ: {_shown(result.panel_mean_vs_delta)}",
         f"- criterion {criterion.key}: **{criterion.status}** ({criterion.reason})",
         f"- cost ${result.totals.get('cost_usd', 0):.4f}, "
         f"{int(result.totals.get('ratings', 0))} ratings, "

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from experiments.record import PrimaryResult, PrimarySpec
-from experiments.record.identify import spec_name
 from experiments.record.pooled import PrimaryReading
 
 # Verdicts that settle nothing: no claim, no estimate, or (the reliability floor) a
@@ -68,7 +67,7 @@ def holm(specs: list[PrimarySpec], score: Score, alpha: float = 0.05) -> list[Re
         results = {i: score(specs[i], confidence) for i in unsettled}
         settled = [i for i in unsettled if results[i].verdict not in UNSETTLED]
         for i in unsettled:
-            name = spec_name(specs[i], f"P{i + 1}")
+            name = specs[i].label(f"P{i + 1}")
             readings[i] = Reading(name, results[i], confidence, step if i in settled else 0)
         if not settled:
             break

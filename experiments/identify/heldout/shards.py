@@ -50,7 +50,6 @@ from experiments.identify.heldout.prereg import (
     run_ledger,
 )
 from experiments.record import PrimaryResult, PrimarySpec
-from experiments.record.identify import family_alpha, spec_name
 from experiments.record.pooled import (
     POOLED_FORMAT,
     FloorCheck,
@@ -348,15 +347,15 @@ def reliability_floors(
     from experiments.identify.estimation.variance import BUILT_FAMILIES
     from experiments.identify.heldout.prereg import primaries
 
-    floor = primary.get("reliability_floor")
+    floor = primary.reliability_floor
     if floor is None:
         return {}
     folders = {s.shard: shard_folder(config, s.shard) for s in shards}
     n_boot, seed = config.criteria.n_boot, config.seed
     return {
-        spec_name(spec): floor_check(folders, str(spec.get("estimator")), floor, n_boot, seed)
+        spec.label(): floor_check(folders, str(spec.estimator), floor, n_boot, seed)
         for spec in primaries(primary)
-        if spec.get("estimator") in BUILT_FAMILIES
+        if spec.estimator in BUILT_FAMILIES
     }
 
 
@@ -375,12 +374,12 @@ def score_primaries(
 
     def score(spec: PrimarySpec, confidence: float) -> PrimaryResult:
         result = score_pooled(frame, spec, config, confidence)
-        floor = (floors or {}).get(spec_name(spec))
+        floor = (floors or {}).get(spec.label())
         if floor is not None and not floor.met:
             return uninformative(result)
         return result
 
-    return holm(primaries(primary), score, family_alpha(primary))
+    return holm(primaries(primary), score, primary.family_alpha)
 
 
 def uninformative(result: PrimaryResult) -> PooledPrimary:
@@ -449,7 +448,7 @@ def score_pool(
     earlier, shards = inputs.earlier, inputs.shards
     frame = pooled_directions(shards)
     floors = reliability_floors(config, prereg.primary, shards)
-    co = bool(prereg.primary.get("co_primaries"))
+    co = bool(prereg.primary.co_primaries)
     readings = score_primaries(frame, prereg.primary, config, floors) if co else []
     primary = readings[0].result if co else score_pooled(frame, prereg.primary, config)
     forced = bool(earlier) or any(s.forced for s in shards)
@@ -532,11 +531,11 @@ def pooled_markdown(record: PooledRecord) -> str:
         "",
         f"**{record.label}**",
         "",
-        f"Primary ({primary.estimator}: {spec['predictor']} → {spec['outcome']} at "
-        f"strength {spec['strength']}, hypothesis {spec['hypothesis']}): "
+        f"Primary ({primary.estimator}: {spec.predictor} → {spec.outcome} at "
+        f"strength {spec.strength}, hypothesis {spec.hypothesis}): "
         f"{estimate_of(primary.slope)} — **{primary.verdict}**",
         "",
-        *_primaries_lines(record.primaries or [], family_alpha(spec)),
+        *_primaries_lines(record.primaries or [], spec.family_alpha),
         f"{record.n_concepts} concepts from {len(record.shards)} shards of "
         f"{record.shard_size}; concepts per device (a concept-level factor): {devices}",
         "",

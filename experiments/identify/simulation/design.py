@@ -85,7 +85,6 @@ from experiments.identify.simulation.simulate import (
     toy_directions,
 )
 from experiments.record import PrimaryResult, PrimarySpec
-from experiments.record.identify import family_alpha, spec_name
 from experiments.record.pooled import Components
 from metrics.intervals import Interval
 from steering.nulls import seeded_rng
@@ -130,13 +129,13 @@ CurvePoint = TypedDict(
 
 SESOI = 0.25  # nats/token per unit AUROC: the smallest AUROC effect of interest (issue)
 COVERAGE_BOUND = 0.90  # the gate: the primary covers 0 in at least this share per class
-DEFAULT_PRIMARY: PrimarySpec = {  # v2's, when the config names no readable pre-registration
-    "predictor": "auroc",
-    "outcome": "likelihood",
-    "control": ["cos_ref", "log_kl"],
-    "estimator": "flexible_cos",
-    "hypothesis": "positive",
-}
+DEFAULT_PRIMARY = PrimarySpec(  # v2's, when the config names no readable pre-registration
+    predictor="auroc",
+    outcome="likelihood",
+    control=["cos_ref", "log_kl"],
+    estimator="flexible_cos",
+    hypothesis="positive",
+)
 
 
 # ---------------------------------------------------------------- estimands on one toy
@@ -267,7 +266,7 @@ def power_class(primary: PrimarySpec, readout: bool = False) -> str:
     co-primaries): ``flat_readout``, where the built directions' AUROC spreads as in v3
     (in ``flat`` the full-data directions' spread is a third of v3's, and the power of an
     equivalence reading would follow the toy's geometry rather than the measured data)."""
-    if primary.get("estimator") not in PREDICTIVE:
+    if primary.estimator not in PREDICTIVE:
         return "none"
     return "flat_readout" if readout else "flat"
 
@@ -275,15 +274,13 @@ def power_class(primary: PrimarySpec, readout: bool = False) -> str:
 def population_of(primary: PrimarySpec) -> str:
     """The rows a run's variance components are measured on for this primary
     (``variance.components``): its own estimand's."""
-    return "practitioner" if primary.get("estimator") in PREDICTIVE else "equal_geometry"
+    return "practitioner" if primary.estimator in PREDICTIVE else "equal_geometry"
 
 
 def truth(estimand: str, confound_name: str, primary: PrimarySpec) -> float:
     """What ``estimand`` estimates in a no-effect toy of the class: 0, or AUROC's effect
     through the dose for an estimand that does not hold the dose fixed."""
-    held = estimand in DOSE_HELD or (
-        estimand == "primary" and "log_kl" in (primary.get("control") or [])
-    )
+    held = estimand in DOSE_HELD or (estimand == "primary" and "log_kl" in (primary.control or []))
     return 0.0 if held else CLASSES[confound_name].mediated()
 
 
@@ -348,17 +345,17 @@ def simulate(
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
     no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs.
     A primary with ``co_primaries``: :func:`simulate_co_primaries`."""
-    if primary.get("co_primaries"):
+    if primary.co_primaries:
         return simulate_co_primaries(
             ident, primary, toys=toys, seed=seed, n_boot=n_boot, sesoi=sesoi,
             n_concepts=n_concepts, classes=classes, progress=progress, toy=toy,
             primary_only=primary_only,
         )  # fmt: skip
-    hypothesis = 1 if primary.get("hypothesis", "positive") == "positive" else -1
-    controls = primary.get("control") or []
+    hypothesis = 1 if primary.hypothesis == "positive" else -1
+    controls = primary.control or []
     controls = [controls] if isinstance(controls, str) else list(controls)
     covariates = [c for c in controls if c not in ("cos_ref", "none")]
-    predictive = primary.get("estimator") in PREDICTIVE
+    predictive = primary.estimator in PREDICTIVE
     names = list(classes or CLASSES)
     rows: list[DesignRow] = []
     for ci, name in enumerate(names):
@@ -370,13 +367,13 @@ def simulate(
                 rng = seeded_rng(seed, "design", name, arm, i)
                 frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
                 if arm == "null" and predictive:
-                    families = BUILT_FAMILIES[str(primary.get("estimator"))]
+                    families = BUILT_FAMILIES[str(primary.estimator)]
                     truths.append(practitioner_truth(frame, families))
                 for est, fit in estimands(frame, primary, n_boot, i, primary_only).items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
                     if arm == "null":
                         pooled = StudyTables(frame).pooled()
-                        own = primary.get("estimator")
+                        own = primary.estimator
                         which = own if est == "primary" and own in WEIGHED else est
                         weights.setdefault(est, []).append(
                             family_weights(pooled, which, covariates)
@@ -389,7 +386,7 @@ def simulate(
             true = truths if est == "primary" and predictive else truth(est, name, primary)
             summary = _summary(
                 arms["null"], arms["planted"], hypothesis, true,
-                primary.get("equivalence_margin"), sesoi,
+                primary.equivalence_margin, sesoi,
             )  # fmt: skip
             rows.append({
                 "estimand": est, "class": name, **summary,
@@ -422,7 +419,7 @@ def holm_readings(
 def spec_truth(spec: PrimarySpec, frame: pd.DataFrame, confound_name: str) -> float:
     """One primary's truth in one toy: what detection predicts there for a predictive one
     (over its own families), else :func:`truth`."""
-    estimator = spec.get("estimator")
+    estimator = spec.estimator
     if estimator in PREDICTIVE:
         return practitioner_truth(frame, BUILT_FAMILIES[str(estimator)])
     return truth("primary", confound_name, spec)
@@ -438,18 +435,18 @@ def _holm_row(
 ) -> DesignRow:  # fmt: skip
     """One primary's row of the co-primary table (the module docstring): the interval and
     verdict each toy's Holm reading gave, summarised over the no-effect and planted toys."""
-    hypothesis = 1 if spec.get("hypothesis", "positive") == "positive" else -1
+    hypothesis = 1 if spec.hypothesis == "positive" else -1
     fits = {arm: [_fit(r.result.slope) for r in arms[arm]] for arm in arms}
     summary = _summary(
         fits["null"], fits["planted"], hypothesis, truths["null"],
-        spec.get("equivalence_margin"), sesoi,
+        spec.equivalence_margin, sesoi,
     )  # fmt: skip
     verdicts = {arm: _shares([r.verdict for r in arms[arm]], VERDICTS) for arm in arms}
     steps = {arm: [str(r.step) if r.step else "unsettled" for r in arms[arm]] for arm in arms}
     levels = [*(str(k) for k in range(1, n_primaries + 1)), "unsettled"]
     planted_truth = truths["planted"]
     return {
-        "estimand": spec_name(spec), "class": cls, **summary,
+        "estimand": spec.label(), "class": cls, **summary,
         # the pre-registered readings (read_verdict at Holm's level), not the bare interval
         "supported_0": verdicts["null"].get("supported"),
         "no_practical_0": verdicts["null"].get("no_practical_effect"),
@@ -457,7 +454,7 @@ def _holm_row(
         "planted": float(np.mean(planted_truth)) if planted_truth else None,
         "planted_effect": planted_sign * sesoi,
         "truth_sd": float(np.std(truths["null"], ddof=1)) if len(truths["null"]) > 1 else None,
-        "estimator": spec.get("estimator"), "question": spec.get("estimand"),
+        "estimator": spec.estimator, "question": spec.estimand,
         "verdicts_null": verdicts["null"], "verdicts_planted": verdicts["planted"],
         "holm_step_null": _shares(steps["null"], levels),
         "holm_step_planted": _shares(steps["planted"], levels),
@@ -488,16 +485,16 @@ def simulate_co_primaries(
     from experiments.identify.heldout.prereg import primaries
 
     specs = primaries(primary)
-    alpha = family_alpha(primary)
-    sign = 1 if primary.get("hypothesis", "positive") == "positive" else -1
+    alpha = primary.family_alpha
+    sign = 1 if primary.hypothesis == "positive" else -1
     names = list(classes or CLASSES)
     rows: list[DesignRow] = []
     for ci, name in enumerate(names):
         readings: dict[str, dict[str, list[Reading]]] = {
-            spec_name(s): {"null": [], "planted": []} for s in specs
+            s.label(): {"null": [], "planted": []} for s in specs
         }
         truths: dict[str, dict[str, list[float]]] = {
-            spec_name(s): {"null": [], "planted": []} for s in specs
+            s.label(): {"null": [], "planted": []} for s in specs
         }
         fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
         weights: dict[str, list[dict[str, float]]] = {}
@@ -508,8 +505,8 @@ def simulate_co_primaries(
                 for spec, reading in zip(
                     specs, holm_readings(frame, specs, alpha, n_boot, i), strict=True
                 ):
-                    readings[spec_name(spec)][arm].append(reading)
-                    truths[spec_name(spec)][arm].append(spec_truth(spec, frame, name))
+                    readings[spec.label()][arm].append(reading)
+                    truths[spec.label()][arm].append(spec_truth(spec, frame, name))
                 others = {} if primary_only else estimands(frame, specs[0], n_boot, i)
                 others.pop("primary", None)  # the first primary at 95%: its Holm row instead
                 for est, fit in others.items():
@@ -517,8 +514,8 @@ def simulate_co_primaries(
                 if arm == "null":
                     pooled = StudyTables(frame).pooled()
                     for spec in specs:
-                        own = str(spec.get("estimator"))
-                        weights.setdefault(spec_name(spec), []).append(
+                        own = str(spec.estimator)
+                        weights.setdefault(spec.label(), []).append(
                             family_weights(pooled, own if own in WEIGHED else "primary")
                         )
                     for est in others:
@@ -527,13 +524,13 @@ def simulate_co_primaries(
                     step = ci * 2 * toys + (arm == "planted") * toys + i + 1
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)
         for spec in specs:
-            row = _holm_row(spec, name, readings[spec_name(spec)], truths[spec_name(spec)], sign,
-                            float(spec.get("sesoi") or sesoi), len(specs))  # fmt: skip
-            rows.append({**row, "weights": _mean_weights(weights.get(spec_name(spec), []))})
+            row = _holm_row(spec, name, readings[spec.label()], truths[spec.label()], sign,
+                            float(spec.sesoi or sesoi), len(specs))  # fmt: skip
+            rows.append({**row, "weights": _mean_weights(weights.get(spec.label(), []))})
         for est, arms in fits.items():
             summary = _summary(
                 arms["null"], arms["planted"], sign, truth(est, name, specs[0]),
-                specs[0].get("equivalence_margin"), sesoi,
+                specs[0].equivalence_margin, sesoi,
             )  # fmt: skip
             rows.append({"estimand": est, "class": name, **summary,
                          "weights": _mean_weights(weights.get(est, []))})  # fmt: skip
@@ -551,7 +548,7 @@ def co_primary_names(primary: PrimarySpec) -> list[str]:
     from experiments.identify.heldout.prereg import primaries
 
     specs = primaries(primary)
-    return [str(s["name"]) for s in specs] if len(specs) > 1 else ["primary"]
+    return [str(s.name) for s in specs] if len(specs) > 1 else ["primary"]
 
 
 def check_design(table: Sequence[DesignRow], estimand: str = "primary",
@@ -584,9 +581,9 @@ def primary_of(config: IdentifyStudyConfig) -> PrimarySpec:
 
     path = config.identify.preregistration
     try:
-        return load_preregistration(path).primary.copy() if path else DEFAULT_PRIMARY.copy()
+        return load_preregistration(path).primary if path else DEFAULT_PRIMARY
     except (OSError, PreregistrationError):
-        return DEFAULT_PRIMARY.copy()
+        return DEFAULT_PRIMARY
 
 
 def heldout_count(config: IdentifyStudyConfig) -> int:
@@ -666,7 +663,7 @@ def power_curve(
         have = {r["class"] for r in done}
         rows = list(done) + (simulate(
             ident, primary, toys=toys, seed=seed, n_boot=n_boot,
-            sesoi=float(primary.get("sesoi") or SESOI), n_concepts=n,
+            sesoi=float(primary.sesoi or SESOI), n_concepts=n,
             classes=[c for c in classes if c not in have], progress=progress, toy=toy,
             primary_only=primary_only,
         ) if set(classes) - have else [])  # fmt: skip
@@ -728,7 +725,7 @@ def power_summary(
 
     out = {}
     for spec in primaries(primary):
-        name = str(spec["name"])
+        name = str(spec.name)
         stated, *others = co_power_classes(spec)
         out[name] = {**at(name, stated), "also": {c: at(name, c) for c in others}}
     return out
@@ -746,7 +743,7 @@ def run_design(
 
     primary = primary_of(config)
     n = heldout_count(config)
-    sesoi = float(primary.get("sesoi") or SESOI)
+    sesoi = float(primary.sesoi or SESOI)
     population = population_of(primary)
     toy = measured_toy(config.identify, measured, seed, population) if measured else None
     table = simulate(config.identify, primary, toys=toys, seed=seed, n_boot=n_boot,
@@ -762,7 +759,7 @@ def run_design(
         "config": config.name,
         "study_hash": study_hash(config),
         "power_curve": curve,
-        "primary": {k: v for k, v in primary.items() if k != "rule"},
+        "primary": primary.model_dump(exclude={"rule"}),
         "toys_per_class_and_arm": toys,
         "seed": seed,
         "n_boot": n_boot,
@@ -795,14 +792,14 @@ def _co_primary_block(
 
     return {
         "primaries": [
-            {"name": s["name"], "estimator": s.get("estimator"), "estimand": s.get("estimand"),
-             "families": list(BUILT_FAMILIES.get(str(s.get("estimator")), ())),
-             "hypothesis": s.get("hypothesis"), "sesoi": s.get("sesoi"),
-             "equivalence_margin": s.get("equivalence_margin")}
+            {"name": s.name, "estimator": s.estimator, "estimand": s.estimand,
+             "families": list(BUILT_FAMILIES.get(str(s.estimator), ())),
+             "hypothesis": s.hypothesis, "sesoi": s.sesoi,
+             "equivalence_margin": s.equivalence_margin}
             for s in primaries(primary)
         ],
-        "multiplicity": primary.get("multiplicity"),
-        "alpha": family_alpha(primary),
+        "multiplicity": primary.multiplicity,
+        "alpha": primary.family_alpha,
         "power": power_summary(table, curve, primary, n),
     }  # fmt: skip
 

@@ -33,7 +33,9 @@ V3_DEV = load_config(
     "configs/identify-v3.yaml", ["identify.isocos_degrees=[30, 45, 60, 90]"], "identify", []
 )
 # v3's equal-geometry estimand as a primary: what the v3 design was first checked for
-EQUAL_GEOMETRY = {**primary_of(V3), "estimator": "equal_geometry", "estimand": "equal_geometry"}
+EQUAL_GEOMETRY = primary_of(V3).model_copy(
+    update={"estimator": "equal_geometry", "estimand": "equal_geometry"}
+)
 ESTIMANDS = {
     "primary", "flexible", "linear_cos", "matched_pairs", "isocos_pooled", "equal_geometry",
     "equal_norm_cos_per_concept",
@@ -55,8 +57,8 @@ def low_noise(monkeypatch):
 
 
 def test_the_primary_is_v2s_preregistered_one() -> None:
-    assert PRIMARY["estimator"] == "flexible_cos"
-    assert PRIMARY["control"] == ["cos_ref", "log_kl"]
+    assert PRIMARY.estimator == "flexible_cos"
+    assert PRIMARY.control == ["cos_ref", "log_kl"]
 
 
 def test_a_toy_has_the_configured_grid_and_the_columns_the_estimators_read() -> None:
@@ -245,10 +247,10 @@ def test_a_v3_toy_draws_nuisances_per_concept_in_balanced_bands() -> None:
 
 def test_v3s_primary_is_the_practitioners_estimand() -> None:
     primary = primary_of(V3)
-    assert primary["estimator"] == "practitioner"
-    assert primary["estimand"] == "practitioner_equal_norm"
-    assert primary["control"] == "none"
-    assert primary["sesoi"] == 0.25 and primary["equivalence_margin"] == 0.25
+    assert primary.estimator == "practitioner"
+    assert primary.estimand == "practitioner_equal_norm"
+    assert primary.control == "none"
+    assert primary.sesoi == 0.25 and primary.equivalence_margin == 0.25
 
 
 def test_low_noise_pushes_that_break_v2s_primary_leave_v3s_covering_0(low_noise) -> None:
@@ -298,8 +300,10 @@ def test_a_mediated_dose_is_the_truth_of_an_estimand_that_does_not_hold_it() -> 
 
 def _prereg(tmp_path, **primary):
     from experiments.identify.heldout.prereg import Preregistration
+    from experiments.record import PrimarySpec
 
-    return Preregistration(tmp_path / "prereg.md", "0" * 64, primary, None)
+    spec = PrimarySpec(predictor="auroc", outcome="likelihood", **primary)
+    return Preregistration(tmp_path / "prereg.md", "0" * 64, spec, None)
 
 
 def test_a_v3_primary_without_a_passing_design_table_is_refused(tmp_path) -> None:
@@ -351,7 +355,7 @@ def test_the_primary_reading_follows_the_interval(low, width, margin, hypothesis
 def test_the_power_curve_rises_with_concepts_and_narrows_the_interval(low_noise) -> None:
     from experiments.identify.simulation.design import power_curve
 
-    primary = {**EQUAL_GEOMETRY, "sesoi": 1.0}
+    primary = EQUAL_GEOMETRY.model_copy(update={"sesoi": 1.0})
     small, large = power_curve(V3_DEV.identify, primary, [4, 24], toys=6, n_boot=99)
     assert (small["n_concepts"], large["n_concepts"]) == (4, 24)
     assert large["width"] < small["width"]

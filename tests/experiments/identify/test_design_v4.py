@@ -48,9 +48,9 @@ def _within(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
 
 def test_v4s_primary_block_has_two_co_primaries_read_by_holm() -> None:
     specs = primaries(PRIMARY)
-    assert [s["name"] for s in specs] == ["P1", "P2"]
-    assert [s["estimator"] for s in specs] == ["practitioner", "practitioner_full_data"]
-    assert PRIMARY["multiplicity"] == "holm" and PRIMARY["alpha"] == 0.05
+    assert [s.name for s in specs] == ["P1", "P2"]
+    assert [s.estimator for s in specs] == ["practitioner", "practitioner_full_data"]
+    assert PRIMARY.multiplicity == "holm" and PRIMARY.alpha == 0.05
 
 
 def test_the_gate_simulates_the_concepts_v4_scores() -> None:

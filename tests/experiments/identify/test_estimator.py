@@ -22,6 +22,7 @@ from experiments.identify.estimation.estimator import (
     with_probit,
 )
 from experiments.identify.simulation.simulate import SHAPES, toy_study
+from experiments.record import PrimarySpec
 
 N_TOYS = 200
 
@@ -168,8 +169,8 @@ def test_the_primary_with_the_dose_held_is_the_estimators_given_dose_fit():
     frame = toy_study(3, "linear")
     frame["kl"] = np.random.default_rng(0).lognormal(-2, 1, len(frame))
     tables = StudyTables(directions=frame)
-    spec = {"predictor": "auroc", "estimator": "flexible_cos", "hypothesis": "positive",
-            "control": ["cos_ref", "log_kl"]}  # fmt: skip
+    spec = PrimarySpec(predictor="auroc", outcome="likelihood", estimator="flexible_cos",
+                       hypothesis="positive", control=["cos_ref", "log_kl"])  # fmt: skip
     got = primary_result(tables, spec, n_boot=199, seed=0)
     want = identified_analysis(frame, n_boot=199, seed=0).given_dose["auroc"]
     assert got.slope.estimate == pytest.approx(want.estimate, rel=1e-12)

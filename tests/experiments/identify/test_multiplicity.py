@@ -12,8 +12,12 @@ from scipy.stats import norm
 from experiments.identify.estimation.multiplicity import holm
 from experiments.identify.estimation.primary import read_verdict
 from experiments.identify.heldout.prereg import PreregistrationError, parse_primary, primaries
-from experiments.record import PrimaryResult
+from experiments.record import PrimaryResult, PrimarySpec
 from metrics.cluster import ClusterFit
+
+
+def named(name: str) -> PrimarySpec:
+    return PrimarySpec(name=name, predictor="auroc", outcome="likelihood")
 
 
 def normal_score(estimates: dict[str, float], se: float = 1.0, margin: float | None = None):
@@ -21,7 +25,7 @@ def normal_score(estimates: dict[str, float], se: float = 1.0, margin: float | N
 
     def score(spec, confidence):
         z = norm.ppf(1 - (1 - confidence) / 2)
-        b = estimates[spec["name"]]
+        b = estimates[spec.name]
         fit = ClusterFit(b, b - z * se, b + z * se)
         return PrimaryResult(spec=spec, slope=fit, verdict=read_verdict(fit, "positive", margin))
 
@@ -29,26 +33,26 @@ def normal_score(estimates: dict[str, float], se: float = 1.0, margin: float | N
 
 
 def test_one_primary_is_read_at_the_usual_level():
-    (r,) = holm([{"name": "P1"}], normal_score({"P1": 2.5}))
+    (r,) = holm([named("P1")], normal_score({"P1": 2.5}))
     assert r.confidence == pytest.approx(0.95) and r.verdict == "supported" and r.step == 1
 
 
 def test_the_second_primary_is_read_at_alpha_once_the_first_settles():
     """P1 passes at α/2; P2 (z = 2.1) fails at α/2 (needs 2.24) but passes at α (1.96)."""
-    p1, p2 = holm([{"name": "P1"}, {"name": "P2"}], normal_score({"P1": 4.0, "P2": 2.1}))
+    p1, p2 = holm([named("P1"), named("P2")], normal_score({"P1": 4.0, "P2": 2.1}))
     assert (p1.verdict, p1.step, p1.confidence) == ("supported", 1, pytest.approx(0.975))
     assert (p2.verdict, p2.step, p2.confidence) == ("supported", 2, pytest.approx(0.95))
 
 
 def test_nothing_settles_when_neither_passes_at_half_alpha():
-    p1, p2 = holm([{"name": "P1"}, {"name": "P2"}], normal_score({"P1": 2.1, "P2": 2.1}))
+    p1, p2 = holm([named("P1"), named("P2")], normal_score({"P1": 2.1, "P2": 2.1}))
     assert p1.verdict == p2.verdict == "inconclusive" and p1.step == p2.step == 0
     assert p1.confidence == p2.confidence == pytest.approx(0.975)
 
 
 def test_an_equivalence_reading_settles_like_a_rejection():
     p1, p2 = holm(
-        [{"name": "P1"}, {"name": "P2"}],
+        [named("P1"), named("P2")],
         normal_score({"P1": 0.0, "P2": 2.1}, se=0.05, margin=0.25),
     )
     assert p1.verdict == "no_practical_effect" and p1.step == 1
@@ -60,7 +64,7 @@ def test_an_equivalence_reading_settles_like_a_rejection():
 def test_holm_settles_everything_bonferroni_does_and_reads_no_wider(a: float, b: float):
     """Holm is uniformly more powerful than Bonferroni: whatever Bonferroni (both at
     α/2) settles, Holm settles with the same verdict."""
-    specs = [{"name": "P1"}, {"name": "P2"}]
+    specs = [named("P1"), named("P2")]
     score = normal_score({"P1": a, "P2": b})
     readings = holm(specs, score)
     for spec, r in zip(specs, readings, strict=True):
@@ -75,7 +79,7 @@ def test_the_family_wise_error_stays_at_alpha_when_both_nulls_hold():
     a sign is made is at most α (about 0.05), not the 0.09 of reading each at 95%."""
     rng = np.random.default_rng(0)
     z = rng.multivariate_normal([0, 0], [[1, 0.5], [0.5, 1]], size=4000)
-    specs = [{"name": "P1"}, {"name": "P2"}]
+    specs = [named("P1"), named("P2")]
     any_holm = any_naive = 0
     for a, b in z:
         score = normal_score({"P1": float(a), "P2": float(b)})
@@ -107,10 +111,10 @@ def test_a_co_primary_takes_the_primarys_keys_and_replaces_its_own():
         "    - {name: P2, estimand: practitioner_full_data, estimator: practitioner_full_data}"
     )
     p1, p2 = primaries(parse_primary(text))
-    assert p1["name"] == "P1" and p1["estimator"] == "practitioner"
-    assert p2["name"] == "P2" and p2["estimator"] == "practitioner_full_data"
-    assert p2["predictor"] == "auroc" and p2["equivalence_margin"] == 0.25
-    assert "co_primaries" not in p2
+    assert p1.name == "P1" and p1.estimator == "practitioner"
+    assert p2.name == "P2" and p2.estimator == "practitioner_full_data"
+    assert p2.predictor == "auroc" and p2.equivalence_margin == 0.25
+    assert "co_primaries" not in p2.model_fields_set
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def test_the_split_is_deterministic_disjoint_and_complete():
 
 
 def test_the_primary_analysis_is_parsed_and_checked(primary):
-    assert parse_primary(primary)["predictor"] == "auroc"
+    assert parse_primary(primary).predictor == "auroc"
     with pytest.raises(PreregistrationError, match="lacks"):
         parse_primary(primary.replace("  rule: interval excludes 0\n", ""))
     with pytest.raises(PreregistrationError, match="not one of"):
@@ -79,7 +79,7 @@ def test_the_committed_preregistration_names_one_primary_analysis():
 
     path = load_config("configs/identify.yaml").identify.preregistration
     primary = load_preregistration(path).primary
-    assert primary["predictor"] == "auroc" and primary["hypothesis"] in ("positive", "negative")
+    assert primary.predictor == "auroc" and primary.hypothesis in ("positive", "negative")
 
 
 def test_a_heldout_run_is_bound_to_its_config_code_and_strength(
@@ -107,10 +107,8 @@ def test_a_heldout_run_is_bound_to_its_config_code_and_strength(
         "configs/identify.yaml", ["identify.concept_set=heldout", "identify.strengths=[0.5, 2.0]"]
     )
     prereg = load_preregistration(path)
-    bound_to_twice = prereg.__class__(
-        prereg.path, prereg.sha256, {**prereg.primary, "config_hash": study_hash(twice)},
-        prereg.commit,
-    )  # fmt: skip
+    rebound = prereg.primary.model_copy(update={"config_hash": study_hash(twice)})
+    bound_to_twice = prereg.__class__(prereg.path, prereg.sha256, rebound, prereg.commit)
     with pytest.raises(PreregistrationError, match="strength"):
         check_binding(bound_to_twice, twice)
 
@@ -156,7 +154,7 @@ def test_every_key_of_the_primary_is_checked(primary):
     flexible = primary.replace("predictor: auroc", "predictor: probit_auroc").replace(
         "  rule:", "  estimator: flexible_cos\n  rule:"
     )
-    assert parse_primary(flexible)["estimator"] == "flexible_cos"
+    assert parse_primary(flexible).estimator == "flexible_cos"
 
 
 def test_the_record_takes_every_estimator_a_preregistration_may_name():
@@ -173,13 +171,13 @@ def test_the_practitioner_estimator_is_bare(primary):
     with pytest.raises(PreregistrationError, match="practitioner is bare"):
         parse_primary(practitioner)  # the fixture's primary holds cos_ref
     bare = practitioner.replace("control: cos_ref", "control: none")
-    assert parse_primary(bare)["estimator"] == "practitioner"
+    assert parse_primary(bare).estimator == "practitioner"
 
 
 def test_the_flexible_estimator_may_hold_the_dose_and_nothing_unknown(primary):
     flexible = primary.replace("  rule:", "  estimator: flexible_cos\n  rule:")
     dosed = flexible.replace("control: cos_ref", "control: [cos_ref, log_kl]")
-    assert parse_primary(dosed)["control"] == ["cos_ref", "log_kl"]
+    assert parse_primary(dosed).control == ["cos_ref", "log_kl"]
     with pytest.raises(PreregistrationError, match="log_kl; got"):
         parse_primary(flexible.replace("control: cos_ref", "control: [cos_ref, lens]"))
     with pytest.raises(PreregistrationError, match="takes control cos_ref"):
@@ -212,7 +210,7 @@ def test_a_resume_is_held_to_the_binding_a_new_run_is(
     prereg = load_preregistration(path)
     # unchanged: allowed, and the binding it was checked against comes back
     checked = check_resume(prereg, config, "r1", prereg.sha256)
-    code_commit = prereg.primary["code_commit"]
+    code_commit = prereg.primary.code_commit
     assert checked == {"config_hash": study_hash(config), "code_commit": code_commit}
 
     path.write_text(path.read_text() + "\nedited after the run started\n")

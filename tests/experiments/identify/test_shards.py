@@ -28,6 +28,7 @@ from experiments.identify.heldout.shards import (
     shard_concepts,
     shards_root,
 )
+from experiments.record import PrimarySpec
 from experiments.record.pooled import PooledPrimary
 
 SIZE = 13  # the shipped 50 concepts hold out 25: shards of 13 and 12
@@ -341,13 +342,13 @@ def test_the_reliability_floor_is_read_on_every_shards_sums_and_settles_nothing_
         folder.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(folder / RELIABILITY_SUMS, **sums)
         runs.append(ShardRun(k, f"s{k}", frame, "cpu/float32", False))
-    primary = {
+    primary = PrimarySpec.model_validate({
         "name": "P1", "predictor": "auroc", "outcome": "likelihood", "strength": 1.0,
         "control": "none", "estimator": "practitioner", "hypothesis": "positive",
         "equivalence_margin": 0.25, "rule": "r", "reliability_floor": 0.5,
         "multiplicity": "holm", "alpha": 0.05,
         "co_primaries": [{"name": "P2", "estimator": "practitioner_full_data"}],
-    }  # fmt: skip
+    })  # fmt: skip
     floors = reliability_floors(config, primary, runs)
     assert floors["P1"].met and (floors["P1"].pooled.estimate or 0) > 0.9
     assert not floors["P2"].met and (floors["P2"].pooled.estimate or 1) < 0.5
@@ -361,7 +362,8 @@ def test_the_reliability_floor_is_read_on_every_shards_sums_and_settles_nothing_
     assert PooledPrimary.model_validate(p2.result.model_dump()).verdict == "uninformative"
     # P2 settles nothing: P1 is read at 97.5% whatever it finds
     assert p1.confidence == pytest.approx(0.975)
-    assert reliability_floors(config, {**primary, "reliability_floor": None}, runs) == {}
+    unfloored = primary.model_copy(update={"reliability_floor": None})
+    assert reliability_floors(config, unfloored, runs) == {}
 
 
 def test_the_pooled_scoring_is_a_run_the_kernel_opens(bound, tmp_path, mlflow_store):

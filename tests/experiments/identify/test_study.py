@@ -132,7 +132,7 @@ def test_the_record_covers_every_manipulation_and_the_primary(study):
     assert record.primary is not None
     assert record.primary.verdict in PRIMARY_STATUS
     assert record.preregistration and record.preregistration["commit"]
-    assert record.resources["wall_seconds"] > 0 and record.resources["peak_rss_mib"] > 0
+    assert (record.resources.wall_seconds or 0) > 0 and (record.resources.peak_rss_mib or 0) > 0
     folder = RunDir(config.identify.results_dir, result.run_id)
     assert IdentifyRecord.parse(folder.file(RunDir.ANALYSIS).read_text()) == record
 
@@ -334,7 +334,7 @@ def test_the_heldout_set_is_scored_once_unless_forced(study, tiny_lm, embedder, 
     assert ledger[0]["run_id"] == ledger[1]["run_id"] == first.run_id
     assert ledger[0]["binding"] == {
         "config_hash": study_hash(config),
-        "code_commit": load_preregistration(prereg).primary["code_commit"],
+        "code_commit": load_preregistration(prereg).primary.code_commit,
     }
     # each run's entries are on its MLflow run too: a tag per status, the artefact whole
     for run_id, entries in ((first.run_id, ledger[:2]), (forced.run_id, ledger[2:])):
