@@ -1,6 +1,15 @@
-"""identify's outcomes of a direction beside the likelihood outcome, each declared once
-as an ``Outcome`` (``kernel/outcomes.py``, the declaration Phase 5's outcomes of a text
-share): how a direction steers, measured another way on the stratified subset.
+"""identify's outcomes of a direction, each declared once as an ``Outcome``
+(``kernel/outcomes.py``, the declaration Phase 5's outcomes of a text share).
+
+``likelihood`` (declared in ``kernel/outcomes.py``, which Phase 5 shares) is the primary
+outcome, measured on every direction (its column ``effect``): the estimands, their
+split-half reliabilities and the pre-registered primary read it (``Estimator.PRIMARY``);
+a pre-registration's ``outcome:`` names a declaration that says so, and the primary
+reads that declaration's column. ``rubric`` is the AxBench rubric (``steer-eval panel
+--rubric axbench``): a judge panel's rating of each steered text less its unsteered
+twin's, read for its reliability and its agreement with the likelihood at s = +1
+(``estimation/rubric.py``). The others are how a direction steers, measured another
+way on the stratified subset:
 
 A declaration names its ``directions.csv`` column and how that column is read from the
 stages' :class:`~experiments.identify.pipeline.Outcomes` (``values``), which estimators
@@ -15,10 +24,8 @@ it alone:
   (``identified/subset/<key>``) and the parent run logs every slope
   (``subset/<key>/<detector>``).
 
-A new outcome is then the stage that measures it (a field of ``Outcomes``) and one
-``OUTCOMES.register`` here. The primary likelihood outcome (``effect``, on every
-direction) is not among them: the estimands, its reliabilities and the pre-registration
-read it by name.
+A new subset outcome is then the stage that measures it (a field of ``Outcomes``) and
+one ``OUTCOMES.register`` here.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pandas as pd
 
+from experiments.kernel.outcomes import LIKELIHOOD as LIKELIHOOD_OUTCOME
 from experiments.kernel.outcomes import Estimator, Outcome
 from steering.registry import Registry
 
@@ -48,6 +56,16 @@ ALL_READINGS = frozenset({Estimator.SLOPE, Estimator.GIVEN_DOSE, Estimator.AGREE
 
 
 OUTCOMES: Registry[DirectionOutcome] = Registry("identify outcome")
+LIKELIHOOD: DirectionOutcome = OUTCOMES.register("likelihood", LIKELIHOOD_OUTCOME)
+RUBRIC = OUTCOMES.register(
+    "rubric",
+    DirectionOutcome(
+        "AxBench rubric (a judge panel's hm of each steered text less its unsteered twin's)",
+        estimators=frozenset({Estimator.RELIABILITY, Estimator.AGREEMENT}),
+        column="hm_effect",
+        agrees_with="effect_at_1",  # the likelihood outcome at s = +1 (directions.csv)
+    ),
+)
 
 
 def _generated(outcomes: Outcomes) -> dict[Key, float]:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from experiments.identify.estimation.analysis import GOOD_COS
 from experiments.identify.estimation.estimator import SPLINE_DF, _BootSpline, flexible_slope, log_kl
-from experiments.identify.measures import OUTCOMES, DirectionOutcome
+from experiments.identify.measures import LIKELIHOOD, OUTCOMES, DirectionOutcome
 from experiments.kernel.outcomes import Estimator
 from experiments.record.identified import OutcomeSlopes, SubsetAgreement, SubsetResult
 
@@ -38,7 +38,7 @@ def subset_outcomes(
     doses = [str(c) for c in part.columns if str(c).startswith("dose_effect_")]
     out = SubsetResult(
         concepts=sorted(subset),
-        likelihood_1x=flexible_slope(part, "effect", "auroc", **kw),
+        likelihood_1x=flexible_slope(part, LIKELIHOOD.column, "auroc", **kw),
         dose={
             c.removeprefix("dose_effect_"): flexible_slope(part, c, "auroc", **kw) for c in doses
         },
@@ -57,8 +57,9 @@ def subset_outcomes(
             str(m): float(g["dose_multiplier"].median())
             for m, g in part.groupby("manipulation", sort=True)
         }
-    for key, measure in OUTCOMES.items():  # every declared outcome the subset measured
-        if measure.column in part and part[measure.column].notna().any():
+    for key, measure in OUTCOMES.items():  # every declared slope the subset measured
+        y = measure.column
+        if Estimator.SLOPE in measure.estimators and y in part and part[y].notna().any():
             fits = outcome_slopes(part, measure, kw, n_boot=n_boot, seed=seed)
             if fits is not None:
                 out.outcomes[key] = fits

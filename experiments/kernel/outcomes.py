@@ -18,8 +18,9 @@ outcome it should agree with. From it alone:
   ``effect/<arm>/<sign>/<name>_mean`` (``_low``, ``_high``), the summary's effect table has
   its column and, with ``answer`` words, ``answer.md`` lists the concept arm's value per
   sign as a reference row, read against ``criteria.effect_min``;
-* a direction's outcome (``Estimator.SLOPE``, and ``GIVEN_DOSE``, ``AGREEMENT`` where
-  declared): see ``identify/measures.py``.
+* a direction's outcome (``Estimator.SLOPE``, ``GIVEN_DOSE``, ``AGREEMENT``,
+  ``RELIABILITY``, and ``PRIMARY`` for the likelihood outcome the estimands and the
+  pre-registration read): see ``identify/measures.py``.
 
 A new outcome is then one ``register`` (the toys of
 ``tests/experiments/{phase5,identify}/test_toy_outcome.py``).
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import pandas as pd
 
@@ -44,6 +45,10 @@ class Estimator(StrEnum):
     SLOPE = "slope"  # its within-concept slope on each detection column (a direction's)
     GIVEN_DOSE = "given_dose"  # that slope beside log next-token KL (the dose)
     AGREEMENT = "agreement"  # its within-concept r with the outcome it should agree with
+    # identify's primary outcome, on every direction: the estimands, their split-half
+    # reliabilities and the pre-registered primary (which names it by its key)
+    PRIMARY = "primary"
+    RELIABILITY = "reliability"  # its within-concept split-half reliability
 
 
 S = TypeVar("S")  # the stage output its unit values are read from
@@ -71,9 +76,20 @@ class Outcome(Generic[S, V]):
         """A declaration that an estimator cannot read is refused when it is made."""
         if Estimator.AGREEMENT in self.estimators and self.agrees_with is None:
             raise ValueError(f"outcome {self.label!r}: AGREEMENT needs agrees_with")
-        if {Estimator.SLOPE, Estimator.GIVEN_DOSE} & self.estimators and not self.column:
-            raise ValueError(f"outcome {self.label!r}: a slope needs its directions column")
+        if self.estimators - {Estimator.MEAN} and not self.column:
+            raise ValueError(f"outcome {self.label!r}: a direction's estimator needs its column")
 
+
+# The likelihood outcome of a direction (steering/likelihood.py, Pres et al. 2024),
+# declared once for both phases: Phase 5 measures it on every concept's directions and
+# nulls (phase5/likelihood.py; its table in the summary under these words), identify
+# registers it as its primary outcome (identify/measures.py). Read by its column in
+# every phase, it has no ``values`` and so no stage type.
+LIKELIHOOD: Outcome[Any, Any] = Outcome(
+    "Likelihood outcome e = s·((L_s − L_0)(on) − (L_s − L_0)(off)), nats per token",
+    estimators=frozenset({Estimator.PRIMARY, Estimator.RELIABILITY}),
+    column="effect",
+)
 
 # A steered text's outcome, read from paired_effects' rows
 TextOutcome = Outcome[pd.DataFrame, pd.Series]

@@ -17,12 +17,12 @@ from experiments.answer import (
 )
 from experiments.kernel import publisher
 from experiments.kernel.effect import SIGNS
-from experiments.kernel.outcomes import OUTCOMES, Outcome
+from experiments.kernel.outcomes import LIKELIHOOD, OUTCOMES, Outcome
+from experiments.phase5.analyse import concept_magnitudes
 from experiments.phase5.answer import answer_of
 from experiments.phase5.figures import plots, reviewer_figures, specificity_figure
 from experiments.record import Measurement, RunRecord, RunStatistics, steered_intervention
 from experiments.rows import View, aggregates
-from experiments.rows import number as real
 from experiments.rundir import RunDir
 from metrics.criteria import CriterionResult
 from metrics.intervals import Interval
@@ -216,7 +216,7 @@ def measurement_markdown(stats: Measurement) -> list[str]:
     if stats.likelihood:
         lines += [
             "",
-            "Likelihood outcome e = s·((L_s − L_0)(on) − (L_s − L_0)(off)), nats per token:",
+            f"{LIKELIHOOD.label}:",
             "",
             "| family | sign | mean e [CI] | concept above it [CI] | concepts beating it |",
             "|---|---|---|---|---|",
@@ -242,12 +242,7 @@ def _bare(interval: Interval) -> str:
 
 def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dict[str, Figure]:
     """The run's figures by file name, drawn from the rows and the record."""
-    magnitudes = {
-        k: real(v["magnitude"])
-        for k, v in record.per_concept.items()
-        if v.get("magnitude") is not None
-    }
-    drawn = plots(records, ctx, magnitudes)
+    drawn = plots(records, ctx, concept_magnitudes(records))
     names = {c.synset: c.name for c in ctx.graph.concepts}
     drawn.update(reviewer_figures(record, names))
     for label, matrix in specificity_matrices(record).items():

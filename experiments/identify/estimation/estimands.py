@@ -26,9 +26,11 @@ from experiments.identify.estimation.estimator import (
     log_kl,
     practitioner_slope,
 )
+from experiments.identify.measures import LIKELIHOOD
 from experiments.record.identify import EstimandResult
 from metrics.cluster import ClusterFit
 
+Y = LIKELIHOOD.column  # every estimand is a slope of the declared likelihood outcome
 Fit = Callable[[pd.DataFrame, int, int], ClusterFit | None]
 
 
@@ -55,7 +57,7 @@ def _has_built(frame: pd.DataFrame) -> bool:
 def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if not _has_built(frame):
         return None
-    return practitioner_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+    return practitioner_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed)
 
 
 def _practitioner_full_data(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
@@ -63,54 +65,48 @@ def _practitioner_full_data(frame: pd.DataFrame, n_boot: int, seed: int) -> Clus
 
     if not _has_built(frame):
         return None
-    return practitioner_slope(
-        frame, "effect", "auroc", n_boot=n_boot, seed=seed, families=FULL_DATA
-    )
+    return practitioner_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed, families=FULL_DATA)
 
 
 def _practitioner_within_family(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if not _has_built(frame):
         return None
-    return practitioner_slope(
-        frame, "effect", "auroc", n_boot=n_boot, seed=seed, within_family=True
-    )
+    return practitioner_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed, within_family=True)
 
 
 def _equal_geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if not (frame["manipulation"] == "isocos").any():
         return None
-    return equal_geometry(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+    return equal_geometry(frame, Y, "auroc", n_boot=n_boot, seed=seed)
 
 
 def _equal_geometry_uncorrected(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if not (frame["manipulation"] == "isocos").any():
         return None
-    return equal_geometry(frame, "effect", "auroc", n_boot=n_boot, seed=seed, corrected=False)
+    return equal_geometry(frame, Y, "auroc", n_boot=n_boot, seed=seed, corrected=False)
 
 
 def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     """iso-cos beside the nuisance alone (90°) and the dose: v2's pooled reading."""
     if not (frame["manipulation"] == "isocos").any():
         return None
-    iso = iso_cos(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+    iso = iso_cos(frame, Y, "auroc", n_boot=n_boot, seed=seed)
     return iso.pooled if iso.evaluable else None
 
 
 def _equal_norm(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
-    return flexible_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed)
+    return flexible_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed)
 
 
 def _equal_norm_cos_per_concept(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
-    return flexible_slope(frame, "effect", "auroc", n_boot=n_boot, seed=seed, cos_per_group=True)
+    return flexible_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed, cos_per_group=True)
 
 
 def _dose_adjusted(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     if "kl" not in frame or frame["kl"].isna().all():
         return None
     with_dose = frame.assign(log_kl=log_kl(frame["kl"]))
-    return flexible_slope(
-        with_dose, "effect", "auroc", covariates=["log_kl"], n_boot=n_boot, seed=seed
-    )
+    return flexible_slope(with_dose, Y, "auroc", covariates=["log_kl"], n_boot=n_boot, seed=seed)
 
 
 ESTIMANDS: tuple[Estimand, ...] = (

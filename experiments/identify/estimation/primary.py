@@ -23,11 +23,12 @@ from experiments.identify.estimation.estimator import (
     with_probit,
 )
 from experiments.identify.estimation.variance import BUILT_FAMILIES
+from experiments.identify.measures import LIKELIHOOD, OUTCOMES
 from experiments.record import PrimaryResult, PrimarySpec, PrimaryVerdict
 from metrics.cluster import ClusterFit
 from metrics.intervals import Bootstrap, Interval
 
-OUTCOME = "effect"  # the likelihood outcome (the directions table's column)
+OUTCOME = LIKELIHOOD.column  # the likelihood outcome's directions-table column
 
 
 def primary_result(
@@ -44,26 +45,22 @@ def primary_result(
     entered (``manipulations``, v* as ``reference``) and the nulls left out (``left_out``)."""
     rows = tables.primary_rows()
     frame = with_probit(rows)
-    predictor = primary["predictor"]
-    estimator = primary.get("estimator") or "linear_cos"
-    controls = primary.get("control")
-    controls = [controls] if isinstance(controls, str) else list(controls or [])
-    controls = [c for c in controls if c and c != "none"]
+    predictor, y = primary.predictor, OUTCOMES[primary.outcome].column
+    estimator = primary.estimator or "linear_cos"
+    controls = [c for c in primary.controls if c and c != "none"]
     boot = Bootstrap(n_boot=n_boot, seed=seed, confidence=confidence)
     found: Interval
     if estimator == "equal_geometry":  # v3: iso-cos, random nuisances, bare
-        found = equal_geometry(frame, OUTCOME, predictor, **boot)
+        found = equal_geometry(frame, y, predictor, **boot)
     elif estimator in BUILT_FAMILIES:  # v3, v4: the directions people build, one β, bare
-        found = practitioner_slope(
-            frame, OUTCOME, predictor, families=BUILT_FAMILIES[estimator], **boot
-        )
+        found = practitioner_slope(frame, y, predictor, families=BUILT_FAMILIES[estimator], **boot)
     elif estimator == "flexible_cos":
         covariates = [c for c in controls if c != "cos_ref"]
         if "log_kl" in covariates:  # the dose: log next-token KL at the direction's β
             frame = frame.assign(log_kl=log_kl(frame["kl"]))
-        found = flexible_slope(frame, OUTCOME, predictor, covariates=covariates, **boot)
+        found = flexible_slope(frame, y, predictor, covariates=covariates, **boot)
     else:
-        found = stats.fe_coefficients(frame, OUTCOME, [predictor, *controls], **boot)[predictor]
+        found = stats.fe_coefficients(frame, y, [predictor, *controls], **boot)[predictor]
     if not isinstance(found, ClusterFit):  # v1's concept-bootstrap interval
         found = ClusterFit.of(found.to_dict())
     fit, correction = as_recorded(found)
@@ -71,7 +68,7 @@ def primary_result(
         spec=primary,
         slope=fit,
         **({"correction": correction} if correction else {}),
-        verdict=read_verdict(fit, primary["hypothesis"], primary.get("equivalence_margin")),
+        verdict=read_verdict(fit, primary.hypothesis, primary.equivalence_margin),
         estimator=estimator,
         manipulations=_entered(estimator, rows),
         left_out=_left_out(tables.directions),

@@ -31,12 +31,13 @@ from experiments.identify.estimation import stats
 from experiments.identify.estimation.analysis import GOOD_COS
 from experiments.identify.estimation.cells import measure_halves
 from experiments.identify.estimation.crosscheck import canonical, unit_halves
+from experiments.identify.measures import RUBRIC as DECLARED
 from experiments.record.identify import RubricValidity
 from metrics.intervals import Interval
 
 TWIN_KEYS = ("synset", "prompt_index", "sample", "split")
-RUBRIC = "hm_effect"  # the rubric outcome of one text: its hm less its twin's
-LIKELIHOOD = "effect_at_1"  # the likelihood outcome at s = +1 (directions.csv)
+RUBRIC = DECLARED.column  # the rubric outcome of one text: its hm less its twin's
+LIKELIHOOD = str(DECLARED.agrees_with)  # the likelihood outcome at s = +1 (directions.csv)
 GENERATED = "e_gated"  # the generated Δ, gated (kernel.effect.paired_effects)
 
 

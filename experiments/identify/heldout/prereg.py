@@ -44,10 +44,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from experiments.record import PrimarySpec
-from experiments.record.identify import spec_strength
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyStudyConfig
@@ -83,7 +82,6 @@ MULTIPLICITY = ("holm",)
 # What flexible_cos may hold beside AUROC: cos(v, v*) (its spline per manipulation) and the
 # dose (log next-token KL of each direction at its β).
 FLEXIBLE_CONTROLS = ("cos_ref", "log_kl")
-OUTCOMES = ("likelihood",)  # the outcome every direction is measured on
 CODE_PATHS = (
     "experiments", "steering", "metrics", "judges", "configs", "data", "pyproject.toml",
     "constraints.txt",
@@ -113,7 +111,7 @@ class Preregistration:
         return {
             "path": str(self.path),
             "sha256": self.sha256,
-            "primary": self.primary,
+            "primary": self.primary.model_dump(),
             "commit": self.commit,
         }
 
@@ -141,7 +139,7 @@ def _spec(block: object) -> PrimarySpec:
     if missing:
         raise PreregistrationError(f"the primary analysis lacks {missing}")
     try:
-        return TypeAdapter(PrimarySpec).validate_python(block)
+        return PrimarySpec.model_validate(block)
     except ValidationError as exc:
         raise PreregistrationError(f"the primary block does not read: {exc}") from None
 
@@ -151,17 +149,17 @@ def primaries(primary: PrimarySpec) -> list[PrimarySpec]:
     with its own ``name`` and the keys of :data:`CO_PRIMARY_KEYS` it gives; without
     ``co_primaries`` the primary alone. Several are read together by ``multiplicity``
     (``holm``: ``identify/estimation/multiplicity.py``) at family-wise ``alpha`` (0.05)."""
-    cos = primary.get("co_primaries") or []
+    cos = primary.co_primaries or []
     if not cos:
         return [primary]
     if not isinstance(cos, list) or not all(isinstance(c, dict) for c in cos):
         raise PreregistrationError("co_primaries: give a list of mappings, each with a name")
-    if primary.get("multiplicity") not in MULTIPLICITY:
+    if primary.multiplicity not in MULTIPLICITY:
         raise PreregistrationError(
             f"co_primaries need `multiplicity:` one of {MULTIPLICITY} in the primary block"
         )
-    base = {k: v for k, v in primary.items() if k != "co_primaries"}
-    out = [_spec({**base, "name": primary.get("name", "P1")})]
+    base = primary.model_dump(exclude={"co_primaries"})
+    out = [_spec({**base, "name": primary.label()})]
     for co in cos:
         extra = sorted(set(co) - set(CO_PRIMARY_KEYS))
         if "name" not in co or extra:
@@ -170,7 +168,7 @@ def primaries(primary: PrimarySpec) -> list[PrimarySpec]:
                 f"got {sorted(co)}"
             )
         out.append(_spec({**base, **co}))
-    names = [p["name"] for p in out]
+    names = [p.name for p in out]
     if len(set(names)) != len(names):
         raise PreregistrationError(f"co-primaries need distinct names, got {names}")
     return out
@@ -178,46 +176,49 @@ def primaries(primary: PrimarySpec) -> list[PrimarySpec]:
 
 def _check_primary(primary: PrimarySpec) -> PrimarySpec:
     """One primary spec checked (see :func:`parse_primary`); returns it."""
-    # The tables' own list (imported here: cells.py brings numpy, pandas, sklearn).
+    # The tables' own list and the declared outcomes (imported here: they bring numpy,
+    # pandas, sklearn): the primary's outcome is one the estimands read on every direction.
     from experiments.identify.estimation.cells import PREDICTORS
+    from experiments.identify.measures import OUTCOMES
+    from experiments.kernel.outcomes import Estimator
 
     allowed = (*PREDICTORS, "probit_auroc")
-    if primary["predictor"] not in allowed:
+    outcomes = [k for k, o in OUTCOMES.items() if Estimator.PRIMARY in o.estimators]
+    if primary.predictor not in allowed:
         raise PreregistrationError(
-            f"primary predictor {primary['predictor']!r} is not one of {allowed}"
+            f"primary predictor {primary.predictor!r} is not one of {allowed}"
         )
-    if primary["hypothesis"] not in ("positive", "negative"):
+    if primary.hypothesis not in ("positive", "negative"):
         raise PreregistrationError("primary hypothesis must be positive or negative")
-    if primary.get("estimator", "linear_cos") not in ESTIMATORS:
+    if (primary.estimator or "linear_cos") not in ESTIMATORS:
         raise PreregistrationError(
-            f"primary estimator {primary['estimator']!r} is not one of {ESTIMATORS}"
+            f"primary estimator {primary.estimator!r} is not one of {ESTIMATORS}"
         )
-    if primary["outcome"] not in OUTCOMES:
+    if primary.outcome not in outcomes:
         raise PreregistrationError(
-            f"primary outcome {primary['outcome']!r} is not one this study measures "
-            f"for every direction ({', '.join(OUTCOMES)})"
+            f"primary outcome {primary.outcome!r} is not one this study measures "
+            f"for every direction ({', '.join(outcomes)})"
         )
-    controls = primary["control"]
-    controls = [controls] if isinstance(controls, str) else list(controls or [])
-    if primary.get("estimator") == "flexible_cos" and (
+    controls = primary.controls
+    if primary.estimator == "flexible_cos" and (
         "cos_ref" not in controls or set(controls) - set(FLEXIBLE_CONTROLS)
     ):
         raise PreregistrationError(
             f"estimator flexible_cos takes control cos_ref (its spline), optionally "
             f"with log_kl; got {controls}"
         )
-    if primary.get("estimator") in GATED and set(controls) - {"none"}:
+    if primary.estimator in GATED and set(controls) - {"none"}:
         raise PreregistrationError(
-            f"estimator {primary['estimator']} is bare (control: none): what it "
+            f"estimator {primary.estimator} is bare (control: none): what it "
             f"would hold fixed follows from the direction; got {controls}"
         )
     for key in ("sesoi", "equivalence_margin"):
-        value = primary.get(key)
-        if value is not None and not (isinstance(value, int | float) and value > 0):
+        value = getattr(primary, key)
+        if value is not None and not value > 0:
             raise PreregistrationError(f"primary {key} must be a positive number")
-    if not isinstance(primary.get("strength"), int | float):
+    if primary.strength is None:
         raise PreregistrationError("primary strength must be a number (the s it is read at)")
-    if primary["predictor"] == "probit_auroc" and primary.get("estimator") != "flexible_cos":
+    if primary.predictor == "probit_auroc" and primary.estimator != "flexible_cos":
         raise PreregistrationError("probit_auroc is a predictor of estimator flexible_cos")
     return primary
 
@@ -269,7 +270,7 @@ def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
     its code (changed since ``code_commit``), or an outcome or strength it does not
     measure."""
     primary = prereg.primary
-    missing = [k for k in BINDING_KEYS if not primary.get(k)]
+    missing = [k for k in BINDING_KEYS if not getattr(primary, k)]
     if missing:
         raise PreregistrationError(
             f"{prereg.path} names no {' and no '.join(missing)}: a held-out run is bound to "
@@ -278,13 +279,13 @@ def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
             "to its primary block and commit it"
         )
     found = study_hash(config)
-    if str(primary["config_hash"]) != found:
+    if str(primary.config_hash) != found:
         raise PreregistrationError(
             f"this run's config (hash {found}) is not the one the pre-registration was written "
-            f"for ({primary['config_hash']}): run the committed config as it is, with no "
+            f"for ({primary.config_hash}): run the committed config as it is, with no "
             "--set, --concepts, --quick or --model"
         )
-    commit = str(primary["code_commit"])
+    commit = str(primary.code_commit)
     _check_imported_code(prereg.path)
     changed = _git(prereg.path, "diff", "--name-only", commit, "--", *_code_paths(prereg.path))
     if changed is None:
@@ -297,10 +298,10 @@ def check_binding(prereg: Preregistration, config: IdentifyStudyConfig) -> None:
             f"{files[0]}): run the held-out study on the code it was pre-registered for"
         )
     strengths = [float(x) for x in config.identify.strengths]
-    if spec_strength(primary) not in strengths:
+    if primary.at_strength not in strengths:
         raise PreregistrationError(
-            f"the primary is defined at strength {primary['strength']} but this run measures "
-            f"the likelihood at {strengths} only: add {primary['strength']} to "
+            f"the primary is defined at strength {primary.strength} but this run measures "
+            f"the likelihood at {strengths} only: add {primary.strength} to "
             "identify.strengths"
         )
     check_design_table(prereg, config)
@@ -312,9 +313,9 @@ def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> 
     committed ``steer-eval identify simulate --json`` output, a path from the repository
     root) for this study's hash, whose gate passed (``failures`` empty)."""
     primary = prereg.primary
-    table = primary.get("design_table")
+    table = primary.design_table
     if not table:
-        if primary.get("estimator") in GATED:
+        if primary.estimator in GATED:
             raise PreregistrationError(
                 f"{prereg.path} names no design_table: a v3 primary is run only on a grid "
                 "the simulation passed; run `steer-eval identify simulate --json` on this "
@@ -343,7 +344,7 @@ def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> 
 def binding(prereg: Preregistration, config: IdentifyStudyConfig) -> dict[str, str]:
     """What a held-out run was checked against (its ledger entries carry it): this
     config's study hash and the pre-registration's ``code_commit``."""
-    return {"config_hash": study_hash(config), "code_commit": str(prereg.primary["code_commit"])}
+    return {"config_hash": study_hash(config), "code_commit": str(prereg.primary.code_commit)}
 
 
 def check_resume(
