@@ -59,6 +59,14 @@ MIN_PROMPTS = 3
 MIN_NEW_TOKENS = 32
 
 
+class Unsteered(BaseModel):
+    """The unsteered texts' measures, which each step is judged against."""
+
+    perplexity: float | None  # median; None: no text had a token
+    near_empty: float
+    distinct_2: float
+
+
 class StrengthStep(BaseModel):
     """What the steered texts at one β and sign look like beside the unsteered ones."""
 
@@ -111,9 +119,7 @@ class StrengthRange(BaseModel):
     max_new_tokens: int
     seed: int
     limits: StrengthLimits
-    unsteered: dict[str, float | None] = Field(
-        description="the unsteered texts' median perplexity, near-empty share, distinct-2"
-    )
+    unsteered: Unsteered
     steps: list[StrengthStep]
     low: float | None = Field(description="the smallest coherent β; None: none was")
     high: float | None = Field(description="the largest β up to which every β is coherent")

@@ -134,7 +134,7 @@ def _print_range(record: StrengthRange, path: Path) -> None:
     )
     base = record.unsteered
     table.add_row(
-        "0", "0", "", "1", number(base["near_empty"], ".2f"), number(base["distinct_2"], ".2f"), ""
+        "0", "0", "", "1", number(base.near_empty, ".2f"), number(base.distinct_2, ".2f"), ""
     )
     for step in record.steps:
         table.add_row(

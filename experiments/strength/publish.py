@@ -103,11 +103,10 @@ def sweep_figure(record: StrengthRange) -> Figure:
 
     steps = steps_frame(record)
     limits = record.limits
-    near_empty, distinct_2 = record.unsteered.get("near_empty"), record.unsteered.get("distinct_2")
     lines = {
         "perplexity_multiple": limits.perplexity_multiple,
-        "near_empty": None if near_empty is None else near_empty + limits.near_empty_excess,
-        "distinct_2": None if distinct_2 is None else distinct_2 * limits.distinct_2_ratio,
+        "near_empty": record.unsteered.near_empty + limits.near_empty_excess,
+        "distinct_2": record.unsteered.distinct_2 * limits.distinct_2_ratio,
     }
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     for ax, (field, label) in zip(axes, MEASURES.items(), strict=True):

@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -57,6 +56,7 @@ from experiments.strength_range import (
     StrengthLimits,
     StrengthRange,
     StrengthStep,
+    Unsteered,
     save_range,
     thin_warnings,
 )
@@ -138,14 +138,6 @@ def _distinct_2(texts: Sequence[SweepText]) -> float:
     return float(np.mean(values)) if values else 0.0
 
 
-class Unsteered(NamedTuple):
-    """The unsteered texts' measures, which each step is judged against."""
-
-    perplexity: float | None  # median; None: no text had a token
-    near_empty: float
-    distinct_2: float
-
-
 def _step(
     beta: float,
     sign: int,
@@ -182,7 +174,7 @@ def _step(
 
 def assess(
     texts: Sequence[SweepText], grid: Sequence[float], limits: StrengthLimits
-) -> tuple[dict[str, float | None], list[StrengthStep], float | None, float | None]:
+) -> tuple[Unsteered, list[StrengthStep], float | None, float | None]:
     """(the unsteered measures, one step per β, sign and arm, low, high): a β is coherent
     when every sign and arm is; the range is the first coherent β and every coherent one
     after it up to the first that is not."""
@@ -191,9 +183,9 @@ def assess(
         raise ValueError("the sweep needs unsteered texts (sign 0) to measure against")
     ppl = [math.exp(t.nll) for t in plain if t.nll is not None]
     base = Unsteered(
-        float(np.median(ppl)) if ppl else None,
-        float(np.mean([is_near_empty(t.text) for t in plain])),
-        _distinct_2(plain),
+        perplexity=float(np.median(ppl)) if ppl else None,
+        near_empty=float(np.mean([is_near_empty(t.text) for t in plain])),
+        distinct_2=_distinct_2(plain),
     )
     arms = sorted({t.arm for t in texts if t.sign != 0}, key=lambda a: (a != CONCEPT_ARM, a))
     steps = [
@@ -211,7 +203,7 @@ def assess(
             high = beta
         elif low is not None:
             break
-    return base._asdict(), steps, low, high
+    return base, steps, low, high
 
 
 def results_root(config: Phase5Config) -> Path:

@@ -59,8 +59,8 @@ def sweep_texts() -> list[SweepText]:
 def test_the_range_runs_from_the_first_coherent_beta_to_the_first_incoherent_one():
     grid = [0.05, 0.1, 0.2, 0.3, 0.5, 1.0]
     base, steps, low, high = assess(sweep_texts(), grid, StrengthLimits())
-    assert base["perplexity"] == pytest.approx(20.0)
-    assert base["near_empty"] == 0.0 and base["distinct_2"] == 1.0
+    assert base.perplexity == pytest.approx(20.0)
+    assert base.near_empty == 0.0 and base.distinct_2 == 1.0
     assert (low, high) == (0.05, 0.1)  # 0.3 is coherent but lies past 0.2
     by = {(s.beta, s.sign): s for s in steps}
     assert by[(0.1, 1)].perplexity_multiple == pytest.approx(5.0)

@@ -10,7 +10,13 @@ from experiments.calibration.study import run_calibration
 from experiments.config import load_config
 from experiments.record import CalibrationRecord
 from experiments.rundir import RunDir
-from experiments.strength_range import BETA_TAG, StrengthLimits, StrengthRange, save_range
+from experiments.strength_range import (
+    BETA_TAG,
+    StrengthLimits,
+    StrengthRange,
+    Unsteered,
+    save_range,
+)
 
 
 def swept(model_id: str, low: float, high: float, source: str = "classifier") -> StrengthRange:
@@ -18,7 +24,9 @@ def swept(model_id: str, low: float, high: float, source: str = "classifier") ->
     return StrengthRange(
         model_id=model_id, layer=2, mode="additive", vector_source=source, alpha=1.0,
         grid=[0.05, 0.1, 0.2], concepts=["dog.n.01"], prompts=4, max_new_tokens=6, seed=0,
-        limits=StrengthLimits(), unsteered={}, steps=[], low=low, high=high, beta=high,
+        limits=StrengthLimits(),
+        unsteered=Unsteered(perplexity=20.0, near_empty=0.0, distinct_2=1.0),
+        steps=[], low=low, high=high, beta=high,
     )  # fmt: skip
 
 

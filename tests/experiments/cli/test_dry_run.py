@@ -239,12 +239,14 @@ def test_calibrate_and_identify_check_the_same_way(mlflow_store):
 
 
 def _range(low: float, high: float, layer: int = 9, source: str = "classifier"):
-    from experiments.strength_range import StrengthLimits, StrengthRange
+    from experiments.strength_range import StrengthLimits, StrengthRange, Unsteered
 
     return StrengthRange(
         model_id=EMBEDDED_ID, layer=layer, mode="additive", vector_source=source, alpha=1.0,
         grid=[low, high], concepts=["dog.n.01"], prompts=4, max_new_tokens=6, seed=0,
-        limits=StrengthLimits(), unsteered={}, steps=[], low=low, high=high, beta=high,
+        limits=StrengthLimits(),
+        unsteered=Unsteered(perplexity=20.0, near_empty=0.0, distinct_2=1.0),
+        steps=[], low=low, high=high, beta=high,
     )  # fmt: skip
 
 
