@@ -23,7 +23,8 @@ across cells, Spearman–Brown corrected), since that is the variation the slope
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import cast
 
 import numpy as np
@@ -43,6 +44,28 @@ def _one_unit(value: np.ndarray) -> np.ndarray:
 
 def _first(units: np.ndarray) -> np.ndarray:
     return units[:, 0]
+
+
+def _concept_bootstrap(
+    sums: Mapping[str, np.ndarray],
+    statistic: Callable[[np.ndarray], np.ndarray],
+    method: str,
+    n_boot: int,
+    seed: int,
+    confidence: float,
+) -> Interval:
+    """``statistic`` of the drawn concepts' ``sums`` added up, concepts resampled
+    (``within=False``: one unit per concept)."""
+    return hierarchical_bootstrap(
+        {c: {"s": _one_unit(s)} for c, s in sums.items()},
+        lambda g: statistic(g["s"].sum(axis=1)),
+        aggregate={"s": _first},
+        within=False,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        method=method,
+    )
 
 
 def cross_products(frame: pd.DataFrame, columns: Sequence[str]) -> dict[str, np.ndarray]:
@@ -81,33 +104,15 @@ def fe_coefficients(
     k = len(xs)
     if len(products) < 2:
         return {x: not_evaluable(f"{len(products)} concepts") for x in xs}
-    units = {c: {"m": _one_unit(m)} for c, m in products.items()}
     n_rows = int(frame[["concept", *xs, y]].dropna().shape[0])
     out = {}
     for j, x in enumerate(xs):
 
-        def coefficient(g: Mapping[str, np.ndarray], j: int = j) -> np.ndarray:
-            return _solve(g["m"].sum(axis=1), k)[:, j]
+        def coefficient(s: np.ndarray, j: int = j) -> np.ndarray:
+            return _solve(s, k)[:, j]
 
-        interval = hierarchical_bootstrap(
-            units,
-            coefficient,
-            aggregate={"m": _first},
-            within=False,
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
-            method=BOOT_METHOD,
-        )
-        out[x] = Interval(
-            interval.estimate,
-            interval.low,
-            interval.high,
-            n_rows,
-            interval.n_clusters,
-            interval.method,
-            interval.reason,
-        )
+        interval = _concept_bootstrap(products, coefficient, BOOT_METHOD, n_boot, seed, confidence)
+        out[x] = replace(interval, n=n_rows)
     return out
 
 
@@ -123,15 +128,8 @@ def within_correlation(
     products = cross_products(frame, [x, y])
     if len(products) < 2:
         return not_evaluable(f"{len(products)} concepts")
-    return hierarchical_bootstrap(
-        {c: {"m": _one_unit(m)} for c, m in products.items()},
-        lambda g: _r_from(g["m"].sum(axis=1)),
-        aggregate={"m": _first},
-        within=False,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        method=f"within-concept r, {BOOT_METHOD}",
+    return _concept_bootstrap(
+        products, _r_from, f"within-concept r, {BOOT_METHOD}", n_boot, seed, confidence
     )
 
 
@@ -220,15 +218,13 @@ def reliability_of_sums(
     :func:`demeaned_halves`): what a shard keeps, so shards pool without their rows."""
     if len(sums) < 2:
         return not_evaluable(f"{len(sums)} concepts with at least 2 cells")
-    return hierarchical_bootstrap(
-        {c: {"h": _one_unit(s)} for c, s in sums.items()},
-        lambda g: _reliability_from(g["h"].sum(axis=1)),
-        aggregate={"h": _first},
-        within=False,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        method="within-concept split-half (Spearman-Brown), concept bootstrap",
+    return _concept_bootstrap(
+        sums,
+        _reliability_from,
+        "within-concept split-half (Spearman-Brown), concept bootstrap",
+        n_boot,
+        seed,
+        confidence,
     )
 
 
@@ -361,19 +357,12 @@ def pooled_correlation(
     if len(sums) < 2:
         return not_evaluable(f"{len(sums)} concepts")
 
-    def statistic(g: Mapping[str, np.ndarray]) -> np.ndarray:
-        n, sa, sb, saa, sbb, sab = np.moveaxis(g["s"].sum(axis=1), -1, 0)
+    def statistic(s: np.ndarray) -> np.ndarray:
+        n, sa, sb, saa, sbb, sab = np.moveaxis(s, -1, 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             cov = sab - sa * sb / n
             return cast(np.ndarray, cov / np.sqrt((saa - sa**2 / n) * (sbb - sb**2 / n)))
 
-    return hierarchical_bootstrap(
-        {c: {"s": _one_unit(s)} for c, s in sums.items()},
-        statistic,
-        aggregate={"s": _first},
-        within=False,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        method="pooled r over cells, concept bootstrap",
+    return _concept_bootstrap(
+        sums, statistic, "pooled r over cells, concept bootstrap", n_boot, seed, confidence
     )
