@@ -24,8 +24,8 @@ which two unrelated draws already make about 0.13 on average:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import TypedDict
 
 import numpy as np
@@ -138,6 +138,18 @@ def above_null(effects: pd.DataFrame, column: str = "e_gated") -> pd.DataFrame:
     return joined.assign(above_null=joined[column] - joined["null"])
 
 
+def _gains(
+    rows: pd.DataFrame, records: pd.DataFrame
+) -> Iterator[tuple[pd.Series, dict[str, float]]]:
+    """Each concept-arm row of ``rows`` with every concept's signed Δ gain on its text:
+    B → sign·(Δ_B(steered) − Δ_B(twin))."""
+    base = records[records["strength"] == 0].set_index(UNIT)["delta_by_concept"]
+    by_key = records.set_index("key")["delta_by_concept"]
+    for _, row in rows[rows["arm"] == CONCEPT_ARM].iterrows():
+        steered, twin = by_key[row["key"]], base.loc[tuple(row[k] for k in UNIT)]
+        yield row, {b: row["sign"] * (v - twin[b]) for b, v in steered.items()}
+
+
 def specificity(effects: pd.DataFrame, records: pd.DataFrame) -> dict[int, pd.DataFrame]:
     """Per sign: M[A, B] = mean over A's concept-arm rows of sign·(Δ_B(steered) − Δ_B(twin)).
 
@@ -145,20 +157,12 @@ def specificity(effects: pd.DataFrame, records: pd.DataFrame) -> dict[int, pd.Da
     """
     if "delta_by_concept" not in records.columns:
         return {}
-    base = records[records["strength"] == 0].set_index(UNIT)["delta_by_concept"]
-    by_key = records.set_index("key")["delta_by_concept"]
     out = {}
-    concept_rows = effects[effects["arm"] == CONCEPT_ARM]
     for sign in (1, -1):
-        rows = concept_rows[concept_rows["sign"] == sign]
         table: dict[str, dict[str, list[float]]] = {}
-        for _, row in rows.iterrows():
-            steered = by_key[row["key"]]
-            twin = base.loc[tuple(row[k] for k in UNIT)]
-            for target, value in steered.items():
-                table.setdefault(row["concept"], {}).setdefault(target, []).append(
-                    sign * (value - twin[target])
-                )
+        for row, gains in _gains(effects[effects["sign"] == sign], records):
+            for target, gain in gains.items():
+                table.setdefault(row["concept"], {}).setdefault(target, []).append(gain)
         if table:
             frame = pd.DataFrame(
                 {
@@ -178,12 +182,8 @@ def specificity_units(effects: pd.DataFrame, records: pd.DataFrame) -> pd.DataFr
     columns = ["concept", "prompt_index", "sample", "sign", "own", "others", "margin"]
     if "delta_by_concept" not in records.columns:
         return pd.DataFrame(columns=columns)
-    base = records[records["strength"] == 0].set_index(UNIT)["delta_by_concept"]
-    by_key = records.set_index("key")["delta_by_concept"]
     rows = []
-    for _, row in effects[effects["arm"] == CONCEPT_ARM].iterrows():
-        steered, twin = by_key[row["key"]], base.loc[tuple(row[k] for k in UNIT)]
-        gains = {b: row["sign"] * (v - twin[b]) for b, v in steered.items()}
+    for row, gains in _gains(effects, records):
         own = gains.get(row["concept"])
         others = [g for b, g in gains.items() if b != row["concept"]]
         if own is None or not others:
@@ -338,8 +338,29 @@ def _summarise(frame: pd.DataFrame, config: RunConfig, what: str) -> ArmEffect:
     )
 
 
-def _criterion(ci: Interval, spearman: Interval | None = None) -> CriterionInterval:
-    return CriterionInterval(**asdict(ci), spearman=spearman)
+def _gated(ci: Interval, reason: str | None) -> Interval:
+    """``ci``, or not evaluable for ``reason`` (every text gated) where there is one."""
+    return not_evaluable(reason, ci.n, ci.n_clusters, ci.method) if reason else ci
+
+
+def _add_criterion(
+    out: EffectReport,
+    key: str,
+    description: str,
+    ci: Interval,
+    threshold: float,
+    spearman: Interval | None = None,
+) -> None:
+    """Record criterion ``key``'s verdict on ``ci`` and its interval (Spearman beside)."""
+    result = _verdict_result(key, description, ci, threshold)
+    if spearman is not None and spearman.evaluable:
+        result = replace(
+            result,
+            reason=f"{result.reason}; Spearman {spearman.estimate:.3f} "
+            f"[{spearman.low:.3f}, {spearman.high:.3f}]",
+        )
+    out.criteria[key] = result
+    out.intervals[key] = CriterionInterval(**asdict(ci), spearman=spearman)
 
 
 def evaluate_effect(
@@ -369,63 +390,41 @@ def evaluate_effect(
         # Every steered text of the sign gated: its gated effect, direction and their
         # correlation are 0 by the gate, measured on nothing; not evaluable, and why.
         gated = all_gated(concept_rows, sign_label(sign))
-        ci = mean_ci(rows, "above_null", config)
-        if gated:
-            ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
+        ci = _gated(mean_ci(rows, "above_null", config), gated)
         ci_raw = mean_ci(raw, "above_null", config)
         out.above[f"above_null/{label}"] = NullEffect(n=len(rows), gated=ci, ungated=ci_raw)
         # Direction: the fraction of pairs whose gated effect is positive.
         k = int((concept_rows["e_gated"] > 0).sum())
         direction = binomial_interval(k, len(concept_rows), config.criteria.confidence)
-        if gated:
-            direction = not_evaluable(gated, direction.n, direction.n_clusters, direction.method)
-        key = f"v2_direction_{label}"
-        out.criteria[key] = _verdict_result(
-            key,
-            f"s {'>' if sign > 0 else '<'} 0: fraction of pairs moved the right way (gated)",
-            direction,
+        _add_criterion(
+            out,
+            f"v2_direction_{label}",
+            f"{sign_label(sign)}: fraction of pairs moved the right way (gated)",
+            _gated(direction, gated),
             config.criteria.direction_min_fraction,
         )
-        out.intervals[key] = _criterion(direction)
-        key = f"v2_effect_above_null_{label}"
-        out.criteria[key] = _verdict_result(
-            key,
-            f"s {'>' if sign > 0 else '<'} 0: gated effect above random directions",
+        _add_criterion(
+            out,
+            f"v2_effect_above_null_{label}",
+            f"{sign_label(sign)}: gated effect above random directions",
             ci,
             config.criteria.effect_min,
         )
-        out.intervals[key] = _criterion(ci)
         per_concept = rows.groupby("concept")["above_null"].mean() if len(rows) else pd.Series()
         for synset, value in per_concept.items():
             out.per_concept.setdefault(str(synset), {})[f"above_null_{label}"] = float(value)
         for synset, value in concept_rows.groupby("concept")["e_gated"].mean().items():
             out.per_concept.setdefault(str(synset), {})[f"effect_{label}"] = float(value)
         pairs = [(predictor[str(k)], float(v)) for k, v in per_concept.items() if k in predictor]
-        pearson = _correlation_interval(pairs, "pearson", config)
-        spearman = _correlation_interval(pairs, "spearman", config)
-        if gated:
-            pearson = not_evaluable(gated, pearson.n, pearson.n_clusters, pearson.method)
-            spearman = not_evaluable(gated, spearman.n, spearman.n_clusters, spearman.method)
-        key = f"v2_predictor_vs_effect_{label}"
-        result = _verdict_result(
-            key,
-            f"s {'>' if sign > 0 else '<'} 0: predictor → effect above null across concepts "
+        _add_criterion(
+            out,
+            f"v2_predictor_vs_effect_{label}",
+            f"{sign_label(sign)}: predictor → effect above null across concepts "
             "(Pearson; Spearman beside it)",
-            pearson,
+            _gated(_correlation_interval(pairs, "pearson", config), gated),
             config.criteria.f1_r_min,
+            _gated(_correlation_interval(pairs, "spearman", config), gated),
         )
-        if spearman.evaluable:
-            result = CriterionResult(
-                result.key,
-                result.description,
-                result.status,
-                result.value,
-                result.threshold,
-                f"{result.reason}; Spearman {spearman.estimate:.3f} "
-                f"[{spearman.low:.3f}, {spearman.high:.3f}]",
-            )
-        out.criteria[key] = result
-        out.intervals[key] = _criterion(pearson, spearman)
     out.specificity = specificity(effects, report_rows)
     out.above_null = null
     out.arm_effects = effects.groupby(["concept", "arm", "sign"])["e"].mean().reset_index()
@@ -433,23 +432,19 @@ def evaluate_effect(
     other = other_concept_null(out.margins, out.specificity)
     for sign, label in SIGNS.items():
         margins = out.margins[out.margins["sign"] == sign]
-        ci = mean_ci(margins, "margin", config)
         # Ungated, but about steering: where the gate failed every steered text of the
         # sign, the margin compares the concepts' Δ on broken text; not evaluable, and why.
         gated = all_gated(
             effects[(effects["arm"] == CONCEPT_ARM) & (effects["sign"] == sign)], sign_label(sign)
         )
-        if gated:
-            ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
-        key = f"v2_specificity_{label}"
-        out.criteria[key] = _verdict_result(
-            key,
-            f"s {'>' if sign > 0 else '<'} 0: specificity margin, the concept's own Δ gain "
+        _add_criterion(
+            out,
+            f"v2_specificity_{label}",
+            f"{sign_label(sign)}: specificity margin, the concept's own Δ gain "
             "minus the other concepts' on the same texts (ungated)",
-            ci,
+            _gated(mean_ci(margins, "margin", config), gated),
             config.criteria.specificity_min,
         )
-        out.intervals[key] = _criterion(ci)
         for synset, value in margins.groupby("concept")["margin"].mean().items():
             out.per_concept.setdefault(str(synset), {})[f"specificity_{label}"] = float(value)
         ci = mean_ci(other[other["sign"] == sign], "above_other", config)
