@@ -230,6 +230,29 @@ def measure(
         )
         rel[f"predictor_{name}"] = Reliability(None, None, None, len(x_units), 0, "", why)
     corrected: dict[str, Disattenuated] = {}
+
+    def correlate(
+        key: str,
+        x: Mapping[str, np.ndarray],
+        y: Mapping[str, np.ndarray],
+        x_strata: Mapping[str, list[object]] | None = None,
+        y_strata: Mapping[str, list[object]] | None = None,
+        x_aggregate: Callable[[np.ndarray], np.ndarray] = unit_mean,
+    ) -> None:
+        """``corrected[key]``: x against y over the concepts both have, when 3 or more do."""
+        shared = _shared(x, y)
+        if len(shared) >= 3:
+            corrected[key] = disattenuated_correlation(
+                {k: x[k] for k in shared},
+                {k: y[k] for k in shared},
+                x_strata=None if x_strata is None else {k: x_strata[k] for k in shared},
+                y_strata=None if y_strata is None else {k: y_strata[k] for k in shared},
+                x_aggregate=x_aggregate,
+                **opts,
+                confidence=c.confidence,
+                n_boot=c.n_boot,
+            )
+
     lk_units = {s: _likelihood_units(likelihood, "concept", s) for s in (1.0, -1.0)}
     for sign, label in SIGNS.items():
         rows = _of_sign(effect.above_null, sign)
@@ -238,42 +261,14 @@ def measure(
         margins = _of_sign(effect.margins, sign)
         m_units, m_strata = _units(margins, "margin") if len(margins) else ({}, {})
         rel[f"specificity_{label}"] = split_half_reliability(m_units, strata=m_strata, **opts)
-        shared = _shared(x_units, y_units)
-        if x_agg is not None and len(shared) >= 3:
-            corrected[f"predictor_vs_effect_{label}"] = disattenuated_correlation(
-                {k: x_units[k] for k in shared},
-                {k: y_units[k] for k in shared},
-                x_strata={k: x_strata[k] for k in shared},
-                y_strata={k: y_strata[k] for k in shared},
-                x_aggregate=x_agg,
-                **opts,
-                confidence=c.confidence,
-                n_boot=c.n_boot,
-            )
+        if x_agg is not None:
+            correlate(f"predictor_vs_effect_{label}", x_units, y_units, x_strata, y_strata, x_agg)
         lk = lk_units[float(sign)]
         if lk:
             rel[f"likelihood_{label}"] = split_half_reliability(lk, **opts)
-            shared = _shared(x_units, lk)
-            if x_agg is not None and len(shared) >= 3:
-                corrected[f"predictor_vs_likelihood_{label}"] = disattenuated_correlation(
-                    {k: x_units[k] for k in shared},
-                    {k: lk[k] for k in shared},
-                    x_strata={k: x_strata[k] for k in shared},
-                    x_aggregate=x_agg,
-                    **opts,
-                    confidence=c.confidence,
-                    n_boot=c.n_boot,
-                )
-            shared = _shared(lk, y_units)
-            if len(shared) >= 3:
-                corrected[f"likelihood_vs_effect_{label}"] = disattenuated_correlation(
-                    {k: lk[k] for k in shared},
-                    {k: y_units[k] for k in shared},
-                    y_strata={k: y_strata[k] for k in shared},
-                    **opts,
-                    confidence=c.confidence,
-                    n_boot=c.n_boot,
-                )
+            if x_agg is not None:
+                correlate(f"predictor_vs_likelihood_{label}", x_units, lk, x_strata, None, x_agg)
+            correlate(f"likelihood_vs_effect_{label}", lk, y_units, None, y_strata)
     out.statistics = Measurement(
         reliability=rel,
         corrected_correlations=corrected,
