@@ -30,7 +30,7 @@ tests keep that failure on record). Here:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypedDict, cast
 
 import numpy as np
@@ -303,12 +303,17 @@ def matched_pairs(
 
 def _fe_slope(
     data: pd.DataFrame, y: str, predictor: str, covariates: Sequence[str], groups: np.ndarray,
-    n_boot: int, seed: int,
+    n_boot: int, seed: int, confidence: float = 0.95,
+    fit: Callable[..., ClusterFit] = wild_cluster_t,
 ) -> ClusterFit:  # fmt: skip
+    """The slope of ``y`` on ``predictor`` (beside ``covariates``) within ``groups``,
+    clustered by concept, by ``fit``: the wild cluster bootstrap-t, or for the
+    equal-geometry and practitioner estimands' bare slope (``wild_cluster_restricted``)
+    its interval by inverting the restricted wild cluster bootstrap test."""
     x = demean(data[[predictor, *covariates]].to_numpy(dtype=np.float64), groups)
     yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
     concepts = data["concept"].astype(str).to_numpy()
-    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed)
+    return fit(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
 
 
 def iso_cos(
@@ -391,7 +396,10 @@ def equal_geometry(
         return equal_geometry_corrected(
             data, y, predictor, n_boot=n_boot, seed=seed, confidence=confidence
         )
-    return _restricted_slope(data, y, predictor, data["cell"].to_numpy(), n_boot, seed, confidence)
+    cells = data["cell"].to_numpy()
+    return _fe_slope(
+        data, y, predictor, [], cells, n_boot, seed, confidence, wild_cluster_restricted
+    )
 
 
 def practitioner_slope(
@@ -421,21 +429,8 @@ def practitioner_slope(
     if data.empty:
         return wild_cluster_t(np.zeros((0, 1)), np.zeros(0), np.zeros(0))
     groups = _groups(data, "manipulation") if within_family else data["cell"].to_numpy()
-    return _restricted_slope(data, y, predictor, groups, n_boot, seed, confidence)
-
-
-def _restricted_slope(
-    data: pd.DataFrame, y: str, predictor: str, groups: np.ndarray,
-    n_boot: int, seed: int, confidence: float,
-) -> ClusterFit:  # fmt: skip
-    """The slope of ``y`` on ``predictor`` within ``groups``, bare, clustered by concept,
-    its interval by inverting the restricted wild cluster bootstrap test (the
-    equal-geometry and practitioner estimands' shared fit)."""
-    x = demean(data[[predictor]].to_numpy(dtype=np.float64), groups)
-    yd = demean(data[[y]].to_numpy(dtype=np.float64), groups)[:, 0]
-    concepts = data["concept"].astype(str).to_numpy()
-    return wild_cluster_restricted(
-        x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence
+    return _fe_slope(
+        data, y, predictor, [], groups, n_boot, seed, confidence, wild_cluster_restricted
     )
 
 

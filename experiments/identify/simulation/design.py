@@ -352,9 +352,7 @@ def simulate(
             primary_only=primary_only,
         )  # fmt: skip
     hypothesis = 1 if primary.hypothesis == "positive" else -1
-    controls = primary.control or []
-    controls = [controls] if isinstance(controls, str) else list(controls)
-    covariates = [c for c in controls if c not in ("cos_ref", "none")]
+    covariates = [c for c in primary.controls if c not in ("cos_ref", "none")]
     predictive = primary.estimator in PREDICTIVE
     names = list(classes or CLASSES)
     rows: list[DesignRow] = []
@@ -382,16 +380,13 @@ def simulate(
                     step = ci * 2 * toys + (arm == "planted") * toys + i + 1
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)
         for est, arms in fits.items():
-            mean_w = pd.DataFrame(weights.get(est, [])).fillna(0.0).mean().round(4)
             true = truths if est == "primary" and predictive else truth(est, name, primary)
             summary = _summary(
                 arms["null"], arms["planted"], hypothesis, true,
                 primary.equivalence_margin, sesoi,
             )  # fmt: skip
-            rows.append({
-                "estimand": est, "class": name, **summary,
-                "weights": {str(k): float(v) for k, v in mean_w.items() if v > 0},
-            })  # fmt: skip
+            rows.append({"estimand": est, "class": name, **summary,
+                         "weights": _mean_weights(weights.get(est, []))})  # fmt: skip
     return rows
 
 
