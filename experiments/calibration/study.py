@@ -410,7 +410,7 @@ def build_curve(
                     "source": spec.source,
                     "concept": synset,
                     **preds,
-                    "beta": selections.get(spec.tag, {}).get(synset, {}).get("beta"),
+                    "beta": betas.get(synset),
                     "effect_above_null_pos": None if pos is None else pos["above_null"],
                     "effect_above_null_neg": None if neg is None else neg["above_null"],
                     "effect_above_null": float(np.mean(values)) if values else None,
