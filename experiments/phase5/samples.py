@@ -29,6 +29,7 @@ from experiments.kernel.gate import (
     repetition_limit,
     repetitions,
 )
+from experiments.kernel.gate import column as _col
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.rundir import RunDir, neutralise, restore
 from experiments.tracking.traces import read_map
@@ -115,10 +116,7 @@ def sample_table(
     ``likelihood_<sign>``); the prompt, sample, trace id (from ``run_dir``'s
     ``traces.json``, when the run was traced) and keys. The unsteered twin has no
     effect column: its effect is 0 by definition."""
-    split = (
-        records["split"] if "split" in records.columns else pd.Series("report", index=records.index)
-    )
-    rows = records[split == "report"]
+    rows = records[_col(records, "split", "report") == "report"]
     if rows.empty or "arm" not in rows.columns:
         return pd.DataFrame(columns=list(COLUMNS))
     effects = paired_effects(rows, config)
