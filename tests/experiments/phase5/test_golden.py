@@ -27,7 +27,7 @@ from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.kernel.probes import classifier_dir, graph_key
 from experiments.phase5.run import run_phase5
-from experiments.strength_range import StrengthLimits, StrengthRange, save_range
+from experiments.strength_range import StrengthLimits, StrengthRange, Unsteered, save_range
 
 GOLDEN = Path(__file__).with_name("golden_tiny_run.json")
 GOLDEN_PROBES = Path(__file__).with_name("golden_tiny_probes")
@@ -47,7 +47,7 @@ def around(beta: float, model_id: str) -> StrengthRange:
         max_new_tokens=12,
         seed=0,
         limits=StrengthLimits(),
-        unsteered={},
+        unsteered=Unsteered(perplexity=20.0, near_empty=0.0, distinct_2=1.0),
         steps=[],
         low=beta / 2,
         high=2 * beta,
