@@ -170,8 +170,7 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
 CONTROL_WORDS = {"cos_ref": "cos(v, v*)", "log_kl": "log next-token KL (the dose)"}
 
 
-def _controls(control: str | list[str] | None) -> str:
-    names = [control] if isinstance(control, str) else list(control or [])
+def _controls(names: list[str]) -> str:
     return " and ".join(CONTROL_WORDS.get(c, c) for c in names if c != "none") or "nothing"
 
 
@@ -193,7 +192,7 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
             _row(
                 "primary",
                 f"{named}slope of {spec.outcome} on {spec.predictor} beside "
-                f"{_controls(spec.control)} (pre-registered; {model}{bounds})",
+                f"{_controls(spec.controls)} (pre-registered; {model}{bounds})",
                 f"primary analysis ({worth})",
                 primary.slope,
                 status=PRIMARY_STATUS[primary.verdict],

@@ -94,7 +94,7 @@ def readings(record: PooledRecord) -> list[PrimaryReading]:
     p = record.primary
     return [
         PrimaryReading(
-            name=str(p.spec.name or "primary"), verdict=p.verdict, confidence=0.95,
+            name=p.spec.label("primary"), verdict=p.verdict, confidence=0.95,
             holm_step=1, spec=p.spec.model_dump(exclude_none=True), slope=p.slope,
             estimator=p.estimator, manipulations=p.manipulations, left_out=p.left_out,
         )

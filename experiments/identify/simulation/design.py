@@ -280,7 +280,7 @@ def population_of(primary: PrimarySpec) -> str:
 def truth(estimand: str, confound_name: str, primary: PrimarySpec) -> float:
     """What ``estimand`` estimates in a no-effect toy of the class: 0, or AUROC's effect
     through the dose for an estimand that does not hold the dose fixed."""
-    held = estimand in DOSE_HELD or (estimand == "primary" and "log_kl" in (primary.control or []))
+    held = estimand in DOSE_HELD or (estimand == "primary" and "log_kl" in primary.controls)
     return 0.0 if held else CLASSES[confound_name].mediated()
 
 
