@@ -84,9 +84,9 @@ def executors(args, tmp: Path) -> dict:
     import torch
 
     from experiments.config import load_config
-    from experiments.execution.ray import ModelSource, RayExecutor, import_ray
+    from experiments.execution.ray import RayExecutor, import_ray
     from metrics.embedder import load_embedder
-    from steering.models import load_model
+    from steering.models import ModelSpec, load_model
 
     config = load_config(
         args.config,
@@ -105,7 +105,7 @@ def executors(args, tmp: Path) -> dict:
     ray.init(include_dashboard=False, log_to_driver=False)
     out["ray_init_seconds"] = time.perf_counter() - began
     for workers, cpus in ((1, 2.0), (2, 1.0)):
-        pool = RayExecutor(ModelSource(config.model, config.device, config.dtype), workers, cpus)
+        pool = RayExecutor(ModelSpec(config.model, config.device, config.dtype), workers, cpus)
         began = time.perf_counter()
         pool.start()
         out[f"actors_up_seconds_{workers}w"] = time.perf_counter() - began

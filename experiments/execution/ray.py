@@ -50,11 +50,6 @@ def import_ray() -> ModuleType:
     return module
 
 
-# How a worker loads its own copy of the model: the config's model section (a spec, not
-# the weights).
-ModelSource = ModelSpec
-
-
 class GenerationWorker:
     """One actor's state: the model, loaded once, and the current plan's spec."""
 

@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from experiments.config import load_config
-from experiments.execution.ray import ModelSource
 from steering.dummy import MODEL_CONFIGS, resolve_config, shipped_configs
 from steering.generation import GenerationRow, SamplingConfig, generate_batch
-from steering.models import ModelSpecError, load_model
+from steering.models import ModelSpec, ModelSpecError, load_model
 
 GEMMA_4B_PARAMETERS = 4_300_079_472  # embeddings tied to the head, vision tower included
 
@@ -114,4 +113,4 @@ def test_the_config_field_defaults_to_real_weights_and_keeps_old_hashes():
     assert dummy.config_hash() != config.config_hash()
     with pytest.raises(ValueError, match="model_load_format"):
         load_config("configs/phase5.yaml", ["model_load_format=random"])
-    assert ModelSource("gemma-3-4b-pt", "cuda", "auto", "dummy").load_format == "dummy"
+    assert ModelSpec("gemma-3-4b-pt", "cuda", "auto", "dummy").load_format == "dummy"

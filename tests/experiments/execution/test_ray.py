@@ -19,12 +19,13 @@ import torch
 from experiments.concepts import load_concepts
 from experiments.config import load_config
 from experiments.execution import ExecutionError, LocalExecutor
-from experiments.execution.ray import ModelSource, RayExecutor
+from experiments.execution.ray import RayExecutor
 from experiments.kernel.generate import generate_rows
 from experiments.kernel.plan import build_plan
 from experiments.kernel.vectors import VectorSet, random_directions
 from experiments.rundir import RunDir
 from experiments.timer import Timer
+from steering.models import ModelSpec
 from steering.vector import SteeringVector
 
 LAYER = 2
@@ -99,7 +100,7 @@ def local_texts(tmp_path_factory, tiny_from_dir):
 
 def pool(tiny_model_dir, workers: int = 2, **kwargs) -> RayExecutor:
     return RayExecutor(
-        ModelSource(str(tiny_model_dir), "cpu", "float32"),
+        ModelSpec(str(tiny_model_dir), "cpu", "float32"),
         workers=workers,
         cpus_per_worker=0.5,
         **kwargs,
@@ -211,7 +212,7 @@ def test_when_every_worker_dies_the_run_stops_and_resume_finishes_it(
 
 
 def test_too_few_cpus_is_a_clear_error(ray_cluster, tiny_model_dir):
-    executor = RayExecutor(ModelSource(str(tiny_model_dir), "cpu"), workers=3)
+    executor = RayExecutor(ModelSpec(str(tiny_model_dir), "cpu"), workers=3)
     with pytest.raises(ExecutionError, match=r"3 Ray workers need 3 CPU but the cluster has 2"):
         executor.start()
 
