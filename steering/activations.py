@@ -99,13 +99,6 @@ def _layers_hidden(
     return {layer: store[layer].float() for layer in layers}, mask
 
 
-def _layer_hidden(
-    lm: LoadedModel, texts: list[str], layer: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    hidden, mask = _layers_hidden(lm, texts, [layer])
-    return hidden[layer], mask
-
-
 def pooled_activations_by_layer(
     lm: LoadedModel, texts: Sequence[str], layers: Sequence[int], batch_size: int = 32
 ) -> dict[int, torch.Tensor]:
@@ -145,8 +138,8 @@ def token_norms(
     layer = lm.check_layer(layer)
     norms = []
     for _, chunk in _batches(texts, batch_size):
-        hidden, mask = _layer_hidden(lm, chunk, layer)
-        norms.append(hidden.norm(dim=-1)[mask].cpu())
+        hidden, mask = _layers_hidden(lm, chunk, [layer])
+        norms.append(hidden[layer].norm(dim=-1)[mask].cpu())
     return torch.cat(norms)
 
 

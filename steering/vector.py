@@ -239,14 +239,7 @@ class SteeringVector:
     ) -> Iterator[RowSteering]:
         """Steer ``lm`` inside the block; a sequence gives one strength per batch row.
         Yields the hook on :attr:`layer` (a vector of several layers hooks them all)."""
-        layers = self.layers
-        if isinstance(layers, int) and self.per_layer is None:
-            with steer_rows(
-                lm, self.layer, self.direction, self.coefficients(strength), self.mode
-            ) as h:
-                yield h
-            return
         with steer_layers(
-            lm, layers, self.added(), self.coefficients(strength), self.mode
+            lm, self.layers, self.added(), self.coefficients(strength), self.mode
         ) as hooks:
             yield hooks[self.layer] if self.layer in hooks else next(iter(hooks.values()))
