@@ -72,11 +72,6 @@ def estimand_row(name: str, e: EstimandResult) -> Verdict:
     )  # fmt: skip
 
 
-def estimand_rows(record: IdentifyRecord) -> list[Verdict]:
-    """One row per estimand of the record."""
-    return [estimand_row(name, e) for name, e in record.estimands.items()]
-
-
 V2_GROUP = "identified: v2 estimator (exploratory)"
 
 
@@ -85,86 +80,64 @@ def identified_rows(record: IdentifyRecord) -> list[Verdict]:
     ident = record.identified
     if ident is None:
         return []
-    out = []
     names = {"auroc": "AUROC", "probit_auroc": "probit(AUROC)"}
-    for p, fit in ident.flexible.items():
-        out.append(
-            _row(
-                f"identified/flexible/{p}",
-                f"slope on {names.get(p, p)} beside a spline in cos per manipulation",
-                V2_GROUP,
-                fit,
-                symbol="slope ",
-                description=ident.model,
-            )
+    sub, iso, free = ident.subset, ident.iso_cos, ident.name_free
+    # (key, label, slope, description), in the answer's order: a row where there is a slope
+    rows: list[tuple[str, str, Interval | None, str]] = [
+        (
+            f"identified/flexible/{p}",
+            f"slope on {names.get(p, p)} beside a spline in cos per manipulation",
+            fit,
+            ident.model,
         )
-    iso = ident.iso_cos
-    if iso.pooled is not None:
-        out.append(
-            _row(
-                "identified/iso_cos/auroc",
-                "iso-cos: slope on AUROC at equal cos(v, v*), beside the nuisance's own effect",
-                V2_GROUP,
-                iso.pooled,
-                symbol="slope ",
-                description="within (concept, angle); covariates: " + ", ".join(iso.covariates),
-            )
-        )
-    dosed = ident.given_dose.get(AUROC)
-    if dosed is not None:
-        out.append(
-            _row(
-                "identified/given_dose/auroc",
-                "slope on AUROC beside the spline in cos and log next-token KL (the dose)",
-                V2_GROUP,
-                dosed,
-                symbol="slope ",
-            )
-        )
-    sub = ident.subset
-    free = ident.name_free.auroc_name_free if ident.name_free else None
-    if free is not None:
-        out.append(
-            _row(
-                "identified/name_free/auroc",
-                "slope on the AUROC of name-free test positives beside a spline in cos",
-                V2_GROUP,
-                free,
-                symbol="slope ",
-                description="positives that name only what falls under the concept",
-            )
-        )
+        for p, fit in ident.flexible.items()
+    ]
+    rows += [
+        (
+            "identified/iso_cos/auroc",
+            "iso-cos: slope on AUROC at equal cos(v, v*), beside the nuisance's own effect",
+            iso.pooled,
+            "within (concept, angle); covariates: " + ", ".join(iso.covariates),
+        ),
+        (
+            "identified/given_dose/auroc",
+            "slope on AUROC beside the spline in cos and log next-token KL (the dose)",
+            ident.given_dose.get(AUROC),
+            "",
+        ),
+        (
+            "identified/name_free/auroc",
+            "slope on the AUROC of name-free test positives beside a spline in cos",
+            free.auroc_name_free if free else None,
+            "positives that name only what falls under the concept",
+        ),
+    ]
     headlines = [("matched", "at each direction's KL-matched dose", sub.dose.get(MATCHED))]
     for key, measure in OUTCOMES.items():  # each declared outcome: its last detector's slope
         if key in sub.outcomes:
             stored = sub.outcomes[key].slopes.get(measure.detectors[-1])
             headlines.append((key, measure.answer or measure.label, stored))
-    for key, label, stored in headlines:
-        if stored is not None:
-            out.append(
-                _row(
-                    f"identified/subset/{key}",
-                    f"subset of {len(sub.concepts)} concepts: slope on AUROC {label}",
-                    V2_GROUP,
-                    stored,
-                    symbol="slope ",
-                    description="every direction of a subset stratified by v*'s AUROC",
-                )
+    stratified = "every direction of a subset stratified by v*'s AUROC"
+    at = f"subset of {len(sub.concepts)} concepts: slope on AUROC"
+    rows += [
+        (f"identified/subset/{k}", f"{at} {what}", fit, stratified) for k, what, fit in headlines
+    ]
+    pairs = ident.matched_pairs.get(AUROC)
+    if pairs is not None:
+        rows += [
+            (
+                "identified/matched_pairs/auroc",
+                f"matched pairs (|Δcos| ≤ {pairs.tolerance:g}): Δeffect on ΔAUROC",
+                pairs.fit,
+                f"{pairs.n_pairs} pairs of directions from different manipulations, "
+                f"{pairs.n_concepts} concepts",
             )
-    for p, pairs in ident.matched_pairs.items():
-        if pairs.fit is not None and p == "auroc":
-            out.append(
-                _row(
-                    f"identified/matched_pairs/{p}",
-                    f"matched pairs (|Δcos| ≤ {pairs.tolerance:g}): Δeffect on Δ{names[p]}",
-                    V2_GROUP,
-                    pairs.fit,
-                    symbol="slope ",
-                    description=f"{pairs.n_pairs} pairs of directions from different "
-                    f"manipulations, {pairs.n_concepts} concepts",
-                )
-            )
-    return out
+        ]
+    return [
+        _row(key, label, V2_GROUP, fit, symbol="slope ", description=where)
+        for key, label, fit, where in rows
+        if fit is not None
+    ]
 
 
 CONTROL_WORDS = {"cos_ref": "cos(v, v*)", "log_kl": "log next-token KL (the dose)"}
@@ -182,7 +155,6 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
         worth = "confirmatory" if record.label.startswith("confirmatory") else "not confirmatory"
         verdict = primary.verdict.replace("_", " ")
         hypothesis = spec.hypothesis
-        positive = hypothesis == "positive"
         model = ESTIMATOR_WORDS.get(primary.estimator, primary.estimator)
         estimand = spec.estimand
         margin = spec.equivalence_margin
@@ -199,27 +171,22 @@ def verdicts(record: IdentifyRecord) -> list[Verdict]:
                 reason=primary.verdict,
                 claim=f"detection quality predicts the effect ({verdict})",
                 symbol="slope ",
-                direction="above" if positive else "below",
+                direction="above" if hypothesis == "positive" else "below",
                 description=f"hypothesis {hypothesis}; {record.label}",
             )
         )
-    out += estimand_rows(record)
+    out += [estimand_row(name, e) for name, e in record.estimands.items()]
     out += identified_rows(record)
-    pooled = record.pooled
+    pooled, group = record.pooled, "pooled (exploratory)"
     out.append(
-        _row(
-            "pooled/slope_auroc",
-            "slope of the effect on AUROC",
-            "pooled (exploratory)",
-            pooled.slope_auroc,
-        )
+        _row("pooled/slope_auroc", "slope of the effect on AUROC", group, pooled.slope_auroc)
     )
     if pooled.partial.auroc is not None:
         out.append(
             _row(
                 "pooled/partial/auroc",
                 "AUROC slope beside cos(v, v*)",
-                "pooled (exploratory)",
+                group,
                 pooled.partial.auroc,
                 claim="" if primary is not None else "detection adds to cos(v, v*)",
                 symbol="slope ",
