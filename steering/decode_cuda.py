@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from steering.decode import DecodeBatch, DecodePolicy, Decoder, DecodeState, ReferenceDecoder
+from steering.decode import DecodeBatch, DecodePolicy, Decoder, DecodeState, ReferencePolicy
 from steering.decode_kernels import FUSED, NATIVE, DecodeKernels, decode_kernels
 from steering.head import single_product
 from steering.models import LoadedModel
 from steering.sampling import SamplingConfig, sorted_pick
-from steering.vector import Layers, Mode, RowSteering, layer_directions, layer_shape, steer_layers
+from steering.vector import Layers, Mode, RowSteering, layer_directions, layer_shape
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, StaticCache
@@ -149,7 +149,8 @@ class StaticDecode:
     """The buffers, cache, steering hook and (on CUDA) graph of one :class:`StaticKey`.
 
     Everything the captured step reads or writes lives here at a fixed address; a new
-    batch is copied in (:meth:`load`) and the cache reset, so the graph replays for it."""
+    batch is copied in (:meth:`load`) and the cache reset, so the graph replays for it.
+    Once loaded it is the batch's decoder: step 0 prefills, later steps decode."""
 
     def __init__(
         self,
@@ -203,6 +204,7 @@ class StaticDecode:
         """Copy a batch into the buffers (rows beyond it repeat its first row, unsteered)
         and empty the cache."""
         n, rows = batch.n_rows, self.key.rows
+        self.n_rows = n
         fill = torch.cat([torch.arange(n), torch.zeros(rows - n, dtype=torch.long)])
         fill_dev = fill.to(self.lm.device)
         self.ids_prompt = batch.input_ids.index_select(0, fill_dev)
@@ -261,20 +263,23 @@ class StaticDecode:
         self.slot_t.add_(1)
         self.step_t.add_(1)
 
-    def step(self) -> None:
-        """Decode steps 1, 2, ...: eagerly, or warm up, capture once, then replay.
+    def step(self, step: int) -> None:
+        """Step 0 prefills; steps 1, 2, ... decode eagerly, or warm up, capture once, then
+        replay.
 
         A capture that fails (a driver, an allocator or an op that cannot be captured)
         hands this and every later step to the eager static step, which computes the
         same thing: the policy warns once and carries on instead of losing the run."""
-        if not self.graphs:
+        if step == 0:
+            self.prefill()
+        elif not self.graphs:
             self.decode()
-            return
-        if self.replay is None:
-            if self.warm < WARMUP_STEPS:
-                self._warm_up()
-                self.warm += 1
-                return
+        elif self.replay is not None:
+            self.replay()
+        elif self.warm < WARMUP_STEPS:
+            self._warm_up()
+            self.warm += 1
+        else:
             try:
                 self.replay = self.capture(self.decode)
                 self.replay()
@@ -282,8 +287,9 @@ class StaticDecode:
                 self.graphs, self.replay = False, None
                 self.on_capture_failure(exc)
                 self.decode()
-            return
-        self.replay()
+
+    def all_done(self) -> bool:
+        return bool(self.state.done[: self.n_rows].all())
 
     def _warm_up(self) -> None:
         """An eager step before the capture; on CUDA on a side stream, as capture needs."""
@@ -314,26 +320,6 @@ class StaticDecode:
         u = self.u[:, step] if isinstance(step, int) else self.u.index_select(1, step)[:, 0]
         nxt = sorted_pick(allowed, u, self.key.sampling)
         return self.state.record(step, nxt, logp.gather(1, nxt[:, None])[:, 0])
-
-
-class StaticDecoder:
-    """One batch on a :class:`StaticDecode`: step 0 prefills, later steps decode."""
-
-    def __init__(self, static: StaticDecode, n_rows: int) -> None:
-        self.static, self.n_rows = static, n_rows
-
-    @property
-    def state(self) -> DecodeState:
-        return self.static.state
-
-    def step(self, step: int) -> None:
-        if step == 0:
-            self.static.prefill()
-        else:
-            self.static.step()
-
-    def all_done(self) -> bool:
-        return bool(self.static.state.done[: self.n_rows].all())
 
 
 class CudaPolicy(DecodePolicy):
@@ -402,12 +388,8 @@ class CudaPolicy(DecodePolicy):
         cap = static_capacity(lm, width, batch.steps)
         kernels = self.kernels_for(lm)
         if cap is None:  # the reference decoder, host checks every EOS_EVERY steps
-            with (
-                steer_layers(lm, batch.layer, batch.row_dirs, batch.coefs, batch.mode),
-                single_product(lm.model),
-                decode_kernels(lm, kernels),
-            ):
-                yield ReferenceDecoder(lm, batch)
+            with ReferencePolicy().decoder(lm, batch) as reference, decode_kernels(lm, kernels):
+                yield reference
             return
         layer = (
             lm.check_layer(batch.layer)
@@ -423,7 +405,7 @@ class CudaPolicy(DecodePolicy):
         handles = [lm.layer(i).register_forward_hook(h) for i, h in static.hooks.items()]
         try:
             with single_product(lm.model), decode_kernels(lm, kernels):
-                yield StaticDecoder(static, batch.n_rows)
+                yield static
         finally:
             for handle in handles:
                 handle.remove()
