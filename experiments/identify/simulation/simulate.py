@@ -318,21 +318,25 @@ def _nuisance(manipulation: str, seed: int | None) -> Nuisance:
     raise ValueError(f"no toy geometry for manipulation {manipulation!r}: add it to design.py")
 
 
-def _cos(spec: DirectionSpec, levels: dict[str, list[float]], rng: np.random.Generator) -> float:
+def _cos(
+    spec: DirectionSpec, levels: dict[str, list[float]], draw: np.ndarray
+) -> float | np.ndarray:
+    """A direction's toy cos(v, v*), per concept for a family of :data:`_COS_DRAW` (its
+    column of the toy's draws, ``draw``)."""
     m, level = spec.manipulation, spec.level
     if m == REFERENCE:
         return 1.0
     if m.startswith("rotation:") or m == "isocos":
         return float(np.cos(np.deg2rad(level)))  # exact, as rotate() makes it
     if m == "noise":
-        return 1 - 0.6 * level - 0.05 * abs(rng.standard_normal())
+        return cast(np.ndarray, 1 - 0.6 * level - 0.05 * np.abs(draw))
     if m == "logistic":  # weaker regularisation: closer to v*
         rank = sorted(levels[m]).index(level) / max(len(levels[m]) - 1, 1)
-        return 0.45 + 0.3 * rank + 0.03 * rng.standard_normal()
+        return 0.45 + 0.3 * rank + 0.03 * draw
     if m == "shrinkage":
         return float(np.clip(1 + 0.3 * np.log10(level), 0.1, 1.0))
     if m == "size":  # the diffmean's estimation noise: cos ≈ 1/√(1 + k/n)
-        return float(np.clip(1 / np.sqrt(1 + 6 / level) + 0.03 * rng.standard_normal(), 0, 1))
+        return cast(np.ndarray, np.clip(1 / np.sqrt(1 + 6 / level) + 0.03 * draw, 0, 1))
     raise ValueError(f"no toy geometry for manipulation {m!r}: add it to design.py")
 
 
@@ -393,7 +397,7 @@ def _square(x: np.ndarray) -> np.ndarray:
     return np.array([v**2 for v in x.ravel().tolist()]).reshape(x.shape)
 
 
-_COS_DRAW = ("noise", "logistic", "size")  # families whose toy cos takes a draw (_cos)
+_COS_DRAW = ("noise", "logistic", "size")  # families whose toy cos takes a draw
 
 
 def _rows(
@@ -439,16 +443,8 @@ def _rows(
     bands: list[float] = []
     keys = []
     for j, spec in enumerate(specs):
-        m, level = spec.manipulation, spec.level
-        if m == "noise":
-            cos[:, j] = 1 - 0.6 * level - 0.05 * np.abs(cos_draw[:, j])
-        elif m == "logistic":
-            rank = sorted(levels[m]).index(level) / max(len(levels[m]) - 1, 1)
-            cos[:, j] = 0.45 + 0.3 * rank + 0.03 * cos_draw[:, j]
-        elif m == "size":
-            cos[:, j] = np.clip(1 / np.sqrt(1 + 6 / level) + 0.03 * cos_draw[:, j], 0, 1)
-        else:
-            cos[:, j] = _cos(spec, levels, rng)  # no draw for the other families
+        m = spec.manipulation
+        cos[:, j] = _cos(spec, levels, cos_draw[:, j])
         key = _key(m, spec.seed, ident)
         keys.append(key)
         band = np.nan
