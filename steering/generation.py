@@ -324,6 +324,46 @@ def continuation_nll(
     return out
 
 
+def left_padded(
+    seqs: Sequence[torch.Tensor], pad: int, scored: Sequence[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows (token ids, or states ``[length, hidden]``) left-padded with ``pad`` to the
+    longest, their attention mask, each row's positions counted from its first real token,
+    and the mask of each row's last ``scored[r]`` places (none without ``scored``)."""
+    width, first = max(len(seq) for seq in seqs), seqs[0]
+    shape = (len(seqs), width, *first.shape[1:])
+    padded = torch.full(shape, pad, dtype=first.dtype, device=first.device)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    target = torch.zeros_like(attn, dtype=torch.bool)
+    for r, (seq, n) in enumerate(zip(seqs, scored or [0] * len(seqs), strict=True)):
+        padded[r, width - len(seq) :] = seq
+        attn[r, width - len(seq) :] = 1
+        target[r, width - n :] = True
+    return padded, attn, (attn.cumsum(-1) - 1).clamp(min=0), target
+
+
+def scored_outputs(
+    lm: LoadedModel, seqs: Sequence[Sequence[int]], scored: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward pass over token sequences, left-padded: its output (logits, or the final
+    hidden states inside :func:`~steering.head.head_inputs`) only at the positions that
+    predict one of each row's last ``scored`` tokens, and those tokens, rows end to end."""
+    rows = [torch.tensor(seq) for seq in seqs]
+    ids, attn, pos, target = left_padded(rows, lm.tokenizer.pad_token_id, scored)
+    predicts = torch.zeros_like(target)
+    predicts[:, :-1] = target[:, 1:]  # position t predicts token t + 1
+    predicts = predicts.to(lm.device)
+    kept = lm.model(
+        input_ids=ids.to(lm.device),
+        attention_mask=attn.to(lm.device),
+        position_ids=pos.to(lm.device),
+        logits_to_keep=predicts,
+    ).logits
+    if kept.dim() == 3:  # a model that ignores a boolean logits_to_keep
+        kept = kept[predicts]
+    return kept, ids[target].to(lm.device)
+
+
 def _row_means(
     token_lp: torch.Tensor, conts: list[list[int]], rows: list[int], out: list[float | None]
 ) -> None:
@@ -350,19 +390,8 @@ def _chunk_nll_states(
     its last token, left-padded, then the blocked head at the positions that predict a
     continuation token."""
     seqs = cast("list[torch.Tensor]", [states[i] for i in rows])  # rows with states
-    width = max(len(seq) for seq in seqs)
-    first = seqs[0]
-    hidden = torch.zeros(
-        (len(rows), width, first.shape[-1]), dtype=first.dtype, device=first.device
-    )
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    predicts = torch.zeros((len(rows), width), dtype=torch.bool)
-    for r, (seq, i) in enumerate(zip(seqs, rows, strict=True)):
-        hidden[r, width - len(seq) :] = seq
-        attn[r, width - len(seq) :] = 1
-        predicts[r, width - len(conts[i]) :] = True
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    device = first.device
+    hidden, attn, pos, predicts = left_padded(seqs, 0, [len(conts[i]) for i in rows])
+    device = hidden.device
     final = decoder(
         inputs_embeds=hidden,
         attention_mask=attn.to(device),
@@ -385,31 +414,9 @@ def _chunk_nll(
 ) -> None:
     """One forward pass over ``rows``: their mean NLLs go into ``out``. With ``head`` (open
     in :func:`~steering.head.head_inputs`) the pass returns hidden states, not logits."""
-    tok = lm.tokenizer
-    enc = [tok(prompts[i])["input_ids"] for i in rows]
-    seqs = [p + conts[i] for p, i in zip(enc, rows, strict=True)]
-    width = max(len(seq) for seq in seqs)
-    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    target = torch.zeros_like(ids, dtype=torch.bool)
-    for r, (seq, i) in enumerate(zip(seqs, rows, strict=True)):
-        ids[r, width - len(seq) :] = torch.tensor(seq)
-        attn[r, width - len(seq) :] = 1
-        target[r, width - len(conts[i]) :] = True
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
     # The output head only at the positions that predict a continuation token.
-    predicts = torch.zeros_like(target)
-    predicts[:, :-1] = target[:, 1:]
-    predicts = predicts.to(lm.device)
-    kept = lm.model(
-        input_ids=ids.to(lm.device),
-        attention_mask=attn.to(lm.device),
-        position_ids=pos.to(lm.device),
-        logits_to_keep=predicts,
-    ).logits
-    if kept.dim() == 3:  # a model that ignores a boolean logits_to_keep
-        kept = kept[predicts]
-    targets = ids[target].to(lm.device)
+    seqs = [lm.tokenizer(prompts[i])["input_ids"] + conts[i] for i in rows]
+    kept, targets = scored_outputs(lm, seqs, [len(conts[i]) for i in rows])
     if head is not None:
         token_lp = target_logprobs_blocked(kept, head, targets, scratch).cpu()
     else:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from steering.generation import NLL_LOGITS_BUDGET, _nll_chunks
+from steering.generation import NLL_LOGITS_BUDGET, _nll_chunks, scored_outputs
 from steering.head import reused_logits, target_logprobs
 from steering.models import LoadedModel
 from steering.vector import Direction, Layers, Mode, layer_shape, steer_layers
@@ -139,32 +139,11 @@ def steered_loglik(
 
 def _chunk_loglik(lm: LoadedModel, sequences: Sequence[EncodedText]) -> np.ndarray:
     """One forward pass: each sequence's mean log-probability of its target tokens."""
-    pad = lm.tokenizer.pad_token_id
-    width = max(len(s.ids) for s in sequences)
-    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    target = torch.zeros_like(ids, dtype=torch.bool)
-    for r, seq in enumerate(sequences):
-        full = seq.ids
-        ids[r, width - len(full) :] = torch.tensor(full)
-        attn[r, width - len(full) :] = 1
-        target[r, width - len(seq.target) :] = True
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    predicts = torch.zeros_like(target)
-    predicts[:, :-1] = target[:, 1:]  # position t predicts token t + 1
-    device = lm.device
-    logits = lm.model(
-        input_ids=ids.to(device),
-        attention_mask=attn.to(device),
-        position_ids=pos.to(device),
-        logits_to_keep=predicts.to(device),
-    ).logits
-    if logits.dim() == 3:  # a model that ignores a boolean logits_to_keep
-        logits = logits[predicts.to(device)]
+    counts = [len(s.target) for s in sequences]
+    logits, targets = scored_outputs(lm, [s.ids for s in sequences], counts)
     logits = logits.float()  # a no-op for fp32 (the in-place steps below reuse it)
     # log p = logit - logsumexp(logits), in place on the kept logits (done with them).
-    token_lp = target_logprobs(logits, ids[target].to(device)).cpu().double().numpy()
-    counts = [len(s.target) for s in sequences]
+    token_lp = target_logprobs(logits, targets).cpu().double().numpy()
     bounds = np.cumsum([0, *counts])
     return np.array([token_lp[bounds[i] : bounds[i + 1]].mean() for i in range(len(counts))])
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from steering.activations import _StopForward, capture_layer, content_mask
+from steering.generation import left_padded
 from steering.models import LoadedModel
 from steering.vector import steer_rows
 
@@ -131,19 +132,6 @@ def last_token_residuals(lm: LoadedModel, texts: Sequence[str], layer: int) -> t
     return picked.float().cpu()
 
 
-def _left_padded(lm: LoadedModel, prompts: Sequence[str]) -> tuple[torch.Tensor, ...]:
-    tok = lm.tokenizer
-    encoded = [tok(p)["input_ids"] for p in prompts]
-    width = max(len(e) for e in encoded)
-    ids = torch.full((len(encoded), width), tok.pad_token_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for r, e in enumerate(encoded):
-        ids[r, width - len(e) :] = torch.tensor(e)
-        attn[r, width - len(e) :] = 1
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return ids, attn, pos
-
-
 def _last_logprobs(
     lm: LoadedModel, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor
 ) -> torch.Tensor:
@@ -194,7 +182,10 @@ def next_token_kl(
     ``exclude``: token ids left out of both distributions, which are renormalised over
     the rest before the KL (:func:`kl_without`; a concept's :func:`concept_token_ids`,
     so the dose does not count the mass moved onto the concept's own tokens)."""
-    ids, attn, pos = _left_padded(lm, prompts)
+    tok = lm.tokenizer
+    ids, attn, pos, _ = left_padded(
+        [torch.tensor(tok(p)["input_ids"]) for p in prompts], tok.pad_token_id
+    )
     base = _last_logprobs(lm, ids, attn, pos)  # [prompts, vocab]
     n, k = directions.shape[0], len(prompts)
     vocab = base.shape[-1]
