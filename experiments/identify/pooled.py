@@ -27,7 +27,7 @@ from experiments.identify.heldout.shards import (
 from experiments.identify.publish import put_interval
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.publisher import ChildRun, Views
-from experiments.kernel.study import Begun, Finished, Opening, run_study
+from experiments.kernel.study import Begun, Finished, Opening
 from experiments.record.pooled import ExploratoryRecord, PooledRecord, PrimaryReading
 
 POOLED_TAG = "identify.pooled"  # the pooled run's mark, beside its primaries' verdicts
@@ -41,17 +41,35 @@ class Pooled:
     run_id: str
 
 
-class PooledStudy:
+class _PoolRun:
+    """What both pooled runs share: never reopened (a second scoring is a new, forced
+    run), the pre-registration as their parameters, no child runs."""
+
+    phase: Phase | None = None
+
+    def __init__(self, held: list[str], prereg: Preregistration) -> None:
+        self.held, self.prereg = held, prereg
+
+    def started(
+        self, session: RunSession[IdentifyStudyConfig], new: bool, prepared: object
+    ) -> dict[str, object]:
+        return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
+
+    def children(self, record: object, products: Pooled) -> list[ChildRun]:
+        return []
+
+
+class PooledStudy(_PoolRun):
     """The primaries scored once on the pooled shards (``held``: the held-out concepts
     after ``identify.limit``; ``bound``: the binding every shard must carry)."""
 
-    phase: Phase | None = None  # never reopened: a second scoring is a new, forced run
     record_file = POOLED_RECORD
 
     def __init__(
         self, held: list[str], prereg: Preregistration, bound: dict[str, str], force: bool
     ) -> None:
-        self.held, self.prereg, self.bound, self.force = held, prereg, bound, force
+        super().__init__(held, prereg)
+        self.bound, self.force = bound, force
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Begun[PoolInputs]:
         """Refuse before any run opens: a pooled primary already scored (unless forced),
@@ -62,11 +80,6 @@ class PooledStudy:
                 SHARDS_TAG: shard_runs(inputs.shards)}  # fmt: skip
         return Begun(Opening(f"pooled {config.name}", tags), inputs)
 
-    def started(
-        self, session: RunSession[IdentifyStudyConfig], new: bool, inputs: PoolInputs
-    ) -> dict[str, object]:
-        return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
-
     def stages(
         self, session: RunSession[IdentifyStudyConfig], inputs: PoolInputs
     ) -> Finished[PooledRecord, Pooled]:
@@ -76,10 +89,56 @@ class PooledStudy:
         return Finished(record, Pooled(run_id))
 
     def views(self, record: PooledRecord, products: Pooled) -> Views:
-        return pooled_views(record, products)
-
-    def children(self, record: PooledRecord, products: Pooled) -> list[ChildRun]:
-        return []
+        """The answer (one verdict per primary, at the level Holm read it), the summary
+        (the committed ``answer.md``), a metric per primary, the verdicts as tags."""
+        positive = record.primary.spec.hypothesis == "positive"
+        verdicts = [
+            Verdict(
+                key=f"primary/{r.name}",
+                label=f"{r.name}: {r.estimator} (read at {r.confidence:.3f}, Holm step "
+                f"{r.holm_step or 'none'})",
+                group="pre-registered primaries, pooled over the held-out shards",
+                interval=r.slope,
+                status=PRIMARY_STATUS.get(r.verdict, "not_evaluable"),
+                threshold=0.0,
+                n=r.slope.n_clusters or None,
+                claim=f"detection quality predicts the effect ({r.verdict.replace('_', ' ')})",
+                symbol="slope ",
+                direction="above" if positive else "below",
+                description=record.label,
+            )
+            for r in readings(record)
+        ]
+        floors = [
+            f"{name}: the likelihood's reliability on its rows {f.pooled.estimate:.3f} "
+            f"(floor {f.floor:g}: {'met' if f.met else 'not met, so uninformative'})"
+            for name, f in (record.reliability_floor or {}).items()
+            if f.pooled.estimate is not None
+        ]
+        answer = Answer(
+            phase="identify",
+            run_id=products.run_id,
+            question=(
+                "Pre-registered, scored once on the pooled held-out shards: within concepts, "
+                "does the better detector raise the concept's likelihood more?"
+            ),
+            confidence=0.95,
+            verdicts=verdicts,
+            notes=[f"{record.label}; {record.n_concepts} concepts", *floors],
+        )
+        metrics: dict[str, float | None] = {}
+        for r in readings(record):
+            for end, value in (("slope", r.slope.estimate), ("low", r.slope.low),
+                               ("high", r.slope.high)):  # fmt: skip
+                metrics[f"primary/{r.name}/{end}"] = value
+        tags = {f"{POOLED_TAG}.{r.name}": r.verdict for r in readings(record)}
+        return Views(
+            answer=answer,
+            summary=pooled_markdown(record),
+            metrics=metrics,
+            tags=tags,
+            experiment=record.experiment,
+        )
 
 
 def shard_runs(shards: list[ShardRun]) -> str:
@@ -101,80 +160,10 @@ def readings(record: PooledRecord) -> list[PrimaryReading]:
     ]  # fmt: skip
 
 
-def pooled_views(record: PooledRecord, products: Pooled) -> Views:
-    """The answer (one verdict per primary, at the level Holm read it), the summary (the
-    committed ``answer.md``), a metric per primary, the verdicts as tags."""
-    positive = record.primary.spec.hypothesis == "positive"
-    verdicts = [
-        Verdict(
-            key=f"primary/{r.name}",
-            label=f"{r.name}: {r.estimator} (read at {r.confidence:.3f}, Holm step "
-            f"{r.holm_step or 'none'})",
-            group="pre-registered primaries, pooled over the held-out shards",
-            interval=r.slope,
-            status=PRIMARY_STATUS.get(r.verdict, "not_evaluable"),
-            threshold=0.0,
-            n=r.slope.n_clusters or None,
-            claim=f"detection quality predicts the effect ({r.verdict.replace('_', ' ')})",
-            symbol="slope ",
-            direction="above" if positive else "below",
-            description=record.label,
-        )
-        for r in readings(record)
-    ]
-    floors = [
-        f"{name}: the likelihood's reliability on its rows {f.pooled.estimate:.3f} "
-        f"(floor {f.floor:g}: {'met' if f.met else 'not met, so uninformative'})"
-        for name, f in (record.reliability_floor or {}).items()
-        if f.pooled.estimate is not None
-    ]
-    answer = Answer(
-        phase="identify",
-        run_id=products.run_id,
-        question=(
-            "Pre-registered, scored once on the pooled held-out shards: within concepts, "
-            "does the better detector raise the concept's likelihood more?"
-        ),
-        confidence=0.95,
-        verdicts=verdicts,
-        notes=[f"{record.label}; {record.n_concepts} concepts", *floors],
-    )
-    metrics: dict[str, float | None] = {}
-    for r in readings(record):
-        for end, value in (("slope", r.slope.estimate), ("low", r.slope.low),
-                           ("high", r.slope.high)):  # fmt: skip
-            metrics[f"primary/{r.name}/{end}"] = value
-    tags = {f"{POOLED_TAG}.{r.name}": r.verdict for r in readings(record)}
-    return Views(
-        answer=answer,
-        summary=pooled_markdown(record),
-        metrics=metrics,
-        tags=tags,
-        experiment=record.experiment,
-    )
-
-
-def pool_run(
-    config: IdentifyStudyConfig,
-    held: list[str],
-    prereg: Preregistration,
-    bound: dict[str, str],
-    force: bool = False,
-) -> PooledRecord:
-    """Run the pooled scoring through the kernel (no model, no embedder); the record, as
-    written beside the shards."""
-    study = PooledStudy(held, prereg, bound, force)
-    return run_study(study, config, need_model=False, need_embedder=False).record
-
-
-class ExploratoryStudy:
+class ExploratoryStudy(_PoolRun):
     """Every estimand on the pooled shards, after the primary was scored (exploratory)."""
 
-    phase: Phase | None = None
     record_file = "exploratory.json"
-
-    def __init__(self, held: list[str], prereg: Preregistration) -> None:
-        self.held, self.prereg = held, prereg
 
     def begin(self, session: RunSession[IdentifyStudyConfig]) -> Begun[list[ShardRun]]:
         """Refuse before any run opens: the primary not scored yet, a shard missing; the
@@ -186,11 +175,6 @@ class ExploratoryStudy:
         tags = {"phase": "6-identify", POOLED_TAG: "exploratory",
                 SHARDS_TAG: shard_runs(shards)}  # fmt: skip
         return Begun(Opening(f"pooled exploratory {config.name}", tags), shards)
-
-    def started(
-        self, session: RunSession[IdentifyStudyConfig], new: bool, shards: list[ShardRun]
-    ) -> dict[str, object]:
-        return {"preregistration": str(self.prereg.path), "sha256": self.prereg.sha256}
 
     def stages(
         self, session: RunSession[IdentifyStudyConfig], shards: list[ShardRun]
@@ -222,14 +206,3 @@ class ExploratoryStudy:
             summary=exploratory_markdown(record),
             metrics=metrics,
         )
-
-    def children(self, record: ExploratoryRecord, products: Pooled) -> list[ChildRun]:
-        return []
-
-
-def exploratory_run(
-    config: IdentifyStudyConfig, held: list[str], prereg: Preregistration
-) -> ExploratoryRecord:
-    """``identify pool --exploratory`` through the kernel (no model, no embedder)."""
-    study = ExploratoryStudy(held, prereg)
-    return run_study(study, config, need_model=False, need_embedder=False).record

@@ -230,7 +230,7 @@ def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> PooledReco
     """``identify pool``: the primary scored once on the pooled held-out shards, after
     the checks of a held-out run, as a run of the study's experiment opened by the kernel
     (``identify/pooled.py``); the record as written beside the shards."""
-    from experiments.identify.pooled import pool_run
+    from experiments.identify.pooled import PooledStudy
 
     ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     config = config.model_copy(update={"identify": ident})
@@ -241,20 +241,22 @@ def pool_heldout(config: IdentifyStudyConfig, force: bool = False) -> PooledReco
     prereg = load_preregistration(config.identify.preregistration)
     check_binding(prereg, config)  # names a missing binding before it is read
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
-    return pool_run(config, held, prereg, binding(prereg, config), force)
+    study = PooledStudy(held, prereg, binding(prereg, config), force)
+    return run_study(study, config, need_model=False, need_embedder=False).record
 
 
 def pool_exploratory(config: IdentifyStudyConfig) -> ExploratoryRecord:
     """``identify pool --exploratory``: every estimand on the pooled held-out shards,
     after the pooled primary was scored, as a run the kernel opens (``identify/pooled.py``,
     ``identify/pooled_exploratory.py``)."""
-    from experiments.identify.pooled import exploratory_run
+    from experiments.identify.pooled import ExploratoryStudy
 
     ident = config.identify.model_copy(update={"concept_set": "heldout", "shard": None})
     config = config.model_copy(update={"identify": ident})
     prereg = load_preregistration(config.identify.preregistration)
     held = list(with_concepts(config)[0].concepts.synsets or [])  # identify.limit applied
-    return exploratory_run(config, held, prereg)
+    study = ExploratoryStudy(held, prereg)
+    return run_study(study, config, need_model=False, need_embedder=False).record
 
 
 def resumed(
