@@ -31,20 +31,12 @@ def slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-./" else "_" for ch in text)
 
 
-def _put(
-    metrics: dict[str, float | None], name: str, estimate: float | None,
-    low: float | None = None, high: float | None = None,
-) -> None:  # fmt: skip
-    """``name``, ``name/low``, ``name/high``: each where it is a finite number."""
-    for value, suffix in ((estimate, ""), (low, "/low"), (high, "/high")):
-        if value is not None and np.isfinite(value):
-            metrics[f"{name}{suffix}"] = float(value)
-
-
 def put_interval(metrics: dict[str, float | None], name: str, fit: Interval | None) -> None:
-    """``name``, ``name/low``, ``name/high`` of an interval, each where it is a number."""
+    """``name``, ``name/low``, ``name/high`` of an interval, each where it is a finite number."""
     if fit is not None:
-        _put(metrics, name, fit.estimate, fit.low, fit.high)
+        for value, suffix in ((fit.estimate, ""), (fit.low, "/low"), (fit.high, "/high")):
+            if value is not None and np.isfinite(value):
+                metrics[f"{name}{suffix}"] = float(value)
 
 
 def manipulation_metrics(
