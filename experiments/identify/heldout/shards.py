@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.answer import estimate_of
+from experiments.identify.estimation.compare import read_directions
 from experiments.identify.heldout.prereg import (
     LEDGER,
     POOLED,
@@ -46,6 +47,7 @@ from experiments.identify.heldout.prereg import (
     PreregistrationError,
     check_heldout,
     ledger_entry,
+    primaries,
     record_heldout,
     run_ledger,
 )
@@ -235,11 +237,6 @@ class ShardRun:
     forced: bool  # a forced (re-)scoring: the pooled result is then not confirmatory
 
 
-def _read_directions(path: Path) -> pd.DataFrame:
-    # "null" is a manipulation, not a missing value (as identify.compare reads it)
-    return pd.read_csv(path, keep_default_na=False, na_values=[""])
-
-
 def read_shards(
     config: IdentifyStudyConfig, held: list[str], prereg: Preregistration, bound: dict[str, str]
 ) -> list[ShardRun]:
@@ -276,7 +273,7 @@ def read_shards(
         elif any(e.get("binding") != bound for e in checked):
             seen = next(e.get("binding") for e in checked if e.get("binding") != bound)
             why = f"binding {seen}, not {bound}"
-        frame = _read_directions(files[1])
+        frame = read_directions(files[1])
         if not why and list(dict.fromkeys(frame["concept"])) != shard_concepts(held, size, k):
             why = f"its concepts are not shard {k}'s of {len(held)} in shards of {size}"
         if why:
@@ -310,12 +307,6 @@ def pooled_directions(shards: list[ShardRun]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def device_counts(frame: pd.DataFrame) -> dict[str, int]:
-    """Concepts per device."""
-    per_concept = frame.drop_duplicates("concept")["device"]
-    return dict(sorted(Counter(str(d) for d in per_concept).items()))
-
-
 def score_pooled(
     frame: pd.DataFrame,
     primary: PrimarySpec,
@@ -345,7 +336,6 @@ def reliability_floors(
     (``reliability_floor``) beside the likelihood's pooled reliability on its rows; empty
     where the block names no floor."""
     from experiments.identify.estimation.variance import BUILT_FAMILIES
-    from experiments.identify.heldout.prereg import primaries
 
     floor = primary.reliability_floor
     if floor is None:
@@ -370,7 +360,6 @@ def score_primaries(
     a primary whose rows miss the reliability floor (``floors``) is ``uninformative``,
     whatever its interval, and settles nothing."""
     from experiments.identify.estimation.multiplicity import holm
-    from experiments.identify.heldout.prereg import primaries
 
     def score(spec: PrimarySpec, confidence: float) -> PrimaryResult:
         result = score_pooled(frame, spec, config, confidence)
@@ -466,7 +455,7 @@ def score_pool(
         shard_size=config.identify.shard_size,
         shards=[pooled_shard(s) for s in shards],
         n_concepts=int(frame["concept"].nunique()),
-        devices=device_counts(frame),
+        devices=dict(sorted(Counter(str(d) for d in firsts["device"]).items())),
         concept_device={
             str(c): str(d) for c, d in zip(firsts["concept"], firsts["device"], strict=True)
         },
