@@ -32,7 +32,6 @@ FIXED = frozenset({"model_load", "mlflow_open", "figures", "views", "mlflow_pare
 NOT_STAGES = frozenset({"total"})  # the record's sum of the others
 # Stages whose cost grows with the directions per concept (the rest: with the concept)
 PER_DIRECTION = frozenset({"directions", "detection", "likelihood", "readout"})
-DEFAULT_BUDGET_MINUTES = 150.0
 
 
 @dataclass(frozen=True)

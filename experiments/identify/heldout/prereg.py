@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +49,7 @@ import yaml
 from pydantic import ValidationError
 
 from experiments.record import PrimarySpec
+from experiments.rundir import append_jsonl, read_jsonl
 
 if TYPE_CHECKING:
     from experiments.config import IdentifyStudyConfig
@@ -568,8 +571,6 @@ def ledger_entry(
     """One line of the held-out ledger: ``started`` (the intent to score, written before
     the first held-out cell), ``resumed`` (the checks of a new run passed again),
     ``scored``, or ``pooled`` (the primary on the pooled shards; no run of its own)."""
-    import time
-
     return {
         "run_id": run_id,
         "prereg_sha256": prereg.sha256 if prereg else None,
@@ -583,8 +584,6 @@ def ledger_entry(
 def record_heldout(results_dir: str | Path, entry: LedgerEntry) -> None:
     """Append ``entry`` to the local ledger (fsynced: the source of truth), then mirror
     its run's entries to the run in MLflow (:func:`mirror_ledger`)."""
-    from experiments.rundir import append_jsonl
-
     path = Path(results_dir) / LEDGER
     path.parent.mkdir(parents=True, exist_ok=True)
     append_jsonl(path, [entry])
@@ -594,8 +593,6 @@ def record_heldout(results_dir: str | Path, entry: LedgerEntry) -> None:
 
 def run_ledger(results_dir: str | Path, run_id: str) -> list[LedgerEntry]:
     """The local ledger's entries of one run, in the order they were written."""
-    from experiments.rundir import read_jsonl
-
     return [e for e in read_jsonl(Path(results_dir) / LEDGER) if e.get("run_id") == run_id]
 
 
@@ -606,8 +603,6 @@ def mirror_ledger(run_id: str, results_dir: str | Path) -> bool:
     is written first and stays the source of truth: a mirror that fails is warned about,
     changes nothing there, and the run's next entry mirrors every entry again. Returns
     whether it mirrored."""
-    import logging
-
     from experiments import tracking
 
     entries = run_ledger(results_dir, run_id)
