@@ -74,6 +74,11 @@ class Measurement:
         }
 
 
+def speedup(a: Measurement, b: Measurement) -> float | None:
+    """a's tokens/s over b's, to 3 digits (None: either not measured)."""
+    return rounded(ratio(a.tokens_per_second, b.tokens_per_second), 3)
+
+
 Run = Callable[[Measurement | None], Measurement]
 """A timed pass that appends one repeat to the measurement it is given (None: a new one)."""
 

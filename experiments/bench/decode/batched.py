@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import torch
 
-from experiments.bench.core.measure import Measurement, ratio, rounded, timed_pass
+from experiments.bench.core.measure import Measurement, rounded, speedup, timed_pass
 from experiments.bench.core.workload import Workload, batches_of
 from experiments.execution.local import is_unsteered
 from steering.generation import (
@@ -161,15 +161,9 @@ def section_batched(
         "batched": batched.to_dict(),
         "per_sample": per_sample.to_dict(),
         "ours_one_row_at_a_time": single.to_dict(),
-        "ratio_batched_vs_per_sample": rounded(
-            ratio(batched.tokens_per_second, per_sample.tokens_per_second), 3
-        ),
-        "ratio_one_row_at_a_time_vs_per_sample": rounded(
-            ratio(single.tokens_per_second, per_sample.tokens_per_second), 3
-        ),
+        "ratio_batched_vs_per_sample": speedup(batched, per_sample),
+        "ratio_one_row_at_a_time_vs_per_sample": speedup(single, per_sample),
     }
     for name in other_dtypes:  # the same rows in the other dtype, against the same loop
-        result[f"ratio_batched_{name}_vs_per_sample_{ours}"] = rounded(
-            ratio(measured[name].tokens_per_second, per_sample.tokens_per_second), 3
-        )
+        result[f"ratio_batched_{name}_vs_per_sample_{ours}"] = speedup(measured[name], per_sample)
     return result

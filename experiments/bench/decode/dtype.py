@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from experiments.bench.core.measure import Measurement, ratio, rounded
+from experiments.bench.core.measure import Measurement, rounded, speedup
 from experiments.bench.core.workload import Workload, delta_by_strength, neutral_texts
 from steering.models import LoadedModel
 
@@ -111,9 +111,7 @@ def section_dtype(
         "how": "the same rows and seeds, timed interleaved with the batched run; the other "
         "dtype is a cast copy of the same weights",
         "generation": {base: m_base.to_dict(), alt: m_alt.to_dict()},
-        "speedup_other_vs_base": rounded(
-            ratio(m_alt.tokens_per_second, m_base.tokens_per_second), 3
-        ),
+        "speedup_other_vs_base": speedup(m_alt, m_base),
     }
     if m_base.generations and m_alt.generations:
         same = sum(

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from experiments.bench.core.measure import Measurement, interleaved, ratio, rounded
+from experiments.bench.core.measure import Measurement, interleaved, rounded, speedup
 from experiments.bench.core.options import BenchOptions
 from experiments.bench.core.workload import Workload, batches_of
 from experiments.bench.decode.batched import run_batched
@@ -102,9 +102,7 @@ def section_head(
         "product_rows": rows,
         "products": products,
         "generation": {"single": single.to_dict(), "blocked": blocked.to_dict()},
-        "ratio_blocked_vs_single": rounded(
-            ratio(blocked.tokens_per_second, single.tokens_per_second), 3
-        ),
+        "ratio_blocked_vs_single": speedup(blocked, single),
         "texts_identical": f"{sum(same)}/{len(same)}",
         "how": "block 0 is one x @ W.T over the whole vocabulary (F.linear); the others are "
         "products of that many vocabulary rows written into one logits tensor. Products: "

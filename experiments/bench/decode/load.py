@@ -103,8 +103,10 @@ def section_load(
     measured = {k: v for k, v in arms.items() if v is not None}
     seconds = {k: m.median_seconds for k, m in measured.items()}
     reference = tokens.get("quiet/before")
-    before = ratio(seconds.get("busy/before"), seconds.get("quiet/before"))
-    after = ratio(seconds.get("busy/after"), seconds.get("quiet/after"))
+
+    def slowdown(arm: str, against: str) -> float | None:
+        return rounded(ratio(seconds.get(arm), seconds.get(against)), 3)
+
     return {
         "stage": "generation only (generate_batch over the grid, warm), as make run does",
         "workload": how,
@@ -118,14 +120,10 @@ def section_load(
         "load_per_round": loads,
         "runs": {k: m.to_dict() for k, m in measured.items()},
         # busy / quiet at each thread rule, and busy after against quiet as it was
-        "ratio_busy_vs_quiet_before": rounded(before, 3),
-        "ratio_busy_vs_quiet_after": rounded(after, 3),
-        "ratio_busy_after_vs_quiet_before": rounded(
-            ratio(seconds.get("busy/after"), seconds.get("quiet/before")), 3
-        ),
-        "ratio_quiet_after_vs_before": rounded(
-            ratio(seconds.get("quiet/after"), seconds.get("quiet/before")), 3
-        ),
+        "ratio_busy_vs_quiet_before": slowdown("busy/before", "quiet/before"),
+        "ratio_busy_vs_quiet_after": slowdown("busy/after", "quiet/after"),
+        "ratio_busy_after_vs_quiet_before": slowdown("busy/after", "quiet/before"),
+        "ratio_quiet_after_vs_before": slowdown("quiet/after", "quiet/before"),
         "target_busy_vs_quiet_after": f"<= {TARGET:g}",
         "same_tokens_as_quiet_before": {k: v == reference for k, v in tokens.items()},
     }

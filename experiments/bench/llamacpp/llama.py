@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from experiments.bench.core.measure import Measurement, ratio, rounded
+from experiments.bench.core.measure import Measurement, rounded, speedup
 from experiments.bench.core.options import BenchOptions
 from experiments.bench.core.workload import Workload
 from experiments.bench.llamacpp.gguf_f32 import f32_path
@@ -288,13 +288,9 @@ def section_llama(
         "best_threads": best_t,
         "llama_cpp": best.to_dict(),
         "ours_batched_tokens_per_second": rounded(mine.tokens_per_second),
-        "ratio_ours_vs_llama_cpp": rounded(
-            ratio(mine.tokens_per_second, best.tokens_per_second), 3
-        ),
+        "ratio_ours_vs_llama_cpp": speedup(mine, best),
         **{
-            f"ratio_ours_{name}_vs_llama_cpp": rounded(
-                ratio(measured[name].tokens_per_second, best.tokens_per_second), 3
-            )
+            f"ratio_ours_{name}_vs_llama_cpp": speedup(measured[name], best)
             for name in other_dtypes
         },
         **(
@@ -307,9 +303,7 @@ def section_llama(
                     "best_threads": best_f32,
                     "llama_cpp": f32[best_f32].to_dict(),
                 },
-                "ratio_ours_vs_llama_cpp_f32": rounded(
-                    ratio(mine.tokens_per_second, f32[best_f32].tokens_per_second), 3
-                ),
+                "ratio_ours_vs_llama_cpp_f32": speedup(mine, f32[best_f32]),
             }
             if best_f32 is not None
             else {}
