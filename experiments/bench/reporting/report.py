@@ -6,18 +6,15 @@ the CLI renders them (colouring the verdict column). The tests read them as text
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from experiments.bench.core.options import HF_BATCHED, TARGETS
 
 YES, NO, NOT_MEASURED = "yes", "no", "n/a"
-COMPARE = {
-    ">=": lambda value, threshold: value >= threshold,
-    "<": lambda value, threshold: value < threshold,
-    "<=": lambda value, threshold: value <= threshold,
-}
+COMPARE = {">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 # the peers shown in the main table (the others have their own rows already)
 PEER_ROWS = {
@@ -137,11 +134,11 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
     targets = {t["key"]: t for t in results.get("targets", [])}
     dtype_rates = sec.get("dtype", {}).get("generation", {})
 
-    def target(key: str) -> str:
-        return targets[key]["target"] if key in targets else ""
-
-    def met(key: str) -> str:
-        return verdict(targets[key]["met"]) if key in targets else NOT_MEASURED
+    def goal(key: str) -> tuple[str, str]:
+        """The target column and its verdict (a target not evaluated: not measured)."""
+        if key in targets:
+            return targets[key]["target"], verdict(targets[key]["met"])
+        return "", NOT_MEASURED
 
     b = sec.get("batched")
     if b:
@@ -155,8 +152,7 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
             rate(b["batched"]["tokens_per_second"]),
             loop + subset,
             fmt(b["ratio_batched_vs_per_sample"], 2, "x"),
-            target("batched_vs_per_sample"),
-            met("batched_vs_per_sample"),
+            *goal("batched_vs_per_sample"),
         )
         yield from _variants(
             b,
@@ -192,8 +188,7 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
             if f32
             else NOT_MEASURED,
             fmt(ll.get("ratio_ours_vs_llama_cpp_f32"), 2, "x"),
-            target("ours_vs_llama_cpp"),
-            met("ours_vs_llama_cpp"),
+            *goal("ours_vs_llama_cpp"),
         )
         yield from _variants(
             ll,
@@ -210,14 +205,12 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
             if "skipped" in peer:
                 yield Comparison(f"peers: ours vs {label}", "skipped", peer["skipped"])
             elif peer:
-                key = "ours_vs_hf_batched_hook" if name == HF_BATCHED else ""
                 yield Comparison(
                     f"peers: ours vs {label}",
                     rate(pe["ours"]["tokens_per_second"]),
                     rate(peer["tokens_per_second"]),
                     fmt(peer["ratio_ours_vs_peer"], 2, "x"),
-                    target(key),
-                    met(key) if key else "",
+                    *(goal("ours_vs_hf_batched_hook") if name == HF_BATCHED else ("", "")),
                 )
     fp32 = sec.get("roofline", {}).get("runs", {}).get("float32")
     if fp32:
@@ -226,8 +219,7 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
             f"{fmt(fp32['achieved_gflops'])} GFLOP/s",
             f"peak {fmt(fp32['peak_gflops'])} GFLOP/s",
             fmt(fp32["fraction_of_peak"], 2),
-            target("fraction_of_peak"),
-            met("fraction_of_peak"),
+            *goal("fraction_of_peak"),
         )
     d = sec.get("dtype")
     if d:
@@ -246,8 +238,7 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
             f"{fmt(e['median_process_wall_seconds'])} s",
             f"run_phase5 {fmt(e['run_phase5_seconds'])} s",
             "",
-            target("make_run_seconds"),
-            met("make_run_seconds"),
+            *goal("make_run_seconds"),
         )
         groups = e.get("stage_groups_seconds") or {}
         for key, name in (
@@ -261,8 +252,7 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
                     f"{fmt(groups[key])} s",
                     "",
                     "",
-                    target(f"{key}_seconds"),
-                    met(f"{key}_seconds"),
+                    *goal(f"{key}_seconds"),
                 )
         b = e.get("bfloat16")
         if b:
@@ -279,8 +269,7 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
             f"{fmt(e['peak_rss_gb'], 2)} GB",
             "",
             "",
-            target("peak_memory_gb"),
-            met("peak_memory_gb"),
+            *goal("peak_memory_gb"),
         )
 
 
@@ -289,7 +278,10 @@ def _status(e2e: dict[str, Any], criterion: str) -> str:
     return str(((e2e.get("criteria") or {}).get(criterion) or {}).get("status", "?"))
 
 
-def main_table(results: dict[str, Any]) -> Table:
+def report_tables(results: dict[str, Any]) -> list[Table]:
+    """The comparisons against their targets: the table bench/README.md shows. Each
+    section's details (agreement, stages, Δ per dtype, peers, roofline, profile, head,
+    scaling, tuning) stay in results.json, which the README's notes read from."""
     m = results.get("machine", {})
     load = results.get("load_average", {})
     title = (
@@ -297,15 +289,6 @@ def main_table(results: dict[str, Any]) -> Table:
         f"{m.get('torch_threads', '?')} torch threads, {m.get('device', '?')}; load average "
         f"{load.get('start')} -> {load.get('end')}"
     )
-    table = Table(title, ["comparison", "ours", "baseline", "ratio", "target", "met"])
-    table.verdict_column = 5
-    for c in comparisons(results):
-        table.rows.append([c.label, c.ours, c.baseline, c.ratio, c.target, c.met])
-    return table
-
-
-def report_tables(results: dict[str, Any]) -> list[Table]:
-    """The comparisons against their targets: the table bench/README.md shows. Each
-    section's details (agreement, stages, Δ per dtype, peers, roofline, profile, head,
-    scaling, tuning) stay in results.json, which the README's notes read from."""
-    return [main_table(results)]
+    columns = ["comparison", "ours", "baseline", "ratio", "target", "met"]
+    rows = [list(astuple(c)) for c in comparisons(results)]
+    return [Table(title, columns, rows, verdict_column=5)]
