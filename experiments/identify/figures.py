@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,24 +28,25 @@ def _plt() -> ModuleType:
     return plt
 
 
+def _subplots(*args: Any, **kw: Any) -> tuple[Figure, Any]:
+    """``plt.subplots`` on the Agg backend, its figure typed."""
+    fig, axes = _plt().subplots(*args, **kw)
+    return fig, axes
+
+
 def _colours(names: list[str]) -> dict[str, object]:
-    plt = _plt()
-    cmap = plt.get_cmap("tab10")
+    cmap = _plt().get_cmap("tab10")
     return {m: cmap(i % 10) for i, m in enumerate(names)}
 
 
 def trajectories(tables: StudyTables) -> Figure:
     """Per concept: AUROC against the effect along every manipulation, one colour each."""
-    plt = _plt()
     names = tables.manipulations()
     colours = _colours(names)
     concepts = sorted(tables.directions["concept"].unique())
     cols = min(5, len(concepts))
     rows = math.ceil(len(concepts) / cols)
-    fig: Figure
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=False
-    )
+    fig, axes = _subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=False)
     for ax, concept in zip(axes.flat, concepts, strict=False):
         for m in names:
             curve = tables.curve(m)
@@ -68,15 +69,13 @@ def trajectories(tables: StudyTables) -> Figure:
 
 
 def slopes_figure(record: IdentifyRecord) -> Figure:
-    plt = _plt()
     rows: list[tuple[str, str, Interval | None]] = []
     for m, r in record.manipulations.items():
         rows.append((m, "AUROC alone", r.slope_auroc))
         rows.append((m, "AUROC | cos(v, v*)", r.partial.auroc))
     rows.append(("pooled", "AUROC alone", record.pooled.slope_auroc))
     rows.append(("pooled", "AUROC | cos(v, v*)", record.pooled.partial.auroc))
-    fig: Figure
-    fig, ax = plt.subplots(figsize=(7, 0.45 + 0.32 * len(rows)))
+    fig, ax = _subplots(figsize=(7, 0.45 + 0.32 * len(rows)))
     for i, (_m, kind, iv) in enumerate(rows):
         if iv is None or iv.estimate is None:
             continue
@@ -95,11 +94,9 @@ def estimands_figure(record: IdentifyRecord) -> Figure:
     """Every estimand's slope with its interval, one row each (the primary's estimand
     first and marked), the smallest effect of interest shaded where one is registered;
     an estimand without an estimate is listed with why, not drawn at 0."""
-    plt = _plt()
     primary = record.primary.spec.estimand if record.primary is not None else None
     names = sorted(record.estimands, key=lambda n: n != primary)
-    fig: Figure
-    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.4 * len(names)))
+    fig, ax = _subplots(figsize=(8, 0.6 + 0.4 * len(names)))
     margin = record.primary.spec.equivalence_margin if record.primary else None
     if isinstance(margin, int | float):
         ax.axvspan(-margin, margin, color="grey", alpha=0.15, label=f"±{margin:g} (margin)")
@@ -126,11 +123,9 @@ def estimands_figure(record: IdentifyRecord) -> Figure:
 
 
 def dose_figure(tables: StudyTables, record: IdentifyRecord) -> Figure:
-    plt = _plt()
     names = list(record.manipulations)
     colours = _colours(names)
-    fig: Figure
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = _subplots(1, 2, figsize=(11, 4))
     mean = record.baseline.mean
     for m in names:
         frame = tables.curve(m)
@@ -155,11 +150,9 @@ def dose_figure(tables: StudyTables, record: IdentifyRecord) -> Figure:
 
 
 def predictors_figure(record: IdentifyRecord) -> Figure:
-    plt = _plt()
     table = record.pooled.predictors
     names = list(table)
-    fig: Figure
-    fig, ax = plt.subplots(figsize=(6, 0.6 + 0.4 * len(names)))
+    fig, ax = _subplots(figsize=(6, 0.6 + 0.4 * len(names)))
     for i, p in enumerate(names):
         for offset, iv, colour, key in (
             (-0.12, table[p].observed, "C0", "observed"),
@@ -179,7 +172,6 @@ def predictors_figure(record: IdentifyRecord) -> Figure:
 
 
 def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
-    plt = _plt()
     from experiments.identify.estimation.crosscheck import canonical
 
     gen = cells[cells["sign"] == 1].copy()
@@ -187,8 +179,7 @@ def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
         lambda d: d if d in ("null", "prompt") else canonical(d)
     )
     frame = gen.merge(tables.directions, on=["concept", "direction"], how="inner")
-    fig: Figure
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = _subplots(figsize=(5, 4))
     for d, g in frame.groupby("direction"):
         ax.scatter(g["effect"], g["e_gen"], s=10, label=d)
     ax.set(xlabel="likelihood effect (nats/token)", ylabel="generation effect (gated Δ)")
@@ -199,9 +190,7 @@ def validation_figure(tables: StudyTables, cells: pd.DataFrame) -> Figure:
 
 def manipulation_figure(m: str, frame: pd.DataFrame, result: ManipulationResult) -> Figure:
     """One manipulation's curve: AUROC and the effect against its level (means, CIs)."""
-    plt = _plt()
-    fig: Figure
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (a, b) = _subplots(1, 2, figsize=(9, 3.4))
     for ax, column in ((a, "auroc"), (b, "effect")):
         for _, group in frame.groupby("concept"):
             g = group.groupby("level")[column].mean()
@@ -244,9 +233,7 @@ def pooled_figure(
     concepts' own slopes, the scored primary's estimate and interval over them."""
     from experiments.identify.estimation.variance import practitioner_rows
 
-    plt = _plt()
-    fig: Figure
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = _subplots(1, 2, figsize=(11, 4.2))
     rows = practitioner_rows(frame)
     centred = rows.assign(
         x=rows["auroc"] - rows.groupby("concept")["auroc"].transform("mean") + rows["auroc"].mean(),
