@@ -37,13 +37,6 @@ def llama_layer_index(layer: int) -> int:
     return layer
 
 
-def set_control_vector(
-    llm: Any, direction: torch.Tensor | None, coefficient: float, il: int, n_layers: int
-) -> None:
-    """Add ``coefficient * direction`` to layer il's output (None or 0 clears the vector)."""
-    set_cvec(llm.ctx, llm.n_embd(), direction, coefficient, il, n_layers)
-
-
 def set_cvec(
     ctx: Any,
     n_embd: int,
@@ -52,7 +45,8 @@ def set_cvec(
     il: int,
     n_layers: int,
 ) -> None:
-    """:func:`set_control_vector` on a raw ``llama_context``: one vector for the context."""
+    """Add ``coefficient * direction`` to layer il's output (None or 0 clears the vector),
+    on a raw ``llama_context`` (``Llama.ctx``): one vector for the whole context."""
     import llama_cpp
     import numpy as np
 
@@ -99,7 +93,7 @@ def run_llama(llm: Any, wl: Workload, rows: Sequence[GenerationRow], n_layers: i
         vector = wl.vectors[row.direction]
         coefficient = float(vector.coefficients(wl.strengths[row.key])[0])
         start = time.perf_counter()
-        set_control_vector(llm, vector.direction, coefficient, il, n_layers)
+        set_cvec(llm.ctx, llm.n_embd(), vector.direction, coefficient, il, n_layers)
         llm.reset()
         out = llm.create_completion(
             row.prompt,
@@ -114,7 +108,7 @@ def run_llama(llm: Any, wl: Workload, rows: Sequence[GenerationRow], n_layers: i
         )
         total += time.perf_counter() - start
         tokens += int(out["usage"]["completion_tokens"])
-    set_control_vector(llm, None, 0.0, il, n_layers)
+    set_cvec(llm.ctx, llm.n_embd(), None, 0.0, il, n_layers)
     m.add(total, tokens)
     return m
 
@@ -161,7 +155,7 @@ def steering_agreement(
                 with vector.apply(lm, s):
                     logits = lm.model(input_ids=torch.tensor([seq], device=lm.device)).logits
                 ours = logits[0, first_pos:].argmax(-1).cpu()
-                set_control_vector(llm, vector.direction, coefficient, cand, n_layers)
+                set_cvec(llm.ctx, llm.n_embd(), vector.direction, coefficient, cand, n_layers)
                 llm.reset()
                 llm.eval(seq)
                 scores = np.asarray(llm.scores[first_pos : len(seq)])
@@ -178,7 +172,7 @@ def steering_agreement(
                 "teacher_forced_agreement": rounded(pos_agree / max(1, pos_total), 3),
                 "positions": pos_total,
             }
-    set_control_vector(llm, None, 0.0, il, n_layers)
+    set_cvec(llm.ctx, llm.n_embd(), None, 0.0, il, n_layers)
     return {
         "prompts": len(cases),
         "tokens": n_tokens,
@@ -189,10 +183,6 @@ def steering_agreement(
     }
 
 
-def llama_threads(opts: BenchOptions) -> tuple[int, ...]:
-    return opts.llama_threads or tuple(sorted({1, max(1, torch.get_num_threads())}))
-
-
 def open_llamas(
     lm: LoadedModel, gguf: Path, opts: BenchOptions, wl: Workload
 ) -> tuple[dict[int, Any], bool]:
@@ -201,7 +191,7 @@ def open_llamas(
 
     gpu = lm.device.type == "cuda" and bool(llama_cpp.llama_supports_gpu_offload())
     llamas = {}
-    for t in llama_threads(opts):
+    for t in opts.llama_threads or sorted({1, max(1, torch.get_num_threads())}):
         llm = open_llama(gguf, t, gpu=gpu)
         if int(llama_cpp.llama_model_n_layer(llm.model)) != lm.n_layers:
             raise RuntimeError("the GGUF and the torch model have different layer counts")
@@ -263,7 +253,6 @@ def section_llama(
     best_t = fastest(by_threads)
     best = by_threads[best_t]
     f32 = runs_by_threads(measured, SINGLE_STREAM_F32)
-    best_f32 = fastest(f32) if f32 else None
     say("steering agreement between our hook and the llama.cpp control vector")
     llm = open_llama(gguf, best_t, logits_all=True, gpu=gpu)
     agreement = steering_agreement(
@@ -271,7 +260,7 @@ def section_llama(
     )
     close(llm)
     mine = measured[ours]
-    return {
+    result: dict[str, Any] = {
         "gguf": gguf.name,
         "llama_cpp_version": getattr(llama_cpp, "__version__", "unknown"),
         "gpu_offload": gpu,
@@ -293,23 +282,20 @@ def section_llama(
             f"ratio_ours_{name}_vs_llama_cpp": speedup(measured[name], best)
             for name in other_dtypes
         },
-        **(
-            {
-                "f32": {
-                    "gguf": f32_path(gguf).name,
-                    "how": "the same GGUF with every tensor dequantized to fp32 (our weights "
-                    "exactly), timed like the quantized one",
-                    "by_threads": {str(t): m.to_dict() for t, m in sorted(f32.items())},
-                    "best_threads": best_f32,
-                    "llama_cpp": f32[best_f32].to_dict(),
-                },
-                "ratio_ours_vs_llama_cpp_f32": speedup(mine, f32[best_f32]),
-            }
-            if best_f32 is not None
-            else {}
-        ),
-        "agreement": agreement,
     }
+    if f32:
+        best_f32 = fastest(f32)
+        result["f32"] = {
+            "gguf": f32_path(gguf).name,
+            "how": "the same GGUF with every tensor dequantized to fp32 (our weights exactly), "
+            "timed like the quantized one",
+            "by_threads": {str(t): m.to_dict() for t, m in sorted(f32.items())},
+            "best_threads": best_f32,
+            "llama_cpp": f32[best_f32].to_dict(),
+        }
+        result["ratio_ours_vs_llama_cpp_f32"] = speedup(mine, f32[best_f32])
+    result["agreement"] = agreement
+    return result
 
 
 def runs_by_threads(measured: dict[str, Measurement], prefix: str) -> dict[int, Measurement]:
