@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -310,27 +310,25 @@ def _related(concept: Concept) -> dict[str, str]:
     return out
 
 
-def name_infos(concept: Concept) -> dict[str, NameInfo]:
-    """Every related name that may fill a text, with what the text needs to know."""
-    return dict(_name_infos(concept))
-
-
 _INFO_CACHE: dict[tuple[str, str], NameInfo] = {}
 
 
-def _name_infos(concept: Concept) -> Iterable[tuple[str, NameInfo]]:
+def name_infos(concept: Concept) -> dict[str, NameInfo]:
+    """Every related name that may fill a text, with what the text needs to know."""
     avoid = avoided_words(concept)
     related = _related(concept)
     # a one-letter name ("A" under letter) would read as a word of any sentence;
     # ``mentions`` reads "Ile-de-France" as one word, but it names France
     names = [n for n in related if len(n) > 1 and not mentions(n.replace("-", " "), avoid)]
     gloss_avoid = avoid | concept_words(list(related))
+    out = {}
     for name in sorted(names):
         key = (concept.synset, name)
         if key not in _INFO_CACHE:
             _INFO_CACHE[key] = name_info(name, related[name], concept, gloss_avoid)
         if _INFO_CACHE[key].usable:
-            yield name, _INFO_CACHE[key]
+            out[name] = _INFO_CACHE[key]
+    return out
 
 
 def name_halves(concept: Concept, seed: int) -> tuple[list[str], list[str]]:
