@@ -154,12 +154,12 @@ def estimands(
     project's own estimator (``primary_only``: the pre-registered one alone, what the gate
     reads, for a large confirmatory grid)."""
     tables = StudyTables(frame)
+    out = {"primary": _fit(primary_result(tables, primary, n_boot, seed).slope)}
     if primary_only:
-        return {"primary": _fit(primary_result(tables, primary, n_boot, seed).slope)}
+        return out
     pooled = tables.pooled()
     y, x = "effect", "auroc"
-    out = {
-        "primary": _fit(primary_result(tables, primary, n_boot, seed).slope),
+    out |= {
         "flexible": _fit(flexible_slope(pooled, y, x, n_boot=n_boot, seed=seed)),
         "linear_cos": _fit(linear_cos_slope(pooled, y, x, n_boot=n_boot, seed=seed)),
         "equal_norm_cos_per_concept": _fit(
