@@ -111,12 +111,6 @@ def write_results(results: dict[str, Any], out: Path | None) -> None:
     tmp.replace(out)
 
 
-def default_work_dir() -> Path:
-    from steering.assets import cache_dir
-
-    return cache_dir() / "bench"
-
-
 def new_results(opts: BenchOptions) -> dict[str, Any]:
     """The results skeleton: provenance first, sections filled in as they finish."""
     results: dict[str, Any] = {
@@ -154,6 +148,7 @@ def run_bench(
     built, so the Δ comparison, llama.cpp (needs the GGUF) and e2e sections are skipped.
     """
     from experiments.config import load_config
+    from steering.assets import cache_dir
     from steering.models import pick_device
 
     say = say or (lambda _m: None)
@@ -167,7 +162,7 @@ def run_bench(
         store = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="steer-eval-bench-")))
         stack.enter_context(isolated_store(store))
         stack.enter_context(torch_threads(opts.threads))
-        work = opts.work_dir or default_work_dir()
+        work = opts.work_dir or cache_dir() / "bench"
         overrides.append(f"classifier.dir={(work / 'classifiers').resolve()}")
         config = load_config(opts.config, overrides)
         results = new_results(opts)
@@ -295,10 +290,6 @@ class Bench:
         self.results["targets"] = evaluate_targets(self.results["sections"])
         write_results(self.results, self.opts.out)
 
-    def skip(self, name: str, reason: str) -> None:
-        self.results["sections"][name] = {"skipped": reason}
-        self.results["notes"].append(f"{name} section skipped: {reason}")
-
     def llama_reason(self, gguf: Path | None) -> str | None:
         if not {"llama", "peers"} & set(self.sections):
             return "sections llama and peers not run"
@@ -339,14 +330,11 @@ class Bench:
             assert gguf is not None
             llamas, gpu = open_llamas(lm, gguf, opts, wl)
             if "llama" in sections:
-                for t, llm in llamas.items():
-                    streams[f"{SINGLE_STREAM}{t}"] = Stream(
-                        llama_subset, partial(run_llama, llm, wl, n_layers=lm.n_layers)
-                    )
                 if opts.llama_f32:
                     f32_llamas, _ = open_llamas(lm, f32_gguf(gguf, self.say), opts, wl)
-                    for t, llm in f32_llamas.items():
-                        streams[f"{SINGLE_STREAM_F32}{t}"] = Stream(
+                for prefix, opened in ((SINGLE_STREAM, llamas), (SINGLE_STREAM_F32, f32_llamas)):
+                    for t, llm in opened.items():
+                        streams[f"{prefix}{t}"] = Stream(
                             llama_subset, partial(run_llama, llm, wl, n_layers=lm.n_layers)
                         )
             if "peers" in sections:
@@ -378,7 +366,8 @@ class Bench:
             self.checkpoint("dtype", section_dtype(lm, other, wl, measured, self.embedder), load)
         if "llama" in sections:
             if reason:
-                self.skip("llama", reason)
+                self.results["sections"]["llama"] = {"skipped": reason}
+                self.results["notes"].append(f"llama section skipped: {reason}")
             else:
                 assert gguf is not None
                 value = section_llama(
