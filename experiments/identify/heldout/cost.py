@@ -55,11 +55,11 @@ class StageCosts:
     def fixed_seconds(self) -> float:
         return sum(self.fixed.values())
 
-    def for_grid(self, directions: int) -> StageCosts:
+    def for_grid(self, directions: int | None) -> StageCosts:
         """The costs of a grid of ``directions`` per concept: the per-direction stages
-        scaled by its ratio to the measured grid's (unchanged when that is unknown or the
-        same)."""
-        if not self.directions or directions == self.directions:
+        scaled by its ratio to the measured grid's (unchanged when either is unknown or
+        they are the same)."""
+        if not self.directions or directions in (None, self.directions):
             return self
         ratio = directions / self.directions
         per_concept = {
@@ -169,13 +169,6 @@ def plan_costs(
     source, machine), else the bench file's when it was measured on the same model and
     device; else (None, why). ``directions``: the plan's directions per concept, to which
     the per-direction stages are scaled."""
-    found, why = _measured_costs(plan, bench)
-    if found is not None and directions is not None:
-        found = found.for_grid(directions)
-    return found, why
-
-
-def _measured_costs(plan: Plan, bench: Path) -> tuple[StageCosts | None, str]:
     from experiments import tracking
     from experiments.rundir import RUN_DIR_TAG
 
@@ -184,7 +177,7 @@ def _measured_costs(plan: Plan, bench: Path) -> tuple[StageCosts | None, str]:
         try:
             folder = tracking.get_run(plan.estimate.run_id).data.tags.get(RUN_DIR_TAG)
             if folder:
-                return costs_from_record(folder, device), ""
+                return costs_from_record(folder, device).for_grid(directions), ""
         except (OSError, ValueError, KeyError):
             pass
     # the bench file, or a sibling measured on another model (``<stem>-<model>.json``)
@@ -192,7 +185,7 @@ def _measured_costs(plan: Plan, bench: Path) -> tuple[StageCosts | None, str]:
     measured = [c for c in map(read_bench, files) if c is not None]
     for found in measured:
         if found.model_id == plan.model.model_id and found.device == device:
-            return found, ""
+            return found.for_grid(directions), ""
     if not measured:
         return None, f"no earlier run to measure from, and {bench} is not measured yet"
     on = ", ".join(f"{c.model_id} ({c.device})" for c in measured)
