@@ -22,6 +22,7 @@ next to the strict fraction of peak, which the target keeps using.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -113,24 +114,19 @@ def forward_flops(
     }
 
 
-def _add(total: dict[str, int], part: dict[str, int]) -> None:
-    for k, v in part.items():
-        total[k] = total.get(k, 0) + v
-
-
 def generation_flops(shape: ModelShape, gens: Sequence[Generation]) -> dict[str, dict[str, int]]:
     """The work behind ``gens``, as our decode loop does it: a prefill over the prompt with
     the head at its last position, then one single-token step per further forward pass.
     A row that stopped at EOS ran one forward pass more than it kept tokens."""
-    prefill: dict[str, int] = dict.fromkeys(PARTS, 0)
-    decode: dict[str, int] = dict.fromkeys(PARTS, 0)
+    prefill: Counter[str] = Counter(dict.fromkeys(PARTS, 0))
+    decode: Counter[str] = Counter(dict.fromkeys(PARTS, 0))
     for g in gens:
         forwards = g.n_new_tokens + int(g.stopped_at_eos)
         if forwards == 0:
             continue
-        _add(prefill, forward_flops(shape, g.n_prompt_tokens, 0, 1))
+        prefill.update(forward_flops(shape, g.n_prompt_tokens, 0, 1))
         for k in range(1, forwards):
-            _add(decode, forward_flops(shape, 1, g.n_prompt_tokens + k - 1, 1))
+            decode.update(forward_flops(shape, 1, g.n_prompt_tokens + k - 1, 1))
     total = {p: prefill[p] + decode[p] for p in PARTS}
     return {"prefill": prefill, "decode": decode, "total": total}
 
