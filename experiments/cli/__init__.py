@@ -7,14 +7,11 @@ mlflow) only inside the command body, so ``steer-eval --help`` stays fast.
 from __future__ import annotations
 
 import importlib
-import sys
-from typing import TYPE_CHECKING
 
 import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperCommand
 
-if TYPE_CHECKING:  # typer carries its own click: the types its commands take
-    from typer._click.core import Context, Parameter
+from experiments.cli.common import Command, Group
 
 app = typer.Typer(
     help="Does a concept classifier's F1 predict how well its direction steers a model?",
@@ -65,29 +62,6 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
 
-def plain_flags(params: list[Parameter]) -> list[Parameter]:
-    """``params`` with each flag's type shown as nothing: typer 0.29 prints ``<bool>``
-    beside every flag in ``--help`` (``--json <bool>``), though a flag takes no value."""
-    for param in params:
-        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
-            param.metavar = ""  # what typer shows as the flag's type
-    return params
-
-
-class Command(TyperCommand):
-    """A command whose help shows its flags, ``--help`` included, without a type."""
-
-    def get_params(self, ctx: Context) -> list[Parameter]:
-        return plain_flags(super().get_params(ctx))
-
-
-class Group(TyperGroup):
-    """``steer-eval`` and its command groups (``human``), flags shown as commands'."""
-
-    def get_params(self, ctx: Context) -> list[Parameter]:
-        return plain_flags(super().get_params(ctx))
-
-
 def _plain_flags(typer_app: typer.Typer) -> None:
     """Every command and group of ``typer_app`` and its groups: a :class:`Command` or
     :class:`Group` (typer builds them when the app is called)."""
@@ -101,11 +75,3 @@ def _plain_flags(typer_app: typer.Typer) -> None:
 
 
 _plain_flags(app)
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

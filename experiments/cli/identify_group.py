@@ -14,10 +14,11 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 import typer
-from typer.core import TyperGroup
+
+from experiments.cli.common import Group
 
 if TYPE_CHECKING:
-    from typer._click.core import Context, Parameter
+    from typer._click.core import Context
 
 # The flag that chose each command before there were commands, in the order the old
 # code tested them; with none of them, ``run``.
@@ -95,15 +96,10 @@ def option_table(command: Any) -> dict[str, bool]:
     }
 
 
-class IdentifyGroup(TyperGroup):
+class IdentifyGroup(Group):
     """``identify``'s commands, taking the old flag forms too (:func:`legacy_args`, with
     a one-line note on stderr naming the new form), and naming the command an option
     belongs to when another command is given it."""
-
-    def get_params(self, ctx: Context) -> list[Parameter]:
-        from experiments.cli import plain_flags  # the package, loaded by now
-
-        return plain_flags(super().get_params(ctx))
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         if not args or (args[0].startswith("-") and args[0] not in ctx.help_option_names):
