@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.exceptions import TyperException
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from rich.progress import Progress
     from rich.status import Status
+    from typer._click.core import Context, Parameter  # typer's own click: its commands' types
 
     from experiments.config import Phase, RunConfig
 
@@ -50,11 +52,9 @@ def fit_width() -> None:
     if os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
         return
     for stream in (sys.stdout, sys.stderr, sys.stdin):
-        try:
+        with contextlib.suppress(AttributeError, ValueError, OSError):
             os.get_terminal_size(stream.fileno())
             return
-        except (AttributeError, ValueError, OSError):
-            continue
     os.environ["COLUMNS"] = str(PIPED_WIDTH)
 
 
@@ -67,22 +67,48 @@ out = Console()
 DEFAULT_CONFIG = Path("configs/phase5.yaml")
 
 
+def plain_flags(params: list[Parameter]) -> list[Parameter]:
+    """``params`` with each flag's type shown as nothing: typer 0.29 prints ``<bool>``
+    beside every flag in ``--help`` (``--json <bool>``), though a flag takes no value."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""  # what typer shows as the flag's type
+    return params
+
+
+class Command(TyperCommand):
+    """A command whose help shows its flags, ``--help`` included, without a type."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return plain_flags(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """``steer-eval`` and its command groups (``human``), flags shown as commands'."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return plain_flags(super().get_params(ctx))
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'your input is wrong', shown without a traceback."""
     from experiments.concepts import ConceptError
     from experiments.config import ConfigError
     from experiments.execution import ExecutionError
+    from experiments.phase5.export import ExportError
     from experiments.phase5.run import RunError
     from experiments.prompts import PromptError
     from experiments.record import RecordError
     from experiments.validation.errors import ValidationInputError
+    from judges import JudgeError
+    from metrics.embedder import EmbedderError
     from steering.assets import AssetError
     from steering.models import LayerIndexError, ModelSpecError
     from steering.platform import DtypeError
     from steering.probes import ProbeError
     from steering.vector_files import VectorFileError
 
-    errors: list[type[BaseException]] = [
+    return (
         ConceptError,
         ConfigError,
         ExecutionError,
@@ -98,20 +124,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
         FileNotFoundError,
         ValidationInputError,
         VectorFileError,
-    ]
-    with contextlib.suppress(ImportError):
-        from metrics.embedder import EmbedderError
-
-        errors.append(EmbedderError)
-    with contextlib.suppress(ImportError):
-        from experiments.phase5.export import ExportError
-
-        errors.append(ExportError)
-    with contextlib.suppress(ImportError, AttributeError):
-        from judges import JudgeError
-
-        errors.append(JudgeError)
-    return tuple(errors)
+        EmbedderError,
+        ExportError,
+        JudgeError,
+    )
 
 
 def refuse(message: str) -> NoReturn:
@@ -206,13 +222,11 @@ def setup_logging(verbose: bool) -> None:
     )
     for noisy in ("transformers", "sentence_transformers", "httpx", "urllib3", "mlflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    try:
+    with contextlib.suppress(ImportError):
         import transformers
 
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="YAML experiment config")]
@@ -386,13 +400,10 @@ def phase5_parent(run_id: str, command: str) -> str:
     )
 
 
-# The tag a Phase 5 run names its classifiers' Phase 4 run by (phase5/publish.PHASE4_TAG).
-PHASE4_TAG = "steer_eval.phase4_run"
-
-
 def _steered_with(phase4_run: str) -> list[str]:
     """The Phase 5 parent runs whose classifiers a Phase 4 run trained, newest first."""
     from experiments import tracking
+    from experiments.phase5.publish import PHASE4_TAG
 
     c = tracking.client()
     experiments = [e.experiment_id for e in c.search_experiments()]
@@ -405,15 +416,14 @@ def _steered_with(phase4_run: str) -> list[str]:
     return [r.info.run_id for r in runs]
 
 
-def show_run_address(run_id: str) -> str:
-    """Print where the run is in the MLflow UI (and return the address)."""
+def show_run_address(run_id: str) -> None:
+    """Print where the run is in the MLflow UI."""
     from experiments import tracking
 
     url = tracking.run_ui_url(run_id)
     out.print(f"MLflow UI: {url}", soft_wrap=True, highlight=False, markup=False)
     if not ui_running(tracking.ui_base()):
         console.print(UI_NOT_RUNNING, highlight=False, markup=False)
-    return url
 
 
 def ui_running(base: str, timeout: float = 0.5) -> bool:

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from experiments import tracking
 from experiments.cli import app
-from experiments.cli.common import PHASE4_TAG, generation_bars
+from experiments.cli.common import generation_bars
+from experiments.phase5.publish import PHASE4_TAG
 from experiments.phase5.run import run_phase5
 from experiments.tracking.store import served_ui, ui_file, write_ui
 from steering.files import file_mode
