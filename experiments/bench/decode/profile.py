@@ -115,8 +115,9 @@ def step_breakdown(events: list[tuple[str, float, float]]) -> list[dict[str, flo
     return steps
 
 
-def profile_decode(lm: LoadedModel, wl: Workload, tokens: int) -> dict[str, Any]:
-    """Profile ``generate_batch`` over the first batch of the grid for ``tokens`` steps."""
+def section_profile(lm: LoadedModel, wl: Workload, tokens: int) -> dict[str, Any]:
+    """Profile ``generate_batch`` over the first batch of the grid for ``tokens`` steps: the
+    share of one decode step spent in the layers, the output head, sampling, the hook."""
     batch = batches_of(lm, wl.rows, wl.batch_size)[0]
     sampling = replace(wl.sampling, max_new_tokens=tokens)
     # one unprofiled pass so allocations and kernel choices are warm
@@ -140,18 +141,10 @@ def profile_decode(lm: LoadedModel, wl: Workload, tokens: int) -> dict[str, Any]
         "share": {k: rounded(v / total, 4) for k, v in mean.items() if k != "step"},
         "ms": {k: rounded(v / 1000, 3) for k, v in mean.items() if k != "step"},
         "prefill_ms": rounded(steps[0]["step"] / 1000, 3),
+        "how": "torch.profiler over generate_batch on the grid's first batch; record_function "
+        "ranges from forward hooks on each decoder layer, the output head and the whole model; "
+        "the steering hook is timed between the steered layer's end and the next module's "
+        "start; sampling and bookkeeping is the rest of a step after the forward pass; mean "
+        "over the decode steps (profiler overhead inflates the many small ops)",
+        "torch_threads": torch.get_num_threads(),
     }
-
-
-def section_profile(lm: LoadedModel, wl: Workload, tokens: int) -> dict[str, Any]:
-    """The share of one decode step spent in the layers, the output head, sampling, the hook."""
-    out = profile_decode(lm, wl, tokens)
-    out["how"] = (
-        "torch.profiler over generate_batch on the grid's first batch; record_function ranges "
-        "from forward hooks on each decoder layer, the output head and the whole model; the "
-        "steering hook is timed between the steered layer's end and the next module's start; "
-        "sampling and bookkeeping is the rest of a step after the forward pass; mean over the "
-        "decode steps (profiler overhead inflates the many small ops)"
-    )
-    out["torch_threads"] = torch.get_num_threads()
-    return out
