@@ -75,30 +75,11 @@ class BenchPlan:
     scorer: Any
 
 
-def workload_from_plan(plan: BenchPlan) -> Workload:
-    """The Phase 5 grid (the concept arm, as the seed's ``make run`` grid), exactly as the
-    pipeline generates it."""
-    concepts = plan.graph.concepts
-    vectors = [plan.vectors[c.synset] for c in concepts]
-    g = plan.config.generation
-    return Workload(
-        rows=list(plan.rows),
-        directions=torch.stack([v.direction for v in vectors]),
-        vectors=vectors,
-        strengths={k: float(m["strength"]) for k, m in plan.row_meta.items()},
-        layer=plan.layer,
-        mode=plan.config.steering.mode,
-        sampling=SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy),
-        batch_size=g.batch_size,
-        seed=plan.config.seed,
-        plan=plan,
-    )
-
-
 def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
     """The config's Phase 5 plan, built as a run builds it (the run lifecycle and
     ``pipeline.run.prepare``: classifiers trained or reused, vectors, centroids), without
-    null-control or baseline rows: the bench times the seed's grid. No MLflow run opens."""
+    null-control or baseline rows: the bench times the seed's grid (the concept arm, as the
+    seed's ``make run`` grid), exactly as the pipeline generates it. No MLflow run opens."""
     from experiments.kernel.lifecycle import open_run
     from experiments.kernel.plan import build_plan
     from experiments.phase5.run import prepare
@@ -120,8 +101,19 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
         config = config.model_copy(
             update={"generation": config.generation.model_copy(update={"batch_size": size})}
         )
-    return workload_from_plan(
-        BenchPlan(
+    vectors = [prep.vectors.vectors[c.synset] for c in session.graph.concepts]
+    g = config.generation
+    return Workload(
+        rows=list(plan.rows),
+        directions=torch.stack([v.direction for v in vectors]),
+        vectors=vectors,
+        strengths={k: float(m["strength"]) for k, m in plan.meta.items()},
+        layer=prep.layer,
+        mode=config.steering.mode,
+        sampling=SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy),
+        batch_size=g.batch_size,
+        seed=config.seed,
+        plan=BenchPlan(
             config,
             session.graph,
             prep.layer,
@@ -130,7 +122,7 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
             plan.rows,
             plan.meta,
             prep.scorer,
-        )
+        ),
     )
 
 
