@@ -428,27 +428,25 @@ def load_model(
     return wrap_model(model, tokenizer, model_id, info=info)
 
 
-def dummy_spec(spec: str) -> str:
-    """The spec a dummy load reads its config from: a hub id's downloaded
-    ``models/<name>`` when there is one (its config and tokenizer, as a real load)."""
+def dummy_config(spec: str) -> tuple[Path, str]:
+    """The config file a dummy load reads and the model's short name (steering/dummy.py),
+    or ModelSpecError: a hub id's downloaded ``models/<name>`` when there is one (its
+    config and tokenizer, as a real load)."""
+    from steering.dummy import DummySpecError, resolve_config
+
     folder = models_folder(spec) if is_hub_id(spec) else None
-    return str(folder) if folder is not None and (folder / "config.json").is_file() else spec
+    found = folder is not None and (folder / "config.json").is_file()
+    try:
+        return resolve_config(str(folder) if found else spec)
+    except DummySpecError as exc:
+        raise ModelSpecError(str(exc)) from None
 
 
 def load_dummy(spec: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
     """A random-weight model of the spec's config, with a tokenizer (steering/dummy.py)."""
-    from steering.dummy import (
-        DummySpecError,
-        build_dummy,
-        dummy_tokenizer,
-        resolve_config,
-        text_vocab,
-    )
+    from steering.dummy import build_dummy, dummy_tokenizer, text_vocab
 
-    try:
-        config_file, name = resolve_config(dummy_spec(spec))
-    except DummySpecError as exc:
-        raise ModelSpecError(str(exc)) from None
+    config_file, name = dummy_config(spec)
     tokenizer, tokenizer_source = dummy_tokenizer(config_file)
     model = build_dummy(config_file, device, dtype)
     if len(tokenizer) > text_vocab(model):

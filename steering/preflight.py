@@ -18,7 +18,7 @@ from steering.models import (
     ModelSpec,
     ModelSpecError,
     check_layer_index,
-    dummy_spec,
+    dummy_config,
     pick_device,
     pick_dtype,
     probe_id_of,
@@ -73,12 +73,7 @@ class ModelFacts:
 def _config_source(spec: str, load_format: str) -> tuple[str, dict[str, Any], str, str, str]:
     """(what AutoConfig reads, its kwargs, model id, where found, source) for a spec."""
     if load_format == "dummy":
-        from steering.dummy import DummySpecError, resolve_config
-
-        try:
-            config_file, name = resolve_config(dummy_spec(spec))
-        except DummySpecError as exc:
-            raise ModelSpecError(str(exc)) from None
+        config_file, name = dummy_config(spec)
         return str(config_file), {}, f"dummy:{name}", "dummy config", str(config_file)
     if load_format != "auto":
         raise ModelSpecError(f"unknown load format {load_format!r}; use auto or dummy")
