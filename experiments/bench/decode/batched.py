@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import takewhile
 from typing import Any, cast
 
 import torch
@@ -93,10 +94,7 @@ def hf_sampling_kwargs(lm: LoadedModel, wl: Workload) -> dict[str, Any]:
 def strip_eos(lm: LoadedModel, new: list[int]) -> list[int]:
     """New token ids up to (not including) the first EOS: ours does not count it either."""
     eos = set(eos_ids(lm))
-    for i, t in enumerate(new):
-        if t in eos:
-            return new[:i]
-    return new
+    return list(takewhile(lambda t: t not in eos, new))
 
 
 def hf_generate_one(lm: LoadedModel, wl: Workload, row: GenerationRow) -> tuple[str, int]:

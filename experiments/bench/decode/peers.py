@@ -125,12 +125,11 @@ def greedy_agreement(lm: LoadedModel, wl: Workload, n_rows: int, n_tokens: int) 
     return {"rows": len(rows), "tokens": n_tokens, "identical": f"{same}/{len(rows)}"}
 
 
-def _peer(m: Measurement | None, ours_rate: float | None, how: str, **extra: Any) -> dict[str, Any]:
+def _peer(m: Measurement | None, ours_rate: float | None, how: str) -> dict[str, Any]:
     if m is None:
         return {"skipped": how}
     return {
         **m.to_dict(),
-        **extra,
         "ratio_ours_vs_peer": rounded(ratio(ours_rate, m.tokens_per_second), 3),
         "how": how,
     }

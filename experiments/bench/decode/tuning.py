@@ -31,10 +31,9 @@ def section_tuning(
                 return run_batched(lm, short, m=m)
 
         runs[f"threads={t}"] = by_threads
-    sizes = sorted({b for b in opts.tuning_batch_sizes if b < len(wl.rows)} | {wl.batch_size})
+    # the threads={current} run already is the configured batch size
+    sizes = sorted({b for b in opts.tuning_batch_sizes if b < len(wl.rows)} - {wl.batch_size})
     for b in sizes:
-        if b == wl.batch_size:
-            continue  # the threads={current} run already is the configured batch size
 
         def at_size(m: Measurement | None, b: int = b) -> Measurement:
             return run_batched(lm, short, batch_size=b, m=m)

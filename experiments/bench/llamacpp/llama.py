@@ -129,13 +129,10 @@ def steering_agreement(
 
     tok = lm.tokenizer
     il = llama_layer_index(wl.layer)
-    cases = []
-    seen = set()
+    by_case: dict[tuple[str, int], GenerationRow] = {}
     for r in wl.rows:
-        if (r.prompt, r.direction) not in seen:
-            seen.add((r.prompt, r.direction))
-            cases.append(r)
-    cases = cases[:n_prompts]
+        by_case.setdefault((r.prompt, r.direction), r)
+    cases = list(by_case.values())[:n_prompts]
     strengths = sorted(set(wl.strengths.values()))
     moderate = min((s for s in strengths if s != 0.0), key=abs, default=None)
     layer_options = [il] + [x for x in (il - 1, il + 1) if 1 <= x < n_layers]
