@@ -29,7 +29,7 @@ predictive primary that does not hold geometry fixed (the practitioner's), what
 detection predicts in that toy (``variance.practitioner_truth``); its power is then read where
 that truth is 0 (the ``flat`` class).
 
-**Co-primaries** (identify v4, :func:`simulate_co_primaries`): a pre-registration whose
+**Co-primaries** (identify v4, :func:`simulate`): a pre-registration whose
 primary block names ``co_primaries`` has every spec of ``prereg.primaries`` scored on the
 same toys, each by its own estimator, and read together by Holm's step-down
 (``multiplicity.holm``) at the block's ``alpha``, as ``identify pool`` reads them. Per primary
@@ -344,14 +344,15 @@ def simulate(
     """The table: one row per (estimand, class) with the summary of ``toys`` no-effect
     toys and ``toys`` toys with ``sesoi`` planted, and the families' mean weights over the
     no-effect toys. A toy is seeded by (seed, class, planted, index), whatever else runs.
-    A primary with ``co_primaries``: :func:`simulate_co_primaries`."""
-    if primary.co_primaries:
-        return simulate_co_primaries(
-            ident, primary, toys=toys, seed=seed, n_boot=n_boot, sesoi=sesoi,
-            n_concepts=n_concepts, classes=classes, progress=progress, toy=toy,
-            primary_only=primary_only,
-        )  # fmt: skip
-    hypothesis = 1 if primary.hypothesis == "positive" else -1
+    A primary with ``co_primaries``: on each toy every spec of ``prereg.primaries`` read
+    by Holm (:func:`holm_readings`), one row per (primary, class) named by the primary
+    (:func:`_holm_row`), and unless ``primary_only`` the other estimands' rows (from the
+    first primary's spec). The planted arm plants ``sesoi`` with the first primary's
+    sign; each primary reads it by its own hypothesis and margin."""
+    from experiments.identify.heldout.prereg import primaries
+
+    specs = primaries(primary) if primary.co_primaries else []
+    sign = 1 if primary.hypothesis == "positive" else -1
     covariates = [c for c in primary.controls if c not in ("cos_ref", "none")]
     predictive = primary.estimator in PREDICTIVE
     names = list(classes or CLASSES)
@@ -359,19 +360,41 @@ def simulate(
     for ci, name in enumerate(names):
         fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
         weights: dict[str, list[dict[str, float]]] = {}
-        truths: list[float] = []  # a predictive primary's, per no-effect toy
-        for arm, effect in (("null", 0.0), ("planted", hypothesis * sesoi)):
+        truths: list[float] = []  # a single predictive primary's, per no-effect toy
+        # each co-primary's Holm readings and truths, per arm
+        readings: dict[str, dict[str, list[Reading]]] = {
+            s.label(): {"null": [], "planted": []} for s in specs
+        }
+        spec_truths: dict[str, dict[str, list[float]]] = {
+            s.label(): {"null": [], "planted": []} for s in specs
+        }
+        for arm, effect in (("null", 0.0), ("planted", sign * sesoi)):
             for i in range(toys):
                 rng = seeded_rng(seed, "design", name, arm, i)
                 frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
-                if arm == "null" and predictive:
-                    families = BUILT_FAMILIES[str(primary.estimator)]
-                    truths.append(practitioner_truth(frame, families))
-                for est, fit in estimands(frame, primary, n_boot, i, primary_only).items():
+                if specs:
+                    read = holm_readings(frame, specs, primary.family_alpha, n_boot, i)
+                    for spec, reading in zip(specs, read, strict=True):
+                        readings[spec.label()][arm].append(reading)
+                        spec_truths[spec.label()][arm].append(spec_truth(spec, frame, name))
+                    found = {} if primary_only else estimands(frame, specs[0], n_boot, i)
+                    found.pop("primary", None)  # the first primary at 95%: its Holm row instead
+                else:
+                    if arm == "null" and predictive:
+                        families = BUILT_FAMILIES[str(primary.estimator)]
+                        truths.append(practitioner_truth(frame, families))
+                    found = estimands(frame, primary, n_boot, i, primary_only)
+                for est, fit in found.items():
                     fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
-                    if arm == "null":
-                        pooled = StudyTables(frame).pooled()
-                        own = primary.estimator
+                if arm == "null":
+                    pooled = StudyTables(frame).pooled()
+                    for spec in specs:
+                        own = str(spec.estimator)
+                        weights.setdefault(spec.label(), []).append(
+                            family_weights(pooled, own if own in WEIGHED else "primary")
+                        )
+                    for est in found:
+                        own = str(primary.estimator)
                         which = own if est == "primary" and own in WEIGHED else est
                         weights.setdefault(est, []).append(
                             family_weights(pooled, which, covariates)
@@ -379,10 +402,14 @@ def simulate(
                 if progress is not None:
                     step = ci * 2 * toys + (arm == "planted") * toys + i + 1
                     progress(f"{name} ({arm})", step, len(names) * 2 * toys)
+        for spec in specs:
+            row = _holm_row(spec, name, readings[spec.label()], spec_truths[spec.label()], sign,
+                            float(spec.sesoi or sesoi), len(specs))  # fmt: skip
+            rows.append({**row, "weights": _mean_weights(weights.get(spec.label(), []))})
         for est, arms in fits.items():
             true = truths if est == "primary" and predictive else truth(est, name, primary)
             summary = _summary(
-                arms["null"], arms["planted"], hypothesis, true,
+                arms["null"], arms["planted"], sign, true,
                 primary.equivalence_margin, sesoi,
             )  # fmt: skip
             rows.append({"estimand": est, "class": name, **summary,
@@ -455,81 +482,6 @@ def _holm_row(
         "holm_step_planted": _shares(steps["planted"], levels),
         "confidence_null": float(np.mean([r.confidence for r in arms["null"]])),
     }  # fmt: skip
-
-
-def simulate_co_primaries(
-    ident: IdentifyConfig,
-    primary: PrimarySpec,
-    *,
-    toys: int = 50,
-    seed: int = 0,
-    n_boot: int = 499,
-    sesoi: float = SESOI,
-    n_concepts: int = 25,
-    classes: Sequence[str] | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-    toy: dict[str, float] | None = None,
-    primary_only: bool = False,
-) -> list[DesignRow]:
-    """:func:`simulate` for a primary with co-primaries: on each toy (seeded as there)
-    every spec of ``prereg.primaries`` read by Holm (:func:`holm_readings`), one row per
-    (primary, class) named by the primary (:func:`_holm_row`), and unless
-    ``primary_only`` the other estimands' rows as :func:`simulate` gives them (from the
-    first primary's spec). The planted arm plants ``sesoi`` with the first primary's
-    sign; each primary reads it by its own hypothesis and margin."""
-    from experiments.identify.heldout.prereg import primaries
-
-    specs = primaries(primary)
-    alpha = primary.family_alpha
-    sign = 1 if primary.hypothesis == "positive" else -1
-    names = list(classes or CLASSES)
-    rows: list[DesignRow] = []
-    for ci, name in enumerate(names):
-        readings: dict[str, dict[str, list[Reading]]] = {
-            s.label(): {"null": [], "planted": []} for s in specs
-        }
-        truths: dict[str, dict[str, list[float]]] = {
-            s.label(): {"null": [], "planted": []} for s in specs
-        }
-        fits: dict[str, dict[str, list[dict[str, float | None]]]] = {}
-        weights: dict[str, list[dict[str, float]]] = {}
-        for arm, effect in (("null", 0.0), ("planted", sign * sesoi)):
-            for i in range(toys):
-                rng = seeded_rng(seed, "design", name, arm, i)
-                frame = toy_directions(ident, CLASSES[name], rng, effect, n_concepts, toy)
-                for spec, reading in zip(
-                    specs, holm_readings(frame, specs, alpha, n_boot, i), strict=True
-                ):
-                    readings[spec.label()][arm].append(reading)
-                    truths[spec.label()][arm].append(spec_truth(spec, frame, name))
-                others = {} if primary_only else estimands(frame, specs[0], n_boot, i)
-                others.pop("primary", None)  # the first primary at 95%: its Holm row instead
-                for est, fit in others.items():
-                    fits.setdefault(est, {"null": [], "planted": []})[arm].append(fit)
-                if arm == "null":
-                    pooled = StudyTables(frame).pooled()
-                    for spec in specs:
-                        own = str(spec.estimator)
-                        weights.setdefault(spec.label(), []).append(
-                            family_weights(pooled, own if own in WEIGHED else "primary")
-                        )
-                    for est in others:
-                        weights.setdefault(est, []).append(family_weights(pooled, est))
-                if progress is not None:
-                    step = ci * 2 * toys + (arm == "planted") * toys + i + 1
-                    progress(f"{name} ({arm})", step, len(names) * 2 * toys)
-        for spec in specs:
-            row = _holm_row(spec, name, readings[spec.label()], truths[spec.label()], sign,
-                            float(spec.sesoi or sesoi), len(specs))  # fmt: skip
-            rows.append({**row, "weights": _mean_weights(weights.get(spec.label(), []))})
-        for est, arms in fits.items():
-            summary = _summary(
-                arms["null"], arms["planted"], sign, truth(est, name, specs[0]),
-                specs[0].equivalence_margin, sesoi,
-            )  # fmt: skip
-            rows.append({"estimand": est, "class": name, **summary,
-                         "weights": _mean_weights(weights.get(est, []))})  # fmt: skip
-    return rows
 
 
 def _mean_weights(weights: list[dict[str, float]]) -> dict[str, float]:
