@@ -301,7 +301,7 @@ class Bench:
         """Sections batched, dtype, llama and peers: one interleaved measurement."""
         lm, wl, opts, sections, ours = self.lm, self.wl, self.opts, self.sections, self.ours
         load = contention()
-        batched_runs = self.with_products({ours: lambda m: run_batched(lm, wl, m=m)})
+        batched_runs = self.ours_runs()
         other = None
         if "dtype" in sections:
             other, _ = other_precision(lm, self.config.model if wl.plan else None)
@@ -399,22 +399,21 @@ class Bench:
         value = section_peers(self.wl, measured, self.ours, agreement, llama)
         self.checkpoint("peers", value, load)
 
-    def with_products(self, runs: dict[str, Run]) -> dict[str, Run]:
-        """``runs`` where, with the roofline on a CPU, our batched run is followed in every
-        round by the replay of its products (:data:`PRODUCTS`) over the batches it just ran."""
-        if "roofline" not in self.sections or self.lm.device.type != "cpu":
-            return runs
-        loop, last = runs[self.ours], {}
+    def ours_runs(self) -> dict[str, Run]:
+        """Our batched run; with the roofline on a CPU, followed in every round by the replay
+        of its products (:data:`PRODUCTS`) over the batches it just ran."""
+        last: dict[str, Measurement] = {}
 
         def ours(m: Measurement | None) -> Measurement:
-            last["loop"] = loop(m)
+            last["loop"] = run_batched(self.lm, self.wl, m=m)
             return last["loop"]
 
         def products(m: Measurement | None) -> Measurement:
             return run_products_only(self.lm, self.wl, last["loop"], m)
 
-        rest = {name: run for name, run in runs.items() if name != self.ours}
-        return {self.ours: ours, PRODUCTS: products, **rest}
+        if "roofline" not in self.sections or self.lm.device.type != "cpu":
+            return {self.ours: ours}
+        return {self.ours: ours, PRODUCTS: products}
 
     def roofline(self, measured: dict[str, Measurement]) -> None:
         """Section roofline over the side-by-side batched runs, or its own when none ran."""
@@ -422,7 +421,7 @@ class Bench:
         dtypes = [self.ours] + [d for d in ("bfloat16", "float32") if d != self.ours]
         if self.ours not in measured:
             self.say("roofline: timing our batched run")
-            runs = self.with_products({self.ours: lambda m: run_batched(self.lm, self.wl, m=m)})
+            runs = self.ours_runs()
             if self.lm.device.type == "cpu":
                 runs[SUSTAINED] = run_sustained_matmul
             measured = interleaved(runs, self.opts.repeats)
