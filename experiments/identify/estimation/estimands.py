@@ -26,6 +26,7 @@ from experiments.identify.estimation.estimator import (
     log_kl,
     practitioner_slope,
 )
+from experiments.identify.estimation.variance import FULL_DATA, PRACTITIONER
 from experiments.identify.measures import LIKELIHOOD
 from experiments.record.identify import EstimandResult
 from metrics.cluster import ClusterFit
@@ -49,57 +50,35 @@ class Estimand:
 
 def _has_built(frame: pd.DataFrame) -> bool:
     """Whether a run has directions people build beside v* (else no AUROC spread to rank)."""
-    from experiments.identify.estimation.variance import PRACTITIONER
-
     return bool(frame["manipulation"].isin(PRACTITIONER[1:]).any())
 
 
-def _practitioner(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-    if not _has_built(frame):
-        return None
-    return practitioner_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed)
+def _has_isocos(frame: pd.DataFrame) -> bool:
+    return bool((frame["manipulation"] == "isocos").any())
 
 
-def _practitioner_full_data(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-    from experiments.identify.estimation.variance import FULL_DATA
+def _slope(
+    has_rows: Callable[[pd.DataFrame], bool] | None,
+    estimate: Callable[..., ClusterFit],
+    **options: object,
+) -> Fit:
+    """The fit of an estimand: ``estimate`` of the likelihood on AUROC with ``options``;
+    None where the run has no rows for it (``has_rows`` false)."""
 
-    if not _has_built(frame):
-        return None
-    return practitioner_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed, families=FULL_DATA)
+    def fit(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
+        if has_rows is not None and not has_rows(frame):
+            return None
+        return estimate(frame, Y, "auroc", n_boot=n_boot, seed=seed, **options)
 
-
-def _practitioner_within_family(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-    if not _has_built(frame):
-        return None
-    return practitioner_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed, within_family=True)
-
-
-def _equal_geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-    if not (frame["manipulation"] == "isocos").any():
-        return None
-    return equal_geometry(frame, Y, "auroc", n_boot=n_boot, seed=seed)
-
-
-def _equal_geometry_uncorrected(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-    if not (frame["manipulation"] == "isocos").any():
-        return None
-    return equal_geometry(frame, Y, "auroc", n_boot=n_boot, seed=seed, corrected=False)
+    return fit
 
 
 def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     """iso-cos beside the nuisance alone (90°) and the dose: v2's pooled reading."""
-    if not (frame["manipulation"] == "isocos").any():
+    if not _has_isocos(frame):
         return None
     iso = iso_cos(frame, Y, "auroc", n_boot=n_boot, seed=seed)
     return iso.pooled if iso.evaluable else None
-
-
-def _equal_norm(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
-    return flexible_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed)
-
-
-def _equal_norm_cos_per_concept(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit:
-    return flexible_slope(frame, Y, "auroc", n_boot=n_boot, seed=seed, cos_per_group=True)
 
 
 def _dose_adjusted(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
@@ -119,7 +98,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "one β per concept (v*'s held-out strength), compared within concept; geometry "
         "not held fixed: how far a built direction lies from v* is part of why it "
         "detects as it does",
-        _practitioner,
+        _slope(_has_built, practitioner_slope),
     ),
     Estimand(
         "practitioner_full_data",
@@ -130,7 +109,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "v*, the logistic C path and the shrinkage (whitened) path (variance.FULL_DATA)",
         "one β per concept (v*'s held-out strength), compared within concept; geometry "
         "not held fixed",
-        _practitioner_full_data,
+        _slope(_has_built, practitioner_slope, families=FULL_DATA),
     ),
     Estimand(
         "practitioner_within_family",
@@ -139,7 +118,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "steer the concept better? The primary without the contrasts between families.",
         "as practitioner_equal_norm",
         "one β per concept; compared within (concept, family)",
-        _practitioner_within_family,
+        _slope(_has_built, practitioner_slope, within_family=True),
     ),
     Estimand(
         "equal_geometry",
@@ -150,7 +129,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "spectrum band): cos(v, v*) equal by construction; no covariate beyond, where v* "
         "comes from half the training templates (identify.reference_halves), the cosine "
         "to the other half's diffmean, both it and AUROC corrected for measurement error",
-        _equal_geometry,
+        _slope(_has_isocos, equal_geometry),
     ),
     Estimand(
         "equal_geometry_uncorrected",
@@ -161,7 +140,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "second half (identify.reference_halves), where no correction is possible.",
         "as equal_geometry",
         "as equal_geometry; cos(v, v*) equal by construction, AUROC as measured",
-        _equal_geometry_uncorrected,
+        _slope(_has_isocos, equal_geometry, corrected=False),
     ),
     Estimand(
         "equal_geometry_nonadditive",
@@ -179,7 +158,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "training sizes, iso-cos), nulls excluded",
         "one β per concept; (concept, manipulation) fixed effects and a spline in cos "
         "per manipulation",
-        _equal_norm,
+        _slope(None, flexible_slope),
     ),
     Estimand(
         "equal_norm_cos_per_concept",
@@ -187,7 +166,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "(steerability tied to separability): a robustness row for equal_norm.",
         "as equal_norm",
         "as equal_norm, and each (concept, manipulation) its own straight line in cos",
-        _equal_norm_cos_per_concept,
+        _slope(None, flexible_slope, cos_per_group=True),
     ),
     Estimand(
         "equal_norm_dose_adjusted",
@@ -219,8 +198,6 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "needs a strength sweep per direction; not built yet",
     ),
 )
-
-BY_NAME = {e.name: e for e in ESTIMANDS}
 
 
 def estimate_all(frame: pd.DataFrame, n_boot: int, seed: int) -> dict[str, EstimandResult]:
