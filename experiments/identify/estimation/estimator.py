@@ -116,13 +116,13 @@ def design(
     by_family: Sequence[str] = (),
 ) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(X demeaned within (concept, family), its column names, the concept of each row):
-    ``predictors`` (each interacted with the family when named in ``by_family``), the
-    covariates, and a spline in cos per family."""
+    ``predictors``, then the covariates (each interacted with the family when named in
+    ``by_family``), and a spline in cos per family."""
     fam = frame[family].astype(str).to_numpy()
     columns: list[np.ndarray] = []
     names: list[str] = []
     families = sorted(set(fam))
-    for p in predictors:
+    for p in (*predictors, *covariates):
         values = frame[p].to_numpy(dtype=np.float64)
         if p in by_family:
             for m in families:
@@ -131,9 +131,6 @@ def design(
         else:
             columns.append(values)
             names.append(p)
-    for c in covariates:
-        columns.append(frame[c].to_numpy(dtype=np.float64))
-        names.append(c)
     cos_values = frame[cos].to_numpy(dtype=np.float64)
     for m in families:
         mask = fam == m
@@ -216,9 +213,7 @@ def linear_cos_slope(
     same clustered inference: what changes between v1 and v2 is then the model only."""
     data = _rows(frame, ["concept", "cos_ref", y, predictor])
     concepts = data["concept"].astype(str).to_numpy()
-    x = demean(data[[predictor, "cos_ref"]].to_numpy(dtype=np.float64), concepts)
-    yd = demean(data[[y]].to_numpy(dtype=np.float64), concepts)[:, 0]
-    return wild_cluster_t(x, yd, concepts, 0, n_boot=n_boot, seed=seed, confidence=confidence)
+    return _fe_slope(data, y, predictor, ["cos_ref"], concepts, n_boot, seed, confidence)
 
 
 def per_family_slopes(
@@ -449,27 +444,21 @@ def identified_analysis(
     if "kl" in frame:  # the dose a direction gives the next token (nats), and its log
         frame = frame.assign(log_kl=log_kl(frame["kl"]))
     kw = _Boot(n_boot=n_boot, seed=seed)
+    spline = _BootSpline(n_boot=n_boot, seed=seed, spline_df=spline_df)
     dosed = "log_kl" in frame and frame["log_kl"].notna().any()
     named = "auroc_name_free" in frame and frame["auroc_name_free"].notna().any()
     return IdentifiedResult(
         model=f"(concept, manipulation) fixed effects + cubic spline in cos(v, v*) per "
         f"manipulation ({spline_df} df)",
-        flexible={
-            p: flexible_slope(frame, y, p, spline_df=spline_df, **kw)
-            for p in ("auroc", "probit_auroc")
-        },
+        flexible={p: flexible_slope(frame, y, p, **spline) for p in ("auroc", "probit_auroc")},
         # beside log next-token KL: the dose held as a covariate
-        given_dose={
-            "auroc": flexible_slope(
-                frame, y, "auroc", covariates=["log_kl"], spline_df=spline_df, **kw
-            )
-        }
+        given_dose={"auroc": flexible_slope(frame, y, "auroc", covariates=["log_kl"], **spline)}
         if dosed
         else {},
         linear_cos={p: linear_cos_slope(frame, y, p, **kw) for p in ("auroc",)},
         matched_pairs={p: matched_pairs(frame, y, p, **kw) for p in ("auroc", "probit_auroc")},
         heterogeneity_given_cos=per_family_slopes(
-            frame[frame["manipulation"] != REFERENCE], y, "auroc", spline_df=spline_df, **kw
+            frame[frame["manipulation"] != REFERENCE], y, "auroc", **spline
         ),
         iso_cos=iso_cos(frame, y, "auroc", **kw),
         # detection without the name: AUROC on name-free positives
