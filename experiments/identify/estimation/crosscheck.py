@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.estimation import stats
-from experiments.identify.estimation.cells import StudyTables
+from experiments.identify.estimation.cells import N_SPLITS, StudyTables, _halves_of_units
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
 from experiments.record import GeneratedCheck
@@ -51,10 +51,8 @@ def unit_halves(
         if len(sizes) != 1 or min(sizes) < 2:
             continue
         values = np.stack(rows)
-        orders = split_orders(values.shape[1], 50, rng=seeded_rng(seed, name, concept))
-        a = values[:, orders[:, 0::2]].mean(axis=-1)
-        b = values[:, orders[:, 1::2]].mean(axis=-1)
-        out[str(concept)] = np.stack([a, b], axis=-1)
+        orders = split_orders(values.shape[1], N_SPLITS, rng=seeded_rng(seed, name, concept))
+        out[str(concept)] = _halves_of_units(values, orders)
     return out
 
 
@@ -69,26 +67,19 @@ def crosscheck(
     """The agreement of the two outcomes, and the generation-side baseline and null."""
     if cells.empty:
         return GeneratedCheck(reason="no generations")
-    gen = cells[cells["sign"] == 1].copy()
-    units = units[units["sign"] == 1].copy()
-    gen["direction"] = gen["direction"].map(
-        lambda d: d if d in ("null", "prompt") else canonical(d)
-    )
-    units["direction"] = units["direction"].map(
-        lambda d: d if d in ("null", "prompt") else canonical(d)
-    )
+    gen, units = cells[cells["sign"] == 1].copy(), units[units["sign"] == 1].copy()
+    for f in (gen, units):  # the generation arms keep their names
+        f["direction"] = f["direction"].map(
+            lambda d: d if d in ("null", "prompt") else canonical(d)
+        )
     frame = gen.merge(tables.directions, on=["concept", "direction"], how="inner")
     if frame.empty:
         return GeneratedCheck(n_cells=0)
     between = None
     ref = frame[frame["direction"] == REFERENCE]
     if ref["concept"].nunique() >= 3:
-        x = {
-            c: units[(units["concept"] == c) & (units["direction"] == REFERENCE)][
-                "e_gated"
-            ].to_numpy(float)
-            for c in ref["concept"]
-        }
+        at_ref = units[units["direction"] == REFERENCE]
+        x = {c: at_ref[at_ref["concept"] == c]["e_gated"].to_numpy(float) for c in ref["concept"]}
         y = {c: np.asarray(effects[(c, REFERENCE)]) for c in ref["concept"]}
         between = hierarchical_correlation(x, y, n_boot=n_boot, seed=seed)
     arms: dict[str, Interval] = {}
@@ -113,12 +104,7 @@ def crosscheck(
         between_at_reference=between,
         **arms,
         per_direction=[
-            {
-                "direction": d,
-                "e_gen": float(g[GEN].mean()),
-                "effect": float(g["effect"].mean()),
-                "auroc": float(g["auroc"].mean()),
-            }
+            {"direction": d, **{k: float(g[k].mean()) for k in (GEN, "effect", "auroc")}}
             for d, g in frame.groupby("direction", sort=True)
         ],
     )

@@ -60,9 +60,7 @@ def rubric_units(samples: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
         {
             "concept": steered["synset"].to_numpy(),
             "direction": steered["vectors"].map(canonical).to_numpy(),
-            "prompt_index": steered["prompt_index"].to_numpy(),
-            "sample": steered["sample"].to_numpy(),
-            "sample_id": steered["sample_id"].to_numpy(),
+            **{k: steered[k].to_numpy() for k in ("prompt_index", "sample", "sample_id")},
             "hm": steered["hm"].to_numpy(float),
             "hm_twin": steered["hm_twin"].to_numpy(float),
             RUBRIC: (steered["hm"] - steered["hm_twin"]).to_numpy(float),
@@ -136,9 +134,7 @@ def rubric_validity(
         {
             "direction": str(d),
             "n_concepts": int(g["concept"].nunique()),
-            RUBRIC: float(g[RUBRIC].mean()),
-            LIKELIHOOD: float(g[LIKELIHOOD].mean()),
-            **({GENERATED: float(g[GENERATED].mean())} if GENERATED in g else {}),
+            **{k: float(g[k].mean()) for k in (RUBRIC, LIKELIHOOD, GENERATED) if k in g},
         }
         for d, g in good.groupby("direction", sort=True)
     ]
