@@ -162,20 +162,13 @@ def outcome_reliability(
     pulls toward the concept harder should push away harder: r near −1)."""
     from experiments.identify.estimation.variance import equal_geometry_rows, practitioner_rows
 
+    def reliability(measure: str, rows: pd.DataFrame) -> Interval:
+        return within_reliability(tables.halves_for(measure, rows), n_boot=n_boot, seed=seed)
+
     good = pooled[pooled["cos_ref"] >= GOOD_COS]
-    out = {
-        "effect_good_directions": within_reliability(
-            tables.halves_for(OUTCOME, good), n_boot=n_boot, seed=seed
-        ),
-        "auroc_good_directions": within_reliability(
-            tables.halves_for("auroc", good), n_boot=n_boot, seed=seed
-        ),
-    }
     signs = [c for c in ("effect_at_1", "effect_at_-1") if c in good and tables.halves.get(c)]
-    for column in signs:  # the likelihood at each sign of the strength
-        out[f"{column}_good_directions"] = within_reliability(
-            tables.halves_for(column, good), n_boot=n_boot, seed=seed
-        )
+    # the likelihood, AUROC, and the likelihood at each sign of the strength
+    out = {f"{m}_good_directions": reliability(m, good) for m in (OUTCOME, "auroc", *signs)}
     if len(signs) == 2:  # toward and away from the concept: do they rank directions alike?
         both = good.dropna(subset=signs)
         agree = stats.disattenuated_within(
@@ -188,9 +181,7 @@ def outcome_reliability(
     built = practitioner_rows(pooled, OUTCOME)
     if built["manipulation"].nunique() > 1:  # where the practitioner's estimand compares
         for measure in (OUTCOME, "auroc"):
-            out[f"{measure}_practitioner_directions"] = within_reliability(
-                tables.halves_for(measure, built), n_boot=n_boot, seed=seed
-            )
+            out[f"{measure}_practitioner_directions"] = reliability(measure, built)
     cells = equal_geometry_rows(pooled, OUTCOME)
     if not cells.empty:
         for measure in (OUTCOME, "auroc"):
@@ -209,9 +200,7 @@ def predictor_table(
     for p in PREDICTORS:
         if frame[p].isna().all():
             continue
-        x_halves = None if p == "cos_ref" else tables.halves_for(p, frame)
-        if x_halves is not None and not x_halves:
-            x_halves = None
+        x_halves = (None if p == "cos_ref" else tables.halves_for(p, frame)) or None
         out[p] = stats.disattenuated_within(
             frame, p, OUTCOME, x_halves, y_halves, n_boot=n_boot, seed=seed
         )
@@ -276,16 +265,7 @@ def analyse_manipulation(
     partial = stats.fe_coefficients(frame, OUTCOME, ["auroc", "cos_ref"], n_boot=n_boot, seed=seed)
     family = manipulations.family(m)
     if family is not None and family.log_level_covariate:
-        data = frame.assign(
-            log_n=np.log(frame["level"]),
-            x_between=frame.groupby("concept")["auroc"].transform("mean"),
-        ).assign(x_within=lambda f: f["auroc"] - f["x_between"])
-        mixed = stats.mixed_model(
-            data,
-            f"{OUTCOME} ~ x_within + x_between + log_n",
-            "~x_within",
-            ["x_within", "x_between", "log_n"],
-        )
+        mixed = stats.within_between(frame.assign(log_n=np.log(frame["level"])), OUTCOME, "auroc")
     else:
         mixed = stats.mixed_model(frame, f"{OUTCOME} ~ auroc", "~auroc", ["auroc"])
     return ManipulationResult(
@@ -330,14 +310,10 @@ def between_concepts(
         c: np.stack([detections[(c, REFERENCE)].scores, test_labels[c]], axis=-1) for c in concepts
     }
     y = {c: np.asarray(effects[(c, REFERENCE)]) for c in concepts}
-
-    def auroc(units: np.ndarray) -> np.ndarray:
-        return auroc_rows(units[..., 0], units[..., 1])
-
     result = disattenuated_correlation(
         x,
         y,
-        x_aggregate=auroc,
+        x_aggregate=lambda units: auroc_rows(units[..., 0], units[..., 1]),
         x_strata={c: list(test_labels[c]) for c in concepts},
         n_boot=n_boot,
         seed=seed,

@@ -143,18 +143,11 @@ def decompose(frame: pd.DataFrame, n_boot: int, seed: int) -> list[Phase6Fit]:
         for predictor in PREDICTORS:
             if part[predictor].isna().all():
                 continue
-            between = part.groupby("concept")[predictor].transform("mean")
-            data = part.assign(x_between=between, x_within=part[predictor] - between)
             for sign, effect in EFFECTS.items():
-                if effect not in data or data[effect].isna().all():
+                if effect not in part or part[effect].isna().all():
                     continue
-                data = data.assign(y=data[effect].astype(float))
-                mixed = stats.mixed_model(
-                    data,
-                    "y ~ x_within + x_between + log_n",
-                    "~x_within",
-                    ["x_within", "x_between", "log_n"],
-                )
+                data = part.assign(y=part[effect].astype(float))
+                mixed = stats.within_between(data, "y", predictor)
                 fe = stats.fe_coefficients(
                     data, "y", [predictor, "log_n"], n_boot=n_boot, seed=seed
                 )

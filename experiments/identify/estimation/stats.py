@@ -334,6 +334,15 @@ def mixed_model(
     return MixedFit(evaluable=False, reason=last or "fit failed", n=len(data))
 
 
+def within_between(data: pd.DataFrame, y: str, x: str) -> MixedFit:
+    """:func:`mixed_model` of ``y ~ x_within + x_between + log_n`` (``data`` holds
+    ``log_n``), a random slope on x_within: ``x`` as its concept's mean and the deviation."""
+    between = data.groupby("concept")[x].transform("mean")
+    data = data.assign(x_between=between, x_within=data[x] - between)
+    terms = ["x_within", "x_between", "log_n"]
+    return mixed_model(data, f"{y} ~ {' + '.join(terms)}", "~x_within", terms)
+
+
 def _names(formula: str | None) -> list[str]:
     import re
 
