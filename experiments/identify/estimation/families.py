@@ -15,8 +15,6 @@ read by the pre-registered rule for comparison only: none of them is confirmator
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
@@ -27,9 +25,6 @@ from experiments.identify.stages.directions import REFERENCE
 from experiments.record.pooled import FamilyDecomposition, Geometry, Refit
 from metrics.cluster import ClusterFit, wild_cluster_restricted
 from metrics.intervals import Interval, bootstrap_statistic
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 # The diffmeans from one and two texts per class: the two noisiest built directions.
 SMALLEST_SIZES = ("size:1x1x1", "size:2x2x2")
@@ -129,9 +124,9 @@ def geometry(frame: pd.DataFrame, n_boot: int, seed: int) -> Geometry | None:
     sums = [centred[concepts == c].T @ centred[concepts == c] for c in pd.unique(concepts)]
 
     def r2(columns: list[int]) -> Interval:
-        statistic: Callable[[list[np.ndarray]], float | None] = lambda u: _r2(u, columns)  # noqa: E731
+        method = "concept bootstrap, percentile"
         return bootstrap_statistic(
-            sums, statistic, n_boot=n_boot, seed=seed, method="concept bootstrap, percentile"
+            sums, lambda u: _r2(u, columns), n_boot=n_boot, seed=seed, method=method
         )
 
     def slope(x: np.ndarray) -> ClusterFit:
