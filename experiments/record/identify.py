@@ -116,11 +116,9 @@ class PrimaryResult(BaseModel):
     )
 
 
-class Resources(BaseModel):
+class Resources(_Block):
     """What the run cost (``identify/study.peak_memory``); a figure not measured (the
     card's, off CUDA) is left out of the JSON, as the untyped record left it out."""
-
-    model_config = ConfigDict(extra="forbid")
 
     wall_seconds: float | None = None
     peak_rss_mib: float | None = None
