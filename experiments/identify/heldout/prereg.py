@@ -121,8 +121,7 @@ class Preregistration:
 
 def parse_primary(text: str) -> PrimarySpec:
     """The ``primary:`` mapping of the first fenced yaml block that has one."""
-    blocks = text.split("```yaml")[1:]
-    for block in blocks:
+    for block in text.split("```yaml")[1:]:
         body = block.split("```", 1)[0]
         data = yaml.safe_load(body) or {}
         if isinstance(data, dict) and "primary" in data:

@@ -126,9 +126,8 @@ def keep_ledger(config: IdentifyStudyConfig, run_id: str, k: int) -> Path:
     shard, kept across forced re-scorings and aborted runs, each line once); the folder."""
     folder = shard_folder(config, k)
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(e, sort_keys=True) for e in read_jsonl(folder / LEDGER)]
-    lines += [json.dumps(e, sort_keys=True) for e in run_ledger(config.results_dir, run_id)]
-    unique = list(dict.fromkeys(lines))
+    entries = [*read_jsonl(folder / LEDGER), *run_ledger(config.results_dir, run_id)]
+    unique = dict.fromkeys(json.dumps(e, sort_keys=True) for e in entries)
     atomic_write_text(folder / LEDGER, "".join(line + "\n" for line in unique))
     return folder
 
