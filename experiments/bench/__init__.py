@@ -2,15 +2,14 @@
 
 Every comparison runs in one process, on the same model, rows (prompt, seed, direction,
 strength) and token counts, and reports the median over repeats; the machine and its load
-average are recorded with the numbers, and ratios matter more than absolute times.
+average are recorded with the numbers, because on a shared machine the ratios matter more
+than absolute times.
 
 One module per job (``--only``/``--skip`` pick the sections), in sub-packages that import
 one way (``core`` <- ``decode``, ``llamacpp``, ``reporting`` <- ``gpu``; none imports
 this top level):
 
-- ``core``: ``options`` (what to measure; no torch: the CLI imports it for ``--help``),
-  ``measure`` (medians, interleaving, load average, the machine) and ``workload`` (the
-  rows, and the only door into the Phase 5 pipeline);
+- ``core``: ``options``, ``measure`` and ``workload``, what every section stands on;
 - ``decode``: ``batched``: our batched generation against one HF ``generate`` per sample
   (a); ``dtype``: the same rows in bf16 and whether Δ per strength moves; ``peers``: HF
   ``generate`` on the whole batch with a per-row hook, and every other peer on the same
@@ -19,9 +18,7 @@ this top level):
   output head as one product or in blocks of vocabulary rows (speed, bits); ``tuning``:
   torch threads and batch size; ``scaling``: generation time against concepts and
   ``max_new_tokens``; ``load``: the same generation quiet and beside a busy process;
-- ``llamacpp``: ``llama``: llama.cpp single stream with a control vector, and steering
-  agreement (b); ``llama_batch``: llama.cpp with several sequences per batch;
-  ``gguf_f32``: the fp32 GGUF it runs on;
+- ``llamacpp``: the llama.cpp peer (b): ``llama``, ``llama_batch`` and ``gguf_f32``;
 - ``reporting``: ``report`` and ``gpu_report``, the results as plain tables;
 - ``gpu`` (CUDA only): ``gpu`` (section ``gpu``): ours against HF ``generate`` on Gemma 3
   4B's shape with random weights; ``gpu_profile``: one decode step's kernel time by kind;

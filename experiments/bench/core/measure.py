@@ -1,9 +1,5 @@
-"""How every bench section times things: medians over repeats, interleaving, load.
-
-Every comparison runs in one process and reports the median over repeats; the machine
-and its load average are recorded with the numbers, because on a shared machine the
-ratios matter more than absolute times.
-"""
+"""How every bench section times things: medians over repeats, interleaving, load (why:
+the package's docstring)."""
 
 from __future__ import annotations
 

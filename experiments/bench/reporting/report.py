@@ -261,8 +261,6 @@ def comparisons(results: dict[str, Any]) -> Iterator[Comparison]:
                 f"{fmt(b['median_process_wall_seconds'])} s",
                 f"seed c3 {_status(b, 'c3_f1_correlation')} vs {_status(e, 'c3_f1_correlation')}",
                 fmt(e.get("ratio_default_over_bf16"), 2, "x"),
-                "",
-                "",
             )
         yield Comparison(
             "(d) peak resident memory",
