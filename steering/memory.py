@@ -18,21 +18,14 @@ from __future__ import annotations
 import torch
 
 from steering.models import LoadedModel
-from steering.platform import platform_for
 
 USABLE_FRACTION = 0.7  # of the free memory, for one batch's tensors
 SAMPLER_BYTES_PER_LOGIT = 44
 NLL_BYTES_PER_LOGIT = 12
-MAX_DECODE_ROWS = (
-    1024  # past this an H100 gains little (issue 32's bench) and a batch is a long wait
-)
+# past this an H100 gains little (issue 32's bench) and a batch is a long wait
+MAX_DECODE_ROWS = 1024
 ROW_QUANTUM = 64  # decode batches in multiples of the CUDA policy's larger buckets
 MAX_ACTIVATION_TEXTS = 256
-
-
-def free_bytes(device: torch.device) -> int | None:
-    """Free memory on a device whose platform probes it (a CUDA card; None elsewhere)."""
-    return platform_for(device).free_bytes()
 
 
 def kv_bytes_per_row(lm: LoadedModel, positions: int) -> int:
