@@ -22,6 +22,7 @@ fails (no Triton, an unsupported platform) warns once and the native norm runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -112,14 +113,9 @@ class _Compiled:
         return self.fn(x, weight, eps)
 
 
-_COMPILED: dict[tuple[str, str], _Compiled] = {}
-
-
+@functools.cache
 def _compiled(cls: str, backend: str) -> _Compiled:
-    key = (cls, backend)
-    if key not in _COMPILED:
-        _COMPILED[key] = _Compiled(NORMS[cls], backend)
-    return _COMPILED[key]
+    return _Compiled(NORMS[cls], backend)
 
 
 @contextlib.contextmanager

@@ -9,18 +9,20 @@ less the process umask; :func:`give_file_mode` gives it to a file a library wrot
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import threading
 from pathlib import Path
 
 _lock = threading.Lock()
-_umask: int | None = None
 
 
-def _read_umask() -> int:
-    """The process umask. Linux reports it in ``/proc/self/status`` (read without
-    changing it); elsewhere it is set to 0 and restored at once, under a lock."""
+@functools.cache
+def umask() -> int:
+    """The process umask, read once (:func:`forget_umask` reads it again). Linux reports
+    it in ``/proc/self/status`` (read without changing it); elsewhere it is set to 0 and
+    restored at once, under a lock."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -33,18 +35,9 @@ def _read_umask() -> int:
     return old
 
 
-def umask() -> int:
-    """The process umask, read once (:func:`forget_umask` reads it again)."""
-    global _umask
-    if _umask is None:
-        _umask = _read_umask()
-    return _umask
-
-
 def forget_umask() -> None:
     """Read the umask again on the next write (after the process changed it)."""
-    global _umask
-    _umask = None
+    umask.cache_clear()
 
 
 def file_mode() -> int:
