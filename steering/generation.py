@@ -112,12 +112,6 @@ def suppressed_ids(lm: LoadedModel) -> list[int]:
     return sorted(i for i in ids if i is not None and i not in eos and 0 <= i < vocab)
 
 
-def _uniforms(rows: Sequence[GenerationRow], steps: int) -> torch.Tensor:
-    return torch.stack(
-        [torch.rand(steps, generator=torch.Generator().manual_seed(r.seed)) for r in rows]
-    )
-
-
 def prepare_batch(
     lm: LoadedModel,
     rows: Sequence[GenerationRow],
@@ -140,11 +134,13 @@ def prepare_batch(
         raise ValueError(f"logprobs_for has {len(logprobs_for)} entries for {n_rows} rows")
     if directions is None:
         directions = torch.zeros(1, *layer_shape(layer), lm.hidden_size)
+    steps = sampling.max_new_tokens
+    seeded = [torch.Generator().manual_seed(r.seed) for r in rows]
     return DecodeBatch(
         input_ids=enc["input_ids"],
         attention_mask=mask,
         positions=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-        u=_uniforms(rows, sampling.max_new_tokens).to(lm.device),
+        u=torch.stack([torch.rand(steps, generator=g) for g in seeded]).to(lm.device),
         eos=eos,
         banned=torch.tensor(suppressed_ids(lm), dtype=torch.long, device=lm.device),
         pad_id=tok.pad_token_id if tok.pad_token_id is not None else int(eos[0]),

@@ -199,18 +199,14 @@ def train_separation(weight: np.ndarray, features: np.ndarray, labels: np.ndarra
     return float(gap / spread) if spread > 0 else 0.0
 
 
-def _confusion(labels: np.ndarray, predicted: np.ndarray) -> dict[str, int]:
-    tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
-    return {"tn": int(tn), "fp": int(fp), "fn": int(fn), "tp": int(tp)}
-
-
 def _scores_at(labels: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
+    tn, fp, fn, tp = confusion_matrix(labels, predicted, labels=[0, 1]).ravel()
     return {
         "f1": float(f1_score(labels, predicted, zero_division=0)),
         "precision": float(precision_score(labels, predicted, zero_division=0)),
         "recall": float(recall_score(labels, predicted, zero_division=0)),
         "accuracy": float((predicted == labels).mean()),
-        "confusion": _confusion(labels, predicted),
+        "confusion": {"tn": int(tn), "fp": int(fp), "fn": int(fn), "tp": int(tp)},
     }
 
 

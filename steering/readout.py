@@ -45,17 +45,13 @@ def final_norm(lm: LoadedModel) -> nn.Module:
     raise ValueError(f"cannot find the final norm of {type(lm.model).__name__}")
 
 
-def _softcap(lm: LoadedModel) -> float | None:
-    return getattr(lm.text_config, "final_logit_softcapping", None)
-
-
 def lens_logprobs(lm: LoadedModel, residuals: torch.Tensor) -> torch.Tensor:
     """log p over the vocabulary read off residuals [..., hidden] by the final norm and
     the unembedding (with the model's final logit soft-capping, if any), fp32."""
     head = lm.model.get_output_embeddings()
     normed = final_norm(lm)(residuals.to(device=lm.device, dtype=lm.dtype))
     logits = (normed @ head.weight.T).float()
-    cap = _softcap(lm)
+    cap = getattr(lm.text_config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap
     return torch.log_softmax(logits, dim=-1)
