@@ -178,13 +178,11 @@ def batches_of(
     return batches(list(rows), lm, size)
 
 
-def delta_by_strength(
-    plan: Any, gens: Sequence[Generation], embedder: Any
-) -> dict[str, dict[str, float]]:
-    """Δ per row (key -> Δ) and strength, scored exactly as Phase 5 scores it."""
+def delta_by_strength(plan: Any, gens: Sequence[Generation]) -> dict[str, dict[str, float]]:
+    """Δ per row (key -> Δ) and strength, scored exactly as Phase 5 scores it (by the plan's
+    scorer, which holds the embedder it was built with)."""
     from experiments.kernel.score import score_chunk
 
-    del embedder  # the plan's scorer holds the embedder it was built with
     records = [
         {"key": g.key, "text": g.text, "prompt": g.prompt, **plan.row_meta[g.key]} for g in gens
     ]

@@ -122,8 +122,8 @@ def section_dtype(
     if wl.plan is not None and embedder is not None:
         from steering.activations import residual_scale
 
-        d_base = delta_by_strength(wl.plan, m_base.generations or [], embedder)
-        d_alt = delta_by_strength(wl.plan, m_alt.generations or [], embedder)
+        d_base = delta_by_strength(wl.plan, m_base.generations or [])
+        d_alt = delta_by_strength(wl.plan, m_alt.generations or [])
         per = compare_deltas(d_base, d_alt)
         result["delta_per_strength"] = per
         result["delta_same_within_2se"] = all(

@@ -71,13 +71,10 @@ def marked(lm: LoadedModel, steered_layer: int) -> Iterator[None]:
 
     head = lm.model.get_output_embeddings()
     steered = lm.layer(steered_layer)
-    for layer in lm.layers:
-        handles.append(layer.register_forward_pre_hook(pre(LAYER)))
-        handles.append(layer.register_forward_hook(post(LAYER, HOOK if layer is steered else None)))
-    handles.append(head.register_forward_pre_hook(pre(HEAD)))
-    handles.append(head.register_forward_hook(post(HEAD)))
-    handles.append(lm.model.register_forward_pre_hook(pre(FORWARD)))
-    handles.append(lm.model.register_forward_hook(post(FORWARD)))
+    layers = [(layer, LAYER, HOOK if layer is steered else None) for layer in lm.layers]
+    for module, name, then in [*layers, (head, HEAD, None), (lm.model, FORWARD, None)]:
+        handles.append(module.register_forward_pre_hook(pre(name)))
+        handles.append(module.register_forward_hook(post(name, then)))
     try:
         yield
     finally:
