@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,15 +103,16 @@ def prepare_embedded_model() -> Path:
     the converted copy gives identical greedy text (docs/notes.md, 'The embedded model's
     conversion').
     """
-    out = embedded_model_dir()
+    return _convert_once(prepare_gguf, embedded_model_dir(), "about 2 minutes on 2 cores")
+
+
+def _convert_once(prepare: Callable[[], Path], out: Path, takes: str) -> Path:
+    """``out`` when converted before (its marker is there), else the GGUF ``prepare``
+    gives dequantised through transformers into fp32 safetensors at ``out``, written to a
+    partial folder and renamed, with a marker naming its source and sha256."""
     if (out / "steer_eval_asset.json").exists():
         return out
-    return _convert_once(prepare_gguf(), out, "about 2 minutes on 2 cores")
-
-
-def _convert_once(gguf: Path, out: Path, takes: str) -> Path:
-    """Dequantise ``gguf`` through transformers into fp32 safetensors at ``out``, written
-    to a partial folder and renamed, with a marker naming its source and sha256."""
+    gguf = prepare()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -187,10 +188,7 @@ def prepare_smollm2_gguf() -> Path:
 
 def prepare_smollm2_model() -> Path:
     """SmolLM2-135M converted once to fp32 safetensors (as the embedded model is)."""
-    out = smollm2_model_dir()
-    if (out / "steer_eval_asset.json").exists():
-        return out
-    return _convert_once(prepare_smollm2_gguf(), out, "about 30 s")
+    return _convert_once(prepare_smollm2_gguf, smollm2_model_dir(), "about 30 s")
 
 
 def require_smollm2_model() -> Path:
