@@ -43,11 +43,8 @@ class DecodeKernels:
     backend: str = "inductor"
 
     def describe(self) -> str:
-        swaps = [
-            *(["efficient attention"] if self.attention else []),
-            *(["compiled norms"] if self.norms else []),
-        ]
-        return ", ".join(swaps) or "native kernels"
+        swaps = {"efficient attention": self.attention, "compiled norms": self.norms}
+        return ", ".join(name for name, on in swaps.items() if on) or "native kernels"
 
 
 NATIVE = DecodeKernels()

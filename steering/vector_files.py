@@ -224,10 +224,7 @@ class ConceptNames:
 
 def _field_value(reader: GGUFReader, key: str) -> object | None:
     found = reader.get_field(key)
-    if found is None:
-        return None
-    value: object = found.contents()
-    return value
+    return None if found is None else found.contents()
 
 
 def _open_gguf(path: Path) -> GGUFReader:
