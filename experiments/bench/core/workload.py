@@ -63,14 +63,12 @@ class Workload:
 
 @dataclass
 class BenchPlan:
-    """What the bench needs of a Phase 5 plan: the rows, their vectors and a scorer."""
+    """What the bench needs of a Phase 5 plan to score its rows (section dtype): the rows'
+    metadata, the scorer, α and the neutral texts' graph and seed."""
 
     config: Any
     graph: Any
-    layer: int
     alpha: float
-    vectors: dict[str, SteeringVector]
-    rows: list[GenerationRow]
     row_meta: dict[str, dict[str, Any]]
     scorer: Any
 
@@ -113,16 +111,7 @@ def plan_workload(config: Any, lm: LoadedModel, embedder: Any) -> Workload:
         sampling=SamplingConfig(g.max_new_tokens, g.temperature, g.top_p, g.greedy),
         batch_size=g.batch_size,
         seed=config.seed,
-        plan=BenchPlan(
-            config,
-            session.graph,
-            prep.layer,
-            prep.vectors.alpha,
-            prep.vectors.vectors,
-            plan.rows,
-            plan.meta,
-            prep.scorer,
-        ),
+        plan=BenchPlan(config, session.graph, prep.vectors.alpha, plan.meta, prep.scorer),
     )
 
 
