@@ -362,11 +362,8 @@ def grid_rows(ident: IdentifyConfig) -> list[DirectionSpec]:
 def _types(specs: list[DirectionSpec], ident: IdentifyConfig) -> list[tuple[str, int | None]]:
     """The nuisance types a push is drawn for: each rotation family, each graded nuisance
     (each random draw's band), each other family."""
-    seen: dict[tuple[str, int | None], None] = {}
-    for s in specs:
-        if s.manipulation != REFERENCE:
-            seen[_key(s.manipulation, s.seed, ident)] = None
-    return list(seen)
+    keys = (_key(s.manipulation, s.seed, ident) for s in specs if s.manipulation != REFERENCE)
+    return list(dict.fromkeys(keys))
 
 
 def _type_nuisance(key: tuple[str, int | None], ident: IdentifyConfig) -> Nuisance:
@@ -448,13 +445,11 @@ def _rows(
         key = _key(m, spec.seed, ident)
         keys.append(key)
         band = np.nan
-        if m == REFERENCE:
-            pass
-        elif m == "isocos" and _random(ident):
+        if m == "isocos" and _random(ident):
             band = int(key[1] or 0)
             signal[:, j] = t["random_signal_sd"] * z[:, slots["signal"][j]]
             variance[:, j] = band_nuisance(band, 0.0).variance
-        else:
+        elif m != REFERENCE:
             nuisance = _nuisance(*key)
             signal[:, j], variance[:, j] = nuisance.signal, nuisance.variance
         bands.append(band)
