@@ -4,7 +4,7 @@ Every estimate the study reports answers one of these questions about one popula
 directions at one operating point, and is reported under its name everywhere (record,
 answer, summary, findings). Declared once here, like ``rows.Measure``: the question, the
 rows it uses and the estimator that answers it. One is pre-registered as the primary
-(``prereg.ESTIMANDS`` maps the primary's estimator to its name).
+(its block's ``estimand`` names it).
 
 All slopes are in nats/token of the likelihood outcome per unit of test AUROC, with a
 95% interval over concepts (the unit of replication): the wild cluster bootstrap, or

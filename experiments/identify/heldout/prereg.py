@@ -70,14 +70,6 @@ GATED = ("equal_geometry", "practitioner", "practitioner_full_data")
 # The line after which a pre-registration's deviations are appended once it is bound: the
 # bytes before it are what was registered (the sha256 runs and ledgers carry).
 DEVIATIONS_MARKER = b"<!-- deviations below are appended after binding, outside the sha256 -->"
-# The estimand each estimator answers (docs/identify.md, "The estimands").
-ESTIMANDS = {
-    "linear_cos": "v1_linear_cos",
-    "flexible_cos": "equal_norm",
-    "equal_geometry": "equal_geometry",
-    "practitioner": "practitioner_equal_norm",
-    "practitioner_full_data": "practitioner_full_data",
-}
 # A co-primary (``co_primaries`` in the primary block) names itself and may replace these
 # of the primary's keys; everything else it takes from the primary.
 CO_PRIMARY_KEYS = ("name", "estimand", "estimator", "hypothesis", "sesoi", "equivalence_margin")
