@@ -496,18 +496,18 @@ def _primaries_lines(readings: list[PrimaryReading], alpha: float) -> list[str]:
     """The co-primaries as Holm's procedure read them (none without co-primaries)."""
     if not readings:
         return []
-    lines = [
+    return [
         f"Co-primaries, read together by Holm's step-down at family-wise α = {alpha:g}:",
         "",
         "| primary | estimator | slope (interval) | level | Holm step | verdict |",
         "|---|---|---|---|---|---|",
-    ]
-    for r in readings:
-        lines.append(
+        *(
             f"| {r.name} | {r.estimator} | {estimate_of(r.slope)} | "
             f"{r.confidence:.3f} | {r.holm_step or 'not settled'} | **{r.verdict}** |"
-        )
-    return [*lines, ""]
+            for r in readings
+        ),
+        "",
+    ]
 
 
 def pooled_markdown(record: PooledRecord) -> str:
