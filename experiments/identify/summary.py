@@ -228,14 +228,10 @@ def findings(record: IdentifyRecord) -> list[str]:
         )
     )
     if het.evaluable and het.p_value is not None and het.wald is not None:
-        verdict = (
-            "differs between manipulations"
-            if het.p_value < 0.05
-            else "shows no detectable difference between manipulations"
-        )
+        differs = "differs" if het.p_value < 0.05 else "shows no detectable difference"
         lines.append(
-            f"- v1: the AUROC slope {verdict} (Wald χ²({het.df}) = {het.wald:.1f}, "
-            f"p = {het.p_value:.3g}; slopes: "
+            f"- v1: the AUROC slope {differs} between manipulations (Wald χ²({het.df}) = "
+            f"{het.wald:.1f}, p = {het.p_value:.3g}; slopes: "
             + ", ".join(f"{m} {v:+.2f}" for m, v in het.slopes.items())
             + ")."
         )
