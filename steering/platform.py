@@ -91,6 +91,7 @@ class Platform:
     device: torch.device
     name: ClassVar[str] = "reference"
     decode_policy: ClassVar[str] = "reference"
+    on_card: ClassVar[bool] = False
 
     def default_dtype(self) -> torch.dtype:
         return torch.float32
@@ -115,10 +116,6 @@ class Platform:
     def choose_threads(self, recorded: int | None = None) -> ThreadChoice:
         """Torch's thread count for a run starting now; this device leaves torch's own."""
         return ThreadChoice.unchanged()
-
-    @property
-    def on_card(self) -> bool:
-        return False
 
 
 @dataclass(frozen=True)
@@ -171,6 +168,7 @@ class CudaPlatform(Platform):
 
     name: ClassVar[str] = "cuda"
     decode_policy: ClassVar[str] = "cuda"
+    on_card: ClassVar[bool] = True
 
     def default_dtype(self) -> torch.dtype:
         bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
@@ -190,10 +188,6 @@ class CudaPlatform(Platform):
     def free_bytes(self) -> int | None:
         free, _total = torch.cuda.mem_get_info(self.device)
         return int(free)
-
-    @property
-    def on_card(self) -> bool:
-        return True
 
 
 PLATFORMS: Registry[type[Platform]] = Registry("platform")
