@@ -186,8 +186,7 @@ def explore_shards(
     atomic_write_text(folder / PER_CONCEPT, table.to_csv(index=False))
     from experiments.identify.figures import pooled_figure
 
-    figure = pooled_figure(frame, table, record)
-    figure.savefig(folder / PER_CONCEPT_FIGURE, dpi=110)
+    pooled_figure(frame, table, record).savefig(folder / PER_CONCEPT_FIGURE, dpi=110)
     return record
 
 
