@@ -150,8 +150,7 @@ class RunConfig(_Strict):
         that names its phase gets no such leniency: another phase's section is an error."""
         if not isinstance(data, dict) or "phase" in data or cls is RunConfig:
             return data
-        others = [c for c in PHASE_MODELS.values() if c is not cls]
-        return _drop_other_phases(data, cls, others)
+        return _drop_other_phases(data, cls, [c for c in PHASE_MODELS.values() if c is not cls])
 
     @model_validator(mode="after")
     def _suppression_prompts_name_the_concept(self) -> RunConfig:
@@ -236,8 +235,7 @@ class RunConfig(_Strict):
         data = _hash_view(self, list(PHASE_MODELS.values()))
         if self.MOVED:
             data = self._hash_before_moves(data)
-        blob = json.dumps(data, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
     def _hash_before_moves(self, data: dict[str, Any]) -> dict[str, Any]:
         """The hash view with every moved field back at its old place (and its new place

@@ -27,19 +27,14 @@ PHASE_MODELS.register("identify", IdentifyStudyConfig)
 
 def _other_phase(loc: tuple[int | str, ...], phase: str) -> str | None:
     """The phase whose model declares the key at ``loc`` (``calibration``, ...), if not ours."""
-    for name, cls in PHASE_MODELS.items():
-        node: type[BaseModel] | None = cls
-        for part in loc:
-            fields = node.model_fields if node is not None else {}
-            if part not in fields:
-                node = None
-                break
-            found = _model_classes(fields[part].annotation)
-            node = found[0] if found else None
-        else:
-            if name != phase:
-                return name
-    return None
+    return next(
+        (
+            name
+            for name, cls in PHASE_MODELS.items()
+            if name != phase and loc[-1] in _fields_at(cls, loc[:-1])
+        ),
+        None,
+    )
 
 
 def _fields_at(cls: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
