@@ -235,9 +235,7 @@ class ConceptGraph:
 
         The pool was checked against every concept of the full graph, so it stays valid.
         """
-        concepts = list(self.concepts)
-        if synsets is not None:
-            concepts = [self.get(s) for s in synsets]
+        concepts = list(self.concepts) if synsets is None else [self.get(s) for s in synsets]
         if limit is not None:
             if limit < 1:
                 raise ConceptError(f"limit must be at least 1, got {limit}")
@@ -262,10 +260,6 @@ class ConceptGraph:
         file reads and diffs well; ``json.loads`` gives exactly ``to_dict()`` back.
         """
         return _pretty(self.to_dict()) + "\n"
-
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "<dict>") -> ConceptGraph:
-        return _graph_from_dict(data, source)
 
     @classmethod
     def from_json(cls, text: str, source: str = "<string>") -> ConceptGraph:
@@ -443,7 +437,7 @@ def load_concepts(
                 )
             graph = own_concepts(rows, text, str(path))
         else:
-            graph = ConceptGraph.from_dict(data, source=str(path))
+            graph = _graph_from_dict(data, str(path))
     if not graph.concepts:
         raise ConceptError(f"{path}: holds no concepts")
     if synsets is not None:

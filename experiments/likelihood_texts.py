@@ -42,6 +42,10 @@ from experiments.concepts import Concept, ConceptGraph, concept_words, mentions
 from experiments.prompts import (
     GENERATION_PROMPTS,
     PromptError,
+    _article,
+    _cap,
+    _named,
+    _pos_key,
     centroid_texts,
     format_axis_texts,
     max_train_texts,
@@ -115,29 +119,15 @@ class LikelihoodTexts:
         return out
 
 
-def _article(word: str) -> str:
-    if not word or word[0].isupper():
-        return ""
-    return "an " if word[0].lower() in "aeiou" else "a "
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
 def _names(concept: Concept, relations: Sequence[str]) -> list[str]:
     own = {concept.name}
     return sorted({item.name for r in relations for item in concept.related.get(r, [])} - own)
 
 
 def _fields(concept: Concept, rng: random.Random) -> dict[str, str]:
-    name = concept.name
     fields = {
-        "name": name,
-        "Name": _cap(name),
-        "a_name": _article(name) + name,
-        "A_name": _cap(_article(name) + name),
-        "lemma": rng.choice(list(concept.lemmas)) if concept.lemmas else name,
+        **_named("name", concept.name),
+        "lemma": rng.choice(list(concept.lemmas)) if concept.lemmas else concept.name,
     }
     examples = _names(concept, EXAMPLE_RELATIONS)
     if examples:
@@ -204,7 +194,7 @@ def on_concept_texts(
     with a warning, down to the two a split-half needs."""
     rng = random.Random(f"{seed}|likelihood|{concept.synset}")
     reserved = list(reserved)
-    pos = "v" if concept.pos == "v" else "n"
+    pos = _pos_key(concept)
     out: list[tuple[str, str]] = []
     for i, template in enumerate(LIKELIHOOD_TEMPLATES[pos]):
         try:  # fresh lemma and related names per frame, so the texts vary

@@ -57,7 +57,6 @@ from experiments.concepts import (
 )
 
 Kind = Literal["positive", "negative", "neutral"]
-Split = Literal["train", "validation", "test"]
 LABELS: dict[str, int] = {"positive": 1, "negative": 0, "neutral": 0}
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 FORMATS: tuple[str, ...] = ("question", "definition", "statement", "context")
@@ -409,12 +408,10 @@ def _subject_fields(
         fields["other_lemma"] = rng.choice(others)
     if examples:
         fields["example"] = _strip_end(rng.choice(list(examples)))
-    if hypernyms:
-        fields["hypernym"] = rng.choice(list(hypernyms))
-        fields["a_hypernym"] = _article(fields["hypernym"]) + fields["hypernym"]
-    if hyponyms:
-        fields["hyponym"] = rng.choice(list(hyponyms))
-        fields["a_hyponym"] = _article(fields["hyponym"]) + fields["hyponym"]
+    for key, words in (("hypernym", hypernyms), ("hyponym", hyponyms)):
+        if words:
+            fields[key] = rng.choice(list(words))
+            fields[f"a_{key}"] = _article(fields[key]) + fields[key]
     return fields
 
 
@@ -506,11 +503,8 @@ def probe_templates(split: str) -> list[ProbeTemplate]:
     """A split's templates with ids (position in the split's table, formats in FORMATS order)."""
     if split not in SPLITS:
         raise PromptError(f"unknown probe split {split!r}; use one of {SPLITS}")
-    out: list[ProbeTemplate] = []
-    for fmt in FORMATS:
-        for text in PROBE_TEMPLATES[split][fmt]:
-            out.append(ProbeTemplate(len(out), fmt, text))
-    return out
+    texts = [(fmt, text) for fmt in FORMATS for text in PROBE_TEMPLATES[split][fmt]]
+    return [ProbeTemplate(i, fmt, text) for i, (fmt, text) in enumerate(texts)]
 
 
 def template_sequence(split: str, seed: int, key: str) -> list[ProbeTemplate]:
@@ -543,9 +537,9 @@ def _plain_fields(name: str, lemma: str, gloss: str) -> dict[str, str]:
 
 
 def _render_kind(
-    kind: Kind,
     split: str,
     sequence: Sequence[ProbeTemplate],
+    kind: Kind,
     start: int,
     n: int,
     subjects: Sequence[Subject],
@@ -635,18 +629,12 @@ def probe_training_set(
     graph's neutral pool, both in seeded order. Labels: positive 1, negative and neutral 0.
     """
     _check_sizes(n_pos=n_pos, n_neg=n_neg, n_neutral=n_neutral)
-    sequence = template_sequence("train", seed, concept.synset)
+    render = partial(_render_kind, "train", template_sequence("train", seed, concept.synset))
     return (
-        _render_kind(
-            "positive", "train", sequence, 0, n_pos, _positive_subjects(concept, "train", seed)
-        )
-        + _render_kind(
-            "negative", "train", sequence, 0, n_neg, _negative_subjects(concept, "train", seed)
-        )
-        + _render_kind(
+        render("positive", 0, n_pos, _positive_subjects(concept, "train", seed))
+        + render("negative", 0, n_neg, _negative_subjects(concept, "train", seed))
+        + render(
             "neutral",
-            "train",
-            sequence,
             0,
             n_neutral,
             _neutral_subjects(concept, graph, "train", seed) if n_neutral else [],
@@ -682,15 +670,12 @@ def probe_eval_set(
             "negatives leave fewer than 2 for evaluation); build the graph with the default "
             "n_negatives=40"
         )
+    render = partial(_render_kind, split, sequence)
     return (
-        _render_kind(
-            "positive", split, sequence, 0, n_per_class, _positive_subjects(concept, split, seed)
-        )
-        + _render_kind("negative", split, sequence, 0, n_negative, negatives)
-        + _render_kind(
+        render("positive", 0, n_per_class, _positive_subjects(concept, split, seed))
+        + render("negative", 0, n_negative, negatives)
+        + render(
             "neutral",
-            split,
-            sequence,
             n_negative,
             n_neutral,
             _neutral_subjects(concept, graph, split, seed) if n_neutral else [],
@@ -801,8 +786,7 @@ def _boundary_pairs(concept: Concept, rng: random.Random) -> list[tuple[str, str
 
 
 def _boundary_texts(concept: Concept, n: int, rng: random.Random) -> list[str]:
-    pos = _pos_key(concept)
-    phrasings = BOUNDARY_TEMPLATES[pos]
+    phrasings = BOUNDARY_TEMPLATES[_pos_key(concept)]
     pairs = _boundary_pairs(concept, rng)
     base = _named("name", concept.name)
     out: list[str] = []
@@ -833,10 +817,8 @@ def _negative_texts(concept: Concept, n: int, rng: random.Random) -> list[str]:
                 return out
             gloss = _strip_end(negative.gloss)
             a_neg = _cap(_article(negative.name) + negative.name)
-            if concept.pos == "v":
-                definition = f"To {negative.name} is to {gloss}."
-            else:
-                definition = f"{a_neg} is {gloss}."
+            verb = concept.pos == "v"
+            definition = f"To {negative.name} is to {gloss}." if verb else f"{a_neg} is {gloss}."
             text = (
                 f"{_cap(negative.name)}: {gloss}.",
                 definition,
