@@ -358,18 +358,6 @@ def remove_range(directory: Path) -> None:
     (Path(directory) / RANGE_FILE).unlink(missing_ok=True)
 
 
-def ranges_under(
-    root: Path, model_id: str, layer: int, mode: str, vector_source: str
-) -> list[tuple[Path, StrengthRange]]:
-    """Every range recorded in a classifier folder under ``root`` for this model (its
-    probe id), layer, steering mode and vector source: (folder, range), by folder name."""
-    return [
-        (where, record)
-        for where, record in recorded_ranges(root, None, layer, mode, vector_source)
-        if record.model_id == model_id
-    ]
-
-
 def shared_range(
     root: Path, model_id: str, layer: int, mode: str, vector_source: str
 ) -> tuple[StrengthRange | None, Path]:
@@ -377,7 +365,11 @@ def shared_range(
     under ``root``, and the folder it came from (``root`` when none is). Several sweeps
     that found the same range are one; sweeps that disagree are an error naming each,
     since which one is right is the researcher's call, not the lookup's."""
-    found = ranges_under(root, model_id, layer, mode, vector_source)
+    found = [  # this probe id only (a model id alone would take every dtype of it)
+        (where, record)
+        for where, record in recorded_ranges(root, None, layer, mode, vector_source)
+        if record.model_id == model_id
+    ]
     if not found:
         return None, Path(root)
     kinds = {(r.low, r.high, r.beta) for _, r in found}

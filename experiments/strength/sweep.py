@@ -197,10 +197,8 @@ def assess(
     ok = {b: all(st.coherent for st in steps if st.beta == b) for b in sorted(grid)}
     low = high = None
     for beta in sorted(grid):
-        if ok[beta] and low is None:
-            low = high = beta
-        elif ok[beta] and low is not None:
-            high = beta
+        if ok[beta]:
+            low, high = beta if low is None else low, beta
         elif low is not None:
             break
     return base, steps, low, high
