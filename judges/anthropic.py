@@ -6,11 +6,10 @@ no client; it prices calls from the price table and refuses to rate (`judges.api
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from judges.api import APIJudge, CallResult, classify_sdk_error
-from judges.base import JudgeUnavailable, MissingKey, Rubric
+from judges.base import Rubric
 from judges.prompt import RenderedPrompt
 from judges.registry import judge_provider
 
@@ -39,18 +38,7 @@ class AnthropicJudge(APIJudge):
         if "api_key" in options:
             raise TypeError(f"API keys are read from ${KEY_ENV} only; do not pass api_key.")
         super().__init__(name or f"anthropic/{model}", model, base_url=base_url, **options)
-        if self.estimate_only:
-            return  # priced from the table alone: no key read, no SDK, no client
-        key = os.environ.get(KEY_ENV)
-        if not key:
-            raise MissingKey(KEY_ENV)
-        try:
-            import anthropic
-        except ImportError as exc:
-            raise JudgeUnavailable(
-                "the `anthropic` package is not installed (pip install anthropic)"
-            ) from exc
-        self._connect(anthropic, anthropic.Anthropic, key, secret=key)
+        self._connect("anthropic", "Anthropic")
 
     def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
         extra: dict[str, Any] = {}

@@ -6,12 +6,13 @@ everything that must behave identically across providers lives here.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,6 +23,8 @@ from judges.base import (
     Judge,
     JudgeError,
     JudgeEstimate,
+    JudgeUnavailable,
+    MissingKey,
     ProgressCallback,
     Rating,
     RatingRequest,
@@ -97,17 +100,14 @@ class APIJudge(Judge):
         self.max_tokens_override = max_tokens
         self.temperature = temperature
         self.max_concurrency = max_concurrency
-        policy = retry or RetryPolicy()
-        overrides = {
-            k: v
-            for k, v in {
-                "max_retries": max_retries,
-                "base_delay": base_delay,
-                "timeout": timeout,
-            }.items()
-            if v is not None
+        given: dict[str, Any] = {
+            "max_retries": max_retries,
+            "base_delay": base_delay,
+            "timeout": timeout,
         }
-        self.retry = RetryPolicy(**{**policy.__dict__, **overrides})
+        self.retry = replace(
+            retry or RetryPolicy(), **{k: v for k, v in given.items() if v is not None}
+        )
         self.cache = resolve_cache(cache)
         if budget is not None and budget_usd is not None:
             raise ValueError("pass either budget (shared) or budget_usd, not both")
@@ -126,13 +126,27 @@ class APIJudge(Judge):
                     f"{pricing.table_source()}, so the cap cannot be enforced. Pass "
                     "price_per_mtok=(input, output) USD per 1M tokens."
                 )
-        self._secret: str | None = None  # set by subclasses; only ever used for redaction
+        self._secret: str | None = None  # set by _connect; only ever used for redaction
 
-    def _connect(self, sdk: Any, client: Any, key: str, secret: str | None) -> None:
-        """Keep the SDK module ``sdk`` (:func:`classify_sdk_error` reads its errors) and
-        make its ``client`` for ``key``; ``secret`` is what :meth:`redact` hides."""
-        self._sdk, self._secret = sdk, secret
-        self._client = client(
+    def _connect(self, package: str, client: str, keyless: str | None = None) -> None:
+        """Read the key from ``$key_env`` (``keyless`` is sent in place of a missing one
+        where given, and is no secret), import the SDK ``package`` (:func:`classify_sdk_error`
+        reads its errors) and make its ``client``; the key is what :meth:`redact` hides.
+        An estimate-only judge is priced from the table alone: no key read, no SDK, no client.
+        """
+        if self.estimate_only:
+            return
+        key = os.environ.get(self.key_env) or keyless
+        if not key:
+            raise MissingKey(self.key_env)
+        try:
+            self._sdk = importlib.import_module(package)
+        except ImportError as exc:
+            raise JudgeUnavailable(
+                f"the `{package}` package is not installed (pip install {package})"
+            ) from exc
+        self._secret = key if key != keyless else None
+        self._client = getattr(self._sdk, client)(
             api_key=key,
             base_url=self._requested_base_url,
             timeout=self.retry.timeout,

@@ -9,11 +9,10 @@ no client; it prices calls from the price table and refuses to rate (`judges.api
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from judges.api import APIJudge, CallResult, classify_sdk_error
-from judges.base import JudgeUnavailable, MissingKey, Rubric
+from judges.base import Rubric
 from judges.prompt import RenderedPrompt
 from judges.registry import judge_provider
 
@@ -51,20 +50,7 @@ class OpenAIJudge(APIJudge):
         )
         self.json_mode = json_mode
         self.seed = seed
-        if self.estimate_only:
-            return  # priced from the table alone: no key read, no SDK, no client
-        key = os.environ.get(KEY_ENV)
-        if not key:
-            if base_url is None:
-                raise MissingKey(KEY_ENV)
-            key = NO_KEY_PLACEHOLDER
-        try:
-            import openai
-        except ImportError as exc:
-            raise JudgeUnavailable(
-                "the `openai` package is not installed (pip install openai)"
-            ) from exc
-        self._connect(openai, openai.OpenAI, key, secret=key if key != NO_KEY_PLACEHOLDER else None)
+        self._connect("openai", "OpenAI", NO_KEY_PLACEHOLDER if base_url is not None else None)
 
     def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
         return {**super().decoding_params(rubric), "json_mode": self.json_mode, "seed": self.seed}
