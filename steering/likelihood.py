@@ -77,7 +77,7 @@ def encode_texts(lm: LoadedModel, texts: Sequence[str], prefix: str = "") -> lis
     """Tokenise each text after ``prefix`` (joined by a space); with no prefix the text's
     own tokens after BOS are scored. The target tokens are the text's tokens only."""
     tok = lm.tokenizer
-    head = tok(prefix)["input_ids"] if prefix else tok("")["input_ids"]
+    head = tok(prefix)["input_ids"]
     if not head:  # the first text token would have nothing to be predicted from
         raise ValueError("scoring a text needs a BOS token or a non-empty prefix before it")
     out = []

@@ -21,14 +21,13 @@ logits they hold.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import suppress
 from typing import cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from steering.activations import _StopForward, capture_layer, content_mask
+from steering.activations import _layers_hidden
 from steering.generation import left_padded
 from steering.models import LoadedModel
 from steering.vector import steer_rows
@@ -117,15 +116,9 @@ def logit_lens_gain(
 def last_token_residuals(lm: LoadedModel, texts: Sequence[str], layer: int) -> torch.Tensor:
     """The residual at ``layer`` at each text's last token: [texts, hidden], fp32 (the
     positions the logit lens reads)."""
-    enc = lm.tokenizer(list(texts), return_tensors="pt", padding=True).to(lm.device)
-    with capture_layer(lm, layer) as store, suppress(_StopForward):
-        lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
-    mask = content_mask(lm, enc["input_ids"], enc["attention_mask"])
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    last = (mask * positions).argmax(dim=-1)
-    hidden = store["hidden"]
-    picked: torch.Tensor = hidden[torch.arange(len(texts), device=hidden.device), last]
-    return picked.float().cpu()
+    hidden, mask = _layers_hidden(lm, list(texts), [layer])
+    last = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(dim=-1)
+    return hidden[layer][torch.arange(len(texts), device=mask.device), last].cpu()
 
 
 def _last_logprobs(
