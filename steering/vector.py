@@ -72,17 +72,13 @@ class RowSteering:
         self.inactive = bool((self.coefficients == 0).all())
         self._cast: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def _on(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._cast is None or self._cast[0].device != hidden.device:
-            d = self.directions.to(device=hidden.device, dtype=hidden.dtype)
-            c = self.coefficients.to(device=hidden.device, dtype=hidden.dtype)
-            self._cast = (d, c)
-        return self._cast
-
     def edit(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.inactive:
             return hidden
-        d, c = self._on(hidden)
+        if self._cast is None or self._cast[0].device != hidden.device:  # once per device
+            d = self.directions.to(device=hidden.device, dtype=hidden.dtype)
+            self._cast = (d, self.coefficients.to(device=hidden.device, dtype=hidden.dtype))
+        d, c = self._cast
         rows = hidden.shape[0]
         if c.shape[0] not in (1, rows) or d.shape[0] not in (1, rows):
             raise ValueError(f"steering was set up for {c.shape[0]} rows but the batch has {rows}")
