@@ -32,7 +32,7 @@ from steering.head import (
     target_logprobs,
     target_logprobs_blocked,
 )
-from steering.memory import nll_logits_budget
+from steering.memory import nll_logits_budget, vocab_size
 from steering.models import LoadedModel
 from steering.policies import policy_for
 
@@ -306,13 +306,11 @@ def continuation_nll(
                         _chunk_nll_states(decoder, states, conts, rows_, out, scratch, head)
                 return out
         else:
-            on_card = lm.platform.on_card
             if batch_size is None:
-                batch_size = NLL_CUDA_ROWS if on_card else NLL_ROWS
+                batch_size = NLL_CUDA_ROWS if lm.platform.on_card else NLL_ROWS
             if logits_budget is None:
                 logits_budget = nll_logits_budget(lm, NLL_LOGITS_BUDGET)
-            vocab = lm.model.get_output_embeddings().weight.shape[0]
-            positions = max(1, logits_budget // vocab)
+            positions = max(1, logits_budget // vocab_size(lm))
             chunks = _nll_chunks([len(conts[i]) for i in todo], batch_size, positions)
         with reused_logits(lm.model):  # each chunk is done with its logits before the next
             for chunk in chunks:

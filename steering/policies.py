@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from steering.decode import CpuPolicy, DecodePolicy, ReferencePolicy
 from steering.decode_cuda import CudaPolicy
-from steering.decode_kernels import DecodeKernels
 from steering.models import LoadedModel
 from steering.registry import Registry
 
@@ -27,16 +26,11 @@ def policy_for(lm: LoadedModel) -> DecodePolicy:
     return lm.decoder_state
 
 
-def kernels_of(lm: LoadedModel) -> DecodeKernels | None:
-    """The kernels ``lm``'s decode policy runs (the CUDA policy's), or None for a policy
-    that has no choice of kernels."""
-    policy = policy_for(lm)
-    return policy.kernels_for(lm) if isinstance(policy, CudaPolicy) else None
-
-
 def decode_description(lm: LoadedModel) -> str:
     """How ``generate_batch`` decodes on ``lm``, in a few words for a run's tag: the
     policy's name and, for the CUDA policy, its kernels ("cuda: efficient attention,
-    compiled norms")."""
-    name, kernels = policy_for(lm).name, kernels_of(lm)
-    return f"{name}: {kernels.describe()}" if kernels else name
+    compiled norms"); a policy other than CUDA's has no choice of kernels."""
+    policy = policy_for(lm)
+    if isinstance(policy, CudaPolicy):
+        return f"{policy.name}: {policy.kernels_for(lm).describe()}"
+    return policy.name
