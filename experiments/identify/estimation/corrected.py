@@ -97,9 +97,7 @@ def beyond_geometry(total: np.ndarray) -> float | None:
     slope has to work with; near 0 or below, the cells' AUROC differences are geometry
     (v*'s own error) and measurement error, and the slope is not identified."""
     saa, sam, smm, _, _, da = (float(v) for v in total)
-    if saa <= 0 or smm <= 0:
-        return None
-    return (saa - da - sam**2 / (smm / 2)) / saa
+    return None if saa <= 0 or smm <= 0 else (saa - da - sam**2 / (smm / 2)) / saa
 
 
 def equal_geometry_corrected(

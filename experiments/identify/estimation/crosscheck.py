@@ -28,9 +28,7 @@ def canonical(direction: str) -> str:
     """A validation id as the tables name it (an id at its manipulation's reference level,
     θ = 0, ρ = 0 or λ = 1, is v*)."""
     family = manipulations.family(direction)
-    if family is not None and family.reproduces_reference(direction):
-        return REFERENCE
-    return direction
+    return REFERENCE if family is not None and family.reproduces_reference(direction) else direction
 
 
 def unit_halves(

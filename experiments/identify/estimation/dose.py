@@ -80,9 +80,8 @@ def crossing(
     if groups is not None:
         xs, fs = concept_isotonic(x, y, np.asarray(groups)[keep])
     else:
-        fit = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, y)
         xs = np.unique(x)
-        fs = fit.predict(xs)
+        fs = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, y).predict(xs)
     if fs[0] >= target:
         return BELOW, float(xs[0])
     above = np.nonzero(fs >= target)[0]

@@ -283,17 +283,13 @@ def matched_pairs(
     x = np.concatenate(dx) if dx else np.zeros(0)
     yy = np.concatenate(dy) if dy else np.zeros(0)
     n = len(set(who))
+    found = MatchedPairs(tolerance=tolerance, n_pairs=len(x), n_concepts=n, evaluable=False)
     if n < 3:
-        return MatchedPairs(
-            tolerance=tolerance, n_pairs=len(x), n_concepts=n, evaluable=False,
-            reason=f"{n} concepts with pairs",
-        )  # fmt: skip
+        return found.model_copy(update={"reason": f"{n} concepts with pairs"})
     fit = wild_cluster_t(
         x[:, None], yy, np.array(who), 0, n_boot=n_boot, seed=seed, confidence=confidence
     )
-    return MatchedPairs(
-        tolerance=tolerance, n_pairs=len(x), n_concepts=n, evaluable=fit.evaluable, fit=fit
-    )
+    return found.model_copy(update={"evaluable": fit.evaluable, "fit": fit})
 
 
 def _fe_slope(

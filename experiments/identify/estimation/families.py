@@ -44,8 +44,7 @@ GEOMETRY_COLUMNS = ("cos_validation", "cos_half")
 
 def _centred(frame: pd.DataFrame) -> pd.DataFrame:
     data = practitioner_rows(frame)
-    cols = ["auroc", "effect"]
-    centred = demean(data[cols].to_numpy(np.float64), data["concept"].to_numpy())
+    centred = demean(data[["auroc", "effect"]].to_numpy(np.float64), data["concept"].to_numpy())
     return data.assign(x=centred[:, 0], y=centred[:, 1])
 
 

@@ -49,8 +49,7 @@ def rubric_units(samples: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     ``samples``: ``panel.panel_samples`` (with ``vectors``, the direction a text was
     steered along); ``scores``: ``PanelResult.scores`` (``sample_id``, ``judge``,
     ``score`` = hm)."""
-    hm = scores.groupby("sample_id")["score"].mean()
-    rated = samples.assign(hm=samples["sample_id"].map(hm))
+    rated = samples.assign(hm=samples["sample_id"].map(scores.groupby("sample_id")["score"].mean()))
     twins = rated[rated["strength"] == 0.0].drop_duplicates(list(TWIN_KEYS))
     twins = twins[[*TWIN_KEYS, "hm"]].rename(columns={"hm": "hm_twin"})
     vectors = rated["vectors"].fillna("").astype(str)

@@ -142,8 +142,7 @@ def replicate_coefficients(
     products: Mapping[str, np.ndarray], k: int, draws: np.ndarray
 ) -> np.ndarray:
     """The FE coefficients of every replicate ([n_boot, k]) for concepts in sorted order."""
-    stack = np.stack([products[c] for c in sorted(products)])
-    return _solve(stack[draws].sum(axis=1), k)
+    return _solve(np.stack([products[c] for c in sorted(products)])[draws].sum(axis=1), k)
 
 
 def wald_equal(estimates: np.ndarray, replicates: np.ndarray) -> Heterogeneity:

@@ -39,8 +39,7 @@ def demean(block: np.ndarray, groups: np.ndarray) -> np.ndarray:
     _, index = np.unique(groups, return_inverse=True)
     sums = np.zeros((index.max() + 1, block.shape[1]))
     np.add.at(sums, index, block)
-    counts = np.bincount(index)[:, None]
-    out: np.ndarray = block - (sums / counts)[index]
+    out: np.ndarray = block - (sums / np.bincount(index)[:, None])[index]
     return out
 
 
