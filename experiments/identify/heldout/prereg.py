@@ -90,8 +90,7 @@ class PreregistrationError(ValueError):
 def split_concepts(synsets: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
     """(development, held-out), each in the file's order."""
     ranked = sorted(synsets, key=lambda s: hashlib.sha256(f"{seed}|{s}".encode()).hexdigest())
-    n_held = round(fraction * len(synsets))
-    held = set(ranked[:n_held])
+    held = set(ranked[: round(fraction * len(synsets))])
     return [s for s in synsets if s not in held], [s for s in synsets if s in held]
 
 
@@ -316,8 +315,7 @@ def check_design_table(prereg: Preregistration, config: IdentifyStudyConfig) -> 
                 "config, commit its output and name it as design_table in the primary block"
             )
         return
-    root = _git(prereg.path, "rev-parse", "--show-toplevel")
-    path = Path(root or ".") / str(table)
+    path = Path(_git(prereg.path, "rev-parse", "--show-toplevel") or ".") / str(table)
     try:
         design = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -363,9 +363,7 @@ def score_primaries(
     def score(spec: PrimarySpec, confidence: float) -> PrimaryResult:
         result = score_pooled(frame, spec, config, confidence)
         floor = (floors or {}).get(spec.label())
-        if floor is not None and not floor.met:
-            return uninformative(result)
-        return result
+        return uninformative(result) if floor is not None and not floor.met else result
 
     return holm(primaries(primary), score, primary.family_alpha)
 
@@ -485,10 +483,9 @@ def score_pool(
 
 def pooled_shard(shard: ShardRun) -> PooledShard:
     """A shard as the pooled record lists it."""
-    n = int(shard.directions["concept"].nunique())
     return PooledShard(
         shard=shard.shard, run_id=shard.run_id, device=shard.device, forced=shard.forced,
-        n_concepts=n,
+        n_concepts=int(shard.directions["concept"].nunique()),
     )  # fmt: skip
 
 
