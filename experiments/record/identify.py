@@ -66,8 +66,7 @@ class PrimarySpec(BaseModel):
     @property
     def controls(self) -> list[str]:
         """``control`` as a list: a single name, a list, or none."""
-        given = self.control
-        return [given] if isinstance(given, str) else list(given or [])
+        return [self.control] if isinstance(self.control, str) else list(self.control or [])
 
     @property
     def at_strength(self) -> float:
