@@ -168,6 +168,12 @@ AX_SUFFIX = {
     "axbench_fluency": "Text: {text}\nRating (0-2): ",
 }
 AX_AXES = tuple(AX_PREFIX)
+# Each axis's (fixed prefix, per-text suffix).
+PROMPTS = {
+    "relatedness": (RELATEDNESS_PREFIX, RELATEDNESS_SUFFIX),
+    "fluency": (FLUENCY_PREFIX, FLUENCY_SUFFIX),
+    **{axis: (AX_PREFIX[axis], AX_SUFFIX[axis]) for axis in AX_AXES},
+}
 
 # In this line-based format the delimiters are line starts and field labels, so untrusted
 # text is put on one line (newlines collapsed) and any label-like "Word (0-10):" / "Topic:"
@@ -179,27 +185,18 @@ _LABEL_RE = re.compile(
     r"(\s*\(\s*0\s*[-\u2010-\u2015\u2212\ufe63\uff0d]\s*10\s*\))?\s*[:：]",
     re.IGNORECASE,
 )
-
-
-def neutralise_line(text: str) -> str:
-    """Make untrusted text a single line with no field labels or delimiter tags."""
-    text = neutralise(" ".join(text.split()))
-    return _LABEL_RE.sub(lambda m: m.group(0)[:-1] + "\ua789", text)
-
-
 # The axbench prompts' labels too ("Instruction:", "Rating (0-2):"); a separate pattern so
 # the relatedness prompts (and their cache keys) are unchanged.
 _AX_LABEL_RE = re.compile(
-    r"\b(text|topic|rating|fluency|question|score|instruction)"
-    r"(\s*\(\s*0\s*[-\u2010-\u2015\u2212\ufe63\uff0d]\s*(?:10|2)\s*\))?\s*[:：]",
+    _LABEL_RE.pattern.replace("score)", "score|instruction)").replace("*10", "*(?:10|2)"),
     re.IGNORECASE,
 )
 
 
-def neutralise_axbench_line(text: str) -> str:
-    """:func:`neutralise_line` for the axbench prompts."""
+def neutralise_line(text: str, labels: re.Pattern[str] = _LABEL_RE) -> str:
+    """Make untrusted text a single line with no field ``labels`` or delimiter tags."""
     text = neutralise(" ".join(text.split()))
-    return _AX_LABEL_RE.sub(lambda m: m.group(0)[:-1] + "\ua789", text)
+    return labels.sub(lambda m: m.group(0)[:-1] + "\ua789", text)
 
 
 _DIGIT_TOKENS: dict[str, np.ndarray] = {}  # model fingerprint -> ids of digit-led tokens
@@ -336,22 +333,16 @@ class LlamaJudge(Judge):
         Cache keys use the unclipped rendering plus max_text_tokens (clipping is a
         deterministic function of both), so a cache hit never loads the model.
         """
-        if axis in AX_PREFIX:
-            text = neutralise_axbench_line(request.text)
-            if clip:
-                text = self._clip_text(self._load(), text)
-            return AX_PREFIX[axis], AX_SUFFIX[axis].format(
-                text=text,
-                concept=neutralise_axbench_line(request.concept),
-                instruction=neutralise_axbench_line(request.instruction or ""),
-            )
-        text = neutralise_line(request.text)
+        labels = _AX_LABEL_RE if axis in AX_PREFIX else _LABEL_RE
+        text = neutralise_line(request.text, labels)
         if clip:
             text = self._clip_text(self._load(), text)
-        if axis == "fluency":
-            return FLUENCY_PREFIX, FLUENCY_SUFFIX.format(text=text)
-        concept = neutralise_line(request.concept)
-        return RELATEDNESS_PREFIX, RELATEDNESS_SUFFIX.format(text=text, concept=concept)
+        prefix, suffix = PROMPTS[axis]
+        return prefix, suffix.format(
+            text=text,
+            concept=neutralise_line(request.concept, labels),
+            instruction=neutralise_line(request.instruction or "", labels),
+        )
 
     def decoding_params(self, axis: str) -> dict[str, Any]:
         return {"method": METHOD, "axis": axis, "max_text_tokens": self.max_text_tokens}
