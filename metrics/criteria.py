@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal, get_args
 
 import numpy as np
@@ -238,13 +238,8 @@ def combine_criterion4(
         chosen, source = human, "human"
         if panel is not None:
             source = f"human (panel {panel.status}: {panel.reason})"
-    return CriterionResult(
-        C4,
-        description,
-        chosen.status,
-        chosen.value,
-        chosen.threshold,
-        f"from {source}: {chosen.reason}",
+    return replace(
+        chosen, key=C4, description=description, reason=f"from {source}: {chosen.reason}"
     )
 
 
@@ -314,11 +309,5 @@ def combine_criterion4_v2(
     order = ("pass", "inconclusive", "fail")
     chosen = next((p for status in order for p in parts if p.status == status), human)
     source = "human" if chosen is human else "panel"
-    return CriterionResult(
-        V2_C4,
-        description,
-        chosen.status,
-        chosen.value,
-        chosen.threshold,
-        f"from {source}: {chosen.reason}",
-    )
+    reason = f"from {source}: {chosen.reason}"
+    return replace(chosen, key=V2_C4, description=description, reason=reason)

@@ -125,9 +125,7 @@ def clustered_bootstrap_mean(
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(groups), size=(n_boot, len(groups)))
     means = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return Interval(estimate, float(low), float(high), len(x), len(groups), method)
+    return _percentile_interval(estimate, means, len(x), n_boot, confidence, method, len(groups))
 
 
 def bootstrap_statistic(
@@ -554,12 +552,10 @@ def rowwise_correlation(
     x: np.ndarray, y: np.ndarray, method: Literal["pearson", "spearman"] = "pearson"
 ) -> np.ndarray:
     """:func:`rowwise_pearson`, or Spearman's rho (Pearson's r of average ranks per row)."""
-    if method == "spearman":
+    if method == "spearman":  # a constant row has constant ranks: NaN there too
         from scipy import stats
 
-        varied = (np.ptp(x, axis=-1) > 0) & (np.ptp(y, axis=-1) > 0)
-        r = rowwise_pearson(stats.rankdata(x, axis=-1), stats.rankdata(y, axis=-1))
-        return np.where(varied, r, np.nan)
+        return rowwise_pearson(stats.rankdata(x, axis=-1), stats.rankdata(y, axis=-1))
     if method != "pearson":
         raise ValueError(f"method must be 'pearson' or 'spearman', got {method!r}")
     return rowwise_pearson(x, y)

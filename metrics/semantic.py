@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
-
-if TYPE_CHECKING:
-    pass
 
 SETS = ("core", "boundary", "negative")
 DEFAULT_THRESHOLD = 0.15

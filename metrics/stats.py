@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from metrics.intervals import Interval, not_evaluable
+from metrics.intervals import Interval, _percentile_interval, not_evaluable
 
 MIN_N = 3
 MIN_CLUSTERS = 5  # fewer clusters than this: a cluster bootstrap interval is not trusted
@@ -299,7 +299,7 @@ def bootstrap_f1(
     fps = rng.binomial(n_neg, fp / n_neg, size=n_boot)
     denominator = 2 * tps + fps + (n_pos - tps)
     f1s = np.where(denominator > 0, 2 * tps / np.maximum(denominator, 1), 0.0)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(f1s, [alpha, 1 - alpha])
     method = f"stratified bootstrap over the test texts ({n_boot})"
-    return Interval(f1_score(tp, fn, fp), float(low), float(high), n_pos + n_neg, 0, method)
+    return _percentile_interval(
+        f1_score(tp, fn, fp), f1s, n_pos + n_neg, n_boot, confidence, method, 0
+    )
