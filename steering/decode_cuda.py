@@ -167,8 +167,7 @@ class StaticDecode:
         self.lm, self.key, self.graphs = lm, key, graphs
         config = lm.text_config
         self.window = _sliding_window(config)
-        types = getattr(config, "layer_types", None)
-        self.mask_kinds = sorted(set(types)) if types else None
+        self.mask_per_type = bool(getattr(config, "layer_types", None))  # a mask per layer type
         self.additive = getattr(config, "_attn_implementation", "sdpa") == "eager"
         self.cache = StaticCache(config=lm.model.config, max_cache_len=cap)
         never_rolling(self.cache)
@@ -251,7 +250,7 @@ class StaticDecode:
         masks = {kind: self._as_attention_mask(m) for kind, m in masks.items()}
         out = self.lm.model(
             input_ids=self.ids,
-            attention_mask=masks if self.mask_kinds else masks["full_attention"],
+            attention_mask=masks if self.mask_per_type else masks["full_attention"],
             position_ids=self.pos,
             cache=self.cache,
             use_cache=True,

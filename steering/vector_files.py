@@ -110,9 +110,7 @@ def model_family(name: str) -> tuple[str, str, str]:
 def same_family(hint: str, model: str) -> bool:
     """Whether a file's hint names the family of ``model`` (a type or class name)."""
     h, m = model_family(hint), model_family(model)
-    if (h[0], h[2]) != (m[0], m[2]):
-        return False
-    return h[1] == m[1] or (not m[1] and m[0] in UNVERSIONED)
+    return (h[0], h[2]) == (m[0], m[2]) and (h[1] == m[1] or (not m[1] and m[0] in UNVERSIONED))
 
 
 # EasySteer's StatisticalControlVector.model_type when none was set (its export_gguf
@@ -154,8 +152,6 @@ class ModelKind:
         """Whether ``hint`` names this model's family (:func:`same_family`). No hint, or
         :data:`NO_MODEL_HINT`, names no model and so matches any."""
         if hint in ("", NO_MODEL_HINT) or not self.model_type:
-            return True
-        if hint in (self.model_type, *self.also):
             return True
         return any(same_family(hint, name) for name in (self.model_type, *self.also))
 
