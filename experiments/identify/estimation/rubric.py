@@ -116,19 +116,18 @@ def rubric_validity(
     rubric_halves = unit_halves(rated, good, RUBRIC, seed, name="rubric-halves")
     order = {str(c): list(g["direction"]) for c, g in good.groupby("concept", sort=True)}
     likelihood_halves = measure_halves(dict(pairs), order, seed, LIKELIHOOD)
-    found.reliability_rubric = stats.within_reliability(rubric_halves, n_boot=n_boot, seed=seed)
-    found.reliability_likelihood = stats.within_reliability(
-        likelihood_halves, n_boot=n_boot, seed=seed
-    )
-    found.agreement_likelihood = stats.disattenuated_within(
+    # each agreement carries both measures' reliabilities, from the same seeded draws
+    found.agreement_likelihood = agree = stats.disattenuated_within(
         good, RUBRIC, LIKELIHOOD, rubric_halves, likelihood_halves, n_boot=n_boot, seed=seed
     )
+    found.reliability_rubric = agree.reliability_x
+    found.reliability_likelihood = agree.reliability_y
     if GENERATED in good and good[GENERATED].notna().any():
         gen_halves = unit_halves(units, good, GENERATED, seed)
-        found.reliability_generated = stats.within_reliability(gen_halves, n_boot=n_boot, seed=seed)
-        found.agreement_generated = stats.disattenuated_within(
+        found.agreement_generated = against_gen = stats.disattenuated_within(
             good, RUBRIC, GENERATED, rubric_halves, gen_halves, n_boot=n_boot, seed=seed
         )
+        found.reliability_generated = against_gen.reliability_y
     found.per_direction = [
         {
             "direction": str(d),
