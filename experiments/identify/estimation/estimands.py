@@ -48,25 +48,16 @@ class Estimand:
     why_not: str = ""
 
 
-def _has_built(frame: pd.DataFrame) -> bool:
-    """Whether a run has directions people build beside v* (else no AUROC spread to rank)."""
-    return bool(frame["manipulation"].isin(PRACTITIONER[1:]).any())
+# The directions people build beside v*: without them, no AUROC spread to rank.
+BUILT = PRACTITIONER[1:]
 
 
-def _has_isocos(frame: pd.DataFrame) -> bool:
-    return bool((frame["manipulation"] == "isocos").any())
-
-
-def _slope(
-    has_rows: Callable[[pd.DataFrame], bool] | None,
-    estimate: Callable[..., ClusterFit],
-    **options: object,
-) -> Fit:
+def _slope(among: tuple[str, ...], estimate: Callable[..., ClusterFit], **options: object) -> Fit:
     """The fit of an estimand: ``estimate`` of the likelihood on AUROC with ``options``;
-    None where the run has no rows for it (``has_rows`` false)."""
+    None where the run has no directions of the manipulations ``among`` (when named)."""
 
     def fit(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
-        if has_rows is not None and not has_rows(frame):
+        if among and not frame["manipulation"].isin(among).any():
             return None
         return estimate(frame, Y, "auroc", n_boot=n_boot, seed=seed, **options)
 
@@ -75,7 +66,7 @@ def _slope(
 
 def _nonadditive(frame: pd.DataFrame, n_boot: int, seed: int) -> ClusterFit | None:
     """iso-cos beside the nuisance alone (90°) and the dose: v2's pooled reading."""
-    if not _has_isocos(frame):
+    if not (frame["manipulation"] == "isocos").any():
         return None
     iso = iso_cos(frame, Y, "auroc", n_boot=n_boot, seed=seed)
     return iso.pooled if iso.evaluable else None
@@ -98,7 +89,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "one β per concept (v*'s held-out strength), compared within concept; geometry "
         "not held fixed: how far a built direction lies from v* is part of why it "
         "detects as it does",
-        _slope(_has_built, practitioner_slope),
+        _slope(BUILT, practitioner_slope),
     ),
     Estimand(
         "practitioner_full_data",
@@ -109,7 +100,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "v*, the logistic C path and the shrinkage (whitened) path (variance.FULL_DATA)",
         "one β per concept (v*'s held-out strength), compared within concept; geometry "
         "not held fixed",
-        _slope(_has_built, practitioner_slope, families=FULL_DATA),
+        _slope(BUILT, practitioner_slope, families=FULL_DATA),
     ),
     Estimand(
         "practitioner_within_family",
@@ -118,7 +109,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "steer the concept better? The primary without the contrasts between families.",
         "as practitioner_equal_norm",
         "one β per concept; compared within (concept, family)",
-        _slope(_has_built, practitioner_slope, within_family=True),
+        _slope(BUILT, practitioner_slope, within_family=True),
     ),
     Estimand(
         "equal_geometry",
@@ -129,7 +120,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "spectrum band): cos(v, v*) equal by construction; no covariate beyond, where v* "
         "comes from half the training templates (identify.reference_halves), the cosine "
         "to the other half's diffmean, both it and AUROC corrected for measurement error",
-        _slope(_has_isocos, equal_geometry),
+        _slope(("isocos",), equal_geometry),
     ),
     Estimand(
         "equal_geometry_uncorrected",
@@ -140,7 +131,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "second half (identify.reference_halves), where no correction is possible.",
         "as equal_geometry",
         "as equal_geometry; cos(v, v*) equal by construction, AUROC as measured",
-        _slope(_has_isocos, equal_geometry, corrected=False),
+        _slope(("isocos",), equal_geometry, corrected=False),
     ),
     Estimand(
         "equal_geometry_nonadditive",
@@ -158,7 +149,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "training sizes, iso-cos), nulls excluded",
         "one β per concept; (concept, manipulation) fixed effects and a spline in cos "
         "per manipulation",
-        _slope(None, flexible_slope),
+        _slope((), flexible_slope),
     ),
     Estimand(
         "equal_norm_cos_per_concept",
@@ -166,7 +157,7 @@ ESTIMANDS: tuple[Estimand, ...] = (
         "(steerability tied to separability): a robustness row for equal_norm.",
         "as equal_norm",
         "as equal_norm, and each (concept, manipulation) its own straight line in cos",
-        _slope(None, flexible_slope, cos_per_group=True),
+        _slope((), flexible_slope, cos_per_group=True),
     ),
     Estimand(
         "equal_norm_dose_adjusted",
