@@ -50,7 +50,7 @@ from steering.decode_kernels import FUSED, NATIVE, DecodeKernels, decode_kernels
 from steering.head import single_product
 from steering.models import LoadedModel
 from steering.sampling import SamplingConfig, sorted_pick
-from steering.vector import Layers, Mode, RowSteering, layer_directions, layer_shape
+from steering.vector import Layers, Mode, RowSteering, layer_directions, layer_shape, layer_tuple
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, StaticCache
@@ -390,11 +390,8 @@ class CudaPolicy(DecodePolicy):
             with ReferencePolicy().decoder(lm, batch) as reference, decode_kernels(lm, kernels):
                 yield reference
             return
-        layer = (
-            lm.check_layer(batch.layer)
-            if isinstance(batch.layer, int)
-            else tuple(lm.check_layer(i) for i in batch.layer)
-        )
+        layers = tuple(lm.check_layer(i) for i in layer_tuple(batch.layer))
+        layer = layers[0] if isinstance(batch.layer, int) else layers
         key = StaticKey(
             id(lm.model), row_bucket(batch.n_rows), cap, batch.steps,
             layer, batch.mode, batch.sampling,

@@ -230,13 +230,10 @@ def choose_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
         [[distinct[0] - pad], (distinct[:-1] + distinct[1:]) / 2, [distinct[-1] + pad]]
     )
     widths = np.concatenate([[2 * pad], gaps, [2 * pad]])
-    best: tuple[float, float, float] | None = None
-    for threshold, width in zip(candidates, widths, strict=True):
-        f1 = float(f1_score(labels, (scores > threshold).astype(int), zero_division=0))
-        key = (f1, float(width), -float(threshold))
-        if best is None or key > best:
-            best = key
-    assert best is not None
+    best = max(
+        (float(f1_score(labels, (scores > t).astype(int), zero_division=0)), float(w), -float(t))
+        for t, w in zip(candidates, widths, strict=True)
+    )
     return -best[2]
 
 
