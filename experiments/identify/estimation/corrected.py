@@ -37,13 +37,10 @@ class CorrectedFit(ClusterFit):
     beyond_geometry: float | None = None  # AUROC's reliable within-cell share beyond it
 
     def to_dict(self) -> dict[str, object]:
-        """The fit's fields, the correction's three under ``correction`` (the record's
+        """The fit's fields, the correction's four under ``correction`` (the record's
         ``Correction``, beside the estimate rather than inside the generic estimate)."""
         out = super().to_dict()
-        out["correction"] = {
-            k: out.pop(k)
-            for k in ("auroc_reliability", "cos_reliability", "uncorrected", "beyond_geometry")
-        }
+        out["correction"] = {k: out.pop(k) for k in Correction.model_fields}
         return out
 
 
