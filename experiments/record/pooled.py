@@ -10,12 +10,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from experiments.record.base import _Block
-from experiments.record.identify import (
-    Correction,
-    EstimandResult,
-    PrimaryResult,
-    PrimaryVerdict,
-)
+from experiments.record.identify import Correction, EstimandResult, PrimaryResult, PrimaryVerdict
 from metrics.cluster import ClusterFit
 from metrics.intervals import Interval
 

@@ -35,9 +35,7 @@ from experiments.identify.estimation import stats
 from experiments.identify.estimation.cells import PREDICTORS, StudyTables
 from experiments.identify.estimation.dose import minimum_effective, threshold_curve
 from experiments.identify.estimation.estimands import estimate_all
-from experiments.identify.estimation.estimator import (
-    identified_analysis,
-)
+from experiments.identify.estimation.estimator import identified_analysis
 from experiments.identify.estimation.primary import OUTCOME, primary_result
 from experiments.identify.estimation.stats import within_reliability
 from experiments.identify.stages import manipulations

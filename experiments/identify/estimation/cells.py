@@ -92,8 +92,7 @@ class StudyTables:
 
     def primary_rows(self) -> pd.DataFrame:
         """The rows the pre-registered primary is estimated on: every manipulated
-        direction once (v* included), every null left out (:func:`null_rows`: the
-        control family's draws and ``rotation:isotropic:90``, which is orthogonal to v*)."""
+        direction once (v* included), every null (:func:`null_rows`) left out."""
         d = self.directions
         return d[~null_rows(d)].reset_index(drop=True)
 

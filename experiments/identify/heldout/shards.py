@@ -257,8 +257,7 @@ def read_shards(
         if not all(f.is_file() for f in files):
             missing.append(k)
             continue
-        info = json.loads(files[0].read_text(encoding="utf-8"))
-        run_id = str(info["run_id"])
+        run_id = str(json.loads(files[0].read_text(encoding="utf-8"))["run_id"])
         mine = [e for e in read_jsonl(files[2]) if e.get("run_id") == run_id]
         if not any(e.get("status") == "scored" for e in mine):
             missing.append(k)
