@@ -185,9 +185,7 @@ class CpuLoad:
     def free(self) -> int:
         """The CPUs left once each core that others keep at least half busy is taken out;
         at least one, and all of them when the load is unknown."""
-        if self.busy is None:
-            return self.cpus
-        return max(1, self.cpus - int(self.busy + 0.5))
+        return self.cpus if self.busy is None else max(1, self.cpus - int(self.busy + 0.5))
 
 
 def usable_cpus() -> set[int]:

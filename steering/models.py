@@ -57,9 +57,7 @@ def text_config(config: PreTrainedConfig) -> PreTrainedConfig:
 
 def probe_id_of(model_id: str, dtype: torch.dtype) -> str:
     """The id probes trained on ``model_id`` in ``dtype`` carry (:attr:`LoadedModel.probe_id`)."""
-    if dtype == torch.float32:
-        return model_id
-    return f"{model_id}@{str(dtype).removeprefix('torch.')}"
+    return model_id if dtype == torch.float32 else f"{model_id}@{str(dtype).removeprefix('torch.')}"
 
 
 @dataclass

@@ -279,8 +279,7 @@ def check_for_llama_cpp(path: str | Path, n_layer: int, n_embd: int) -> ControlV
     ``n_layer − 1``, so a ``direction.N`` with N ≥ ``n_layer`` would silently steer nothing.
     """
     path = Path(path)
-    names = [t.name for t in _open_gguf(path).tensors]
-    other = [n for n in names if not n.startswith("direction.")]
+    other = [t.name for t in _open_gguf(path).tensors if not t.name.startswith("direction.")]
     if other:
         raise VectorFileError(
             f"{path}: tensors {other[:3]} are not direction.<N>; llama.cpp refuses a control "
