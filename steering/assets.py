@@ -341,8 +341,7 @@ def prepare_all(with_wordnet: bool = True, smollm2: bool = False) -> list[AssetR
     )
     model_dir = prepare_embedded_model()
     reports.append(AssetReport("gemma-3-270m safetensors", str(model_dir), "converted once"))
-    emb = embedded_embedder_path()
-    reports.append(AssetReport("all-MiniLM-L6-v2", str(emb), "config present"))
+    reports.append(AssetReport("all-MiniLM-L6-v2", str(embedded_embedder_path()), "config present"))
     if smollm2:
         small = prepare_smollm2_gguf()
         check = f"sha256 {SMOLLM2_SHA256[:12]}…"

@@ -383,8 +383,7 @@ class CudaPolicy(DecodePolicy):
 
     @contextmanager
     def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[Decoder]:
-        width = int(batch.input_ids.shape[1])
-        cap = static_capacity(lm, width, batch.steps)
+        cap = static_capacity(lm, int(batch.input_ids.shape[1]), batch.steps)
         kernels = self.kernels_for(lm)
         if cap is None:  # the reference decoder, host checks every EOS_EVERY steps
             with ReferencePolicy().decoder(lm, batch) as reference, decode_kernels(lm, kernels):

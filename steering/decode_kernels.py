@@ -123,8 +123,7 @@ def compiled_norms(lm: LoadedModel, backend: str = "inductor") -> Iterator[int]:
     for module in lm.model.modules():
         cls = type(module).__name__
         if cls in NORMS and "forward" not in vars(module):
-            fused = _compiled(cls, backend)
-            module.forward = lambda x, m=module, f=fused: f(x, m.weight, m.eps)
+            module.forward = lambda x, m=module, f=_compiled(cls, backend): f(x, m.weight, m.eps)
             swapped.append(module)
     try:
         yield len(swapped)

@@ -44,8 +44,7 @@ def resolve_config(spec: str) -> tuple[Path, str]:
     """The config file a dummy spec names, and the model's short name."""
     path = Path(spec).expanduser()
     if spec == "embedded":
-        folder = require_embedded_model()
-        return folder / "config.json", "embedded-gemma-3-270m"
+        return require_embedded_model() / "config.json", "embedded-gemma-3-270m"
     if path.is_dir() and (path / "config.json").is_file():
         return path / "config.json", path.name
     if path.suffix == ".json" and path.is_file():
@@ -66,8 +65,7 @@ def dummy_tokenizer(config_file: Path) -> tuple[PreTrainedTokenizerBase, str]:
     folder = config_file.parent
     if folder != MODEL_CONFIGS and any((folder / f).is_file() for f in _TOKENIZER_FILES):
         return AutoTokenizer.from_pretrained(folder), str(folder)
-    embedded = require_embedded_model()
-    return AutoTokenizer.from_pretrained(embedded), "embedded Gemma 3 tokenizer"
+    return AutoTokenizer.from_pretrained(require_embedded_model()), "embedded Gemma 3 tokenizer"
 
 
 def build_dummy(

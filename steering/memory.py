@@ -33,8 +33,7 @@ def kv_bytes_per_row(lm: LoadedModel, positions: int) -> int:
     config = lm.text_config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    element = torch.finfo(lm.dtype).bits // 8
-    return int(lm.n_layers * 2 * heads * head_dim * positions * element)
+    return int(lm.n_layers * 2 * heads * head_dim * positions * (torch.finfo(lm.dtype).bits // 8))
 
 
 def vocab_size(lm: LoadedModel) -> int:

@@ -177,8 +177,7 @@ def next_token_kl(
     )
     base = _last_logprobs(lm, ids, attn, pos)  # [prompts, vocab]
     n, k = directions.shape[0], len(prompts)
-    vocab = base.shape[-1]
-    rows = max(1, min(batch_size, budget // vocab))
+    rows = max(1, min(batch_size, budget // base.shape[-1]))
     pairs = [(d, q) for d in range(n) for q in range(k)]
     out = np.empty(n * k)
     for start in range(0, len(pairs), rows):
@@ -187,7 +186,6 @@ def next_token_kl(
         q_index = torch.tensor([q for _, q in chunk])
         with steer_rows(lm, layer, directions[d_index], coefficients[d_index], "additive"):
             logp = _last_logprobs(lm, ids[q_index], attn[q_index], pos[q_index])
-        ref = base[q_index.to(base.device)]
-        kl = kl_without(logp, ref, exclude)
+        kl = kl_without(logp, base[q_index.to(base.device)], exclude)
         out[start : start + len(chunk)] = kl.double().cpu().numpy()
     return out.reshape(n, k)

@@ -209,8 +209,7 @@ def sample_next(
         scaled = scaled / sampling.temperature
     scratch = scratch or Scratch()
     probs = torch.softmax(scaled, dim=-1, out=scratch.take("probs", scaled.shape, scaled))
-    k = prefilter or probs.shape[-1]
-    return nucleus_pick(probs, u, sampling.top_p, k, scratch)
+    return nucleus_pick(probs, u, sampling.top_p, prefilter or probs.shape[-1], scratch)
 
 
 def sorted_pick(logits: torch.Tensor, u: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

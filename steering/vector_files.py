@@ -483,8 +483,7 @@ def _raw_vectors(
                 continue
             if f.stem in out:
                 raise VectorFileError(f"{path}: two files for {f.stem!r}; keep one")
-            vector = _from_gguf(f, reading) if f.suffix == ".gguf" else _one_tensor(f)
-            out[f.stem] = (vector, f)
+            out[f.stem] = (_from_gguf(f, reading) if f.suffix == ".gguf" else _one_tensor(f), f)
         return out
     if not path.exists():
         raise VectorFileError(f"{path}: no such file or folder (steering.vector_file)")
