@@ -124,25 +124,18 @@ def panel_agrees(result: PanelResult) -> bool | None:
     )
 
 
-def _aligned(x: pd.Series, y: pd.Series) -> pd.DataFrame:
-    """The rows (by index) where both have a value."""
-    return pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
-
-
-def _paired(x: pd.Series, y: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    both = _aligned(x, y)
-    return both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy()
-
-
-def _clustered(x: pd.Series, y: pd.Series, concept: pd.Series | None) -> Correlation | NotEvaluable:
-    """Pearson r over the rows both have, its interval resampling concepts (rows of one
-    concept are not independent); without a concept column, Fisher z over rows."""
+def _pearson(
+    x: pd.Series, y: pd.Series | None, concept: pd.Series | None = None
+) -> Correlation | NotEvaluable:
+    """Pearson r over the rows both have; with a concept column its interval resamples
+    concepts (rows of one concept are not independent), else Fisher z over rows."""
+    if y is None:
+        return NotEvaluable("no human_rating column", "pearson")
+    both = pd.concat([x.astype(float), y.astype(float)], axis=1).dropna()
+    xs, ys = both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy()
     if concept is None:
-        return pearson(*_paired(x, y))
-    both = _aligned(x, y)
-    return clustered_pearson(
-        both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy(), list(concept.loc[both.index])
-    )
+        return pearson(xs, ys)
+    return clustered_pearson(xs, ys, list(concept.loc[both.index]))
 
 
 def run_panel(
@@ -252,26 +245,10 @@ def _summarise(
 
     alpha = krippendorff_alpha_interval(wide.T.to_numpy(dtype=float))
     pairs = pairwise_spearman(wide) if len(names) >= 2 else {}
-    delta = samples.set_index("sample_id")["delta"]
-    has_human = "human_rating" in samples.columns
-    human = samples.set_index("sample_id")["human_rating"] if has_human else None
+    by_id = samples.set_index("sample_id")
+    delta, human, concept = by_id["delta"], by_id.get("human_rating"), by_id.get("concept")
 
-    judge_vs_delta = {n: pearson(*_paired(wide[n], delta)) for n in names}
-    judge_vs_human: dict[str, Correlation | NotEvaluable] = {}
-    for n in names:
-        judge_vs_human[n] = (
-            pearson(*_paired(wide[n], human))
-            if human is not None
-            else NotEvaluable("no human_rating column", "pearson")
-        )
     mean = per_sample.set_index("sample_id")["panel_mean"]
-    concept = samples.set_index("sample_id")["concept"] if "concept" in samples.columns else None
-    panel_vs_delta = _clustered(mean, delta, concept)
-    panel_vs_human = (
-        _clustered(mean, human, concept)
-        if human is not None
-        else NotEvaluable("no human_rating column", "pearson")
-    )
     costs = scores["cost"]
     totals = {
         "input_tokens": float(scores["input_tokens"].sum()),
@@ -291,10 +268,10 @@ def _summarise(
         judges=names,
         alpha=alpha,
         pairwise_spearman=pairs,
-        judge_vs_delta=judge_vs_delta,
-        judge_vs_human=judge_vs_human,
-        panel_mean_vs_delta=panel_vs_delta,
-        panel_mean_vs_human=panel_vs_human,
+        judge_vs_delta={n: _pearson(wide[n], delta) for n in names},
+        judge_vs_human={n: _pearson(wide[n], human) for n in names},
+        panel_mean_vs_delta=_pearson(mean, delta, concept),
+        panel_mean_vs_human=_pearson(mean, human, concept),
         totals=totals,
         wall_time_s=wall,
         judge_params={j.name: j.describe() for j in judges},

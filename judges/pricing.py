@@ -173,11 +173,7 @@ def estimate_max_cost(
 def describe(price: Price | None) -> dict[str, str]:
     """MLflow-safe strings; an unknown price shows as "unknown", never 0."""
     if price is None:
-        return {
-            "price_in_per_mtok": "unknown",
-            "price_out_per_mtok": "unknown",
-            "price_source": "unknown",
-        }
+        return dict.fromkeys(("price_in_per_mtok", "price_out_per_mtok", "price_source"), "unknown")
     return {
         "price_in_per_mtok": f"{price.input_per_mtok:g}",
         "price_out_per_mtok": f"{price.output_per_mtok:g}",

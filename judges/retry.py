@@ -120,15 +120,11 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 
 def parse_retry_after_ms(value: str | None) -> float | None:
     """Seconds from a `retry-after-ms` value (milliseconds; OpenAI and Anthropic send it)."""
-    if not value or not value.strip():
-        return None
     try:
-        millis = float(value.strip())
+        millis = float(value or "")  # float() strips surrounding whitespace itself
     except ValueError:
         return None
-    if not math.isfinite(millis):
-        return None
-    return max(0.0, millis / 1000.0)
+    return max(0.0, millis / 1000.0) if math.isfinite(millis) else None
 
 
 @dataclass(frozen=True)
