@@ -38,11 +38,9 @@ def rate_all(
     pooled = [j for j in judges if j.thread_safe] if max_concurrency > 1 else []
     results: dict[str, list[Rating]] = {}
     if not pooled:
-        for judge in judges:
-            if judge.thread_safe:  # max_concurrency=1: one call at a time, in order
-                results[judge.name] = _rate_each(judge, requests, on_result)
-            else:
-                results[judge.name] = _rate_batch(judge, requests, on_result)
+        for judge in judges:  # a thread-safe judge with max_concurrency=1: one call at a time
+            rate = _rate_each if judge.thread_safe else _rate_batch
+            results[judge.name] = rate(judge, requests, on_result)
         return results
 
     stop = threading.Event()

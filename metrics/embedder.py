@@ -27,13 +27,10 @@ class EmbedderError(RuntimeError):
     """The requested embedder cannot be loaded; the message says what to do instead."""
 
 
-def _is_true(value: str | None) -> bool:
-    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
 def hub_is_offline() -> bool:
     """True when the environment forbids hub access (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)."""
-    return _is_true(os.environ.get(OFFLINE_ENV)) or _is_true(os.environ.get("TRANSFORMERS_OFFLINE"))
+    flags = (os.environ.get(name) or "" for name in (OFFLINE_ENV, "TRANSFORMERS_OFFLINE"))
+    return any(flag.strip().upper() in {"1", "ON", "YES", "TRUE"} for flag in flags)
 
 
 def _looks_like_path(spec: str) -> bool:

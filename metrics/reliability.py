@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal, TypedDict
+from typing import Literal
 
 import numpy as np
 
@@ -177,14 +177,6 @@ def _whole(units: np.ndarray) -> np.ndarray:
     return units
 
 
-class _SplitOptions(TypedDict):
-    """split_half_reliability's keyword options that disattenuated_correlation passes on."""
-
-    mode: SplitMode
-    n_splits: int
-    seed: int
-
-
 def _method(mode: SplitMode, n_splits: int) -> str:
     if mode == "odd_even":
         return "split-half (odd/even), Spearman-Brown"
@@ -319,9 +311,10 @@ def disattenuated_correlation(
         n_boot=n_boot,
         seed=seed,
     )
-    kwargs = _SplitOptions(mode=mode, n_splits=n_splits, seed=seed)
-    rel_x = split_half_reliability(x, strata=x_strata, aggregate=x_aggregate, **kwargs)
-    rel_y = split_half_reliability(y, strata=y_strata, aggregate=y_aggregate, **kwargs)
+    rel_x, rel_y = (
+        split_half_reliability(u, mode=mode, n_splits=n_splits, strata=s, aggregate=agg, seed=seed)
+        for u, s, agg in ((x, x_strata, x_aggregate), (y, y_strata, y_aggregate))
+    )
     n_units = sum(len(np.asarray(v)) for d in (x, y) for v in d.values())
     method = f"disattenuated pearson r ({_method(mode, n_splits)}), bootstrap over concepts"
     reason = _unusable("x", rel_x) or _unusable("y", rel_y)

@@ -8,6 +8,7 @@ empty text, loops and prompt echoes that a similarity score alone does not revea
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -147,19 +148,9 @@ _TAG = re.compile(r"</?[^\W\d_][^<>]*>")
 def alphabetic_tokens(text: str) -> tuple[int, int]:
     """(alphabetic tokens, tokens) of :func:`alphabetic_share`: each markup tag one
     token that is no word, the rest cut at whitespace and punctuation."""
-    tags = len(_TAG.findall(text))
-    tokens: list[str] = []
-    current: list[str] = []
-    for char in _TAG.sub(" ", text):
-        if _separates(char):
-            if current:
-                tokens.append("".join(current))
-                current = []
-        else:
-            current.append(char)
-    if current:
-        tokens.append("".join(current))
-    return sum(map(_alphabetic, tokens)), len(tokens) + tags
+    runs = itertools.groupby(_TAG.sub(" ", text), key=_separates)
+    tokens = ["".join(run) for separates, run in runs if not separates]
+    return sum(map(_alphabetic, tokens)), len(tokens) + len(_TAG.findall(text))
 
 
 def alphabetic_share(text: str) -> float:
