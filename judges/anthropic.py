@@ -1,7 +1,6 @@
 """Anthropic Messages API judge (via the `anthropic` SDK, imported only when one is built).
 
-`estimate_only=True` builds it for a dry run without its key: no key read, no SDK import,
-no client; it prices calls from the price table and refuses to rate (`judges.api`).
+`estimate_only=True` builds it for a dry run without its key (`judges.api`).
 """
 
 from __future__ import annotations

@@ -129,11 +129,9 @@ class APIJudge(Judge):
         self._secret: str | None = None  # set by _connect; only ever used for redaction
 
     def _connect(self, package: str, client: str, keyless: str | None = None) -> None:
-        """Read the key from ``$key_env`` (``keyless`` is sent in place of a missing one
-        where given, and is no secret), import the SDK ``package`` (:func:`classify_sdk_error`
-        reads its errors) and make its ``client``; the key is what :meth:`redact` hides.
-        An estimate-only judge is priced from the table alone: no key read, no SDK, no client.
-        """
+        """Read the key from ``$key_env`` (``keyless``, no secret, stands in for a missing
+        one where given), import the SDK ``package`` (:func:`classify_sdk_error` reads its
+        errors) and make its ``client``; none of this for an estimate-only judge."""
         if self.estimate_only:
             return
         key = os.environ.get(self.key_env) or keyless

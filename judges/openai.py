@@ -3,8 +3,7 @@
 `base_url` points it at vLLM, a llama.cpp server, Ollama, etc. The key comes only from
 $OPENAI_API_KEY; with a custom `base_url` and no key set, a placeholder is sent, because
 local servers usually need none (a server that does will answer 401, a clear error).
-`estimate_only=True` builds it for a dry run without its key: no key read, no SDK import,
-no client; it prices calls from the price table and refuses to rate (`judges.api`).
+`estimate_only=True` builds it for a dry run without its key (`judges.api`).
 """
 
 from __future__ import annotations

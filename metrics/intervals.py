@@ -464,11 +464,9 @@ def hierarchical_mean(
         tables,
         statistics[weights],
         aggregate={"x": _sum_and_count} if weights == "units" else None,
-        within=within,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        method=label,
+        **_BootOptions(
+            within=within, confidence=confidence, n_boot=n_boot, seed=seed, method=label
+        ),
     )
 
 
@@ -488,7 +486,7 @@ class Bootstrap(TypedDict):
 
 
 class _BootOptions(Bootstrap):
-    """hierarchical_bootstrap's keyword options that hierarchical_margin passes on."""
+    """hierarchical_bootstrap's keyword options that its callers here pass on."""
 
     within: bool
     method: str
@@ -590,13 +588,12 @@ def hierarchical_correlation(
     """
     _same_concepts(x, y)
     tables = {c: {"x": x[c], "y": y[c]} for c in x}
+    label = label or f"{method} r, hierarchical bootstrap over concepts"
     return hierarchical_bootstrap(
         tables,
         lambda a: rowwise_correlation(a["x"], a["y"], method),
         aggregate={"x": x_aggregate, "y": y_aggregate},
-        within=within,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        method=label or f"{method} r, hierarchical bootstrap over concepts",
+        **_BootOptions(
+            within=within, confidence=confidence, n_boot=n_boot, seed=seed, method=label
+        ),
     )
