@@ -112,17 +112,9 @@ def pearson(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResult
     if bad is not None:
         return bad
     result = stats.pearsonr(np.asarray(x, float), np.asarray(y, float))
-    ci = result.confidence_interval(confidence_level=confidence)
-    return _finite_or_not_evaluable(
-        Correlation(
-            float(result.statistic),
-            float(ci.low),
-            float(ci.high),
-            len(x),
-            coefficient="pearson",
-            p_value=float(result.pvalue),
-        )
-    )
+    low, high = map(float, result.confidence_interval(confidence_level=confidence))
+    r, p = float(result.statistic), float(result.pvalue)
+    return _finite_or_not_evaluable(Correlation(r, low, high, len(x), p_value=p))
 
 
 def clustered_pearson(
@@ -207,10 +199,10 @@ def spearman(x: Floats, y: Floats, confidence: float = 0.95) -> CorrelationResul
     if bad is not None:
         return bad
     result = stats.spearmanr(np.asarray(x, float), np.asarray(y, float))
-    rho = float(np.clip(result.statistic, -1.0, 1.0))
+    rho, p = float(np.clip(result.statistic, -1.0, 1.0)), float(result.pvalue)
     low, high = fisher_z_interval(rho, len(x), confidence, SPEARMAN_VARIANCE_FACTOR)
     return _finite_or_not_evaluable(
-        Correlation(rho, low, high, len(x), coefficient="spearman", p_value=float(result.pvalue))
+        Correlation(rho, low, high, len(x), coefficient="spearman", p_value=p)
     )
 
 
