@@ -195,11 +195,10 @@ class CpuDecoder(ReferenceDecoder):
     def __init__(self, lm: LoadedModel, batch: DecodeBatch) -> None:
         super().__init__(lm, batch)
         self.scratch = Scratch()
-        device = batch.input_ids.device
         self.lp_rows = (
             None
             if batch.lp_rows is None
-            else torch.tensor(batch.lp_rows, dtype=torch.long, device=device)
+            else torch.tensor(batch.lp_rows, dtype=torch.long, device=batch.input_ids.device)
         )
 
     def step(self, step: int) -> None:

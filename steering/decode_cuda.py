@@ -377,9 +377,7 @@ class CudaPolicy(DecodePolicy):
         return static
 
     def kernels_for(self, lm: LoadedModel) -> DecodeKernels:
-        if self.kernels is not None:
-            return self.kernels
-        return FUSED if lm.device.type == "cuda" else NATIVE
+        return self.kernels or (FUSED if lm.device.type == "cuda" else NATIVE)
 
     @contextmanager
     def decoder(self, lm: LoadedModel, batch: DecodeBatch) -> Iterator[Decoder]:
