@@ -89,11 +89,6 @@ def paired_effects(records: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
     broken = steered["near_empty"].astype(bool) | steered["is_echo"].astype(bool)
     fluency = row_fluency(steered["perplexity"], steered["ppl0_median"], broken)
     concept_score = (e / config.gate.effect_reference).clip(0, 1)
-    combined = np.where(
-        (fluency > 0) & (concept_score > 0),
-        2 * fluency * concept_score / (fluency + concept_score).replace(0, np.nan),
-        0.0,
-    )
     return steered.assign(
         sign=sign,
         e=e,
@@ -102,7 +97,11 @@ def paired_effects(records: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
         e_gated=e.where(gate, 0.0),
         fluency=fluency,
         concept_score=concept_score,
-        combined=combined,
+        combined=np.where(
+            (fluency > 0) & (concept_score > 0),
+            2 * fluency * concept_score / (fluency + concept_score).replace(0, np.nan),
+            0.0,
+        ),
     )
 
 
@@ -179,7 +178,7 @@ def specificity_units(effects: pd.DataFrame, records: pd.DataFrame) -> pd.DataFr
     twin), the ungated e), the mean gain of the other concepts' Δ on the same text
     (``others``) and the margin ``own − others``: does steering toward A move A more than
     it moves every concept? Empty without ``delta_by_concept``."""
-    columns = ["concept", "prompt_index", "sample", "sign", "own", "others", "margin"]
+    columns = [*UNIT, "sign", "own", "others", "margin"]
     if "delta_by_concept" not in records.columns:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -190,15 +189,7 @@ def specificity_units(effects: pd.DataFrame, records: pd.DataFrame) -> pd.DataFr
             continue
         mean_others = float(np.mean(others))
         rows.append(
-            [
-                row["concept"],
-                row["prompt_index"],
-                row["sample"],
-                int(row["sign"]),
-                float(own),
-                mean_others,
-                float(own) - mean_others,
-            ]
+            [*row[UNIT], int(row["sign"]), float(own), mean_others, float(own) - mean_others]
         )
     return pd.DataFrame(rows, columns=columns)
 
@@ -207,7 +198,7 @@ def other_concept_null(margins: pd.DataFrame, matrices: dict[int, pd.DataFrame])
     """Each concept's effect above the other-concept null, per unit: its own gain
     (``margins.own``) minus what the other concepts' directions do to its Δ (the mean of
     its column of the specificity matrix, diagonal left out), per sign."""
-    columns = ["concept", "prompt_index", "sample", "sign", "above_other"]
+    columns = [*UNIT, "sign", "above_other"]
     rows = []
     for sign, part in margins.groupby("sign"):
         matrix = matrices.get(int(real(sign)))
@@ -324,9 +315,7 @@ def _summarise(frame: pd.DataFrame, config: RunConfig, what: str) -> ArmEffect:
         if Estimator.MEAN not in outcome.estimators:
             continue
         ci = mean_ci(frame, name, config)
-        if outcome.gated and gated:
-            ci = not_evaluable(gated, ci.n, ci.n_clusters, ci.method)
-        outcomes[name] = ci
+        outcomes[name] = _gated(ci, gated) if outcome.gated else ci
     return ArmEffect(
         n=len(frame),
         outcomes=outcomes,

@@ -24,8 +24,7 @@ def column(records: pd.DataFrame, name: str, default: object) -> pd.Series:
 def row_fluency(perplexity: pd.Series, ppl0_median: pd.Series, broken: pd.Series) -> pd.Series:
     """Fluency from 0 to 1: the concept's unsteered median perplexity over the text's own
     (capped at 1), and 0 for a broken text (near-empty or an echo of the prompt)."""
-    fluency = (ppl0_median / perplexity).clip(0, 1).fillna(0.0)
-    return fluency.where(~broken, 0.0)
+    return (ppl0_median / perplexity).clip(0, 1).fillna(0.0).where(~broken, 0.0)
 
 
 def repetitions(records: pd.DataFrame) -> pd.Series:
@@ -55,8 +54,7 @@ def alphabetic_shares(records: pd.DataFrame) -> pd.Series:
     text (missing where a row has none: the non-language rule does not judge it)."""
     if "text" not in records.columns:
         return pd.Series(np.nan, index=records.index, dtype=float)
-    texts = records["text"]
-    return texts.map(alphabetic_share, na_action="ignore").astype(float)
+    return records["text"].map(alphabetic_share, na_action="ignore").astype(float)
 
 
 def alphabetic_limit(base: pd.DataFrame, config: RunConfig) -> float | None:
@@ -86,19 +84,14 @@ def coherence_gate(
     limit = config.gate.perplexity_multiple * ppl0_median
     too_perplexed = rows["perplexity"].isna() | (rows["perplexity"] > limit)
     broken = rows["near_empty"].astype(bool) | rows["is_echo"].astype(bool)
-    if rep_limit is None:
-        too_repetitive = pd.Series(False, index=rows.index)
-    else:
-        too_repetitive = rows["repetition"] > rep_limit
+    # a rule without its limit (None) fails no row
+    too_repetitive = rows["repetition"] > (np.inf if rep_limit is None else rep_limit)
     shares = (
         rows["alphabetic_share"].astype(float)
         if "alphabetic_share" in rows.columns
         else alphabetic_shares(rows)
     )
-    if alpha_limit is None:
-        not_language = pd.Series(False, index=rows.index)
-    else:
-        not_language = shares < alpha_limit  # a row without a text (NaN) is not judged
+    not_language = shares < (-np.inf if alpha_limit is None else alpha_limit)  # NaN: no text
     reason = np.select(
         [
             rows["near_empty"].astype(bool),
