@@ -23,6 +23,7 @@ from experiments.answer import Answer
 from experiments.concepts import ConceptGraph
 from experiments.config import Phase, RunConfig
 from experiments.kernel.diagnostics import cosine_heatmap, layer_heatmap
+from experiments.kernel.layer_table import num
 from experiments.kernel.lifecycle import RunSession
 from experiments.kernel.probe_log import confusion_figure, metrics_rows, set_metrics
 from experiments.kernel.probes import (
@@ -133,7 +134,44 @@ class Phase4:
         return Finished(record, sets)
 
     def views(self, record: ClassifierRecord, sets: dict[int, ProbeSet]) -> Views:
-        return views(record, sets)
+        """Per-concept metrics (per layer when several), tables, figures, the classifier
+        folders and the held-out texts."""
+        single = len(sets) == 1
+        metrics: dict[str, float | None] = {}
+        tables: dict[str, pd.DataFrame] = {}
+        figures = {}
+        folders = {}
+        for layer, ps in sets.items():
+            tag = "" if single else f"/L{layer}"
+            metrics.update(set_metrics(ps.probes, ps.means(), ps.diagnostics, tag))
+            tables[f"metrics{tag}.json"] = pd.DataFrame(metrics_rows(ps.probes))
+            folders[f"classifiers{tag}"] = ps.directory
+            name = tag.replace("/", "_")
+            figures[f"direction_cosines{name}.png"] = cosine_heatmap(
+                ps.diagnostics.get("sources", {}), f"concept directions, layer {layer}"
+            )
+            figures[f"confusion_matrices{name}.png"] = confusion_figure(ps.probes)
+        if not single:
+            figures["auroc_by_layer.png"] = layer_heatmap(
+                {
+                    layer: {k: p.metrics.get("auroc") for k, p in ps.probes.items()}
+                    for layer, ps in sets.items()
+                }
+            )
+            metrics["best_layer_by_auroc"] = float(best_layer(sets))
+        metrics["train_seconds"] = record.seconds
+        answer = answer_of(record)
+        summary = "\n".join([f"# Phase 4 classifiers ({record.model_id})", "", *answer.notes, ""])
+        return Views(
+            answer=answer,
+            summary=summary,
+            figures=figures,
+            metrics=metrics,
+            tables=tables,
+            artefacts=(RunDir.CONFIG, CONCEPT_GRAPH, EVAL_PROMPTS, FORMAT_AXIS_TEXTS),
+            folders=folders,
+            experiment=record.experiment,
+        )
 
     def children(self, record: ClassifierRecord, sets: dict[int, ProbeSet]) -> list[ChildRun]:
         return []
@@ -148,58 +186,13 @@ FORMAT_AXIS_TEXTS = "format_axis_texts.json"
 def answer_of(record: ClassifierRecord) -> Answer:
     """Phase 4 answers with what its probes measured (no criterion is judged here)."""
     notes = [
-        f"layer {layer}: mean test AUROC {_num(probes.mean.get('auroc'))}, calibrated F1 "
-        f"{_num(probes.mean.get('f1_calibrated'))} over {len(record.concepts)} concepts"
+        f"layer {layer}: mean test AUROC {num(probes.mean.get('auroc'))}, calibrated F1 "
+        f"{num(probes.mean.get('f1_calibrated'))} over {len(record.concepts)} concepts"
         for layer, probes in record.layers.items()
     ]
     if record.best_layer is not None:
         notes.append(f"best layer by mean AUROC: {record.best_layer}")
     return Answer(PHASE, record.run_id, QUESTION, 0.95, notes=notes)
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def views(record: ClassifierRecord, sets: dict[int, ProbeSet]) -> Views:
-    """Per-concept metrics (per layer when several), tables, figures, the classifier
-    folders and the held-out texts."""
-    single = len(sets) == 1
-    metrics: dict[str, float | None] = {}
-    tables: dict[str, pd.DataFrame] = {}
-    figures = {}
-    folders = {}
-    for layer, ps in sets.items():
-        tag = "" if single else f"/L{layer}"
-        metrics.update(set_metrics(ps.probes, ps.means(), ps.diagnostics, tag))
-        tables[f"metrics{tag}.json"] = pd.DataFrame(metrics_rows(ps.probes))
-        folders[f"classifiers{tag}"] = ps.directory
-        name = tag.replace("/", "_")
-        figures[f"direction_cosines{name}.png"] = cosine_heatmap(
-            ps.diagnostics.get("sources", {}), f"concept directions, layer {layer}"
-        )
-        figures[f"confusion_matrices{name}.png"] = confusion_figure(ps.probes)
-    if not single:
-        figures["auroc_by_layer.png"] = layer_heatmap(
-            {
-                layer: {k: p.metrics.get("auroc") for k, p in ps.probes.items()}
-                for layer, ps in sets.items()
-            }
-        )
-        metrics["best_layer_by_auroc"] = float(best_layer(sets))
-    metrics["train_seconds"] = record.seconds
-    answer = answer_of(record)
-    summary = "\n".join([f"# Phase 4 classifiers ({record.model_id})", "", *answer.notes, ""])
-    return Views(
-        answer=answer,
-        summary=summary,
-        figures=figures,
-        metrics=metrics,
-        tables=tables,
-        artefacts=(RunDir.CONFIG, CONCEPT_GRAPH, EVAL_PROMPTS, FORMAT_AXIS_TEXTS),
-        folders=folders,
-        experiment=record.experiment,
-    )
 
 
 def train_layers(

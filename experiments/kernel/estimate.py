@@ -226,11 +226,9 @@ def _rows_generated(folder: Path) -> int:
 def _load_of(run: Run) -> tuple[float | None, int | None]:
     """The load average and CPU count a run started with (its tags), or None each."""
     try:
-        load = float(run.data.tags[LOAD_TAG])
-        cpus = int(run.data.tags[CPUS_TAG])
+        return float(run.data.tags[LOAD_TAG]), int(run.data.tags[CPUS_TAG])
     except (KeyError, ValueError):
         return None, None
-    return load, cpus
 
 
 def _record_of(run: Run) -> tuple[dict[str, float], int, str | None] | None:
@@ -398,19 +396,18 @@ def plan_run(
     folder = classifier_dir(config, model.probe_id, layer, graph_key(graph))
     choice = choose_beta(config, load_range(folder), folder, explicit)
     config = choice.config  # the β and grid the run would steer with (auto resolved)
-    rows = count_rows(config, graph)
     plan = Plan(
         phase="5",
         model=model,
         layer=layer,
         batch_size=batch_size(config, model),
         stages=phase5_stages(config),
-        rows=rows,
+        rows=count_rows(config, graph),
         n_concepts=len(graph.concepts),
         max_new_tokens=config.generation.max_new_tokens,
+        strength=[choice.message],
+        vectors=vectors,
     )
-    plan.strength = [choice.message]
-    plan.vectors = vectors
     plan.estimate, plan.no_estimate = earlier_estimate(
         config.experiment, "5", model, plan.max_tokens, config.steering.vector_source
     )

@@ -122,8 +122,7 @@ def probe_sets(
 
 
 def mean_auroc(probes: ProbeSet) -> float | None:
-    value = probes.means().get("auroc")
-    return None if value is None else float(value)
+    return probes.means().get("auroc")
 
 
 def pick_layer(

@@ -232,21 +232,14 @@ def build_plan(
         synset, arm, strength = m["concept"], m["arm"], m["strength"]
         prompt = m["prompt"]
         if arm == PROMPT_ARM:
-            vector, direction, prompt = (
-                None,
-                index[synset],
-                _instruction(config, m["concept_name"], strength) + prompt,
-            )
+            direction = index[synset]
+            prompt = _instruction(config, m["concept_name"], strength) + prompt
             m = {**m, "prompt": prompt, "base_prompt": m["prompt"]}
             coefficient = 0.0
         else:
-            if arm == CONCEPT_ARM:
-                vector = vectors.vectors[synset]
-                direction = index[synset]
-            else:
-                j = int(arm.split(":")[1])
-                vector = vectors.random[synset][j]
-                direction = index[f"{synset}|{arm}"]
+            name = synset if arm == CONCEPT_ARM else f"{synset}|{arm}"  # the plan's direction
+            vector = vectors.get(name)
+            direction = index[name]
             if vector.beta != m["beta"]:
                 vector = replace(vector, beta=m["beta"])
             coefficient = float(vector.coefficients(strength)[0])

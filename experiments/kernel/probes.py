@@ -92,11 +92,16 @@ class ProbeSet:
 
     def predictor(self, name: str = "f1_calibrated") -> dict[str, float]:
         """Per-concept values of a held-out predictor (concepts without one are left out)."""
-        values = {k: p.predictor(name) for k, p in self.probes.items()}
-        return {k: v for k, v in values.items() if v is not None}
+        return {k: v for k, p in self.probes.items() if (v := p.predictor(name)) is not None}
 
     def means(self) -> dict[str, float]:
-        return metric_means(self.probes)
+        """Each of :data:`MEAN_KEYS` averaged over the probes that measured it."""
+        out = {}
+        for key in MEAN_KEYS:
+            found = [p.metrics[key] for p in self.probes.values() if p.metrics.get(key) is not None]
+            if found:
+                out[key] = float(np.mean(found))
+        return out
 
 
 @dataclass
@@ -139,15 +144,6 @@ def classifier_dir(config: RunConfig, model_id: str, layer: int, graph_id: str) 
 
 def probe_path(directory: Path, synset: str) -> Path:
     return directory / f"{synset}.json"
-
-
-def metric_means(probes: dict[str, LinearProbe]) -> dict[str, float]:
-    out = {}
-    for key in MEAN_KEYS:
-        values = [p.metrics[key] for p in probes.values() if p.metrics.get(key) is not None]
-        if values:
-            out[key] = float(np.mean(values))
-    return out
 
 
 def load_format_axis(directory: Path, model_id: str, layer: int) -> np.ndarray | None:

@@ -153,10 +153,6 @@ def write_views(run_dir: RunDir, views: Views) -> str:
     return write_answer(run_dir, views.answer)
 
 
-def write_record(run_dir: RunDir, record: BaseModel, name: str) -> None:
-    atomic_write_text(run_dir.file(name), record.model_dump_json(indent=1))
-
-
 def publish(
     target: Target,
     record: R,
@@ -173,7 +169,7 @@ def publish(
     hold them all, and the parent run gets them as ``time/<stage>``."""
     run_id, run_dir = target.run_id, target.run_dir
     assert run_id is not None and run_dir is not None, "publish after session.start()"
-    stage = timer.time if timer is not None else _untimed
+    stage = (timer or Timer()).time  # untimed: a timer nobody reads
     record = _settled(record, timer)
     with stage("figures"):
         shown = views(record)
@@ -188,7 +184,7 @@ def publish(
         else:
             log_children(run_id, shown.experiment, logged)
     record = _settled(record, timer)
-    write_record(run_dir, record, record_file)
+    atomic_write_text(run_dir.file(record_file), record.model_dump_json(indent=1))
     tracking.client().log_artifact(run_id, str(run_dir.file(record_file)))
     if timer is not None:
         timings = getattr(record, "timings", None) or dict(timer.stages)
@@ -202,11 +198,6 @@ def _settled(record: R, timer: Timer | None) -> R:
     if timer is None or not isinstance(timings, dict):
         return record
     return record.model_copy(update={"timings": {**timings, **timer.stages}})
-
-
-@contextmanager
-def _untimed(_name: str) -> Iterator[None]:
-    yield
 
 
 def mirror(run_id: str, run_dir: RunDir, views: Views) -> None:

@@ -128,9 +128,7 @@ class VectorSet:
     def get(self, name: str) -> SteeringVector:
         """``synset`` or ``synset|random:j`` (the plan's direction names)."""
         synset, _, arm = name.partition("|")
-        if not arm:
-            return self.vectors[synset]
-        return self.random[synset][int(arm.split(":")[1])]
+        return self.random[synset][int(arm.split(":")[1])] if arm else self.vectors[synset]
 
     def numpy_directions(self) -> dict[str, np.ndarray]:
         """The unit directions as float64 numpy arrays, by concept."""
@@ -405,6 +403,7 @@ def build_vectors(
         alpha = residual_scale(lm, neutral_texts(graph, config.seed), layer)
     kind = ModelKind.of(lm.model.config, type(lm.model).__name__)
     notes: list[str] | None = [] if config.steering.vector_source == "file" else None
+    k = config.controls.random_directions
     if as_deployed(config):
         layered = imported_layers(config, graph, lm.hidden_size, layer, kind, notes, lm.n_layers)
         texts = neutral_texts(graph, config.seed)  # each steered layer's α_l, as α
@@ -416,7 +415,6 @@ def build_vectors(
             config, graph, probes, layer, alpha, lm.probe_id, lm.hidden_size, context,
             layered=layered, alphas=alphas,
         )  # fmt: skip
-        k = config.controls.random_directions
         random = {
             c: deployed_random(config.seed, c, v, k, lm.hidden_size) for c, v in vectors.items()
         }
@@ -435,9 +433,7 @@ def build_vectors(
                 mode=config.steering.mode,
                 source="random",
             )
-            for d in random_directions(
-                config.seed, synset, config.controls.random_directions, lm.hidden_size
-            )
+            for d in random_directions(config.seed, synset, k, lm.hidden_size)
         ]
         for synset in vectors
     }
