@@ -58,10 +58,7 @@ def add_paired_shifts(records: pd.DataFrame) -> pd.DataFrame:
 
 def per_strength(records: pd.DataFrame) -> dict[float, dict[str, float | None]]:
     """Every declared aggregate (experiments.rows) per strength, over all concepts."""
-    out = {}
-    for strength, group in records.groupby("strength"):
-        out[real(strength)] = cell_metrics(group)
-    return out
+    return {real(strength): cell_metrics(group) for strength, group in records.groupby("strength")}
 
 
 def concept_magnitudes(records: pd.DataFrame, at: float | None = None) -> dict[str, float]:
@@ -106,8 +103,7 @@ def evaluate_criteria(
     shared = sorted(set(f1_by_concept) & set(magnitudes))
     corr = pearson([f1_by_concept[k] for k in shared], [magnitudes[k] for k in shared])
     c4 = human_criterion(human, pass_r=cfg.human_r_pass, panel_r=cfg.human_r_panel)
-    results = {r.key: r for r in (c1, c2, c3, c4)}
-    return CriteriaReport(results, corr)
+    return CriteriaReport({r.key: r for r in (c1, c2, c3, c4)}, corr)
 
 
 def criteria_metrics(criteria: dict[str, CriterionResult]) -> dict[str, float | None]:

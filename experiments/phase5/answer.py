@@ -69,10 +69,6 @@ def split_key(key: str) -> tuple[str, str]:
     return base, "both"
 
 
-def _label(base: str) -> str:
-    return KNOWN_V2.get(base, base.replace("_", " "))
-
-
 def _rank(key: str) -> tuple[int, int]:
     base, sign = split_key(key)
     known = list(KNOWN_V2)
@@ -88,17 +84,13 @@ def origin(record: RunRecord) -> DirectionOrigin:
 def question(record: RunRecord) -> str:
     n = len(record.per_concept) or len(record.predictors)
     words = origin(record)
+    # at layer N, or a vector file's deployed intervention in full (layers, scale, k)
+    where = intervention_words(record.layer, steered_intervention(record.diagnostics))
     return (
         f"Does {words.quality} predict how strongly steering {words.steering} moves the "
         "model's text toward the concept, beyond random directions? Per sign of the "
-        f"strength; {n} concepts, {record.model_id} {steered_where(record)}."
+        f"strength; {n} concepts, {record.model_id} {where}."
     )
-
-
-def steered_where(record: RunRecord) -> str:
-    """``at layer N``, or a vector file's deployed intervention in full (its layers,
-    scale and coefficient: ``experiments.answer.intervention_words``)."""
-    return intervention_words(record.layer, steered_intervention(record.diagnostics))
 
 
 def verdicts(record: RunRecord) -> list[Verdict]:
@@ -117,7 +109,7 @@ def verdicts(record: RunRecord) -> list[Verdict]:
         out.append(
             Verdict(
                 key=key,
-                label=_label(base),
+                label=KNOWN_V2.get(base, base.replace("_", " ")),
                 group=SIGN_LABELS[sign],
                 interval=Interval(
                     c.value, interval.low, interval.high, method=interval.method, reason=c.reason
@@ -256,21 +248,19 @@ def outcome_verdicts(record: RunRecord) -> list[Verdict]:
 
 def seed_verdicts(record: RunRecord) -> list[Verdict]:
     """The seed's criteria (c1-c4), without intervals (the seed design had none)."""
-    out = []
-    for key in sorted(k for k in record.criteria if not k.startswith(V2_PREFIX)):
-        c = record.criteria[key]
-        out.append(
-            Verdict(
-                key=key,
-                label=c.description,
-                group=SIGN_LABELS["both"],
-                interval=Interval(c.value, reason=c.reason),
-                status=c.status,
-                threshold=c.threshold,
-                description=c.description,
-            )
+    return [
+        Verdict(
+            key=key,
+            label=c.description,
+            group=SIGN_LABELS["both"],
+            interval=Interval(c.value, reason=c.reason),
+            status=c.status,
+            threshold=c.threshold,
+            description=c.description,
         )
-    return out
+        for key, c in sorted(record.criteria.items())
+        if not key.startswith(V2_PREFIX)
+    ]
 
 
 def reader_notes(record: RunRecord) -> list[str]:

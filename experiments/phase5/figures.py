@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pandas as pd
 
-from experiments.answer import direction_origin, status_word
+from experiments.answer import SIGN_LABELS, direction_origin, status_word
 from experiments.kernel.effect import SIGNS
 from experiments.record import RunRecord, predictor_values
 from experiments.record.phase5 import NO_INTERVAL
@@ -111,7 +111,6 @@ def specificity_figure(matrix: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-SIGN_TITLES = {"pos": "s > 0", "neg": "s < 0"}
 SIGN_COLOURS = {"pos": "tab:blue", "neg": "tab:orange"}
 
 
@@ -338,7 +337,7 @@ def predictor_effect_figure(record: RunRecord, names: dict[str, str]) -> Figure 
             xlabel=name,
             ylabel="effect above null (gated, Δ units)",
             title=_verdict_title(
-                record, f"v2_predictor_vs_effect_{label}", f"{SIGN_TITLES[label]}: r"
+                record, f"v2_predictor_vs_effect_{label}", f"{SIGN_LABELS[label]}: r"
             )
             + f"\n{_gated_count(record, shown, label)}",
         )
@@ -418,12 +417,10 @@ def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
             )
         pooled = intervals.get(f"v2_effect_above_null_{label}", NO_INTERVAL)
         if pooled.estimate is not None:
-            est = pooled.estimate
-            low, high = pooled.low, pooled.high
             ax.errorbar(
-                [est],
+                [pooled.estimate],
                 [offsets[label]],
-                xerr=_error(est, low, high),
+                xerr=_error(pooled.estimate, pooled.low, pooled.high),
                 fmt="D",
                 markersize=7,
                 color=SIGN_COLOURS[label],
@@ -446,7 +443,7 @@ def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
         for lab in signs:
             k, total = _gated(values, lab)
             if k:
-                parts.append(f"{SIGN_TITLES[lab]}: {k}/{total} gated")
+                parts.append(f"{SIGN_LABELS[lab]}: {k}/{total} gated")
         if synset in flags:
             parts.append("⚠")
         rows.append(" · ".join(parts))
@@ -463,14 +460,14 @@ def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
     measured = [c for c in concepts if any(f"above_null_{lab}" in record.per_concept[c]
                                            for lab in signs)]  # fmt: skip
     counts = "; ".join(
-        f"{SIGN_TITLES[lab]}: {_gated_count(record, measured, lab)}" for lab in signs
+        f"{SIGN_LABELS[lab]}: {_gated_count(record, measured, lab)}" for lab in signs
     )
     ax.set(
         xlabel="\n".join(notes),
         title=f"Effect above the random-direction null, per concept\n{counts}",
     )
     handles = [
-        Line2D([], [], marker="o", linestyle="", color=SIGN_COLOURS[lab], label=SIGN_TITLES[lab])
+        Line2D([], [], marker="o", linestyle="", color=SIGN_COLOURS[lab], label=SIGN_LABELS[lab])
         for lab in signs
     ]
     if any_hollow:
@@ -486,12 +483,8 @@ def forest_figure(record: RunRecord, names: dict[str, str]) -> Figure | None:
 
 def reviewer_figures(record: RunRecord, names: dict[str, str]) -> dict[str, Figure]:
     """The figures a reviewer asks for first, from the record alone."""
-    out = {}
-    for file_name, make in (
-        ("predictor_vs_effect.png", predictor_effect_figure),
-        ("effect_forest.png", forest_figure),
-    ):
-        fig = make(record, names)
-        if fig is not None:
-            out[file_name] = fig
-    return out
+    drawn = {
+        "predictor_vs_effect.png": predictor_effect_figure(record, names),
+        "effect_forest.png": forest_figure(record, names),
+    }
+    return {file_name: fig for file_name, fig in drawn.items() if fig is not None}

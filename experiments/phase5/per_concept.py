@@ -46,12 +46,9 @@ def concept_intervals(
     concept = effects[effects["arm"] == CONCEPT_ARM]
     for (synset, sign), group in concept.groupby(["concept", "sign"], sort=True):
         label = SIGNS[int(real(sign))]
-        out.setdefault(str(synset), {}).update(
-            {
-                f"gated_out_{label}": float((~group["gate_pass"].astype(bool)).sum()),
-                f"steered_{label}": float(len(group)),
-            }
-        )
+        cell = out.setdefault(str(synset), {})
+        cell[f"gated_out_{label}"] = float((~group["gate_pass"].astype(bool)).sum())
+        cell[f"steered_{label}"] = float(len(group))
     for (synset, sign), group in null.groupby(["concept", "sign"], sort=True):
         label = SIGNS[int(real(sign))]
         ci = clustered_bootstrap_mean(
@@ -60,13 +57,10 @@ def concept_intervals(
             confidence=config.criteria.confidence,
             n_boot=config.criteria.n_boot,
         )
-        out.setdefault(str(synset), {}).update(
-            {
-                f"above_null_{label}_low": ci.low,
-                f"above_null_{label}_high": ci.high,
-                f"above_null_{label}_n": float(ci.n),
-            }
-        )
+        cell = out.setdefault(str(synset), {})
+        cell[f"above_null_{label}_low"] = ci.low
+        cell[f"above_null_{label}_high"] = ci.high
+        cell[f"above_null_{label}_n"] = float(ci.n)
     return out
 
 
@@ -131,9 +125,8 @@ def degenerate_probes(
     predictors: Mapping[str, Mapping[str, float | None]], name: str
 ) -> dict[str, str]:
     """Per concept whose probe is degenerate (:func:`degenerate_probe`), why."""
-    out = {}
-    for synset, metrics in sorted(predictors.items()):
-        reason = degenerate_probe(metrics, name)
-        if reason:
-            out[synset] = reason
-    return out
+    return {
+        synset: reason
+        for synset, metrics in sorted(predictors.items())
+        if (reason := degenerate_probe(metrics, name))
+    }

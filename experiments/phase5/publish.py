@@ -386,12 +386,10 @@ def build_record(
     measurement: MeasurementReport | None = None,
 ) -> RunRecord:
     """The typed record; criteria set later (criterion 4 from Parts B and C) are kept."""
-    agg = per_strength(records)
-    magnitudes = concept_magnitudes(records)
     criteria = {k: CriterionRecord.of(v) for k, v in report.results.items()}
     criteria.update({k: CriterionRecord.of(v) for k, v in effect.criteria.items()})
     per_concept: dict[str, dict[str, float | None]] = {
-        k: {"magnitude": v} for k, v in magnitudes.items()
+        k: {"magnitude": v} for k, v in concept_magnitudes(records).items()
     }
     for synset, values in effect.per_concept.items():
         per_concept.setdefault(synset, {}).update(values)
@@ -414,7 +412,7 @@ def build_record(
         classifier_run_id=ctx.classifier_run_id,
         classifier_dir=ctx.classifier_dir,
         predictors=ctx.predictors,
-        per_strength={str(k): v for k, v in agg.items()},
+        per_strength={str(k): v for k, v in per_strength(records).items()},
         per_concept=per_concept,
         criteria=criteria,
         statistics=RunStatistics(

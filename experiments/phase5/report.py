@@ -39,9 +39,7 @@ def criteria_of(record: RunRecord, v2: bool) -> dict[str, CriterionResult]:
 
 
 def _cell(interval: Interval, shown: str = "interval") -> str:
-    if shown == "mean":
-        return number(interval.estimate, ".2f")
-    return estimate_of(interval)
+    return number(interval.estimate, ".2f") if shown == "mean" else estimate_of(interval)
 
 
 def effect_markdown(statistics: RunStatistics, criteria: dict[str, CriterionResult]) -> list[str]:
@@ -96,17 +94,11 @@ def deployed_line(ctx: RunContext) -> list[str]:
     return [] if found is None else [f"- steered {intervention_words(ctx.layer, found)}"]
 
 
-def summary_markdown(
-    run_id: str,
-    ctx: RunContext,
-    agg: dict[float, dict[str, float | None]],
-    criteria: dict[str, CriterionResult],
-    tps: float,
-    seconds: float,
-) -> str:
+def summary_markdown(record: RunRecord, ctx: RunContext) -> str:
     """The run at a glance: settings, per-strength table, the seed's criteria."""
+    seconds = sum(record.timings.values())
     lines = [
-        f"# Phase 5 run {run_id}",
+        f"# Phase 5 run {record.run_id}",
         "",
         f"- model: `{ctx.config.model}`, layer {ctx.layer}, mode {ctx.config.steering.mode}, "
         f"vector {ctx.config.steering.vector_source}, β={ctx.config.steering.beta}, "
@@ -115,7 +107,7 @@ def summary_markdown(
         f"- {len(ctx.graph.concepts)} concepts × {len(ctx.config.generation.prompts)} prompts × "
         f"{len(ctx.config.steering.strengths)} strengths, "
         f"{ctx.config.generation.max_new_tokens} new tokens, seed {ctx.config.seed}",
-        f"- {generation_speed(tps)}; wall time {seconds:.1f} s",
+        f"- {generation_speed(record.tokens_per_second)}; wall time {seconds:.1f} s",
         "",
         "",
         "## The seed's measures (mean |Δs−Δ0| magnitude and criteria, as designed)",
@@ -125,12 +117,13 @@ def summary_markdown(
     shown = [agg for _column, agg in aggregates(View.SUMMARY)]
     lines.append("| strength | " + " | ".join(a.label for a in shown) + " |")
     lines.append("|---|" + "---|" * len(shown))
+    agg = {float(k): v for k, v in record.per_strength.items()}
     for strength, v in sorted(agg.items()):
         lines.append(
             f"| {strength:+g} | " + " | ".join(number(v.get(a.name), ".3f") for a in shown) + " |"
         )
     lines += ["", "| criterion | status | value | threshold | reason |", "|---|---|---|---|---|"]
-    for c in criteria.values():
+    for c in criteria_of(record, v2=False).values():
         lines.append(
             f"| {c.key} | **{status_word(c.status)}** | {number(c.value, '.3f')} | {c.threshold} "
             f"| {c.reason} |"
@@ -140,22 +133,17 @@ def summary_markdown(
 
 def specificity_matrices(record: RunRecord) -> dict[str, pd.DataFrame]:
     """Per sign label (pos, neg), M[steered concept, scored concept] from the record."""
-    out = {}
-    for label in SIGNS.values():
-        stored = record.diagnostics.get(f"specificity_{label}")
-        if stored:
-            out[label] = pd.DataFrame(cast(dict[str, Any], stored))
-    return out
+    return {
+        label: pd.DataFrame(cast(dict[str, Any], stored))
+        for label in SIGNS.values()
+        if (stored := record.diagnostics.get(f"specificity_{label}"))
+    }
 
 
 def summary_text(record: RunRecord, ctx: RunContext) -> str:
     """summary.md: the settings, the seed's measures and criteria, the steering effect
     and the v2 criteria, all from the record."""
-    agg = {float(k): v for k, v in record.per_strength.items()}
-    seconds = sum(record.timings.values())
-    text = summary_markdown(
-        record.run_id, ctx, agg, criteria_of(record, v2=False), record.tokens_per_second, seconds
-    )
+    text = summary_markdown(record, ctx)
     text += "\n".join(effect_markdown(record.statistics, criteria_of(record, v2=True))) + "\n"
     measurement = record.statistics.measurement
     return text + ("\n".join(measurement_markdown(measurement)) + "\n" if measurement else "")
@@ -246,8 +234,8 @@ def figures_of(ctx: RunContext, record: RunRecord, records: pd.DataFrame) -> dic
     names = {c.synset: c.name for c in ctx.graph.concepts}
     drawn.update(reviewer_figures(record, names))
     for label, matrix in specificity_matrices(record).items():
-        sign = ">" if label == "pos" else "<"
-        drawn[f"specificity_{label}.png"] = specificity_figure(matrix, f"Specificity at s {sign} 0")
+        title = f"Specificity at {SIGN_LABELS[label]}"
+        drawn[f"specificity_{label}.png"] = specificity_figure(matrix, title)
     return drawn
 
 
