@@ -107,10 +107,7 @@ def scorer_items(ctx: RunContext, records: pd.DataFrame) -> dict[str, list[Feedb
     """Per generation key, the scorers' feedback its trace carries (the traces stage
     writes it with the trace); opens the evaluation child run it names."""
     values, descriptions = _plan(records, ctx)
-    if not values:
-        return {}
-    child = evaluation_run(ctx)
-    return scorer_feedback(child, values, descriptions)
+    return scorer_feedback(evaluation_run(ctx), values, descriptions) if values else {}
 
 
 def log_evaluation(ctx: RunContext, run_dir: RunDir, records: pd.DataFrame) -> dict[str, float]:

@@ -32,7 +32,8 @@ from experiments.concepts import ConceptGraph
 from experiments.kernel.lifecycle import load_graph
 from experiments.kernel.probes import FORMAT_AXIS_FILE, ProbeSet, load_format_axis, probe_path
 from experiments.kernel.vectors import as_deployed, concept_vectors, imported_layers
-from experiments.record import steered_intervention
+from experiments.phase5.run import read_betas
+from experiments.record import RunRecord, steered_intervention
 from experiments.rundir import RunDir
 from steering.files import give_file_mode
 from steering.probes import LinearProbe
@@ -91,8 +92,7 @@ def _model_hint(config: RunConfig, model_id: str) -> str:
         return model_id
 
 
-def _run_probes(run_dir: RunDir, graph: ConceptGraph, model_id: str, layer: int) -> ProbeSet:
-    record = run_dir.read_record(migrate=True)
+def _run_probes(run_dir: RunDir, graph: ConceptGraph, record: RunRecord) -> ProbeSet:
     if not record.classifier_dir:
         raise ExportError(f"run {run_dir.run_id}'s record names no classifier folder")
     directory = Path(record.classifier_dir)
@@ -104,7 +104,7 @@ def _run_probes(run_dir: RunDir, graph: ConceptGraph, model_id: str, layer: int)
         )
     probes = {c.synset: LinearProbe.load(probe_path(directory, c.synset)) for c in graph.concepts}
     axis = (
-        load_format_axis(directory, model_id, layer)
+        load_format_axis(directory, record.model_id, record.layer)
         if (directory / FORMAT_AXIS_FILE).exists()
         else None
     )
@@ -145,7 +145,7 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
             "is added to the residual stream, so only additive runs can be exported"
         )
     graph = load_graph(config)
-    probes = _run_probes(run_dir, graph, record.model_id, record.layer)
+    probes = _run_probes(run_dir, graph, record)
     hidden = len(next(iter(probes.probes.values())).weight)
     layered, alphas = None, None
     if as_deployed(config):  # the file read again, each layer's α_l from the record
@@ -158,12 +158,7 @@ def export_run(run_dir: RunDir, out: str | Path) -> Export:
         config, graph, probes, record.layer, record.alpha, record.model_id, hidden,
         layered=layered, alphas=alphas,
     )  # fmt: skip
-    selection = run_dir.file(RunDir.SELECTION)
-    betas = (
-        {k: v["beta"] for k, v in json.loads(selection.read_text())["concepts"].items()}
-        if selection.exists()
-        else {}
-    )
+    betas = read_betas(run_dir) or {}
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     import numpy as np

@@ -81,8 +81,7 @@ class Agreement:
         if len(x) < 3 or x.std() == 0 or y.std() == 0:
             return cls(float("nan"), float("nan"), len(x))
         r = float(np.corrcoef(x, y)[0, 1])
-        slope = float(np.polyfit(x, y, 1)[0])
-        return cls(r, slope, len(x))
+        return cls(r, float(np.polyfit(x, y, 1)[0]), len(x))
 
 
 @dataclass(frozen=True)
@@ -343,6 +342,4 @@ def gguf_for(model_id: str) -> Path | None:
         from steering.assets import embedded_gguf_path
 
         return embedded_gguf_path()
-    if model_id.endswith(".gguf"):
-        return Path(model_id)
-    return None
+    return Path(model_id) if model_id.endswith(".gguf") else None

@@ -190,10 +190,7 @@ def _of_sign(frame: pd.DataFrame, sign: int) -> pd.DataFrame:
 
 
 def _shared(*maps: Mapping[str, Any]) -> list[str]:
-    keys = set(maps[0])
-    for m in maps[1:]:
-        keys &= set(m)
-    return sorted(keys)
+    return sorted(set(maps[0]).intersection(*maps[1:]))
 
 
 def measure(
@@ -298,21 +295,19 @@ def _likelihood_summary(
                 mean=hierarchical_mean(units, **boot),
                 n_concepts=len(units),
             )
+            key = "likelihood" if family == "concept" else f"likelihood_{family}"
+            column = f"{key}_{label}".replace(":", "_")
             for k, u in units.items():
-                key = "likelihood" if family == "concept" else f"likelihood_{family}"
-                out.per_concept.setdefault(k, {})[f"{key}_{label}".replace(":", "_")] = float(
-                    u.mean()
-                )
+                out.per_concept.setdefault(k, {})[column] = float(u.mean())
             if family != "concept":
                 shared = _shared(concept, units)
                 if len(shared) >= 2:
-                    above = hierarchical_margin(
+                    row.above = hierarchical_margin(
                         {k: concept[k] for k in shared},
                         {k: units[k] for k in shared},
                         paired=True,
                         **boot,
                     )
-                    row.above = above
                     row.beats = int(sum(concept[k].mean() > units[k].mean() for k in shared))
             rows.append(row)
     return rows
@@ -338,9 +333,7 @@ def _by_direction(
                 lk.setdefault((r["concept"], r["arm"]), []).append(r["e"])
         part = gen[gen["sign"] == sign]
         x, y, clusters = [], [], []
-        for (concept, arm), value in zip(
-            zip(part["concept"], part["arm"], strict=True), part["e"], strict=True
-        ):
+        for concept, arm, value in zip(part["concept"], part["arm"], part["e"], strict=True):
             if (concept, arm) in lk:
                 x.append(float(np.mean(lk[(concept, arm)])))
                 y.append(float(value))

@@ -353,8 +353,7 @@ class Phase5(Phase5Shown):
         if session.existing is not None:
             kept = session.directory.file(RunDir.LAYER_CHOICE)
             if kept.exists():
-                chosen = LayerChoice.model_validate_json(kept.read_text())
-                prep = replace(prep, layer_choice=chosen)
+                prep = replace(prep, layer_choice=LayerChoice.model_validate_json(kept.read_text()))
         name = run_name(session.config, session.model.model_id, prep.layer)
         tags = {"phase": "5", **({BETA_TAG: prep.beta_note} if prep.beta_note else {})}
         if self.layer_choice is not None:
@@ -374,10 +373,9 @@ class Phase5(Phase5Shown):
             log_run_inputs(ctx.run_id, ctx, run_dir.file(RunDir.CONFIG))
         run_dir.write_json(RunDir.CENTROIDS, prep.scorer.texts())
         # every setting not already a headline parameter, as config.<dotted key>
-        headline = frozenset(HEADLINE_KEYS)
         return {
             **parent_params(ctx, len(ctx.graph.concepts)),
-            **config_params(ctx.config, headline),
+            **config_params(ctx.config, frozenset(HEADLINE_KEYS)),
         }
 
     def stages(

@@ -145,7 +145,7 @@ def sample_table(
         for sign, label in SIGNS.items()
     }
     trace_ids = read_map(run_dir.file(RunDir.TRACES)) if run_dir is not None else {}
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "text": table["text"],
             "concept": table["concept"],
@@ -184,8 +184,7 @@ def sample_table(
             "key_unsteered": table["key_unsteered"],
             "key_random": table["key_random"],
         }
-    )
-    return out[list(COLUMNS)].reset_index(drop=True)
+    )[list(COLUMNS)].reset_index(drop=True)
 
 
 def samples_csv(table: pd.DataFrame) -> str:
@@ -195,20 +194,16 @@ def samples_csv(table: pd.DataFrame) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(table.columns)
     for row in table.itertuples(index=False):
-        writer.writerow(["" if _missing(v) else _cell(v) for v in row])
+        writer.writerow([_cell(v) for v in row])
     return buffer.getvalue()
 
 
-def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
-
-
 def _cell(value: object) -> object:
+    if value is None or (isinstance(value, float) and value != value):  # missing
+        return ""
     if isinstance(value, str):
         return neutralise(value)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return value
+    return f"{value:.6g}" if isinstance(value, float) else value
 
 
 class SamplesError(LookupError):

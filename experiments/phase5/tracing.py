@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from experiments import tracking
-from experiments.kernel.effect import paired_effects
+from experiments.kernel.effect import UNIT, paired_effects
 from experiments.kernel.gate import row_fluency
 from experiments.kernel.plan import CONCEPT_ARM
 from experiments.phase5.context import RunContext
@@ -92,9 +92,7 @@ def _random_twin_attributes(effects: pd.DataFrame) -> dict[str, dict[str, object
     concept = effects[effects["arm"] == CONCEPT_ARM]
     out = {}
     for key, unit in zip(
-        concept["key"],
-        concept[["concept", "prompt_index", "sample", "sign"]].itertuples(index=False),
-        strict=True,
+        concept["key"], concept[[*UNIT, "sign"]].itertuples(index=False), strict=True
     ):
         if tuple(unit) not in random.index:
             continue
@@ -152,17 +150,8 @@ def _twin_texts(records: pd.DataFrame) -> dict[tuple[str, str, int, int], str]:
     row every steered row of that unit is paired with."""
     split = records.get("split", pd.Series("report", index=records.index))
     base = records[records["strength"] == 0].assign(split=split)
-    return {
-        (s, c, p, n): t
-        for s, c, p, n, t in zip(
-            base["split"],
-            base["concept"],
-            base["prompt_index"],
-            base["sample"],
-            base["text"],
-            strict=True,
-        )
-    }
+    units = zip(base["split"], base["concept"], base["prompt_index"], base["sample"], strict=True)
+    return dict(zip(units, base["text"], strict=True))
 
 
 def _ns(row: pd.Series, name: str) -> int | None:
@@ -176,19 +165,16 @@ def trace_items(records: pd.DataFrame, ctx: RunContext) -> list[GenerationTrace]
     items = []
     for _, row in records.iterrows():
         key = row["key"]
-        twin = None
-        if float(row["strength"]) != 0:
-            unit = (_get(row, "split") or "report", row["concept"], row["prompt_index"])
-            twin = twins.get((*unit, row["sample"]))
+        unit = (_get(row, "split") or "report", row["concept"], row["prompt_index"], row["sample"])
+        twin = twins.get(unit) if float(row["strength"]) != 0 else None
         row_scores = scores.loc[key] if key in scores.index else None
         if isinstance(row_scores, pd.DataFrame):  # a key paired twice: use the first
             row_scores = row_scores.iloc[0]
         delta_0 = None if row_scores is None else _get(row_scores, "delta_0")
-        inputs = {f: _get(row, f) for f in INPUT_FIELDS if f in row}
         items.append(
             GenerationTrace(
                 key=key,
-                inputs=inputs,
+                inputs={f: _get(row, f) for f in INPUT_FIELDS if f in row},
                 text=row["text"],
                 attributes={
                     "model": ctx.model_id,
