@@ -161,9 +161,7 @@ def number(value: object, spec: str = "+.3f") -> str:
     spec): ``n/a`` for a missing, non-numeric or non-finite value."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return "n/a"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "n/a"
-    return format(value, spec)
+    return "n/a" if isinstance(value, float) and not math.isfinite(value) else format(value, spec)
 
 
 def estimate_text(
@@ -202,8 +200,7 @@ def value_interval(value: object, low: object = None, high: object = None) -> st
 def verdict_cell(status: str, value: object, low: object = None, high: object = None) -> str:
     """A verdict as one cell of a table that compares runs: its status's word, then its
     observed value and interval (``pass +0.412 [+0.210, +0.600]``)."""
-    shown = value_interval(value, low, high)
-    return f"{status_word(status)} {shown}".strip()
+    return f"{status_word(status)} {value_interval(value, low, high)}".strip()
 
 
 # The MLflow runs table shows a tag's key as its column header, cut to the column's

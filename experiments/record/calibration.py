@@ -57,18 +57,13 @@ def _version_1_fit(data: dict[str, Any]) -> dict[str, Any]:
     mixed = {"estimate": mm.get("slope"), "low": mm.get("low"), "high": mm.get("high")}
     mixed |= {"n": mm.get("n", 0), "n_clusters": mm.get("n_concepts") or 0}
     mixed |= {"reason": mm.get("reason") or "", "p_value": mm.get("p_value")}
+    ends = ("estimate", ""), ("low", "_low"), ("high", "_high")  # a level's, an effect's keys
     levels = [
         {
             "size": row["size"],
             "n_train": row["n_train"],
-            "level": {
-                k: row[f"level{s}"]
-                for k, s in (("estimate", ""), ("low", "_low"), ("high", "_high"))
-            },
-            "effect": {
-                k: row[f"effect{s}"]
-                for k, s in (("estimate", ""), ("low", "_low"), ("high", "_high"))
-            },
+            "level": {k: row[f"level{s}"] for k, s in ends},
+            "effect": {k: row[f"effect{s}"] for k, s in ends},
             "verdict": row["verdict"],
         }
         for row in data["levels"]

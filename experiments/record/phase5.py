@@ -62,9 +62,7 @@ Figure = bool | int | float | str | None
 def figure_number(value: Figure) -> float | None:
     """A number of a statistics block as it is (an int or a float), else None (a
     missing or not evaluable one, or a leaf that is no number)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else value
 
 
 @dataclass(frozen=True)
