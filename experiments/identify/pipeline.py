@@ -182,11 +182,8 @@ def outcomes(
         dose, name_free = subset_likelihood(
             steering, timer, texts, subset, outputs, prompts, say, words
         )
-    tags = []
-    for d_id in ident.generated:
-        name = canonical(d_id)
-        if all(directions.has(c, name) for c in concepts) and name not in tags:
-            tags.append(name)
+    named = dict.fromkeys(canonical(d_id) for d_id in ident.generated)  # in order, once each
+    tags = [t for t in named if all(directions.has(c, t) for c in concepts)]
     say(f"generations for the validating subset: {', '.join(tags)}")
     sets_v = {t: vector_set(config, layer, alpha, directions.across(t, concepts)) for t in tags}
     generate_validation(session, config, sets_v, betas, on_batch)
