@@ -64,10 +64,6 @@ class StudyData:
     neutral_texts: list[str] = field(default_factory=list)
 
 
-def _template(example: ProbeExample) -> str:
-    return example.source.split(":")[3]  # split:kind:format:tNN:synset
-
-
 def neutral_study_texts(graph: ConceptGraph, seed: int) -> list[str]:
     """Concept-free texts: the format-axis question/statement pairs and the α-scale set."""
     questions, statements = format_axis_texts(graph)
@@ -103,6 +99,7 @@ def collect(
     out = {}
     for synset, (train, validation, test) in sets.items():
         x, y = rows(train)
+        templates = [e.source.split(":")[3] for e in train]  # split:kind:format:tNN:synset
         seen: dict[str, int] = {}
         order = []
         for e in train:
@@ -110,7 +107,7 @@ def collect(
             seen[e.kind] = order[-1] + 1
         out[synset] = ConceptData(
             synset,
-            TrainingSet(x, y, [e.kind for e in train], [_template(e) for e in train], order),
+            TrainingSet(x, y, [e.kind for e in train], templates, order),
             rows(validation),
             rows(test),
         )
