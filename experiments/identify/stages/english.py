@@ -19,9 +19,7 @@ VOWEL_SOUND = re.compile(r"^(hour|honest|honou?r|heir|herb)", re.I)
 
 
 def indefinite(phrase: str) -> str:
-    """ "a" or "an" before ``phrase`` by its first sound. Hand-written: no inflection
-    library (inflect, pattern) is among the project's dependencies, and the rule needs
-    only the common exceptions ("an hour", "a unit", "a one-off", "an X-ray")."""
+    """ "a" or "an" before ``phrase`` by its first sound (the module's exceptions)."""
     first = phrase.split()[0] if phrase.split() else phrase
     if re.match(r"^[FHLMNRSX]$|^[FHLMNRSX][A-Z\-]", first):  # an initialism read by letter
         return f"an {phrase}"
@@ -33,8 +31,7 @@ def indefinite(phrase: str) -> str:
 
 def plural(phrase: str) -> str:
     """The plural of a noun phrase: its head (the word before " of ", else the last)
-    inflected by WordNet's exception list (mouse → mice), else the regular rules.
-    Hand-written for the same reason as :func:`indefinite`."""
+    inflected by WordNet's exception list (mouse → mice), else the regular rules."""
     words = phrase.split(" ")
     head = words.index("of") - 1 if "of" in words[1:] else len(words) - 1
     words[head] = _plural_word(words[head])
