@@ -95,8 +95,7 @@ def log_gap(achieved: np.ndarray, target: float) -> np.ndarray:
 
 def matched(achieved: np.ndarray, target: float) -> np.ndarray:
     """Whether each achieved KL is within :data:`MATCH_TOLERANCE` of the target (log)."""
-    matched: np.ndarray = log_gap(achieved, target) <= MATCH_TOLERANCE
-    return matched
+    return log_gap(achieved, target) <= MATCH_TOLERANCE
 
 
 def matching_split(n: int, seed: int) -> tuple[list[int], list[int]]:

@@ -221,7 +221,6 @@ def score_dose(
         if not concept_free and not ident.dose_verify:  # v2: the readout's KL at β
             at_one = np.array([float(np.mean(outputs[(concept, d)]["kl"])) for d in ids])
         dose = match_dose(kl_at, len(ids), ids.index(REFERENCE), matching, verifying, at_one=at_one)
-        target = dose.target
         doses: dict[str, tuple[np.ndarray, np.ndarray]] = {MATCHED: (dose.multiplier, dose.kl)}
         for m in ident.subset_doses:
             fixed = np.full(len(ids), float(m))
@@ -255,7 +254,7 @@ def score_dose(
                     "dose": label,
                     "multiplier": float(mult[at[d]]),
                     "kl": float(kl[at[d]]),
-                    "kl_target": target,
+                    "kl_target": dose.target,
                     "beta": betas[concept],
                     **kind,
                     **(
