@@ -329,11 +329,11 @@ class Identify:
         config, lm = session.config, session.model
         ident, prereg, forced = config.identify, self.prereg, self.forced
         concepts = [c.synset for c in session.graph.concepts]
+        layer = session.layer()
         heldout = ident.concept_set == "heldout"
-        note = range_note(config, lm.probe_id, session.layer())
+        note = range_note(config, lm.probe_id, layer)
         if note:
             session.say(note)
-        layer = session.layer()
         opening = Opening(
             f"identify {ident.concept_set} {lm.model_id} L{layer} {len(concepts)} concepts",
             {
