@@ -49,6 +49,7 @@ from metrics.intervals import (
     Aggregate,
     Interval,
     K,
+    cluster_rows,
     hierarchical_bootstrap,
     hierarchical_correlation,
     not_evaluable,
@@ -114,10 +115,7 @@ def split_orders(
     labels = list(strata) if strata is not None else [0] * n_units
     if len(labels) != n_units:
         raise ValueError(f"{len(labels)} strata for {n_units} units")
-    groups: dict[object, list[int]] = {}
-    for i, label in enumerate(labels):
-        groups.setdefault(label, []).append(i)
-    blocks = [np.asarray(g) for g in groups.values()]
+    blocks = cluster_rows(labels)
     if mode == "odd_even":
         return np.concatenate(blocks)[None, :]
     if mode != "random":
