@@ -95,10 +95,9 @@ def logit_lens_gain(
     """
     residuals = residuals.to(device=lm.device, dtype=torch.float32)
     n, p = directions.shape[0], residuals.shape[0]
-    vocab = lm.model.get_output_embeddings().weight.shape[0]
     base = lens_logprobs(lm, residuals)  # [positions, vocab]
     out = np.empty((n, p))
-    per_chunk = max(1, budget // (p * vocab))
+    per_chunk = max(1, budget // (p * base.shape[-1]))
     dirs = directions.to(device=lm.device, dtype=torch.float32)
     coefs = coefficients.to(device=lm.device, dtype=torch.float32)
     for start in range(0, n, per_chunk):
