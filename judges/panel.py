@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -173,29 +172,19 @@ def run_panel(
     started = time.perf_counter()
     by_judge = _rate_with_progress(judges, requests, progress, max_concurrency)
     wall = time.perf_counter() - started
-    rows: list[dict[str, Any]] = []
-    for judge in judges:
-        for sample_id, rating in zip(samples["sample_id"], by_judge[judge.name], strict=True):
-            rows.append(
-                {
-                    "sample_id": sample_id,
-                    "judge": judge.name,
-                    "score": rating.score,
-                    "fluency": rating.fluency,
-                    "raw": rating.raw,
-                    "input_tokens": rating.input_tokens,
-                    "output_tokens": rating.output_tokens,
-                    "tokens": rating.input_tokens + rating.output_tokens,
-                    "cost": rating.cost_usd,
-                    "latency": rating.latency_s,
-                    "cache_hit": rating.cache_hit,
-                    "model": rating.model,
-                    "attempts": rating.attempts,
-                    "error": rating.error,
-                    "concept_score": rating.concept_score,
-                    "instruction": rating.instruction,
-                }
-            )
+    # SCORE_COLUMNS picks the table's columns: a rating's fields, cost and latency renamed.
+    rows = [
+        {
+            **rating.to_dict(),
+            "sample_id": sample_id,
+            "judge": judge.name,
+            "tokens": rating.input_tokens + rating.output_tokens,
+            "cost": rating.cost_usd,
+            "latency": rating.latency_s,
+        }
+        for judge in judges
+        for sample_id, rating in zip(samples["sample_id"], by_judge[judge.name], strict=True)
+    ]
     scores = pd.DataFrame(rows, columns=SCORE_COLUMNS)
     scores["score"] = scores["score"].astype(float)  # None -> NaN in the table only
     return _summarise(judges, samples, scores, wall)
