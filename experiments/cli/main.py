@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -46,30 +46,12 @@ if TYPE_CHECKING:
     from experiments.phase5.run import Phase5Result
 
 
-class Mode(StrEnum):
-    """How a steering vector is applied (``steering.mode``)."""
-
-    ADDITIVE = "additive"
-    PROJECTION = "projection"
-
-
-class Selection(StrEnum):
-    """How β is chosen (``selection.mode``): one for all, or per concept on held-out prompts."""
-
-    NONE = "none"
-    HELDOUT = "heldout"
-
-
-class ExecutorChoice(StrEnum):
-    """The `--executor` choice (`execution.executor`): where rows are generated. Not the
-    runner itself, `execution.base.Executor`."""
-
-    LOCAL = "local"
-    RAY = "ray"
+Mode = Literal["additive", "projection"]  # how a vector is applied (steering.mode)
+Selection = Literal["none", "heldout"]  # β for all, or per concept on held-out prompts
+ExecutorChoice = Literal["local", "ray"]  # where rows are generated (execution.executor)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the core commands to ``app``."""
     for command in (assets, concepts, run, rescore):
         app.command()(friendly(command))
 
@@ -132,23 +114,6 @@ def concepts(
     )
 
 
-def _option_overrides(
-    set_: list[str] | None,
-    max_new_tokens: int | None,
-    mode: Mode | None,
-    selection: Selection | None,
-    traces: bool | None,
-) -> list[str]:
-    """``run``'s --set list with its shorthand options written as overrides."""
-    return with_overrides(
-        set_,
-        ("generation.max_new_tokens", max_new_tokens),
-        ("steering.mode", mode),
-        ("selection.mode", selection),
-        ("tracking.traces", None if traces is None else str(traces).lower()),
-    )
-
-
 def _resumed(
     resume: str,
     config: Path,
@@ -165,8 +130,13 @@ def _resumed(
     overrides += with_overrides([], *given)
     experiment = resolve_config(config, [], phase="phase5").experiment
     found = resolve_run(resume, experiment, "5", finished=False)
-    if executor is None and _stored_executor(found) == "ray":
-        require_extra("ray", f"run {found}'s execution.executor ray", "--executor local")
+    if executor is None:  # where the run generates its rows: its stored config's executor
+        from experiments import tracking
+        from experiments.rundir import RunDir
+
+        stored = RunDir.locate(tracking.get_run(found)).load_config("phase5").execution
+        if stored.executor == "ray":
+            require_extra("ray", f"run {found}'s execution.executor ray", "--executor local")
     return found
 
 
@@ -213,19 +183,22 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Phase 5 Part A: steer, generate, score Δ, judge the success criteria, log to MLflow."""
-    import os
-
-    overrides = _option_overrides(set_, max_new_tokens, mode, selection, traces)
-    choices = (("executor", executor and executor.value), ("workers", workers))
+    overrides = with_overrides(  # the --set list, then the shorthand options
+        set_,
+        ("generation.max_new_tokens", max_new_tokens),
+        ("steering.mode", mode),
+        ("selection.mode", selection),
+        ("tracking.traces", None if traces is None else str(traces).lower()),
+        ("tracking.results_dir", None if resume else results_dir),  # a new run's folder
+    )
+    choices = (("executor", executor), ("workers", workers))
     execution = {k: v for k, v in choices if v is not None}
     if ray_address:
         os.environ["RAY_ADDRESS"] = ray_address
-    if results_dir is not None and not resume:  # a new run: where its folder goes
-        overrides = [*overrides, f"tracking.results_dir={results_dir}"]
     wanted = parse_layer(layer)
     fixed = wanted if isinstance(wanted, int) else None
     cfg = None if resume else resolve_config(config, overrides, model, fixed, concepts, "phase5")
-    if executor is ExecutorChoice.RAY or (cfg is not None and cfg.execution.executor == "ray"):
+    if executor == "ray" or (cfg is not None and cfg.execution.executor == "ray"):
         require_extra("ray", "--executor ray", "--executor local")  # before anything loads
     setup_logging(verbose)  # imports transformers: after a missing extra is said
     rule = wanted if isinstance(wanted, str) else None
@@ -267,14 +240,6 @@ def run(
     _print_result(result, json_)
 
 
-def _stored_executor(run_id: str) -> str:
-    """Where a run to resume generates its rows: its stored config's executor."""
-    from experiments import tracking
-    from experiments.rundir import RunDir
-
-    return RunDir.locate(tracking.get_run(run_id)).load_config("phase5").execution.executor
-
-
 def rescore(
     run_id: Annotated[str, typer.Argument(help="a finished Phase 5 run id, or latest")],
     results_dir: Annotated[
@@ -305,18 +270,7 @@ def rescore(
     start = time.perf_counter()
     with console.status(f"rescoring {run_id}"):
         result = rescore_run(run_id, results_dir=results_dir, overrides=list(set_ or []))
-    seconds = time.perf_counter() - start
-    _print_result(result, json_, rescored=seconds)
-
-
-def result_dict(result: Phase5Result) -> dict[str, Any]:
-    """A Phase 5 result for --json (cli/answer.py's one shape): its results are the
-    numbers per strength and the generation speed."""
-    results = {
-        "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
-        "tokens_per_second": result.tokens_per_second,
-    }
-    return result_json(_answer(result), result.results_dir, results, result.timings)
+    _print_result(result, json_, rescored=time.perf_counter() - start)
 
 
 def _answer(result: Phase5Result) -> Answer:
@@ -335,8 +289,12 @@ def _print_result(
 ) -> None:
     """The per-strength table, the answer, then what was done (``rescored``: the seconds
     a rescore took; it generated nothing, so no generation speed is shown)."""
-    if as_json:
-        print_json(result_dict(result))
+    if as_json:  # cli/answer.py's one shape: the numbers per strength and the speed
+        results = {
+            "per_strength": {f"{s:+g}": v for s, v in sorted(result.per_strength.items())},
+            "tokens_per_second": result.tokens_per_second,
+        }
+        print_json(result_json(_answer(result), result.results_dir, results, result.timings))
         return
     from experiments.phase5.report import generation_speed
     from experiments.rows import View, aggregates
