@@ -3,9 +3,7 @@
 Four commands: ``run`` (a development run, a held-out shard, a resumed run, a dry run),
 ``simulate`` (the design on toy studies), ``pool`` (the primary on the finished held-out
 shards, then ``--exploratory``) and ``compare`` (v1's and v2's estimators on a run). The
-flag forms they replace (``identify --simulate``, ``--pool``, ``--compare <folder>``, or
-no command: ``run``) still work: ``identify_group.IdentifyGroup`` rewrites them to the
-command and says the new form on stderr.
+flag forms they replace still work (``identify_group.IdentifyGroup``).
 """
 
 from __future__ import annotations
@@ -51,74 +49,6 @@ if TYPE_CHECKING:
 DEFAULT_CONFIG = Path("configs/identify.yaml")
 R = TypeVar("R", bound=BaseModel)  # a pooled command's record
 
-# ---------------------------------------------- the options, shared by the commands
-ForceOpt = Annotated[
-    bool,
-    typer.Option(help="with --heldout: score them again (recorded as forced, not confirmatory)"),
-]
-PoolForceOpt = Annotated[
-    bool,
-    typer.Option(help="score the pooled primary again (recorded as forced, not confirmatory)"),
-]
-FirstConceptsOpt = Annotated[
-    int | None, typer.Option("--concepts", help="only the first N concepts of the set")
-]
-HeldoutOpt = Annotated[
-    bool, typer.Option(help="score the held-out concepts (once per committed pre-registration)")
-]
-ShardOpt = Annotated[
-    int | None,
-    typer.Option(
-        min=0,
-        help="with --heldout: run shard K of the held-out set (identify.shard_size "
-        "concepts from K·size, in the split's order), one complete run",
-    ),
-]
-ExploratoryOpt = Annotated[
-    bool,
-    typer.Option(
-        help="after the pooled primary is scored: every other estimand and the per-concept "
-        "table on the same shards (exploratory; scores nothing)",
-    ),
-]
-BudgetOpt = Annotated[
-    float, typer.Option(min=1, help="with --dry-run: the shard size that fits this many minutes")
-]
-Phase6RunOpt = Annotated[
-    str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
-]
-QuickOpt = Annotated[
-    bool, typer.Option(help="a 4-concept smoke version: configs/quick/identify.yaml")
-]
-ResumeOpt = Annotated[str | None, typer.Option(help="finish an interrupted run by id, or latest")]
-FolderArg = Annotated[Path, typer.Argument(help="a run folder, or its directions.csv")]
-ToysOpt = Annotated[int, typer.Option(min=2, help="toys per confound class and arm")]
-ComponentsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        help="take the toys' noise (within-cell sd, the concepts' slope spread, AUROC's "
-        "spread in a cell) from this identify run folder or directions.csv, or the "
-        "'measured' block of a design or power JSON written earlier "
-        "(bench/identify_power_v3.json), instead of the assumed values",
-        metavar="<folder>",
-    ),
-]
-PowerAtOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="also the primary's power at the smallest effect of interest for these "
-        "numbers of concepts (comma-separated, e.g. 25,50,100,200)",
-        metavar="<n,n,...>",
-    ),
-]
-PrimaryOnlyOpt = Annotated[
-    bool,
-    typer.Option(
-        help="score the pre-registered primary alone (what the gate reads), for a large "
-        "confirmatory grid"
-    ),
-]
-
 
 def register(app: typer.Typer) -> None:
     identify = typer.Typer(
@@ -138,15 +68,40 @@ def run(
     config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,
     model: ModelOpt = None,
-    concepts: FirstConceptsOpt = None,
-    quick: QuickOpt = False,
-    heldout: HeldoutOpt = False,
-    shard: ShardOpt = None,
-    force: ForceOpt = False,
-    resume: ResumeOpt = None,
-    phase6_run: Phase6RunOpt = None,
+    concepts: Annotated[
+        int | None, typer.Option("--concepts", help="only the first N concepts of the set")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="a 4-concept smoke version: configs/quick/identify.yaml")
+    ] = False,
+    heldout: Annotated[
+        bool, typer.Option(help="score the held-out concepts (once per committed pre-registration)")
+    ] = False,
+    shard: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="with --heldout: run shard K of the held-out set (identify.shard_size "
+            "concepts from K·size, in the split's order), one complete run",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="with --heldout: score them again (recorded as forced, not confirmatory)"
+        ),
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option(help="finish an interrupted run by id, or latest")
+    ] = None,
+    phase6_run: Annotated[
+        str | None, typer.Option(help="a Phase 6 run (id or folder) to re-analyse as well")
+    ] = None,
     dry_run: StudyDryRunOpt = False,
-    budget_minutes: BudgetOpt = 150.0,
+    budget_minutes: Annotated[
+        float,
+        typer.Option(min=1, help="with --dry-run: the shard size that fits this many minutes"),
+    ] = 150.0,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -206,10 +161,32 @@ def simulate(
     config: ConfigOpt = DEFAULT_CONFIG,
     set_: SetOpt = None,
     model: ModelOpt = None,
-    toys: ToysOpt = 30,
-    components: ComponentsOpt = None,
-    power_at: PowerAtOpt = None,
-    primary_only: PrimaryOnlyOpt = False,
+    toys: Annotated[int, typer.Option(min=2, help="toys per confound class and arm")] = 30,
+    components: Annotated[
+        Path | None,
+        typer.Option(
+            help="take the toys' noise (within-cell sd, the concepts' slope spread, AUROC's "
+            "spread in a cell) from this identify run folder or directions.csv, or the "
+            "'measured' block of a design or power JSON written earlier "
+            "(bench/identify_power_v3.json), instead of the assumed values",
+            metavar="<folder>",
+        ),
+    ] = None,
+    power_at: Annotated[
+        str | None,
+        typer.Option(
+            help="also the primary's power at the smallest effect of interest for these "
+            "numbers of concepts (comma-separated, e.g. 25,50,100,200)",
+            metavar="<n,n,...>",
+        ),
+    ] = None,
+    primary_only: Annotated[
+        bool,
+        typer.Option(
+            help="score the pre-registered primary alone (what the gate reads), for a large "
+            "confirmatory grid"
+        ),
+    ] = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -231,8 +208,17 @@ def simulate(
 
 def pool(
     config: ConfigOpt = DEFAULT_CONFIG,
-    exploratory: ExploratoryOpt = False,
-    force: PoolForceOpt = False,
+    exploratory: Annotated[
+        bool,
+        typer.Option(
+            help="after the pooled primary is scored: every other estimand and the per-concept "
+            "table on the same shards (exploratory; scores nothing)",
+        ),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(help="score the pooled primary again (recorded as forced, not confirmatory)"),
+    ] = False,
     json_: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -242,13 +228,29 @@ def pool(
     beside them; then --exploratory: every other estimand on the same shards."""
     setup_logging(verbose)
     cfg = _config(config, ["identify.concept_set=heldout"])
-    if exploratory:
-        _pool_exploratory(cfg, json_)
-    else:
-        _pool(cfg, force, json_)
+    if exploratory:  # every estimand on the pooled shards, after the primary
+        from experiments.identify.pooled_exploratory import EXPLORATORY_RECORD, exploratory_markdown
+        from experiments.identify.study import pool_exploratory
+
+        _pooled(
+            cfg, json_, "the exploratory estimands on the pooled shards (bootstrap)",
+            lambda: pool_exploratory(cfg), exploratory_markdown, EXPLORATORY_RECORD,
+        )  # fmt: skip
+    else:  # the primary on the pooled held-out shards (identify/heldout/shards.py)
+        from experiments.identify.heldout.shards import POOLED_ANSWER, pooled_markdown
+        from experiments.identify.study import pool_heldout
+
+        _pooled(
+            cfg, json_, "pooling the held-out shards (wild cluster bootstrap)",
+            lambda: pool_heldout(cfg, force), pooled_markdown, POOLED_ANSWER,
+        )  # fmt: skip
 
 
-def compare(folder: FolderArg, json_: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+def compare(
+    folder: Annotated[Path, typer.Argument(help="a run folder, or its directions.csv")],
+    json_: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
     """Re-analyse a run with v1's and v2's estimators side by side."""
     setup_logging(verbose)
     from experiments.identify.estimation.compare import before_after, markdown, read_directions
@@ -320,28 +322,6 @@ def _show_run(result: IdentifyResult, json_: bool) -> None:
         f"[bold]{result.run_id}[/]; {record.timings.get('total', 0) / 60:.1f} min"
     )
     show_run_address(result.run_id)
-
-
-def _pool(cfg: IdentifyStudyConfig, force: bool, json_: bool) -> None:
-    """``--pool``: the primary on the pooled held-out shards (``identify/heldout/shards.py``)."""
-    from experiments.identify.heldout.shards import POOLED_ANSWER, pooled_markdown
-    from experiments.identify.study import pool_heldout
-
-    _pooled(
-        cfg, json_, "pooling the held-out shards (wild cluster bootstrap)",
-        lambda: pool_heldout(cfg, force), pooled_markdown, POOLED_ANSWER,
-    )  # fmt: skip
-
-
-def _pool_exploratory(cfg: IdentifyStudyConfig, json_: bool) -> None:
-    """``--pool --exploratory``: every estimand on the pooled shards, after the primary."""
-    from experiments.identify.pooled_exploratory import EXPLORATORY_RECORD, exploratory_markdown
-    from experiments.identify.study import pool_exploratory
-
-    _pooled(
-        cfg, json_, "the exploratory estimands on the pooled shards (bootstrap)",
-        lambda: pool_exploratory(cfg), exploratory_markdown, EXPLORATORY_RECORD,
-    )  # fmt: skip
 
 
 def _pooled(
