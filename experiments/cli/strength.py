@@ -190,8 +190,9 @@ def list_or_clear(
     source = steering.vector_source if "steering.vector_source" in given else None
     root = Path(cfg.classifier.dir)
     found = ranges.recorded_ranges(root, model_id, layer, mode, source)
-    selection = {"model": model_id, "layer": layer, "mode": mode, "vector_source": source}
-    if not found:
+    rows = [_range_row(where, record) for where, record in found]
+    if not rows and (clear or not json_):  # an empty --list --json is a list: not an error
+        selection = {"model": model_id, "layer": layer, "mode": mode, "vector_source": source}
         narrowed = ", ".join(f"{k} {v}" for k, v in selection.items() if v is not None)
         none = (
             f"no strength range recorded under {root}"
@@ -201,13 +202,8 @@ def list_or_clear(
         )
         if clear:  # asked to remove what is not there
             raise ConfigError(none)
-        if json_:  # a list that is empty: not an error
-            print_json({"root": str(root), "ranges": []})
-        else:
-            console.print(none, highlight=False, markup=False)
-        return
-    rows = [_range_row(where, record) for where, record in found]
-    if clear:
+        console.print(none, highlight=False, markup=False)
+    elif clear:
         if not json_:
             _print_ranges(rows, f"to remove under {root}")
         if not yes:
@@ -216,15 +212,14 @@ def list_or_clear(
             ranges.remove_range(where)
         if json_:
             print_json({"removed": rows})
-            return
-        console.print(
-            f"removed {len(rows)} recorded ranges: runs there take their config's β again"
-        )
-        return
-    if json_:
+        else:
+            console.print(
+                f"removed {len(rows)} recorded ranges: runs there take their config's β again"
+            )
+    elif json_:
         print_json({"root": str(root), "ranges": rows})
-        return
-    _print_ranges(rows, f"recorded under {root}")
+    else:
+        _print_ranges(rows, f"recorded under {root}")
 
 
 def _range_row(where: Path, record: StrengthRange) -> dict[str, Any]:
