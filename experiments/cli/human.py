@@ -52,7 +52,6 @@ def latest_run(config: Path, experiment: str | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``human`` sub-app (export, rate, import) to the steer-eval CLI."""
     human = typer.Typer(
         help="Phase 5 Part B: blind human validation of Δ (export, rate, import).",
         no_args_is_help=True,
@@ -120,11 +119,11 @@ def rate(
 
     from rich.console import Console
 
-    from experiments.cli.rater import rate_interactive
+    from experiments.cli.rater import TerminalRater
     from experiments.validation.errors import ValidationInputError
     from experiments.validation.human.answer_key import KEY_NAME, load_answer_key
     from experiments.validation.human.export import fetch_export
-    from experiments.validation.human.rater import prepare_ratings_file
+    from experiments.validation.human.rater import prepare_ratings_file, rate
     from experiments.validation.runs import phase5_parent
 
     if (csv_path is None) == (run is None):
@@ -135,12 +134,9 @@ def rate(
         run_id = parent.run_id
         csv_path = fetch_export(parent) / CSV_NAME
     assert csv_path is not None
-    key_file = Path(key) if key else csv_path.parent / KEY_NAME
-    answer_key = load_answer_key(key_file, run_id)
+    answer_key = load_answer_key(key or csv_path.parent / KEY_NAME, run_id)
     path = prepare_ratings_file(csv_path, answer_key, ratings)
-    summary = rate_interactive(
-        path, answer_key, guess=guess, stream=sys.stdin, console=Console(highlight=False)
-    )
+    summary = rate(path, answer_key, guess, TerminalRater(Console(highlight=False), sys.stdin))
     if summary.rated >= DEFAULT_MIN_RATED:
         console.print(f"import with: steer-eval human import {path} --run {answer_key['run_id']}")
 

@@ -9,16 +9,14 @@ interpreted) with control characters replaced.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
-from experiments.validation.human.rater import Item, RateSummary, rate
+from experiments.validation.human.rater import Item, RateSummary
 
 HELP = (
     "Type your answer and press Enter. Commands: [bold]s[/] skip this sample, [bold]b[/] go "
@@ -100,15 +98,3 @@ class TerminalRater:
             f"[bold]saved[/] {summary.rated}/{summary.total} rated to {summary.path}"
             + (f"; {left} left - run the same command to continue" if left else "; all done")
         )
-
-
-def rate_interactive(
-    path: Path,
-    key: dict[str, Any],
-    guess: bool,
-    stream: TextIO,
-    console: Console,
-    on_save: Callable[[list[Item]], None] | None = None,
-) -> RateSummary:
-    """Rate unrated samples one at a time in the terminal, reading answers from ``stream``."""
-    return rate(path, key, guess, TerminalRater(console, stream), on_save=on_save)

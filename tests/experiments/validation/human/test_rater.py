@@ -64,8 +64,8 @@ def test_rater_saves_after_every_answer_and_finishes(exported, kit):
 
     from rich.console import Console
 
-    from experiments.cli.rater import rate_interactive
-    from experiments.validation.human.rater import prepare_ratings_file
+    from experiments.cli.rater import TerminalRater
+    from experiments.validation.human.rater import prepare_ratings_file, rate
 
     _, result, key, _ = exported
     path = prepare_ratings_file(result.csv_path, key)
@@ -78,10 +78,10 @@ def test_rater_saves_after_every_answer_and_finishes(exported, kit):
 
     answers = io.StringIO("\n".join(["6"] * 49 + ["s"]) + "\n")
     console = Console(file=io.StringIO(), width=100)
-    summary = rate_interactive(path, key, False, answers, console, on_save=on_save)
+    summary = rate(path, key, False, TerminalRater(console, answers), on_save=on_save)
     assert saved[:3] == [1, 2, 3] and summary.rated == 49 and summary.skipped == ["050"]
     assert not summary.quit
-    summary = rate_interactive(path, key, False, io.StringIO("4\n"), console)
+    summary = rate(path, key, False, TerminalRater(console, io.StringIO("4\n")))
     assert summary.rated == 50 and "all done" in console.file.getvalue()
     # A working copy from a different export is refused, not silently mixed.
     other = load_answer_key(result.key_path)
