@@ -6,9 +6,8 @@ and prints.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -25,7 +24,7 @@ from experiments.cli.common import (
     require_extra,
     show_run_address,
 )
-from experiments.cli.human import ConfigOpt, ExperimentOpt, experiment_for
+from experiments.cli.human import ConfigOpt, ExperimentOpt, RunOpt, experiment_for
 from experiments.validation.panel import DEFAULT_JUDGES, When
 
 if TYPE_CHECKING:
@@ -38,20 +37,12 @@ if TYPE_CHECKING:
 LLAMA_PROVIDER = "llama"
 
 
-class Rubric(StrEnum):
-    """The rating question: ``relatedness`` (criterion 4) or AxBench's."""
-
-    RELATEDNESS = "relatedness"
-    AXBENCH = "axbench"
-
-
 def register(app: typer.Typer) -> None:
-    """Add the ``panel`` command to ``app``."""
     app.command("panel")(friendly(panel))
 
 
 def panel(
-    run: Annotated[str, typer.Option(help="the Phase 5 parent run id, or latest")] = "latest",
+    run: RunOpt = "latest",
     when: Annotated[
         When, typer.Option(help="auto: only when human r < the run's human_r_panel; always")
     ] = When.AUTO,
@@ -70,12 +61,12 @@ def panel(
         typer.Option(help="count the calls and their worst-case cost (price table); send nothing"),
     ] = False,
     rubric: Annotated[
-        Rubric,
+        Literal["relatedness", "axbench"],
         typer.Option(
             help="relatedness: 0-10 (criterion 4); axbench: AxBench's concept, instruction "
             "and fluency scores (0-2, harmonic mean) per concept and sign"
         ),
-    ] = Rubric.RELATEDNESS,
+    ] = "relatedness",
     openai_base_url: Annotated[
         str | None, typer.Option(help="an OpenAI-compatible server (vLLM, llama.cpp, Ollama)")
     ] = None,
@@ -95,7 +86,7 @@ def panel(
                 "llama_cpp", f"panel's local judge {name}{given}", "name other judges by --judge"
             )
     experiment = experiment_for(run, config, experiment)
-    if rubric is Rubric.AXBENCH:
+    if rubric == "axbench":
         when = When.ALWAYS  # AxBench scores are wanted whatever the human correlation
     if dry_run:
         from experiments.validation.panel import estimate_panel_for
@@ -108,11 +99,11 @@ def panel(
             results_dir,
             experiment=experiment,
             limit=limit,
-            rubric=rubric.value,
+            rubric=rubric,
         )
         _print_dry_run(decision, estimate, budget, json_)
         return
-    if rubric is Rubric.AXBENCH:
+    if rubric == "axbench":
         from experiments.validation.axbench import run_axbench_for
 
         with progress_bars() as report:

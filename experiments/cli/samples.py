@@ -4,19 +4,16 @@ A verdict pools hundreds of texts; what a researcher reads first is the texts. T
 prints a Phase 5 run's ``samples.csv`` (``phase5/samples.py``: every steered text of
 the report split beside its unsteered and random-direction twins), text first and
 wrapped, each with its Δ, the gate's verdict and reason and its effect, then its twins
-with theirs. The run is taken as ``rescore`` and ``export`` take it (an id, or
-``latest``); ``--concept`` (a synset or the start of one), ``--sign`` (pos, neg, +, -),
-``--gated``/``--measured`` and ``--limit`` choose the rows; ``--oneline`` prints each on
-a line; ``--json`` prints them as data (``n``: the texts the filters chose). A run that
-does not exist or is no Phase 5 run, or a concept that is not in it, is refused with
-exit 2 (the concept with the closest name in the run, the run's kind and what takes it).
+with theirs. The run is taken as ``rescore`` and ``export`` take it; the options choose
+the rows and the form. A run that does not exist or is no Phase 5 run, or a concept that
+is not in it, is refused with exit 2 (the concept with the closest name in the run, the
+run's kind and what takes it).
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -38,21 +35,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 
-class Sign(StrEnum):
-    """``--sign``: the texts steered at s > 0 (``pos`` or ``+``) or s < 0 (``neg``, ``-``)."""
-
-    pos = "pos"
-    neg = "neg"
-    plus = "+"
-    minus = "-"
-
-    @property
-    def symbol(self) -> str:
-        return "+" if self in (Sign.pos, Sign.plus) else "-"
-
-
 def register(app: typer.Typer) -> None:
-    """Add the ``samples`` command to ``app``."""
     app.command("samples")(friendly(samples))
 
 
@@ -65,7 +48,7 @@ def samples(
         typer.Option("--concept", help="only this concept: its synset, or the start of one (herb)"),
     ] = None,
     sign: Annotated[
-        Sign | None,
+        Literal["pos", "neg", "+", "-"] | None,
         typer.Option("--sign", help="only the texts steered at s > 0 (pos, +) or s < 0 (neg, -)"),
     ] = None,
     gated: Annotated[
@@ -100,7 +83,8 @@ def samples(
     run_id = latest_run(config, experiment) if run == "latest" else phase5_parent(run, "samples")
     folder = RunDir.locate(tracking.get_run(run_id), results_dir)
     table = read_samples(folder)
-    matching = select_samples(table, concept, sign.symbol if sign else None, gated)
+    symbol = None if sign is None else "+" if sign in ("pos", "+") else "-"
+    matching = select_samples(table, concept, symbol, gated)
     rows = matching.head(limit) if limit is not None else matching
     records = [{str(k): _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]
     if json_:  # n: the texts the filters chose (all of --limit's); total: the run's
