@@ -255,9 +255,8 @@ def _vectors(
     named = None
     if isinstance(concepts, str):
         concepts = [concepts]
-    needs_graph = vectors is not None or (concepts is not None and not isinstance(concepts, int))
-    if not needs_graph:
-        return
+    if vectors is None and (concepts is None or isinstance(concepts, int)):
+        return  # nothing to resolve against the concept file
     known = Concepts.of(base.concepts.file, load_concepts(base.concepts.file))
     if concepts is not None and not isinstance(concepts, int):
         assert isinstance(concepts, Sequence)

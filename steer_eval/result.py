@@ -118,5 +118,4 @@ def load_run(
             "`steer-eval runs` lists the runs with their phase"
         )
     folder = RunDir.locate(found, results_dir)
-    record = folder.read_record(migrate=True)
-    return result_of(run, folder.path, record, None)
+    return result_of(run, folder.path, folder.read_record(migrate=True), None)

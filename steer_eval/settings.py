@@ -63,13 +63,6 @@ def override(key: str, value: object) -> str:
     return f"{key}={value_text(value)}"
 
 
-def key_of(text: str) -> str:
-    """The dotted key an override sets (``a.b=1`` → ``a.b``)."""
-    from experiments.config import parse_override
-
-    return ".".join(parse_override(text)[0])
-
-
 def mapping_overrides(values: Mapping[str, object], check: Callable[[object], None]) -> list[str]:
     """``{key: value}`` as overrides, a mapping value as its section's keys (:func:`flatten`),
     each key first passed to ``check`` (which raises for a key it refuses)."""
@@ -141,7 +134,9 @@ class Settings:
 
     def add(self, text: str, argument: str) -> None:
         """One ``--set`` override, from ``argument`` (its name, for the error)."""
-        key = key_of(text)
+        from experiments.config import parse_override
+
+        key = ".".join(parse_override(text)[0])  # the dotted key it sets
         before = self.origin.get(key)
         if before is not None and before != argument:
             raise ArgumentError(
@@ -160,32 +155,27 @@ class Settings:
         """The overrides ``load_config`` applies, in the command's order: the ``--set``
         list (``sets``, default all), then ``--results-dir``, ``--model``, ``--layer``,
         ``--concepts`` (``cli/main.run`` and ``cli/common.resolve_config``)."""
+        given = (
+            ("tracking.results_dir", self.results_dir),
+            ("model", self.model),
+            ("layer", self.layer),
+            ("concepts.limit", self.limit),
+        )
         out = list(self.sets if sets is None else sets)
-        if self.results_dir is not None:
-            out.append(f"tracking.results_dir={self.results_dir}")
-        if self.model is not None:
-            out.append(f"model={self.model}")
-        if self.layer is not None:
-            out.append(f"layer={self.layer}")
-        if self.limit is not None:
-            out.append(f"concepts.limit={self.limit}")
-        return out
+        return out + [f"{key}={value}" for key, value in given if value is not None]
 
     def argv(self, layer_rule: str | None = None) -> list[str]:
         """The equivalent ``steer-eval run`` arguments (after the program's name)."""
-        out = ["run", "--config", str(self.config)]
-        if self.model is not None:
-            out += ["--model", self.model]
         layer = layer_rule if layer_rule is not None else self.layer
-        if layer is not None:
-            out += ["--layer", str(layer)]
-        if self.limit is not None:
-            out += ["--concepts", str(self.limit)]
-        if self.results_dir is not None:
-            out += ["--results-dir", self.results_dir]
-        for text in self.sets:
-            out += ["--set", text]
-        return out
+        given = (
+            ("--model", self.model),
+            ("--layer", layer),
+            ("--concepts", self.limit),
+            ("--results-dir", self.results_dir),
+            *(("--set", text) for text in self.sets),
+        )
+        out = ["run", "--config", str(self.config)]
+        return out + [part for flag, v in given if v is not None for part in (flag, str(v))]
 
     def command(self, layer_rule: str | None = None) -> str:
         """The equivalent command line, quoted for a POSIX shell."""

@@ -274,8 +274,7 @@ def names_in(path: Path) -> list[str] | None:
     if path.is_dir():
         return sorted({p.stem for p in path.iterdir() if p.suffix in FOLDER_SUFFIXES})
     if path.suffix == ".gguf":
-        named = read_control_vector(path).metadata.get("steer_eval.concept")
-        return [str(named or path.stem)]
+        return [str(read_control_vector(path).metadata.get("steer_eval.concept") or path.stem)]
     if path.suffix == ".npy":
         return [path.stem]
     if path.suffix == ".safetensors":
