@@ -27,7 +27,6 @@ VERDICT_STYLE = {"yes": "[green]yes[/]", "no": "[red]no[/]"}
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``steer-eval bench`` to the CLI."""
     app.command("bench")(friendly(bench))
 
 

@@ -75,8 +75,7 @@ def calibrate(
             chosen = strength_choices(cfg, plan.model.probe_id, layers, explicit)
             return [f"{key}: {c['message']}" for key, c in chosen.items()]
 
-        layers = cfg.calibration.layers or []
-        print_study_plan(cfg, PHASE, STAGES, json_, layers, strength)
+        print_study_plan(cfg, PHASE, STAGES, json_, cfg.calibration.layers or [], strength)
         return
     if resume is not None:
         resume = resolve_run(resume, cfg.experiment, PHASE, finished=False)

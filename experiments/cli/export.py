@@ -1,11 +1,10 @@
 """``steer-eval export <run>``: a run's directions as GGUF control vectors and safetensors.
 
 The run comes first, as in ``rescore`` (a Phase 5 parent run id, or ``latest``); the
-folder is ``--out`` (default ``exports/<run id>``). The work is done in
-:mod:`experiments.phase5.export`; this command finds the run and prints what was
-written. A first argument that is no run is refused (exit 2) rather than guessed at: an
-existing folder there is the old form (``export <folder> --run <run>``), and the message
-gives the new one.
+folder is ``--out`` (default ``exports/<run id>``); the work is done in
+:mod:`experiments.phase5.export`. A first argument that is no run is refused (exit 2)
+rather than guessed at: an existing folder there is the old form (``export <folder> --run
+<run>``), and the message gives the new one.
 
 ``--check`` then applies each exported file (or a fixed sample, ``--concepts K``) in
 llama.cpp and by the run's own hook, and compares the NLL shifts they cause
@@ -46,7 +45,6 @@ DEFAULT_OUT = Path("exports")  # a run's export goes to exports/<run id> unless 
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``export`` command to ``app``."""
     app.command("export")(friendly(export))
 
 

@@ -27,7 +27,6 @@ from experiments.rundir import RESCORED_TAG
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``runs`` command to ``app``."""
     app.command("runs")(friendly(runs))
 
 

@@ -26,15 +26,12 @@ LIGHT_UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``ui`` command to ``app``."""
     app.command("ui")(friendly(ui))
 
 
 def addresses() -> list[tuple[str, str]]:
-    """(what, address) for every experiment of the suite's in the store (those with runs
-    of the suite's, whatever their kind: Phase 4, 5, the study, 6, identify, strength
-    sweeps): its newest finished parent run, opened on its answer, then the experiment's
-    runs (whose description leads with the latest answer and links it)."""
+    """(what, address) for every experiment holding the suite's runs (whatever their
+    kind): its newest finished parent run, opened on its answer, then its runs."""
     from experiments import tracking
 
     c = tracking.client()
@@ -51,8 +48,7 @@ def addresses() -> list[tuple[str, str]]:
             continue  # not the suite's (an evaluation's, a stray run's)
         tracking.experiment_id(exp.name)  # sets the experiment-kind tag on older stores
         phase = newest.data.tags["phase"]
-        kind = PHASE_NAMES.get(phase, phase)
-        what = f"newest {kind} run ({exp.name}), on its answer"
+        what = f"newest {PHASE_NAMES.get(phase, phase)} run ({exp.name}), on its answer"
         found.append((what, tracking.run_ui_url(newest.info.run_id)))
         found.append((f"{exp.name} runs", tracking.ui_url(exp.experiment_id)))
     return found
