@@ -78,17 +78,13 @@ class PanelResult:
     def to_metrics(self) -> dict[str, float]:
         """Flat {name: float} of every evaluable statistic and total (no NaN, ever)."""
         out: dict[str, float] = {}
-
-        def put(name: str, stat: Stat) -> None:
+        for name, stat in self._named():
             if isinstance(stat, Correlation):
                 out[name] = stat.r
                 out[f"{name}_n"] = float(stat.n)
             elif isinstance(stat, Alpha):
                 out[name] = stat.value
                 out[f"{name}_n_units"] = float(stat.n_units)
-
-        for name, stat in self._named():
-            put(name, stat)
         out.update({f"total_{k}": float(v) for k, v in self.totals.items()})
         out["wall_time_s"] = self.wall_time_s
         agrees = panel_agrees(self)

@@ -47,6 +47,7 @@ import numpy as np
 from metrics.intervals import (
     DEFAULT_BOOT,
     Aggregate,
+    Bootstrap,
     Interval,
     K,
     cluster_rows,
@@ -233,10 +234,8 @@ def split_half_reliability(
             lambda g: _reliability_of_halves(g["h"])[0],
             aggregate={"h": _whole},
             within=False,
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
             method=f"{method}, bootstrap over concepts",
+            **Bootstrap(confidence=confidence, n_boot=n_boot, seed=seed),
         )
         interval = dataclasses.replace(interval, n=n_units)
     return Reliability(raw, float(mean_r[0]), sd, n_c, splits, method, "", interval, raw)
@@ -339,10 +338,8 @@ def disattenuated_correlation(
         corrected,
         aggregate={"x": x_aggregate, "y": y_aggregate, "hx": _whole, "hy": _whole},
         within=False,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
         method=method,
+        **Bootstrap(confidence=confidence, n_boot=n_boot, seed=seed),
     )
     interval = dataclasses.replace(interval, n=n_units)
     return Disattenuated(observed, interval, rel_x, rel_y, dropped[0])

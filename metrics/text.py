@@ -213,14 +213,9 @@ class CoherenceReport:
     @property
     def flags(self) -> list[str]:
         """Names of the collapse checks that fired (empty when the text looks coherent)."""
-        fired = []
-        if self.near_empty:
-            fired.append("near_empty")
-        if self.repeated_trigram_fraction > LOOP_THRESHOLD:
-            fired.append("looping")
-        if self.is_echo:
-            fired.append("echo")
-        return fired
+        looping = self.repeated_trigram_fraction > LOOP_THRESHOLD
+        checks = {"near_empty": self.near_empty, "looping": looping, "echo": self.is_echo}
+        return [name for name, fired in checks.items() if fired]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
