@@ -214,13 +214,8 @@ def _summarise(
     names = [j.name for j in judges]
     wide = scores.pivot(index="sample_id", columns="judge", values="score")
     wide = wide.reindex(index=samples["sample_id"], columns=names)
-    per_sample = (
-        samples[
-            [c for c in ("sample_id", "concept", "delta", "human_rating") if c in samples.columns]
-        ]
-        .copy()
-        .set_index("sample_id")
-    )
+    by_id = samples.set_index("sample_id")
+    per_sample = by_id[[c for c in ("concept", "delta", "human_rating") if c in by_id]].copy()
     per_sample["panel_mean"] = wide.mean(axis=1, skipna=True)
     per_sample["panel_median"] = wide.median(axis=1, skipna=True)
     per_sample["n_scores"] = wide.notna().sum(axis=1)
@@ -230,7 +225,6 @@ def _summarise(
 
     alpha = krippendorff_alpha_interval(wide.T.to_numpy(dtype=float))
     pairs = pairwise_spearman(wide) if len(names) >= 2 else {}
-    by_id = samples.set_index("sample_id")
     delta, human, concept = by_id["delta"], by_id.get("human_rating"), by_id.get("concept")
 
     mean = per_sample.set_index("sample_id")["panel_mean"]

@@ -5,9 +5,8 @@ rows of one concept share its centroids and direction. A row-level interval is t
 narrow, so means and correlations here come with a *clustered* bootstrap that resamples
 whole clusters (prompts within a concept, or concepts). scipy's ``bootstrap`` resamples
 independent observations only, hence this small hand-written resampler. The
-concept-level (hierarchical) bootstrap, :func:`hierarchical_bootstrap`, resamples concepts
-and then units within each drawn concept, and recomputes per-concept aggregates in every
-replicate: the one helper for means, margins and cross-concept correlations
+concept-level (hierarchical) bootstrap, :func:`hierarchical_bootstrap` (its section below
+says how it draws), is the one helper for means, margins and cross-concept correlations
 (:func:`hierarchical_mean`, :func:`hierarchical_margin`, :func:`hierarchical_correlation`).
 Binomial intervals come from statsmodels (Wilson).
 
