@@ -110,13 +110,6 @@ def agreement(result: PanelResult) -> dict[str, float | None]:
     return out
 
 
-def table_csv(table: pd.DataFrame) -> str:
-    """The table as CSV whose cells no spreadsheet executes (the suite's sanitiser)."""
-    from experiments.phase5.samples import samples_csv
-
-    return samples_csv(table)
-
-
 def log_axbench(
     parent: Phase5Run,
     result: PanelResult,
@@ -132,12 +125,13 @@ def log_axbench(
     import json
 
     from experiments.identify.estimation.rubric import validity_lines, validity_metrics
-    from experiments.kernel.publisher import ChildUpdate, update_child
+    from experiments.kernel.publisher import ChildUpdate
+    from experiments.phase5.samples import samples_csv
     from experiments.rundir import RunDir
     from experiments.tracking.prompts import register_rubric
     from judges import AXBENCH_RUBRIC
 
-    csv_text = table_csv(table)
+    csv_text = samples_csv(table)  # cells no spreadsheet executes (the suite's sanitiser)
     if parent.folder.exists():
         parent.folder.file(RunDir.AXBENCH).write_text(csv_text)
     metrics = {f"agreement/{k}": v for k, v in agreement(result).items() if v is not None}
@@ -174,10 +168,7 @@ def log_axbench(
             note=note,
         )
 
-    return update_child(
-        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME,
-        parent.find_child(CHILD_PHASE), "axbench.runs", build,
-    )  # fmt: skip
+    return parent.update_child(CHILD_PHASE, CHILD_RUN_NAME, "axbench.runs", build)
 
 
 def run_axbench_for(
@@ -228,8 +219,7 @@ def identify_validity(
     from experiments.validation.errors import ValidationInputError
 
     folder = parent.folder
-    needed = (RunDir.DIRECTIONS, RunDir.LIKELIHOOD)
-    missing = [n for n in needed if not folder.file(n).exists()]
+    missing = [n for n in (RunDir.DIRECTIONS, RunDir.LIKELIHOOD) if not folder.file(n).exists()]
     if missing:
         raise ValidationInputError(
             f"identify run {parent.run_id}: its folder {folder.path} lacks {', '.join(missing)}; "

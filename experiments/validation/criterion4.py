@@ -119,8 +119,7 @@ def refresh_answer(run_id: str, folder: RunDir, record: RunRecord) -> None:
     from experiments.kernel.publisher import log_answer
     from experiments.phase5.report import write_answer
 
-    answer = write_answer(folder, record)
-    text = log_answer(run_id, answer)
+    text = log_answer(run_id, write_answer(folder, record))
     note = tracking.get_run(run_id).data.tags.get(tracking.NOTE_TAG, "")
     tracking.set_note(run_id, with_answer(note, text), whole=RunDir.SUMMARY)
 

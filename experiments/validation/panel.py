@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from experiments.kernel.publisher import ChildUpdate, update_child
+from experiments.kernel.publisher import ChildUpdate
 from experiments.tracking.prompts import RubricPrompt, register_rubric
 from experiments.validation.criterion4 import record_criterion4, stored_verdict
 from experiments.validation.human.importer import CHILD_PHASE as HUMAN_PHASE
@@ -204,10 +204,7 @@ def log_panel(
         )
 
     try:
-        child = update_child(
-            parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME,
-            parent.find_child(CHILD_PHASE), "panel.runs", build,
-        )  # fmt: skip
+        child = parent.update_child(CHILD_PHASE, CHILD_RUN_NAME, "panel.runs", build)
     finally:
         plt.close(fig)
     return child
@@ -225,45 +222,29 @@ def attach_judge_feedback(
     """Every judge score as LLM_JUDGE feedback (source: the judge's name) on the trace of
     the generation it rates, with the rubric version and its registry URI; an abstention
     is feedback with an error and no value."""
-    from experiments.rundir import RunDir
-    from experiments.tracking.traces import RELATEDNESS, Feedback, attach_feedback, trace_map
+    from experiments.tracking.traces import RELATEDNESS, Feedback
 
-    experiment_id = parent.run.info.experiment_id
-    ids = trace_map(experiment_id, parent.run_id, parent.folder.file(RunDir.TRACES))
-    feedback: dict[str, list[Feedback]] = {}
-    untraced = 0
+    keyed = []
     rows = scores[["sample_id", "judge", "score", "raw", "model", "cost", "cache_hit", "error"]]
     for sample_id, judge, score, raw, model, cost, cache_hit, error in rows.itertuples(index=False):
-        trace_id = ids.get(sample_id)
-        if trace_id is None:
-            untraced += 1
-            continue
         abstained = score is None or score != score  # NaN in the table
-        feedback.setdefault(trace_id, []).append(
-            Feedback(
-                RELATEDNESS,
-                None if abstained else float(score),
-                rationale=cell_text(raw) or None,
-                metadata={
-                    "judge": judge,
-                    "model": cell_text(model),
-                    "rubric_version": rubric.rubric_version,
-                    "rubric_prompt": rubric.uri,
-                    "cost_usd": cost,
-                    "cache_hit": bool(cache_hit),
-                    "scale": "0-10",
-                },
-                error=(cell_text(error) or "the judge abstained") if abstained else None,
-            )
+        feedback = Feedback(
+            RELATEDNESS,
+            None if abstained else float(score),
+            rationale=cell_text(raw) or None,
+            metadata={
+                "judge": judge,
+                "model": cell_text(model),
+                "rubric_version": rubric.rubric_version,
+                "rubric_prompt": rubric.uri,
+                "cost_usd": cost,
+                "cache_hit": bool(cache_hit),
+                "scale": "0-10",
+            },
+            error=(cell_text(error) or "the judge abstained") if abstained else None,
         )
-    counts = attach_feedback(
-        experiment_id,
-        parent.run_id,
-        feedback,
-        "LLM_JUDGE",
-        lambda fb: str(fb.metadata["judge"]),
-    )
-    return {**counts, "untraced": untraced}
+        keyed.append((sample_id, feedback))
+    return parent.attach_feedback(keyed, "LLM_JUDGE", lambda fb: str(fb.metadata["judge"]))
 
 
 def _shown(stat: Alpha | Correlation | NotEvaluable) -> float | str:

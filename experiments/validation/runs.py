@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
     from experiments.config import CriteriaConfig, RunConfig
+    from experiments.kernel.publisher import ChildUpdate
+    from experiments.tracking.traces import Feedback
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,28 @@ class Phase5Run:
     def artifact_bytes(self, artifact_path: str) -> bytes | None:
         return artifact_bytes(self.run_id, artifact_path)
 
+    def attach_feedback(
+        self,
+        keyed: Iterable[tuple[str, Feedback]],
+        kind: str,
+        source_id: str | Callable[[Feedback], str],
+    ) -> dict[str, int]:
+        """Each feedback on the trace of the generation it is keyed by: the counts of
+        ``traces.attach_feedback``, and ``untraced`` (those whose generation has none)."""
+        from experiments.tracking.traces import attach_feedback, trace_map
+
+        experiment_id = self.run.info.experiment_id
+        ids = trace_map(experiment_id, self.run_id, self.folder.file(RunDir.TRACES))
+        feedback: dict[str, list[Feedback]] = {}
+        untraced = 0
+        for key, item in keyed:
+            if key in ids:
+                feedback.setdefault(ids[key], []).append(item)
+            else:
+                untraced += 1
+        counts = attach_feedback(experiment_id, self.run_id, feedback, kind, source_id)
+        return {**counts, "untraced": untraced}
+
     # ------------------------------------------------------------------ generations
 
     def scored_generations(self) -> list[ScoredGeneration]:
@@ -175,6 +200,15 @@ class Phase5Run:
         return tracking.client().search_runs(
             [self.run.info.experiment_id], filter_string=flt, max_results=5000
         )
+
+    def update_child(
+        self, phase: str, name: str, count_tag: str, build: Callable[[str, int], ChildUpdate]
+    ) -> str:
+        """Its one ``phase`` child, made or updated (``kernel.publisher.update_child``)."""
+        from experiments.kernel.publisher import update_child
+
+        found = self.find_child(phase)
+        return update_child(self.run_id, self.experiment, phase, name, found, count_tag, build)
 
     def cell_runs(self) -> dict[str, str]:
         """cell tag -> child run id for the parent's concept × strength runs."""

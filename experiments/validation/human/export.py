@@ -65,8 +65,7 @@ def export_samples(
     run_id = parent.run_id  # "latest" resolved
     records = parent.scored_generations()
     children = parent.cell_runs()
-    needed = {cell_key(r.concept, r.strength) for r in records}
-    missing = sorted(needed - set(children))
+    missing = sorted({cell_key(r.concept, r.strength) for r in records} - set(children))
     if missing:
         raise ValidationInputError(
             f"run {run_id} has no child run for cell(s) {missing[:5]}; is the run complete?"

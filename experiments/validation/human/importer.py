@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.kernel.publisher import ChildUpdate, update_child
+from experiments.kernel.publisher import ChildUpdate
 from experiments.rundir import atomic_write_text
 from experiments.tracking.datasets import log_dataset
 from experiments.validation.criterion4 import record_criterion4
@@ -227,23 +227,13 @@ def _log_import(
         "guess_accuracy": summary["guess_accuracy"],
         "human_r_evaluable": 1.0 if corr.evaluable else 0.0,
     }
-    if isinstance(corr, Correlation):
-        metrics.update(
-            {
-                "human_r": corr.r,
-                "human_r_p_value": corr.p_value,
-                "human_r_ci_low": corr.ci_low,
-                "human_r_ci_high": corr.ci_high,
-            }
-        )
-    if isinstance(rho, Correlation):
-        metrics.update(
-            {
-                "human_spearman": rho.r,
-                "human_spearman_ci_low": rho.ci_low,
-                "human_spearman_ci_high": rho.ci_high,
-            }
-        )
+    for name, stat, fields in (
+        ("human_r", corr, ("p_value", "ci_low", "ci_high")),
+        ("human_spearman", rho, ("ci_low", "ci_high")),
+    ):
+        if isinstance(stat, Correlation):  # r, then its p value (Pearson's) and interval
+            metrics[name] = stat.r
+            metrics.update({f"{name}_{field}": getattr(stat, field) for field in fields})
 
     def build(child: str, imports: int) -> ChildUpdate:
         # one step per import: the latest step is the current figure, earlier ones history
@@ -259,11 +249,7 @@ def _log_import(
             note_whole=RESULT_NAME,
         )
 
-    found = parent.find_child(CHILD_PHASE)
-    return update_child(
-        parent.run_id, parent.experiment, CHILD_PHASE, CHILD_RUN_NAME, found, "human.imports",
-        build,
-    )  # fmt: skip
+    return parent.update_child(CHILD_PHASE, CHILD_RUN_NAME, "human.imports", build)
 
 
 def default_rater() -> str:
@@ -284,20 +270,12 @@ def attach_human_feedback(
     Runs made without traces (``tracking.traces: false``) get none; ratings whose
     generation has no trace are counted as ``untraced``.
     """
-    from experiments.rundir import RunDir
-    from experiments.tracking.traces import RELATEDNESS, Feedback, attach_feedback, trace_map
+    from experiments.tracking.traces import RELATEDNESS, Feedback
 
-    experiment_id = parent.run.info.experiment_id
-    ids = trace_map(experiment_id, parent.run_id, parent.folder.file(RunDir.TRACES))
-    feedback: dict[str, list[Feedback]] = {}
-    untraced = 0
     columns = ("generation_key", "human_rating", "topic_guess", "sample_id", "guess_correct")
-    for key, rating, guess, sample_id, correct in zip(*(table[c] for c in columns), strict=True):
-        trace_id = ids.get(key)
-        if trace_id is None:
-            untraced += 1
-            continue
-        feedback[trace_id] = [
+    keyed = [
+        (
+            key,
             Feedback(
                 RELATEDNESS,
                 float(rating),
@@ -308,10 +286,11 @@ def attach_human_feedback(
                     "import": imports,
                     "scale": "0-10",
                 },
-            )
-        ]
-    counts = attach_feedback(experiment_id, parent.run_id, feedback, "HUMAN", rater)
-    return {**counts, "untraced": untraced}
+            ),
+        )
+        for key, rating, guess, sample_id, correct in zip(*(table[c] for c in columns), strict=True)
+    ]
+    return parent.attach_feedback(keyed, "HUMAN", rater)
 
 
 def import_note(summary: dict[str, Any], crit: CriterionResult) -> str:

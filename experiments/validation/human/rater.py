@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from experiments.rundir import restore
 from experiments.validation.errors import ValidationInputError
@@ -36,9 +36,6 @@ from experiments.validation.human.ratings import (
     parse_rating,
     parse_ratings,
 )
-
-if TYPE_CHECKING:
-    pass
 
 COMMANDS = {"s": "skip", "b": "back", "q": "quit", "h": "help", "?": "help"}
 GUESS_PROMPT = "What is this text about? (your guess, Enter for no idea)"
@@ -166,6 +163,16 @@ def rate(
                 return j
         return total
 
+    def ask(prompt: str) -> tuple[str, str | None] | None:
+        """The answer, stripped, and the command it is (help shown and the question asked
+        again); None when the input has ended."""
+        while (answer := ui.ask(prompt)) is not None:
+            command = COMMANDS.get(answer.strip().lower())
+            if command != "help":
+                return answer.strip(), command
+            ui.help()
+        return None
+
     def finish(quit_: bool) -> RateSummary:
         save()
         summary = RateSummary(path, total, rated(), sorted(skipped), quit_)
@@ -179,36 +186,23 @@ def rate(
         ui.show(item, rated(), total)
         move: str | None = None
         if guess and not item.guess and item.rating is None and item.sample_id not in revealed:
-            while True:
-                answer = ui.ask(GUESS_PROMPT)
-                if answer is None:
-                    return finish(True)
-                command = COMMANDS.get(answer.strip().lower())
-                if command == "help":
-                    ui.help()
-                    continue
-                if command:
-                    move = command
-                else:
-                    item.guess = answer.strip()
-                    save()
-                break
+            if (asked := ask(GUESS_PROMPT)) is None:
+                return finish(True)
+            text, move = asked
+            if move is None:
+                item.guess = text
+                save()
         if move is None:
             revealed.add(item.sample_id)
             name = samples[item.sample_id]["concept_name"]
             ui.reveal(name)
             keep = f", Enter keeps {item.rating}" if item.rating is not None else ""
+            question = f"How strongly does this text relate to {name}? (0-10{keep})"
             while True:
-                answer = ui.ask(f"How strongly does this text relate to {name}? (0-10{keep})")
-                if answer is None:
+                if (asked := ask(question)) is None:
                     return finish(True)
-                text = answer.strip()
-                command = COMMANDS.get(text.lower())
-                if command == "help":
-                    ui.help()
-                    continue
-                if command:
-                    move = command
+                text, move = asked
+                if move is not None:
                     break
                 if not text and item.rating is not None:
                     move = "next"
