@@ -189,19 +189,16 @@ def experiment_id(name: str) -> str:
         return cached
     c = client()
     exp = c.get_experiment_by_name(name)
+    # its kind (an older version made it without) and the runs table's default columns
+    tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **column_tags(name)}
     found: str
     if exp is not None:
-        if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # made by an older version
-            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-        for key, value in column_tags(name).items():  # the runs table's default columns
+        for key, value in tags.items():
             if exp.tags.get(key) != value:
                 c.set_experiment_tag(exp.experiment_id, key, value)
         found = exp.experiment_id
     else:
-        location = None
-        if is_local_store():
-            location = (artifact_root() / name).as_uri()
-        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **column_tags(name)}
+        location = (artifact_root() / name).as_uri() if is_local_store() else None
         if name in EXPERIMENT_NOTES:
             tags[NOTE_TAG] = EXPERIMENT_NOTES[name]
         found = _create_experiment(c, name, location, tags)
@@ -495,9 +492,8 @@ def remembered_run(directory: str | Path | None) -> str | None:
     """The run that wrote ``directory``, when it was logged to the configured store."""
     if directory is None:
         return None
-    path = Path(directory) / CLASSIFIER_RUN_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads((Path(directory) / CLASSIFIER_RUN_FILE).read_text())
     except (OSError, ValueError):
         return None
     return data.get("run_id") if data.get("tracking_uri") == tracking_uri() else None

@@ -132,8 +132,7 @@ def parse_criteria(text: str) -> list[ListedVerdict]:
 
 
 def _criteria_text(run: Run) -> str | None:
-    folder = RunDir.locate(run)
-    local = folder.file(CRITERIA_FILE)
+    local = RunDir.locate(run).file(CRITERIA_FILE)
     if local.exists():
         return local.read_text(encoding="utf-8")
     if not tracking.has_artifact(run.info.run_id, CRITERIA_FILE):
@@ -220,10 +219,8 @@ def with_corrected(verdicts: list[ListedVerdict], metrics: dict[str, float]) -> 
         out.append(v)
         for key, metric in CORRECTED:
             for sign, group in SIGN_GROUPS.items():
-                if v.key != f"{key}_{sign}":
-                    continue
                 name = metric.format(sign=sign)
-                if name not in metrics:
+                if v.key != f"{key}_{sign}" or name not in metrics:
                     continue
                 out.append(
                     ListedVerdict(

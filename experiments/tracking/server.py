@@ -53,8 +53,7 @@ def server_command(root: Path, port: int, host: str = "127.0.0.1") -> list[str]:
 def healthy(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-            status: int = response.status
-            return status == 200
+            return bool(response.status == 200)
     except OSError:
         return False
 

@@ -119,9 +119,7 @@ def _log(trace_id: str, fb: Feedback, source: AssessmentSource) -> None:
 
 
 def read_map(path: Path | None) -> dict[str, str]:
-    if path is None or not path.exists():
-        return {}
-    return dict(json.loads(path.read_text()))
+    return dict(json.loads(path.read_text())) if path is not None and path.exists() else {}
 
 
 def write_map(path: Path, mapping: Mapping[str, str]) -> None:
@@ -394,17 +392,12 @@ def attach_feedback(
         for fb in items:
             sid = fb.source_id or (source_id(fb) if callable(source_id) else source_id)
             source = _source(kind, sid)
-            old = existing.get((trace_id, fb.name, sid))
+            old: Any = existing.get((trace_id, fb.name, sid))
             value = _clean(fb.value)
-            if old is not None and old.feedback.error is None and value is not None:
-                if _same(old.feedback.value, value):
-                    counts["unchanged"] += 1
-                    continue
-                if fb.source_id is not None:
-                    mlflow.delete_assessment(trace_id=trace_id, assessment_id=old.assessment_id)
-                    _log(trace_id, fb, source)
-                    counts["overridden"] += 1
-                    continue
+            scored = old is not None and old.feedback.error is None and value is not None
+            if scored and _same(old.feedback.value, value):
+                counts["unchanged"] += 1
+            elif scored and fb.source_id is None:
                 mlflow.override_feedback(
                     trace_id=trace_id,
                     assessment_id=old.assessment_id,
@@ -414,9 +407,9 @@ def attach_feedback(
                     metadata=_metadata(fb.metadata),
                 )
                 counts["overridden"] += 1
-                continue
-            if old is not None:  # an abstention replaced, or a score became one
-                mlflow.delete_assessment(trace_id=trace_id, assessment_id=old.assessment_id)
-            _log(trace_id, fb, source)
-            counts["logged"] += 1
+            else:  # new, or the old one deleted (a scorer's rerun, an abstention replaced or made)
+                if old is not None:
+                    mlflow.delete_assessment(trace_id=trace_id, assessment_id=old.assessment_id)
+                _log(trace_id, fb, source)
+                counts["overridden" if scored else "logged"] += 1
     return counts
