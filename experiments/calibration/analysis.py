@@ -53,8 +53,7 @@ def mixed_slope(frame: pd.DataFrame, predictor: str, effect: str = EFFECT) -> Mi
         return MixedSlope(n=n, reason=f"fit failed: {exc}")
     if not np.isfinite([slope, low, high]).all():
         return MixedSlope(n=n, reason="fit did not converge")
-    p_value = float(fit.pvalues["x"])
-    return MixedSlope(slope, float(low), float(high), n, g, p_value=p_value)
+    return MixedSlope(slope, float(low), float(high), n, g, p_value=float(fit.pvalues["x"]))
 
 
 def _concept_means(frame: pd.DataFrame, column: str) -> list[float]:
@@ -83,15 +82,13 @@ def levels(
         level = bootstrap_statistic(
             level_units, mean, confidence=c.confidence, n_boot=c.n_boot, method="concepts"
         )
-        verdict = interval_verdict(effect_ci, config.calibration.effect_threshold)
-        size_name = str(group["size"].iloc[0])
         out.append(
             CurveLevel(
-                size=size_name,
+                size=str(group["size"].iloc[0]),
                 n_train=int(real(size)),
                 level=level,
                 effect=effect_ci,
-                verdict=verdict,
+                verdict=interval_verdict(effect_ci, config.calibration.effect_threshold),
             )
         )
     return out

@@ -45,17 +45,14 @@ def analysis_metrics(record: CalibrationRecord) -> tuple[dict[str, float | None]
     for fit in record.results:
         name = f"L{fit.layer}/{_slug(fit.source)}/{fit.predictor}"
         name += "" if fit.sign == "both" else f"/s_{fit.sign}"
-        mm = fit.mixed_model
-        if mm.evaluable:
-            metrics[f"slope/{name}"] = mm.estimate
-            metrics[f"slope/{name}/low"] = mm.low
-            metrics[f"slope/{name}/high"] = mm.high
         minimum = fit.minimum_effective
         tags[f"minimum_effective.{name.replace('/', '.')}"] = minimum.status
-        if minimum.level is not None:
-            metrics[f"minimum_effective/{name}"] = minimum.level.estimate
-            metrics[f"minimum_effective/{name}/low"] = minimum.level.low
-            metrics[f"minimum_effective/{name}/high"] = minimum.level.high
+        slope = fit.mixed_model if fit.mixed_model.evaluable else None
+        for kind, interval in (("slope", slope), ("minimum_effective", minimum.level)):
+            if interval is not None:
+                metrics[f"{kind}/{name}"] = interval.estimate
+                metrics[f"{kind}/{name}/low"] = interval.low
+                metrics[f"{kind}/{name}/high"] = interval.high
     return metrics, tags
 
 
@@ -105,8 +102,7 @@ def figures(curve: pd.DataFrame, record: CalibrationRecord) -> dict[str, Figure]
     fig.tight_layout()
     out["effect_vs_training_size.png"] = fig
 
-    rows = [(r, r.mixed_model.ends()) for r in record.results]
-    shown = [(r, ends) for r, ends in rows if ends is not None]
+    shown = [(r, ends) for r in record.results if (ends := r.mixed_model.ends()) is not None]
     if shown:
         fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(shown)))
         labels = [f"{r.source} · {r.predictor} · {r.sign} (L{r.layer})" for r, _ in shown]

@@ -399,7 +399,8 @@ def build_curve(
             mine = effects[effects["concept"] == synset]
             by_sign = {int(r["sign"]): r for _, r in mine.iterrows()}
             pos, neg = by_sign.get(1), by_sign.get(-1)
-            values = [r["above_null"] for r in (pos, neg) if r is not None]
+            signs = [r for r in (pos, neg) if r is not None]
+            values = [r["above_null"] for r in signs]
             rows.append(
                 {
                     "tag": spec.tag,
@@ -414,11 +415,7 @@ def build_curve(
                     "effect_above_null_pos": None if pos is None else pos["above_null"],
                     "effect_above_null_neg": None if neg is None else neg["above_null"],
                     "effect_above_null": float(np.mean(values)) if values else None,
-                    "gate_pass": float(
-                        np.mean([r["gate_pass"] for r in (pos, neg) if r is not None])
-                    )
-                    if values
-                    else None,
+                    "gate_pass": float(np.mean([r["gate_pass"] for r in signs])) if signs else None,
                 }
             )
     return pd.DataFrame(rows)
