@@ -358,8 +358,7 @@ def _graph_error(source: str, exc: ValidationError) -> ConceptError:
         parent = "".join(parts[:-1]).lstrip(".")
         text = f"{parent + ': ' if parent else ''}missing key {loc[-1]!r}"
     elif kind == "dataclass_type" or kind in _KINDS:
-        expected = _KINDS.get(kind, "an object")
-        text = f"{path}: expected {expected}, got {type(value).__name__}"
+        text = f"{path}: expected {_KINDS.get(kind, 'an object')}, got {type(value).__name__}"
     else:
         text = f"{path}: {errors[0]['msg']}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

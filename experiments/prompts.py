@@ -417,8 +417,7 @@ def _subject_fields(
 
 def _render(template: str, fields: Mapping[str, str]) -> str | None:
     """The filled template, or None when a field it needs is missing or empty."""
-    needed = _fields(template)
-    if any(not fields.get(field) for field in needed):
+    if any(not fields.get(field) for field in _fields(template)):
         return None
     return template.format_map(fields)
 
@@ -522,8 +521,7 @@ def template_sequence(split: str, seed: int, key: str) -> list[ProbeTemplate]:
         pools[template.format].append(template)
     for fmt in formats:
         rng.shuffle(pools[fmt])
-    rounds = min(len(items) for items in pools.values())
-    return [pools[fmt][r] for r in range(rounds) for fmt in formats]
+    return [pools[fmt][r] for r in range(min(map(len, pools.values()))) for fmt in formats]
 
 
 def max_train_texts() -> int:
@@ -725,8 +723,7 @@ def scale_neutral_texts(graph: ConceptGraph | None, seed: int) -> list[str]:
         ]
         seeded_random(seed, "neutral", "eval", concept.synset).shuffle(candidates)
         avoid = concept_words(concept.lemmas)
-        kept = [text for _, text in candidates if not mentions(text, avoid)]
-        texts.update(kept[:SCALE_TEXTS_PER_CONCEPT])
+        texts.update([t for _, t in candidates if not mentions(t, avoid)][:SCALE_TEXTS_PER_CONCEPT])
     return sorted(texts)
 
 
@@ -849,13 +846,10 @@ def centroid_texts(concept: Concept, n: int = 5, seed: int = 0) -> dict[str, lis
         key: make(concept, n, seeded_random(seed, key, concept.synset))
         for key, make in makers.items()
     }
-    prompts = [p.lower() for p in render_generation_prompts(concept)]
+    forbidden = [p.lower() for p in render_generation_prompts(concept)] + [*_GENERATION_FRAGMENTS]
     for key, items in texts.items():
         for text in items:
-            lowered = text.lower()
-            if any(p in lowered for p in prompts) or any(
-                f in lowered for f in _GENERATION_FRAGMENTS
-            ):
+            if any(p in text.lower() for p in forbidden):
                 raise PromptError(f"{key} centroid text contains a generation prompt: {text!r}")
     return texts
 

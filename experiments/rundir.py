@@ -50,9 +50,7 @@ def neutralise(cell: str) -> str:
     """A cell that no spreadsheet will execute: control characters replaced (NUL among
     them), and a ``'`` prefix when its first character could start a formula."""
     cell = CONTROL_CHARS.sub("\ufffd", cell)
-    if cell[:1] in FORMULA_TRIGGERS:
-        return "'" + cell
-    return cell
+    return "'" + cell if cell[:1] in FORMULA_TRIGGERS else cell
 
 
 def restore(cell: str) -> str:

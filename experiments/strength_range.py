@@ -235,10 +235,8 @@ def kept_keys(
         return explicit
     own = load_config(config, [], cfg.phase, overlays or []).model_spec
     run = cfg.model_spec
-    if own == run:
-        return explicit | {"steering.beta"}
     try:
-        same = probe_id_of_spec(own) == probe_id_of_spec(run)
+        same = own == run or probe_id_of_spec(own) == probe_id_of_spec(run)
     except (AssetError, ModelSpecError, DtypeError):  # not here: not the run's model
         same = False
     return explicit | {"steering.beta"} if same else explicit

@@ -67,8 +67,7 @@ def _synset(wn: Any, synset_id: str) -> Any:
 
 def count_links(synset: Any, rule: str = "hatcat") -> int:
     """Number of relation links of a synset under a counting rule (see top_synsets)."""
-    relations = _rule_relations(rule)
-    return sum(len(getattr(synset, relation)()) for relation in relations)
+    return sum(len(getattr(synset, relation)()) for relation in _rule_relations(rule))
 
 
 def _rule_relations(rule: str) -> tuple[str, ...]:
@@ -95,8 +94,7 @@ def _ranking(
     _rule_relations(rule)  # an unknown rule fails before any counting
     rows: list[tuple[str, int]] = []
     for p in pos:
-        synsets = list(wn.all_synsets(p))
-        for synset in _progress(synsets, f"counting links ({p})", progress):
+        for synset in _progress(list(wn.all_synsets(p)), f"counting links ({p})", progress):
             rows.append((synset.name(), count_links(synset, rule)))
     rows.sort(key=lambda row: (-row[1], row[0]))
     _RANKINGS[(pos, rule)] = tuple(rows)
@@ -127,8 +125,7 @@ def top_synsets(
     """
     if n < 1:
         raise ConceptError(f"n must be at least 1, got {n}")
-    ranking = _ranking(tuple(pos), rule, progress)
-    return [synset_id for synset_id, _ in ranking[:n]]
+    return [synset_id for synset_id, _ in _ranking(tuple(pos), rule, progress)[:n]]
 
 
 def _related(wn: Any, synset: Any) -> dict[str, list[RelatedSynset]]:
@@ -141,10 +138,7 @@ def _related(wn: Any, synset: Any) -> dict[str, list[RelatedSynset]]:
             for target in getattr(synset, relation)():
                 targets[target.name()] = target
         for lemma in synset.lemmas():
-            method = getattr(lemma, relation, None)
-            if method is None:
-                continue
-            for target in method():
+            for target in getattr(lemma, relation, list)():  # a pointer lemmas may lack
                 target_synset = target.synset() if hasattr(target, "synset") else target
                 targets[target_synset.name()] = target_synset
         targets.pop(own, None)
@@ -177,8 +171,7 @@ def path_distance(a: Any, b: Any) -> int | None:
     such as change.v.01 only reaches its own descendants, i.e. kinds of change, and every
     "negative" would really be a positive. Different parts of speech give None.
     """
-    simulate_root = a.pos() == "v" and b.pos() == "v"
-    distance = a.shortest_path_distance(b, simulate_root=simulate_root)
+    distance = a.shortest_path_distance(b, simulate_root=a.pos() == "v" and b.pos() == "v")
     return None if distance is None else int(distance)
 
 
@@ -416,12 +409,11 @@ def build_concept_graph(
             f"top {top_n} noun/verb synsets by link count ({rule}: {RULE_DESCRIPTIONS[rule]})"
         )
     else:
-        resolved = [_synset(wn, s).name() for s in synsets]
-        if len(set(resolved)) != len(resolved):
+        ids = [_synset(wn, s).name() for s in synsets]
+        if len(set(ids)) != len(ids):
             raise ConceptError(f"duplicate synsets in {list(synsets)}")
-        if not resolved:
+        if not ids:
             raise ConceptError("no synsets given")
-        ids = resolved
         selection = "explicit list"
     concepts = [
         build_concept(

@@ -9,12 +9,8 @@ experiment and results folder live (``config.experiment``, ``config.results_dir`
 YAML names its phase (``phase:``); :func:`load_config` picks the model. How each field
 enters :meth:`RunConfig.config_hash` is declared on the field (:class:`HashRule`).
 
-One module per part, every name imported from here (``from experiments.config import
-X``): ``base`` (errors, phase names, :class:`HashRule`, :class:`Moved`, the hash view),
-``sections`` (the sections every phase shares), ``common`` (:class:`RunConfig`, the
-hash, the registry), one module per phase's top model and own section (``phase5``,
-``calibration``, ``identify``), and ``load`` (registration, YAML, overlays, overrides,
-error messages, :func:`load_config`).
+One module per part, each saying what it holds (``base``, ``sections``, ``common``, one
+per phase, ``load``), every name imported from here (``from experiments.config import X``).
 """
 
 from experiments.config.base import (
