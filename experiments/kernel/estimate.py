@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from experiments import tracking
 from experiments.concepts import ConceptGraph
 from experiments.config import CPU_BATCH_ROWS, RunConfig
-from experiments.kernel.plan import CONCEPT_ARM, planned_rows
+from experiments.kernel.plan import CONCEPT_ARM, run_rows
 from experiments.rundir import RUN_DIR_TAG, RunDir
 from experiments.tracking.context import (
     COMMAND_TAG,
@@ -161,11 +161,7 @@ def _kind(meta: dict[str, Any]) -> str:
 
 def count_rows(config: RunConfig, graph: ConceptGraph) -> dict[str, int]:
     """Rows per split and kind, from the plan (held-out selection adds its β grid)."""
-    counts: Counter[str] = Counter()
-    splits = ["selection", "report"] if config.selection.mode == "heldout" else ["report"]
-    for split in splits:
-        for _key, meta in planned_rows(config, graph, split):
-            counts[f"{split}: {_kind(meta)}"] += 1
+    counts = Counter(f"{meta['split']}: {_kind(meta)}" for _key, meta in run_rows(config, graph))
     return dict(sorted(counts.items()))
 
 

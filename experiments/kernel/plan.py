@@ -204,6 +204,16 @@ def planned_rows(
                 )
 
 
+def run_rows(
+    config: RunConfig, graph: ConceptGraph, betas: Mapping[str, float] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, meta) of every row a run generates: the selection split's first when β is
+    chosen on held-out prompts, then the report split's (at ``betas``)."""
+    if config.selection.mode == "heldout":
+        yield from planned_rows(config, graph, "selection")
+    yield from planned_rows(config, graph, "report", betas)
+
+
 def _instruction(config: RunConfig, concept_name: str, strength: float) -> str:
     c = config.controls
     template = c.prompt_positive if strength > 0 else c.prompt_negative

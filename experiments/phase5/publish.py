@@ -151,15 +151,11 @@ def run_name(config: Phase5Config, model_id: str, layer: int) -> str:
 
 def prompt_frame(ctx: RunContext) -> pd.DataFrame:
     """One row per concept × prompt (and split): the prompt set the run generates from."""
-    from experiments.kernel.plan import planned_rows
+    from experiments.kernel.plan import run_rows
 
-    splits = ["selection", "report"] if ctx.config.selection.mode == "heldout" else ["report"]
     rows: dict[tuple[str, int, str], dict[str, object]] = {}
-    for split in splits:
-        for _key, meta in planned_rows(ctx.config, ctx.graph, split):
-            rows.setdefault(
-                (meta["concept"], meta["prompt_index"], split), {**meta, "split": split}
-            )
+    for _key, meta in run_rows(ctx.config, ctx.graph):
+        rows.setdefault((meta["concept"], meta["prompt_index"], meta["split"]), meta)
     return pd.DataFrame(list(rows.values()), columns=["concept", "prompt_index", "split", "prompt"])
 
 

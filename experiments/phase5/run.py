@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from experiments import tracking
-from experiments.concepts import ConceptGraph
 from experiments.config import ConfigError, Phase, Phase5Config, RunConfig
 from experiments.kernel.classifiers import ensure_classifiers
 from experiments.kernel.diagnostics import steering_diagnostics
@@ -34,7 +33,7 @@ from experiments.kernel.effect import EffectReport, evaluate_effect
 from experiments.kernel.generate import generate
 from experiments.kernel.layers import choice_tags
 from experiments.kernel.lifecycle import RunError, RunSession
-from experiments.kernel.plan import CONCEPT_ARM, build_plan, planned_rows
+from experiments.kernel.plan import CONCEPT_ARM, build_plan, run_rows
 from experiments.kernel.probes import ProbeSet
 from experiments.kernel.publisher import ChildWriter, Views
 from experiments.kernel.score import Scorer, build_scorer, score_all
@@ -126,15 +125,6 @@ class Scored:
     update_children: bool  # a rescore replaces the children's metrics and tables
 
 
-def expected_keys(
-    config: RunConfig, graph: ConceptGraph, betas: dict[str, float] | None
-) -> set[str]:
-    keys = {k for k, _ in planned_rows(config, graph, "report", betas)}
-    if config.selection.mode == "heldout":
-        keys |= {k for k, _ in planned_rows(config, graph, "selection")}
-    return keys
-
-
 def read_betas(run_dir: RunDir) -> dict[str, float] | None:
     path = run_dir.file(RunDir.SELECTION)
     if not path.exists():
@@ -155,7 +145,8 @@ def score(
     model-free tail shared by a fresh run, a resumed one and a rescore."""
     generations = run_dir.read_generations()
     betas = read_betas(run_dir)
-    missing = expected_keys(ctx.config, ctx.graph, betas) - {g["key"] for g in generations}
+    expected = {k for k, _ in run_rows(ctx.config, ctx.graph, betas)}
+    missing = expected - {g["key"] for g in generations}
     if missing:
         raise RunError(
             f"{len(missing)} generations are missing; resume with "
