@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from steering.decode import CpuPolicy, DecodePolicy, ReferencePolicy
 from steering.decode_cuda import CudaPolicy
+from steering.decode_kernels import DecodeKernels
 from steering.models import LoadedModel
 from steering.registry import Registry
 
@@ -26,11 +27,16 @@ def policy_for(lm: LoadedModel) -> DecodePolicy:
     return lm.decoder_state
 
 
+def kernels_of(lm: LoadedModel) -> DecodeKernels | None:
+    """The kernels ``lm``'s decode policy runs (the CUDA policy's), or None for a policy
+    that has no choice of kernels (the run's tag and the GPU bench's result)."""
+    policy = policy_for(lm)
+    return policy.kernels_for(lm) if isinstance(policy, CudaPolicy) else None
+
+
 def decode_description(lm: LoadedModel) -> str:
     """How ``generate_batch`` decodes on ``lm``, in a few words for a run's tag: the
     policy's name and, for the CUDA policy, its kernels ("cuda: efficient attention,
-    compiled norms"); a policy other than CUDA's has no choice of kernels."""
-    policy = policy_for(lm)
-    if isinstance(policy, CudaPolicy):
-        return f"{policy.name}: {policy.kernels_for(lm).describe()}"
-    return policy.name
+    compiled norms")."""
+    kernels = kernels_of(lm)
+    return f"{policy_for(lm).name}: {kernels.describe()}" if kernels else policy_for(lm).name
