@@ -16,6 +16,12 @@ DEFAULT_MODEL = "claude-sonnet-4-5"
 KEY_ENV = "ANTHROPIC_API_KEY"
 
 
+def _import_sdk() -> Any:
+    import anthropic
+
+    return anthropic
+
+
 class AnthropicJudge(APIJudge):
     """Claude as a judge. The key comes only from $ANTHROPIC_API_KEY.
 
@@ -37,7 +43,7 @@ class AnthropicJudge(APIJudge):
         if "api_key" in options:
             raise TypeError(f"API keys are read from ${KEY_ENV} only; do not pass api_key.")
         super().__init__(name or f"anthropic/{model}", model, base_url=base_url, **options)
-        self._connect("anthropic", "Anthropic")
+        self._connect(_import_sdk, "Anthropic")
 
     def _call(self, prompt: RenderedPrompt, rubric: Rubric) -> CallResult:
         extra: dict[str, Any] = {}

@@ -6,11 +6,10 @@ everything that must behave identically across providers lives here.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
@@ -128,20 +127,22 @@ class APIJudge(Judge):
                 )
         self._secret: str | None = None  # set by _connect; only ever used for redaction
 
-    def _connect(self, package: str, client: str, keyless: str | None = None) -> None:
+    def _connect(
+        self, import_sdk: Callable[[], Any], client: str, keyless: str | None = None
+    ) -> None:
         """Read the key from ``$key_env`` (``keyless``, no secret, stands in for a missing
-        one where given), import the SDK ``package`` (:func:`classify_sdk_error` reads its
-        errors) and make its ``client``; none of this for an estimate-only judge."""
+        one where given), import the SDK (:func:`classify_sdk_error` reads its errors) and
+        make its ``client``; none of this for an estimate-only judge."""
         if self.estimate_only:
             return
         key = os.environ.get(self.key_env) or keyless
         if not key:
             raise MissingKey(self.key_env)
         try:
-            self._sdk = importlib.import_module(package)
+            self._sdk = import_sdk()
         except ImportError as exc:
             raise JudgeUnavailable(
-                f"the `{package}` package is not installed (pip install {package})"
+                f"the `{self.provider}` package is not installed (pip install {self.provider})"
             ) from exc
         self._secret = key if key != keyless else None
         self._client = getattr(self._sdk, client)(
@@ -204,9 +205,7 @@ class APIJudge(Judge):
 
     def redact(self, text: str) -> str:
         """Remove the API key from any string that might be returned or logged."""
-        if self._secret and text:
-            return text.replace(self._secret, "[REDACTED]")
-        return text
+        return text.replace(self._secret, "[REDACTED]") if self._secret and text else text
 
     def describe(self) -> dict[str, str]:
         info = super().describe()

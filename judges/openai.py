@@ -20,6 +20,12 @@ KEY_ENV = "OPENAI_API_KEY"
 NO_KEY_PLACEHOLDER = "no-key-required"
 
 
+def _import_sdk() -> Any:
+    import openai
+
+    return openai
+
+
 class OpenAIJudge(APIJudge):
     """A Chat Completions judge.
 
@@ -49,7 +55,7 @@ class OpenAIJudge(APIJudge):
         )
         self.json_mode = json_mode
         self.seed = seed
-        self._connect("openai", "OpenAI", NO_KEY_PLACEHOLDER if base_url is not None else None)
+        self._connect(_import_sdk, "OpenAI", NO_KEY_PLACEHOLDER if base_url is not None else None)
 
     def decoding_params(self, rubric: Rubric) -> dict[str, Any]:
         return {**super().decoding_params(rubric), "json_mode": self.json_mode, "seed": self.seed}

@@ -139,9 +139,7 @@ def cost_usd(
 ) -> float | None:
     """Dollar cost of one call; None when the price is unknown."""
     price = as_price(price)
-    if price is None:
-        return None
-    return price.cost(input_tokens, output_tokens)
+    return None if price is None else price.cost(input_tokens, output_tokens)
 
 
 # Message framing (role markers, system block) that usage counts but the text lacks.

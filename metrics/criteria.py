@@ -54,11 +54,7 @@ class CriterionResult:
 
     def metric_value(self) -> float | None:
         """1.0 for pass, 0.0 for fail, None otherwise, so only a verdict gets logged."""
-        if self.status == "pass":
-            return 1.0
-        if self.status == "fail":
-            return 0.0
-        return None
+        return {"pass": 1.0, "fail": 0.0}.get(self.status)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -76,17 +76,13 @@ def repeated_ngram_fraction(text: str, n: int = 3) -> float:
     is_near_empty is the check that flags such texts.
     """
     grams = ngrams(words(text), n)
-    if not grams:
-        return 0.0
-    return (len(grams) - len(set(grams))) / len(grams)
+    return (len(grams) - len(set(grams))) / len(grams) if grams else 0.0
 
 
 def distinct_n(text: str, n: int = 2) -> float:
     """Unique word n-grams / total word n-grams; 0.0 when the text has no n-grams."""
     grams = ngrams(words(text), n)
-    if not grams:
-        return 0.0
-    return len(set(grams)) / len(grams)
+    return len(set(grams)) / len(grams) if grams else 0.0
 
 
 REPETITION_N = 10  # characters in the n-grams of :func:`repetition`
