@@ -273,9 +273,8 @@ def open_run(
         stored = tracking.get_run(resume.run_id)
         recorded = recorded_threads(stored)
         run_dir = RunDir.locate(stored, results_dir)
-        overrides = list(resume.overrides)
         # the stored config is read as ``phase``'s model: the C of this session
-        config = cast(C, scoring_config(run_dir, overrides, resume.action, phase))
+        config = cast(C, scoring_config(run_dir, list(resume.overrides), resume.action, phase))
     if config is None:
         raise RunError("a run needs a config, or the id of the run to resume")
     if execution:

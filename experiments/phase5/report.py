@@ -88,22 +88,17 @@ def generation_speed(tps: float) -> str:
     return "generation: no rows generated in this session (all were already in the run folder)"
 
 
-def deployed_line(ctx: RunContext) -> list[str]:
-    """A vector file steered as deployed: the intervention in the answer's words."""
-    found = steered_intervention(ctx.diagnostics)
-    return [] if found is None else [f"- steered {intervention_words(ctx.layer, found)}"]
-
-
 def summary_markdown(record: RunRecord, ctx: RunContext) -> str:
     """The run at a glance: settings, per-strength table, the seed's criteria."""
     seconds = sum(record.timings.values())
+    found = steered_intervention(ctx.diagnostics)  # a vector file steered as deployed
     lines = [
         f"# Phase 5 run {record.run_id}",
         "",
         f"- model: `{ctx.config.model}`, layer {ctx.layer}, mode {ctx.config.steering.mode}, "
         f"vector {ctx.config.steering.vector_source}, β={ctx.config.steering.beta}, "
         f"α={ctx.alpha:.1f}",
-        *deployed_line(ctx),
+        *([f"- steered {intervention_words(ctx.layer, found)}"] if found is not None else []),
         f"- {len(ctx.graph.concepts)} concepts × {len(ctx.config.generation.prompts)} prompts × "
         f"{len(ctx.config.steering.strengths)} strengths, "
         f"{ctx.config.generation.max_new_tokens} new tokens, seed {ctx.config.seed}",
