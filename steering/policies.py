@@ -38,5 +38,5 @@ def decode_description(lm: LoadedModel) -> str:
     """How ``generate_batch`` decodes on ``lm``, in a few words for a run's tag: the
     policy's name and, for the CUDA policy, its kernels ("cuda: efficient attention,
     compiled norms")."""
-    kernels = kernels_of(lm)
-    return f"{policy_for(lm).name}: {kernels.describe()}" if kernels else policy_for(lm).name
+    name, kernels = policy_for(lm).name, kernels_of(lm)
+    return f"{name}: {kernels.describe()}" if kernels else name
