@@ -300,10 +300,8 @@ class APIJudge(Judge):
             result, attempts = call_with_retry(
                 lambda: self._call(prompt, request.rubric), self.retry, label=self.name
             )
-        except BaseException as exc:
+        except RetriesExhausted as exc:
             self.budget.release(reserved)
-            if not isinstance(exc, RetriesExhausted):
-                raise
             reason = self.redact(exc.reason)
             log.warning(
                 "%s abstains on sample %s: %s after %d attempts",
@@ -321,6 +319,9 @@ class APIJudge(Judge):
                 attempts=exc.attempts,
                 error=reason,
             )
+        except BaseException:  # Ctrl-C or a bug: the reservation goes back all the same
+            self.budget.release(reserved)
+            raise
         usage_known = result.input_tokens is not None and result.output_tokens is not None
         in_tok = result.input_tokens or 0
         out_tok = result.output_tokens or 0

@@ -188,7 +188,8 @@ _LABEL_RE = re.compile(
 # The axbench prompts' labels too ("Instruction:", "Rating (0-2):"); a separate pattern so
 # the relatedness prompts (and their cache keys) are unchanged.
 _AX_LABEL_RE = re.compile(
-    _LABEL_RE.pattern.replace("score)", "score|instruction)").replace("*10", "*(?:10|2)"),
+    r"\b(text|topic|rating|fluency|question|score|instruction)"
+    r"(\s*\(\s*0\s*[-\u2010-\u2015\u2212\ufe63\uff0d]\s*(?:10|2)\s*\))?\s*[:：]",
     re.IGNORECASE,
 )
 
