@@ -42,13 +42,13 @@ from experiments.concepts import Concept, ConceptGraph, concept_words, mentions
 from experiments.prompts import (
     GENERATION_PROMPTS,
     PromptError,
-    _article,
-    _cap,
-    _named,
-    _pos_key,
+    article,
+    capitalised,
     centroid_texts,
     format_axis_texts,
     max_train_texts,
+    named_fields,
+    pos_key,
     probe_eval_set,
     probe_training_set,
     render_generation_prompts,
@@ -126,19 +126,19 @@ def _names(concept: Concept, relations: Sequence[str]) -> list[str]:
 
 def _fields(concept: Concept, rng: random.Random) -> dict[str, str]:
     fields = {
-        **_named("name", concept.name),
+        **named_fields("name", concept.name),
         "lemma": rng.choice(list(concept.lemmas)) if concept.lemmas else concept.name,
     }
     examples = _names(concept, EXAMPLE_RELATIONS)
     if examples:
         first, *rest = rng.sample(examples, min(2, len(examples)))
-        fields.update(example=first, Example=_cap(first))
+        fields.update(example=first, Example=capitalised(first))
         if rest:
             fields["example2"] = rest[0]
     hypernyms = _names(concept, HYPERNYM_RELATIONS)
     if hypernyms:
         hypernym = rng.choice(hypernyms)
-        fields.update(hypernym=hypernym, a_hypernym=_article(hypernym) + hypernym)
+        fields.update(hypernym=hypernym, a_hypernym=article(hypernym) + hypernym)
     return fields
 
 
@@ -194,7 +194,7 @@ def on_concept_texts(
     with a warning, down to the two a split-half needs."""
     rng = random.Random(f"{seed}|likelihood|{concept.synset}")
     reserved = list(reserved)
-    pos = _pos_key(concept)
+    pos = pos_key(concept)
     out: list[tuple[str, str]] = []
     for i, template in enumerate(LIKELIHOOD_TEMPLATES[pos]):
         try:  # fresh lemma and related names per frame, so the texts vary

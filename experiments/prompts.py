@@ -362,21 +362,26 @@ _BOUNDARY_PRIORITY = (
 # ---------------------------------------------------------------------------
 
 
-def _article(word: str) -> str:
+def article(word: str) -> str:
     """'a' or 'an' by the first letter (good enough for templated text); none for names."""
     if not word or word[0].isupper():
         return ""
     return "an " if word[0].lower() in "aeiou" else "a "
 
 
-def _cap(text: str) -> str:
+def capitalised(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _named(key: str, word: str) -> dict[str, str]:
+def named_fields(key: str, word: str) -> dict[str, str]:
     """Fields ``key``, ``Key``, ``a_key`` and ``A_key``: the word, capitalised, with its article."""
-    a_word = _article(word) + word
-    return {key: word, _cap(key): _cap(word), f"a_{key}": a_word, f"A_{key}": _cap(a_word)}
+    a_word = article(word) + word
+    return {
+        key: word,
+        capitalised(key): capitalised(word),
+        f"a_{key}": a_word,
+        f"A_{key}": capitalised(a_word),
+    }
 
 
 def _strip_end(text: str) -> str:
@@ -399,7 +404,7 @@ def _subject_fields(
 ) -> dict[str, str]:
     """Template fields for one subject; optional fields are absent when the subject lacks them."""
     fields = {
-        **_named("name", name),
+        **named_fields("name", name),
         "lemma": rng.choice(list(lemmas)) if lemmas else name,
         "gloss": _strip_end(gloss),
     }
@@ -411,7 +416,7 @@ def _subject_fields(
     for key, words in (("hypernym", hypernyms), ("hyponym", hyponyms)):
         if words:
             fields[key] = rng.choice(list(words))
-            fields[f"a_{key}"] = _article(fields[key]) + fields[key]
+            fields[f"a_{key}"] = article(fields[key]) + fields[key]
     return fields
 
 
@@ -438,7 +443,7 @@ def _concept_fields(concept: Concept, rng: random.Random) -> dict[str, str]:
     )
 
 
-def _pos_key(concept: Concept) -> str:
+def pos_key(concept: Concept) -> str:
     return "v" if concept.pos == "v" else "n"
 
 
@@ -531,7 +536,7 @@ def max_train_texts() -> int:
 
 
 def _plain_fields(name: str, lemma: str, gloss: str) -> dict[str, str]:
-    return {"name": name, "Name": _cap(name), "lemma": lemma, "gloss": _strip_end(gloss)}
+    return {"name": name, "Name": capitalised(name), "lemma": lemma, "gloss": _strip_end(gloss)}
 
 
 def _render_kind(
@@ -751,7 +756,7 @@ def _cycle_to(texts: list[str], n: int) -> list[str]:
 
 def _core_texts(concept: Concept, n: int, rng: random.Random) -> list[str]:
     out: list[str] = []
-    templates = CORE_TEMPLATES[_pos_key(concept)]
+    templates = CORE_TEMPLATES[pos_key(concept)]
     for round_ in range(max(1, n)):
         for template in templates:
             fields = _concept_fields(concept, rng)
@@ -783,23 +788,25 @@ def _boundary_pairs(concept: Concept, rng: random.Random) -> list[tuple[str, str
 
 
 def _boundary_texts(concept: Concept, n: int, rng: random.Random) -> list[str]:
-    phrasings = BOUNDARY_TEMPLATES[_pos_key(concept)]
+    phrasings = BOUNDARY_TEMPLATES[pos_key(concept)]
     pairs = _boundary_pairs(concept, rng)
-    base = _named("name", concept.name)
+    base = named_fields("name", concept.name)
     out: list[str] = []
     # Pass 0 uses each relation's first phrasing, pass 1 its second, pass 2 the generic ones.
     for variant in range(4):
         for relation, target in pairs:
             options = phrasings.get(relation, _GENERIC_RELATION)
             template = (options + _GENERIC_RELATION)[min(variant, len(options) + 1)]
-            text = _render(template, {**base, **_named("t", target)})
+            text = _render(template, {**base, **named_fields("t", target)})
             if text is not None and text not in out:
                 out.append(text)
             if len(out) == n:
                 return out
     if not out:  # no relations at all: fall back to synonyms
-        out = [f"{_cap(concept.name)} is also called {lemma}." for lemma in concept.lemmas[1:]]
-        out = out or [f"{_cap(concept.name)} is related to other things."]
+        out = [
+            f"{capitalised(concept.name)} is also called {lemma}." for lemma in concept.lemmas[1:]
+        ]
+        out = out or [f"{capitalised(concept.name)} is related to other things."]
     return _cycle_to(out, n)
 
 
@@ -813,11 +820,11 @@ def _negative_texts(concept: Concept, n: int, rng: random.Random) -> list[str]:
             if len(out) == n:
                 return out
             gloss = _strip_end(negative.gloss)
-            a_neg = _cap(_article(negative.name) + negative.name)
+            a_neg = capitalised(article(negative.name) + negative.name)
             verb = concept.pos == "v"
             definition = f"To {negative.name} is to {gloss}." if verb else f"{a_neg} is {gloss}."
             text = (
-                f"{_cap(negative.name)}: {gloss}.",
+                f"{capitalised(negative.name)}: {gloss}.",
                 definition,
                 f"The meaning of {negative.name} is {gloss}.",
             )[variant]

@@ -109,7 +109,7 @@ class StudyTables:
         return out
 
 
-def _halves_of_units(units: np.ndarray, orders: np.ndarray) -> np.ndarray:
+def halves_of_units(units: np.ndarray, orders: np.ndarray) -> np.ndarray:
     """[directions, units] -> [directions, splits, 2] means of each half."""
     a = units[:, orders[:, 0::2]].mean(axis=-1)
     b = units[:, orders[:, 1::2]].mean(axis=-1)
@@ -129,7 +129,7 @@ def measure_halves(
             continue
         units = np.stack([per_pair[(concept, d)] for d in ids])
         rng = seeded_rng(seed, "halves", concept, name)
-        out[concept] = _halves_of_units(units, split_orders(units.shape[1], N_SPLITS, rng=rng))
+        out[concept] = halves_of_units(units, split_orders(units.shape[1], N_SPLITS, rng=rng))
     return out
 
 
@@ -208,7 +208,7 @@ def build_tables(
             )
         rng = seeded_rng(seed, "halves", concept)
         pairs = np.stack([effects[(concept, i)] for i in ids])
-        halves["effect"][concept] = _halves_of_units(
+        halves["effect"][concept] = halves_of_units(
             pairs, split_orders(pairs.shape[1], N_SPLITS, rng=rng)
         )
         labels = test_labels[concept]
@@ -222,7 +222,7 @@ def build_tables(
                 units = np.stack([outputs[(concept, i)][measure] for i in ids])
                 if units.shape[1] >= 2:
                     orders = split_orders(units.shape[1], N_SPLITS, rng=rng)
-                    halves[measure][concept] = _halves_of_units(units, orders)
+                    halves[measure][concept] = halves_of_units(units, orders)
     frame = pd.DataFrame(rows)
     if second_half:
         frame["auroc_error_within"] = _error_within_cells(frame, halves["auroc"], order)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.identify.estimation import stats
-from experiments.identify.estimation.cells import N_SPLITS, StudyTables, _halves_of_units
+from experiments.identify.estimation.cells import N_SPLITS, StudyTables, halves_of_units
 from experiments.identify.stages import manipulations
 from experiments.identify.stages.directions import REFERENCE
 from experiments.record import GeneratedCheck
@@ -50,7 +50,7 @@ def unit_halves(
             continue
         values = np.stack(rows)
         orders = split_orders(values.shape[1], N_SPLITS, rng=seeded_rng(seed, name, concept))
-        out[str(concept)] = _halves_of_units(values, orders)
+        out[str(concept)] = halves_of_units(values, orders)
     return out
 
 
